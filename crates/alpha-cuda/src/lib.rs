@@ -1,1 +1,12 @@
-//! alpha-cuda
+//! alpha-cuda: Alpha's CUDA backend foundation.
+//!
+//! Alpha writes its own PTX ([`ptx`]), loads it through the CUDA driver alone ([`driver`]: no
+//! toolkit, NVRTC or vendor libraries), keeps every tensor of a step in one device arena and
+//! replays the whole step as one CUDA graph. Each kernel family is one module that opens with
+//! why it is built the way it is, and carries a host launcher taking raw device addresses plus a
+//! CPU reference for checking.
+
+pub mod driver;
+pub mod ptx;
+
+pub use driver::{Arg, Buf, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};

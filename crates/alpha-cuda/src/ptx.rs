@@ -1,0 +1,615 @@
+//! PTX text from a small, uniform kernel description.
+//!
+//! Why: Alpha writes its own GPU code (no nvcc, NVRTC or vendor libraries in the product), so
+//! every kernel family needs a way to say "these parameters, these registers, this shared
+//! memory, these instructions" without pasting whole PTX files together. Following tinygrad's
+//! `renderer/ptx.py`, a kernel family builds a [`Kernel`] — parameters, typed virtual registers
+//! counted per class, shared-memory declarations, a block size, and a list of instructions and
+//! labels — and one renderer turns any such description into text for `.target sm_90a`. Families
+//! unroll loops in Rust (so register arrays are indexed by constants) and keep run-time loops as
+//! labels and branches.
+//!
+//! How: [`Kernel::reg`] hands out fresh virtual registers of a [`RegKind`]; `ptxas` (or the
+//! driver's JIT) allocates the physical ones, so reuse is optional. [`Kernel::op`] appends one
+//! instruction from an opcode and [`Opnd`] operands; the helpers beside it cover the common
+//! forms. [`Kernel::check_budget`] enforces the launch limits every family must respect
+//! (threads per block ≤ 1024, static shared memory ≤ 48 KB, dynamic ≤ 227 KB on Hopper).
+
+use std::fmt::{self, Write as _};
+
+use anyhow::{bail, Result};
+
+/// PTX ISA version written in every module: 8.0 is the first that knows `sm_90a`, and both the
+/// CUDA 13 `ptxas` and the 580 driver's JIT accept it.
+pub const PTX_VERSION: &str = "8.0";
+/// The only target Alpha writes today: the H100/H200 with its architecture-specific features.
+pub const PTX_TARGET: &str = "sm_90a";
+/// Most threads a block may have.
+pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
+/// Most statically declared shared memory a kernel may have (bytes).
+pub const MAX_STATIC_SHARED: u32 = 48 * 1024;
+/// Most shared memory one block may use on Hopper once the kernel opts in (bytes).
+pub const MAX_SHARED_PER_BLOCK: u32 = 227 * 1024;
+
+/// Register classes, one PTX register prefix each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RegKind {
+    Pred,
+    B16,
+    B32,
+    B64,
+    F32,
+    F64,
+}
+
+impl RegKind {
+    const ALL: [RegKind; 6] = [
+        RegKind::Pred,
+        RegKind::B16,
+        RegKind::B32,
+        RegKind::B64,
+        RegKind::F32,
+        RegKind::F64,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The register-name prefix in the rendered text.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            RegKind::Pred => "p",
+            RegKind::B16 => "h",
+            RegKind::B32 => "r",
+            RegKind::B64 => "rd",
+            RegKind::F32 => "f",
+            RegKind::F64 => "fd",
+        }
+    }
+
+    /// The type written in the `.reg` declaration.
+    pub fn decl(self) -> &'static str {
+        match self {
+            RegKind::Pred => ".pred",
+            RegKind::B16 => ".b16",
+            RegKind::B32 => ".b32",
+            RegKind::B64 => ".b64",
+            RegKind::F32 => ".f32",
+            RegKind::F64 => ".f64",
+        }
+    }
+}
+
+/// A virtual register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reg {
+    pub kind: RegKind,
+    pub idx: u32,
+}
+
+impl fmt::Display for Reg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}{}", self.kind.prefix(), self.idx)
+    }
+}
+
+/// Kernel parameter types. Pointers are `U64` (raw device addresses: arena base + offset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamTy {
+    U64,
+    U32,
+    S32,
+    F32,
+}
+
+impl ParamTy {
+    pub fn ptx(self) -> &'static str {
+        match self {
+            ParamTy::U64 => ".u64",
+            ParamTy::U32 => ".u32",
+            ParamTy::S32 => ".s32",
+            ParamTy::F32 => ".f32",
+        }
+    }
+
+    fn reg_kind(self) -> RegKind {
+        match self {
+            ParamTy::U64 => RegKind::B64,
+            ParamTy::U32 | ParamTy::S32 => RegKind::B32,
+            ParamTy::F32 => RegKind::F32,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Param {
+    pub name: String,
+    pub ty: ParamTy,
+}
+
+/// A statically sized shared-memory array.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedDecl {
+    pub name: String,
+    pub bytes: u32,
+    pub align: u32,
+}
+
+/// One instruction operand.
+#[derive(Clone, Debug)]
+pub enum Opnd {
+    R(Reg),
+    /// Integer immediate.
+    I(i64),
+    /// f32 immediate, written as its exact bit pattern (`0fXXXXXXXX`).
+    F(f32),
+    /// `[reg+offset]`.
+    Addr(Reg, i64),
+    /// `{a, b, ...}` (vector loads and stores, mma fragments).
+    V(Vec<Reg>),
+    /// A symbol: a label, a shared array, a special register such as `%tid.x`.
+    S(String),
+}
+
+impl From<Reg> for Opnd {
+    fn from(r: Reg) -> Self {
+        Opnd::R(r)
+    }
+}
+impl From<i64> for Opnd {
+    fn from(i: i64) -> Self {
+        Opnd::I(i)
+    }
+}
+impl From<i32> for Opnd {
+    fn from(i: i32) -> Self {
+        Opnd::I(i as i64)
+    }
+}
+impl From<u32> for Opnd {
+    fn from(i: u32) -> Self {
+        Opnd::I(i as i64)
+    }
+}
+impl From<f32> for Opnd {
+    fn from(x: f32) -> Self {
+        Opnd::F(x)
+    }
+}
+impl From<&str> for Opnd {
+    fn from(s: &str) -> Self {
+        Opnd::S(s.to_string())
+    }
+}
+impl From<&[Reg]> for Opnd {
+    fn from(v: &[Reg]) -> Self {
+        Opnd::V(v.to_vec())
+    }
+}
+impl<const N: usize> From<[Reg; N]> for Opnd {
+    fn from(v: [Reg; N]) -> Self {
+        Opnd::V(v.to_vec())
+    }
+}
+
+impl fmt::Display for Opnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Opnd::R(r) => write!(f, "{r}"),
+            Opnd::I(i) => write!(f, "{i}"),
+            Opnd::F(x) => write!(f, "0f{:08X}", x.to_bits()),
+            Opnd::Addr(r, 0) => write!(f, "[{r}]"),
+            Opnd::Addr(r, o) if *o < 0 => write!(f, "[{r}{o}]"),
+            Opnd::Addr(r, o) => write!(f, "[{r}+{o}]"),
+            Opnd::V(v) => {
+                write!(f, "{{")?;
+                for (i, r) in v.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{r}")?;
+                }
+                write!(f, "}}")
+            }
+            Opnd::S(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// Shorthand for an address operand.
+pub fn addr(r: Reg, offset: i64) -> Opnd {
+    Opnd::Addr(r, offset)
+}
+
+#[derive(Clone, Debug)]
+enum Line {
+    Ins {
+        guard: Option<(Reg, bool)>,
+        op: String,
+        args: Vec<Opnd>,
+    },
+    Label(String),
+    Comment(String),
+}
+
+/// A kernel description: everything the renderer needs, nothing else.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    pub name: String,
+    pub params: Vec<Param>,
+    /// Threads per block the kernel is written for (`.reqntid`), if fixed.
+    pub block: Option<(u32, u32, u32)>,
+    /// Upper bound on threads per block (`.maxntid`) when the block size is not fixed.
+    pub max_threads: Option<u32>,
+    pub shared: Vec<SharedDecl>,
+    /// Dynamic shared memory the host launcher will request (bytes), for the budget check.
+    pub dynamic_shared: u32,
+    counts: [u32; 6],
+    lines: Vec<Line>,
+    labels: u32,
+}
+
+impl Kernel {
+    pub fn new(name: &str) -> Self {
+        Kernel {
+            name: name.to_string(),
+            params: Vec::new(),
+            block: None,
+            max_threads: None,
+            shared: Vec::new(),
+            dynamic_shared: 0,
+            counts: [0; 6],
+            lines: Vec::new(),
+            labels: 0,
+        }
+    }
+
+    /// Fixes the block size (`.reqntid x, y, z`).
+    pub fn with_block(mut self, x: u32, y: u32, z: u32) -> Self {
+        self.block = Some((x, y, z));
+        self
+    }
+
+    /// Threads per block when fixed.
+    pub fn block_threads(&self) -> Option<u32> {
+        self.block.map(|(x, y, z)| x * y * z)
+    }
+
+    /// Adds a parameter and returns its index.
+    pub fn param(&mut self, name: &str, ty: ParamTy) -> usize {
+        self.params.push(Param {
+            name: name.to_string(),
+            ty,
+        });
+        self.params.len() - 1
+    }
+
+    /// Adds a parameter and loads it into a fresh register.
+    pub fn param_reg(&mut self, name: &str, ty: ParamTy) -> Reg {
+        self.param(name, ty);
+        let r = self.reg(ty.reg_kind());
+        let op = format!("ld.param{}", ty.ptx());
+        let sym = format!("[{}]", self.param_symbol(name));
+        self.op(&op, [Opnd::R(r), Opnd::S(sym)]);
+        r
+    }
+
+    fn param_symbol(&self, name: &str) -> String {
+        format!("{}_param_{}", self.name, name)
+    }
+
+    /// A fresh virtual register.
+    pub fn reg(&mut self, kind: RegKind) -> Reg {
+        let c = &mut self.counts[kind.index()];
+        let r = Reg { kind, idx: *c };
+        *c += 1;
+        r
+    }
+
+    /// `n` fresh registers.
+    pub fn regs(&mut self, kind: RegKind, n: usize) -> Vec<Reg> {
+        (0..n).map(|_| self.reg(kind)).collect()
+    }
+
+    /// Registers declared so far, per class.
+    pub fn reg_count(&self, kind: RegKind) -> u32 {
+        self.counts[kind.index()]
+    }
+
+    /// Declares a shared-memory array; returns its symbol.
+    pub fn shared(&mut self, name: &str, bytes: u32, align: u32) -> String {
+        self.shared.push(SharedDecl {
+            name: name.to_string(),
+            bytes,
+            align,
+        });
+        name.to_string()
+    }
+
+    /// Static shared memory in bytes.
+    pub fn static_shared_bytes(&self) -> u32 {
+        self.shared.iter().map(|s| s.bytes).sum()
+    }
+
+    /// A fresh label name, unique within the kernel.
+    pub fn label(&mut self, hint: &str) -> String {
+        self.labels += 1;
+        format!("L_{hint}_{}", self.labels)
+    }
+
+    /// Places a label.
+    pub fn place(&mut self, label: &str) {
+        self.lines.push(Line::Label(label.to_string()));
+    }
+
+    pub fn comment(&mut self, text: &str) {
+        self.lines.push(Line::Comment(text.to_string()));
+    }
+
+    /// Appends one instruction.
+    pub fn op<I: IntoIterator<Item = Opnd>>(&mut self, op: &str, args: I) {
+        self.lines.push(Line::Ins {
+            guard: None,
+            op: op.to_string(),
+            args: args.into_iter().collect(),
+        });
+    }
+
+    /// Appends one instruction guarded by `@p` (or `@!p` when `negate`).
+    pub fn op_if<I: IntoIterator<Item = Opnd>>(&mut self, p: Reg, negate: bool, op: &str, args: I) {
+        self.lines.push(Line::Ins {
+            guard: Some((p, negate)),
+            op: op.to_string(),
+            args: args.into_iter().collect(),
+        });
+    }
+
+    // ---- helpers for the common forms -------------------------------------------------------
+
+    /// A special register (`%tid.x`, `%ctaid.y`, `%laneid`, ...) as u32.
+    pub fn sreg(&mut self, name: &str) -> Reg {
+        let r = self.reg(RegKind::B32);
+        self.op("mov.u32", [r.into(), Opnd::S(name.to_string())]);
+        r
+    }
+
+    /// A u32 immediate in a fresh register.
+    pub fn imm_u32(&mut self, v: u32) -> Reg {
+        let r = self.reg(RegKind::B32);
+        self.op("mov.u32", [r.into(), v.into()]);
+        r
+    }
+
+    pub fn imm_f32(&mut self, v: f32) -> Reg {
+        let r = self.reg(RegKind::F32);
+        self.op("mov.f32", [r.into(), v.into()]);
+        r
+    }
+
+    /// Two-operand op into a fresh register of `kind`.
+    pub fn bin(&mut self, op: &str, kind: RegKind, a: impl Into<Opnd>, b: impl Into<Opnd>) -> Reg {
+        let d = self.reg(kind);
+        self.op(op, [d.into(), a.into(), b.into()]);
+        d
+    }
+
+    /// Three-operand op (mad, fma, selp) into a fresh register of `kind`.
+    pub fn tri(
+        &mut self,
+        op: &str,
+        kind: RegKind,
+        a: impl Into<Opnd>,
+        b: impl Into<Opnd>,
+        c: impl Into<Opnd>,
+    ) -> Reg {
+        let d = self.reg(kind);
+        self.op(op, [d.into(), a.into(), b.into(), c.into()]);
+        d
+    }
+
+    /// One-operand op (cvt, mov, neg, sqrt...) into a fresh register of `kind`.
+    pub fn un(&mut self, op: &str, kind: RegKind, a: impl Into<Opnd>) -> Reg {
+        let d = self.reg(kind);
+        self.op(op, [d.into(), a.into()]);
+        d
+    }
+
+    /// `setp.<cmp>` into a fresh predicate.
+    pub fn setp(&mut self, cmp: &str, a: impl Into<Opnd>, b: impl Into<Opnd>) -> Reg {
+        let p = self.reg(RegKind::Pred);
+        self.op(&format!("setp.{cmp}"), [p.into(), a.into(), b.into()]);
+        p
+    }
+
+    /// 64-bit address `base + (u32 index) * scale`.
+    pub fn addr_of(&mut self, base: Reg, index_u32: Reg, scale: u32) -> Reg {
+        let wide = self.reg(RegKind::B64);
+        self.op(
+            "mul.wide.u32",
+            [wide.into(), index_u32.into(), scale.into()],
+        );
+        self.bin("add.s64", RegKind::B64, base, wide)
+    }
+
+    /// Unconditional branch.
+    pub fn bra(&mut self, label: &str) {
+        self.op("bra.uni", [Opnd::S(label.to_string())]);
+    }
+
+    /// Branch taken when `p` (or `!p`) holds.
+    pub fn bra_if(&mut self, p: Reg, negate: bool, label: &str) {
+        self.op_if(p, negate, "bra", [Opnd::S(label.to_string())]);
+    }
+
+    /// `bar.sync 0`.
+    pub fn barrier(&mut self) {
+        self.op("bar.sync", [Opnd::I(0)]);
+    }
+
+    pub fn ret(&mut self) {
+        self.op("ret", []);
+    }
+
+    // ---- checks and rendering ----------------------------------------------------------------
+
+    /// The launch limits every kernel must respect.
+    pub fn check_budget(&self) -> Result<()> {
+        let threads = self.block_threads().or(self.max_threads).unwrap_or(0);
+        if threads > MAX_THREADS_PER_BLOCK {
+            bail!(
+                "kernel {}: {threads} threads per block, more than {MAX_THREADS_PER_BLOCK}",
+                self.name
+            );
+        }
+        let stat = self.static_shared_bytes();
+        if stat > MAX_STATIC_SHARED {
+            bail!(
+                "kernel {}: {stat} bytes of static shared memory, more than {MAX_STATIC_SHARED}",
+                self.name
+            );
+        }
+        if stat + self.dynamic_shared > MAX_SHARED_PER_BLOCK {
+            bail!(
+                "kernel {}: {} bytes of shared memory, more than {MAX_SHARED_PER_BLOCK}",
+                self.name,
+                stat + self.dynamic_shared
+            );
+        }
+        Ok(())
+    }
+
+    /// The whole module text: header plus this one entry.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "//\n// Generated by alpha-cuda: kernel {}\n//",
+            self.name
+        );
+        let _ = writeln!(s, ".version {PTX_VERSION}");
+        let _ = writeln!(s, ".target {PTX_TARGET}");
+        let _ = writeln!(s, ".address_size 64\n");
+        let _ = write!(s, ".visible .entry {}(", self.name);
+        for (i, p) in self.params.iter().enumerate() {
+            let sep = if i + 1 == self.params.len() { "" } else { "," };
+            let _ = write!(
+                s,
+                "\n\t.param {} {}{}",
+                p.ty.ptx(),
+                self.param_symbol(&p.name),
+                sep
+            );
+        }
+        let _ = writeln!(s, "\n)");
+        if let Some((x, y, z)) = self.block {
+            let _ = writeln!(s, ".reqntid {x}, {y}, {z}");
+        } else if let Some(m) = self.max_threads {
+            let _ = writeln!(s, ".maxntid {m}, 1, 1");
+        }
+        let _ = writeln!(s, "{{");
+        for kind in RegKind::ALL {
+            let n = self.counts[kind.index()];
+            if n > 0 {
+                let _ = writeln!(s, "\t.reg {} %{}<{n}>;", kind.decl(), kind.prefix());
+            }
+        }
+        for sh in &self.shared {
+            let _ = writeln!(
+                s,
+                "\t.shared .align {} .b8 {}[{}];",
+                sh.align, sh.name, sh.bytes
+            );
+        }
+        let _ = writeln!(s);
+        for line in &self.lines {
+            match line {
+                Line::Label(l) => {
+                    let _ = writeln!(s, "{l}:");
+                }
+                Line::Comment(c) => {
+                    let _ = writeln!(s, "\t// {c}");
+                }
+                Line::Ins { guard, op, args } => {
+                    let _ = write!(s, "\t");
+                    if let Some((p, neg)) = guard {
+                        let _ = write!(s, "@{}{p} ", if *neg { "!" } else { "" });
+                    }
+                    let _ = write!(s, "{op}");
+                    for (i, a) in args.iter().enumerate() {
+                        let _ = write!(s, "{}{a}", if i == 0 { " " } else { ", " });
+                    }
+                    let _ = writeln!(s, ";");
+                }
+            }
+        }
+        let _ = writeln!(s, "}}");
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Kernel {
+        let mut k = Kernel::new("tiny").with_block(128, 1, 1);
+        let out = k.param_reg("out", ParamTy::U64);
+        let n = k.param_reg("n", ParamTy::U32);
+        let sm = k.shared("buf", 512, 16);
+        let tid = k.sreg("%tid.x");
+        let p = k.setp("ge.u32", tid, n);
+        let done = k.label("done");
+        k.bra_if(p, false, &done);
+        let a = k.addr_of(out, tid, 4);
+        let x = k.imm_f32(1.5);
+        k.op("st.global.f32", [addr(a, 0), x.into()]);
+        let s = k.un("mov.u32", RegKind::B32, Opnd::S(sm));
+        k.op("st.shared.f32", [addr(s, 8), x.into()]);
+        k.place(&done);
+        k.ret();
+        k
+    }
+
+    #[test]
+    fn renders_header_params_registers_and_shared() {
+        let text = tiny().render();
+        assert!(text.contains(".version 8.0\n.target sm_90a\n.address_size 64"));
+        assert!(text.contains(
+            ".visible .entry tiny(\n\t.param .u64 tiny_param_out,\n\t.param .u32 tiny_param_n\n)"
+        ));
+        assert!(text.contains(".reqntid 128, 1, 1"));
+        assert!(text.contains("\t.reg .pred %p<1>;"));
+        assert!(text.contains("\t.reg .b32 %r<3>;"));
+        assert!(text.contains("\t.reg .b64 %rd<3>;"));
+        assert!(text.contains("\t.shared .align 16 .b8 buf[512];"));
+        assert!(text.contains("ld.param.u64 %rd0, [tiny_param_out];"));
+        assert!(text.contains("@%p0 bra L_done_1;"));
+        assert!(text.contains("mov.f32 %f0, 0f3FC00000;"));
+        assert!(text.contains("st.shared.f32 [%r2+8], %f0;"));
+        assert!(text.trim_end().ends_with("ret;\n}") || text.trim_end().ends_with('}'));
+    }
+
+    #[test]
+    fn budget_rejects_oversized_blocks_and_shared_memory() {
+        let k = tiny();
+        k.check_budget().unwrap();
+        let big = Kernel::new("big").with_block(1024, 2, 1);
+        assert!(big
+            .check_budget()
+            .unwrap_err()
+            .to_string()
+            .contains("2048 threads"));
+        let mut sh = Kernel::new("sh").with_block(32, 1, 1);
+        sh.shared("a", 40 * 1024, 16);
+        sh.shared("b", 16 * 1024, 16);
+        assert!(sh
+            .check_budget()
+            .unwrap_err()
+            .to_string()
+            .contains("static shared"));
+        let mut dynk = Kernel::new("dyn").with_block(32, 1, 1);
+        dynk.dynamic_shared = 228 * 1024;
+        assert!(dynk.check_budget().is_err());
+    }
+}
