@@ -1,1 +1,370 @@
-//! alpha-plan
+//! The Plan: a program lowered to ordered kernels over one static arena. Persistent tensors
+//! (parameters, optimizer state, inputs, host scalars, constants) get fixed places; every value
+//! a kernel produces gets a place by lifetime, reusing memory freed by values no longer read.
+//!
+//! Offsets are in units a backend chooses: bytes by dtype for a device, one slot an element
+//! for the CPU reference (whose arena holds one float type).
+
+use std::collections::{BTreeMap, HashMap};
+
+use alpha_ir::{DType, Op, Program, Value};
+use serde::{Deserialize, Serialize};
+
+/// What a region of the arena holds, for accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Class {
+    Parameter,
+    OptimizerState,
+    Input,
+    Constant,
+    Activation,
+}
+
+impl Class {
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Parameter => "parameters",
+            Class::OptimizerState => "optimizer state",
+            Class::Input => "inputs",
+            Class::Constant => "constants",
+            Class::Activation => "activations",
+        }
+    }
+}
+
+/// Where one value lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slot {
+    pub offset: usize,
+    pub len: usize,
+    pub class: Class,
+}
+
+/// One launch: a node of the program.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Kernel {
+    pub node: u32,
+    pub family: String,
+}
+
+/// Copy `src` into `dst` at the end of a phase.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Copy {
+    pub dst: Value,
+    pub src: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PhasePlan {
+    pub name: String,
+    pub kernels: Vec<Kernel>,
+    pub copies: Vec<Copy>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    pub program: Program,
+    pub phases: Vec<PhasePlan>,
+    /// Place of every value, keyed by (node, output).
+    pub slots: HashMap<Value, Slot>,
+    /// Total arena length in the plan's units.
+    pub arena: usize,
+    /// Length by class (activations: the high-water mark of their region).
+    pub by_class: BTreeMap<Class, usize>,
+    /// The most activation units live at once (without fragmentation).
+    pub activation_peak_live: usize,
+}
+
+/// Errors planning can find that the verifier cannot.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Ir(#[from] alpha_ir::IrError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Units one element of `dtype` takes.
+pub type UnitFn = fn(DType) -> usize;
+
+/// Device layout: bytes by dtype.
+pub fn bytes(d: DType) -> usize {
+    d.size()
+}
+/// CPU reference layout: one slot an element.
+pub fn elements(_: DType) -> usize {
+    1
+}
+
+fn align_up(x: usize, a: usize) -> usize {
+    x.div_ceil(a) * a
+}
+
+/// Ops whose outputs overwrite their inputs: output k aliases input k.
+fn in_place(op: &Op) -> bool {
+    matches!(op, Op::AdamW { .. })
+}
+
+/// Lower a program. `unit` sizes elements; `align` aligns every region (in units).
+pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanError> {
+    program.verify()?;
+    let g = &program.graph;
+    let size = |v: Value| align_up(g.ty(v).numel().max(1) * unit(g.dtype(v)), align);
+
+    // Persistent regions first, in node order so layouts are stable.
+    let mut slots: HashMap<Value, Slot> = HashMap::new();
+    let mut by_class: BTreeMap<Class, usize> = BTreeMap::new();
+    let mut at = 0usize;
+    for (i, n) in g.nodes.iter().enumerate() {
+        let class = match n.op {
+            Op::Param { .. } => Class::Parameter,
+            Op::State { .. } => Class::OptimizerState,
+            Op::Input { .. } | Op::HostScalar { .. } => Class::Input,
+            Op::Constant { .. } => Class::Constant,
+            _ => continue,
+        };
+        let v = Value { node: i as u32, index: 0 };
+        let len = size(v);
+        slots.insert(v, Slot { offset: at, len, class });
+        *by_class.entry(class).or_default() += len;
+        at += len;
+    }
+    let act_base = at;
+
+    // Kernels in order; the global index orders lifetimes across phases.
+    let mut phases = vec![];
+    let mut order: Vec<(usize, u32)> = vec![]; // (phase, node)
+    for (pi, p) in program.phases.iter().enumerate() {
+        let mut kernels = vec![];
+        for i in p.nodes.clone() {
+            let n = &g.nodes[i];
+            if n.op.is_leaf() || matches!(n.op, Op::Constant { .. }) {
+                continue;
+            }
+            kernels.push(Kernel { node: i as u32, family: n.op.family().to_string() });
+            order.push((pi, i as u32));
+        }
+        let copies = p.assign.iter().map(|&(dst, src)| Copy { dst, src }).collect();
+        phases.push(PhasePlan { name: p.name.clone(), kernels, copies });
+    }
+    let position: HashMap<u32, usize> = order.iter().enumerate().map(|(k, &(_, n))| (n, k)).collect();
+    let phase_of: HashMap<u32, usize> = order.iter().map(|&(p, n)| (n, p)).collect();
+    let phase_end: Vec<usize> =
+        (0..program.phases.len()).map(|p| order.iter().rposition(|&(q, _)| q == p).map_or(0, |k| k)).collect();
+
+    // Last reader of each computed value; values read by copies or named outputs live to the
+    // end of their phase.
+    let mut last_use: HashMap<Value, usize> = HashMap::new();
+    for &(_, n) in &order {
+        for &inp in &g.nodes[n as usize].inputs {
+            if position.contains_key(&inp.node) {
+                let k = position[&n];
+                if phase_of[&inp.node] != phase_of[&n] {
+                    return Err(PlanError::Invalid(format!(
+                        "{inp} is computed in phase {} but read in phase {}",
+                        program.phases[phase_of[&inp.node]].name, program.phases[phase_of[&n]].name
+                    )));
+                }
+                let e = last_use.entry(inp).or_insert(k);
+                *e = (*e).max(k);
+            }
+        }
+    }
+    let mut keep = |v: Value| {
+        if let Some(&p) = phase_of.get(&v.node) {
+            last_use.insert(v, phase_end[p]);
+        }
+    };
+    for p in &program.phases {
+        for &(_, src) in &p.assign {
+            keep(src);
+        }
+    }
+    for &v in program.outputs.values() {
+        keep(v);
+    }
+
+    // In-place ops: their outputs take their inputs' slots; nothing may read the old value
+    // after them.
+    for &(_, n) in &order {
+        let node = &g.nodes[n as usize];
+        if in_place(&node.op) {
+            for k in 0..node.outputs.len() {
+                let src = node.inputs[k];
+                let readers_after =
+                    order.iter().skip(position[&n] + 1).any(|&(_, m)| g.nodes[m as usize].inputs.contains(&src));
+                if readers_after {
+                    return Err(PlanError::Invalid(format!(
+                        "{src} is read after {} overwrites it in place",
+                        node.op.family()
+                    )));
+                }
+                let slot =
+                    *slots.get(&src).ok_or_else(|| PlanError::Invalid(format!("in-place input {src} has no place")))?;
+                slots.insert(Value { node: n, index: k as u16 }, slot);
+            }
+        }
+    }
+
+    // First-fit placement of activations by lifetime.
+    let mut free: Vec<(usize, usize)> = vec![]; // (offset, len) relative to act_base, sorted
+    let mut high = 0usize;
+    let mut live: Vec<(usize, Value)> = vec![]; // (last use, value)
+    let mut live_units = 0usize;
+    let mut peak_live = 0usize;
+    for (k, &(_, n)) in order.iter().enumerate() {
+        // Release values whose last reader came before this kernel.
+        live.retain(|&(end, v)| {
+            if end < k {
+                let s = slots[&v];
+                release(&mut free, s.offset - act_base, s.len);
+                live_units -= s.len;
+                false
+            } else {
+                true
+            }
+        });
+        let node = &g.nodes[n as usize];
+        if in_place(&node.op) {
+            continue;
+        }
+        for idx in 0..node.outputs.len() {
+            let v = Value { node: n, index: idx as u16 };
+            let len = size(v);
+            let off = take(&mut free, &mut high, len);
+            slots.insert(v, Slot { offset: act_base + off, len, class: Class::Activation });
+            live.push((last_use.get(&v).copied().unwrap_or(k), v));
+            live_units += len;
+        }
+        peak_live = peak_live.max(live_units);
+    }
+    by_class.insert(Class::Activation, high);
+    Ok(Plan {
+        program: program.clone(),
+        phases,
+        slots,
+        arena: act_base + high,
+        by_class,
+        activation_peak_live: peak_live,
+    })
+}
+
+/// Take `len` units from the free list (first fit) or from the top.
+fn take(free: &mut Vec<(usize, usize)>, high: &mut usize, len: usize) -> usize {
+    if let Some(i) = free.iter().position(|&(_, l)| l >= len) {
+        let (off, l) = free[i];
+        if l == len {
+            free.remove(i);
+        } else {
+            free[i] = (off + len, l - len);
+        }
+        return off;
+    }
+    // Extend the last free block if it touches the top.
+    if let Some(&(off, l)) = free.last() {
+        if off + l == *high {
+            free.pop();
+            *high = off + len;
+            return off;
+        }
+    }
+    let off = *high;
+    *high += len;
+    off
+}
+
+/// Return a region to the free list, merging neighbours.
+fn release(free: &mut Vec<(usize, usize)>, off: usize, len: usize) {
+    let i = free.partition_point(|&(o, _)| o < off);
+    free.insert(i, (off, len));
+    if i + 1 < free.len() && free[i].0 + free[i].1 == free[i + 1].0 {
+        free[i].1 += free[i + 1].1;
+        free.remove(i + 1);
+    }
+    if i > 0 && free[i - 1].0 + free[i - 1].1 == free[i].0 {
+        free[i - 1].1 += free[i].1;
+        free.remove(i);
+    }
+}
+
+impl Plan {
+    pub fn slot(&self, v: Value) -> Slot {
+        self.slots[&v]
+    }
+    pub fn kernel_count(&self) -> usize {
+        self.phases.iter().map(|p| p.kernels.len()).sum()
+    }
+
+    /// A human summary: kernels by family and the arena by class.
+    pub fn summary(&self, unit_name: &str) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "system {}: {} kernels in {} phase(s)",
+            self.program.graph.system,
+            self.kernel_count(),
+            self.phases.len()
+        );
+        for p in &self.phases {
+            let mut fam: BTreeMap<&str, usize> = BTreeMap::new();
+            for k in &p.kernels {
+                *fam.entry(k.family.as_str()).or_default() += 1;
+            }
+            let list: Vec<String> = fam.iter().map(|(f, n)| format!("{f}×{n}")).collect();
+            let _ = writeln!(
+                s,
+                "  phase {}: {} kernels, {} copies: {}",
+                p.name,
+                p.kernels.len(),
+                p.copies.len(),
+                list.join(", ")
+            );
+        }
+        let _ = writeln!(s, "arena: {} {unit_name}", group(self.arena));
+        for (c, n) in &self.by_class {
+            let _ = writeln!(s, "  {:<16} {:>16} {unit_name}", c.name(), group(*n));
+        }
+        let _ = writeln!(
+            s,
+            "  activation peak live {} {unit_name} (region {} after reuse)",
+            group(self.activation_peak_live),
+            group(self.by_class.get(&Class::Activation).copied().unwrap_or(0))
+        );
+        s
+    }
+}
+
+/// 1234567 → "1,234,567".
+pub fn group(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_list_merges_and_reuses() {
+        let mut free = vec![];
+        let mut high = 0;
+        let a = take(&mut free, &mut high, 10);
+        let b = take(&mut free, &mut high, 20);
+        let c = take(&mut free, &mut high, 5);
+        assert_eq!((a, b, c, high), (0, 10, 30, 35));
+        release(&mut free, a, 10);
+        release(&mut free, b, 20);
+        assert_eq!(free, vec![(0, 30)]);
+        assert_eq!(take(&mut free, &mut high, 25), 0);
+        assert_eq!(free, vec![(25, 5)]);
+        assert_eq!(high, 35);
+    }
+}

@@ -1,0 +1,99 @@
+//! Data movement: reductions, permutes, slices, concatenation, plain copies.
+
+use alpha_ir::Reduce;
+use rayon::prelude::*;
+
+use crate::real::Real;
+
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Reduce `x` over `axes` into `out` (laid out as the kept axes). Summation runs in the
+/// input's index order, so it is fixed.
+pub fn reduce<T: Real>(kind: Reduce, x: &[T], shape: &[usize], axes: &[usize], out: &mut [T]) {
+    let rank = shape.len();
+    let count: usize = axes.iter().map(|&a| shape[a]).product::<usize>().max(1);
+    // Fast path: reducing trailing axes only → contiguous rows.
+    let trailing = axes.iter().all(|&a| a >= rank - axes.len());
+    if trailing && !axes.is_empty() {
+        out.par_iter_mut().zip(x.par_chunks(count)).for_each(|(o, row)| {
+            *o = match kind {
+                Reduce::Sum => row.iter().copied().sum(),
+                Reduce::Mean => row.iter().copied().sum::<T>() / T::of(count as f64),
+                Reduce::Max => row.iter().copied().fold(T::neg_infinity(), T::max),
+            };
+        });
+        return;
+    }
+    // General path: walk the input once, accumulate by output index.
+    let kept: Vec<usize> = (0..rank).filter(|a| !axes.contains(a)).collect();
+    let kept_shape: Vec<usize> = kept.iter().map(|&a| shape[a]).collect();
+    let ks = strides(&kept_shape);
+    let init = if kind == Reduce::Max { T::neg_infinity() } else { T::zero() };
+    out.iter_mut().for_each(|o| *o = init);
+    let mut idx = vec![0usize; rank];
+    for &v in x {
+        let o: usize = kept.iter().zip(&ks).map(|(&a, s)| idx[a] * s).sum();
+        out[o] = if kind == Reduce::Max { out[o].max(v) } else { out[o] + v };
+        for a in (0..rank).rev() {
+            idx[a] += 1;
+            if idx[a] < shape[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+    if kind == Reduce::Mean {
+        out.iter_mut().for_each(|o| *o = *o / T::of(count as f64));
+    }
+}
+
+pub fn permute<T: Real>(x: &[T], shape: &[usize], perm: &[usize], out: &mut [T]) {
+    let xs = strides(shape);
+    let os: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let src_strides: Vec<usize> = perm.iter().map(|&p| xs[p]).collect();
+    let rank = os.len();
+    if rank == 0 {
+        out[0] = x[0];
+        return;
+    }
+    let n = os[rank - 1];
+    let last = src_strides[rank - 1];
+    out.par_chunks_mut(n.max(1)).enumerate().for_each(|(r, o)| {
+        // Decode row index r into the leading output indices.
+        let mut rem = r;
+        let mut base = 0;
+        for a in (0..rank - 1).rev() {
+            base += (rem % os[a]) * src_strides[a];
+            rem /= os[a];
+        }
+        for (j, o) in o.iter_mut().enumerate() {
+            *o = x[base + j * last];
+        }
+    });
+}
+
+/// Read the block `start..start+len` along `axis` of `x` (shape `shape`) into `out`.
+pub fn slice<T: Real>(x: &[T], shape: &[usize], axis: usize, start: usize, len: usize, out: &mut [T]) {
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    for o in 0..outer {
+        let src = (o * shape[axis] + start) * inner;
+        out[o * len * inner..(o + 1) * len * inner].copy_from_slice(&x[src..src + len * inner]);
+    }
+}
+
+/// Write `part` (length `len` along `axis`) into `out` (shape `shape`) at `at` along `axis`.
+pub fn place<T: Real>(part: &[T], shape: &[usize], axis: usize, at: usize, len: usize, out: &mut [T]) {
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    for o in 0..outer {
+        let dst = (o * shape[axis] + at) * inner;
+        out[dst..dst + len * inner].copy_from_slice(&part[o * len * inner..(o + 1) * len * inner]);
+    }
+}

@@ -1,0 +1,12 @@
+//! CPU kernels, one module per family. Each is the reference for its GPU counterpart.
+
+pub mod adamw;
+pub mod attention;
+pub mod elementwise;
+pub mod index;
+pub mod layout;
+pub mod loss;
+pub mod matmul;
+pub mod norms;
+pub mod recurrence;
+pub mod rotary;

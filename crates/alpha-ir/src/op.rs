@@ -1,0 +1,238 @@
+//! The op set. One enum carries every system in SYSTEMS.md: primitives (elementwise,
+//! reductions, layout, matmul, gather/scatter) and composites kept whole (norms, rotary,
+//! attention, cross-entropy, the linear recurrence, AdamW) so that a backend can give each a
+//! dedicated kernel and autodiff a dedicated pullback. Backward composites are ops of their own.
+
+use serde::{Deserialize, Serialize};
+
+use crate::dtype::DType;
+
+/// How a parameter starts. Drawn by the run policy from its seeded generator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Init {
+    Zeros,
+    Ones,
+    Constant(f64),
+    /// N(0, std²).
+    Normal {
+        std: f64,
+    },
+    /// U(−bound, bound).
+    Uniform {
+        bound: f64,
+    },
+    /// `start + i·step` over the flattened tensor.
+    Linspace {
+        start: f64,
+        step: f64,
+    },
+}
+
+/// Elementwise functions of one tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Unary {
+    Neg,
+    Exp,
+    Log,
+    Tanh,
+    Sigmoid,
+    /// The tanh form: 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))).
+    Gelu,
+    /// d/dx of [`Unary::Gelu`]; exists for its pullback.
+    GeluGrad,
+    Relu,
+    /// 1 where x > 0, else 0; the derivative of relu.
+    Step,
+    Sin,
+    Cos,
+    Rsqrt,
+    Sqrt,
+    Square,
+    Recip,
+    Abs,
+    Sign,
+}
+
+/// Elementwise functions of two tensors, with numpy broadcasting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    /// 1 where a ≥ b, else 0 (not differentiable; used by pullbacks).
+    Ge,
+    /// aᵇ for a > 0.
+    Pow,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Reduce {
+    Sum,
+    Mean,
+    Max,
+}
+
+/// One operation. Output types are inferred by [`crate::infer::infer`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// A learned tensor, named by path (`blocks.3.attn.qkv.weight`).
+    Param {
+        name: String,
+        init: Init,
+    },
+    /// Persistent non-learned state (optimizer moments, accumulators), named by path.
+    State {
+        name: String,
+        init: Init,
+    },
+    /// Data fed each step (tokens, targets), named.
+    Input {
+        name: String,
+    },
+    /// A scalar the host writes before each step (learning rate, bias corrections).
+    HostScalar {
+        name: String,
+    },
+    /// A tensor filled with one value.
+    Constant {
+        value: f64,
+    },
+    Unary(Unary),
+    Binary(Binary),
+    /// Convert to the node's output dtype (bf16 rounds to nearest even).
+    Cast {
+        to: DType,
+    },
+    Reduce {
+        kind: Reduce,
+        axes: Vec<usize>,
+        keep_dims: bool,
+    },
+    /// Same elements, new shape.
+    Reshape {
+        shape: Vec<usize>,
+    },
+    /// Numpy-style broadcast to a shape.
+    Broadcast {
+        shape: Vec<usize>,
+    },
+    Permute {
+        perm: Vec<usize>,
+    },
+    Slice {
+        axis: usize,
+        start: usize,
+        end: usize,
+    },
+    Concat {
+        axis: usize,
+    },
+    /// `a·b` over the last two axes, batched over leading axes. `ta`/`tb` read an operand
+    /// transposed. A 2-D `b` is shared across the batch. bf16 operands accumulate in f32.
+    MatMul {
+        ta: bool,
+        tb: bool,
+    },
+    /// Rows of a table: table `[V, D…]`, int ids `[N…]` → `[N…, D…]`.
+    Gather,
+    /// The pullback of gather, in a fixed order: src `[N…, D…]`, ids `[N…]` → `[rows, D…]`.
+    ScatterAdd {
+        rows: usize,
+    },
+    /// Over the last axis: x `[…, C]`, gain `[C]`, bias `[C]` → y, mean `[…]`, rstd `[…]`.
+    LayerNorm {
+        eps: f64,
+    },
+    /// x, gain, mean, rstd, dy → dx, dgain, dbias.
+    LayerNormBackward,
+    /// Over the last axis: x `[…, C]`, gain `[C]` → y, rstd `[…]`.
+    RmsNorm {
+        eps: f64,
+    },
+    /// x, gain, rstd, dy → dx, dgain.
+    RmsNormBackward,
+    /// Rotary position embedding on x `[B, H, T, D]`, half-split pairs (i, i + D/2) at
+    /// position t rotated by t·base^(−2i/D). `inverse` rotates back (the pullback).
+    Rotary {
+        base: f64,
+        inverse: bool,
+    },
+    /// Causal softmax attention. q `[B, H, T, D]`, k and v `[B, G, T, D]` with H a multiple of
+    /// G (grouped-query) → o `[B, H, T, D]`, lse `[B, H, T]`. Optional logit soft-cap
+    /// `c·tanh(s/c)`.
+    Attention {
+        scale: f64,
+        softcap: Option<f64>,
+    },
+    /// q, k, v, o, lse, do → dq, dk, dv.
+    AttentionBackward {
+        scale: f64,
+        softcap: Option<f64>,
+    },
+    /// Full-vocabulary cross-entropy: logits `[N, V]`, int targets `[N]` → loss `[N]`, lse `[N]`.
+    CrossEntropy,
+    /// logits, lse, targets, dloss `[N]` → dlogits `[N, V]`.
+    CrossEntropyBackward,
+    /// The linear recurrence along axis 1: u `[B, T, C…]`, γ `[C…]` →
+    /// s_t = γ·s_{t−1} + u_t (s_{−1} = 0). `reverse` runs from the end (the pullback).
+    Recurrence {
+        reverse: bool,
+    },
+    /// One decoupled AdamW update. p, g, m, v, lr, bc1 = 1−β1ᵗ, bc2 = 1−β2ᵗ, gscale
+    /// (clip factor) → p', m', v'. The outputs overwrite p, m, v in place.
+    AdamW {
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    },
+}
+
+impl Op {
+    /// A short family name, for printing and profiles.
+    pub fn family(&self) -> &'static str {
+        match self {
+            Op::Param { .. } => "param",
+            Op::State { .. } => "state",
+            Op::Input { .. } => "input",
+            Op::HostScalar { .. } => "host-scalar",
+            Op::Constant { .. } => "constant",
+            Op::Unary(_) => "unary",
+            Op::Binary(_) => "binary",
+            Op::Cast { .. } => "cast",
+            Op::Reduce { .. } => "reduce",
+            Op::Reshape { .. } => "reshape",
+            Op::Broadcast { .. } => "broadcast",
+            Op::Permute { .. } => "permute",
+            Op::Slice { .. } => "slice",
+            Op::Concat { .. } => "concat",
+            Op::MatMul { .. } => "gemm",
+            Op::Gather => "gather",
+            Op::ScatterAdd { .. } => "scatter-add",
+            Op::LayerNorm { .. } => "layernorm-forward",
+            Op::LayerNormBackward => "layernorm-backward",
+            Op::RmsNorm { .. } => "rmsnorm-forward",
+            Op::RmsNormBackward => "rmsnorm-backward",
+            Op::Rotary { .. } => "rotary",
+            Op::Attention { .. } => "attention-forward",
+            Op::AttentionBackward { .. } => "attention-backward",
+            Op::CrossEntropy => "cross-entropy",
+            Op::CrossEntropyBackward => "cross-entropy-backward",
+            Op::Recurrence { .. } => "recurrence",
+            Op::AdamW { .. } => "adamw",
+        }
+    }
+
+    /// Leaves hold data that lives outside any one step's computation.
+    pub fn is_leaf(&self) -> bool {
+        matches!(self, Op::Param { .. } | Op::State { .. } | Op::Input { .. } | Op::HostScalar { .. })
+    }
+
+    /// Views that a backend may implement without moving data (on the CPU, a copy).
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::Reshape { .. })
+    }
+}
