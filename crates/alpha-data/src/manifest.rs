@@ -1,0 +1,196 @@
+//! `manifest.json`: what a prepared directory holds and how it was made. Written last, so a
+//! directory with a manifest is complete; everything in it is deterministic (no clocks, no
+//! host names), so two preparations of the same input are byte-identical.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::corpus::{CorpusKind, SourceFile, Split};
+use crate::error::DataError;
+use crate::shard::ShardHeader;
+use crate::tokenizer::Tokenizer;
+
+pub const MANIFEST_FILE: &str = "manifest.json";
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+pub const FORMAT: &str = "alpha-token-shards";
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub format: String,
+    pub version: u32,
+    pub tokenizer: TokenizerInfo,
+    pub source: SourceInfo,
+    pub split_rule: String,
+    pub train: SplitInfo,
+    pub valid: SplitInfo,
+    pub totals: Totals,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TokenizerInfo {
+    /// `bytes` or `bpe`.
+    pub kind: String,
+    pub vocab_size: usize,
+    pub eot_id: u32,
+    pub sha256: String,
+    /// `tokenizer.json` in the directory (BPE only).
+    pub file: Option<String>,
+    /// How it was obtained: trained (on what) or loaded (from where).
+    pub origin: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SourceInfo {
+    pub path: String,
+    pub kind: CorpusKind,
+    pub files: Vec<SourceFile>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ShardInfo {
+    /// File name inside the prepared directory.
+    pub file: String,
+    pub tokens: u64,
+    /// UTF-8 bytes of source text these tokens encode (end-of-text counts none).
+    pub bytes: u64,
+    pub documents: u64,
+    pub sha256: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SplitInfo {
+    pub documents: u64,
+    pub tokens: u64,
+    pub bytes: u64,
+    pub bytes_per_token: f64,
+    pub shards: Vec<ShardInfo>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Totals {
+    pub documents: u64,
+    pub tokens: u64,
+    pub bytes: u64,
+    pub bytes_per_token: f64,
+}
+
+impl Manifest {
+    /// Reads `manifest.json` from a prepared directory.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!("reading {} (is {} a prepared data directory?)", path.display(), dir.display())
+        })?;
+        let m: Manifest =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        anyhow::ensure!(m.format == FORMAT, "{}: format is {:?}, expected {FORMAT:?}", path.display(), m.format);
+        Ok(m)
+    }
+
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let mut text = serde_json::to_string_pretty(self)?;
+        text.push('\n');
+        let path = dir.join(MANIFEST_FILE);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    }
+
+    pub fn split(&self, split: Split) -> &SplitInfo {
+        match split {
+            Split::Train => &self.train,
+            Split::Valid => &self.valid,
+        }
+    }
+
+    /// Fails with [`DataError::VocabMismatch`] unless the data's vocabulary is `expected`.
+    pub fn check_vocab(&self, dir: &Path, expected: usize) -> Result<(), DataError> {
+        if self.tokenizer.vocab_size != expected {
+            return Err(DataError::VocabMismatch {
+                dir: dir.to_path_buf(),
+                expected,
+                found: self.tokenizer.vocab_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Loads the directory's tokenizer and checks it is the one the manifest names.
+    pub fn tokenizer(&self, dir: &Path) -> Result<Tokenizer> {
+        let tk = match self.tokenizer.kind.as_str() {
+            "bytes" => Tokenizer::Bytes,
+            "bpe" => {
+                let file = self.tokenizer.file.as_deref().unwrap_or(TOKENIZER_FILE);
+                Tokenizer::from_file(&dir.join(file))?
+            }
+            other => anyhow::bail!("{}: unknown tokenizer kind {other:?}", dir.display()),
+        };
+        let sha = hex::encode(tk.sha256());
+        if sha != self.tokenizer.sha256 {
+            return Err(DataError::ManifestMismatch {
+                path: dir.join(self.tokenizer.file.as_deref().unwrap_or(MANIFEST_FILE)),
+                what: "tokenizer SHA-256",
+                expected: self.tokenizer.sha256.clone(),
+                found: sha,
+            }
+            .into());
+        }
+        if tk.vocab_size() != self.tokenizer.vocab_size {
+            return Err(DataError::VocabMismatch {
+                dir: dir.to_path_buf(),
+                expected: self.tokenizer.vocab_size,
+                found: tk.vocab_size(),
+            }
+            .into());
+        }
+        Ok(tk)
+    }
+
+    /// Checks a shard's header against the manifest (tokenizer hash, vocabulary, count).
+    pub fn check_header(&self, path: &Path, shard: &ShardInfo, h: &ShardHeader) -> Result<(), DataError> {
+        let mismatch = |what, expected: String, found: String| DataError::ManifestMismatch {
+            path: path.to_path_buf(),
+            what,
+            expected,
+            found,
+        };
+        if h.vocab_size as usize != self.tokenizer.vocab_size {
+            return Err(mismatch("vocabulary size", self.tokenizer.vocab_size.to_string(), h.vocab_size.to_string()));
+        }
+        if hex::encode(h.tokenizer_sha256) != self.tokenizer.sha256 {
+            return Err(mismatch("tokenizer SHA-256", self.tokenizer.sha256.clone(), hex::encode(h.tokenizer_sha256)));
+        }
+        if h.eot_id != self.tokenizer.eot_id {
+            return Err(mismatch("end-of-text id", self.tokenizer.eot_id.to_string(), h.eot_id.to_string()));
+        }
+        if h.tokens != shard.tokens {
+            return Err(mismatch("token count", shard.tokens.to_string(), h.tokens.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Recomputes every shard's SHA-256 and compares it with the manifest.
+    pub fn verify_shards(&self, dir: &Path) -> Result<()> {
+        use rayon::prelude::*;
+        self.train
+            .shards
+            .par_iter()
+            .chain(self.valid.shards.par_iter())
+            .try_for_each(|s| -> Result<()> {
+                let path = dir.join(&s.file);
+                let h = ShardHeader::read(&path)?;
+                self.check_header(&path, s, &h)?;
+                let found = hex::encode(crate::shard::sha256_file(&path)?);
+                if found != s.sha256 {
+                    return Err(DataError::ShaMismatch {
+                        path,
+                        expected: s.sha256.clone(),
+                        found,
+                    }
+                    .into());
+                }
+                Ok(())
+            })
+    }
+}

@@ -1,0 +1,371 @@
+//! `alpha data prepare`: corpus → split → tokenizer → token shards + manifest.
+//!
+//! Documents are encoded in parallel (rayon, order-preserving) in chunks of about
+//! [`CHUNK_BYTES`] of text and written in corpus order, each followed by end-of-text, so the
+//! output does not depend on the number of threads. A BPE is trained on the training split only
+//! (its first `bpe_train_bytes` of documents, whole documents, in corpus order).
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::prelude::*;
+
+use crate::corpus::{self, Document, Split};
+use crate::manifest::{
+    Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, Totals, FORMAT, TOKENIZER_FILE,
+};
+use crate::shard::{ShardWriter, WrittenShard, MAX_SHARD_TOKENS};
+use crate::split;
+use crate::tokenizer::Tokenizer;
+
+/// Text encoded per parallel step: large enough to keep both cores busy, small enough to bound
+/// memory (tokens of one chunk are held before being written).
+pub const CHUNK_BYTES: u64 = 64 << 20;
+/// Default BPE training sample: the first ~100 MB of training documents.
+pub const DEFAULT_BPE_TRAIN_BYTES: u64 = 100_000_000;
+
+/// Which tokenizer to prepare with: `bytes`, `bpe:<total vocab>`, or a `tokenizer.json` path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenizerSpec {
+    Bytes,
+    TrainBpe { vocab_size: usize },
+    File(PathBuf),
+}
+
+impl FromStr for TokenizerSpec {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        if s == "bytes" {
+            return Ok(TokenizerSpec::Bytes);
+        }
+        if let Some(n) = s.strip_prefix("bpe:") {
+            let vocab_size = n
+                .replace('_', "")
+                .parse()
+                .with_context(|| format!("bad BPE vocabulary size in {s:?} (want bpe:<tokens>)"))?;
+            return Ok(TokenizerSpec::TrainBpe { vocab_size });
+        }
+        if s.ends_with(".json") {
+            return Ok(TokenizerSpec::File(PathBuf::from(s)));
+        }
+        bail!("unknown tokenizer {s:?}: use bytes, bpe:<vocab size> or a tokenizer.json path")
+    }
+}
+
+/// Everything `prepare` needs.
+#[derive(Clone, Debug)]
+pub struct PrepareOptions {
+    pub corpus: PathBuf,
+    pub tokenizer: TokenizerSpec,
+    pub out: PathBuf,
+    /// BPE training sample size in bytes of training text (whole documents, in order).
+    pub bpe_train_bytes: u64,
+    /// Most tokens per shard.
+    pub max_shard_tokens: u64,
+    /// Draw a progress bar on stderr (indicatif hides it when stderr is not a terminal).
+    pub progress: bool,
+}
+
+impl PrepareOptions {
+    pub fn new(corpus: impl Into<PathBuf>, tokenizer: TokenizerSpec, out: impl Into<PathBuf>) -> Self {
+        PrepareOptions {
+            corpus: corpus.into(),
+            tokenizer,
+            out: out.into(),
+            bpe_train_bytes: DEFAULT_BPE_TRAIN_BYTES,
+            max_shard_tokens: MAX_SHARD_TOKENS,
+            progress: true,
+        }
+    }
+}
+
+/// Wall-clock seconds of each stage, for benchmarks and the CLI's closing line.
+#[derive(Clone, Debug, Default)]
+pub struct Timings {
+    /// Reading (and decompressing) the corpus.
+    pub load_s: f64,
+    pub train_tokenizer_s: f64,
+    /// Encoding and writing shards (including hashing them).
+    pub encode_s: f64,
+    pub total_s: f64,
+}
+
+impl Timings {
+    /// Text bytes per second of the encode stage, in MB/s (10^6).
+    pub fn encode_mb_s(&self, bytes: u64) -> f64 {
+        bytes as f64 / 1e6 / self.encode_s.max(1e-9)
+    }
+}
+
+/// The manifest written, and how long it took.
+#[derive(Clone, Debug)]
+pub struct PrepareReport {
+    pub manifest: Manifest,
+    pub timings: Timings,
+}
+
+/// Prepares token shards and `manifest.json` in `opts.out` (see the crate docs).
+pub fn prepare(opts: &PrepareOptions) -> Result<Manifest> {
+    Ok(prepare_report(opts)?.manifest)
+}
+
+/// [`prepare`], also returning stage timings.
+pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
+    let t0 = Instant::now();
+    let bar = if opts.progress {
+        ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").unwrap());
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    bar.set_message(format!("reading {}", opts.corpus.display()));
+    let corpus = corpus::load(&opts.corpus)?;
+    let source = SourceInfo {
+        path: opts.corpus.display().to_string(),
+        kind: corpus.kind,
+        files: corpus.files.clone(),
+        notes: corpus.notes.clone(),
+    };
+    let parts = split::split(corpus);
+    let load_s = t0.elapsed().as_secs_f64();
+
+    let t1 = Instant::now();
+    let (tokenizer, origin) = match &opts.tokenizer {
+        TokenizerSpec::Bytes => (
+            Tokenizer::Bytes,
+            "bytes: ids 0-255 are UTF-8 bytes, 256 is <|endoftext|>".to_string(),
+        ),
+        TokenizerSpec::File(path) => (
+            Tokenizer::from_file(path)?,
+            format!("loaded from {}", path.display()),
+        ),
+        TokenizerSpec::TrainBpe { vocab_size } => {
+            let train_bytes: u64 = parts.train.iter().map(|d| d.text.len() as u64).sum();
+            let mut taken = 0u64;
+            let sample: Vec<&str> = parts
+                .train
+                .iter()
+                .take_while(|d| {
+                    let go = taken < opts.bpe_train_bytes;
+                    taken += d.text.len() as u64;
+                    go
+                })
+                .map(|d| d.text.as_str())
+                .collect();
+            let sample_bytes: u64 = sample.iter().map(|s| s.len() as u64).sum();
+            bar.set_message(format!(
+                "training BPE-{vocab_size} on {:.1} MB of training text",
+                sample_bytes as f64 / 1e6
+            ));
+            let json = crate::bpe::train(sample.iter().copied(), *vocab_size)?;
+            let tk = crate::bpe::BpeTokenizer::from_json(&json)?;
+            anyhow::ensure!(
+                tk.vocab_size() == *vocab_size,
+                "BPE training stopped at {} tokens, short of {vocab_size}: the training text is too small",
+                tk.vocab_size()
+            );
+            let origin = format!(
+                "byte-level BPE trained with the Hugging Face tokenizers crate {} (BpeTrainer, \
+                 GPT-2 pre-tokenizer, <|endoftext|> id 0) on the training split only: its first \
+                 {} documents in corpus order, {sample_bytes} of {train_bytes} bytes",
+                TOKENIZERS_VERSION,
+                sample.len(),
+            );
+            (Tokenizer::Bpe(Box::new(tk)), origin)
+        }
+    };
+    let train_tokenizer_s = t1.elapsed().as_secs_f64();
+    if tokenizer.vocab_size() > 1 << 16 {
+        bail!(
+            "vocabulary of {} tokens does not fit u16 shards (at most 65536)",
+            tokenizer.vocab_size()
+        );
+    }
+
+    let t2 = Instant::now();
+    std::fs::create_dir_all(&opts.out)
+        .with_context(|| format!("creating {}", opts.out.display()))?;
+    clear_previous(&opts.out)?;
+    let total_text: u64 = parts
+        .train
+        .iter()
+        .chain(&parts.valid)
+        .map(|d| d.text.len() as u64)
+        .sum();
+    bar.set_length(total_text);
+    bar.set_position(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap()
+        .progress_chars("=> "),
+    );
+    let train = write_split(opts, &tokenizer, Split::Train, &parts.train, &bar)?;
+    let valid = write_split(opts, &tokenizer, Split::Valid, &parts.valid, &bar)?;
+    bar.finish_and_clear();
+
+    let mut file = None;
+    if let Tokenizer::Bpe(b) = &tokenizer {
+        let path = opts.out.join(TOKENIZER_FILE);
+        std::fs::write(&path, b.json()).with_context(|| format!("writing {}", path.display()))?;
+        file = Some(TOKENIZER_FILE.to_string());
+    }
+    let encode_s = t2.elapsed().as_secs_f64();
+    let totals = Totals {
+        documents: train.documents + valid.documents,
+        tokens: train.tokens + valid.tokens,
+        bytes: train.bytes + valid.bytes,
+        bytes_per_token: ratio(train.bytes + valid.bytes, train.tokens + valid.tokens),
+    };
+    let manifest = Manifest {
+        format: FORMAT.to_string(),
+        version: crate::shard::VERSION,
+        tokenizer: TokenizerInfo {
+            kind: tokenizer.kind().to_string(),
+            vocab_size: tokenizer.vocab_size(),
+            eot_id: tokenizer.eot_id(),
+            sha256: hex::encode(tokenizer.sha256()),
+            file,
+            origin,
+        },
+        source,
+        split_rule: parts.rule,
+        train,
+        valid,
+        totals,
+    };
+    manifest.save(&opts.out)?;
+    Ok(PrepareReport {
+        manifest,
+        timings: Timings {
+            load_s,
+            train_tokenizer_s,
+            encode_s,
+            total_s: t0.elapsed().as_secs_f64(),
+        },
+    })
+}
+
+/// The `tokenizers` crate version BPE training uses (recorded in the manifest).
+pub const TOKENIZERS_VERSION: &str = "0.22.2";
+
+fn ratio(bytes: u64, tokens: u64) -> f64 {
+    if tokens == 0 {
+        0.0
+    } else {
+        bytes as f64 / tokens as f64
+    }
+}
+
+/// Removes a previous preparation's manifest first (so a half-written directory never looks
+/// complete), then its shards.
+fn clear_previous(out: &Path) -> Result<()> {
+    let _ = std::fs::remove_file(out.join(crate::manifest::MANIFEST_FILE));
+    for entry in std::fs::read_dir(out)? {
+        let p = entry?.path();
+        let name = p.file_name().unwrap_or_default().to_string_lossy().to_string();
+        if (name.starts_with("train-") || name.starts_with("valid-")) && name.ends_with(".tok") {
+            std::fs::remove_file(&p)?;
+        }
+    }
+    let _ = std::fs::remove_file(out.join(TOKENIZER_FILE));
+    Ok(())
+}
+
+/// Encodes one side's documents into shards `<split>-NNNN.tok`.
+fn write_split(
+    opts: &PrepareOptions,
+    tk: &Tokenizer,
+    split: Split,
+    docs: &[Document],
+    bar: &ProgressBar,
+) -> Result<SplitInfo> {
+    bar.set_message(format!("encoding {split}"));
+    let byte_len: Vec<u32> = (0..tk.vocab_size() as u32)
+        .map(|id| tk.token_bytes(id).len() as u32)
+        .collect();
+    let eot = tk.eot_id() as u16;
+    let mut shards: Vec<(WrittenShard, u64, u64)> = Vec::new();
+    let mut writer: Option<(ShardWriter, u64, u64)> = None;
+    let mut start = 0;
+    while start < docs.len() {
+        let mut end = start;
+        let mut chunk_bytes = 0u64;
+        while end < docs.len() && (end == start || chunk_bytes < CHUNK_BYTES) {
+            chunk_bytes += docs[end].text.len() as u64;
+            end += 1;
+        }
+        let encoded: Vec<Vec<u16>> = docs[start..end]
+            .par_iter()
+            .map(|d| encode_doc(tk, &d.text, eot))
+            .collect();
+        for toks in &encoded {
+            let mut rest: &[u16] = toks;
+            while !rest.is_empty() {
+                if writer.as_ref().is_some_and(|w| w.0.tokens() >= opts.max_shard_tokens) {
+                    let (w, b, d) = writer.take().unwrap();
+                    shards.push((w.finish()?, b, d));
+                }
+                if writer.is_none() {
+                    let path = opts.out.join(format!("{split}-{:04}.tok", shards.len()));
+                    let w = ShardWriter::create(&path, tk.vocab_size() as u32, tk.eot_id(), tk.sha256())?;
+                    writer = Some((w, 0, 0));
+                }
+                let (w, bytes, ndocs) = writer.as_mut().unwrap();
+                let room = (opts.max_shard_tokens - w.tokens()) as usize;
+                let (now, later) = rest.split_at(rest.len().min(room));
+                w.write(now)?;
+                *bytes += now.iter().map(|&t| byte_len[t as usize] as u64).sum::<u64>();
+                *ndocs += now.iter().filter(|&&t| t == eot).count() as u64;
+                rest = later;
+            }
+        }
+        bar.inc(chunk_bytes);
+        start = end;
+    }
+    if let Some((w, b, d)) = writer.take() {
+        shards.push((w.finish()?, b, d));
+    }
+    let infos: Vec<ShardInfo> = shards
+        .par_iter()
+        .map(|(w, bytes, documents)| -> Result<ShardInfo> {
+            Ok(ShardInfo {
+                file: w.path.file_name().unwrap().to_string_lossy().to_string(),
+                tokens: w.tokens,
+                bytes: *bytes,
+                documents: *documents,
+                sha256: hex::encode(crate::shard::sha256_file(&w.path)?),
+            })
+        })
+        .collect::<Result<_>>()?;
+    let tokens: u64 = infos.iter().map(|s| s.tokens).sum();
+    let bytes: u64 = infos.iter().map(|s| s.bytes).sum();
+    Ok(SplitInfo {
+        documents: docs.len() as u64,
+        tokens,
+        bytes,
+        bytes_per_token: ratio(bytes, tokens),
+        shards: infos,
+    })
+}
+
+fn encode_doc(tk: &Tokenizer, text: &str, eot: u16) -> Vec<u16> {
+    let mut out: Vec<u16> = match tk {
+        Tokenizer::Bytes => {
+            let mut v = Vec::with_capacity(text.len() + 1);
+            v.extend(text.bytes().map(u16::from));
+            v
+        }
+        Tokenizer::Bpe(_) => {
+            let ids = tk.encode(text);
+            ids.into_iter().map(|i| i as u16).collect()
+        }
+    };
+    out.push(eot);
+    out
+}

@@ -1,0 +1,192 @@
+//! The token shard file: a fixed 64-byte header, then the tokens as u16 little endian.
+//!
+//! ```text
+//! offset size field
+//!      0    8 magic  b"ALPHATOK"
+//!      8    4 version (u32 LE, currently 1)
+//!     12    4 vocabulary size (u32 LE)
+//!     16    8 token count (u64 LE)
+//!     24    4 end-of-text id (u32 LE)
+//!     28    4 reserved, zero
+//!     32   32 SHA-256 of the tokenizer
+//!     64      tokens, 2 bytes each
+//! ```
+//! The header carries the vocabulary and tokenizer hash so a shard read without its manifest
+//! still refuses to feed a model of another vocabulary; the token count lets a truncated copy
+//! be caught before training reads garbage.
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+
+use crate::error::DataError;
+
+pub const MAGIC: &[u8; 8] = b"ALPHATOK";
+pub const VERSION: u32 = 1;
+pub const HEADER_LEN: u64 = 64;
+/// Most tokens one shard holds (200 MB of u16).
+pub const MAX_SHARD_TOKENS: u64 = 100_000_000;
+
+/// A parsed shard header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardHeader {
+    pub version: u32,
+    pub vocab_size: u32,
+    pub tokens: u64,
+    pub eot_id: u32,
+    pub tokenizer_sha256: [u8; 32],
+}
+
+impl ShardHeader {
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN as usize] {
+        let mut h = [0u8; HEADER_LEN as usize];
+        h[0..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&self.version.to_le_bytes());
+        h[12..16].copy_from_slice(&self.vocab_size.to_le_bytes());
+        h[16..24].copy_from_slice(&self.tokens.to_le_bytes());
+        h[24..28].copy_from_slice(&self.eot_id.to_le_bytes());
+        h[32..64].copy_from_slice(&self.tokenizer_sha256);
+        h
+    }
+
+    /// Parses and checks a header: magic, version, and that the file holds every token.
+    pub fn parse(path: &Path, h: &[u8], file_len: u64) -> Result<Self, DataError> {
+        if h.len() < HEADER_LEN as usize || &h[0..8] != MAGIC {
+            return Err(DataError::BadMagic {
+                path: path.to_path_buf(),
+                found: String::from_utf8_lossy(&h[..h.len().min(8)]).into_owned(),
+            });
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap());
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(DataError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                found: version,
+                expected: VERSION,
+            });
+        }
+        let tokens = u64::from_le_bytes(h[16..24].try_into().unwrap());
+        let expected_len = HEADER_LEN + tokens * 2;
+        if file_len != expected_len {
+            return Err(DataError::Truncated {
+                path: path.to_path_buf(),
+                tokens,
+                expected_len,
+                actual_len: file_len,
+            });
+        }
+        Ok(ShardHeader {
+            version,
+            vocab_size: u32_at(12),
+            tokens,
+            eot_id: u32_at(24),
+            tokenizer_sha256: h[32..64].try_into().unwrap(),
+        })
+    }
+
+    /// Reads and checks the header of the shard at `path`.
+    pub fn read(path: &Path) -> Result<Self> {
+        let mut f = File::open(path).with_context(|| format!("opening shard {}", path.display()))?;
+        let len = f.metadata()?.len();
+        let mut h = vec![0u8; HEADER_LEN.min(len) as usize];
+        f.read_exact(&mut h)?;
+        Ok(Self::parse(path, &h, len)?)
+    }
+}
+
+/// What a finished shard holds, for the manifest (its SHA-256 is computed afterwards, in
+/// parallel over all shards).
+#[derive(Clone, Debug)]
+pub struct WrittenShard {
+    pub path: PathBuf,
+    pub tokens: u64,
+}
+
+/// Writes one shard: header placeholder, tokens (hashed as they go), then the real header.
+pub struct ShardWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+    header: ShardHeader,
+    buf: Vec<u8>,
+}
+
+impl ShardWriter {
+    pub fn create(path: &Path, vocab_size: u32, eot_id: u32, tokenizer_sha256: [u8; 32]) -> Result<Self> {
+        let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut out = BufWriter::with_capacity(1 << 22, file);
+        let header = ShardHeader {
+            version: VERSION,
+            vocab_size,
+            tokens: 0,
+            eot_id,
+            tokenizer_sha256,
+        };
+        out.write_all(&header.to_bytes())?;
+        Ok(ShardWriter {
+            path: path.to_path_buf(),
+            out,
+            header,
+            buf: Vec::new(),
+        })
+    }
+
+    pub fn tokens(&self) -> u64 {
+        self.header.tokens
+    }
+
+    /// Appends tokens, each of which must be below the vocabulary size.
+    pub fn write(&mut self, tokens: &[u16]) -> Result<()> {
+        self.buf.clear();
+        self.buf.reserve(tokens.len() * 2);
+        for &t in tokens {
+            debug_assert!((t as u32) < self.header.vocab_size);
+            self.buf.extend_from_slice(&t.to_le_bytes());
+        }
+        self.out.write_all(&self.buf)?;
+        self.header.tokens += tokens.len() as u64;
+        Ok(())
+    }
+
+    /// Writes the final header.
+    pub fn finish(self) -> Result<WrittenShard> {
+        use std::io::{Seek, SeekFrom};
+        let mut file = self.out.into_inner().map_err(|e| e.into_error())?;
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&self.header.to_bytes())?;
+        drop(file);
+        Ok(WrittenShard {
+            path: self.path,
+            tokens: self.header.tokens,
+        })
+    }
+}
+
+/// SHA-256 of a file's bytes.
+pub fn sha256_file(path: &Path) -> Result<[u8; 32]> {
+    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().into())
+}
+
+/// Reads every token of a shard (after checking its header).
+pub fn read_tokens(path: &Path) -> Result<(ShardHeader, Vec<u16>)> {
+    let header = ShardHeader::read(path)?;
+    let bytes = std::fs::read(path)?;
+    let tokens = bytes[HEADER_LEN as usize..]
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    Ok((header, tokens))
+}
