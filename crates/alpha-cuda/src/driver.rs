@@ -65,10 +65,7 @@ fn gib(bytes: usize) -> f64 {
 fn init_driver() -> Result<std::result::Result<(), String>> {
     // SAFETY: only tries to dlopen the driver library.
     if !unsafe { sys::is_culib_present() } {
-        return Ok(Err(
-            "no CUDA driver found: libcuda.so could not be loaded (no NVIDIA driver installed?)"
-                .into(),
-        ));
+        return Ok(Err("no CUDA driver found: libcuda.so could not be loaded (no NVIDIA driver installed?)".into()));
     }
     if let Err(e) = result::init() {
         if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE {
@@ -90,9 +87,7 @@ fn device_info(dev: sys::CUdevice, ordinal: usize) -> Result<GpuInfo> {
     let (free, total) = result::mem_get_info().map_err(|e| anyhow!("cuMemGetInfo: {e}"))?;
     let mut version = 0;
     // SAFETY: writes one int.
-    unsafe { sys::cuDriverGetVersion(&mut version) }
-        .result()
-        .map_err(|e| anyhow!("cuDriverGetVersion: {e}"))?;
+    unsafe { sys::cuDriverGetVersion(&mut version) }.result().map_err(|e| anyhow!("cuDriverGetVersion: {e}"))?;
     Ok(GpuInfo {
         ordinal,
         name: result::device::get_name(dev)?,
@@ -103,8 +98,7 @@ fn device_info(dev: sys::CUdevice, ordinal: usize) -> Result<GpuInfo> {
         multiprocessors: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
         total_memory: total,
         free_memory: free,
-        max_shared_per_block_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
-            as u32,
+        max_shared_per_block_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
         driver_version: version,
     })
 }
@@ -142,11 +136,7 @@ pub struct LaunchConfig {
 impl LaunchConfig {
     /// A 1-D launch.
     pub fn linear(blocks: u32, threads: u32) -> Self {
-        LaunchConfig {
-            grid: (blocks, 1, 1),
-            block: (threads, 1, 1),
-            shared_bytes: 0,
-        }
+        LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), shared_bytes: 0 }
     }
 }
 
@@ -169,12 +159,8 @@ impl Function {
         use sys::CUfunction_attribute as F;
         // SAFETY: valid function handle while `self` lives.
         unsafe {
-            let regs =
-                result::function::get_function_attribute(self.func, F::CU_FUNC_ATTRIBUTE_NUM_REGS)?;
-            let local = result::function::get_function_attribute(
-                self.func,
-                F::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
-            )?;
+            let regs = result::function::get_function_attribute(self.func, F::CU_FUNC_ATTRIBUTE_NUM_REGS)?;
+            let local = result::function::get_function_attribute(self.func, F::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?;
             Ok((regs, local))
         }
     }
@@ -232,8 +218,7 @@ impl Gpu {
         if let Err(reason) = init_driver()? {
             bail!("{reason}");
         }
-        let dev = result::device::get(ordinal as i32)
-            .map_err(|e| anyhow!("no CUDA device {ordinal}: {e}"))?;
+        let dev = result::device::get(ordinal as i32).map_err(|e| anyhow!("no CUDA device {ordinal}: {e}"))?;
         // SAFETY: `dev` is valid; the context is released in Drop.
         let ctx = unsafe { result::primary_ctx::retain(dev) }
             .map_err(|e| anyhow!("creating a context on device {ordinal}: {e}"))?;
@@ -300,12 +285,7 @@ impl Gpu {
                 anyhow!("cuMemAlloc of {bytes} bytes: {e}")
             }
         })?;
-        Ok(DeviceArena {
-            gpu: self,
-            base: ptr,
-            bytes,
-            next: Cell::new(0),
-        })
+        Ok(DeviceArena { gpu: self, base: ptr, bytes, next: Cell::new(0) })
     }
 
     /// Loads one kernel description (rendered to PTX) and checks its launch budget.
@@ -352,11 +332,7 @@ impl Gpu {
             bail!(
                 "loading the PTX of kernel {name} failed: {:?}{}",
                 result::DriverError(r),
-                if log.is_empty() {
-                    String::new()
-                } else {
-                    format!("\nJIT log:\n{log}")
-                }
+                if log.is_empty() { String::new() } else { format!("\nJIT log:\n{log}") }
             );
         }
         let cname = CString::new(name)?;
@@ -371,13 +347,7 @@ impl Gpu {
                 bail!("kernel {name}: no such entry in its PTX module: {e}");
             }
         };
-        Ok(Function {
-            name: name.to_string(),
-            module,
-            func,
-            params: None,
-            ctx: self.ctx,
-        })
+        Ok(Function { name: name.to_string(), module, func, params: None, ctx: self.ctx })
     }
 
     /// Lets `f` use up to `bytes` of dynamic shared memory (needed above 48 KB).
@@ -391,12 +361,7 @@ impl Gpu {
                 bytes as i32,
             )
         }
-        .map_err(|e| {
-            anyhow!(
-                "kernel {}: allowing {bytes} B of shared memory: {e}",
-                f.name
-            )
-        })
+        .map_err(|e| anyhow!("kernel {}: allowing {bytes} B of shared memory: {e}", f.name))
     }
 
     /// Enqueues one launch on the stream (or into the graph being captured).
@@ -404,20 +369,11 @@ impl Gpu {
         self.bind()?;
         if let Some(tys) = &f.params {
             if tys.len() != args.len() {
-                bail!(
-                    "kernel {}: {} arguments given, its PTX takes {}",
-                    f.name,
-                    args.len(),
-                    tys.len()
-                );
+                bail!("kernel {}: {} arguments given, its PTX takes {}", f.name, args.len(), tys.len());
             }
             for (i, (a, t)) in args.iter().zip(tys).enumerate() {
                 if !a.matches(*t) {
-                    bail!(
-                        "kernel {}: argument {i} is {a:?}, its PTX wants {}",
-                        f.name,
-                        t.ptx()
-                    );
+                    bail!("kernel {}: argument {i} is {a:?}, its PTX wants {}", f.name, t.ptx());
                 }
             }
         }
@@ -431,30 +387,18 @@ impl Gpu {
             })
             .collect();
         // Each parameter's bytes start at its slot; little-endian keeps 4-byte values in place.
-        let mut ptrs: Vec<*mut c_void> = store
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
+        let mut ptrs: Vec<*mut c_void> = store.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
         // SAFETY: the argument slots live until cuLaunchKernel returns (it copies them).
-        unsafe {
-            result::launch_kernel(
-                f.func,
-                cfg.grid,
-                cfg.block,
-                cfg.shared_bytes,
-                self.stream,
-                &mut ptrs,
-            )
-        }
-        .map_err(|e| {
-            anyhow!(
-                "launching kernel {} (grid {:?}, block {:?}, {} B shared): {e}",
-                f.name,
-                cfg.grid,
-                cfg.block,
-                cfg.shared_bytes
-            )
-        })?;
+        unsafe { result::launch_kernel(f.func, cfg.grid, cfg.block, cfg.shared_bytes, self.stream, &mut ptrs) }
+            .map_err(|e| {
+                anyhow!(
+                    "launching kernel {} (grid {:?}, block {:?}, {} B shared): {e}",
+                    f.name,
+                    cfg.grid,
+                    cfg.block,
+                    cfg.shared_bytes
+                )
+            })?;
         if self.capturing.get() {
             self.captured.borrow_mut().push(f.name.clone());
             return Ok(());
@@ -496,10 +440,7 @@ impl Gpu {
         self.synchronize()?;
         // SAFETY: our stream, not capturing yet.
         unsafe {
-            result::stream::begin_capture(
-                self.stream,
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            )
+            result::stream::begin_capture(self.stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         }
         .map_err(|e| anyhow!("beginning graph capture: {e}"))?;
         self.capturing.set(true);
@@ -512,33 +453,19 @@ impl Gpu {
         body.context("while capturing a graph")?;
         let graph = graph.map_err(|e| anyhow!("ending graph capture: {e}"))?;
         // SAFETY: graph was just captured.
-        let exec = unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) }
-            .map_err(|e| {
+        let exec = unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) }.map_err(|e| {
             // SAFETY: destroy what we own.
             unsafe {
                 let _ = result::graph::destroy(graph);
             }
-            anyhow!(
-                "instantiating the captured graph ({} launches): {e}",
-                names.len()
-            )
+            anyhow!("instantiating the captured graph ({} launches): {e}", names.len())
         })?;
-        Ok(Graph {
-            gpu: self,
-            graph,
-            exec,
-            launches: names,
-        })
+        Ok(Graph { gpu: self, graph, exec, launches: names })
     }
 
     /// Times `f` (which enqueues work) with device events: `warmup` untimed runs, then `reps`
     /// timed ones; returns each timed run's milliseconds.
-    pub fn time<F: FnMut() -> Result<()>>(
-        &self,
-        warmup: usize,
-        reps: usize,
-        mut f: F,
-    ) -> Result<Vec<f32>> {
+    pub fn time<F: FnMut() -> Result<()>>(&self, warmup: usize, reps: usize, mut f: F) -> Result<Vec<f32>> {
         self.bind()?;
         for _ in 0..warmup {
             f()?;
@@ -580,8 +507,7 @@ struct Event(sys::CUevent);
 impl Event {
     fn new() -> Result<Event> {
         Ok(Event(
-            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-                .map_err(|e| anyhow!("cuEventCreate: {e}"))?,
+            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| anyhow!("cuEventCreate: {e}"))?,
         ))
     }
     fn record(&self, stream: sys::CUstream) -> Result<()> {
@@ -659,11 +585,7 @@ pub struct Buf {
 impl Buf {
     /// Device address `bytes` into the buffer.
     pub fn at(&self, bytes: usize) -> u64 {
-        assert!(
-            bytes <= self.bytes,
-            "offset {bytes} past a {}-byte buffer",
-            self.bytes
-        );
+        assert!(bytes <= self.bytes, "offset {bytes} past a {}-byte buffer", self.bytes);
         self.ptr + bytes as u64
     }
 }
@@ -696,17 +618,9 @@ impl DeviceArena<'_> {
     /// The buffer at a fixed byte range (as a plan lays it out).
     pub fn region(&self, offset: usize, bytes: usize) -> Result<Buf> {
         if offset.checked_add(bytes).is_none_or(|end| end > self.bytes) {
-            bail!(
-                "arena range {offset}..{} is outside the {}-byte arena",
-                offset.saturating_add(bytes),
-                self.bytes
-            );
+            bail!("arena range {offset}..{} is outside the {}-byte arena", offset.saturating_add(bytes), self.bytes);
         }
-        Ok(Buf {
-            offset,
-            bytes,
-            ptr: self.base + offset as u64,
-        })
+        Ok(Buf { offset, bytes, ptr: self.base + offset as u64 })
     }
 
     /// Hands out the next `bytes`, aligned to [`ARENA_ALIGN`] (a bump allocator for tools).
@@ -853,9 +767,6 @@ mod tests {
         assert!(bad.contains("broken"), "{bad}");
         // Asking for more than the card has says how much is free.
         let e = gpu.arena(1 << 50).err().unwrap().to_string();
-        assert!(
-            e.contains("too little device memory") && e.contains("free"),
-            "{e}"
-        );
+        assert!(e.contains("too little device memory") && e.contains("free"), "{e}");
     }
 }

@@ -10,3 +10,11 @@ pub mod driver;
 pub mod ptx;
 
 pub use driver::{Arg, Buf, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
+pub mod gemm;
+
+/// Every kernel the crate can build, as the check harness and `ptxas` see them.
+pub fn catalog() -> Vec<ptx::Kernel> {
+    let mut v: Vec<ptx::Kernel> = gemm::GemmSpec::all().iter().map(|s| s.kernel()).collect();
+    v.sort_by(|a, b| a.name.cmp(&b.name));
+    v
+}

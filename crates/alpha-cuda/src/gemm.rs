@@ -1,0 +1,708 @@
+//! Tiled bf16 tensor-core GEMM with fp32 accumulation and fused epilogues.
+//!
+//! Why: matrix products are 40% of a Coppelius step (SYSTEMS.md §2.5) and every one of them
+//! takes bf16 operands. Training needs all four operand layouts without transposing copies —
+//! `x·W` (A row-major, B row-major), `dY·Wᵀ` (B column-major), `Xᵀ·dY` (A column-major) — and
+//! three ways to write the result: store it, add a residual (`out = acc + R`, the block's `x +=`),
+//! or accumulate into the output (`out += acc`, gradient accumulation, llm.c's `+=` convention).
+//!
+//! How: `C[M,N] = A[M,K] · B[K,N]`, one 128×128 output tile per block of 256 threads (8 warps
+//! as 2×4, each warp 64×32 = 4×4 `mma.sync.m16n8k16` tiles, 64 fp32 accumulators per thread).
+//! K advances 32 at a time through two shared-memory stages: while the tensor cores work on one
+//! stage, the next tile's global loads are in flight in registers and are stored to the other
+//! stage afterwards, so one barrier per K-step suffices. Both operands sit in shared memory
+//! K-contiguous (`A_s[m][k]`, `B_s[n][k]`), rows padded from 64 to 80 bytes so the eight row
+//! addresses of each `ldmatrix` hit eight different 16-byte bank groups; the four layouts then
+//! differ only in the global→shared copy (vector loads along whichever dimension is contiguous in
+//! memory, transposed on the store when that is M or N). Inputs are fp32 (converted to bf16 with
+//! round-to-nearest-even as they are staged, so fp32 master weights need no cast kernel) or
+//! bf16 (as written by `cast`); the accumulator is always fp32 and so is the output.
+//!
+//! Shape contract (checked on the host by [`GemmShape::check`]): K a multiple of 32; M and N
+//! multiples of 8 (partial tiles are handled by predicated loads and stores); leading dimensions
+//! multiples of 8 elements; base addresses 16-byte aligned. The batched variant walks
+//! `blockIdx.z` over element strides.
+
+use anyhow::{bail, Result};
+
+use crate::driver::{Arg, Function, Gpu, LaunchConfig};
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+
+/// Block tile rows (M) and columns (N), and the K step.
+pub const BM: u32 = 128;
+pub const BN: u32 = 128;
+pub const BK: u32 = 32;
+/// Threads per block.
+pub const THREADS: u32 = 256;
+/// Shared-memory row pitch in bytes (32 bf16 = 64 bytes, padded to 80).
+const PITCH: u32 = 80;
+const TILE_BYTES: u32 = 128 * PITCH;
+const STAGE_BYTES: u32 = 2 * TILE_BYTES;
+
+/// How an operand is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// A stored `[M][K]`, B stored `[K][N]` (the last dimension contiguous).
+    RowMajor,
+    /// A stored `[K][M]`, B stored `[N][K]` (the transpose of row-major).
+    ColMajor,
+}
+
+impl Layout {
+    fn letter(self) -> char {
+        match self {
+            Layout::RowMajor => 'r',
+            Layout::ColMajor => 'c',
+        }
+    }
+}
+
+/// Element type of A and B in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// fp32, rounded to bf16 as it is staged into shared memory.
+    F32,
+    /// bf16 bits.
+    Bf16,
+}
+
+impl Input {
+    fn bytes(self) -> u32 {
+        match self {
+            Input::F32 => 4,
+            Input::Bf16 => 2,
+        }
+    }
+    /// Elements per 16-byte vector load.
+    fn vec(self) -> u32 {
+        16 / self.bytes()
+    }
+}
+
+/// What is done with the fp32 accumulator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Epilogue {
+    /// `C = A·B`.
+    Store,
+    /// `C = A·B + R` (R may be C itself: the residual stream's `x +=`).
+    AddResidual,
+    /// `C += A·B` (gradient accumulation).
+    Accumulate,
+}
+
+/// One GEMM kernel variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmSpec {
+    pub a: Layout,
+    pub b: Layout,
+    pub input: Input,
+    pub epilogue: Epilogue,
+}
+
+impl GemmSpec {
+    /// Entry name, e.g. `gemm_rc_f32_add`: A row-major, B column-major, fp32 inputs, residual.
+    pub fn name(&self) -> String {
+        format!(
+            "gemm_{}{}_{}_{}",
+            self.a.letter(),
+            self.b.letter(),
+            match self.input {
+                Input::F32 => "f32",
+                Input::Bf16 => "bf16",
+            },
+            match self.epilogue {
+                Epilogue::Store => "store",
+                Epilogue::AddResidual => "add",
+                Epilogue::Accumulate => "acc",
+            }
+        )
+    }
+
+    /// All 4 layouts × 2 inputs × 3 epilogues.
+    pub fn all() -> Vec<GemmSpec> {
+        let mut v = Vec::new();
+        for a in [Layout::RowMajor, Layout::ColMajor] {
+            for b in [Layout::RowMajor, Layout::ColMajor] {
+                for input in [Input::F32, Input::Bf16] {
+                    for epilogue in [Epilogue::Store, Epilogue::AddResidual, Epilogue::Accumulate] {
+                        v.push(GemmSpec { a, b, input, epilogue });
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Builds the kernel description.
+    pub fn kernel(&self) -> Kernel {
+        build(self)
+    }
+}
+
+/// Problem shape. Leading dimensions and batch strides are in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmShape {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub batch: u32,
+    pub lda: u32,
+    pub ldb: u32,
+    pub ldc: u32,
+    pub stride_a: u64,
+    pub stride_b: u64,
+    pub stride_c: u64,
+}
+
+impl GemmShape {
+    /// A dense, unbatched problem with packed leading dimensions for `spec`'s layouts.
+    pub fn packed(spec: &GemmSpec, m: u32, n: u32, k: u32) -> Self {
+        let lda = if spec.a == Layout::RowMajor { k } else { m };
+        let ldb = if spec.b == Layout::RowMajor { n } else { k };
+        GemmShape {
+            m,
+            n,
+            k,
+            batch: 1,
+            lda,
+            ldb,
+            ldc: n,
+            stride_a: m as u64 * k as u64,
+            stride_b: k as u64 * n as u64,
+            stride_c: m as u64 * n as u64,
+        }
+    }
+
+    /// The shape contract (see the module doc).
+    pub fn check(&self, spec: &GemmSpec) -> Result<()> {
+        let name = spec.name();
+        if self.m == 0 || self.n == 0 || self.k == 0 || self.batch == 0 {
+            bail!("{name}: empty problem {self:?}");
+        }
+        if self.k % BK != 0 {
+            bail!("{name}: K = {} is not a multiple of {BK}", self.k);
+        }
+        if self.m % 8 != 0 || self.n % 8 != 0 {
+            bail!("{name}: M = {} and N = {} must be multiples of 8", self.m, self.n);
+        }
+        if self.lda % 8 != 0 || self.ldb % 8 != 0 || self.ldc % 8 != 0 {
+            bail!("{name}: leading dimensions must be multiples of 8: {self:?}");
+        }
+        let (a_rows, a_cols) = match spec.a {
+            Layout::RowMajor => (self.m, self.k),
+            Layout::ColMajor => (self.k, self.m),
+        };
+        let (b_rows, b_cols) = match spec.b {
+            Layout::RowMajor => (self.k, self.n),
+            Layout::ColMajor => (self.n, self.k),
+        };
+        if self.lda < a_cols || self.ldb < b_cols || self.ldc < self.n {
+            bail!("{name}: a leading dimension is smaller than its row: {self:?}");
+        }
+        let _ = (a_rows, b_rows);
+        Ok(())
+    }
+
+    /// Elements of A, B and C (with batch strides) the launch may touch.
+    pub fn extents(&self, spec: &GemmSpec) -> (usize, usize, usize) {
+        let a_rows = if spec.a == Layout::RowMajor { self.m } else { self.k } as u64;
+        let b_rows = if spec.b == Layout::RowMajor { self.k } else { self.n } as u64;
+        let last = (self.batch - 1) as u64;
+        (
+            (last * self.stride_a + a_rows * self.lda as u64) as usize,
+            (last * self.stride_b + b_rows * self.ldb as u64) as usize,
+            (last * self.stride_c + self.m as u64 * self.ldc as u64) as usize,
+        )
+    }
+
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64 * self.batch as f64
+    }
+}
+
+/// Launches `f` (built from `spec`) on device addresses `a`, `b`, `c` and residual `r` (ignored
+/// unless the epilogue is [`Epilogue::AddResidual`]; pass `c` for in-place `C += A·B` style).
+#[allow(clippy::too_many_arguments)]
+pub fn launch(
+    gpu: &Gpu,
+    f: &Function,
+    spec: &GemmSpec,
+    shape: &GemmShape,
+    a: u64,
+    b: u64,
+    c: u64,
+    r: u64,
+) -> Result<()> {
+    shape.check(spec)?;
+    for (what, p) in [("A", a), ("B", b), ("C", c)] {
+        if p % 16 != 0 {
+            bail!("{}: {what} at {p:#x} is not 16-byte aligned", spec.name());
+        }
+    }
+    let cfg = LaunchConfig {
+        grid: (shape.n.div_ceil(BN), shape.m.div_ceil(BM), shape.batch),
+        block: (THREADS, 1, 1),
+        shared_bytes: 0,
+    };
+    gpu.launch(
+        f,
+        cfg,
+        &[
+            Arg::U64(a),
+            Arg::U64(b),
+            Arg::U64(c),
+            Arg::U64(r),
+            Arg::U32(shape.m),
+            Arg::U32(shape.n),
+            Arg::U32(shape.k),
+            Arg::U32(shape.lda),
+            Arg::U32(shape.ldb),
+            Arg::U32(shape.ldc),
+            Arg::U64(shape.stride_a),
+            Arg::U64(shape.stride_b),
+            Arg::U64(shape.stride_c),
+        ],
+    )
+}
+
+/// Rounds to bf16 (round-to-nearest-even) and back: what the kernel multiplies.
+pub fn bf16_round(x: f32) -> f32 {
+    half::bf16::from_f32(x).to_f32()
+}
+
+/// CPU reference for one output element (batch `z`, row `i`, column `j`): operands rounded to
+/// bf16, products summed in f64. Returns the accumulator and `Σ|a·b|` (for error bounds).
+pub fn reference_at(
+    spec: &GemmSpec,
+    shape: &GemmShape,
+    a: &[f32],
+    b: &[f32],
+    z: usize,
+    i: usize,
+    j: usize,
+) -> (f64, f64) {
+    let (mut acc, mut mag) = (0.0f64, 0.0f64);
+    let a0 = z * shape.stride_a as usize;
+    let b0 = z * shape.stride_b as usize;
+    for kk in 0..shape.k as usize {
+        let av = match spec.a {
+            Layout::RowMajor => a[a0 + i * shape.lda as usize + kk],
+            Layout::ColMajor => a[a0 + kk * shape.lda as usize + i],
+        };
+        let bv = match spec.b {
+            Layout::RowMajor => b[b0 + kk * shape.ldb as usize + j],
+            Layout::ColMajor => b[b0 + j * shape.ldb as usize + kk],
+        };
+        let p = bf16_round(av) as f64 * bf16_round(bv) as f64;
+        acc += p;
+        mag += p.abs();
+    }
+    (acc, mag)
+}
+
+/// Full CPU reference: `c` holds the output before the call (read by `Accumulate`), `r` the
+/// residual. Writes every output element.
+pub fn reference(spec: &GemmSpec, shape: &GemmShape, a: &[f32], b: &[f32], r: &[f32], c: &mut [f32]) {
+    for z in 0..shape.batch as usize {
+        for i in 0..shape.m as usize {
+            for j in 0..shape.n as usize {
+                let idx = z * shape.stride_c as usize + i * shape.ldc as usize + j;
+                let (acc, _) = reference_at(spec, shape, a, b, z, i, j);
+                c[idx] = match spec.epilogue {
+                    Epilogue::Store => acc as f32,
+                    Epilogue::AddResidual => (acc + r[idx] as f64) as f32,
+                    Epilogue::Accumulate => (acc + c[idx] as f64) as f32,
+                };
+            }
+        }
+    }
+}
+
+// ---- kernel construction ----------------------------------------------------------------------
+
+/// Global→shared copy of one operand tile (128 rows of the tile × 32 k).
+struct Loader {
+    /// One global pointer per pass, advanced by `step` each K-tile.
+    ptrs: Vec<Reg>,
+    valid: Vec<Reg>,
+    step: Opnd,
+    /// Registers holding one pass's vector.
+    data: Vec<Vec<Reg>>,
+    /// Shared byte offset of pass 0 (relative to the tile), per-pass increment.
+    smem_off: Reg,
+    pass_stride: u32,
+    k_contiguous: bool,
+    input: Input,
+}
+
+/// `k_contiguous`: the operand's K index is the contiguous one in memory.
+#[allow(clippy::too_many_arguments)]
+fn loader(
+    k: &mut Kernel,
+    base: Reg,
+    ld: Reg,
+    row0: Reg,
+    rows: Reg,
+    tid: Reg,
+    k_contiguous: bool,
+    input: Input,
+) -> Loader {
+    let vw = input.vec();
+    let esz = input.bytes();
+    let line_len = if k_contiguous { BK } else { BM };
+    let vpl = line_len / vw;
+    let lpp = THREADS / vpl;
+    let passes = if k_contiguous { BM / lpp } else { BK / lpp };
+    let line0 = k.bin("div.u32", RegKind::B32, tid, vpl);
+    let pos_v = k.bin("rem.u32", RegKind::B32, tid, vpl);
+    let pos = k.bin("mul.lo.u32", RegKind::B32, pos_v, vw);
+    let mut ptrs = Vec::new();
+    let mut valid = Vec::new();
+    let dkind = if input == Input::F32 { RegKind::F32 } else { RegKind::B32 };
+    let data: Vec<Vec<Reg>> = (0..passes).map(|_| k.regs(dkind, 4)).collect();
+    if k_contiguous {
+        // pass j: tile row = line0 + j*lpp, k = pos.
+        for j in 0..passes {
+            let r = k.bin("add.u32", RegKind::B32, line0, j * lpp);
+            let grow = k.bin("add.u32", RegKind::B32, row0, r);
+            valid.push(k.setp("lt.u32", grow, rows));
+            let e = k.tri("mad.lo.u32", RegKind::B32, grow, ld, pos);
+            ptrs.push(k.addr_of(base, e, esz));
+        }
+        let smem = k.bin("mul.lo.u32", RegKind::B32, line0, PITCH);
+        let pb = k.bin("mul.lo.u32", RegKind::B32, pos, 2u32);
+        let smem_off = k.bin("add.u32", RegKind::B32, smem, pb);
+        Loader {
+            ptrs,
+            valid,
+            step: Opnd::I((BK * esz) as i64),
+            data,
+            smem_off,
+            pass_stride: lpp * PITCH,
+            k_contiguous,
+            input,
+        }
+    } else {
+        // pass j: k = line0 + j*lpp, tile row = pos..pos+vw.
+        let grow = k.bin("add.u32", RegKind::B32, row0, pos);
+        let v = k.setp("lt.u32", grow, rows);
+        for j in 0..passes {
+            let kk = k.bin("add.u32", RegKind::B32, line0, j * lpp);
+            let e = k.tri("mad.lo.u32", RegKind::B32, kk, ld, grow);
+            ptrs.push(k.addr_of(base, e, esz));
+            valid.push(v);
+        }
+        let step = k.reg(RegKind::B64);
+        k.op("mul.wide.u32", [step.into(), ld.into(), (BK * esz).into()]);
+        let smem = k.bin("mul.lo.u32", RegKind::B32, pos, PITCH);
+        let kb = k.bin("mul.lo.u32", RegKind::B32, line0, 2u32);
+        let smem_off = k.bin("add.u32", RegKind::B32, smem, kb);
+        Loader { ptrs, valid, step: step.into(), data, smem_off, pass_stride: lpp * 2, k_contiguous, input }
+    }
+}
+
+impl Loader {
+    /// Issues the global loads of the next tile and advances the pointers.
+    fn load(&self, k: &mut Kernel) {
+        for (j, d) in self.data.iter().enumerate() {
+            let ty = if self.input == Input::F32 { "f32" } else { "b32" };
+            for &r in d {
+                if self.input == Input::F32 {
+                    k.op("mov.f32", [r.into(), 0.0f32.into()]);
+                } else {
+                    k.op("mov.b32", [r.into(), 0u32.into()]);
+                }
+            }
+            k.op_if(
+                self.valid[j],
+                false,
+                &format!("ld.global.nc.v4.{ty}"),
+                [Opnd::V(d.clone()), addr(self.ptrs[j], 0)],
+            );
+            let p = self.ptrs[j];
+            k.op("add.s64", [p.into(), p.into(), self.step.clone()]);
+        }
+    }
+
+    /// Stores the loaded tile (as bf16) at shared address `tile` (a u32 register).
+    fn store(&self, k: &mut Kernel, tile: Reg) {
+        let base = k.bin("add.u32", RegKind::B32, tile, self.smem_off);
+        for (j, d) in self.data.iter().enumerate() {
+            let off = (j as u32 * self.pass_stride) as i64;
+            match (self.k_contiguous, self.input) {
+                (true, Input::F32) => {
+                    let lo = k.reg(RegKind::B32);
+                    let hi = k.reg(RegKind::B32);
+                    k.op("cvt.rn.bf16x2.f32", [lo.into(), d[1].into(), d[0].into()]);
+                    k.op("cvt.rn.bf16x2.f32", [hi.into(), d[3].into(), d[2].into()]);
+                    k.op("st.shared.v2.b32", [addr(base, off), Opnd::V(vec![lo, hi])]);
+                }
+                (true, Input::Bf16) => {
+                    k.op("st.shared.v4.b32", [addr(base, off), Opnd::V(d.clone())]);
+                }
+                (false, Input::F32) => {
+                    for (i, &x) in d.iter().enumerate() {
+                        let h = k.un("cvt.rn.bf16.f32", RegKind::B16, x);
+                        k.op("st.shared.b16", [addr(base, off + (i as u32 * PITCH) as i64), h.into()]);
+                    }
+                }
+                (false, Input::Bf16) => {
+                    for (i, &w) in d.iter().enumerate() {
+                        let lo = k.reg(RegKind::B16);
+                        let hi = k.reg(RegKind::B16);
+                        k.op("mov.b32", [Opnd::V(vec![lo, hi]), w.into()]);
+                        let e = (2 * i) as u32;
+                        k.op("st.shared.b16", [addr(base, off + (e * PITCH) as i64), lo.into()]);
+                        k.op("st.shared.b16", [addr(base, off + ((e + 1) * PITCH) as i64), hi.into()]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn build(spec: &GemmSpec) -> Kernel {
+    let mut k = Kernel::new(&spec.name()).with_block(THREADS, 1, 1);
+    let pa = k.param_reg("a", ParamTy::U64);
+    let pb = k.param_reg("b", ParamTy::U64);
+    let pc = k.param_reg("c", ParamTy::U64);
+    let pr = k.param_reg("r", ParamTy::U64);
+    let m = k.param_reg("m", ParamTy::U32);
+    let n = k.param_reg("n", ParamTy::U32);
+    let kdim = k.param_reg("k", ParamTy::U32);
+    let lda = k.param_reg("lda", ParamTy::U32);
+    let ldb = k.param_reg("ldb", ParamTy::U32);
+    let ldc = k.param_reg("ldc", ParamTy::U32);
+    let sa = k.param_reg("stride_a", ParamTy::U64);
+    let sb = k.param_reg("stride_b", ParamTy::U64);
+    let sc = k.param_reg("stride_c", ParamTy::U64);
+    let smem = k.shared("gemm_smem", 2 * STAGE_BYTES, 16);
+
+    let tid = k.sreg("%tid.x");
+    let bx = k.sreg("%ctaid.x");
+    let by = k.sreg("%ctaid.y");
+    let bz = k.sreg("%ctaid.z");
+    let n0 = k.bin("mul.lo.u32", RegKind::B32, bx, BN);
+    let m0 = k.bin("mul.lo.u32", RegKind::B32, by, BM);
+    let esz = spec.input.bytes();
+
+    // Batch offsets.
+    let z64 = k.un("cvt.u64.u32", RegKind::B64, bz);
+    let offset_by = |k: &mut Kernel, base: Reg, stride: Reg, bytes: u32| {
+        let e = k.bin("mul.lo.u64", RegKind::B64, z64, stride);
+        let b = k.bin("mul.lo.u64", RegKind::B64, e, bytes as i64);
+        k.bin("add.s64", RegKind::B64, base, b)
+    };
+    let a_base = offset_by(&mut k, pa, sa, esz);
+    let b_base = offset_by(&mut k, pb, sb, esz);
+    let c_base = offset_by(&mut k, pc, sc, 4);
+    let r_base = offset_by(&mut k, pr, sc, 4);
+
+    k.comment("operand loaders");
+    let la = loader(&mut k, a_base, lda, m0, m, tid, spec.a == Layout::RowMajor, spec.input);
+    let lb = loader(&mut k, b_base, ldb, n0, n, tid, spec.b == Layout::ColMajor, spec.input);
+
+    // Warp geometry.
+    let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
+    let warp = k.bin("shr.u32", RegKind::B32, tid, 5u32);
+    let wm = k.bin("shr.u32", RegKind::B32, warp, 2u32);
+    let wn = k.bin("and.b32", RegKind::B32, warp, 3u32);
+    // ldmatrix lane addresses (relative to a stage).
+    let l15 = k.bin("and.b32", RegKind::B32, lane, 15u32);
+    let l4 = k.bin("shr.u32", RegKind::B32, lane, 4u32);
+    let arow = k.tri("mad.lo.u32", RegKind::B32, wm, 64u32, l15);
+    let akb = k.bin("mul.lo.u32", RegKind::B32, l4, 16u32);
+    let a_lane = k.tri("mad.lo.u32", RegKind::B32, arow, PITCH, akb);
+    let l7 = k.bin("and.b32", RegKind::B32, lane, 7u32);
+    let l3 = k.bin("shr.u32", RegKind::B32, lane, 3u32);
+    let l3b = k.bin("and.b32", RegKind::B32, l3, 1u32);
+    let brow0 = k.tri("mad.lo.u32", RegKind::B32, wn, 32u32, l7);
+    let brow = k.tri("mad.lo.u32", RegKind::B32, l4, 8u32, brow0);
+    let bkb = k.bin("mul.lo.u32", RegKind::B32, l3b, 16u32);
+    let b_lane0 = k.tri("mad.lo.u32", RegKind::B32, brow, PITCH, bkb);
+    let b_lane = k.bin("add.u32", RegKind::B32, b_lane0, TILE_BYTES);
+
+    let sbase = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
+    let stage = k.imm_u32(0);
+
+    // Accumulators acc[mi][ni][0..4].
+    let acc: Vec<Vec<Vec<Reg>>> = (0..4).map(|_| (0..4).map(|_| k.regs(RegKind::F32, 4)).collect()).collect();
+    for r in acc.iter().flatten().flatten() {
+        k.op("mov.f32", [(*r).into(), 0.0f32.into()]);
+    }
+
+    let ktiles = k.bin("shr.u32", RegKind::B32, kdim, 5u32);
+    k.comment("prologue: stage 0");
+    la.load(&mut k);
+    lb.load(&mut k);
+    {
+        let st = k.bin("add.u32", RegKind::B32, sbase, stage);
+        la.store(&mut k, st);
+        let stb = k.bin("add.u32", RegKind::B32, st, TILE_BYTES);
+        lb.store(&mut k, stb);
+    }
+    k.barrier();
+    let kt = k.imm_u32(0);
+    let top = k.label("ktile");
+    let skip_load = k.label("skip_load");
+    let skip_store = k.label("skip_store");
+    k.place(&top);
+    let kn = k.bin("add.u32", RegKind::B32, kt, 1u32);
+    let has_next = k.setp("lt.u32", kn, ktiles);
+    k.bra_if(has_next, true, &skip_load);
+    la.load(&mut k);
+    lb.load(&mut k);
+    k.place(&skip_load);
+
+    k.comment("tensor cores on the current stage");
+    let cur = k.bin("add.u32", RegKind::B32, sbase, stage);
+    let a_addr = k.bin("add.u32", RegKind::B32, cur, a_lane);
+    let b_addr = k.bin("add.u32", RegKind::B32, cur, b_lane);
+    for ks in 0..2i64 {
+        let mut bfrag: Vec<[Reg; 2]> = Vec::new();
+        for ni2 in 0..2i64 {
+            let r = k.regs(RegKind::B32, 4);
+            k.op(
+                "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                [Opnd::V(r.clone()), addr(b_addr, ni2 * 16 * PITCH as i64 + ks * 32)],
+            );
+            bfrag.push([r[0], r[1]]);
+            bfrag.push([r[2], r[3]]);
+        }
+        for (mi, acc_m) in acc.iter().enumerate() {
+            let af = k.regs(RegKind::B32, 4);
+            k.op(
+                "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                [Opnd::V(af.clone()), addr(a_addr, mi as i64 * 16 * PITCH as i64 + ks * 32)],
+            );
+            for (ni, c) in acc_m.iter().enumerate() {
+                k.op(
+                    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                    [Opnd::V(c.clone()), Opnd::V(af.clone()), Opnd::V(bfrag[ni].to_vec()), Opnd::V(c.clone())],
+                );
+            }
+        }
+    }
+    k.bra_if(has_next, true, &skip_store);
+    {
+        let nstage = k.bin("xor.b32", RegKind::B32, stage, STAGE_BYTES);
+        let st = k.bin("add.u32", RegKind::B32, sbase, nstage);
+        la.store(&mut k, st);
+        let stb = k.bin("add.u32", RegKind::B32, st, TILE_BYTES);
+        lb.store(&mut k, stb);
+    }
+    k.place(&skip_store);
+    k.barrier();
+    k.op("xor.b32", [stage.into(), stage.into(), STAGE_BYTES.into()]);
+    k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
+    k.bra_if(has_next, false, &top);
+
+    k.comment("epilogue");
+    let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
+    let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
+    let r0a = k.tri("mad.lo.u32", RegKind::B32, wm, 64u32, g);
+    let row0 = k.bin("add.u32", RegKind::B32, m0, r0a);
+    let c0a = k.tri("mad.lo.u32", RegKind::B32, wn, 32u32, n0);
+    let col0 = k.tri("mad.lo.u32", RegKind::B32, tq, 2u32, c0a);
+    let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
+    let cptr = k.addr_of(c_base, e0, 4);
+    let rptr = match spec.epilogue {
+        Epilogue::AddResidual => Some(k.addr_of(r_base, e0, 4)),
+        _ => None,
+    };
+    let row_step = k.reg(RegKind::B64);
+    k.op("mul.wide.u32", [row_step.into(), ldc.into(), 32u32.into()]); // 8 rows × 4 bytes
+    let col_ok: Vec<Reg> = (0..4u32)
+        .map(|ni| {
+            let c = k.bin("add.u32", RegKind::B32, col0, ni * 8);
+            k.setp("lt.u32", c, n)
+        })
+        .collect();
+    for mi in 0..4usize {
+        for h in 0..2usize {
+            let rr = k.bin("add.u32", RegKind::B32, row0, (mi * 16 + h * 8) as u32);
+            let row_ok = k.setp("lt.u32", rr, m);
+            for ni in 0..4usize {
+                let ok = k.bin("and.pred", RegKind::Pred, row_ok, col_ok[ni]);
+                let v = [acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]];
+                let off = (ni * 32) as i64;
+                let out = match spec.epilogue {
+                    Epilogue::Store => v.to_vec(),
+                    Epilogue::AddResidual | Epilogue::Accumulate => {
+                        let src = rptr.unwrap_or(cptr);
+                        let old = k.regs(RegKind::F32, 2);
+                        k.op("mov.f32", [old[0].into(), 0.0f32.into()]);
+                        k.op("mov.f32", [old[1].into(), 0.0f32.into()]);
+                        k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(old.clone()), addr(src, off)]);
+                        vec![
+                            k.bin("add.rn.f32", RegKind::F32, v[0], old[0]),
+                            k.bin("add.rn.f32", RegKind::F32, v[1], old[1]),
+                        ]
+                    }
+                };
+                k.op_if(ok, false, "st.global.v2.f32", [addr(cptr, off), Opnd::V(out)]);
+            }
+            k.op("add.s64", [cptr.into(), cptr.into(), row_step.into()]);
+            if let Some(rp) = rptr {
+                k.op("add.s64", [rp.into(), rp.into(), row_step.into()]);
+            }
+        }
+    }
+    k.ret();
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_renders_within_budget() {
+        let all = GemmSpec::all();
+        assert_eq!(all.len(), 24);
+        for spec in all {
+            let k = spec.kernel();
+            k.check_budget().unwrap();
+            assert_eq!(k.static_shared_bytes(), 40960);
+            let text = k.render();
+            assert!(text.contains(&format!(".visible .entry {}(", spec.name())));
+            assert!(text.contains(".reqntid 256, 1, 1"));
+            assert_eq!(
+                text.matches("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32").count(),
+                32,
+                "two k16 steps of 4x4 mma tiles"
+            );
+            assert!(text.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
+        }
+    }
+
+    #[test]
+    fn shape_contract() {
+        let s = GemmSpec { a: Layout::RowMajor, b: Layout::ColMajor, input: Input::F32, epilogue: Epilogue::Store };
+        GemmShape::packed(&s, 1024, 12288, 512).check(&s).unwrap();
+        GemmShape::packed(&s, 1024, 1408, 512).check(&s).unwrap();
+        assert!(GemmShape::packed(&s, 1024, 1408, 500).check(&s).is_err());
+        assert!(GemmShape::packed(&s, 1020, 1408, 512).check(&s).is_err());
+    }
+
+    #[test]
+    fn reference_matches_naive_on_bf16_exact_values() {
+        // Small integers are exact in bf16, so the reference equals the naive product.
+        let s =
+            GemmSpec { a: Layout::ColMajor, b: Layout::RowMajor, input: Input::F32, epilogue: Epilogue::Accumulate };
+        let sh = GemmShape::packed(&s, 8, 8, 32);
+        let a: Vec<f32> = (0..256).map(|i| (i % 7) as f32 - 3.0).collect();
+        let b: Vec<f32> = (0..256).map(|i| (i % 5) as f32 - 2.0).collect();
+        let mut c = vec![1.0f32; 64];
+        reference(&s, &sh, &a, &b, &[], &mut c);
+        for i in 0..8 {
+            for j in 0..8 {
+                let mut want = 1.0;
+                for kk in 0..32 {
+                    want += a[kk * 8 + i] * b[kk * 8 + j];
+                }
+                assert_eq!(c[i * 8 + j], want);
+            }
+        }
+    }
+}
