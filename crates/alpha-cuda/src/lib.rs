@@ -10,11 +10,19 @@ pub mod driver;
 pub mod ptx;
 
 pub use driver::{Arg, Buf, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
+pub mod adamw;
+pub mod cross_entropy;
+pub mod elementwise;
+pub mod embedding;
 pub mod gemm;
 
 /// Every kernel the crate can build, as the check harness and `ptxas` see them.
 pub fn catalog() -> Vec<ptx::Kernel> {
     let mut v: Vec<ptx::Kernel> = gemm::GemmSpec::all().iter().map(|s| s.kernel()).collect();
+    v.extend(elementwise::kernels());
+    v.extend(embedding::kernels());
+    v.extend(cross_entropy::kernels());
+    v.extend(adamw::kernels());
     v.sort_by(|a, b| a.name.cmp(&b.name));
     v
 }

@@ -415,6 +415,36 @@ impl Kernel {
         self.op("ret", []);
     }
 
+    /// Reduces f32 `v` over the whole block (`threads` a multiple of 32, ≤ 1024) with `op`
+    /// (`"add"` or `"max"`) and returns the result in every thread. The order is fixed (warp
+    /// butterflies, then warp partials read in warp order), so the result is deterministic.
+    /// Uses a 128-byte shared array `scratch` (declare it once per kernel) and two barriers.
+    pub fn block_reduce_f32(&mut self, v: Reg, op: &str, scratch: &str, tid: Reg, threads: u32) -> Reg {
+        let ins = format!("{op}.f32");
+        let mut cur = v;
+        for off in [16u32, 8, 4, 2, 1] {
+            let t = self.reg(RegKind::F32);
+            self.op("shfl.sync.bfly.b32", [t.into(), cur.into(), off.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
+            cur = self.bin(&ins, RegKind::F32, cur, t);
+        }
+        let base = self.un("mov.u32", RegKind::B32, Opnd::S(scratch.to_string()));
+        let lane = self.bin("and.b32", RegKind::B32, tid, 31u32);
+        let warp = self.bin("shr.u32", RegKind::B32, tid, 5u32);
+        let slot = self.tri("mad.lo.u32", RegKind::B32, warp, 4u32, base);
+        let first = self.setp("eq.u32", lane, 0u32);
+        self.op_if(first, false, "st.shared.f32", [addr(slot, 0), cur.into()]);
+        self.barrier();
+        let mut acc = self.reg(RegKind::F32);
+        self.op("ld.shared.f32", [acc.into(), addr(base, 0)]);
+        for w in 1..(threads / 32) {
+            let t = self.reg(RegKind::F32);
+            self.op("ld.shared.f32", [t.into(), addr(base, (4 * w) as i64)]);
+            acc = self.bin(&ins, RegKind::F32, acc, t);
+        }
+        self.barrier();
+        acc
+    }
+
     // ---- checks and rendering ----------------------------------------------------------------
 
     /// The launch limits every kernel must respect.

@@ -1,0 +1,239 @@
+//! Fused full-vocabulary cross-entropy, forward and backward.
+//!
+//! Why: the loss is exact softmax cross-entropy over every vocabulary entry (Bob's 256,
+//! Coppelius's 12,288; SYSTEMS.md §1–2), and the logits row is the largest activation of a step.
+//! Fusing max, sum of exponentials, log and the target pick into one kernel reads each row twice
+//! from cache instead of materialising probabilities; the backward recomputes `softmax` from the
+//! saved log-sum-exp and writes `dlogits = (softmax − onehot)·dloss_row` in one pass.
+//!
+//! How: one block of 256 threads per row. Each thread strides the row (fixed order), then
+//! [`Kernel::block_reduce_f32`] combines warp butterflies and warp partials in a fixed order, so
+//! the result does not depend on scheduling. Exponentials use `ex2.approx` on `(x − max)·log2 e`.
+//! A negative target marks a row to ignore: its loss and gradient are 0.
+
+use anyhow::Result;
+
+use crate::driver::{Arg, Function, Gpu, LaunchConfig};
+use crate::elementwise::emit_exp;
+use crate::ptx::{addr, Kernel, ParamTy, RegKind};
+
+pub const THREADS: u32 = 256;
+
+/// Forward: params (loss, lse, logits, targets, v). Grid: one block per row.
+pub fn forward_kernel() -> Kernel {
+    let mut k = Kernel::new("cross_entropy_fwd").with_block(THREADS, 1, 1);
+    let loss = k.param_reg("loss", ParamTy::U64);
+    let lse_out = k.param_reg("lse", ParamTy::U64);
+    let logits = k.param_reg("logits", ParamTy::U64);
+    let targets = k.param_reg("targets", ParamTy::U64);
+    let v = k.param_reg("v", ParamTy::U32);
+    let scratch = k.shared("red", 128, 16);
+    let tid = k.sreg("%tid.x");
+    let row = k.sreg("%ctaid.x");
+    let re = k.bin("mul.lo.u32", RegKind::B32, row, v);
+    let base = k.addr_of(logits, re, 4);
+
+    // max
+    let mx = k.imm_f32(f32::NEG_INFINITY);
+    strided(&mut k, tid, v, |k, j| {
+        let a = k.addr_of(base, j, 4);
+        let x = k.reg(RegKind::F32);
+        k.op("ld.global.f32", [x.into(), addr(a, 0)]);
+        k.op("max.f32", [mx.into(), mx.into(), x.into()]);
+    });
+    let mx = k.block_reduce_f32(mx, "max", &scratch, tid, THREADS);
+    // sum of exp(x - max)
+    let s = k.imm_f32(0.0);
+    strided(&mut k, tid, v, |k, j| {
+        let a = k.addr_of(base, j, 4);
+        let x = k.reg(RegKind::F32);
+        k.op("ld.global.f32", [x.into(), addr(a, 0)]);
+        let d = k.bin("sub.rn.f32", RegKind::F32, x, mx);
+        let e = emit_exp(k, d);
+        k.op("add.rn.f32", [s.into(), s.into(), e.into()]);
+    });
+    let s = k.block_reduce_f32(s, "add", &scratch, tid, THREADS);
+    let l2 = k.un("lg2.approx.ftz.f32", RegKind::F32, s);
+    let ln = k.bin("mul.rn.f32", RegKind::F32, l2, std::f32::consts::LN_2);
+    let lse = k.bin("add.rn.f32", RegKind::F32, mx, ln);
+    let end = k.label("end");
+    let not0 = k.setp("ne.u32", tid, 0u32);
+    k.bra_if(not0, false, &end);
+    let ta = k.addr_of(targets, row, 4);
+    let t = k.reg(RegKind::B32);
+    k.op("ld.global.u32", [t.into(), addr(ta, 0)]);
+    let ok = k.setp("lt.u32", t, v);
+    let xt = k.imm_f32(0.0);
+    let xa = k.addr_of(base, t, 4);
+    k.op_if(ok, false, "ld.global.f32", [xt.into(), addr(xa, 0)]);
+    let l = k.bin("sub.rn.f32", RegKind::F32, lse, xt);
+    let zero = k.imm_f32(0.0);
+    let l = k.tri("selp.f32", RegKind::F32, l, zero, ok);
+    let la = k.addr_of(loss, row, 4);
+    k.op("st.global.f32", [addr(la, 0), l.into()]);
+    let sa = k.addr_of(lse_out, row, 4);
+    k.op("st.global.f32", [addr(sa, 0), lse.into()]);
+    k.place(&end);
+    k.ret();
+    k
+}
+
+/// Backward: params (dlogits, logits, lse, targets, dloss, v). Grid: one block per row.
+pub fn backward_kernel() -> Kernel {
+    let mut k = Kernel::new("cross_entropy_bwd").with_block(THREADS, 1, 1);
+    let dlogits = k.param_reg("dlogits", ParamTy::U64);
+    let logits = k.param_reg("logits", ParamTy::U64);
+    let lse_in = k.param_reg("lse", ParamTy::U64);
+    let targets = k.param_reg("targets", ParamTy::U64);
+    let dloss = k.param_reg("dloss", ParamTy::U64);
+    let v = k.param_reg("v", ParamTy::U32);
+    let tid = k.sreg("%tid.x");
+    let row = k.sreg("%ctaid.x");
+    let re = k.bin("mul.lo.u32", RegKind::B32, row, v);
+    let base = k.addr_of(logits, re, 4);
+    let obase = k.addr_of(dlogits, re, 4);
+    let lse = k.reg(RegKind::F32);
+    let a = k.addr_of(lse_in, row, 4);
+    k.op("ld.global.f32", [lse.into(), addr(a, 0)]);
+    let dl = k.reg(RegKind::F32);
+    let a = k.addr_of(dloss, row, 4);
+    k.op("ld.global.f32", [dl.into(), addr(a, 0)]);
+    let t = k.reg(RegKind::B32);
+    let a = k.addr_of(targets, row, 4);
+    k.op("ld.global.u32", [t.into(), addr(a, 0)]);
+    let ok = k.setp("lt.u32", t, v);
+    let zero = k.imm_f32(0.0);
+    let scale = k.tri("selp.f32", RegKind::F32, dl, zero, ok);
+    strided(&mut k, tid, v, |k, j| {
+        let a = k.addr_of(base, j, 4);
+        let x = k.reg(RegKind::F32);
+        k.op("ld.global.f32", [x.into(), addr(a, 0)]);
+        let d = k.bin("sub.rn.f32", RegKind::F32, x, lse);
+        let p = emit_exp(k, d);
+        let is_t = k.setp("eq.u32", j, t);
+        let one = k.imm_f32(1.0);
+        let oh = k.tri("selp.f32", RegKind::F32, one, 0.0f32, is_t);
+        let g = k.bin("sub.rn.f32", RegKind::F32, p, oh);
+        let g = k.bin("mul.rn.f32", RegKind::F32, g, scale);
+        let o = k.addr_of(obase, j, 4);
+        k.op("st.global.f32", [addr(o, 0), g.into()]);
+    });
+    k.ret();
+    k
+}
+
+/// `for (j = tid; j < v; j += THREADS) body(j)`.
+fn strided(k: &mut Kernel, tid: crate::ptx::Reg, v: crate::ptx::Reg, body: impl FnOnce(&mut Kernel, crate::ptx::Reg)) {
+    let j = k.un("mov.u32", RegKind::B32, tid);
+    let top = k.label("row");
+    let end = k.label("row_end");
+    k.place(&top);
+    let done = k.setp("ge.u32", j, v);
+    k.bra_if(done, false, &end);
+    body(k, j);
+    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
+    k.bra(&top);
+    k.place(&end);
+}
+
+/// Forward over `rows` rows of `v` logits: writes per-row loss and log-sum-exp.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(
+    gpu: &Gpu,
+    f: &Function,
+    loss: u64,
+    lse: u64,
+    logits: u64,
+    targets: u64,
+    rows: u32,
+    v: u32,
+) -> Result<()> {
+    gpu.launch(
+        f,
+        LaunchConfig::linear(rows, THREADS),
+        &[Arg::U64(loss), Arg::U64(lse), Arg::U64(logits), Arg::U64(targets), Arg::U32(v)],
+    )
+}
+
+/// Backward: `dlogits = (softmax(logits) − onehot(target))·dloss[row]` (written, not added).
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    gpu: &Gpu,
+    f: &Function,
+    dlogits: u64,
+    logits: u64,
+    lse: u64,
+    targets: u64,
+    dloss: u64,
+    rows: u32,
+    v: u32,
+) -> Result<()> {
+    gpu.launch(
+        f,
+        LaunchConfig::linear(rows, THREADS),
+        &[Arg::U64(dlogits), Arg::U64(logits), Arg::U64(lse), Arg::U64(targets), Arg::U64(dloss), Arg::U32(v)],
+    )
+}
+
+/// CPU reference (f64 inside): returns (loss, lse) per row.
+pub fn forward_reference(logits: &[f32], targets: &[i32], v: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut loss = Vec::new();
+    let mut lse = Vec::new();
+    for (r, &t) in targets.iter().enumerate() {
+        let x = &logits[r * v..(r + 1) * v];
+        let mx = x.iter().fold(f64::NEG_INFINITY, |m, &a| m.max(a as f64));
+        let s: f64 = x.iter().map(|&a| (a as f64 - mx).exp()).sum();
+        let l = mx + s.ln();
+        lse.push(l as f32);
+        loss.push(if t >= 0 && (t as usize) < v { (l - x[t as usize] as f64) as f32 } else { 0.0 });
+    }
+    (loss, lse)
+}
+
+/// CPU reference of the backward (f64 inside).
+pub fn backward_reference(logits: &[f32], targets: &[i32], dloss: &[f32], v: usize) -> Vec<f32> {
+    let (_, lse) = forward_reference(logits, targets, v);
+    let mut out = vec![0.0; logits.len()];
+    for (r, &t) in targets.iter().enumerate() {
+        let ok = t >= 0 && (t as usize) < v;
+        for j in 0..v {
+            let p = (logits[r * v + j] as f64 - lse[r] as f64).exp();
+            let oh = if ok && j == t as usize { 1.0 } else { 0.0 };
+            out[r * v + j] = if ok { ((p - oh) * dloss[r] as f64) as f32 } else { 0.0 };
+        }
+    }
+    out
+}
+
+pub fn kernels() -> Vec<Kernel> {
+    vec![forward_kernel(), backward_kernel()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_render() {
+        let t = forward_kernel().render();
+        assert!(t.contains(".entry cross_entropy_fwd("));
+        assert!(t.contains("shfl.sync.bfly.b32"));
+        assert!(t.contains(".shared .align 16 .b8 red[128];"));
+        for k in kernels() {
+            k.check_budget().unwrap();
+        }
+    }
+
+    #[test]
+    fn reference_on_uniform_logits_is_ln_v() {
+        let v = 256;
+        let logits = vec![0.5f32; 2 * v];
+        let (loss, _) = forward_reference(&logits, &[3, -1], v);
+        assert!((loss[0] - (v as f32).ln()).abs() < 1e-5);
+        assert_eq!(loss[1], 0.0);
+        let g = backward_reference(&logits, &[3, -1], &[1.0, 1.0], v);
+        let row: f32 = g[..v].iter().sum();
+        assert!(row.abs() < 1e-5, "softmax − onehot sums to 0");
+        assert!(g[v..].iter().all(|&x| x == 0.0));
+    }
+}

@@ -1,0 +1,268 @@
+//! Embedding gather and its deterministic scatter-add gradient.
+//!
+//! Why: the forward is a row gather (`out[n] = table[idx[n]]`); the backward must add every
+//! token's output gradient into its vocabulary row. The usual float `atomicAdd` makes the sum's
+//! order — and so its last bits — depend on scheduling, and §9's gates ask runs to repeat bit
+//! for bit. So the backward owns each output element in exactly one thread and sums in a fixed
+//! order.
+//!
+//! How (backward): one block per vocabulary row `v` (128 threads, 4 columns each per pass over
+//! D). The block scans the token indices 128 at a time: each thread tests one index, each warp
+//! turns its matches into a 32-bit ballot, the four ballots go to shared memory, and then every
+//! thread walks the set bits in increasing token order, adding that token's gradient to its
+//! four accumulators. Rows that no token uses are not touched. The result is
+//! `dtable[v] += Σ_{n: idx[n]=v, n ascending} dout[n]`, the same sum in the same order as
+//! [`scatter_add_reference`], so the two agree bit for bit. Cost: every block reads the N
+//! indices (from L2: V·N·4 bytes, 50 MB for Coppelius's 12,288 × 1,024), no atomics, no sort.
+//! Indices outside `[0, V)` contribute nothing (and gather writes zeros for them).
+
+use anyhow::{bail, Result};
+
+use crate::driver::{Arg, Function, Gpu, LaunchConfig};
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, RegKind};
+
+/// Threads per block; each handles 4 consecutive columns, so 512 columns per pass.
+pub const THREADS: u32 = 128;
+
+/// Gather: params (out, table, idx, v, d).
+pub fn gather_kernel() -> Kernel {
+    let mut k = Kernel::new("embedding_gather").with_block(THREADS, 1, 1);
+    let out = k.param_reg("out", ParamTy::U64);
+    let table = k.param_reg("table", ParamTy::U64);
+    let idx = k.param_reg("idx", ParamTy::U64);
+    let vocab = k.param_reg("v", ParamTy::U32);
+    let d = k.param_reg("d", ParamTy::U32);
+    let tid = k.sreg("%tid.x");
+    let row = k.sreg("%ctaid.x");
+    let ia = k.addr_of(idx, row, 4);
+    let t = k.reg(RegKind::B32);
+    k.op("ld.global.nc.u32", [t.into(), addr(ia, 0)]);
+    // Unsigned compare: negative indices are huge, so out of range too.
+    let ok = k.setp("lt.u32", t, vocab);
+    let src_row = k.bin("mul.lo.u32", RegKind::B32, t, d);
+    let dst_row = k.bin("mul.lo.u32", RegKind::B32, row, d);
+    let col = k.bin("mul.lo.u32", RegKind::B32, tid, 4u32);
+    let top = k.label("col");
+    let end = k.label("end");
+    k.place(&top);
+    let more = k.setp("lt.u32", col, d);
+    k.bra_if(more, true, &end);
+    let v = k.regs(RegKind::F32, 4);
+    for &r in &v {
+        k.op("mov.f32", [r.into(), 0.0f32.into()]);
+    }
+    let se = k.bin("add.u32", RegKind::B32, src_row, col);
+    let sa = k.addr_of(table, se, 4);
+    k.op_if(ok, false, "ld.global.nc.v4.f32", [Opnd::V(v.clone()), addr(sa, 0)]);
+    let de = k.bin("add.u32", RegKind::B32, dst_row, col);
+    let da = k.addr_of(out, de, 4);
+    k.op("st.global.v4.f32", [addr(da, 0), Opnd::V(v)]);
+    k.op("add.u32", [col.into(), col.into(), (4 * THREADS).into()]);
+    k.bra(&top);
+    k.place(&end);
+    k.ret();
+    k
+}
+
+/// Scatter-add: params (dtable, dout, idx, n, v, d).
+pub fn scatter_add_kernel() -> Kernel {
+    let mut k = Kernel::new("embedding_scatter_add").with_block(THREADS, 1, 1);
+    let dtable = k.param_reg("dtable", ParamTy::U64);
+    let dout = k.param_reg("dout", ParamTy::U64);
+    let idx = k.param_reg("idx", ParamTy::U64);
+    let n = k.param_reg("n", ParamTy::U32);
+    let _vocab = k.param_reg("v", ParamTy::U32);
+    let d = k.param_reg("d", ParamTy::U32);
+    let masks = k.shared("ballots", 16, 16);
+    let tid = k.sreg("%tid.x");
+    let row = k.sreg("%ctaid.x");
+    let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
+    let warp = k.bin("shr.u32", RegKind::B32, tid, 5u32);
+    let mbase = k.un("mov.u32", RegKind::B32, Opnd::S(masks));
+    let myslot = k.tri("mad.lo.u32", RegKind::B32, warp, 4u32, mbase);
+    let first = k.setp("eq.u32", lane, 0u32);
+
+    let col = k.bin("mul.lo.u32", RegKind::B32, tid, 4u32);
+    let dtop = k.label("dpass");
+    let dend = k.label("dend");
+    k.place(&dtop);
+    // Block-uniform: passes over D start at 0, 512, ...; col - tid*4 is the pass base.
+    let tid4 = k.bin("mul.lo.u32", RegKind::B32, tid, 4u32);
+    let pass_base = k.bin("sub.u32", RegKind::B32, col, tid4);
+    let pass_live = k.setp("lt.u32", pass_base, d);
+    k.bra_if(pass_live, true, &dend);
+    let col_ok = k.setp("lt.u32", col, d);
+    let acc = k.regs(RegKind::F32, 4);
+    for &r in &acc {
+        k.op("mov.f32", [r.into(), 0.0f32.into()]);
+    }
+    let any = k.imm_u32(0);
+    let chunk = k.imm_u32(0);
+    let ctop = k.label("chunk");
+    let cend = k.label("chunk_end");
+    k.place(&ctop);
+    let cl = k.setp("lt.u32", chunk, n);
+    k.bra_if(cl, true, &cend);
+    let t = k.bin("add.u32", RegKind::B32, chunk, tid);
+    let tin = k.setp("lt.u32", t, n);
+    let iv = k.imm_u32(u32::MAX);
+    let ia = k.addr_of(idx, t, 4);
+    k.op_if(tin, false, "ld.global.nc.u32", [iv.into(), addr(ia, 0)]);
+    let hit = k.setp("eq.u32", iv, row);
+    let ballot = k.reg(RegKind::B32);
+    k.op("vote.sync.ballot.b32", [ballot.into(), hit.into(), Opnd::S("-1".into())]);
+    k.op_if(first, false, "st.shared.u32", [addr(myslot, 0), ballot.into()]);
+    k.barrier();
+    for w in 0..(THREADS / 32) {
+        let m = k.reg(RegKind::B32);
+        k.op("ld.shared.u32", [m.into(), addr(mbase, (4 * w) as i64)]);
+        k.op("or.b32", [any.into(), any.into(), m.into()]);
+        let btop = k.label("bit");
+        let bend = k.label("bit_end");
+        k.place(&btop);
+        let empty = k.setp("eq.u32", m, 0u32);
+        k.bra_if(empty, false, &bend);
+        // lowest set bit position = popc((m & -m) - 1)
+        let neg = k.un("neg.s32", RegKind::B32, m);
+        let low = k.bin("and.b32", RegKind::B32, m, neg);
+        let lm1 = k.bin("sub.u32", RegKind::B32, low, 1u32);
+        let pos = k.un("popc.b32", RegKind::B32, lm1);
+        let tok0 = k.bin("add.u32", RegKind::B32, chunk, w * 32);
+        let tok = k.bin("add.u32", RegKind::B32, tok0, pos);
+        let e = k.tri("mad.lo.u32", RegKind::B32, tok, d, col);
+        let ga = k.addr_of(dout, e, 4);
+        let gv = k.regs(RegKind::F32, 4);
+        for &r in &gv {
+            k.op("mov.f32", [r.into(), 0.0f32.into()]);
+        }
+        k.op_if(col_ok, false, "ld.global.nc.v4.f32", [Opnd::V(gv.clone()), addr(ga, 0)]);
+        for (a, g) in acc.iter().zip(&gv) {
+            k.op("add.rn.f32", [(*a).into(), (*a).into(), (*g).into()]);
+        }
+        k.op("xor.b32", [m.into(), m.into(), low.into()]);
+        k.bra(&btop);
+        k.place(&bend);
+    }
+    k.barrier();
+    k.op("add.u32", [chunk.into(), chunk.into(), THREADS.into()]);
+    k.bra(&ctop);
+    k.place(&cend);
+    // Write back only rows some token used.
+    let used = k.setp("ne.u32", any, 0u32);
+    let write = k.bin("and.pred", RegKind::Pred, used, col_ok);
+    let skip = k.label("skip_write");
+    k.bra_if(write, true, &skip);
+    let e = k.tri("mad.lo.u32", RegKind::B32, row, d, col);
+    let da = k.addr_of(dtable, e, 4);
+    let old = k.regs(RegKind::F32, 4);
+    k.op("ld.global.v4.f32", [Opnd::V(old.clone()), addr(da, 0)]);
+    let new: Vec<_> = old.iter().zip(&acc).map(|(o, a)| k.bin("add.rn.f32", RegKind::F32, *o, *a)).collect();
+    k.op("st.global.v4.f32", [addr(da, 0), Opnd::V(new)]);
+    k.place(&skip);
+    k.op("add.u32", [col.into(), col.into(), (4 * THREADS).into()]);
+    k.bra(&dtop);
+    k.place(&dend);
+    k.ret();
+    k
+}
+
+fn check_d(d: u32) -> Result<()> {
+    if d == 0 || d % 4 != 0 {
+        bail!("embedding: row width {d} must be a positive multiple of 4");
+    }
+    Ok(())
+}
+
+/// `out[n] = table[idx[n]]` for `n < tokens`; table `[v, d]` f32, idx i32.
+pub fn gather(gpu: &Gpu, f: &Function, out: u64, table: u64, idx: u64, tokens: u32, v: u32, d: u32) -> Result<()> {
+    check_d(d)?;
+    gpu.launch(
+        f,
+        LaunchConfig::linear(tokens, THREADS),
+        &[Arg::U64(out), Arg::U64(table), Arg::U64(idx), Arg::U32(v), Arg::U32(d)],
+    )
+}
+
+/// `dtable[v] += Σ dout[n]` over tokens with `idx[n] = v`, deterministically.
+#[allow(clippy::too_many_arguments)]
+pub fn scatter_add(
+    gpu: &Gpu,
+    f: &Function,
+    dtable: u64,
+    dout: u64,
+    idx: u64,
+    tokens: u32,
+    v: u32,
+    d: u32,
+) -> Result<()> {
+    check_d(d)?;
+    gpu.launch(
+        f,
+        LaunchConfig::linear(v, THREADS),
+        &[Arg::U64(dtable), Arg::U64(dout), Arg::U64(idx), Arg::U32(tokens), Arg::U32(v), Arg::U32(d)],
+    )
+}
+
+/// CPU reference of the gather.
+pub fn gather_reference(table: &[f32], idx: &[i32], v: usize, d: usize) -> Vec<f32> {
+    let mut out = vec![0.0; idx.len() * d];
+    for (n, &t) in idx.iter().enumerate() {
+        if t >= 0 && (t as usize) < v {
+            out[n * d..(n + 1) * d].copy_from_slice(&table[t as usize * d..(t as usize + 1) * d]);
+        }
+    }
+    out
+}
+
+/// CPU reference of the scatter-add: same order of additions as the kernel.
+pub fn scatter_add_reference(dtable: &mut [f32], dout: &[f32], idx: &[i32], v: usize, d: usize) {
+    let mut acc = vec![0.0f32; v * d];
+    let mut used = vec![false; v];
+    for (n, &t) in idx.iter().enumerate() {
+        if t >= 0 && (t as usize) < v {
+            let t = t as usize;
+            used[t] = true;
+            for j in 0..d {
+                acc[t * d + j] += dout[n * d + j];
+            }
+        }
+    }
+    for r in 0..v {
+        if used[r] {
+            for j in 0..d {
+                dtable[r * d + j] += acc[r * d + j];
+            }
+        }
+    }
+}
+
+pub fn kernels() -> Vec<Kernel> {
+    vec![gather_kernel(), scatter_add_kernel()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_render() {
+        let t = scatter_add_kernel().render();
+        assert!(t.contains(".entry embedding_scatter_add("));
+        assert!(t.contains("vote.sync.ballot.b32"));
+        assert!(t.contains(".shared .align 16 .b8 ballots[16];"));
+        assert!(!t.contains("atom."), "no atomics");
+        for k in kernels() {
+            k.check_budget().unwrap();
+        }
+    }
+
+    #[test]
+    fn scatter_reference_sums_repeated_rows() {
+        let mut dt = vec![1.0f32; 3 * 4];
+        let dout: Vec<f32> = (0..16).map(|i| i as f32).collect();
+        scatter_add_reference(&mut dt, &dout, &[2, 0, 2, 7], 3, 4);
+        assert_eq!(&dt[0..4], &[5.0, 6.0, 7.0, 8.0]);
+        assert_eq!(&dt[4..8], &[1.0; 4]);
+        assert_eq!(&dt[8..12], &[1.0 + 0.0 + 8.0, 1.0 + 1.0 + 9.0, 1.0 + 2.0 + 10.0, 1.0 + 3.0 + 11.0]);
+    }
+}
