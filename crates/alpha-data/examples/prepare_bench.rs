@@ -16,15 +16,26 @@ fn main() -> anyhow::Result<()> {
     let t = &r.timings;
     let bytes = m.totals.bytes;
     println!("corpus        {}", args[0]);
-    println!("tokenizer     {} vocab {} eot {} sha256 {}", m.tokenizer.kind, m.tokenizer.vocab_size, m.tokenizer.eot_id, m.tokenizer.sha256);
+    println!(
+        "tokenizer     {} vocab {} eot {} sha256 {}",
+        m.tokenizer.kind, m.tokenizer.vocab_size, m.tokenizer.eot_id, m.tokenizer.sha256
+    );
     println!("threads       {}", rayon::current_num_threads());
     for (name, s) in [("train", &m.train), ("valid", &m.valid)] {
         println!(
             "{name:<13} {} docs, {} bytes, {} tokens, {:.4} bytes/token, {} shards",
-            s.documents, s.bytes, s.tokens, s.bytes_per_token, s.shards.len()
+            s.documents,
+            s.bytes,
+            s.tokens,
+            s.bytes_per_token,
+            s.shards.len()
         );
     }
-    println!("load          {:.2} s ({:.1} MB/s of text, incl. decompression)", t.load_s, bytes as f64 / 1e6 / t.load_s);
+    println!(
+        "load          {:.2} s ({:.1} MB/s of text, incl. decompression)",
+        t.load_s,
+        bytes as f64 / 1e6 / t.load_s
+    );
     println!("tokenizer     {:.2} s (training or loading)", t.train_tokenizer_s);
     println!("encode+write  {:.2} s ({:.1} MB/s of text)", t.encode_s, t.encode_mb_s(bytes));
     println!(

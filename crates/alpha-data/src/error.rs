@@ -9,43 +9,21 @@ pub enum DataError {
     #[error("{path}: not an Alpha token shard (bad magic {found:?}, expected \"ALPHATOK\")")]
     BadMagic { path: PathBuf, found: String },
     #[error("{path}: unsupported shard version {found} (this build reads version {expected})")]
-    UnsupportedVersion {
-        path: PathBuf,
-        found: u32,
-        expected: u32,
-    },
+    UnsupportedVersion { path: PathBuf, found: u32, expected: u32 },
     #[error(
         "{path}: truncated shard: header says {tokens} tokens ({expected_len} bytes) \
          but the file has {actual_len} bytes"
     )]
-    Truncated {
-        path: PathBuf,
-        tokens: u64,
-        expected_len: u64,
-        actual_len: u64,
-    },
+    Truncated { path: PathBuf, tokens: u64, expected_len: u64, actual_len: u64 },
     #[error(
         "vocabulary mismatch: the data in {dir} was tokenized with a vocabulary of {found} \
          tokens but the system expects {expected}"
     )]
-    VocabMismatch {
-        dir: PathBuf,
-        expected: usize,
-        found: usize,
-    },
+    VocabMismatch { dir: PathBuf, expected: usize, found: usize },
     #[error("{path}: {what} mismatch: manifest says {expected}, file has {found}")]
-    ManifestMismatch {
-        path: PathBuf,
-        what: &'static str,
-        expected: String,
-        found: String,
-    },
+    ManifestMismatch { path: PathBuf, what: &'static str, expected: String, found: String },
     #[error("{path}: shard SHA-256 mismatch: manifest says {expected}, file hashes to {found}")]
-    ShaMismatch {
-        path: PathBuf,
-        expected: String,
-        found: String,
-    },
+    ShaMismatch { path: PathBuf, expected: String, found: String },
     #[error("corpus path {0} does not exist")]
     MissingCorpus(PathBuf),
     #[error("corpus {0} holds no text (no non-empty documents found)")]

