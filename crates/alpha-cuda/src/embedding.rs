@@ -167,13 +167,14 @@ pub fn scatter_add_kernel() -> Kernel {
 }
 
 fn check_d(d: u32) -> Result<()> {
-    if d == 0 || d % 4 != 0 {
+    if d == 0 || !d.is_multiple_of(4) {
         bail!("embedding: row width {d} must be a positive multiple of 4");
     }
     Ok(())
 }
 
 /// `out[n] = table[idx[n]]` for `n < tokens`; table `[v, d]` f32, idx i32.
+#[allow(clippy::too_many_arguments)]
 pub fn gather(gpu: &Gpu, f: &Function, out: u64, table: u64, idx: u64, tokens: u32, v: u32, d: u32) -> Result<()> {
     check_d(d)?;
     gpu.launch(

@@ -179,13 +179,13 @@ impl GemmShape {
         if self.m == 0 || self.n == 0 || self.k == 0 || self.batch == 0 {
             bail!("{name}: empty problem {self:?}");
         }
-        if self.k % BK != 0 {
+        if !self.k.is_multiple_of(BK) {
             bail!("{name}: K = {} is not a multiple of {BK}", self.k);
         }
-        if self.m % 8 != 0 || self.n % 8 != 0 {
+        if !self.m.is_multiple_of(8) || !self.n.is_multiple_of(8) {
             bail!("{name}: M = {} and N = {} must be multiples of 8", self.m, self.n);
         }
-        if self.lda % 8 != 0 || self.ldb % 8 != 0 || self.ldc % 8 != 0 {
+        if !self.lda.is_multiple_of(8) || !self.ldb.is_multiple_of(8) || !self.ldc.is_multiple_of(8) {
             bail!("{name}: leading dimensions must be multiples of 8: {self:?}");
         }
         let (a_rows, a_cols) = match spec.a {
@@ -618,6 +618,7 @@ fn build(spec: &GemmSpec) -> Kernel {
             k.setp("lt.u32", c, n)
         })
         .collect();
+    #[allow(clippy::needless_range_loop)]
     for mi in 0..4usize {
         for h in 0..2usize {
             let rr = k.bin("add.u32", RegKind::B32, row0, (mi * 16 + h * 8) as u32);

@@ -11,6 +11,7 @@ pub mod ptx;
 
 pub use driver::{Arg, Buf, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
 pub mod adamw;
+pub mod check;
 pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;

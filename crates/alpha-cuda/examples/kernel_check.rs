@@ -1,0 +1,88 @@
+//! Check-and-bench harness: every kernel against its CPU reference, timed, on the GPU.
+//!
+//! `kernel_check [--ptx-dir DIR] [--ptx-only] [--quick] [--seed N]`
+//! Writes each kernel's PTX to DIR first (for `ptxas -arch=sm_90a -v`), then on a GPU runs the
+//! checks and prints one row per kernel; exits 1 if any check fails. Without a GPU it prints
+//! "skipped: no CUDA device" and exits 0.
+
+use std::time::Instant;
+
+use alpha_cuda::check::{self, Options, Rng, Row};
+use alpha_cuda::Gpu;
+use anyhow::Result;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    let value = |f: &str| args.iter().position(|a| a == f).and_then(|i| args.get(i + 1).cloned());
+    if let Some(dir) = value("--ptx-dir") {
+        std::fs::create_dir_all(&dir)?;
+        for k in alpha_cuda::catalog() {
+            k.check_budget()?;
+            std::fs::write(format!("{dir}/{}.ptx", k.name), k.render())?;
+        }
+        println!("wrote {} PTX files to {dir}", alpha_cuda::catalog().len());
+        if flag("--ptx-only") {
+            return Ok(());
+        }
+    }
+    let Some(gpu) = Gpu::open_or_skip() else {
+        return Ok(());
+    };
+    println!("device: {}", gpu.info());
+    let seed = value("--seed").and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+    });
+    println!("seed: {seed}");
+    let quick = flag("--quick");
+    let opts = Options { seed, bench: !quick, ..Options::default() };
+    let mut rng = Rng::new(seed);
+    gpu.set_checked(true);
+    let arena = gpu.arena(6 << 30)?;
+    let mut rows: Vec<Row> = Vec::new();
+    let mut step = |name: &str, r: Result<Vec<Row>>| match r {
+        Ok(v) => {
+            for row in &v {
+                println!("{row}");
+            }
+            rows.extend(v);
+        }
+        Err(e) => {
+            println!("FAIL {name}: {e:#}");
+            rows.push(Row {
+                family: name.into(),
+                name: "error".into(),
+                shape: String::new(),
+                max_abs: f64::INFINITY,
+                rel: f64::INFINITY,
+                tol: 0.0,
+                pass: false,
+                median_us: None,
+                rate: format!("{e:#}").chars().take(120).collect(),
+            });
+        }
+    };
+    let t0 = Instant::now();
+    step("gemm", check::gemm_variants(&gpu, &arena, &mut rng));
+    let n_ew = if quick { 1 << 20 } else { 1 << 25 };
+    step("elementwise", check::elementwise_checks(&gpu, &arena, &mut rng, n_ew, &opts));
+    step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (12288, 512, 1024), &opts));
+    step("cross_entropy", check::cross_entropy_checks(&gpu, &arena, &mut rng, (1024, 12288), &opts));
+    let n_opt = if quick { 1 << 20 } else { 57_705_472 };
+    step("adamw", check::optimizer_checks(&gpu, &arena, &mut rng, n_opt, &opts));
+    if !quick {
+        gpu.set_checked(false);
+        step("gemm-bench", check::gemm_bench(&gpu, &arena, &mut rng, &opts));
+        step("graph", check::gemm_step_graph(&gpu, &arena, &mut rng, &opts).map(|r| vec![r]));
+    }
+    let failed = rows.iter().filter(|r| !r.pass).count();
+    println!("\n==== summary ({:.1} s) ====", t0.elapsed().as_secs_f64());
+    for r in &rows {
+        println!("{r}");
+    }
+    println!("{} passed, {} failed", rows.len() - failed, failed);
+    if failed > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}

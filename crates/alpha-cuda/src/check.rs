@@ -1,0 +1,734 @@
+//! Check-and-bench routines: every kernel against its CPU reference, then timed.
+//!
+//! Why: llm.c's `dev/cuda` keeps each kernel beside a CPU reference and a benchmark so that a
+//! faster variant is shown equal before it replaces the old one. These routines are that
+//! harness for Alpha's kernels; `examples/kernel_check.rs` runs them all on a GPU and prints a
+//! table, and the GPU tests run the quick subset.
+//!
+//! How: fresh random inputs (a small splitmix generator, seeded per run), outputs poisoned with
+//! NaN before each launch so unwritten elements fail, launches in checked mode (a fault names
+//! its kernel), errors reported as max |out − ref| and ‖out − ref‖/‖ref‖ against each family's
+//! threshold, times as the median of device-event timings after warm-up.
+
+use anyhow::Result;
+
+use crate::adamw::{self, AdamwScalars, Segment};
+use crate::cross_entropy;
+use crate::driver::{DeviceArena, Function, Gpu};
+use crate::elementwise;
+use crate::embedding;
+use crate::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
+
+/// One line of the report.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub family: String,
+    pub name: String,
+    pub shape: String,
+    pub max_abs: f64,
+    pub rel: f64,
+    pub tol: f64,
+    pub pass: bool,
+    pub median_us: Option<f64>,
+    pub rate: String,
+}
+
+impl std::fmt::Display for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:<4} {:<14} {:<26} {:<28} max|d| {:>9.2e} rel {:>9.2e} tol {:>8.1e} {:>10} {}",
+            if self.pass { "PASS" } else { "FAIL" },
+            self.family,
+            self.name,
+            self.shape,
+            self.max_abs,
+            self.rel,
+            self.tol,
+            self.median_us.map_or("-".to_string(), |t| format!("{t:.1}us")),
+            self.rate
+        )
+    }
+}
+
+/// splitmix64: small, seedable, good enough for test data.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn below(&mut self, n: u32) -> u32 {
+        (self.next_u64() % n as u64) as u32
+    }
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform() * scale).collect()
+    }
+}
+
+const NAN_BITS: u32 = 0x7FC0_0000;
+
+/// Max abs and relative L2 error; NaN anywhere in `out` gives infinite error.
+pub fn compare(out: &[f32], reference: &[f32]) -> (f64, f64) {
+    let (mut max_abs, mut num, mut den) = (0.0f64, 0.0f64, 0.0f64);
+    for (&o, &r) in out.iter().zip(reference) {
+        if !o.is_finite() && r.is_finite() {
+            return (f64::INFINITY, f64::INFINITY);
+        }
+        let d = (o as f64 - r as f64).abs();
+        max_abs = max_abs.max(d);
+        num += d * d;
+        den += r as f64 * r as f64;
+    }
+    (max_abs, (num / den.max(1e-300)).sqrt())
+}
+
+fn median(mut v: Vec<f32>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2] as f64 * 1e3
+}
+
+/// What to run.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    pub seed: u64,
+    /// Time kernels (and run the large shapes).
+    pub bench: bool,
+    pub warmup: usize,
+    pub reps: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { seed: 0x5EED, bench: true, warmup: 3, reps: 20 }
+    }
+}
+
+fn bf16_bits(x: &[f32]) -> Vec<u16> {
+    x.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect()
+}
+
+fn upload_operand(arena: &DeviceArena, input: Input, x: &[f32]) -> Result<crate::driver::Buf> {
+    Ok(match input {
+        Input::F32 => {
+            let b = arena.alloc_n::<f32>(x.len())?;
+            arena.upload(b, x)?;
+            b
+        }
+        Input::Bf16 => {
+            let b = arena.alloc_n::<u16>(x.len())?;
+            arena.upload(b, &bf16_bits(x))?;
+            b
+        }
+    })
+}
+
+/// Every GEMM variant, fully checked on a small batched shape with partial tiles.
+pub fn gemm_variants(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for spec in GemmSpec::all() {
+        arena.reset();
+        let f = gpu.load(&spec.kernel())?;
+        let mut sh = GemmShape::packed(&spec, 200, 136, 96);
+        sh.batch = 2;
+        let (na, nb, nc) = sh.extents(&spec);
+        let a = rng.vec(na, 1.0);
+        let b = rng.vec(nb, 1.0);
+        let r = rng.vec(nc, 1.0);
+        let c0 = rng.vec(nc, 1.0);
+        let ab = upload_operand(arena, spec.input, &a)?;
+        let bb = upload_operand(arena, spec.input, &b)?;
+        let cb = arena.alloc_n::<f32>(nc)?;
+        let rb = arena.alloc_n::<f32>(nc)?;
+        arena.upload(rb, &r)?;
+        if spec.epilogue == Epilogue::Accumulate {
+            arena.upload(cb, &c0)?;
+        } else {
+            arena.fill_u32(cb, NAN_BITS)?;
+        }
+        gemm::launch(gpu, &f, &spec, &sh, ab.ptr, bb.ptr, cb.ptr, rb.ptr)?;
+        let out: Vec<f32> = arena.download(cb, nc)?;
+        let mut want = c0.clone();
+        gemm::reference(&spec, &sh, &a, &b, &r, &mut want);
+        let (max_abs, rel) = compare(&out, &want);
+        let tol = 1e-5;
+        rows.push(Row {
+            family: "gemm".into(),
+            name: spec.name(),
+            shape: "b2 m200 n136 k96".into(),
+            max_abs,
+            rel,
+            tol,
+            pass: rel <= tol,
+            median_us: None,
+            rate: String::new(),
+        });
+    }
+    Ok(rows)
+}
+
+/// Coppelius's GEMM shapes (SYSTEMS.md §2.5) plus a large square one: sampled check and TFLOP/s.
+/// The seed's two-letter prefix is read as (A layout, B layout) in this crate's convention.
+pub const COPPELIUS_SHAPES: &[(&str, u32, u32, u32, bool, u32)] = &[
+    // (layouts, m, n, k, residual add, launches a step)
+    ("cc", 1408, 512, 1024, false, 32),
+    ("rr", 1024, 1408, 512, false, 32),
+    ("rr", 1024, 1536, 512, false, 16),
+    ("rc", 1024, 1408, 512, false, 16),
+    ("rr", 1024, 512, 1408, true, 16),
+    ("cc", 512, 1408, 1024, false, 16),
+    ("cc", 1536, 512, 1024, false, 16),
+    ("rc", 1024, 512, 1536, false, 16),
+    ("rc", 1024, 512, 1408, true, 16),
+    ("rc", 1024, 512, 1408, false, 16),
+    ("rr", 1024, 512, 512, true, 16),
+    ("cc", 512, 512, 1024, false, 16),
+    ("rc", 1024, 512, 512, false, 16),
+    ("rr", 1024, 12288, 512, false, 1),
+    ("rc", 1024, 512, 12288, false, 1),
+    ("cc", 12288, 512, 1024, false, 1),
+];
+
+fn layout(c: char) -> Layout {
+    if c == 'r' {
+        Layout::RowMajor
+    } else {
+        Layout::ColMajor
+    }
+}
+
+/// Times one GEMM and checks 512 sampled outputs against the f64 reference.
+#[allow(clippy::too_many_arguments)]
+fn gemm_bench_one(
+    gpu: &Gpu,
+    arena: &DeviceArena,
+    rng: &mut Rng,
+    spec: GemmSpec,
+    m: u32,
+    n: u32,
+    k: u32,
+    opts: &Options,
+    cache: &mut Vec<(GemmSpec, Function)>,
+) -> Result<Row> {
+    arena.reset();
+    if !cache.iter().any(|(s, _)| *s == spec) {
+        cache.push((spec, gpu.load(&spec.kernel())?));
+    }
+    let f = &cache.iter().find(|(s, _)| *s == spec).unwrap().1;
+    let sh = GemmShape::packed(&spec, m, n, k);
+    let (na, nb, nc) = sh.extents(&spec);
+    let a = rng.vec(na, 1.0);
+    let b = rng.vec(nb, 1.0);
+    let r = rng.vec(nc, 1.0);
+    let ab = upload_operand(arena, spec.input, &a)?;
+    let bb = upload_operand(arena, spec.input, &b)?;
+    let cb = arena.alloc_n::<f32>(nc)?;
+    let rb = arena.alloc_n::<f32>(nc)?;
+    arena.upload(rb, &r)?;
+    arena.fill_u32(cb, NAN_BITS)?;
+    gemm::launch(gpu, f, &spec, &sh, ab.ptr, bb.ptr, cb.ptr, rb.ptr)?;
+    let out: Vec<f32> = arena.download(cb, nc)?;
+    let (mut max_abs, mut worst) = (0.0f64, 0.0f64);
+    for _ in 0..512 {
+        let i = rng.below(m) as usize;
+        let j = rng.below(n) as usize;
+        let (acc, mag) = gemm::reference_at(&spec, &sh, &a, &b, 0, i, j);
+        let want = match spec.epilogue {
+            Epilogue::AddResidual => acc + r[i * n as usize + j] as f64,
+            _ => acc,
+        };
+        let got = out[i * n as usize + j] as f64;
+        let d = if got.is_finite() { (got - want).abs() } else { f64::INFINITY };
+        max_abs = max_abs.max(d);
+        worst = worst.max(d / (mag + 1e-30));
+    }
+    // Error relative to Σ|a·b| (the scale f32 accumulation rounds at).
+    let tol = 1e-5;
+    let t = gpu.time(opts.warmup, opts.reps, || gemm::launch(gpu, f, &spec, &sh, ab.ptr, bb.ptr, cb.ptr, rb.ptr))?;
+    let us = median(t);
+    Ok(Row {
+        family: "gemm-bench".into(),
+        name: spec.name(),
+        shape: format!("m{m} n{n} k{k}"),
+        max_abs,
+        rel: worst,
+        tol,
+        pass: worst <= tol,
+        median_us: Some(us),
+        rate: format!("{:.1} TFLOP/s", sh.flops() / (us * 1e-6) / 1e12),
+    })
+}
+
+/// The Coppelius shapes with bf16 inputs, a few with fp32 inputs, and 8192³.
+pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let mut cache = Vec::new();
+    for &(lay, m, n, k, add, _) in COPPELIUS_SHAPES {
+        let mut ch = lay.chars();
+        let spec = GemmSpec {
+            a: layout(ch.next().unwrap()),
+            b: layout(ch.next().unwrap()),
+            input: Input::Bf16,
+            epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
+        };
+        rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
+    }
+    for (lay, m, n, k) in [("rr", 1024, 12288, 512), ("rc", 1024, 1536, 512)] {
+        let mut ch = lay.chars();
+        let spec = GemmSpec {
+            a: layout(ch.next().unwrap()),
+            b: layout(ch.next().unwrap()),
+            input: Input::F32,
+            epilogue: Epilogue::Store,
+        };
+        rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
+    }
+    for lay in ["rc", "rr"] {
+        let mut ch = lay.chars();
+        let spec = GemmSpec {
+            a: layout(ch.next().unwrap()),
+            b: layout(ch.next().unwrap()),
+            input: Input::Bf16,
+            epilogue: Epilogue::Store,
+        };
+        rows.push(gemm_bench_one(gpu, arena, rng, spec, 8192, 8192, 8192, opts, &mut cache)?);
+    }
+    Ok(rows)
+}
+
+/// Cast and the fused elementwise chains over `n` elements.
+pub fn elementwise_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, n: usize, opts: &Options) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    arena.reset();
+    // Cast: bit-exact.
+    let f = gpu.load(&elementwise::cast_kernel())?;
+    let mut x = rng.vec(n, 3.0);
+    x[0] = 1.0 + 1.0 / 256.0; // a tie
+    x[1] = f32::MAX;
+    let xb = arena.alloc_n::<f32>(n)?;
+    let ob = arena.alloc_n::<u16>(n)?;
+    arena.upload(xb, &x)?;
+    arena.fill_u32(ob, 0xFFFF_FFFF)?;
+    elementwise::cast(gpu, &f, ob.ptr, xb.ptr, n as u32)?;
+    let got: Vec<u16> = arena.download(ob, n)?;
+    let want = elementwise::cast_reference(&x);
+    let mism = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+    let us = if opts.bench {
+        Some(median(gpu.time(opts.warmup, opts.reps, || elementwise::cast(gpu, &f, ob.ptr, xb.ptr, n as u32))?))
+    } else {
+        None
+    };
+    rows.push(Row {
+        family: "cast".into(),
+        name: "cast_f32_bf16".into(),
+        shape: format!("n{n}"),
+        max_abs: mism as f64,
+        rel: mism as f64 / n as f64,
+        tol: 0.0,
+        pass: mism == 0,
+        median_us: us,
+        rate: us.map_or(String::new(), |t| format!("{:.2} TB/s", 6.0 * n as f64 / t / 1e6)),
+    });
+    for ew in [
+        elementwise::add(),
+        elementwise::axpby(0.5, -2.0),
+        elementwise::gated_gelu_forward(),
+        elementwise::gated_gelu_backward(),
+    ] {
+        arena.reset();
+        let f = gpu.load(&ew.kernel())?;
+        let ins: Vec<Vec<f32>> = (0..ew.inputs).map(|_| rng.vec(n, 4.0)).collect();
+        let in_bufs: Vec<_> = ins
+            .iter()
+            .map(|v| {
+                let b = arena.alloc_n::<f32>(n)?;
+                arena.upload(b, v)?;
+                Ok(b)
+            })
+            .collect::<Result<_>>()?;
+        let out_bufs: Vec<_> = (0..ew.outputs.len())
+            .map(|_| {
+                let b = arena.alloc_n::<f32>(n)?;
+                arena.fill_u32(b, NAN_BITS)?;
+                Ok(b)
+            })
+            .collect::<Result<_>>()?;
+        let outs: Vec<u64> = out_bufs.iter().map(|b| b.ptr).collect();
+        let inp: Vec<u64> = in_bufs.iter().map(|b| b.ptr).collect();
+        ew.launch(gpu, &f, &outs, &inp, n as u32)?;
+        let mut want = vec![vec![0.0f32; n]; ew.outputs.len()];
+        let slices: Vec<&[f32]> = ins.iter().map(|v| v.as_slice()).collect();
+        ew.reference(&slices, &mut want);
+        let (mut max_abs, mut rel) = (0.0f64, 0.0f64);
+        for (j, b) in out_bufs.iter().enumerate() {
+            let got: Vec<f32> = arena.download(*b, n)?;
+            let (a, r) = compare(&got, &want[j]);
+            max_abs = max_abs.max(a);
+            rel = rel.max(r);
+        }
+        let us = if opts.bench {
+            Some(median(gpu.time(opts.warmup, opts.reps, || ew.launch(gpu, &f, &outs, &inp, n as u32))?))
+        } else {
+            None
+        };
+        let bytes = 4.0 * n as f64 * (ew.inputs + ew.outputs.len()) as f64;
+        let tol = 1e-5;
+        rows.push(Row {
+            family: "elementwise".into(),
+            name: ew.name.clone(),
+            shape: format!("n{n}"),
+            max_abs,
+            rel,
+            tol,
+            pass: rel <= tol,
+            median_us: us,
+            rate: us.map_or(String::new(), |t| format!("{:.2} TB/s", bytes / t / 1e6)),
+        });
+    }
+    Ok(rows)
+}
+
+/// Gather and deterministic scatter-add (bit-exact against the reference, and repeatable).
+pub fn embedding_checks(
+    gpu: &Gpu,
+    arena: &DeviceArena,
+    rng: &mut Rng,
+    (v, d, tokens): (u32, u32, u32),
+    opts: &Options,
+) -> Result<Vec<Row>> {
+    arena.reset();
+    let fg = gpu.load(&embedding::gather_kernel())?;
+    let fs = gpu.load(&embedding::scatter_add_kernel())?;
+    let (vu, du, nu) = (v as usize, d as usize, tokens as usize);
+    let table = rng.vec(vu * du, 1.0);
+    let mut idx: Vec<i32> = (0..nu).map(|_| rng.below(v) as i32).collect();
+    // Heavy repeats of one row, and one ignored index.
+    for i in (0..nu).step_by(7) {
+        idx[i] = 3;
+    }
+    idx[nu / 2] = -1;
+    let tb = arena.alloc_n::<f32>(vu * du)?;
+    let ib = arena.alloc_n::<i32>(nu)?;
+    let ob = arena.alloc_n::<f32>(nu * du)?;
+    arena.upload(tb, &table)?;
+    arena.upload(ib, &idx)?;
+    arena.fill_u32(ob, NAN_BITS)?;
+    embedding::gather(gpu, &fg, ob.ptr, tb.ptr, ib.ptr, tokens, v, d)?;
+    let got: Vec<f32> = arena.download(ob, nu * du)?;
+    let want = embedding::gather_reference(&table, &idx, vu, du);
+    let (ga, gr) = compare(&got, &want);
+    let us = if opts.bench {
+        Some(median(
+            gpu.time(opts.warmup, opts.reps, || embedding::gather(gpu, &fg, ob.ptr, tb.ptr, ib.ptr, tokens, v, d))?,
+        ))
+    } else {
+        None
+    };
+    let mut rows = vec![Row {
+        family: "embedding".into(),
+        name: "embedding_gather".into(),
+        shape: format!("v{v} d{d} n{tokens}"),
+        max_abs: ga,
+        rel: gr,
+        tol: 0.0,
+        pass: ga == 0.0,
+        median_us: us,
+        rate: String::new(),
+    }];
+    // Scatter-add into a random gradient table, twice from the same start: bit-identical.
+    let dout = rng.vec(nu * du, 1.0);
+    let dtable0 = rng.vec(vu * du, 1.0);
+    let gb = arena.alloc_n::<f32>(nu * du)?;
+    arena.upload(gb, &dout)?;
+    arena.upload(tb, &dtable0)?;
+    embedding::scatter_add(gpu, &fs, tb.ptr, gb.ptr, ib.ptr, tokens, v, d)?;
+    let first: Vec<f32> = arena.download(tb, vu * du)?;
+    arena.upload(tb, &dtable0)?;
+    embedding::scatter_add(gpu, &fs, tb.ptr, gb.ptr, ib.ptr, tokens, v, d)?;
+    let second: Vec<f32> = arena.download(tb, vu * du)?;
+    let mut want = dtable0.clone();
+    embedding::scatter_add_reference(&mut want, &dout, &idx, vu, du);
+    let (sa, sr) = compare(&first, &want);
+    let repeat = first.iter().zip(&second).all(|(a, b)| a.to_bits() == b.to_bits());
+    let us =
+        if opts.bench {
+            Some(median(gpu.time(opts.warmup, opts.reps, || {
+                embedding::scatter_add(gpu, &fs, tb.ptr, gb.ptr, ib.ptr, tokens, v, d)
+            })?))
+        } else {
+            None
+        };
+    rows.push(Row {
+        family: "embedding".into(),
+        name: "embedding_scatter_add".into(),
+        shape: format!("v{v} d{d} n{tokens}"),
+        max_abs: sa,
+        rel: sr,
+        tol: 0.0,
+        pass: sa == 0.0 && repeat,
+        median_us: us,
+        rate: if repeat { "bitwise repeatable".into() } else { "NOT repeatable".into() },
+    });
+    Ok(rows)
+}
+
+/// Cross-entropy forward (loss, lse) and backward against f64 references.
+pub fn cross_entropy_checks(
+    gpu: &Gpu,
+    arena: &DeviceArena,
+    rng: &mut Rng,
+    (rows_n, v): (u32, u32),
+    opts: &Options,
+) -> Result<Vec<Row>> {
+    arena.reset();
+    let ff = gpu.load(&cross_entropy::forward_kernel())?;
+    let fb = gpu.load(&cross_entropy::backward_kernel())?;
+    let (r, vu) = (rows_n as usize, v as usize);
+    let logits = rng.vec(r * vu, 4.0);
+    let mut targets: Vec<i32> = (0..r).map(|_| rng.below(v) as i32).collect();
+    targets[r - 1] = -1;
+    let dloss: Vec<f32> = (0..r).map(|_| 1.0 / r as f32 * (1.0 + rng.uniform())).collect();
+    let lb = arena.alloc_n::<f32>(r * vu)?;
+    let tb = arena.alloc_n::<i32>(r)?;
+    let lossb = arena.alloc_n::<f32>(r)?;
+    let lseb = arena.alloc_n::<f32>(r)?;
+    let dlb = arena.alloc_n::<f32>(r)?;
+    let gb = arena.alloc_n::<f32>(r * vu)?;
+    arena.upload(lb, &logits)?;
+    arena.upload(tb, &targets)?;
+    arena.upload(dlb, &dloss)?;
+    arena.fill_u32(lossb, NAN_BITS)?;
+    arena.fill_u32(lseb, NAN_BITS)?;
+    arena.fill_u32(gb, NAN_BITS)?;
+    cross_entropy::forward(gpu, &ff, lossb.ptr, lseb.ptr, lb.ptr, tb.ptr, rows_n, v)?;
+    cross_entropy::backward(gpu, &fb, gb.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, v)?;
+    let loss: Vec<f32> = arena.download(lossb, r)?;
+    let lse: Vec<f32> = arena.download(lseb, r)?;
+    let grad: Vec<f32> = arena.download(gb, r * vu)?;
+    let (wl, wlse) = cross_entropy::forward_reference(&logits, &targets, vu);
+    let wg = cross_entropy::backward_reference(&logits, &targets, &dloss, vu);
+    let (la, lr) = compare(&loss, &wl);
+    let (sa, sr) = compare(&lse, &wlse);
+    let (ga, gr) = compare(&grad, &wg);
+    let (tf, tb_) = if opts.bench {
+        (
+            Some(median(gpu.time(opts.warmup, opts.reps, || {
+                cross_entropy::forward(gpu, &ff, lossb.ptr, lseb.ptr, lb.ptr, tb.ptr, rows_n, v)
+            })?)),
+            Some(median(gpu.time(opts.warmup, opts.reps, || {
+                cross_entropy::backward(gpu, &fb, gb.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, v)
+            })?)),
+        )
+    } else {
+        (None, None)
+    };
+    let bytes = 4.0 * (r * vu) as f64;
+    Ok(vec![
+        Row {
+            family: "cross_entropy".into(),
+            name: "cross_entropy_fwd".into(),
+            shape: format!("rows{rows_n} v{v}"),
+            max_abs: la.max(sa),
+            rel: lr.max(sr),
+            tol: 1e-5,
+            pass: lr.max(sr) <= 1e-5,
+            median_us: tf,
+            rate: tf.map_or(String::new(), |t| format!("{:.2} TB/s (1 read)", bytes / t / 1e6)),
+        },
+        Row {
+            family: "cross_entropy".into(),
+            name: "cross_entropy_bwd".into(),
+            shape: format!("rows{rows_n} v{v}"),
+            max_abs: ga,
+            rel: gr,
+            tol: 1e-5,
+            pass: gr <= 1e-5,
+            median_us: tb_,
+            rate: tb_.map_or(String::new(), |t| format!("{:.2} TB/s", 2.0 * bytes / t / 1e6)),
+        },
+    ])
+}
+
+/// Sum of squares + clip scale, then AdamW using that scale; then the three launches captured
+/// as a graph and replayed for steps 2..=4 with new scalars written before each replay.
+pub fn optimizer_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, n: u32, opts: &Options) -> Result<Vec<Row>> {
+    arena.reset();
+    let fa = gpu.load(&adamw::adamw_kernel())?;
+    let fp = gpu.load(&adamw::sumsq_partial_kernel())?;
+    let ff = gpu.load(&adamw::sumsq_finish_kernel())?;
+    let nu = n as usize;
+    // Segments of assorted sizes, alternating decay.
+    let mut segments = Vec::new();
+    let mut off = 0u32;
+    let mut i = 0;
+    while off < n {
+        let len = (1u32 << (9 + (i * 7) % 13)).min(n - off);
+        segments.push(Segment { offset: off, len, decay: i % 2 == 0 });
+        off += len;
+        i += 1;
+    }
+    let table = adamw::segment_table(&segments, n)?;
+    let mut p = rng.vec(nu, 1.0);
+    let g = rng.vec(nu, 0.01);
+    let mut m = rng.vec(nu, 0.001);
+    let mut v: Vec<f32> = rng.vec(nu, 1e-5).iter().map(|x| x.abs()).collect();
+    let [pb, gb, mb, vb] = [0; 4].map(|_| arena.alloc_n::<f32>(nu));
+    let (pb, gb, mb, vb) = (pb?, gb?, mb?, vb?);
+    let segb = arena.alloc_n::<u32>(table.len())?;
+    let scb = arena.alloc_n::<f32>(8)?;
+    let partb = arena.alloc_n::<f32>(adamw::SUMSQ_BLOCKS as usize)?;
+    let outb = arena.alloc_n::<f32>(2)?;
+    arena.upload(pb, &p)?;
+    arena.upload(gb, &g)?;
+    arena.upload(mb, &m)?;
+    arena.upload(vb, &v)?;
+    arena.upload(segb, &table)?;
+    let hyper = |step| AdamwScalars { lr: 3e-4, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, step };
+    arena.upload(scb, &hyper(1).device())?;
+    let max_norm = 1.0f32;
+    let nseg = segments.len() as u32;
+    let step = |gpu: &Gpu| -> Result<()> {
+        adamw::sumsq_partial(gpu, &fp, partb.ptr, gb.ptr, n)?;
+        adamw::sumsq_finish(gpu, &ff, outb.ptr, partb.ptr, max_norm)?;
+        adamw::launch(gpu, &fa, pb.ptr, gb.ptr, mb.ptr, vb.ptr, n, segb.ptr, nseg, scb.ptr, outb.ptr + 4)
+    };
+    step(gpu)?;
+    let ss: Vec<f32> = arena.download(outb, 2)?;
+    let (want_s, want_scale) = adamw::sumsq_reference(&g, max_norm);
+    let srel = ((ss[0] as f64 - want_s) / want_s).abs();
+    let screl = ((ss[1] - want_scale) / want_scale).abs() as f64;
+    let mut rows = vec![Row {
+        family: "adamw".into(),
+        name: "sumsq_partial+finish".into(),
+        shape: format!("n{n}"),
+        max_abs: (ss[0] as f64 - want_s).abs(),
+        rel: srel.max(screl),
+        tol: 1e-5,
+        pass: srel.max(screl) <= 1e-5,
+        median_us: None,
+        rate: format!("scale {:.6} (ref {:.6})", ss[1], want_scale),
+    }];
+    // The reference uses the device's scale so the update can be compared bit for bit.
+    adamw::reference(&mut p, &g, &mut m, &mut v, &segments, &hyper(1).device(), ss[1]);
+    let got_p: Vec<f32> = arena.download(pb, nu)?;
+    let got_m: Vec<f32> = arena.download(mb, nu)?;
+    let got_v: Vec<f32> = arena.download(vb, nu)?;
+    let (pa, pr) = compare(&got_p, &p);
+    let (ma, _) = compare(&got_m, &m);
+    let (va, _) = compare(&got_v, &v);
+    let exact = pa == 0.0 && ma == 0.0 && va == 0.0;
+    rows.push(Row {
+        family: "adamw".into(),
+        name: "adamw step 1".into(),
+        shape: format!("n{n} segs{nseg}"),
+        max_abs: pa.max(ma).max(va),
+        rel: pr,
+        tol: 1e-7,
+        pass: pr <= 1e-7,
+        median_us: None,
+        rate: if exact { "bit-exact".into() } else { "not bit-exact".into() },
+    });
+    // Graph: capture once, replay steps 2..=4 with new scalars.
+    let graph = gpu.capture(|| step(gpu))?;
+    for t in 2..=4u32 {
+        arena.upload(scb, &hyper(t).device())?;
+        graph.replay()?;
+        gpu.synchronize()?;
+        let s: Vec<f32> = arena.download(outb, 2)?;
+        adamw::reference(&mut p, &g, &mut m, &mut v, &segments, &hyper(t).device(), s[1]);
+    }
+    let got_p: Vec<f32> = arena.download(pb, nu)?;
+    let (pa, pr) = compare(&got_p, &p);
+    let us_graph = if opts.bench { Some(median(gpu.time(opts.warmup, opts.reps, || graph.replay())?)) } else { None };
+    let us_adamw = if opts.bench {
+        Some(median(gpu.time(opts.warmup, opts.reps, || {
+            adamw::launch(gpu, &fa, pb.ptr, gb.ptr, mb.ptr, vb.ptr, n, segb.ptr, nseg, scb.ptr, outb.ptr + 4)
+        })?))
+    } else {
+        None
+    };
+    rows.push(Row {
+        family: "adamw".into(),
+        name: "adamw alone".into(),
+        shape: format!("n{n}"),
+        max_abs: 0.0,
+        rel: 0.0,
+        tol: 0.0,
+        pass: true,
+        median_us: us_adamw,
+        rate: us_adamw.map_or(String::new(), |t| format!("{:.2} TB/s", 28.0 * n as f64 / t / 1e6)),
+    });
+    rows.push(Row {
+        family: "graph".into(),
+        name: format!("graph[{}] steps 2-4", graph.launches().join(",")),
+        shape: format!("n{n}"),
+        max_abs: pa,
+        rel: pr,
+        tol: 1e-7,
+        pass: pr <= 1e-7,
+        median_us: us_graph,
+        rate: if pa == 0.0 { "bit-exact replay".into() } else { String::new() },
+    });
+    Ok(rows)
+}
+
+/// The seed's per-step GEMM mix (243 launches) captured as one graph: time per replay.
+pub fn gemm_step_graph(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Row> {
+    arena.reset();
+    let mut fns: Vec<(GemmSpec, Function)> = Vec::new();
+    let mut launches = Vec::new();
+    let mut flops = 0.0;
+    for &(lay, m, n, k, add, count) in COPPELIUS_SHAPES {
+        let mut ch = lay.chars();
+        let spec = GemmSpec {
+            a: layout(ch.next().unwrap()),
+            b: layout(ch.next().unwrap()),
+            input: Input::Bf16,
+            epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
+        };
+        if !fns.iter().any(|(s, _)| *s == spec) {
+            fns.push((spec, gpu.load(&spec.kernel())?));
+        }
+        let sh = GemmShape::packed(&spec, m, n, k);
+        let (na, nb, nc) = sh.extents(&spec);
+        let ab = upload_operand(arena, Input::Bf16, &rng.vec(na, 1.0))?;
+        let bb = upload_operand(arena, Input::Bf16, &rng.vec(nb, 1.0))?;
+        let cb = arena.alloc_n::<f32>(nc)?;
+        arena.fill_u32(cb, 0)?;
+        for _ in 0..count {
+            launches.push((spec, sh, ab.ptr, bb.ptr, cb.ptr));
+            flops += sh.flops();
+        }
+    }
+    let run = || -> Result<()> {
+        for (spec, sh, a, b, c) in &launches {
+            let f = &fns.iter().find(|(s, _)| s == spec).unwrap().1;
+            gemm::launch(gpu, f, spec, sh, *a, *b, *c, *c)?;
+        }
+        Ok(())
+    };
+    let graph = gpu.capture(run)?;
+    let t = median(gpu.time(opts.warmup, opts.reps.min(10), || graph.replay())?);
+    Ok(Row {
+        family: "graph".into(),
+        name: format!("coppelius gemm mix x{}", launches.len()),
+        shape: "seed §2.5 shapes".into(),
+        max_abs: 0.0,
+        rel: 0.0,
+        tol: 0.0,
+        pass: true,
+        median_us: Some(t),
+        rate: format!("{:.1} TFLOP/s ({:.2} ms/step)", flops / (t * 1e-6) / 1e12, t / 1e3),
+    })
+}
