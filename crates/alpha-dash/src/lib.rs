@@ -1,1 +1,426 @@
-//! alpha-dash
+//! `alpha serve`: the live dashboard over a folder of run records.
+//!
+//! The server reads `runs/<name>/` as the trainer writes it (see [`records`]) and answers a
+//! small JSON API; three HTML pages (the runs, one run, the systems catalogue) poll it every
+//! two seconds and draw their charts as SVG with the page's own script. Everything the pages
+//! need is compiled into the binary, so a page loads with no network beyond this server.
+//!
+//! | route | answer |
+//! | --- | --- |
+//! | `GET /api/runs` | every run: system, device, state, steps, latest loss |
+//! | `GET /api/runs/{name}` | `run.json`, the headline figures, each file's skipped-line count |
+//! | `GET /api/runs/{name}/points?since=N` | `points.jsonl` rows from row N on, as columns |
+//! | `GET /api/runs/{name}/lineage` | `lineage.jsonl` as written (oldest first) |
+//! | `GET /api/runs/{name}/invocations` | `invocations.jsonl` |
+//! | `GET /api/runs/{name}/profile?step=S` | kernel-family and GEMM-shape tables of a profiled step |
+//! | `GET /api/runs/{name}/telemetry?since=T&max=M` | telemetry columns, averaged to at most M points |
+//! | `POST /api/runs/{name}/probe` | `{checkpoint, prompt, tokens}` → the model's continuation and next-token guesses |
+//! | `GET /api/systems` | the systems catalogue, with each system's runs |
+//!
+//! Bad input is never fatal once the server runs: unparseable JSONL lines are skipped and
+//! counted; a run without `run.json` shows as "unknown". Before it runs, a missing runs folder
+//! and a port in use are errors that say so.
+
+pub mod records;
+pub mod store;
+pub mod webdriver;
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use store::RunStore;
+
+/// One system of the catalogue page, as the CLI knows it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SystemInfo {
+    pub name: String,
+    pub description: String,
+    pub parameters: u64,
+    /// "trains on hardware", "in development", ... as the seed's catalogue words it.
+    pub state: String,
+    /// Where it runs: "cpu", "cuda sm_90 (H200)", ...
+    pub devices: Vec<String>,
+}
+
+/// What a model says after a prompt.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ProbeResult {
+    /// A short greedy continuation of the prompt.
+    pub continuation: String,
+    /// The most likely next tokens and their probabilities, most likely first.
+    pub top_next: Vec<(String, f64)>,
+}
+
+/// Runs a checkpoint on a prompt; the CLI supplies it because only it knows the systems.
+pub trait Probe: Send + Sync {
+    fn probe(&self, run_dir: &Path, checkpoint: &Path, prompt: &str, tokens: usize) -> anyhow::Result<ProbeResult>;
+}
+
+/// How `alpha serve` runs.
+#[derive(Clone)]
+pub struct ServeOptions {
+    pub runs_dir: PathBuf,
+    /// 0 picks a free port (printed on start).
+    pub port: u16,
+    pub host: IpAddr,
+    pub catalogue: Vec<SystemInfo>,
+    pub probe: Option<Arc<dyn Probe>>,
+}
+
+impl ServeOptions {
+    /// `runs_dir` on 127.0.0.1:[`DEFAULT_PORT`], no catalogue and no probe.
+    pub fn new(runs_dir: impl Into<PathBuf>) -> Self {
+        ServeOptions {
+            runs_dir: runs_dir.into(),
+            port: DEFAULT_PORT,
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            catalogue: Vec::new(),
+            probe: None,
+        }
+    }
+}
+
+/// The port `alpha serve` uses without `--port`.
+pub const DEFAULT_PORT: u16 = 8080;
+
+/// Serves until interrupted (Ctrl-C); blocking, on a runtime of its own.
+pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+    let server = Server::bind(opts)?;
+    println!("alpha serve: http://{}/ — runs from {} (Ctrl-C stops)", server.local_addr(), server.runs_dir().display());
+    server.run_until(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+}
+
+/// A dashboard bound to its port but not yet serving: binding first lets the caller learn the
+/// port (and report a port in use) before anything runs.
+pub struct Server {
+    listener: std::net::TcpListener,
+    router: Router,
+    runs_dir: PathBuf,
+}
+
+impl Server {
+    /// Checks the runs folder and binds the port; each failure says what to do.
+    pub fn bind(opts: ServeOptions) -> anyhow::Result<Server> {
+        let runs_dir = opts.runs_dir.clone();
+        check_runs_dir(&runs_dir)?;
+        let addr = SocketAddr::new(opts.host, opts.port);
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => anyhow::anyhow!(
+                "port {} is in use on {}: another program is listening there; choose another with --port",
+                opts.port,
+                opts.host
+            ),
+            _ => anyhow::Error::new(e).context(format!("cannot listen on {addr}")),
+        })?;
+        listener.set_nonblocking(true)?;
+        Ok(Server { listener, router: router(opts), runs_dir })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    pub fn runs_dir(&self) -> &Path {
+        &self.runs_dir
+    }
+
+    /// Serves until `shutdown` completes.
+    pub fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .context("starting the server's runtime")?;
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(self.listener)?;
+            axum::serve(listener, self.router).with_graceful_shutdown(shutdown).await
+        })
+        .context("serving the dashboard")
+    }
+
+    /// Serves on a background thread until the returned handle is stopped or dropped.
+    pub fn spawn(self) -> RunningServer {
+        let addr = self.local_addr();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            if let Err(e) = self.run_until(async {
+                let _ = rx.await;
+            }) {
+                eprintln!("alpha serve: {e:#}");
+            }
+        });
+        RunningServer { addr, stop: Some(tx), thread: Some(thread) }
+    }
+}
+
+/// A server started by [`Server::spawn`].
+pub struct RunningServer {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RunningServer {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:port`, without a trailing slash.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn check_runs_dir(dir: &Path) -> anyhow::Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => anyhow::bail!("the runs folder {} is a file, not a folder", dir.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+            "the runs folder {} does not exist: train a run into it first (its records go in <runs>/<name>/), or pass --runs DIR",
+            dir.display()
+        ),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot read the runs folder {}", dir.display()))),
+    }
+}
+
+struct AppState {
+    store: RunStore,
+    catalogue: Vec<SystemInfo>,
+    probe: Option<Arc<dyn Probe>>,
+}
+
+type St = State<Arc<AppState>>;
+
+/// The dashboard's routes over `opts.runs_dir` (no check that it exists: [`Server::bind`] does).
+pub fn router(opts: ServeOptions) -> Router {
+    let state =
+        Arc::new(AppState { store: RunStore::new(opts.runs_dir), catalogue: opts.catalogue, probe: opts.probe });
+    Router::new()
+        .route("/", get(|| page("runs", String::new())))
+        .route("/systems", get(|| page("systems", String::new())))
+        .route("/runs/{name}", get(|UrlPath(name): UrlPath<String>| page("run", name)))
+        .route("/assets/app.js", get(|| asset("text/javascript; charset=utf-8", APP_JS)))
+        .route("/assets/style.css", get(|| asset("text/css; charset=utf-8", STYLE_CSS)))
+        .route("/favicon.svg", get(|| asset("image/svg+xml", FAVICON)))
+        .route("/api/runs", get(api_runs))
+        .route("/api/runs/{name}", get(api_run))
+        .route("/api/runs/{name}/points", get(api_points))
+        .route("/api/runs/{name}/lineage", get(api_lineage))
+        .route("/api/runs/{name}/invocations", get(api_invocations))
+        .route("/api/runs/{name}/profile", get(api_profile))
+        .route("/api/runs/{name}/telemetry", get(api_telemetry))
+        .route("/api/runs/{name}/probe", post(api_probe))
+        .route("/api/systems", get(api_systems))
+        .fallback(|| async { err(StatusCode::NOT_FOUND, "no such page") })
+        .with_state(state)
+}
+
+const APP_JS: &str = include_str!("assets/app.js");
+const STYLE_CSS: &str = include_str!("assets/style.css");
+const PAGE_HTML: &str = include_str!("assets/page.html");
+const FAVICON: &str = include_str!("assets/favicon.svg");
+
+async fn page(kind: &str, run: String) -> Html<String> {
+    let title = match kind {
+        "run" => format!("{run} · Alpha"),
+        "systems" => "Systems · Alpha".to_string(),
+        _ => "Runs · Alpha".to_string(),
+    };
+    Html(PAGE_HTML.replace("{{title}}", &escape(&title)).replace("{{page}}", kind).replace("{{run}}", &escape(&run)))
+}
+
+async fn asset(mime: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, mime), (header::CACHE_CONTROL, "no-cache")], body).into_response()
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn err(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, Json(json!({"error": msg.into()}))).into_response()
+}
+
+fn no_run(name: &str) -> Response {
+    err(StatusCode::NOT_FOUND, format!("no run named {name:?} in the runs folder"))
+}
+
+async fn api_runs(State(st): St) -> Response {
+    let names = match st.store.list() {
+        Ok(n) => n,
+        Err(e) => {
+            let msg = format!("cannot read the runs folder {}: {e}", st.store.runs_dir.display());
+            return err(StatusCode::INTERNAL_SERVER_ERROR, msg);
+        }
+    };
+    let runs: Vec<Value> = names
+        .iter()
+        .filter_map(|n| {
+            let rec = st.store.get(n)?;
+            let mut r = rec.lock().unwrap();
+            r.refresh_core();
+            Some(r.summary(n))
+        })
+        .collect();
+    Json(json!({"runs_dir": st.store.runs_dir, "runs": runs})).into_response()
+}
+
+/// Runs `f` on run `name`'s records after following every file.
+fn with_run(st: &AppState, name: &str, f: impl FnOnce(&store::RunRecords) -> Value) -> Response {
+    let Some(rec) = st.store.get(name) else { return no_run(name) };
+    let mut r = rec.lock().unwrap();
+    r.refresh_all();
+    Json(f(&r)).into_response()
+}
+
+async fn api_run(State(st): St, UrlPath(name): UrlPath<String>) -> Response {
+    with_run(&st, &name, |r| {
+        let run = match &r.info {
+            Ok(i) => serde_json::to_value(i).unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        };
+        json!({
+            "name": name,
+            "runs_dir": st.store.runs_dir,
+            "state": r.state(),
+            "run": run,
+            "problem": r.info.as_ref().err(),
+            "headline": r.headline(),
+            "files": r.files(),
+            "skipped_lines": r.skipped_total(),
+            "probe_available": st.probe.is_some(),
+        })
+    })
+}
+
+#[derive(Deserialize)]
+struct Since {
+    since: Option<usize>,
+}
+
+async fn api_points(State(st): St, UrlPath(name): UrlPath<String>, Query(q): Query<Since>) -> Response {
+    with_run(&st, &name, |r| r.points_since(q.since.unwrap_or(0)))
+}
+
+async fn api_lineage(State(st): St, UrlPath(name): UrlPath<String>) -> Response {
+    with_run(&st, &name, |r| json!({"rows": r.lineage.rows(), "health": r.files()["lineage"]}))
+}
+
+async fn api_invocations(State(st): St, UrlPath(name): UrlPath<String>) -> Response {
+    with_run(&st, &name, |r| json!({"rows": r.invocations.rows(), "health": r.files()["invocations"]}))
+}
+
+#[derive(Deserialize)]
+struct StepQ {
+    step: Option<u64>,
+}
+
+async fn api_profile(State(st): St, UrlPath(name): UrlPath<String>, Query(q): Query<StepQ>) -> Response {
+    with_run(&st, &name, |r| serde_json::to_value(r.profile_tables(q.step)).unwrap_or(Value::Null))
+}
+
+#[derive(Deserialize)]
+struct TelemetryQ {
+    since: Option<f64>,
+    max: Option<usize>,
+}
+
+async fn api_telemetry(State(st): St, UrlPath(name): UrlPath<String>, Query(q): Query<TelemetryQ>) -> Response {
+    with_run(&st, &name, |r| r.telemetry_series(q.since, q.max.unwrap_or(1500).clamp(10, 20_000)))
+}
+
+#[derive(Deserialize)]
+struct ProbeRequest {
+    checkpoint: String,
+    prompt: String,
+    #[serde(default = "default_probe_tokens")]
+    tokens: usize,
+}
+
+fn default_probe_tokens() -> usize {
+    32
+}
+
+async fn api_probe(State(st): St, UrlPath(name): UrlPath<String>, Json(req): Json<ProbeRequest>) -> Response {
+    let Some(probe) = st.probe.clone() else {
+        return err(StatusCode::NOT_IMPLEMENTED, "this server has no prompt probe (the CLI supplies one)");
+    };
+    let Some(rec) = st.store.get(&name) else { return no_run(&name) };
+    // Only a checkpoint the lineage lists can be probed, so a request names no other file.
+    let (dir, known) = {
+        let mut r = rec.lock().unwrap();
+        r.refresh_all();
+        let known = r.lineage.rows().iter().any(|l| l.path == req.checkpoint);
+        (r.dir.clone(), known)
+    };
+    if !known {
+        return err(StatusCode::BAD_REQUEST, format!("{:?} is not a checkpoint in this run's lineage", req.checkpoint));
+    }
+    if req.tokens == 0 || req.tokens > 512 {
+        return err(StatusCode::BAD_REQUEST, "tokens must be between 1 and 512");
+    }
+    let ckpt = dir.join(&req.checkpoint);
+    let result = tokio::task::spawn_blocking(move || probe.probe(&dir, &ckpt, &req.prompt, req.tokens)).await;
+    match result {
+        Ok(Ok(r)) => Json(r).into_response(),
+        Ok(Err(e)) => err(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}")),
+        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, format!("the probe failed: {e}")),
+    }
+}
+
+async fn api_systems(State(st): St) -> Response {
+    // Each system's runs, from run.json's "system" field.
+    let mut runs_of: std::collections::HashMap<String, Vec<Value>> = Default::default();
+    for name in st.store.list().unwrap_or_default() {
+        if let Some(rec) = st.store.get(&name) {
+            let mut r = rec.lock().unwrap();
+            r.refresh_core();
+            if let Ok(i) = &r.info {
+                runs_of.entry(i.system.to_lowercase()).or_default().push(json!({
+                    "name": name, "state": r.state(), "device": i.device, "steps_done": i.steps_done,
+                }));
+            }
+        }
+    }
+    let systems: Vec<Value> = st
+        .catalogue
+        .iter()
+        .map(|s| {
+            let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+            v["runs"] = json!(runs_of.get(&s.name.to_lowercase()).cloned().unwrap_or_default());
+            v
+        })
+        .collect();
+    Json(json!({"systems": systems})).into_response()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,636 @@
+// Alpha dashboard. One script for the three pages (runs, run, systems): it polls the server's
+// JSON API every 2 s and draws charts as SVG with the small renderer below, so the page needs
+// no library and no network beyond this server.
+"use strict";
+
+const POLL_MS = 2000;
+const SVGNS = "http://www.w3.org/2000/svg";
+const COLORS = {
+  loss: "#1f5fd6", band: "#1f5fd6", unseen: "#d9480f", held: "#b4235a", ref: "#8a94a3",
+  a: "#1f5fd6", b: "#0f9d8a", c: "#d9480f", d: "#7c3aed", e: "#b4235a", f: "#8a94a3",
+};
+
+// ---------- formatting ----------
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const isNum = (x) => typeof x === "number" && isFinite(x);
+function fmt(x, digits = 3) {
+  if (!isNum(x)) return "—";
+  const a = Math.abs(x);
+  if (a !== 0 && (a >= 1e7 || a < 1e-3)) return x.toExponential(2);
+  return x.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+}
+const int = (x) => (isNum(x) ? Math.round(x).toLocaleString("en-US") : "—");
+function sig(x, n = 3) {
+  if (!isNum(x)) return "—";
+  if (x === 0) return "0";
+  const a = Math.abs(x);
+  if (a >= 1e6 || a < 1e-3) return x.toExponential(2);
+  const d = Math.max(0, n - 1 - Math.floor(Math.log10(a)));
+  return x.toLocaleString("en-US", { minimumFractionDigits: Math.min(d, 6), maximumFractionDigits: Math.min(d, 6) });
+}
+function duration(s) {
+  if (!isNum(s)) return "—";
+  if (s < 60) return `${s.toFixed(1)} s`;
+  if (s < 3600) return `${(s / 60).toFixed(1)} min`;
+  return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+}
+function clock(t) {
+  const d = new Date(t * 1000);
+  return d.toISOString().slice(11, 19);
+}
+function when(iso) {
+  if (!iso) return "—";
+  const d = new Date(iso);
+  if (isNaN(d)) return esc(iso);
+  return d.toISOString().replace("T", " ").slice(0, 19) + " UTC";
+}
+function badge(state) {
+  const s = String(state || "unknown").toLowerCase();
+  return `<span class="badge ${esc(s)}">${esc(s)}</span>`;
+}
+function progress(done, target, state) {
+  const p = target > 0 ? Math.min(1, done / target) : 0;
+  return `<div class="progress ${esc(state)}"><span style="width:${(p * 100).toFixed(1)}%"></span></div>`;
+}
+const $ = (sel, root = document) => root.querySelector(sel);
+function el(tag, attrs = {}, html = "") {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  e.innerHTML = html;
+  return e;
+}
+
+// ---------- data ----------
+async function api(path, opts) {
+  const r = await fetch(path, opts);
+  let body = null;
+  try { body = await r.json(); } catch (_) { /* not JSON */ }
+  if (!r.ok) throw new Error((body && body.error) || `${r.status} ${r.statusText}`);
+  return body;
+}
+function setLive(ok, text) {
+  const l = $("#live");
+  l.className = "live " + (ok ? "on" : "off");
+  l.textContent = text;
+}
+// Runs `fn` now and every POLL_MS after it finishes (never overlapping), showing liveness.
+function poll(fn) {
+  const tick = async () => {
+    try {
+      await fn();
+      setLive(true, `live · updated ${new Date().toLocaleTimeString("en-GB")}`);
+    } catch (e) {
+      setLive(false, `cannot reach the server (${e.message}); retrying`);
+    }
+    setTimeout(tick, POLL_MS);
+  };
+  tick();
+}
+
+// ---------- the chart renderer ----------
+function niceStep(range, count) {
+  const raw = range / Math.max(1, count);
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const n = raw / mag;
+  return (n < 1.5 ? 1 : n < 3 ? 2 : n < 7 ? 5 : 10) * mag;
+}
+function ticks(lo, hi, count) {
+  if (!(hi > lo)) return [lo];
+  const step = niceStep(hi - lo, count);
+  const out = [];
+  for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+  return out;
+}
+const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+function timeTicks(lo, hi, count) {
+  const step = TIME_STEPS.find((s) => (hi - lo) / s <= count) || 86400 * Math.ceil((hi - lo) / count / 86400);
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi; v += step) out.push(v);
+  return { ticks: out, step };
+}
+function tickLabel(v, step) {
+  const a = Math.abs(step);
+  if (a >= 1000 && Math.abs(v) >= 1e4) return (v / 1000).toLocaleString("en-US") + "k";
+  const d = Math.max(0, -Math.floor(Math.log10(a) + 1e-9));
+  return v.toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
+}
+function svg(tag, attrs, parent) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (parent) parent.appendChild(e);
+  return e;
+}
+// Keeps a line readable and light at any length: beyond ~2 points a pixel, each pixel column
+// keeps its first, lowest, highest and last point, so spikes stay visible.
+function decimate(pts, x0, x1, px) {
+  if (pts.length <= px * 2) return pts;
+  const out = [];
+  let col = -1, bucket = [];
+  const flush = () => {
+    if (!bucket.length) return;
+    let lo = bucket[0], hi = bucket[0];
+    for (const p of bucket) { if (p[1] < lo[1]) lo = p; if (p[1] > hi[1]) hi = p; }
+    const keep = [bucket[0], lo, hi, bucket[bucket.length - 1]].sort((a, b) => a[0] - b[0]);
+    for (const k of keep) if (out[out.length - 1] !== k) out.push(k);
+    bucket = [];
+  };
+  for (const p of pts) {
+    if (p[1] === null) { flush(); out.push(p); continue; }
+    const c = Math.floor(((p[0] - x0) / (x1 - x0 || 1)) * px);
+    if (c !== col) { flush(); col = c; }
+    bucket.push(p);
+  }
+  flush();
+  return out;
+}
+
+/**
+ * Draws a chart into `host` (a div). spec: {series, xLabel, yLabel, time, height, yMin, yMax,
+ * yZero, count}. A series: {label, color, type: line|band|dots|diamonds|hline, data, dash,
+ * width, value}. Lines take [[x, y|null]], bands [[x, lo, hi]], hlines a `value`. `count` is the
+ * index of the series whose point count the SVG exposes as data-points (for tests and readers).
+ */
+function chart(host, spec) {
+  host.classList.add("chart");
+  host.innerHTML = "";
+  const legend = el("div", { class: "legend" });
+  host.appendChild(legend);
+  const W = Math.max(280, host.clientWidth || 600), H = spec.height || 240;
+  const m = { l: 58, r: 16, t: 10, b: 40 };
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": spec.yLabel || "" }, host);
+  const series = spec.series.filter((s) => s && (s.type === "hline" ? isNum(s.value) : s.data && s.data.length));
+  const counted = spec.series[spec.count || 0];
+  root.setAttribute("data-points", counted && counted.data ? counted.data.length : 0);
+  root.setAttribute("data-series", series.map((s) => s.label).join("|"));
+  for (const s of spec.series) {
+    if (!s) continue;
+    const last = s.data && s.data.length ? s.data[s.data.length - 1] : null;
+    const latest = s.type === "hline" ? s.value : last ? last[s.type === "band" ? 2 : 1] : null;
+    const cls = s.type === "band" ? "band" : s.type === "dots" ? "dot" : s.type === "diamonds" ? "diamond" : s.dash || s.type === "hline" ? "dash" : "";
+    const val = s.type === "band" || !isNum(latest) || s.noValue ? "" : ` <b>${sig(latest, 4)}</b>`;
+    legend.insertAdjacentHTML("beforeend", `<span class="key"><span class="sw ${cls}" style="${cls === "band" || cls === "dot" || cls === "diamond" ? "background" : "border-color"}:${s.color}"></span>${esc(s.label)}${val}</span>`);
+  }
+  let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+  for (const s of series) {
+    if (s.type === "hline") { y0 = Math.min(y0, s.value); y1 = Math.max(y1, s.value); continue; }
+    for (const p of s.data) {
+      if (isNum(p[0])) { x0 = Math.min(x0, p[0]); x1 = Math.max(x1, p[0]); }
+      for (let i = 1; i < p.length; i++) if (isNum(p[i])) { y0 = Math.min(y0, p[i]); y1 = Math.max(y1, p[i]); }
+    }
+  }
+  if (!isFinite(x0) || !isFinite(y0)) {
+    svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, root).textContent = spec.empty || "No data yet";
+    return;
+  }
+  if (spec.yZero) y0 = Math.min(0, y0);
+  if (isNum(spec.yMin)) y0 = spec.yMin;
+  if (isNum(spec.yMax)) y1 = Math.max(spec.yMax, y1);
+  if (y1 === y0) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
+  const pad = (y1 - y0) * 0.06;
+  if (!spec.yZero && !isNum(spec.yMin)) y0 -= pad;
+  y1 += pad;
+  if (x1 === x0) { x0 -= 1; x1 += 1; }
+  const yt = ticks(y0, y1, Math.max(3, Math.floor((H - m.t - m.b) / 42)));
+  const ystep = yt.length > 1 ? yt[1] - yt[0] : 1;
+  // Widen the left margin to the longest y label.
+  const ylabels = yt.map((v) => tickLabel(v, ystep));
+  m.l = Math.max(44, 16 + 6.6 * Math.max(...ylabels.map((s) => s.length)));
+  const X = (x) => m.l + ((x - x0) / (x1 - x0)) * (W - m.l - m.r);
+  const Y = (y) => m.t + (1 - (y - y0) / (y1 - y0)) * (H - m.t - m.b);
+  const grid = svg("g", { "shape-rendering": "crispEdges" }, root);
+  yt.forEach((v, i) => {
+    if (v < y0 || v > y1) return;
+    const y = Math.round(Y(v)) + 0.5;
+    svg("line", { x1: m.l, x2: W - m.r, y1: y, y2: y, stroke: "#eef1f5" }, grid);
+    svg("text", { x: m.l - 8, y: y + 4, "text-anchor": "end" }, root).textContent = ylabels[i];
+  });
+  const nx = Math.max(2, Math.floor((W - m.l - m.r) / 90));
+  let xt, xlabel;
+  if (spec.time) {
+    const tt = timeTicks(x0, x1, nx);
+    xt = tt.ticks;
+    xlabel = (v) => (tt.step >= 60 ? clock(v).slice(0, 5) : clock(v));
+  } else {
+    xt = ticks(x0, x1, nx).filter((v) => v >= x0 && v <= x1);
+    const st = xt.length > 1 ? xt[1] - xt[0] : 1;
+    xlabel = (v) => tickLabel(v, st);
+  }
+  for (const v of xt) {
+    const x = Math.round(X(v)) + 0.5;
+    svg("line", { x1: x, x2: x, y1: m.t, y2: H - m.b, stroke: "#f3f5f8" }, grid);
+    svg("line", { x1: x, x2: x, y1: H - m.b, y2: H - m.b + 4, stroke: "#9aa3af" }, grid);
+    svg("text", { x, y: H - m.b + 17, "text-anchor": "middle" }, root).textContent = xlabel(v);
+  }
+  svg("line", { x1: m.l, x2: W - m.r, y1: Math.round(H - m.b) + 0.5, y2: Math.round(H - m.b) + 0.5, stroke: "#9aa3af" }, grid);
+  svg("line", { x1: Math.round(m.l) + 0.5, x2: Math.round(m.l) + 0.5, y1: m.t, y2: H - m.b, stroke: "#9aa3af" }, grid);
+  if (spec.xLabel) svg("text", { x: m.l + (W - m.l - m.r) / 2, y: H - 4, "text-anchor": "middle", class: "axis-title" }, root).textContent = spec.xLabel;
+  if (spec.yLabel) {
+    const t = svg("text", { x: 0, y: 0, "text-anchor": "middle", class: "axis-title", transform: `translate(12 ${m.t + (H - m.t - m.b) / 2}) rotate(-90)` }, root);
+    t.textContent = spec.yLabel;
+  }
+  const clipId = "c" + Math.random().toString(36).slice(2);
+  svg("rect", { x: m.l, y: m.t - 1, width: W - m.l - m.r, height: H - m.t - m.b + 2 }, svg("clipPath", { id: clipId }, svg("defs", {}, root)));
+  const plot = svg("g", { "clip-path": `url(#${clipId})` }, root);
+  const px = W - m.l - m.r;
+  for (const s of series) {
+    if (s.type === "band") {
+      const pts = s.data.filter((p) => isNum(p[1]) && isNum(p[2]));
+      if (pts.length < 2) continue;
+      const step = Math.max(1, Math.floor(pts.length / (px * 2)));
+      const thin = pts.filter((_, i) => i % step === 0);
+      const up = thin.map((p) => `${X(p[0]).toFixed(1)},${Y(p[2]).toFixed(1)}`);
+      const dn = thin.slice().reverse().map((p) => `${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`);
+      svg("path", { d: "M" + up.join("L") + "L" + dn.join("L") + "Z", fill: s.color, "fill-opacity": s.opacity || 0.16, stroke: "none" }, plot);
+    } else if (s.type === "hline") {
+      const y = Y(s.value);
+      svg("line", { x1: m.l, x2: W - m.r, y1: y, y2: y, stroke: s.color, "stroke-width": 1.3, "stroke-dasharray": "6 4" }, plot);
+    } else if (s.type === "dots" || s.type === "diamonds") {
+      const r = s.r || 3.2;
+      for (const p of s.data) {
+        if (!isNum(p[1])) continue;
+        const cx = X(p[0]), cy = Y(p[1]);
+        if (s.type === "dots") svg("circle", { cx: cx.toFixed(1), cy: cy.toFixed(1), r, fill: s.color, stroke: "#fff", "stroke-width": 1 }, plot);
+        else svg("path", { d: `M${cx},${cy - r - 1.5}l${r + 1.5},${r + 1.5}l${-r - 1.5},${r + 1.5}l${-r - 1.5},${-r - 1.5}z`, fill: s.color, stroke: "#fff", "stroke-width": 1.2 }, plot);
+      }
+    } else {
+      const pts = decimate(s.data, x0, x1, px);
+      let d = "", pen = false;
+      for (const p of pts) {
+        if (!isNum(p[1])) { pen = false; continue; }
+        d += (pen ? "L" : "M") + X(p[0]).toFixed(1) + "," + Y(p[1]).toFixed(1);
+        pen = true;
+      }
+      const attrs = { d, fill: "none", stroke: s.color, "stroke-width": s.width || 1.6, "stroke-linejoin": "round", "stroke-linecap": "round" };
+      if (s.dash) attrs["stroke-dasharray"] = s.dash;
+      if (s.opacity) attrs["stroke-opacity"] = s.opacity;
+      svg("path", attrs, plot);
+      if (pts.length === 1) svg("circle", { cx: X(pts[0][0]), cy: Y(pts[0][1]), r: 2.5, fill: s.color }, plot);
+    }
+  }
+  if (spec.refLabel) {
+    const r = series.find((s) => s.type === "hline");
+    if (r) svg("text", { x: W - m.r - 4, y: Y(r.value) - 5, "text-anchor": "end", style: "fill:" + r.color }, root).textContent = spec.refLabel;
+  }
+  hover(host, root, series, { X, Y, x0, x1, m, W, H, time: spec.time, xName: spec.xName || spec.xLabel || "x" });
+}
+
+// A crosshair and a readout of every line at the nearest x under the pointer.
+function hover(host, root, series, g) {
+  const lines = series.filter((s) => s.type === "line" || s.type === undefined || s.type === "dots" || s.type === "diamonds");
+  if (!lines.length) return;
+  const tip = el("div", { class: "tip" });
+  host.appendChild(tip);
+  const cross = svg("line", { y1: g.m.t, y2: g.H - g.m.b, stroke: "#1b2230", "stroke-opacity": 0.35, "stroke-width": 1, visibility: "hidden" }, root);
+  const nearest = (data, x) => {
+    let lo = 0, hi = data.length - 1;
+    while (hi - lo > 1) { const mid = (lo + hi) >> 1; if (data[mid][0] < x) lo = mid; else hi = mid; }
+    return Math.abs(data[lo][0] - x) <= Math.abs(data[hi][0] - x) ? data[lo] : data[hi];
+  };
+  root.addEventListener("mousemove", (ev) => {
+    const r = root.getBoundingClientRect();
+    const sx = ((ev.clientX - r.left) / r.width) * g.W;
+    if (sx < g.m.l || sx > g.W - g.m.r) { tip.style.display = "none"; cross.setAttribute("visibility", "hidden"); return; }
+    const x = g.x0 + ((sx - g.m.l) / (g.W - g.m.l - g.m.r)) * (g.x1 - g.x0);
+    const main = nearest(lines[0].data, x);
+    const rows = [`<div>${esc(g.xName)} <b>${g.time ? clock(main[0]) : int(main[0])}</b></div>`];
+    for (const s of lines) {
+      const p = nearest(s.data, x);
+      if (s.type !== "line" && s.type !== undefined && Math.abs(g.X(p[0]) - g.X(main[0])) > 3) continue;
+      if (isNum(p[1])) rows.push(`<div><span class="sw" style="background:${s.color}"></span>${esc(s.label)} <b>${sig(p[1], 4)}</b></div>`);
+    }
+    tip.innerHTML = rows.join("");
+    tip.style.display = "block";
+    const cx = g.X(main[0]);
+    cross.setAttribute("x1", cx); cross.setAttribute("x2", cx); cross.setAttribute("visibility", "visible");
+    const left = (cx / g.W) * r.width;
+    tip.style.left = (left > r.width * 0.6 ? left - tip.offsetWidth - 12 : left + 12) + "px";
+    tip.style.top = "34px";
+  });
+  root.addEventListener("mouseleave", () => { tip.style.display = "none"; cross.setAttribute("visibility", "hidden"); });
+}
+
+// Redraws every chart when the window's width changes.
+const redraws = new Map();
+function draw(id, spec) {
+  const host = document.getElementById(id);
+  if (!host) return;
+  redraws.set(id, spec);
+  chart(host, spec);
+}
+let resizeTimer = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => redraws.forEach((spec, id) => { const h = document.getElementById(id); if (h) chart(h, spec); }), 150);
+});
+
+// ---------- the runs page ----------
+function runsPage() {
+  const main = $("#main");
+  main.innerHTML = `
+    <div class="kicker">Training runs</div>
+    <h1>Runs</h1>
+    <p class="lede">Every run recorded in <code id="dir">runs/</code>: each with its system, device, state and steps. The page follows the records as the trainer writes them, every two seconds. The <a href="/systems">systems catalogue</a> lists what can be trained.</p>
+    <div class="card"><table id="runs-table"><thead><tr>
+      <th>Run</th><th>System</th><th>Device</th><th>State</th><th>Steps</th><th></th><th class="num">Latest loss</th><th>Updated</th>
+    </tr></thead><tbody></tbody></table><p id="runs-empty" class="muted" hidden></p></div>`;
+  poll(async () => {
+    const d = await api("/api/runs");
+    $("#dir").textContent = d.runs_dir;
+    $("#runs-dir").textContent = d.runs_dir;
+    const body = $("#runs-table tbody");
+    body.innerHTML = d.runs.map((r) => `<tr data-run="${esc(r.name)}">
+      <td><a href="/runs/${encodeURIComponent(r.name)}"><b>${esc(r.name)}</b></a>${r.skipped_lines ? ` <span class="badge stopped" title="lines that did not parse">${r.skipped_lines} skipped</span>` : ""}${r.problem ? `<div class="muted" style="font-size:12.5px">${esc(r.problem)}</div>` : ""}</td>
+      <td>${esc(r.system || "—")}</td><td>${esc(r.device || "—")}</td><td>${badge(r.state)}</td>
+      <td class="num">${int(r.steps_done)}${r.steps_target ? ` <span class="muted">of ${int(r.steps_target)}</span>` : ""}</td>
+      <td style="width:140px">${r.steps_target ? progress(r.steps_done || 0, r.steps_target, r.state) : ""}</td>
+      <td class="num">${fmt(r.latest_loss, 4)}</td><td class="muted">${when(r.updated_at)}</td></tr>`).join("");
+    const empty = $("#runs-empty");
+    empty.hidden = d.runs.length > 0;
+    empty.textContent = `No runs yet in ${d.runs_dir}. A run appears here as soon as its trainer writes run.json.`;
+  });
+}
+
+// ---------- the run page ----------
+function runPage(name) {
+  const enc = encodeURIComponent(name);
+  const main = $("#main");
+  main.innerHTML = `
+    <div class="kicker"><a href="/">All runs</a> / ${esc(name)}</div>
+    <div class="hero"><div><h1 id="run-title">${esc(name)}</h1><div class="badges" id="run-badges"></div></div>
+      <div style="min-width:260px"><div class="muted" id="run-steps" style="text-align:right;font-size:14px"></div><div id="run-progress"></div></div></div>
+    <p class="lede" id="run-lede"></p>
+    <div id="run-notices"></div>
+    <div class="stats" id="headline"></div>
+    <section class="card" id="loss-card"><h2>Loss</h2>
+      <p class="sub" id="loss-sub">Cross-entropy at every step.</p>
+      <div id="chart-loss"></div>
+      <div class="grid3" style="margin-top:14px">
+        <div><h3>Milliseconds a step</h3><div id="chart-ms"></div></div>
+        <div><h3>Learning rate</h3><div id="chart-lr"></div></div>
+        <div><h3>Gradient norm</h3><div id="chart-grad"></div></div>
+      </div></section>
+    <section class="card" id="profile-card"><div class="section-head"><h2>Where a step's time goes</h2><span id="profile-pick"></span></div>
+      <p class="sub" id="profile-sub"></p><div class="grid2" id="profile-tables"></div></section>
+    <section class="card" id="telemetry-card"><div class="section-head"><h2>GPU telemetry</h2><span class="tabs" id="tele-window"></span></div>
+      <p class="sub" id="gpu-sub"></p>
+      <div class="grid3" id="gpu-charts"></div>
+      <h2 style="margin-top:22px">Host telemetry</h2><p class="sub">The machine's 1-minute load and available memory, and the trainer process's resident memory and CPU.</p>
+      <div class="grid2" id="host-charts"></div></section>
+    <section class="card" id="lineage-card"><h2>Checkpoint lineage</h2>
+      <p class="sub">Every checkpoint, newest first: the step it holds, its losses, the wall and device seconds it took, and its SHA-256. Each resumes from its parent.</p>
+      <div class="scroll"><table id="lineage-table"><thead><tr><th class="num">Step</th><th class="num">Train loss</th><th class="num">Held-out loss</th><th class="num">Held-out bits/byte</th><th class="num">Wall s</th><th class="num">Device s</th><th>Written</th><th>SHA-256</th></tr></thead><tbody></tbody></table></div>
+      <h3 style="margin-top:18px">Invocations</h3>
+      <div class="scroll" style="max-height:260px"><table id="invocations-table"><thead><tr><th class="num">k</th><th>Steps</th><th class="num">Unseen loss</th><th class="num">Last loss</th><th class="num">Wall s</th><th class="num">Device s</th></tr></thead><tbody></tbody></table></div></section>
+    <section class="card" id="probe-card"><h2>Prompt probe</h2>
+      <p class="sub">What a saved checkpoint says next: its most likely next tokens after the prompt, and a short greedy continuation.</p>
+      <form class="probe-form" id="probe-form">
+        <label>Checkpoint<select id="probe-ckpt"></select></label>
+        <label>Prompt<textarea id="probe-prompt" rows="1">The </textarea></label>
+        <label>Tokens<input id="probe-tokens" type="number" min="1" max="512" value="48" style="width:90px"></label>
+        <button id="probe-go" type="submit">Probe</button>
+      </form><div id="probe-out"></div></section>
+    <section class="card"><h2>Run</h2><p class="sub">run.json as the trainer last wrote it.</p><dl class="kv" id="run-kv"></dl></section>`;
+
+  const st = { cols: null, total: 0, lineage: [], vocab: null, teleWindow: 0, teleRows: -1, profileRows: -1, profileStep: null, invRows: -1, lineageKey: "" };
+  const windows = [["all", 0], ["1 h", 3600], ["10 min", 600]];
+  $("#tele-window").innerHTML = windows.map(([l, s]) => `<button type="button" data-s="${s}" class="${s === 0 ? "on" : ""}">${l}</button>`).join("");
+  $("#tele-window").addEventListener("click", (e) => {
+    const s = e.target.getAttribute("data-s");
+    if (s === null) return;
+    st.teleWindow = +s; st.teleRows = -1;
+    for (const b of $("#tele-window").children) b.classList.toggle("on", b === e.target);
+    refreshTelemetry();
+  });
+  $("#probe-form").addEventListener("submit", (e) => { e.preventDefault(); runProbe(); });
+
+  async function runProbe() {
+    const out = $("#probe-out");
+    const prompt = $("#probe-prompt").value;
+    $("#probe-go").disabled = true;
+    out.innerHTML = `<p class="muted">Running the checkpoint…</p>`;
+    try {
+      const r = await api(`/api/runs/${enc}/probe`, {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ checkpoint: $("#probe-ckpt").value, prompt, tokens: +$("#probe-tokens").value || 32 }),
+      });
+      const top = r.top_next.map(([tok, p]) => `<tr><td><code>${esc(JSON.stringify(tok))}</code></td><td class="num">${(p * 100).toFixed(1)}%</td><td style="width:55%"><span class="sharebar" style="width:${(p * 100).toFixed(1)}%"></span></td></tr>`).join("");
+      out.innerHTML = `<div class="continuation" id="probe-continuation"><span class="prompt">${esc(prompt)}</span>${esc(r.continuation)}</div>
+        <h3>Most likely next tokens</h3><table id="probe-top"><thead><tr><th>Token</th><th class="num">Probability</th><th></th></tr></thead><tbody>${top}</tbody></table>`;
+    } catch (e) {
+      out.innerHTML = `<div class="notice bad">${esc(e.message)}</div>`;
+    }
+    $("#probe-go").disabled = false;
+  }
+
+  function drawLoss() {
+    const c = st.cols;
+    if (!c) return;
+    const loss = [], band = [], unseen = [], mean = [];
+    let hasBand = false, win = [], sum = 0;
+    for (let i = 0; i < c.step.length; i++) {
+      const s = c.step[i], l = c.loss[i];
+      loss.push([s, l]);
+      if (isNum(c.p10[i]) && isNum(c.p90[i])) { band.push([s, c.p10[i], c.p90[i]]); hasBand = true; }
+      if (c.unseen[i]) unseen.push([s, l]);
+      if (isNum(l)) { win.push(l); sum += l; if (win.length > 20) sum -= win.shift(); mean.push([s, sum / win.length]); }
+    }
+    const held = st.lineage.filter((r) => isNum(r.heldout_loss)).map((r) => [r.step, r.heldout_loss]);
+    const ln = isNum(st.vocab) && st.vocab > 1 ? Math.log(st.vocab) : null;
+    draw("chart-loss", {
+      height: 340, xLabel: "step", xName: "step", yLabel: "loss, nats", count: 0,
+      refLabel: ln ? `ln ${int(st.vocab)} = ${ln.toFixed(3)}: a model that knows nothing` : null,
+      series: [
+        { label: "every step", type: "line", color: COLORS.loss, data: loss, width: loss.length > 400 ? 1 : 1.6, opacity: loss.length > 60 ? 0.55 : 1 },
+        hasBand ? { label: "p10–p90 across positions", type: "band", color: COLORS.band, data: band } : null,
+        loss.length > 60 ? { label: "mean of the last 20 steps", type: "line", color: "#123a85", data: mean, width: 2 } : null,
+        unseen.length ? { label: "first step of an invocation (unseen context)", type: "dots", color: COLORS.unseen, data: unseen } : null,
+        held.length ? { label: "held-out, at checkpoints", type: "diamonds", color: COLORS.held, data: held, r: 4 } : null,
+        ln ? { label: `ln vocab`, type: "hline", color: COLORS.ref, value: ln, noValue: true } : null,
+      ],
+    });
+    const xs = (arr) => c.step.map((s, i) => [s, arr[i]]);
+    draw("chart-ms", { height: 190, xLabel: "step", yLabel: "ms", yZero: true, series: [{ label: "wall ms a step", type: "line", color: COLORS.b, data: xs(c.ms) }] });
+    draw("chart-lr", { height: 190, xLabel: "step", yLabel: "learning rate", yZero: true, series: [{ label: "learning rate", type: "line", color: COLORS.d, data: xs(c.lr) }] });
+    const g = xs(c.grad_norm);
+    draw("chart-grad", { height: 190, xLabel: "step", yLabel: "‖g‖", yZero: true, empty: "No gradient norms recorded", series: [{ label: "gradient norm", type: "line", color: COLORS.c, data: g.some((p) => isNum(p[1])) ? g : [] }] });
+  }
+
+  async function refreshPoints() {
+    const d = await api(`/api/runs/${enc}/points?since=${st.total}`);
+    if (d.total < st.total || !st.cols) {
+      // First load, or the file was rewritten: start over.
+      const full = d.since === 0 ? d : await api(`/api/runs/${enc}/points?since=0`);
+      st.cols = {}; for (const k of ["step", "loss", "lr", "tokens", "ms", "unseen", "p10", "p90", "grad_norm"]) st.cols[k] = full[k];
+      st.total = full.total;
+      return true;
+    }
+    if (d.total === st.total) return false;
+    for (const k of Object.keys(st.cols)) st.cols[k].push(...d[k]);
+    st.total = d.total;
+    return true;
+  }
+
+  async function refreshTelemetry() {
+    const since = st.teleWindow ? `&since=${Date.now() / 1000 - st.teleWindow}` : "";
+    const t = await api(`/api/runs/${enc}/telemetry?max=1200${since}`);
+    if (t.rows === st.teleRows && t.rows > 0) return;
+    st.teleRows = t.rows;
+    const S = (k, scale = 1) => (t.series[k] ? t.t.map((x, i) => [x, isNum(t.series[k][i]) ? t.series[k][i] * scale : null]) : []);
+    const spec = (yLabel, series, extra = {}) => ({ height: 200, time: true, xLabel: "time, UTC", xName: "time", yLabel, series, ...extra });
+    const gpuSub = $("#gpu-sub");
+    const last = t.last || {};
+    if (t.gpu_available) {
+      const g = last.gpu || {};
+      gpuSub.innerHTML = `${esc(t.gpu_name || "GPU")} through NVML, sampled every second; ${int(t.rows)} samples${t.bucket > 1 ? `, averaged ${t.bucket} to a point` : ""}. Energy since the sampler started: <b>${isNum(g.energy_j) ? sig(g.energy_j / 3.6e6 >= 0.01 ? g.energy_j / 3.6e6 : g.energy_j, 4) + (g.energy_j / 3.6e6 >= 0.01 ? " kWh" : " J") : "—"}</b>${g.clock_events && g.clock_events.length ? `; clock events now: ${esc(g.clock_events.join(", "))}` : ""}.`;
+      const gib = 1 / 1024;
+      const grid = $("#gpu-charts");
+      if (!grid.children.length) grid.innerHTML = ["util", "power", "temp", "clocks", "mem", "pstate", "pcie"].map((k) => `<div><h3 id="h-gpu-${k}"></h3><div id="chart-gpu-${k}"></div></div>`).join("");
+      const titles = { util: "Utilization, %", power: "Power, W", temp: "Temperature, °C", clocks: "Clocks, MHz", mem: "Device memory, GiB", pstate: "Performance state and clock events", pcie: "PCIe, MB/s" };
+      for (const [k, v] of Object.entries(titles)) $("#h-gpu-" + k).textContent = v;
+      draw("chart-gpu-util", spec("%", [{ label: "GPU busy", type: "line", color: COLORS.a, data: S("gpu.util_pct") }, { label: "memory controller", type: "line", color: COLORS.b, data: S("gpu.mem_util_pct") }], { yMin: 0, yMax: 100 }));
+      draw("chart-gpu-power", spec("W", [{ label: "draw", type: "line", color: COLORS.c, data: S("gpu.power_w") }, { label: "limit", type: "line", color: COLORS.f, dash: "6 4", data: S("gpu.power_limit_w") }], { yZero: true }));
+      draw("chart-gpu-temp", spec("°C", [{ label: "core", type: "line", color: COLORS.e, data: S("gpu.temp_c") }]));
+      draw("chart-gpu-clocks", spec("MHz", [{ label: "SM", type: "line", color: COLORS.a, data: S("gpu.sm_clock_mhz") }, { label: "memory", type: "line", color: COLORS.d, data: S("gpu.mem_clock_mhz") }], { yZero: true }));
+      draw("chart-gpu-mem", spec("GiB", [{ label: "used", type: "line", color: COLORS.b, data: S("gpu.mem_used_mib", gib) }, { label: "total", type: "line", color: COLORS.f, dash: "6 4", data: S("gpu.mem_total_mib", gib) }], { yZero: true }));
+      draw("chart-gpu-pstate", spec("P-state / active", [{ label: "P-state (0 fastest)", type: "line", color: COLORS.d, data: S("gpu.pstate") }, { label: "clock event active", type: "line", color: COLORS.c, data: S("gpu.clock_event_active") }], { yZero: true }));
+      draw("chart-gpu-pcie", spec("MB/s", [{ label: "to the GPU", type: "line", color: COLORS.a, data: S("gpu.pcie_rx_mbps") }, { label: "from the GPU", type: "line", color: COLORS.c, data: S("gpu.pcie_tx_mbps") }], { yZero: true }));
+    } else {
+      $("#gpu-charts").innerHTML = "";
+      gpuSub.innerHTML = t.rows
+        ? `<span class="notice info" style="display:block">No GPU telemetry for this run: ${esc(t.note || "the sampler found no GPU")}. The host is recorded below.</span>`
+        : `No telemetry.jsonl yet.`;
+    }
+    const host = $("#host-charts");
+    if (!host.children.length) host.innerHTML = [["load", "Load average, 1 min"], ["mem", "Memory available, GiB"], ["rss", "Trainer resident memory, MiB"], ["cpu", "Trainer CPU, % of one core"]].map(([k, h]) => `<div><h3>${h}</h3><div id="chart-host-${k}"></div></div>`).join("");
+    draw("chart-host-load", spec("load", [{ label: "1-minute load", type: "line", color: COLORS.a, data: S("host.load1") }], { yZero: true }));
+    draw("chart-host-mem", spec("GiB", [{ label: "available", type: "line", color: COLORS.b, data: S("host.mem_available_mib", 1 / 1024) }, { label: "total", type: "line", color: COLORS.f, dash: "6 4", data: S("host.mem_total_mib", 1 / 1024) }], { yZero: true }));
+    draw("chart-host-rss", spec("MiB", [{ label: "resident", type: "line", color: COLORS.d, data: S("host.rss_mib") }], { yZero: true }));
+    draw("chart-host-cpu", spec("%", [{ label: "CPU", type: "line", color: COLORS.c, data: S("host.cpu_pct") }], { yZero: true }));
+  }
+
+  async function refreshProfile(rows) {
+    if (rows === st.profileRows) return;
+    st.profileRows = rows;
+    const p = await api(`/api/runs/${enc}/profile${st.profileStep ? `?step=${st.profileStep}` : ""}`);
+    if (!p.step) {
+      $("#profile-sub").textContent = "No profiled step recorded yet: a profiled build times every launch of one step and writes profile.jsonl.";
+      $("#profile-tables").innerHTML = "";
+      return;
+    }
+    $("#profile-sub").innerHTML = `Step ${int(p.step)}: <b>${fmt(p.total_ms, 2)} ms</b> in ${int(p.launches)} launches, each timed on the device.`;
+    $("#profile-pick").innerHTML = p.steps.length > 1 ? `<label class="muted" style="font-size:13px">profiled step <select id="profile-step">${p.steps.map((s) => `<option ${s === p.step ? "selected" : ""}>${s}</option>`).join("")}</select></label>` : "";
+    const sel = $("#profile-step");
+    if (sel) sel.onchange = () => { st.profileStep = +sel.value; st.profileRows = -1; refreshProfile(rows); };
+    const maxShare = Math.max(...p.families.map((f) => f.share), 1e-9);
+    const fam = p.families.map((f) => `<tr><td>${esc(f.family)}</td><td class="num">${fmt(f.ms, 2)}</td><td class="num" style="width:34%"><span class="sharebar" style="width:${((f.share / maxShare) * 70).toFixed(1)}%"></span>${(f.share * 100).toFixed(1)}%</td><td class="num">${int(f.launches)}</td></tr>`).join("");
+    const shp = p.shapes.map((s) => `<tr><td>${esc(s.name)}</td><td><code>${esc(s.shape)}</code></td><td class="num">${fmt(s.us, 1)}</td><td class="num">${isNum(s.tflops) ? fmt(s.tflops, 1) : "—"}</td><td class="num">${int(s.launches)}</td></tr>`).join("");
+    $("#profile-tables").innerHTML = `
+      <div><h3>Kernel families</h3><table id="family-table"><thead><tr><th>Family</th><th class="num">ms a step</th><th class="num">Share</th><th class="num">Launches</th></tr></thead><tbody>${fam}</tbody></table></div>
+      <div><h3>GEMM shapes (µs a launch, TFLOP/s)</h3>${p.shapes.length ? `<table id="shape-table"><thead><tr><th>Launch</th><th>Shape</th><th class="num">µs</th><th class="num">TFLOP/s</th><th class="num">× a step</th></tr></thead><tbody>${shp}</tbody></table>` : `<p class="muted">No GEMM launches in this step.</p>`}</div>`;
+  }
+
+  function renderHeadline(d) {
+    const run = d.run || {}, h = d.headline || {};
+    st.vocab = run.vocab;
+    $("#run-badges").innerHTML = `${badge(d.state)}${run.system ? `<span class="badge plain">${esc(run.system)}</span>` : ""}${run.device ? `<span class="badge plain">${esc(run.device)}</span>` : ""}`;
+    $("#run-steps").innerHTML = `${int(h.steps_done)} of ${int(h.steps_target)} steps`;
+    $("#run-progress").innerHTML = progress(h.steps_done || 0, h.steps_target || 0, d.state);
+    const shape = [run.batch && run.context ? `batch ${int(run.batch)} × context ${int(run.context)}` : null, run.vocab ? `vocabulary ${int(run.vocab)}` : null, isNum(run.seed) ? `seed ${run.seed}` : null].filter(Boolean).join(" · ");
+    $("#run-lede").innerHTML = `${esc(run.system || "A system")} training on ${esc(run.device || "an unknown device")}${run.parameters ? `: ${int(run.parameters)} parameters` : ""}${shape ? `, ${shape}` : ""}. Started ${when(run.started_at)}; last written ${when(run.updated_at)}.`;
+    const notices = [];
+    if (d.problem) notices.push(`<div class="notice">${esc(d.problem)}</div>`);
+    if (run.message) notices.push(`<div class="notice ${d.state === "failed" ? "bad" : "info"}">${esc(run.message)}</div>`);
+    for (const [file, f] of Object.entries(d.files || {})) {
+      if (f.skipped) notices.push(`<div class="notice" data-skipped="${esc(file)}">${int(f.skipped)} line${f.skipped > 1 ? "s" : ""} of ${esc(file)}.jsonl did not parse and ${f.skipped > 1 ? "were" : "was"} skipped${f.first_bad_lines && f.first_bad_lines.length ? ` (line ${f.first_bad_lines.join(", ")})` : ""}.</div>`);
+    }
+    $("#run-notices").innerHTML = notices.join("");
+    const stat = (label, value, unit, note, id) => `<div class="stat" id="stat-${id}"><div class="label">${label}</div><div class="value">${value}${unit ? `<small>${unit}</small>` : ""}</div><div class="note">${note || "&nbsp;"}</div></div>`;
+    const ept = h.energy_per_token_j;
+    $("#headline").innerHTML = [
+      stat("Tokens per second", int(h.tokens_per_s), "", isNum(h.tokens_per_s_recent) && d.state === "running" ? "over the last 20 steps" : "end to end", "tps"),
+      stat("Milliseconds a step", fmt(h.ms_per_step, 2), "ms", "mean of the last 20 steps", "ms"),
+      stat("Latest held-out loss", fmt(h.latest_heldout, 4), "", isNum(h.latest_heldout_step) ? `at step ${int(h.latest_heldout_step)}` : "no checkpoint scored yet", "heldout"),
+      stat("Best held-out loss", fmt(h.best_heldout, 4), "", isNum(h.best_heldout_step) ? `at step ${int(h.best_heldout_step)}` : "", "best"),
+      stat("Latest training loss", fmt(h.latest_loss, 4), "", isNum(h.best_loss) ? `best ${fmt(h.best_loss, 4)}` : "", "loss"),
+      stat("Steps done", int(h.steps_done), "", h.steps_target ? `of ${int(h.steps_target)}; ${int(h.tokens)} tokens` : "", "steps"),
+      isNum(ept) ? stat("Energy per token", sig(ept * 1000, 3), "mJ", `${sig(h.energy_j / 1000, 3)} kJ in all`, "energy") : "",
+    ].join("");
+    $("#run-kv").innerHTML = Object.entries(run).filter(([, v]) => v !== null && typeof v !== "object").map(([k, v]) => `<dt>${esc(k)}</dt><dd>${typeof v === "number" ? (Number.isInteger(v) ? int(v) : sig(v, 5)) : esc(v)}</dd>`).join("")
+      + (run.summary ? Object.entries(run.summary).map(([k, v]) => `<dt>summary.${esc(k)}</dt><dd>${typeof v === "number" ? sig(v, 5) : esc(JSON.stringify(v))}</dd>`).join("") : "");
+    if (!d.probe_available) {
+      $("#probe-go").disabled = true;
+      $("#probe-out").innerHTML = `<p class="muted">This server was started without a probe.</p>`;
+    }
+  }
+
+  function renderLineage(rows, health) {
+    const key = JSON.stringify(rows.map((r) => r.sha256));
+    if (key === st.lineageKey) return false;
+    st.lineageKey = key;
+    st.lineage = rows;
+    const newest = rows.slice().reverse();
+    $("#lineage-table tbody").innerHTML = newest.map((r) => `<tr data-step="${r.step}" data-sha="${esc(r.sha256)}" data-path="${esc(r.path)}">
+      <td class="num"><b>${int(r.step)}</b></td><td class="num">${fmt(r.train_loss, 4)}</td><td class="num">${fmt(r.heldout_loss, 4)}</td><td class="num">${fmt(r.heldout_bpb, 4)}</td>
+      <td class="num">${fmt(r.wall_s, 2)}</td><td class="num">${fmt(r.device_s, 2)}</td><td class="muted">${when(r.time)}</td>
+      <td><span class="sha" title="${esc(r.sha256)}">${esc(String(r.sha256).slice(0, 16))}…</span></td></tr>`).join("")
+      || `<tr><td colspan="8" class="muted">No checkpoint yet.</td></tr>`;
+    const sel = $("#probe-ckpt");
+    const chosen = sel.value;
+    sel.innerHTML = newest.map((r) => `<option value="${esc(r.path)}">step ${int(r.step)} · ${esc(String(r.sha256).slice(0, 8))}</option>`).join("");
+    if (chosen) sel.value = chosen;
+    return true;
+  }
+
+  poll(async () => {
+    const d = await api(`/api/runs/${enc}`);
+    renderHeadline(d);
+    $("#runs-dir").textContent = d.runs_dir;
+    const [lin, changed] = await Promise.all([api(`/api/runs/${enc}/lineage`), refreshPoints()]);
+    const linChanged = renderLineage(lin.rows, lin.health);
+    if (changed || linChanged) drawLoss();
+    const steps = st.cols ? st.cols.step.length : 0;
+    const unseenN = st.cols ? st.cols.unseen.filter(Boolean).length : 0;
+    $("#loss-sub").innerHTML = `Mean cross-entropy over each step's ${d.run && d.run.tokens_per_step ? int(d.run.tokens_per_step) + " " : ""}positions, ${int(steps)} steps. The band is the 10th–90th percentile across positions where the trainer records it. The first step of each invocation (${int(unseenN)} dots) is scored on a context not yet trained on, so its fall is learning, not memorization. Diamonds: held-out loss at checkpoints.${st.vocab ? ` Dashed: ln ${int(st.vocab)}, the loss of a model that knows nothing.` : ""}`;
+    if (d.files.invocations.rows !== st.invRows) {
+      st.invRows = d.files.invocations.rows;
+      const inv = await api(`/api/runs/${enc}/invocations`);
+      $("#invocations-table tbody").innerHTML = inv.rows.slice().reverse().map((r) => `<tr><td class="num">${r.k}</td><td>${int(r.first_step)}–${int(r.last_step)}</td><td class="num">${fmt(r.unseen_loss, 4)}</td><td class="num">${fmt(r.last_loss, 4)}</td><td class="num">${fmt(r.wall_s, 2)}</td><td class="num">${fmt(r.device_s, 2)}</td></tr>`).join("")
+        || `<tr><td colspan="6" class="muted">No invocation recorded yet.</td></tr>`;
+    }
+    await Promise.all([refreshTelemetry(), refreshProfile(d.files.profile.rows)]);
+    document.body.setAttribute("data-loaded", "1");
+  });
+}
+
+// ---------- the systems page ----------
+function systemsPage() {
+  $("#main").innerHTML = `
+    <div class="kicker">Systems</div>
+    <h1>Learning systems and where they run</h1>
+    <p class="lede">A system is a model, a learner, a run policy and a pairing with a device, compiled whole into one executable. Model code is hardware-independent; the pairing chooses the device. Each links to its recorded runs.</p>
+    <div class="systems" id="systems"></div>
+    <div class="card"><h2>Which system runs where</h2><p class="sub">Parameters, devices and recorded runs, from the catalogue and the runs folder.</p>
+    <table id="systems-table"><thead><tr><th>System</th><th>State</th><th class="num">Parameters</th><th>Devices</th><th>Runs</th></tr></thead><tbody></tbody></table></div>`;
+  const stateClass = (s) => (/train|run|qualif/i.test(s) ? "trains" : /develop|pause|pending/i.test(s) ? "develop" : "plain");
+  const runLinks = (runs) => runs.map((r) => `<a href="/runs/${encodeURIComponent(r.name)}">${esc(r.name)}</a> ${badge(r.state)}`).join(" ");
+  poll(async () => {
+    const d = await api("/api/systems");
+    $("#systems").innerHTML = d.systems.map((s) => `<div class="system" data-system="${esc(s.name)}">
+      <div><span class="badge ${stateClass(s.state)}">${esc(s.state)}</span></div>
+      <h2>${esc(s.name)}</h2><p>${esc(s.description)}</p>
+      <div class="meta"><b>${int(s.parameters)}</b> parameters</div>
+      <div class="meta">Runs on: <b>${esc(s.devices.join(" · ") || "not yet paired with a device")}</b></div>
+      <div class="meta">${s.runs.length ? `Runs: ${runLinks(s.runs)}` : "No recorded run in this folder."}</div></div>`).join("")
+      || `<p class="muted">This server was started without a catalogue.</p>`;
+    $("#systems-table tbody").innerHTML = d.systems.map((s) => `<tr><td><b>${esc(s.name)}</b></td><td><span class="badge ${stateClass(s.state)}">${esc(s.state)}</span></td><td class="num">${int(s.parameters)}</td><td>${esc(s.devices.join(", ") || "none yet")}</td><td>${s.runs.length ? runLinks(s.runs) : "—"}</td></tr>`).join("");
+  });
+}
+
+// ---------- start ----------
+(function start() {
+  const page = document.body.getAttribute("data-page");
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("here", a.getAttribute("data-nav") === (page === "run" ? "runs" : page));
+  if (page === "run") runPage(document.body.getAttribute("data-run"));
+  else if (page === "systems") systemsPage();
+  else runsPage();
+})();

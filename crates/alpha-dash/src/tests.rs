@@ -1,0 +1,437 @@
+//! Handler, server and browser tests over run folders written here as the trainer writes them.
+
+use super::*;
+use axum::body::Body;
+use axum::http::Request;
+use std::io::{Read, Write};
+use std::time::Duration;
+use tower::ServiceExt;
+
+/// Writes a realistic run: `steps` points with p10/p90 and an unseen step every 20, a
+/// checkpoint every 20 steps, invocations, one profiled step, and `telemetry_rows` samples
+/// (with a GPU when `gpu`).
+pub(crate) fn write_run(dir: &Path, name: &str, steps: u64, state: &str, gpu: bool, telemetry_rows: usize) -> PathBuf {
+    let run = dir.join(name);
+    std::fs::create_dir_all(&run).unwrap();
+    let info = json!({
+        "name": name, "system": "bob", "device": if gpu { "cuda" } else { "cpu" }, "state": state,
+        "steps_target": steps, "steps_done": steps, "started_at": "2026-05-01T10:00:00Z",
+        "updated_at": "2026-05-01T10:01:00Z", "parameters": 65536, "tokens_per_step": 2048,
+        "batch": 8, "context": 256, "vocab": 256, "seed": 1, "message": null,
+        "summary": if state == "finished" { json!({"tokens_per_s": 512000.0, "ms_per_step": 4.0, "energy_j": 1200.0, "energy_per_token_j": 0.0012}) } else { Value::Null },
+    });
+    std::fs::write(run.join("run.json"), serde_json::to_string_pretty(&info).unwrap()).unwrap();
+    let mut points = String::new();
+    let mut lineage = String::new();
+    let mut inv = String::new();
+    let mut rng = 12345u64;
+    let mut noise = || {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((rng >> 33) as f64 / (1u64 << 31) as f64) - 0.5
+    };
+    let mut parent: Option<String> = None;
+    let mut first_loss = 0.0;
+    for step in 1..=steps {
+        let base = 2.45 + 3.1 * (-(step as f64) / 18.0).exp();
+        let unseen = (step - 1) % 20 == 0;
+        let loss = base + 0.06 * noise() + if unseen { 0.08 } else { 0.0 };
+        if unseen {
+            first_loss = loss;
+        }
+        points += &format!(
+            "{}\n",
+            json!({"step": step, "loss": loss, "lr": 0.01 * (step as f64 / 10.0).min(1.0), "tokens": step * 2048,
+                   "ms": 4.0 + noise(), "unseen": unseen, "p10": loss - 0.9, "p90": loss + 1.1, "grad_norm": 0.5 + 2.0 / step as f64})
+        );
+        if step % 20 == 0 {
+            let mix =
+                |k: u64| (step + k).wrapping_mul(0x9e3779b97f4a7c15).rotate_left(29).wrapping_mul(0xbf58476d1ce4e5b9);
+            let sha = format!("{:016x}{:016x}{:016x}{:016x}", mix(1), mix(2), mix(3), mix(4));
+            lineage += &format!(
+                "{}\n",
+                json!({"step": step, "path": format!("checkpoints/step-{step:06}.safetensors"), "sha256": sha,
+                       "parent": parent, "train_loss": loss, "heldout_loss": base + 0.05, "heldout_bpb": (base + 0.05) / 2f64.ln(),
+                       "wall_s": 0.2 * step as f64, "device_s": null, "time": "2026-05-01T10:00:30Z"})
+            );
+            inv += &format!(
+                "{}\n",
+                json!({"k": step / 20 - 1, "first_step": step - 19, "last_step": step, "unseen_loss": first_loss,
+                       "last_loss": loss, "wall_s": 0.09, "device_s": null})
+            );
+            parent = Some(sha);
+        }
+    }
+    std::fs::write(run.join("points.jsonl"), points).unwrap();
+    std::fs::write(run.join("lineage.jsonl"), lineage).unwrap();
+    std::fs::write(run.join("invocations.jsonl"), inv).unwrap();
+    let mut profile = String::new();
+    type Launch = (&'static str, &'static str, f64, Option<(&'static str, f64)>);
+    let launches: &[Launch] = &[
+        ("gather", "embedding-gather", 41.0, None),
+        ("cross-entropy", "cross-entropy-forward", 180.0, None),
+        ("cross-entropy", "cross-entropy-backward", 150.0, None),
+        ("scatter-add", "table-gradient", 95.0, None),
+        ("adamw", "adamw-arena", 60.0, None),
+        ("gemm", "logits", 210.0, Some(("rr-m2048-n256-k256", 2.0 * 2048.0 * 256.0 * 256.0))),
+        ("gemm", "logits-grad", 190.0, Some(("rc-m256-n256-k2048", 2.0 * 2048.0 * 256.0 * 256.0))),
+    ];
+    for (i, (family, name, us, gemm)) in launches.iter().enumerate() {
+        profile += &format!(
+            "{}\n",
+            json!({"step": 10, "index": i, "family": family, "name": name, "us": us,
+                   "flops": gemm.map(|g| g.1), "shape": gemm.map(|g| g.0)})
+        );
+    }
+    std::fs::write(run.join("profile.jsonl"), profile).unwrap();
+    let mut tele = String::new();
+    let t0 = alpha_telemetry::unix_now() - telemetry_rows as f64;
+    for i in 0..telemetry_rows {
+        let x = i as f64;
+        let busy = i > 3 && i + 3 < telemetry_rows;
+        let g = gpu.then(|| {
+            json!({"index": 0, "name": "NVIDIA H200", "util_pct": if busy { 96.0 + 3.0 * noise() } else { 0.0 },
+                   "mem_util_pct": if busy { 38.0 + 4.0 * noise() } else { 0.0 }, "mem_used_mib": if busy { 18200.0 } else { 600.0 },
+                   "mem_free_mib": 125000.0, "mem_total_mib": 143771.0, "power_w": if busy { 520.0 + 40.0 * noise() } else { 90.0 },
+                   "power_limit_w": 700.0, "energy_j": 300.0 * x, "temp_c": 38.0 + 14.0 * (1.0 - (-x / 20.0).exp()),
+                   "sm_clock_mhz": if busy { 1980.0 } else { 345.0 }, "mem_clock_mhz": 3201.0, "graphics_clock_mhz": 1980.0,
+                   "pstate": if busy { 0 } else { 8 }, "clock_event_mask": if busy { 4 } else { 1 },
+                   "clock_events": if busy { vec!["sw_power_cap"] } else { vec!["gpu_idle"] }, "pcie_tx_mbps": 2.0, "pcie_rx_mbps": 11.0 + noise()})
+        });
+        let mut row = json!({"t": t0 + x, "gpu": g, "host": {"load1": 1.0 + 0.5 * noise(), "mem_available_mib": 20000.0 - 10.0 * x,
+            "mem_total_mib": 24000.0, "rss_mib": 300.0 + x, "cpu_s": x, "cpu_pct": 95.0 + 5.0 * noise()}});
+        if i == 0 && !gpu {
+            row["note"] = json!("no GPU telemetry: NVML did not load; recording the host only");
+        }
+        tele += &format!("{row}\n");
+    }
+    std::fs::write(run.join("telemetry.jsonl"), tele).unwrap();
+    run
+}
+
+fn app(dir: &Path, probe: Option<Arc<dyn Probe>>) -> Router {
+    let mut opts = ServeOptions::new(dir);
+    opts.probe = probe;
+    opts.catalogue = vec![SystemInfo {
+        name: "Bob".into(),
+        description: "A next-byte predictor with one 256 × 256 logits table.".into(),
+        parameters: 65536,
+        state: "trains on hardware".into(),
+        devices: vec!["cpu".into(), "cuda".into()],
+    }];
+    router(opts)
+}
+
+async fn call(app: &Router, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let mut req = Request::builder().method(method).uri(uri);
+    if body.is_some() {
+        req = req.header("content-type", "application/json");
+    }
+    let req = req.body(body.map_or(Body::empty(), |b| Body::from(b.to_string()))).unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 64 << 20).await.unwrap();
+    let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, v)
+}
+
+async fn get(app: &Router, uri: &str) -> (StatusCode, Value) {
+    call(app, "GET", uri, None).await
+}
+
+#[test]
+fn a_missing_runs_folder_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-runs");
+    let e = Server::bind(ServeOptions::new(&missing)).err().unwrap().to_string();
+    assert!(e.contains("does not exist") && e.contains("no-such-runs"), "{e}");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let e = Server::bind(ServeOptions::new(&file)).err().unwrap().to_string();
+    assert!(e.contains("is a file"), "{e}");
+}
+
+#[test]
+fn a_port_in_use_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let mut opts = ServeOptions::new(dir.path());
+    opts.port = port;
+    let e = Server::bind(opts).err().unwrap().to_string();
+    assert!(e.contains(&format!("port {port} is in use")), "{e}");
+}
+
+#[tokio::test]
+async fn the_api_answers_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    write_run(dir.path(), "bob-a", 60, "finished", false, 30);
+    std::fs::create_dir(dir.path().join("not-a-run")).unwrap();
+    let app = app(dir.path(), None);
+
+    let (s, runs) = get(&app, "/api/runs").await;
+    assert_eq!(s, StatusCode::OK);
+    let list = runs["runs"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "a folder without records is not a run: {runs}");
+    assert_eq!(list[0]["name"], "bob-a");
+    assert_eq!(list[0]["system"], "bob");
+    assert_eq!(list[0]["device"], "cpu");
+    assert_eq!(list[0]["state"], "finished");
+    assert_eq!(list[0]["steps_done"], 60);
+    assert_eq!(list[0]["skipped_lines"], 0);
+
+    let (_, run) = get(&app, "/api/runs/bob-a").await;
+    let h = &run["headline"];
+    assert_eq!(h["tokens_per_s"], 512000.0, "a finished run's summary wins");
+    assert!(h["ms_per_step"].as_f64().unwrap() > 3.0);
+    assert_eq!(h["steps_done"], 60);
+    assert_eq!(h["checkpoints"], 3);
+    assert_eq!(h["latest_heldout_step"], 60);
+    assert!(h["best_heldout"].as_f64().unwrap() <= h["latest_heldout"].as_f64().unwrap());
+    assert_eq!(h["energy_per_token_j"], 0.0012);
+    assert_eq!(run["files"]["points"]["rows"], 60);
+
+    let (_, p) = get(&app, "/api/runs/bob-a/points").await;
+    assert_eq!(p["total"], 60);
+    assert_eq!(p["step"].as_array().unwrap().len(), 60);
+    assert_eq!(p["unseen"].as_array().unwrap().iter().filter(|u| u == &&json!(true)).count(), 3);
+    let (_, p) = get(&app, "/api/runs/bob-a/points?since=55").await;
+    assert_eq!(p["step"], json!([56, 57, 58, 59, 60]));
+    let (_, p) = get(&app, "/api/runs/bob-a/points?since=600").await;
+    assert_eq!(p["step"], json!([]));
+
+    let (_, l) = get(&app, "/api/runs/bob-a/lineage").await;
+    let steps: Vec<u64> = l["rows"].as_array().unwrap().iter().map(|r| r["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [20, 40, 60]);
+    let (_, i) = get(&app, "/api/runs/bob-a/invocations").await;
+    assert_eq!(i["rows"].as_array().unwrap().len(), 3);
+
+    let (_, pr) = get(&app, "/api/runs/bob-a/profile").await;
+    assert_eq!(pr["step"], 10);
+    assert_eq!(pr["launches"], 7);
+    assert_eq!(pr["families"][0]["family"], "gemm");
+    assert_eq!(pr["shapes"].as_array().unwrap().len(), 2);
+
+    let (_, t) = get(&app, "/api/runs/bob-a/telemetry").await;
+    assert_eq!(t["rows"], 30);
+    assert_eq!(t["gpu_available"], false);
+    assert!(t["note"].as_str().unwrap().contains("host only"));
+    assert_eq!(t["series"]["host.load1"].as_array().unwrap().len(), 30);
+    let (_, t) = get(&app, "/api/runs/bob-a/telemetry?max=10").await;
+    assert_eq!(t["points"], 10);
+
+    let (_, sys) = get(&app, "/api/systems").await;
+    assert_eq!(sys["systems"][0]["name"], "Bob");
+    assert_eq!(sys["systems"][0]["runs"][0]["name"], "bob-a");
+
+    for bad in ["/api/runs/nope", "/api/runs/..", "/api/runs/not-a-run%2F..", "/api/runs/.hidden/points"] {
+        let (s, v) = get(&app, bad).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{bad}: {v}");
+        assert!(v["error"].is_string());
+    }
+}
+
+#[tokio::test]
+async fn pages_and_assets_are_served_from_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(dir.path(), None);
+    for (uri, needle) in [
+        ("/", "data-page=\"runs\""),
+        ("/systems", "data-page=\"systems\""),
+        ("/runs/x%3Cy", "data-run=\"x&lt;y\""),
+        ("/assets/app.js", "function chart("),
+        ("/assets/style.css", ".card"),
+    ] {
+        let (s, body) = get(&app, uri).await;
+        assert_eq!(s, StatusCode::OK, "{uri}");
+        assert!(body.as_str().unwrap().contains(needle), "{uri} lacks {needle}");
+    }
+    // No page asks for anything off this server.
+    let (_, html) = get(&app, "/").await;
+    let (_, js) = get(&app, "/assets/app.js").await;
+    for text in [html.as_str().unwrap(), js.as_str().unwrap()] {
+        assert!(!text.contains("https://") && !text.contains("src=\"http"), "external reference");
+    }
+}
+
+#[tokio::test]
+async fn garbled_and_truncated_lines_are_skipped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = write_run(dir.path(), "bob-bad", 40, "running", false, 3);
+    let mut f = std::fs::OpenOptions::new().append(true).open(run.join("points.jsonl")).unwrap();
+    f.write_all(b"{\"step\":41,\"loss\":2.\n{\"step\":42,\"loss\":2.5}\n{\"step\":43,\"lo").unwrap();
+    drop(f);
+    std::fs::write(run.join("lineage.jsonl"), "not json at all\n").unwrap();
+    let app = app(dir.path(), None);
+
+    let (_, r) = get(&app, "/api/runs/bob-bad").await;
+    assert_eq!(r["files"]["points"]["rows"], 41);
+    // While running, the unterminated last line is a write in progress, not an error.
+    assert_eq!(r["files"]["points"]["skipped"], 1);
+    assert_eq!(r["files"]["points"]["partial_tail"], true);
+    assert_eq!(r["files"]["points"]["first_bad_lines"], json!([41]));
+    assert_eq!(r["files"]["lineage"]["skipped"], 1);
+    assert_eq!(r["skipped_lines"], 2);
+
+    // Once the run has ended nothing will finish that line: it counts as skipped too.
+    let mut info: Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    info["state"] = json!("failed");
+    std::fs::write(run.join("run.json"), info.to_string()).unwrap();
+    let (_, r) = get(&app, "/api/runs/bob-bad").await;
+    assert_eq!(r["files"]["points"]["skipped"], 2);
+    let (_, runs) = get(&app, "/api/runs").await;
+    assert_eq!(runs["runs"][0]["skipped_lines"], 3);
+
+    // A garbled run.json is shown, not fatal.
+    std::fs::write(run.join("run.json"), "{\"name\": ").unwrap();
+    let (s, r) = get(&app, "/api/runs/bob-bad").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(r["state"], "unknown");
+    assert!(r["problem"].as_str().unwrap().contains("run.json does not parse"));
+}
+
+#[tokio::test]
+async fn polling_returns_only_what_was_appended() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = write_run(dir.path(), "live", 20, "running", false, 1);
+    let app = app(dir.path(), None);
+    let (_, p) = get(&app, "/api/runs/live/points?since=0").await;
+    assert_eq!(p["total"], 20);
+    let mut f = std::fs::OpenOptions::new().append(true).open(run.join("points.jsonl")).unwrap();
+    for step in 21..=23 {
+        writeln!(f, "{}", json!({"step": step, "loss": 2.0, "tokens": step * 2048, "ms": 4.0, "unseen": false}))
+            .unwrap();
+    }
+    let (_, p) = get(&app, "/api/runs/live/points?since=20").await;
+    assert_eq!(p["total"], 23);
+    assert_eq!(p["step"], json!([21, 22, 23]));
+    assert_eq!(p["p10"], json!([null, null, null]));
+}
+
+struct EchoProbe;
+impl Probe for EchoProbe {
+    fn probe(&self, run_dir: &Path, checkpoint: &Path, prompt: &str, tokens: usize) -> anyhow::Result<ProbeResult> {
+        assert!(checkpoint.starts_with(run_dir));
+        if prompt == "fail" {
+            anyhow::bail!("the checkpoint does not load");
+        }
+        Ok(ProbeResult {
+            continuation: format!("{} after {prompt:?}", "x".repeat(tokens)),
+            top_next: vec![(" ".into(), 0.6), ("e".into(), 0.3)],
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_probe_runs_listed_checkpoints_only() {
+    let dir = tempfile::tempdir().unwrap();
+    write_run(dir.path(), "bob-p", 40, "finished", false, 1);
+    let body = |ckpt: &str, prompt: &str| Some(json!({"checkpoint": ckpt, "prompt": prompt, "tokens": 3}));
+    let uri = "/api/runs/bob-p/probe";
+
+    let (s, v) = call(&app(dir.path(), None), "POST", uri, body("checkpoints/step-000020.safetensors", "a")).await;
+    assert_eq!(s, StatusCode::NOT_IMPLEMENTED, "{v}");
+
+    let app = app(dir.path(), Some(Arc::new(EchoProbe)));
+    let (s, v) = call(&app, "POST", uri, body("checkpoints/step-000040.safetensors", "The")).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["continuation"], "xxx after \"The\"");
+    assert_eq!(v["top_next"][0], json!([" ", 0.6]));
+    let (s, _) = call(&app, "POST", uri, body("../../etc/passwd", "The")).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let (s, v) = call(&app, "POST", uri, body("checkpoints/step-000020.safetensors", "fail")).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(v["error"].as_str().unwrap().contains("does not load"));
+}
+
+/// One HTTP/1.1 GET over a plain socket, as a browser would send it.
+fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out[9..12].parse().unwrap();
+    (status, out)
+}
+
+#[test]
+fn the_server_answers_over_tcp_and_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    write_run(dir.path(), "tcp", 20, "finished", false, 2);
+    let mut opts = ServeOptions::new(dir.path());
+    opts.port = 0;
+    let mut server = Server::bind(opts).unwrap().spawn();
+    let (status, body) = http_get(server.addr(), "/api/runs");
+    assert_eq!(status, 200);
+    assert!(body.contains("\"name\":\"tcp\""), "{body}");
+    let (status, _) = http_get(server.addr(), "/nowhere");
+    assert_eq!(status, 404);
+    let addr = server.addr();
+    server.stop();
+    assert!(std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err());
+}
+
+/// Where test screenshots go: `ALPHA_SCREENSHOT_DIR` if set, else the target folder.
+fn screenshot_dir() -> PathBuf {
+    std::env::var_os("ALPHA_SCREENSHOT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/screenshots"))
+}
+
+#[test]
+fn the_pages_draw_the_records_in_a_real_browser() {
+    if !webdriver::Browser::available() {
+        eprintln!(
+            "skipped: {} or {} is missing (apt-get install chromium chromium-driver)",
+            webdriver::CHROMIUM,
+            webdriver::CHROMEDRIVER
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    write_run(&runs, "bob-gpu", 120, "finished", true, 240);
+    write_run(&runs, "bob-cpu", 60, "running", false, 40);
+    let mut opts = ServeOptions::new(&runs);
+    opts.port = 0;
+    opts.catalogue = vec![SystemInfo {
+        name: "Bob".into(),
+        description: "The smallest system: a next-byte predictor with one 256 × 256 logits table.".into(),
+        parameters: 65536,
+        state: "trains on hardware".into(),
+        devices: vec!["cpu".into(), "cuda".into()],
+    }];
+    let server = Server::bind(opts).unwrap().spawn();
+    let profile = dir.path().join("chromium-profile");
+    let b = webdriver::Browser::launch(&profile, 1280, 900).unwrap();
+    let shots = screenshot_dir();
+    std::fs::create_dir_all(&shots).unwrap();
+
+    b.goto(&format!("{}/runs/bob-gpu", server.url())).unwrap();
+    b.wait_for("return document.body.dataset.loaded === '1'", Duration::from_secs(20)).unwrap();
+    let n = b.execute("return +document.querySelector('#chart-loss svg').dataset.points", vec![]).unwrap();
+    assert_eq!(n, 120);
+    let rows = b
+        .execute("return [...document.querySelectorAll('#lineage-table tbody tr')].map(r => [+r.dataset.step, r.dataset.sha])", vec![])
+        .unwrap();
+    let steps: Vec<u64> = rows.as_array().unwrap().iter().map(|r| r[0].as_u64().unwrap()).collect();
+    assert_eq!(steps, [120, 100, 80, 60, 40, 20], "newest first");
+    let gpu = b.execute("return +document.querySelector('#chart-gpu-power svg').dataset.points", vec![]).unwrap();
+    assert_eq!(gpu, 240);
+    let fam = b.execute("return document.querySelectorAll('#family-table tbody tr').length", vec![]).unwrap();
+    assert_eq!(fam, 5);
+    std::fs::write(shots.join("dash-run-gpu.png"), b.full_page_png(1280).unwrap()).unwrap();
+
+    b.resize(1280, 900).unwrap();
+    b.goto(&format!("{}/", server.url())).unwrap();
+    b.wait_for("return document.querySelectorAll('#runs-table tbody tr').length === 2", Duration::from_secs(10))
+        .unwrap();
+    std::fs::write(shots.join("dash-runs.png"), b.screenshot_png().unwrap()).unwrap();
+    b.goto(&format!("{}/systems", server.url())).unwrap();
+    b.wait_for("return document.querySelectorAll('.system').length === 1", Duration::from_secs(10)).unwrap();
+    std::fs::write(shots.join("dash-systems.png"), b.screenshot_png().unwrap()).unwrap();
+    b.goto(&format!("{}/runs/bob-cpu", server.url())).unwrap();
+    b.wait_for("return document.body.dataset.loaded === '1'", Duration::from_secs(20)).unwrap();
+    let note = b.execute("return document.querySelector('#gpu-sub').textContent", vec![]).unwrap();
+    assert!(note.as_str().unwrap().contains("No GPU telemetry"), "{note}");
+    std::fs::write(shots.join("dash-run-cpu.png"), b.full_page_png(1280).unwrap()).unwrap();
+}
