@@ -2,9 +2,7 @@
 //! is an ordinary error here, turned into a host-only run by the sampler.
 
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
-use nvml_wrapper::enum_wrappers::device::{
-    Clock, PcieUtilCounter, PerformanceState, TemperatureSensor,
-};
+use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, PerformanceState, TemperatureSensor};
 use nvml_wrapper::Nvml;
 
 use crate::GpuSample;
@@ -25,25 +23,14 @@ impl GpuProbe {
     /// Loads NVML and opens device `index`; the error says which step failed.
     pub fn open(index: u32) -> Result<GpuProbe, String> {
         let nvml = Nvml::init().map_err(|e| format!("NVML did not load ({e})"))?;
-        let count = nvml
-            .device_count()
-            .map_err(|e| format!("NVML device count failed ({e})"))?;
+        let count = nvml.device_count().map_err(|e| format!("NVML device count failed ({e})"))?;
         if index >= count {
             return Err(format!("NVML sees {count} GPU(s), none with index {index}"));
         }
-        let device = nvml
-            .device_by_index(index)
-            .map_err(|e| format!("NVML could not open GPU {index} ({e})"))?;
+        let device = nvml.device_by_index(index).map_err(|e| format!("NVML could not open GPU {index} ({e})"))?;
         let name = device.name().ok();
         let energy_start_mj = device.total_energy_consumption().ok();
-        Ok(GpuProbe {
-            nvml,
-            index,
-            name,
-            energy_start_mj,
-            integrated_j: 0.0,
-            last_power: None,
-        })
+        Ok(GpuProbe { nvml, index, name, energy_start_mj, integrated_j: 0.0, last_power: None })
     }
 
     /// "0 (NVIDIA H200)", for the note.
@@ -57,22 +44,13 @@ impl GpuProbe {
     /// Joules since open from NVML's counter, or `None` where the card has none.
     pub fn energy_counter_j(&mut self) -> Option<f64> {
         let start = self.energy_start_mj?;
-        let now = self
-            .nvml
-            .device_by_index(self.index)
-            .ok()?
-            .total_energy_consumption()
-            .ok()?;
+        let now = self.nvml.device_by_index(self.index).ok()?.total_energy_consumption().ok()?;
         Some(now.saturating_sub(start) as f64 / 1000.0)
     }
 
     /// Reads every field the card answers; the rest stay `None`.
     pub fn sample(&mut self, t: f64) -> GpuSample {
-        let mut s = GpuSample {
-            index: self.index,
-            name: self.name.clone(),
-            ..GpuSample::default()
-        };
+        let mut s = GpuSample { index: self.index, name: self.name.clone(), ..GpuSample::default() };
         let Ok(d) = self.nvml.device_by_index(self.index) else {
             return s;
         };
@@ -98,20 +76,12 @@ impl GpuProbe {
             s.clock_events = clock_event_names(r);
         }
         // NVML reports KB/s over a 20 ms window.
-        s.pcie_tx_mbps = d
-            .pcie_throughput(PcieUtilCounter::Send)
-            .ok()
-            .map(|k| k as f64 / 1000.0);
-        s.pcie_rx_mbps = d
-            .pcie_throughput(PcieUtilCounter::Receive)
-            .ok()
-            .map(|k| k as f64 / 1000.0);
+        s.pcie_tx_mbps = d.pcie_throughput(PcieUtilCounter::Send).ok().map(|k| k as f64 / 1000.0);
+        s.pcie_rx_mbps = d.pcie_throughput(PcieUtilCounter::Receive).ok().map(|k| k as f64 / 1000.0);
         s.fan_pct = d.fan_speed(0).ok().map(f64::from);
-        let counter = self.energy_start_mj.and_then(|start| {
-            d.total_energy_consumption()
-                .ok()
-                .map(|now| now.saturating_sub(start))
-        });
+        let counter = self
+            .energy_start_mj
+            .and_then(|start| d.total_energy_consumption().ok().map(|now| now.saturating_sub(start)));
         if let Some(p) = s.power_w {
             if let Some((t0, p0)) = self.last_power {
                 self.integrated_j += 0.5 * (p + p0) * (t - t0).max(0.0);
@@ -156,29 +126,16 @@ fn pstate_number(p: PerformanceState) -> Option<u32> {
 pub(crate) fn clock_event_names(r: ThrottleReasons) -> Vec<String> {
     let table = [
         (ThrottleReasons::GPU_IDLE, "gpu_idle"),
-        (
-            ThrottleReasons::APPLICATIONS_CLOCKS_SETTING,
-            "applications_clocks_setting",
-        ),
+        (ThrottleReasons::APPLICATIONS_CLOCKS_SETTING, "applications_clocks_setting"),
         (ThrottleReasons::SW_POWER_CAP, "sw_power_cap"),
         (ThrottleReasons::HW_SLOWDOWN, "hw_slowdown"),
         (ThrottleReasons::SYNC_BOOST, "sync_boost"),
         (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
         (ThrottleReasons::HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"),
-        (
-            ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN,
-            "hw_power_brake_slowdown",
-        ),
-        (
-            ThrottleReasons::DISPLAY_CLOCK_SETTING,
-            "display_clock_setting",
-        ),
+        (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake_slowdown"),
+        (ThrottleReasons::DISPLAY_CLOCK_SETTING, "display_clock_setting"),
     ];
-    table
-        .iter()
-        .filter(|(bit, _)| r.contains(*bit))
-        .map(|(_, n)| n.to_string())
-        .collect()
+    table.iter().filter(|(bit, _)| r.contains(*bit)).map(|(_, n)| n.to_string()).collect()
 }
 
 #[cfg(test)]
@@ -188,10 +145,7 @@ mod tests {
     #[test]
     fn clock_event_names_follow_the_mask() {
         let r = ThrottleReasons::SW_POWER_CAP | ThrottleReasons::HW_THERMAL_SLOWDOWN;
-        assert_eq!(
-            clock_event_names(r),
-            ["sw_power_cap", "hw_thermal_slowdown"]
-        );
+        assert_eq!(clock_event_names(r), ["sw_power_cap", "hw_thermal_slowdown"]);
         assert!(clock_event_names(ThrottleReasons::NONE).is_empty());
     }
 

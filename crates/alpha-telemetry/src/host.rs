@@ -19,31 +19,20 @@ impl HostProbe {
     pub fn new() -> HostProbe {
         // SAFETY: sysconf has no preconditions.
         let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        HostProbe {
-            ticks_per_s: if ticks > 0 { ticks as f64 } else { 100.0 },
-            last_cpu: None,
-        }
+        HostProbe { ticks_per_s: if ticks > 0 { ticks as f64 } else { 100.0 }, last_cpu: None }
     }
 
     /// Samples at Unix time `t` (used for the CPU percentage's interval).
     pub fn sample(&mut self, t: f64) -> HostSample {
         let read = |p: &str| std::fs::read_to_string(p).ok();
-        let mut s = HostSample {
-            load1: read("/proc/loadavg").as_deref().and_then(parse_load1),
-            ..HostSample::default()
-        };
+        let mut s =
+            HostSample { load1: read("/proc/loadavg").as_deref().and_then(parse_load1), ..HostSample::default() };
         if let Some(m) = read("/proc/meminfo") {
             s.mem_available_mib = meminfo_kib(&m, "MemAvailable:").map(|k| k / 1024.0);
             s.mem_total_mib = meminfo_kib(&m, "MemTotal:").map(|k| k / 1024.0);
         }
-        s.rss_mib = read("/proc/self/status")
-            .as_deref()
-            .and_then(|st| meminfo_kib(st, "VmRSS:"))
-            .map(|k| k / 1024.0);
-        s.cpu_s = read("/proc/self/stat")
-            .as_deref()
-            .and_then(parse_cpu_ticks)
-            .map(|ticks| ticks / self.ticks_per_s);
+        s.rss_mib = read("/proc/self/status").as_deref().and_then(|st| meminfo_kib(st, "VmRSS:")).map(|k| k / 1024.0);
+        s.cpu_s = read("/proc/self/stat").as_deref().and_then(parse_cpu_ticks).map(|ticks| ticks / self.ticks_per_s);
         if let Some(cpu) = s.cpu_s {
             if let Some((t0, c0)) = self.last_cpu {
                 if t > t0 {

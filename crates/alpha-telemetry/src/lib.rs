@@ -118,11 +118,7 @@ pub struct SamplerOptions {
 
 impl Default for SamplerOptions {
     fn default() -> Self {
-        SamplerOptions {
-            period: Duration::from_secs(1),
-            gpu: true,
-            gpu_index: 0,
-        }
+        SamplerOptions { period: Duration::from_secs(1), gpu: true, gpu_index: 0 }
     }
 }
 
@@ -149,19 +145,12 @@ impl Sampler {
     /// Starts sampling every `period` into `run_dir/telemetry.jsonl` (appending, so a resumed
     /// run keeps its history). The first sample is written before this returns.
     pub fn start(run_dir: &Path, period: Duration) -> anyhow::Result<Sampler> {
-        Self::start_with(
-            run_dir,
-            SamplerOptions {
-                period,
-                ..SamplerOptions::default()
-            },
-        )
+        Self::start_with(run_dir, SamplerOptions { period, ..SamplerOptions::default() })
     }
 
     /// [`Sampler::start`] with every option.
     pub fn start_with(run_dir: &Path, options: SamplerOptions) -> anyhow::Result<Sampler> {
-        std::fs::create_dir_all(run_dir)
-            .with_context(|| format!("creating run directory {}", run_dir.display()))?;
+        std::fs::create_dir_all(run_dir).with_context(|| format!("creating run directory {}", run_dir.display()))?;
         let path = run_dir.join(TELEMETRY_FILE);
         let mut file = OpenOptions::new()
             .create(true)
@@ -175,22 +164,13 @@ impl Sampler {
                     let note = format!("GPU {} sampled through NVML", p.describe());
                     (Some(p), note)
                 }
-                Err(why) => (
-                    None,
-                    format!("no GPU telemetry: {why}; recording the host only"),
-                ),
+                Err(why) => (None, format!("no GPU telemetry: {why}; recording the host only")),
             }
         } else {
-            (
-                None,
-                "GPU sampling turned off; recording the host only".to_string(),
-            )
+            (None, "GPU sampling turned off; recording the host only".to_string())
         };
         let gpu_available = probe.is_some();
-        let shared = Arc::new(Mutex::new(Shared {
-            probe,
-            ..Shared::default()
-        }));
+        let shared = Arc::new(Mutex::new(Shared { probe, ..Shared::default() }));
         let mut host = HostProbe::new();
 
         // The first row is written here, so even a run shorter than one period has one.
@@ -207,14 +187,7 @@ impl Sampler {
                 .spawn(move || run_loop(file, options.period, stop, shared, host))
                 .context("spawning the telemetry thread")?
         };
-        Ok(Sampler {
-            stop,
-            handle: Some(handle),
-            shared,
-            gpu_available,
-            note: Some(note),
-            path,
-        })
+        Ok(Sampler { stop, handle: Some(handle), shared, gpu_available, note: Some(note), path })
     }
 
     /// Whether NVML answered for the chosen GPU; `false` means host-only rows.
@@ -332,10 +305,7 @@ fn write_sample(file: &mut File, sample: &Sample) -> anyhow::Result<()> {
 
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 #[cfg(test)]
@@ -343,21 +313,13 @@ mod tests {
     use super::*;
 
     fn read(path: &Path) -> Vec<Sample> {
-        std::fs::read_to_string(path)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 
     #[test]
     fn host_only_sampler_writes_rows_until_stopped() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = SamplerOptions {
-            period: Duration::from_millis(50),
-            gpu: false,
-            gpu_index: 0,
-        };
+        let opts = SamplerOptions { period: Duration::from_millis(50), gpu: false, gpu_index: 0 };
         let mut s = Sampler::start_with(dir.path(), opts).unwrap();
         assert!(!s.gpu_available());
         assert!(s.note().unwrap().contains("host only"));
@@ -369,9 +331,7 @@ mod tests {
         // 1 at start, ~5 ticks, 1 at stop; allow a slow, shared machine some slack.
         assert!(rows.len() >= 3 && rows.len() <= 9, "{} rows", rows.len());
         assert!(rows[0].note.as_deref().unwrap().contains("host only"));
-        assert!(rows[1..]
-            .iter()
-            .all(|r| r.note.is_none() && r.gpu.is_none()));
+        assert!(rows[1..].iter().all(|r| r.note.is_none() && r.gpu.is_none()));
         assert!(rows.windows(2).all(|w| w[1].t >= w[0].t));
         let h = &rows.last().unwrap().host;
         assert!(h.load1.unwrap() >= 0.0);
@@ -388,11 +348,7 @@ mod tests {
     #[test]
     fn drop_stops_and_a_restart_appends() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = SamplerOptions {
-            period: Duration::from_secs(3600),
-            gpu: false,
-            gpu_index: 0,
-        };
+        let opts = SamplerOptions { period: Duration::from_secs(3600), gpu: false, gpu_index: 0 };
         drop(Sampler::start_with(dir.path(), opts.clone()).unwrap());
         drop(Sampler::start_with(dir.path(), opts).unwrap());
         // Each sampler: its first row and its last row, nothing in between at an hour's period.
@@ -416,9 +372,7 @@ mod tests {
             assert!(s.energy_joules_since_start().is_some());
         } else {
             assert!(note.contains("no GPU telemetry"), "{note}");
-            assert!(rows
-                .iter()
-                .all(|r| r.gpu.is_none() && r.host.rss_mib.is_some()));
+            assert!(rows.iter().all(|r| r.gpu.is_none() && r.host.rss_mib.is_some()));
         }
     }
 
@@ -433,8 +387,7 @@ mod tests {
 
     #[test]
     fn sample_rows_round_trip_and_tolerate_missing_fields() {
-        let s: Sample =
-            serde_json::from_str(r#"{"t": 5.0, "gpu": {"index": 1, "power_w": 300.5}}"#).unwrap();
+        let s: Sample = serde_json::from_str(r#"{"t": 5.0, "gpu": {"index": 1, "power_w": 300.5}}"#).unwrap();
         assert_eq!(s.gpu.as_ref().unwrap().power_w, Some(300.5));
         assert_eq!(s.host, HostSample::default());
         let back: Sample = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
