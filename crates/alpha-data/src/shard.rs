@@ -180,3 +180,18 @@ pub fn read_tokens(path: &Path) -> Result<(ShardHeader, Vec<u16>)> {
     let tokens = bytes[HEADER_LEN as usize..].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
     Ok((header, tokens))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_is_64_bytes() {
+        let h = ShardHeader { version: VERSION, vocab_size: 12288, tokens: 3, eot_id: 0, tokenizer_sha256: [7; 32] };
+        let bytes = h.to_bytes();
+        assert_eq!(&bytes[..8], b"ALPHATOK");
+        let parsed = ShardHeader::parse(Path::new("x"), &bytes, HEADER_LEN + 6).unwrap();
+        assert_eq!(parsed, h);
+        assert!(matches!(ShardHeader::parse(Path::new("x"), &bytes, HEADER_LEN + 4), Err(DataError::Truncated { .. })));
+    }
+}

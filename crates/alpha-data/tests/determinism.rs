@@ -53,6 +53,14 @@ fn bpe_preparation_is_byte_identical() {
         assert_eq!(na, nb);
         assert!(da == db, "{na} differs between two preparations");
     }
+    // Loading the written tokenizer.json instead of training gives the same shards.
+    let tj = tmp.path().join("a/tokenizer.json");
+    run(&c, tj.to_str().unwrap(), &tmp.path().join("c"), 150_000);
+    let cfiles = files(&tmp.path().join("c"));
+    for (name, data) in a.iter().filter(|(n, _)| n.ends_with(".tok") || n == "tokenizer.json") {
+        let other = cfiles.iter().find(|(n, _)| n == name).expect(name);
+        assert!(&other.1 == data, "{name} differs with a loaded tokenizer.json");
+    }
     // And a re-run of the trainer alone gives the same tokenizer.json.
     let text = std::fs::read_to_string(common::tinyshakespeare().unwrap_or(c.join("000.txt"))).unwrap();
     let j1 = alpha_data::bpe::train(std::iter::once(text.as_str()), 700).unwrap();
