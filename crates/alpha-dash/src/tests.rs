@@ -419,6 +419,15 @@ fn the_pages_draw_the_records_in_a_real_browser() {
     assert_eq!(gpu, 240);
     let fam = b.execute("return document.querySelectorAll('#family-table tbody tr').length", vec![]).unwrap();
     assert_eq!(fam, 5);
+    for (sel, file) in [
+        ("#loss-card", "card-loss"),
+        ("#profile-card", "card-profile"),
+        ("#telemetry-card", "card-telemetry"),
+        ("#lineage-card", "card-lineage"),
+        ("#headline", "card-headline"),
+    ] {
+        std::fs::write(shots.join(format!("dash-{file}.png")), b.element_png(sel).unwrap()).unwrap();
+    }
     std::fs::write(shots.join("dash-run-gpu.png"), b.full_page_png(1280).unwrap()).unwrap();
 
     b.resize(1280, 900).unwrap();

@@ -120,6 +120,19 @@ impl Browser {
         self.screenshot_png()
     }
 
+    /// A PNG of the first element matching the CSS `selector`, scrolled into view.
+    pub fn element_png(&self, selector: &str) -> anyhow::Result<Vec<u8>> {
+        let e = self.session_request("POST", "element", Some(json!({"using": "css selector", "value": selector})))?;
+        let id = e
+            .as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .with_context(|| format!("no element matches {selector}"))?
+            .to_string();
+        let v = self.session_request("GET", &format!("element/{id}/screenshot"), None)?;
+        base64_decode(v.as_str().context("screenshot is not a string")?)
+    }
+
     fn session_request(&self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
         self.request(method, &format!("/session/{}/{path}", self.session), body)
     }

@@ -28,6 +28,20 @@ function sig(x, n = 3) {
   const d = Math.max(0, n - 1 - Math.floor(Math.log10(a)));
   return x.toLocaleString("en-US", { minimumFractionDigits: Math.min(d, 6), maximumFractionDigits: Math.min(d, 6) });
 }
+// A legend or tooltip value: four significant digits, no trailing zeros.
+function short(x) {
+  if (!isNum(x)) return "—";
+  const a = Math.abs(x);
+  if (a !== 0 && (a >= 1e7 || a < 1e-3)) return x.toExponential(2);
+  if (a >= 1000) return Math.round(x).toLocaleString("en-US");
+  return String(+x.toPrecision(4));
+}
+function energy(j) {
+  if (!isNum(j)) return "—";
+  if (j < 1e3) return `${short(j)} J`;
+  if (j < 1e6) return `${short(j / 1e3)} kJ`;
+  return `${short(j / 3.6e6)} kWh`;
+}
 function duration(s) {
   if (!isNum(s)) return "—";
   if (s < 60) return `${s.toFixed(1)} s`;
@@ -167,7 +181,7 @@ function chart(host, spec) {
     const last = s.data && s.data.length ? s.data[s.data.length - 1] : null;
     const latest = s.type === "hline" ? s.value : last ? last[s.type === "band" ? 2 : 1] : null;
     const cls = s.type === "band" ? "band" : s.type === "dots" ? "dot" : s.type === "diamonds" ? "diamond" : s.dash || s.type === "hline" ? "dash" : "";
-    const val = s.type === "band" || !isNum(latest) || s.noValue ? "" : ` <b>${sig(latest, 4)}</b>`;
+    const val = s.type === "band" || !isNum(latest) || s.noValue ? "" : ` <b>${short(latest)}</b>`;
     legend.insertAdjacentHTML("beforeend", `<span class="key"><span class="sw ${cls}" style="${cls === "band" || cls === "dot" || cls === "diamond" ? "background" : "border-color"}:${s.color}"></span>${esc(s.label)}${val}</span>`);
   }
   let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
@@ -194,7 +208,7 @@ function chart(host, spec) {
   const ystep = yt.length > 1 ? yt[1] - yt[0] : 1;
   // Widen the left margin to the longest y label.
   const ylabels = yt.map((v) => tickLabel(v, ystep));
-  m.l = Math.max(44, 16 + 6.6 * Math.max(...ylabels.map((s) => s.length)));
+  m.l = Math.max(46, (spec.yLabel ? 34 : 14) + 6.7 * Math.max(...ylabels.map((s) => s.length)));
   const X = (x) => m.l + ((x - x0) / (x1 - x0)) * (W - m.l - m.r);
   const Y = (y) => m.t + (1 - (y - y0) / (y1 - y0)) * (H - m.t - m.b);
   const grid = svg("g", { "shape-rendering": "crispEdges" }, root);
@@ -296,7 +310,7 @@ function hover(host, root, series, g) {
     for (const s of lines) {
       const p = nearest(s.data, x);
       if (s.type !== "line" && s.type !== undefined && Math.abs(g.X(p[0]) - g.X(main[0])) > 3) continue;
-      if (isNum(p[1])) rows.push(`<div><span class="sw" style="background:${s.color}"></span>${esc(s.label)} <b>${sig(p[1], 4)}</b></div>`);
+      if (isNum(p[1])) rows.push(`<div><span class="sw" style="background:${s.color}"></span>${esc(s.label)} <b>${short(p[1])}</b></div>`);
     }
     tip.innerHTML = rows.join("");
     tip.style.display = "block";
@@ -373,7 +387,7 @@ function runPage(name) {
       <p class="sub" id="profile-sub"></p><div class="grid2" id="profile-tables"></div></section>
     <section class="card" id="telemetry-card"><div class="section-head"><h2>GPU telemetry</h2><span class="tabs" id="tele-window"></span></div>
       <p class="sub" id="gpu-sub"></p>
-      <div class="grid3" id="gpu-charts"></div>
+      <div class="grid4" id="gpu-charts"></div>
       <h2 style="margin-top:22px">Host telemetry</h2><p class="sub">The machine's 1-minute load and available memory, and the trainer process's resident memory and CPU.</p>
       <div class="grid2" id="host-charts"></div></section>
     <section class="card" id="lineage-card"><h2>Checkpoint lineage</h2>
@@ -481,17 +495,18 @@ function runPage(name) {
     const last = t.last || {};
     if (t.gpu_available) {
       const g = last.gpu || {};
-      gpuSub.innerHTML = `${esc(t.gpu_name || "GPU")} through NVML, sampled every second; ${int(t.rows)} samples${t.bucket > 1 ? `, averaged ${t.bucket} to a point` : ""}. Energy since the sampler started: <b>${isNum(g.energy_j) ? sig(g.energy_j / 3.6e6 >= 0.01 ? g.energy_j / 3.6e6 : g.energy_j, 4) + (g.energy_j / 3.6e6 >= 0.01 ? " kWh" : " J") : "—"}</b>${g.clock_events && g.clock_events.length ? `; clock events now: ${esc(g.clock_events.join(", "))}` : ""}.`;
+      gpuSub.innerHTML = `${esc(t.gpu_name || "GPU")} through NVML, sampled every second; ${int(t.rows)} samples${t.bucket > 1 ? `, averaged ${t.bucket} to a point` : ""}. Energy since the sampler started: <b>${energy(g.energy_j)}</b>${g.clock_events && g.clock_events.length ? `; clock events now: ${esc(g.clock_events.join(", "))}` : ""}.`;
       const gib = 1 / 1024;
       const grid = $("#gpu-charts");
-      if (!grid.children.length) grid.innerHTML = ["util", "power", "temp", "clocks", "mem", "pstate", "pcie"].map((k) => `<div><h3 id="h-gpu-${k}"></h3><div id="chart-gpu-${k}"></div></div>`).join("");
-      const titles = { util: "Utilization, %", power: "Power, W", temp: "Temperature, °C", clocks: "Clocks, MHz", mem: "Device memory, GiB", pstate: "Performance state and clock events", pcie: "PCIe, MB/s" };
+      if (!grid.children.length) grid.innerHTML = ["util", "power", "temp", "clocks", "mem", "energy", "pstate", "pcie"].map((k) => `<div><h3 id="h-gpu-${k}"></h3><div id="chart-gpu-${k}"></div></div>`).join("");
+      const titles = { util: "Utilization, %", power: "Power, W", temp: "Temperature, °C", clocks: "Clocks, MHz", mem: "Device memory, GiB", energy: "Energy since start, kJ", pstate: "P-state and clock events", pcie: "PCIe, MB/s" };
       for (const [k, v] of Object.entries(titles)) $("#h-gpu-" + k).textContent = v;
       draw("chart-gpu-util", spec("%", [{ label: "GPU busy", type: "line", color: COLORS.a, data: S("gpu.util_pct") }, { label: "memory controller", type: "line", color: COLORS.b, data: S("gpu.mem_util_pct") }], { yMin: 0, yMax: 100 }));
       draw("chart-gpu-power", spec("W", [{ label: "draw", type: "line", color: COLORS.c, data: S("gpu.power_w") }, { label: "limit", type: "line", color: COLORS.f, dash: "6 4", data: S("gpu.power_limit_w") }], { yZero: true }));
       draw("chart-gpu-temp", spec("°C", [{ label: "core", type: "line", color: COLORS.e, data: S("gpu.temp_c") }]));
       draw("chart-gpu-clocks", spec("MHz", [{ label: "SM", type: "line", color: COLORS.a, data: S("gpu.sm_clock_mhz") }, { label: "memory", type: "line", color: COLORS.d, data: S("gpu.mem_clock_mhz") }], { yZero: true }));
       draw("chart-gpu-mem", spec("GiB", [{ label: "used", type: "line", color: COLORS.b, data: S("gpu.mem_used_mib", gib) }, { label: "total", type: "line", color: COLORS.f, dash: "6 4", data: S("gpu.mem_total_mib", gib) }], { yZero: true }));
+      draw("chart-gpu-energy", spec("kJ", [{ label: "energy", type: "line", color: COLORS.e, data: S("gpu.energy_j", 1e-3) }], { yZero: true }));
       draw("chart-gpu-pstate", spec("P-state / active", [{ label: "P-state (0 fastest)", type: "line", color: COLORS.d, data: S("gpu.pstate") }, { label: "clock event active", type: "line", color: COLORS.c, data: S("gpu.clock_event_active") }], { yZero: true }));
       draw("chart-gpu-pcie", spec("MB/s", [{ label: "to the GPU", type: "line", color: COLORS.a, data: S("gpu.pcie_rx_mbps") }, { label: "from the GPU", type: "line", color: COLORS.c, data: S("gpu.pcie_tx_mbps") }], { yZero: true }));
     } else {

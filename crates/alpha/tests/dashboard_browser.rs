@@ -1,0 +1,193 @@
+//! End to end: a real short CPU training run of Bob, `alpha serve` over its records, and a
+//! headless Chromium reading the live page — the loss chart must hold every recorded step and
+//! the lineage table every checkpoint of `lineage.jsonl`. Also the CLI's bad-input messages:
+//! a missing runs folder and a port in use.
+//!
+//! Needs Debian's `chromium` and `chromium-driver`; without them the test says it was skipped.
+//! Screenshots go to the test's temporary folder and, when `ALPHA_SCREENSHOT_DIR` is set, there.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use alpha_dash::webdriver::{Browser, CHROMEDRIVER, CHROMIUM};
+use serde_json::Value;
+
+const ALPHA: &str = env!("CARGO_BIN_EXE_alpha");
+
+/// The workspace root: training runs there so the default corpus's cache is shared.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn jsonl(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `alpha serve`, ended (by its own handle) when dropped.
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_serve(runs: &Path, port: u16) -> Serve {
+    let child = Command::new(ALPHA)
+        .args(["serve", "--runs"])
+        .arg(runs)
+        .args(["--port", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting alpha serve");
+    let mut serve = Serve(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(status) = serve.0.try_wait().unwrap() {
+            let mut err = String::new();
+            if let Some(e) = serve.0.stderr.take() {
+                for line in BufReader::new(e).lines().map_while(Result::ok) {
+                    err += &line;
+                }
+            }
+            panic!("alpha serve exited ({status}) before listening: {err}");
+        }
+        assert!(Instant::now() < deadline, "alpha serve did not listen on port {port} within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    serve
+}
+
+fn save(png: &[u8], name: &str, tmp: &Path) {
+    assert!(png.starts_with(b"\x89PNG"), "{name} is not a PNG");
+    std::fs::write(tmp.join(name), png).unwrap();
+    if let Some(dir) = std::env::var_os("ALPHA_SCREENSHOT_DIR") {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(Path::new(&dir).join(name), png).unwrap();
+    }
+    eprintln!("screenshot {}", tmp.join(name).display());
+}
+
+#[test]
+fn a_real_training_run_shows_in_a_real_browser() {
+    if !Browser::available() {
+        eprintln!("skipped: {CHROMIUM} or {CHROMEDRIVER} is missing (apt-get install -y chromium chromium-driver)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let run = runs.join("bob-e2e");
+
+    // A real, short CPU run: 60 steps, a checkpoint every 20.
+    let out = Command::new(ALPHA)
+        .current_dir(workspace())
+        .args(["train", "bob", "--steps", "60", "--checkpoint-every", "20", "--batch", "8", "--quiet"])
+        .arg("--run-dir")
+        .arg(&run)
+        .output()
+        .expect("running alpha");
+    assert!(
+        out.status.success(),
+        "`alpha train bob` failed, so there is no run to show ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let points = jsonl(&run.join("points.jsonl"));
+    let lineage = jsonl(&run.join("lineage.jsonl"));
+    assert_eq!(points.len(), 60, "one point a step");
+    assert!(lineage.len() >= 3, "a checkpoint every 20 steps: {lineage:?}");
+    let info: Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info["state"], "finished");
+
+    let port = free_port();
+    let _serve = start_serve(&runs, port);
+    let url = format!("http://127.0.0.1:{port}");
+
+    let profile = tmp.path().join("chromium-profile");
+    let b = Browser::launch(&profile, 1280, 900).unwrap();
+
+    // The runs page lists the run with its system, device, state and steps.
+    b.goto(&format!("{url}/")).unwrap();
+    let row = b
+        .wait_for(
+            "const r = document.querySelector('#runs-table tr[data-run=\"bob-e2e\"]'); \
+             return r && [...r.cells].map(c => c.textContent.trim())",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    let cells: Vec<&str> = row.as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert_eq!(cells[0], "bob-e2e");
+    assert_eq!(cells[1], "bob");
+    assert_eq!(cells[2], "cpu");
+    assert_eq!(cells[3], "finished");
+    assert!(cells[4].starts_with("60"), "{cells:?}");
+
+    // The run page: every recorded step in the loss chart, every checkpoint in the lineage.
+    b.goto(&format!("{url}/runs/bob-e2e")).unwrap();
+    b.wait_for("return document.body.dataset.loaded === '1'", Duration::from_secs(30)).unwrap();
+    let drawn = b.execute("return +document.querySelector('#chart-loss svg').dataset.points", vec![]).unwrap();
+    assert_eq!(drawn.as_u64(), Some(points.len() as u64), "loss chart points");
+    let unseen = points.iter().filter(|p| p["unseen"] == true).count() as u64;
+    let dots = b.execute("return document.querySelectorAll('#chart-loss svg circle').length", vec![]).unwrap();
+    assert!(dots.as_u64().unwrap() >= unseen, "an unseen step is a dot: {dots} < {unseen}");
+
+    let table = b
+        .execute(
+            "return [...document.querySelectorAll('#lineage-table tbody tr')].map(r => [+r.dataset.step, r.dataset.sha])",
+            vec![],
+        )
+        .unwrap();
+    let shown: Vec<(u64, String)> = table
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_u64().unwrap(), r[1].as_str().unwrap().to_string()))
+        .collect();
+    let mut recorded: Vec<(u64, String)> =
+        lineage.iter().map(|r| (r["step"].as_u64().unwrap(), r["sha256"].as_str().unwrap().to_string())).collect();
+    recorded.reverse(); // the page shows the newest first
+    assert_eq!(shown, recorded, "lineage table against lineage.jsonl");
+
+    // Telemetry: a CPU run records the host; the page says there is no GPU.
+    let telemetry = run.join("telemetry.jsonl");
+    if telemetry.exists() {
+        let host_points = b
+            .wait_for(
+                "const s = document.querySelector('#chart-host-rss svg'); return s && s.dataset.points",
+                Duration::from_secs(10),
+            )
+            .unwrap();
+        assert!(host_points.as_str().unwrap().parse::<u64>().unwrap() >= 1);
+    }
+    let png = b.full_page_png(1280).unwrap();
+    save(&png, "dashboard-run.png", tmp.path());
+
+    // The catalogue lists Bob with this run.
+    b.resize(1280, 900).unwrap();
+    b.goto(&format!("{url}/systems")).unwrap();
+    b.wait_for("return document.querySelector('.system[data-system=\"bob\" i] a')", Duration::from_secs(20)).unwrap();
+    save(&b.screenshot_png().unwrap(), "dashboard-systems.png", tmp.path());
+
+    // Bad input through the CLI: a port in use, a missing runs folder.
+    let busy =
+        Command::new(ALPHA).args(["serve", "--runs"]).arg(&runs).args(["--port", &port.to_string()]).output().unwrap();
+    assert!(!busy.status.success());
+    let msg = String::from_utf8_lossy(&busy.stderr);
+    assert!(msg.contains(&format!("port {port} is in use")), "{msg}");
+    let missing = tmp.path().join("no-runs-here");
+    let gone = Command::new(ALPHA).args(["serve", "--runs"]).arg(&missing).args(["--port", "0"]).output().unwrap();
+    assert!(!gone.status.success());
+    let msg = String::from_utf8_lossy(&gone.stderr);
+    assert!(msg.contains("no-runs-here") && msg.contains("does not exist"), "{msg}");
+}
