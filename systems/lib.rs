@@ -1,1 +1,52 @@
-//! systems
+//! The systems: each a model, its learner and its run defaults, written once against the graph
+//! builder and compiled for any device. SYSTEMS.md says what each one is exactly.
+
+pub mod bob;
+pub mod coppelius;
+
+use alpha_ir::IrError;
+use alpha_learn::{Learner, Model};
+
+/// How a system's text is tokenized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tokens {
+    /// One token a byte: 256 ids.
+    Bytes,
+    /// Byte-level BPE with this vocabulary.
+    Bpe(usize),
+}
+
+/// A learning system.
+pub trait System: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// One line for the catalogue.
+    fn description(&self) -> &'static str;
+    /// Where the system stands (as the catalogue says it).
+    fn state(&self) -> &'static str;
+    fn vocab(&self) -> usize;
+    fn tokens(&self) -> Tokens;
+    /// Positions per sequence.
+    fn context(&self) -> usize;
+    /// Sequences a step by default.
+    fn default_batch(&self) -> usize;
+    /// Steps of the default run.
+    fn default_steps(&self) -> u64;
+    /// The model for `batch` sequences of `context` tokens: inputs `tokens` and `targets`,
+    /// both i32 `[batch, context]`.
+    fn model(&self, batch: usize) -> Result<Model, IrError>;
+    /// The learner for a run of `steps` updates.
+    fn learner(&self, steps: u64) -> Learner;
+}
+
+/// Every system Alpha knows, in catalogue order.
+pub fn catalogue() -> Vec<Box<dyn System>> {
+    vec![Box::new(bob::Bob), Box::new(coppelius::Coppelius::default())]
+}
+
+/// The system called `name`, or an error listing the known ones.
+pub fn find(name: &str) -> Result<Box<dyn System>, String> {
+    let all = catalogue();
+    let names: Vec<&str> = all.iter().map(|s| s.name()).collect();
+    let list = names.join(", ");
+    all.into_iter().find(|s| s.name() == name).ok_or_else(|| format!("unknown system '{name}'; known systems: {list}"))
+}

@@ -266,6 +266,10 @@ pub fn normalize_text(bytes: Vec<u8>) -> String {
     if s.contains("\r\n") {
         s = s.replace("\r\n", "\n");
     }
+    // U+0003 (END OF TEXT) is the bytes tokenizer's document separator.
+    if s.contains('\u{3}') {
+        s.retain(|c| c != '\u{3}');
+    }
     s
 }
 

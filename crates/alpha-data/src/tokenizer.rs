@@ -1,7 +1,9 @@
 //! The two tokenizers a prepared corpus can use, behind one type.
 //!
-//! - `bytes`: ids 0–255 are the UTF-8 bytes of the text and id 256 is end-of-text, so the
-//!   vocabulary has 257 tokens. Its identity (SHA-256) is the hash of a fixed descriptor string.
+//! - `bytes`: ids 0–255 are the UTF-8 bytes of the text, so the vocabulary is exactly 256 (Bob's
+//!   table is 256×256). End-of-text is id 3, ASCII's own END OF TEXT control byte, which
+//!   prose never holds (readers strip it); it stands for no document byte. Its identity (SHA-256)
+//!   is the hash of a fixed descriptor string.
 //! - byte-level BPE: a Hugging Face `tokenizer.json` (trained here or given); its identity is
 //!   the SHA-256 of that file's bytes.
 //!
@@ -15,11 +17,11 @@ use sha2::{Digest, Sha256};
 
 use crate::bpe::{BpeTokenizer, EOT_TEXT};
 
-/// The bytes tokenizer's vocabulary: 256 byte values and end-of-text.
-pub const BYTES_VOCAB: usize = 257;
+/// The bytes tokenizer's vocabulary: the 256 byte values.
+pub const BYTES_VOCAB: usize = 256;
 /// The bytes tokenizer's end-of-text id.
-pub const BYTES_EOT: u32 = 256;
-const BYTES_DESCRIPTOR: &[u8] = b"alpha bytes tokenizer v1: ids 0-255 are UTF-8 bytes, 256 is <|endoftext|>";
+pub const BYTES_EOT: u32 = 3;
+const BYTES_DESCRIPTOR: &[u8] = b"alpha bytes tokenizer v2: ids 0-255 are UTF-8 bytes, 3 (ETX) is <|endoftext|>";
 
 /// A tokenizer that prepared data was (or will be) written with.
 #[derive(Clone, Debug)]
@@ -100,7 +102,7 @@ impl Tokenizer {
                     }
                     t
                 };
-                if id < 256 {
+                if id < 256 && id != BYTES_EOT {
                     &BYTES[id as usize..id as usize + 1]
                 } else {
                     &[]

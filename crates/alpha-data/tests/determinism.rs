@@ -81,5 +81,5 @@ fn bytes_preparation_is_byte_identical_and_shards_sum_up() {
     assert_eq!(m.valid.tokens, m.valid.bytes + m.valid.documents);
     assert_eq!(m.train.shards.iter().map(|s| s.documents).sum::<u64>(), m.train.documents);
     assert!(m.train.shards.len() >= 2);
-    assert_eq!(m.tokenizer.vocab_size, 257);
+    assert_eq!(m.tokenizer.vocab_size, 256);
 }

@@ -80,13 +80,13 @@ fn vocabulary_mismatch_is_reported() {
     prepared(tmp.path());
     let out = tmp.path().join("out");
     let stream = TokenStream::open(&out, Split::Train).unwrap();
-    stream.check_vocab(257).unwrap();
+    stream.check_vocab(256).unwrap();
     let err = stream.check_vocab(50257).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, DataError::VocabMismatch { expected: 50257, found: 257, .. }));
-    assert!(msg.contains("257") && msg.contains("50257"), "{msg}");
+    assert!(matches!(err, DataError::VocabMismatch { expected: 50257, found: 256, .. }));
+    assert!(msg.contains("256") && msg.contains("50257"), "{msg}");
     assert!(alpha_data::check_vocab(&out, 12288).is_err());
-    alpha_data::check_vocab(&out, 257).unwrap();
+    alpha_data::check_vocab(&out, 256).unwrap();
 }
 
 #[test]

@@ -5,7 +5,11 @@
 //! Offsets are in units a backend chooses: bytes by dtype for a device, one slot an element
 //! for the CPU reference (whose arena holds one float type).
 
+pub mod backend;
+
 use std::collections::{BTreeMap, HashMap};
+
+pub use backend::Backend;
 
 use alpha_ir::{DType, Op, Program, Value};
 use serde::{Deserialize, Serialize};
@@ -65,8 +69,8 @@ pub struct PhasePlan {
 pub struct Plan {
     pub program: Program,
     pub phases: Vec<PhasePlan>,
-    /// Place of every value, keyed by (node, output).
-    pub slots: HashMap<Value, Slot>,
+    /// Place of every value: `slots[node][output]`.
+    pub slots: Vec<Vec<Option<Slot>>>,
     /// Total arena length in the plan's units.
     pub arena: usize,
     /// Length by class (activations: the high-water mark of their region).
@@ -100,9 +104,13 @@ fn align_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
 }
 
-/// Ops whose outputs overwrite their inputs: output k aliases input k.
-fn in_place(op: &Op) -> bool {
-    matches!(op, Op::AdamW { .. })
+/// Ops whose outputs overwrite inputs: output k aliases input `aliases[k]`.
+fn in_place(op: &Op) -> Option<&'static [usize]> {
+    match op {
+        // p, g, m, v, … → p', m', v'
+        Op::AdamW { .. } => Some(&[0, 2, 3]),
+        _ => None,
+    }
 }
 
 /// Lower a program. `unit` sizes elements; `align` aligns every region (in units).
@@ -188,9 +196,9 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
     // after them.
     for &(_, n) in &order {
         let node = &g.nodes[n as usize];
-        if in_place(&node.op) {
-            for k in 0..node.outputs.len() {
-                let src = node.inputs[k];
+        if let Some(aliases) = in_place(&node.op) {
+            for (k, &input) in aliases.iter().enumerate() {
+                let src = node.inputs[input];
                 let readers_after =
                     order.iter().skip(position[&n] + 1).any(|&(_, m)| g.nodes[m as usize].inputs.contains(&src));
                 if readers_after {
@@ -225,7 +233,7 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
             }
         });
         let node = &g.nodes[n as usize];
-        if in_place(&node.op) {
+        if in_place(&node.op).is_some() {
             continue;
         }
         for idx in 0..node.outputs.len() {
@@ -239,10 +247,14 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
         peak_live = peak_live.max(live_units);
     }
     by_class.insert(Class::Activation, high);
+    let mut table: Vec<Vec<Option<Slot>>> = g.nodes.iter().map(|n| vec![None; n.outputs.len()]).collect();
+    for (v, s) in slots {
+        table[v.node as usize][v.index as usize] = Some(s);
+    }
     Ok(Plan {
         program: program.clone(),
         phases,
-        slots,
+        slots: table,
         arena: act_base + high,
         by_class,
         activation_peak_live: peak_live,
@@ -289,7 +301,7 @@ fn release(free: &mut Vec<(usize, usize)>, off: usize, len: usize) {
 
 impl Plan {
     pub fn slot(&self, v: Value) -> Slot {
-        self.slots[&v]
+        self.slots[v.node as usize][v.index as usize].unwrap_or_else(|| panic!("{v} has no place in the plan"))
     }
     pub fn kernel_count(&self) -> usize {
         self.phases.iter().map(|p| p.kernels.len()).sum()

@@ -1,1 +1,17 @@
-//! alpha-run
+//! The run policy: train, resume, score and predict a system on a device; checkpoints with
+//! lineage; the records a run leaves for `alpha serve`.
+
+pub mod backend;
+pub mod baseline;
+pub mod checkpoint;
+pub mod data;
+pub mod init;
+pub mod predict;
+pub mod records;
+pub mod score;
+pub mod session;
+pub mod train;
+
+pub use backend::{Backend, CpuBackend};
+pub use session::Device;
+pub use train::{train, TrainOptions, TrainResult};

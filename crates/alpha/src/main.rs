@@ -1,1 +1,29 @@
-fn main() {}
+//! `alpha`: train, resume, score and predict learning systems; plan and build them; prepare
+//! corpora; serve the dashboard. Every failure is a message and a nonzero exit, never a panic
+//! trace.
+
+mod commands;
+mod embedded;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let cli = match embedded::read_own() {
+        Some(payload) => {
+            let args = commands::built_args(&payload, &args);
+            alpha_run::session::use_embedded_plans(payload.plans);
+            commands::Cli::parse_from(args)
+        }
+        None => commands::Cli::parse_from(args),
+    };
+    match commands::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

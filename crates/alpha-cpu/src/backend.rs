@@ -1,0 +1,60 @@
+//! The CPU reference as a [`Backend`]: f32 arena, plans with one slot an element.
+
+use alpha_ir::{Program, Value};
+use alpha_plan::{Backend, Plan};
+use anyhow::{anyhow, Result};
+
+use crate::Cpu;
+
+/// The CPU reference as a backend.
+pub struct CpuBackend {
+    cpu: Cpu<f32>,
+}
+
+impl CpuBackend {
+    pub fn compile(program: &Program) -> Result<Self> {
+        Ok(CpuBackend { cpu: Cpu::compile(program)? })
+    }
+    /// From a plan made earlier (an executable built by `alpha build` carries its plans).
+    pub fn from_plan(plan: Plan) -> Self {
+        CpuBackend { cpu: Cpu::new(plan) }
+    }
+    fn leaf(&self, name: &str) -> Result<Value> {
+        self.cpu.leaf(name).ok_or_else(|| anyhow!("the program has no tensor named '{name}'"))
+    }
+}
+
+impl Backend for CpuBackend {
+    fn device(&self) -> &'static str {
+        "cpu"
+    }
+    fn program(&self) -> &Program {
+        &self.cpu.plan.program
+    }
+    fn write(&mut self, name: &str, data: &[f32]) -> Result<()> {
+        let v = self.leaf(name)?;
+        let want = self.program().graph.ty(v).numel();
+        if want != data.len() {
+            return Err(anyhow!("'{name}' holds {want} values, got {}", data.len()));
+        }
+        self.cpu.write(v, data);
+        Ok(())
+    }
+    fn write_ids(&mut self, name: &str, ids: &[u32]) -> Result<()> {
+        let data: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
+        self.write(name, &data)
+    }
+    fn read(&mut self, name: &str) -> Result<Vec<f32>> {
+        let v = self.leaf(name)?;
+        Ok(self.cpu.read(v).to_vec())
+    }
+    fn output(&mut self, name: &str) -> Result<Vec<f32>> {
+        let v = *self.program().outputs.get(name).ok_or_else(|| anyhow!("the program has no output '{name}'"))?;
+        Ok(self.cpu.read(v).to_vec())
+    }
+    fn run(&mut self, phase: &str) -> Result<()> {
+        let i = self.program().phase(phase).ok_or_else(|| anyhow!("the program has no phase '{phase}'"))?;
+        self.cpu.run_phase(i);
+        Ok(())
+    }
+}

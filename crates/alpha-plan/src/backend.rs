@@ -1,0 +1,20 @@
+//! What a run needs of a device: write and read named leaves, read named outputs, run a phase.
+//! The CPU reference and the CUDA backend implement it; the run policy and the gates use it.
+
+use alpha_ir::Program;
+use anyhow::Result;
+
+pub trait Backend {
+    /// `cpu` or `cuda`.
+    fn device(&self) -> &'static str;
+    fn program(&self) -> &Program;
+    /// Write a parameter, state tensor or host scalar.
+    fn write(&mut self, name: &str, data: &[f32]) -> Result<()>;
+    /// Write token ids into an integer input.
+    fn write_ids(&mut self, name: &str, ids: &[u32]) -> Result<()>;
+    /// Read a parameter or state tensor.
+    fn read(&mut self, name: &str) -> Result<Vec<f32>>;
+    /// Read a named program output (`loss`, `losses`, `logits`, `grad_norm`).
+    fn output(&mut self, name: &str) -> Result<Vec<f32>>;
+    fn run(&mut self, phase: &str) -> Result<()>;
+}

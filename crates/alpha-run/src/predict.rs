@@ -1,0 +1,75 @@
+//! Prediction: continue a prompt token by token, each from a full forward pass over the last
+//! `context` tokens, sampling at a temperature from a seeded generator (0 = most likely).
+
+use alpha_systems::System;
+use anyhow::{bail, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::backend::Backend;
+
+pub struct Prediction {
+    pub tokens: Vec<u32>,
+    /// The most likely next tokens after the prompt, with probabilities.
+    pub top_next: Vec<(u32, f64)>,
+}
+
+/// `backend` is an inference program of batch 1 with the parameters loaded.
+pub fn continue_prompt(
+    backend: &mut dyn Backend,
+    system: &dyn System,
+    prompt: &[u32],
+    n: usize,
+    temperature: f64,
+    seed: u64,
+) -> Result<Prediction> {
+    if prompt.is_empty() {
+        bail!("the prompt is empty: give some text to continue");
+    }
+    let (t, v) = (system.context(), system.vocab());
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut seq = prompt.to_vec();
+    let mut out = vec![];
+    let mut top_next = vec![];
+    for i in 0..n.max(1) {
+        let start = seq.len().saturating_sub(t);
+        let window = &seq[start..];
+        let mut ids = window.to_vec();
+        ids.resize(t, 0);
+        backend.write_ids("tokens", &ids)?;
+        backend.write_ids("targets", &vec![0; t])?;
+        backend.run("forward")?;
+        let logits = backend.output("logits")?;
+        let row = &logits[(window.len() - 1) * v..window.len() * v];
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let probs: Vec<f64> = row.iter().map(|&z| (z as f64 - max).exp()).collect();
+        let z: f64 = probs.iter().sum();
+        if i == 0 {
+            let mut idx: Vec<usize> = (0..v).collect();
+            idx.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+            top_next = idx.iter().take(5).map(|&j| (j as u32, probs[j] / z)).collect();
+        }
+        if n == 0 {
+            break;
+        }
+        let next = if temperature <= 0.0 {
+            (0..v).max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap() as u32
+        } else {
+            let w: Vec<f64> = row.iter().map(|&zv| ((zv as f64 - max) / temperature).exp()).collect();
+            let total: f64 = w.iter().sum();
+            let mut r = rng.random::<f64>() * total;
+            let mut pick = v - 1;
+            for (j, &wj) in w.iter().enumerate() {
+                if r < wj {
+                    pick = j;
+                    break;
+                }
+                r -= wj;
+            }
+            pick as u32
+        };
+        out.push(next);
+        seq.push(next);
+    }
+    Ok(Prediction { tokens: out, top_next })
+}

@@ -1,0 +1,339 @@
+//! The training run policy: compile the system's step for a device, start from the seed or a
+//! checkpoint, stream windows in order, run the step, record every point, checkpoint every K
+//! steps (scored on held-out text), and stop cleanly — keeping the last good checkpoint — on a
+//! non-finite loss.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use alpha_data::{Cursor, Split, TokenStream};
+use alpha_learn::{inference_program, Learner};
+use alpha_systems::System;
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::backend::Backend;
+use crate::checkpoint::{self, Meta};
+use crate::init::initial_leaves;
+use crate::records::{now, Invocation, LineageRow, Point, Records, RunInfo, Summary};
+use crate::score::{score, Score};
+use crate::session::{backend_for, check_ids, config_hash, restore, snapshot, Device};
+
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    pub system: String,
+    pub device: Device,
+    /// Updates in this invocation.
+    pub steps: u64,
+    pub batch: Option<usize>,
+    /// A prepared token directory (`alpha data prepare`).
+    pub data: PathBuf,
+    pub run_dir: PathBuf,
+    pub resume: Option<PathBuf>,
+    /// Checkpoint every this many updates (and always at the end).
+    pub checkpoint_every: Option<u64>,
+    pub seed: u64,
+    /// The schedule's horizon; by default the checkpoint's on resume, else `steps`.
+    pub schedule_steps: Option<u64>,
+    /// Override the schedule's peak learning rate.
+    pub lr: Option<f64>,
+    /// Held-out windows scored at each checkpoint (0: none).
+    pub heldout_windows: usize,
+    pub progress: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct TrainResult {
+    pub run_dir: PathBuf,
+    pub checkpoint: PathBuf,
+    pub sha256: String,
+    pub first_step: u64,
+    pub last_step: u64,
+    pub last_loss: f64,
+    pub heldout: Option<Score>,
+    pub tokens_per_s: f64,
+    pub ms_per_step: f64,
+}
+
+/// The learner with the run's overrides.
+fn learner_for(system: &dyn System, horizon: u64, lr: Option<f64>) -> Learner {
+    let mut l = system.learner(horizon);
+    if let Some(peak) = lr {
+        l.schedule = match l.schedule {
+            alpha_learn::Schedule::Constant { .. } => alpha_learn::Schedule::Constant { lr: peak },
+            alpha_learn::Schedule::WarmupCosine { warmup, total, floor, .. } => {
+                alpha_learn::Schedule::WarmupCosine { peak, warmup, total, floor }
+            }
+        };
+    }
+    l
+}
+
+/// Percentile of sorted values.
+fn percentile(sorted: &[f32], p: f64) -> f64 {
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i] as f64
+}
+
+/// Scores checkpoints with a forward-only program sharing the training run's parameters.
+struct Evaluator {
+    backend: Box<dyn Backend>,
+    batch: usize,
+}
+
+impl Evaluator {
+    fn new(system: &dyn System, device: Device, batch: usize) -> Result<Self> {
+        let program = inference_program(system.model(batch)?)?;
+        Ok(Evaluator { backend: backend_for(device, &program)?, batch })
+    }
+
+    fn score(&mut self, from: &mut dyn Backend, system: &dyn System, data: &Path, windows: usize) -> Result<Score> {
+        for (name, _, is_param) in crate::session::persistent(self.backend.program()) {
+            if is_param {
+                let v = from.read(&name)?;
+                self.backend.write(&name, &v)?;
+            }
+        }
+        score(self.backend.as_mut(), system, self.batch, data, windows)
+    }
+}
+
+pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
+    let system = alpha_systems::find(&opts.system).map_err(anyhow::Error::msg)?;
+    let system = system.as_ref();
+    let batch = opts.batch.unwrap_or(system.default_batch());
+    if batch == 0 || opts.steps == 0 {
+        bail!("--batch and --steps must be at least 1");
+    }
+    let t = system.context();
+
+    // Data first: a bad path should fail before any compiling.
+    let mut stream = TokenStream::open(&opts.data, Split::Train)
+        .with_context(|| format!("opening the training data at {}", opts.data.display()))?;
+    stream.check_vocab(system.vocab())?;
+
+    let resumed = match &opts.resume {
+        Some(p) => Some((checkpoint::load(p)?, p.clone())),
+        None => None,
+    };
+    let horizon = opts.schedule_steps.or(resumed.as_ref().map(|(c, _)| c.meta.schedule_total)).unwrap_or(opts.steps);
+    let learner = learner_for(system, horizon, opts.lr);
+    let program = learner.training_program(system.model(batch)?)?;
+    let mut backend = backend_for(opts.device, &program)?;
+    let hash = config_hash(system, &program);
+
+    let (mut step, mut tokens, mut parent, seed) = match &resumed {
+        Some((ckpt, path)) => {
+            restore(ckpt, system, backend.as_mut(), &path.display().to_string())?;
+            let cursor: Cursor = serde_json::from_str(&ckpt.meta.cursor)
+                .with_context(|| format!("{}: the data cursor does not parse", path.display()))?;
+            stream.seek(cursor)?;
+            (ckpt.meta.step, ckpt.meta.tokens, Some(ckpt.sha256.clone()), ckpt.meta.seed)
+        }
+        None => {
+            for (name, values) in initial_leaves(&program.graph, opts.seed) {
+                backend.write(&name, &values)?;
+            }
+            (0, 0, None, opts.seed)
+        }
+    };
+
+    let mut records = Records::open(&opts.run_dir)?;
+    let parameters = program.graph.parameter_count() as u64;
+    let first_step = step + 1;
+    let last_step = step + opts.steps;
+    let started = Instant::now();
+    let mut info = RunInfo {
+        name: opts.run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        system: system.name().into(),
+        device: backend.device().into(),
+        state: "running".into(),
+        steps_target: last_step,
+        steps_done: step,
+        started_at: Records::read_run_info(&opts.run_dir).map(|r| r.started_at).unwrap_or_else(now),
+        updated_at: now(),
+        parameters,
+        tokens_per_step: (batch * t) as u64,
+        batch: batch as u64,
+        context: t as u64,
+        vocab: system.vocab() as u64,
+        seed,
+        message: None,
+        summary: None,
+    };
+    records.run_info(&info)?;
+    let sampler = alpha_telemetry::Sampler::start(&opts.run_dir, Duration::from_secs(1)).ok();
+
+    let mut evaluator = if opts.heldout_windows > 0 {
+        Some(Evaluator::new(system, opts.device, batch.min(opts.heldout_windows))?)
+    } else {
+        None
+    };
+    let bar = progress_bar(opts.progress, opts.steps);
+    let mut inputs = vec![0u32; batch * t];
+    let mut targets = vec![0u32; batch * t];
+    let mut window = vec![0u32; t + 1];
+    let mut last_loss = f64::NAN;
+    let mut first_loss = f64::NAN;
+    let mut last_ckpt: Option<(PathBuf, String)> = None;
+    let mut last_heldout = None;
+    let mut step_ms_total = 0.0;
+    let every = opts.checkpoint_every.unwrap_or(opts.steps).max(1);
+
+    while step < last_step {
+        step += 1;
+        let t0 = Instant::now();
+        let epoch = stream.cursor().epoch;
+        for b in 0..batch {
+            stream.fill_window(&mut window)?;
+            inputs[b * t..(b + 1) * t].copy_from_slice(&window[..t]);
+            targets[b * t..(b + 1) * t].copy_from_slice(&window[1..]);
+        }
+        check_ids(&inputs, system.vocab())?;
+        backend.write_ids("tokens", &inputs)?;
+        backend.write_ids("targets", &targets)?;
+        for (name, value) in learner.scalars(step) {
+            backend.write(name, &[value as f32])?;
+        }
+        backend.run(&program.phases[0].name)?;
+        let loss = backend.output("loss")?[0] as f64;
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        step_ms_total += ms;
+        tokens += (batch * t) as u64;
+        if !loss.is_finite() {
+            bar.abandon();
+            let kept = last_ckpt
+                .as_ref()
+                .map(|(p, _)| p.display().to_string())
+                .or(opts.resume.as_ref().map(|p| p.display().to_string()))
+                .unwrap_or_else(|| "none (no checkpoint was written yet)".into());
+            let msg = format!(
+                "loss became non-finite ({loss}) at step {step}; training stopped; last good checkpoint: {kept}"
+            );
+            info.state = "failed".into();
+            info.steps_done = step - 1;
+            info.message = Some(msg.clone());
+            info.updated_at = now();
+            records.run_info(&info)?;
+            bail!(msg);
+        }
+        let mut losses = backend.output("losses")?;
+        losses.sort_by(f32::total_cmp);
+        let grad_norm = backend.output("grad_norm").ok().map(|g| g[0] as f64);
+        if step == first_step {
+            first_loss = loss;
+        }
+        last_loss = loss;
+        records.point(&Point {
+            step,
+            loss,
+            lr: learner.schedule.lr(step),
+            tokens,
+            ms,
+            unseen: epoch == 0,
+            p10: Some(percentile(&losses, 0.1)),
+            p90: Some(percentile(&losses, 0.9)),
+            grad_norm,
+        })?;
+        bar.set_position(step - first_step + 1);
+        let tok_s = (batch * t) as f64 / (ms / 1e3);
+        bar.set_message(format!("loss {loss:.4} · {:.0} tok/s", tok_s));
+        if !opts.progress && (step - first_step + 1) % (opts.steps / 10).max(1) == 0 {
+            eprintln!("step {step}/{last_step}  loss {loss:.4}  {tok_s:.0} tok/s");
+        }
+
+        if step % every == 0 || step == last_step {
+            let heldout = match evaluator.as_mut() {
+                Some(ev) => Some(ev.score(backend.as_mut(), system, &opts.data, opts.heldout_windows)?),
+                None => None,
+            };
+            let meta = Meta {
+                system: system.name().into(),
+                config_hash: hash.clone(),
+                step,
+                cursor: serde_json::to_string(&stream.cursor())?,
+                seed,
+                schedule: learner.schedule.describe(),
+                schedule_total: horizon,
+                tokens,
+                parent: parent.clone(),
+                data: opts.data.display().to_string(),
+            };
+            let rel = PathBuf::from("checkpoints").join(format!("step-{step:06}.safetensors"));
+            let path = opts.run_dir.join(&rel);
+            let sha = checkpoint::save(&path, &meta, &snapshot(backend.as_mut())?)?;
+            records.lineage(&LineageRow {
+                step,
+                path: rel.display().to_string(),
+                sha256: sha.clone(),
+                parent: parent.clone(),
+                train_loss: loss,
+                heldout_loss: heldout.map(|s| s.loss),
+                heldout_bpb: heldout.map(|s| s.bits_per_byte),
+                wall_s: started.elapsed().as_secs_f64(),
+                device_s: None,
+                time: now(),
+            })?;
+            parent = Some(sha.clone());
+            last_ckpt = Some((path, sha));
+            last_heldout = heldout.or(last_heldout);
+            info.steps_done = step;
+            info.updated_at = now();
+            records.run_info(&info)?;
+        }
+    }
+    bar.finish_and_clear();
+    let wall = started.elapsed().as_secs_f64();
+    let steps_run = opts.steps as f64;
+    let tokens_run = steps_run * (batch * t) as f64;
+    let energy = sampler.as_ref().and_then(|s| s.energy_joules_since_start());
+    drop(sampler);
+    let k = records.invocations().len() as u64 + 1;
+    records.invocation(&Invocation {
+        k,
+        first_step,
+        last_step,
+        unseen_loss: first_loss,
+        last_loss,
+        wall_s: wall,
+        device_s: None,
+    })?;
+    let result_tok_s = tokens_run / (step_ms_total / 1e3);
+    info.state = "finished".into();
+    info.steps_done = last_step;
+    info.updated_at = now();
+    info.summary = Some(Summary {
+        tokens_per_s: result_tok_s,
+        ms_per_step: step_ms_total / steps_run,
+        energy_j: energy,
+        energy_per_token_j: energy.map(|e| e / tokens_run),
+        final_loss: Some(last_loss),
+        heldout_loss: last_heldout.map(|s| s.loss),
+        heldout_bpb: last_heldout.map(|s| s.bits_per_byte),
+    });
+    records.run_info(&info)?;
+    let (checkpoint, sha256) = last_ckpt.expect("the last step always checkpoints");
+    Ok(TrainResult {
+        run_dir: opts.run_dir.clone(),
+        checkpoint,
+        sha256,
+        first_step,
+        last_step,
+        last_loss,
+        heldout: last_heldout,
+        tokens_per_s: result_tok_s,
+        ms_per_step: step_ms_total / steps_run,
+    })
+}
+
+fn progress_bar(show: bool, steps: u64) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(steps);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} steps · {msg} · eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}

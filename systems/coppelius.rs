@@ -1,0 +1,154 @@
+//! Coppelius (SYSTEMS.md §2): a 57,705,472-parameter pre-norm transformer. Tied embedding of
+//! 12,288 × 512, 16 blocks of width 512 with 8 heads of 64, rotary positions, a gated-GELU FFN of
+//! 1,408, LayerNorm with gains and biases, no linear biases, context 1,024. Matrix products take
+//! bf16 operands and accumulate in f32.
+//!
+//! Where the spec says unknown (issue 5): tanh GELU, rotary base 10,000 on half-split pairs,
+//! LayerNorm ε 1e-5, weights N(0, 0.02) with the two residual output projections scaled by
+//! 1/√(2·16), AdamW β (0.9, 0.95), ε 1e-8, decay 0.1 on matrices only, peak 1e-3 with 100 warm-up
+//! updates and cosine to a tenth, clip at 1.0.
+
+use alpha_ir::{DType, Graph, Init, IrError, Value};
+use alpha_learn::{AdamW, Decay, Learner, Model, Schedule};
+
+use crate::{System, Tokens};
+
+#[derive(Debug, Clone)]
+pub struct Coppelius {
+    pub blocks: usize,
+    pub width: usize,
+    pub heads: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    pub context: usize,
+}
+
+impl Default for Coppelius {
+    fn default() -> Self {
+        Coppelius { blocks: 16, width: 512, heads: 8, ffn: 1408, vocab: 12288, context: 1024 }
+    }
+}
+
+fn bf16_matmul(g: &mut Graph, x: Value, w: Value, tb: bool) -> Value {
+    let x16 = g.cast(x, DType::BF16);
+    let w16 = g.cast(w, DType::BF16);
+    g.matmul_t(x16, w16, false, tb)
+}
+
+impl Coppelius {
+    fn block(&self, g: &mut Graph, x: Value, b: usize) -> Value {
+        let (c, h, t) = (self.width, self.heads, self.context);
+        let hd = c / h;
+        let std = 0.02;
+        let resid_std = std / ((2 * self.blocks) as f64).sqrt();
+        let ln1_g = g.param("ln1.weight", &[c], Init::Ones);
+        let ln1_b = g.param("ln1.bias", &[c], Init::Zeros);
+        let w_qkv = g.param("attn.qkv.weight", &[c, 3 * c], Init::Normal { std });
+        let w_o = g.param("attn.out.weight", &[c, c], Init::Normal { std: resid_std });
+        let ln2_g = g.param("ln2.weight", &[c], Init::Ones);
+        let ln2_b = g.param("ln2.bias", &[c], Init::Zeros);
+        let w_gate = g.param("ffn.gate.weight", &[c, self.ffn], Init::Normal { std });
+        let w_up = g.param("ffn.up.weight", &[c, self.ffn], Init::Normal { std });
+        let w_down = g.param("ffn.down.weight", &[self.ffn, c], Init::Normal { std: resid_std });
+
+        let a = g.layer_norm(x, ln1_g, ln1_b, 1e-5);
+        let qkv = bf16_matmul(g, a, w_qkv, false);
+        let qkv = g.reshape(qkv, &[b, t, 3, h, hd]);
+        let qkv = g.permute(qkv, &[2, 0, 3, 1, 4]);
+        let part = |g: &mut Graph, i: usize| {
+            let s = g.slice(qkv, 0, i, i + 1);
+            g.reshape(s, &[b, h, t, hd])
+        };
+        let (q, k, v) = (part(g, 0), part(g, 1), part(g, 2));
+        let q = g.rotary(q, 10000.0);
+        let k = g.rotary(k, 10000.0);
+        let o = g.attention(q, k, v, 1.0 / (hd as f64).sqrt(), None);
+        let o = g.permute(o, &[0, 2, 1, 3]);
+        let o = g.reshape(o, &[b * t, c]);
+        let proj = bf16_matmul(g, o, w_o, false);
+        let x = g.add(x, proj);
+
+        let bn = g.layer_norm(x, ln2_g, ln2_b, 1e-5);
+        let gate = bf16_matmul(g, bn, w_gate, false);
+        let up = bf16_matmul(g, bn, w_up, false);
+        let act = g.gelu(gate);
+        let hidden = g.mul(act, up);
+        let down = bf16_matmul(g, hidden, w_down, false);
+        g.add(x, down)
+    }
+}
+
+impl System for Coppelius {
+    fn name(&self) -> &'static str {
+        "coppelius"
+    }
+    fn description(&self) -> &'static str {
+        "57.7M transformer: 16 blocks, width 512, 8 heads, rotary, gated-GELU FFN 1408, tied embedding, vocab 12,288"
+    }
+    fn state(&self) -> &'static str {
+        "compiles and trains on the CPU reference; GPU backend in progress"
+    }
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+    fn tokens(&self) -> Tokens {
+        Tokens::Bpe(self.vocab)
+    }
+    fn context(&self) -> usize {
+        self.context
+    }
+    fn default_batch(&self) -> usize {
+        1
+    }
+    fn default_steps(&self) -> u64 {
+        2000
+    }
+
+    fn model(&self, batch: usize) -> Result<Model, IrError> {
+        let (c, t, v) = (self.width, self.context, self.vocab);
+        let mut g = Graph::new("coppelius");
+        let tokens = g.input("tokens", &[batch, t], DType::I32);
+        let targets = g.input("targets", &[batch, t], DType::I32);
+        let embed = g.param("embed.weight", &[v, c], Init::Normal { std: 0.02 });
+        let x = g.gather(embed, tokens);
+        let mut x = g.reshape(x, &[batch * t, c]);
+        for i in 0..self.blocks {
+            x = g.scoped(format!("blocks.{i}"), |g| self.block(g, x, batch));
+        }
+        let lnf_g = g.param("ln_f.weight", &[c], Init::Ones);
+        let lnf_b = g.param("ln_f.bias", &[c], Init::Zeros);
+        let hf = g.layer_norm(x, lnf_g, lnf_b, 1e-5);
+        let logits = bf16_matmul(&mut g, hf, embed, true);
+        let flat = g.reshape(targets, &[batch * t]);
+        let losses = g.cross_entropy(logits, flat);
+        let loss = g.mean_all(losses);
+        Ok(Model { graph: g.finish()?, loss, losses, logits })
+    }
+
+    fn learner(&self, steps: u64) -> Learner {
+        Learner {
+            adamw: AdamW { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, decay: Decay::MatricesOnly },
+            schedule: Schedule::WarmupCosine { peak: 1e-3, warmup: 100, total: steps.max(101), floor: 0.1 },
+            clip: Some(1.0),
+            accumulation: 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameter_count_matches_the_seed() {
+        let m = Coppelius::default().model(1).unwrap();
+        assert_eq!(m.graph.parameter_count(), 57_705_472);
+    }
+
+    #[test]
+    fn bob_has_one_256_by_256_table() {
+        let m = crate::bob::Bob.model(2).unwrap();
+        assert_eq!(m.graph.parameter_count(), 65_536);
+        assert_eq!(m.graph.params().len(), 1);
+    }
+}
