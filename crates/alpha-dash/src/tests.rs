@@ -7,6 +7,8 @@ use std::io::{Read, Write};
 use std::time::Duration;
 use tower::ServiceExt;
 
+const H200_TELEMETRY: &str = include_str!("testdata/h200-telemetry.jsonl");
+
 /// Writes a realistic run: `steps` points with p10/p90 and an unseen step every 20, a
 /// checkpoint every 20 steps, invocations, one profiled step, and `telemetry_rows` samples
 /// (with a GPU when `gpu`).
@@ -83,27 +85,24 @@ pub(crate) fn write_run(dir: &Path, name: &str, steps: u64, state: &str, gpu: bo
         );
     }
     std::fs::write(run.join("profile.jsonl"), profile).unwrap();
-    let mut tele = String::new();
-    let t0 = alpha_telemetry::unix_now() - telemetry_rows as f64;
-    for i in 0..telemetry_rows {
-        let x = i as f64;
-        let busy = i > 3 && i + 3 < telemetry_rows;
-        let g = gpu.then(|| {
-            json!({"index": 0, "name": "NVIDIA H200", "util_pct": if busy { 96.0 + 3.0 * noise() } else { 0.0 },
-                   "mem_util_pct": if busy { 38.0 + 4.0 * noise() } else { 0.0 }, "mem_used_mib": if busy { 18200.0 } else { 600.0 },
-                   "mem_free_mib": 125000.0, "mem_total_mib": 143771.0, "power_w": if busy { 520.0 + 40.0 * noise() } else { 90.0 },
-                   "power_limit_w": 700.0, "energy_j": 300.0 * x, "temp_c": 38.0 + 14.0 * (1.0 - (-x / 20.0).exp()),
-                   "sm_clock_mhz": if busy { 1980.0 } else { 345.0 }, "mem_clock_mhz": 3201.0, "graphics_clock_mhz": 1980.0,
-                   "pstate": if busy { 0 } else { 8 }, "clock_event_mask": if busy { 4 } else { 1 },
-                   "clock_events": if busy { vec!["sw_power_cap"] } else { vec!["gpu_idle"] }, "pcie_tx_mbps": 2.0, "pcie_rx_mbps": 11.0 + noise()})
-        });
-        let mut row = json!({"t": t0 + x, "gpu": g, "host": {"load1": 1.0 + 0.5 * noise(), "mem_available_mib": 20000.0 - 10.0 * x,
-            "mem_total_mib": 24000.0, "rss_mib": 300.0 + x, "cpu_s": x, "cpu_pct": 95.0 + 5.0 * noise()}});
-        if i == 0 && !gpu {
-            row["note"] = json!("no GPU telemetry: NVML did not load; recording the host only");
+    // With a GPU: a real recording, 42 s of an H200 running kernel checks, sampled by
+    // alpha-telemetry through NVML. Without: host rows as a CPU run writes them.
+    let tele = if gpu {
+        H200_TELEMETRY.to_string()
+    } else {
+        let mut tele = String::new();
+        let t0 = alpha_telemetry::unix_now() - telemetry_rows as f64;
+        for i in 0..telemetry_rows {
+            let x = i as f64;
+            let mut row = json!({"t": t0 + x, "gpu": null, "host": {"load1": 1.0 + 0.5 * noise(), "mem_available_mib": 20000.0 - 10.0 * x,
+                "mem_total_mib": 24000.0, "rss_mib": 300.0 + x, "cpu_s": x, "cpu_pct": 95.0 + 5.0 * noise()}});
+            if i == 0 {
+                row["note"] = json!("no GPU telemetry: NVML did not load; recording the host only");
+            }
+            tele += &format!("{row}\n");
         }
-        tele += &format!("{row}\n");
-    }
+        tele
+    };
     std::fs::write(run.join("telemetry.jsonl"), tele).unwrap();
     run
 }
@@ -228,6 +227,22 @@ async fn the_api_answers_every_record() {
         assert_eq!(s, StatusCode::NOT_FOUND, "{bad}: {v}");
         assert!(v["error"].is_string());
     }
+}
+
+#[tokio::test]
+async fn a_real_nvml_recording_is_charted() {
+    let dir = tempfile::tempdir().unwrap();
+    write_run(dir.path(), "h200", 20, "finished", true, 0);
+    let (_, t) = get(&app(dir.path(), None), "/api/runs/h200/telemetry").await;
+    assert_eq!(t["rows"], 42);
+    assert_eq!(t["gpu_available"], true);
+    assert_eq!(t["gpu_name"], "NVIDIA H200");
+    let energy: Vec<f64> =
+        t["series"]["gpu.energy_j"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert!(energy.windows(2).all(|w| w[1] >= w[0]), "NVML's energy counter only grows");
+    assert!(energy[41] > 1000.0, "{}", energy[41]);
+    let power = t["series"]["gpu.power_w"].as_array().unwrap();
+    assert!(power.iter().all(|p| p.as_f64().unwrap() > 50.0 && p.as_f64().unwrap() < 700.0));
 }
 
 #[tokio::test]
@@ -416,7 +431,7 @@ fn the_pages_draw_the_records_in_a_real_browser() {
     let steps: Vec<u64> = rows.as_array().unwrap().iter().map(|r| r[0].as_u64().unwrap()).collect();
     assert_eq!(steps, [120, 100, 80, 60, 40, 20], "newest first");
     let gpu = b.execute("return +document.querySelector('#chart-gpu-power svg').dataset.points", vec![]).unwrap();
-    assert_eq!(gpu, 240);
+    assert_eq!(gpu, H200_TELEMETRY.lines().count());
     let fam = b.execute("return document.querySelectorAll('#family-table tbody tr').length", vec![]).unwrap();
     assert_eq!(fam, 5);
     for (sel, file) in [
