@@ -218,12 +218,13 @@ function chart(host, spec) {
     svg("line", { x1: m.l, x2: W - m.r, y1: y, y2: y, stroke: "#eef1f5" }, grid);
     svg("text", { x: m.l - 8, y: y + 4, "text-anchor": "end" }, root).textContent = ylabels[i];
   });
-  const nx = Math.max(2, Math.floor((W - m.l - m.r) / 90));
+  const nx = Math.max(3, Math.floor((W - m.l - m.r) / 80));
   let xt, xlabel;
   if (spec.time) {
     const tt = timeTicks(x0, x1, nx);
-    xt = tt.ticks;
-    xlabel = (v) => (tt.step >= 60 ? clock(v).slice(0, 5) : clock(v));
+    // A span too short for two ticks (a run of a few seconds) labels its two ends instead.
+    xt = tt.ticks.length >= 2 ? tt.ticks : [x0, x1];
+    xlabel = (v) => (tt.step >= 60 && tt.ticks.length >= 2 ? clock(v).slice(0, 5) : clock(v));
   } else {
     xt = ticks(x0, x1, nx).filter((v) => v >= x0 && v <= x1);
     const st = xt.length > 1 ? xt[1] - xt[0] : 1;
@@ -269,16 +270,19 @@ function chart(host, spec) {
     } else {
       const pts = decimate(s.data, x0, x1, px);
       let d = "", pen = false;
-      for (const p of pts) {
-        if (!isNum(p[1])) { pen = false; continue; }
+      const lone = [];
+      pts.forEach((p, i) => {
+        if (!isNum(p[1])) { pen = false; return; }
         d += (pen ? "L" : "M") + X(p[0]).toFixed(1) + "," + Y(p[1]).toFixed(1);
+        // A point with no neighbour draws no segment: mark it so it is seen.
+        if (!pen && !(pts[i + 1] && isNum(pts[i + 1][1]))) lone.push(p);
         pen = true;
-      }
+      });
       const attrs = { d, fill: "none", stroke: s.color, "stroke-width": s.width || 1.6, "stroke-linejoin": "round", "stroke-linecap": "round" };
       if (s.dash) attrs["stroke-dasharray"] = s.dash;
       if (s.opacity) attrs["stroke-opacity"] = s.opacity;
       svg("path", attrs, plot);
-      if (pts.length === 1) svg("circle", { cx: X(pts[0][0]), cy: Y(pts[0][1]), r: 2.5, fill: s.color }, plot);
+      for (const p of lone) svg("circle", { cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: 2.5, fill: s.color }, plot);
     }
   }
   if (spec.refLabel) {
@@ -448,6 +452,7 @@ function runPage(name) {
       if (c.unseen[i]) unseen.push([s, l]);
       if (isNum(l)) { win.push(l); sum += l; if (win.length > 20) sum -= win.shift(); mean.push([s, sum / win.length]); }
     }
+    const thin = (arr, n) => (arr.length <= n ? arr : arr.filter((_, i) => i % Math.ceil(arr.length / n) === 0));
     const held = st.lineage.filter((r) => isNum(r.heldout_loss)).map((r) => [r.step, r.heldout_loss]);
     const ln = isNum(st.vocab) && st.vocab > 1 ? Math.log(st.vocab) : null;
     draw("chart-loss", {
@@ -457,11 +462,14 @@ function runPage(name) {
         { label: "every step", type: "line", color: COLORS.loss, data: loss, width: loss.length > 400 ? 1 : 1.6, opacity: loss.length > 60 ? 0.55 : 1 },
         hasBand ? { label: "p10–p90 across positions", type: "band", color: COLORS.band, data: band } : null,
         loss.length > 60 ? { label: "mean of the last 20 steps", type: "line", color: "#123a85", data: mean, width: 2 } : null,
-        unseen.length ? { label: "first step of an invocation (unseen context)", type: "dots", color: COLORS.unseen, data: unseen } : null,
+        // When every step is on a fresh context (a streaming trainer) dots would only hide the line.
+        unseen.length && unseen.length < loss.length ? { label: "first step of an invocation (unseen context)", type: "dots", color: COLORS.unseen, data: thin(unseen, 600) } : null,
         held.length ? { label: "held-out, at checkpoints", type: "diamonds", color: COLORS.held, data: held, r: 4 } : null,
         ln ? { label: `ln vocab`, type: "hline", color: COLORS.ref, value: ln, noValue: true } : null,
       ],
     });
+    const svgEl = $("#chart-loss svg");
+    if (svgEl) svgEl.setAttribute("data-unseen", unseen.length);
     const xs = (arr) => c.step.map((s, i) => [s, arr[i]]);
     draw("chart-ms", { height: 190, xLabel: "step", yLabel: "ms", yZero: true, series: [{ label: "wall ms a step", type: "line", color: COLORS.b, data: xs(c.ms) }] });
     draw("chart-lr", { height: 190, xLabel: "step", yLabel: "learning rate", yZero: true, series: [{ label: "learning rate", type: "line", color: COLORS.d, data: xs(c.lr) }] });
@@ -605,7 +613,7 @@ function runPage(name) {
     if (changed || linChanged) drawLoss();
     const steps = st.cols ? st.cols.step.length : 0;
     const unseenN = st.cols ? st.cols.unseen.filter(Boolean).length : 0;
-    $("#loss-sub").innerHTML = `Mean cross-entropy over each step's ${d.run && d.run.tokens_per_step ? int(d.run.tokens_per_step) + " " : ""}positions, ${int(steps)} steps. The band is the 10th–90th percentile across positions where the trainer records it. The first step of each invocation (${int(unseenN)} dots) is scored on a context not yet trained on, so its fall is learning, not memorization. Diamonds: held-out loss at checkpoints.${st.vocab ? ` Dashed: ln ${int(st.vocab)}, the loss of a model that knows nothing.` : ""}`;
+    $("#loss-sub").innerHTML = `Mean cross-entropy over each step's ${d.run && d.run.tokens_per_step ? int(d.run.tokens_per_step) + " " : ""}positions, ${int(steps)} steps. The band is the 10th–90th percentile across positions where the trainer records it. ${unseenN && unseenN === steps ? "Every step is scored on a context not yet trained on, before training on it, so the fall is learning, not memorization." : `The first step of each invocation (${int(unseenN)} dots) is scored on a context not yet trained on, so its fall is learning, not memorization.`} Diamonds: held-out loss at checkpoints.${st.vocab ? ` Dashed: ln ${int(st.vocab)}, the loss of a model that knows nothing.` : ""}`;
     if (d.files.invocations.rows !== st.invRows) {
       st.invRows = d.files.invocations.rows;
       const inv = await api(`/api/runs/${enc}/invocations`);
