@@ -42,3 +42,32 @@ pub fn verify(g: &Graph) -> Result<(), IrError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Graph, Init};
+
+    #[test]
+    fn errors_name_the_system_the_op_the_scope_and_the_shapes() {
+        let mut g = Graph::new("coppelius");
+        let x = g.input("tokens", &[4, 8], DType::F32);
+        let w = g.scoped("blocks.3", |g| g.param("attn.qkv.weight", &[6, 2], Init::Zeros));
+        let _ = g.scoped("blocks.3", |g| g.matmul(x, w));
+        let e = g.finish().unwrap_err().to_string();
+        assert!(e.starts_with("coppelius: gemm"), "{e}");
+        assert!(e.contains("blocks.3"), "{e}");
+        assert!(e.contains("f32[4×8]") && e.contains("f32[6×2]"), "{e}");
+        assert!(e.contains("inner dimensions differ"), "{e}");
+    }
+
+    #[test]
+    fn a_tampered_graph_is_caught() {
+        let mut g = Graph::new("bob");
+        let x = g.input("x", &[2, 3], DType::F32);
+        let y = g.exp(x);
+        let mut g = g.finish().unwrap();
+        g.nodes[y.node as usize].outputs[0].shape = vec![3, 2];
+        let e = super::verify(&g).unwrap_err().to_string();
+        assert!(e.contains("differ from the rules"), "{e}");
+    }
+}

@@ -70,6 +70,80 @@ impl Learner {
         }
     }
 
+    /// Append clipping and the AdamW update of `params` by `grads`; returns the assignments.
+    /// The global norm goes to `outputs["grad_norm"]`.
+    fn append_update(
+        &self,
+        g: &mut Graph,
+        params: &[(Value, String)],
+        grads: &[Value],
+        outputs: &mut BTreeMap<String, Value>,
+    ) -> Vec<(Value, Value)> {
+        let update_grads = grads;
+        // Global norm and the clip factor, in-graph so the step needs no host round trip.
+        let mut total: Option<Value> = None;
+        for gr in update_grads {
+            let sq = g.square(*gr);
+            let s = g.sum_all(sq);
+            total = Some(match total {
+                Some(t) => g.add(t, s),
+                None => s,
+            });
+        }
+        let total = total.unwrap_or_else(|| g.constant(0.0, &[], DType::F32));
+        let norm = g.sqrt(total);
+        outputs.insert("grad_norm".to_string(), norm);
+        let gscale = match self.clip {
+            Some(c) => {
+                let floor = g.constant(1e-6, &[], DType::F32);
+                let denom = g.binary(Binary::Max, norm, floor);
+                let c = g.constant(c, &[], DType::F32);
+                let ratio = g.div(c, denom);
+                let one = g.constant(1.0, &[], DType::F32);
+                g.binary(Binary::Min, ratio, one)
+            }
+            None => g.constant(1.0, &[], DType::F32),
+        };
+        let lr = g.host_scalar(LR, DType::F32);
+        let bc1 = g.host_scalar(BC1, DType::F32);
+        let bc2 = g.host_scalar(BC2, DType::F32);
+        let mut assign = vec![];
+        for ((p, name), gr) in params.iter().zip(update_grads) {
+            let ty: TensorType = g.ty(*p).clone();
+            let m = g.state(&format!("{name}.adam_m"), ty.clone(), Init::Zeros);
+            let v = g.state(&format!("{name}.adam_v"), ty.clone(), Init::Zeros);
+            let wd = if self.decays(&ty.shape) { self.adamw.weight_decay } else { 0.0 };
+            let op =
+                Op::AdamW { beta1: self.adamw.beta1, beta2: self.adamw.beta2, eps: self.adamw.eps, weight_decay: wd };
+            let outs = g.push(op, &[*p, *gr, m, v, lr, bc1, bc2, gscale]);
+            // AdamW writes p, m, v in place; recording the assignment keeps that explicit.
+            assign.extend([(*p, outs[0]), (m, outs[1]), (v, outs[2])]);
+        }
+        assign
+    }
+
+    /// A program of the update alone: gradients are state tensors named `<param>.grad`, so a
+    /// device's optimizer can be checked against the reference on identical inputs.
+    pub fn update_program(&self, model: &Model) -> Result<Program, IrError> {
+        let mut g = Graph::new(model.graph.system.clone());
+        let mut params = vec![];
+        let mut grads = vec![];
+        for (v, name) in model.graph.params() {
+            let shape = model.graph.shape(v).to_vec();
+            let p = g.param(&name, &shape, Init::Zeros);
+            let gr = g.state(&format!("{name}.grad"), TensorType::new(shape, DType::F32), Init::Zeros);
+            params.push((p, name));
+            grads.push(gr);
+        }
+        let mut outputs = BTreeMap::new();
+        let assign = self.append_update(&mut g, &params, &grads, &mut outputs);
+        let n = g.nodes.len();
+        let program =
+            Program { graph: g.finish()?, phases: vec![Phase { name: "step".into(), nodes: 0..n, assign }], outputs };
+        program.verify()?;
+        Ok(program)
+    }
+
     /// Compile the training program. With accumulation K = 1 it has one phase, `step`; with
     /// K > 1, `accumulate` (run K times, adding gradient/K into accumulators) then `update`.
     pub fn training_program(&self, model: Model) -> Result<Program, IrError> {
@@ -103,45 +177,7 @@ impl Learner {
         };
         let start = phases.last().map_or(0, |p: &Phase| p.nodes.end);
 
-        // Global norm and the clip factor, in-graph so the step needs no host round trip.
-        let mut total: Option<Value> = None;
-        for gr in &update_grads {
-            let sq = g.square(*gr);
-            let s = g.sum_all(sq);
-            total = Some(match total {
-                Some(t) => g.add(t, s),
-                None => s,
-            });
-        }
-        let total = total.unwrap_or_else(|| g.constant(0.0, &[], DType::F32));
-        let norm = g.sqrt(total);
-        outputs.insert("grad_norm".to_string(), norm);
-        let gscale = match self.clip {
-            Some(c) => {
-                let floor = g.constant(1e-6, &[], DType::F32);
-                let denom = g.binary(Binary::Max, norm, floor);
-                let c = g.constant(c, &[], DType::F32);
-                let ratio = g.div(c, denom);
-                let one = g.constant(1.0, &[], DType::F32);
-                g.binary(Binary::Min, ratio, one)
-            }
-            None => g.constant(1.0, &[], DType::F32),
-        };
-        let lr = g.host_scalar(LR, DType::F32);
-        let bc1 = g.host_scalar(BC1, DType::F32);
-        let bc2 = g.host_scalar(BC2, DType::F32);
-        let mut assign = vec![];
-        for ((p, name), gr) in params.iter().zip(&update_grads) {
-            let ty: TensorType = g.ty(*p).clone();
-            let m = g.state(&format!("{name}.adam_m"), ty.clone(), Init::Zeros);
-            let v = g.state(&format!("{name}.adam_v"), ty.clone(), Init::Zeros);
-            let wd = if self.decays(&ty.shape) { self.adamw.weight_decay } else { 0.0 };
-            let op =
-                Op::AdamW { beta1: self.adamw.beta1, beta2: self.adamw.beta2, eps: self.adamw.eps, weight_decay: wd };
-            let outs = g.push(op, &[*p, *gr, m, v, lr, bc1, bc2, gscale]);
-            // AdamW writes p, m, v in place; recording the assignment keeps that explicit.
-            assign.extend([(*p, outs[0]), (m, outs[1]), (v, outs[2])]);
-        }
+        let mut assign = self.append_update(g, &params, &update_grads, &mut outputs);
         if k > 1 {
             for acc in &update_grads {
                 let shape = g.shape(*acc).to_vec();
@@ -168,4 +204,21 @@ pub fn inference_program(model: Model) -> Result<Program, IrError> {
     outputs.insert("losses".to_string(), losses);
     outputs.insert("logits".to_string(), logits);
     Ok(Program::single(graph.finish()?, "forward", outputs))
+}
+
+/// Forward and backward without an update: outputs `loss`, `losses`, `logits` and
+/// `grad:<param>` for every parameter, for the gradient gate.
+pub fn gradient_program(model: Model) -> Result<Program, IrError> {
+    let Model { mut graph, loss, losses, logits } = model;
+    let params = graph.params();
+    let wrt: Vec<Value> = params.iter().map(|p| p.0).collect();
+    let grads = alpha_grad::backward(&mut graph, loss, &wrt)?;
+    let mut outputs = BTreeMap::new();
+    outputs.insert("loss".to_string(), loss);
+    outputs.insert("losses".to_string(), losses);
+    outputs.insert("logits".to_string(), logits);
+    for ((_, name), g) in params.iter().zip(grads) {
+        outputs.insert(format!("grad:{name}"), g);
+    }
+    Ok(Program::single(graph.finish()?, "step", outputs))
 }

@@ -134,11 +134,35 @@ pub fn save(path: &Path, meta: &Meta, tensors: &Tensors) -> Result<String> {
         .iter()
         .map(|(n, s, b)| Ok((n.clone(), TensorView::new(Dtype::F32, s.clone(), b)?)))
         .collect::<Result<_, safetensors::SafeTensorError>>()?;
-    let bytes = safetensors::serialize(views, Some(meta.to_map(&data_digest(tensors))))?;
+    let bytes = canonical(safetensors::serialize(views, Some(meta.to_map(&data_digest(tensors))))?)?;
     let sha = sha256_hex(&bytes);
     write_atomic(path, &bytes)?;
     write_atomic(&sidecar(path), format!("{sha}\n").as_bytes())?;
     Ok(sha)
+}
+
+/// Rewrite a safetensors header with its keys sorted: the library writes metadata from a
+/// HashMap, whose order changes from process to process, and checkpoints must repeat byte for
+/// byte. The header stays padded to 8 bytes; tensor offsets are relative to the data, so they
+/// hold.
+fn canonical(bytes: Vec<u8>) -> Result<Vec<u8>> {
+    let n = u64::from_le_bytes(bytes[..8].try_into()?) as usize;
+    // Ordered maps at both levels that vary (tensor names, metadata keys), whatever features
+    // serde_json was built with.
+    let mut header: BTreeMap<String, serde_json::Value> = serde_json::from_slice(&bytes[8..8 + n])?;
+    if let Some(meta) = header.remove("__metadata__") {
+        let sorted: BTreeMap<String, serde_json::Value> = serde_json::from_value(meta)?;
+        header.insert("__metadata__".into(), serde_json::to_value(sorted)?);
+    }
+    let mut json = serde_json::to_vec(&header)?;
+    while json.len() % 8 != 0 {
+        json.push(b' ');
+    }
+    let mut out = Vec::with_capacity(8 + json.len() + bytes.len() - 8 - n);
+    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&bytes[8 + n..]);
+    Ok(out)
 }
 
 fn sidecar(path: &Path) -> PathBuf {

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod baseline;
 pub mod checkpoint;
 pub mod data;
+pub mod gates;
 pub mod init;
 pub mod predict;
 pub mod records;

@@ -178,7 +178,6 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     let mut last_ckpt: Option<(PathBuf, String)> = None;
     let mut last_heldout = None;
     let mut step_ms_total = 0.0;
-    let every = opts.checkpoint_every.unwrap_or(opts.steps).max(1);
 
     while step < last_step {
         step += 1;
@@ -242,7 +241,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             eprintln!("step {step}/{last_step}  loss {loss:.4}  {tok_s:.0} tok/s");
         }
 
-        if step % every == 0 || step == last_step {
+        if opts.checkpoint_every.is_some_and(|k| k > 0 && step % k == 0) || step == last_step {
             let heldout = match evaluator.as_mut() {
                 Some(ev) => Some(ev.score(backend.as_mut(), system, &opts.data, opts.heldout_windows)?),
                 None => None,

@@ -41,6 +41,22 @@ pub enum Command {
     Data(DataCommand),
     /// Serve the live dashboard over a folder of runs.
     Serve(ServeArgs),
+    /// Gate a device against the CPU reference: forward, gradient, update, causality (or all).
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// forward, gradient, update, causality, or all.
+    pub gate: String,
+    pub system: String,
+    #[arg(long, default_value = "cuda")]
+    pub device: Device,
+    /// Sequences [default: the system's, at most 2].
+    #[arg(long)]
+    pub batch: Option<usize>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(Args)]
@@ -179,6 +195,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Build(a) => build(a),
         Command::Data(DataCommand::Prepare { corpus, tokenizer, out }) => prepare(corpus, tokenizer, out),
         Command::Serve(a) => serve(a),
+        Command::Check(a) => check(a),
     }
 }
 
@@ -495,4 +512,27 @@ fn serve(a: ServeArgs) -> Result<()> {
         probe: Some(Arc::new(CliProbe)),
     };
     alpha_dash::serve(opts)
+}
+
+fn check(a: CheckArgs) -> Result<()> {
+    use alpha_run::gates::{check, Gate};
+    let system = find(&a.system)?;
+    let gates: Vec<Gate> = if a.gate == "all" {
+        vec![Gate::Forward, Gate::Gradient, Gate::Update, Gate::Causality]
+    } else {
+        vec![a.gate.parse::<Gate>().map_err(|e| anyhow!(e))?]
+    };
+    let batch = a.batch.unwrap_or(system.default_batch().min(2));
+    let mut failed = vec![];
+    for g in gates {
+        let r = check(g, system.as_ref(), a.device, batch, a.seed)?;
+        print!("{}", r.text);
+        if !r.passed {
+            failed.push(format!("{g:?}"));
+        }
+    }
+    if !failed.is_empty() {
+        bail!("{} failed the {} gate(s) on the {:?} device", system.name(), failed.join(", "), a.device);
+    }
+    Ok(())
 }

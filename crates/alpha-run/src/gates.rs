@@ -1,0 +1,332 @@
+//! The gates: a device's results against the CPU reference on identical weights and inputs,
+//! each a command that prints its figures against thresholds and fails when one is missed.
+//! The reference rounds matrix operands to bf16 exactly where the device does, because the
+//! system's graph says where (the casts are ops of the program).
+//!
+//! - forward: loss difference and per-position loss error quantiles;
+//! - gradient: per-tensor cosine (≥ 0.9999) and largest difference relative to the tensor's
+//!   largest entry (≤ 1e-2);
+//! - update: one AdamW update from nonzero moments, every tensor within 1e-6 of its change;
+//! - causality: change every token from position p on — logits before p stay bit-identical,
+//!   every later row changes.
+//!
+//! Each runs on the initial weights and on perturbed ones.
+
+use std::fmt::Write;
+
+use alpha_learn::{gradient_program, inference_program, Learner};
+use alpha_plan::Backend;
+use alpha_systems::System;
+use anyhow::{bail, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::backend::CpuBackend;
+use crate::init::initial_leaves;
+use crate::session::{backend_for, persistent, Device};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    Forward,
+    Gradient,
+    Update,
+    Causality,
+}
+
+impl std::str::FromStr for Gate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "forward" => Ok(Gate::Forward),
+            "gradient" => Ok(Gate::Gradient),
+            "update" => Ok(Gate::Update),
+            "causality" => Ok(Gate::Causality),
+            o => Err(format!("unknown gate '{o}': forward, gradient, update or causality")),
+        }
+    }
+}
+
+/// The outcome of one gate: its report and whether every threshold held.
+pub struct Report {
+    pub text: String,
+    pub passed: bool,
+}
+
+/// Which weights a gate runs on.
+#[derive(Clone, Copy)]
+enum Weights {
+    Initial,
+    Perturbed,
+}
+
+impl Weights {
+    fn name(self) -> &'static str {
+        match self {
+            Weights::Initial => "initial weights",
+            Weights::Perturbed => "perturbed weights",
+        }
+    }
+}
+
+/// Parameters (and state) for the gate: the seed's, plus noise of a tenth of each tensor's
+/// RMS (or 0.05 where it is all zeros) when perturbed.
+fn leaves(program: &alpha_ir::Program, seed: u64, w: Weights) -> Vec<(String, Vec<f32>)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9);
+    let params: Vec<String> = persistent(program).into_iter().filter(|p| p.2).map(|p| p.0).collect();
+    initial_leaves(&program.graph, seed)
+        .into_iter()
+        .map(|(name, mut v)| {
+            if matches!(w, Weights::Perturbed) && params.contains(&name) {
+                let rms = (v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / v.len().max(1) as f64).sqrt();
+                let scale = if rms > 0.0 { 0.1 * rms } else { 0.05 };
+                for x in v.iter_mut() {
+                    *x += (scale * rng.random_range(-1.7..1.7)) as f32;
+                }
+            }
+            (name, v)
+        })
+        .collect()
+}
+
+/// Token ids for the gate: a seeded draw over the vocabulary.
+fn ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(0..vocab as u32)).collect()
+}
+
+fn load(b: &mut dyn Backend, leaves: &[(String, Vec<f32>)], tokens: &[u32], targets: &[u32]) -> Result<()> {
+    for (name, v) in leaves {
+        b.write(name, v)?;
+    }
+    b.write_ids("tokens", tokens)?;
+    b.write_ids("targets", targets)
+}
+
+fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Run `gate` for `system` on `device` against the CPU reference.
+pub fn check(gate: Gate, system: &dyn System, device: Device, batch: usize, seed: u64) -> Result<Report> {
+    let mut text = String::new();
+    let mut passed = true;
+    let (t, v) = (system.context(), system.vocab());
+    let n = batch * t;
+    let tokens = ids(n, v, seed);
+    let targets = ids(n, v, seed + 1);
+    for w in [Weights::Initial, Weights::Perturbed] {
+        let _ = writeln!(text, "{} · {:?} gate · {} · batch {batch}", system.name(), gate, w.name());
+        let ok = match gate {
+            Gate::Forward => forward(system, device, batch, seed, w, &tokens, &targets, &mut text)?,
+            Gate::Gradient => gradient(system, device, batch, seed, w, &tokens, &targets, &mut text)?,
+            Gate::Update => update(system, device, seed, w, &mut text)?,
+            Gate::Causality => causality(system, device, batch, seed, w, &tokens, &targets, &mut text)?,
+        };
+        let _ = writeln!(text, "  {}", if ok { "PASS" } else { "FAIL" });
+        passed &= ok;
+    }
+    Ok(Report { text, passed })
+}
+
+fn pair(system: &dyn System, device: Device, program: &alpha_ir::Program) -> Result<(Box<dyn Backend>, CpuBackend)> {
+    let _ = system;
+    Ok((backend_for(device, program)?, CpuBackend::compile(program)?))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn forward(
+    system: &dyn System,
+    device: Device,
+    batch: usize,
+    seed: u64,
+    w: Weights,
+    tokens: &[u32],
+    targets: &[u32],
+    text: &mut String,
+) -> Result<bool> {
+    let program = inference_program(system.model(batch)?)?;
+    let (mut dev, mut cpu) = pair(system, device, &program)?;
+    let l = leaves(&program, seed, w);
+    load(dev.as_mut(), &l, tokens, targets)?;
+    load(&mut cpu, &l, tokens, targets)?;
+    dev.run("forward")?;
+    cpu.run("forward")?;
+    let (ld, lc) = (dev.output("loss")?[0] as f64, cpu.output("loss")?[0] as f64);
+    let (pd, pc) = (dev.output("losses")?, cpu.output("losses")?);
+    let errs: Vec<f64> = pd.iter().zip(&pc).map(|(a, b)| (*a as f64 - *b as f64).abs()).collect();
+    let rel = (ld - lc).abs() / lc.abs().max(1e-12);
+    let (p50, p99, max) = (quantile(errs.clone(), 0.5), quantile(errs.clone(), 0.99), quantile(errs, 1.0));
+    let ok = rel <= 1e-3 && p99 <= 2e-2 && ld.is_finite();
+    let _ = writeln!(
+        text,
+        "  loss device {ld:.6} reference {lc:.6} (relative {rel:.2e} ≤ 1e-3); per-position |Δ| median {p50:.2e}, p99 {p99:.2e} (≤ 2e-2), max {max:.2e}"
+    );
+    Ok(ok)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gradient(
+    system: &dyn System,
+    device: Device,
+    batch: usize,
+    seed: u64,
+    w: Weights,
+    tokens: &[u32],
+    targets: &[u32],
+    text: &mut String,
+) -> Result<bool> {
+    let program = gradient_program(system.model(batch)?)?;
+    let (mut dev, mut cpu) = pair(system, device, &program)?;
+    let l = leaves(&program, seed, w);
+    load(dev.as_mut(), &l, tokens, targets)?;
+    load(&mut cpu, &l, tokens, targets)?;
+    dev.run("step")?;
+    cpu.run("step")?;
+    let mut ok = true;
+    let mut worst_cos: f64 = 1.0;
+    let mut worst_rel: f64 = 0.0;
+    let mut worst = String::new();
+    let names: Vec<String> = program.outputs.keys().filter(|k| k.starts_with("grad:")).cloned().collect();
+    for name in &names {
+        let (gd, gc) = (dev.output(name)?, cpu.output(name)?);
+        let dot: f64 = gd.iter().zip(&gc).map(|(a, b)| *a as f64 * *b as f64).sum();
+        let nd: f64 = gd.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+        let nc: f64 = gc.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+        let cos = if nd == 0.0 && nc == 0.0 { 1.0 } else { dot / (nd * nc).max(1e-300) };
+        let big = gc.iter().fold(0f64, |m, x| m.max((*x as f64).abs()));
+        let diff = gd.iter().zip(&gc).fold(0f64, |m, (a, b)| m.max((*a as f64 - *b as f64).abs()));
+        let rel = if big == 0.0 { diff } else { diff / big };
+        if cos < 0.9999 || rel > 1e-2 || !cos.is_finite() {
+            ok = false;
+            let _ = writeln!(text, "  {name}: cosine {cos:.6}, largest difference {rel:.2e} of the largest entry  ✗");
+        }
+        if cos <= worst_cos {
+            worst_cos = cos;
+            worst = name.clone();
+        }
+        worst_rel = worst_rel.max(rel);
+    }
+    let _ = writeln!(
+        text,
+        "  {} tensors: lowest cosine {worst_cos:.7} ({worst}) (≥ 0.9999); largest difference {worst_rel:.2e} of the tensor's largest entry (≤ 1e-2)",
+        names.len()
+    );
+    Ok(ok)
+}
+
+fn update(system: &dyn System, device: Device, seed: u64, w: Weights, text: &mut String) -> Result<bool> {
+    let learner: Learner = system.learner(system.default_steps());
+    let program = learner.update_program(&system.model(1)?)?;
+    let (mut dev, mut cpu) = pair(system, device, &program)?;
+    // Nonzero moments and gradients: every term of the update is exercised.
+    let mut rng = ChaCha8Rng::seed_from_u64(seed + 17);
+    let base = leaves(&learner.training_program(system.model(1)?)?, seed, w);
+    let mut all: Vec<(String, Vec<f32>)> = vec![];
+    for (name, shape, is_param) in persistent(&program) {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = if is_param {
+            base.iter().find(|(b, _)| *b == name).map(|(_, v)| v.clone()).unwrap_or_else(|| vec![0.0; n])
+        } else if name.ends_with(".adam_v") {
+            (0..n).map(|_| rng.random_range(1e-8..1e-5)).collect()
+        } else {
+            (0..n).map(|_| rng.random_range(-1e-3..1e-3)).collect()
+        };
+        all.push((name, v));
+    }
+    let step = 200u64;
+    for (b, bk) in [(dev.as_mut(), "device"), (&mut cpu as &mut dyn Backend, "reference")] {
+        let _ = bk;
+        for (name, v) in &all {
+            b.write(name, v)?;
+        }
+        for (name, value) in learner.scalars(step) {
+            b.write(name, &[value as f32])?;
+        }
+        b.run("step")?;
+    }
+    let mut ok = true;
+    let mut worst: f64 = 0.0;
+    let mut worst_name = String::new();
+    for (name, before) in &all {
+        if name.ends_with(".grad") {
+            continue;
+        }
+        let (d, c) = (dev.read(name)?, cpu.read(name)?);
+        let change = before.iter().zip(&c).fold(0f64, |m, (a, b)| m.max((*a as f64 - *b as f64).abs()));
+        let diff = d.iter().zip(&c).fold(0f64, |m, (a, b)| m.max((*a as f64 - *b as f64).abs()));
+        let rel = if change == 0.0 { diff } else { diff / change };
+        if rel > 1e-6 || !rel.is_finite() {
+            ok = false;
+            let _ = writeln!(text, "  {name}: difference {rel:.2e} of its change  ✗");
+        }
+        if rel >= worst {
+            worst = rel;
+            worst_name = name.clone();
+        }
+    }
+    let _ = writeln!(
+        text,
+        "  update {step}: largest device–reference difference {worst:.2e} of the tensor's change ({worst_name}) (≤ 1e-6)"
+    );
+    Ok(ok)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn causality(
+    system: &dyn System,
+    device: Device,
+    batch: usize,
+    seed: u64,
+    w: Weights,
+    tokens: &[u32],
+    targets: &[u32],
+    text: &mut String,
+) -> Result<bool> {
+    let (t, v) = (system.context(), system.vocab());
+    let p = t / 2;
+    let program = inference_program(system.model(batch)?)?;
+    let (mut dev, mut cpu) = pair(system, device, &program)?;
+    let l = leaves(&program, seed, w);
+    let mut changed = tokens.to_vec();
+    for b in 0..batch {
+        for i in p..t {
+            let x = &mut changed[b * t + i];
+            *x = (*x + 1 + (i as u32 % 7)) % v as u32;
+        }
+    }
+    let mut logits = vec![];
+    for b in [dev.as_mut(), &mut cpu as &mut dyn Backend] {
+        load(b, &l, tokens, targets)?;
+        b.run("forward")?;
+        let before = b.output("logits")?;
+        b.write_ids("tokens", &changed)?;
+        b.run("forward")?;
+        logits.push((before, b.output("logits")?));
+    }
+    let rows = |(a, b): &(Vec<f32>, Vec<f32>)| -> Vec<bool> {
+        (0..batch * t)
+            .map(|r| a[r * v..(r + 1) * v].iter().zip(&b[r * v..(r + 1) * v]).any(|(x, y)| x.to_bits() != y.to_bits()))
+            .collect()
+    };
+    let (dev_rows, ref_rows) = (rows(&logits[0]), rows(&logits[1]));
+    let early_changed = (0..batch).flat_map(|b| (0..p).map(move |i| b * t + i)).filter(|&r| dev_rows[r]).count();
+    let late: Vec<usize> = (0..batch).flat_map(|b| (p..t).map(move |i| b * t + i)).collect();
+    let late_unchanged = late.iter().filter(|&&r| !dev_rows[r]).count();
+    let ref_late_unchanged = late.iter().filter(|&&r| !ref_rows[r]).count();
+    // Every later row must change unless the reference shows the model cannot tell (all-zero
+    // initial tables make every row alike).
+    let degenerate = ref_late_unchanged == late.len();
+    let ok = early_changed == 0 && (late_unchanged == 0 || degenerate && late_unchanged == late.len());
+    let _ = writeln!(
+        text,
+        "  tokens from position {p} on changed: rows before {p} that changed {early_changed} of {} (must be 0); rows from {p} on unchanged {late_unchanged} of {}{}",
+        batch * p,
+        late.len(),
+        if degenerate { " (reference unchanged too: these weights ignore the input)" } else { " (must be 0)" }
+    );
+    if degenerate && matches!(w, Weights::Perturbed) {
+        bail!("causality: even perturbed weights ignore the input; the gate cannot judge this system");
+    }
+    Ok(ok)
+}

@@ -1,0 +1,237 @@
+//! The `alpha` binary as a user meets it: the catalogue, plans, a built executable, and bad
+//! input — each bad input a clear message and a nonzero exit, never a panic trace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn alpha(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_alpha")).args(args).current_dir(cwd).output().expect("running alpha")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// A clean failure: nonzero exit, the message on stderr, no panic.
+fn fails_with(o: &Output, needle: &str) {
+    let (out, err) = text(o);
+    assert!(!o.status.success(), "expected failure, got success:\n{out}\n{err}");
+    assert!(err.contains(needle), "stderr lacks {needle:?}:\n{err}");
+    assert!(!err.contains("panicked"), "a panic instead of a message:\n{err}");
+}
+
+fn succeeds(o: &Output) -> String {
+    let (out, err) = text(o);
+    assert!(o.status.success(), "alpha failed:\n{out}\n{err}");
+    out
+}
+
+fn tiny() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tinyshakespeare.txt");
+    if p.is_file() {
+        Some(p.canonicalize().unwrap())
+    } else {
+        eprintln!("skipped: {} is missing", p.display());
+        None
+    }
+}
+
+/// A prepared byte stream of tiny-shakespeare in `dir`.
+fn prepared(dir: &Path) -> Option<PathBuf> {
+    let src = tiny()?;
+    let out = dir.join("tiny-bytes");
+    succeeds(&alpha(
+        &["data", "prepare", "--corpus", src.to_str().unwrap(), "--tokenizer", "bytes", "--out", out.to_str().unwrap()],
+        dir,
+    ));
+    Some(out)
+}
+
+/// A short Bob run; returns its final checkpoint.
+fn short_run(dir: &Path, data: &Path, steps: &str) -> PathBuf {
+    let run = dir.join("run");
+    succeeds(&alpha(
+        &[
+            "train",
+            "bob",
+            "--steps",
+            steps,
+            "--batch",
+            "4",
+            "--data",
+            data.to_str().unwrap(),
+            "--run-dir",
+            run.to_str().unwrap(),
+            "--sample-tokens",
+            "0",
+            "--heldout-windows",
+            "4",
+            "--quiet",
+        ],
+        dir,
+    ));
+    run.join(format!("checkpoints/step-{:0>6}.safetensors", steps))
+}
+
+#[test]
+fn the_catalogue_lists_every_system_with_its_parameter_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = succeeds(&alpha(&["systems"], tmp.path()));
+    assert!(out.contains("bob") && out.contains("65,536"), "{out}");
+    assert!(out.contains("coppelius") && out.contains("57,705,472"), "{out}");
+}
+
+#[test]
+fn plan_prints_kernels_and_the_arena_by_class() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = succeeds(&alpha(&["plan", "bob", "--batch", "2"], tmp.path()));
+    assert!(out.contains("kernels"), "{out}");
+    // Bob's table is 256×256 f32: 262,144 bytes of parameters and twice that of moments.
+    assert!(out.contains("parameters") && out.contains("262,144"), "{out}");
+    assert!(out.contains("optimizer state") && out.contains("524,288"), "{out}");
+    assert!(out.contains("activation peak"), "{out}");
+}
+
+#[test]
+fn unknown_systems_are_named_with_the_known_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    fails_with(&alpha(&["train", "nosuch"], tmp.path()), "unknown system 'nosuch'; known systems: bob, coppelius");
+}
+
+#[test]
+fn missing_and_empty_data_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    fails_with(&alpha(&["train", "bob", "--data", "/no/such/corpus.txt"], tmp.path()), "does not exist");
+    let empty = tmp.path().join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    fails_with(&alpha(&["train", "bob", "--data", empty.to_str().unwrap(), "--quiet"], tmp.path()), "empty");
+}
+
+#[test]
+fn damaged_checkpoints_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = prepared(tmp.path()) else { return };
+    let ckpt = short_run(tmp.path(), &data, "3");
+    let bytes = std::fs::read(&ckpt).unwrap();
+    let score = |c: &Path| {
+        alpha(&["score", "bob", "--checkpoint", c.to_str().unwrap(), "--data", data.to_str().unwrap()], tmp.path())
+    };
+    succeeds(&score(&ckpt));
+
+    // Truncated: the recorded SHA-256 no longer matches.
+    std::fs::write(&ckpt, &bytes[..bytes.len() / 2]).unwrap();
+    fails_with(&score(&ckpt), "damaged");
+    // Without the .sha256 beside it, the file itself says it is cut short.
+    let sidecar = PathBuf::from(format!("{}.sha256", ckpt.display()));
+    std::fs::remove_file(&sidecar).unwrap();
+    fails_with(&score(&ckpt), "truncated");
+    // Altered in one byte of tensor data: the data hash inside catches it.
+    let mut altered = bytes.clone();
+    let last = altered.len() - 5;
+    altered[last] ^= 0x01;
+    std::fs::write(&ckpt, &altered).unwrap();
+    fails_with(&score(&ckpt), "does not match the SHA-256");
+}
+
+#[test]
+fn checkpoints_of_another_system_or_shape_are_refused() {
+    use alpha_run::checkpoint::{load, save};
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = prepared(tmp.path()) else { return };
+    let ckpt = short_run(tmp.path(), &data, "2");
+    let good = load(&ckpt).unwrap();
+    let resume = |c: &Path| {
+        alpha(
+            &[
+                "train",
+                "bob",
+                "--steps",
+                "1",
+                "--data",
+                data.to_str().unwrap(),
+                "--resume",
+                c.to_str().unwrap(),
+                "--quiet",
+            ],
+            tmp.path(),
+        )
+    };
+
+    let mut other = good.meta.clone();
+    other.system = "coppelius".into();
+    let p = tmp.path().join("other-system.safetensors");
+    save(&p, &other, &good.tensors).unwrap();
+    fails_with(&resume(&p), "is of system 'coppelius', not 'bob'");
+
+    let mut tensors = good.tensors.clone();
+    tensors.insert("logits".into(), (vec![128, 256], vec![0.0; 128 * 256]));
+    let p = tmp.path().join("other-shape.safetensors");
+    save(&p, &good.meta, &tensors).unwrap();
+    fails_with(&resume(&p), "holds logits with shape [128, 256], but bob needs [256, 256]");
+}
+
+#[test]
+fn a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = prepared(tmp.path()) else { return };
+    let run = tmp.path().join("blowup");
+    let o = alpha(
+        &[
+            "train",
+            "bob",
+            "--steps",
+            "40",
+            "--batch",
+            "2",
+            "--lr",
+            "1e38",
+            "--checkpoint-every",
+            "1",
+            "--heldout-windows",
+            "0",
+            "--data",
+            data.to_str().unwrap(),
+            "--run-dir",
+            run.to_str().unwrap(),
+            "--quiet",
+        ],
+        tmp.path(),
+    );
+    fails_with(&o, "non-finite");
+    let (_, err) = text(&o);
+    let step: u64 =
+        err.split("at step ").nth(1).and_then(|s| s.split(';').next()).and_then(|s| s.parse().ok()).unwrap();
+    assert!(step > 1, "{err}");
+    // The checkpoint of the step before is there, whole, and loads.
+    let kept = run.join(format!("checkpoints/step-{:06}.safetensors", step - 1));
+    assert!(err.contains(&kept.display().to_string()), "{err}");
+    alpha_run::checkpoint::load(&kept).unwrap();
+    assert!(!run.join(format!("checkpoints/step-{step:06}.safetensors")).exists());
+    let info = std::fs::read_to_string(run.join("run.json")).unwrap();
+    assert!(info.contains("\"failed\""), "{info}");
+}
+
+#[test]
+fn a_built_executable_trains_resumes_predicts_and_scores_by_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = prepared(tmp.path()) else { return };
+    let exe = tmp.path().join("bob-cpu");
+    succeeds(&alpha(&["build", "bob", "--device", "cpu", "-o", exe.to_str().unwrap(), "--batch", "4"], tmp.path()));
+    let run = |args: &[&str]| Command::new(&exe).args(args).current_dir(tmp.path()).output().unwrap();
+    let d = data.to_str().unwrap();
+    let r = tmp.path().join("built-run");
+    let rd = r.to_str().unwrap();
+    succeeds(&run(&["train", "--steps", "3", "--data", d, "--run-dir", rd, "--sample-tokens", "0", "--quiet"]));
+    let c3 = r.join("checkpoints/step-000003.safetensors");
+    succeeds(&run(&["resume", c3.to_str().unwrap(), "--steps", "2", "--data", d, "--sample-tokens", "0", "--quiet"]));
+    let c5 = r.join("checkpoints/step-000005.safetensors");
+    let lineage = std::fs::read_to_string(r.join("lineage.jsonl")).unwrap();
+    assert_eq!(lineage.lines().count(), 2);
+    let parent = alpha_run::checkpoint::load(&c5).unwrap().meta.parent.unwrap();
+    assert_eq!(parent, alpha_run::checkpoint::load(&c3).unwrap().sha256);
+    let out =
+        succeeds(&run(&["predict", "--checkpoint", c5.to_str().unwrap(), "--prompt", "ROMEO:", "--tokens", "20"]));
+    assert!(out.starts_with("ROMEO:"), "{out}");
+    let out = succeeds(&run(&["score", "--checkpoint", c5.to_str().unwrap(), "--windows", "8"]));
+    assert!(out.contains("bits per byte"), "{out}");
+}
