@@ -42,7 +42,9 @@ impl Drop for Serve {
 }
 
 fn start_serve(runs: &Path, port: u16) -> Serve {
+    // From the folder training ran in, as a user would: checkpoints name their data relative to it.
     let child = Command::new(ALPHA)
+        .current_dir(workspace())
         .args(["serve", "--runs"])
         .arg(runs)
         .args(["--port", &port.to_string()])
@@ -170,6 +172,26 @@ fn a_real_training_run_shows_in_a_real_browser() {
             .unwrap();
         assert!(host_points.as_str().unwrap().parse::<u64>().unwrap() >= 1);
     }
+    // The prompt probe runs the newest checkpoint through the CLI's probe.
+    b.execute(
+        "document.querySelector('#probe-prompt').value = 'The '; \
+         document.querySelector('#probe-tokens').value = '16'; \
+         document.querySelector('#probe-go').click(); return 1",
+        vec![],
+    )
+    .unwrap();
+    let answer = b
+        .wait_for(
+            "const e = document.querySelector('#probe-continuation, #probe-out .notice'); return e && (e.id || 'error')",
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    let error =
+        b.execute("const e = document.querySelector('#probe-out .notice'); return e && e.textContent", vec![]).unwrap();
+    assert_eq!(answer, "probe-continuation", "the probe failed: {error}");
+    let guesses = b.execute("return document.querySelectorAll('#probe-top tbody tr').length", vec![]).unwrap();
+    assert!(guesses.as_u64().unwrap() >= 1, "no next-token guesses");
+
     let png = b.full_page_png(1280).unwrap();
     save(&png, "dashboard-run.png", tmp.path());
 
