@@ -1,7 +1,7 @@
 //! The CPU reference as a [`Backend`]: f32 arena, plans with one slot an element.
 
 use alpha_ir::{Program, Value};
-use alpha_plan::{Backend, Plan};
+use alpha_plan::{kernel_info, Backend, LaunchTime, Plan};
 use anyhow::{anyhow, Result};
 
 use crate::Cpu;
@@ -56,5 +56,16 @@ impl Backend for CpuBackend {
         let i = self.program().phase(phase).ok_or_else(|| anyhow!("the program has no phase '{phase}'"))?;
         self.cpu.run_phase(i);
         Ok(())
+    }
+    fn profile(&mut self, phase: &str) -> Result<Vec<LaunchTime>> {
+        let i = self.program().phase(phase).ok_or_else(|| anyhow!("the program has no phase '{phase}'"))?;
+        let times = self.cpu.run_phase_timed(i);
+        Ok(times
+            .into_iter()
+            .map(|(node, us)| {
+                let (family, name, flops, shape) = kernel_info(&self.cpu.plan.program, node);
+                LaunchTime { family, name, us, flops, shape }
+            })
+            .collect())
     }
 }

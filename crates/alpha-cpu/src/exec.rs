@@ -80,6 +80,25 @@ impl<T: Real> Cpu<T> {
         }
     }
 
+    /// Run a phase timing each kernel with the host clock: (node, µs).
+    pub fn run_phase_timed(&mut self, phase: usize) -> Vec<(u32, f64)> {
+        let kernels: Vec<u32> = self.plan.phases[phase].kernels.iter().map(|k| k.node).collect();
+        let mut times = Vec::with_capacity(kernels.len());
+        for node in kernels {
+            let t0 = std::time::Instant::now();
+            self.run_kernel(node);
+            times.push((node, t0.elapsed().as_secs_f64() * 1e6));
+        }
+        for c in self.plan.phases[phase].copies.clone() {
+            let (d, s) = (self.plan.slot(c.dst), self.plan.slot(c.src));
+            if d.offset != s.offset {
+                let n = self.plan.program.graph.ty(c.dst).numel();
+                self.arena.copy_within(s.offset..s.offset + n, d.offset);
+            }
+        }
+        times
+    }
+
     /// Run every phase once, in order.
     pub fn run_all(&mut self) {
         for p in 0..self.plan.phases.len() {

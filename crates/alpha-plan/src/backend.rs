@@ -2,7 +2,9 @@
 //! The CPU reference and the CUDA backend implement it; the run policy and the gates use it.
 
 use alpha_ir::Program;
-use anyhow::Result;
+use anyhow::{bail, Result};
+
+use crate::profile::LaunchTime;
 
 pub trait Backend {
     /// `cpu` or `cuda`.
@@ -17,4 +19,9 @@ pub trait Backend {
     /// Read a named program output (`loss`, `losses`, `logits`, `grad_norm`).
     fn output(&mut self, name: &str) -> Result<Vec<f32>>;
     fn run(&mut self, phase: &str) -> Result<()>;
+    /// Run a phase once with every launch timed (on the device's own clock where it has one).
+    fn profile(&mut self, phase: &str) -> Result<Vec<LaunchTime>> {
+        let _ = phase;
+        bail!("the {} backend cannot time its launches", self.device())
+    }
 }

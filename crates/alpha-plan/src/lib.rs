@@ -6,10 +6,12 @@
 //! for the CPU reference (whose arena holds one float type).
 
 pub mod backend;
+pub mod profile;
 
 use std::collections::{BTreeMap, HashMap};
 
 pub use backend::Backend;
+pub use profile::{kernel_info, LaunchTime};
 
 use alpha_ir::{DType, Op, Program, Value};
 use serde::{Deserialize, Serialize};
@@ -119,9 +121,19 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
     let g = &program.graph;
     let size = |v: Value| align_up(g.ty(v).numel().max(1) * unit(g.dtype(v)), align);
 
-    // Persistent regions first, in node order so layouts are stable.
+    // Persistent regions first, in node order so layouts are stable. Constants are read-only,
+    // so all constants of one value and dtype share one region, as large as the largest.
     let mut slots: HashMap<Value, Slot> = HashMap::new();
     let mut by_class: BTreeMap<Class, usize> = BTreeMap::new();
+    let mut shared: HashMap<(u64, DType), Value> = HashMap::new();
+    let mut shared_len: HashMap<(u64, DType), usize> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if let Op::Constant { value } = n.op {
+            let v = Value { node: i as u32, index: 0 };
+            let e = shared_len.entry((value.to_bits(), n.outputs[0].dtype)).or_default();
+            *e = (*e).max(size(v));
+        }
+    }
     let mut at = 0usize;
     for (i, n) in g.nodes.iter().enumerate() {
         let class = match n.op {
@@ -132,6 +144,20 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
             _ => continue,
         };
         let v = Value { node: i as u32, index: 0 };
+        if let Op::Constant { value } = n.op {
+            let key = (value.to_bits(), n.outputs[0].dtype);
+            if let Some(first) = shared.get(&key) {
+                let s = slots[first];
+                slots.insert(v, Slot { offset: s.offset, len: size(v), class });
+                continue;
+            }
+            shared.insert(key, v);
+            let len = shared_len[&key];
+            slots.insert(v, Slot { offset: at, len: size(v), class });
+            *by_class.entry(class).or_default() += len;
+            at += len;
+            continue;
+        }
         let len = size(v);
         slots.insert(v, Slot { offset: at, len, class });
         *by_class.entry(class).or_default() += len;
@@ -247,6 +273,10 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
         peak_live = peak_live.max(live_units);
     }
     by_class.insert(Class::Activation, high);
+    // Assignments whose value already sits in its destination (in-place updates) need no copy.
+    for p in phases.iter_mut() {
+        p.copies.retain(|c| slots[&c.dst].offset != slots[&c.src].offset);
+    }
     let mut table: Vec<Vec<Option<Slot>>> = g.nodes.iter().map(|n| vec![None; n.outputs.len()]).collect();
     for (v, s) in slots {
         table[v.node as usize][v.index as usize] = Some(s);

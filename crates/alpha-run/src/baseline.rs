@@ -14,11 +14,18 @@ pub struct BigramOptimum {
     pub training_tokens: u64,
 }
 
-/// Counts over the whole training split, scored on `max_windows` held-out windows of
-/// `context + 1` tokens (the windows `score` reads).
-pub fn bigram_optimum(data: &Path, vocab: usize, context: usize, max_windows: usize) -> Result<BigramOptimum> {
+/// Counts over the first `trained_tokens` of the training split (the whole split if `None` or
+/// more), scored on `max_windows` held-out windows of `context + 1` tokens (the windows `score`
+/// reads).
+pub fn bigram_optimum(
+    data: &Path,
+    vocab: usize,
+    context: usize,
+    max_windows: usize,
+    trained_tokens: Option<u64>,
+) -> Result<BigramOptimum> {
     let mut train = TokenStream::open(data, Split::Train)?;
-    let total = train.len_tokens();
+    let total = trained_tokens.map_or(train.len_tokens(), |n| n.min(train.len_tokens()));
     let mut counts = vec![0u64; vocab * vocab];
     let chunk = 1 << 20;
     let mut buf = vec![0u32; chunk];

@@ -8,6 +8,7 @@ pub mod data;
 pub mod gates;
 pub mod init;
 pub mod predict;
+pub mod profile;
 pub mod records;
 pub mod score;
 pub mod session;

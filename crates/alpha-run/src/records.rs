@@ -51,6 +51,18 @@ pub struct Invocation {
     pub device_s: Option<f64>,
 }
 
+/// One timed launch of a profiled step.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProfileRow {
+    pub step: u64,
+    pub index: u64,
+    pub family: String,
+    pub name: String,
+    pub us: f64,
+    pub flops: Option<f64>,
+    pub shape: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Summary {
     pub tokens_per_s: f64,
@@ -130,6 +142,24 @@ impl Records {
 
     pub fn run_info(&self, info: &RunInfo) -> Result<()> {
         write_atomic(&self.dir.join("run.json"), serde_json::to_string_pretty(info)?.as_bytes())
+    }
+
+    /// One profiled step: a row a launch, in launch order.
+    pub fn profile(&self, step: u64, launches: &[alpha_plan::LaunchTime]) -> Result<()> {
+        let mut f = append_file(&self.dir.join("profile.jsonl"))?;
+        for (index, l) in launches.iter().enumerate() {
+            let row = ProfileRow {
+                step,
+                index: index as u64,
+                family: l.family.clone(),
+                name: l.name.clone(),
+                us: l.us,
+                flops: l.flops,
+                shape: l.shape.clone(),
+            };
+            writeln!(f, "{}", serde_json::to_string(&row)?)?;
+        }
+        Ok(())
     }
 
     pub fn invocations(&self) -> Vec<Invocation> {

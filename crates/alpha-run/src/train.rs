@@ -37,6 +37,10 @@ pub struct TrainOptions {
     pub schedule_steps: Option<u64>,
     /// Override the schedule's peak learning rate.
     pub lr: Option<f64>,
+    /// Micro-batches whose mean gradient makes one update.
+    pub accumulation: usize,
+    /// Time every launch of one step into `profile.jsonl`.
+    pub profile: bool,
     /// Held-out windows scored at each checkpoint (0: none).
     pub heldout_windows: usize,
     pub progress: bool,
@@ -53,6 +57,8 @@ pub struct TrainResult {
     pub heldout: Option<Score>,
     pub tokens_per_s: f64,
     pub ms_per_step: f64,
+    /// Tokens trained on since step 1 (this invocation and those it resumed).
+    pub tokens: u64,
 }
 
 /// The learner with the run's overrides.
@@ -117,7 +123,9 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         None => None,
     };
     let horizon = opts.schedule_steps.or(resumed.as_ref().map(|(c, _)| c.meta.schedule_total)).unwrap_or(opts.steps);
-    let learner = learner_for(system, horizon, opts.lr);
+    let accumulation = opts.accumulation.max(1);
+    let mut learner = learner_for(system, horizon, opts.lr);
+    learner.accumulation = accumulation;
     let program = learner.training_program(system.model(batch)?)?;
     let mut backend = backend_for(opts.device, &program)?;
     let hash = config_hash(system, &program);
@@ -153,7 +161,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         started_at: Records::read_run_info(&opts.run_dir).map(|r| r.started_at).unwrap_or_else(now),
         updated_at: now(),
         parameters,
-        tokens_per_step: (batch * t) as u64,
+        tokens_per_step: (accumulation * batch * t) as u64,
         batch: batch as u64,
         context: t as u64,
         vocab: system.vocab() as u64,
@@ -162,7 +170,20 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         summary: None,
     };
     records.run_info(&info)?;
-    let sampler = alpha_telemetry::Sampler::start(&opts.run_dir, Duration::from_secs(1)).ok();
+    // A CPU run on a GPU machine must not claim the GPU's energy.
+    let sampler = alpha_telemetry::Sampler::start_with(
+        &opts.run_dir,
+        alpha_telemetry::SamplerOptions {
+            period: Duration::from_secs(1),
+            gpu: opts.device == Device::Cuda,
+            ..Default::default()
+        },
+    )
+    .ok();
+    // The data folder as an absolute path, so probes from anywhere find its tokenizer.
+    let data_path = opts.data.canonicalize().unwrap_or_else(|_| opts.data.clone()).display().to_string();
+    // The step whose launches are timed: the second of the invocation (the first warms caches).
+    let profiled_step = opts.profile.then(|| (first_step + 1).min(last_step));
 
     let mut evaluator = if opts.heldout_windows > 0 {
         Some(Evaluator::new(system, opts.device, batch.min(opts.heldout_windows))?)
@@ -183,22 +204,36 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         step += 1;
         let t0 = Instant::now();
         let epoch = stream.cursor().epoch;
-        for b in 0..batch {
-            stream.fill_window(&mut window)?;
-            inputs[b * t..(b + 1) * t].copy_from_slice(&window[..t]);
-            targets[b * t..(b + 1) * t].copy_from_slice(&window[1..]);
-        }
-        check_ids(&inputs, system.vocab())?;
-        backend.write_ids("tokens", &inputs)?;
-        backend.write_ids("targets", &targets)?;
         for (name, value) in learner.scalars(step) {
             backend.write(name, &[value as f32])?;
         }
-        backend.run(&program.phases[0].name)?;
-        let loss = backend.output("loss")?[0] as f64;
+        // One micro-batch a pass; with accumulation the last pass is followed by the update.
+        let mut loss = 0.0;
+        let mut losses = Vec::with_capacity(accumulation * batch * t);
+        for _ in 0..accumulation {
+            for b in 0..batch {
+                stream.fill_window(&mut window)?;
+                inputs[b * t..(b + 1) * t].copy_from_slice(&window[..t]);
+                targets[b * t..(b + 1) * t].copy_from_slice(&window[1..]);
+            }
+            check_ids(&inputs, system.vocab())?;
+            backend.write_ids("tokens", &inputs)?;
+            backend.write_ids("targets", &targets)?;
+            if Some(step) == profiled_step {
+                let launches = backend.profile(&program.phases[0].name)?;
+                records.profile(step, &launches)?;
+            } else {
+                backend.run(&program.phases[0].name)?;
+            }
+            loss += backend.output("loss")?[0] as f64 / accumulation as f64;
+            losses.extend(backend.output("losses")?);
+        }
+        if accumulation > 1 {
+            backend.run("update")?;
+        }
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         step_ms_total += ms;
-        tokens += (batch * t) as u64;
+        tokens += (accumulation * batch * t) as u64;
         if !loss.is_finite() {
             bar.abandon();
             let kept = last_ckpt
@@ -216,7 +251,6 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             records.run_info(&info)?;
             bail!(msg);
         }
-        let mut losses = backend.output("losses")?;
         losses.sort_by(f32::total_cmp);
         let grad_norm = backend.output("grad_norm").ok().map(|g| g[0] as f64);
         if step == first_step {
@@ -235,7 +269,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             grad_norm,
         })?;
         bar.set_position(step - first_step + 1);
-        let tok_s = (batch * t) as f64 / (ms / 1e3);
+        let tok_s = (accumulation * batch * t) as f64 / (ms / 1e3);
         bar.set_message(format!("loss {loss:.4} · {:.0} tok/s", tok_s));
         if !opts.progress && (step - first_step + 1) % (opts.steps / 10).max(1) == 0 {
             eprintln!("step {step}/{last_step}  loss {loss:.4}  {tok_s:.0} tok/s");
@@ -256,7 +290,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 schedule_total: horizon,
                 tokens,
                 parent: parent.clone(),
-                data: opts.data.display().to_string(),
+                data: data_path.clone(),
             };
             let rel = PathBuf::from("checkpoints").join(format!("step-{step:06}.safetensors"));
             let path = opts.run_dir.join(&rel);
@@ -284,7 +318,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     bar.finish_and_clear();
     let wall = started.elapsed().as_secs_f64();
     let steps_run = opts.steps as f64;
-    let tokens_run = steps_run * (batch * t) as f64;
+    let tokens_run = steps_run * (accumulation * batch * t) as f64;
     let energy = sampler.as_ref().and_then(|s| s.energy_joules_since_start());
     drop(sampler);
     let k = records.invocations().len() as u64 + 1;
@@ -322,6 +356,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         heldout: last_heldout,
         tokens_per_s: result_tok_s,
         ms_per_step: step_ms_total / steps_run,
+        tokens,
     })
 }
 

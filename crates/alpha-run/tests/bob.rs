@@ -19,6 +19,8 @@ fn options(data: &std::path::Path, run: &std::path::Path, steps: u64) -> TrainOp
         seed: 7,
         schedule_steps: None,
         lr: None,
+        accumulation: 1,
+        profile: false,
         heldout_windows: 256,
         progress: false,
     }
@@ -32,7 +34,7 @@ fn bob_learns_to_within_0_05_bits_per_byte_of_the_bigram_optimum() {
     o.batch = Some(64);
     let r = train(&o).unwrap();
     let held = r.heldout.expect("the last step is scored");
-    let best = bigram_optimum(&data, 256, 256, 256).unwrap();
+    let best = bigram_optimum(&data, 256, 256, 256, None).unwrap();
     eprintln!(
         "Bob {:.4} bits/byte, bigram optimum {:.4} (add-{}), gap {:+.4}",
         held.bits_per_byte,
@@ -84,4 +86,25 @@ fn the_same_seed_gives_the_same_bytes_and_resume_is_exact() {
         n,
         2 * n
     );
+}
+
+#[test]
+fn accumulating_two_half_batches_matches_one_whole_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = common::bytes_stream(tmp.path()) else { return };
+    let mut whole = options(&data, &tmp.path().join("whole"), 6);
+    whole.batch = Some(8);
+    whole.heldout_windows = 0;
+    let mut halves = whole.clone();
+    halves.run_dir = tmp.path().join("halves");
+    halves.batch = Some(4);
+    halves.accumulation = 2;
+    let (a, b) = (train(&whole).unwrap(), train(&halves).unwrap());
+    let ta = &alpha_run::checkpoint::load(&a.checkpoint).unwrap().tensors["logits"].1;
+    let tb = &alpha_run::checkpoint::load(&b.checkpoint).unwrap().tensors["logits"].1;
+    let moved = ta.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let diff = ta.iter().zip(tb).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(moved > 0.01, "the table did not move");
+    assert!(diff <= 1e-4 * moved, "accumulated update differs by {diff} (table moved {moved})");
+    assert!((a.last_loss - b.last_loss).abs() < 1e-5, "{} vs {}", a.last_loss, b.last_loss);
 }

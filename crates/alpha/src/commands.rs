@@ -43,6 +43,11 @@ pub enum Command {
     Serve(ServeArgs),
     /// Gate a device against the CPU reference: forward, gradient, update, causality (or all).
     Check(CheckArgs),
+    /// Print a profiled run's tables: time by kernel family, and by matrix-product shape.
+    Profile {
+        /// The run directory (holding profile.jsonl).
+        run_dir: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -91,6 +96,12 @@ pub struct TrainArgs {
     /// Override the peak learning rate.
     #[arg(long)]
     pub lr: Option<f64>,
+    /// Micro-batches whose mean gradient makes one update.
+    #[arg(long, default_value_t = 1)]
+    pub accumulate: usize,
+    /// Time every launch of one step (the second) into profile.jsonl.
+    #[arg(long)]
+    pub profile: bool,
     /// Held-out windows scored at each checkpoint.
     #[arg(long, default_value_t = 256)]
     pub heldout_windows: usize,
@@ -196,6 +207,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Data(DataCommand::Prepare { corpus, tokenizer, out }) => prepare(corpus, tokenizer, out),
         Command::Serve(a) => serve(a),
         Command::Check(a) => check(a),
+        Command::Profile { run_dir } => {
+            print!("{}", alpha_run::profile::tables(&run_dir)?);
+            Ok(())
+        }
     }
 }
 
@@ -241,6 +256,8 @@ fn train(a: TrainArgs) -> Result<()> {
         seed: a.seed,
         schedule_steps: a.schedule_steps,
         lr: a.lr,
+        accumulation: a.accumulate,
+        profile: a.profile,
         heldout_windows: a.heldout_windows,
         progress: !a.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
@@ -261,9 +278,15 @@ fn train(a: TrainArgs) -> Result<()> {
             s.loss, s.bits_per_byte, s.windows, s.bytes
         );
         if system.name() == "bob" {
-            let best = alpha_run::baseline::bigram_optimum(&data, system.vocab(), system.context(), a.heldout_windows)?;
+            let best = alpha_run::baseline::bigram_optimum(
+                &data,
+                system.vocab(),
+                system.context(),
+                a.heldout_windows,
+                Some(r.tokens),
+            )?;
             println!(
-                "best bigram table from the training counts: {:.4} bits per byte (add-{} smoothing, {} training bytes); Bob is {:+.4} from it",
+                "best bigram table from the counts of the bytes it trained on: {:.4} bits per byte (add-{} smoothing, {} bytes); Bob is {:+.4} from it",
                 best.bits_per_byte,
                 best.k,
                 best.training_tokens,
