@@ -157,7 +157,6 @@ impl<T: Real> Cpu<T> {
             Op::Binary(b) => ew::binary(*b, ins[0], shape(0), ins[1], shape(1), o0, oshape),
             Op::Cast { to } => ew::cast(ins[0], *to, o0),
             Op::Reduce { kind, axes, .. } => layout::reduce(*kind, ins[0], shape(0), axes, o0),
-            Op::Reshape { .. } => o0.copy_from_slice(ins[0]),
             Op::Broadcast { .. } => ew::broadcast(ins[0], shape(0), o0, oshape),
             Op::Permute { perm } => layout::permute(ins[0], shape(0), perm, o0),
             Op::Slice { axis, start, end } => layout::slice(ins[0], shape(0), *axis, *start, end - start, o0),
@@ -220,6 +219,7 @@ impl<T: Real> Cpu<T> {
                 recurrence::recurrence(ins[0], ins[1], s[0], s[1], *reverse, o0);
             }
             Op::AdamW { .. }
+            | Op::Reshape { .. }
             | Op::Param { .. }
             | Op::State { .. }
             | Op::Input { .. }

@@ -165,6 +165,17 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
     }
     let act_base = at;
 
+    // Reshapes are views: no kernel, the same place as the tensor they view (their root).
+    let mut root: HashMap<Value, Value> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if n.op.is_view() {
+            let src = n.inputs[0];
+            let r = root.get(&src).copied().unwrap_or(src);
+            root.insert(Value { node: i as u32, index: 0 }, r);
+        }
+    }
+    let resolve = |v: Value| root.get(&v).copied().unwrap_or(v);
+
     // Kernels in order; the global index orders lifetimes across phases.
     let mut phases = vec![];
     let mut order: Vec<(usize, u32)> = vec![]; // (phase, node)
@@ -172,7 +183,7 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
         let mut kernels = vec![];
         for i in p.nodes.clone() {
             let n = &g.nodes[i];
-            if n.op.is_leaf() || matches!(n.op, Op::Constant { .. }) {
+            if n.op.is_leaf() || n.op.is_view() || matches!(n.op, Op::Constant { .. }) {
                 continue;
             }
             kernels.push(Kernel { node: i as u32, family: n.op.family().to_string() });
@@ -191,6 +202,7 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
     let mut last_use: HashMap<Value, usize> = HashMap::new();
     for &(_, n) in &order {
         for &inp in &g.nodes[n as usize].inputs {
+            let inp = resolve(inp);
             if position.contains_key(&inp.node) {
                 let k = position[&n];
                 if phase_of[&inp.node] != phase_of[&n] {
@@ -205,6 +217,7 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
         }
     }
     let mut keep = |v: Value| {
+        let v = resolve(v);
         if let Some(&p) = phase_of.get(&v.node) {
             last_use.insert(v, phase_end[p]);
         }
@@ -224,9 +237,11 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
         let node = &g.nodes[n as usize];
         if let Some(aliases) = in_place(&node.op) {
             for (k, &input) in aliases.iter().enumerate() {
-                let src = node.inputs[input];
-                let readers_after =
-                    order.iter().skip(position[&n] + 1).any(|&(_, m)| g.nodes[m as usize].inputs.contains(&src));
+                let src = resolve(node.inputs[input]);
+                let readers_after = order
+                    .iter()
+                    .skip(position[&n] + 1)
+                    .any(|&(_, m)| g.nodes[m as usize].inputs.iter().any(|&i| resolve(i) == src));
                 if readers_after {
                     return Err(PlanError::Invalid(format!(
                         "{src} is read after {} overwrites it in place",
@@ -273,6 +288,10 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
         peak_live = peak_live.max(live_units);
     }
     by_class.insert(Class::Activation, high);
+    for (&view, &r) in &root {
+        let s = *slots.get(&r).ok_or_else(|| PlanError::Invalid(format!("{view} views {r}, which has no place")))?;
+        slots.insert(view, Slot { len: size(view), ..s });
+    }
     // Assignments whose value already sits in its destination (in-place updates) need no copy.
     for p in phases.iter_mut() {
         p.copies.retain(|c| slots[&c.dst].offset != slots[&c.src].offset);
