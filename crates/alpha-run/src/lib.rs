@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod baseline;
+pub mod bench;
 pub mod checkpoint;
 pub mod data;
 pub mod gates;

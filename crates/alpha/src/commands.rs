@@ -43,11 +43,30 @@ pub enum Command {
     Serve(ServeArgs),
     /// Gate a device against the CPU reference: forward, gradient, update, causality (or all).
     Check(CheckArgs),
+    /// Time Alpha's training step against the PyTorch baseline on the same device.
+    Bench(BenchArgs),
     /// Print a profiled run's tables: time by kernel family, and by matrix-product shape.
     Profile {
         /// The run directory (holding profile.jsonl).
         run_dir: PathBuf,
     },
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    pub system: String,
+    #[arg(long, default_value = "cuda")]
+    pub device: Device,
+    /// Contexts a step; repeat for several [default: 1 and 16].
+    #[arg(long)]
+    pub batch: Vec<usize>,
+    #[arg(long, default_value_t = 10)]
+    pub warmup: u64,
+    #[arg(long, default_value_t = 30)]
+    pub steps: u64,
+    /// The PyTorch baseline script ("none" skips it).
+    #[arg(long, default_value = "bench/coppelius_torch.py")]
+    pub baseline: PathBuf,
 }
 
 #[derive(Args)]
@@ -207,6 +226,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Data(DataCommand::Prepare { corpus, tokenizer, out }) => prepare(corpus, tokenizer, out),
         Command::Serve(a) => serve(a),
         Command::Check(a) => check(a),
+        Command::Bench(a) => bench(a),
         Command::Profile { run_dir } => {
             print!("{}", alpha_run::profile::tables(&run_dir)?);
             Ok(())
@@ -557,5 +577,36 @@ fn check(a: CheckArgs) -> Result<()> {
     if !failed.is_empty() {
         bail!("{} failed the {} gate(s) on the {:?} device", system.name(), failed.join(", "), a.device);
     }
+    Ok(())
+}
+
+fn bench(a: BenchArgs) -> Result<()> {
+    use alpha_run::bench::{time_alpha, time_pytorch};
+    let system = find(&a.system)?;
+    let batches = if a.batch.is_empty() { vec![1, 16] } else { a.batch.clone() };
+    println!(
+        "{:>5}  {:>12} {:>14} {:>9}  {:>22} {:>12}  {:>7}",
+        "batch", "alpha ms", "alpha tok/s", "launches", "pytorch best", "ms", "ratio"
+    );
+    for b in batches {
+        let t = time_alpha(system.as_ref(), a.device, b, a.warmup, a.steps)?;
+        let base = if a.baseline.as_os_str() == "none" { None } else { Some(time_pytorch(&a.baseline, b)?) };
+        let (name, ms) = base.as_ref().and_then(|r| r.first().cloned()).unwrap_or(("-".into(), f64::NAN));
+        println!(
+            "{:>5}  {:>12.3} {:>14.0} {:>9}  {:>22} {:>12.3}  {:>6.2}×",
+            b,
+            t.ms_per_step,
+            t.tokens_per_s,
+            t.launches,
+            name,
+            ms,
+            ms / t.ms_per_step
+        );
+        if let Some(rows) = base {
+            let all: Vec<String> = rows.iter().map(|(n, ms)| format!("{n} {ms:.3} ms")).collect();
+            println!("       pytorch settings: {}", all.join(", "));
+        }
+    }
+    println!("ratio = PyTorch's fastest setting ÷ Alpha (above 1: Alpha is faster)");
     Ok(())
 }
