@@ -357,6 +357,65 @@ pub fn sumsq_finish(gpu: &Gpu, f: &Function, out: u64, partials: u64, max_norm: 
     )
 }
 
+/// The IR's AdamW (`alpha_ir::Op::AdamW`), one tensor per launch, in place, in the CPU
+/// reference's formula and order (`alpha-cpu/src/kernels/adamw.rs`): `g ← g·gscale;`
+/// `m ← β₁m + (1−β₁)g; v ← β₂v + (1−β₂)g·g; p ← p − lr·((m/bc₁)/(√(v/bc₂) + ε) + λp)` with
+/// `bc = 1 − βᵗ`. The step's scalars (lr, bc₁, bc₂ written by the host; gscale computed by the
+/// step's clip) are read from their arena slots, so the captured graph replays unchanged.
+/// Params (p, g, m, v, lr, bc1, bc2, gscale); β, ε, λ and n are immediates.
+pub fn step_kernel(beta1: f64, beta2: f64, eps: f64, weight_decay: f64, n: usize) -> Kernel {
+    let mut k = Kernel::new("adamw_step").with_block(THREADS, 1, 1);
+    let p = k.param_reg("p", ParamTy::U64);
+    let g = k.param_reg("g", ParamTy::U64);
+    let m = k.param_reg("m", ParamTy::U64);
+    let v = k.param_reg("v", ParamTy::U64);
+    let lrp = k.param_reg("lr", ParamTy::U64);
+    let bc1p = k.param_reg("bc1", ParamTy::U64);
+    let bc2p = k.param_reg("bc2", ParamTy::U64);
+    let gsp = k.param_reg("gscale", ParamTy::U64);
+    let ld = |k: &mut Kernel, base, off: i64| {
+        let r = k.reg(RegKind::F32);
+        k.op("ld.global.f32", [r.into(), addr(base, off)]);
+        r
+    };
+    let lr = ld(&mut k, lrp, 0);
+    let bc1 = ld(&mut k, bc1p, 0);
+    let bc2 = ld(&mut k, bc2p, 0);
+    let gs = ld(&mut k, gsp, 0);
+    let (b1, b2) = (beta1 as f32, beta2 as f32);
+    let (omb1, omb2) = (1.0f32 - b1, 1.0f32 - b2);
+    let nr = k.imm_u32(n as u32);
+    let (i, stride, top, end) = crate::pointwise::grid_stride_begin(&mut k, nr);
+    let pa = k.addr_of(p, i, 4);
+    let ga = k.addr_of(g, i, 4);
+    let ma = k.addr_of(m, i, 4);
+    let va = k.addr_of(v, i, 4);
+    let (pv, gv, mv, vv) = (ld(&mut k, pa, 0), ld(&mut k, ga, 0), ld(&mut k, ma, 0), ld(&mut k, va, 0));
+    let f = RegKind::F32;
+    let gi = k.bin("mul.rn.f32", f, gv, gs);
+    let t1 = k.bin("mul.rn.f32", f, b1, mv);
+    let t2 = k.bin("mul.rn.f32", f, omb1, gi);
+    let m2 = k.bin("add.rn.f32", f, t1, t2);
+    let t3 = k.bin("mul.rn.f32", f, b2, vv);
+    let t4 = k.bin("mul.rn.f32", f, omb2, gi);
+    let t5 = k.bin("mul.rn.f32", f, t4, gi);
+    let v2 = k.bin("add.rn.f32", f, t3, t5);
+    let mh = k.bin("div.rn.f32", f, m2, bc1);
+    let vh = k.bin("div.rn.f32", f, v2, bc2);
+    let sq = k.un("sqrt.rn.f32", f, vh);
+    let den = k.bin("add.rn.f32", f, sq, eps as f32);
+    let q = k.bin("div.rn.f32", f, mh, den);
+    let dec = k.bin("mul.rn.f32", f, weight_decay as f32, pv);
+    let upd = k.bin("add.rn.f32", f, q, dec);
+    let step = k.bin("mul.rn.f32", f, lr, upd);
+    let p2 = k.bin("sub.rn.f32", f, pv, step);
+    k.op("st.global.f32", [addr(pa, 0), p2.into()]);
+    k.op("st.global.f32", [addr(ma, 0), m2.into()]);
+    k.op("st.global.f32", [addr(va, 0), v2.into()]);
+    crate::pointwise::grid_stride_end(&mut k, i, stride, nr, &top, &end);
+    k
+}
+
 /// CPU reference: (Σx² in f64, clip scale).
 pub fn sumsq_reference(x: &[f32], max_norm: f32) -> (f64, f32) {
     let s: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
@@ -366,7 +425,7 @@ pub fn sumsq_reference(x: &[f32], max_norm: f32) -> (f64, f32) {
 }
 
 pub fn kernels() -> Vec<Kernel> {
-    vec![adamw_kernel(), sumsq_partial_kernel(), sumsq_finish_kernel()]
+    vec![adamw_kernel(), sumsq_partial_kernel(), sumsq_finish_kernel(), step_kernel(0.9, 0.95, 1e-8, 0.1, 1000)]
 }
 
 #[cfg(test)]

@@ -11,11 +11,22 @@ pub mod ptx;
 
 pub use driver::{Arg, Buf, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
 pub mod adamw;
+pub mod attention;
+pub mod backend;
 pub mod check;
 pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
 pub mod gemm;
+pub mod gemm_simple;
+pub mod layernorm;
+pub mod lower;
+pub mod pointwise;
+pub mod recurrence;
+pub mod reduce;
+pub mod rotary;
+
+pub use backend::CudaBackend;
 
 /// Every kernel the crate can build, as the check harness and `ptxas` see them.
 pub fn catalog() -> Vec<ptx::Kernel> {

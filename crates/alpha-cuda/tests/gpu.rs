@@ -42,3 +42,48 @@ fn optimizer_and_graph_replay_match_reference() {
     let arena = gpu.arena(64 << 20).unwrap();
     assert_all(&check::optimizer_checks(&gpu, &arena, &mut Rng::new(3), 1_000_003, &quick()).unwrap());
 }
+
+/// Bob's training step (batch 2) on the GPU backend against the CPU reference: loss, the
+/// updated table, and a second GPU run repeating bit for bit. Without a GPU, compiling must fail
+/// with an error that says a GPU is needed.
+#[test]
+fn backend_runs_bobs_step_like_the_cpu_reference() {
+    use alpha_cpu::CpuBackend;
+    use alpha_cuda::CudaBackend;
+    use alpha_plan::Backend;
+    use alpha_systems::System;
+
+    let bob = alpha_systems::bob::Bob;
+    let program = bob.learner(10).training_program(bob.model(2).unwrap()).unwrap();
+    if Gpu::probe().unwrap().is_none() {
+        let e = CudaBackend::compile(&program).err().expect("no GPU: compile must fail");
+        assert!(format!("{e:#}").contains("needs an NVIDIA GPU"), "{e:#}");
+        println!("skipped: no CUDA device");
+        return;
+    }
+    let mut rng = Rng::new(11);
+    let table: Vec<f32> = (0..256 * 256).map(|_| rng.uniform()).collect();
+    let ids: Vec<u32> = (0..2 * 256 + 1).map(|_| rng.below(256)).collect();
+    let step = |b: &mut dyn Backend| {
+        b.write("logits", &table).unwrap();
+        b.write("logits.adam_m", &vec![0.0; 65536]).unwrap();
+        b.write("logits.adam_v", &vec![0.0; 65536]).unwrap();
+        b.write_ids("tokens", &ids[..512]).unwrap();
+        b.write_ids("targets", &ids[1..]).unwrap();
+        for (name, v) in bob.learner(10).scalars(1) {
+            b.write(name, &[v as f32]).unwrap();
+        }
+        b.run("step").unwrap();
+        (b.output("loss").unwrap()[0], b.read("logits").unwrap())
+    };
+    let mut cpu = CpuBackend::compile(&program).unwrap();
+    let mut gpu = CudaBackend::compile(&program).unwrap();
+    let (lc, pc) = step(&mut cpu);
+    let (lg, pg) = step(&mut gpu);
+    assert!(((lg - lc) / lc).abs() < 1e-5, "loss gpu {lg} cpu {lc}");
+    let dmax = pg.iter().zip(&pc).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(dmax < 1e-5, "table after the update differs by {dmax}");
+    let (lg2, pg2) = step(&mut gpu);
+    assert_eq!(lg.to_bits(), lg2.to_bits());
+    assert!(pg.iter().zip(&pg2).all(|(a, b)| a.to_bits() == b.to_bits()), "two GPU runs differ");
+}

@@ -56,9 +56,7 @@ pub fn backend_for(device: Device, program: &Program) -> Result<Box<dyn Backend>
     }
     match device {
         Device::Cpu => Ok(Box::new(CpuBackend::compile(program)?)),
-        Device::Cuda => bail!(
-            "the CUDA backend does not run whole programs yet (issue 4): its kernels exist and are checked on the H200, but plan lowering is still to come; use --device cpu"
-        ),
+        Device::Cuda => Ok(Box::new(alpha_cuda::CudaBackend::compile(program)?)),
     }
 }
 

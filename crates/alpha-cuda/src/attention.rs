@@ -1,0 +1,567 @@
+//! Causal grouped-query attention, forward and backward, flash-style: the T×T score matrix is
+//! never written to global memory.
+//!
+//! Why: attention is a fifth of the seed's Coppelius step (forward, "query" and "key" kernels,
+//! SYSTEMS.md §2.5) and at T = 1024 a materialised score matrix would be 4 MB per head per
+//! pass. Keeping scores in registers and shared memory bounds memory by the inputs and outputs,
+//! and the forward saves only the per-row log-sum-exp, from which the backward recomputes every
+//! probability exactly. Each output element is owned by one thread that sums in a fixed order,
+//! so results repeat bit for bit (no atomics). This first version favours being plainly right
+//! over speed: fp32 CUDA-core arithmetic, one thread per query row (forward, dQ) or per key row
+//! (dK, dV); tensor-core tiles are the next step.
+//!
+//! How:
+//! - forward, grid (⌈T/64⌉, B·H), 64 threads: a thread holds its query row and output
+//!   accumulator in registers and walks the key/value tiles (64 rows, staged in shared memory,
+//!   read as broadcasts) up to its diagonal, with the running-max softmax (rescaling only when the
+//!   maximum grows). Writes o and lse = m + ln l.
+//! - dQ, same grid: `delta_i = do_i·o_i` (saved to a scratch row for the next kernel), then for
+//!   every key j ≤ i: `p = exp(s − lse_i)`, `ds = p(do_i·v_j − delta_i)·scale`, `dq += ds·k_j`.
+//!   The query row sits transposed in shared memory (bank-conflict-free), dO and dQ in registers.
+//! - dK/dV, grid (⌈T/64⌉, B·G), 64 threads, a thread per key row: for every query head of the
+//!   group and every query tile (16 rows of q, dO, lse, delta in shared memory) from the diagonal
+//!   down: `dv += p·do_i`, `dk += ds·q_i`, in the CPU reference's order (heads, then queries).
+//!
+//! With a soft-cap c the logits are `c·tanh(s/c)` and ds gains the factor `1 − (s/c)²`.
+//! Head dimension: a multiple of 4, at most 64 (registers hold whole rows).
+
+use anyhow::{bail, Result};
+
+use crate::pointwise::tanh;
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+
+/// Query rows per block (forward, dQ) and key rows per block (dK/dV).
+pub const ROWS: u32 = 64;
+/// Key rows per shared-memory tile (forward, dQ).
+pub const KTILE: u32 = 64;
+/// Query rows per shared-memory tile (dK/dV).
+pub const QTILE: u32 = 16;
+/// Largest head dimension.
+pub const MAX_D: usize = 64;
+
+/// One attention problem.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dims {
+    pub b: usize,
+    pub h: usize,
+    pub g: usize,
+    pub t: usize,
+    pub d: usize,
+    pub scale: f32,
+    pub softcap: Option<f32>,
+}
+
+impl Dims {
+    pub fn check(&self) -> Result<()> {
+        if self.d == 0 || self.d > MAX_D || !self.d.is_multiple_of(4) {
+            bail!("attention: head dimension {} must be a multiple of 4 and at most {MAX_D}", self.d);
+        }
+        if self.g == 0 || !self.h.is_multiple_of(self.g) {
+            bail!("attention: {} query heads are not a multiple of {} key/value heads", self.h, self.g);
+        }
+        if self.t == 0 || self.t >= (1 << 24) {
+            bail!("attention: sequence length {} out of range", self.t);
+        }
+        Ok(())
+    }
+    /// Grid of the forward and dQ kernels.
+    pub fn grid_q(&self) -> (u32, u32, u32) {
+        ((self.t as u32).div_ceil(ROWS), (self.b * self.h) as u32, 1)
+    }
+    /// Grid of the dK/dV kernel.
+    pub fn grid_kv(&self) -> (u32, u32, u32) {
+        ((self.t as u32).div_ceil(ROWS), (self.b * self.g) as u32, 1)
+    }
+    /// f32 scratch the backward needs (delta per query row).
+    pub fn scratch_floats(&self) -> usize {
+        self.b * self.h * self.t
+    }
+}
+
+fn f(k: &mut Kernel) -> Reg {
+    k.reg(RegKind::F32)
+}
+
+/// Copies rows `row0 .. row0 + rows` of a `[t][d]` f32 matrix at `base` into shared `[rows][d]`
+/// (zeros past `t`), with `threads` threads doing 16-byte moves.
+#[allow(clippy::too_many_arguments)]
+fn load_tile(k: &mut Kernel, smem: Reg, base: Reg, row0: Reg, rows: u32, t: u32, d: u32, threads: u32, tid: Reg) {
+    let total = rows * d / 4;
+    let per_row = d / 4;
+    for it in 0..total.div_ceil(threads) {
+        let e = k.bin("add.u32", RegKind::B32, tid, it * threads);
+        let in_tile = k.setp("lt.u32", e, total);
+        let r = k.bin("div.u32", RegKind::B32, e, per_row);
+        let c4 = k.bin("rem.u32", RegKind::B32, e, per_row);
+        let gr = k.bin("add.u32", RegKind::B32, row0, r);
+        let ok = k.setp("lt.u32", gr, t);
+        let ok2 = k.reg(RegKind::Pred);
+        k.op("and.pred", [ok2.into(), ok.into(), in_tile.into()]);
+        let v: Vec<Reg> = (0..4).map(|_| k.imm_f32(0.0)).collect();
+        let ge = {
+            let c = k.bin("shl.b32", RegKind::B32, c4, 2u32);
+            k.tri("mad.lo.u32", RegKind::B32, gr, d, c)
+        };
+        let ga = k.addr_of(base, ge, 4);
+        k.op_if(ok2, false, "ld.global.v4.f32", [Opnd::V(v.clone()), addr(ga, 0)]);
+        let se = {
+            let c = k.bin("shl.b32", RegKind::B32, c4, 2u32);
+            k.tri("mad.lo.u32", RegKind::B32, r, d, c)
+        };
+        let sa = k.tri("mad.lo.u32", RegKind::B32, se, 4u32, smem);
+        k.op_if(in_tile, false, "st.shared.v4.f32", [addr(sa, 0), Opnd::V(v)]);
+    }
+}
+
+/// `Σ_c a[c]·b[c]` where `a` is in registers and `b` is a shared-memory row at `row` (u32
+/// address), read as 16-byte broadcasts; four partial sums break the dependency chain.
+fn dot_regs_shared(k: &mut Kernel, a: &[Reg], row: Reg) -> Reg {
+    let parts: Vec<Reg> = (0..4).map(|_| k.imm_f32(0.0)).collect();
+    for c4 in 0..a.len() / 4 {
+        let b: Vec<Reg> = (0..4).map(|_| f(k)).collect();
+        k.op("ld.shared.v4.f32", [Opnd::V(b.clone()), addr(row, (c4 * 16) as i64)]);
+        for (j, &bj) in b.iter().enumerate() {
+            k.op("fma.rn.f32", [parts[j].into(), a[c4 * 4 + j].into(), bj.into(), parts[j].into()]);
+        }
+    }
+    let s01 = k.bin("add.rn.f32", RegKind::F32, parts[0], parts[1]);
+    let s23 = k.bin("add.rn.f32", RegKind::F32, parts[2], parts[3]);
+    k.bin("add.rn.f32", RegKind::F32, s01, s23)
+}
+
+/// `Σ_c col[c]·b[c]` where `col` is a transposed shared array read at `colbase + c·stride` and
+/// `b` a shared row read as broadcasts.
+fn dot_col_shared(k: &mut Kernel, colbase: Reg, stride: u32, row: Reg, d: usize) -> Reg {
+    let parts: Vec<Reg> = (0..4).map(|_| k.imm_f32(0.0)).collect();
+    for c4 in 0..d / 4 {
+        let b: Vec<Reg> = (0..4).map(|_| f(k)).collect();
+        k.op("ld.shared.v4.f32", [Opnd::V(b.clone()), addr(row, (c4 * 16) as i64)]);
+        for (j, &bj) in b.iter().enumerate() {
+            let a = f(k);
+            k.op("ld.shared.f32", [a.into(), addr(colbase, ((c4 * 4 + j) as u32 * stride * 4) as i64)]);
+            k.op("fma.rn.f32", [parts[j].into(), a.into(), bj.into(), parts[j].into()]);
+        }
+    }
+    let s01 = k.bin("add.rn.f32", RegKind::F32, parts[0], parts[1]);
+    let s23 = k.bin("add.rn.f32", RegKind::F32, parts[2], parts[3]);
+    k.bin("add.rn.f32", RegKind::F32, s01, s23)
+}
+
+/// `acc[c] += w·row[c]` for a shared row read as broadcasts.
+fn axpy_shared(k: &mut Kernel, acc: &[Reg], w: Reg, row: Reg) {
+    for c4 in 0..acc.len() / 4 {
+        let b: Vec<Reg> = (0..4).map(|_| f(k)).collect();
+        k.op("ld.shared.v4.f32", [Opnd::V(b.clone()), addr(row, (c4 * 16) as i64)]);
+        for (j, &bj) in b.iter().enumerate() {
+            let a = acc[c4 * 4 + j];
+            k.op("fma.rn.f32", [a.into(), w.into(), bj.into(), a.into()]);
+        }
+    }
+}
+
+/// The scaled (and soft-capped) logit from a raw dot product.
+fn logit(k: &mut Kernel, dot: Reg, dims: &Dims) -> Reg {
+    let s = k.bin("mul.rn.f32", RegKind::F32, dot, dims.scale);
+    match dims.softcap {
+        Some(c) => {
+            let r = k.bin("div.rn.f32", RegKind::F32, s, c);
+            let t = tanh(k, r);
+            k.bin("mul.rn.f32", RegKind::F32, t, c)
+        }
+        None => s,
+    }
+}
+
+/// `e^x`.
+fn exp(k: &mut Kernel, x: Reg) -> Reg {
+    crate::pointwise::exp(k, x)
+}
+
+/// Loads a `d`-float global row at element index `e` of `base` into fresh registers (zeros when
+/// `ok` is false).
+fn load_row(k: &mut Kernel, base: Reg, e: Reg, d: usize, ok: Reg) -> Vec<Reg> {
+    let a = k.addr_of(base, e, 4);
+    let mut out = vec![];
+    for c4 in 0..d / 4 {
+        let v: Vec<Reg> = (0..4).map(|_| k.imm_f32(0.0)).collect();
+        k.op_if(ok, false, "ld.global.v4.f32", [Opnd::V(v.clone()), addr(a, (c4 * 16) as i64)]);
+        out.extend(v);
+    }
+    out
+}
+
+fn store_row(k: &mut Kernel, base: Reg, e: Reg, vals: &[Reg], ok: Reg) {
+    let a = k.addr_of(base, e, 4);
+    for c4 in 0..vals.len() / 4 {
+        k.op_if(ok, false, "st.global.v4.f32", [addr(a, (c4 * 16) as i64), Opnd::V(vals[c4 * 4..c4 * 4 + 4].to_vec())]);
+    }
+}
+
+/// Common prologue: (tid, row index i within the sequence, bh or bg, valid).
+fn rows_prologue(k: &mut Kernel, t: u32) -> (Reg, Reg, Reg, Reg, Reg) {
+    let tid = k.sreg("%tid.x");
+    let tile = k.sreg("%ctaid.x");
+    let head = k.sreg("%ctaid.y");
+    let i = k.tri("mad.lo.u32", RegKind::B32, tile, ROWS, tid);
+    let ok = k.setp("lt.u32", i, t);
+    (tid, tile, head, i, ok)
+}
+
+/// Forward: params (o, lse, q, k, v).
+pub fn forward_kernel(dims: &Dims) -> Kernel {
+    let (t, d) = (dims.t as u32, dims.d);
+    let per = (dims.h / dims.g) as u32;
+    let mut k = Kernel::new("attention_fwd").with_block(ROWS, 1, 1);
+    let o = k.param_reg("o", ParamTy::U64);
+    let lse = k.param_reg("lse", ParamTy::U64);
+    let q = k.param_reg("q", ParamTy::U64);
+    let kk = k.param_reg("k", ParamTy::U64);
+    let v = k.param_reg("v", ParamTy::U64);
+    let ks = k.shared("ks", KTILE * d as u32 * 4, 16);
+    let vs = k.shared("vs", KTILE * d as u32 * 4, 16);
+    let (tid, tile, bh, i, ok) = rows_prologue(&mut k, t);
+    let b = k.bin("div.u32", RegKind::B32, bh, dims.h as u32);
+    let h = k.bin("rem.u32", RegKind::B32, bh, dims.h as u32);
+    let gh = k.bin("div.u32", RegKind::B32, h, per);
+    let kvh = k.tri("mad.lo.u32", RegKind::B32, b, dims.g as u32, gh);
+    let kv_row0 = k.bin("mul.lo.u32", RegKind::B32, kvh, t);
+    let kbase = {
+        let e = k.bin("mul.lo.u32", RegKind::B32, kv_row0, d as u32);
+        k.addr_of(kk, e, 4)
+    };
+    let vbase = {
+        let e = k.bin("mul.lo.u32", RegKind::B32, kv_row0, d as u32);
+        k.addr_of(v, e, 4)
+    };
+    let qrow = k.tri("mad.lo.u32", RegKind::B32, bh, t, i);
+    let qe = k.bin("mul.lo.u32", RegKind::B32, qrow, d as u32);
+    let qv = load_row(&mut k, q, qe, d, ok);
+    let acc: Vec<Reg> = (0..d).map(|_| k.imm_f32(0.0)).collect();
+    let m = k.imm_f32(f32::NEG_INFINITY);
+    let l = k.imm_f32(0.0);
+    let ks_base = k.un("mov.u32", RegKind::B32, Opnd::S(ks));
+    let vs_base = k.un("mov.u32", RegKind::B32, Opnd::S(vs));
+    // Key tiles 0..=tile (ROWS == KTILE).
+    let kt = k.imm_u32(0);
+    let ttop = k.label("tile");
+    let tend = k.label("tile_end");
+    k.place(&ttop);
+    let tdone = k.setp("gt.u32", kt, tile);
+    k.bra_if(tdone, false, &tend);
+    let row0 = k.bin("mul.lo.u32", RegKind::B32, kt, KTILE);
+    k.barrier();
+    load_tile(&mut k, ks_base, kbase, row0, KTILE, t, d as u32, ROWS, tid);
+    load_tile(&mut k, vs_base, vbase, row0, KTILE, t, d as u32, ROWS, tid);
+    k.barrier();
+    // Keys j = row0 + jj for jj < KTILE, j ≤ i.
+    let jj = k.imm_u32(0);
+    let ktop = k.label("key");
+    let kend = k.label("key_end");
+    k.place(&ktop);
+    let jdone = k.setp("ge.u32", jj, KTILE);
+    k.bra_if(jdone, false, &kend);
+    let j = k.bin("add.u32", RegKind::B32, row0, jj);
+    let past = k.setp("gt.u32", j, i);
+    k.bra_if(past, false, &kend);
+    let off = k.bin("mul.lo.u32", RegKind::B32, jj, d as u32 * 4);
+    let krow = k.bin("add.u32", RegKind::B32, ks_base, off);
+    let dot = dot_regs_shared(&mut k, &qv, krow);
+    let s = logit(&mut k, dot, dims);
+    // Rescale when the running maximum grows.
+    let grow = k.setp("gt.f32", s, m);
+    let same = k.label("same_max");
+    k.bra_if(grow, true, &same);
+    let dm = k.bin("sub.rn.f32", RegKind::F32, m, s);
+    let alpha = exp(&mut k, dm);
+    k.op("mul.rn.f32", [l.into(), l.into(), alpha.into()]);
+    for &a in &acc {
+        k.op("mul.rn.f32", [a.into(), a.into(), alpha.into()]);
+    }
+    k.op("mov.f32", [m.into(), s.into()]);
+    k.place(&same);
+    let sm = k.bin("sub.rn.f32", RegKind::F32, s, m);
+    let p = exp(&mut k, sm);
+    k.op("add.rn.f32", [l.into(), l.into(), p.into()]);
+    let vrow = k.bin("add.u32", RegKind::B32, vs_base, off);
+    axpy_shared(&mut k, &acc, p, vrow);
+    k.op("add.u32", [jj.into(), jj.into(), 1u32.into()]);
+    k.bra(&ktop);
+    k.place(&kend);
+    k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
+    k.bra(&ttop);
+    k.place(&tend);
+    let inv = k.bin("div.rn.f32", RegKind::F32, 1.0f32, l);
+    let out: Vec<Reg> = acc.iter().map(|&a| k.bin("mul.rn.f32", RegKind::F32, a, inv)).collect();
+    store_row(&mut k, o, qe, &out, ok);
+    let lnl = crate::pointwise::ln(&mut k, l);
+    let lv = k.bin("add.rn.f32", RegKind::F32, m, lnl);
+    let la = k.addr_of(lse, qrow, 4);
+    k.op_if(ok, false, "st.global.f32", [addr(la, 0), lv.into()]);
+    k.ret();
+    k
+}
+
+/// dQ and delta: params (dq, delta, q, k, v, o, lse, do).
+pub fn backward_dq_kernel(dims: &Dims) -> Kernel {
+    let (t, d) = (dims.t as u32, dims.d);
+    let per = (dims.h / dims.g) as u32;
+    let mut k = Kernel::new("attention_bwd_dq").with_block(ROWS, 1, 1);
+    let dq = k.param_reg("dq", ParamTy::U64);
+    let delta = k.param_reg("delta", ParamTy::U64);
+    let q = k.param_reg("q", ParamTy::U64);
+    let kk = k.param_reg("k", ParamTy::U64);
+    let v = k.param_reg("v", ParamTy::U64);
+    let o = k.param_reg("o", ParamTy::U64);
+    let lse = k.param_reg("lse", ParamTy::U64);
+    let dout = k.param_reg("do", ParamTy::U64);
+    let qt = k.shared("qt", ROWS * d as u32 * 4, 16);
+    let ks = k.shared("ks", KTILE * d as u32 * 4, 16);
+    let vs = k.shared("vs", KTILE * d as u32 * 4, 16);
+    let (tid, tile, bh, i, ok) = rows_prologue(&mut k, t);
+    let b = k.bin("div.u32", RegKind::B32, bh, dims.h as u32);
+    let h = k.bin("rem.u32", RegKind::B32, bh, dims.h as u32);
+    let gh = k.bin("div.u32", RegKind::B32, h, per);
+    let kvh = k.tri("mad.lo.u32", RegKind::B32, b, dims.g as u32, gh);
+    let kv_row0 = k.bin("mul.lo.u32", RegKind::B32, kvh, t);
+    let kve = k.bin("mul.lo.u32", RegKind::B32, kv_row0, d as u32);
+    let kbase = k.addr_of(kk, kve, 4);
+    let vbase = k.addr_of(v, kve, 4);
+    let qrow = k.tri("mad.lo.u32", RegKind::B32, bh, t, i);
+    let qe = k.bin("mul.lo.u32", RegKind::B32, qrow, d as u32);
+    // q row, transposed into shared memory: qt[c][tid].
+    let qt_base = k.un("mov.u32", RegKind::B32, Opnd::S(qt));
+    let my_col = k.tri("mad.lo.u32", RegKind::B32, tid, 4u32, qt_base);
+    {
+        let qv = load_row(&mut k, q, qe, d, ok);
+        for (c, &x) in qv.iter().enumerate() {
+            k.op("st.shared.f32", [addr(my_col, (c as u32 * ROWS * 4) as i64), x.into()]);
+        }
+    }
+    let dov = load_row(&mut k, dout, qe, d, ok);
+    let dl = {
+        let ov = load_row(&mut k, o, qe, d, ok);
+        let s = k.imm_f32(0.0);
+        for (a, b) in dov.iter().zip(&ov) {
+            k.op("fma.rn.f32", [s.into(), (*a).into(), (*b).into(), s.into()]);
+        }
+        s
+    };
+    let da = k.addr_of(delta, qrow, 4);
+    k.op_if(ok, false, "st.global.f32", [addr(da, 0), dl.into()]);
+    let li = k.imm_f32(0.0);
+    let la = k.addr_of(lse, qrow, 4);
+    k.op_if(ok, false, "ld.global.f32", [li.into(), addr(la, 0)]);
+    let acc: Vec<Reg> = (0..d).map(|_| k.imm_f32(0.0)).collect();
+    let ks_base = k.un("mov.u32", RegKind::B32, Opnd::S(ks));
+    let vs_base = k.un("mov.u32", RegKind::B32, Opnd::S(vs));
+    let kt = k.imm_u32(0);
+    let ttop = k.label("tile");
+    let tend = k.label("tile_end");
+    k.place(&ttop);
+    let tdone = k.setp("gt.u32", kt, tile);
+    k.bra_if(tdone, false, &tend);
+    let row0 = k.bin("mul.lo.u32", RegKind::B32, kt, KTILE);
+    k.barrier();
+    load_tile(&mut k, ks_base, kbase, row0, KTILE, t, d as u32, ROWS, tid);
+    load_tile(&mut k, vs_base, vbase, row0, KTILE, t, d as u32, ROWS, tid);
+    k.barrier();
+    let jj = k.imm_u32(0);
+    let ktop = k.label("key");
+    let kend = k.label("key_end");
+    k.place(&ktop);
+    let jdone = k.setp("ge.u32", jj, KTILE);
+    k.bra_if(jdone, false, &kend);
+    let j = k.bin("add.u32", RegKind::B32, row0, jj);
+    let past = k.setp("gt.u32", j, i);
+    k.bra_if(past, false, &kend);
+    let off = k.bin("mul.lo.u32", RegKind::B32, jj, d as u32 * 4);
+    let krow = k.bin("add.u32", RegKind::B32, ks_base, off);
+    let vrow = k.bin("add.u32", RegKind::B32, vs_base, off);
+    let dot = dot_col_shared(&mut k, my_col, ROWS, krow, d);
+    let s = logit(&mut k, dot, dims);
+    let sl = k.bin("sub.rn.f32", RegKind::F32, s, li);
+    let p = exp(&mut k, sl);
+    let dp = dot_regs_shared(&mut k, &dov, vrow);
+    let ds = ds_of(&mut k, p, dp, dl, s, dims);
+    axpy_shared(&mut k, &acc, ds, krow);
+    k.op("add.u32", [jj.into(), jj.into(), 1u32.into()]);
+    k.bra(&ktop);
+    k.place(&kend);
+    k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
+    k.bra(&ttop);
+    k.place(&tend);
+    store_row(&mut k, dq, qe, &acc, ok);
+    k.ret();
+    k
+}
+
+/// `ds = p·(dp − delta)·(1 − (s/c)²)·scale`.
+fn ds_of(k: &mut Kernel, p: Reg, dp: Reg, delta: Reg, s: Reg, dims: &Dims) -> Reg {
+    let x = k.bin("sub.rn.f32", RegKind::F32, dp, delta);
+    let mut ds = k.bin("mul.rn.f32", RegKind::F32, p, x);
+    if let Some(c) = dims.softcap {
+        let r = k.bin("div.rn.f32", RegKind::F32, s, c);
+        let r2 = k.bin("mul.rn.f32", RegKind::F32, r, r);
+        let f = k.bin("sub.rn.f32", RegKind::F32, 1.0f32, r2);
+        ds = k.bin("mul.rn.f32", RegKind::F32, ds, f);
+    }
+    k.bin("mul.rn.f32", RegKind::F32, ds, dims.scale)
+}
+
+/// dK and dV: params (dk, dv, q, k, v, lse, delta, do).
+pub fn backward_dkv_kernel(dims: &Dims) -> Kernel {
+    let (t, d) = (dims.t as u32, dims.d);
+    let per = (dims.h / dims.g) as u32;
+    let mut k = Kernel::new("attention_bwd_dkv").with_block(ROWS, 1, 1);
+    let dk = k.param_reg("dk", ParamTy::U64);
+    let dv = k.param_reg("dv", ParamTy::U64);
+    let q = k.param_reg("q", ParamTy::U64);
+    let kk = k.param_reg("k", ParamTy::U64);
+    let v = k.param_reg("v", ParamTy::U64);
+    let lse = k.param_reg("lse", ParamTy::U64);
+    let delta = k.param_reg("delta", ParamTy::U64);
+    let dout = k.param_reg("do", ParamTy::U64);
+    let kt_s = k.shared("kt", ROWS * d as u32 * 4, 16);
+    let vt_s = k.shared("vt", ROWS * d as u32 * 4, 16);
+    let qs = k.shared("qs", QTILE * d as u32 * 4, 16);
+    let dos = k.shared("dos", QTILE * d as u32 * 4, 16);
+    let ls = k.shared("ls", QTILE * 4, 16);
+    let dls = k.shared("dls", QTILE * 4, 16);
+    let (tid, tile, bg, j, ok) = rows_prologue(&mut k, t);
+    let b = k.bin("div.u32", RegKind::B32, bg, dims.g as u32);
+    let gg = k.bin("rem.u32", RegKind::B32, bg, dims.g as u32);
+    let krow = k.bin("mul.lo.u32", RegKind::B32, bg, t);
+    let krow = k.bin("add.u32", RegKind::B32, krow, j);
+    let ke = k.bin("mul.lo.u32", RegKind::B32, krow, d as u32);
+    let kt_base = k.un("mov.u32", RegKind::B32, Opnd::S(kt_s));
+    let vt_base = k.un("mov.u32", RegKind::B32, Opnd::S(vt_s));
+    let my_k = k.tri("mad.lo.u32", RegKind::B32, tid, 4u32, kt_base);
+    let my_v = k.tri("mad.lo.u32", RegKind::B32, tid, 4u32, vt_base);
+    {
+        let kv = load_row(&mut k, kk, ke, d, ok);
+        for (c, &x) in kv.iter().enumerate() {
+            k.op("st.shared.f32", [addr(my_k, (c as u32 * ROWS * 4) as i64), x.into()]);
+        }
+        let vv = load_row(&mut k, v, ke, d, ok);
+        for (c, &x) in vv.iter().enumerate() {
+            k.op("st.shared.f32", [addr(my_v, (c as u32 * ROWS * 4) as i64), x.into()]);
+        }
+    }
+    let dka: Vec<Reg> = (0..d).map(|_| k.imm_f32(0.0)).collect();
+    let dva: Vec<Reg> = (0..d).map(|_| k.imm_f32(0.0)).collect();
+    let qs_base = k.un("mov.u32", RegKind::B32, Opnd::S(qs));
+    let dos_base = k.un("mov.u32", RegKind::B32, Opnd::S(dos));
+    let ls_base = k.un("mov.u32", RegKind::B32, Opnd::S(ls));
+    let dls_base = k.un("mov.u32", RegKind::B32, Opnd::S(dls));
+    // First query tile touching this key block: rows from tile·ROWS.
+    let first_qt = k.bin("mul.lo.u32", RegKind::B32, tile, ROWS / QTILE);
+    let n_qt = t.div_ceil(QTILE);
+    let hh = k.imm_u32(0);
+    let htop = k.label("head");
+    let hend = k.label("head_end");
+    k.place(&htop);
+    let hdone = k.setp("ge.u32", hh, per);
+    k.bra_if(hdone, false, &hend);
+    let h = k.tri("mad.lo.u32", RegKind::B32, gg, per, hh);
+    let bh = k.tri("mad.lo.u32", RegKind::B32, b, dims.h as u32, h);
+    let qrow0 = k.bin("mul.lo.u32", RegKind::B32, bh, t);
+    let qbase = {
+        let e = k.bin("mul.lo.u32", RegKind::B32, qrow0, d as u32);
+        k.addr_of(q, e, 4)
+    };
+    let dobase = {
+        let e = k.bin("mul.lo.u32", RegKind::B32, qrow0, d as u32);
+        k.addr_of(dout, e, 4)
+    };
+    let qtile = k.un("mov.u32", RegKind::B32, first_qt);
+    let qtop = k.label("qtile");
+    let qend = k.label("qtile_end");
+    k.place(&qtop);
+    let qdone = k.setp("ge.u32", qtile, n_qt);
+    k.bra_if(qdone, false, &qend);
+    let i0 = k.bin("mul.lo.u32", RegKind::B32, qtile, QTILE);
+    k.barrier();
+    load_tile(&mut k, qs_base, qbase, i0, QTILE, t, d as u32, ROWS, tid);
+    load_tile(&mut k, dos_base, dobase, i0, QTILE, t, d as u32, ROWS, tid);
+    {
+        // lse and delta of the tile's rows: threads 0..QTILE.
+        let small = k.setp("lt.u32", tid, QTILE);
+        let gi = k.bin("add.u32", RegKind::B32, i0, tid);
+        let inrange = k.setp("lt.u32", gi, t);
+        let both = k.reg(RegKind::Pred);
+        k.op("and.pred", [both.into(), small.into(), inrange.into()]);
+        let gr = k.bin("add.u32", RegKind::B32, qrow0, gi);
+        let (lv, dv_) = (k.imm_f32(0.0), k.imm_f32(0.0));
+        let la = k.addr_of(lse, gr, 4);
+        k.op_if(both, false, "ld.global.f32", [lv.into(), addr(la, 0)]);
+        let da = k.addr_of(delta, gr, 4);
+        k.op_if(both, false, "ld.global.f32", [dv_.into(), addr(da, 0)]);
+        let o1 = k.tri("mad.lo.u32", RegKind::B32, tid, 4u32, ls_base);
+        k.op_if(small, false, "st.shared.f32", [addr(o1, 0), lv.into()]);
+        let o2 = k.tri("mad.lo.u32", RegKind::B32, tid, 4u32, dls_base);
+        k.op_if(small, false, "st.shared.f32", [addr(o2, 0), dv_.into()]);
+    }
+    k.barrier();
+    let r = k.imm_u32(0);
+    let rtop = k.label("row");
+    let rnext = k.label("row_next");
+    let rend = k.label("row_end");
+    k.place(&rtop);
+    let rdone = k.setp("ge.u32", r, QTILE);
+    k.bra_if(rdone, false, &rend);
+    let i = k.bin("add.u32", RegKind::B32, i0, r);
+    let before = k.setp("lt.u32", i, j);
+    k.bra_if(before, false, &rnext);
+    let beyond = k.setp("ge.u32", i, t);
+    k.bra_if(beyond, false, &rnext);
+    let off = k.bin("mul.lo.u32", RegKind::B32, r, d as u32 * 4);
+    let qrow = k.bin("add.u32", RegKind::B32, qs_base, off);
+    let dorow = k.bin("add.u32", RegKind::B32, dos_base, off);
+    let dot = dot_col_shared(&mut k, my_k, ROWS, qrow, d);
+    let s = logit(&mut k, dot, dims);
+    let r4 = k.bin("shl.b32", RegKind::B32, r, 2u32);
+    let la = k.bin("add.u32", RegKind::B32, ls_base, r4);
+    let li = f(&mut k);
+    k.op("ld.shared.f32", [li.into(), addr(la, 0)]);
+    let dla = k.bin("add.u32", RegKind::B32, dls_base, r4);
+    let di = f(&mut k);
+    k.op("ld.shared.f32", [di.into(), addr(dla, 0)]);
+    let sl = k.bin("sub.rn.f32", RegKind::F32, s, li);
+    let p = exp(&mut k, sl);
+    axpy_shared(&mut k, &dva, p, dorow);
+    let dp = dot_col_shared(&mut k, my_v, ROWS, dorow, d);
+    let ds = ds_of(&mut k, p, dp, di, s, dims);
+    axpy_shared(&mut k, &dka, ds, qrow);
+    k.place(&rnext);
+    k.op("add.u32", [r.into(), r.into(), 1u32.into()]);
+    k.bra(&rtop);
+    k.place(&rend);
+    k.op("add.u32", [qtile.into(), qtile.into(), 1u32.into()]);
+    k.bra(&qtop);
+    k.place(&qend);
+    k.op("add.u32", [hh.into(), hh.into(), 1u32.into()]);
+    k.bra(&htop);
+    k.place(&hend);
+    store_row(&mut k, dk, ke, &dka, ok);
+    store_row(&mut k, dv, ke, &dva, ok);
+    k.ret();
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_fit_the_static_shared_budget() {
+        let dims = Dims { b: 1, h: 8, g: 8, t: 1024, d: 64, scale: 0.125, softcap: None };
+        dims.check().unwrap();
+        for k in [forward_kernel(&dims), backward_dq_kernel(&dims), backward_dkv_kernel(&dims)] {
+            k.check_budget().unwrap();
+        }
+        let capped = Dims { softcap: Some(30.0), h: 4, g: 2, d: 16, t: 70, ..dims };
+        assert!(backward_dkv_kernel(&capped).render().contains("attention_bwd_dkv"));
+        assert!(Dims { d: 128, ..dims }.check().is_err());
+        assert!(Dims { g: 3, ..dims }.check().is_err());
+    }
+}

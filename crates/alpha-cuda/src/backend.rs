@@ -1,0 +1,227 @@
+//! The CUDA backend: a lowered plan on one GPU, each phase captured once as a CUDA graph.
+//!
+//! Why: the run policy (train, score, predict, the gates) drives any device through
+//! `alpha_plan::Backend`; this is that trait over [`crate::lower`]'s launches. Everything lives
+//! in one device allocation of the lowered arena's size — parameters, optimizer state, inputs,
+//! host scalars, constants, activations, scratch — so a launch's arguments are fixed addresses
+//! and each phase is recorded once with stream capture and replayed as one graph per call.
+//! Values that change between steps (token ids, learning rate, bias corrections) are written
+//! into their arena slots before the replay, never baked into the graph.
+//!
+//! How: `compile` lowers the program (no GPU needed for that), opens device 0 (a clear error
+//! without a driver or GPU), allocates the arena (a clear "too little device memory" error),
+//! zeroes it, writes constants and rotary tables, loads each distinct kernel module once, and
+//! captures one graph per phase. `run` replays and waits, so a fault is reported at the phase
+//! that caused it; [`CudaBackend::set_checked`] instead runs the launches one by one with a
+//! synchronisation after each, so a fault names its kernel and node. With `ALPHA_CUDA_PTX_DIR`
+//! set, every kernel's PTX is written there at compile time (for `ptxas`).
+
+use std::collections::HashMap;
+
+use alpha_ir::{DType, Op, Program, Value};
+use alpha_plan::Backend;
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::driver::{Arg, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
+use crate::lower::{lower_program, LArg, Launch, Lowered};
+
+/// A program compiled for the GPU.
+pub struct CudaBackend {
+    // Field order is drop order: everything that borrows `gpu` goes before it.
+    graphs: Vec<Graph<'static>>,
+    arena: DeviceArena<'static>,
+    functions: Vec<Function>,
+    lowered: Lowered,
+    names: HashMap<String, Value>,
+    checked: bool,
+    gpu: Box<Gpu>,
+}
+
+fn args_of(l: &Launch, base: u64) -> Vec<Arg> {
+    l.args
+        .iter()
+        .map(|a| match *a {
+            LArg::Ptr(o) => Arg::U64(base + o as u64),
+            LArg::U32(x) => Arg::U32(x),
+            LArg::U64(x) => Arg::U64(x),
+        })
+        .collect()
+}
+
+fn launch_one(gpu: &Gpu, functions: &[Function], lowered: &Lowered, base: u64, l: &Launch) -> Result<()> {
+    let cfg = LaunchConfig { grid: l.grid, block: l.block, shared_bytes: 0 };
+    gpu.launch(&functions[l.kernel], cfg, &args_of(l, base)).with_context(|| lowered.describe(l))
+}
+
+impl CudaBackend {
+    /// Lowers `program`, opens the GPU, allocates and fills the arena, loads the kernels and
+    /// captures one graph per phase.
+    pub fn compile(program: &Program) -> Result<CudaBackend> {
+        let lowered = lower_program(program).with_context(|| format!("compiling {} for CUDA", program.graph.system))?;
+        if let Ok(dir) = std::env::var("ALPHA_CUDA_PTX_DIR") {
+            lowered.dump_ptx(std::path::Path::new(&dir))?;
+        }
+        let gpu = Box::new(
+            Gpu::new(0)
+                .context("the CUDA backend needs an NVIDIA GPU and its driver (use --device cpu without one)")?,
+        );
+        // SAFETY: the Gpu lives in a Box that this struct owns and never moves out of or
+        // replaces; the arena and graphs borrowing it are fields declared (so dropped) before it.
+        let g: &'static Gpu = unsafe { &*(gpu.as_ref() as *const Gpu) };
+        let arena = g
+            .arena(lowered.arena)
+            .with_context(|| format!("allocating the {} arena of {} bytes", program.graph.system, lowered.arena))?;
+        let all = arena.region(0, lowered.arena / 4 * 4)?;
+        arena.fill_u32(all, 0)?;
+        for (off, bytes) in &lowered.inits {
+            let words: Vec<u16> = bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+            arena.upload(arena.region(*off, bytes.len())?, &words)?;
+        }
+        let mut functions = Vec::with_capacity(lowered.kernels.len());
+        for k in &lowered.kernels {
+            functions.push(g.load(k).with_context(|| format!("loading kernel {}", k.name))?);
+        }
+        let base = arena.base();
+        let mut graphs = vec![];
+        for (i, ph) in lowered.phases.iter().enumerate() {
+            let graph = g
+                .capture(|| {
+                    for l in ph {
+                        launch_one(g, &functions, &lowered, base, l)?;
+                    }
+                    Ok(())
+                })
+                .with_context(|| format!("capturing phase '{}'", lowered.plan.phases[i].name))?;
+            graphs.push(graph);
+        }
+        let mut names = HashMap::new();
+        for (i, n) in lowered.plan.program.graph.nodes.iter().enumerate() {
+            if let Op::Param { name, .. } | Op::State { name, .. } | Op::Input { name } | Op::HostScalar { name } =
+                &n.op
+            {
+                names.insert(name.clone(), Value { node: i as u32, index: 0 });
+            }
+        }
+        Ok(CudaBackend { graphs, arena, functions, lowered, names, checked: false, gpu })
+    }
+
+    pub fn info(&self) -> &GpuInfo {
+        self.gpu.info()
+    }
+
+    pub fn lowered(&self) -> &Lowered {
+        &self.lowered
+    }
+
+    /// Runs launches one at a time with a synchronisation after each (a fault names its
+    /// kernel and node) instead of replaying the graph.
+    pub fn set_checked(&mut self, on: bool) {
+        self.checked = on;
+    }
+
+    fn phase_index(&self, phase: &str) -> Result<usize> {
+        self.lowered.plan.program.phase(phase).ok_or_else(|| anyhow!("the program has no phase '{phase}'"))
+    }
+
+    /// Launches in the graph of `phase`.
+    pub fn launches(&self, phase: &str) -> Result<usize> {
+        Ok(self.graphs[self.phase_index(phase)?].launches().len())
+    }
+
+    /// Device-event times of `reps` replays of `phase` after `warmup` (milliseconds each).
+    pub fn time_phase(&self, phase: &str, warmup: usize, reps: usize) -> Result<Vec<f32>> {
+        let g = &self.graphs[self.phase_index(phase)?];
+        self.gpu.time(warmup, reps, || g.replay())
+    }
+
+    fn leaf(&self, name: &str) -> Result<Value> {
+        self.names.get(name).copied().ok_or_else(|| anyhow!("the program has no tensor named '{name}'"))
+    }
+
+    fn write_value(&self, v: Value, name: &str, data: &[f32]) -> Result<()> {
+        let ty = self.lowered.plan.program.graph.ty(v);
+        if ty.numel() != data.len() {
+            bail!("'{name}' holds {} values, got {}", ty.numel(), data.len());
+        }
+        let slot = self.lowered.plan.slot(v);
+        let buf = self.arena.region(slot.offset, ty.bytes())?;
+        match ty.dtype {
+            DType::F32 => self.arena.upload(buf, data),
+            DType::BF16 => {
+                let h: Vec<half::bf16> = data.iter().map(|&x| half::bf16::from_f32(x)).collect();
+                self.arena.upload(buf, &h)
+            }
+            DType::I32 => {
+                let h: Vec<i32> = data.iter().map(|&x| x.round() as i32).collect();
+                self.arena.upload(buf, &h)
+            }
+            other => bail!("'{name}' is {other}, which the CUDA backend does not hold"),
+        }
+        .with_context(|| format!("writing '{name}'"))
+    }
+
+    /// Reads any value of the plan (as f32).
+    pub fn read_value(&self, v: Value) -> Result<Vec<f32>> {
+        let ty = self.lowered.plan.program.graph.ty(v);
+        let n = ty.numel();
+        let slot = self.lowered.plan.slot(v);
+        let buf = self.arena.region(slot.offset, ty.bytes())?;
+        Ok(match ty.dtype {
+            DType::F32 => self.arena.download::<f32>(buf, n)?,
+            DType::BF16 => self.arena.download::<half::bf16>(buf, n)?.iter().map(|x| x.to_f32()).collect(),
+            DType::I32 => self.arena.download::<i32>(buf, n)?.iter().map(|&x| x as f32).collect(),
+            other => bail!("{v} is {other}, which the CUDA backend does not hold"),
+        })
+    }
+}
+
+impl Backend for CudaBackend {
+    fn device(&self) -> &'static str {
+        "cuda"
+    }
+    fn program(&self) -> &Program {
+        &self.lowered.plan.program
+    }
+    fn write(&mut self, name: &str, data: &[f32]) -> Result<()> {
+        let v = self.leaf(name)?;
+        self.write_value(v, name, data)
+    }
+    fn write_ids(&mut self, name: &str, ids: &[u32]) -> Result<()> {
+        let v = self.leaf(name)?;
+        let ty = self.lowered.plan.program.graph.ty(v);
+        if ty.dtype != DType::I32 {
+            let data: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
+            return self.write_value(v, name, &data);
+        }
+        if ty.numel() != ids.len() {
+            bail!("'{name}' holds {} ids, got {}", ty.numel(), ids.len());
+        }
+        let slot = self.lowered.plan.slot(v);
+        self.arena
+            .upload(self.arena.region(slot.offset, ids.len() * 4)?, ids)
+            .with_context(|| format!("writing '{name}'"))
+    }
+    fn read(&mut self, name: &str) -> Result<Vec<f32>> {
+        let v = self.leaf(name)?;
+        self.read_value(v)
+    }
+    fn output(&mut self, name: &str) -> Result<Vec<f32>> {
+        let v = *self.program().outputs.get(name).ok_or_else(|| anyhow!("the program has no output '{name}'"))?;
+        self.read_value(v)
+    }
+    fn run(&mut self, phase: &str) -> Result<()> {
+        let i = self.phase_index(phase)?;
+        if self.checked {
+            self.gpu.set_checked(true);
+            let base = self.arena.base();
+            let r = self.lowered.phases[i]
+                .iter()
+                .try_for_each(|l| launch_one(&self.gpu, &self.functions, &self.lowered, base, l));
+            self.gpu.set_checked(false);
+            r?;
+        } else {
+            self.graphs[i].replay()?;
+        }
+        self.gpu.synchronize().with_context(|| format!("running phase '{phase}' on {}", self.gpu.info().name))
+    }
+}

@@ -1,0 +1,272 @@
+//! LayerNorm over the last axis: forward, input gradient, and deterministic parameter gradients.
+//!
+//! Why: Coppelius runs 33 LayerNorms a step (SYSTEMS.md §2.2), each forward, backward and
+//! "parameters" in the seed's profile. A row (C = 512) fits one block, so forward and the input
+//! gradient are one block per row with fixed-order block reductions. The gain and bias
+//! gradients sum over every row; doing that with atomics would make their bits depend on
+//! scheduling. Instead they take two passes in the CPU reference's order
+//! (`alpha-cpu/src/kernels/norms.rs`): pass 1 gives each band of [`BAND`] rows and each column
+//! one thread, which sums its band's rows in order; pass 2 gives each column one thread, which
+//! adds the bands in order. Each column's sum is thus the CPU's sum, operation for operation.
+//!
+//! How: x, gain, bias, dy and all outputs are f32; `mean` and `rstd` are saved per row by the
+//! forward and read by the backward. `.rn` arithmetic in the reference's order of operations;
+//! `rstd = 1/√(var + ε)` with an IEEE square root and division. C and the row count are
+//! immediates.
+
+use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind};
+
+/// Threads per block of the row kernels and of the column kernels.
+pub const THREADS: u32 = 128;
+/// Rows per band of the parameter-gradient pass (the CPU reference's band).
+pub const BAND: usize = 64;
+
+/// Shape of one LayerNorm: `rows` rows of `c` columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Norm {
+    pub rows: usize,
+    pub c: usize,
+}
+
+impl Norm {
+    pub fn bands(&self) -> usize {
+        self.rows.div_ceil(BAND).max(1)
+    }
+    /// f32 scratch the parameter-gradient pass needs (gain and bias partials).
+    pub fn scratch_floats(&self) -> usize {
+        2 * self.bands() * self.c
+    }
+}
+
+/// `for (j = tid; j < c; j += THREADS) body(j)`.
+fn cols(k: &mut Kernel, tid: Reg, c: u32, mut body: impl FnMut(&mut Kernel, Reg)) {
+    let j = k.un("mov.u32", RegKind::B32, tid);
+    let top = k.label("col");
+    let end = k.label("col_end");
+    k.place(&top);
+    let done = k.setp("ge.u32", j, c);
+    k.bra_if(done, false, &end);
+    body(k, j);
+    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
+    k.bra(&top);
+    k.place(&end);
+}
+
+fn ld(k: &mut Kernel, base: Reg, idx: Reg) -> Reg {
+    let a = k.addr_of(base, idx, 4);
+    let v = k.reg(RegKind::F32);
+    k.op("ld.global.f32", [v.into(), addr(a, 0)]);
+    v
+}
+
+fn st(k: &mut Kernel, base: Reg, idx: Reg, v: Reg) {
+    let a = k.addr_of(base, idx, 4);
+    k.op("st.global.f32", [addr(a, 0), v.into()]);
+}
+
+/// Forward: params (y, mean, rstd, x, gain, bias); grid (rows).
+pub fn forward_kernel(n: Norm, eps: f32) -> Kernel {
+    let c = n.c as u32;
+    let mut k = Kernel::new("layernorm_fwd").with_block(THREADS, 1, 1);
+    let y = k.param_reg("y", ParamTy::U64);
+    let mean = k.param_reg("mean", ParamTy::U64);
+    let rstd = k.param_reg("rstd", ParamTy::U64);
+    let x = k.param_reg("x", ParamTy::U64);
+    let gain = k.param_reg("gain", ParamTy::U64);
+    let bias = k.param_reg("bias", ParamTy::U64);
+    let red = k.shared("red", 128, 16);
+    let tid = k.sreg("%tid.x");
+    let row = k.sreg("%ctaid.x");
+    let row0 = k.bin("mul.lo.u32", RegKind::B32, row, c);
+    let sum = k.imm_f32(0.0);
+    cols(&mut k, tid, c, |k, j| {
+        let i = k.bin("add.u32", RegKind::B32, row0, j);
+        let v = ld(k, x, i);
+        k.op("add.rn.f32", [sum.into(), sum.into(), v.into()]);
+    });
+    let total = k.block_reduce_f32(sum, "add", &red, tid, THREADS);
+    let m = k.bin("div.rn.f32", RegKind::F32, total, c as f32);
+    let sq = k.imm_f32(0.0);
+    cols(&mut k, tid, c, |k, j| {
+        let i = k.bin("add.u32", RegKind::B32, row0, j);
+        let v = ld(k, x, i);
+        let d = k.bin("sub.rn.f32", RegKind::F32, v, m);
+        let d2 = k.bin("mul.rn.f32", RegKind::F32, d, d);
+        k.op("add.rn.f32", [sq.into(), sq.into(), d2.into()]);
+    });
+    let sqt = k.block_reduce_f32(sq, "add", &red, tid, THREADS);
+    let var = k.bin("div.rn.f32", RegKind::F32, sqt, c as f32);
+    let ve = k.bin("add.rn.f32", RegKind::F32, var, eps);
+    let sd = k.un("sqrt.rn.f32", RegKind::F32, ve);
+    let r = k.bin("div.rn.f32", RegKind::F32, 1.0f32, sd);
+    cols(&mut k, tid, c, |k, j| {
+        let i = k.bin("add.u32", RegKind::B32, row0, j);
+        let v = ld(k, x, i);
+        let g = ld(k, gain, j);
+        let b = ld(k, bias, j);
+        let d = k.bin("sub.rn.f32", RegKind::F32, v, m);
+        let xr = k.bin("mul.rn.f32", RegKind::F32, d, r);
+        let xg = k.bin("mul.rn.f32", RegKind::F32, xr, g);
+        let o = k.bin("add.rn.f32", RegKind::F32, xg, b);
+        st(k, y, i, o);
+    });
+    let first = k.setp("eq.u32", tid, 0u32);
+    let skip = k.label("skip");
+    k.bra_if(first, true, &skip);
+    st(&mut k, mean, row, m);
+    st(&mut k, rstd, row, r);
+    k.place(&skip);
+    k.ret();
+    k
+}
+
+/// Input gradient: params (dx, x, gain, mean, rstd, dy); grid (rows).
+pub fn backward_dx_kernel(n: Norm) -> Kernel {
+    let c = n.c as u32;
+    let mut k = Kernel::new("layernorm_bwd_dx").with_block(THREADS, 1, 1);
+    let dx = k.param_reg("dx", ParamTy::U64);
+    let x = k.param_reg("x", ParamTy::U64);
+    let gain = k.param_reg("gain", ParamTy::U64);
+    let mean = k.param_reg("mean", ParamTy::U64);
+    let rstd = k.param_reg("rstd", ParamTy::U64);
+    let dy = k.param_reg("dy", ParamTy::U64);
+    let red = k.shared("red", 128, 16);
+    let tid = k.sreg("%tid.x");
+    let row = k.sreg("%ctaid.x");
+    let row0 = k.bin("mul.lo.u32", RegKind::B32, row, c);
+    let m = ld(&mut k, mean, row);
+    let rs = ld(&mut k, rstd, row);
+    let sg = k.imm_f32(0.0);
+    let sgx = k.imm_f32(0.0);
+    cols(&mut k, tid, c, |k, j| {
+        let i = k.bin("add.u32", RegKind::B32, row0, j);
+        let d = ld(k, dy, i);
+        let g = ld(k, gain, j);
+        let v = ld(k, x, i);
+        let gd = k.bin("mul.rn.f32", RegKind::F32, d, g);
+        k.op("add.rn.f32", [sg.into(), sg.into(), gd.into()]);
+        let xm = k.bin("sub.rn.f32", RegKind::F32, v, m);
+        let t = k.bin("mul.rn.f32", RegKind::F32, gd, xm);
+        let t = k.bin("mul.rn.f32", RegKind::F32, t, rs);
+        k.op("add.rn.f32", [sgx.into(), sgx.into(), t.into()]);
+    });
+    let a = k.block_reduce_f32(sg, "add", &red, tid, THREADS);
+    let b = k.block_reduce_f32(sgx, "add", &red, tid, THREADS);
+    let mean_g = k.bin("div.rn.f32", RegKind::F32, a, c as f32);
+    let mean_gx = k.bin("div.rn.f32", RegKind::F32, b, c as f32);
+    cols(&mut k, tid, c, |k, j| {
+        let i = k.bin("add.u32", RegKind::B32, row0, j);
+        let d = ld(k, dy, i);
+        let g = ld(k, gain, j);
+        let v = ld(k, x, i);
+        let xm = k.bin("sub.rn.f32", RegKind::F32, v, m);
+        let xhat = k.bin("mul.rn.f32", RegKind::F32, xm, rs);
+        let gd = k.bin("mul.rn.f32", RegKind::F32, d, g);
+        let t1 = k.bin("sub.rn.f32", RegKind::F32, gd, mean_g);
+        let t2 = k.bin("mul.rn.f32", RegKind::F32, xhat, mean_gx);
+        let t3 = k.bin("sub.rn.f32", RegKind::F32, t1, t2);
+        let o = k.bin("mul.rn.f32", RegKind::F32, rs, t3);
+        st(k, dx, i, o);
+    });
+    k.ret();
+    k
+}
+
+/// Parameter-gradient pass 1: params (partials, x, mean, rstd, dy); grid (⌈C/THREADS⌉, bands).
+/// Writes `partials[band·C + j]` (gain) and `partials[(bands + band)·C + j]` (bias).
+pub fn backward_partials_kernel(n: Norm) -> Kernel {
+    let c = n.c as u32;
+    let bands = n.bands() as u32;
+    let mut k = Kernel::new("layernorm_bwd_params").with_block(THREADS, 1, 1);
+    let partials = k.param_reg("partials", ParamTy::U64);
+    let x = k.param_reg("x", ParamTy::U64);
+    let mean = k.param_reg("mean", ParamTy::U64);
+    let rstd = k.param_reg("rstd", ParamTy::U64);
+    let dy = k.param_reg("dy", ParamTy::U64);
+    let tid = k.sreg("%tid.x");
+    let bx = k.sreg("%ctaid.x");
+    let band = k.sreg("%ctaid.y");
+    let j = k.tri("mad.lo.u32", RegKind::B32, bx, THREADS, tid);
+    let out = k.setp("ge.u32", j, c);
+    let end = k.label("end");
+    k.bra_if(out, false, &end);
+    let r = k.bin("mul.lo.u32", RegKind::B32, band, BAND as u32);
+    let r_end0 = k.bin("add.u32", RegKind::B32, r, BAND as u32);
+    let r_end = k.bin("min.u32", RegKind::B32, r_end0, n.rows as u32);
+    let ag = k.imm_f32(0.0);
+    let ab = k.imm_f32(0.0);
+    let top = k.label("row");
+    let rend = k.label("row_end");
+    k.place(&top);
+    let done = k.setp("ge.u32", r, r_end);
+    k.bra_if(done, false, &rend);
+    let i = k.tri("mad.lo.u32", RegKind::B32, r, c, j);
+    let d = ld(&mut k, dy, i);
+    let v = ld(&mut k, x, i);
+    let m = ld(&mut k, mean, r);
+    let rs = ld(&mut k, rstd, r);
+    let xm = k.bin("sub.rn.f32", RegKind::F32, v, m);
+    let t = k.bin("mul.rn.f32", RegKind::F32, d, xm);
+    let t = k.bin("mul.rn.f32", RegKind::F32, t, rs);
+    k.op("add.rn.f32", [ag.into(), ag.into(), t.into()]);
+    k.op("add.rn.f32", [ab.into(), ab.into(), d.into()]);
+    k.op("add.u32", [r.into(), r.into(), 1u32.into()]);
+    k.bra(&top);
+    k.place(&rend);
+    let ig = k.tri("mad.lo.u32", RegKind::B32, band, c, j);
+    st(&mut k, partials, ig, ag);
+    let bb = k.bin("add.u32", RegKind::B32, band, bands);
+    let ib = k.tri("mad.lo.u32", RegKind::B32, bb, c, j);
+    st(&mut k, partials, ib, ab);
+    k.place(&end);
+    k.ret();
+    k
+}
+
+/// Parameter-gradient pass 2: params (dgain, dbias, partials); grid (⌈C/THREADS⌉).
+pub fn backward_finish_kernel(n: Norm) -> Kernel {
+    let c = n.c as u32;
+    let bands = n.bands() as u32;
+    let mut k = Kernel::new("layernorm_bwd_params_finish").with_block(THREADS, 1, 1);
+    let dgain = k.param_reg("dgain", ParamTy::U64);
+    let dbias = k.param_reg("dbias", ParamTy::U64);
+    let partials = k.param_reg("partials", ParamTy::U64);
+    let tid = k.sreg("%tid.x");
+    let bx = k.sreg("%ctaid.x");
+    let j = k.tri("mad.lo.u32", RegKind::B32, bx, THREADS, tid);
+    let out = k.setp("ge.u32", j, c);
+    let end = k.label("end");
+    k.bra_if(out, false, &end);
+    let ag = k.imm_f32(0.0);
+    let ab = k.imm_f32(0.0);
+    for b in 0..bands {
+        let ig = k.bin("add.u32", RegKind::B32, j, b * c);
+        let g = ld(&mut k, partials, ig);
+        k.op("add.rn.f32", [ag.into(), ag.into(), g.into()]);
+        let ib = k.bin("add.u32", RegKind::B32, j, (bands + b) * c);
+        let v = ld(&mut k, partials, ib);
+        k.op("add.rn.f32", [ab.into(), ab.into(), v.into()]);
+    }
+    st(&mut k, dgain, j, ag);
+    st(&mut k, dbias, j, ab);
+    k.place(&end);
+    k.ret();
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_render_within_budget() {
+        let n = Norm { rows: 1024, c: 512 };
+        assert_eq!(n.bands(), 16);
+        for k in
+            [forward_kernel(n, 1e-5), backward_dx_kernel(n), backward_partials_kernel(n), backward_finish_kernel(n)]
+        {
+            k.check_budget().unwrap();
+            assert!(k.render().contains(".entry layernorm_"));
+        }
+    }
+}

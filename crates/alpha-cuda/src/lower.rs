@@ -1,0 +1,743 @@
+//! Plan → launches: every kernel of every phase becomes one or more GPU launches over one arena.
+//!
+//! Why: the product's promise is that a whole training step is one compiled program, replayed
+//! as one CUDA graph. The plan (`alpha_plan::plan` with byte units) has already placed every
+//! value in one arena; what remains is to choose, for each node, the kernel family that computes
+//! it and the raw arguments (arena byte offsets, sizes) of each launch. Lowering is pure: it
+//! needs no GPU, so the PTX of a whole system can be written out and checked with `ptxas`
+//! anywhere, and the backend ([`crate::backend`]) only loads kernels, resolves offsets to device
+//! addresses and captures the launches.
+//!
+//! How: kernels are deduplicated by their PTX text (a transformer's blocks share shapes, so
+//! Coppelius needs a few dozen modules for thousands of launches). Beyond the plan's arena the
+//! lowering appends a constant region (rotary tables) and one scratch region, reused by every
+//! launch that needs temporary space (reduction partials, LayerNorm parameter partials,
+//! attention's delta): launches run in order on one stream, so one region sized for the largest
+//! need suffices. Constant nodes are filled once, at load.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use alpha_ir::{DType, Node, Op, Value};
+use alpha_plan::Plan;
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::attention::{self, Dims};
+use crate::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
+use crate::gemm_simple::Product;
+use crate::layernorm::{self, Norm};
+use crate::pointwise::{broadcast_strides, contiguous_strides, grid_blocks, Body, Operand, Pointwise};
+use crate::ptx::Kernel;
+use crate::reduce::Reduction;
+use crate::{adamw, cross_entropy, embedding, recurrence, rotary};
+
+/// Alignment of the regions appended after the plan's arena.
+const ALIGN: usize = 256;
+
+/// One launch argument before the arena's base address is known.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LArg {
+    /// Arena byte offset.
+    Ptr(usize),
+    U32(u32),
+    U64(u64),
+}
+
+/// One launch of a lowered phase.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    /// Index into [`Lowered::kernels`].
+    pub kernel: usize,
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub args: Vec<LArg>,
+    /// The plan node it computes (None for a phase-end copy).
+    pub node: Option<u32>,
+}
+
+/// A plan lowered to launches.
+pub struct Lowered {
+    pub plan: Plan,
+    /// Distinct kernels, in first-use order.
+    pub kernels: Vec<Kernel>,
+    /// Launches per phase, in order (kernels, then the phase's copies).
+    pub phases: Vec<Vec<Launch>>,
+    /// Total arena bytes: the plan's, then constants, then scratch.
+    pub arena: usize,
+    /// Bytes to write once at load: (offset, data).
+    pub inits: Vec<(usize, Vec<u8>)>,
+}
+
+impl fmt::Debug for Lowered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Lowered {{ {} kernels, {} launches, arena {} B }}",
+            self.kernels.len(),
+            self.phases.iter().map(|p| p.len()).sum::<usize>(),
+            self.arena
+        )
+    }
+}
+
+impl Lowered {
+    /// A description of launch `l` for errors: node, family, scope.
+    pub fn describe(&self, l: &Launch) -> String {
+        let k = &self.kernels[l.kernel].name;
+        match l.node {
+            Some(n) => {
+                let node = &self.plan.program.graph.nodes[n as usize];
+                format!("kernel {k} for node %{n} ({}, scope '{}')", node.op.family(), node.scope)
+            }
+            None => format!("kernel {k} (phase-end copy)"),
+        }
+    }
+
+    /// Writes every distinct kernel's PTX to `dir` as `NNN_name.ptx`; returns the paths.
+    pub fn dump_ptx(&self, dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut out = vec![];
+        for (i, k) in self.kernels.iter().enumerate() {
+            let p = dir.join(format!("{}_{i:03}_{}.ptx", self.plan.program.graph.system, k.name));
+            std::fs::write(&p, k.render()).with_context(|| format!("writing {}", p.display()))?;
+            out.push(p);
+        }
+        Ok(out)
+    }
+
+    /// Launches in phase `i`.
+    pub fn launch_count(&self, phase: usize) -> usize {
+        self.phases[phase].len()
+    }
+}
+
+/// Scratch offsets are relative to the scratch region until [`lower`] resolves them.
+#[derive(Clone, Copy)]
+enum A {
+    Ptr(usize),
+    Scratch(usize),
+    U32(u32),
+    U64(u64),
+}
+
+struct Pending {
+    kernel: usize,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    args: Vec<A>,
+    node: Option<u32>,
+}
+
+struct Lowerer<'p> {
+    plan: &'p Plan,
+    kernels: Vec<Kernel>,
+    index: HashMap<String, usize>,
+    /// End of the constant region appended after the plan's arena.
+    consts_end: usize,
+    inits: Vec<(usize, Vec<u8>)>,
+    tables: HashMap<(usize, usize, u64), usize>,
+    scratch: usize,
+}
+
+fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
+    anyhow!("lowering node %{id} ({}, scope '{}') for the GPU: {msg}", node.op.family(), node.scope)
+}
+
+impl Lowerer<'_> {
+    fn kernel(&mut self, k: Kernel) -> Result<usize> {
+        k.check_budget()?;
+        let text = k.render();
+        if let Some(&i) = self.index.get(&text) {
+            return Ok(i);
+        }
+        self.kernels.push(k);
+        self.index.insert(text, self.kernels.len() - 1);
+        Ok(self.kernels.len() - 1)
+    }
+
+    fn g(&self) -> &alpha_ir::Graph {
+        &self.plan.program.graph
+    }
+
+    fn ptr(&self, v: Value) -> A {
+        A::Ptr(self.plan.slot(v).offset)
+    }
+
+    fn ptr_at(&self, v: Value, elements: u64) -> A {
+        A::Ptr(self.plan.slot(v).offset + elements as usize * self.g().dtype(v).size())
+    }
+
+    fn need_scratch(&mut self, bytes: usize) {
+        self.scratch = self.scratch.max(bytes);
+    }
+
+    fn pointwise(&mut self, pw: Pointwise, args: Vec<A>, node: Option<u32>) -> Result<Pending> {
+        let (blocks, threads) = pw.grid();
+        let kernel = self.kernel(pw.kernel()?)?;
+        Ok(Pending { kernel, grid: (blocks, 1, 1), block: (threads, 1, 1), args, node })
+    }
+
+    fn rotary_table(&mut self, t: usize, d: usize, base: f64) -> usize {
+        if let Some(&o) = self.tables.get(&(t, d, base.to_bits())) {
+            return o;
+        }
+        let data = rotary::table(t, d, base);
+        let off = self.consts_end;
+        self.consts_end = (off + data.len() * 4).div_ceil(ALIGN) * ALIGN;
+        self.inits.push((off, data.iter().flat_map(|x| x.to_le_bytes()).collect()));
+        self.tables.insert((t, d, base.to_bits()), off);
+        off
+    }
+
+    fn want_f32(&self, node: &Node, id: u32, vals: &[Value]) -> Result<()> {
+        for &v in vals {
+            if self.g().dtype(v) != DType::F32 {
+                return Err(node_error(node, id, format!("{v} is {}, this kernel takes f32", self.g().ty(v))));
+            }
+        }
+        Ok(())
+    }
+
+    fn lower_node(&mut self, id: u32) -> Result<Vec<Pending>> {
+        let plan = self.plan;
+        let g = &plan.program.graph;
+        let node = g.nodes[id as usize].clone();
+        let out = |k: u16| Value { node: id, index: k };
+        let ins = &node.inputs;
+        let ishape = |k: usize| g.shape(ins[k]).to_vec();
+        let idt = |k: usize| g.dtype(ins[k]);
+        let os = node.outputs[0].shape.clone();
+        let odt = node.outputs[0].dtype;
+        let n = node.outputs[0].numel();
+        let some = Some(id);
+        let mut v = vec![];
+        match &node.op {
+            Op::Unary(u) => {
+                let pw = Pointwise {
+                    shape: vec![n],
+                    out: Operand::contiguous(odt, &[n]),
+                    ins: vec![Operand::contiguous(idt(0), &[n])],
+                    body: Body::Unary(*u),
+                };
+                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0])], some)?);
+            }
+            Op::Binary(b) => {
+                let pw = Pointwise {
+                    shape: os.clone(),
+                    out: Operand::contiguous(odt, &os),
+                    ins: vec![
+                        Operand { dtype: idt(0), strides: broadcast_strides(&ishape(0), &os) },
+                        Operand { dtype: idt(1), strides: broadcast_strides(&ishape(1), &os) },
+                    ],
+                    body: Body::Binary(*b),
+                };
+                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])], some)?);
+            }
+            Op::Cast { .. } | Op::Reshape { .. } => {
+                let pw = Pointwise {
+                    shape: vec![n],
+                    out: Operand::contiguous(odt, &[n]),
+                    ins: vec![Operand::contiguous(idt(0), &[n])],
+                    body: Body::Copy,
+                };
+                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0])], some)?);
+            }
+            Op::Broadcast { .. } => {
+                let pw = Pointwise {
+                    shape: os.clone(),
+                    out: Operand::contiguous(odt, &os),
+                    ins: vec![Operand { dtype: idt(0), strides: broadcast_strides(&ishape(0), &os) }],
+                    body: Body::Copy,
+                };
+                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0])], some)?);
+            }
+            Op::Permute { perm } => {
+                let xs = contiguous_strides(&ishape(0));
+                let pw = Pointwise {
+                    shape: os.clone(),
+                    out: Operand::contiguous(odt, &os),
+                    ins: vec![Operand { dtype: idt(0), strides: perm.iter().map(|&p| xs[p]).collect() }],
+                    body: Body::Copy,
+                };
+                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0])], some)?);
+            }
+            Op::Slice { axis, start, .. } => {
+                let xs = contiguous_strides(&ishape(0));
+                let pw = Pointwise {
+                    shape: os.clone(),
+                    out: Operand::contiguous(odt, &os),
+                    ins: vec![Operand { dtype: idt(0), strides: xs.clone() }],
+                    body: Body::Copy,
+                };
+                let src = self.ptr_at(ins[0], *start as u64 * xs[*axis]);
+                v.push(self.pointwise(pw, vec![self.ptr(out(0)), src], some)?);
+            }
+            Op::Concat { axis } => {
+                let ost = contiguous_strides(&os);
+                let mut at = 0u64;
+                for (kk, &part) in ins.iter().enumerate() {
+                    let ps = ishape(kk);
+                    let len = ps[*axis] as u64;
+                    if ps.iter().product::<usize>() > 0 {
+                        let pw = Pointwise {
+                            shape: ps.clone(),
+                            out: Operand { dtype: odt, strides: ost.clone() },
+                            ins: vec![Operand::contiguous(idt(kk), &ps)],
+                            body: Body::Copy,
+                        };
+                        let dst = self.ptr_at(out(0), at * ost[*axis]);
+                        v.push(self.pointwise(pw, vec![dst, self.ptr(part)], some)?);
+                    }
+                    at += len;
+                }
+            }
+            Op::Reduce { kind, axes, .. } => {
+                let r = Reduction::new(*kind, &ishape(0), axes, idt(0), odt)?;
+                let chunks = r.chunks();
+                let k1 = self.kernel(r.kernel())?;
+                // With one chunk the partials pointer is unused; it still points into the arena.
+                let partials = if chunks > 1 { A::Scratch(0) } else { self.ptr(out(0)) };
+                v.push(Pending {
+                    kernel: k1,
+                    grid: (r.outputs() as u32, chunks as u32, 1),
+                    block: (crate::reduce::THREADS, 1, 1),
+                    args: vec![self.ptr(out(0)), self.ptr(ins[0]), partials],
+                    node: some,
+                });
+                if chunks > 1 {
+                    self.need_scratch(r.outputs() * chunks * 4);
+                    let k2 = self.kernel(r.finish_kernel())?;
+                    v.push(Pending {
+                        kernel: k2,
+                        grid: (r.outputs() as u32, 1, 1),
+                        block: (crate::reduce::THREADS, 1, 1),
+                        args: vec![self.ptr(out(0)), A::Scratch(0)],
+                        node: some,
+                    });
+                }
+            }
+            Op::MatMul { ta, tb } => {
+                let (sa, sb) = (ishape(0), ishape(1));
+                let ra = sa.len();
+                let (m, kd) = if *ta { (sa[ra - 1], sa[ra - 2]) } else { (sa[ra - 2], sa[ra - 1]) };
+                let nn = os[os.len() - 1];
+                let batch: usize = sa[..ra - 2].iter().product();
+                let b_batched = sb.len() > 2;
+                let spec = GemmSpec {
+                    a: if *ta { Layout::ColMajor } else { Layout::RowMajor },
+                    b: if *tb { Layout::ColMajor } else { Layout::RowMajor },
+                    input: Input::Bf16,
+                    epilogue: Epilogue::Store,
+                };
+                let shape = GemmShape {
+                    m: m as u32,
+                    n: nn as u32,
+                    k: kd as u32,
+                    batch: batch as u32,
+                    lda: if *ta { m } else { kd } as u32,
+                    ldb: if *tb { kd } else { nn } as u32,
+                    ldc: nn as u32,
+                    stride_a: (m * kd) as u64,
+                    stride_b: if b_batched { (kd * nn) as u64 } else { 0 },
+                    stride_c: (m * nn) as u64,
+                };
+                if idt(0) == DType::BF16 && shape.check(&spec).is_ok() {
+                    let kernel = self.kernel(spec.kernel())?;
+                    let mut args = vec![self.ptr(ins[0]), self.ptr(ins[1]), self.ptr(out(0)), self.ptr(out(0))];
+                    args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
+                    args.extend([shape.stride_a, shape.stride_b, shape.stride_c].map(A::U64));
+                    v.push(Pending {
+                        kernel,
+                        grid: (shape.n.div_ceil(gemm::BN), shape.m.div_ceil(gemm::BM), shape.batch),
+                        block: (gemm::THREADS, 1, 1),
+                        args,
+                        node: some,
+                    });
+                } else {
+                    if !matches!(idt(0), DType::F32 | DType::BF16) {
+                        return Err(node_error(&node, id, format!("matmul of {} operands", idt(0))));
+                    }
+                    let p = Product { batch, m, n: nn, k: kd, ta: *ta, tb: *tb, b_batched, dtype: idt(0) };
+                    let kernel = self.kernel(p.kernel())?;
+                    v.push(Pending {
+                        kernel,
+                        grid: p.grid(),
+                        block: (16, 16, 1),
+                        args: vec![self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
+                        node: some,
+                    });
+                }
+            }
+            Op::Gather => {
+                self.want_f32(&node, id, &ins[..1])?;
+                let rows = ishape(0)[0];
+                let d = g.ty(ins[0]).numel() / rows.max(1);
+                let tokens = g.ty(ins[1]).numel();
+                if d == 0 || !d.is_multiple_of(4) || idt(1) != DType::I32 {
+                    return Err(node_error(
+                        &node,
+                        id,
+                        format!(
+                            "gather needs rows of a multiple of 4 floats and i32 ids (rows of {d}, ids {})",
+                            idt(1)
+                        ),
+                    ));
+                }
+                let kernel = self.kernel(embedding::gather_kernel())?;
+                v.push(Pending {
+                    kernel,
+                    grid: (tokens as u32, 1, 1),
+                    block: (embedding::THREADS, 1, 1),
+                    args: vec![
+                        self.ptr(out(0)),
+                        self.ptr(ins[0]),
+                        self.ptr(ins[1]),
+                        A::U32(rows as u32),
+                        A::U32(d as u32),
+                    ],
+                    node: some,
+                });
+            }
+            Op::ScatterAdd { rows } => {
+                self.want_f32(&node, id, &ins[..1])?;
+                let d = n / (*rows).max(1);
+                let tokens = g.ty(ins[1]).numel();
+                if d == 0 || !d.is_multiple_of(4) || idt(1) != DType::I32 {
+                    return Err(node_error(
+                        &node,
+                        id,
+                        format!(
+                            "scatter-add needs rows of a multiple of 4 floats and i32 ids (rows of {d}, ids {})",
+                            idt(1)
+                        ),
+                    ));
+                }
+                let fill = Pointwise {
+                    shape: vec![n],
+                    out: Operand::contiguous(DType::F32, &[n]),
+                    ins: vec![],
+                    body: Body::Fill(0.0),
+                };
+                v.push(self.pointwise(fill, vec![self.ptr(out(0))], some)?);
+                let kernel = self.kernel(embedding::scatter_add_kernel())?;
+                v.push(Pending {
+                    kernel,
+                    grid: (*rows as u32, 1, 1),
+                    block: (embedding::THREADS, 1, 1),
+                    args: vec![
+                        self.ptr(out(0)),
+                        self.ptr(ins[0]),
+                        self.ptr(ins[1]),
+                        A::U32(tokens as u32),
+                        A::U32(*rows as u32),
+                        A::U32(d as u32),
+                    ],
+                    node: some,
+                });
+            }
+            Op::LayerNorm { eps } => {
+                self.want_f32(&node, id, ins)?;
+                let c = *ishape(0).last().unwrap_or(&1);
+                let nm = Norm { rows: n / c.max(1), c };
+                let kernel = self.kernel(layernorm::forward_kernel(nm, *eps as f32))?;
+                let args = vec![self.ptr(out(0)), self.ptr(out(1)), self.ptr(out(2))]
+                    .into_iter()
+                    .chain(ins.iter().map(|&x| self.ptr(x)))
+                    .collect();
+                v.push(Pending {
+                    kernel,
+                    grid: (nm.rows as u32, 1, 1),
+                    block: (layernorm::THREADS, 1, 1),
+                    args,
+                    node: some,
+                });
+            }
+            Op::LayerNormBackward => {
+                self.want_f32(&node, id, ins)?;
+                let c = *ishape(0).last().unwrap_or(&1);
+                let nm = Norm { rows: n / c.max(1), c };
+                let (x, gain, mean, rstd, dy) = (ins[0], ins[1], ins[2], ins[3], ins[4]);
+                let k1 = self.kernel(layernorm::backward_dx_kernel(nm))?;
+                v.push(Pending {
+                    kernel: k1,
+                    grid: (nm.rows as u32, 1, 1),
+                    block: (layernorm::THREADS, 1, 1),
+                    args: [out(0), x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect(),
+                    node: some,
+                });
+                self.need_scratch(nm.scratch_floats() * 4);
+                let cols = (c as u32).div_ceil(layernorm::THREADS);
+                let k2 = self.kernel(layernorm::backward_partials_kernel(nm))?;
+                let mut args = vec![A::Scratch(0)];
+                args.extend([x, mean, rstd, dy].iter().map(|&a| self.ptr(a)));
+                v.push(Pending {
+                    kernel: k2,
+                    grid: (cols, nm.bands() as u32, 1),
+                    block: (layernorm::THREADS, 1, 1),
+                    args,
+                    node: some,
+                });
+                let k3 = self.kernel(layernorm::backward_finish_kernel(nm))?;
+                v.push(Pending {
+                    kernel: k3,
+                    grid: (cols, 1, 1),
+                    block: (layernorm::THREADS, 1, 1),
+                    args: vec![self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)],
+                    node: some,
+                });
+            }
+            Op::Rotary { base, inverse } => {
+                self.want_f32(&node, id, ins)?;
+                let s = ishape(0);
+                if s.len() != 4 || !s[3].is_multiple_of(2) {
+                    return Err(node_error(&node, id, format!("rotary takes [B, H, T, D] with D even, got {s:?}")));
+                }
+                let (t, d) = (s[2], s[3]);
+                let table = self.rotary_table(t, d, *base);
+                let kernel = self.kernel(rotary::kernel(n / d, t, d, *inverse))?;
+                let (blocks, threads) = grid_blocks(n / 2);
+                v.push(Pending {
+                    kernel,
+                    grid: (blocks, 1, 1),
+                    block: (threads, 1, 1),
+                    args: vec![self.ptr(out(0)), self.ptr(ins[0]), A::Ptr(table)],
+                    node: some,
+                });
+            }
+            Op::Attention { scale, softcap } | Op::AttentionBackward { scale, softcap } => {
+                self.want_f32(&node, id, ins)?;
+                let (q, kv) = (ishape(0), ishape(1));
+                let dims = Dims {
+                    b: q[0],
+                    h: q[1],
+                    g: kv[1],
+                    t: q[2],
+                    d: q[3],
+                    scale: *scale as f32,
+                    softcap: softcap.map(|c| c as f32),
+                };
+                dims.check().map_err(|e| node_error(&node, id, e))?;
+                let block = (attention::ROWS, 1, 1);
+                if matches!(node.op, Op::Attention { .. }) {
+                    let kernel = self.kernel(attention::forward_kernel(&dims))?;
+                    let args = [out(0), out(1), ins[0], ins[1], ins[2]].iter().map(|&a| self.ptr(a)).collect();
+                    v.push(Pending { kernel, grid: dims.grid_q(), block, args, node: some });
+                } else {
+                    self.need_scratch(dims.scratch_floats() * 4);
+                    let (qv, kv_, vv, ov, lse, dov) = (ins[0], ins[1], ins[2], ins[3], ins[4], ins[5]);
+                    let k1 = self.kernel(attention::backward_dq_kernel(&dims))?;
+                    let mut args = vec![self.ptr(out(0)), A::Scratch(0)];
+                    args.extend([qv, kv_, vv, ov, lse, dov].iter().map(|&a| self.ptr(a)));
+                    v.push(Pending { kernel: k1, grid: dims.grid_q(), block, args, node: some });
+                    let k2 = self.kernel(attention::backward_dkv_kernel(&dims))?;
+                    let mut args: Vec<A> = [out(1), out(2), qv, kv_, vv, lse].iter().map(|&a| self.ptr(a)).collect();
+                    args.push(A::Scratch(0));
+                    args.push(self.ptr(dov));
+                    v.push(Pending { kernel: k2, grid: dims.grid_kv(), block, args, node: some });
+                }
+            }
+            Op::CrossEntropy => {
+                self.want_f32(&node, id, &ins[..1])?;
+                let s = ishape(0);
+                let kernel = self.kernel(cross_entropy::forward_kernel())?;
+                v.push(Pending {
+                    kernel,
+                    grid: (s[0] as u32, 1, 1),
+                    block: (cross_entropy::THREADS, 1, 1),
+                    args: vec![
+                        self.ptr(out(0)),
+                        self.ptr(out(1)),
+                        self.ptr(ins[0]),
+                        self.ptr(ins[1]),
+                        A::U32(s[1] as u32),
+                    ],
+                    node: some,
+                });
+            }
+            Op::CrossEntropyBackward => {
+                self.want_f32(&node, id, &[ins[0], ins[1], ins[3]])?;
+                let s = ishape(0);
+                let kernel = self.kernel(cross_entropy::backward_kernel())?;
+                let mut args: Vec<A> = [out(0), ins[0], ins[1], ins[2], ins[3]].iter().map(|&a| self.ptr(a)).collect();
+                args.push(A::U32(s[1] as u32));
+                v.push(Pending {
+                    kernel,
+                    grid: (s[0] as u32, 1, 1),
+                    block: (cross_entropy::THREADS, 1, 1),
+                    args,
+                    node: some,
+                });
+            }
+            Op::Recurrence { reverse } => {
+                self.want_f32(&node, id, ins)?;
+                let s = ishape(0);
+                let (b, t) = (s[0], s[1]);
+                let c = n / (b * t).max(1);
+                let kernel = self.kernel(recurrence::kernel(b, t, c, *reverse))?;
+                let (blocks, threads) = grid_blocks(b * c);
+                v.push(Pending {
+                    kernel,
+                    grid: (blocks, 1, 1),
+                    block: (threads, 1, 1),
+                    args: vec![self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
+                    node: some,
+                });
+            }
+            Op::AdamW { beta1, beta2, eps, weight_decay } => {
+                self.want_f32(&node, id, ins)?;
+                let kernel = self.kernel(adamw::step_kernel(*beta1, *beta2, *eps, *weight_decay, n))?;
+                let (blocks, threads) = grid_blocks(n);
+                v.push(Pending {
+                    kernel,
+                    grid: (blocks, 1, 1),
+                    block: (threads, 1, 1),
+                    args: ins.iter().map(|&a| self.ptr(a)).collect(),
+                    node: some,
+                });
+            }
+            Op::RmsNorm { .. } | Op::RmsNormBackward => {
+                return Err(node_error(&node, id, "RMSNorm has no GPU kernel yet (no system on the GPU uses it)"));
+            }
+            Op::Param { .. } | Op::State { .. } | Op::Input { .. } | Op::HostScalar { .. } | Op::Constant { .. } => {
+                return Err(node_error(&node, id, "a leaf is not a kernel"));
+            }
+        }
+        Ok(v)
+    }
+}
+
+/// The bytes of a constant tensor of `n` elements of `dtype` equal to `value`.
+fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
+    let one: Vec<u8> = match dtype {
+        DType::F32 => (value as f32).to_le_bytes().to_vec(),
+        DType::BF16 => half::bf16::from_f64(value).to_bits().to_le_bytes().to_vec(),
+        DType::I32 => (value.round() as i32).to_le_bytes().to_vec(),
+        other => bail!("constants of dtype {other} are not supported on the GPU"),
+    };
+    Ok(one.repeat(n))
+}
+
+/// Lowers a plan made with byte units (`alpha_plan::bytes`).
+pub fn lower(plan: Plan) -> Result<Lowered> {
+    let consts_start = plan.arena.div_ceil(ALIGN) * ALIGN;
+    let mut lw = Lowerer {
+        plan: &plan,
+        kernels: vec![],
+        index: HashMap::new(),
+        consts_end: consts_start,
+        inits: vec![],
+        tables: HashMap::new(),
+        scratch: 0,
+    };
+    // Constant nodes: filled once.
+    for (i, node) in plan.program.graph.nodes.iter().enumerate() {
+        if let Op::Constant { value } = node.op {
+            let v = Value { node: i as u32, index: 0 };
+            let slot = plan.slot(v);
+            let bytes = constant_bytes(value, node.outputs[0].dtype, node.outputs[0].numel())
+                .map_err(|e| node_error(node, i as u32, e))?;
+            lw.inits.push((slot.offset, bytes));
+        }
+    }
+    let mut phases = vec![];
+    for ph in &plan.phases {
+        let mut launches = vec![];
+        for k in &ph.kernels {
+            launches.extend(lw.lower_node(k.node)?);
+        }
+        for c in &ph.copies {
+            let (d, s) = (plan.slot(c.dst), plan.slot(c.src));
+            if d.offset == s.offset {
+                continue;
+            }
+            let ty = plan.program.graph.ty(c.dst).clone();
+            let n = ty.numel();
+            let pw = Pointwise {
+                shape: vec![n],
+                out: Operand::contiguous(ty.dtype, &[n]),
+                ins: vec![Operand::contiguous(plan.program.graph.dtype(c.src), &[n])],
+                body: Body::Copy,
+            };
+            launches.push(lw.pointwise(pw, vec![A::Ptr(d.offset), A::Ptr(s.offset)], None)?);
+        }
+        phases.push(launches);
+    }
+    let scratch_at = lw.consts_end;
+    let arena = scratch_at + lw.scratch.div_ceil(ALIGN) * ALIGN;
+    let resolve = |p: Pending| Launch {
+        kernel: p.kernel,
+        grid: p.grid,
+        block: p.block,
+        args: p
+            .args
+            .into_iter()
+            .map(|a| match a {
+                A::Ptr(o) => LArg::Ptr(o),
+                A::Scratch(o) => LArg::Ptr(scratch_at + o),
+                A::U32(x) => LArg::U32(x),
+                A::U64(x) => LArg::U64(x),
+            })
+            .collect(),
+        node: p.node,
+    };
+    let phases = phases.into_iter().map(|ph| ph.into_iter().map(resolve).collect()).collect();
+    let Lowerer { kernels, inits, .. } = lw;
+    Ok(Lowered { plan, kernels, phases, arena, inits })
+}
+
+/// Plans `program` with byte units and lowers it.
+pub fn lower_program(program: &alpha_ir::Program) -> Result<Lowered> {
+    let plan = alpha_plan::plan(program, alpha_plan::bytes, ALIGN).map_err(|e| anyhow!("planning: {e}"))?;
+    lower(plan)
+}
+
+/// Counts launches by kernel name in phase `i` (for reports).
+pub fn launches_by_kernel(l: &Lowered, phase: usize) -> Vec<(String, usize)> {
+    let mut m: std::collections::BTreeMap<String, usize> = Default::default();
+    for x in &l.phases[phase] {
+        *m.entry(l.kernels[x.kernel].name.clone()).or_default() += 1;
+    }
+    let mut v: Vec<(String, usize)> = m.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alpha_ir::{Graph, Init, Program};
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_small_program_lowers_with_shared_kernels_and_constants() {
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[4, 8], Init::Zeros);
+        let w = g.param("w", &[8, 4], Init::Zeros);
+        let b = g.param("b", &[4], Init::Zeros);
+        let x16 = g.cast(x, DType::BF16);
+        let w16 = g.cast(w, DType::BF16);
+        let y = g.matmul(x16, w16);
+        let y = g.add(y, b);
+        let two = g.constant(2.0, &[], DType::F32);
+        let y = g.mul(y, two);
+        let s = g.sum_all(y);
+        let mut outs = BTreeMap::new();
+        outs.insert("s".to_string(), s);
+        let p = Program::single(g.finish().unwrap(), "forward", outs);
+        let l = lower_program(&p).unwrap();
+        // The two casts (32 elements each) share one kernel; K = 8 is outside the tiled GEMM's contract → simple GEMM.
+        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        assert_eq!(names, ["pw_cast_f32_bf16", "pw_cast_f32_bf16", "gemm_simple", "pw_add", "pw_mul", "reduce_sum"]);
+        assert_eq!(l.phases[0][0].kernel, l.phases[0][1].kernel);
+        assert_eq!(l.inits.len(), 1);
+        assert_eq!(l.inits[0].1, 2.0f32.to_le_bytes());
+        assert!(l.arena >= l.plan.arena);
+        for launch in &l.phases[0] {
+            for a in &launch.args {
+                if let LArg::Ptr(o) = a {
+                    assert!(*o < l.arena);
+                }
+            }
+        }
+    }
+}
