@@ -158,14 +158,14 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         state: "running".into(),
         steps_target: last_step,
         steps_done: step,
-        started_at: Records::read_run_info(&opts.run_dir).map(|r| r.started_at).unwrap_or_else(now),
-        updated_at: now(),
-        parameters,
-        tokens_per_step: (accumulation * batch * t) as u64,
-        batch: batch as u64,
-        context: t as u64,
-        vocab: system.vocab() as u64,
-        seed,
+        started_at: Records::read_run_info(&opts.run_dir).and_then(|r| r.started_at).or_else(|| Some(now())),
+        updated_at: Some(now()),
+        parameters: Some(parameters),
+        tokens_per_step: Some((accumulation * batch * t) as u64),
+        batch: Some(batch as u64),
+        context: Some(t as u64),
+        vocab: Some(system.vocab() as u64),
+        seed: Some(seed),
         message: None,
         summary: None,
     };
@@ -247,7 +247,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             info.state = "failed".into();
             info.steps_done = step - 1;
             info.message = Some(msg.clone());
-            info.updated_at = now();
+            info.updated_at = Some(now());
             records.run_info(&info)?;
             bail!(msg);
         }
@@ -259,10 +259,10 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         last_loss = loss;
         records.point(&Point {
             step,
-            loss,
-            lr: learner.schedule.lr(step),
-            tokens,
-            ms,
+            loss: Some(loss),
+            lr: Some(learner.schedule.lr(step)),
+            tokens: Some(tokens),
+            ms: Some(ms),
             unseen: epoch == 0,
             p10: Some(percentile(&losses, 0.1)),
             p90: Some(percentile(&losses, 0.9)),
@@ -300,18 +300,18 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 path: rel.display().to_string(),
                 sha256: sha.clone(),
                 parent: parent.clone(),
-                train_loss: loss,
+                train_loss: Some(loss),
                 heldout_loss: heldout.map(|s| s.loss),
                 heldout_bpb: heldout.map(|s| s.bits_per_byte),
-                wall_s: started.elapsed().as_secs_f64(),
+                wall_s: Some(started.elapsed().as_secs_f64()),
                 device_s: None,
-                time: now(),
+                time: Some(now()),
             })?;
             parent = Some(sha.clone());
             last_ckpt = Some((path, sha));
             last_heldout = heldout.or(last_heldout);
             info.steps_done = step;
-            info.updated_at = now();
+            info.updated_at = Some(now());
             records.run_info(&info)?;
         }
     }
@@ -326,24 +326,25 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         k,
         first_step,
         last_step,
-        unseen_loss: first_loss,
-        last_loss,
-        wall_s: wall,
+        unseen_loss: Some(first_loss),
+        last_loss: Some(last_loss),
+        wall_s: Some(wall),
         device_s: None,
     })?;
     let result_tok_s = tokens_run / (step_ms_total / 1e3);
     info.state = "finished".into();
     info.steps_done = last_step;
-    info.updated_at = now();
-    info.summary = Some(Summary {
-        tokens_per_s: result_tok_s,
-        ms_per_step: step_ms_total / steps_run,
+    info.updated_at = Some(now());
+    let summary = Summary {
+        tokens_per_s: Some(result_tok_s),
+        ms_per_step: Some(step_ms_total / steps_run),
         energy_j: energy,
         energy_per_token_j: energy.map(|e| e / tokens_run),
         final_loss: Some(last_loss),
         heldout_loss: last_heldout.map(|s| s.loss),
         heldout_bpb: last_heldout.map(|s| s.bits_per_byte),
-    });
+    };
+    info.summary = serde_json::to_value(summary)?.as_object().cloned();
     records.run_info(&info)?;
     let (checkpoint, sha256) = last_ckpt.expect("the last step always checkpoints");
     Ok(TrainResult {
