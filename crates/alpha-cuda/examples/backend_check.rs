@@ -189,7 +189,10 @@ fn cases() -> Vec<Case> {
         let pbf = g.cast(pb, DType::F32);
         vec![("bf16", back), ("broadcast", b), ("permute", pm), ("slice", sl), ("concat", cat), ("permute_bf16", pbf)]
     }));
-    v.push(case("reduce", 1e-6, |g| {
+    // Sums of 300,300 values near zero by cancellation: the CPU adds them one after another in
+    // f32, the GPU in chunks and trees, and ‖Δ‖/‖ref‖ then measures the CPU's rounding (both are
+    // within f32 rounding of Σ|x| ≈ 1.5e5).
+    v.push(case("reduce", 1e-4, |g| {
         let x = p(g, "x", &[6, 7, 9]);
         let big = p(g, "big", &[300, 1001]);
         vec![
@@ -410,6 +413,15 @@ fn check_system(name: &str, seed: u64, steps: u64, checked: bool, summary: &mut 
     let loss_rel = ((lg as f64 - lc as f64) / lc as f64).abs();
     let (pc, pg) = (cpu.output("losses")?, gpu.output("losses")?);
     let pos_max = max_abs(&pg, &pc);
+    // The mean over positions, exactly (f64), of each side's per-position losses: the CPU sums
+    // them one after another in f32, whose own error at 16,384 positions exceeds 1e-5.
+    let mean64 = |v: &[f32]| v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+    let (ec, eg) = (mean64(&pc), mean64(&pg));
+    println!(
+        "{name}: exact means of the per-position losses cpu {ec:.7} gpu {eg:.7}; loss vs its exact mean: cpu {:.2e}, gpu {:.2e}",
+        ((lc as f64 - ec) / ec).abs(),
+        ((lg as f64 - eg) / eg).abs()
+    );
     println!("{name}: loss cpu {lc:.7} gpu {lg:.7} rel {loss_rel:.2e}; per-position max|Δ| {pos_max:.2e}; cpu step {cpu_s:.2} s");
     let (gnc, gng) = (cpu.output("grad_norm")?[0], gpu.output("grad_norm")?[0]);
     println!("{name}: grad norm cpu {gnc:.6e} gpu {gng:.6e}");
@@ -441,10 +453,13 @@ fn check_system(name: &str, seed: u64, steps: u64, checked: bool, summary: &mut 
     );
     println!("{name}: parameters after the update: max |Δ| {:.2e} ({}), lr {lr:.3e}", worst_p.0, worst_p.1);
     let (loss_tol, cos_tol) = if name == "bob" { (1e-5, 0.99999) } else { (1e-3, 0.9999) };
-    let ok_fwd = loss_rel <= loss_tol && lg.is_finite();
+    // Forward: the GPU's loss against the exact mean of the CPU's per-position losses, and the
+    // per-position losses themselves.
+    let loss_rel = ((lg as f64 - ec) / ec).abs();
+    let ok_fwd = loss_rel <= loss_tol && lg.is_finite() && pos_max <= 100.0 * loss_tol;
     let ok_grad = worst_cos.0 >= cos_tol;
     summary.push(format!(
-        "| {name} | loss rel {loss_rel:.2e} (tol {loss_tol:.0e}) {} | per-pos max|Δ| {pos_max:.2e} | min grad cos {:.7} {} | max|Δp| {:.2e} |",
+        "| {name} | loss vs exact mean of CPU positions rel {loss_rel:.2e} (tol {loss_tol:.0e}) {} | per-pos max|Δ| {pos_max:.2e} | min grad cos {:.7} {} | max|Δp| {:.2e} |",
         if ok_fwd { "PASS" } else { "FAIL" },
         worst_cos.0,
         if ok_grad { "PASS" } else { "FAIL" },
@@ -494,9 +509,22 @@ fn check_system(name: &str, seed: u64, steps: u64, checked: bool, summary: &mut 
             ms[ms.len() - 1]
         );
         summary.push(format!("| {name} | step {med:.3} ms median of 20 replays | {launches} launches | | |"));
-        let by = alpha_cuda::lower::launches_by_kernel(gpu.lowered(), 0);
-        let top: Vec<String> = by.iter().take(12).map(|(k, n)| format!("{k}×{n}")).collect();
-        println!("{name}: launches by kernel: {}", top.join(", "));
+        // Per-kernel device time, launch by launch (event-bracketed, so it adds overhead).
+        let prof = gpu.profile(&phase)?;
+        let mut by: BTreeMap<String, (usize, f64)> = BTreeMap::new();
+        for (k, _, ms) in &prof {
+            let e = by.entry(k.clone()).or_default();
+            e.0 += 1;
+            e.1 += *ms as f64;
+        }
+        let total: f64 = by.values().map(|v| v.1).sum();
+        let mut rows: Vec<(String, (usize, f64))> = by.into_iter().collect();
+        rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        println!("{name}: profile, launch by launch: {total:.3} ms in {} launches", prof.len());
+        println!("| kernel | launches | ms a step | share |\n| --- | ---: | ---: | ---: |");
+        for (k, (n, ms)) in &rows {
+            println!("| {k} | {n} | {ms:.3} | {:.1}% |", 100.0 * ms / total);
+        }
     }
     Ok(ok_fwd && ok_grad && same)
 }
@@ -522,6 +550,10 @@ fn main() -> Result<()> {
                 l.launch_count(0),
                 l.kernels.len()
             );
+            let by: Vec<String> =
+                alpha_cuda::lower::launches_by_kernel(&l, 0).iter().map(|(k, n)| format!("{k}×{n}")).collect();
+            println!("{s}: {}", by.join(", "));
+            println!("{s}: arena {} bytes (plan {})", l.arena, l.plan.arena);
             let inf = alpha_learn::inference_program(sys.model(sys.default_batch())?)?;
             count += alpha_cuda::lower::lower_program(&inf)?.dump_ptx(&dir.join(format!("{s}-forward")))?.len();
         }

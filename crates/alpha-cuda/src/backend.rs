@@ -134,6 +134,20 @@ impl CudaBackend {
         self.gpu.time(warmup, reps, || g.replay())
     }
 
+    /// Runs `phase` launch by launch, each bracketed by device events, and returns each
+    /// launch's kernel name, node and milliseconds (event overhead included; for tables by
+    /// family, not for totals — the replayed graph is the step's time).
+    pub fn profile(&self, phase: &str) -> Result<Vec<(String, Option<u32>, f32)>> {
+        let i = self.phase_index(phase)?;
+        let base = self.arena.base();
+        let mut out = Vec::with_capacity(self.lowered.phases[i].len());
+        for l in &self.lowered.phases[i] {
+            let ms = self.gpu.time(0, 1, || launch_one(&self.gpu, &self.functions, &self.lowered, base, l))?;
+            out.push((self.lowered.kernels[l.kernel].name.clone(), l.node, ms[0]));
+        }
+        Ok(out)
+    }
+
     fn leaf(&self, name: &str) -> Result<Value> {
         self.names.get(name).copied().ok_or_else(|| anyhow!("the program has no tensor named '{name}'"))
     }
