@@ -5,6 +5,12 @@
 //! replays the whole step as one CUDA graph. Each kernel family is one module that opens with
 //! why it is built the way it is, and carries a host launcher taking raw device addresses plus a
 //! CPU reference for checking.
+//!
+//! Whole programs: [`lower`] turns a plan into launches over one arena (no GPU needed, so PTX can
+//! be checked anywhere) and [`CudaBackend`] runs them, one captured CUDA graph per phase, behind
+//! `alpha_plan::Backend`. The generic families it adds — [`pointwise`], [`reduce`],
+//! [`layernorm`], [`rotary`], [`attention`], [`gemm_simple`], [`recurrence`] — follow the CPU
+//! reference's order of operations so the two compare tightly.
 
 pub mod driver;
 pub mod ptx;
@@ -35,6 +41,31 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     v.extend(embedding::kernels());
     v.extend(cross_entropy::kernels());
     v.extend(adamw::kernels());
+    // Representative shapes of the plan-lowering families (Coppelius's where it has them).
+    let norm = layernorm::Norm { rows: 1024, c: 512 };
+    v.extend([
+        layernorm::forward_kernel(norm, 1e-5),
+        layernorm::backward_dx_kernel(norm),
+        layernorm::backward_partials_kernel(norm),
+        layernorm::backward_finish_kernel(norm),
+        rotary::kernel(8 * 1024, 1024, 64, false),
+        recurrence::kernel(2, 64, 96, false),
+    ]);
+    let dims = attention::Dims { b: 1, h: 8, g: 8, t: 1024, d: 64, scale: 0.125, softcap: None };
+    v.extend([
+        attention::forward_kernel(&dims),
+        attention::backward_dq_kernel(&dims),
+        attention::backward_dkv_kernel(&dims),
+    ]);
+    let r = reduce::Reduction::new(
+        alpha_ir::Reduce::Sum,
+        &[12288, 512],
+        &[0, 1],
+        alpha_ir::DType::F32,
+        alpha_ir::DType::F32,
+    )
+    .expect("a valid reduction");
+    v.extend([r.kernel(), r.finish_kernel()]);
     v.sort_by(|a, b| a.name.cmp(&b.name));
     v
 }
