@@ -510,7 +510,7 @@ fn check_system(name: &str, seed: u64, steps: u64, checked: bool, summary: &mut 
         );
         summary.push(format!("| {name} | step {med:.3} ms median of 20 replays | {launches} launches | | |"));
         // Per-kernel device time, launch by launch (event-bracketed, so it adds overhead).
-        let prof = gpu.profile(&phase)?;
+        let prof = gpu.profile_events(&phase)?;
         let mut by: BTreeMap<String, (usize, f64)> = BTreeMap::new();
         for (k, _, ms) in &prof {
             let e = by.entry(k.clone()).or_default();

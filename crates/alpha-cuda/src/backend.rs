@@ -19,11 +19,44 @@
 use std::collections::HashMap;
 
 use alpha_ir::{DType, Op, Program, Value};
-use alpha_plan::Backend;
+use alpha_plan::{kernel_info, Backend, LaunchTime};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::driver::{Arg, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
 use crate::lower::{lower_program, LArg, Launch, Lowered};
+
+/// Writes the device's nanosecond clock into `buf[i]`: the bracket of a profiled launch.
+const STAMP_PTX: &str = ".version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry alpha_stamp(.param .u64 buf, .param .u32 i)
+{
+    .reg .u32 %r<2>;
+    .reg .u64 %rd<6>;
+    ld.param.u64 %rd1, [buf];
+    ld.param.u32 %r1, [i];
+    cvta.to.global.u64 %rd2, %rd1;
+    mul.wide.u32 %rd3, %r1, 8;
+    add.u64 %rd4, %rd2, %rd3;
+    mov.u64 %rd5, %globaltimer;
+    st.global.u64 [%rd4], %rd5;
+    ret;
+}
+";
+
+/// PTX carried by an executable built with `alpha build --device cuda`: for each program (by
+/// its key), the text of every kernel in lowering order.
+static CARRIED_PTX: std::sync::OnceLock<HashMap<String, Vec<String>>> = std::sync::OnceLock::new();
+
+/// Load kernels from this PTX (carried by a built executable) instead of rendering them again.
+pub fn use_carried_ptx(ptx: HashMap<String, Vec<String>>) {
+    let _ = CARRIED_PTX.set(ptx);
+}
+
+/// The PTX of every kernel of `program`, in lowering order (what a built executable carries).
+pub fn program_ptx(program: &Program) -> Result<Vec<String>> {
+    Ok(lower_program(program)?.kernels.iter().map(|k| k.render()).collect())
+}
 
 /// A program compiled for the GPU.
 pub struct CudaBackend {
@@ -77,9 +110,20 @@ impl CudaBackend {
             let words: Vec<u16> = bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
             arena.upload(arena.region(*off, bytes.len())?, &words)?;
         }
+        let carried = CARRIED_PTX.get().and_then(|m| m.get(&program.key()));
         let mut functions = Vec::with_capacity(lowered.kernels.len());
-        for k in &lowered.kernels {
-            functions.push(g.load(k).with_context(|| format!("loading kernel {}", k.name))?);
+        for (i, k) in lowered.kernels.iter().enumerate() {
+            let f = match carried.and_then(|c| c.get(i)) {
+                // The executable's own PTX; it must be what this lowering would write.
+                Some(text) => {
+                    if *text != k.render() {
+                        bail!("kernel {} carried by this executable differs from its lowering", k.name);
+                    }
+                    g.load_ptx(&k.name, text)
+                }
+                None => g.load(k),
+            };
+            functions.push(f.with_context(|| format!("loading kernel {}", k.name))?);
         }
         let base = arena.base();
         let mut graphs = vec![];
@@ -137,7 +181,7 @@ impl CudaBackend {
     /// Runs `phase` launch by launch, each bracketed by device events, and returns each
     /// launch's kernel name, node and milliseconds (event overhead included; for tables by
     /// family, not for totals — the replayed graph is the step's time).
-    pub fn profile(&self, phase: &str) -> Result<Vec<(String, Option<u32>, f32)>> {
+    pub fn profile_events(&self, phase: &str) -> Result<Vec<(String, Option<u32>, f32)>> {
         let i = self.phase_index(phase)?;
         let base = self.arena.base();
         let mut out = Vec::with_capacity(self.lowered.phases[i].len());
@@ -146,6 +190,46 @@ impl CudaBackend {
             out.push((self.lowered.kernels[l.kernel].name.clone(), l.node, ms[0]));
         }
         Ok(out)
+    }
+
+    /// Runs `phase` launch by launch, each bracketed by a one-thread kernel that writes the
+    /// device's `%globaltimer` (nanoseconds) into a stamp buffer read back at the end, so every
+    /// launch's time comes from the GPU's own clock. A launch's time includes one stamp's
+    /// start-up, about a microsecond; the replayed graph remains the step's true time.
+    pub fn profile_stamps(&self, phase: &str) -> Result<Vec<LaunchTime>> {
+        let i = self.phase_index(phase)?;
+        let launches = &self.lowered.phases[i];
+        let stamp = self.gpu.load_ptx("alpha_stamp", STAMP_PTX)?;
+        let stamps = self.gpu.arena((launches.len() + 1) * 8)?;
+        let buf = stamps.alloc((launches.len() + 1) * 8)?;
+        let base = self.arena.base();
+        let one = LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_bytes: 0 };
+        for (k, l) in launches.iter().enumerate() {
+            self.gpu.launch(&stamp, one, &[Arg::U64(buf.ptr), Arg::U32(k as u32)])?;
+            launch_one(&self.gpu, &self.functions, &self.lowered, base, l)?;
+        }
+        self.gpu.launch(&stamp, one, &[Arg::U64(buf.ptr), Arg::U32(launches.len() as u32)])?;
+        self.gpu.synchronize().with_context(|| format!("profiling phase '{phase}'"))?;
+        let words = stamps.download::<u32>(buf, 2 * (launches.len() + 1))?;
+        let ns: Vec<u64> = words.chunks_exact(2).map(|w| w[0] as u64 | (w[1] as u64) << 32).collect();
+        let program = &self.lowered.plan.program;
+        Ok(launches
+            .iter()
+            .enumerate()
+            .map(|(k, l)| {
+                let us = ns[k + 1].saturating_sub(ns[k]) as f64 / 1e3;
+                match l.node {
+                    Some(node) => {
+                        let (family, name, flops, shape) = kernel_info(program, node);
+                        LaunchTime { family, name, us, flops, shape }
+                    }
+                    None => {
+                        let name = self.lowered.kernels[l.kernel].name.clone();
+                        LaunchTime { family: "copy".into(), name, us, flops: None, shape: None }
+                    }
+                }
+            })
+            .collect())
     }
 
     fn leaf(&self, name: &str) -> Result<Value> {
@@ -222,6 +306,9 @@ impl Backend for CudaBackend {
     fn output(&mut self, name: &str) -> Result<Vec<f32>> {
         let v = *self.program().outputs.get(name).ok_or_else(|| anyhow!("the program has no output '{name}'"))?;
         self.read_value(v)
+    }
+    fn profile(&mut self, phase: &str) -> Result<Vec<LaunchTime>> {
+        self.profile_stamps(phase)
     }
     fn run(&mut self, phase: &str) -> Result<()> {
         let i = self.phase_index(phase)?;

@@ -134,7 +134,7 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
     let t1 = Instant::now();
     let (tokenizer, origin) = match &opts.tokenizer {
         TokenizerSpec::Bytes => {
-            (Tokenizer::Bytes, "bytes: ids 0-255 are UTF-8 bytes, 256 is <|endoftext|>".to_string())
+            (Tokenizer::Bytes, "bytes: ids 0-255 are UTF-8 bytes; 3 (ASCII END OF TEXT) ends each document".to_string())
         }
         TokenizerSpec::File(path) => (Tokenizer::from_file(path)?, format!("loaded from {}", path.display())),
         TokenizerSpec::TrainBpe { vocab_size } => {

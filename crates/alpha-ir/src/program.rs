@@ -34,6 +34,13 @@ impl Program {
         Program { graph, phases: vec![Phase { name: name.into(), nodes: 0..n, assign: vec![] }], outputs }
     }
 
+    /// A stable identity: the SHA-256 of the serialised program. Plans and kernels carried by a
+    /// built executable are looked up by it.
+    pub fn key(&self) -> String {
+        use sha2::{Digest, Sha256};
+        hex::encode(Sha256::digest(serde_json::to_vec(self).expect("programs serialise")))
+    }
+
     pub fn phase(&self, name: &str) -> Option<usize> {
         self.phases.iter().position(|p| p.name == name)
     }

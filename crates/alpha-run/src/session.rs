@@ -36,7 +36,7 @@ static EMBEDDED: OnceLock<Vec<(String, alpha_plan::Plan)>> = OnceLock::new();
 
 /// A stable key for a program: the SHA-256 of its serialised form.
 pub fn program_key(program: &Program) -> String {
-    hex::encode(Sha256::digest(serde_json::to_vec(program).expect("programs serialise")))
+    program.key()
 }
 
 /// Use these plans instead of planning again when a program matches one of them.

@@ -317,7 +317,8 @@ fn train(a: TrainArgs) -> Result<()> {
     println!("checkpoint {} (sha256 {})", r.checkpoint.display(), r.sha256);
     println!("records in {}", r.run_dir.display());
     if a.sample_tokens > 0 {
-        let text = sample(system.as_ref(), &r.checkpoint, &data, "The ", a.sample_tokens, 0.8, a.seed)?;
+        let (text, _) =
+            run_prompt(system.as_ref(), &r.checkpoint, &data, "The ", a.sample_tokens, 0.8, a.seed, a.device)?;
         println!("sample: {text:?}");
     }
     Ok(())
@@ -330,20 +331,6 @@ impl TrainArgs {
             Device::Cuda => "cuda",
         }
     }
-}
-
-/// Continue `prompt` from a checkpoint; returns prompt + continuation.
-fn sample(
-    system: &dyn System,
-    ckpt_path: &Path,
-    data: &Path,
-    prompt: &str,
-    tokens: usize,
-    temperature: f64,
-    seed: u64,
-) -> Result<String> {
-    let (text, _) = run_prompt(system, ckpt_path, data, prompt, tokens, temperature, seed, Device::Cpu)?;
-    Ok(text)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -441,28 +428,39 @@ fn plan(a: PlanArgs) -> Result<()> {
 }
 
 fn build(a: BuildArgs) -> Result<()> {
-    if a.device != Device::Cpu {
-        bail!("building for cuda is not available yet (issue 4): the CUDA backend does not run whole plans; use --device cpu");
-    }
     let system = find(&a.system)?;
     let batch = a.batch.unwrap_or(system.default_batch());
     let learner = system.learner(system.default_steps());
-    let train = learner.training_program(system.model(batch)?)?;
-    let mut plans = vec![alpha_plan::plan(&train, alpha_plan::elements, 16)?];
+    let mut programs = vec![learner.training_program(system.model(batch)?)?];
     for b in [batch, 1] {
-        let fwd = inference_program(system.model(b)?)?;
-        plans.push(alpha_plan::plan(&fwd, alpha_plan::elements, 16)?);
+        programs.push(inference_program(system.model(b)?)?);
     }
+    let (unit, align): (alpha_plan::UnitFn, usize) = match a.device {
+        Device::Cpu => (alpha_plan::elements, 16),
+        Device::Cuda => (alpha_plan::bytes, 256),
+    };
+    let mut plans = vec![];
+    let mut ptx = std::collections::HashMap::new();
+    for p in &programs {
+        plans.push(alpha_plan::plan(p, unit, align)?);
+        if a.device == Device::Cuda {
+            ptx.insert(p.key(), alpha_cuda::backend::program_ptx(p)?);
+        }
+    }
+    let kernels: usize = ptx.values().map(Vec::len).sum();
+    let device = if a.device == Device::Cuda { "cuda" } else { "cpu" };
     let payload = Payload {
         system: system.name().into(),
-        device: "cpu".into(),
+        device: device.into(),
         batch,
-        plans,
+        plans: if a.device == Device::Cpu { plans } else { vec![] },
+        ptx,
         built_at: alpha_run::records::now(),
     };
     embedded::write(&a.output, &payload)?;
+    let carried = if a.device == Device::Cuda { format!(", {kernels} PTX kernels") } else { String::new() };
     println!(
-        "wrote {}: {} on the cpu, batch {batch}; run `{} train`, `resume CKPT`, `predict`, `score`",
+        "wrote {}: {} for the {device}, batch {batch}{carried}; run `{} train`, `resume CKPT`, `predict`, `score`",
         a.output.display(),
         system.name(),
         a.output.display()
@@ -475,7 +473,7 @@ fn build(a: BuildArgs) -> Result<()> {
 pub fn built_args(p: &Payload, args: &[String]) -> Vec<String> {
     let mut out = vec!["alpha".to_string()];
     let rest = &args[1.min(args.len())..];
-    let batch = ["--batch".to_string(), p.batch.to_string()];
+    let batch = ["--batch".to_string(), p.batch.to_string(), "--device".to_string(), p.device.clone()];
     match rest.first().map(String::as_str) {
         Some("train") => {
             out.extend(["train".into(), p.system.clone()]);
@@ -496,7 +494,7 @@ pub fn built_args(p: &Payload, args: &[String]) -> Vec<String> {
             out.extend(rest[1..].iter().cloned());
         }
         Some("predict") => {
-            out.extend(["predict".into(), p.system.clone()]);
+            out.extend(["predict".into(), p.system.clone(), "--device".into(), p.device.clone()]);
             out.extend(rest[1..].iter().cloned());
         }
         Some(_) => out.extend(rest.iter().cloned()),

@@ -18,6 +18,9 @@ pub struct Payload {
     pub device: String,
     pub batch: usize,
     pub plans: Vec<Plan>,
+    /// For a CUDA build: each program's kernels as PTX, by program key.
+    #[serde(default)]
+    pub ptx: std::collections::HashMap<String, Vec<String>>,
     pub built_at: String,
 }
 

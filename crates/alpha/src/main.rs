@@ -14,6 +14,7 @@ fn main() -> ExitCode {
     let cli = match embedded::read_own() {
         Some(payload) => {
             let args = commands::built_args(&payload, &args);
+            alpha_cuda::backend::use_carried_ptx(payload.ptx);
             alpha_run::session::use_embedded_plans(payload.plans);
             commands::Cli::parse_from(args)
         }
