@@ -505,10 +505,27 @@ def heldout_loss(model, split: TokenSplit, cfg: Config, windows: int, device, ba
     return {"loss": nll / tokens, "windows": len(ws), "tokens": tokens}
 
 
-def pick_device(name: str):
+ATTENTION = ("flash", "cudnn", "auto")
+
+
+def configure_attention(choice: str, device) -> None:
+    """Which SDPA backend CUDA runs. "flash" (the default) allows only PyTorch's FlashAttention
+    kernels, so a step fails rather than falling back; "cudnn" only cuDNN's attention (which
+    PyTorch 2.11 picks by default on an H200); "auto" leaves PyTorch's own choice."""
+    if device.type != "cuda" or choice == "auto":
+        return
+    torch.backends.cuda.enable_flash_sdp(choice == "flash")
+    torch.backends.cuda.enable_cudnn_sdp(choice == "cudnn")
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    torch.backends.cuda.enable_math_sdp(False)
+
+
+def pick_device(name: str, attention: str = "flash"):
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
+    device = torch.device(name)
+    configure_attention(attention, device)
+    return device
 
 
 def check_vocab(cfg: Config, split: TokenSplit, data_dir: str):
@@ -534,7 +551,7 @@ def default_context(args) -> int:
 
 
 def cmd_score(args) -> dict:
-    device = pick_device(args.device)
+    device = pick_device(args.device, args.attention)
     amp = args.precision == "bf16"
     model, cfg, meta = load_checkpoint_model(args.checkpoint, default_context(args), device, amp)
     split = TokenSplit(args.data, "valid")
@@ -552,7 +569,7 @@ def cmd_score(args) -> dict:
 
 
 def cmd_train(args) -> dict:
-    device = pick_device(args.device)
+    device = pick_device(args.device, args.attention)
     amp = args.precision == "bf16"
     model, cfg, meta = load_checkpoint_model(args.init, default_context(args), device, amp)
     if int(meta.get("step", 0) or 0) != 0:
@@ -779,7 +796,7 @@ def flash_check(cfg, device) -> dict:
 
 
 def cmd_bench(args) -> dict:
-    device = pick_device(args.device)
+    device = pick_device(args.device, args.attention)
     cfg = config_from_args(args)
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     for s in settings:
@@ -806,6 +823,7 @@ def cmd_bench(args) -> dict:
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "compile_scope": args.compile_scope,
+        "attention": args.attention,
         "steps": args.steps,
         "warmup": args.warmup,
         "repeats": args.repeats,
@@ -858,6 +876,8 @@ def main(argv=None) -> int:
         sp.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
                         help="bf16 autocast for matrix products (default) or plain fp32")
         sp.add_argument("--context", type=int, default=None, help="tokens a window (default 1024; 64 with --tiny)")
+        sp.add_argument("--attention", choices=ATTENTION, default="flash",
+                        help="SDPA backend on CUDA: flash (PyTorch's FlashAttention only; default), cudnn, auto")
         if model:
             sp.add_argument("--tiny", action="store_true", help="2 blocks of width 128, context 64: a smoke test")
 
