@@ -41,6 +41,9 @@ pub struct TrainOptions {
     pub accumulation: usize,
     /// Time every launch of one step into `profile.jsonl`.
     pub profile: bool,
+    /// On a fresh start, also checkpoint the initial weights as step 0 (the lineage's root, and
+    /// what an independent implementation loads to train beside Alpha).
+    pub save_initial: bool,
     /// Held-out windows scored at each checkpoint (0: none).
     pub heldout_windows: usize,
     pub progress: bool,
@@ -190,6 +193,35 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     } else {
         None
     };
+    if opts.save_initial && resumed.is_none() {
+        let meta = Meta {
+            system: system.name().into(),
+            config_hash: hash.clone(),
+            step: 0,
+            cursor: serde_json::to_string(&stream.cursor())?,
+            seed,
+            schedule: learner.schedule.describe(),
+            schedule_total: horizon,
+            tokens: 0,
+            parent: None,
+            data: data_path.clone(),
+        };
+        let rel = PathBuf::from("checkpoints").join("step-000000.safetensors");
+        let sha = checkpoint::save(&opts.run_dir.join(&rel), &meta, &snapshot(backend.as_mut())?)?;
+        records.lineage(&LineageRow {
+            step: 0,
+            path: rel.display().to_string(),
+            sha256: sha.clone(),
+            parent: None,
+            train_loss: None,
+            heldout_loss: None,
+            heldout_bpb: None,
+            wall_s: Some(started.elapsed().as_secs_f64()),
+            device_s: None,
+            time: Some(now()),
+        })?;
+        parent = Some(sha);
+    }
     let bar = progress_bar(opts.progress, opts.steps);
     let mut inputs = vec![0u32; batch * t];
     let mut targets = vec![0u32; batch * t];

@@ -21,6 +21,7 @@ fn options(data: &std::path::Path, run: &std::path::Path, steps: u64) -> TrainOp
         lr: None,
         accumulation: 1,
         profile: false,
+        save_initial: false,
         heldout_windows: 256,
         progress: false,
     }

@@ -121,6 +121,9 @@ pub struct TrainArgs {
     /// Time every launch of one step (the second) into profile.jsonl.
     #[arg(long)]
     pub profile: bool,
+    /// On a fresh start, also checkpoint the initial weights as step 0.
+    #[arg(long)]
+    pub save_initial: bool,
     /// Held-out windows scored at each checkpoint.
     #[arg(long, default_value_t = 256)]
     pub heldout_windows: usize,
@@ -278,6 +281,7 @@ fn train(a: TrainArgs) -> Result<()> {
         lr: a.lr,
         accumulation: a.accumulate,
         profile: a.profile,
+        save_initial: a.save_initial,
         heldout_windows: a.heldout_windows,
         progress: !a.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
