@@ -681,7 +681,9 @@ def bench_setting(name, cfg, state, batches, args, device) -> dict:
     opt = make_optimizer(model, device, graph_safe=use_graph)
     fwd = model
     if compiled:
-        mode = "max-autotune-no-cudagraphs" if use_graph else None
+        # Inside a whole-step graph, PyTorch's own graphs must stay off; max-autotune's kernel
+        # search takes minutes a shape, so it is a choice (--graph-compile-mode).
+        mode = (None if args.graph_compile_mode == "default" else args.graph_compile_mode) if use_graph else None
         if args.compile_scope == "blocks":
             for blk in model.blocks:
                 blk.compile(mode=mode)
@@ -891,6 +893,8 @@ def main(argv=None) -> int:
     b.add_argument("--compile-scope", choices=("model", "blocks"), default="model",
                    help="torch.compile the whole model (default) or each block and the head separately")
     b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--graph-compile-mode", default="max-autotune-no-cudagraphs",
+                   help="torch.compile mode under the whole-step graph: max-autotune-no-cudagraphs or default")
     b.add_argument("--no-profile", action="store_true", help="skip the flash-attention checks")
     b.add_argument("--deadline-s", type=float, default=0, help="skip settings not started by then (0: none)")
     b.add_argument("--partial", default=None, help="rewrite this JSON file after each setting")

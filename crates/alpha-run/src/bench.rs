@@ -63,10 +63,11 @@ pub fn time_alpha(system: &dyn System, device: Device, batch: usize, warmup: u64
 }
 
 /// PyTorch's settings for one batch size: (setting, ms a step), fastest first.
-pub fn time_pytorch(script: &Path, batch: usize) -> Result<Vec<(String, f64)>> {
+pub fn time_pytorch(script: &Path, batch: usize, extra: &[String]) -> Result<Vec<(String, f64)>> {
     let out = Command::new("python3")
         .arg(script)
         .args(["bench", "--batch", &batch.to_string()])
+        .args(extra)
         .output()
         .with_context(|| format!("running python3 {}", script.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);

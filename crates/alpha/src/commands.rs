@@ -67,6 +67,9 @@ pub struct BenchArgs {
     /// The PyTorch baseline script ("none" skips it).
     #[arg(long, default_value = "bench/coppelius_torch.py")]
     pub baseline: PathBuf,
+    /// An extra argument for the baseline script (repeat for several).
+    #[arg(long = "baseline-arg", allow_hyphen_values = true)]
+    pub baseline_args: Vec<String>,
 }
 
 #[derive(Args)]
@@ -592,7 +595,8 @@ fn bench(a: BenchArgs) -> Result<()> {
     );
     for b in batches {
         let t = time_alpha(system.as_ref(), a.device, b, a.warmup, a.steps)?;
-        let base = if a.baseline.as_os_str() == "none" { None } else { Some(time_pytorch(&a.baseline, b)?) };
+        let base =
+            if a.baseline.as_os_str() == "none" { None } else { Some(time_pytorch(&a.baseline, b, &a.baseline_args)?) };
         let (name, ms) = base.as_ref().and_then(|r| r.first().cloned()).unwrap_or(("-".into(), f64::NAN));
         println!(
             "{:>5}  {:>12.3} {:>14.0} {:>9}  {:>22} {:>12.3}  {:>6.2}×",
