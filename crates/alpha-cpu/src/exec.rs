@@ -218,6 +218,7 @@ impl<T: Real> Cpu<T> {
                 let s = shape(0);
                 recurrence::recurrence(ins[0], ins[1], s[0], s[1], *reverse, o0);
             }
+            Op::SumSquares => o0[0] = T::of(layout::sum_squares(&ins)),
             Op::AdamW { .. }
             | Op::Reshape { .. }
             | Op::Param { .. }

@@ -27,6 +27,7 @@ pub mod gemm;
 pub mod gemm_simple;
 pub mod layernorm;
 pub mod lower;
+pub mod multi;
 pub mod pointwise;
 pub mod recurrence;
 pub mod reduce;
@@ -41,6 +42,7 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     v.extend(embedding::kernels());
     v.extend(cross_entropy::kernels());
     v.extend(adamw::kernels());
+    v.extend(multi::kernels());
     // Representative shapes of the plan-lowering families (Coppelius's where it has them).
     let norm = layernorm::Norm { rows: 1024, c: 512 };
     v.extend([

@@ -29,7 +29,7 @@ use crate::layernorm::{self, Norm};
 use crate::pointwise::{broadcast_strides, contiguous_strides, grid_blocks, Body, Operand, Pointwise};
 use crate::ptx::Kernel;
 use crate::reduce::Reduction;
-use crate::{adamw, cross_entropy, embedding, recurrence, rotary};
+use crate::{adamw, cross_entropy, embedding, multi, recurrence, rotary};
 
 /// Alignment of the regions appended after the plan's arena.
 const ALIGN: usize = 256;
@@ -187,6 +187,44 @@ impl Lowerer<'_> {
         self.inits.push((off, data.iter().flat_map(|x| x.to_le_bytes()).collect()));
         self.tables.insert((t, d, base.to_bits()), off);
         off
+    }
+
+    /// Appends `data` to the constant region (written once at load); returns its offset.
+    fn constant(&mut self, data: Vec<u8>) -> usize {
+        let off = self.consts_end;
+        self.consts_end = (off + data.len()).div_ceil(ALIGN) * ALIGN;
+        self.inits.push((off, data));
+        off
+    }
+
+    /// A run of AdamW nodes sharing β₁, β₂, ε and their scalar inputs (lr, bc1, bc2, gscale):
+    /// one multi-tensor launch driven by a chunk table (see [`crate::multi`]).
+    fn lower_adamw_group(&mut self, ids: &[u32]) -> Result<Pending> {
+        let g = self.g();
+        let first = &g.nodes[ids[0] as usize];
+        let Op::AdamW { beta1, beta2, eps, .. } = first.op else { unreachable!("an AdamW group") };
+        let mut tensors = vec![];
+        for &id in ids {
+            let node = &g.nodes[id as usize];
+            let Op::AdamW { weight_decay, .. } = node.op else { unreachable!("an AdamW group") };
+            self.want_f32(node, id, &node.inputs)?;
+            let off = |k: usize| self.plan.slot(node.inputs[k]).offset;
+            tensors.push(multi::AdamwTensor {
+                p: off(0),
+                g: off(1),
+                m: off(2),
+                v: off(3),
+                len: g.ty(node.inputs[0]).numel(),
+                weight_decay: weight_decay as f32,
+            });
+        }
+        let scalars: Vec<A> = first.inputs[4..8].iter().map(|&x| self.ptr(x)).collect();
+        let (bytes, chunks) = multi::adamw_table(&tensors).map_err(|e| node_error(first, ids[0], e))?;
+        let table = self.constant(bytes);
+        let kernel = self.kernel(multi::adamw_kernel(beta1, beta2, eps))?;
+        let mut args = vec![A::Ptr(0), A::Ptr(table)];
+        args.extend(scalars);
+        Ok(Pending { kernel, grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), args, node: Some(ids[0]) })
     }
 
     fn want_f32(&self, node: &Node, id: u32, vals: &[Value]) -> Result<()> {
@@ -595,6 +633,40 @@ impl Lowerer<'_> {
                     node: some,
                 });
             }
+            Op::SumSquares => {
+                self.want_f32(&node, id, ins)?;
+                let tensors: Vec<(usize, usize)> =
+                    ins.iter().map(|&x| (plan.slot(x).offset, g.ty(x).numel())).collect();
+                if tensors.iter().all(|t| t.1 == 0) {
+                    let fill = Pointwise {
+                        shape: vec![1],
+                        out: Operand::contiguous(DType::F32, &[1]),
+                        ins: vec![],
+                        body: Body::Fill(0.0),
+                    };
+                    v.push(self.pointwise(fill, vec![self.ptr(out(0))], some)?);
+                    return Ok(v);
+                }
+                let (bytes, chunks) = multi::sumsq_table(&tensors).map_err(|e| node_error(&node, id, e))?;
+                let table = self.constant(bytes);
+                self.need_scratch(chunks * 8);
+                let k1 = self.kernel(multi::sumsq_chunks_kernel())?;
+                v.push(Pending {
+                    kernel: k1,
+                    grid: (chunks as u32, 1, 1),
+                    block: (multi::THREADS, 1, 1),
+                    args: vec![A::Scratch(0), A::Ptr(0), A::Ptr(table)],
+                    node: some,
+                });
+                let k2 = self.kernel(multi::sumsq_finish_kernel())?;
+                v.push(Pending {
+                    kernel: k2,
+                    grid: (1, 1, 1),
+                    block: (multi::THREADS, 1, 1),
+                    args: vec![self.ptr(out(0)), A::Scratch(0), A::U32(chunks as u32)],
+                    node: some,
+                });
+            }
             Op::RmsNorm { .. } | Op::RmsNormBackward => {
                 return Err(node_error(&node, id, "RMSNorm has no GPU kernel yet (no system on the GPU uses it)"));
             }
@@ -642,8 +714,28 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
     let mut phases = vec![];
     for ph in &plan.phases {
         let mut launches = vec![];
-        for k in &ph.kernels {
-            launches.extend(lw.lower_node(k.node)?);
+        let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
+        let mut i = 0;
+        while i < nodes.len() {
+            // Consecutive AdamWs that share β₁, β₂, ε and their step scalars: one launch.
+            let key = |id: u32| match plan.program.graph.nodes[id as usize].op {
+                Op::AdamW { beta1, beta2, eps, .. } => Some((
+                    [beta1, beta2, eps].map(f64::to_bits),
+                    plan.program.graph.nodes[id as usize].inputs[4..8].to_vec(),
+                )),
+                _ => None,
+            };
+            if let Some(k0) = key(nodes[i]) {
+                let mut j = i + 1;
+                while j < nodes.len() && key(nodes[j]).as_ref() == Some(&k0) {
+                    j += 1;
+                }
+                launches.push(lw.lower_adamw_group(&nodes[i..j])?);
+                i = j;
+                continue;
+            }
+            launches.extend(lw.lower_node(nodes[i])?);
+            i += 1;
         }
         for c in &ph.copies {
             let (d, s) = (plan.slot(c.dst), plan.slot(c.src));

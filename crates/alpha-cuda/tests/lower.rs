@@ -40,7 +40,15 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     assert!(launches > 1000, "{launches} launches");
     assert!(l.kernels.len() < 100, "{} distinct kernels: blocks should share modules", l.kernels.len());
     let names: Vec<&str> = l.kernels.iter().map(|k| k.name.as_str()).collect();
-    for family in ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkv", "layernorm_fwd", "rotary", "adamw_step"] {
+    for family in [
+        "attention_fwd",
+        "attention_bwd_dq",
+        "attention_bwd_dkv",
+        "layernorm_fwd",
+        "rotary",
+        "adamw_multi",
+        "sumsq_multi",
+    ] {
         assert!(names.contains(&family), "no {family} kernel");
     }
     assert!(
@@ -62,4 +70,73 @@ fn accumulation_phases_lower_with_their_copies() {
     check_pointers(&l);
     // The accumulate phase ends by copying the summed gradient into its accumulator.
     assert!(l.phases[0].iter().any(|x| x.node.is_none()), "no phase-end copy in 'accumulate'");
+}
+
+fn training(system: &str) -> Lowered {
+    match system {
+        "bob" => {
+            let bob = alpha_systems::bob::Bob;
+            lower_program(&bob.learner(10).training_program(bob.model(4).unwrap()).unwrap()).unwrap()
+        }
+        _ => {
+            let c = alpha_systems::coppelius::Coppelius::default();
+            lower_program(&c.learner(10).training_program(c.model(1).unwrap()).unwrap()).unwrap()
+        }
+    }
+}
+
+/// Launch counts of the training step (B=4 Bob, B=1 T=1024 Coppelius) after the optimizer,
+/// GEMM-epilogue and cast fusions. Before them: Bob 13, Coppelius 1,615.
+#[test]
+fn training_steps_launch_counts() {
+    for s in ["bob", "coppelius"] {
+        let l = training(s);
+        check_pointers(&l);
+        let by = alpha_cuda::lower::launches_by_kernel(&l, 0);
+        println!("{s}: {} launches, {} kernels", l.launch_count(0), l.kernels.len());
+        for (k, n) in &by {
+            println!("  {n:5} {k}");
+        }
+        let count = |name: &str| by.iter().find(|x| x.0 == name).map_or(0, |x| x.1);
+        // The optimizer: one launch for every AdamW, two for the global sum of squares.
+        assert_eq!(count("adamw_multi"), 1, "{s}");
+        assert_eq!((count("sumsq_multi"), count("sumsq_multi_finish")), (1, 1), "{s}");
+        assert_eq!(count("adamw_step") + count("pw_square") + count("reduce_sum"), 0, "{s}");
+        let expected = if s == "bob" { BOB_LAUNCHES } else { COPPELIUS_LAUNCHES };
+        assert_eq!(l.launch_count(0), expected, "{s}");
+    }
+}
+
+const BOB_LAUNCHES: usize = 12;
+const COPPELIUS_LAUNCHES: usize = 1178;
+
+/// Every distinct kernel of Bob's and Coppelius's training programs assembles for sm_90a with
+/// ptxas 13 (the PyPI wheel at `PTXAS` or `$ALPHA_PTXAS`); prints "skipped" where it is absent.
+#[test]
+fn every_training_kernel_assembles_with_ptxas() {
+    const PTXAS: &str = "/tmp/nvccwhl/ex/nvidia/cu13/bin/ptxas";
+    let ptxas = std::env::var("ALPHA_PTXAS").unwrap_or_else(|_| PTXAS.to_string());
+    if !std::path::Path::new(&ptxas).exists() {
+        println!("ptxas: skipped ({ptxas} not found)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("alpha-ptxas-{}", std::process::id()));
+    let mut files = vec![];
+    for s in ["bob", "coppelius"] {
+        files.extend(training(s).dump_ptx(&dir).unwrap());
+    }
+    let mut failed = vec![];
+    for f in &files {
+        let out = std::process::Command::new(&ptxas)
+            .args(["-arch=sm_90a", "-o", "/dev/null"])
+            .arg(f)
+            .output()
+            .expect("running ptxas");
+        if !out.status.success() {
+            failed.push(format!("{}: {}", f.display(), String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("ptxas: {} of {} kernels assembled for sm_90a", files.len() - failed.len(), files.len());
+    assert!(failed.is_empty(), "ptxas rejected:\n{}", failed.join("\n"));
 }

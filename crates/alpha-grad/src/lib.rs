@@ -357,6 +357,7 @@ fn pullback(
         | Op::AttentionBackward { .. }
         | Op::CrossEntropyBackward
         | Op::AdamW { .. }
+        | Op::SumSquares
         | Op::Param { .. }
         | Op::State { .. }
         | Op::Input { .. }

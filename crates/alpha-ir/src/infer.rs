@@ -333,5 +333,15 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> 
             }
             Ok(vec![p.clone(), p.clone(), p.clone()])
         }
+        Op::SumSquares => {
+            if inputs.is_empty() {
+                return Err("sum-squares takes at least one input".into());
+            }
+            for (i, x) in inputs.iter().enumerate() {
+                want_float(x, &format!("input {i}"))?;
+                want_same_dtype(&inputs[0], x)?;
+            }
+            Ok(vec![tt(vec![], DType::F32)])
+        }
     }
 }

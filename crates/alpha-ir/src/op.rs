@@ -189,6 +189,10 @@ pub enum Op {
         eps: f64,
         weight_decay: f64,
     },
+    /// Σ x² over every element of every input (any shapes, one float dtype) → an f32 scalar
+    /// (the global gradient norm's square). The reference accumulates in f64, input by input in
+    /// order. Not differentiable.
+    SumSquares,
 }
 
 impl Op {
@@ -223,6 +227,7 @@ impl Op {
             Op::CrossEntropyBackward => "cross-entropy-backward",
             Op::Recurrence { .. } => "recurrence",
             Op::AdamW { .. } => "adamw",
+            Op::SumSquares => "sum-squares",
         }
     }
 

@@ -80,17 +80,13 @@ impl Learner {
         outputs: &mut BTreeMap<String, Value>,
     ) -> Vec<(Value, Value)> {
         let update_grads = grads;
-        // Global norm and the clip factor, in-graph so the step needs no host round trip.
-        let mut total: Option<Value> = None;
-        for gr in update_grads {
-            let sq = g.square(*gr);
-            let s = g.sum_all(sq);
-            total = Some(match total {
-                Some(t) => g.add(t, s),
-                None => s,
-            });
-        }
-        let total = total.unwrap_or_else(|| g.constant(0.0, &[], DType::F32));
+        // Global norm and the clip factor, in-graph so the step needs no host round trip: one
+        // sum of squares over every gradient (one op, so a device can do it in one pass).
+        let total = if update_grads.is_empty() {
+            g.constant(0.0, &[], DType::F32)
+        } else {
+            g.push(Op::SumSquares, update_grads)[0]
+        };
         let norm = g.sqrt(total);
         outputs.insert("grad_norm".to_string(), norm);
         let gscale = match self.clip {

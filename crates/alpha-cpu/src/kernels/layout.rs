@@ -56,6 +56,19 @@ pub fn reduce<T: Real>(kind: Reduce, x: &[T], shape: &[usize], axes: &[usize], o
     }
 }
 
+/// Σ x² over every element of every input, accumulated in f64 in input order, element order
+/// within an input (the IR's `SumSquares`: the global gradient norm's square).
+pub fn sum_squares<T: Real>(xs: &[&[T]]) -> f64 {
+    let mut acc = 0.0f64;
+    for x in xs {
+        for &v in x.iter() {
+            let d = v.f64();
+            acc += d * d;
+        }
+    }
+    acc
+}
+
 pub fn permute<T: Real>(x: &[T], shape: &[usize], perm: &[usize], out: &mut [T]) {
     let xs = strides(shape);
     let os: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
@@ -98,5 +111,18 @@ pub fn place<T: Real>(part: &[T], shape: &[usize], axis: usize, at: usize, len: 
     for o in 0..outer {
         let dst = (o * shape[axis] + at) * inner;
         out[dst..dst + len * inner].copy_from_slice(&part[o * len * inner..(o + 1) * len * inner]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sum_squares_spans_every_input_in_f64() {
+        let a = [1.0f32, 2.0];
+        let b = [3.0f32];
+        let big = [1e8f32, 1.0];
+        assert_eq!(super::sum_squares::<f32>(&[&a, &b]), 14.0);
+        // 1e16 + 1 is exact in f64, lost in an f32 running sum.
+        assert_eq!(super::sum_squares::<f32>(&[&big]), 1e16 + 1.0);
     }
 }

@@ -1,0 +1,321 @@
+//! Multi-tensor kernels: the global sum of squares over every gradient and every AdamW of a
+//! phase, each in one launch however many tensors there are.
+//!
+//! Why: the learner's optimizer touches ~150 tensors (Coppelius) at arbitrary arena offsets.
+//! One launch per tensor (and square → sum → add per gradient for the clip norm) cost ~590
+//! launches a step, most of them tiny. Here a launch is driven by a device table of fixed-size
+//! chunks, written once at load into the lowering's constant region: block `b` reads entry `b`
+//! (arena byte offsets from the arena base, a length, per-tensor constants) and walks its chunk.
+//! A chunk never spans two tensors, so a block's work is one contiguous run.
+//!
+//! Determinism: the sum of squares needs no float atomics. Chunks are fixed by the tensor
+//! lengths alone ([`SUMSQ_CHUNK`]); each block sums its chunk in f64 (each thread a fixed
+//! strided subset, then a fixed shared-memory tree) into one f64 partial per chunk, and a second
+//! one-block launch sums the partials in a fixed order and rounds to f32 once. The CPU reference
+//! (`alpha-cpu`'s `sum_squares`) also sums in f64, so the two differ only by f64 rounding of a
+//! different association before the final f32 rounding.
+//!
+//! AdamW's arithmetic is the single-tensor kernel's ([`crate::adamw::step_kernel`]), operation for
+//! operation in f32 with round-to-nearest and no contraction, so it stays bit-identical to the
+//! CPU reference (`alpha-cpu/src/kernels/adamw.rs`); only the weight decay moves from an
+//! immediate into the table (the same f32 value).
+
+use anyhow::{bail, Result};
+
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+
+/// Threads per block of every kernel here.
+pub const THREADS: u32 = 256;
+/// Elements per block of the sum of squares.
+pub const SUMSQ_CHUNK: usize = 16384;
+/// Elements per block of AdamW.
+pub const ADAMW_CHUNK: usize = 8192;
+/// Bytes of one sum-of-squares table entry: (offset u64, len u32, pad u32).
+pub const SUMSQ_ENTRY: usize = 16;
+/// Bytes of one AdamW table entry: (p, g, m, v offsets u64; len u32; weight decay f32).
+pub const ADAMW_ENTRY: usize = 40;
+
+/// One tensor of an AdamW group: arena byte offsets of p, g, m, v (f32), its length and decay.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamwTensor {
+    pub p: usize,
+    pub g: usize,
+    pub m: usize,
+    pub v: usize,
+    pub len: usize,
+    pub weight_decay: f32,
+}
+
+/// The sum-of-squares chunk table for f32 tensors at (arena byte offset, length): bytes and
+/// entry count. Empty tensors contribute nothing.
+pub fn sumsq_table(tensors: &[(usize, usize)]) -> Result<(Vec<u8>, usize)> {
+    let mut t = vec![];
+    let mut n = 0;
+    for &(off, len) in tensors {
+        let mut at = 0;
+        while at < len {
+            let l = SUMSQ_CHUNK.min(len - at);
+            t.extend(((off + at * 4) as u64).to_le_bytes());
+            t.extend((l as u32).to_le_bytes());
+            t.extend(0u32.to_le_bytes());
+            at += l;
+            n += 1;
+        }
+    }
+    if n == 0 || n > i32::MAX as usize {
+        bail!("sum-squares: {n} chunks");
+    }
+    Ok((t, n))
+}
+
+/// The AdamW chunk table: bytes and entry count.
+pub fn adamw_table(tensors: &[AdamwTensor]) -> Result<(Vec<u8>, usize)> {
+    let mut t = vec![];
+    let mut n = 0;
+    for x in tensors {
+        let mut at = 0;
+        while at < x.len {
+            let l = ADAMW_CHUNK.min(x.len - at);
+            for o in [x.p, x.g, x.m, x.v] {
+                t.extend(((o + at * 4) as u64).to_le_bytes());
+            }
+            t.extend((l as u32).to_le_bytes());
+            t.extend(x.weight_decay.to_bits().to_le_bytes());
+            at += l;
+            n += 1;
+        }
+    }
+    if n == 0 || n > i32::MAX as usize {
+        bail!("adamw: {n} chunks");
+    }
+    Ok((t, n))
+}
+
+/// Sums `v` (f64) over the block in a fixed tree through `sh` (THREADS·8 bytes); returns the
+/// total in thread 0 (other threads' value is unspecified).
+fn block_sum_f64(k: &mut Kernel, v: Reg, sh: &str, tid: Reg) -> Reg {
+    let base = k.un("mov.u32", RegKind::B32, Opnd::S(sh.to_string()));
+    let mine = k.tri("mad.lo.u32", RegKind::B32, tid, 8u32, base);
+    k.op("st.shared.f64", [addr(mine, 0), v.into()]);
+    k.barrier();
+    let mut s = THREADS / 2;
+    while s >= 1 {
+        let skip = k.label("tree");
+        let active = k.setp("lt.u32", tid, s);
+        k.bra_if(active, true, &skip);
+        let a = k.reg(RegKind::F64);
+        let b = k.reg(RegKind::F64);
+        k.op("ld.shared.f64", [a.into(), addr(mine, 0)]);
+        k.op("ld.shared.f64", [b.into(), addr(mine, (8 * s) as i64)]);
+        let c = k.bin("add.rn.f64", RegKind::F64, a, b);
+        k.op("st.shared.f64", [addr(mine, 0), c.into()]);
+        k.place(&skip);
+        k.barrier();
+        s /= 2;
+    }
+    let r = k.reg(RegKind::F64);
+    k.op("ld.shared.f64", [r.into(), addr(base, 0)]);
+    r
+}
+
+fn zero_f64(k: &mut Kernel) -> Reg {
+    let r = k.reg(RegKind::F64);
+    k.op("mov.f64", [r.into(), Opnd::S("0d0000000000000000".into())]);
+    r
+}
+
+/// Pass 1: params (partials, base, table); grid (chunks). Block `b` writes the f64 sum of
+/// squares of chunk `b` to `partials[b]`.
+pub fn sumsq_chunks_kernel() -> Kernel {
+    let mut k = Kernel::new("sumsq_multi").with_block(THREADS, 1, 1);
+    let parts = k.param_reg("partials", ParamTy::U64);
+    let base = k.param_reg("base", ParamTy::U64);
+    let table = k.param_reg("table", ParamTy::U64);
+    let sh = k.shared("red", THREADS * 8, 16);
+    let tid = k.sreg("%tid.x");
+    let b = k.sreg("%ctaid.x");
+    let e = k.addr_of(table, b, SUMSQ_ENTRY as u32);
+    let off = k.reg(RegKind::B64);
+    k.op("ld.global.nc.u64", [off.into(), addr(e, 0)]);
+    let len = k.reg(RegKind::B32);
+    k.op("ld.global.nc.u32", [len.into(), addr(e, 8)]);
+    let x = k.bin("add.s64", RegKind::B64, base, off);
+    let acc = zero_f64(&mut k);
+    let j = k.un("mov.u32", RegKind::B32, tid);
+    let top = k.label("loop");
+    let end = k.label("end");
+    k.place(&top);
+    let done = k.setp("ge.u32", j, len);
+    k.bra_if(done, false, &end);
+    let a = k.addr_of(x, j, 4);
+    let v = k.reg(RegKind::F32);
+    k.op("ld.global.nc.f32", [v.into(), addr(a, 0)]);
+    let d = k.un("cvt.f64.f32", RegKind::F64, v);
+    let sq = k.bin("mul.rn.f64", RegKind::F64, d, d);
+    k.op("add.rn.f64", [acc.into(), acc.into(), sq.into()]);
+    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
+    k.bra(&top);
+    k.place(&end);
+    let total = block_sum_f64(&mut k, acc, &sh, tid);
+    let first = k.setp("eq.u32", tid, 0u32);
+    let pa = k.addr_of(parts, b, 8);
+    k.op_if(first, false, "st.global.f64", [addr(pa, 0), total.into()]);
+    k.ret();
+    k
+}
+
+/// Pass 2: params (out, partials, nparts); one block. `out` (f32) = Σ partials, in a fixed
+/// order, rounded once.
+pub fn sumsq_finish_kernel() -> Kernel {
+    let mut k = Kernel::new("sumsq_multi_finish").with_block(THREADS, 1, 1);
+    let out = k.param_reg("out", ParamTy::U64);
+    let parts = k.param_reg("partials", ParamTy::U64);
+    let np = k.param_reg("nparts", ParamTy::U32);
+    let sh = k.shared("red", THREADS * 8, 16);
+    let tid = k.sreg("%tid.x");
+    let acc = zero_f64(&mut k);
+    let j = k.un("mov.u32", RegKind::B32, tid);
+    let top = k.label("loop");
+    let end = k.label("end");
+    k.place(&top);
+    let done = k.setp("ge.u32", j, np);
+    k.bra_if(done, false, &end);
+    let a = k.addr_of(parts, j, 8);
+    let v = k.reg(RegKind::F64);
+    k.op("ld.global.f64", [v.into(), addr(a, 0)]);
+    k.op("add.rn.f64", [acc.into(), acc.into(), v.into()]);
+    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
+    k.bra(&top);
+    k.place(&end);
+    let total = block_sum_f64(&mut k, acc, &sh, tid);
+    let f = k.un("cvt.rn.f32.f64", RegKind::F32, total);
+    let first = k.setp("eq.u32", tid, 0u32);
+    k.op_if(first, false, "st.global.f32", [addr(out, 0), f.into()]);
+    k.ret();
+    k
+}
+
+/// Every AdamW of a group: params (base, table, lr, bc1, bc2, gscale); grid (chunks). β₁, β₂, ε
+/// are immediates (a group shares them); the weight decay is the table's.
+pub fn adamw_kernel(beta1: f64, beta2: f64, eps: f64) -> Kernel {
+    let mut k = Kernel::new("adamw_multi").with_block(THREADS, 1, 1);
+    let base = k.param_reg("base", ParamTy::U64);
+    let table = k.param_reg("table", ParamTy::U64);
+    let lrp = k.param_reg("lr", ParamTy::U64);
+    let bc1p = k.param_reg("bc1", ParamTy::U64);
+    let bc2p = k.param_reg("bc2", ParamTy::U64);
+    let gsp = k.param_reg("gscale", ParamTy::U64);
+    let ld = |k: &mut Kernel, base, off: i64| {
+        let r = k.reg(RegKind::F32);
+        k.op("ld.global.f32", [r.into(), addr(base, off)]);
+        r
+    };
+    let lr = ld(&mut k, lrp, 0);
+    let bc1 = ld(&mut k, bc1p, 0);
+    let bc2 = ld(&mut k, bc2p, 0);
+    let gs = ld(&mut k, gsp, 0);
+    let tid = k.sreg("%tid.x");
+    let b = k.sreg("%ctaid.x");
+    let e = k.addr_of(table, b, ADAMW_ENTRY as u32);
+    let ptrs: Vec<Reg> = (0..4)
+        .map(|i| {
+            let off = k.reg(RegKind::B64);
+            k.op("ld.global.nc.u64", [off.into(), addr(e, 8 * i)]);
+            k.bin("add.s64", RegKind::B64, base, off)
+        })
+        .collect();
+    let len = k.reg(RegKind::B32);
+    k.op("ld.global.nc.u32", [len.into(), addr(e, 32)]);
+    let wd = k.reg(RegKind::F32);
+    k.op("ld.global.nc.f32", [wd.into(), addr(e, 36)]);
+    let (b1, b2) = (beta1 as f32, beta2 as f32);
+    let (omb1, omb2) = (1.0f32 - b1, 1.0f32 - b2);
+    let j = k.un("mov.u32", RegKind::B32, tid);
+    let top = k.label("loop");
+    let end = k.label("end");
+    k.place(&top);
+    let done = k.setp("ge.u32", j, len);
+    k.bra_if(done, false, &end);
+    let pa = k.addr_of(ptrs[0], j, 4);
+    let ga = k.addr_of(ptrs[1], j, 4);
+    let ma = k.addr_of(ptrs[2], j, 4);
+    let va = k.addr_of(ptrs[3], j, 4);
+    let (pv, gv, mv, vv) = (ld(&mut k, pa, 0), ld(&mut k, ga, 0), ld(&mut k, ma, 0), ld(&mut k, va, 0));
+    // Exactly `adamw::step_kernel`'s sequence (the CPU reference's order).
+    let f = RegKind::F32;
+    let gi = k.bin("mul.rn.f32", f, gv, gs);
+    let t1 = k.bin("mul.rn.f32", f, b1, mv);
+    let t2 = k.bin("mul.rn.f32", f, omb1, gi);
+    let m2 = k.bin("add.rn.f32", f, t1, t2);
+    let t3 = k.bin("mul.rn.f32", f, b2, vv);
+    let t4 = k.bin("mul.rn.f32", f, omb2, gi);
+    let t5 = k.bin("mul.rn.f32", f, t4, gi);
+    let v2 = k.bin("add.rn.f32", f, t3, t5);
+    let mh = k.bin("div.rn.f32", f, m2, bc1);
+    let vh = k.bin("div.rn.f32", f, v2, bc2);
+    let sq = k.un("sqrt.rn.f32", f, vh);
+    let den = k.bin("add.rn.f32", f, sq, eps as f32);
+    let q = k.bin("div.rn.f32", f, mh, den);
+    let dec = k.bin("mul.rn.f32", f, wd, pv);
+    let upd = k.bin("add.rn.f32", f, q, dec);
+    let step = k.bin("mul.rn.f32", f, lr, upd);
+    let p2 = k.bin("sub.rn.f32", f, pv, step);
+    k.op("st.global.f32", [addr(pa, 0), p2.into()]);
+    k.op("st.global.f32", [addr(ma, 0), m2.into()]);
+    k.op("st.global.f32", [addr(va, 0), v2.into()]);
+    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
+    k.bra(&top);
+    k.place(&end);
+    k.ret();
+    k
+}
+
+pub fn kernels() -> Vec<Kernel> {
+    vec![sumsq_chunks_kernel(), sumsq_finish_kernel(), adamw_kernel(0.9, 0.95, 1e-8)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_cut_tensors_into_chunks_that_never_span_two() {
+        let (t, n) = sumsq_table(&[(256, SUMSQ_CHUNK + 3), (1024, 0), (4096, 5)]).unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(t.len(), 3 * SUMSQ_ENTRY);
+        let u64_at = |t: &[u8], o: usize| u64::from_le_bytes(t[o..o + 8].try_into().unwrap());
+        let u32_at = |t: &[u8], o: usize| u32::from_le_bytes(t[o..o + 4].try_into().unwrap());
+        assert_eq!((u64_at(&t, 0), u32_at(&t, 8)), (256, SUMSQ_CHUNK as u32));
+        assert_eq!((u64_at(&t, 16), u32_at(&t, 24)), (256 + 4 * SUMSQ_CHUNK as u64, 3));
+        assert_eq!((u64_at(&t, 32), u32_at(&t, 40)), (4096, 5));
+        assert!(sumsq_table(&[(0, 0)]).is_err());
+
+        let x = AdamwTensor { p: 0, g: 100_000, m: 200_000, v: 300_000, len: ADAMW_CHUNK + 1, weight_decay: 0.1 };
+        let (t, n) = adamw_table(&[x]).unwrap();
+        assert_eq!((n, t.len()), (2, 2 * ADAMW_ENTRY));
+        let e = ADAMW_ENTRY;
+        let step = 4 * ADAMW_CHUNK as u64;
+        assert_eq!([0, 8, 16, 24].map(|o| u64_at(&t, e + o)), [step, 100_000 + step, 200_000 + step, 300_000 + step]);
+        assert_eq!(u32_at(&t, e + 32), 1);
+        assert_eq!(f32::from_bits(u32_at(&t, e + 36)), 0.1f32);
+    }
+
+    #[test]
+    fn kernels_render_within_budget_without_contraction() {
+        for k in kernels() {
+            k.check_budget().unwrap();
+        }
+        let t = adamw_kernel(0.9, 0.95, 1e-8).render();
+        assert!(!t.contains("fma") && t.contains("sqrt.rn.f32"));
+        // The arithmetic is the single-tensor kernel's, line for line, with λ from the table.
+        let ops = |s: &str| -> Vec<String> {
+            s.lines()
+                .map(str::trim)
+                .filter(|l| l.contains(".rn.f32"))
+                .map(|l| l.split_whitespace().next().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(ops(&t), ops(&crate::adamw::step_kernel(0.9, 0.95, 1e-8, 0.1, 1000).render()));
+        assert!(!sumsq_chunks_kernel().render().contains("atom"));
+    }
+}
