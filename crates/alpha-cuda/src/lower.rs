@@ -137,6 +137,10 @@ struct Lowerer<'p> {
     inits: Vec<(usize, Vec<u8>)>,
     tables: HashMap<(usize, usize, u64), usize>,
     scratch: usize,
+    /// MatMuls that read their operands' f32 sources (convert-on-load) instead of bf16 casts.
+    f32_gemm: HashMap<u32, (Value, Value)>,
+    /// MatMuls whose following Add is fused into the add epilogue: (add node, residual).
+    gemm_add: HashMap<u32, (u32, Value)>,
 }
 
 fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
@@ -361,27 +365,25 @@ impl Lowerer<'_> {
                 let nn = os[os.len() - 1];
                 let batch: usize = sa[..ra - 2].iter().product();
                 let b_batched = sb.len() > 2;
-                let spec = GemmSpec {
-                    a: if *ta { Layout::ColMajor } else { Layout::RowMajor },
-                    b: if *tb { Layout::ColMajor } else { Layout::RowMajor },
-                    input: Input::Bf16,
-                    epilogue: Epilogue::Store,
-                };
-                let shape = GemmShape {
-                    m: m as u32,
-                    n: nn as u32,
-                    k: kd as u32,
-                    batch: batch as u32,
-                    lda: if *ta { m } else { kd } as u32,
-                    ldb: if *tb { kd } else { nn } as u32,
-                    ldc: nn as u32,
-                    stride_a: (m * kd) as u64,
-                    stride_b: if b_batched { (kd * nn) as u64 } else { 0 },
-                    stride_c: (m * nn) as u64,
-                };
-                if idt(0) == DType::BF16 && shape.check(&spec).is_ok() {
+                if let Some((mut spec, shape)) = tiled_gemm(g, id) {
+                    // Fusions decided per phase by `fuse`: f32 sources read with convert-on-load
+                    // (the skipped casts' exact rounding), the following Add as the epilogue.
+                    let (a, b) = match self.f32_gemm.get(&id) {
+                        Some(&(a, b)) => {
+                            spec.input = Input::F32;
+                            (a, b)
+                        }
+                        None => (ins[0], ins[1]),
+                    };
+                    let (c, r) = match self.gemm_add.get(&id) {
+                        Some(&(add, r)) => {
+                            spec.epilogue = Epilogue::AddResidual;
+                            (Value { node: add, index: 0 }, r)
+                        }
+                        None => (out(0), out(0)),
+                    };
                     let kernel = self.kernel(spec.kernel())?;
-                    let mut args = vec![self.ptr(ins[0]), self.ptr(ins[1]), self.ptr(out(0)), self.ptr(out(0))];
+                    let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
                     args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
                     args.extend([shape.stride_a, shape.stride_b, shape.stride_c].map(A::U64));
                     v.push(Pending {
@@ -678,6 +680,228 @@ impl Lowerer<'_> {
     }
 }
 
+/// The tiled GEMM's spec (bf16 inputs, store epilogue) and shape for MatMul node `id`, when
+/// its operands are bf16 and the shape meets the tiled kernel's contract.
+fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
+    let node = &g.nodes[id as usize];
+    let Op::MatMul { ta, tb } = node.op else { return None };
+    let (sa, sb) = (g.shape(node.inputs[0]), g.shape(node.inputs[1]));
+    let os = &node.outputs[0].shape;
+    let ra = sa.len();
+    let (m, kd) = if ta { (sa[ra - 1], sa[ra - 2]) } else { (sa[ra - 2], sa[ra - 1]) };
+    let nn = os[os.len() - 1];
+    let batch: usize = sa[..ra - 2].iter().product();
+    let b_batched = sb.len() > 2;
+    let spec = GemmSpec {
+        a: if ta { Layout::ColMajor } else { Layout::RowMajor },
+        b: if tb { Layout::ColMajor } else { Layout::RowMajor },
+        input: Input::Bf16,
+        epilogue: Epilogue::Store,
+    };
+    let shape = GemmShape {
+        m: m as u32,
+        n: nn as u32,
+        k: kd as u32,
+        batch: batch as u32,
+        lda: if ta { m } else { kd } as u32,
+        ldb: if tb { kd } else { nn } as u32,
+        ldc: nn as u32,
+        stride_a: (m * kd) as u64,
+        stride_b: if b_batched { (kd * nn) as u64 } else { 0 },
+        stride_c: (m * nn) as u64,
+    };
+    let bf16 = g.dtype(node.inputs[0]) == DType::BF16 && g.dtype(node.inputs[1]) == DType::BF16;
+    (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
+}
+
+/// Byte range of `v`'s slot, if it has one.
+fn range(plan: &Plan, v: Value) -> Option<(usize, usize)> {
+    let s = plan.slots.get(v.node as usize)?.get(v.index as usize).copied().flatten()?;
+    let bytes = plan.program.graph.ty(v).numel() * plan.program.graph.dtype(v).size();
+    Some((s.offset, s.offset + bytes))
+}
+
+fn overlap(a: (usize, usize), b: (usize, usize)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+/// The fusions of one phase (`nodes`, in launch order), decided before lowering it.
+///
+/// * GEMM add epilogue: `Add(x, MatMul)` or `Add(MatMul, x)` right after its MatMul, the
+///   product read by nothing else, x of the output's shape in f32: the GEMM computes
+///   `acc + x` (the same f32 addition) straight into the Add's slot. Its slot must not overlap
+///   the GEMM's operands (the planner may reuse their space once the MatMul is done), and may
+///   coincide with x only exactly (each element is read, then written, by one thread).
+/// * Casts into GEMM loads: a MatMul whose operands are both `Cast{BF16}` of f32 tensors, with
+///   those f32 sources unwritten from their cast through the MatMul, reads the sources with
+///   the GEMM's round-to-nearest-even convert-on-load (the cast's own rounding). A cast every
+///   reader of which is such a MatMul is then skipped; a MatMul switches to f32 loads only when
+///   that skips at least one of its casts.
+///
+/// Returns the nodes not to launch (fused casts and Adds); fills `f32_gemm` and `gemm_add`.
+fn fuse(
+    plan: &Plan,
+    nodes: &[u32],
+    f32_gemm: &mut HashMap<u32, (Value, Value)>,
+    gemm_add: &mut HashMap<u32, (u32, Value)>,
+) -> std::collections::HashSet<u32> {
+    let g = &plan.program.graph;
+    let p = &plan.program;
+    // Readers of each value: node inputs, program outputs, phase-end assignments.
+    let mut uses: HashMap<Value, usize> = HashMap::new();
+    let mut readers: HashMap<Value, Vec<u32>> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for &x in &n.inputs {
+            *uses.entry(x).or_default() += 1;
+            readers.entry(x).or_default().push(i as u32);
+        }
+    }
+    for &x in p.outputs.values() {
+        *uses.entry(x).or_default() += 1;
+    }
+    for ph in &p.phases {
+        for &(_, x) in &ph.assign {
+            *uses.entry(x).or_default() += 1;
+        }
+    }
+    let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let outs = |id: u32| -> Vec<(usize, usize)> {
+        (0..g.nodes[id as usize].outputs.len())
+            .filter_map(|k| range(plan, Value { node: id, index: k as u16 }))
+            .collect()
+    };
+    let is_bf16_cast = |id: u32| {
+        let n = &g.nodes[id as usize];
+        matches!(n.op, Op::Cast { to: DType::BF16 }) && g.dtype(n.inputs[0]) == DType::F32
+    };
+    // The Add that a MatMul at position i may fuse: the next node that is not a cast (casts in
+    // between must all end up skipped; checked below). Returns (add position, add, residual).
+    let add_partner = |i: usize| -> Option<(usize, u32, Value)> {
+        let mm = nodes[i];
+        let mut j = i + 1;
+        while j < nodes.len() && is_bf16_cast(nodes[j]) {
+            j += 1;
+        }
+        let add = *nodes.get(j)?;
+        let an = &g.nodes[add as usize];
+        if an.op != Op::Binary(alpha_ir::Binary::Add) {
+            return None;
+        }
+        let prod = Value { node: mm, index: 0 };
+        let r = match (an.inputs[0] == prod, an.inputs[1] == prod) {
+            (true, false) => an.inputs[1],
+            (false, true) => an.inputs[0],
+            _ => return None,
+        };
+        let ok = uses.get(&prod) == Some(&1)
+            && g.ty(r) == &an.outputs[0]
+            && g.ty(prod) == &an.outputs[0]
+            && an.outputs[0].dtype == DType::F32;
+        ok.then_some((j, add, r))
+    };
+    // What each launch position may write: its node's outputs (none for a skipped cast), and a
+    // MatMul's possibly-fused Add's outputs too (written early when fused).
+    let writes = |skip: &std::collections::HashSet<u32>| -> Vec<Vec<(usize, usize)>> {
+        (0..nodes.len())
+            .map(|i| {
+                if skip.contains(&nodes[i]) {
+                    return vec![];
+                }
+                let mut w = outs(nodes[i]);
+                if matches!(g.nodes[nodes[i] as usize].op, Op::MatMul { .. }) {
+                    if let Some((_, add, _)) = add_partner(i) {
+                        w.extend(outs(add));
+                    }
+                }
+                w
+            })
+            .collect()
+    };
+
+    // Casts into GEMM loads: start from every cast all of whose readers are tiled MatMuls of
+    // this phase, and drop casts until each skipped cast's readers can all read the f32
+    // sources (skipping a cast removes its write, so this is a fixpoint from above).
+    let readers_of = |id: u32| {
+        let v = Value { node: id, index: 0 };
+        let rs = readers.get(&v).cloned().unwrap_or_default();
+        let ok = !rs.is_empty()
+            && uses.get(&v) == Some(&rs.len())
+            && rs.iter().all(|r| pos.contains_key(r) && tiled_gemm(g, *r).is_some());
+        ok.then_some(rs)
+    };
+    let mut skip: std::collections::HashSet<u32> =
+        nodes.iter().copied().filter(|&id| is_bf16_cast(id) && readers_of(id).is_some()).collect();
+    let mut eligible: HashMap<u32, (Value, Value)>;
+    loop {
+        let w = writes(&skip);
+        let source = |v: Value, at: usize| -> Option<Value> {
+            if !is_bf16_cast(v.node) {
+                return None;
+            }
+            let src = g.nodes[v.node as usize].inputs[0];
+            let pc = *pos.get(&v.node)?;
+            let r = range(plan, src)?;
+            let clean = (pc + 1..=at).all(|q| w[q].iter().all(|&x| !overlap(x, r)));
+            (pc < at && clean).then_some(src)
+        };
+        eligible = HashMap::new();
+        for (i, &id) in nodes.iter().enumerate() {
+            if tiled_gemm(g, id).is_none() {
+                continue;
+            }
+            let ins = &g.nodes[id as usize].inputs;
+            if let (Some(a), Some(b)) = (source(ins[0], i), source(ins[1], i)) {
+                eligible.insert(id, (a, b));
+            }
+        }
+        let next: std::collections::HashSet<u32> = skip
+            .iter()
+            .copied()
+            .filter(|&id| readers_of(id).is_some_and(|rs| rs.iter().all(|r| eligible.contains_key(r))))
+            .collect();
+        if next == skip {
+            break;
+        }
+        skip = next;
+    }
+    for (&id, &ab) in &eligible {
+        let ins = &g.nodes[id as usize].inputs;
+        if skip.contains(&ins[0].node) || skip.contains(&ins[1].node) {
+            f32_gemm.insert(id, ab);
+        }
+    }
+
+    // GEMM add epilogues, checked against the operands the GEMM actually reads.
+    for i in 0..nodes.len() {
+        let id = nodes[i];
+        if tiled_gemm(g, id).is_none() {
+            continue;
+        }
+        let Some((j, add, r)) = add_partner(i) else { continue };
+        let ins = &g.nodes[id as usize].inputs;
+        let (a, b) = f32_gemm.get(&id).copied().unwrap_or((ins[0], ins[1]));
+        let (Some(c), Some(ra), Some(rb), Some(rr)) =
+            (range(plan, Value { node: add, index: 0 }), range(plan, a), range(plan, b), range(plan, r))
+        else {
+            continue;
+        };
+        if overlap(c, ra) || overlap(c, rb) || (overlap(c, rr) && c != rr) {
+            continue;
+        }
+        // Casts between the MatMul and the Add: all skipped, and their sources (read later by
+        // f32 GEMMs) not under the Add's slot, which is now written before them.
+        let between_ok = nodes[i + 1..j].iter().all(|&x| {
+            skip.contains(&x) && range(plan, g.nodes[x as usize].inputs[0]).is_some_and(|sr| !overlap(c, sr))
+        });
+        if !between_ok {
+            continue;
+        }
+        gemm_add.insert(id, (add, r));
+        skip.insert(add);
+    }
+    skip
+}
+
 /// The bytes of a constant tensor of `n` elements of `dtype` equal to `value`.
 fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
     let one: Vec<u8> = match dtype {
@@ -700,6 +924,8 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
         inits: vec![],
         tables: HashMap::new(),
         scratch: 0,
+        f32_gemm: HashMap::new(),
+        gemm_add: HashMap::new(),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -715,8 +941,13 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
     for ph in &plan.phases {
         let mut launches = vec![];
         let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
+        let skip = fuse(&plan, &nodes, &mut lw.f32_gemm, &mut lw.gemm_add);
         let mut i = 0;
         while i < nodes.len() {
+            if skip.contains(&nodes[i]) {
+                i += 1;
+                continue;
+            }
             // Consecutive AdamWs that share β₁, β₂, ε and their step scalars: one launch.
             let key = |id: u32| match plan.program.graph.nodes[id as usize].op {
                 Op::AdamW { beta1, beta2, eps, .. } => Some((
