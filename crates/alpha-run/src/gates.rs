@@ -117,11 +117,12 @@ pub fn check(gate: Gate, system: &dyn System, device: Device, batch: usize, seed
     let targets = ids(n, v, seed + 1);
     for w in [Weights::Initial, Weights::Perturbed] {
         let _ = writeln!(text, "{} · {:?} gate · {} · batch {batch}", system.name(), gate, w.name());
+        let case = Case { system, device, batch, seed, w, tokens: &tokens, targets: &targets };
         let ok = match gate {
-            Gate::Forward => forward(system, device, batch, seed, w, &tokens, &targets, &mut text)?,
-            Gate::Gradient => gradient(system, device, batch, seed, w, &tokens, &targets, &mut text)?,
-            Gate::Update => update(system, device, seed, w, &mut text)?,
-            Gate::Causality => causality(system, device, batch, seed, w, &tokens, &targets, &mut text)?,
+            Gate::Forward => forward(&case, &mut text)?,
+            Gate::Gradient => gradient(&case, &mut text)?,
+            Gate::Update => update(&case, &mut text)?,
+            Gate::Causality => causality(&case, &mut text)?,
         };
         let _ = writeln!(text, "  {}", if ok { "PASS" } else { "FAIL" });
         passed &= ok;
@@ -129,29 +130,35 @@ pub fn check(gate: Gate, system: &dyn System, device: Device, batch: usize, seed
     Ok(Report { text, passed })
 }
 
-fn pair(system: &dyn System, device: Device, program: &alpha_ir::Program) -> Result<(Box<dyn Backend>, CpuBackend)> {
-    let _ = system;
-    Ok((backend_for(device, program)?, CpuBackend::compile(program)?))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn forward(
-    system: &dyn System,
+/// What one gate runs on: the system, the device under test, the batch, the weights and the
+/// token ids.
+struct Case<'a> {
+    system: &'a dyn System,
     device: Device,
     batch: usize,
     seed: u64,
     w: Weights,
-    tokens: &[u32],
-    targets: &[u32],
-    text: &mut String,
-) -> Result<bool> {
-    let program = inference_program(system.model(batch)?)?;
-    let (mut dev, mut cpu) = pair(system, device, &program)?;
-    let l = leaves(&program, seed, w);
-    load(dev.as_mut(), &l, tokens, targets)?;
-    load(&mut cpu, &l, tokens, targets)?;
-    dev.run("forward")?;
-    cpu.run("forward")?;
+    tokens: &'a [u32],
+    targets: &'a [u32],
+}
+
+impl Case<'_> {
+    /// Compile `program` for the device and the reference, load both with the same weights and
+    /// ids, run `phase` on each.
+    fn run_both(&self, program: &alpha_ir::Program, phase: &str) -> Result<(Box<dyn Backend>, CpuBackend)> {
+        let (mut dev, mut cpu) = (backend_for(self.device, program)?, CpuBackend::compile(program)?);
+        let l = leaves(program, self.seed, self.w);
+        load(dev.as_mut(), &l, self.tokens, self.targets)?;
+        load(&mut cpu, &l, self.tokens, self.targets)?;
+        dev.run(phase)?;
+        cpu.run(phase)?;
+        Ok((dev, cpu))
+    }
+}
+
+fn forward(c: &Case, text: &mut String) -> Result<bool> {
+    let program = inference_program(c.system.model(c.batch)?)?;
+    let (mut dev, mut cpu) = c.run_both(&program, "forward")?;
     let (ld, lc) = (dev.output("loss")?[0] as f64, cpu.output("loss")?[0] as f64);
     let (pd, pc) = (dev.output("losses")?, cpu.output("losses")?);
     let errs: Vec<f64> = pd.iter().zip(&pc).map(|(a, b)| (*a as f64 - *b as f64).abs()).collect();
@@ -165,24 +172,9 @@ fn forward(
     Ok(ok)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn gradient(
-    system: &dyn System,
-    device: Device,
-    batch: usize,
-    seed: u64,
-    w: Weights,
-    tokens: &[u32],
-    targets: &[u32],
-    text: &mut String,
-) -> Result<bool> {
-    let program = gradient_program(system.model(batch)?)?;
-    let (mut dev, mut cpu) = pair(system, device, &program)?;
-    let l = leaves(&program, seed, w);
-    load(dev.as_mut(), &l, tokens, targets)?;
-    load(&mut cpu, &l, tokens, targets)?;
-    dev.run("step")?;
-    cpu.run("step")?;
+fn gradient(c: &Case, text: &mut String) -> Result<bool> {
+    let program = gradient_program(c.system.model(c.batch)?)?;
+    let (mut dev, mut cpu) = c.run_both(&program, "step")?;
     let mut ok = true;
     let mut worst_cos: f64 = 1.0;
     let mut worst_rel: f64 = 0.0;
@@ -215,10 +207,11 @@ fn gradient(
     Ok(ok)
 }
 
-fn update(system: &dyn System, device: Device, seed: u64, w: Weights, text: &mut String) -> Result<bool> {
+fn update(c: &Case, text: &mut String) -> Result<bool> {
+    let (system, seed, w) = (c.system, c.seed, c.w);
     let learner: Learner = system.learner(system.default_steps());
     let program = learner.update_program(&system.model(1)?)?;
-    let (mut dev, mut cpu) = pair(system, device, &program)?;
+    let (mut dev, mut cpu) = (backend_for(c.device, &program)?, CpuBackend::compile(&program)?);
     // Nonzero moments and gradients: every term of the update is exercised.
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 17);
     let base = leaves(&learner.training_program(system.model(1)?)?, seed, w);
@@ -272,22 +265,13 @@ fn update(system: &dyn System, device: Device, seed: u64, w: Weights, text: &mut
     Ok(ok)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn causality(
-    system: &dyn System,
-    device: Device,
-    batch: usize,
-    seed: u64,
-    w: Weights,
-    tokens: &[u32],
-    targets: &[u32],
-    text: &mut String,
-) -> Result<bool> {
+fn causality(c: &Case, text: &mut String) -> Result<bool> {
+    let Case { system, batch, tokens, targets, w, .. } = *c;
     let (t, v) = (system.context(), system.vocab());
     let p = t / 2;
     let program = inference_program(system.model(batch)?)?;
-    let (mut dev, mut cpu) = pair(system, device, &program)?;
-    let l = leaves(&program, seed, w);
+    let (mut dev, mut cpu) = (backend_for(c.device, &program)?, CpuBackend::compile(&program)?);
+    let l = leaves(&program, c.seed, w);
     let mut changed = tokens.to_vec();
     for b in 0..batch {
         for i in p..t {
