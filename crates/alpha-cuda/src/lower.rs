@@ -1063,4 +1063,26 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn casts_fold_into_gemm_loads_and_the_residual_add_into_its_epilogue() {
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[64, 64], Init::Zeros);
+        let w = g.param("w", &[64, 64], Init::Zeros);
+        let x16 = g.cast(x, DType::BF16);
+        let w16 = g.cast(w, DType::BF16);
+        let y = g.matmul(x16, w16);
+        let r = g.add(x, y);
+        let s = g.sum_all(r);
+        let mut outs = BTreeMap::new();
+        outs.insert("s".to_string(), s);
+        let p = Program::single(g.finish().unwrap(), "forward", outs);
+        let l = lower_program(&p).unwrap();
+        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        assert_eq!(names, ["gemm_rr_f32_add", "reduce_sum"]);
+        // A = x's and B = w's f32 slots, C = the Add's slot, R = x.
+        let args = &l.phases[0][0].args;
+        let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
+        assert_eq!(args[..4], [slot(x), slot(w), slot(r), slot(x)]);
+    }
 }

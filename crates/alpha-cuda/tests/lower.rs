@@ -179,6 +179,14 @@ fn diagnose() {
                 shown += 1;
             }
             Op::Binary(alpha_ir::Binary::Add) => {
+                let p0 = pos[&id];
+                let around: Vec<String> = nodes[p0.saturating_sub(6)..p0]
+                    .iter()
+                    .map(|&x| {
+                        format!("{}{}", g.nodes[x as usize].op.family(), if launched.contains(&x) { "" } else { "*" })
+                    })
+                    .collect();
+                println!("  before: {}", around.join(" "));
                 let ins: Vec<String> = n
                     .inputs
                     .iter()
