@@ -310,6 +310,9 @@ impl Backend for CudaBackend {
     fn profile(&mut self, phase: &str) -> Result<Vec<LaunchTime>> {
         self.profile_stamps(phase)
     }
+    fn launches(&self, phase: &str) -> Option<usize> {
+        CudaBackend::launches(self, phase).ok()
+    }
     fn run(&mut self, phase: &str) -> Result<()> {
         let i = self.phase_index(phase)?;
         if self.checked {

@@ -19,6 +19,13 @@ pub trait Backend {
     /// Read a named program output (`loss`, `losses`, `logits`, `grad_norm`).
     fn output(&mut self, name: &str) -> Result<Vec<f32>>;
     fn run(&mut self, phase: &str) -> Result<()>;
+    /// Launches one run of `phase` makes on the device, where that differs from the plan's
+    /// kernel count (a backend that fuses kernels says so here).
+    fn launches(&self, phase: &str) -> Option<usize> {
+        let _ = phase;
+        None
+    }
+
     /// Run a phase once with every launch timed (on the device's own clock where it has one).
     fn profile(&mut self, phase: &str) -> Result<Vec<LaunchTime>> {
         let _ = phase;
