@@ -107,6 +107,48 @@ impl Evaluator {
     }
 }
 
+/// What every checkpoint of a run shares, and the writing of one: the file, then its lineage row.
+struct Checkpointer {
+    meta: Meta,
+    run_dir: PathBuf,
+    started: Instant,
+}
+
+impl Checkpointer {
+    /// Checkpoint the backend's state after `step`; returns the file and its SHA-256.
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        backend: &mut dyn Backend,
+        records: &Records,
+        step: u64,
+        tokens: u64,
+        cursor: Cursor,
+        parent: Option<String>,
+        train_loss: Option<f64>,
+        heldout: Option<Score>,
+    ) -> Result<(PathBuf, String)> {
+        let meta =
+            Meta { step, tokens, cursor: serde_json::to_string(&cursor)?, parent: parent.clone(), ..self.meta.clone() };
+        let rel = PathBuf::from("checkpoints").join(format!("step-{step:06}.safetensors"));
+        let path = self.run_dir.join(&rel);
+        let sha = checkpoint::save(&path, &meta, &snapshot(backend)?)?;
+        records.lineage(&LineageRow {
+            step,
+            path: rel.display().to_string(),
+            sha256: sha.clone(),
+            parent,
+            train_loss,
+            heldout_loss: heldout.map(|s| s.loss),
+            heldout_bpb: heldout.map(|s| s.bits_per_byte),
+            wall_s: Some(self.started.elapsed().as_secs_f64()),
+            device_s: None,
+            time: Some(now()),
+        })?;
+        Ok((path, sha))
+    }
+}
+
 pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     let system = alpha_systems::find(&opts.system).map_err(anyhow::Error::msg)?;
     let system = system.as_ref();
@@ -193,33 +235,24 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     } else {
         None
     };
-    if opts.save_initial && resumed.is_none() {
-        let meta = Meta {
+    let checkpointer = Checkpointer {
+        meta: Meta {
             system: system.name().into(),
             config_hash: hash.clone(),
             step: 0,
-            cursor: serde_json::to_string(&stream.cursor())?,
+            cursor: String::new(),
             seed,
             schedule: learner.schedule.describe(),
             schedule_total: horizon,
             tokens: 0,
             parent: None,
-            data: data_path.clone(),
-        };
-        let rel = PathBuf::from("checkpoints").join("step-000000.safetensors");
-        let sha = checkpoint::save(&opts.run_dir.join(&rel), &meta, &snapshot(backend.as_mut())?)?;
-        records.lineage(&LineageRow {
-            step: 0,
-            path: rel.display().to_string(),
-            sha256: sha.clone(),
-            parent: None,
-            train_loss: None,
-            heldout_loss: None,
-            heldout_bpb: None,
-            wall_s: Some(started.elapsed().as_secs_f64()),
-            device_s: None,
-            time: Some(now()),
-        })?;
+            data: data_path,
+        },
+        run_dir: opts.run_dir.clone(),
+        started,
+    };
+    if opts.save_initial && resumed.is_none() {
+        let (_, sha) = checkpointer.write(backend.as_mut(), &records, 0, 0, stream.cursor(), None, None, None)?;
         parent = Some(sha);
     }
     let bar = progress_bar(opts.progress, opts.steps);
@@ -312,33 +345,16 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 Some(ev) => Some(ev.score(backend.as_mut(), system, &opts.data, opts.heldout_windows)?),
                 None => None,
             };
-            let meta = Meta {
-                system: system.name().into(),
-                config_hash: hash.clone(),
+            let (path, sha) = checkpointer.write(
+                backend.as_mut(),
+                &records,
                 step,
-                cursor: serde_json::to_string(&stream.cursor())?,
-                seed,
-                schedule: learner.schedule.describe(),
-                schedule_total: horizon,
                 tokens,
-                parent: parent.clone(),
-                data: data_path.clone(),
-            };
-            let rel = PathBuf::from("checkpoints").join(format!("step-{step:06}.safetensors"));
-            let path = opts.run_dir.join(&rel);
-            let sha = checkpoint::save(&path, &meta, &snapshot(backend.as_mut())?)?;
-            records.lineage(&LineageRow {
-                step,
-                path: rel.display().to_string(),
-                sha256: sha.clone(),
-                parent: parent.clone(),
-                train_loss: Some(loss),
-                heldout_loss: heldout.map(|s| s.loss),
-                heldout_bpb: heldout.map(|s| s.bits_per_byte),
-                wall_s: Some(started.elapsed().as_secs_f64()),
-                device_s: None,
-                time: Some(now()),
-            })?;
+                stream.cursor(),
+                parent.clone(),
+                Some(loss),
+                heldout,
+            )?;
             parent = Some(sha.clone());
             last_ckpt = Some((path, sha));
             last_heldout = heldout.or(last_heldout);
