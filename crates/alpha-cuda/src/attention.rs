@@ -197,6 +197,55 @@ fn store_row(k: &mut Kernel, base: Reg, e: Reg, vals: &[Reg], ok: Reg) {
     }
 }
 
+/// Whether the backward kernels can store dq and dk turned back by the rotary (the inverse
+/// Rotary fused into their stores, see [`backward_dq_kernel`]): the pair halves must be whole
+/// 16-byte vectors of the rotary table, so `d` a multiple of 8.
+pub fn rotary_fits(d: usize) -> bool {
+    d.is_multiple_of(8)
+}
+
+/// The cosines and sines of position `pos` (`d/2` each) from a rotary table of `t` positions;
+/// zeros where `ok` is false.
+fn table_row(k: &mut Kernel, tab: Reg, pos: Reg, t: u32, d: usize, ok: Reg) -> (Vec<Reg>, Vec<Reg>) {
+    let half = (d / 2) as u32;
+    let e = k.bin("mul.lo.u32", RegKind::B32, pos, half);
+    let a = k.addr_of(tab, e, 4);
+    let (mut c, mut s) = (vec![], vec![]);
+    for c4 in 0..half / 4 {
+        let cv: Vec<Reg> = (0..4).map(|_| k.imm_f32(0.0)).collect();
+        k.op_if(ok, false, "ld.global.v4.f32", [Opnd::V(cv.clone()), addr(a, (c4 * 16) as i64)]);
+        let sv: Vec<Reg> = (0..4).map(|_| k.imm_f32(0.0)).collect();
+        k.op_if(ok, false, "ld.global.v4.f32", [Opnd::V(sv.clone()), addr(a, (t * half * 4 + c4 * 16) as i64)]);
+        c.extend(cv);
+        s.extend(sv);
+    }
+    (c, s)
+}
+
+/// `(x₁, x₂) → (x₁cos − x₂sin, x₁sin + x₂cos)` for the pairs `(x1[i], x2[i])`, the sine negated
+/// for the inverse: exactly [`crate::rotary::kernel`]'s arithmetic. Returns (o₁, o₂).
+fn rotate_pairs(k: &mut Kernel, x1: &[Reg], x2: &[Reg], c: &[Reg], s: &[Reg], inverse: bool) -> (Vec<Reg>, Vec<Reg>) {
+    let (mut o1, mut o2) = (vec![], vec![]);
+    for i in 0..x1.len() {
+        let si = if inverse { k.un("neg.f32", RegKind::F32, s[i]) } else { s[i] };
+        let a = k.bin("mul.rn.f32", RegKind::F32, x1[i], c[i]);
+        let b = k.bin("mul.rn.f32", RegKind::F32, x2[i], si);
+        o1.push(k.bin("sub.rn.f32", RegKind::F32, a, b));
+        let a = k.bin("mul.rn.f32", RegKind::F32, x1[i], si);
+        let b = k.bin("mul.rn.f32", RegKind::F32, x2[i], c[i]);
+        o2.push(k.bin("add.rn.f32", RegKind::F32, a, b));
+    }
+    (o1, o2)
+}
+
+/// A whole row (`d` registers) rotated at position `pos`.
+fn rotate_row(k: &mut Kernel, row: &[Reg], tab: Reg, pos: Reg, t: u32, ok: Reg, inverse: bool) -> Vec<Reg> {
+    let d = row.len();
+    let (c, s) = table_row(k, tab, pos, t, d, ok);
+    let (o1, o2) = rotate_pairs(k, &row[..d / 2], &row[d / 2..], &c, &s, inverse);
+    o1.into_iter().chain(o2).collect()
+}
+
 /// Common prologue: (tid, row index i within the sequence, bh or bg, valid).
 fn rows_prologue(k: &mut Kernel, t: u32) -> (Reg, Reg, Reg, Reg, Reg) {
     let tid = k.sreg("%tid.x");
@@ -301,11 +350,13 @@ pub fn forward_kernel(dims: &Dims) -> Kernel {
     k
 }
 
-/// dQ and delta: params (dq, delta, q, k, v, o, lse, do).
-pub fn backward_dq_kernel(dims: &Dims) -> Kernel {
+/// dQ and delta: params (dq, delta, q, k, v, o, lse, do), then `dq_tab` with `inverse_rotary`:
+/// dq is stored turned back by the rotary (its pullback), as the inverse Rotary would write it.
+pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
     let (t, d) = (dims.t as u32, dims.d);
     let per = (dims.h / dims.g) as u32;
-    let mut k = Kernel::new("attention_bwd_dq").with_block(ROWS, 1, 1);
+    let name = if inverse_rotary { "attention_bwd_dq_rotary" } else { "attention_bwd_dq" };
+    let mut k = Kernel::new(name).with_block(ROWS, 1, 1);
     let dq = k.param_reg("dq", ParamTy::U64);
     let delta = k.param_reg("delta", ParamTy::U64);
     let q = k.param_reg("q", ParamTy::U64);
@@ -314,6 +365,7 @@ pub fn backward_dq_kernel(dims: &Dims) -> Kernel {
     let o = k.param_reg("o", ParamTy::U64);
     let lse = k.param_reg("lse", ParamTy::U64);
     let dout = k.param_reg("do", ParamTy::U64);
+    let dq_tab = inverse_rotary.then(|| k.param_reg("dq_tab", ParamTy::U64));
     let qt = k.shared("qt", ROWS * d as u32 * 4, 16);
     let ks = k.shared("ks", KTILE * d as u32 * 4, 16);
     let vs = k.shared("vs", KTILE * d as u32 * 4, 16);
@@ -390,6 +442,10 @@ pub fn backward_dq_kernel(dims: &Dims) -> Kernel {
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
     k.bra(&ttop);
     k.place(&tend);
+    let acc = match dq_tab {
+        Some(tab) => rotate_row(&mut k, &acc, tab, i, t, ok, true),
+        None => acc,
+    };
     store_row(&mut k, dq, qe, &acc, ok);
     k.ret();
     k
@@ -408,11 +464,13 @@ fn ds_of(k: &mut Kernel, p: Reg, dp: Reg, delta: Reg, s: Reg, dims: &Dims) -> Re
     k.bin("mul.rn.f32", RegKind::F32, ds, dims.scale)
 }
 
-/// dK and dV: params (dk, dv, q, k, v, lse, delta, do).
-pub fn backward_dkv_kernel(dims: &Dims) -> Kernel {
+/// dK and dV: params (dk, dv, q, k, v, lse, delta, do), then `dk_tab` with `inverse_rotary`
+/// (dk stored turned back by the rotary, as for dq).
+pub fn backward_dkv_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
     let (t, d) = (dims.t as u32, dims.d);
     let per = (dims.h / dims.g) as u32;
-    let mut k = Kernel::new("attention_bwd_dkv").with_block(ROWS, 1, 1);
+    let name = if inverse_rotary { "attention_bwd_dkv_rotary" } else { "attention_bwd_dkv" };
+    let mut k = Kernel::new(name).with_block(ROWS, 1, 1);
     let dk = k.param_reg("dk", ParamTy::U64);
     let dv = k.param_reg("dv", ParamTy::U64);
     let q = k.param_reg("q", ParamTy::U64);
@@ -421,6 +479,7 @@ pub fn backward_dkv_kernel(dims: &Dims) -> Kernel {
     let lse = k.param_reg("lse", ParamTy::U64);
     let delta = k.param_reg("delta", ParamTy::U64);
     let dout = k.param_reg("do", ParamTy::U64);
+    let dk_tab = inverse_rotary.then(|| k.param_reg("dk_tab", ParamTy::U64));
     let kt_s = k.shared("kt", ROWS * d as u32 * 4, 16);
     let vt_s = k.shared("vt", ROWS * d as u32 * 4, 16);
     let qs = k.shared("qs", QTILE * d as u32 * 4, 16);
@@ -542,6 +601,10 @@ pub fn backward_dkv_kernel(dims: &Dims) -> Kernel {
     k.op("add.u32", [hh.into(), hh.into(), 1u32.into()]);
     k.bra(&htop);
     k.place(&hend);
+    let dka = match dk_tab {
+        Some(tab) => rotate_row(&mut k, &dka, tab, j, t, ok, true),
+        None => dka,
+    };
     store_row(&mut k, dk, ke, &dka, ok);
     store_row(&mut k, dv, ke, &dva, ok);
     k.ret();
@@ -556,11 +619,13 @@ mod tests {
     fn kernels_fit_the_static_shared_budget() {
         let dims = Dims { b: 1, h: 8, g: 8, t: 1024, d: 64, scale: 0.125, softcap: None };
         dims.check().unwrap();
-        for k in [forward_kernel(&dims), backward_dq_kernel(&dims), backward_dkv_kernel(&dims)] {
-            k.check_budget().unwrap();
+        for r in [false, true] {
+            for k in [forward_kernel(&dims), backward_dq_kernel(&dims, r), backward_dkv_kernel(&dims, r)] {
+                k.check_budget().unwrap();
+            }
         }
         let capped = Dims { softcap: Some(30.0), h: 4, g: 2, d: 16, t: 70, ..dims };
-        assert!(backward_dkv_kernel(&capped).render().contains("attention_bwd_dkv"));
+        assert!(backward_dkv_kernel(&capped, false).render().contains("attention_bwd_dkv"));
         assert!(Dims { d: 128, ..dims }.check().is_err());
         assert!(Dims { g: 3, ..dims }.check().is_err());
     }

@@ -281,6 +281,7 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
             b: layout(ch.next().unwrap()),
             input: Input::Bf16,
             epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
+            activation: None,
         };
         rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
     }
@@ -291,6 +292,7 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
             b: layout(ch.next().unwrap()),
             input: Input::F32,
             epilogue: Epilogue::Store,
+            activation: None,
         };
         rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
     }
@@ -301,6 +303,7 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
             b: layout(ch.next().unwrap()),
             input: Input::Bf16,
             epilogue: Epilogue::Store,
+            activation: None,
         };
         rows.push(gemm_bench_one(gpu, arena, rng, spec, 8192, 8192, 8192, opts, &mut cache)?);
     }
@@ -696,6 +699,7 @@ pub fn gemm_step_graph(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Opt
             b: layout(ch.next().unwrap()),
             input: Input::Bf16,
             epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
+            activation: None,
         };
         if !fns.iter().any(|(s, _)| *s == spec) {
             fns.push((spec, gpu.load(&spec.kernel())?));

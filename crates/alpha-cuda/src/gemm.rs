@@ -25,6 +25,8 @@
 
 use anyhow::{bail, Result};
 
+use alpha_ir::Unary;
+
 use crate::driver::{Arg, Function, Gpu, LaunchConfig};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
@@ -97,13 +99,21 @@ pub struct GemmSpec {
     pub b: Layout,
     pub input: Input,
     pub epilogue: Epilogue,
+    /// With [`Epilogue::Store`]: the kernel also writes `u(acc)` to a second output (param `u`,
+    /// after the others), computed by [`crate::pointwise::emit_unary`], the pointwise kernel's
+    /// own instruction sequence, so it equals the separate `Unary` launch bit for bit.
+    pub activation: Option<Unary>,
 }
 
 impl GemmSpec {
     /// Entry name, e.g. `gemm_rc_f32_add`: A row-major, B column-major, fp32 inputs, residual.
     pub fn name(&self) -> String {
+        let act = match self.activation {
+            Some(u) => format!("_{}", format!("{u:?}").to_lowercase()),
+            None => String::new(),
+        };
         format!(
-            "gemm_{}{}_{}_{}",
+            "gemm_{}{}_{}_{}{act}",
             self.a.letter(),
             self.b.letter(),
             match self.input {
@@ -125,7 +135,7 @@ impl GemmSpec {
             for b in [Layout::RowMajor, Layout::ColMajor] {
                 for input in [Input::F32, Input::Bf16] {
                     for epilogue in [Epilogue::Store, Epilogue::AddResidual, Epilogue::Accumulate] {
-                        v.push(GemmSpec { a, b, input, epilogue });
+                        v.push(GemmSpec { a, b, input, epilogue, activation: None });
                     }
                 }
             }
@@ -476,6 +486,7 @@ fn build(spec: &GemmSpec) -> Kernel {
     let sa = k.param_reg("stride_a", ParamTy::U64);
     let sb = k.param_reg("stride_b", ParamTy::U64);
     let sc = k.param_reg("stride_c", ParamTy::U64);
+    let pu = spec.activation.map(|_| k.param_reg("u", ParamTy::U64));
     let smem = k.shared("gemm_smem", 2 * STAGE_BYTES, 16);
 
     let tid = k.sreg("%tid.x");
@@ -497,6 +508,7 @@ fn build(spec: &GemmSpec) -> Kernel {
     let b_base = offset_by(&mut k, pb, sb, esz);
     let c_base = offset_by(&mut k, pc, sc, 4);
     let r_base = offset_by(&mut k, pr, sc, 4);
+    let u_base = pu.map(|pu| offset_by(&mut k, pu, sc, 4));
 
     k.comment("operand loaders");
     let la = loader(&mut k, a_base, lda, m0, m, tid, spec.a == Layout::RowMajor, spec.input);
@@ -610,6 +622,7 @@ fn build(spec: &GemmSpec) -> Kernel {
         Epilogue::AddResidual => Some(k.addr_of(r_base, e0, 4)),
         _ => None,
     };
+    let uptr = u_base.map(|ub| k.addr_of(ub, e0, 4));
     let row_step = k.reg(RegKind::B64);
     k.op("mul.wide.u32", [row_step.into(), ldc.into(), 32u32.into()]); // 8 rows × 4 bytes
     let col_ok: Vec<Reg> = (0..4u32)
@@ -641,9 +654,16 @@ fn build(spec: &GemmSpec) -> Kernel {
                         ]
                     }
                 };
+                if let (Some(u), Some(up)) = (spec.activation, uptr) {
+                    let act = out.iter().map(|&x| crate::pointwise::emit_unary(&mut k, u, x)).collect();
+                    k.op_if(ok, false, "st.global.v2.f32", [addr(up, off), Opnd::V(act)]);
+                }
                 k.op_if(ok, false, "st.global.v2.f32", [addr(cptr, off), Opnd::V(out)]);
             }
             k.op("add.s64", [cptr.into(), cptr.into(), row_step.into()]);
+            if let Some(up) = uptr {
+                k.op("add.s64", [up.into(), up.into(), row_step.into()]);
+            }
             if let Some(rp) = rptr {
                 k.op("add.s64", [rp.into(), rp.into(), row_step.into()]);
             }
@@ -679,7 +699,13 @@ mod tests {
 
     #[test]
     fn shape_contract() {
-        let s = GemmSpec { a: Layout::RowMajor, b: Layout::ColMajor, input: Input::F32, epilogue: Epilogue::Store };
+        let s = GemmSpec {
+            a: Layout::RowMajor,
+            b: Layout::ColMajor,
+            input: Input::F32,
+            epilogue: Epilogue::Store,
+            activation: None,
+        };
         GemmShape::packed(&s, 1024, 12288, 512).check(&s).unwrap();
         GemmShape::packed(&s, 1024, 1408, 512).check(&s).unwrap();
         assert!(GemmShape::packed(&s, 1024, 1408, 500).check(&s).is_err());
@@ -689,8 +715,13 @@ mod tests {
     #[test]
     fn reference_matches_naive_on_bf16_exact_values() {
         // Small integers are exact in bf16, so the reference equals the naive product.
-        let s =
-            GemmSpec { a: Layout::ColMajor, b: Layout::RowMajor, input: Input::F32, epilogue: Epilogue::Accumulate };
+        let s = GemmSpec {
+            a: Layout::ColMajor,
+            b: Layout::RowMajor,
+            input: Input::F32,
+            epilogue: Epilogue::Accumulate,
+            activation: None,
+        };
         let sh = GemmShape::packed(&s, 8, 8, 32);
         let a: Vec<f32> = (0..256).map(|i| (i % 7) as f32 - 3.0).collect();
         let b: Vec<f32> = (0..256).map(|i| (i % 5) as f32 - 2.0).collect();

@@ -54,11 +54,21 @@ pub fn catalog() -> Vec<ptx::Kernel> {
         recurrence::kernel(2, 64, 96, false),
     ]);
     let dims = attention::Dims { b: 1, h: 8, g: 8, t: 1024, d: 64, scale: 0.125, softcap: None };
-    v.extend([
-        attention::forward_kernel(&dims),
-        attention::backward_dq_kernel(&dims),
-        attention::backward_dkv_kernel(&dims),
-    ]);
+    v.push(attention::forward_kernel(&dims));
+    for r in [false, true] {
+        v.extend([attention::backward_dq_kernel(&dims, r), attention::backward_dkv_kernel(&dims, r)]);
+    }
+    // The GEMM's activation epilogue (Coppelius's gated GELU).
+    v.push(
+        gemm::GemmSpec {
+            a: gemm::Layout::RowMajor,
+            b: gemm::Layout::RowMajor,
+            input: gemm::Input::F32,
+            epilogue: gemm::Epilogue::Store,
+            activation: Some(alpha_ir::Unary::Gelu),
+        }
+        .kernel(),
+    );
     let r = reduce::Reduction::new(
         alpha_ir::Reduce::Sum,
         &[12288, 512],

@@ -141,6 +141,17 @@ struct Lowerer<'p> {
     f32_gemm: HashMap<u32, (Value, Value)>,
     /// MatMuls whose following Add is fused into the add epilogue: (add node, residual).
     gemm_add: HashMap<u32, (u32, Value)>,
+    /// Further fusions (activation epilogues, rotary into attention).
+    more: More,
+}
+
+/// The fusions decided by [`fuse_more`].
+#[derive(Default)]
+struct More {
+    /// MatMul → the Unary node whose `u(product)` its epilogue also writes.
+    gemm_act: HashMap<u32, (u32, alpha_ir::Unary)>,
+    /// AttentionBackward → per dq, dk: (the inverse Rotary's output it writes instead, base).
+    attnb_rot: HashMap<u32, [Option<(Value, f64)>; 2]>,
 }
 
 fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
@@ -382,10 +393,15 @@ impl Lowerer<'_> {
                         }
                         None => (out(0), out(0)),
                     };
+                    let act = self.more.gemm_act.get(&id).copied();
+                    spec.activation = act.map(|x| x.1);
                     let kernel = self.kernel(spec.kernel())?;
                     let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
                     args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
                     args.extend([shape.stride_a, shape.stride_b, shape.stride_c].map(A::U64));
+                    if let Some((u, _)) = act {
+                        args.push(self.ptr(Value { node: u, index: 0 }));
+                    }
                     v.push(Pending {
                         kernel,
                         grid: (shape.n.div_ceil(gemm::BN), shape.m.div_ceil(gemm::BM), shape.batch),
@@ -564,15 +580,24 @@ impl Lowerer<'_> {
                     v.push(Pending { kernel, grid: dims.grid_q(), block, args, node: some });
                 } else {
                     self.need_scratch(dims.scratch_floats() * 4);
+                    // Inverse rotary fused: dq (dk) stored turned back, into the Rotary's slot.
+                    let rot = self.more.attnb_rot.get(&id).copied().unwrap_or_default();
+                    let dst = |k: usize| rot[k].map_or(out(k as u16), |x| x.0);
                     let (qv, kv_, vv, ov, lse, dov) = (ins[0], ins[1], ins[2], ins[3], ins[4], ins[5]);
-                    let k1 = self.kernel(attention::backward_dq_kernel(&dims))?;
-                    let mut args = vec![self.ptr(out(0)), A::Scratch(0)];
+                    let k1 = self.kernel(attention::backward_dq_kernel(&dims, rot[0].is_some()))?;
+                    let mut args = vec![self.ptr(dst(0)), A::Scratch(0)];
                     args.extend([qv, kv_, vv, ov, lse, dov].iter().map(|&a| self.ptr(a)));
+                    if let Some((_, base)) = rot[0] {
+                        args.push(A::Ptr(self.rotary_table(dims.t, dims.d, base)));
+                    }
                     v.push(Pending { kernel: k1, grid: dims.grid_q(), block, args, node: some });
-                    let k2 = self.kernel(attention::backward_dkv_kernel(&dims))?;
-                    let mut args: Vec<A> = [out(1), out(2), qv, kv_, vv, lse].iter().map(|&a| self.ptr(a)).collect();
+                    let k2 = self.kernel(attention::backward_dkv_kernel(&dims, rot[1].is_some()))?;
+                    let mut args: Vec<A> = [dst(1), out(2), qv, kv_, vv, lse].iter().map(|&a| self.ptr(a)).collect();
                     args.push(A::Scratch(0));
                     args.push(self.ptr(dov));
+                    if let Some((_, base)) = rot[1] {
+                        args.push(A::Ptr(self.rotary_table(dims.t, dims.d, base)));
+                    }
                     v.push(Pending { kernel: k2, grid: dims.grid_kv(), block, args, node: some });
                 }
             }
@@ -697,6 +722,7 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
         b: if tb { Layout::ColMajor } else { Layout::RowMajor },
         input: Input::Bf16,
         epilogue: Epilogue::Store,
+        activation: None,
     };
     let shape = GemmShape {
         m: m as u32,
@@ -902,6 +928,225 @@ fn fuse(
     skip
 }
 
+/// A fusion of [`fuse_more`]: the node positions it removes from the launch list, the host
+/// node, and the ranges whose write or read it moves from one position to another, each with
+/// the open interval of positions that must neither read nor write it.
+struct Moved {
+    host: u32,
+    skipped: Vec<u32>,
+    moved: Vec<((usize, usize), usize, usize)>,
+}
+
+/// Fusions decided after [`fuse`] (whose choices they respect), each moving a write or a read
+/// of whole tensors from one launch to another:
+///
+/// * GEMM activation epilogue: a `Unary` of f32 reading a tiled MatMul's product: the GEMM also
+///   writes `u(acc)` to the Unary's slot (the product is still stored: pullbacks such as
+///   GeluGrad read it). The Unary's write moves from its position to the GEMM's.
+/// * Inverse rotary into attention's stores: an inverse Rotary whose only input is an
+///   AttentionBackward's dq (or dk), read by nothing else: the backward kernel writes the
+///   turned-back gradient straight into the Rotary's slot. The write moves from the Rotary's
+///   position to the AttentionBackward's.
+///
+/// Memory discipline (the plan reuses slots by liveness in the original order): a moved range
+/// must not be touched — read or written, by a node's own inputs and outputs or by any fusion
+/// hosted there — by any launch strictly between the two positions; and within the host
+/// launch, the ranges it writes must not overlap each other or the ranges it reads, except
+/// where one coincides exactly with a row read only by the thread that writes it (see the
+/// backward case). The first is checked until no fusion fails (a dropped fusion never comes
+/// back, so the fusions left pass against the launches as finally lowered).
+///
+/// Not done: the forward Rotary into attention's loads. The plan gives the Rotary's input's
+/// space away once the Rotary has run — in Coppelius the attention's o lies exactly on the
+/// pre-rotary k and the rotated k on the pre-rotary q — so an attention kernel that read the
+/// pre-rotary tensors would read what it, or the Rotary of k, overwrites. It needs the planner
+/// to keep those tensors alive through the attention.
+fn fuse_more(
+    plan: &Plan,
+    nodes: &[u32],
+    skip: &std::collections::HashSet<u32>,
+    f32_gemm: &HashMap<u32, (Value, Value)>,
+    gemm_add: &HashMap<u32, (u32, Value)>,
+    more: &mut More,
+) -> std::collections::HashSet<u32> {
+    let g = &plan.program.graph;
+    let p = &plan.program;
+    let mut uses: HashMap<Value, usize> = HashMap::new();
+    let mut readers: HashMap<Value, Vec<u32>> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for &x in &n.inputs {
+            *uses.entry(x).or_default() += 1;
+            readers.entry(x).or_default().push(i as u32);
+        }
+    }
+    for &x in p.outputs.values() {
+        *uses.entry(x).or_default() += 1;
+    }
+    for ph in &p.phases {
+        for &(_, x) in &ph.assign {
+            *uses.entry(x).or_default() += 1;
+        }
+    }
+    let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let val = |node: u32, index: u16| Value { node, index };
+    let rng = |v: Value| range(plan, v);
+    // Pairwise: writes disjoint from each other and from reads. None if a range is missing.
+    let disjoint = |writes: &[Value], reads: &[Value]| -> bool {
+        let (Some(w), Some(r)) = (
+            writes.iter().map(|&x| rng(x)).collect::<Option<Vec<_>>>(),
+            reads.iter().map(|&x| rng(x)).collect::<Option<Vec<_>>>(),
+        ) else {
+            return false;
+        };
+        w.iter()
+            .enumerate()
+            .all(|(i, a)| w[i + 1..].iter().all(|b| !overlap(*a, *b)) && r.iter().all(|b| !overlap(*a, *b)))
+    };
+    let rotary = |id: u32| match g.nodes[id as usize].op {
+        Op::Rotary { base, inverse } => Some((base, inverse)),
+        _ => None,
+    };
+    let mut cands: Vec<Moved> = vec![];
+
+    for (i, &id) in nodes.iter().enumerate() {
+        let node = &g.nodes[id as usize];
+        match &node.op {
+            // Activation epilogue: the first f32 Unary (in launch order) reading the product.
+            Op::MatMul { .. } => {
+                if tiled_gemm(g, id).is_none() || gemm_add.contains_key(&id) {
+                    continue;
+                }
+                let prod = val(id, 0);
+                let Some(rs) = readers.get(&prod) else { continue };
+                let Some((j, u, un)) = rs
+                    .iter()
+                    .filter_map(|&r| {
+                        let rn = &g.nodes[r as usize];
+                        let Op::Unary(un) = rn.op else { return None };
+                        let j = *pos.get(&r)?;
+                        let ok = j > i && rn.outputs[0] == *g.ty(prod) && rn.outputs[0].dtype == DType::F32;
+                        ok.then_some((j, r, un))
+                    })
+                    .min_by_key(|x| x.0)
+                else {
+                    continue;
+                };
+                let (a, b) = f32_gemm.get(&id).copied().unwrap_or((node.inputs[0], node.inputs[1]));
+                if !disjoint(&[val(u, 0), prod], &[a, b]) {
+                    continue;
+                }
+                let Some(ur) = rng(val(u, 0)) else { continue };
+                more.gemm_act.insert(id, (u, un));
+                cands.push(Moved { host: id, skipped: vec![u], moved: vec![(ur, i, j)] });
+            }
+            Op::AttentionBackward { .. } => {
+                let qs = g.shape(node.inputs[0]);
+                if qs.len() != 4 || !attention::rotary_fits(qs[3]) {
+                    continue;
+                }
+                // Per dq, dk: (the inverse Rotary's output, base, its position, its node).
+                let mut found: [Option<(Value, f64, usize, u32)>; 2] = [None, None];
+                for kk in 0..2u16 {
+                    let dx = val(id, kk);
+                    let Some(rs) = readers.get(&dx) else { continue };
+                    if rs.len() != 1 || uses.get(&dx) != Some(&1) {
+                        continue;
+                    }
+                    let r = rs[0];
+                    let Some((base, true)) = rotary(r) else { continue };
+                    let Some(&pr) = pos.get(&r) else { continue };
+                    let ro = val(r, 0);
+                    if pr <= i || g.ty(ro) != g.ty(dx) || g.dtype(dx) != DType::F32 || rng(ro).is_none() {
+                        continue;
+                    }
+                    found[kk as usize] = Some((ro, base, pr, r));
+                }
+                // Exactly coinciding is safe for a row that only its writer reads, and only in
+                // the launch that writes it: dq with o (the dQ kernel's thread i reads o row i,
+                // then writes dq row i; the dK/dV kernel does not read o), dk with k and dv with
+                // v (the dK/dV kernel's thread j reads k and v row j, then writes dk and dv row
+                // j; the dQ kernel, which reads every k and v row, has finished).
+                let (k_, v_, o_) = (node.inputs[1], node.inputs[2], node.inputs[3]);
+                let exact_ok = [(0usize, o_), (1, k_), (2, v_)];
+                let Some(rr) = node.inputs.iter().map(|&x| rng(x)).collect::<Option<Vec<_>>>() else { continue };
+                let safe = |rot: &[Option<(Value, f64, usize, u32)>; 2]| -> bool {
+                    let writes: Vec<Value> =
+                        (0..2).map(|kk| rot[kk].map_or(val(id, kk as u16), |r| r.0)).chain([val(id, 2)]).collect();
+                    let Some(wr) = writes.iter().map(|&x| rng(x)).collect::<Option<Vec<_>>>() else { return false };
+                    wr.iter().enumerate().all(|(a, &wa)| {
+                        wr[a + 1..].iter().all(|&wb| !overlap(wa, wb))
+                            && node
+                                .inputs
+                                .iter()
+                                .zip(&rr)
+                                .all(|(&x, &xr)| !overlap(wa, xr) || (wa == xr && exact_ok.contains(&(a, x))))
+                    })
+                };
+                // Both if safe, else whichever one is.
+                let choices = [found, [found[0], None], [None, found[1]]];
+                let Some(&pick) = choices.iter().find(|c| c.iter().any(Option::is_some) && safe(c)) else { continue };
+                let rot: [Option<(Value, f64)>; 2] = pick.map(|x| x.map(|(ro, base, _, _)| (ro, base)));
+                let moved = pick.iter().flatten().map(|&(ro, _, pr, _)| (rng(ro).unwrap(), i, pr)).collect();
+                let skipped = pick.iter().flatten().map(|x| x.3).collect();
+                more.attnb_rot.insert(id, rot);
+                cands.push(Moved { host: id, skipped, moved });
+            }
+            _ => {}
+        }
+    }
+
+    // What each launch position touches: its node's inputs and outputs and what the fusions it
+    // hosts read and write; nothing for a node that is not launched (every effect of a fused
+    // node is at its host: a skipped cast's read moves to its GEMM, a fused Add's to its
+    // GEMM, a fused Unary's or Rotary's write to its host, and their reads disappear).
+    let touched = |more: &More, gone: &std::collections::HashSet<u32>| -> Vec<Vec<(usize, usize)>> {
+        nodes
+            .iter()
+            .map(|&id| {
+                if skip.contains(&id) || gone.contains(&id) {
+                    return vec![];
+                }
+                let n = &g.nodes[id as usize];
+                let mut vs: Vec<Value> = n.inputs.clone();
+                vs.extend((0..n.outputs.len()).map(|k| val(id, k as u16)));
+                if let Some(&(a, b)) = f32_gemm.get(&id) {
+                    vs.extend([a, b]);
+                }
+                if let Some(&(add, _)) = gemm_add.get(&id) {
+                    let an = &g.nodes[add as usize];
+                    vs.extend(an.inputs.iter().copied());
+                    vs.push(val(add, 0));
+                }
+                if let Some(&(u, _)) = more.gemm_act.get(&id) {
+                    vs.push(val(u, 0));
+                }
+                if let Some(rot) = more.attnb_rot.get(&id) {
+                    vs.extend(rot.iter().flatten().map(|r| r.0));
+                }
+                vs.into_iter().filter_map(rng).collect()
+            })
+            .collect()
+    };
+    loop {
+        let gone: std::collections::HashSet<u32> = cands.iter().flat_map(|m| m.skipped.iter().copied()).collect();
+        let t = touched(more, &gone);
+        let bad: Vec<usize> = (0..cands.len())
+            .filter(|&c| {
+                cands[c].moved.iter().any(|&(r, lo, hi)| (lo + 1..hi).any(|q| t[q].iter().any(|&x| overlap(x, r))))
+            })
+            .collect();
+        if bad.is_empty() {
+            break;
+        }
+        for &c in bad.iter().rev() {
+            let m = cands.remove(c);
+            more.gemm_act.remove(&m.host);
+            more.attnb_rot.remove(&m.host);
+        }
+    }
+    cands.into_iter().flat_map(|m| m.skipped).collect()
+}
+
 /// The bytes of a constant tensor of `n` elements of `dtype` equal to `value`.
 fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
     let one: Vec<u8> = match dtype {
@@ -926,6 +1171,7 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
         scratch: 0,
         f32_gemm: HashMap::new(),
         gemm_add: HashMap::new(),
+        more: More::default(),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -941,7 +1187,9 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
     for ph in &plan.phases {
         let mut launches = vec![];
         let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
-        let skip = fuse(&plan, &nodes, &mut lw.f32_gemm, &mut lw.gemm_add);
+        let mut skip = fuse(&plan, &nodes, &mut lw.f32_gemm, &mut lw.gemm_add);
+        let more = fuse_more(&plan, &nodes, &skip, &lw.f32_gemm, &lw.gemm_add, &mut lw.more);
+        skip.extend(more);
         let mut i = 0;
         while i < nodes.len() {
             if skip.contains(&nodes[i]) {
@@ -1084,5 +1332,178 @@ mod tests {
         let args = &l.phases[0][0].args;
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
         assert_eq!(args[..4], [slot(x), slot(w), slot(r), slot(x)]);
+    }
+
+    /// Instruction mnemonics of a rendered kernel (guards, registers and labels dropped).
+    fn mnemonics(text: &str) -> Vec<String> {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("//") && !l.starts_with('.') && !l.ends_with(':'))
+            .filter(|l| !l.starts_with('{') && !l.starts_with('}') && !l.starts_with(')') && !l.starts_with('('))
+            .map(|l| {
+                let l = if l.starts_with('@') { l.split_once(' ').map_or(l, |x| x.1) } else { l };
+                l.split_whitespace().next().unwrap_or("").trim_end_matches(';').to_string()
+            })
+            .collect()
+    }
+
+    fn contains_run(hay: &[String], needle: &[String]) -> bool {
+        hay.windows(needle.len()).any(|w| w == needle)
+    }
+
+    #[test]
+    fn gelu_of_a_product_becomes_the_gemm_epilogue_with_the_pointwise_instructions() {
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[64, 64], Init::Zeros);
+        let w = g.param("w", &[64, 96], Init::Zeros);
+        let x16 = g.cast(x, DType::BF16);
+        let w16 = g.cast(w, DType::BF16);
+        let y = g.matmul(x16, w16);
+        let a = g.gelu(y);
+        // The pre-activation has another reader (as GeluGrad would), so it is still stored.
+        let h = g.mul(a, y);
+        let s = g.sum_all(h);
+        let mut outs = BTreeMap::new();
+        outs.insert("s".to_string(), s);
+        let p = Program::single(g.finish().unwrap(), "forward", outs);
+        let l = lower_program(&p).unwrap();
+        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        assert_eq!(names, ["gemm_rr_f32_store_gelu", "pw_mul", "reduce_sum"]);
+        let args = &l.phases[0][0].args;
+        let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
+        // A, B = the f32 sources, C = R = the product, then (after the strides) u = gelu's slot.
+        assert_eq!(args[..4], [slot(x), slot(w), slot(y), slot(y)]);
+        assert_eq!(args.len(), 14);
+        assert_eq!(args[13], slot(a));
+        assert_eq!(l.kernels[l.phases[0][0].kernel].params.last().unwrap().name, "u");
+        // The same GELU instruction sequence as the pointwise kernel's.
+        let mut k = Kernel::new("probe");
+        let r = k.reg(crate::ptx::RegKind::F32);
+        crate::pointwise::emit_unary(&mut k, alpha_ir::Unary::Gelu, r);
+        let body = mnemonics(&k.render());
+        let body: Vec<String> = body.into_iter().filter(|m| m != "ret").collect();
+        assert!(body.len() > 10, "{body:?}");
+        let gemm = mnemonics(&l.kernels[l.phases[0][0].kernel].render());
+        let pw = Pointwise {
+            shape: vec![8],
+            out: Operand::contiguous(DType::F32, &[8]),
+            ins: vec![Operand::contiguous(DType::F32, &[8])],
+            body: Body::Unary(alpha_ir::Unary::Gelu),
+        };
+        let pw = mnemonics(&pw.kernel().unwrap().render());
+        assert!(contains_run(&pw, &body) && contains_run(&gemm, &body));
+        assert_eq!(gemm.iter().filter(|m| *m == "ex2.approx.f32").count(), 64, "one GELU per accumulator");
+    }
+
+    #[test]
+    fn a_unary_whose_slot_the_plan_gives_an_operand_is_not_fused() {
+        // y0 dies when the GEMM (reading it as its f32 A) is done, so the plan puts relu's
+        // output exactly on it: writing relu from the GEMM's epilogue would clobber A for the
+        // blocks still reading it. The Unary stays a launch.
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[64, 64], Init::Zeros);
+        let w = g.param("w", &[64, 64], Init::Zeros);
+        let y0 = g.mul(x, x);
+        let y16 = g.cast(y0, DType::BF16);
+        let w16 = g.cast(w, DType::BF16);
+        let y = g.matmul(y16, w16);
+        let a = g.relu(y);
+        let h = g.mul(a, y);
+        let s = g.sum_all(h);
+        let mut outs = BTreeMap::new();
+        outs.insert("s".to_string(), s);
+        let p = Program::single(g.finish().unwrap(), "forward", outs);
+        let l = lower_program(&p).unwrap();
+        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        assert_eq!(l.plan.slot(a).offset, l.plan.slot(y0).offset, "the premise: relu's slot is y0's");
+        assert_eq!(names, ["pw_mul", "gemm_rr_f32_store", "pw_relu", "pw_mul", "reduce_sum"]);
+    }
+
+    /// q, k, v [1, 2, 64, 8]; the backward's dq and dk each turned back by an inverse Rotary.
+    fn attention_backward_program(dq_also_output: bool, keep_lse: bool) -> (Program, [Value; 5]) {
+        let mut g = Graph::new("t");
+        let sh = [1, 2, 64, 8];
+        let q = g.param("q", &sh, Init::Zeros);
+        let k = g.param("k", &sh, Init::Zeros);
+        let v = g.param("v", &sh, Init::Zeros);
+        let dout = g.param("do", &sh, Init::Zeros);
+        let fwd = g.push(Op::Attention { scale: 0.25, softcap: None }, &[q, k, v]);
+        let b = g.push(Op::AttentionBackward { scale: 0.25, softcap: None }, &[q, k, v, fwd[0], fwd[1], dout]);
+        let rq = g.push(Op::Rotary { base: 10000.0, inverse: true }, &[b[0]])[0];
+        let rk = g.push(Op::Rotary { base: 10000.0, inverse: true }, &[b[1]])[0];
+        let mut outs = BTreeMap::new();
+        outs.insert("dq".to_string(), rq);
+        outs.insert("dk".to_string(), rk);
+        outs.insert("dv".to_string(), b[2]);
+        if dq_also_output {
+            outs.insert("dq_raw".to_string(), b[0]);
+        }
+        if keep_lse {
+            outs.insert("lse".to_string(), fwd[1]);
+        }
+        (Program::single(g.finish().unwrap(), "backward", outs), [rq, rk, b[2], b[0], b[1]])
+    }
+
+    #[test]
+    fn inverse_rotaries_of_dq_and_dk_fold_into_the_attention_backward_stores() {
+        // lse kept alive (an output), so the plan puts neither turned-back gradient on it.
+        let (p, [rq, rk, dv, _, _]) = attention_backward_program(false, true);
+        let l = lower_program(&p).unwrap();
+        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        assert_eq!(names, ["attention_fwd", "attention_bwd_dq_rotary", "attention_bwd_dkv_rotary"]);
+        let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
+        let (dq, dkv) = (&l.phases[0][1].args, &l.phases[0][2].args);
+        assert_eq!(dq.len(), 9);
+        assert_eq!(dkv.len(), 9);
+        assert_eq!(dq[0], slot(rq), "dq goes straight to the inverse Rotary's slot");
+        assert_eq!((dkv[0], dkv[1]), (slot(rk), slot(dv)));
+        // Both read the host-computed table, the one the rotary kernel would read.
+        assert_eq!(dq[8], dkv[8]);
+        let LArg::Ptr(tab) = dq[8] else { panic!("table pointer") };
+        assert!(tab >= l.plan.arena);
+        let want: Vec<u8> = rotary::table(64, 8, 10000.0).iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert!(l.inits.iter().any(|(o, b)| *o == tab && *b == want));
+        // The rotation is the rotary kernel's instruction sequence (inverse: the sine negated).
+        let pair: Vec<String> =
+            ["neg.f32", "mul.rn.f32", "mul.rn.f32", "sub.rn.f32", "mul.rn.f32", "mul.rn.f32", "add.rn.f32"]
+                .map(String::from)
+                .to_vec();
+        assert!(contains_run(&mnemonics(&rotary::kernel(128, 64, 8, true).render()), &pair[1..]));
+        for launch in &l.phases[0][1..] {
+            let m = mnemonics(&l.kernels[launch.kernel].render());
+            assert!(contains_run(&m, &pair));
+            assert_eq!(m.iter().filter(|x| *x == "neg.f32").count(), 4, "one per pair of the row");
+        }
+    }
+
+    #[test]
+    fn a_turned_back_gradient_planned_over_lse_keeps_its_rotary_and_one_exactly_on_o_fuses() {
+        // Without lse as an output the plan puts dk's inverse Rotary on lse and dq (both dead
+        // after the backward): writing it from the dK/dV kernel would clobber lse while it is
+        // read. dq's lies exactly on o, which only the dQ kernel's own thread reads: allowed.
+        let (p, [rq, rk, _, _, _]) = attention_backward_program(false, false);
+        let l = lower_program(&p).unwrap();
+        let g = &l.plan.program.graph;
+        let attn = (0..g.nodes.len() as u32).find(|&i| matches!(g.nodes[i as usize].op, Op::Attention { .. })).unwrap();
+        let (o, lse) = (Value { node: attn, index: 0 }, Value { node: attn, index: 1 });
+        assert_eq!(l.plan.slot(rq).offset, l.plan.slot(o).offset, "the premise: dq's Rotary on o");
+        assert_eq!(l.plan.slot(rk).offset, l.plan.slot(lse).offset, "the premise: dk's Rotary on lse");
+        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        assert_eq!(names, ["attention_fwd", "attention_bwd_dq_rotary", "attention_bwd_dkv", "rotary_inverse"]);
+        let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
+        assert_eq!(l.phases[0][1].args[0], slot(rq));
+        assert_eq!(l.phases[0][3].args[0], slot(rk));
+    }
+
+    #[test]
+    fn a_gradient_read_elsewhere_keeps_its_inverse_rotary() {
+        let (p, [_, rk, _, dq, _]) = attention_backward_program(true, true);
+        let l = lower_program(&p).unwrap();
+        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        assert_eq!(names, ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkv_rotary", "rotary_inverse"]);
+        let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
+        assert_eq!(l.phases[0][1].args[0], slot(dq));
+        assert_eq!(l.phases[0][1].args.len(), 8);
+        assert_eq!(l.phases[0][2].args[0], slot(rk));
     }
 }
