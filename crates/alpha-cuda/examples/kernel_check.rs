@@ -64,6 +64,7 @@ fn main() -> Result<()> {
     };
     let t0 = Instant::now();
     step("gemm", check::gemm_variants(&gpu, &arena, &mut rng));
+    step("fusion", check::fusion_checks(&gpu, &arena, &mut rng));
     let n_ew = if quick { 1 << 20 } else { 1 << 25 };
     step("elementwise", check::elementwise_checks(&gpu, &arena, &mut rng, n_ew, &opts));
     step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (12288, 512, 1024), &opts));

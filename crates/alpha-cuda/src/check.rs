@@ -18,6 +18,7 @@ use crate::driver::{DeviceArena, Function, Gpu};
 use crate::elementwise;
 use crate::embedding;
 use crate::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
+use crate::{attention, rotary};
 
 /// One line of the report.
 #[derive(Clone, Debug)]
@@ -735,4 +736,165 @@ pub fn gemm_step_graph(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Opt
         median_us: Some(t),
         rate: format!("{:.1} TFLOP/s ({:.2} ms/step)", flops / (t * 1e-6) / 1e12, t / 1e3),
     })
+}
+
+/// A bit-for-bit comparison row: `mism` differing elements of `n`.
+fn exact_row(family: &str, name: &str, shape: &str, mism: usize, n: usize) -> Row {
+    Row {
+        family: family.into(),
+        name: name.into(),
+        shape: shape.into(),
+        max_abs: mism as f64,
+        rel: mism as f64 / n.max(1) as f64,
+        tol: 0.0,
+        pass: mism == 0,
+        median_us: None,
+        rate: String::new(),
+    }
+}
+
+fn mismatches(a: &[f32], b: &[f32]) -> usize {
+    a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count() + a.len().abs_diff(b.len())
+}
+
+/// The lowering's fusions against the launches they replace, bit for bit on the GPU:
+/// * every tiled GEMM layout and input with the GELU epilogue: its second output against the
+///   pointwise GELU kernel run on its first (and the first against the f64 reference);
+/// * the attention backward with the inverse rotary fused into its dq and dk stores, writing
+///   them (as Coppelius's plan does) exactly over o and k, against the unfused kernels followed
+///   by two `rotary_inverse` launches (GQA, a partial tile).
+pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    use crate::driver::{Arg, LaunchConfig};
+    use crate::pointwise::{Body, Operand, Pointwise};
+    let mut rows = Vec::new();
+    let launch = |f: &Function, grid: (u32, u32, u32), block: (u32, u32, u32), args: &[u64]| {
+        let args: Vec<Arg> = args.iter().map(|&p| Arg::U64(p)).collect();
+        gpu.launch(f, LaunchConfig { grid, block, shared_bytes: 0 }, &args)
+    };
+    for a in [Layout::RowMajor, Layout::ColMajor] {
+        for b in [Layout::RowMajor, Layout::ColMajor] {
+            for input in [Input::F32, Input::Bf16] {
+                arena.reset();
+                let spec = GemmSpec { a, b, input, epilogue: Epilogue::Store, activation: Some(alpha_ir::Unary::Gelu) };
+                let f = gpu.load(&spec.kernel())?;
+                let mut sh = GemmShape::packed(&spec, 200, 136, 96);
+                sh.batch = 2;
+                let (na, nb, nc) = sh.extents(&spec);
+                let (av, bv) = (rng.vec(na, 1.0), rng.vec(nb, 1.0));
+                let ab = upload_operand(arena, input, &av)?;
+                let bb = upload_operand(arena, input, &bv)?;
+                let cb = arena.alloc_n::<f32>(nc)?;
+                let ub = arena.alloc_n::<f32>(nc)?;
+                let pb = arena.alloc_n::<f32>(nc)?;
+                for x in [cb, ub, pb] {
+                    arena.fill_u32(x, NAN_BITS)?;
+                }
+                let mut args = vec![Arg::U64(ab.ptr), Arg::U64(bb.ptr), Arg::U64(cb.ptr), Arg::U64(cb.ptr)];
+                args.extend([sh.m, sh.n, sh.k, sh.lda, sh.ldb, sh.ldc].map(Arg::U32));
+                args.extend([sh.stride_a, sh.stride_b, sh.stride_c].map(Arg::U64));
+                args.push(Arg::U64(ub.ptr));
+                let cfg = LaunchConfig {
+                    grid: (sh.n.div_ceil(gemm::BN), sh.m.div_ceil(gemm::BM), sh.batch),
+                    block: (gemm::THREADS, 1, 1),
+                    shared_bytes: 0,
+                };
+                gpu.launch(&f, cfg, &args)?;
+                let pw = Pointwise {
+                    shape: vec![nc],
+                    out: Operand::contiguous(alpha_ir::DType::F32, &[nc]),
+                    ins: vec![Operand::contiguous(alpha_ir::DType::F32, &[nc])],
+                    body: Body::Unary(alpha_ir::Unary::Gelu),
+                };
+                let (blocks, threads) = pw.grid();
+                let fp = gpu.load(&pw.kernel()?)?;
+                launch(&fp, (blocks, 1, 1), (threads, 1, 1), &[pb.ptr, cb.ptr])?;
+                let c: Vec<f32> = arena.download(cb, nc)?;
+                let u: Vec<f32> = arena.download(ub, nc)?;
+                let p: Vec<f32> = arena.download(pb, nc)?;
+                let mut want = vec![0.0f32; nc];
+                gemm::reference(&GemmSpec { activation: None, ..spec }, &sh, &av, &bv, &[], &mut want);
+                let (max_abs, rel) = compare(&c, &want);
+                rows.push(Row {
+                    family: "gemm".into(),
+                    name: spec.name(),
+                    shape: "b2 m200 n136 k96".into(),
+                    max_abs,
+                    rel,
+                    tol: 1e-5,
+                    pass: rel <= 1e-5,
+                    median_us: None,
+                    rate: String::new(),
+                });
+                rows.push(exact_row(
+                    "fusion",
+                    &format!("{} = pw_gelu", spec.name()),
+                    "b2 m200 n136 k96",
+                    mismatches(&u, &p),
+                    nc,
+                ));
+            }
+        }
+    }
+
+    // Attention backward with the inverse rotary fused into its stores.
+    arena.reset();
+    let dims = attention::Dims { b: 1, h: 4, g: 2, t: 200, d: 64, scale: 0.125, softcap: None };
+    let (nq, nk, nl) = (dims.b * dims.h * dims.t * dims.d, dims.b * dims.g * dims.t * dims.d, dims.b * dims.h * dims.t);
+    let up = |v: &[f32]| -> Result<crate::driver::Buf> {
+        let b = arena.alloc_n::<f32>(v.len())?;
+        arena.upload(b, v)?;
+        Ok(b)
+    };
+    let blank = |n: usize| -> Result<crate::driver::Buf> {
+        let b = arena.alloc_n::<f32>(n)?;
+        arena.fill_u32(b, NAN_BITS)?;
+        Ok(b)
+    };
+    let (qh, kh, vh, doh) = (rng.vec(nq, 1.0), rng.vec(nk, 1.0), rng.vec(nk, 1.0), rng.vec(nq, 1.0));
+    let (q, k, v, dout) = (up(&qh)?, up(&kh)?, up(&vh)?, up(&doh)?);
+    let tab = up(&rotary::table(dims.t, dims.d, 10000.0))?;
+    let (o, lse) = (blank(nq)?, blank(nl)?);
+    let block = (attention::ROWS, 1, 1);
+    let ffwd = gpu.load(&attention::forward_kernel(&dims))?;
+    launch(&ffwd, dims.grid_q(), block, &[o.ptr, lse.ptr, q.ptr, k.ptr, v.ptr])?;
+    let oh: Vec<f32> = arena.download(o, nq)?;
+    let delta = blank(nl)?;
+    // Unfused: dQ, dK/dV, then the two inverse rotaries.
+    let (dq, dk, dv, rq, rk) = (blank(nq)?, blank(nk)?, blank(nk)?, blank(nq)?, blank(nk)?);
+    let fdq = gpu.load(&attention::backward_dq_kernel(&dims, false))?;
+    let fdkv = gpu.load(&attention::backward_dkv_kernel(&dims, false))?;
+    launch(&fdq, dims.grid_q(), block, &[dq.ptr, delta.ptr, q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, dout.ptr])?;
+    launch(&fdkv, dims.grid_kv(), block, &[dk.ptr, dv.ptr, q.ptr, k.ptr, v.ptr, lse.ptr, delta.ptr, dout.ptr])?;
+    for (out, x, rows_) in [(rq, dq, nq / dims.d), (rk, dk, nk / dims.d)] {
+        let fr = gpu.load(&rotary::kernel(rows_, dims.t, dims.d, true))?;
+        let (blocks, threads) = crate::pointwise::grid_blocks(rows_ * dims.d / 2);
+        launch(&fr, (blocks, 1, 1), (threads, 1, 1), &[out.ptr, x.ptr, tab.ptr])?;
+    }
+    // Fused, dq written over (a copy of) o and dk over (a copy of) k, as in Coppelius's plan.
+    let (o2, k2, dv2, delta2) = (up(&oh)?, up(&kh)?, blank(nk)?, blank(nl)?);
+    let fdq_r = gpu.load(&attention::backward_dq_kernel(&dims, true))?;
+    let fdkv_r = gpu.load(&attention::backward_dkv_kernel(&dims, true))?;
+    launch(
+        &fdq_r,
+        dims.grid_q(),
+        block,
+        &[o2.ptr, delta2.ptr, q.ptr, k2.ptr, v.ptr, o2.ptr, lse.ptr, dout.ptr, tab.ptr],
+    )?;
+    launch(
+        &fdkv_r,
+        dims.grid_kv(),
+        block,
+        &[k2.ptr, dv2.ptr, q.ptr, k2.ptr, v.ptr, lse.ptr, delta2.ptr, dout.ptr, tab.ptr],
+    )?;
+    let shape = "b1 h4 g2 t200 d64";
+    let pairs = [("dq", rq, o2, nq), ("dk", rk, k2, nk), ("dv", dv, dv2, nk)];
+    for (what, want, got, n) in pairs {
+        let w: Vec<f32> = arena.download(want, n)?;
+        let g: Vec<f32> = arena.download(got, n)?;
+        let finite = w.iter().all(|x| x.is_finite());
+        let mut row = exact_row("fusion", &format!("attention_bwd_rotary {what}"), shape, mismatches(&g, &w), n);
+        row.pass &= finite;
+        rows.push(row);
+    }
+    Ok(rows)
 }

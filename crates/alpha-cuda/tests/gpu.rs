@@ -23,6 +23,16 @@ fn gemm_all_variants_match_reference() {
     assert_all(&check::gemm_variants(&gpu, &arena, &mut Rng::new(1)).unwrap());
 }
 
+/// The lowering's GELU epilogue and rotary-in-attention-backward fusions equal the launches they
+/// replace, bit for bit (see `check::fusion_checks`).
+#[test]
+fn fusions_match_the_launches_they_replace_bit_for_bit() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(64 << 20).unwrap();
+    assert_all(&check::fusion_checks(&gpu, &arena, &mut Rng::new(4)).unwrap());
+}
+
 #[test]
 fn elementwise_embedding_cross_entropy_match_reference() {
     let Some(gpu) = Gpu::open_or_skip() else { return };
