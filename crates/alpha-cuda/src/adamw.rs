@@ -24,7 +24,7 @@ use anyhow::{bail, Result};
 
 use crate::driver::{Arg, Function, Gpu, LaunchConfig};
 use crate::elementwise::{grid_for, grid_stride_begin, grid_stride_end, THREADS};
-use crate::ptx::{addr, Kernel, ParamTy, RegKind};
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 /// Most segments the table may hold (shared memory: 8 bytes each).
 pub const MAX_SEGMENTS: usize = 1024;
@@ -357,6 +357,50 @@ pub fn sumsq_finish(gpu: &Gpu, f: &Function, out: u64, partials: u64, max_norm: 
     )
 }
 
+/// A step's scalars as an update kernel holds them: registers loaded from the arena, and the
+/// optimizer's constants.
+pub(crate) struct StepScalars {
+    pub lr: Reg,
+    pub bc1: Reg,
+    pub bc2: Reg,
+    pub gs: Reg,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+}
+
+/// One element's AdamW update from loaded p, g, m, v; returns (p', m', v'). The instruction
+/// sequence is the CPU reference's order, and both the per-tensor and the multi-tensor kernels
+/// emit it here, so they agree with the reference and each other bit for bit.
+pub(crate) fn emit_update(
+    k: &mut Kernel,
+    [pv, gv, mv, vv]: [Reg; 4],
+    s: &StepScalars,
+    wd: impl Into<Opnd>,
+) -> (Reg, Reg, Reg) {
+    let (b1, b2) = (s.beta1 as f32, s.beta2 as f32);
+    let (omb1, omb2) = (1.0f32 - b1, 1.0f32 - b2);
+    let f = RegKind::F32;
+    let gi = k.bin("mul.rn.f32", f, gv, s.gs);
+    let t1 = k.bin("mul.rn.f32", f, b1, mv);
+    let t2 = k.bin("mul.rn.f32", f, omb1, gi);
+    let m2 = k.bin("add.rn.f32", f, t1, t2);
+    let t3 = k.bin("mul.rn.f32", f, b2, vv);
+    let t4 = k.bin("mul.rn.f32", f, omb2, gi);
+    let t5 = k.bin("mul.rn.f32", f, t4, gi);
+    let v2 = k.bin("add.rn.f32", f, t3, t5);
+    let mh = k.bin("div.rn.f32", f, m2, s.bc1);
+    let vh = k.bin("div.rn.f32", f, v2, s.bc2);
+    let sq = k.un("sqrt.rn.f32", f, vh);
+    let den = k.bin("add.rn.f32", f, sq, s.eps as f32);
+    let q = k.bin("div.rn.f32", f, mh, den);
+    let dec = k.bin("mul.rn.f32", f, wd, pv);
+    let upd = k.bin("add.rn.f32", f, q, dec);
+    let step = k.bin("mul.rn.f32", f, s.lr, upd);
+    let p2 = k.bin("sub.rn.f32", f, pv, step);
+    (p2, m2, v2)
+}
+
 /// The IR's AdamW (`alpha_ir::Op::AdamW`), one tensor per launch, in place, in the CPU
 /// reference's formula and order (`alpha-cpu/src/kernels/adamw.rs`): `g ← g·gscale;`
 /// `m ← β₁m + (1−β₁)g; v ← β₂v + (1−β₂)g·g; p ← p − lr·((m/bc₁)/(√(v/bc₂) + ε) + λp)` with
@@ -382,8 +426,6 @@ pub fn step_kernel(beta1: f64, beta2: f64, eps: f64, weight_decay: f64, n: usize
     let bc1 = ld(&mut k, bc1p, 0);
     let bc2 = ld(&mut k, bc2p, 0);
     let gs = ld(&mut k, gsp, 0);
-    let (b1, b2) = (beta1 as f32, beta2 as f32);
-    let (omb1, omb2) = (1.0f32 - b1, 1.0f32 - b2);
     let nr = k.imm_u32(n as u32);
     let (i, stride, top, end) = crate::pointwise::grid_stride_begin(&mut k, nr);
     let pa = k.addr_of(p, i, 4);
@@ -391,24 +433,8 @@ pub fn step_kernel(beta1: f64, beta2: f64, eps: f64, weight_decay: f64, n: usize
     let ma = k.addr_of(m, i, 4);
     let va = k.addr_of(v, i, 4);
     let (pv, gv, mv, vv) = (ld(&mut k, pa, 0), ld(&mut k, ga, 0), ld(&mut k, ma, 0), ld(&mut k, va, 0));
-    let f = RegKind::F32;
-    let gi = k.bin("mul.rn.f32", f, gv, gs);
-    let t1 = k.bin("mul.rn.f32", f, b1, mv);
-    let t2 = k.bin("mul.rn.f32", f, omb1, gi);
-    let m2 = k.bin("add.rn.f32", f, t1, t2);
-    let t3 = k.bin("mul.rn.f32", f, b2, vv);
-    let t4 = k.bin("mul.rn.f32", f, omb2, gi);
-    let t5 = k.bin("mul.rn.f32", f, t4, gi);
-    let v2 = k.bin("add.rn.f32", f, t3, t5);
-    let mh = k.bin("div.rn.f32", f, m2, bc1);
-    let vh = k.bin("div.rn.f32", f, v2, bc2);
-    let sq = k.un("sqrt.rn.f32", f, vh);
-    let den = k.bin("add.rn.f32", f, sq, eps as f32);
-    let q = k.bin("div.rn.f32", f, mh, den);
-    let dec = k.bin("mul.rn.f32", f, weight_decay as f32, pv);
-    let upd = k.bin("add.rn.f32", f, q, dec);
-    let step = k.bin("mul.rn.f32", f, lr, upd);
-    let p2 = k.bin("sub.rn.f32", f, pv, step);
+    let scalars = StepScalars { lr, bc1, bc2, gs, beta1, beta2, eps };
+    let (p2, m2, v2) = emit_update(&mut k, [pv, gv, mv, vv], &scalars, weight_decay as f32);
     k.op("st.global.f32", [addr(pa, 0), p2.into()]);
     k.op("st.global.f32", [addr(ma, 0), m2.into()]);
     k.op("st.global.f32", [addr(va, 0), v2.into()]);

@@ -228,8 +228,6 @@ pub fn adamw_kernel(beta1: f64, beta2: f64, eps: f64) -> Kernel {
     k.op("ld.global.nc.u32", [len.into(), addr(e, 32)]);
     let wd = k.reg(RegKind::F32);
     k.op("ld.global.nc.f32", [wd.into(), addr(e, 36)]);
-    let (b1, b2) = (beta1 as f32, beta2 as f32);
-    let (omb1, omb2) = (1.0f32 - b1, 1.0f32 - b2);
     let j = k.un("mov.u32", RegKind::B32, tid);
     let top = k.label("loop");
     let end = k.label("end");
@@ -242,24 +240,8 @@ pub fn adamw_kernel(beta1: f64, beta2: f64, eps: f64) -> Kernel {
     let va = k.addr_of(ptrs[3], j, 4);
     let (pv, gv, mv, vv) = (ld(&mut k, pa, 0), ld(&mut k, ga, 0), ld(&mut k, ma, 0), ld(&mut k, va, 0));
     // Exactly `adamw::step_kernel`'s sequence (the CPU reference's order).
-    let f = RegKind::F32;
-    let gi = k.bin("mul.rn.f32", f, gv, gs);
-    let t1 = k.bin("mul.rn.f32", f, b1, mv);
-    let t2 = k.bin("mul.rn.f32", f, omb1, gi);
-    let m2 = k.bin("add.rn.f32", f, t1, t2);
-    let t3 = k.bin("mul.rn.f32", f, b2, vv);
-    let t4 = k.bin("mul.rn.f32", f, omb2, gi);
-    let t5 = k.bin("mul.rn.f32", f, t4, gi);
-    let v2 = k.bin("add.rn.f32", f, t3, t5);
-    let mh = k.bin("div.rn.f32", f, m2, bc1);
-    let vh = k.bin("div.rn.f32", f, v2, bc2);
-    let sq = k.un("sqrt.rn.f32", f, vh);
-    let den = k.bin("add.rn.f32", f, sq, eps as f32);
-    let q = k.bin("div.rn.f32", f, mh, den);
-    let dec = k.bin("mul.rn.f32", f, wd, pv);
-    let upd = k.bin("add.rn.f32", f, q, dec);
-    let step = k.bin("mul.rn.f32", f, lr, upd);
-    let p2 = k.bin("sub.rn.f32", f, pv, step);
+    let scalars = crate::adamw::StepScalars { lr, bc1, bc2, gs, beta1, beta2, eps };
+    let (p2, m2, v2) = crate::adamw::emit_update(&mut k, [pv, gv, mv, vv], &scalars, wd);
     k.op("st.global.f32", [addr(pa, 0), p2.into()]);
     k.op("st.global.f32", [addr(ma, 0), m2.into()]);
     k.op("st.global.f32", [addr(va, 0), v2.into()]);
