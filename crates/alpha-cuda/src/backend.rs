@@ -146,7 +146,10 @@ impl CudaBackend {
                 names.insert(name.clone(), Value { node: i as u32, index: 0 });
             }
         }
-        Ok(CudaBackend { graphs, arena, functions, lowered, names, checked: false, gpu })
+        // ALPHA_CUDA_CHECK_LAUNCHES=1 runs launch by launch with a synchronisation after each,
+        // so a kernel fault names its launch (a fault inside a replayed graph cannot).
+        let checked = std::env::var("ALPHA_CUDA_CHECK_LAUNCHES").is_ok_and(|v| v != "0" && !v.is_empty());
+        Ok(CudaBackend { graphs, arena, functions, lowered, names, checked, gpu })
     }
 
     pub fn info(&self) -> &GpuInfo {
@@ -326,6 +329,11 @@ impl Backend for CudaBackend {
         } else {
             self.graphs[i].replay()?;
         }
-        self.gpu.synchronize().with_context(|| format!("running phase '{phase}' on {}", self.gpu.info().name))
+        self.gpu.synchronize().with_context(|| {
+            format!(
+                "running phase '{phase}' on {} (set ALPHA_CUDA_CHECK_LAUNCHES=1 to run launch by launch and name the one that faults)",
+                self.gpu.info().name
+            )
+        })
     }
 }
