@@ -23,7 +23,7 @@ impl System for Bob {
         "next-byte bigram table, 256×256 fp32 logits, exact cross-entropy, AdamW"
     }
     fn state(&self) -> &'static str {
-        "trains, resumes and predicts on the CPU"
+        "trains, resumes and predicts on the CPU and the H200"
     }
     fn vocab(&self) -> usize {
         VOCAB

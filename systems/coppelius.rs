@@ -86,7 +86,7 @@ impl System for Coppelius {
         "57.7M transformer: 16 blocks, width 512, 8 heads, rotary, gated-GELU FFN 1408, tied embedding, vocab 12,288"
     }
     fn state(&self) -> &'static str {
-        "compiles and trains on the CPU reference; GPU backend in progress"
+        "passes its four gates and trains on the H200; 8× slower than PyTorch so far"
     }
     fn vocab(&self) -> usize {
         self.vocab

@@ -412,10 +412,10 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
 }
 
 fn systems() -> Result<()> {
-    println!("{:<11} {:>12}  {:<58} description", "system", "parameters", "state");
+    println!("{:<11} {:>12}  {:<70} description", "system", "parameters", "state");
     for s in alpha_systems::catalogue() {
         let params = s.model(1)?.graph.parameter_count();
-        println!("{:<11} {:>12}  {:<58} {}", s.name(), alpha_plan::group(params), s.state(), s.description());
+        println!("{:<11} {:>12}  {:<70} {}", s.name(), alpha_plan::group(params), s.state(), s.description());
     }
     Ok(())
 }
@@ -549,7 +549,7 @@ fn serve(a: ServeArgs) -> Result<()> {
             description: s.description().into(),
             parameters: s.model(1)?.graph.parameter_count() as u64,
             state: s.state().into(),
-            devices: vec!["cpu".into()],
+            devices: vec!["cpu".into(), "cuda sm_90a (H200)".into()],
         });
     }
     let opts = alpha_dash::ServeOptions {
