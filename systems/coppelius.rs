@@ -11,6 +11,7 @@
 use alpha_ir::{DType, Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Schedule};
 
+use crate::layers::{bf16_matmul, causal_self_attention};
 use crate::{System, Tokens};
 
 #[derive(Debug, Clone)]
@@ -29,16 +30,9 @@ impl Default for Coppelius {
     }
 }
 
-fn bf16_matmul(g: &mut Graph, x: Value, w: Value, tb: bool) -> Value {
-    let x16 = g.cast(x, DType::BF16);
-    let w16 = g.cast(w, DType::BF16);
-    g.matmul_t(x16, w16, false, tb)
-}
-
 impl Coppelius {
     fn block(&self, g: &mut Graph, x: Value, b: usize) -> Value {
         let (c, h, t) = (self.width, self.heads, self.context);
-        let hd = c / h;
         let std = 0.02;
         let resid_std = std / ((2 * self.blocks) as f64).sqrt();
         let ln1_g = g.param("ln1.weight", &[c], Init::Ones);
@@ -53,18 +47,7 @@ impl Coppelius {
 
         let a = g.layer_norm(x, ln1_g, ln1_b, 1e-5);
         let qkv = bf16_matmul(g, a, w_qkv, false);
-        let qkv = g.reshape(qkv, &[b, t, 3, h, hd]);
-        let qkv = g.permute(qkv, &[2, 0, 3, 1, 4]);
-        let part = |g: &mut Graph, i: usize| {
-            let s = g.slice(qkv, 0, i, i + 1);
-            g.reshape(s, &[b, h, t, hd])
-        };
-        let (q, k, v) = (part(g, 0), part(g, 1), part(g, 2));
-        let q = g.rotary(q, 10000.0);
-        let k = g.rotary(k, 10000.0);
-        let o = g.attention(q, k, v, 1.0 / (hd as f64).sqrt(), None);
-        let o = g.permute(o, &[0, 2, 1, 3]);
-        let o = g.reshape(o, &[b * t, c]);
+        let o = causal_self_attention(g, qkv, b, t, h, Some(10000.0));
         let proj = bf16_matmul(g, o, w_o, false);
         let x = g.add(x, proj);
 

@@ -3,6 +3,8 @@
 
 pub mod bob;
 pub mod coppelius;
+pub mod gpt2;
+pub mod layers;
 
 use alpha_ir::IrError;
 use alpha_learn::{Learner, Model};
@@ -40,7 +42,7 @@ pub trait System: Send + Sync {
 
 /// Every system Alpha knows, in catalogue order.
 pub fn catalogue() -> Vec<Box<dyn System>> {
-    vec![Box::new(bob::Bob), Box::new(coppelius::Coppelius::default())]
+    vec![Box::new(bob::Bob), Box::new(coppelius::Coppelius::default()), Box::new(gpt2::Gpt2::default())]
 }
 
 /// The system called `name`, or an error listing the known ones.

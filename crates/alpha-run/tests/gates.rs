@@ -4,6 +4,7 @@
 use alpha_run::gates::{check, Gate};
 use alpha_run::Device;
 use alpha_systems::coppelius::Coppelius;
+use alpha_systems::gpt2::Gpt2;
 
 fn small() -> Coppelius {
     Coppelius { blocks: 2, width: 32, heads: 4, ffn: 48, vocab: 97, context: 16 }
@@ -19,6 +20,15 @@ fn a_small_transformer_passes_every_gate_against_itself_and_is_causal() {
     let r = check(Gate::Causality, &small(), Device::Cpu, 2, 3).unwrap();
     assert!(r.text.contains("rows before 8 that changed 0 of 16"), "{}", r.text);
     assert!(r.text.contains("rows from 8 on unchanged 0 of 16"), "{}", r.text);
+}
+
+#[test]
+fn a_small_gpt2_passes_every_gate_against_itself_and_is_causal() {
+    let small = Gpt2 { layers: 2, width: 32, heads: 4, vocab: 89, context: 16 };
+    for gate in [Gate::Forward, Gate::Gradient, Gate::Update, Gate::Causality] {
+        let r = check(gate, &small, Device::Cpu, 2, 5).unwrap();
+        assert!(r.passed, "{}", r.text);
+    }
 }
 
 #[test]

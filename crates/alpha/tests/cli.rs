@@ -79,6 +79,7 @@ fn the_catalogue_lists_every_system_with_its_parameter_count() {
     let out = succeeds(&alpha(&["systems"], tmp.path()));
     assert!(out.contains("bob") && out.contains("65,536"), "{out}");
     assert!(out.contains("coppelius") && out.contains("57,705,472"), "{out}");
+    assert!(out.contains("gpt2") && out.contains("124,439,808"), "{out}");
 }
 
 #[test]
@@ -95,7 +96,10 @@ fn plan_prints_kernels_and_the_arena_by_class() {
 #[test]
 fn unknown_systems_are_named_with_the_known_ones() {
     let tmp = tempfile::tempdir().unwrap();
-    fails_with(&alpha(&["train", "nosuch"], tmp.path()), "unknown system 'nosuch'; known systems: bob, coppelius");
+    fails_with(
+        &alpha(&["train", "nosuch"], tmp.path()),
+        "unknown system 'nosuch'; known systems: bob, coppelius, gpt2",
+    );
 }
 
 #[test]

@@ -1,0 +1,127 @@
+//! GPT-2 small (SYSTEMS.md §8), llm.c's `d12`: 12 pre-LN blocks of width 768 with 12 heads,
+//! context 1,024, learned positions, biases on every linear, tanh GELU MLP of 4·768, tied
+//! embedding over 50,257 tokens — 124,439,808 parameters. llm.c's recipe: weights N(0, 0.02),
+//! the two residual projections N(0, 0.02/√24), biases 0; AdamW β (0.9, 0.95), ε 1e-8, decay 0.1
+//! on matrices only, peak 6e-4 after 700 warm-up updates, cosine to 0, clip 1.0. Matrix products
+//! take bf16 operands, as in Alpha's other transformers.
+
+use alpha_ir::{DType, Graph, Init, IrError, Value};
+use alpha_learn::{AdamW, Decay, Learner, Model, Schedule};
+
+use crate::layers::{bf16_matmul, causal_self_attention};
+use crate::{System, Tokens};
+
+#[derive(Debug, Clone)]
+pub struct Gpt2 {
+    pub layers: usize,
+    pub width: usize,
+    pub heads: usize,
+    pub vocab: usize,
+    pub context: usize,
+}
+
+impl Default for Gpt2 {
+    fn default() -> Self {
+        Gpt2 { layers: 12, width: 768, heads: 12, vocab: 50257, context: 1024 }
+    }
+}
+
+impl Gpt2 {
+    /// A linear layer with a bias: x·W + b.
+    fn linear(&self, g: &mut Graph, x: Value, name: &str, fan_out: usize, std: f64) -> Value {
+        let fan_in = g.shape(x)[1];
+        let w = g.param(&format!("{name}.weight"), &[fan_in, fan_out], Init::Normal { std });
+        let b = g.param(&format!("{name}.bias"), &[fan_out], Init::Zeros);
+        let y = bf16_matmul(g, x, w, false);
+        g.add(y, b)
+    }
+
+    fn layer_norm(&self, g: &mut Graph, x: Value, name: &str) -> Value {
+        let c = self.width;
+        let w = g.param(&format!("{name}.weight"), &[c], Init::Ones);
+        let b = g.param(&format!("{name}.bias"), &[c], Init::Zeros);
+        g.layer_norm(x, w, b, 1e-5)
+    }
+
+    fn block(&self, g: &mut Graph, x: Value, batch: usize) -> Value {
+        let c = self.width;
+        let resid_std = 0.02 / ((2 * self.layers) as f64).sqrt();
+        let a = self.layer_norm(g, x, "ln1");
+        let qkv = self.linear(g, a, "attn.qkv", 3 * c, 0.02);
+        let o = causal_self_attention(g, qkv, batch, self.context, self.heads, None);
+        let proj = self.linear(g, o, "attn.proj", c, resid_std);
+        let x = g.add(x, proj);
+        let b = self.layer_norm(g, x, "ln2");
+        let h = self.linear(g, b, "mlp.fc", 4 * c, 0.02);
+        let h = g.gelu(h);
+        let out = self.linear(g, h, "mlp.proj", c, resid_std);
+        g.add(x, out)
+    }
+}
+
+impl System for Gpt2 {
+    fn name(&self) -> &'static str {
+        "gpt2"
+    }
+    fn description(&self) -> &'static str {
+        "GPT-2 small (llm.c d12): 12 blocks, width 768, 12 heads, learned positions, biases, GELU MLP, tied embedding, vocab 50,257"
+    }
+    fn state(&self) -> &'static str {
+        "compiles; gates and training on the CPU reference; not yet run on the H200"
+    }
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+    fn tokens(&self) -> Tokens {
+        Tokens::Bpe(self.vocab)
+    }
+    fn context(&self) -> usize {
+        self.context
+    }
+    fn default_batch(&self) -> usize {
+        4
+    }
+    fn default_steps(&self) -> u64 {
+        2000
+    }
+
+    fn model(&self, batch: usize) -> Result<Model, IrError> {
+        let (c, t, v) = (self.width, self.context, self.vocab);
+        let mut g = Graph::new("gpt2");
+        let tokens = g.input("tokens", &[batch, t], DType::I32);
+        let targets = g.input("targets", &[batch, t], DType::I32);
+        let wte = g.param("wte.weight", &[v, c], Init::Normal { std: 0.02 });
+        let wpe = g.param("wpe.weight", &[t, c], Init::Normal { std: 0.02 });
+        let x = g.gather(wte, tokens);
+        let x = g.add(x, wpe);
+        let mut x = g.reshape(x, &[batch * t, c]);
+        for i in 0..self.layers {
+            x = g.scoped(format!("blocks.{i}"), |g| self.block(g, x, batch));
+        }
+        let hf = self.layer_norm(&mut g, x, "ln_f");
+        let logits = bf16_matmul(&mut g, hf, wte, true);
+        let flat = g.reshape(targets, &[batch * t]);
+        let losses = g.cross_entropy(logits, flat);
+        let loss = g.mean_all(losses);
+        Ok(Model { graph: g.finish()?, loss, losses, logits })
+    }
+
+    fn learner(&self, steps: u64) -> Learner {
+        Learner {
+            adamw: AdamW { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, decay: Decay::MatricesOnly },
+            schedule: Schedule::WarmupCosine { peak: 6e-4, warmup: 700.min(steps), total: steps.max(1), floor: 0.0 },
+            clip: Some(1.0),
+            accumulation: 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameter_count_is_llm_c_d12() {
+        assert_eq!(Gpt2::default().model(1).unwrap().graph.parameter_count(), 124_439_808);
+    }
+}

@@ -1,0 +1,39 @@
+//! Pieces the transformer systems share, written once against the builder.
+
+use alpha_ir::{DType, Graph, Value};
+
+/// x·W (or x·Wᵀ) with both operands rounded to bf16 and f32 accumulation, as the device does.
+pub fn bf16_matmul(g: &mut Graph, x: Value, w: Value, tb: bool) -> Value {
+    let x16 = g.cast(x, DType::BF16);
+    let w16 = g.cast(w, DType::BF16);
+    g.matmul_t(x16, w16, false, tb)
+}
+
+/// Causal self-attention from a fused projection `qkv` `[batch·t, 3·heads·hd]` whose columns
+/// are ordered (q/k/v, head, dim). Rotary positions on q and k when `rotary_base` is given.
+/// Returns the heads concatenated, `[batch·t, heads·hd]`.
+pub fn causal_self_attention(
+    g: &mut Graph,
+    qkv: Value,
+    batch: usize,
+    t: usize,
+    heads: usize,
+    rotary_base: Option<f64>,
+) -> Value {
+    let width = g.shape(qkv)[1] / 3;
+    let hd = width / heads;
+    let qkv = g.reshape(qkv, &[batch, t, 3, heads, hd]);
+    let qkv = g.permute(qkv, &[2, 0, 3, 1, 4]);
+    let part = |g: &mut Graph, i: usize| {
+        let s = g.slice(qkv, 0, i, i + 1);
+        g.reshape(s, &[batch, heads, t, hd])
+    };
+    let (mut q, mut k, v) = (part(g, 0), part(g, 1), part(g, 2));
+    if let Some(base) = rotary_base {
+        q = g.rotary(q, base);
+        k = g.rotary(k, base);
+    }
+    let o = g.attention(q, k, v, 1.0 / (hd as f64).sqrt(), None);
+    let o = g.permute(o, &[0, 2, 1, 3]);
+    g.reshape(o, &[batch * t, width])
+}
