@@ -17,4 +17,4 @@ pub mod train;
 
 pub use backend::{Backend, CpuBackend};
 pub use session::Device;
-pub use train::{train, TrainOptions, TrainResult};
+pub use train::{request_stop, train, TrainOptions, TrainResult};

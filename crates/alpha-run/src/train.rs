@@ -64,6 +64,18 @@ pub struct TrainResult {
     pub tokens: u64,
 }
 
+/// Set by an interrupt (Ctrl-C): the run finishes its step, checkpoints and stops.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Ask a running `train` to stop after the step in flight, keeping a checkpoint of it.
+pub fn request_stop() {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn stop_requested() -> bool {
+    STOP.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// The learner with the run's overrides.
 fn learner_for(system: &dyn System, horizon: u64, lr: Option<f64>) -> Learner {
     let mut l = system.learner(horizon);
@@ -340,7 +352,8 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             eprintln!("step {step}/{last_step}  loss {loss:.4}  {tok_s:.0} tok/s");
         }
 
-        if opts.checkpoint_every.is_some_and(|k| k > 0 && step % k == 0) || step == last_step {
+        let stopping = stop_requested() && step < last_step;
+        if opts.checkpoint_every.is_some_and(|k| k > 0 && step % k == 0) || step == last_step || stopping {
             let heldout = match evaluator.as_mut() {
                 Some(ev) => Some(ev.score(backend.as_mut(), system, &opts.data, opts.heldout_windows)?),
                 None => None,
@@ -361,6 +374,29 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             info.steps_done = step;
             info.updated_at = Some(now());
             records.run_info(&info)?;
+        }
+        if stopping {
+            bar.abandon();
+            let (path, _) = last_ckpt.as_ref().expect("a stopping step checkpoints");
+            let msg = format!(
+                "interrupted after step {step}; checkpoint {} keeps it (continue with --resume {})",
+                path.display(),
+                path.display()
+            );
+            records.invocation(&Invocation {
+                k: records.invocations().len() as u64 + 1,
+                first_step,
+                last_step: step,
+                unseen_loss: Some(first_loss),
+                last_loss: Some(last_loss),
+                wall_s: Some(started.elapsed().as_secs_f64()),
+                device_s: None,
+            })?;
+            info.state = "stopped".into();
+            info.message = Some(msg.clone());
+            info.updated_at = Some(now());
+            records.run_info(&info)?;
+            bail!(msg);
         }
     }
     bar.finish_and_clear();

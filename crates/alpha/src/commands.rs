@@ -288,6 +288,16 @@ fn train(a: TrainArgs) -> Result<()> {
         heldout_windows: a.heldout_windows,
         progress: !a.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
+    // The first Ctrl-C lets the step in flight finish and checkpoints it; a second one ends
+    // the process at once.
+    let _ = ctrlc::set_handler(|| {
+        static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if SEEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\ninterrupt: finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");
+        alpha_run::request_stop();
+    });
     let r = alpha_run::train(&opts)?;
     println!(
         "{} · {} · steps {}–{} · {:.0} tokens/s · {:.2} ms a step",

@@ -239,3 +239,48 @@ fn a_built_executable_trains_resumes_predicts_and_scores_by_itself() {
     let out = succeeds(&run(&["score", "--checkpoint", c5.to_str().unwrap(), "--windows", "8"]));
     assert!(out.contains("bits per byte"), "{out}");
 }
+
+#[test]
+fn an_interrupt_checkpoints_the_step_in_flight_and_says_how_to_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = prepared(tmp.path()) else { return };
+    let run = tmp.path().join("interrupted");
+    let child = Command::new(env!("CARGO_BIN_EXE_alpha"))
+        .args(["train", "bob", "--steps", "100000", "--batch", "4", "--heldout-windows", "0", "--quiet"])
+        .args(["--data", data.to_str().unwrap(), "--run-dir", run.to_str().unwrap()])
+        .current_dir(tmp.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until it is training, then interrupt it as Ctrl-C would.
+    let points = run.join("points.jsonl");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&points).map_or(0, |s| s.lines().count()) < 5 {
+        assert!(t0.elapsed().as_secs() < 60, "the run never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    fails_with(&out, "interrupted after step");
+    let (_, err) = text(&out);
+    let step: u64 =
+        err.split("interrupted after step ").nth(1).and_then(|s| s.split(';').next()).unwrap().parse().unwrap();
+    let ckpt = run.join(format!("checkpoints/step-{step:06}.safetensors"));
+    assert!(err.contains(&format!("--resume {}", ckpt.display())), "{err}");
+    assert_eq!(alpha_run::checkpoint::load(&ckpt).unwrap().meta.step, step);
+    let info = std::fs::read_to_string(run.join("run.json")).unwrap();
+    assert!(info.contains("\"stopped\""), "{info}");
+    // Every step done is recorded, and the run resumes from the checkpoint.
+    let rows = std::fs::read_to_string(&points).unwrap().lines().count() as u64;
+    assert_eq!(rows, step);
+    succeeds(&alpha(
+        &["train", "bob", "--steps", "2", "--batch", "4", "--heldout-windows", "0", "--sample-tokens", "0", "--quiet"]
+            .iter()
+            .copied()
+            .chain(["--data", data.to_str().unwrap(), "--resume", ckpt.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+        tmp.path(),
+    ));
+}
