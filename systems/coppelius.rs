@@ -8,10 +8,10 @@
 //! 1/√(2·16), AdamW β (0.9, 0.95), ε 1e-8, decay 0.1 on matrices only, peak 1e-3 with 100 warm-up
 //! updates and cosine to a tenth, clip at 1.0.
 
-use alpha_ir::{DType, Graph, Init, IrError, Value};
+use alpha_ir::{Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Schedule};
 
-use crate::layers::{bf16_matmul, causal_self_attention};
+use crate::layers::{bf16_matmul, causal_self_attention, lm_inputs, tied_lm_loss};
 use crate::{System, Tokens};
 
 #[derive(Debug, Clone)]
@@ -90,8 +90,7 @@ impl System for Coppelius {
     fn model(&self, batch: usize) -> Result<Model, IrError> {
         let (c, t, v) = (self.width, self.context, self.vocab);
         let mut g = Graph::new("coppelius");
-        let tokens = g.input("tokens", &[batch, t], DType::I32);
-        let targets = g.input("targets", &[batch, t], DType::I32);
+        let (tokens, targets) = lm_inputs(&mut g, batch, t);
         let embed = g.param("embed.weight", &[v, c], Init::Normal { std: 0.02 });
         let x = g.gather(embed, tokens);
         let mut x = g.reshape(x, &[batch * t, c]);
@@ -101,11 +100,7 @@ impl System for Coppelius {
         let lnf_g = g.param("ln_f.weight", &[c], Init::Ones);
         let lnf_b = g.param("ln_f.bias", &[c], Init::Zeros);
         let hf = g.layer_norm(x, lnf_g, lnf_b, 1e-5);
-        let logits = bf16_matmul(&mut g, hf, embed, true);
-        let flat = g.reshape(targets, &[batch * t]);
-        let losses = g.cross_entropy(logits, flat);
-        let loss = g.mean_all(losses);
-        Ok(Model { graph: g.finish()?, loss, losses, logits })
+        tied_lm_loss(g, hf, embed, targets)
     }
 
     fn learner(&self, steps: u64) -> Learner {

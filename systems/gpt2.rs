@@ -5,10 +5,10 @@
 //! on matrices only, peak 6e-4 after 700 warm-up updates, cosine to 0, clip 1.0. Matrix products
 //! take bf16 operands, as in Alpha's other transformers.
 
-use alpha_ir::{DType, Graph, Init, IrError, Value};
+use alpha_ir::{Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Schedule};
 
-use crate::layers::{bf16_matmul, causal_self_attention};
+use crate::layers::{bf16_matmul, causal_self_attention, lm_inputs, tied_lm_loss};
 use crate::{System, Tokens};
 
 #[derive(Debug, Clone)]
@@ -88,8 +88,7 @@ impl System for Gpt2 {
     fn model(&self, batch: usize) -> Result<Model, IrError> {
         let (c, t, v) = (self.width, self.context, self.vocab);
         let mut g = Graph::new("gpt2");
-        let tokens = g.input("tokens", &[batch, t], DType::I32);
-        let targets = g.input("targets", &[batch, t], DType::I32);
+        let (tokens, targets) = lm_inputs(&mut g, batch, t);
         let wte = g.param("wte.weight", &[v, c], Init::Normal { std: 0.02 });
         let wpe = g.param("wpe.weight", &[t, c], Init::Normal { std: 0.02 });
         let x = g.gather(wte, tokens);
@@ -99,11 +98,7 @@ impl System for Gpt2 {
             x = g.scoped(format!("blocks.{i}"), |g| self.block(g, x, batch));
         }
         let hf = self.layer_norm(&mut g, x, "ln_f");
-        let logits = bf16_matmul(&mut g, hf, wte, true);
-        let flat = g.reshape(targets, &[batch * t]);
-        let losses = g.cross_entropy(logits, flat);
-        let loss = g.mean_all(losses);
-        Ok(Model { graph: g.finish()?, loss, losses, logits })
+        tied_lm_loss(g, hf, wte, targets)
     }
 
     fn learner(&self, steps: u64) -> Learner {

@@ -1,6 +1,7 @@
 //! Pieces the transformer systems share, written once against the builder.
 
-use alpha_ir::{DType, Graph, Value};
+use alpha_ir::{DType, Graph, IrError, Value};
+use alpha_learn::Model;
 
 /// x·W (or x·Wᵀ) with both operands rounded to bf16 and f32 accumulation, as the device does.
 pub fn bf16_matmul(g: &mut Graph, x: Value, w: Value, tb: bool) -> Value {
@@ -36,4 +37,20 @@ pub fn causal_self_attention(
     let o = g.attention(q, k, v, 1.0 / (hd as f64).sqrt(), None);
     let o = g.permute(o, &[0, 2, 1, 3]);
     g.reshape(o, &[batch * t, width])
+}
+
+/// The inputs of a language model: `tokens` and `targets`, both i32 `[batch, t]`.
+pub fn lm_inputs(g: &mut Graph, batch: usize, t: usize) -> (Value, Value) {
+    (g.input("tokens", &[batch, t], DType::I32), g.input("targets", &[batch, t], DType::I32))
+}
+
+/// The tied head and loss: logits = h·Eᵀ over the embedding `embed` `[V, C]`, cross-entropy
+/// against `targets` per position, and their mean.
+pub fn tied_lm_loss(mut g: Graph, h: Value, embed: Value, targets: Value) -> Result<Model, IrError> {
+    let logits = bf16_matmul(&mut g, h, embed, true);
+    let n = g.shape(h)[0];
+    let flat = g.reshape(targets, &[n]);
+    let losses = g.cross_entropy(logits, flat);
+    let loss = g.mean_all(losses);
+    Ok(Model { graph: g.finish()?, loss, losses, logits })
 }
