@@ -113,6 +113,76 @@ fn load_tile(k: &mut Kernel, smem: Reg, base: Reg, row0: Reg, rows: u32, t: u32,
     }
 }
 
+/// [`load_tile`] of a tensor before its rotary: each row is turned by the rotary at its position
+/// (`row0 + r`, from the host-computed table `tab` of `t` positions) on its way to shared memory,
+/// with the rotary kernel's arithmetic ([`rotate_pairs`]), so shared memory holds exactly what the
+/// Rotary would have written. A thread moves 4 pairs: 16 bytes of each half. `d` a multiple of 8.
+#[allow(clippy::too_many_arguments)]
+fn load_tile_rotated(
+    k: &mut Kernel,
+    smem: Reg,
+    base: Reg,
+    tab: Reg,
+    row0: Reg,
+    rows: u32,
+    t: u32,
+    d: u32,
+    threads: u32,
+    tid: Reg,
+) {
+    let half = d / 2;
+    let per_row = half / 4;
+    let total = rows * per_row;
+    for it in 0..total.div_ceil(threads) {
+        let e = k.bin("add.u32", RegKind::B32, tid, it * threads);
+        let in_tile = k.setp("lt.u32", e, total);
+        let r = k.bin("div.u32", RegKind::B32, e, per_row);
+        let c4 = k.bin("rem.u32", RegKind::B32, e, per_row);
+        let gr = k.bin("add.u32", RegKind::B32, row0, r);
+        let ok = k.setp("lt.u32", gr, t);
+        let ok2 = k.reg(RegKind::Pred);
+        k.op("and.pred", [ok2.into(), ok.into(), in_tile.into()]);
+        let c = k.bin("shl.b32", RegKind::B32, c4, 2u32);
+        let ge = k.tri("mad.lo.u32", RegKind::B32, gr, d, c);
+        let ga = k.addr_of(base, ge, 4);
+        let x1: Vec<Reg> = (0..4).map(|_| k.imm_f32(0.0)).collect();
+        let x2: Vec<Reg> = (0..4).map(|_| k.imm_f32(0.0)).collect();
+        k.op_if(ok2, false, "ld.global.v4.f32", [Opnd::V(x1.clone()), addr(ga, 0)]);
+        k.op_if(ok2, false, "ld.global.v4.f32", [Opnd::V(x2.clone()), addr(ga, (half * 4) as i64)]);
+        let te = k.tri("mad.lo.u32", RegKind::B32, gr, half, c);
+        let ta = k.addr_of(tab, te, 4);
+        let cs: Vec<Reg> = (0..4).map(|_| k.imm_f32(0.0)).collect();
+        let sn: Vec<Reg> = (0..4).map(|_| k.imm_f32(0.0)).collect();
+        k.op_if(ok2, false, "ld.global.v4.f32", [Opnd::V(cs.clone()), addr(ta, 0)]);
+        k.op_if(ok2, false, "ld.global.v4.f32", [Opnd::V(sn.clone()), addr(ta, (t * half * 4) as i64)]);
+        let (o1, o2) = rotate_pairs(k, &x1, &x2, &cs, &sn, false);
+        let se = k.tri("mad.lo.u32", RegKind::B32, r, d, c);
+        let sa = k.tri("mad.lo.u32", RegKind::B32, se, 4u32, smem);
+        k.op_if(in_tile, false, "st.shared.v4.f32", [addr(sa, 0), Opnd::V(o1)]);
+        k.op_if(in_tile, false, "st.shared.v4.f32", [addr(sa, (half * 4) as i64), Opnd::V(o2)]);
+    }
+}
+
+/// A tile of `base` into shared memory, turned by the rotary when `tab` is given.
+#[allow(clippy::too_many_arguments)]
+fn load_tile_maybe_rotated(
+    k: &mut Kernel,
+    smem: Reg,
+    base: Reg,
+    tab: Option<Reg>,
+    row0: Reg,
+    rows: u32,
+    t: u32,
+    d: u32,
+    threads: u32,
+    tid: Reg,
+) {
+    match tab {
+        Some(tab) => load_tile_rotated(k, smem, base, tab, row0, rows, t, d, threads, tid),
+        None => load_tile(k, smem, base, row0, rows, t, d, threads, tid),
+    }
+}
+
 /// `Σ_c a[c]·b[c]` where `a` is in registers and `b` is a shared-memory row at `row` (u32
 /// address), read as 16-byte broadcasts; four partial sums break the dependency chain.
 fn dot_regs_shared(k: &mut Kernel, a: &[Reg], row: Reg) -> Reg {
@@ -258,14 +328,32 @@ fn rows_prologue(k: &mut Kernel, t: u32) -> (Reg, Reg, Reg, Reg, Reg) {
 
 /// Forward: params (o, lse, q, k, v).
 pub fn forward_kernel(dims: &Dims) -> Kernel {
+    forward_kernel_rotating(dims, [false, false])
+}
+
+/// The names' infix for q and k turned by the rotary on load.
+fn rotload(load: [bool; 2]) -> &'static str {
+    if load[0] || load[1] {
+        "_rotload"
+    } else {
+        ""
+    }
+}
+
+/// Forward, with `load` = (q, k) read before their (forward) rotary and turned on load (the
+/// Rotary fused into the loads, see [`load_tile_rotated`]): params (o, lse, q, k, v), then
+/// `q_tab` and `k_tab` for those turned.
+pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     let (t, d) = (dims.t as u32, dims.d);
     let per = (dims.h / dims.g) as u32;
-    let mut k = Kernel::new("attention_fwd").with_block(ROWS, 1, 1);
+    let mut k = Kernel::new(&format!("attention_fwd{}", rotload(load))).with_block(ROWS, 1, 1);
     let o = k.param_reg("o", ParamTy::U64);
     let lse = k.param_reg("lse", ParamTy::U64);
     let q = k.param_reg("q", ParamTy::U64);
     let kk = k.param_reg("k", ParamTy::U64);
     let v = k.param_reg("v", ParamTy::U64);
+    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
+    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
     let ks = k.shared("ks", KTILE * d as u32 * 4, 16);
     let vs = k.shared("vs", KTILE * d as u32 * 4, 16);
     let (tid, tile, bh, i, ok) = rows_prologue(&mut k, t);
@@ -285,6 +373,10 @@ pub fn forward_kernel(dims: &Dims) -> Kernel {
     let qrow = k.tri("mad.lo.u32", RegKind::B32, bh, t, i);
     let qe = k.bin("mul.lo.u32", RegKind::B32, qrow, d as u32);
     let qv = load_row(&mut k, q, qe, d, ok);
+    let qv = match q_tab {
+        Some(tab) => rotate_row(&mut k, &qv, tab, i, t, ok, false),
+        None => qv,
+    };
     let acc: Vec<Reg> = (0..d).map(|_| k.imm_f32(0.0)).collect();
     let m = k.imm_f32(f32::NEG_INFINITY);
     let l = k.imm_f32(0.0);
@@ -299,7 +391,7 @@ pub fn forward_kernel(dims: &Dims) -> Kernel {
     k.bra_if(tdone, false, &tend);
     let row0 = k.bin("mul.lo.u32", RegKind::B32, kt, KTILE);
     k.barrier();
-    load_tile(&mut k, ks_base, kbase, row0, KTILE, t, d as u32, ROWS, tid);
+    load_tile_maybe_rotated(&mut k, ks_base, kbase, k_tab, row0, KTILE, t, d as u32, ROWS, tid);
     load_tile(&mut k, vs_base, vbase, row0, KTILE, t, d as u32, ROWS, tid);
     k.barrier();
     // Keys j = row0 + jj for jj < KTILE, j ≤ i.
@@ -353,10 +445,16 @@ pub fn forward_kernel(dims: &Dims) -> Kernel {
 /// dQ and delta: params (dq, delta, q, k, v, o, lse, do), then `dq_tab` with `inverse_rotary`:
 /// dq is stored turned back by the rotary (its pullback), as the inverse Rotary would write it.
 pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
+    backward_dq_kernel_rotating(dims, inverse_rotary, [false, false])
+}
+
+/// [`backward_dq_kernel`] with q and k (as `load` says) read before their forward rotary and
+/// turned on load, as in [`forward_kernel_rotating`]; `q_tab`, `k_tab` follow the params.
+pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
     let (t, d) = (dims.t as u32, dims.d);
     let per = (dims.h / dims.g) as u32;
-    let name = if inverse_rotary { "attention_bwd_dq_rotary" } else { "attention_bwd_dq" };
-    let mut k = Kernel::new(name).with_block(ROWS, 1, 1);
+    let name = format!("attention_bwd_dq{}{}", rotload(load), if inverse_rotary { "_rotary" } else { "" });
+    let mut k = Kernel::new(&name).with_block(ROWS, 1, 1);
     let dq = k.param_reg("dq", ParamTy::U64);
     let delta = k.param_reg("delta", ParamTy::U64);
     let q = k.param_reg("q", ParamTy::U64);
@@ -366,6 +464,8 @@ pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
     let lse = k.param_reg("lse", ParamTy::U64);
     let dout = k.param_reg("do", ParamTy::U64);
     let dq_tab = inverse_rotary.then(|| k.param_reg("dq_tab", ParamTy::U64));
+    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
+    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
     let qt = k.shared("qt", ROWS * d as u32 * 4, 16);
     let ks = k.shared("ks", KTILE * d as u32 * 4, 16);
     let vs = k.shared("vs", KTILE * d as u32 * 4, 16);
@@ -385,6 +485,10 @@ pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
     let my_col = k.tri("mad.lo.u32", RegKind::B32, tid, 4u32, qt_base);
     {
         let qv = load_row(&mut k, q, qe, d, ok);
+        let qv = match q_tab {
+            Some(tab) => rotate_row(&mut k, &qv, tab, i, t, ok, false),
+            None => qv,
+        };
         for (c, &x) in qv.iter().enumerate() {
             k.op("st.shared.f32", [addr(my_col, (c as u32 * ROWS * 4) as i64), x.into()]);
         }
@@ -414,7 +518,7 @@ pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
     k.bra_if(tdone, false, &tend);
     let row0 = k.bin("mul.lo.u32", RegKind::B32, kt, KTILE);
     k.barrier();
-    load_tile(&mut k, ks_base, kbase, row0, KTILE, t, d as u32, ROWS, tid);
+    load_tile_maybe_rotated(&mut k, ks_base, kbase, k_tab, row0, KTILE, t, d as u32, ROWS, tid);
     load_tile(&mut k, vs_base, vbase, row0, KTILE, t, d as u32, ROWS, tid);
     k.barrier();
     let jj = k.imm_u32(0);
@@ -467,10 +571,16 @@ fn ds_of(k: &mut Kernel, p: Reg, dp: Reg, delta: Reg, s: Reg, dims: &Dims) -> Re
 /// dK and dV: params (dk, dv, q, k, v, lse, delta, do), then `dk_tab` with `inverse_rotary`
 /// (dk stored turned back by the rotary, as for dq).
 pub fn backward_dkv_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
+    backward_dkv_kernel_rotating(dims, inverse_rotary, [false, false])
+}
+
+/// [`backward_dkv_kernel`] with q and k (as `load` says) read before their forward rotary and
+/// turned on load, as in [`forward_kernel_rotating`]; `q_tab`, `k_tab` follow the params.
+pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
     let (t, d) = (dims.t as u32, dims.d);
     let per = (dims.h / dims.g) as u32;
-    let name = if inverse_rotary { "attention_bwd_dkv_rotary" } else { "attention_bwd_dkv" };
-    let mut k = Kernel::new(name).with_block(ROWS, 1, 1);
+    let name = format!("attention_bwd_dkv{}{}", rotload(load), if inverse_rotary { "_rotary" } else { "" });
+    let mut k = Kernel::new(&name).with_block(ROWS, 1, 1);
     let dk = k.param_reg("dk", ParamTy::U64);
     let dv = k.param_reg("dv", ParamTy::U64);
     let q = k.param_reg("q", ParamTy::U64);
@@ -480,6 +590,8 @@ pub fn backward_dkv_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
     let delta = k.param_reg("delta", ParamTy::U64);
     let dout = k.param_reg("do", ParamTy::U64);
     let dk_tab = inverse_rotary.then(|| k.param_reg("dk_tab", ParamTy::U64));
+    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
+    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
     let kt_s = k.shared("kt", ROWS * d as u32 * 4, 16);
     let vt_s = k.shared("vt", ROWS * d as u32 * 4, 16);
     let qs = k.shared("qs", QTILE * d as u32 * 4, 16);
@@ -498,6 +610,10 @@ pub fn backward_dkv_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
     let my_v = k.tri("mad.lo.u32", RegKind::B32, tid, 4u32, vt_base);
     {
         let kv = load_row(&mut k, kk, ke, d, ok);
+        let kv = match k_tab {
+            Some(tab) => rotate_row(&mut k, &kv, tab, j, t, ok, false),
+            None => kv,
+        };
         for (c, &x) in kv.iter().enumerate() {
             k.op("st.shared.f32", [addr(my_k, (c as u32 * ROWS * 4) as i64), x.into()]);
         }
@@ -540,7 +656,7 @@ pub fn backward_dkv_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
     k.bra_if(qdone, false, &qend);
     let i0 = k.bin("mul.lo.u32", RegKind::B32, qtile, QTILE);
     k.barrier();
-    load_tile(&mut k, qs_base, qbase, i0, QTILE, t, d as u32, ROWS, tid);
+    load_tile_maybe_rotated(&mut k, qs_base, qbase, q_tab, i0, QTILE, t, d as u32, ROWS, tid);
     load_tile(&mut k, dos_base, dobase, i0, QTILE, t, d as u32, ROWS, tid);
     {
         // lse and delta of the tile's rows: threads 0..QTILE.
@@ -620,8 +736,14 @@ mod tests {
         let dims = Dims { b: 1, h: 8, g: 8, t: 1024, d: 64, scale: 0.125, softcap: None };
         dims.check().unwrap();
         for r in [false, true] {
-            for k in [forward_kernel(&dims), backward_dq_kernel(&dims, r), backward_dkv_kernel(&dims, r)] {
-                k.check_budget().unwrap();
+            for load in [[false, false], [true, false], [false, true], [true, true]] {
+                for k in [
+                    forward_kernel_rotating(&dims, load),
+                    backward_dq_kernel_rotating(&dims, r, load),
+                    backward_dkv_kernel_rotating(&dims, r, load),
+                ] {
+                    k.check_budget().unwrap();
+                }
             }
         }
         let capped = Dims { softcap: Some(30.0), h: 4, g: 2, d: 16, t: 70, ..dims };

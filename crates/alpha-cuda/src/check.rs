@@ -762,7 +762,10 @@ fn mismatches(a: &[f32], b: &[f32]) -> usize {
 ///   pointwise GELU kernel run on its first (and the first against the f64 reference);
 /// * the attention backward with the inverse rotary fused into its dq and dk stores, writing
 ///   them (as Coppelius's plan does) exactly over o and k, against the unfused kernels followed
-///   by two `rotary_inverse` launches (GQA, a partial tile).
+///   by two `rotary_inverse` launches (GQA, a partial tile);
+/// * the attention forward and backward turning the pre-rotary q and k on load (dk stored
+///   exactly over the pre-rotary k) against two `rotary` launches and the kernels reading the
+///   rotated q and k: o, lse, dq, dk, dv.
 pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
     use crate::driver::{Arg, LaunchConfig};
     use crate::pointwise::{Body, Operand, Pointwise};
@@ -893,6 +896,64 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
         let g: Vec<f32> = arena.download(got, n)?;
         let finite = w.iter().all(|x| x.is_finite());
         let mut row = exact_row("fusion", &format!("attention_bwd_rotary {what}"), shape, mismatches(&g, &w), n);
+        row.pass &= finite;
+        rows.push(row);
+    }
+
+    // The forward rotary turned on load: q and k above taken as the pre-rotary tensors.
+    // Unfused: two `rotary` launches, the plain forward, then the backward (inverse rotaries
+    // fused into its stores, as Coppelius runs it) on the rotated q and k.
+    let (qr, kr) = (blank(nq)?, blank(nk)?);
+    for (out, x, rows_) in [(qr, q, nq / dims.d), (kr, k, nk / dims.d)] {
+        let fr = gpu.load(&rotary::kernel(rows_, dims.t, dims.d, false))?;
+        let (blocks, threads) = crate::pointwise::grid_blocks(rows_ * dims.d / 2);
+        launch(&fr, (blocks, 1, 1), (threads, 1, 1), &[out.ptr, x.ptr, tab.ptr])?;
+    }
+    let (o_u, lse_u, dq_u, dk_u, dv_u, delta_u) =
+        (blank(nq)?, blank(nl)?, blank(nq)?, blank(nk)?, blank(nk)?, blank(nl)?);
+    launch(&ffwd, dims.grid_q(), block, &[o_u.ptr, lse_u.ptr, qr.ptr, kr.ptr, v.ptr])?;
+    let bwd_u = [
+        &[dq_u.ptr, delta_u.ptr, qr.ptr, kr.ptr, v.ptr, o_u.ptr, lse_u.ptr, dout.ptr, tab.ptr][..],
+        &[dk_u.ptr, dv_u.ptr, qr.ptr, kr.ptr, v.ptr, lse_u.ptr, delta_u.ptr, dout.ptr, tab.ptr][..],
+    ];
+    launch(&fdq_r, dims.grid_q(), block, bwd_u[0])?;
+    launch(&fdkv_r, dims.grid_kv(), block, bwd_u[1])?;
+    // Fused: the rotating kernels read the pre-rotary q and k (dk stored exactly over a copy of
+    // the pre-rotary k, as the plan allows).
+    let (o_f, lse_f, dv_f, delta_f, k_f) = (blank(nq)?, blank(nl)?, blank(nk)?, blank(nl)?, up(&kh)?);
+    let ffwd_l = gpu.load(&attention::forward_kernel_rotating(&dims, [true, true]))?;
+    launch(&ffwd_l, dims.grid_q(), block, &[o_f.ptr, lse_f.ptr, q.ptr, k_f.ptr, v.ptr, tab.ptr, tab.ptr])?;
+    let o_fh: Vec<f32> = arena.download(o_f, nq)?;
+    let dq_f = blank(nq)?;
+    let fdq_l = gpu.load(&attention::backward_dq_kernel_rotating(&dims, true, [true, true]))?;
+    let fdkv_l = gpu.load(&attention::backward_dkv_kernel_rotating(&dims, true, [true, true]))?;
+    launch(
+        &fdq_l,
+        dims.grid_q(),
+        block,
+        &[dq_f.ptr, delta_f.ptr, q.ptr, k_f.ptr, v.ptr, o_f.ptr, lse_f.ptr, dout.ptr, tab.ptr, tab.ptr, tab.ptr],
+    )?;
+    launch(
+        &fdkv_l,
+        dims.grid_kv(),
+        block,
+        &[k_f.ptr, dv_f.ptr, q.ptr, k_f.ptr, v.ptr, lse_f.ptr, delta_f.ptr, dout.ptr, tab.ptr, tab.ptr, tab.ptr],
+    )?;
+    let o_uh: Vec<f32> = arena.download(o_u, nq)?;
+    let mut row = exact_row("fusion", "attention_fwd_rotload o", shape, mismatches(&o_fh, &o_uh), nq);
+    row.pass &= o_uh.iter().all(|x| x.is_finite());
+    rows.push(row);
+    let pairs = [("lse", lse_u, lse_f, nl), ("dq", dq_u, dq_f, nq), ("dk", dk_u, k_f, nk), ("dv", dv_u, dv_f, nk)];
+    for (what, want, got, n) in pairs {
+        let w: Vec<f32> = arena.download(want, n)?;
+        let g: Vec<f32> = arena.download(got, n)?;
+        let finite = w.iter().all(|x| x.is_finite());
+        let name = if what == "lse" {
+            "attention_fwd_rotload lse".to_string()
+        } else {
+            format!("attention_bwd_rotload {what}")
+        };
+        let mut row = exact_row("fusion", &name, shape, mismatches(&g, &w), n);
         row.pass &= finite;
         rows.push(row);
     }

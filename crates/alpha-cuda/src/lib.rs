@@ -55,8 +55,13 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     ]);
     let dims = attention::Dims { b: 1, h: 8, g: 8, t: 1024, d: 64, scale: 0.125, softcap: None };
     v.push(attention::forward_kernel(&dims));
+    v.push(attention::forward_kernel_rotating(&dims, [true, true]));
     for r in [false, true] {
         v.extend([attention::backward_dq_kernel(&dims, r), attention::backward_dkv_kernel(&dims, r)]);
+        v.extend([
+            attention::backward_dq_kernel_rotating(&dims, r, [true, true]),
+            attention::backward_dkv_kernel_rotating(&dims, r, [true, true]),
+        ]);
     }
     // The GEMM's activation epilogue (Coppelius's gated GELU).
     v.push(

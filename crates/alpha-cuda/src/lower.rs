@@ -145,13 +145,19 @@ struct Lowerer<'p> {
     more: More,
 }
 
+/// Per q (dq), k (dk): the tensor a fused rotary reads or writes instead, and its base.
+type Turned = [Option<(Value, f64)>; 2];
+
 /// The fusions decided by [`fuse_more`].
 #[derive(Default)]
 struct More {
     /// MatMul → the Unary node whose `u(product)` its epilogue also writes.
     gemm_act: HashMap<u32, (u32, alpha_ir::Unary)>,
     /// AttentionBackward → per dq, dk: (the inverse Rotary's output it writes instead, base).
-    attnb_rot: HashMap<u32, [Option<(Value, f64)>; 2]>,
+    attnb_rot: HashMap<u32, Turned>,
+    /// Attention and AttentionBackward → per q, k: (the forward Rotary's input it reads and
+    /// turns on load instead of the Rotary's output, base).
+    attn_load: HashMap<u32, Turned>,
 }
 
 fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
@@ -574,30 +580,40 @@ impl Lowerer<'_> {
                 };
                 dims.check().map_err(|e| node_error(&node, id, e))?;
                 let block = (attention::ROWS, 1, 1);
+                // Forward rotary fused: q (k) read before its Rotary and turned on load.
+                let load = self.more.attn_load.get(&id).copied().unwrap_or_default();
+                let turned = load.map(|x| x.is_some());
+                let src = |k: usize| load[k].map_or(ins[k], |x| x.0);
+                let tabs: Vec<A> =
+                    load.iter().flatten().map(|&(_, base)| A::Ptr(self.rotary_table(dims.t, dims.d, base))).collect();
                 if matches!(node.op, Op::Attention { .. }) {
-                    let kernel = self.kernel(attention::forward_kernel(&dims))?;
-                    let args = [out(0), out(1), ins[0], ins[1], ins[2]].iter().map(|&a| self.ptr(a)).collect();
+                    let kernel = self.kernel(attention::forward_kernel_rotating(&dims, turned))?;
+                    let mut args: Vec<A> =
+                        [out(0), out(1), src(0), src(1), ins[2]].iter().map(|&a| self.ptr(a)).collect();
+                    args.extend(tabs);
                     v.push(Pending { kernel, grid: dims.grid_q(), block, args, node: some });
                 } else {
                     self.need_scratch(dims.scratch_floats() * 4);
                     // Inverse rotary fused: dq (dk) stored turned back, into the Rotary's slot.
                     let rot = self.more.attnb_rot.get(&id).copied().unwrap_or_default();
                     let dst = |k: usize| rot[k].map_or(out(k as u16), |x| x.0);
-                    let (qv, kv_, vv, ov, lse, dov) = (ins[0], ins[1], ins[2], ins[3], ins[4], ins[5]);
-                    let k1 = self.kernel(attention::backward_dq_kernel(&dims, rot[0].is_some()))?;
+                    let (qv, kv_, vv, ov, lse, dov) = (src(0), src(1), ins[2], ins[3], ins[4], ins[5]);
+                    let k1 = self.kernel(attention::backward_dq_kernel_rotating(&dims, rot[0].is_some(), turned))?;
                     let mut args = vec![self.ptr(dst(0)), A::Scratch(0)];
                     args.extend([qv, kv_, vv, ov, lse, dov].iter().map(|&a| self.ptr(a)));
                     if let Some((_, base)) = rot[0] {
                         args.push(A::Ptr(self.rotary_table(dims.t, dims.d, base)));
                     }
+                    args.extend(tabs.iter().copied());
                     v.push(Pending { kernel: k1, grid: dims.grid_q(), block, args, node: some });
-                    let k2 = self.kernel(attention::backward_dkv_kernel(&dims, rot[1].is_some()))?;
+                    let k2 = self.kernel(attention::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned))?;
                     let mut args: Vec<A> = [dst(1), out(2), qv, kv_, vv, lse].iter().map(|&a| self.ptr(a)).collect();
                     args.push(A::Scratch(0));
                     args.push(self.ptr(dov));
                     if let Some((_, base)) = rot[1] {
                         args.push(A::Ptr(self.rotary_table(dims.t, dims.d, base)));
                     }
+                    args.extend(tabs);
                     v.push(Pending { kernel: k2, grid: dims.grid_kv(), block, args, node: some });
                 }
             }
@@ -928,6 +944,75 @@ fn fuse(
     skip
 }
 
+/// A forward Rotary that the attention kernels can apply on load (see [`fuse_more`]): its
+/// output is read only by one Attention, as q (`operand` 0) or k (1), and by that attention's
+/// AttentionBackward as the same operand; all three in one phase, in that order.
+#[derive(Clone, Copy, Debug)]
+struct ForwardRotary {
+    rotary: u32,
+    input: Value,
+    base: f64,
+    attention: u32,
+    backward: u32,
+    operand: usize,
+}
+
+/// The forward Rotaries of `program` that qualify for rotation on load by their shape and
+/// readers alone. Whether each is fused is decided against the plan ([`fuse_more`]);
+/// [`lower_program`] keeps their inputs alive through the backward so that it can be.
+fn forward_rotaries(program: &alpha_ir::Program) -> Vec<ForwardRotary> {
+    let g = &program.graph;
+    let mut uses: HashMap<Value, usize> = HashMap::new();
+    let mut readers: HashMap<Value, Vec<u32>> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for &x in &n.inputs {
+            *uses.entry(x).or_default() += 1;
+            readers.entry(x).or_default().push(i as u32);
+        }
+    }
+    for &x in program.outputs.values() {
+        *uses.entry(x).or_default() += 1;
+    }
+    for ph in &program.phases {
+        for &(_, x) in &ph.assign {
+            *uses.entry(x).or_default() += 1;
+        }
+    }
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    let mut found = vec![];
+    for (i, n) in g.nodes.iter().enumerate() {
+        let Op::Rotary { base, inverse: false } = n.op else { continue };
+        let id = i as u32;
+        let (x, out) = (n.inputs[0], Value { node: id, index: 0 });
+        let xs = g.shape(x);
+        if g.dtype(x) != DType::F32 || xs.len() != 4 || !attention::rotary_fits(xs[3]) {
+            continue;
+        }
+        let Some(rs) = readers.get(&out) else { continue };
+        if rs.len() != 2 || uses.get(&out) != Some(&2) {
+            continue;
+        }
+        let (a, b) = (rs[0].min(rs[1]), rs[0].max(rs[1]));
+        let (an, bn) = (&g.nodes[a as usize], &g.nodes[b as usize]);
+        if !matches!(an.op, Op::Attention { .. }) || !matches!(bn.op, Op::AttentionBackward { .. }) {
+            continue;
+        }
+        let Some(operand) = an.inputs.iter().position(|&v| v == out) else { continue };
+        let ok = operand < 2
+            && bn.inputs.get(operand) == Some(&out)
+            && bn.inputs[3] == Value { node: a, index: 0 }
+            && bn.inputs[4] == Value { node: a, index: 1 }
+            && id < a
+            && phase(id).is_some()
+            && phase(id) == phase(a)
+            && phase(a) == phase(b);
+        if ok {
+            found.push(ForwardRotary { rotary: id, input: x, base, attention: a, backward: b, operand });
+        }
+    }
+    found
+}
+
 /// A fusion of [`fuse_more`]: the node positions it removes from the launch list, the host
 /// node, and the ranges whose write or read it moves from one position to another, each with
 /// the open interval of positions that must neither read nor write it.
@@ -956,11 +1041,17 @@ struct Moved {
 /// backward case). The first is checked until no fusion fails (a dropped fusion never comes
 /// back, so the fusions left pass against the launches as finally lowered).
 ///
-/// Not done: the forward Rotary into attention's loads. The plan gives the Rotary's input's
-/// space away once the Rotary has run — in Coppelius the attention's o lies exactly on the
-/// pre-rotary k and the rotated k on the pre-rotary q — so an attention kernel that read the
-/// pre-rotary tensors would read what it, or the Rotary of k, overwrites. It needs the planner
-/// to keep those tensors alive through the attention.
+/// * Forward rotary into attention's loads ([`forward_rotaries`]): the attention forward and
+///   both backward kernels read the Rotary's input and turn each q (k) row on load, with the
+///   rotary kernel's table and arithmetic; the Rotary is not launched and its output never
+///   written. The Rotary's read moves from its position to the Attention's and the
+///   AttentionBackward's, so nothing from the Rotary through the backward may write the input:
+///   a plain plan gives its space away at once (in Coppelius the attention's o landed exactly on
+///   the pre-rotary k, the rotated k on the pre-rotary q); [`lower_program`] plans with the
+///   input kept alive through the backward (`alpha_plan::plan_keeping`), and this checks it
+///   against every write in between, those moved there by the other fusions included, and
+///   against the backward's own (dk may still coincide exactly with the pre-rotary k: the
+///   dK/dV kernel's thread j reads k row j only, before it writes dk row j).
 fn fuse_more(
     plan: &Plan,
     nodes: &[u32],
@@ -1007,6 +1098,18 @@ fn fuse_more(
         _ => None,
     };
     let mut cands: Vec<Moved> = vec![];
+    // AttentionBackward → its inverse-rotary fusion checked against pre-rotary and rotated q, k.
+    let mut fallback: HashMap<u32, (Turned, Moved)> = HashMap::new();
+    // Forward Rotaries that may be turned on load here: (candidate, its position, the
+    // Attention's, the backward's).
+    let fwd: Vec<(ForwardRotary, usize, usize, usize)> = forward_rotaries(p)
+        .into_iter()
+        .filter_map(|f| {
+            let (pr, pa, pb) = (*pos.get(&f.rotary)?, *pos.get(&f.attention)?, *pos.get(&f.backward)?);
+            let ok = pr < pa && pa < pb && !skip.contains(&f.rotary) && rng(f.input).is_some();
+            ok.then_some((f, pr, pa, pb))
+        })
+        .collect();
 
     for (i, &id) in nodes.iter().enumerate() {
         let node = &g.nodes[id as usize];
@@ -1065,34 +1168,103 @@ fn fuse_more(
                 // the launch that writes it: dq with o (the dQ kernel's thread i reads o row i,
                 // then writes dq row i; the dK/dV kernel does not read o), dk with k and dv with
                 // v (the dK/dV kernel's thread j reads k and v row j, then writes dk and dv row
-                // j; the dQ kernel, which reads every k and v row, has finished).
+                // j; the dQ kernel, which reads every k and v row, has finished); so may dk with
+                // v, and with the pre-rotary k where the dK/dV kernel reads that instead.
+                // Where the forward Rotary of q (k) is a candidate, the kernels read its input
+                // instead of its output, which nothing reads after them: `assumed` checks
+                // against what they read if every candidate fuses, `union` against both
+                // tensors, for whatever mix fuses (used where a forward fusion fails below).
+                let mut assumed = node.inputs.clone();
+                let mut union = node.inputs.clone();
+                for (f, ..) in fwd.iter().filter(|x| x.0.backward == id) {
+                    assumed[f.operand] = f.input;
+                    union.push(f.input);
+                }
+                let k_pre = fwd.iter().find(|x| x.0.backward == id && x.0.operand == 1).map(|x| x.0.input);
                 let (k_, v_, o_) = (node.inputs[1], node.inputs[2], node.inputs[3]);
-                let exact_ok = [(0usize, o_), (1, k_), (2, v_)];
-                let Some(rr) = node.inputs.iter().map(|&x| rng(x)).collect::<Option<Vec<_>>>() else { continue };
-                let safe = |rot: &[Option<(Value, f64, usize, u32)>; 2]| -> bool {
+                // Which write (dq, dk, dv) may coincide exactly with which tensor read.
+                let exact_ok = |a: usize, x: Value| match a {
+                    0 => x == o_,
+                    1 => x == k_ || Some(x) == k_pre || x == v_,
+                    _ => x == v_,
+                };
+                let safe = |rot: &[Option<(Value, f64, usize, u32)>; 2], reads: &[Value]| -> bool {
+                    let Some(rr) = reads.iter().map(|&x| rng(x)).collect::<Option<Vec<_>>>() else { return false };
                     let writes: Vec<Value> =
                         (0..2).map(|kk| rot[kk].map_or(val(id, kk as u16), |r| r.0)).chain([val(id, 2)]).collect();
                     let Some(wr) = writes.iter().map(|&x| rng(x)).collect::<Option<Vec<_>>>() else { return false };
                     wr.iter().enumerate().all(|(a, &wa)| {
                         wr[a + 1..].iter().all(|&wb| !overlap(wa, wb))
-                            && node
-                                .inputs
-                                .iter()
-                                .zip(&rr)
-                                .all(|(&x, &xr)| !overlap(wa, xr) || (wa == xr && exact_ok.contains(&(a, x))))
+                            && reads.iter().zip(&rr).all(|(&x, &xr)| !overlap(wa, xr) || (wa == xr && exact_ok(a, x)))
                     })
                 };
                 // Both if safe, else whichever one is.
                 let choices = [found, [found[0], None], [None, found[1]]];
-                let Some(&pick) = choices.iter().find(|c| c.iter().any(Option::is_some) && safe(c)) else { continue };
-                let rot: [Option<(Value, f64)>; 2] = pick.map(|x| x.map(|(ro, base, _, _)| (ro, base)));
-                let moved = pick.iter().flatten().map(|&(ro, _, pr, _)| (rng(ro).unwrap(), i, pr)).collect();
-                let skipped = pick.iter().flatten().map(|x| x.3).collect();
+                let pick =
+                    |reads: &[Value]| choices.iter().copied().find(|c| c.iter().any(Option::is_some) && safe(c, reads));
+                let fusion = |pick: [Option<(Value, f64, usize, u32)>; 2]| {
+                    let rot: Turned = pick.map(|x| x.map(|(ro, base, _, _)| (ro, base)));
+                    let moved = pick.iter().flatten().map(|&(ro, _, pr, _)| (rng(ro).unwrap(), i, pr)).collect();
+                    let skipped = pick.iter().flatten().map(|x| x.3).collect();
+                    (rot, Moved { host: id, skipped, moved })
+                };
+                if let Some(u) = pick(&union) {
+                    fallback.insert(id, fusion(u));
+                }
+                let Some(a) = pick(&assumed) else { continue };
+                let (rot, m) = fusion(a);
                 more.attnb_rot.insert(id, rot);
-                cands.push(Moved { host: id, skipped, moved });
+                cands.push(m);
             }
             _ => {}
         }
+    }
+
+    // Forward rotaries: the input must not be written from after the Rotary up to the backward
+    // (its raw outputs included; its fused stores were checked with its reads above), counting
+    // every write the candidate fusions move into that span (they only move writes earlier, and
+    // dropping one below only removes writes).
+    let writes_at = |q: usize, with_hosted: bool| -> Vec<(usize, usize)> {
+        let id = nodes[q];
+        let mut vs: Vec<Value> = (0..g.nodes[id as usize].outputs.len()).map(|k| val(id, k as u16)).collect();
+        if with_hosted {
+            if let Some(&(add, _)) = gemm_add.get(&id) {
+                vs.push(val(add, 0));
+            }
+            if let Some(&(u, _)) = more.gemm_act.get(&id) {
+                vs.push(val(u, 0));
+            }
+            if let Some(rot) = more.attnb_rot.get(&id) {
+                vs.extend(rot.iter().flatten().map(|r| r.0));
+            }
+        }
+        vs.into_iter().filter_map(rng).collect()
+    };
+    let clean: Vec<bool> = fwd
+        .iter()
+        .map(|&(f, pr, _, pb)| {
+            let xr = rng(f.input).expect("checked above");
+            (pr + 1..=pb).all(|q| writes_at(q, q < pb).iter().all(|&w| !overlap(w, xr)))
+        })
+        .collect();
+    let mut fused_rotaries = vec![];
+    for (&(f, ..), clean) in fwd.iter().zip(clean) {
+        if !clean {
+            // The backward's fused stores were checked assuming this fusion: check them against
+            // the pre-rotary and the rotated tensors both instead.
+            if more.attnb_rot.remove(&f.backward).is_some() {
+                cands.retain(|m| m.host != f.backward);
+                if let Some((rot, m)) = fallback.remove(&f.backward) {
+                    more.attnb_rot.insert(f.backward, rot);
+                    cands.push(m);
+                }
+            }
+            continue;
+        }
+        for host in [f.attention, f.backward] {
+            more.attn_load.entry(host).or_default()[f.operand] = Some((f.input, f.base));
+        }
+        fused_rotaries.push(f.rotary);
     }
 
     // What each launch position touches: its node's inputs and outputs and what the fusions it
@@ -1123,12 +1295,16 @@ fn fuse_more(
                 if let Some(rot) = more.attnb_rot.get(&id) {
                     vs.extend(rot.iter().flatten().map(|r| r.0));
                 }
+                if let Some(load) = more.attn_load.get(&id) {
+                    vs.extend(load.iter().flatten().map(|r| r.0));
+                }
                 vs.into_iter().filter_map(rng).collect()
             })
             .collect()
     };
     loop {
-        let gone: std::collections::HashSet<u32> = cands.iter().flat_map(|m| m.skipped.iter().copied()).collect();
+        let gone: std::collections::HashSet<u32> =
+            cands.iter().flat_map(|m| m.skipped.iter().copied()).chain(fused_rotaries.iter().copied()).collect();
         let t = touched(more, &gone);
         let bad: Vec<usize> = (0..cands.len())
             .filter(|&c| {
@@ -1144,7 +1320,7 @@ fn fuse_more(
             more.attnb_rot.remove(&m.host);
         }
     }
-    cands.into_iter().flat_map(|m| m.skipped).collect()
+    cands.into_iter().flat_map(|m| m.skipped).chain(fused_rotaries).collect()
 }
 
 /// The bytes of a constant tensor of `n` elements of `dtype` equal to `value`.
@@ -1257,9 +1433,57 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
 }
 
 /// Plans `program` with byte units and lowers it.
+///
+/// The inputs of forward Rotaries that the attention kernels may turn on load are kept alive
+/// through their AttentionBackward (see [`fuse_more`]), so that the fusion finds them
+/// unwritten, and through the inverse Rotaries of its dq and dk: those fuse into the backward's
+/// stores, which must not land on the pre-rotary tensors the backward reads (a plain plan puts
+/// them exactly there). Keeping them moves other values, and the casts folded into GEMM loads
+/// depend on where values lie (a cast's f32 source must stay unwritten until its GEMMs), so the
+/// sources of the casts that fold under the plain plan are kept alive through their GEMMs (and
+/// the Adds that may become their epilogues) too: no cast fusion of the plain plan is lost to
+/// the extended lifetimes.
 pub fn lower_program(program: &alpha_ir::Program) -> Result<Lowered> {
-    let plan = alpha_plan::plan(program, alpha_plan::bytes, ALIGN).map_err(|e| anyhow!("planning: {e}"))?;
-    lower(plan)
+    let plan_with = |keep: &[(Value, u32)]| {
+        alpha_plan::plan_keeping(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
+    };
+    let g = &program.graph;
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    let mut keep: Vec<(Value, u32)> = vec![];
+    for f in forward_rotaries(program) {
+        keep.push((f.input, f.backward));
+        let grads = [Value { node: f.backward, index: 0 }, Value { node: f.backward, index: 1 }];
+        for (i, n) in g.nodes.iter().enumerate() {
+            let inverse = matches!(n.op, Op::Rotary { inverse: true, .. });
+            if inverse && grads.contains(&n.inputs[0]) && phase(i as u32) == phase(f.backward) {
+                keep.push((f.input, i as u32));
+            }
+        }
+    }
+    if keep.is_empty() {
+        return lower(plan_with(&[])?);
+    }
+    let plain = plan_with(&[])?;
+    for ph in &plain.phases {
+        let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
+        let (mut f32_gemm, mut gemm_add) = (HashMap::new(), HashMap::new());
+        fuse(&plain, &nodes, &mut f32_gemm, &mut gemm_add);
+        for (&gemm, &(a, b)) in &f32_gemm {
+            // Through the Add that may become the GEMM's epilogue, whose write counts at the GEMM.
+            let prod = Value { node: gemm, index: 0 };
+            let until = nodes
+                .iter()
+                .copied()
+                .filter(|&n| {
+                    let node = &g.nodes[n as usize];
+                    n == gemm || (node.op == Op::Binary(alpha_ir::Binary::Add) && node.inputs.contains(&prod))
+                })
+                .max()
+                .unwrap_or(gemm);
+            keep.extend([(a, until), (b, until)]);
+        }
+    }
+    lower(plan_with(&keep)?)
 }
 
 /// Counts launches by kernel name in phase `i` (for reports).
@@ -1493,6 +1717,97 @@ mod tests {
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
         assert_eq!(l.phases[0][1].args[0], slot(rq));
         assert_eq!(l.phases[0][3].args[0], slot(rk));
+    }
+
+    /// q, k computed [1, 2, 64, 8], turned by forward Rotaries, then attention, its backward and
+    /// the inverse Rotaries of dq and dk, as in Coppelius; with `rq_output` the rotated q is
+    /// also a program output.
+    fn rotary_attention_program(rq_output: bool) -> (Program, [Value; 4]) {
+        let mut g = Graph::new("t");
+        let sh = [1, 2, 64, 8];
+        let (q0, k0) = (g.param("q", &sh, Init::Zeros), g.param("k", &sh, Init::Zeros));
+        let v = g.param("v", &sh, Init::Zeros);
+        let dout = g.param("do", &sh, Init::Zeros);
+        let (q, k) = (g.mul(q0, q0), g.mul(k0, k0));
+        let rq = g.push(Op::Rotary { base: 10000.0, inverse: false }, &[q])[0];
+        let rk = g.push(Op::Rotary { base: 10000.0, inverse: false }, &[k])[0];
+        let fwd = g.push(Op::Attention { scale: 0.25, softcap: None }, &[rq, rk, v]);
+        let b = g.push(Op::AttentionBackward { scale: 0.25, softcap: None }, &[rq, rk, v, fwd[0], fwd[1], dout]);
+        let dq = g.push(Op::Rotary { base: 10000.0, inverse: true }, &[b[0]])[0];
+        let dk = g.push(Op::Rotary { base: 10000.0, inverse: true }, &[b[1]])[0];
+        let mut outs = BTreeMap::new();
+        outs.insert("o".to_string(), fwd[0]);
+        outs.insert("dq".to_string(), dq);
+        outs.insert("dk".to_string(), dk);
+        outs.insert("dv".to_string(), b[2]);
+        if rq_output {
+            outs.insert("rq".to_string(), rq);
+        }
+        (Program::single(g.finish().unwrap(), "step", outs), [q, k, rq, rk])
+    }
+
+    #[test]
+    fn forward_rotaries_are_turned_on_load_by_the_attention_kernels() {
+        let (p, [q, k, _, _]) = rotary_attention_program(false);
+        let l = lower_program(&p).unwrap();
+        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "pw_mul",
+                "pw_mul",
+                "attention_fwd_rotload",
+                "attention_bwd_dq_rotload_rotary",
+                "attention_bwd_dkv_rotload_rotary"
+            ]
+        );
+        let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
+        let tab = l.phases[0][3].args[8];
+        for (launch, at) in [(2, 5), (3, 9), (4, 9)] {
+            let args = &l.phases[0][launch].args;
+            assert_eq!((args[2], args[3]), (slot(q), slot(k)), "the pre-rotary q and k");
+            assert_eq!((args[at], args[at + 1]), (tab, tab), "the rotary table for q and k");
+        }
+        let want: Vec<u8> = rotary::table(64, 8, 10000.0).iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert!(l.inits.iter().any(|(o, b)| LArg::Ptr(*o) == tab && *b == want));
+        // On load, the rotary kernel's instruction sequence (no negated sine).
+        let pair: Vec<String> = ["mul.rn.f32", "mul.rn.f32", "sub.rn.f32", "mul.rn.f32", "mul.rn.f32", "add.rn.f32"]
+            .map(String::from)
+            .to_vec();
+        assert!(contains_run(&mnemonics(&rotary::kernel(128, 64, 8, false).render()), &pair));
+        assert!(contains_run(&mnemonics(&l.kernels[l.phases[0][2].kernel].render()), &pair));
+    }
+
+    #[test]
+    fn a_rotated_tensor_read_elsewhere_keeps_its_rotary() {
+        let (p, [q, k, rq, _]) = rotary_attention_program(true);
+        let l = lower_program(&p).unwrap();
+        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "pw_mul",
+                "pw_mul",
+                "rotary",
+                "attention_fwd_rotload",
+                "attention_bwd_dq_rotload_rotary",
+                "attention_bwd_dkv_rotload",
+                "rotary_inverse"
+            ]
+        );
+        // dk's inverse Rotary lies over lse (dead after the backward), which the dK/dV kernel
+        // reads: it stays a launch.
+        let g = &l.plan.program.graph;
+        let attn = (0..g.nodes.len() as u32).find(|&i| matches!(g.nodes[i as usize].op, Op::Attention { .. })).unwrap();
+        let lse =
+            (l.plan.slot(Value { node: attn, index: 1 }).offset, g.ty(Value { node: attn, index: 1 }).numel() * 4);
+        let LArg::Ptr(dk) = l.phases[0][6].args[0] else { panic!("dk pointer") };
+        assert!(dk < lse.0 + lse.1 && lse.0 < dk + 64 * 2 * 8 * 4, "the premise: dk's Rotary over lse");
+        let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
+        for launch in &l.phases[0][3..6] {
+            assert_eq!((launch.args[2], launch.args[3]), (slot(rq), slot(k)), "rotated q, pre-rotary k");
+        }
+        assert_eq!(l.phases[0][2].args[1], slot(q));
     }
 
     #[test]

@@ -41,16 +41,17 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     assert!(l.kernels.len() < 100, "{} distinct kernels: blocks should share modules", l.kernels.len());
     let names: Vec<&str> = l.kernels.iter().map(|k| k.name.as_str()).collect();
     for family in [
-        "attention_fwd",
-        "attention_bwd_dq_rotary",
-        "attention_bwd_dkv_rotary",
+        "attention_fwd_rotload",
+        "attention_bwd_dq_rotload_rotary",
+        "attention_bwd_dkv_rotload_rotary",
         "layernorm_fwd",
-        "rotary",
         "adamw_multi",
         "sumsq_multi",
     ] {
         assert!(names.contains(&family), "no {family} kernel");
     }
+    // Every rotary, forward and inverse, is done inside the attention kernels.
+    assert!(!names.iter().any(|n| n.starts_with("rotary")), "{names:?}");
     assert!(
         names.iter().any(|n| n.starts_with("gemm_") && n.ends_with("_bf16_store")),
         "bf16 products use the tiled GEMM"
@@ -88,7 +89,8 @@ fn training(system: &str) -> Lowered {
 /// Launch counts of the training step (B=4 Bob, B=1 T=1024 Coppelius) after the optimizer,
 /// GEMM-epilogue and cast fusions (Bob 13 → 12, Coppelius 1,615 → 1,099), then the GELU
 /// epilogue and the inverse rotaries folded into attention's backward (Coppelius 1,099 →
-/// 1,051: 16 `pw_gelu` and 32 `rotary_inverse` launches gone).
+/// 1,051: 16 `pw_gelu` and 32 `rotary_inverse` launches gone), then the forward rotaries
+/// turned on load by attention's forward and backward (1,051 → 1,019: 32 `rotary` gone).
 #[test]
 fn training_steps_launch_counts() {
     for s in ["bob", "coppelius"] {
@@ -106,13 +108,13 @@ fn training_steps_launch_counts() {
         assert_eq!(count("adamw_step") + count("pw_square") + count("reduce_sum"), 0, "{s}");
         if s == "coppelius" {
             // Every block's GELU is its gate GEMM's epilogue; every dq and dk leaves the
-            // attention backward already turned back; the forward rotaries remain (see
-            // `lower::fuse_more`).
+            // attention backward already turned back; every q and k is turned by the rotary on
+            // load, in the forward and in the backward (see `lower::fuse_more`).
             let gelu_gemms: usize = by.iter().filter(|x| x.0.ends_with("_store_gelu")).map(|x| x.1).sum();
             assert_eq!((gelu_gemms, count("pw_gelu")), (16, 0));
-            assert_eq!((count("attention_bwd_dq_rotary"), count("attention_bwd_dkv_rotary")), (16, 16));
+            assert_eq!((count("attention_bwd_dq_rotload_rotary"), count("attention_bwd_dkv_rotload_rotary")), (16, 16));
             assert_eq!((count("attention_bwd_dq"), count("attention_bwd_dkv"), count("rotary_inverse")), (0, 0, 0));
-            assert_eq!((count("rotary"), count("attention_fwd")), (32, 16));
+            assert_eq!((count("rotary"), count("attention_fwd"), count("attention_fwd_rotload")), (0, 0, 16));
         }
         let expected = if s == "bob" { BOB_LAUNCHES } else { COPPELIUS_LAUNCHES };
         assert_eq!(l.launch_count(0), expected, "{s}");
@@ -120,10 +122,88 @@ fn training_steps_launch_counts() {
 }
 
 const BOB_LAUNCHES: usize = 12;
-const COPPELIUS_LAUNCHES: usize = 1051;
+const COPPELIUS_LAUNCHES: usize = 1019;
 
-/// Every distinct kernel of Bob's and Coppelius's training programs assembles for sm_90a with
-/// ptxas 13 (the PyPI wheel at `PTXAS` or `$ALPHA_PTXAS`); prints "skipped" where it is absent.
+/// Coppelius's forward rotaries, turned on load: the attention forward and both backward
+/// kernels get the pre-rotary q and k (the Rotaries' inputs) and the host-computed rotary table,
+/// and the plan keeps those tensors unwritten from their Rotary's position through the backward.
+#[test]
+fn forward_rotaries_are_turned_on_load_from_kept_pre_rotary_tensors() {
+    use alpha_ir::{Op, Value};
+    let l = training("coppelius");
+    let plan = &l.plan;
+    let g = &plan.program.graph;
+    let nodes: Vec<u32> = plan.phases[0].kernels.iter().map(|k| k.node).collect();
+    let pos: std::collections::HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let ptr = |v: Value| LArg::Ptr(plan.slot(v).offset);
+    let span = |v: Value| {
+        let s = plan.slot(v);
+        (s.offset, s.offset + g.ty(v).numel() * g.dtype(v).size())
+    };
+    let overlap = |a: (usize, usize), b: (usize, usize)| a.0 < b.1 && b.0 < a.1;
+    // The Rotary behind attention operand `k` of node `a`: (its node, its input).
+    let rotary_of = |a: u32, k: usize| -> (u32, Value) {
+        let r = g.nodes[a as usize].inputs[k].node;
+        let rn = &g.nodes[r as usize];
+        assert!(matches!(rn.op, Op::Rotary { inverse: false, .. }), "operand {k} of %{a} is not a forward Rotary");
+        (r, rn.inputs[0])
+    };
+    let (mut fwd, mut bwd) = (0, 0);
+    for launch in &l.phases[0] {
+        let name = l.kernels[launch.kernel].name.as_str();
+        let Some(id) = launch.node else { continue };
+        let node = &g.nodes[id as usize];
+        let (attn, args_tab) = match name {
+            "attention_fwd_rotload" => {
+                fwd += 1;
+                (id, 5)
+            }
+            "attention_bwd_dq_rotload_rotary" | "attention_bwd_dkv_rotload_rotary" => {
+                bwd += 1;
+                (node.inputs[3].node, 9)
+            }
+            _ => continue,
+        };
+        let (rq, q_pre) = rotary_of(attn, 0);
+        let (rk, k_pre) = rotary_of(attn, 1);
+        assert_eq!((launch.args[2], launch.args[3]), (ptr(q_pre), ptr(k_pre)), "{}", l.describe(launch));
+        // q_tab and k_tab: the rotary table of (T, D, base), written once at load.
+        let s = g.shape(q_pre);
+        let Op::Rotary { base, .. } = g.nodes[rq as usize].op else { unreachable!() };
+        let want: Vec<u8> = alpha_cuda::rotary::table(s[2], s[3], base).iter().flat_map(|x| x.to_le_bytes()).collect();
+        for a in [launch.args[args_tab], launch.args[args_tab + 1]] {
+            let LArg::Ptr(tab) = a else { panic!("table pointer") };
+            assert!(tab >= plan.arena && l.inits.iter().any(|(o, b)| *o == tab && *b == want));
+        }
+        if name == "attention_fwd_rotload" {
+            continue;
+        }
+        // Nothing from the Rotary through the backward writes the pre-rotary tensors, the
+        // backward's own stores included (dk may lie exactly on the pre-rotary k: each row is
+        // read, then written, by one thread).
+        let b = id;
+        for (r, x) in [(rq, q_pre), (rk, k_pre)] {
+            let xr = span(x);
+            for &n in &nodes[pos[&r] + 1..pos[&b]] {
+                for k in 0..g.nodes[n as usize].outputs.len() {
+                    let w = Value { node: n, index: k as u16 };
+                    assert!(!overlap(span(w), xr), "%{n} ({}) writes over {x}", g.nodes[n as usize].op.family());
+                }
+            }
+            let dv = Value { node: b, index: 2 };
+            assert!(!overlap(span(dv), xr), "dv of %{b} lies over {x}");
+            let LArg::Ptr(dst) = launch.args[0] else { panic!() };
+            let dlen = g.ty(node.inputs[if name.contains("_dq_") { 0 } else { 1 }]).numel() * 4;
+            let exact_k = name.contains("_dkv_") && x == k_pre && dst == xr.0;
+            assert!(!overlap((dst, dst + dlen), xr) || exact_k, "{} stores over {x}", l.describe(launch));
+        }
+    }
+    assert_eq!((fwd, bwd), (16, 32));
+}
+
+/// Every distinct kernel of Bob's and Coppelius's training programs, and the rotating attention
+/// kernels at the GPU check's shape, assemble for sm_90a with ptxas 13 (the PyPI wheel at
+/// `PTXAS` or `$ALPHA_PTXAS`); prints "skipped" where it is absent.
 #[test]
 fn every_training_kernel_assembles_with_ptxas() {
     const PTXAS: &str = "/tmp/nvccwhl/ex/nvidia/cu13/bin/ptxas";
@@ -136,6 +216,23 @@ fn every_training_kernel_assembles_with_ptxas() {
     let mut files = vec![];
     for s in ["bob", "coppelius"] {
         files.extend(training(s).dump_ptx(&dir).unwrap());
+    }
+    // The attention kernels at the GPU fusion check's shape (GQA, a partial tile), every way of
+    // turning q and k on load.
+    use alpha_cuda::attention::{self, Dims};
+    let dims = Dims { b: 1, h: 4, g: 2, t: 200, d: 64, scale: 0.125, softcap: None };
+    for (i, load) in [[true, true], [true, false], [false, true]].into_iter().enumerate() {
+        for r in [false, true] {
+            for k in [
+                attention::forward_kernel_rotating(&dims, load),
+                attention::backward_dq_kernel_rotating(&dims, r, load),
+                attention::backward_dkv_kernel_rotating(&dims, r, load),
+            ] {
+                let f = dir.join(format!("check_{i}_{r}_{}.ptx", k.name));
+                std::fs::write(&f, k.render()).unwrap();
+                files.push(f);
+            }
+        }
     }
     let mut failed = vec![];
     for f in &files {

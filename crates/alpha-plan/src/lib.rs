@@ -117,6 +117,15 @@ fn in_place(op: &Op) -> Option<&'static [usize]> {
 
 /// Lower a program. `unit` sizes elements; `align` aligns every region (in units).
 pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanError> {
+    plan_keeping(program, unit, align, &[])
+}
+
+/// [`plan`], with lifetimes extended: each `(value, node)` keeps the value (its root, after view
+/// resolution) live at least through `node`'s kernel, so no output computed before then takes
+/// its memory. A backend uses it to read a tensor later than the program does (a fused kernel
+/// that recomputes a dropped intermediate from it). `node` must be a kernel of the value's
+/// phase; persistent values (never reused) need no hint and are left as they are.
+pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Value, u32)]) -> Result<Plan, PlanError> {
     program.verify()?;
     let g = &program.graph;
     let size = |v: Value| align_up(g.ty(v).numel().max(1) * unit(g.dtype(v)), align);
@@ -216,7 +225,7 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
             }
         }
     }
-    let mut keep = |v: Value| {
+    let mut to_phase_end = |v: Value| {
         let v = resolve(v);
         if let Some(&p) = phase_of.get(&v.node) {
             last_use.insert(v, phase_end[p]);
@@ -224,11 +233,27 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
     };
     for p in &program.phases {
         for &(_, src) in &p.assign {
-            keep(src);
+            to_phase_end(src);
         }
     }
     for &v in program.outputs.values() {
-        keep(v);
+        to_phase_end(v);
+    }
+    // Lifetimes the caller extends.
+    for &(v, until) in keep {
+        let r = resolve(v);
+        let Some(&k) = position.get(&until) else {
+            return Err(PlanError::Invalid(format!("keeping {v} until %{until}: %{until} is not a kernel")));
+        };
+        let Some(&p) = phase_of.get(&r.node) else { continue };
+        if p != phase_of[&until] {
+            return Err(PlanError::Invalid(format!(
+                "keeping {v} until %{until}: {r} is computed in phase {}, %{until} runs in phase {}",
+                program.phases[p].name, program.phases[phase_of[&until]].name
+            )));
+        }
+        let e = last_use.entry(r).or_insert(k);
+        *e = (*e).max(k);
     }
 
     // In-place ops: their outputs take their inputs' slots; nothing may read the old value
@@ -427,5 +452,42 @@ mod tests {
         assert_eq!(take(&mut free, &mut high, 25), 0);
         assert_eq!(free, vec![(25, 5)]);
         assert_eq!(high, 35);
+    }
+
+    /// a = x·x dies at b; c takes its place unless a is kept until d.
+    #[test]
+    fn keeping_a_value_stops_its_slot_being_reused() {
+        use alpha_ir::{Graph, Init};
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[16], Init::Zeros);
+        let a = g.mul(x, x);
+        let b = g.add(a, x);
+        let c = g.mul(b, b);
+        let d = g.add(c, x);
+        let s = g.sum_all(d);
+        let mut outs = BTreeMap::new();
+        outs.insert("s".to_string(), s);
+        let p = Program::single(g.finish().unwrap(), "forward", outs);
+        let span = |pl: &Plan, v: Value| {
+            let s = pl.slot(v);
+            (s.offset, s.offset + s.len)
+        };
+        let disjoint = |x: (usize, usize), y: (usize, usize)| x.1 <= y.0 || y.1 <= x.0;
+
+        let plain = plan(&p, bytes, 256).unwrap();
+        assert_eq!(plain.slot(c).offset, plain.slot(a).offset, "the premise: c reuses a's slot");
+        assert_eq!(plan_keeping(&p, bytes, 256, &[]).unwrap().slots, plain.slots);
+
+        let kept = plan_keeping(&p, bytes, 256, &[(a, d.node)]).unwrap();
+        for v in [b, c, d] {
+            assert!(disjoint(span(&kept, a), span(&kept, v)), "{v} overlaps the kept {a}");
+        }
+        // Kept only until c: d (computed after) may take a's place again.
+        let until_c = plan_keeping(&p, bytes, 256, &[(a, c.node)]).unwrap();
+        assert!(disjoint(span(&until_c, a), span(&until_c, c)));
+        assert_eq!(until_c.slot(d).offset, until_c.slot(a).offset);
+
+        // The node must be a kernel.
+        assert!(plan_keeping(&p, bytes, 256, &[(a, x.node)]).is_err());
     }
 }
