@@ -36,37 +36,6 @@ fn rng_for(seed: u64, name: &str) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(h)
 }
 
-/// Initial values like the run policy's (zeros, ones, N(0, σ²), uniform).
-fn draw(init: &Init, n: usize, seed: u64, name: &str) -> Vec<f32> {
-    let mut r = rng_for(seed, name);
-    match *init {
-        Init::Zeros => vec![0.0; n],
-        Init::Ones => vec![1.0; n],
-        Init::Constant(c) => vec![c as f32; n],
-        Init::Linspace { start, step } => (0..n).map(|i| (start + step * i as f64) as f32).collect(),
-        Init::Uniform { bound } => (0..n).map(|_| r.random_range(-bound..bound) as f32).collect(),
-        Init::Normal { std } => (0..n)
-            .map(|_| {
-                let u1: f64 = 1.0 - r.random::<f64>();
-                let u2: f64 = r.random::<f64>();
-                (std * (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
-            })
-            .collect(),
-    }
-}
-
-fn leaves(g: &Graph, seed: u64) -> Vec<(String, Vec<f32>)> {
-    g.nodes
-        .iter()
-        .filter_map(|n| match &n.op {
-            Op::Param { name, init } | Op::State { name, init } => {
-                Some((name.clone(), draw(init, n.outputs[0].numel(), seed, name)))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
 fn max_abs(a: &[f32], b: &[f32]) -> f64 {
     a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).abs()).fold(0.0, f64::max)
 }
@@ -290,7 +259,7 @@ fn run_case(c: &Case, seed: u64, checked: bool) -> Result<Vec<(String, f64, f64,
     let mut cpu = CpuBackend::compile(&c.program)?;
     let mut gpu = CudaBackend::compile(&c.program)?;
     gpu.set_checked(checked);
-    for (name, values) in leaves(&c.program.graph, seed) {
+    for (name, values) in alpha_learn::init::initial_leaves(&c.program.graph, seed) {
         cpu.write(&name, &values)?;
         gpu.write(&name, &values)?;
     }
@@ -398,7 +367,7 @@ fn check_system(name: &str, seed: u64, steps: u64, checked: bool, summary: &mut 
         gpu.info().name
     );
     let mut cpu = CpuBackend::compile(&program)?;
-    let init = leaves(&program.graph, seed);
+    let init = alpha_learn::init::initial_leaves(&program.graph, seed);
     for (n, v) in &init {
         cpu.write(n, v)?;
         gpu.write(n, v)?;

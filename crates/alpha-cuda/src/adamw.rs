@@ -97,11 +97,6 @@ pub fn adamw_kernel() -> Kernel {
     let tbase = k.un("mov.u32", RegKind::B32, crate::ptx::Opnd::S(table));
 
     // Scalars.
-    let ld = |k: &mut Kernel, base, off: i64| {
-        let r = k.reg(RegKind::F32);
-        k.op("ld.global.f32", [r.into(), addr(base, off)]);
-        r
-    };
     let lr = ld(&mut k, scal, 0);
     let b1 = ld(&mut k, scal, 4);
     let b2 = ld(&mut k, scal, 8);
@@ -369,6 +364,21 @@ pub(crate) struct StepScalars {
     pub eps: f64,
 }
 
+/// An f32 load from `base + off` bytes.
+pub(crate) fn ld(k: &mut Kernel, base: Reg, off: i64) -> Reg {
+    let r = k.reg(RegKind::F32);
+    k.op("ld.global.f32", [r.into(), addr(base, off)]);
+    r
+}
+
+/// Declare the step's scalar params (lr, bc1, bc2, gscale: arena addresses written before each
+/// replay) and load them once.
+pub(crate) fn step_scalars(k: &mut Kernel, beta1: f64, beta2: f64, eps: f64) -> StepScalars {
+    let params = ["lr", "bc1", "bc2", "gscale"].map(|n| k.param_reg(n, ParamTy::U64));
+    let [lr, bc1, bc2, gs] = params.map(|p| ld(k, p, 0));
+    StepScalars { lr, bc1, bc2, gs, beta1, beta2, eps }
+}
+
 /// One element's AdamW update from loaded p, g, m, v; returns (p', m', v'). The instruction
 /// sequence is the CPU reference's order, and both the per-tensor and the multi-tensor kernels
 /// emit it here, so they agree with the reference and each other bit for bit.
@@ -413,19 +423,7 @@ pub fn step_kernel(beta1: f64, beta2: f64, eps: f64, weight_decay: f64, n: usize
     let g = k.param_reg("g", ParamTy::U64);
     let m = k.param_reg("m", ParamTy::U64);
     let v = k.param_reg("v", ParamTy::U64);
-    let lrp = k.param_reg("lr", ParamTy::U64);
-    let bc1p = k.param_reg("bc1", ParamTy::U64);
-    let bc2p = k.param_reg("bc2", ParamTy::U64);
-    let gsp = k.param_reg("gscale", ParamTy::U64);
-    let ld = |k: &mut Kernel, base, off: i64| {
-        let r = k.reg(RegKind::F32);
-        k.op("ld.global.f32", [r.into(), addr(base, off)]);
-        r
-    };
-    let lr = ld(&mut k, lrp, 0);
-    let bc1 = ld(&mut k, bc1p, 0);
-    let bc2 = ld(&mut k, bc2p, 0);
-    let gs = ld(&mut k, gsp, 0);
+    let scalars = step_scalars(&mut k, beta1, beta2, eps);
     let nr = k.imm_u32(n as u32);
     let (i, stride, top, end) = crate::pointwise::grid_stride_begin(&mut k, nr);
     let pa = k.addr_of(p, i, 4);
@@ -433,7 +431,6 @@ pub fn step_kernel(beta1: f64, beta2: f64, eps: f64, weight_decay: f64, n: usize
     let ma = k.addr_of(m, i, 4);
     let va = k.addr_of(v, i, 4);
     let (pv, gv, mv, vv) = (ld(&mut k, pa, 0), ld(&mut k, ga, 0), ld(&mut k, ma, 0), ld(&mut k, va, 0));
-    let scalars = StepScalars { lr, bc1, bc2, gs, beta1, beta2, eps };
     let (p2, m2, v2) = emit_update(&mut k, [pv, gv, mv, vv], &scalars, weight_decay as f32);
     k.op("st.global.f32", [addr(pa, 0), p2.into()]);
     k.op("st.global.f32", [addr(ma, 0), m2.into()]);

@@ -223,29 +223,12 @@ pub fn grid_for(gpu: &Gpu, n: u32) -> LaunchConfig {
     LaunchConfig::linear(want.min(cap), THREADS)
 }
 
-/// Opens `for (i = global id; i < n; i += grid size)`: returns (i, stride, top label, end label).
+/// Opens a grid-stride loop over `n` for this family's fixed block of [`THREADS`].
 pub fn grid_stride_begin(k: &mut Kernel, n: Reg) -> (Reg, Reg, String, String) {
-    let tid = k.sreg("%tid.x");
-    let bid = k.sreg("%ctaid.x");
-    let nb = k.sreg("%nctaid.x");
-    let i = k.tri("mad.lo.u32", RegKind::B32, bid, THREADS, tid);
-    let stride = k.bin("mul.lo.u32", RegKind::B32, nb, THREADS);
-    let top = k.label("loop");
-    let end = k.label("end");
-    let out = k.setp("ge.u32", i, n);
-    k.bra_if(out, false, &end);
-    k.place(&top);
-    (i, stride, top, end)
+    crate::pointwise::grid_stride_begin_with(k, n, Some(THREADS))
 }
 
-/// Closes the loop opened by [`grid_stride_begin`].
-pub fn grid_stride_end(k: &mut Kernel, i: Reg, stride: Reg, n: Reg, top: &str, end: &str) {
-    k.op("add.u32", [i.into(), i.into(), stride.into()]);
-    let more = k.setp("lt.u32", i, n);
-    k.bra_if(more, false, top);
-    k.place(end);
-    k.ret();
-}
+pub use crate::pointwise::grid_stride_end;
 
 /// `out = a + b`.
 pub fn add() -> Elementwise {

@@ -789,23 +789,7 @@ fn fuse(
 ) -> std::collections::HashSet<u32> {
     let g = &plan.program.graph;
     let p = &plan.program;
-    // Readers of each value: node inputs, program outputs, phase-end assignments.
-    let mut uses: HashMap<Value, usize> = HashMap::new();
-    let mut readers: HashMap<Value, Vec<u32>> = HashMap::new();
-    for (i, n) in g.nodes.iter().enumerate() {
-        for &x in &n.inputs {
-            *uses.entry(x).or_default() += 1;
-            readers.entry(x).or_default().push(i as u32);
-        }
-    }
-    for &x in p.outputs.values() {
-        *uses.entry(x).or_default() += 1;
-    }
-    for ph in &p.phases {
-        for &(_, x) in &ph.assign {
-            *uses.entry(x).or_default() += 1;
-        }
-    }
+    let (uses, readers) = readers_of(p);
     let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let outs = |id: u32| -> Vec<(usize, usize)> {
         (0..g.nodes[id as usize].outputs.len())
@@ -957,14 +941,12 @@ struct ForwardRotary {
     operand: usize,
 }
 
-/// The forward Rotaries of `program` that qualify for rotation on load by their shape and
-/// readers alone. Whether each is fused is decided against the plan ([`fuse_more`]);
-/// [`lower_program`] keeps their inputs alive through the backward so that it can be.
-fn forward_rotaries(program: &alpha_ir::Program) -> Vec<ForwardRotary> {
-    let g = &program.graph;
+/// How often each value is read (by nodes, program outputs and phase-end assignments), and which
+/// nodes read it: a fusion may hide an intermediate only when its fused reader is its only use.
+fn readers_of(program: &alpha_ir::Program) -> (HashMap<Value, usize>, HashMap<Value, Vec<u32>>) {
     let mut uses: HashMap<Value, usize> = HashMap::new();
     let mut readers: HashMap<Value, Vec<u32>> = HashMap::new();
-    for (i, n) in g.nodes.iter().enumerate() {
+    for (i, n) in program.graph.nodes.iter().enumerate() {
         for &x in &n.inputs {
             *uses.entry(x).or_default() += 1;
             readers.entry(x).or_default().push(i as u32);
@@ -978,6 +960,15 @@ fn forward_rotaries(program: &alpha_ir::Program) -> Vec<ForwardRotary> {
             *uses.entry(x).or_default() += 1;
         }
     }
+    (uses, readers)
+}
+
+/// The forward Rotaries of `program` that qualify for rotation on load by their shape and
+/// readers alone. Whether each is fused is decided against the plan ([`fuse_more`]);
+/// [`lower_program`] keeps their inputs alive through the backward so that it can be.
+fn forward_rotaries(program: &alpha_ir::Program) -> Vec<ForwardRotary> {
+    let g = &program.graph;
+    let (uses, readers) = readers_of(program);
     let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
     let mut found = vec![];
     for (i, n) in g.nodes.iter().enumerate() {
@@ -1062,22 +1053,7 @@ fn fuse_more(
 ) -> std::collections::HashSet<u32> {
     let g = &plan.program.graph;
     let p = &plan.program;
-    let mut uses: HashMap<Value, usize> = HashMap::new();
-    let mut readers: HashMap<Value, Vec<u32>> = HashMap::new();
-    for (i, n) in g.nodes.iter().enumerate() {
-        for &x in &n.inputs {
-            *uses.entry(x).or_default() += 1;
-            readers.entry(x).or_default().push(i as u32);
-        }
-    }
-    for &x in p.outputs.values() {
-        *uses.entry(x).or_default() += 1;
-    }
-    for ph in &p.phases {
-        for &(_, x) in &ph.assign {
-            *uses.entry(x).or_default() += 1;
-        }
-    }
+    let (uses, readers) = readers_of(p);
     let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let val = |node: u32, index: u16| Value { node, index };
     let rng = |v: Value| range(plan, v);

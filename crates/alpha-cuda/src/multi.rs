@@ -201,19 +201,8 @@ pub fn adamw_kernel(beta1: f64, beta2: f64, eps: f64) -> Kernel {
     let mut k = Kernel::new("adamw_multi").with_block(THREADS, 1, 1);
     let base = k.param_reg("base", ParamTy::U64);
     let table = k.param_reg("table", ParamTy::U64);
-    let lrp = k.param_reg("lr", ParamTy::U64);
-    let bc1p = k.param_reg("bc1", ParamTy::U64);
-    let bc2p = k.param_reg("bc2", ParamTy::U64);
-    let gsp = k.param_reg("gscale", ParamTy::U64);
-    let ld = |k: &mut Kernel, base, off: i64| {
-        let r = k.reg(RegKind::F32);
-        k.op("ld.global.f32", [r.into(), addr(base, off)]);
-        r
-    };
-    let lr = ld(&mut k, lrp, 0);
-    let bc1 = ld(&mut k, bc1p, 0);
-    let bc2 = ld(&mut k, bc2p, 0);
-    let gs = ld(&mut k, gsp, 0);
+    let scalars = crate::adamw::step_scalars(&mut k, beta1, beta2, eps);
+    let ld = crate::adamw::ld;
     let tid = k.sreg("%tid.x");
     let b = k.sreg("%ctaid.x");
     let e = k.addr_of(table, b, ADAMW_ENTRY as u32);
@@ -240,7 +229,6 @@ pub fn adamw_kernel(beta1: f64, beta2: f64, eps: f64) -> Kernel {
     let va = k.addr_of(ptrs[3], j, 4);
     let (pv, gv, mv, vv) = (ld(&mut k, pa, 0), ld(&mut k, ga, 0), ld(&mut k, ma, 0), ld(&mut k, va, 0));
     // Exactly `adamw::step_kernel`'s sequence (the CPU reference's order).
-    let scalars = crate::adamw::StepScalars { lr, bc1, bc2, gs, beta1, beta2, eps };
     let (p2, m2, v2) = crate::adamw::emit_update(&mut k, [pv, gv, mv, vv], &scalars, wd);
     k.op("st.global.f32", [addr(pa, 0), p2.into()]);
     k.op("st.global.f32", [addr(ma, 0), m2.into()]);

@@ -23,7 +23,7 @@
 use alpha_ir::{Binary, DType, Unary};
 use anyhow::{bail, Result};
 
-use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind};
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 /// Threads per block.
 pub const THREADS: u32 = 256;
@@ -196,12 +196,21 @@ pub fn grid_blocks(n: usize) -> (u32, u32) {
 
 /// Opens `for (i = global id; i < n; i += grid size)`: returns (i, stride, top label, end label).
 pub fn grid_stride_begin(k: &mut Kernel, n: Reg) -> (Reg, Reg, String, String) {
+    grid_stride_begin_with(k, n, None)
+}
+
+/// [`grid_stride_begin`] for kernels whose block size is fixed at `threads` (an immediate
+/// instead of a read of `%ntid.x`).
+pub fn grid_stride_begin_with(k: &mut Kernel, n: Reg, threads: Option<u32>) -> (Reg, Reg, String, String) {
     let tid = k.sreg("%tid.x");
     let bid = k.sreg("%ctaid.x");
     let nb = k.sreg("%nctaid.x");
-    let ntid = k.sreg("%ntid.x");
-    let i = k.tri("mad.lo.u32", RegKind::B32, bid, ntid, tid);
-    let stride = k.bin("mul.lo.u32", RegKind::B32, nb, ntid);
+    let block: Opnd = match threads {
+        Some(t) => t.into(),
+        None => k.sreg("%ntid.x").into(),
+    };
+    let i = k.tri("mad.lo.u32", RegKind::B32, bid, block.clone(), tid);
+    let stride = k.bin("mul.lo.u32", RegKind::B32, nb, block);
     let top = k.label("loop");
     let end = k.label("end");
     let out = k.setp("ge.u32", i, n);

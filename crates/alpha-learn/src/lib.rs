@@ -2,6 +2,7 @@
 //! and the optimizer update — with global-norm clipping, gradient accumulation, and the
 //! schedule's per-step scalars fed by the host.
 
+pub mod init;
 pub mod schedule;
 
 use std::collections::BTreeMap;

@@ -12,8 +12,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::init::initial_leaves;
 use crate::session::{backend_for, Device};
+use alpha_learn::init::initial_leaves;
 
 #[derive(Debug, Clone)]
 pub struct AlphaTiming {

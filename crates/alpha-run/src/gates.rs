@@ -22,8 +22,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::CpuBackend;
-use crate::init::initial_leaves;
 use crate::session::{backend_for, persistent, Device};
+use alpha_learn::init::initial_leaves;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {

@@ -7,7 +7,8 @@ pub mod bench;
 pub mod checkpoint;
 pub mod data;
 pub mod gates;
-pub mod init;
+/// Parameter initialisation lives with the learner; re-exported for the run policy's callers.
+pub use alpha_learn::init;
 pub mod predict;
 pub mod profile;
 pub mod records;

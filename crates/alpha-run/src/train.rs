@@ -14,10 +14,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::backend::Backend;
 use crate::checkpoint::{self, Meta};
-use crate::init::initial_leaves;
 use crate::records::{now, Invocation, LineageRow, Point, Records, RunInfo, Summary};
 use crate::score::{score, Score};
 use crate::session::{backend_for, check_ids, config_hash, restore, snapshot, Device};
+use alpha_learn::init::initial_leaves;
 
 #[derive(Debug, Clone)]
 pub struct TrainOptions {
