@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use alpha_data::Tokenizer;
 use alpha_learn::inference_program;
-use alpha_run::checkpoint;
+use alpha_run::checkpoint::{self, Checkpoint};
 use alpha_run::session::{backend_for, restore, Device};
 use alpha_run::{data, predict, score, TrainOptions};
 use alpha_systems::System;
@@ -334,8 +334,9 @@ fn train(a: TrainArgs) -> Result<()> {
     println!("checkpoint {} (sha256 {})", r.checkpoint.display(), r.sha256);
     println!("records in {}", r.run_dir.display());
     if a.sample_tokens > 0 {
-        let (text, _) =
-            run_prompt(system.as_ref(), &r.checkpoint, &data, "The ", a.sample_tokens, 0.8, a.seed, a.device)?;
+        let ckpt = checkpoint::load(&r.checkpoint)?;
+        let prompt = Prompt { text: "The ", tokens: a.sample_tokens, temperature: 0.8, seed: a.seed };
+        let (text, _) = run_prompt(system.as_ref(), &ckpt, &r.checkpoint, &data, &prompt, a.device)?;
         println!("sample: {text:?}");
     }
     Ok(())
@@ -350,25 +351,31 @@ impl TrainArgs {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_prompt(
-    system: &dyn System,
-    ckpt_path: &Path,
-    data: &Path,
-    prompt: &str,
+/// What to continue and how.
+struct Prompt<'a> {
+    text: &'a str,
     tokens: usize,
     temperature: f64,
     seed: u64,
+}
+
+/// Continue a prompt from a loaded checkpoint; returns prompt + continuation and the most likely
+/// next tokens after the prompt.
+fn run_prompt(
+    system: &dyn System,
+    ckpt: &Checkpoint,
+    ckpt_path: &Path,
+    data: &Path,
+    prompt: &Prompt,
     device: Device,
 ) -> Result<(String, Vec<(String, f64)>)> {
-    let ckpt = checkpoint::load(ckpt_path)?;
     let tokenizer = Tokenizer::load(data).with_context(|| format!("loading the tokenizer of {}", data.display()))?;
     let program = inference_program(system.model(1)?)?;
     let mut backend = backend_for(device, &program)?;
-    restore(&ckpt, system, backend.as_mut(), &ckpt_path.display().to_string())?;
-    let ids = tokenizer.encode(prompt);
+    restore(ckpt, system, backend.as_mut(), &ckpt_path.display().to_string())?;
+    let ids = tokenizer.encode(prompt.text);
     alpha_run::session::check_ids(&ids, system.vocab())?;
-    let p = predict::continue_prompt(backend.as_mut(), system, &ids, tokens, temperature, seed)?;
+    let p = predict::continue_prompt(backend.as_mut(), system, &ids, prompt.tokens, prompt.temperature, prompt.seed)?;
     let mut all = ids.clone();
     all.extend(&p.tokens);
     let top = p.top_next.iter().map(|&(t, pr)| (tokenizer.decode(&[t]), pr)).collect();
@@ -376,22 +383,22 @@ fn run_prompt(
 }
 
 /// The data folder a checkpoint names, unless one is given.
-fn data_of(system: &dyn System, given: Option<&Path>, ckpt: &Path) -> Result<PathBuf> {
+fn data_of(system: &dyn System, given: Option<&Path>, ckpt: &Checkpoint, path: &Path) -> Result<PathBuf> {
     if let Some(d) = given {
         return data::resolve(system, Some(d));
     }
-    let meta = checkpoint::load(ckpt)?.meta;
-    if meta.data.is_empty() {
-        bail!("checkpoint {} does not name its data; pass --data", ckpt.display());
+    if ckpt.meta.data.is_empty() {
+        bail!("checkpoint {} does not name its data; pass --data", path.display());
     }
-    Ok(PathBuf::from(meta.data))
+    Ok(PathBuf::from(&ckpt.meta.data))
 }
 
 fn predict_cmd(a: PredictArgs) -> Result<()> {
     let system = find(&a.system)?;
-    let data = data_of(system.as_ref(), a.data.as_deref(), &a.checkpoint)?;
-    let (text, top) =
-        run_prompt(system.as_ref(), &a.checkpoint, &data, &a.prompt, a.tokens, a.temperature, a.seed, a.device)?;
+    let ckpt = checkpoint::load(&a.checkpoint)?;
+    let data = data_of(system.as_ref(), a.data.as_deref(), &ckpt, &a.checkpoint)?;
+    let prompt = Prompt { text: &a.prompt, tokens: a.tokens, temperature: a.temperature, seed: a.seed };
+    let (text, top) = run_prompt(system.as_ref(), &ckpt, &a.checkpoint, &data, &prompt, a.device)?;
     println!("{text}");
     let top: Vec<String> = top.iter().map(|(t, p)| format!("{t:?} {:.1}%", p * 100.0)).collect();
     eprintln!("most likely next after the prompt: {}", top.join(", "));
@@ -400,8 +407,8 @@ fn predict_cmd(a: PredictArgs) -> Result<()> {
 
 fn score_cmd(a: ScoreArgs) -> Result<()> {
     let system = find(&a.system)?;
-    let data = data_of(system.as_ref(), a.data.as_deref(), &a.checkpoint)?;
     let ckpt = checkpoint::load(&a.checkpoint)?;
+    let data = data_of(system.as_ref(), a.data.as_deref(), &ckpt, &a.checkpoint)?;
     let batch = a.batch.unwrap_or(system.default_batch()).min(a.windows.max(1));
     let program = inference_program(system.model(batch)?)?;
     let mut backend = backend_for(a.device, &program)?;
@@ -543,10 +550,11 @@ struct CliProbe;
 
 impl alpha_dash::Probe for CliProbe {
     fn probe(&self, _run: &Path, ckpt: &Path, prompt: &str, tokens: usize) -> Result<alpha_dash::ProbeResult> {
-        let meta = checkpoint::load(ckpt)?.meta;
-        let system = find(&meta.system)?;
-        let data = PathBuf::from(&meta.data);
-        let (text, top) = run_prompt(system.as_ref(), ckpt, &data, prompt, tokens, 0.0, 1, Device::Cpu)?;
+        let loaded = checkpoint::load(ckpt)?;
+        let system = find(&loaded.meta.system)?;
+        let data = PathBuf::from(&loaded.meta.data);
+        let prompt = Prompt { text: prompt, tokens, temperature: 0.0, seed: 1 };
+        let (text, top) = run_prompt(system.as_ref(), &loaded, ckpt, &data, &prompt, Device::Cpu)?;
         Ok(alpha_dash::ProbeResult { continuation: text, top_next: top })
     }
 }
