@@ -71,13 +71,7 @@ impl<T: Real> Cpu<T> {
         for node in kernels {
             self.run_kernel(node);
         }
-        for c in self.plan.phases[phase].copies.clone() {
-            let (d, s) = (self.plan.slot(c.dst), self.plan.slot(c.src));
-            if d.offset != s.offset {
-                let n = self.plan.program.graph.ty(c.dst).numel();
-                self.arena.copy_within(s.offset..s.offset + n, d.offset);
-            }
-        }
+        self.copies(phase);
     }
 
     /// Run a phase timing each kernel with the host clock: (node, µs).
@@ -89,6 +83,12 @@ impl<T: Real> Cpu<T> {
             self.run_kernel(node);
             times.push((node, t0.elapsed().as_secs_f64() * 1e6));
         }
+        self.copies(phase);
+        times
+    }
+
+    /// The phase-end assignments: persistent tensor ← computed value.
+    fn copies(&mut self, phase: usize) {
         for c in self.plan.phases[phase].copies.clone() {
             let (d, s) = (self.plan.slot(c.dst), self.plan.slot(c.src));
             if d.offset != s.offset {
@@ -96,7 +96,6 @@ impl<T: Real> Cpu<T> {
                 self.arena.copy_within(s.offset..s.offset + n, d.offset);
             }
         }
-        times
     }
 
     /// Run every phase once, in order.

@@ -330,7 +330,7 @@ fn pullback(
             vec![Some(d), None]
         }
         Op::Recurrence { reverse } => {
-            let (u, gamma) = (x(0), x(1));
+            let gamma = x(1);
             let du = g.push(Op::Recurrence { reverse: !reverse }, &[dy, gamma])[0];
             // dγ = Σ du_t · s_{t∓1}: the state the step read.
             let ut = in_ty(g, 0);
@@ -349,7 +349,6 @@ fn pullback(
             };
             let prod = g.mul(du, prev);
             let dgamma = g.sum(prod, &[0, 1], false);
-            let _ = u;
             vec![Some(du), Some(dgamma)]
         }
         Op::LayerNormBackward

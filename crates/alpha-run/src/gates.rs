@@ -228,8 +228,7 @@ fn update(c: &Case, text: &mut String) -> Result<bool> {
         all.push((name, v));
     }
     let step = 200u64;
-    for (b, bk) in [(dev.as_mut(), "device"), (&mut cpu as &mut dyn Backend, "reference")] {
-        let _ = bk;
+    for b in [dev.as_mut(), &mut cpu as &mut dyn Backend] {
         for (name, v) in &all {
             b.write(name, v)?;
         }

@@ -34,21 +34,16 @@ impl std::str::FromStr for Device {
 /// Plans carried by a built executable, keyed by their program's hash.
 static EMBEDDED: OnceLock<Vec<(String, alpha_plan::Plan)>> = OnceLock::new();
 
-/// A stable key for a program: the SHA-256 of its serialised form.
-pub fn program_key(program: &Program) -> String {
-    program.key()
-}
-
 /// Use these plans instead of planning again when a program matches one of them.
 pub fn use_embedded_plans(plans: Vec<alpha_plan::Plan>) {
-    let _ = EMBEDDED.set(plans.into_iter().map(|p| (program_key(&p.program), p)).collect());
+    let _ = EMBEDDED.set(plans.into_iter().map(|p| (p.program.key(), p)).collect());
 }
 
 /// Compile `program` for `device` (or take its plan from the executable).
 pub fn backend_for(device: Device, program: &Program) -> Result<Box<dyn Backend>> {
     if device == Device::Cpu {
         if let Some(plans) = EMBEDDED.get() {
-            let key = program_key(program);
+            let key = program.key();
             if let Some((_, plan)) = plans.iter().find(|(k, _)| *k == key) {
                 return Ok(Box::new(CpuBackend::from_plan(plan.clone())));
             }
