@@ -17,7 +17,7 @@ use crate::cross_entropy;
 use crate::driver::{DeviceArena, Function, Gpu};
 use crate::elementwise;
 use crate::embedding;
-use crate::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
+use crate::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout, Tile};
 use crate::{attention, rotary};
 
 /// One line of the report.
@@ -223,6 +223,8 @@ fn gemm_bench_one(
     cache: &mut Vec<(GemmSpec, Function)>,
 ) -> Result<Row> {
     arena.reset();
+    // The tile the lowering would choose for this shape.
+    let spec = GemmSpec { tile: GemmShape::packed(&spec, m, n, k).tile(), ..spec };
     if !cache.iter().any(|(s, _)| *s == spec) {
         cache.push((spec, gpu.load(&spec.kernel())?));
     }
@@ -283,6 +285,7 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
             input: Input::Bf16,
             epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
             activation: None,
+            tile: Tile::T128x128,
         };
         rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
     }
@@ -294,6 +297,7 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
             input: Input::F32,
             epilogue: Epilogue::Store,
             activation: None,
+            tile: Tile::T128x128,
         };
         rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
     }
@@ -305,6 +309,7 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
             input: Input::Bf16,
             epilogue: Epilogue::Store,
             activation: None,
+            tile: Tile::T128x128,
         };
         rows.push(gemm_bench_one(gpu, arena, rng, spec, 8192, 8192, 8192, opts, &mut cache)?);
     }
@@ -701,11 +706,13 @@ pub fn gemm_step_graph(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Opt
             input: Input::Bf16,
             epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
             activation: None,
+            tile: Tile::T128x128,
         };
+        let sh = GemmShape::packed(&spec, m, n, k);
+        let spec = GemmSpec { tile: sh.tile(), ..spec };
         if !fns.iter().any(|(s, _)| *s == spec) {
             fns.push((spec, gpu.load(&spec.kernel())?));
         }
-        let sh = GemmShape::packed(&spec, m, n, k);
         let (na, nb, nc) = sh.extents(&spec);
         let ab = upload_operand(arena, Input::Bf16, &rng.vec(na, 1.0))?;
         let bb = upload_operand(arena, Input::Bf16, &rng.vec(nb, 1.0))?;
@@ -778,7 +785,14 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
         for b in [Layout::RowMajor, Layout::ColMajor] {
             for input in [Input::F32, Input::Bf16] {
                 arena.reset();
-                let spec = GemmSpec { a, b, input, epilogue: Epilogue::Store, activation: Some(alpha_ir::Unary::Gelu) };
+                let spec = GemmSpec {
+                    a,
+                    b,
+                    input,
+                    epilogue: Epilogue::Store,
+                    activation: Some(alpha_ir::Unary::Gelu),
+                    tile: Tile::T128x128,
+                };
                 let f = gpu.load(&spec.kernel())?;
                 let mut sh = GemmShape::packed(&spec, 200, 136, 96);
                 sh.batch = 2;
@@ -796,11 +810,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                 args.extend([sh.m, sh.n, sh.k, sh.lda, sh.ldb, sh.ldc].map(Arg::U32));
                 args.extend([sh.stride_a, sh.stride_b, sh.stride_c].map(Arg::U64));
                 args.push(Arg::U64(ub.ptr));
-                let cfg = LaunchConfig {
-                    grid: (sh.n.div_ceil(gemm::BN), sh.m.div_ceil(gemm::BM), sh.batch),
-                    block: (gemm::THREADS, 1, 1),
-                    shared_bytes: 0,
-                };
+                let cfg = LaunchConfig { grid: spec.grid(&sh), block: (gemm::THREADS, 1, 1), shared_bytes: 0 };
                 gpu.launch(&f, cfg, &args)?;
                 let pw = Pointwise {
                     shape: vec![nc],

@@ -6,17 +6,20 @@
 //! three ways to write the result: store it, add a residual (`out = acc + R`, the block's `x +=`),
 //! or accumulate into the output (`out += acc`, gradient accumulation, llm.c's `+=` convention).
 //!
-//! How: `C[M,N] = A[M,K] · B[K,N]`, one 128×128 output tile per block of 256 threads (8 warps
-//! as 2×4, each warp 64×32 = 4×4 `mma.sync.m16n8k16` tiles, 64 fp32 accumulators per thread).
-//! K advances 32 at a time through two shared-memory stages: while the tensor cores work on one
-//! stage, the next tile's global loads are in flight in registers and are stored to the other
-//! stage afterwards, so one barrier per K-step suffices. Both operands sit in shared memory
-//! K-contiguous (`A_s[m][k]`, `B_s[n][k]`), rows padded from 64 to 80 bytes so the eight row
-//! addresses of each `ldmatrix` hit eight different 16-byte bank groups; the four layouts then
-//! differ only in the global→shared copy (vector loads along whichever dimension is contiguous in
-//! memory, transposed on the store when that is M or N). Inputs are fp32 (converted to bf16 with
-//! round-to-nearest-even as they are staged, so fp32 master weights need no cast kernel) or
-//! bf16 (as written by `cast`); the accumulator is always fp32 and so is the output.
+//! How: `C[M,N] = A[M,K] · B[K,N]`, one output tile per block of 256 threads (8 warps as 2×4,
+//! each warp a grid of `mma.sync.m16n8k16` tiles with fp32 accumulators). The tile is 128×128
+//! down to 64×64, the largest that still gives each of the 132 SMs a block ([`GemmShape::tile`]):
+//! one context's products are too small to fill the GPU with the largest. K advances 32 at a
+//! time through two shared-memory stages fed from two register sets: while the tensor cores work
+//! on one stage, the loads of the next two K-tiles are in flight, so global latency hides behind
+//! two stages of work and each K-step meets one barrier. A K-contiguous operand (A row-major, B
+//! column-major) is staged `[row][k]` with rows padded from 64 to 80 bytes and read with
+//! `ldmatrix`; the other is staged as stored, `[k][row]` with rows padded by 16 bytes, and read
+//! with `ldmatrix.trans` — either way each 16-byte global vector is one shared store and the
+//! eight row addresses of each `ldmatrix` hit eight different 16-byte bank groups. Inputs are
+//! fp32 (converted to bf16 with round-to-nearest-even as they are staged, so fp32 master weights
+//! need no cast kernel) or bf16 (as written by `cast`); the accumulator is always fp32 and so is
+//! the output.
 //!
 //! Shape contract (checked on the host by [`GemmShape::check`]): K a multiple of 32; M and N
 //! multiples of 8 (partial tiles are handled by predicated loads and stores); leading dimensions
@@ -30,16 +33,44 @@ use alpha_ir::Unary;
 use crate::driver::{Arg, Function, Gpu, LaunchConfig};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
-/// Block tile rows (M) and columns (N), and the K step.
-pub const BM: u32 = 128;
-pub const BN: u32 = 128;
+/// The K step.
 pub const BK: u32 = 32;
 /// Threads per block.
 pub const THREADS: u32 = 256;
 /// Shared-memory row pitch in bytes (32 bf16 = 64 bytes, padded to 80).
 const PITCH: u32 = 80;
-const TILE_BYTES: u32 = 128 * PITCH;
-const STAGE_BYTES: u32 = 2 * TILE_BYTES;
+
+/// Output tile of one block: rows (M) × columns (N).
+///
+/// Why several: at one 1,024-token context most of Coppelius's products are 1,024 × 512 to
+/// 1,024 × 1,536, which 128 × 128 tiles cover with 32–96 blocks on a 132-SM GPU; smaller tiles
+/// fill the machine (see [`GemmShape::tile`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tile {
+    T128x128,
+    T128x64,
+    T64x128,
+    T64x64,
+}
+
+impl Tile {
+    pub const ALL: [Tile; 4] = [Tile::T128x128, Tile::T128x64, Tile::T64x128, Tile::T64x64];
+    pub fn rows(self) -> u32 {
+        match self {
+            Tile::T128x128 | Tile::T128x64 => 128,
+            Tile::T64x128 | Tile::T64x64 => 64,
+        }
+    }
+    pub fn cols(self) -> u32 {
+        match self {
+            Tile::T128x128 | Tile::T64x128 => 128,
+            Tile::T128x64 | Tile::T64x64 => 64,
+        }
+    }
+}
+
+/// Streaming multiprocessors of the H200; tiles are chosen to fill them.
+const SMS: u32 = 132;
 
 /// How an operand is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +134,7 @@ pub struct GemmSpec {
     /// after the others), computed by [`crate::pointwise::emit_unary`], the pointwise kernel's
     /// own instruction sequence, so it equals the separate `Unary` launch bit for bit.
     pub activation: Option<Unary>,
+    pub tile: Tile,
 }
 
 impl GemmSpec {
@@ -112,8 +144,12 @@ impl GemmSpec {
             Some(u) => format!("_{}", format!("{u:?}").to_lowercase()),
             None => String::new(),
         };
+        let tile = match self.tile {
+            Tile::T128x128 => String::new(),
+            t => format!("_{}x{}", t.rows(), t.cols()),
+        };
         format!(
-            "gemm_{}{}_{}_{}{act}",
+            "gemm_{}{}_{}_{}{act}{tile}",
             self.a.letter(),
             self.b.letter(),
             match self.input {
@@ -128,19 +164,28 @@ impl GemmSpec {
         )
     }
 
-    /// All 4 layouts × 2 inputs × 3 epilogues.
+    /// All 4 layouts × 2 inputs × 3 epilogues at 128 × 128, and every layout and input at the
+    /// smaller tiles (store epilogue).
     pub fn all() -> Vec<GemmSpec> {
         let mut v = Vec::new();
         for a in [Layout::RowMajor, Layout::ColMajor] {
             for b in [Layout::RowMajor, Layout::ColMajor] {
                 for input in [Input::F32, Input::Bf16] {
                     for epilogue in [Epilogue::Store, Epilogue::AddResidual, Epilogue::Accumulate] {
-                        v.push(GemmSpec { a, b, input, epilogue, activation: None });
+                        v.push(GemmSpec { a, b, input, epilogue, activation: None, tile: Tile::T128x128 });
+                    }
+                    for tile in &Tile::ALL[1..] {
+                        v.push(GemmSpec { a, b, input, epilogue: Epilogue::Store, activation: None, tile: *tile });
                     }
                 }
             }
         }
         v
+    }
+
+    /// The launch grid for `shape`.
+    pub fn grid(&self, shape: &GemmShape) -> (u32, u32, u32) {
+        (shape.n.div_ceil(self.tile.cols()), shape.m.div_ceil(self.tile.rows()), shape.batch)
     }
 
     /// Builds the kernel description.
@@ -225,6 +270,12 @@ impl GemmShape {
         )
     }
 
+    /// The largest tile that still gives every SM a block; the smallest when none does.
+    pub fn tile(&self) -> Tile {
+        let blocks = |t: Tile| self.m.div_ceil(t.rows()) * self.n.div_ceil(t.cols()) * self.batch;
+        Tile::ALL.into_iter().find(|&t| blocks(t) >= SMS).unwrap_or(Tile::T64x64)
+    }
+
     pub fn flops(&self) -> f64 {
         2.0 * self.m as f64 * self.n as f64 * self.k as f64 * self.batch as f64
     }
@@ -249,11 +300,7 @@ pub fn launch(
             bail!("{}: {what} at {p:#x} is not 16-byte aligned", spec.name());
         }
     }
-    let cfg = LaunchConfig {
-        grid: (shape.n.div_ceil(BN), shape.m.div_ceil(BM), shape.batch),
-        block: (THREADS, 1, 1),
-        shared_bytes: 0,
-    };
+    let cfg = LaunchConfig { grid: spec.grid(shape), block: (THREADS, 1, 1), shared_bytes: 0 };
     gpu.launch(
         f,
         cfg,
@@ -330,14 +377,21 @@ pub fn reference(spec: &GemmSpec, shape: &GemmShape, a: &[f32], b: &[f32], r: &[
 
 // ---- kernel construction ----------------------------------------------------------------------
 
-/// Global→shared copy of one operand tile (128 rows of the tile × 32 k).
+/// Shared-memory pitch (bytes) of an operand staged as stored, `[k][rows]`: the rows padded by
+/// 16 bytes so the eight k-rows one `ldmatrix.trans` reads fall in eight different bank groups.
+fn trans_pitch(tile_rows: u32) -> u32 {
+    2 * tile_rows + 16
+}
+
+/// Global→shared copy of one operand tile (`tile_rows` rows of the tile × 32 k), with two
+/// register sets so the loads of the tile after next are in flight while this one is used.
 struct Loader {
     /// One global pointer per pass, advanced by `step` each K-tile.
     ptrs: Vec<Reg>,
     valid: Vec<Reg>,
     step: Opnd,
-    /// Registers holding one pass's vector.
-    data: Vec<Vec<Reg>>,
+    /// Registers holding one pass's vector, per register set.
+    data: [Vec<Vec<Reg>>; 2],
     /// Shared byte offset of pass 0 (relative to the tile), per-pass increment.
     smem_off: Reg,
     pass_stride: u32,
@@ -345,7 +399,8 @@ struct Loader {
     input: Input,
 }
 
-/// `k_contiguous`: the operand's K index is the contiguous one in memory.
+/// `k_contiguous`: the operand's K index is the contiguous one in memory. K-contiguous tiles are
+/// staged `[row][k]` (pitch [`PITCH`]); the others as stored, `[k][row]` ([`trans_pitch`]).
 #[allow(clippy::too_many_arguments)]
 fn loader(
     k: &mut Kernel,
@@ -356,20 +411,22 @@ fn loader(
     tid: Reg,
     k_contiguous: bool,
     input: Input,
+    tile_rows: u32,
 ) -> Loader {
     let vw = input.vec();
     let esz = input.bytes();
-    let line_len = if k_contiguous { BK } else { BM };
+    let line_len = if k_contiguous { BK } else { tile_rows };
     let vpl = line_len / vw;
     let lpp = THREADS / vpl;
-    let passes = if k_contiguous { BM / lpp } else { BK / lpp };
+    let passes = if k_contiguous { tile_rows / lpp } else { BK / lpp };
     let line0 = k.bin("div.u32", RegKind::B32, tid, vpl);
     let pos_v = k.bin("rem.u32", RegKind::B32, tid, vpl);
     let pos = k.bin("mul.lo.u32", RegKind::B32, pos_v, vw);
     let mut ptrs = Vec::new();
     let mut valid = Vec::new();
     let dkind = if input == Input::F32 { RegKind::F32 } else { RegKind::B32 };
-    let data: Vec<Vec<Reg>> = (0..passes).map(|_| k.regs(dkind, 4)).collect();
+    let data = [0, 1].map(|_| (0..passes).map(|_| k.regs(dkind, 4)).collect::<Vec<_>>());
+    let pb = k.bin("mul.lo.u32", RegKind::B32, pos, 2u32);
     if k_contiguous {
         // pass j: tile row = line0 + j*lpp, k = pos.
         for j in 0..passes {
@@ -379,9 +436,7 @@ fn loader(
             let e = k.tri("mad.lo.u32", RegKind::B32, grow, ld, pos);
             ptrs.push(k.addr_of(base, e, esz));
         }
-        let smem = k.bin("mul.lo.u32", RegKind::B32, line0, PITCH);
-        let pb = k.bin("mul.lo.u32", RegKind::B32, pos, 2u32);
-        let smem_off = k.bin("add.u32", RegKind::B32, smem, pb);
+        let smem_off = k.tri("mad.lo.u32", RegKind::B32, line0, PITCH, pb);
         Loader {
             ptrs,
             valid,
@@ -404,17 +459,16 @@ fn loader(
         }
         let step = k.reg(RegKind::B64);
         k.op("mul.wide.u32", [step.into(), ld.into(), (BK * esz).into()]);
-        let smem = k.bin("mul.lo.u32", RegKind::B32, pos, PITCH);
-        let kb = k.bin("mul.lo.u32", RegKind::B32, line0, 2u32);
-        let smem_off = k.bin("add.u32", RegKind::B32, smem, kb);
-        Loader { ptrs, valid, step: step.into(), data, smem_off, pass_stride: lpp * 2, k_contiguous, input }
+        let pitch = trans_pitch(tile_rows);
+        let smem_off = k.tri("mad.lo.u32", RegKind::B32, line0, pitch, pb);
+        Loader { ptrs, valid, step: step.into(), data, smem_off, pass_stride: lpp * pitch, k_contiguous, input }
     }
 }
 
 impl Loader {
-    /// Issues the global loads of the next tile and advances the pointers.
-    fn load(&self, k: &mut Kernel) {
-        for (j, d) in self.data.iter().enumerate() {
+    /// Issues the global loads of the next tile into register set `set`; advances the pointers.
+    fn load(&self, k: &mut Kernel, set: usize) {
+        for (j, d) in self.data[set].iter().enumerate() {
             let ty = if self.input == Input::F32 { "f32" } else { "b32" };
             for &r in d {
                 if self.input == Input::F32 {
@@ -434,44 +488,108 @@ impl Loader {
         }
     }
 
-    /// Stores the loaded tile (as bf16) at shared address `tile` (a u32 register).
-    fn store(&self, k: &mut Kernel, tile: Reg) {
+    /// Stores register set `set` (as bf16) at shared address `tile` (a u32 register). Either
+    /// layout's 16-byte vector is contiguous in shared memory too: one store per vector.
+    fn store(&self, k: &mut Kernel, tile: Reg, set: usize) {
         let base = k.bin("add.u32", RegKind::B32, tile, self.smem_off);
-        for (j, d) in self.data.iter().enumerate() {
+        for (j, d) in self.data[set].iter().enumerate() {
             let off = (j as u32 * self.pass_stride) as i64;
-            match (self.k_contiguous, self.input) {
-                (true, Input::F32) => {
+            match self.input {
+                Input::F32 => {
                     let lo = k.reg(RegKind::B32);
                     let hi = k.reg(RegKind::B32);
                     k.op("cvt.rn.bf16x2.f32", [lo.into(), d[1].into(), d[0].into()]);
                     k.op("cvt.rn.bf16x2.f32", [hi.into(), d[3].into(), d[2].into()]);
                     k.op("st.shared.v2.b32", [addr(base, off), Opnd::V(vec![lo, hi])]);
                 }
-                (true, Input::Bf16) => {
+                Input::Bf16 => {
                     k.op("st.shared.v4.b32", [addr(base, off), Opnd::V(d.clone())]);
-                }
-                (false, Input::F32) => {
-                    for (i, &x) in d.iter().enumerate() {
-                        let h = k.un("cvt.rn.bf16.f32", RegKind::B16, x);
-                        k.op("st.shared.b16", [addr(base, off + (i as u32 * PITCH) as i64), h.into()]);
-                    }
-                }
-                (false, Input::Bf16) => {
-                    for (i, &w) in d.iter().enumerate() {
-                        let lo = k.reg(RegKind::B16);
-                        let hi = k.reg(RegKind::B16);
-                        k.op("mov.b32", [Opnd::V(vec![lo, hi]), w.into()]);
-                        let e = (2 * i) as u32;
-                        k.op("st.shared.b16", [addr(base, off + (e * PITCH) as i64), lo.into()]);
-                        k.op("st.shared.b16", [addr(base, off + ((e + 1) * PITCH) as i64), hi.into()]);
-                    }
                 }
             }
         }
+        let _ = self.k_contiguous;
+    }
+}
+
+/// Per-lane `ldmatrix` address (relative to the operand's tile) and the byte steps between the
+/// 16-row (A) or 16-column (B, two n8 tiles) fragment groups and between the two k16 halves.
+struct Fragments {
+    lane: Reg,
+    group_step: i64,
+    k16_step: i64,
+    trans: bool,
+}
+
+/// A's fragments: warp rows `warp_row0 ..`, staged `[m][k]` (`k_contiguous`) or `[k][m]`.
+/// Matrices of one `ldmatrix.x4`: (m 0–7, k 0–7), (m 8–15, k 0–7), (m 0–7, k 8–15),
+/// (m 8–15, k 8–15) — the order of the A fragment's four registers.
+fn a_fragments(k: &mut Kernel, lane: Reg, warp_row0: Reg, k_contiguous: bool, tile_rows: u32) -> Fragments {
+    let l7 = k.bin("and.b32", RegKind::B32, lane, 7u32);
+    let l8 = k.bin("and.b32", RegKind::B32, lane, 8u32);
+    let l16 = k.bin("and.b32", RegKind::B32, lane, 16u32);
+    if k_contiguous {
+        let l15 = k.bin("or.b32", RegKind::B32, l7, l8);
+        let row = k.bin("add.u32", RegKind::B32, warp_row0, l15);
+        // k 8 → 16 bytes for lanes 16–31: lane & 16.
+        let lane_addr = k.tri("mad.lo.u32", RegKind::B32, row, PITCH, l16);
+        Fragments { lane: lane_addr, group_step: 16 * PITCH as i64, k16_step: 32, trans: false }
+    } else {
+        let pitch = trans_pitch(tile_rows);
+        let kh = k.bin("shr.u32", RegKind::B32, l16, 1u32); // 8 k-rows for lanes 16–31
+        let krow = k.bin("add.u32", RegKind::B32, l7, kh);
+        let row = k.bin("add.u32", RegKind::B32, warp_row0, l8);
+        let rb = k.bin("mul.lo.u32", RegKind::B32, row, 2u32);
+        let lane_addr = k.tri("mad.lo.u32", RegKind::B32, krow, pitch, rb);
+        Fragments { lane: lane_addr, group_step: 32, k16_step: 16 * pitch as i64, trans: true }
+    }
+}
+
+/// B's fragments for two n8 tiles per `ldmatrix.x4`: warp columns `warp_col0 ..`, staged
+/// `[n][k]` (`k_contiguous`) or `[k][n]`. Matrices: (n 0–7, k 0–7), (n 0–7, k 8–15),
+/// (n 8–15, k 0–7), (n 8–15, k 8–15) — two B fragments of two registers each.
+fn b_fragments(k: &mut Kernel, lane: Reg, warp_col0: Reg, k_contiguous: bool, tile_rows: u32) -> Fragments {
+    let l7 = k.bin("and.b32", RegKind::B32, lane, 7u32);
+    let l8 = k.bin("and.b32", RegKind::B32, lane, 8u32);
+    let l16 = k.bin("and.b32", RegKind::B32, lane, 16u32);
+    let nh = k.bin("shr.u32", RegKind::B32, l16, 1u32); // 8 columns for lanes 16–31
+    if k_contiguous {
+        let c = k.bin("add.u32", RegKind::B32, l7, nh);
+        let col = k.bin("add.u32", RegKind::B32, warp_col0, c);
+        let kb = k.bin("shl.b32", RegKind::B32, l8, 1u32); // k 8 → 16 bytes
+        let lane_addr = k.tri("mad.lo.u32", RegKind::B32, col, PITCH, kb);
+        Fragments { lane: lane_addr, group_step: 16 * PITCH as i64, k16_step: 32, trans: false }
+    } else {
+        let pitch = trans_pitch(tile_rows);
+        let krow = k.bin("add.u32", RegKind::B32, l7, l8);
+        let col = k.bin("add.u32", RegKind::B32, warp_col0, nh);
+        let cb = k.bin("mul.lo.u32", RegKind::B32, col, 2u32);
+        let lane_addr = k.tri("mad.lo.u32", RegKind::B32, krow, pitch, cb);
+        Fragments { lane: lane_addr, group_step: 32, k16_step: 16 * pitch as i64, trans: true }
+    }
+}
+
+impl Fragments {
+    /// `ldmatrix.x4` of group `gi`, k16 half `ks`, from the operand tile at shared `tile_addr`
+    /// (the tile base plus this lane's address).
+    fn load(&self, k: &mut Kernel, tile_addr: Reg, gi: usize, ks: usize) -> Vec<Reg> {
+        let r = k.regs(RegKind::B32, 4);
+        let op = if self.trans {
+            "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+        } else {
+            "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+        };
+        k.op(op, [Opnd::V(r.clone()), addr(tile_addr, gi as i64 * self.group_step + ks as i64 * self.k16_step)]);
+        r
     }
 }
 
 fn build(spec: &GemmSpec) -> Kernel {
+    let (bm, bn) = (spec.tile.rows(), spec.tile.cols());
+    // 8 warps as 2 (M) × 4 (N); each warp owns a (bm/2) × (bn/4) block of mi × ni mma tiles.
+    let (wm_rows, wn_cols) = (bm / 2, bn / 4);
+    let (mi_n, ni_n) = ((wm_rows / 16) as usize, (wn_cols / 8) as usize);
+    let a_tile = bm * PITCH;
+    let stage_bytes = (bm + bn) * PITCH;
     let mut k = Kernel::new(&spec.name()).with_block(THREADS, 1, 1);
     let pa = k.param_reg("a", ParamTy::U64);
     let pb = k.param_reg("b", ParamTy::U64);
@@ -487,14 +605,14 @@ fn build(spec: &GemmSpec) -> Kernel {
     let sb = k.param_reg("stride_b", ParamTy::U64);
     let sc = k.param_reg("stride_c", ParamTy::U64);
     let pu = spec.activation.map(|_| k.param_reg("u", ParamTy::U64));
-    let smem = k.shared("gemm_smem", 2 * STAGE_BYTES, 16);
+    let smem = k.shared("gemm_smem", 2 * stage_bytes, 16);
 
     let tid = k.sreg("%tid.x");
     let bx = k.sreg("%ctaid.x");
     let by = k.sreg("%ctaid.y");
     let bz = k.sreg("%ctaid.z");
-    let n0 = k.bin("mul.lo.u32", RegKind::B32, bx, BN);
-    let m0 = k.bin("mul.lo.u32", RegKind::B32, by, BM);
+    let n0 = k.bin("mul.lo.u32", RegKind::B32, bx, bn);
+    let m0 = k.bin("mul.lo.u32", RegKind::B32, by, bm);
     let esz = spec.input.bytes();
 
     // Batch offsets.
@@ -511,110 +629,106 @@ fn build(spec: &GemmSpec) -> Kernel {
     let u_base = pu.map(|pu| offset_by(&mut k, pu, sc, 4));
 
     k.comment("operand loaders");
-    let la = loader(&mut k, a_base, lda, m0, m, tid, spec.a == Layout::RowMajor, spec.input);
-    let lb = loader(&mut k, b_base, ldb, n0, n, tid, spec.b == Layout::ColMajor, spec.input);
+    let a_kc = spec.a == Layout::RowMajor;
+    let b_kc = spec.b == Layout::ColMajor;
+    let la = loader(&mut k, a_base, lda, m0, m, tid, a_kc, spec.input, bm);
+    let lb = loader(&mut k, b_base, ldb, n0, n, tid, b_kc, spec.input, bn);
 
-    // Warp geometry.
+    // Warp geometry and ldmatrix lane addresses (relative to each operand's tile).
     let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
     let warp = k.bin("shr.u32", RegKind::B32, tid, 5u32);
     let wm = k.bin("shr.u32", RegKind::B32, warp, 2u32);
     let wn = k.bin("and.b32", RegKind::B32, warp, 3u32);
-    // ldmatrix lane addresses (relative to a stage).
-    let l15 = k.bin("and.b32", RegKind::B32, lane, 15u32);
-    let l4 = k.bin("shr.u32", RegKind::B32, lane, 4u32);
-    let arow = k.tri("mad.lo.u32", RegKind::B32, wm, 64u32, l15);
-    let akb = k.bin("mul.lo.u32", RegKind::B32, l4, 16u32);
-    let a_lane = k.tri("mad.lo.u32", RegKind::B32, arow, PITCH, akb);
-    let l7 = k.bin("and.b32", RegKind::B32, lane, 7u32);
-    let l3 = k.bin("shr.u32", RegKind::B32, lane, 3u32);
-    let l3b = k.bin("and.b32", RegKind::B32, l3, 1u32);
-    let brow0 = k.tri("mad.lo.u32", RegKind::B32, wn, 32u32, l7);
-    let brow = k.tri("mad.lo.u32", RegKind::B32, l4, 8u32, brow0);
-    let bkb = k.bin("mul.lo.u32", RegKind::B32, l3b, 16u32);
-    let b_lane0 = k.tri("mad.lo.u32", RegKind::B32, brow, PITCH, bkb);
-    let b_lane = k.bin("add.u32", RegKind::B32, b_lane0, TILE_BYTES);
+    let wrow = k.bin("mul.lo.u32", RegKind::B32, wm, wm_rows);
+    let wcol = k.bin("mul.lo.u32", RegKind::B32, wn, wn_cols);
+    let fa = a_fragments(&mut k, lane, wrow, a_kc, bm);
+    let fb = b_fragments(&mut k, lane, wcol, b_kc, bn);
 
     let sbase = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
-    let stage = k.imm_u32(0);
+    let stage_addr = |k: &mut Kernel, s: u32| k.bin("add.u32", RegKind::B32, sbase, s * stage_bytes);
+    let stage = [stage_addr(&mut k, 0), stage_addr(&mut k, 1)];
+    let stage_b = [0, 1].map(|s| k.bin("add.u32", RegKind::B32, stage[s], a_tile));
+    let a_lane = [0, 1].map(|s| k.bin("add.u32", RegKind::B32, stage[s], fa.lane));
+    let b_lane = [0, 1].map(|s| k.bin("add.u32", RegKind::B32, stage_b[s], fb.lane));
 
     // Accumulators acc[mi][ni][0..4].
-    let acc: Vec<Vec<Vec<Reg>>> = (0..4).map(|_| (0..4).map(|_| k.regs(RegKind::F32, 4)).collect()).collect();
+    let acc: Vec<Vec<Vec<Reg>>> = (0..mi_n).map(|_| (0..ni_n).map(|_| k.regs(RegKind::F32, 4)).collect()).collect();
     for r in acc.iter().flatten().flatten() {
         k.op("mov.f32", [(*r).into(), 0.0f32.into()]);
     }
 
+    // Pipeline: stage s holds tile kt (s = kt mod 2), register set s' = 1 − s holds tile kt + 1
+    // (loaded one iteration ago); iteration kt issues the loads of tile kt + 2 into set s,
+    // multiplies stage s, stores set s' into stage s', and meets one barrier. The loop is
+    // unrolled by two so the register sets and stages are fixed in each half.
     let ktiles = k.bin("shr.u32", RegKind::B32, kdim, 5u32);
-    k.comment("prologue: stage 0");
-    la.load(&mut k);
-    lb.load(&mut k);
-    {
-        let st = k.bin("add.u32", RegKind::B32, sbase, stage);
-        la.store(&mut k, st);
-        let stb = k.bin("add.u32", RegKind::B32, st, TILE_BYTES);
-        lb.store(&mut k, stb);
-    }
+    k.comment("prologue: tile 0 to stage 0, tile 1 in flight");
+    la.load(&mut k, 0);
+    lb.load(&mut k, 0);
+    la.store(&mut k, stage[0], 0);
+    lb.store(&mut k, stage_b[0], 0);
+    let one_more = k.setp("gt.u32", ktiles, 1u32);
+    let no_second = k.label("no_second");
+    k.bra_if(one_more, true, &no_second);
+    la.load(&mut k, 1);
+    lb.load(&mut k, 1);
+    k.place(&no_second);
     k.barrier();
     let kt = k.imm_u32(0);
     let top = k.label("ktile");
-    let skip_load = k.label("skip_load");
-    let skip_store = k.label("skip_store");
+    let done = k.label("kdone");
     k.place(&top);
-    let kn = k.bin("add.u32", RegKind::B32, kt, 1u32);
-    let has_next = k.setp("lt.u32", kn, ktiles);
-    k.bra_if(has_next, true, &skip_load);
-    la.load(&mut k);
-    lb.load(&mut k);
-    k.place(&skip_load);
+    for s in 0..2usize {
+        let o = 1 - s;
+        let k2 = k.bin("add.u32", RegKind::B32, kt, 2u32);
+        let far = k.setp("lt.u32", k2, ktiles);
+        let skip_load = k.label("skip_load");
+        k.bra_if(far, true, &skip_load);
+        la.load(&mut k, s);
+        lb.load(&mut k, s);
+        k.place(&skip_load);
 
-    k.comment("tensor cores on the current stage");
-    let cur = k.bin("add.u32", RegKind::B32, sbase, stage);
-    let a_addr = k.bin("add.u32", RegKind::B32, cur, a_lane);
-    let b_addr = k.bin("add.u32", RegKind::B32, cur, b_lane);
-    for ks in 0..2i64 {
-        let mut bfrag: Vec<[Reg; 2]> = Vec::new();
-        for ni2 in 0..2i64 {
-            let r = k.regs(RegKind::B32, 4);
-            k.op(
-                "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
-                [Opnd::V(r.clone()), addr(b_addr, ni2 * 16 * PITCH as i64 + ks * 32)],
-            );
-            bfrag.push([r[0], r[1]]);
-            bfrag.push([r[2], r[3]]);
-        }
-        for (mi, acc_m) in acc.iter().enumerate() {
-            let af = k.regs(RegKind::B32, 4);
-            k.op(
-                "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
-                [Opnd::V(af.clone()), addr(a_addr, mi as i64 * 16 * PITCH as i64 + ks * 32)],
-            );
-            for (ni, c) in acc_m.iter().enumerate() {
-                k.op(
-                    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
-                    [Opnd::V(c.clone()), Opnd::V(af.clone()), Opnd::V(bfrag[ni].to_vec()), Opnd::V(c.clone())],
-                );
+        k.comment("tensor cores on the current stage");
+        for ks in 0..2usize {
+            let mut bfrag: Vec<[Reg; 2]> = Vec::new();
+            for nj in 0..ni_n / 2 {
+                let r = fb.load(&mut k, b_lane[s], nj, ks);
+                bfrag.push([r[0], r[1]]);
+                bfrag.push([r[2], r[3]]);
+            }
+            for (mi, acc_m) in acc.iter().enumerate() {
+                let af = fa.load(&mut k, a_lane[s], mi, ks);
+                for (ni, c) in acc_m.iter().enumerate() {
+                    k.op(
+                        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                        [Opnd::V(c.clone()), Opnd::V(af.clone()), Opnd::V(bfrag[ni].to_vec()), Opnd::V(c.clone())],
+                    );
+                }
             }
         }
+        let k1 = k.bin("add.u32", RegKind::B32, kt, 1u32);
+        let next = k.setp("lt.u32", k1, ktiles);
+        let skip_store = k.label("skip_store");
+        k.bra_if(next, true, &skip_store);
+        la.store(&mut k, stage[o], o);
+        lb.store(&mut k, stage_b[o], o);
+        k.place(&skip_store);
+        k.barrier();
+        k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
+        if s == 0 {
+            k.bra_if(next, true, &done);
+        } else {
+            k.bra_if(next, false, &top);
+        }
     }
-    k.bra_if(has_next, true, &skip_store);
-    {
-        let nstage = k.bin("xor.b32", RegKind::B32, stage, STAGE_BYTES);
-        let st = k.bin("add.u32", RegKind::B32, sbase, nstage);
-        la.store(&mut k, st);
-        let stb = k.bin("add.u32", RegKind::B32, st, TILE_BYTES);
-        lb.store(&mut k, stb);
-    }
-    k.place(&skip_store);
-    k.barrier();
-    k.op("xor.b32", [stage.into(), stage.into(), STAGE_BYTES.into()]);
-    k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
-    k.bra_if(has_next, false, &top);
+    k.place(&done);
 
     k.comment("epilogue");
     let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
     let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
-    let r0a = k.tri("mad.lo.u32", RegKind::B32, wm, 64u32, g);
+    let r0a = k.bin("add.u32", RegKind::B32, wrow, g);
     let row0 = k.bin("add.u32", RegKind::B32, m0, r0a);
-    let c0a = k.tri("mad.lo.u32", RegKind::B32, wn, 32u32, n0);
+    let c0a = k.bin("add.u32", RegKind::B32, wcol, n0);
     let col0 = k.tri("mad.lo.u32", RegKind::B32, tq, 2u32, c0a);
     let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
     let cptr = k.addr_of(c_base, e0, 4);
@@ -625,20 +739,19 @@ fn build(spec: &GemmSpec) -> Kernel {
     let uptr = u_base.map(|ub| k.addr_of(ub, e0, 4));
     let row_step = k.reg(RegKind::B64);
     k.op("mul.wide.u32", [row_step.into(), ldc.into(), 32u32.into()]); // 8 rows × 4 bytes
-    let col_ok: Vec<Reg> = (0..4u32)
+    let col_ok: Vec<Reg> = (0..ni_n as u32)
         .map(|ni| {
             let c = k.bin("add.u32", RegKind::B32, col0, ni * 8);
             k.setp("lt.u32", c, n)
         })
         .collect();
-    #[allow(clippy::needless_range_loop)]
-    for mi in 0..4usize {
+    for (mi, acc_m) in acc.iter().enumerate() {
         for h in 0..2usize {
             let rr = k.bin("add.u32", RegKind::B32, row0, (mi * 16 + h * 8) as u32);
             let row_ok = k.setp("lt.u32", rr, m);
-            for ni in 0..4usize {
+            for (ni, c) in acc_m.iter().enumerate() {
                 let ok = k.bin("and.pred", RegKind::Pred, row_ok, col_ok[ni]);
-                let v = [acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]];
+                let v = [c[2 * h], c[2 * h + 1]];
                 let off = (ni * 32) as i64;
                 let out = match spec.epilogue {
                     Epilogue::Store => v.to_vec(),
@@ -680,20 +793,23 @@ mod tests {
     #[test]
     fn every_variant_renders_within_budget() {
         let all = GemmSpec::all();
-        assert_eq!(all.len(), 24);
+        assert_eq!(all.len(), 48);
         for spec in all {
             let k = spec.kernel();
             k.check_budget().unwrap();
-            assert_eq!(k.static_shared_bytes(), 40960);
+            let (bm, bn) = (spec.tile.rows(), spec.tile.cols());
+            assert_eq!(k.static_shared_bytes(), 2 * (bm + bn) * PITCH);
             let text = k.render();
             assert!(text.contains(&format!(".visible .entry {}(", spec.name())));
             assert!(text.contains(".reqntid 256, 1, 1"));
             assert_eq!(
-                text.matches("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32").count(),
-                32,
-                "two k16 steps of 4x4 mma tiles"
+                text.matches("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32").count() as u32,
+                2 * 2 * (bm / 32) * (bn / 32),
+                "two halves of the unrolled loop, two k16 steps each, of the warp's mma tiles"
             );
-            assert!(text.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
+            // Operands are read with ldmatrix, transposing exactly those not stored K-contiguous.
+            let trans = text.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16");
+            assert_eq!(trans, spec.a == Layout::ColMajor || spec.b == Layout::RowMajor, "{}", spec.name());
         }
     }
 
@@ -705,11 +821,18 @@ mod tests {
             input: Input::F32,
             epilogue: Epilogue::Store,
             activation: None,
+            tile: Tile::T128x128,
         };
         GemmShape::packed(&s, 1024, 12288, 512).check(&s).unwrap();
         GemmShape::packed(&s, 1024, 1408, 512).check(&s).unwrap();
         assert!(GemmShape::packed(&s, 1024, 1408, 500).check(&s).is_err());
         assert!(GemmShape::packed(&s, 1020, 1408, 512).check(&s).is_err());
+        // Tiles fill the 132 SMs: one context's products take smaller tiles, 16 contexts' the
+        // largest.
+        assert_eq!(GemmShape::packed(&s, 1024, 512, 512).tile(), Tile::T64x64);
+        assert_eq!(GemmShape::packed(&s, 1024, 1536, 512).tile(), Tile::T128x64);
+        assert_eq!(GemmShape::packed(&s, 16384, 512, 512).tile(), Tile::T128x128);
+        assert_eq!(GemmShape::packed(&s, 1024, 12288, 512).tile(), Tile::T128x128);
     }
 
     #[test]
@@ -721,6 +844,7 @@ mod tests {
             input: Input::F32,
             epilogue: Epilogue::Accumulate,
             activation: None,
+            tile: Tile::T128x128,
         };
         let sh = GemmShape::packed(&s, 8, 8, 32);
         let a: Vec<f32> = (0..256).map(|i| (i % 7) as f32 - 3.0).collect();

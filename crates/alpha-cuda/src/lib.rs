@@ -71,6 +71,7 @@ pub fn catalog() -> Vec<ptx::Kernel> {
             input: gemm::Input::F32,
             epilogue: gemm::Epilogue::Store,
             activation: Some(alpha_ir::Unary::Gelu),
+            tile: gemm::Tile::T128x64,
         }
         .kernel(),
     );

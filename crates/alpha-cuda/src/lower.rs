@@ -408,13 +408,7 @@ impl Lowerer<'_> {
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
                     }
-                    v.push(Pending {
-                        kernel,
-                        grid: (shape.n.div_ceil(gemm::BN), shape.m.div_ceil(gemm::BM), shape.batch),
-                        block: (gemm::THREADS, 1, 1),
-                        args,
-                        node: some,
-                    });
+                    v.push(Pending { kernel, grid: spec.grid(&shape), block: (gemm::THREADS, 1, 1), args, node: some });
                 } else {
                     if !matches!(idt(0), DType::F32 | DType::BF16) {
                         return Err(node_error(&node, id, format!("matmul of {} operands", idt(0))));
@@ -739,6 +733,7 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
         input: Input::Bf16,
         epilogue: Epilogue::Store,
         activation: None,
+        tile: gemm::Tile::T128x128,
     };
     let shape = GemmShape {
         m: m as u32,
@@ -753,6 +748,7 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
         stride_c: (m * nn) as u64,
     };
     let bf16 = g.dtype(node.inputs[0]) == DType::BF16 && g.dtype(node.inputs[1]) == DType::BF16;
+    let spec = GemmSpec { tile: shape.tile(), ..spec };
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
 }
 
@@ -1527,7 +1523,7 @@ mod tests {
         let p = Program::single(g.finish().unwrap(), "forward", outs);
         let l = lower_program(&p).unwrap();
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
-        assert_eq!(names, ["gemm_rr_f32_add", "reduce_sum"]);
+        assert_eq!(names, ["gemm_rr_f32_add_64x64", "reduce_sum"]);
         // A = x's and B = w's f32 slots, C = the Add's slot, R = x.
         let args = &l.phases[0][0].args;
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
@@ -1568,7 +1564,7 @@ mod tests {
         let p = Program::single(g.finish().unwrap(), "forward", outs);
         let l = lower_program(&p).unwrap();
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
-        assert_eq!(names, ["gemm_rr_f32_store_gelu", "pw_mul", "reduce_sum"]);
+        assert_eq!(names, ["gemm_rr_f32_store_gelu_64x64", "pw_mul", "reduce_sum"]);
         let args = &l.phases[0][0].args;
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
         // A, B = the f32 sources, C = R = the product, then (after the strides) u = gelu's slot.
@@ -1592,7 +1588,8 @@ mod tests {
         };
         let pw = mnemonics(&pw.kernel().unwrap().render());
         assert!(contains_run(&pw, &body) && contains_run(&gemm, &body));
-        assert_eq!(gemm.iter().filter(|m| *m == "ex2.approx.f32").count(), 64, "one GELU per accumulator");
+        // A 64×64 tile: 2×2 mma tiles of 4 accumulators per thread.
+        assert_eq!(gemm.iter().filter(|m| *m == "ex2.approx.f32").count(), 16, "one GELU per accumulator");
     }
 
     #[test]
@@ -1616,7 +1613,7 @@ mod tests {
         let l = lower_program(&p).unwrap();
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
         assert_eq!(l.plan.slot(a).offset, l.plan.slot(y0).offset, "the premise: relu's slot is y0's");
-        assert_eq!(names, ["pw_mul", "gemm_rr_f32_store", "pw_relu", "pw_mul", "reduce_sum"]);
+        assert_eq!(names, ["pw_mul", "gemm_rr_f32_store_64x64", "pw_relu", "pw_mul", "reduce_sum"]);
     }
 
     /// q, k, v [1, 2, 64, 8]; the backward's dq and dk each turned back by an inverse Rotary.
