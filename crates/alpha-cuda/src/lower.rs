@@ -1410,11 +1410,9 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
 /// through their AttentionBackward (see [`fuse_more`]), so that the fusion finds them
 /// unwritten, and through the inverse Rotaries of its dq and dk: those fuse into the backward's
 /// stores, which must not land on the pre-rotary tensors the backward reads (a plain plan puts
-/// them exactly there). Keeping them moves other values, and the casts folded into GEMM loads
-/// depend on where values lie (a cast's f32 source must stay unwritten until its GEMMs), so the
-/// sources of the casts that fold under the plain plan are kept alive through their GEMMs (and
-/// the Adds that may become their epilogues) too: no cast fusion of the plain plan is lost to
-/// the extended lifetimes.
+/// them exactly there). The f32 sources of the bf16 casts that only GEMMs read are kept alive
+/// through those GEMMs ([`cast_sources_through_their_gemms`]), so that every such cast folds
+/// into the GEMMs' loads.
 pub fn lower_program(program: &alpha_ir::Program) -> Result<Lowered> {
     let plan_with = |keep: &[(Value, u32)]| {
         alpha_plan::plan_keeping(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
@@ -1432,30 +1430,46 @@ pub fn lower_program(program: &alpha_ir::Program) -> Result<Lowered> {
             }
         }
     }
-    if keep.is_empty() {
-        return lower(plan_with(&[])?);
-    }
-    let plain = plan_with(&[])?;
-    for ph in &plain.phases {
-        let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
-        let (mut f32_gemm, mut gemm_add) = (HashMap::new(), HashMap::new());
-        fuse(&plain, &nodes, &mut f32_gemm, &mut gemm_add);
-        for (&gemm, &(a, b)) in &f32_gemm {
-            // Through the Add that may become the GEMM's epilogue, whose write counts at the GEMM.
+    keep.extend(cast_sources_through_their_gemms(program));
+    lower(plan_with(&keep)?)
+}
+
+/// (f32 source, last position) of every bf16 cast that only tiled GEMMs of its phase read:
+/// kept alive through those GEMMs (and the Adds that may become their epilogues), so that
+/// [`fuse`] finds each source unwritten and the GEMMs convert on load instead of the cast.
+/// Why: a plain plan frees an activation once its forward readers are done, so the backward's
+/// GEMMs would read the bf16 copy and every such cast would stay a launch (196 in Coppelius's
+/// step); an f32 source kept instead of a bf16 copy costs 2 bytes an element of memory.
+fn cast_sources_through_their_gemms(program: &alpha_ir::Program) -> Vec<(Value, u32)> {
+    let g = &program.graph;
+    let (uses, readers) = readers_of(program);
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    let mut keep = Vec::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        let id = i as u32;
+        if !matches!(n.op, Op::Cast { to: DType::BF16 }) || g.dtype(n.inputs[0]) != DType::F32 {
+            continue;
+        }
+        let v = Value { node: id, index: 0 };
+        let rs = readers.get(&v).cloned().unwrap_or_default();
+        let only_gemms = !rs.is_empty()
+            && uses.get(&v) == Some(&rs.len())
+            && rs.iter().all(|&r| phase(r) == phase(id) && tiled_gemm(g, r).is_some());
+        if !only_gemms {
+            continue;
+        }
+        for &gemm in &rs {
             let prod = Value { node: gemm, index: 0 };
-            let until = nodes
-                .iter()
+            let add = readers
+                .get(&prod)
+                .into_iter()
+                .flatten()
                 .copied()
-                .filter(|&n| {
-                    let node = &g.nodes[n as usize];
-                    n == gemm || (node.op == Op::Binary(alpha_ir::Binary::Add) && node.inputs.contains(&prod))
-                })
-                .max()
-                .unwrap_or(gemm);
-            keep.extend([(a, until), (b, until)]);
+                .find(|&a| g.nodes[a as usize].op == Op::Binary(alpha_ir::Binary::Add) && phase(a) == phase(gemm));
+            keep.push((n.inputs[0], add.unwrap_or(gemm).max(gemm)));
         }
     }
-    lower(plan_with(&keep)?)
+    keep
 }
 
 /// Counts launches by kernel name in phase `i` (for reports).

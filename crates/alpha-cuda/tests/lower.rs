@@ -37,7 +37,7 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     let l = lower_program(&c.learner(10).training_program(c.model(1).unwrap()).unwrap()).unwrap();
     check_pointers(&l);
     let launches = l.launch_count(0);
-    assert!(launches > 1000, "{launches} launches");
+    assert!(launches > 500, "{launches} launches");
     assert!(l.kernels.len() < 100, "{} distinct kernels: blocks should share modules", l.kernels.len());
     let names: Vec<&str> = l.kernels.iter().map(|k| k.name.as_str()).collect();
     for family in [
@@ -52,10 +52,9 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     }
     // Every rotary, forward and inverse, is done inside the attention kernels.
     assert!(!names.iter().any(|n| n.starts_with("rotary")), "{names:?}");
-    assert!(
-        names.iter().any(|n| n.starts_with("gemm_") && n.ends_with("_bf16_store")),
-        "bf16 products use the tiled GEMM"
-    );
+    // Every product is a tiled GEMM converting its f32 operands on load: no cast is launched.
+    assert!(names.iter().all(|n| !n.starts_with("gemm_") || n.contains("_f32_")), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("pw_cast")), "{names:?}");
 
     let inf = alpha_learn::inference_program(c.model(1).unwrap()).unwrap();
     check_pointers(&lower_program(&inf).unwrap());
@@ -90,7 +89,8 @@ fn training(system: &str) -> Lowered {
 /// GEMM-epilogue and cast fusions (Bob 13 → 12, Coppelius 1,615 → 1,099), then the GELU
 /// epilogue and the inverse rotaries folded into attention's backward (Coppelius 1,099 →
 /// 1,051: 16 `pw_gelu` and 32 `rotary_inverse` launches gone), then the forward rotaries
-/// turned on load by attention's forward and backward (1,051 → 1,019: 32 `rotary` gone).
+/// turned on load by attention's forward and backward (1,051 → 1,019: 32 `rotary` gone), then
+/// every cast folded into GEMM loads with its f32 source kept alive (1,019 → 823).
 #[test]
 fn training_steps_launch_counts() {
     for s in ["bob", "coppelius"] {
@@ -122,7 +122,7 @@ fn training_steps_launch_counts() {
 }
 
 const BOB_LAUNCHES: usize = 12;
-const COPPELIUS_LAUNCHES: usize = 1019;
+const COPPELIUS_LAUNCHES: usize = 823;
 
 /// Coppelius's forward rotaries, turned on load: the attention forward and both backward
 /// kernels get the pre-rotary q and k (the Rotaries' inputs) and the host-computed rotary table,
