@@ -74,6 +74,7 @@ pub fn backward(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>,
     }
 
     let mut adj: HashMap<Value, Value> = HashMap::new();
+    let mut pieces: HashMap<Value, Vec<SlicePiece>> = HashMap::new();
     let one = g.constant(1.0, g.shape(loss).to_vec().as_slice(), adjoint_dtype(g.dtype(loss)));
     adj.insert(loss, one);
 
@@ -81,10 +82,26 @@ pub fn backward(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>,
         if !needs[i] {
             continue;
         }
+        // Every reader of this node's outputs comes later, so their adjoints are complete.
+        for k in 0..g.nodes[i].outputs.len() {
+            settle_pieces(g, &mut adj, &mut pieces, Value { node: i as u32, index: k as u16 });
+        }
         let node = g.nodes[i].clone();
         let douts: Vec<Option<Value>> =
             (0..node.outputs.len()).map(|k| adj.get(&Value { node: i as u32, index: k as u16 }).copied()).collect();
         if douts.iter().all(|d| d.is_none()) || node.op.is_leaf() {
+            continue;
+        }
+        if let (Op::Slice { axis, start, end }, Some(d)) = (&node.op, douts[0]) {
+            // Held back: the pieces of one value's slices may make one Concat (see SlicePiece).
+            if needs[node.inputs[0].node as usize] {
+                pieces.entry(node.inputs[0]).or_default().push(SlicePiece {
+                    axis: *axis,
+                    start: *start,
+                    end: *end,
+                    grad: d,
+                });
+            }
             continue;
         }
         let dins = pullback(g, i as u32, &node, &douts)?;
@@ -100,6 +117,9 @@ pub fn backward(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>,
             adj.insert(*input, acc);
         }
     }
+    for v in wrt {
+        settle_pieces(g, &mut adj, &mut pieces, *v);
+    }
     if let Some(e) = g.error() {
         return Err(e.clone());
     }
@@ -113,6 +133,67 @@ pub fn backward(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>,
             }
         })
         .collect())
+}
+
+/// The adjoint of one Slice of a value, not yet added to the value's adjoint.
+///
+/// Why: a slice's pullback pads its adjoint with zeros to the whole value. When a value is cut
+/// into slices along one axis that cover it exactly (attention's q, k and v out of one fused
+/// projection), the padded adjoints summed are just the pieces side by side: one Concat instead
+/// of three zero-padded Concats and two full-size Adds — the same numbers (adding zeros is
+/// exact), a third of the memory traffic.
+struct SlicePiece {
+    axis: usize,
+    start: usize,
+    end: usize,
+    grad: Value,
+}
+
+/// Adds the held-back slice adjoints of `v` to its adjoint: one Concat when they tile `v` along
+/// one axis and nothing else contributes; otherwise each padded with zeros, as the Slice
+/// pullback does, and summed.
+fn settle_pieces(
+    g: &mut Graph,
+    adj: &mut HashMap<Value, Value>,
+    pieces: &mut HashMap<Value, Vec<SlicePiece>>,
+    v: Value,
+) {
+    let Some(mut ps) = pieces.remove(&v) else { return };
+    ps.sort_by_key(|p| (p.axis, p.start));
+    let len = |axis: usize| g.shape(v)[axis];
+    let tiles = !adj.contains_key(&v)
+        && ps.iter().all(|p| p.axis == ps[0].axis)
+        && ps[0].start == 0
+        && ps.windows(2).all(|w| w[0].end == w[1].start)
+        && ps.last().is_some_and(|p| p.end == len(p.axis));
+    if tiles {
+        let grads: Vec<Value> = ps.iter().map(|p| p.grad).collect();
+        let whole = if grads.len() == 1 { grads[0] } else { g.concat(&grads, ps[0].axis) };
+        adj.insert(v, whole);
+        return;
+    }
+    let t = g.ty(v).clone();
+    let dt = adjoint_dtype(t.dtype);
+    for p in ps {
+        let mut parts = vec![];
+        if p.start > 0 {
+            let mut s = t.shape.clone();
+            s[p.axis] = p.start;
+            parts.push(g.constant(0.0, &s, dt));
+        }
+        parts.push(p.grad);
+        if p.end < t.shape[p.axis] {
+            let mut s = t.shape.clone();
+            s[p.axis] = t.shape[p.axis] - p.end;
+            parts.push(g.constant(0.0, &s, dt));
+        }
+        let d = if parts.len() == 1 { p.grad } else { g.concat(&parts, p.axis) };
+        let acc = match adj.get(&v) {
+            Some(&prev) => g.add(prev, d),
+            None => d,
+        };
+        adj.insert(v, acc);
+    }
 }
 
 /// The adjoints of a node's inputs given its outputs' adjoints (None where zero).
@@ -274,23 +355,7 @@ fn pullback(
             }
             vec![Some(g.permute(dy, &inv))]
         }
-        Op::Slice { axis, start, end } => {
-            let xt = in_ty(g, 0);
-            let mut parts = vec![];
-            let dt = adjoint_dtype(xt.dtype);
-            if *start > 0 {
-                let mut s = xt.shape.clone();
-                s[*axis] = *start;
-                parts.push(g.constant(0.0, &s, dt));
-            }
-            parts.push(dy);
-            if *end < xt.shape[*axis] {
-                let mut s = xt.shape.clone();
-                s[*axis] = xt.shape[*axis] - end;
-                parts.push(g.constant(0.0, &s, dt));
-            }
-            vec![Some(if parts.len() == 1 { dy } else { g.concat(&parts, *axis) })]
-        }
+        Op::Slice { .. } => unreachable!("backward holds slice adjoints back for settle_pieces"),
         Op::Concat { axis } => {
             let mut at = 0;
             let mut r = vec![];

@@ -214,6 +214,22 @@ fn reductions_and_layout() {
         let x = c.p(&s, Dist::Normal);
         c.out = c.g.slice(x, 1, 1, s[1]);
         check(c, seed);
+        // Slices that tile x along an axis (taken out of order): their adjoints settle as one
+        // Concat. Overlapping slices plus a direct use: each padded and added.
+        let mut c = case("slices tiling an axis");
+        let x = c.p(&[s[0], 3 * s[1], s[2]], Dist::Normal);
+        let (b, a, m) =
+            (c.g.slice(x, 1, 2 * s[1], 3 * s[1]), c.g.slice(x, 1, 0, s[1]), c.g.slice(x, 1, s[1], 2 * s[1]));
+        let am = c.g.mul(a, m);
+        c.out = c.g.mul(am, b);
+        check(c, seed);
+        let mut c = case("overlapping slices and a direct use");
+        let x = c.p(&[s[0], 3 * s[1], s[2]], Dist::Normal);
+        let (a, m) = (c.g.slice(x, 1, 0, 2 * s[1]), c.g.slice(x, 1, s[1], 3 * s[1]));
+        let am = c.g.mul(a, m);
+        let xs = c.g.sum(x, &[1], true);
+        c.out = c.g.add(am, xs);
+        check(c, seed);
         let mut c = case("concat");
         let x = c.p(&s, Dist::Normal);
         let y = c.p(&[s[0], 1, s[2]], Dist::Normal);
@@ -377,4 +393,23 @@ fn a_composed_transformer_block() {
     let y = g.gelu(o);
     c.out = g.add(x, y);
     check(c, 7);
+}
+
+/// The adjoint of a value cut into slices that tile an axis is one Concat of the slices'
+/// adjoints: no zero padding and no Adds (attention's q, k, v out of one projection).
+#[test]
+fn tiling_slices_settle_as_one_concat() {
+    let mut g = Graph::new("tiles");
+    let x = g.param("x", &[6, 4], Init::Zeros);
+    let parts: Vec<Value> = (0..3).map(|i| g.slice(x, 0, 2 * i, 2 * i + 2)).collect();
+    let ab = g.mul(parts[0], parts[1]);
+    let abc = g.mul(ab, parts[2]);
+    let loss = g.sum_all(abc);
+    let before = g.nodes.len();
+    let dx = alpha_grad::backward(&mut g, loss, &[x]).unwrap()[0];
+    let added = &g.nodes[before..];
+    assert!(matches!(g.nodes[dx.node as usize].op, Op::Concat { axis: 0 }), "{:?}", g.nodes[dx.node as usize].op);
+    assert_eq!(g.nodes[dx.node as usize].inputs.len(), 3);
+    assert_eq!(added.iter().filter(|n| matches!(n.op, Op::Concat { .. })).count(), 1);
+    assert!(!added.iter().any(|n| matches!(n.op, Op::Constant { .. }) && n.outputs[0].shape == [4, 4]));
 }

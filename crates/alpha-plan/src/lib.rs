@@ -115,6 +115,24 @@ fn in_place(op: &Op) -> Option<&'static [usize]> {
     }
 }
 
+/// Where node `i`'s output lies inside its input, in elements, when it is a view: a reshape
+/// (at 0), or a slice that is one contiguous run of its input — every axis before the sliced
+/// one of size 1, as for q, k and v cut from attention's `[3, B, H, T, D]` projection — at
+/// `start` times the elements of one index of the axis.
+fn view_offset(g: &alpha_ir::Graph, i: usize) -> Option<usize> {
+    let n = &g.nodes[i];
+    match n.op {
+        Op::Reshape { .. } => Some(0),
+        Op::Slice { axis, start, .. } => {
+            let shape = g.shape(n.inputs[0]);
+            let outer: usize = shape[..axis].iter().product();
+            let inner: usize = shape[axis + 1..].iter().product();
+            (outer == 1).then_some(start * inner)
+        }
+        _ => None,
+    }
+}
+
 /// Lower a program. `unit` sizes elements; `align` aligns every region (in units).
 pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanError> {
     plan_keeping(program, unit, align, &[])
@@ -174,16 +192,19 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
     }
     let act_base = at;
 
-    // Reshapes are views: no kernel, the same place as the tensor they view (their root).
-    let mut root: HashMap<Value, Value> = HashMap::new();
-    for (i, n) in g.nodes.iter().enumerate() {
-        if n.op.is_view() {
-            let src = n.inputs[0];
-            let r = root.get(&src).copied().unwrap_or(src);
-            root.insert(Value { node: i as u32, index: 0 }, r);
+    // Views: no kernel, a place inside the tensor they view (their root), `elements` in.
+    let mut root: HashMap<Value, (Value, usize)> = HashMap::new();
+    for i in 0..g.nodes.len() {
+        // A view must start on the alignment every kernel may assume of its operands.
+        let aligned = |at: usize| (at * unit(g.nodes[i].outputs[0].dtype)).is_multiple_of(align);
+        if let Some(at) = view_offset(g, i).filter(|&at| aligned(at)) {
+            let src = g.nodes[i].inputs[0];
+            let (r, base) = root.get(&src).copied().unwrap_or((src, 0));
+            root.insert(Value { node: i as u32, index: 0 }, (r, base + at));
         }
     }
-    let resolve = |v: Value| root.get(&v).copied().unwrap_or(v);
+    let is_view = |i: usize| root.contains_key(&Value { node: i as u32, index: 0 });
+    let resolve = |v: Value| root.get(&v).map_or(v, |x| x.0);
 
     // Kernels in order; the global index orders lifetimes across phases.
     let mut phases = vec![];
@@ -192,7 +213,7 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
         let mut kernels = vec![];
         for i in p.nodes.clone() {
             let n = &g.nodes[i];
-            if n.op.is_leaf() || n.op.is_view() || matches!(n.op, Op::Constant { .. }) {
+            if n.op.is_leaf() || is_view(i) || matches!(n.op, Op::Constant { .. }) {
                 continue;
             }
             kernels.push(Kernel { node: i as u32, family: n.op.family().to_string() });
@@ -313,9 +334,9 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
         peak_live = peak_live.max(live_units);
     }
     by_class.insert(Class::Activation, high);
-    for (&view, &r) in &root {
+    for (&view, &(r, at)) in &root {
         let s = *slots.get(&r).ok_or_else(|| PlanError::Invalid(format!("{view} views {r}, which has no place")))?;
-        slots.insert(view, Slot { len: size(view), ..s });
+        slots.insert(view, Slot { offset: s.offset + at * unit(g.dtype(view)), len: size(view), ..s });
     }
     // Assignments whose value already sits in its destination (in-place updates) need no copy.
     for p in phases.iter_mut() {
@@ -452,6 +473,43 @@ mod tests {
         assert_eq!(take(&mut free, &mut high, 25), 0);
         assert_eq!(free, vec![(25, 5)]);
         assert_eq!(high, 35);
+    }
+
+    /// Slices that are one contiguous run of their input are views at their offset, kept
+    /// alive with it; a slice across an inner axis, or one off the alignment, is a kernel.
+    #[test]
+    fn contiguous_aligned_slices_are_views() {
+        use alpha_ir::{Graph, Init};
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[1, 3, 8, 16], Init::Zeros);
+        let y = g.mul(x, x);
+        let k = g.slice(y, 1, 1, 2); // [1, 1, 8, 16]: elements 128..256 of y
+        let inner = g.slice(y, 2, 0, 4); // [1, 3, 4, 16]: strided
+        let odd = g.slice(y, 3, 1, 2); // not contiguous either
+        let ks = g.sum_all(k);
+        let is = g.sum_all(inner);
+        let os = g.sum_all(odd);
+        let t = g.add(ks, is);
+        let t = g.add(t, os);
+        let mut outs = BTreeMap::new();
+        outs.insert("t".to_string(), t);
+        let p = Program::single(g.finish().unwrap(), "forward", outs);
+        let pl = plan(&p, bytes, 256).unwrap();
+        let kernels: Vec<u32> = pl.phases[0].kernels.iter().map(|k| k.node).collect();
+        assert!(!kernels.contains(&k.node) && kernels.contains(&inner.node) && kernels.contains(&odd.node));
+        assert_eq!(pl.slot(k).offset, pl.slot(y).offset + 128 * 4);
+        assert_eq!(pl.slot(k).len, align_up(128 * 4, 256));
+        // 16 elements in: 64 bytes, off a 256-byte alignment, so a kernel.
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[4, 16], Init::Zeros);
+        let y = g.mul(x, x);
+        let row = g.slice(y, 0, 1, 2);
+        let s = g.sum_all(row);
+        let mut outs = BTreeMap::new();
+        outs.insert("s".to_string(), s);
+        let pl = plan(&Program::single(g.finish().unwrap(), "forward", outs), bytes, 256).unwrap();
+        assert!(pl.phases[0].kernels.iter().any(|k| k.node == row.node));
+        assert!(plan(&pl.program, bytes, 64).unwrap().phases[0].kernels.iter().all(|k| k.node != row.node));
     }
 
     /// a = x·x dies at b; c takes its place unless a is kept until d.
