@@ -133,6 +133,76 @@ fn view_offset(g: &alpha_ir::Graph, i: usize) -> Option<usize> {
     }
 }
 
+/// Concats whose parts are computed straight into their place in the output, so the Concat is
+/// no kernel: along an axis with only size-1 axes before it (each part one contiguous run of the
+/// output, at an aligned offset), every part the whole output of a kernel of the Concat's phase
+/// (through reshapes) that nothing but the Concat reads. Why: the adjoint of attention's q, k and
+/// v is one such Concat of what the attention backward writes; placed, it costs no copy.
+///
+/// Returns (part → (Concat output, elements in)) and (Concat node → the node computing its
+/// first part, where the output is given its place).
+#[allow(clippy::type_complexity)]
+fn placed_concats(
+    program: &Program,
+    root: &HashMap<Value, (Value, usize)>,
+    unit: UnitFn,
+    align: usize,
+) -> (HashMap<Value, (Value, usize)>, HashMap<u32, u32>) {
+    let g = &program.graph;
+    let resolve = |v: Value| root.get(&v).copied().unwrap_or((v, 0));
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    // Readers of each root, through views; named outputs and assignments count as readers too.
+    let mut readers: HashMap<Value, Vec<u32>> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if root.contains_key(&Value { node: i as u32, index: 0 }) {
+            continue;
+        }
+        for &x in &n.inputs {
+            readers.entry(resolve(x).0).or_default().push(i as u32);
+        }
+    }
+    for &v in program.outputs.values().chain(program.phases.iter().flat_map(|p| p.assign.iter().map(|a| &a.1))) {
+        readers.entry(resolve(v).0).or_default().push(u32::MAX);
+    }
+    let (mut members, mut placed) = (HashMap::new(), HashMap::new());
+    for (i, n) in g.nodes.iter().enumerate() {
+        let Op::Concat { axis } = n.op else { continue };
+        let shape = &n.outputs[0].shape;
+        if shape[..axis].iter().product::<usize>() != 1 || phase(i as u32).is_none() {
+            continue;
+        }
+        let mut parts = vec![];
+        let mut at = 0usize;
+        for &x in &n.inputs {
+            let (r, off) = resolve(x);
+            let producer = &g.nodes[r.node as usize];
+            let computed = !producer.op.is_leaf()
+                && !matches!(producer.op, Op::Constant { .. })
+                && in_place(&producer.op).is_none()
+                && phase(r.node) == phase(i as u32);
+            let sole = readers.get(&r).is_some_and(|rs| rs.iter().all(|&k| k == i as u32) && rs.len() == 1);
+            let aligned = (at * unit(g.dtype(r))).is_multiple_of(align);
+            let whole = off == 0 && g.ty(r).numel() == g.ty(x).numel() && g.dtype(r) == n.outputs[0].dtype;
+            if !(computed && sole && aligned && whole) || parts.iter().any(|&(p, _): &(Value, usize)| p == r) {
+                parts.clear();
+                break;
+            }
+            parts.push((r, at));
+            at += g.ty(x).numel();
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        let out = Value { node: i as u32, index: 0 };
+        let first = parts.iter().map(|p| p.0.node).min().expect("a Concat has parts");
+        for (r, at) in parts {
+            members.insert(r, (out, at));
+        }
+        placed.insert(i as u32, first);
+    }
+    (members, placed)
+}
+
 /// Lower a program. `unit` sizes elements; `align` aligns every region (in units).
 pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanError> {
     plan_keeping(program, unit, align, &[])
@@ -205,6 +275,7 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
     }
     let is_view = |i: usize| root.contains_key(&Value { node: i as u32, index: 0 });
     let resolve = |v: Value| root.get(&v).map_or(v, |x| x.0);
+    let (members, placed) = placed_concats(program, &root, unit, align);
 
     // Kernels in order; the global index orders lifetimes across phases.
     let mut phases = vec![];
@@ -213,7 +284,7 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
         let mut kernels = vec![];
         for i in p.nodes.clone() {
             let n = &g.nodes[i];
-            if n.op.is_leaf() || is_view(i) || matches!(n.op, Op::Constant { .. }) {
+            if n.op.is_leaf() || is_view(i) || placed.contains_key(&(i as u32)) || matches!(n.op, Op::Constant { .. }) {
                 continue;
             }
             kernels.push(Kernel { node: i as u32, family: n.op.family().to_string() });
@@ -223,7 +294,10 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
         phases.push(PhasePlan { name: p.name.clone(), kernels, copies });
     }
     let position: HashMap<u32, usize> = order.iter().enumerate().map(|(k, &(_, n))| (n, k)).collect();
-    let phase_of: HashMap<u32, usize> = order.iter().map(|&(p, n)| (n, p)).collect();
+    let mut phase_of: HashMap<u32, usize> = order.iter().map(|&(p, n)| (n, p)).collect();
+    for (&c, first) in &placed {
+        phase_of.insert(c, phase_of[first]);
+    }
     let phase_end: Vec<usize> =
         (0..program.phases.len()).map(|p| order.iter().rposition(|&(q, _)| q == p).map_or(0, |k| k)).collect();
 
@@ -233,7 +307,7 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
     for &(_, n) in &order {
         for &inp in &g.nodes[n as usize].inputs {
             let inp = resolve(inp);
-            if position.contains_key(&inp.node) {
+            if phase_of.contains_key(&inp.node) {
                 let k = position[&n];
                 if phase_of[&inp.node] != phase_of[&n] {
                     return Err(PlanError::Invalid(format!(
@@ -323,8 +397,16 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
         if in_place(&node.op).is_some() {
             continue;
         }
-        for idx in 0..node.outputs.len() {
-            let v = Value { node: n, index: idx as u16 };
+        // A placed Concat's output takes its place when its first part is computed.
+        let mut outputs: Vec<Value> =
+            placed.iter().filter(|(_, &first)| first == n).map(|(&c, _)| Value { node: c, index: 0 }).collect();
+        outputs.sort_by_key(|v| v.node);
+        outputs.extend(
+            (0..node.outputs.len())
+                .map(|idx| Value { node: n, index: idx as u16 })
+                .filter(|v| !members.contains_key(v)),
+        );
+        for v in outputs {
             let len = size(v);
             let off = take(&mut free, &mut high, len);
             slots.insert(v, Slot { offset: act_base + off, len, class: Class::Activation });
@@ -334,6 +416,11 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
         peak_live = peak_live.max(live_units);
     }
     by_class.insert(Class::Activation, high);
+    for (&part, &(c, at)) in &members {
+        let s =
+            *slots.get(&c).ok_or_else(|| PlanError::Invalid(format!("{part} is placed in {c}, which has no place")))?;
+        slots.insert(part, Slot { offset: s.offset + at * unit(g.dtype(part)), len: size(part), ..s });
+    }
     for (&view, &(r, at)) in &root {
         let s = *slots.get(&r).ok_or_else(|| PlanError::Invalid(format!("{view} views {r}, which has no place")))?;
         slots.insert(view, Slot { offset: s.offset + at * unit(g.dtype(view)), len: size(view), ..s });
@@ -510,6 +597,35 @@ mod tests {
         let pl = plan(&Program::single(g.finish().unwrap(), "forward", outs), bytes, 256).unwrap();
         assert!(pl.phases[0].kernels.iter().any(|k| k.node == row.node));
         assert!(plan(&pl.program, bytes, 64).unwrap().phases[0].kernels.iter().all(|k| k.node != row.node));
+    }
+
+    /// Parts read only by their Concat are computed in place; a part read elsewhere too makes
+    /// the Concat a kernel.
+    #[test]
+    fn concat_parts_are_computed_in_place() {
+        use alpha_ir::{Graph, Init};
+        let build = |shared: bool| {
+            let mut g = Graph::new("t");
+            let x = g.param("x", &[1, 4, 64], Init::Zeros);
+            let a = g.mul(x, x);
+            let b = g.add(x, x);
+            let b2 = g.reshape(b, &[1, 4, 64]);
+            let c = g.concat(&[a, b2], 1);
+            let mut t = g.sum_all(c);
+            if shared {
+                let sa = g.sum_all(a);
+                t = g.add(t, sa);
+            }
+            let mut outs = BTreeMap::new();
+            outs.insert("t".to_string(), t);
+            (Program::single(g.finish().unwrap(), "forward", outs), a, b, c)
+        };
+        let (p, a, b, c) = build(false);
+        let pl = plan(&p, bytes, 256).unwrap();
+        assert!(pl.phases[0].kernels.iter().all(|k| k.node != c.node));
+        assert_eq!((pl.slot(a).offset, pl.slot(b).offset), (pl.slot(c).offset, pl.slot(c).offset + 256 * 4));
+        let (p, _, _, c) = build(true);
+        assert!(plan(&p, bytes, 256).unwrap().phases[0].kernels.iter().any(|k| k.node == c.node));
     }
 
     /// a = x·x dies at b; c takes its place unless a is kept until d.
