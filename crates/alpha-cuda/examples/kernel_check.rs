@@ -65,6 +65,7 @@ fn main() -> Result<()> {
     let t0 = Instant::now();
     step("gemm", check::gemm_variants(&gpu, &arena, &mut rng));
     step("fusion", check::fusion_checks(&gpu, &arena, &mut rng));
+    step("attention", check::attention_checks(&gpu, &arena, &mut rng, &Options { bench: false, ..opts }));
     let n_ew = if quick { 1 << 20 } else { 1 << 25 };
     step("elementwise", check::elementwise_checks(&gpu, &arena, &mut rng, n_ew, &opts));
     step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (12288, 512, 1024), &opts));
@@ -75,6 +76,7 @@ fn main() -> Result<()> {
         gpu.set_checked(false);
         step("gemm-bench", check::gemm_bench(&gpu, &arena, &mut rng, &opts));
         step("graph", check::gemm_step_graph(&gpu, &arena, &mut rng, &opts).map(|r| vec![r]));
+        step("attention-bench", check::attention_checks(&gpu, &arena, &mut rng, &opts));
     }
     let failed = rows.iter().filter(|r| !r.pass).count();
     println!("\n==== summary ({:.1} s) ====", t0.elapsed().as_secs_f64());

@@ -294,7 +294,14 @@ fn table_row(k: &mut Kernel, tab: Reg, pos: Reg, t: u32, d: usize, ok: Reg) -> (
 
 /// `(x₁, x₂) → (x₁cos − x₂sin, x₁sin + x₂cos)` for the pairs `(x1[i], x2[i])`, the sine negated
 /// for the inverse: exactly [`crate::rotary::kernel`]'s arithmetic. Returns (o₁, o₂).
-pub(crate) fn rotate_pairs(k: &mut Kernel, x1: &[Reg], x2: &[Reg], c: &[Reg], s: &[Reg], inverse: bool) -> (Vec<Reg>, Vec<Reg>) {
+pub(crate) fn rotate_pairs(
+    k: &mut Kernel,
+    x1: &[Reg],
+    x2: &[Reg],
+    c: &[Reg],
+    s: &[Reg],
+    inverse: bool,
+) -> (Vec<Reg>, Vec<Reg>) {
     let (mut o1, mut o2) = (vec![], vec![]);
     for i in 0..x1.len() {
         let si = if inverse { k.un("neg.f32", RegKind::F32, s[i]) } else { s[i] };

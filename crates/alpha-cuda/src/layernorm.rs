@@ -122,14 +122,23 @@ pub fn forward_kernel(n: Norm, eps: f32) -> Kernel {
 
 /// Input gradient: params (dx, x, gain, mean, rstd, dy); grid (rows).
 pub fn backward_dx_kernel(n: Norm) -> Kernel {
+    backward_dx_kernel_adding(n, false)
+}
+
+/// [`backward_dx_kernel`], with `residual` adding a tensor to the input gradient as it is
+/// stored: param `r` after the others, `dx = (…) + r[i]` — the Add that follows a pre-norm
+/// block's LayerNorm backward (the residual stream's gradient), in the same f32 addition.
+pub fn backward_dx_kernel_adding(n: Norm, residual: bool) -> Kernel {
     let c = n.c as u32;
-    let mut k = Kernel::new("layernorm_bwd_dx").with_block(THREADS, 1, 1);
+    let name = if residual { "layernorm_bwd_dx_add" } else { "layernorm_bwd_dx" };
+    let mut k = Kernel::new(name).with_block(THREADS, 1, 1);
     let dx = k.param_reg("dx", ParamTy::U64);
     let x = k.param_reg("x", ParamTy::U64);
     let gain = k.param_reg("gain", ParamTy::U64);
     let mean = k.param_reg("mean", ParamTy::U64);
     let rstd = k.param_reg("rstd", ParamTy::U64);
     let dy = k.param_reg("dy", ParamTy::U64);
+    let r = residual.then(|| k.param_reg("r", ParamTy::U64));
     let red = k.shared("red", 128, 16);
     let tid = k.sreg("%tid.x");
     let row = k.sreg("%ctaid.x");
@@ -166,6 +175,13 @@ pub fn backward_dx_kernel(n: Norm) -> Kernel {
         let t2 = k.bin("mul.rn.f32", RegKind::F32, xhat, mean_gx);
         let t3 = k.bin("sub.rn.f32", RegKind::F32, t1, t2);
         let o = k.bin("mul.rn.f32", RegKind::F32, rs, t3);
+        let o = match r {
+            Some(r) => {
+                let rv = ld(k, r, i);
+                k.bin("add.rn.f32", RegKind::F32, o, rv)
+            }
+            None => o,
+        };
         st(k, dx, i, o);
     });
     k.ret();

@@ -9,7 +9,7 @@
 //! Whole programs: [`lower`] turns a plan into launches over one arena (no GPU needed, so PTX can
 //! be checked anywhere) and [`CudaBackend`] runs them, one captured CUDA graph per phase, behind
 //! `alpha_plan::Backend`. The generic families it adds — [`pointwise`], [`reduce`],
-//! [`layernorm`], [`rotary`], [`attention`], [`gemm_simple`], [`recurrence`] — follow the CPU
+//! [`layernorm`], [`rotary`], [`attention`] (and its tensor-core form [`attention_mma`]), [`gemm_simple`], [`recurrence`] — follow the CPU
 //! reference's order of operations so the two compare tightly.
 
 pub mod driver;
@@ -18,11 +18,13 @@ pub mod ptx;
 pub use driver::{Arg, Buf, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
 pub mod adamw;
 pub mod attention;
+pub mod attention_mma;
 pub mod backend;
 pub mod check;
 pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
+pub mod fused;
 pub mod gemm;
 pub mod gemm_simple;
 pub mod layernorm;
@@ -61,6 +63,16 @@ pub fn catalog() -> Vec<ptx::Kernel> {
         v.extend([
             attention::backward_dq_kernel_rotating(&dims, r, [true, true]),
             attention::backward_dkv_kernel_rotating(&dims, r, [true, true]),
+        ]);
+    }
+    // Their tensor-core replacements for head dimension 64 (what the lowering uses there).
+    v.push(attention_mma::forward_kernel(&dims));
+    v.push(attention_mma::forward_kernel_rotating(&dims, [true, true]));
+    for r in [false, true] {
+        v.extend([attention_mma::backward_dq_kernel(&dims, r), attention_mma::backward_dkv_kernel(&dims, r)]);
+        v.extend([
+            attention_mma::backward_dq_kernel_rotating(&dims, r, [true, true]),
+            attention_mma::backward_dkv_kernel_rotating(&dims, r, [true, true]),
         ]);
     }
     // The GEMM's activation epilogue (Coppelius's gated GELU).

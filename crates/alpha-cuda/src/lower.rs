@@ -29,7 +29,7 @@ use crate::layernorm::{self, Norm};
 use crate::pointwise::{broadcast_strides, contiguous_strides, grid_blocks, Body, Operand, Pointwise};
 use crate::ptx::Kernel;
 use crate::reduce::Reduction;
-use crate::{adamw, cross_entropy, embedding, multi, recurrence, rotary};
+use crate::{adamw, cross_entropy, embedding, fused, multi, recurrence, rotary};
 
 /// Alignment of the regions appended after the plan's arena.
 const ALIGN: usize = 256;
@@ -246,6 +246,177 @@ impl Lowerer<'_> {
         let mut args = vec![A::Ptr(0), A::Ptr(table)];
         args.extend(scalars);
         Ok(Pending { kernel, grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), args, node: Some(ids[0]) })
+    }
+
+    /// A run of two or more same-length f32 elementwise nodes (unary, or binary without
+    /// broadcasting) from `nodes[i]`, as one [`fused::Chain`] launch: it stores only the values
+    /// read after the run, and only when no stored value partly overlaps an input (an exact
+    /// overlap is safe: every element is loaded before any is stored). Returns the position
+    /// after the run.
+    fn elementwise_chain(
+        &mut self,
+        nodes: &[u32],
+        i: usize,
+        skip: &std::collections::HashSet<u32>,
+        uses: &HashMap<Value, usize>,
+    ) -> Result<Option<(usize, Pending)>> {
+        let g = &self.plan.program.graph;
+        let f32 = |v: Value| g.dtype(v) == DType::F32;
+        let len = |id: u32| {
+            let n = &g.nodes[id as usize];
+            let out = Value { node: id, index: 0 };
+            let ok = match n.op {
+                Op::Unary(_) => f32(n.inputs[0]) && g.ty(n.inputs[0]).numel() == n.outputs[0].numel(),
+                Op::Binary(_) => n.inputs.iter().all(|&x| f32(x) && g.shape(x) == n.outputs[0].shape.as_slice()),
+                _ => false,
+            };
+            (ok && f32(out)).then(|| n.outputs[0].numel())
+        };
+        let Some(n) = len(nodes[i]) else { return Ok(None) };
+        let mut end = i + 1;
+        while end < nodes.len() && !skip.contains(&nodes[end]) && len(nodes[end]) == Some(n) {
+            end += 1;
+        }
+        while end - i >= 2 {
+            let run = &nodes[i..end];
+            let step_of: HashMap<u32, usize> = run.iter().enumerate().map(|(k, &id)| (id, k)).collect();
+            let mut inputs: Vec<Value> = vec![];
+            let mut steps = vec![];
+            let mut inner_uses: HashMap<u32, usize> = HashMap::new();
+            for &id in run {
+                let node = &g.nodes[id as usize];
+                let mut src = |x: Value| match step_of.get(&x.node) {
+                    Some(&k) if x.index == 0 => {
+                        *inner_uses.entry(x.node).or_default() += 1;
+                        fused::Src::Step(k)
+                    }
+                    _ => {
+                        let at = inputs.iter().position(|&v| v == x).unwrap_or_else(|| {
+                            inputs.push(x);
+                            inputs.len() - 1
+                        });
+                        fused::Src::Input(at)
+                    }
+                };
+                steps.push(match node.op {
+                    Op::Unary(u) => fused::Step::Unary(u, src(node.inputs[0])),
+                    Op::Binary(b) => {
+                        let (x, y) = (src(node.inputs[0]), src(node.inputs[1]));
+                        fused::Step::Binary(b, x, y)
+                    }
+                    _ => unreachable!("only elementwise nodes join a run"),
+                });
+            }
+            let outputs: Vec<usize> = (0..run.len())
+                .filter(|&k| {
+                    let v = Value { node: run[k], index: 0 };
+                    uses.get(&v).copied().unwrap_or(0) > inner_uses.get(&run[k]).copied().unwrap_or(0)
+                })
+                .collect();
+            let out_values: Vec<Value> = outputs.iter().map(|&k| Value { node: run[k], index: 0 }).collect();
+            let clash = out_values.iter().any(|&o| {
+                let ro = range(self.plan, o);
+                inputs.iter().any(|&x| match (ro, range(self.plan, x)) {
+                    (Some(a), Some(b)) => overlap(a, b) && a != b,
+                    _ => false,
+                })
+            });
+            if !clash {
+                let chain = fused::Chain { n, inputs: inputs.len(), steps, outputs };
+                let kernel =
+                    self.kernel(chain.kernel().map_err(|e| node_error(&g.nodes[run[0] as usize], run[0], e))?)?;
+                let mut args: Vec<A> = out_values.iter().map(|&v| self.ptr(v)).collect();
+                args.extend(inputs.iter().map(|&v| self.ptr(v)));
+                let (blocks, threads) = grid_blocks(n);
+                let pending =
+                    Pending { kernel, grid: (blocks, 1, 1), block: (threads, 1, 1), args, node: Some(run[0]) };
+                return Ok(Some((end, pending)));
+            }
+            end -= 1;
+        }
+        Ok(None)
+    }
+
+    /// The Add right after the LayerNormBackward at `nodes[i]` that its input-gradient kernel
+    /// can do as it stores (`dx + r`): the Add's only LayerNorm operand is dx, read by nothing
+    /// else, and the Add's slot meets x, dy and r only exactly and the gain and row statistics
+    /// not at all. Returns (Add, r).
+    fn layernorm_residual(
+        &self,
+        nodes: &[u32],
+        i: usize,
+        skip: &std::collections::HashSet<u32>,
+        uses: &HashMap<Value, usize>,
+    ) -> Option<(u32, Value)> {
+        let g = self.g();
+        let (id, &add) = (nodes[i], nodes.get(i + 1)?);
+        let ln = &g.nodes[id as usize];
+        let an = &g.nodes[add as usize];
+        if ln.op != Op::LayerNormBackward || an.op != Op::Binary(alpha_ir::Binary::Add) || skip.contains(&add) {
+            return None;
+        }
+        let dx = Value { node: id, index: 0 };
+        let r = match (an.inputs[0] == dx, an.inputs[1] == dx) {
+            (true, false) => an.inputs[1],
+            (false, true) => an.inputs[0],
+            _ => return None,
+        };
+        let same = g.ty(r) == &an.outputs[0] && g.ty(dx) == &an.outputs[0] && an.outputs[0].dtype == DType::F32;
+        let sum = range(self.plan, Value { node: add, index: 0 })?;
+        // Exactly on x, dy or r is safe: each block reads its row before it stores it, and the
+        // parameter passes run first.
+        let apart = |v: Value| range(self.plan, v).is_none_or(|x| !overlap(sum, x) || x == sum);
+        let clear = apart(ln.inputs[0]) && apart(ln.inputs[4]) && apart(r);
+        let stats = ln.inputs[1..4].iter().all(|&x| range(self.plan, x).is_none_or(|x| !overlap(sum, x)));
+        (same && uses.get(&dx) == Some(&1) && clear && stats).then_some((add, r))
+    }
+
+    /// LayerNormBackward: the two deterministic parameter-gradient passes, then the input
+    /// gradient (plus the following Add's other operand, written to the Add's slot, with `add`),
+    /// last so that it may overwrite x or dy.
+    fn lower_layernorm_backward(&mut self, id: u32, add: Option<(u32, Value)>) -> Result<Vec<Pending>> {
+        let g = &self.plan.program.graph;
+        let node = g.nodes[id as usize].clone();
+        let ins = &node.inputs;
+        self.want_f32(&node, id, ins)?;
+        let out = |k: u16| Value { node: id, index: k };
+        let c = *g.shape(ins[0]).last().unwrap_or(&1);
+        let nm = Norm { rows: node.outputs[0].numel() / c.max(1), c };
+        let (x, gain, mean, rstd, dy) = (ins[0], ins[1], ins[2], ins[3], ins[4]);
+        self.need_scratch(nm.scratch_floats() * 4);
+        let cols = (c as u32).div_ceil(layernorm::THREADS);
+        let k2 = self.kernel(layernorm::backward_partials_kernel(nm))?;
+        let mut args = vec![A::Scratch(0)];
+        args.extend([x, mean, rstd, dy].iter().map(|&a| self.ptr(a)));
+        let mut v = vec![Pending {
+            kernel: k2,
+            grid: (cols, nm.bands() as u32, 1),
+            block: (layernorm::THREADS, 1, 1),
+            args,
+            node: Some(id),
+        }];
+        let k3 = self.kernel(layernorm::backward_finish_kernel(nm))?;
+        v.push(Pending {
+            kernel: k3,
+            grid: (cols, 1, 1),
+            block: (layernorm::THREADS, 1, 1),
+            args: vec![self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)],
+            node: Some(id),
+        });
+        let k1 = self.kernel(layernorm::backward_dx_kernel_adding(nm, add.is_some()))?;
+        let dst = add.map_or(out(0), |(a, _)| Value { node: a, index: 0 });
+        let mut args: Vec<A> = [dst, x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect();
+        if let Some((_, r)) = add {
+            args.push(self.ptr(r));
+        }
+        v.push(Pending {
+            kernel: k1,
+            grid: (nm.rows as u32, 1, 1),
+            block: (layernorm::THREADS, 1, 1),
+            args,
+            node: Some(id),
+        });
+        Ok(v)
     }
 
     fn want_f32(&self, node: &Node, id: u32, vals: &[Value]) -> Result<()> {
@@ -508,40 +679,7 @@ impl Lowerer<'_> {
                     node: some,
                 });
             }
-            Op::LayerNormBackward => {
-                self.want_f32(&node, id, ins)?;
-                let c = *ishape(0).last().unwrap_or(&1);
-                let nm = Norm { rows: n / c.max(1), c };
-                let (x, gain, mean, rstd, dy) = (ins[0], ins[1], ins[2], ins[3], ins[4]);
-                let k1 = self.kernel(layernorm::backward_dx_kernel(nm))?;
-                v.push(Pending {
-                    kernel: k1,
-                    grid: (nm.rows as u32, 1, 1),
-                    block: (layernorm::THREADS, 1, 1),
-                    args: [out(0), x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect(),
-                    node: some,
-                });
-                self.need_scratch(nm.scratch_floats() * 4);
-                let cols = (c as u32).div_ceil(layernorm::THREADS);
-                let k2 = self.kernel(layernorm::backward_partials_kernel(nm))?;
-                let mut args = vec![A::Scratch(0)];
-                args.extend([x, mean, rstd, dy].iter().map(|&a| self.ptr(a)));
-                v.push(Pending {
-                    kernel: k2,
-                    grid: (cols, nm.bands() as u32, 1),
-                    block: (layernorm::THREADS, 1, 1),
-                    args,
-                    node: some,
-                });
-                let k3 = self.kernel(layernorm::backward_finish_kernel(nm))?;
-                v.push(Pending {
-                    kernel: k3,
-                    grid: (cols, 1, 1),
-                    block: (layernorm::THREADS, 1, 1),
-                    args: vec![self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)],
-                    node: some,
-                });
-            }
+            Op::LayerNormBackward => v.extend(self.lower_layernorm_backward(id, None)?),
             Op::Rotary { base, inverse } => {
                 self.want_f32(&node, id, ins)?;
                 let s = ishape(0);
@@ -573,7 +711,10 @@ impl Lowerer<'_> {
                     softcap: softcap.map(|c| c as f32),
                 };
                 dims.check().map_err(|e| node_error(&node, id, e))?;
-                let block = (attention::ROWS, 1, 1);
+                // Head dimension 64: the tensor-core kernels (same parameters and grids).
+                use crate::attention_mma as mma;
+                let tc = mma::applies(&dims);
+                let block = if tc { mma::block() } else { (attention::ROWS, 1, 1) };
                 // Forward rotary fused: q (k) read before its Rotary and turned on load.
                 let load = self.more.attn_load.get(&id).copied().unwrap_or_default();
                 let turned = load.map(|x| x.is_some());
@@ -581,7 +722,11 @@ impl Lowerer<'_> {
                 let tabs: Vec<A> =
                     load.iter().flatten().map(|&(_, base)| A::Ptr(self.rotary_table(dims.t, dims.d, base))).collect();
                 if matches!(node.op, Op::Attention { .. }) {
-                    let kernel = self.kernel(attention::forward_kernel_rotating(&dims, turned))?;
+                    let kernel = self.kernel(if tc {
+                        mma::forward_kernel_rotating(&dims, turned)
+                    } else {
+                        attention::forward_kernel_rotating(&dims, turned)
+                    })?;
                     let mut args: Vec<A> =
                         [out(0), out(1), src(0), src(1), ins[2]].iter().map(|&a| self.ptr(a)).collect();
                     args.extend(tabs);
@@ -592,7 +737,11 @@ impl Lowerer<'_> {
                     let rot = self.more.attnb_rot.get(&id).copied().unwrap_or_default();
                     let dst = |k: usize| rot[k].map_or(out(k as u16), |x| x.0);
                     let (qv, kv_, vv, ov, lse, dov) = (src(0), src(1), ins[2], ins[3], ins[4], ins[5]);
-                    let k1 = self.kernel(attention::backward_dq_kernel_rotating(&dims, rot[0].is_some(), turned))?;
+                    let k1 = self.kernel(if tc {
+                        mma::backward_dq_kernel_rotating(&dims, rot[0].is_some(), turned)
+                    } else {
+                        attention::backward_dq_kernel_rotating(&dims, rot[0].is_some(), turned)
+                    })?;
                     let mut args = vec![self.ptr(dst(0)), A::Scratch(0)];
                     args.extend([qv, kv_, vv, ov, lse, dov].iter().map(|&a| self.ptr(a)));
                     if let Some((_, base)) = rot[0] {
@@ -600,7 +749,11 @@ impl Lowerer<'_> {
                     }
                     args.extend(tabs.iter().copied());
                     v.push(Pending { kernel: k1, grid: dims.grid_q(), block, args, node: some });
-                    let k2 = self.kernel(attention::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned))?;
+                    let k2 = self.kernel(if tc {
+                        mma::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned)
+                    } else {
+                        attention::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned)
+                    })?;
                     let mut args: Vec<A> = [dst(1), out(2), qv, kv_, vv, lse].iter().map(|&a| self.ptr(a)).collect();
                     args.push(A::Scratch(0));
                     args.push(self.ptr(dov));
@@ -1331,6 +1484,7 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
             lw.inits.push((slot.offset, bytes));
         }
     }
+    let (uses, _) = readers_of(&plan.program);
     let mut phases = vec![];
     for ph in &plan.phases {
         let mut launches = vec![];
@@ -1342,6 +1496,16 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
         while i < nodes.len() {
             if skip.contains(&nodes[i]) {
                 i += 1;
+                continue;
+            }
+            if let Some(add) = lw.layernorm_residual(&nodes, i, &skip, &uses) {
+                launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add))?);
+                i += 2;
+                continue;
+            }
+            if let Some((j, chain)) = lw.elementwise_chain(&nodes, i, &skip, &uses)? {
+                launches.push(chain);
+                i = j;
                 continue;
             }
             // Consecutive AdamWs that share β₁, β₂, ε and their step scalars: one launch.
@@ -1627,7 +1791,7 @@ mod tests {
         let l = lower_program(&p).unwrap();
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
         assert_eq!(l.plan.slot(a).offset, l.plan.slot(y0).offset, "the premise: relu's slot is y0's");
-        assert_eq!(names, ["pw_mul", "gemm_rr_f32_store_64x64", "pw_relu", "pw_mul", "reduce_sum"]);
+        assert_eq!(names, ["pw_mul", "gemm_rr_f32_store_64x64", "ew_relu_mul", "reduce_sum"]);
     }
 
     /// q, k, v [1, 2, 64, 8]; the backward's dq and dk each turned back by an inverse Rotary.
@@ -1741,16 +1905,15 @@ mod tests {
         assert_eq!(
             names,
             [
-                "pw_mul",
-                "pw_mul",
+                "ew_mul_mul",
                 "attention_fwd_rotload",
                 "attention_bwd_dq_rotload_rotary",
                 "attention_bwd_dkv_rotload_rotary"
             ]
         );
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
-        let tab = l.phases[0][3].args[8];
-        for (launch, at) in [(2, 5), (3, 9), (4, 9)] {
+        let tab = l.phases[0][2].args[8];
+        for (launch, at) in [(1, 5), (2, 9), (3, 9)] {
             let args = &l.phases[0][launch].args;
             assert_eq!((args[2], args[3]), (slot(q), slot(k)), "the pre-rotary q and k");
             assert_eq!((args[at], args[at + 1]), (tab, tab), "the rotary table for q and k");
@@ -1762,7 +1925,7 @@ mod tests {
             .map(String::from)
             .to_vec();
         assert!(contains_run(&mnemonics(&rotary::kernel(128, 64, 8, false).render()), &pair));
-        assert!(contains_run(&mnemonics(&l.kernels[l.phases[0][2].kernel].render()), &pair));
+        assert!(contains_run(&mnemonics(&l.kernels[l.phases[0][1].kernel].render()), &pair));
     }
 
     #[test]
@@ -1773,8 +1936,7 @@ mod tests {
         assert_eq!(
             names,
             [
-                "pw_mul",
-                "pw_mul",
+                "ew_mul_mul",
                 "rotary",
                 "attention_fwd_rotload",
                 "attention_bwd_dq_rotload_rotary",
@@ -1788,13 +1950,13 @@ mod tests {
         let attn = (0..g.nodes.len() as u32).find(|&i| matches!(g.nodes[i as usize].op, Op::Attention { .. })).unwrap();
         let lse =
             (l.plan.slot(Value { node: attn, index: 1 }).offset, g.ty(Value { node: attn, index: 1 }).numel() * 4);
-        let LArg::Ptr(dk) = l.phases[0][6].args[0] else { panic!("dk pointer") };
+        let LArg::Ptr(dk) = l.phases[0][5].args[0] else { panic!("dk pointer") };
         assert!(dk < lse.0 + lse.1 && lse.0 < dk + 64 * 2 * 8 * 4, "the premise: dk's Rotary over lse");
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
-        for launch in &l.phases[0][3..6] {
+        for launch in &l.phases[0][2..5] {
             assert_eq!((launch.args[2], launch.args[3]), (slot(rq), slot(k)), "rotated q, pre-rotary k");
         }
-        assert_eq!(l.phases[0][2].args[1], slot(q));
+        assert_eq!(l.phases[0][1].args[1], slot(q));
     }
 
     #[test]

@@ -33,6 +33,26 @@ fn fusions_match_the_launches_they_replace_bit_for_bit() {
     assert_all(&check::fusion_checks(&gpu, &arena, &mut Rng::new(4)).unwrap());
 }
 
+/// The tensor-core attention kernels agree with the fp32 ones within bf16 bounds on every
+/// option (GQA, partial tiles, soft-cap, rotary on load and on store) and repeat bit for bit
+/// (see `check::attention_checks`).
+#[test]
+fn attention_tensor_core_kernels_match_fp32_kernels() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(128 << 20).unwrap();
+    assert_all(&check::attention_checks(&gpu, &arena, &mut Rng::new(5), &quick()).unwrap());
+}
+
+/// A run of elementwise ops as one kernel equals the launches it replaces, bit for bit.
+#[test]
+fn fused_elementwise_chain_matches_its_launches_bit_for_bit() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(256 << 20).unwrap();
+    assert_all(&check::fused_chain_checks(&gpu, &arena, &mut Rng::new(5)).unwrap());
+}
+
 #[test]
 fn elementwise_embedding_cross_entropy_match_reference() {
     let Some(gpu) = Gpu::open_or_skip() else { return };

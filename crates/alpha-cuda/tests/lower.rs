@@ -41,9 +41,9 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     assert!(l.kernels.len() < 100, "{} distinct kernels: blocks should share modules", l.kernels.len());
     let names: Vec<&str> = l.kernels.iter().map(|k| k.name.as_str()).collect();
     for family in [
-        "attention_fwd_rotload",
-        "attention_bwd_dq_rotload_rotary",
-        "attention_bwd_dkv_rotload_rotary",
+        "attention_mma_fwd_rotload",
+        "attention_mma_bwd_dq_rotload_rotary",
+        "attention_mma_bwd_dkv_rotload_rotary",
         "layernorm_fwd",
         "adamw_multi",
         "sumsq_multi",
@@ -90,7 +90,9 @@ fn training(system: &str) -> Lowered {
 /// epilogue and the inverse rotaries folded into attention's backward (Coppelius 1,099 →
 /// 1,051: 16 `pw_gelu` and 32 `rotary_inverse` launches gone), then the forward rotaries
 /// turned on load by attention's forward and backward (1,051 → 1,019: 32 `rotary` gone), then
-/// every cast folded into GEMM loads with its f32 source kept alive (1,019 → 823).
+/// every cast folded into GEMM loads with its f32 source kept alive (1,019 → 823), q, k, v's
+/// adjoints settled as one Concat and their slices made views (→ 679), and runs of elementwise
+/// ops each one kernel (→ 628), and the parts of that Concat computed in place (→ 580), and the residual Add after each LayerNorm backward done as it stores dx (→ 548).
 #[test]
 fn training_steps_launch_counts() {
     for s in ["bob", "coppelius"] {
@@ -112,9 +114,15 @@ fn training_steps_launch_counts() {
             // load, in the forward and in the backward (see `lower::fuse_more`).
             let gelu_gemms: usize = by.iter().filter(|x| x.0.contains("_store_gelu")).map(|x| x.1).sum();
             assert_eq!((gelu_gemms, count("pw_gelu")), (16, 0));
-            assert_eq!((count("attention_bwd_dq_rotload_rotary"), count("attention_bwd_dkv_rotload_rotary")), (16, 16));
-            assert_eq!((count("attention_bwd_dq"), count("attention_bwd_dkv"), count("rotary_inverse")), (0, 0, 0));
-            assert_eq!((count("rotary"), count("attention_fwd"), count("attention_fwd_rotload")), (0, 0, 16));
+            assert_eq!(
+                (count("attention_mma_bwd_dq_rotload_rotary"), count("attention_mma_bwd_dkv_rotload_rotary")),
+                (16, 16)
+            );
+            assert_eq!(
+                (count("attention_mma_bwd_dq"), count("attention_mma_bwd_dkv"), count("rotary_inverse")),
+                (0, 0, 0)
+            );
+            assert_eq!((count("rotary"), count("attention_mma_fwd"), count("attention_mma_fwd_rotload")), (0, 0, 16));
         }
         let expected = if s == "bob" { BOB_LAUNCHES } else { COPPELIUS_LAUNCHES };
         assert_eq!(l.launch_count(0), expected, "{s}");
@@ -122,7 +130,7 @@ fn training_steps_launch_counts() {
 }
 
 const BOB_LAUNCHES: usize = 12;
-const COPPELIUS_LAUNCHES: usize = 823;
+const COPPELIUS_LAUNCHES: usize = 548;
 
 /// Coppelius's forward rotaries, turned on load: the attention forward and both backward
 /// kernels get the pre-rotary q and k (the Rotaries' inputs) and the host-computed rotary table,
@@ -154,11 +162,11 @@ fn forward_rotaries_are_turned_on_load_from_kept_pre_rotary_tensors() {
         let Some(id) = launch.node else { continue };
         let node = &g.nodes[id as usize];
         let (attn, args_tab) = match name {
-            "attention_fwd_rotload" => {
+            "attention_mma_fwd_rotload" => {
                 fwd += 1;
                 (id, 5)
             }
-            "attention_bwd_dq_rotload_rotary" | "attention_bwd_dkv_rotload_rotary" => {
+            "attention_mma_bwd_dq_rotload_rotary" | "attention_mma_bwd_dkv_rotload_rotary" => {
                 bwd += 1;
                 (node.inputs[3].node, 9)
             }
@@ -175,7 +183,7 @@ fn forward_rotaries_are_turned_on_load_from_kept_pre_rotary_tensors() {
             let LArg::Ptr(tab) = a else { panic!("table pointer") };
             assert!(tab >= plan.arena && l.inits.iter().any(|(o, b)| *o == tab && *b == want));
         }
-        if name == "attention_fwd_rotload" {
+        if name == "attention_mma_fwd_rotload" {
             continue;
         }
         // Nothing from the Rotary through the backward writes the pre-rotary tensors, the
@@ -202,8 +210,9 @@ fn forward_rotaries_are_turned_on_load_from_kept_pre_rotary_tensors() {
 }
 
 /// Every distinct kernel of Bob's and Coppelius's training programs, and the rotating attention
-/// kernels at the GPU check's shape, assemble for sm_90a with ptxas 13 (the PyPI wheel at
-/// `PTXAS` or `$ALPHA_PTXAS`); prints "skipped" where it is absent.
+/// kernels at the GPU check's shape (fp32 and tensor-core), assemble for sm_90a with ptxas 13
+/// (the PyPI wheel at `PTXAS` or `$ALPHA_PTXAS`), the tensor-core attention kernels without
+/// spilling registers; prints "skipped" where ptxas is absent.
 #[test]
 fn every_training_kernel_assembles_with_ptxas() {
     const PTXAS: &str = "/tmp/nvccwhl/ex/nvidia/cu13/bin/ptxas";
@@ -234,15 +243,38 @@ fn every_training_kernel_assembles_with_ptxas() {
             }
         }
     }
+    // Their tensor-core forms, every option (and a soft-cap), which must not spill.
+    use alpha_cuda::attention_mma;
+    let capped = Dims { softcap: Some(30.0), ..dims };
+    for (i, load) in [[false, false], [true, true], [true, false], [false, true]].into_iter().enumerate() {
+        for r in [false, true] {
+            for (j, d) in [dims, capped].iter().enumerate() {
+                for k in [
+                    attention_mma::forward_kernel_rotating(d, load),
+                    attention_mma::backward_dq_kernel_rotating(d, r, load),
+                    attention_mma::backward_dkv_kernel_rotating(d, r, load),
+                ] {
+                    let f = dir.join(format!("check_mma_{i}_{r}_{j}_{}.ptx", k.name));
+                    std::fs::write(&f, k.render()).unwrap();
+                    files.push(f);
+                }
+            }
+        }
+    }
     let mut failed = vec![];
     for f in &files {
         let out = std::process::Command::new(&ptxas)
-            .args(["-arch=sm_90a", "-o", "/dev/null"])
+            .args(["-arch=sm_90a", "-v", "-o", "/dev/null"])
             .arg(f)
             .output()
             .expect("running ptxas");
+        let info = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {
-            failed.push(format!("{}: {}", f.display(), String::from_utf8_lossy(&out.stderr)));
+            failed.push(format!("{}: {info}", f.display()));
+        } else if f.to_string_lossy().contains("attention_mma")
+            && !info.contains("0 bytes spill stores, 0 bytes spill loads")
+        {
+            failed.push(format!("{} spills registers: {info}", f.display()));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

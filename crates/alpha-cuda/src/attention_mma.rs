@@ -1,0 +1,1058 @@
+//! Causal grouped-query attention on the tensor cores: forward, dQ (with delta) and dK/dV, as
+//! drop-in replacements for [`crate::attention`]'s kernels when the head dimension is 64.
+//!
+//! Why: the fp32 kernels of [`crate::attention`] give one thread a whole query (or key) row and
+//! walk the keys one at a time on the CUDA cores; at Coppelius's shape (T = 1024, 8 heads of 64)
+//! they take about half of a training step. The same arithmetic as 16×8×16 bf16 `mma.sync` tiles
+//! with fp32 accumulation — FlashAttention-2's schedule, the precision PyTorch's bf16 flash
+//! attention has — runs on the tensor cores, while softmax statistics, log-sum-exp, delta and
+//! every accumulator stay fp32. Each output element is still summed by one thread in a fixed
+//! order, with no atomics, so results repeat bit for bit. The kernels take exactly the
+//! parameters of the fp32 ones (rotary-on-load and inverse-rotary-on-store options included) and
+//! use the same grids, so the lowering switches by kernel builder and block size alone.
+//!
+//! How: a block is 4 warps (128 threads) and owns 64 rows; each warp owns 16 of them, whose mma
+//! fragments stay in registers. Operand tiles of 64 rows × 64 are staged in shared memory as
+//! bf16 (converted, and turned by the rotary when asked, on the way in; rows padded from 128 to
+//! 144 bytes so the eight row addresses of each `ldmatrix` fall in eight different 16-byte bank
+//! groups), read as A fragments or non-transposed B fragments with `ldmatrix`, or as transposed
+//! B fragments with `ldmatrix.trans` — so no tile is ever stored twice. Two stages: the next
+//! tile's global loads are issued into registers before the tensor-core work on the current one
+//! and stored to the other stage after it, one barrier per tile. Fragment layouts (PTX ISA,
+//! m16n8k16, lane = 4g + t): an accumulator holds rows g and g+8 at columns 2t, 2t+1 of each n8
+//! tile, which is exactly the A-operand layout of a k16 step when two adjacent n8 tiles are packed
+//! to bf16 pairs, so probabilities and score gradients feed the next product from registers.
+//! - forward, grid (⌈T/64⌉, B·H): S = Q·Kᵀ per 64-key tile (K tile `[key][d]` is B `[n][k]`),
+//!   online softmax in base 2 on the accumulators (row max and sum over the quad of lanes that
+//!   share a row, with `shfl.bfly`), causal mask on the diagonal tile only, O += P·V (V tile
+//!   `[key][d]` is B `[k][n]`: `ldmatrix.trans`). Writes o and lse = ln 2·(m + log₂ l).
+//! - dQ, same grid: delta_i = dO_i·O_i in fp32 from global (written to the scratch row the dK/dV
+//!   kernel reads), then per 16-key chunk of each key tile: S = Q·Kᵀ, dP = dO·Vᵀ,
+//!   dS = P⊙(dP − delta)(⊙ soft-cap factor), dQ += dS·K; dq = scale·dQ (turned back by the rotary
+//!   when asked).
+//! - dK/dV, grid (⌈T/64⌉, B·G): per query head of the group and query tile from the diagonal on,
+//!   per 16-query chunk: Sᵀ = K·Qᵀ, Pᵀ, dPᵀ = V·dOᵀ, dSᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q (lse and
+//!   delta of the query tile staged in shared memory); dk = scale·dK.
+//!
+//! Forward and dQ blocks take their query tiles in reverse order (the longest causal rows start
+//! first); the dK/dV blocks' natural order already starts with the longest. Rows past T are read
+//! as zeros and never stored; a masked or absent score gets probability exactly 0. The overlaps
+//! the plan allows the fp32 kernels hold here too (dq exactly over o, dk exactly over the
+//! pre-rotary k): a block reads the rows it will write (q, o, dO in dQ; k, v in dK/dV) only in
+//! its prologue, and no other block reads them.
+//!
+//! On an H200 (`check::attention_checks` with bench), B = 1, H = 8, T = 1024: forward 21 µs
+//! against the fp32 kernel's 224, backward (dQ + dK/dV) 48 µs against 825 (54 with Coppelius's
+//! rotary options); B = 16: 125 µs and 329 µs, about 130 TFLOP/s of causal work. Issuing the
+//! next tile's loads in two halves (fewer registers in flight) measured up to 13% slower, so
+//! each tile's loads are issued at once; ptxas then uses up to 255 registers, without spilling.
+
+use crate::attention::{rotate_pairs, rotload, Dims};
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+
+/// The head dimension these kernels are written for.
+pub const D: usize = 64;
+/// Rows per block and per tile (queries in forward and dQ, keys in dK/dV; and the tiles they
+/// walk). Equal to [`crate::attention::ROWS`], so [`Dims::grid_q`] and [`Dims::grid_kv`] apply.
+pub const ROWS: u32 = 64;
+/// Threads per block: 4 warps of 16 rows each.
+pub const THREADS: u32 = 128;
+/// Shared-memory row pitch in bytes (64 bf16 = 128 bytes, padded to 144).
+const PITCH: u32 = 144;
+/// One staged 64-row bf16 tile.
+const TILE: u32 = ROWS * PITCH;
+/// Bytes of one f32 row of the head dimension in global memory.
+const ROW_BYTES: u32 = (D * 4) as u32;
+/// Bytes of one row of the rotary table's cosines (or sines): D/2 f32.
+const TAB_ROW: u32 = (D * 2) as u32;
+const MMA: &str = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+
+/// Whether these kernels can replace [`crate::attention`]'s for `dims`: head dimension 64 (any
+/// T ≥ 1, GQA, soft-cap and rotary options all supported).
+pub fn applies(dims: &Dims) -> bool {
+    dims.d == D && dims.check().is_ok()
+}
+
+/// The block every kernel of this module is written for.
+pub fn block() -> (u32, u32, u32) {
+    (THREADS, 1, 1)
+}
+
+// ---- small emitters ---------------------------------------------------------------------------
+
+fn mma(k: &mut Kernel, c: &[Reg], a: &[Reg], b: &[Reg]) {
+    k.op(MMA, [Opnd::V(c.to_vec()), Opnd::V(a.to_vec()), Opnd::V(b.to_vec()), Opnd::V(c.to_vec())]);
+}
+
+/// Four 8×8 bf16 matrices from shared memory (`base + off`, each lane's own row address).
+fn ldsm(k: &mut Kernel, base: Reg, off: u32, trans: bool) -> Vec<Reg> {
+    let r = k.regs(RegKind::B32, 4);
+    let op = if trans {
+        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+    } else {
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+    };
+    k.op(op, [Opnd::V(r.clone()), addr(base, off as i64)]);
+    r
+}
+
+fn zeros(k: &mut Kernel, n: usize) -> Vec<Reg> {
+    (0..n).map(|_| k.imm_f32(0.0)).collect()
+}
+
+/// Two f32 as a bf16 pair (`lo` in the low half), rounded to nearest even.
+fn pack(k: &mut Kernel, lo: Reg, hi: Reg) -> Reg {
+    let d = k.reg(RegKind::B32);
+    k.op("cvt.rn.bf16x2.f32", [d.into(), hi.into(), lo.into()]);
+    d
+}
+
+/// The A fragment of one k16 step from the accumulators of two adjacent n8 tiles.
+fn a_frag(k: &mut Kernel, c0: &[Reg], c1: &[Reg]) -> Vec<Reg> {
+    vec![pack(k, c0[0], c0[1]), pack(k, c0[2], c0[3]), pack(k, c1[0], c1[1]), pack(k, c1[2], c1[3])]
+}
+
+fn shfl_xor(k: &mut Kernel, v: Reg, mask: u32) -> Reg {
+    let t = k.reg(RegKind::F32);
+    k.op("shfl.sync.bfly.b32", [t.into(), v.into(), mask.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
+    t
+}
+
+fn ex2(k: &mut Kernel, x: Reg) -> Reg {
+    k.un("ex2.approx.ftz.f32", RegKind::F32, x)
+}
+
+/// The start of head `head` (a row block of `t` rows of D f32) of the tensor at `base`.
+fn head_base(k: &mut Kernel, base: Reg, head: Reg, t: u32, row_bytes: u32) -> Reg {
+    let rows = k.bin("mul.lo.u32", RegKind::B32, head, t);
+    let off = k.reg(RegKind::B64);
+    k.op("mul.wide.u32", [off.into(), rows.into(), row_bytes.into()]);
+    k.bin("add.s64", RegKind::B64, base, off)
+}
+
+/// A raw dot product as the logit in base-2 units, and with a soft-cap c its gradient factor
+/// `1 − (s/c)²`: s = scale·dot, or c·tanh(scale·dot/c) with tanh as `1 − 2/(e^{2x} + 1)` (exact
+/// saturation, and no cancellation near 0 beyond ex2's own error).
+fn logit2(k: &mut Kernel, dot: Reg, dims: &Dims) -> (Reg, Option<Reg>) {
+    match dims.softcap {
+        None => (k.bin("mul.rn.f32", RegKind::F32, dot, dims.scale * LOG2E), None),
+        Some(c) => {
+            let y = k.bin("mul.rn.f32", RegKind::F32, dot, dims.scale / c * 2.0 * LOG2E);
+            let e = ex2(k, y);
+            let e1 = k.bin("add.rn.f32", RegKind::F32, e, 1.0f32);
+            let r = k.un("rcp.approx.ftz.f32", RegKind::F32, e1);
+            let th = k.tri("fma.rn.f32", RegKind::F32, r, -2.0f32, 1.0f32);
+            let s2 = k.bin("mul.rn.f32", RegKind::F32, th, c * LOG2E);
+            let nth = k.un("neg.f32", RegKind::F32, th);
+            let f = k.tri("fma.rn.f32", RegKind::F32, nth, th, 1.0f32);
+            (s2, Some(f))
+        }
+    }
+}
+
+/// Per-thread geometry shared by every kernel here.
+struct Lanes {
+    tid: Reg,
+    /// Row group g = lane / 4 and column pair t = lane % 4 of the mma fragments.
+    g: Reg,
+    tq: Reg,
+    /// The warp's first row within the block's 64: 16·warp.
+    wrow: Reg,
+    /// `ldmatrix` lane offset for A fragments and transposed B fragments (a 16×16 block of a
+    /// tile, rows = M or K): lane l addresses row l % 16, column half l / 16.
+    a_off: Reg,
+    /// `ldmatrix` lane offset for non-transposed B fragments (tile rows = N, columns = K; two
+    /// n8 tiles × k16): lane l addresses row 8·(l / 16) + l % 8, column half (l / 8) % 2.
+    b_off: Reg,
+    /// Causal-mask limits of the accumulator rows g and g+8: wrow + g + 8r − 2t.
+    lim: [Reg; 2],
+}
+
+fn lanes(k: &mut Kernel) -> Lanes {
+    let tid = k.sreg("%tid.x");
+    let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
+    let warp = k.bin("shr.u32", RegKind::B32, tid, 5u32);
+    let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
+    let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
+    let wrow = k.bin("shl.b32", RegKind::B32, warp, 4u32);
+    let l15 = k.bin("and.b32", RegKind::B32, lane, 15u32);
+    let l4 = k.bin("shr.u32", RegKind::B32, lane, 4u32);
+    let acol = k.bin("shl.b32", RegKind::B32, l4, 4u32);
+    let a_off = k.tri("mad.lo.u32", RegKind::B32, l15, PITCH, acol);
+    let l7 = k.bin("and.b32", RegKind::B32, lane, 7u32);
+    let brow = k.tri("mad.lo.u32", RegKind::B32, l4, 8u32, l7);
+    let l3 = k.bin("shr.u32", RegKind::B32, lane, 3u32);
+    let l3b = k.bin("and.b32", RegKind::B32, l3, 1u32);
+    let bcol = k.bin("shl.b32", RegKind::B32, l3b, 4u32);
+    let b_off = k.tri("mad.lo.u32", RegKind::B32, brow, PITCH, bcol);
+    let rg = k.bin("add.u32", RegKind::B32, wrow, g);
+    let t2 = k.bin("shl.b32", RegKind::B32, tq, 1u32);
+    let lim0 = k.bin("sub.s32", RegKind::B32, rg, t2);
+    let lim1 = k.bin("add.s32", RegKind::B32, lim0, 8u32);
+    Lanes { tid, g, tq, wrow, a_off, b_off, lim: [lim0, lim1] }
+}
+
+// ---- global → shared tiles ----------------------------------------------------------------------
+
+/// This thread's share of moving a 64-row f32 tile (rows of D) into a bf16 shared tile,
+/// optionally turned by the rotary at each row's position on the way.
+///
+/// Plain: 8 passes of 8 rows, 16 threads per row, one 16-byte load each (coalesced), stored as
+/// 8 bytes of bf16. Rotary: 4 passes of 16 rows, 8 threads per row, each turning 4 pairs
+/// `(x[c..c+4], x[c+32..c+36])` with the table's cosines and sines at the row's position — the
+/// rotary kernel's arithmetic ([`rotate_pairs`]) — before rounding to bf16.
+struct Mover {
+    tab: Option<Reg>,
+    t: u32,
+    row_in: Reg,
+    goff: Reg,
+    soff: Reg,
+    toff: Option<Reg>,
+}
+
+/// The registers of one tile's loads in flight: per pass, its predicate-guarded vectors.
+struct InFlight {
+    parts: Vec<Vec<Vec<Reg>>>,
+}
+
+fn mover(k: &mut Kernel, ln: &Lanes, tab: Option<Reg>, t: u32) -> Mover {
+    match tab {
+        None => {
+            let row_in = k.bin("shr.u32", RegKind::B32, ln.tid, 4u32);
+            let c4 = k.bin("and.b32", RegKind::B32, ln.tid, 15u32);
+            let gc = k.bin("shl.b32", RegKind::B32, c4, 4u32);
+            let goff = k.tri("mad.lo.u32", RegKind::B32, row_in, ROW_BYTES, gc);
+            let sc = k.bin("shl.b32", RegKind::B32, c4, 3u32);
+            let soff = k.tri("mad.lo.u32", RegKind::B32, row_in, PITCH, sc);
+            Mover { tab, t, row_in, goff, soff, toff: None }
+        }
+        Some(_) => {
+            let row_in = k.bin("shr.u32", RegKind::B32, ln.tid, 3u32);
+            let c8 = k.bin("and.b32", RegKind::B32, ln.tid, 7u32);
+            // Pair index c = 4·c8: 16 bytes of f32 in global memory and the table, 8 of bf16.
+            let gc = k.bin("shl.b32", RegKind::B32, c8, 4u32);
+            let goff = k.tri("mad.lo.u32", RegKind::B32, row_in, ROW_BYTES, gc);
+            let toff = k.tri("mad.lo.u32", RegKind::B32, row_in, TAB_ROW, gc);
+            let sc = k.bin("shl.b32", RegKind::B32, c8, 3u32);
+            let soff = k.tri("mad.lo.u32", RegKind::B32, row_in, PITCH, sc);
+            Mover { tab, t, row_in, goff, soff, toff: Some(toff) }
+        }
+    }
+}
+
+impl Mover {
+    fn passes(&self) -> (u32, u32) {
+        if self.tab.is_some() {
+            (4, 16)
+        } else {
+            (8, 8)
+        }
+    }
+
+    /// Issues the global loads of rows `row0 .. row0 + 64` of the head at `head` (zeros past T).
+    fn issue(&self, k: &mut Kernel, head: Reg, row0: Reg) -> InFlight {
+        let tile_off = k.reg(RegKind::B64);
+        k.op("mul.wide.u32", [tile_off.into(), row0.into(), ROW_BYTES.into()]);
+        let tile_ptr = k.bin("add.s64", RegKind::B64, head, tile_off);
+        let ptr = k.addr_of(tile_ptr, self.goff, 1);
+        let rem = k.bin("sub.u32", RegKind::B32, self.t, row0);
+        let tptr = match (self.tab, self.toff) {
+            (Some(tab), Some(toff)) => {
+                let o = k.reg(RegKind::B64);
+                k.op("mul.wide.u32", [o.into(), row0.into(), TAB_ROW.into()]);
+                let p = k.bin("add.s64", RegKind::B64, tab, o);
+                Some(k.addr_of(p, toff, 1))
+            }
+            _ => None,
+        };
+        let (passes, rows) = self.passes();
+        let mut parts = vec![];
+        for it in 0..passes {
+            let r = k.bin("add.u32", RegKind::B32, self.row_in, it * rows);
+            let ok = k.setp("lt.u32", r, rem);
+            let mut srcs = vec![(ptr, (it * rows * ROW_BYTES) as i64)];
+            if let Some(tp) = tptr {
+                srcs.push((ptr, (it * rows * ROW_BYTES + ROW_BYTES / 2) as i64));
+                srcs.push((tp, (it * rows * TAB_ROW) as i64));
+                srcs.push((tp, (it * rows * TAB_ROW + self.t * TAB_ROW) as i64));
+            }
+            let mut vecs = vec![];
+            for (p, off) in srcs {
+                let v = zeros(k, 4);
+                k.op_if(ok, false, "ld.global.v4.f32", [Opnd::V(v.clone()), addr(p, off)]);
+                vecs.push(v);
+            }
+            parts.push(vecs);
+        }
+        InFlight { parts }
+    }
+
+    /// Stores a tile whose loads were issued by [`Mover::issue`] into the shared tile at `tile`.
+    fn store(&self, k: &mut Kernel, f: &InFlight, tile: Reg) {
+        let sa = k.bin("add.u32", RegKind::B32, tile, self.soff);
+        let (_, rows) = self.passes();
+        for (it, vecs) in f.parts.iter().enumerate() {
+            let off = (it as u32 * rows * PITCH) as i64;
+            if self.tab.is_some() {
+                let (o1, o2) = rotate_pairs(k, &vecs[0], &vecs[1], &vecs[2], &vecs[3], false);
+                for (x, half_off) in [(o1, 0i64), (o2, (D as i64 / 2) * 2)] {
+                    let lo = pack(k, x[0], x[1]);
+                    let hi = pack(k, x[2], x[3]);
+                    k.op("st.shared.v2.b32", [addr(sa, off + half_off), Opnd::V(vec![lo, hi])]);
+                }
+            } else {
+                let x = &vecs[0];
+                let lo = pack(k, x[0], x[1]);
+                let hi = pack(k, x[2], x[3]);
+                k.op("st.shared.v2.b32", [addr(sa, off), Opnd::V(vec![lo, hi])]);
+            }
+        }
+    }
+}
+
+/// The A fragments (4 k16 steps over D) of the warp's 16 rows of the shared tile at `tile`.
+fn a_frags(k: &mut Kernel, ln: &Lanes, tile: Reg) -> Vec<Vec<Reg>> {
+    let row = k.tri("mad.lo.u32", RegKind::B32, ln.wrow, PITCH, ln.a_off);
+    let base = k.bin("add.u32", RegKind::B32, tile, row);
+    (0..4).map(|kc| ldsm(k, base, kc * 32, false)).collect()
+}
+
+/// `acc += A·Bᵀ` over D for 16 rows × 16 columns: `a` the warp's A fragments, B the 16 rows
+/// `n0 .. n0 + 16` of a `[n][d]` shared tile (`b_base` = tile + lane offset). `acc` = two n8 tiles.
+fn mma_abt(k: &mut Kernel, acc: &[Vec<Reg>], a: &[Vec<Reg>], b_base: Reg, n0: u32) {
+    for (kc, af) in a.iter().enumerate() {
+        let b = ldsm(k, b_base, n0 * PITCH + kc as u32 * 32, false);
+        mma(k, &acc[0], af, &b[0..2]);
+        mma(k, &acc[1], af, &b[2..4]);
+    }
+}
+
+/// `acc += A·B` over the 16 rows `k0 .. k0 + 16` of a `[k][d]` shared tile (`t_base` = tile +
+/// transposing lane offset): `a` one A fragment (16 rows × those 16 k), `acc` 8 n8 tiles over D.
+fn mma_ab(k: &mut Kernel, acc: &[Vec<Reg>], a: &[Reg], t_base: Reg, k0: u32) {
+    for dp in 0..4u32 {
+        let b = ldsm(k, t_base, k0 * PITCH + dp * 32, true);
+        mma(k, &acc[2 * dp as usize], a, &b[0..2]);
+        mma(k, &acc[2 * dp as usize + 1], a, &b[2..4]);
+    }
+}
+
+/// Stores the accumulator rows of the warp (rows `row0 + wrow + g + 8r` of the head at `head`,
+/// those below T), times `mul`, turned back by the rotary at each row's position when `tab`.
+#[allow(clippy::too_many_arguments)]
+fn store_rows(
+    k: &mut Kernel,
+    ln: &Lanes,
+    head: Reg,
+    row0: Reg,
+    t: u32,
+    acc: &[Vec<Reg>],
+    mul: [Option<Reg>; 2],
+    tab: Option<Reg>,
+) {
+    for r in 0..2usize {
+        let base_row = k.bin("add.u32", RegKind::B32, row0, ln.wrow);
+        let g8 = k.bin("add.u32", RegKind::B32, ln.g, (8 * r) as u32);
+        let row = k.bin("add.u32", RegKind::B32, base_row, g8);
+        let ok = k.setp("lt.u32", row, t);
+        let mut vals: Vec<Reg> = Vec::with_capacity(16);
+        for a in acc {
+            for e in 0..2 {
+                let x = a[2 * r + e];
+                vals.push(match mul[r] {
+                    Some(m) => k.bin("mul.rn.f32", RegKind::F32, x, m),
+                    None => x,
+                });
+            }
+        }
+        let col = k.bin("shl.b32", RegKind::B32, ln.tq, 1u32);
+        if let Some(tab) = tab {
+            // Columns dn·8 + 2t + e of the first half pair with dn·8 + 2t + e + 32, in this thread.
+            let te = k.tri("mad.lo.u32", RegKind::B32, row, (D / 2) as u32, col);
+            let ta = k.addr_of(tab, te, 4);
+            let (mut c, mut s) = (vec![], vec![]);
+            for dn in 0..4i64 {
+                let cv = zeros(k, 2);
+                k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(cv.clone()), addr(ta, dn * 32)]);
+                let sv = zeros(k, 2);
+                k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(sv.clone()), addr(ta, (t * TAB_ROW) as i64 + dn * 32)]);
+                c.extend(cv);
+                s.extend(sv);
+            }
+            let (o1, o2) = rotate_pairs(k, &vals[..8], &vals[8..], &c, &s, true);
+            vals = o1.into_iter().chain(o2).collect();
+        }
+        let e = k.tri("mad.lo.u32", RegKind::B32, row, D as u32, col);
+        let p = k.addr_of(head, e, 4);
+        for dn in 0..8usize {
+            k.op_if(
+                ok,
+                false,
+                "st.global.v2.f32",
+                [addr(p, dn as i64 * 32), Opnd::V(vec![vals[2 * dn], vals[2 * dn + 1]])],
+            );
+        }
+    }
+}
+
+/// `(b, h, kv head)` of a query-head block index `bh`.
+fn query_head(k: &mut Kernel, dims: &Dims, bh: Reg) -> Reg {
+    let per = (dims.h / dims.g) as u32;
+    let b = k.bin("div.u32", RegKind::B32, bh, dims.h as u32);
+    let h = k.bin("rem.u32", RegKind::B32, bh, dims.h as u32);
+    let gh = k.bin("div.u32", RegKind::B32, h, per);
+    k.tri("mad.lo.u32", RegKind::B32, b, dims.g as u32, gh)
+}
+
+/// The block's query tile, longest causal rows first: ⌈T/64⌉ − 1 − ctaid.x.
+fn reversed_tile(k: &mut Kernel, t: u32) -> Reg {
+    let cx = k.sreg("%ctaid.x");
+    let last = k.imm_u32(t.div_ceil(ROWS) - 1);
+    k.bin("sub.u32", RegKind::B32, last, cx)
+}
+
+// ---- forward -------------------------------------------------------------------------------------
+
+/// Forward: params (o, lse, q, k, v).
+pub fn forward_kernel(dims: &Dims) -> Kernel {
+    forward_kernel_rotating(dims, [false, false])
+}
+
+/// Forward with `load` = (q, k) read before their forward rotary and turned on load, as
+/// [`crate::attention::forward_kernel_rotating`]: params (o, lse, q, k, v), then `q_tab` and
+/// `k_tab` for those turned. Grid [`Dims::grid_q`], block [`block`].
+pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
+    debug_assert_eq!(dims.d, D);
+    let t = dims.t as u32;
+    let mut k = Kernel::new(&format!("attention_mma_fwd{}", rotload(load))).with_block(THREADS, 1, 1);
+    let o = k.param_reg("o", ParamTy::U64);
+    let lse = k.param_reg("lse", ParamTy::U64);
+    let q = k.param_reg("q", ParamTy::U64);
+    let kk = k.param_reg("k", ParamTy::U64);
+    let v = k.param_reg("v", ParamTy::U64);
+    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
+    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    // Stages [K0][V0][K1][V1]; Q passes through K1 before the loop.
+    let smem = k.shared("attn_smem", 4 * TILE, 16);
+    let ln = lanes(&mut k);
+    let tile = reversed_tile(&mut k, t);
+    let bh = k.sreg("%ctaid.y");
+    let kvh = query_head(&mut k, dims, bh);
+    let qb = head_base(&mut k, q, bh, t, ROW_BYTES);
+    let kb = head_base(&mut k, kk, kvh, t, ROW_BYTES);
+    let vb = head_base(&mut k, v, kvh, t, ROW_BYTES);
+    let qrow0 = k.bin("mul.lo.u32", RegKind::B32, tile, ROWS);
+    let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
+    let mq = mover(&mut k, &ln, q_tab, t);
+    let mk = mover(&mut k, &ln, k_tab, t);
+    let mv = mover(&mut k, &ln, None, t);
+    k.comment("prologue: Q through stage 1, the first K and V tiles into stage 0");
+    {
+        let f = mq.issue(&mut k, qb, qrow0);
+        let zero = k.imm_u32(0);
+        let fk = mk.issue(&mut k, kb, zero);
+        let fv = mv.issue(&mut k, vb, zero);
+        let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
+        mq.store(&mut k, &f, s1);
+        mk.store(&mut k, &fk, sm);
+        let s0v = k.bin("add.u32", RegKind::B32, sm, TILE);
+        mv.store(&mut k, &fv, s0v);
+    }
+    k.barrier();
+    let qf = {
+        let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
+        a_frags(&mut k, &ln, s1)
+    };
+    k.barrier();
+    let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(&mut k, 4)).collect();
+    let m = [k.imm_f32(f32::NEG_INFINITY), k.imm_f32(f32::NEG_INFINITY)];
+    let l = [k.imm_f32(0.0), k.imm_f32(0.0)];
+    let kt = k.imm_u32(0);
+    let stage = k.imm_u32(0);
+    let top = k.label("ktile");
+    let skip_load = k.label("skip_load");
+    let skip_mask = k.label("skip_mask");
+    let skip_store = k.label("skip_store");
+    k.place(&top);
+    let has_next = k.setp("lt.u32", kt, tile);
+    k.bra_if(has_next, true, &skip_load);
+    let nrow0 = k.tri("mad.lo.u32", RegKind::B32, kt, ROWS, ROWS);
+    let fk = mk.issue(&mut k, kb, nrow0);
+    let fv = mv.issue(&mut k, vb, nrow0);
+    k.place(&skip_load);
+    k.comment("S = Q K^T");
+    let cur = k.bin("add.u32", RegKind::B32, sm, stage);
+    let kb_b = k.bin("add.u32", RegKind::B32, cur, ln.b_off);
+    let s: Vec<Vec<Reg>> = (0..8).map(|_| zeros(&mut k, 4)).collect();
+    for np in 0..4usize {
+        mma_abt(&mut k, &s[2 * np..2 * np + 2], &qf, kb_b, np as u32 * 16);
+    }
+    // Logits in base-2 units, in place.
+    for x in s.iter().flatten() {
+        let (s2, _) = logit2(&mut k, *x, dims);
+        k.op("mov.f32", [(*x).into(), s2.into()]);
+    }
+    k.comment("causal mask, diagonal tile only: key 8j + 2t + e > query wrow + g + 8r");
+    let diag = k.setp("eq.u32", kt, tile);
+    k.bra_if(diag, true, &skip_mask);
+    for (j, c) in s.iter().enumerate() {
+        for (e, &x) in c.iter().enumerate() {
+            let masked = k.setp("lt.s32", ln.lim[e >> 1], (8 * j + (e & 1)) as u32);
+            k.op("selp.f32", [x.into(), f32::NEG_INFINITY.into(), x.into(), masked.into()]);
+        }
+    }
+    k.place(&skip_mask);
+    k.comment("online softmax (base 2)");
+    for r in 0..2usize {
+        let mut mx = s[0][2 * r];
+        for (j, c) in s.iter().enumerate() {
+            for e in 0..2 {
+                if j == 0 && e == 0 {
+                    continue;
+                }
+                mx = k.bin("max.f32", RegKind::F32, mx, c[2 * r + e]);
+            }
+        }
+        for mask in [1u32, 2] {
+            let o_ = shfl_xor(&mut k, mx, mask);
+            mx = k.bin("max.f32", RegKind::F32, mx, o_);
+        }
+        let m_new = k.bin("max.f32", RegKind::F32, m[r], mx);
+        let dm = k.bin("sub.rn.f32", RegKind::F32, m[r], m_new);
+        let alpha = ex2(&mut k, dm);
+        k.op("mov.f32", [m[r].into(), m_new.into()]);
+        k.op("mul.rn.f32", [l[r].into(), l[r].into(), alpha.into()]);
+        for a in &acc {
+            for e in 0..2 {
+                k.op("mul.rn.f32", [a[2 * r + e].into(), a[2 * r + e].into(), alpha.into()]);
+            }
+        }
+        for c in &s {
+            for e in 0..2 {
+                let x = c[2 * r + e];
+                let d = k.bin("sub.rn.f32", RegKind::F32, x, m_new);
+                let p = ex2(&mut k, d);
+                k.op("mov.f32", [x.into(), p.into()]);
+                k.op("add.rn.f32", [l[r].into(), l[r].into(), p.into()]);
+            }
+        }
+    }
+    k.comment("O += P V");
+    let vb_t = {
+        let c = k.bin("add.u32", RegKind::B32, cur, TILE);
+        k.bin("add.u32", RegKind::B32, c, ln.a_off)
+    };
+    for kc in 0..4usize {
+        let a = a_frag(&mut k, &s[2 * kc], &s[2 * kc + 1]);
+        mma_ab(&mut k, &acc, &a, vb_t, kc as u32 * 16);
+    }
+    k.bra_if(has_next, true, &skip_store);
+    {
+        let other = k.bin("xor.b32", RegKind::B32, stage, 2 * TILE);
+        let ks = k.bin("add.u32", RegKind::B32, sm, other);
+        mk.store(&mut k, &fk, ks);
+        let vs = k.bin("add.u32", RegKind::B32, ks, TILE);
+        mv.store(&mut k, &fv, vs);
+    }
+    k.place(&skip_store);
+    k.barrier();
+    k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
+    k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
+    k.bra_if(has_next, false, &top);
+
+    k.comment("epilogue: o = O / l, lse = ln 2  (m + log2 l)");
+    let mut inv = [None, None];
+    let mut lsum = vec![];
+    for r in 0..2usize {
+        let mut x = l[r];
+        for mask in [1u32, 2] {
+            let o_ = shfl_xor(&mut k, x, mask);
+            x = k.bin("add.rn.f32", RegKind::F32, x, o_);
+        }
+        inv[r] = Some(k.un("rcp.rn.f32", RegKind::F32, x));
+        lsum.push(x);
+    }
+    let ob = head_base(&mut k, o, bh, t, ROW_BYTES);
+    store_rows(&mut k, &ln, ob, qrow0, t, &acc, inv, None);
+    let lb = head_base(&mut k, lse, bh, t, 4);
+    let first = k.setp("eq.u32", ln.tq, 0u32);
+    for r in 0..2usize {
+        let a = k.bin("add.u32", RegKind::B32, qrow0, ln.wrow);
+        let b = k.bin("add.u32", RegKind::B32, ln.g, (8 * r) as u32);
+        let row = k.bin("add.u32", RegKind::B32, a, b);
+        let inside = k.setp("lt.u32", row, t);
+        let ok = k.bin("and.pred", RegKind::Pred, inside, first);
+        let lg = k.un("lg2.approx.f32", RegKind::F32, lsum[r]);
+        let s2 = k.bin("add.rn.f32", RegKind::F32, m[r], lg);
+        let val = k.bin("mul.rn.f32", RegKind::F32, s2, std::f32::consts::LN_2);
+        let pa = k.addr_of(lb, row, 4);
+        k.op_if(ok, false, "st.global.f32", [addr(pa, 0), val.into()]);
+    }
+    k.ret();
+    k
+}
+
+// ---- backward: dQ --------------------------------------------------------------------------------
+
+/// dQ and delta: params (dq, delta, q, k, v, o, lse, do), then `dq_tab` with `inverse_rotary`
+/// (dq stored turned back by the rotary), as [`crate::attention::backward_dq_kernel`].
+pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
+    backward_dq_kernel_rotating(dims, inverse_rotary, [false, false])
+}
+
+/// [`backward_dq_kernel`] with q and k (as `load` says) read before their forward rotary and
+/// turned on load; `q_tab`, `k_tab` follow the params. Grid [`Dims::grid_q`], block [`block`].
+pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
+    debug_assert_eq!(dims.d, D);
+    let t = dims.t as u32;
+    let name = format!("attention_mma_bwd_dq{}{}", rotload(load), if inverse_rotary { "_rotary" } else { "" });
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
+    let dq = k.param_reg("dq", ParamTy::U64);
+    let delta = k.param_reg("delta", ParamTy::U64);
+    let q = k.param_reg("q", ParamTy::U64);
+    let kk = k.param_reg("k", ParamTy::U64);
+    let v = k.param_reg("v", ParamTy::U64);
+    let o = k.param_reg("o", ParamTy::U64);
+    let lse = k.param_reg("lse", ParamTy::U64);
+    let dout = k.param_reg("do", ParamTy::U64);
+    let dq_tab = inverse_rotary.then(|| k.param_reg("dq_tab", ParamTy::U64));
+    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
+    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    // Stages [K0][V0][K1][V1]; Q and dO pass through K1 and V1 before the loop.
+    let smem = k.shared("attn_smem", 4 * TILE, 16);
+    let dsm = k.shared("attn_delta", ROWS * 4, 16);
+    let ln = lanes(&mut k);
+    let tile = reversed_tile(&mut k, t);
+    let bh = k.sreg("%ctaid.y");
+    let kvh = query_head(&mut k, dims, bh);
+    let qb = head_base(&mut k, q, bh, t, ROW_BYTES);
+    let ob = head_base(&mut k, o, bh, t, ROW_BYTES);
+    let dob = head_base(&mut k, dout, bh, t, ROW_BYTES);
+    let kb = head_base(&mut k, kk, kvh, t, ROW_BYTES);
+    let vb = head_base(&mut k, v, kvh, t, ROW_BYTES);
+    let qrow0 = k.bin("mul.lo.u32", RegKind::B32, tile, ROWS);
+    let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
+    let sdelta = k.un("mov.u32", RegKind::B32, Opnd::S(dsm));
+    let mp = mover(&mut k, &ln, None, t);
+    let mq = mover(&mut k, &ln, q_tab, t);
+    let mk = mover(&mut k, &ln, k_tab, t);
+    k.comment("delta = dO O per row, in f32 from global: 16 lanes per row, a fixed butterfly");
+    {
+        let fdo = mp.issue(&mut k, dob, qrow0);
+        let fo = mp.issue(&mut k, ob, qrow0);
+        let deltab = head_base(&mut k, delta, bh, t, 4);
+        let c4 = k.bin("and.b32", RegKind::B32, ln.tid, 15u32);
+        let writer = k.setp("eq.u32", c4, 0u32);
+        for (it, (a, b)) in fdo.parts.iter().zip(&fo.parts).enumerate() {
+            let (a, b) = (&a[0], &b[0]);
+            let mut s = k.bin("mul.rn.f32", RegKind::F32, a[0], b[0]);
+            for c in 1..4 {
+                s = k.tri("fma.rn.f32", RegKind::F32, a[c], b[c], s);
+            }
+            for mask in [1u32, 2, 4, 8] {
+                let o_ = shfl_xor(&mut k, s, mask);
+                s = k.bin("add.rn.f32", RegKind::F32, s, o_);
+            }
+            let row = k.bin("add.u32", RegKind::B32, mp.row_in, it as u32 * 8);
+            let grow = k.bin("add.u32", RegKind::B32, qrow0, row);
+            let inside = k.setp("lt.u32", grow, t);
+            let ok = k.bin("and.pred", RegKind::Pred, inside, writer);
+            let ga = k.addr_of(deltab, grow, 4);
+            k.op_if(ok, false, "st.global.f32", [addr(ga, 0), s.into()]);
+            let sa = k.tri("mad.lo.u32", RegKind::B32, row, 4u32, sdelta);
+            k.op_if(writer, false, "st.shared.f32", [addr(sa, 0), s.into()]);
+        }
+        let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
+        mp.store(&mut k, &fdo, s1v);
+    }
+    k.comment("prologue: Q through stage 1, the first K and V tiles into stage 0");
+    {
+        let f = mq.issue(&mut k, qb, qrow0);
+        let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
+        mq.store(&mut k, &f, s1);
+        let zero = k.imm_u32(0);
+        let fk = mk.issue(&mut k, kb, zero);
+        let fv = mp.issue(&mut k, vb, zero);
+        mk.store(&mut k, &fk, sm);
+        let s0v = k.bin("add.u32", RegKind::B32, sm, TILE);
+        mp.store(&mut k, &fv, s0v);
+    }
+    k.barrier();
+    let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
+    let qf = a_frags(&mut k, &ln, s1);
+    let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
+    let dof = a_frags(&mut k, &ln, s1v);
+    // delta and lse·log2 e of the accumulator rows g and g+8.
+    let lb = head_base(&mut k, lse, bh, t, 4);
+    let mut dl = vec![];
+    let mut lse2 = vec![];
+    for r in 0..2u32 {
+        let wr = k.bin("add.u32", RegKind::B32, ln.wrow, ln.g);
+        let wr = k.bin("add.u32", RegKind::B32, wr, 8 * r);
+        let sa = k.tri("mad.lo.u32", RegKind::B32, wr, 4u32, sdelta);
+        let d_ = k.reg(RegKind::F32);
+        k.op("ld.shared.f32", [d_.into(), addr(sa, 0)]);
+        dl.push(d_);
+        let row = k.bin("add.u32", RegKind::B32, qrow0, wr);
+        let ok = k.setp("lt.u32", row, t);
+        let lv = k.imm_f32(0.0);
+        let la = k.addr_of(lb, row, 4);
+        k.op_if(ok, false, "ld.global.f32", [lv.into(), addr(la, 0)]);
+        lse2.push(k.bin("mul.rn.f32", RegKind::F32, lv, LOG2E));
+    }
+    k.barrier();
+    let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(&mut k, 4)).collect();
+    let kt = k.imm_u32(0);
+    let stage = k.imm_u32(0);
+    let top = k.label("ktile");
+    let skip_load = k.label("skip_load");
+    let skip_store = k.label("skip_store");
+    k.place(&top);
+    let has_next = k.setp("lt.u32", kt, tile);
+    k.bra_if(has_next, true, &skip_load);
+    let nrow0 = k.tri("mad.lo.u32", RegKind::B32, kt, ROWS, ROWS);
+    let fk = mk.issue(&mut k, kb, nrow0);
+    let fv = mp.issue(&mut k, vb, nrow0);
+    k.place(&skip_load);
+    let cur = k.bin("add.u32", RegKind::B32, sm, stage);
+    let kb_b = k.bin("add.u32", RegKind::B32, cur, ln.b_off);
+    let kb_t = k.bin("add.u32", RegKind::B32, cur, ln.a_off);
+    let vb_b = {
+        let c = k.bin("add.u32", RegKind::B32, cur, TILE);
+        k.bin("add.u32", RegKind::B32, c, ln.b_off)
+    };
+    // Mask limits: on the diagonal tile, key > query where 16kk + 8j + e > lim; else none.
+    let diag = k.setp("eq.u32", kt, tile);
+    let lim: Vec<Reg> = ln.lim.iter().map(|&x| k.tri("selp.b32", RegKind::B32, x, 1000u32, diag)).collect();
+    for kc in 0..4u32 {
+        k.comment("16 keys: S = Q K^T, dP = dO V^T, dS, dQ += dS K");
+        let s: Vec<Vec<Reg>> = (0..2).map(|_| zeros(&mut k, 4)).collect();
+        let dp: Vec<Vec<Reg>> = (0..2).map(|_| zeros(&mut k, 4)).collect();
+        mma_abt(&mut k, &s, &qf, kb_b, kc * 16);
+        mma_abt(&mut k, &dp, &dof, vb_b, kc * 16);
+        let mut ds: Vec<Vec<Reg>> = vec![];
+        for j in 0..2usize {
+            let mut c = vec![];
+            for e in 0..4usize {
+                let r = e >> 1;
+                let (s2, f) = logit2(&mut k, s[j][e], dims);
+                let x = k.bin("sub.rn.f32", RegKind::F32, s2, lse2[r]);
+                let p = ex2(&mut k, x);
+                let masked = k.setp("lt.s32", lim[r], kc * 16 + 8 * j as u32 + (e & 1) as u32);
+                let p = k.tri("selp.f32", RegKind::F32, 0.0f32, p, masked);
+                let dd = k.bin("sub.rn.f32", RegKind::F32, dp[j][e], dl[r]);
+                let mut v_ = k.bin("mul.rn.f32", RegKind::F32, p, dd);
+                if let Some(f) = f {
+                    v_ = k.bin("mul.rn.f32", RegKind::F32, v_, f);
+                }
+                c.push(v_);
+            }
+            ds.push(c);
+        }
+        let a = a_frag(&mut k, &ds[0], &ds[1]);
+        mma_ab(&mut k, &acc, &a, kb_t, kc * 16);
+    }
+    k.bra_if(has_next, true, &skip_store);
+    {
+        let other = k.bin("xor.b32", RegKind::B32, stage, 2 * TILE);
+        let ks = k.bin("add.u32", RegKind::B32, sm, other);
+        mk.store(&mut k, &fk, ks);
+        let vs = k.bin("add.u32", RegKind::B32, ks, TILE);
+        mp.store(&mut k, &fv, vs);
+    }
+    k.place(&skip_store);
+    k.barrier();
+    k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
+    k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
+    k.bra_if(has_next, false, &top);
+
+    k.comment("epilogue: dq = scale dQ (turned back by the rotary when asked)");
+    let sc = k.imm_f32(dims.scale);
+    let dqb = head_base(&mut k, dq, bh, t, ROW_BYTES);
+    store_rows(&mut k, &ln, dqb, qrow0, t, &acc, [Some(sc), Some(sc)], dq_tab);
+    k.ret();
+    k
+}
+
+// ---- backward: dK, dV ----------------------------------------------------------------------------
+
+/// lse·log2 e (+∞ past T, so those queries get probability 0) and delta (0 past T) of one query
+/// tile: threads 0..64, one row each. Returns (lse, delta, in range); [`stats_store`] stores them.
+struct Stats {
+    lse: Reg,
+    delta: Reg,
+    ok: Reg,
+}
+
+fn stats_issue(k: &mut Kernel, lse_head: Reg, delta_head: Reg, row0: Reg, tid: Reg, small: Reg, t: u32) -> Stats {
+    let row = k.bin("add.u32", RegKind::B32, row0, tid);
+    let inside = k.setp("lt.u32", row, t);
+    let ok = k.bin("and.pred", RegKind::Pred, inside, small);
+    let lv = k.imm_f32(0.0);
+    let dv = k.imm_f32(0.0);
+    let la = k.addr_of(lse_head, row, 4);
+    k.op_if(ok, false, "ld.global.f32", [lv.into(), addr(la, 0)]);
+    let da = k.addr_of(delta_head, row, 4);
+    k.op_if(ok, false, "ld.global.f32", [dv.into(), addr(da, 0)]);
+    Stats { lse: lv, delta: dv, ok }
+}
+
+fn stats_store(k: &mut Kernel, st: &Stats, tid: Reg, small: Reg, buf: Reg) {
+    let l2 = k.bin("mul.rn.f32", RegKind::F32, st.lse, LOG2E);
+    let l2 = k.tri("selp.f32", RegKind::F32, l2, f32::INFINITY, st.ok);
+    let a = k.tri("mad.lo.u32", RegKind::B32, tid, 4u32, buf);
+    k.op_if(small, false, "st.shared.f32", [addr(a, 0), l2.into()]);
+    k.op_if(small, false, "st.shared.f32", [addr(a, (ROWS * 4) as i64), st.delta.into()]);
+}
+
+/// dK and dV: params (dk, dv, q, k, v, lse, delta, do), then `dk_tab` with `inverse_rotary`
+/// (dk stored turned back by the rotary), as [`crate::attention::backward_dkv_kernel`].
+pub fn backward_dkv_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
+    backward_dkv_kernel_rotating(dims, inverse_rotary, [false, false])
+}
+
+/// [`backward_dkv_kernel`] with q and k (as `load` says) read before their forward rotary and
+/// turned on load; `q_tab`, `k_tab` follow the params. Grid [`Dims::grid_kv`], block [`block`].
+pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
+    debug_assert_eq!(dims.d, D);
+    let t = dims.t as u32;
+    let per = (dims.h / dims.g) as u32;
+    let ntiles = t.div_ceil(ROWS);
+    let name = format!("attention_mma_bwd_dkv{}{}", rotload(load), if inverse_rotary { "_rotary" } else { "" });
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
+    let dk = k.param_reg("dk", ParamTy::U64);
+    let dv = k.param_reg("dv", ParamTy::U64);
+    let q = k.param_reg("q", ParamTy::U64);
+    let kk = k.param_reg("k", ParamTy::U64);
+    let v = k.param_reg("v", ParamTy::U64);
+    let lse = k.param_reg("lse", ParamTy::U64);
+    let delta = k.param_reg("delta", ParamTy::U64);
+    let dout = k.param_reg("do", ParamTy::U64);
+    let dk_tab = inverse_rotary.then(|| k.param_reg("dk_tab", ParamTy::U64));
+    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
+    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    // Stages [Q0][dO0][Q1][dO1]; K and V pass through Q1 and dO1 before the loop. Statistics:
+    // [lse0][delta0][lse1][delta1], 64 f32 each.
+    let smem = k.shared("attn_smem", 4 * TILE, 16);
+    let stsm = k.shared("attn_stats", 4 * ROWS * 4, 16);
+    let ln = lanes(&mut k);
+    let tile = k.sreg("%ctaid.x");
+    let bg = k.sreg("%ctaid.y");
+    let b = k.bin("div.u32", RegKind::B32, bg, dims.g as u32);
+    let gg = k.bin("rem.u32", RegKind::B32, bg, dims.g as u32);
+    // Query head of the group's first: b·H + gg·per.
+    let gh = k.bin("mul.lo.u32", RegKind::B32, gg, per);
+    let h0 = k.tri("mad.lo.u32", RegKind::B32, b, dims.h as u32, gh);
+    let krow0 = k.bin("mul.lo.u32", RegKind::B32, tile, ROWS);
+    let kb = head_base(&mut k, kk, bg, t, ROW_BYTES);
+    let vb = head_base(&mut k, v, bg, t, ROW_BYTES);
+    let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
+    let st = k.un("mov.u32", RegKind::B32, Opnd::S(stsm));
+    let small = k.setp("lt.u32", ln.tid, ROWS);
+    let mk = mover(&mut k, &ln, k_tab, t);
+    let mp = mover(&mut k, &ln, None, t);
+    let mq = mover(&mut k, &ln, q_tab, t);
+    k.comment("prologue: K and V through stage 1, the diagonal Q and dO tiles of the first head into stage 0");
+    {
+        let fk = mk.issue(&mut k, kb, krow0);
+        let fv = mp.issue(&mut k, vb, krow0);
+        let qb = head_base(&mut k, q, h0, t, ROW_BYTES);
+        let dob = head_base(&mut k, dout, h0, t, ROW_BYTES);
+        let lb = head_base(&mut k, lse, h0, t, 4);
+        let db = head_base(&mut k, delta, h0, t, 4);
+        let fq = mq.issue(&mut k, qb, krow0);
+        let fdo = mp.issue(&mut k, dob, krow0);
+        let sts = stats_issue(&mut k, lb, db, krow0, ln.tid, small, t);
+        let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
+        mk.store(&mut k, &fk, s1);
+        let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
+        mp.store(&mut k, &fv, s1v);
+        mq.store(&mut k, &fq, sm);
+        let s0d = k.bin("add.u32", RegKind::B32, sm, TILE);
+        mp.store(&mut k, &fdo, s0d);
+        stats_store(&mut k, &sts, ln.tid, small, st);
+    }
+    k.barrier();
+    let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
+    let kf = a_frags(&mut k, &ln, s1);
+    let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
+    let vf = a_frags(&mut k, &ln, s1v);
+    k.barrier();
+    let dka: Vec<Vec<Reg>> = (0..8).map(|_| zeros(&mut k, 4)).collect();
+    let dva: Vec<Vec<Reg>> = (0..8).map(|_| zeros(&mut k, 4)).collect();
+    let hh = k.imm_u32(0);
+    let qt = k.un("mov.u32", RegKind::B32, tile);
+    let stage = k.imm_u32(0);
+    let sstage = k.imm_u32(0);
+    let stat_lane = k.tri("mad.lo.u32", RegKind::B32, ln.tq, 8u32, st);
+    let top = k.label("qtile");
+    let skip_load = k.label("skip_load");
+    let skip_store = k.label("skip_store");
+    k.place(&top);
+    // The next (head, query tile): tiles from the diagonal to the end, then the next head.
+    let nq = k.bin("add.u32", RegKind::B32, qt, 1u32);
+    let wrap = k.setp("ge.u32", nq, ntiles);
+    let nq = k.tri("selp.b32", RegKind::B32, tile, nq, wrap);
+    let inc = k.tri("selp.b32", RegKind::B32, 1u32, 0u32, wrap);
+    let nh = k.bin("add.u32", RegKind::B32, hh, inc);
+    let has_next = k.setp("lt.u32", nh, per);
+    k.bra_if(has_next, true, &skip_load);
+    let (fq, fdo, sts) = {
+        let h = k.bin("add.u32", RegKind::B32, h0, nh);
+        let qb = head_base(&mut k, q, h, t, ROW_BYTES);
+        let dob = head_base(&mut k, dout, h, t, ROW_BYTES);
+        let lb = head_base(&mut k, lse, h, t, 4);
+        let db = head_base(&mut k, delta, h, t, 4);
+        let row0 = k.bin("mul.lo.u32", RegKind::B32, nq, ROWS);
+        let fq = mq.issue(&mut k, qb, row0);
+        let fdo = mp.issue(&mut k, dob, row0);
+        let sts = stats_issue(&mut k, lb, db, row0, ln.tid, small, t);
+        (fq, fdo, sts)
+    };
+    k.place(&skip_load);
+    let cur = k.bin("add.u32", RegKind::B32, sm, stage);
+    let qb_b = k.bin("add.u32", RegKind::B32, cur, ln.b_off);
+    let qb_t = k.bin("add.u32", RegKind::B32, cur, ln.a_off);
+    let dcur = k.bin("add.u32", RegKind::B32, cur, TILE);
+    let db_b = k.bin("add.u32", RegKind::B32, dcur, ln.b_off);
+    let db_t = k.bin("add.u32", RegKind::B32, dcur, ln.a_off);
+    let stl = k.bin("add.u32", RegKind::B32, stat_lane, sstage);
+    // Mask limits: on the diagonal tile, query < key where 16kk + 8j + e < lim; else none.
+    let diag = k.setp("eq.u32", qt, tile);
+    let lim: Vec<Reg> = ln.lim.iter().map(|&x| k.tri("selp.b32", RegKind::B32, x, -1000i32, diag)).collect();
+    for kc in 0..4u32 {
+        k.comment("16 queries: S^T = K Q^T, dP^T = V dO^T, P^T, dS^T, dV += P^T dO, dK += dS^T Q");
+        let s: Vec<Vec<Reg>> = (0..2).map(|_| zeros(&mut k, 4)).collect();
+        let dp: Vec<Vec<Reg>> = (0..2).map(|_| zeros(&mut k, 4)).collect();
+        mma_abt(&mut k, &s, &kf, qb_b, kc * 16);
+        mma_abt(&mut k, &dp, &vf, db_b, kc * 16);
+        let mut pc: Vec<Vec<Reg>> = vec![];
+        let mut dsc: Vec<Vec<Reg>> = vec![];
+        for j in 0..2usize {
+            let col = (kc * 16 + 8 * j as u32) * 4;
+            let lv = k.regs(RegKind::F32, 2);
+            k.op("ld.shared.v2.f32", [Opnd::V(lv.clone()), addr(stl, col as i64)]);
+            let dl = k.regs(RegKind::F32, 2);
+            k.op("ld.shared.v2.f32", [Opnd::V(dl.clone()), addr(stl, (col + ROWS * 4) as i64)]);
+            let (mut pv, mut dsv) = (vec![], vec![]);
+            for e in 0..4usize {
+                let (r, e1) = (e >> 1, e & 1);
+                let (s2, f) = logit2(&mut k, s[j][e], dims);
+                let x = k.bin("sub.rn.f32", RegKind::F32, s2, lv[e1]);
+                let p = ex2(&mut k, x);
+                let masked = k.setp("gt.s32", lim[r], kc * 16 + 8 * j as u32 + e1 as u32);
+                let p = k.tri("selp.f32", RegKind::F32, 0.0f32, p, masked);
+                let dd = k.bin("sub.rn.f32", RegKind::F32, dp[j][e], dl[e1]);
+                let mut d_ = k.bin("mul.rn.f32", RegKind::F32, p, dd);
+                if let Some(f) = f {
+                    d_ = k.bin("mul.rn.f32", RegKind::F32, d_, f);
+                }
+                pv.push(p);
+                dsv.push(d_);
+            }
+            pc.push(pv);
+            dsc.push(dsv);
+        }
+        let pa = a_frag(&mut k, &pc[0], &pc[1]);
+        mma_ab(&mut k, &dva, &pa, db_t, kc * 16);
+        let da = a_frag(&mut k, &dsc[0], &dsc[1]);
+        mma_ab(&mut k, &dka, &da, qb_t, kc * 16);
+    }
+    k.bra_if(has_next, true, &skip_store);
+    {
+        let other = k.bin("xor.b32", RegKind::B32, stage, 2 * TILE);
+        let qs = k.bin("add.u32", RegKind::B32, sm, other);
+        mq.store(&mut k, &fq, qs);
+        let ds_ = k.bin("add.u32", RegKind::B32, qs, TILE);
+        mp.store(&mut k, &fdo, ds_);
+        let so = k.bin("xor.b32", RegKind::B32, sstage, 2 * ROWS * 4);
+        let sb = k.bin("add.u32", RegKind::B32, st, so);
+        stats_store(&mut k, &sts, ln.tid, small, sb);
+    }
+    k.place(&skip_store);
+    k.barrier();
+    k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
+    k.op("xor.b32", [sstage.into(), sstage.into(), (2 * ROWS * 4).into()]);
+    k.op("mov.u32", [hh.into(), nh.into()]);
+    k.op("mov.u32", [qt.into(), nq.into()]);
+    k.bra_if(has_next, false, &top);
+
+    k.comment("epilogue: dk = scale dK (turned back by the rotary when asked), dv");
+    let sc = k.imm_f32(dims.scale);
+    let dkb = head_base(&mut k, dk, bg, t, ROW_BYTES);
+    store_rows(&mut k, &ln, dkb, krow0, t, &dka, [Some(sc), Some(sc)], dk_tab);
+    let dvb = head_base(&mut k, dv, bg, t, ROW_BYTES);
+    store_rows(&mut k, &ln, dvb, krow0, t, &dva, [None, None], None);
+    k.ret();
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(dims: &Dims) -> Vec<Kernel> {
+        let mut v = vec![];
+        for load in [[false, false], [true, false], [false, true], [true, true]] {
+            v.push(forward_kernel_rotating(dims, load));
+            for r in [false, true] {
+                v.push(backward_dq_kernel_rotating(dims, r, load));
+                v.push(backward_dkv_kernel_rotating(dims, r, load));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn kernels_fit_the_budget_and_use_the_tensor_cores() {
+        let dims = Dims { b: 1, h: 8, g: 8, t: 1024, d: 64, scale: 0.125, softcap: None };
+        assert!(applies(&dims));
+        assert!(!applies(&Dims { d: 32, ..dims }));
+        assert!(!applies(&Dims { g: 3, ..dims }));
+        for d in [dims, Dims { h: 4, g: 2, t: 200, softcap: Some(30.0), ..dims }] {
+            for k in all(&d) {
+                k.check_budget().unwrap();
+                assert!(k.static_shared_bytes() <= 4 * TILE + 4 * ROWS * 4, "{}", k.name);
+                let text = k.render();
+                assert!(text.contains(".reqntid 128, 1, 1"));
+                let mmas = text.matches(MMA).count();
+                // fwd: 32 (S) + 32 (PV); dq: 4 chunks × (8 + 8 + 8); dkv: 4 × (8 + 8 + 8 + 8).
+                let want = if k.name.contains("_fwd") {
+                    64
+                } else if k.name.contains("_dq") {
+                    96
+                } else {
+                    128
+                };
+                assert_eq!(mmas, want, "{}", k.name);
+            }
+        }
+    }
+
+    #[test]
+    fn names_follow_the_fp32_kernels() {
+        let dims = Dims { b: 1, h: 8, g: 8, t: 1024, d: 64, scale: 0.125, softcap: None };
+        assert_eq!(forward_kernel(&dims).name, "attention_mma_fwd");
+        assert_eq!(forward_kernel_rotating(&dims, [true, true]).name, "attention_mma_fwd_rotload");
+        assert_eq!(backward_dq_kernel_rotating(&dims, true, [true, true]).name, "attention_mma_bwd_dq_rotload_rotary");
+        assert_eq!(backward_dkv_kernel(&dims, false).name, "attention_mma_bwd_dkv");
+        // Same parameter lists as the fp32 kernels.
+        for (a, b) in [
+            (
+                forward_kernel_rotating(&dims, [true, false]),
+                crate::attention::forward_kernel_rotating(&dims, [true, false]),
+            ),
+            (
+                backward_dq_kernel_rotating(&dims, true, [false, true]),
+                crate::attention::backward_dq_kernel_rotating(&dims, true, [false, true]),
+            ),
+            (
+                backward_dkv_kernel_rotating(&dims, true, [true, true]),
+                crate::attention::backward_dkv_kernel_rotating(&dims, true, [true, true]),
+            ),
+        ] {
+            assert_eq!(a.params, b.params);
+        }
+    }
+}
