@@ -34,7 +34,8 @@ pub fn causal_self_attention(
         q = g.rotary(q, base);
         k = g.rotary(k, base);
     }
-    let o = g.attention(q, k, v, 1.0 / (hd as f64).sqrt(), None);
+    // bf16 operands, f32 sums: as the matrix products, and as PyTorch's bf16 flash attention.
+    let o = g.attention_bf16(q, k, v, 1.0 / (hd as f64).sqrt(), None);
     let o = g.permute(o, &[0, 2, 1, 3]);
     g.reshape(o, &[batch * t, width])
 }

@@ -194,19 +194,19 @@ impl<T: Real> Cpu<T> {
                 norms::rms_norm_backward(ins[0], ins[1], ins[2], ins[3], o0, o1);
             }
             Op::Rotary { base, inverse } => rotary::rotary(ins[0], shape(0), *base, *inverse, o0),
-            Op::Attention { scale, softcap } => {
+            Op::Attention { scale, softcap, bf16 } => {
                 let o1 = unsafe { self.slice_mut(out(1)) };
                 let (q, k) = (shape(0), shape(1));
                 let dims = attention::Dims { b: q[0], h: q[1], g: k[1], t: q[2], d: q[3] };
-                attention::forward(ins[0], ins[1], ins[2], &dims, *scale, *softcap, o0, o1);
+                let how = attention::How { scale: *scale, softcap: *softcap, bf16: *bf16 };
+                attention::forward(ins[0], ins[1], ins[2], &dims, how, o0, o1);
             }
-            Op::AttentionBackward { scale, softcap } => {
+            Op::AttentionBackward { scale, softcap, bf16 } => {
                 let (o1, o2) = unsafe { (self.slice_mut(out(1)), self.slice_mut(out(2))) };
                 let (q, k) = (shape(0), shape(1));
                 let dims = attention::Dims { b: q[0], h: q[1], g: k[1], t: q[2], d: q[3] };
-                attention::backward(
-                    ins[0], ins[1], ins[2], ins[3], ins[4], ins[5], &dims, *scale, *softcap, o0, o1, o2,
-                );
+                let how = attention::How { scale: *scale, softcap: *softcap, bf16: *bf16 };
+                attention::backward(ins[0], ins[1], ins[2], ins[3], ins[4], ins[5], &dims, how, o0, o1, o2);
             }
             Op::CrossEntropy => {
                 let o1 = unsafe { self.slice_mut(out(1)) };

@@ -232,7 +232,7 @@ fn cases() -> Vec<Case> {
             let o = g.attention(q, k, vv, scale, cap);
             let lse = Value { node: o.node, index: 1 };
             let dout = p(g, "do", &[2, h, t, d]);
-            let b = g.push(Op::AttentionBackward { scale, softcap: cap }, &[q, k, vv, o, lse, dout]);
+            let b = g.push(Op::AttentionBackward { scale, softcap: cap, bf16: false }, &[q, k, vv, o, lse, dout]);
             vec![("o", o), ("lse", lse), ("dq", b[0]), ("dk", b[1]), ("dv", b[2])]
         }));
     }

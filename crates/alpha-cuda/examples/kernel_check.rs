@@ -75,6 +75,7 @@ fn main() -> Result<()> {
     if !quick {
         gpu.set_checked(false);
         step("gemm-bench", check::gemm_bench(&gpu, &arena, &mut rng, &opts));
+        step("gemm-splitk", check::gemm_split_checks(&gpu, &arena, &mut rng, &opts));
         step("graph", check::gemm_step_graph(&gpu, &arena, &mut rng, &opts).map(|r| vec![r]));
         step("attention-bench", check::attention_checks(&gpu, &arena, &mut rng, &opts));
     }

@@ -223,7 +223,12 @@ impl CudaBackend {
                 let us = ns[k + 1].saturating_sub(ns[k]) as f64 / 1e3;
                 match l.node {
                     Some(node) => {
-                        let (family, name, flops, shape) = kernel_info(program, node);
+                        let (family, name, mut flops, mut shape) = kernel_info(program, node);
+                        // A node's later launches (a split-K GEMM's reduction) count in its
+                        // family's time, not again in its shape's arithmetic.
+                        if k > 0 && launches[k - 1].node == Some(node) {
+                            (flops, shape) = (None, None);
+                        }
                         LaunchTime { family, name, us, flops, shape }
                     }
                     None => {

@@ -1339,3 +1339,99 @@ pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resu
     }
     Ok(rows)
 }
+
+/// Split-K against the tile heuristic alone, on Coppelius's products whose K is long (one and
+/// 16 contexts a step, f32 operands as the training step reads them): 512 sampled outputs of
+/// the split launch pair against the f64 reference, the two runs bit for bit, and (with
+/// `opts.bench`) µs of each way.
+pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use crate::driver::{Arg, LaunchConfig};
+    let mut rows = Vec::new();
+    let shapes: &[(&str, u32, u32, u32)] = &[
+        ("cr", 512, 1408, 1024),
+        ("cr", 512, 512, 1024),
+        ("rc", 1024, 512, 1408),
+        ("rr", 1024, 512, 12288),
+        ("cr", 512, 1408, 16384),
+        ("cr", 512, 512, 16384),
+        ("cr", 1408, 512, 16384),
+        ("cr", 512, 1536, 16384),
+    ];
+    for &(lay, m, n, k) in shapes {
+        arena.reset();
+        let mut ch = lay.chars();
+        let base = GemmSpec {
+            a: layout(ch.next().unwrap()),
+            b: layout(ch.next().unwrap()),
+            input: Input::F32,
+            epilogue: Epilogue::Store,
+            activation: None,
+            tile: Tile::T128x128,
+        };
+        let sh = GemmShape::packed(&base, m, n, k);
+        let splits = sh.split_k();
+        let (na, nb, nc) = sh.extents(&base);
+        let (a, b) = (rng.vec(na, 1.0), rng.vec(nb, 1.0));
+        let (ab, bb) = (upload_operand(arena, Input::F32, &a)?, upload_operand(arena, Input::F32, &b)?);
+        let cb = arena.alloc_n::<f32>(nc)?;
+        let partials = arena.alloc_n::<f32>(nc * splits as usize)?;
+        let tiled = GemmSpec { tile: sh.tile(), ..base };
+        let f_tiled = gpu.load(&tiled.kernel())?;
+        let f_part = gpu.load(&base.kernel())?;
+        let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n))?;
+        let part = sh.split(&base, splits);
+        let split_run = || -> Result<()> {
+            gemm::launch(gpu, &f_part, &base, &part, ab.ptr, bb.ptr, partials.ptr, partials.ptr)?;
+            let blocks = (m * n).div_ceil(gemm::REDUCE_THREADS).min(crate::pointwise::MAX_BLOCKS);
+            let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
+            gpu.launch(&f_reduce, cfg, &[Arg::U64(cb.ptr), Arg::U64(cb.ptr), Arg::U64(partials.ptr)])
+        };
+        arena.fill_u32(cb, NAN_BITS)?;
+        split_run()?;
+        let out: Vec<f32> = arena.download(cb, nc)?;
+        split_run()?;
+        let again: Vec<f32> = arena.download(cb, nc)?;
+        let repeat = out.iter().zip(&again).all(|(x, y)| x.to_bits() == y.to_bits());
+        let mut worst = 0.0f64;
+        let mut max_abs = 0.0f64;
+        for _ in 0..512 {
+            let (i, j) = (rng.below(m) as usize, rng.below(n) as usize);
+            let (acc, mag) = gemm::reference_at(&base, &sh, &a, &b, 0, i, j);
+            let got = out[i * n as usize + j] as f64;
+            let d = if got.is_finite() { (got - acc).abs() } else { f64::INFINITY };
+            max_abs = max_abs.max(d);
+            worst = worst.max(d / (mag + 1e-30));
+        }
+        let (mut t_split, mut t_tiled) = (None, None);
+        if opts.bench {
+            t_split = Some(median(gpu.time(opts.warmup, opts.reps, split_run)?));
+            t_tiled = Some(median(gpu.time(opts.warmup, opts.reps, || {
+                gemm::launch(gpu, &f_tiled, &tiled, &sh, ab.ptr, bb.ptr, cb.ptr, cb.ptr)
+            })?));
+        }
+        let tflops = |us: f64| sh.flops() / (us * 1e-6) / 1e12;
+        rows.push(Row {
+            family: "gemm-splitk".into(),
+            name: format!("{lay} split {splits} vs {:?}", sh.tile()),
+            shape: format!("m{m} n{n} k{k}"),
+            max_abs,
+            rel: worst,
+            tol: 1e-5,
+            pass: worst <= 1e-5 && repeat,
+            median_us: t_split,
+            rate: match (t_split, t_tiled) {
+                (Some(s), Some(t)) => {
+                    format!("{:.1} TFLOP/s split, tiles alone {t:.1}us {:.1} TFLOP/s", tflops(s), tflops(t))
+                }
+                _ => {
+                    if repeat {
+                        "repeats bit for bit".into()
+                    } else {
+                        "RUNS DIFFER".into()
+                    }
+                }
+            },
+        });
+    }
+    Ok(rows)
+}

@@ -270,6 +270,51 @@ impl GemmShape {
         )
     }
 
+    /// How many parts to split K into (1: none). Why: a weight gradient `Xᵀ·dY` has a small
+    /// output (512 × 1,408) and a long K (every token of the step), so its 128 × 128 tiles
+    /// give a third of the SMs a block each and a long walk; smaller tiles fill the GPU but read
+    /// the operands over and over. Splitting K keeps the large tile and multiplies the blocks:
+    /// each part writes its partial product, and [`splitk_reduce_kernel`] sums the parts in a
+    /// fixed order (so runs repeat bit for bit) and applies the epilogue. Only unbatched
+    /// products whose 128 × 128 tiles leave SMs idle, with K at least 1,024 and each part at least
+    /// 256.
+    pub fn split_k(&self) -> u32 {
+        let blocks = self.m.div_ceil(128) * self.n.div_ceil(128);
+        if self.batch != 1 || blocks >= SMS || self.k < 1024 {
+            return 1;
+        }
+        let mut s = 1;
+        // Double while the doubled grid stays within about one wave (a block per SM at this tile).
+        while s < 8 && blocks * s * 2 <= SMS + SMS / 4 && self.k.is_multiple_of(BK * s * 2) && self.k / (s * 2) >= 256 {
+            s *= 2;
+        }
+        s
+    }
+
+    /// The shape of the split-K launch for `splits` parts: a batch of K-slices (`stride_a`,
+    /// `stride_b` step one slice along K) writing packed partial products `[splits][M][N]`.
+    pub fn split(&self, spec: &GemmSpec, splits: u32) -> GemmShape {
+        let ks = self.k / splits;
+        let along_k = |l: Layout, is_a: bool, ld: u32| -> u64 {
+            // A row-major and B column-major have K contiguous; otherwise K steps whole rows.
+            let k_contiguous = (l == Layout::RowMajor) == is_a;
+            if k_contiguous {
+                ks as u64
+            } else {
+                ks as u64 * ld as u64
+            }
+        };
+        GemmShape {
+            k: ks,
+            batch: splits,
+            ldc: self.n,
+            stride_a: along_k(spec.a, true, self.lda),
+            stride_b: along_k(spec.b, false, self.ldb),
+            stride_c: self.m as u64 * self.n as u64,
+            ..*self
+        }
+    }
+
     /// The largest tile that still gives every SM a block; the smallest when none does.
     pub fn tile(&self) -> Tile {
         let blocks = |t: Tile| self.m.div_ceil(t.rows()) * self.n.div_ceil(t.cols()) * self.batch;
@@ -320,6 +365,54 @@ pub fn launch(
             Arg::U64(shape.stride_c),
         ],
     )
+}
+
+/// Threads per block of the split-K reduction.
+pub const REDUCE_THREADS: u32 = 256;
+
+/// Sums the `splits` partial products of a split-K GEMM (`partials[s·mn + i]`, in order of s)
+/// and applies `spec`'s epilogue, writing `c` (and `u` with an activation): params (c, r,
+/// partials, u?). Each element is one thread's fixed-order f32 sum.
+pub fn splitk_reduce_kernel(spec: &GemmSpec, splits: u32, mn: u32) -> Kernel {
+    let act = spec.activation.map(|u| format!("_{}", format!("{u:?}").to_lowercase())).unwrap_or_default();
+    let ep = match spec.epilogue {
+        Epilogue::Store => "store",
+        Epilogue::AddResidual => "add",
+        Epilogue::Accumulate => "acc",
+    };
+    let mut k = Kernel::new(&format!("gemm_splitk{splits}_{ep}{act}")).with_block(REDUCE_THREADS, 1, 1);
+    let c = k.param_reg("c", ParamTy::U64);
+    let r = k.param_reg("r", ParamTy::U64);
+    let partials = k.param_reg("partials", ParamTy::U64);
+    let u = spec.activation.map(|_| k.param_reg("u", ParamTy::U64));
+    let n = k.imm_u32(mn);
+    let (i, stride, top, end) = crate::pointwise::grid_stride_begin_with(&mut k, n, Some(REDUCE_THREADS));
+    let p0 = k.addr_of(partials, i, 4);
+    let acc = k.reg(RegKind::F32);
+    k.op("ld.global.f32", [acc.into(), addr(p0, 0)]);
+    for s in 1..splits {
+        let x = k.reg(RegKind::F32);
+        k.op("ld.global.f32", [x.into(), addr(p0, s as i64 * mn as i64 * 4)]);
+        k.op("add.rn.f32", [acc.into(), acc.into(), x.into()]);
+    }
+    let ca = k.addr_of(c, i, 4);
+    let out = match spec.epilogue {
+        Epilogue::Store => acc,
+        Epilogue::AddResidual | Epilogue::Accumulate => {
+            let src = if spec.epilogue == Epilogue::AddResidual { k.addr_of(r, i, 4) } else { ca };
+            let old = k.reg(RegKind::F32);
+            k.op("ld.global.f32", [old.into(), addr(src, 0)]);
+            k.bin("add.rn.f32", RegKind::F32, acc, old)
+        }
+    };
+    if let (Some(f), Some(u)) = (spec.activation, u) {
+        let y = crate::pointwise::emit_unary(&mut k, f, out);
+        let ua = k.addr_of(u, i, 4);
+        k.op("st.global.f32", [addr(ua, 0), y.into()]);
+    }
+    k.op("st.global.f32", [addr(ca, 0), out.into()]);
+    crate::pointwise::grid_stride_end(&mut k, i, stride, n, &top, &end);
+    k
 }
 
 /// Rounds to bf16 (round-to-nearest-even) and back: what the kernel multiplies.
@@ -833,6 +926,20 @@ mod tests {
         assert_eq!(GemmShape::packed(&s, 1024, 1536, 512).tile(), Tile::T128x64);
         assert_eq!(GemmShape::packed(&s, 16384, 512, 512).tile(), Tile::T128x128);
         assert_eq!(GemmShape::packed(&s, 1024, 12288, 512).tile(), Tile::T128x128);
+        // Weight gradients split K: 44 blocks → 88 at B = 16; 16 → 128; none with a full grid
+        // or a short K.
+        let wgrad = GemmSpec { a: Layout::ColMajor, b: Layout::RowMajor, ..s };
+        assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 16384).split_k(), 2);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 512, 16384).split_k(), 8);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 512, 1024).split_k(), 4);
+        assert_eq!(GemmShape::packed(&wgrad, 12288, 512, 16384).split_k(), 1);
+        assert_eq!(GemmShape::packed(&wgrad, 1024, 512, 512).split_k(), 1);
+        // A slice of K: rows of the column-major A, elements of the row-major... B here.
+        let sh = GemmShape::packed(&wgrad, 512, 1408, 16384);
+        let part = sh.split(&wgrad, 2);
+        assert_eq!((part.k, part.batch, part.stride_a, part.stride_b), (8192, 2, 8192 * 512, 8192 * 1408));
+        let sh = GemmShape::packed(&s, 1024, 512, 1408);
+        assert_eq!((sh.split(&s, 4).stride_a, sh.split(&s, 4).stride_b), (352, 352));
     }
 
     #[test]

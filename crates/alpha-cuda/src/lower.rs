@@ -572,6 +572,36 @@ impl Lowerer<'_> {
                     };
                     let act = self.more.gemm_act.get(&id).copied();
                     spec.activation = act.map(|x| x.1);
+                    let splits = shape.split_k();
+                    if splits > 1 {
+                        // K in parts into the scratch region, then the fixed-order sum with the
+                        // epilogue (which runs after every operand read: the fusions' slot rules
+                        // hold a fortiori).
+                        let part = shape.split(&spec, splits);
+                        let pspec = GemmSpec {
+                            epilogue: Epilogue::Store,
+                            activation: None,
+                            tile: gemm::Tile::T128x128,
+                            ..spec
+                        };
+                        let kernel = self.kernel(pspec.kernel())?;
+                        let mn = shape.m * shape.n;
+                        self.need_scratch(mn as usize * splits as usize * 4);
+                        let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), A::Scratch(0)];
+                        args.extend([part.m, part.n, part.k, part.lda, part.ldb, part.ldc].map(A::U32));
+                        args.extend([part.stride_a, part.stride_b, part.stride_c].map(A::U64));
+                        let block = (gemm::THREADS, 1, 1);
+                        v.push(Pending { kernel, grid: pspec.grid(&part), block, args, node: some });
+                        let kernel = self.kernel(gemm::splitk_reduce_kernel(&spec, splits, mn))?;
+                        let mut args = vec![self.ptr(c), self.ptr(r), A::Scratch(0)];
+                        if let Some((u, _)) = act {
+                            args.push(self.ptr(Value { node: u, index: 0 }));
+                        }
+                        let blocks = mn.div_ceil(gemm::REDUCE_THREADS).min(crate::pointwise::MAX_BLOCKS);
+                        let block = (gemm::REDUCE_THREADS, 1, 1);
+                        v.push(Pending { kernel, grid: (blocks, 1, 1), block, args, node: some });
+                        return Ok(v);
+                    }
                     let kernel = self.kernel(spec.kernel())?;
                     let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
                     args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
@@ -698,7 +728,7 @@ impl Lowerer<'_> {
                     node: some,
                 });
             }
-            Op::Attention { scale, softcap } | Op::AttentionBackward { scale, softcap } => {
+            Op::Attention { scale, softcap, bf16 } | Op::AttentionBackward { scale, softcap, bf16 } => {
                 self.want_f32(&node, id, ins)?;
                 let (q, kv) = (ishape(0), ishape(1));
                 let dims = Dims {
@@ -711,9 +741,11 @@ impl Lowerer<'_> {
                     softcap: softcap.map(|c| c as f32),
                 };
                 dims.check().map_err(|e| node_error(&node, id, e))?;
-                // Head dimension 64: the tensor-core kernels (same parameters and grids).
+                // bf16 operands at head dimension 64: the tensor-core kernels (same parameters
+                // and grids). Otherwise the fp32 kernels, which round nothing: a bf16 attention
+                // of another head size runs more precisely than it asks.
                 use crate::attention_mma as mma;
-                let tc = mma::applies(&dims);
+                let tc = *bf16 && mma::applies(&dims);
                 let block = if tc { mma::block() } else { (attention::ROWS, 1, 1) };
                 // Forward rotary fused: q (k) read before its Rotary and turned on load.
                 let load = self.more.attn_load.get(&id).copied().unwrap_or_default();
@@ -1802,8 +1834,9 @@ mod tests {
         let k = g.param("k", &sh, Init::Zeros);
         let v = g.param("v", &sh, Init::Zeros);
         let dout = g.param("do", &sh, Init::Zeros);
-        let fwd = g.push(Op::Attention { scale: 0.25, softcap: None }, &[q, k, v]);
-        let b = g.push(Op::AttentionBackward { scale: 0.25, softcap: None }, &[q, k, v, fwd[0], fwd[1], dout]);
+        let fwd = g.push(Op::Attention { scale: 0.25, softcap: None, bf16: false }, &[q, k, v]);
+        let b =
+            g.push(Op::AttentionBackward { scale: 0.25, softcap: None, bf16: false }, &[q, k, v, fwd[0], fwd[1], dout]);
         let rq = g.push(Op::Rotary { base: 10000.0, inverse: true }, &[b[0]])[0];
         let rk = g.push(Op::Rotary { base: 10000.0, inverse: true }, &[b[1]])[0];
         let mut outs = BTreeMap::new();
@@ -1882,8 +1915,11 @@ mod tests {
         let (q, k) = (g.mul(q0, q0), g.mul(k0, k0));
         let rq = g.push(Op::Rotary { base: 10000.0, inverse: false }, &[q])[0];
         let rk = g.push(Op::Rotary { base: 10000.0, inverse: false }, &[k])[0];
-        let fwd = g.push(Op::Attention { scale: 0.25, softcap: None }, &[rq, rk, v]);
-        let b = g.push(Op::AttentionBackward { scale: 0.25, softcap: None }, &[rq, rk, v, fwd[0], fwd[1], dout]);
+        let fwd = g.push(Op::Attention { scale: 0.25, softcap: None, bf16: false }, &[rq, rk, v]);
+        let b = g.push(
+            Op::AttentionBackward { scale: 0.25, softcap: None, bf16: false },
+            &[rq, rk, v, fwd[0], fwd[1], dout],
+        );
         let dq = g.push(Op::Rotary { base: 10000.0, inverse: true }, &[b[0]])[0];
         let dk = g.push(Op::Rotary { base: 10000.0, inverse: true }, &[b[1]])[0];
         let mut outs = BTreeMap::new();

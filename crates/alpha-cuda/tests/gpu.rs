@@ -44,6 +44,16 @@ fn attention_tensor_core_kernels_match_fp32_kernels() {
     assert_all(&check::attention_checks(&gpu, &arena, &mut Rng::new(5), &quick()).unwrap());
 }
 
+/// Split-K products (the parts, then the fixed-order reduction) against the reference, and
+/// repeating bit for bit.
+#[test]
+fn split_k_products_match_reference_and_repeat() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(1 << 30).unwrap();
+    assert_all(&check::gemm_split_checks(&gpu, &arena, &mut Rng::new(6), &quick()).unwrap());
+}
+
 /// A run of elementwise ops as one kernel equals the launches it replaces, bit for bit.
 #[test]
 fn fused_elementwise_chain_matches_its_launches_bit_for_bit() {

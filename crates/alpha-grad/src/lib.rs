@@ -383,9 +383,9 @@ fn pullback(
         Op::Rotary { base, inverse } => {
             vec![Some(g.push(Op::Rotary { base: *base, inverse: !inverse }, &[dy])[0])]
         }
-        Op::Attention { scale, softcap } => {
+        Op::Attention { scale, softcap, bf16 } => {
             let outs = g.push(
-                Op::AttentionBackward { scale: *scale, softcap: *softcap },
+                Op::AttentionBackward { scale: *scale, softcap: *softcap, bf16: *bf16 },
                 &[x(0), x(1), x(2), out(0), out(1), dy],
             );
             vec![Some(outs[0]), Some(outs[1]), Some(outs[2])]

@@ -326,9 +326,13 @@ impl Graph {
     pub fn rotary(&mut self, x: Value, base: f64) -> Value {
         self.push1(Op::Rotary { base, inverse: false }, &[x])
     }
-    /// Causal attention; returns o.
+    /// Causal attention in f32; returns o.
     pub fn attention(&mut self, q: Value, k: Value, v: Value, scale: f64, softcap: Option<f64>) -> Value {
-        self.push(Op::Attention { scale, softcap }, &[q, k, v])[0]
+        self.push(Op::Attention { scale, softcap, bf16: false }, &[q, k, v])[0]
+    }
+    /// Causal attention with bf16 product operands and f32 sums (see [`Op::Attention`]).
+    pub fn attention_bf16(&mut self, q: Value, k: Value, v: Value, scale: f64, softcap: Option<f64>) -> Value {
+        self.push(Op::Attention { scale, softcap, bf16: true }, &[q, k, v])[0]
     }
     /// Per-position cross-entropy `[N]`.
     pub fn cross_entropy(&mut self, logits: Value, targets: Value) -> Value {

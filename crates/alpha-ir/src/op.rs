@@ -162,15 +162,20 @@ pub enum Op {
     },
     /// Causal softmax attention. q `[B, H, T, D]`, k and v `[B, G, T, D]` with H a multiple of
     /// G (grouped-query) → o `[B, H, T, D]`, lse `[B, H, T]`. Optional logit soft-cap
-    /// `c·tanh(s/c)`.
+    /// `c·tanh(s/c)`. With `bf16`, the operands of its products — q, k, v, the probabilities,
+    /// and in the backward dO and the score gradients — are rounded to bf16 as they enter them,
+    /// with every sum in f32: the precision of tensor-core attention (and of PyTorch's bf16
+    /// flash attention), which the reference then models.
     Attention {
         scale: f64,
         softcap: Option<f64>,
+        bf16: bool,
     },
     /// q, k, v, o, lse, do → dq, dk, dv.
     AttentionBackward {
         scale: f64,
         softcap: Option<f64>,
+        bf16: bool,
     },
     /// Full-vocabulary cross-entropy: logits `[N, V]`, int targets `[N]` → loss `[N]`, lse `[N]`.
     CrossEntropy,

@@ -1,10 +1,41 @@
 //! Causal softmax attention, the reference: exact row by row, never faster than it needs to be
 //! understood. q [B, H, T, D]; k, v [B, G, T, D]; query head h reads key/value head h / (H/G).
 //! With a soft-cap c the logits are c·tanh(s/c).
+//!
+//! With `bf16` the reference models tensor-core attention: q, k, v (and dO) are rounded to bf16,
+//! and so are the probabilities entering P·V and dV, and the score gradients entering dQ and dK
+//! (before the scale, which the device applies once at the end); the softmax sums, lse and
+//! delta stay unrounded, as on the device.
 
 use rayon::prelude::*;
 
-use crate::real::Real;
+use crate::real::{round_bf16, Real};
+
+/// The op's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct How {
+    pub scale: f64,
+    pub softcap: Option<f64>,
+    pub bf16: bool,
+}
+
+/// `x` as the products read it: rounded to bf16 when `bf16`.
+fn operand<T: Real>(x: T, bf16: bool) -> T {
+    if bf16 {
+        round_bf16(x)
+    } else {
+        x
+    }
+}
+
+/// A tensor as the products read it (a copy only when rounding).
+fn operands<T: Real>(x: &[T], bf16: bool) -> std::borrow::Cow<'_, [T]> {
+    if bf16 {
+        std::borrow::Cow::Owned(x.par_iter().map(|&v| round_bf16(v)).collect())
+    } else {
+        std::borrow::Cow::Borrowed(x)
+    }
+}
 
 pub struct Dims {
     pub b: usize,
@@ -24,18 +55,10 @@ fn logits<T: Real>(q: &[T], k: &[T], t: usize, d: usize, scale: f64, softcap: Op
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn forward<T: Real>(
-    q: &[T],
-    k: &[T],
-    v: &[T],
-    dims: &Dims,
-    scale: f64,
-    softcap: Option<f64>,
-    o: &mut [T],
-    lse: &mut [T],
-) {
+pub fn forward<T: Real>(q: &[T], k: &[T], v: &[T], dims: &Dims, how: How, o: &mut [T], lse: &mut [T]) {
     let Dims { h, g, t, d, .. } = *dims;
+    let How { scale, softcap, bf16 } = how;
+    let (q, k, v) = (operands(q, bf16), operands(k, bf16), operands(v, bf16));
     let per = h / g;
     o.par_chunks_mut(t * d).zip(lse.par_chunks_mut(t)).enumerate().for_each(|(bh, (o, lse))| {
         let (b, hh) = (bh / h, bh % h);
@@ -50,10 +73,15 @@ pub fn forward<T: Real>(
             let row = &mut o[i * d..(i + 1) * d];
             row.iter_mut().for_each(|x| *x = T::zero());
             for j in 0..=i {
-                let p = (s[j] - m).exp() / z;
+                // f32: the normalised probability; bf16: the unnormalised one, rounded, as the
+                // device multiplies it, with the row divided by the sum at the end.
+                let p = if bf16 { round_bf16((s[j] - m).exp()) } else { (s[j] - m).exp() / z };
                 for c in 0..d {
                     row[c] = row[c] + p * v[j * d + c];
                 }
+            }
+            if bf16 {
+                row.iter_mut().for_each(|x| *x = *x / z);
             }
             lse[i] = m + z.ln();
         }
@@ -71,13 +99,14 @@ pub fn backward<T: Real>(
     lse: &[T],
     dout: &[T],
     dims: &Dims,
-    scale: f64,
-    softcap: Option<f64>,
+    how: How,
     dq: &mut [T],
     dk: &mut [T],
     dv: &mut [T],
 ) {
     let Dims { h, g, t, d, .. } = *dims;
+    let How { scale, softcap, bf16 } = how;
+    let (q, k, v, dor) = (operands(q, bf16), operands(k, bf16), operands(v, bf16), operands(dout, bf16));
     let per = h / g;
     let dq_ptr = dq.as_mut_ptr() as usize;
     dk.par_chunks_mut(t * d).zip(dv.par_chunks_mut(t * d)).enumerate().for_each(|(bg, (dk, dv))| {
@@ -94,11 +123,12 @@ pub fn backward<T: Real>(
             dq.iter_mut().for_each(|x| *x = T::zero());
             for i in 0..t {
                 let qi = &q[base + i * d..base + (i + 1) * d];
-                let doi = &dout[base + i * d..base + (i + 1) * d];
+                let doi = &dor[base + i * d..base + (i + 1) * d];
                 let oi = &o[base + i * d..base + (i + 1) * d];
                 logits(qi, k, i, d, scale, softcap, &mut s);
                 let l = lse[bh * t + i];
-                let delta: T = doi.iter().zip(oi).map(|(&a, &b)| a * b).sum();
+                // delta from dO as given (the device reads it in f32 too).
+                let delta: T = dout[base + i * d..base + (i + 1) * d].iter().zip(oi).map(|(&a, &b)| a * b).sum();
                 for j in 0..=i {
                     let p = (s[j] - l).exp();
                     let dp: T = doi.iter().zip(&v[j * d..(j + 1) * d]).map(|(&a, &b)| a * b).sum();
@@ -107,14 +137,58 @@ pub fn backward<T: Real>(
                         let r = s[j] / T::of(c);
                         ds = ds * (T::one() - r * r);
                     }
-                    let ds = ds * T::of(scale);
+                    // bf16: the score gradient enters the products rounded, the scale after.
+                    let ds = if bf16 { round_bf16(ds) } else { ds * T::of(scale) };
+                    let pv = operand(p, bf16);
                     for c in 0..d {
                         dq[i * d + c] = dq[i * d + c] + ds * k[j * d + c];
                         dk[j * d + c] = dk[j * d + c] + ds * qi[c];
-                        dv[j * d + c] = dv[j * d + c] + p * doi[c];
+                        dv[j * d + c] = dv[j * d + c] + pv * doi[c];
                     }
                 }
             }
+            if bf16 {
+                dq.iter_mut().for_each(|x| *x = *x * T::of(scale));
+            }
+        }
+        if bf16 {
+            dk.iter_mut().for_each(|x| *x = *x * T::of(scale));
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In bf16 mode inputs that round to the same bf16 give bit-identical outputs (the operands
+    /// are rounded), and the result stays within bf16 error of the f32 attention; in f32 mode
+    /// the same nudge changes the output.
+    #[test]
+    fn bf16_mode_rounds_the_operands() {
+        let dims = Dims { b: 1, h: 2, g: 1, t: 9, d: 8 };
+        let n = 2 * 9 * 8;
+        let draw = |seed: u32, n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| {
+                    (((i as u32).wrapping_mul(2654435761) ^ seed).wrapping_mul(40503) % 2001) as f32 / 1000.0 - 1.0
+                })
+                .collect()
+        };
+        // Values exact in bf16, then nudged by much less than half an ulp: equal once rounded.
+        let exact_bf16 = |x: Vec<f32>| x.into_iter().map(round_bf16).collect::<Vec<f32>>();
+        let (q, k, v) = (exact_bf16(draw(1, n)), exact_bf16(draw(2, n / 2)), draw(3, n / 2));
+        let nudge = |x: &[f32]| x.iter().map(|&a| a + a.abs() * 2f32.powi(-12)).collect::<Vec<_>>();
+        let run = |q: &[f32], k: &[f32], bf16: bool| {
+            let (mut o, mut lse) = (vec![0.0f32; n], vec![0.0f32; 18]);
+            forward(q, k, &v, &dims, How { scale: 0.35, softcap: None, bf16 }, &mut o, &mut lse);
+            o
+        };
+        let exact = run(&q, &k, false);
+        let rounded = run(&q, &k, true);
+        assert_eq!(rounded, run(&nudge(&q), &nudge(&k), true));
+        assert_ne!(exact, run(&nudge(&q), &nudge(&k), false));
+        let worst = exact.iter().zip(&rounded).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(worst > 0.0 && worst < 2e-2, "bf16 against f32 attention: {worst}");
+    }
 }
