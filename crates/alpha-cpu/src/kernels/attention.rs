@@ -3,8 +3,9 @@
 //! With a soft-cap c the logits are c·tanh(s/c).
 //!
 //! With `bf16` the reference models tensor-core attention: q, k, v (and dO) are rounded to bf16,
-//! and so are the probabilities entering P·V and dV, and the score gradients entering dQ and dK
-//! (before the scale, which the device applies once at the end); the softmax sums, lse and
+//! and so are the probabilities entering P·V (taken against the running maximum of the
+//! device's online softmax, [`online_rounded`]) and dV, and the score gradients entering dQ and
+//! dK (before the scale, which the device applies once at the end); the softmax sums, lse and
 //! delta stay unrounded, as on the device.
 
 use rayon::prelude::*;
@@ -68,24 +69,53 @@ pub fn forward<T: Real>(q: &[T], k: &[T], v: &[T], dims: &Dims, how: How, o: &mu
         let mut s = vec![T::zero(); t];
         for i in 0..t {
             logits(&q[i * d..(i + 1) * d], k, i, d, scale, softcap, &mut s);
-            let m = s[..=i].iter().copied().fold(T::neg_infinity(), T::max);
-            let z: T = s[..=i].iter().map(|&x| (x - m).exp()).sum();
             let row = &mut o[i * d..(i + 1) * d];
             row.iter_mut().for_each(|x| *x = T::zero());
+            if bf16 {
+                lse[i] = online_rounded(&s[..=i], v, d, row);
+                continue;
+            }
+            let m = s[..=i].iter().copied().fold(T::neg_infinity(), T::max);
+            let z: T = s[..=i].iter().map(|&x| (x - m).exp()).sum();
             for j in 0..=i {
-                // f32: the normalised probability; bf16: the unnormalised one, rounded, as the
-                // device multiplies it, with the row divided by the sum at the end.
-                let p = if bf16 { round_bf16((s[j] - m).exp()) } else { (s[j] - m).exp() / z };
+                let p = (s[j] - m).exp() / z;
                 for c in 0..d {
                     row[c] = row[c] + p * v[j * d + c];
                 }
             }
-            if bf16 {
-                row.iter_mut().for_each(|x| *x = *x / z);
-            }
             lse[i] = m + z.ln();
         }
     });
+}
+
+/// Keys per tile of the device's online softmax (`alpha_cuda::attention_mma::ROWS`).
+pub const KEY_TILE: usize = 64;
+
+/// One query row of bf16 attention the way the tensor cores compute it: key tiles of
+/// [`KEY_TILE`] in order, a running maximum updated per tile, each probability relative to the
+/// maximum so far rounded to bf16 as it enters P·V, the row and the sum rescaled as the maximum
+/// grows, the row divided by the sum at the end. Rounding against the running maximum, not the
+/// final one, is what makes the reference's bf16 probabilities the device's. Returns the lse.
+fn online_rounded<T: Real>(s: &[T], v: &[T], d: usize, row: &mut [T]) -> T {
+    let (mut m, mut l) = (T::neg_infinity(), T::zero());
+    for (tile, st) in s.chunks(KEY_TILE).enumerate() {
+        let m_new = st.iter().copied().fold(m, T::max);
+        let alpha = if m == T::neg_infinity() { T::zero() } else { (m - m_new).exp() };
+        l = l * alpha;
+        row.iter_mut().for_each(|x| *x = *x * alpha);
+        for (jj, &sj) in st.iter().enumerate() {
+            let p = (sj - m_new).exp();
+            l = l + p;
+            let p = round_bf16(p);
+            let j = tile * KEY_TILE + jj;
+            for c in 0..d {
+                row[c] = row[c] + p * v[j * d + c];
+            }
+        }
+        m = m_new;
+    }
+    row.iter_mut().for_each(|x| *x = *x / l);
+    m + l.ln()
 }
 
 /// dq, dk, dv. One task per key/value head owns its dk, dv and the dq rows of its query heads,
