@@ -345,3 +345,10 @@ fn diagnose() {
         }
     }
 }
+
+/// The LayerNorm parameter pass sums rows in the CPU reference's bands, so its sums are the
+/// reference's operation for operation.
+#[test]
+fn layernorm_bands_are_the_references() {
+    assert_eq!(alpha_cuda::layernorm::BAND, alpha_cpu::kernels::norms::BAND);
+}
