@@ -1367,69 +1367,72 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
             tile: Tile::T128x128,
         };
         let sh = GemmShape::packed(&base, m, n, k);
-        let splits = sh.split_k();
         let (na, nb, nc) = sh.extents(&base);
         let (a, b) = (rng.vec(na, 1.0), rng.vec(nb, 1.0));
         let (ab, bb) = (upload_operand(arena, Input::F32, &a)?, upload_operand(arena, Input::F32, &b)?);
         let cb = arena.alloc_n::<f32>(nc)?;
-        let partials = arena.alloc_n::<f32>(nc * splits as usize)?;
+        let partials = arena.alloc_n::<f32>(nc * 8)?;
         let tiled = GemmSpec { tile: sh.tile(), ..base };
         let f_tiled = gpu.load(&tiled.kernel())?;
         let f_part = gpu.load(&base.kernel())?;
-        let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n))?;
-        let part = sh.split(&base, splits);
-        let split_run = || -> Result<()> {
-            gemm::launch(gpu, &f_part, &base, &part, ab.ptr, bb.ptr, partials.ptr, partials.ptr)?;
-            let blocks = (m * n).div_ceil(gemm::REDUCE_THREADS).min(crate::pointwise::MAX_BLOCKS);
-            let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
-            gpu.launch(&f_reduce, cfg, &[Arg::U64(cb.ptr), Arg::U64(cb.ptr), Arg::U64(partials.ptr)])
-        };
-        arena.fill_u32(cb, NAN_BITS)?;
-        split_run()?;
-        let out: Vec<f32> = arena.download(cb, nc)?;
-        split_run()?;
-        let again: Vec<f32> = arena.download(cb, nc)?;
-        let repeat = out.iter().zip(&again).all(|(x, y)| x.to_bits() == y.to_bits());
-        let mut worst = 0.0f64;
-        let mut max_abs = 0.0f64;
-        for _ in 0..512 {
-            let (i, j) = (rng.below(m) as usize, rng.below(n) as usize);
-            let (acc, mag) = gemm::reference_at(&base, &sh, &a, &b, 0, i, j);
-            let got = out[i * n as usize + j] as f64;
-            let d = if got.is_finite() { (got - acc).abs() } else { f64::INFINITY };
-            max_abs = max_abs.max(d);
-            worst = worst.max(d / (mag + 1e-30));
-        }
-        let (mut t_split, mut t_tiled) = (None, None);
-        if opts.bench {
-            t_split = Some(median(gpu.time(opts.warmup, opts.reps, split_run)?));
-            t_tiled = Some(median(gpu.time(opts.warmup, opts.reps, || {
+        let t_tiled = if opts.bench {
+            Some(median(gpu.time(opts.warmup, opts.reps, || {
                 gemm::launch(gpu, &f_tiled, &tiled, &sh, ab.ptr, bb.ptr, cb.ptr, cb.ptr)
-            })?));
+            })?))
+        } else {
+            None
+        };
+        // The heuristic's split, and with `bench` the other powers of two for comparison.
+        let chosen = sh.split_k();
+        let mut candidates = vec![chosen];
+        if opts.bench {
+            candidates.extend([2u32, 4, 8].into_iter().filter(|&s| s != chosen && k.is_multiple_of(32 * s)));
         }
-        let tflops = |us: f64| sh.flops() / (us * 1e-6) / 1e12;
-        rows.push(Row {
-            family: "gemm-splitk".into(),
-            name: format!("{lay} split {splits} vs {:?}", sh.tile()),
-            shape: format!("m{m} n{n} k{k}"),
-            max_abs,
-            rel: worst,
-            tol: 1e-5,
-            pass: worst <= 1e-5 && repeat,
-            median_us: t_split,
-            rate: match (t_split, t_tiled) {
-                (Some(s), Some(t)) => {
-                    format!("{:.1} TFLOP/s split, tiles alone {t:.1}us {:.1} TFLOP/s", tflops(s), tflops(t))
-                }
-                _ => {
-                    if repeat {
-                        "repeats bit for bit".into()
-                    } else {
-                        "RUNS DIFFER".into()
+        for splits in candidates {
+            let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n))?;
+            let part = sh.split(&base, splits);
+            let split_run = || -> Result<()> {
+                gemm::launch(gpu, &f_part, &base, &part, ab.ptr, bb.ptr, partials.ptr, partials.ptr)?;
+                let blocks = (m * n).div_ceil(gemm::REDUCE_THREADS).min(crate::pointwise::MAX_BLOCKS);
+                let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
+                gpu.launch(&f_reduce, cfg, &[Arg::U64(cb.ptr), Arg::U64(cb.ptr), Arg::U64(partials.ptr)])
+            };
+            arena.fill_u32(cb, NAN_BITS)?;
+            split_run()?;
+            let out: Vec<f32> = arena.download(cb, nc)?;
+            split_run()?;
+            let again: Vec<f32> = arena.download(cb, nc)?;
+            let repeat = out.iter().zip(&again).all(|(x, y)| x.to_bits() == y.to_bits());
+            let (mut worst, mut max_abs) = (0.0f64, 0.0f64);
+            for _ in 0..512 {
+                let (i, j) = (rng.below(m) as usize, rng.below(n) as usize);
+                let (acc, mag) = gemm::reference_at(&base, &sh, &a, &b, 0, i, j);
+                let got = out[i * n as usize + j] as f64;
+                let d = if got.is_finite() { (got - acc).abs() } else { f64::INFINITY };
+                max_abs = max_abs.max(d);
+                worst = worst.max(d / (mag + 1e-30));
+            }
+            let t_split = if opts.bench { Some(median(gpu.time(opts.warmup, opts.reps, split_run)?)) } else { None };
+            let tflops = |us: f64| sh.flops() / (us * 1e-6) / 1e12;
+            let mark = if splits == chosen { " (chosen)" } else { "" };
+            rows.push(Row {
+                family: "gemm-splitk".into(),
+                name: format!("{lay} split {splits}{mark} vs {:?}", sh.tile()),
+                shape: format!("m{m} n{n} k{k}"),
+                max_abs,
+                rel: worst,
+                tol: 1e-5,
+                pass: worst <= 1e-5 && repeat,
+                median_us: t_split,
+                rate: match (t_split, t_tiled) {
+                    (Some(s), Some(t)) => {
+                        format!("{:.1} TFLOP/s split, tiles alone {t:.1}us {:.1} TFLOP/s", tflops(s), tflops(t))
                     }
-                }
-            },
-        });
+                    _ if repeat => "repeats bit for bit".into(),
+                    _ => "RUNS DIFFER".into(),
+                },
+            });
+        }
     }
     Ok(rows)
 }

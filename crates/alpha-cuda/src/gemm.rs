@@ -284,12 +284,17 @@ impl GemmShape {
         if self.batch != 1 || blocks >= SMS || self.k < 4096 {
             return 1;
         }
-        let mut s = 1;
-        // Double while the doubled grid stays within about one wave (a block per SM at this tile).
-        while s < 8 && blocks * s * 2 <= SMS + SMS / 4 && self.k.is_multiple_of(BK * s * 2) && self.k / (s * 2) >= 256 {
-            s *= 2;
+        // Time goes as waves of blocks (one block an SM at this tile) times K per part: take
+        // the power of two up to 8 that minimises ⌈blocks·s / SMs⌉ / s (the smaller on a tie),
+        // keeping parts of at least 1,024.
+        let cost = |s: u32| (blocks * s).div_ceil(SMS) as f64 / s as f64;
+        let mut best = 1;
+        for s in [2u32, 4, 8] {
+            if self.k.is_multiple_of(BK * s) && self.k / s >= 1024 && cost(s) < cost(best) {
+                best = s;
+            }
         }
-        s
+        best
     }
 
     /// The shape of the split-K launch for `splits` parts: a batch of K-slices (`stride_a`,
@@ -927,10 +932,10 @@ mod tests {
         assert_eq!(GemmShape::packed(&s, 1024, 1536, 512).tile(), Tile::T128x64);
         assert_eq!(GemmShape::packed(&s, 16384, 512, 512).tile(), Tile::T128x128);
         assert_eq!(GemmShape::packed(&s, 1024, 12288, 512).tile(), Tile::T128x128);
-        // Weight gradients split K: 44 blocks → 88 at B = 16; 16 → 128; none with a full grid
-        // or a short K.
+        // Weight gradients split K: 44 blocks → 352 (3 waves of 1/8 the K) at B = 16; 16 → 128;
+        // none with a full grid or a short K.
         let wgrad = GemmSpec { a: Layout::ColMajor, b: Layout::RowMajor, ..s };
-        assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 16384).split_k(), 2);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 16384).split_k(), 8);
         assert_eq!(GemmShape::packed(&wgrad, 512, 512, 16384).split_k(), 8);
         assert_eq!(GemmShape::packed(&wgrad, 512, 512, 1024).split_k(), 1);
         assert_eq!(GemmShape::packed(&s, 1024, 512, 12288).split_k(), 4);
@@ -938,8 +943,8 @@ mod tests {
         assert_eq!(GemmShape::packed(&wgrad, 1024, 512, 512).split_k(), 1);
         // A slice of K: rows of the column-major A, elements of the row-major... B here.
         let sh = GemmShape::packed(&wgrad, 512, 1408, 16384);
-        let part = sh.split(&wgrad, 2);
-        assert_eq!((part.k, part.batch, part.stride_a, part.stride_b), (8192, 2, 8192 * 512, 8192 * 1408));
+        let part = sh.split(&wgrad, 8);
+        assert_eq!((part.k, part.batch, part.stride_a, part.stride_b), (2048, 8, 2048 * 512, 2048 * 1408));
         let sh = GemmShape::packed(&s, 1024, 512, 1408);
         assert_eq!((sh.split(&s, 4).stride_a, sh.split(&s, 4).stride_b), (352, 352));
     }
