@@ -6,6 +6,12 @@ use alpha_learn::Model;
 /// x·W (or x·Wᵀ) with both operands rounded to bf16 and f32 accumulation, as the device does.
 pub fn bf16_matmul(g: &mut Graph, x: Value, w: Value, tb: bool) -> Value {
     let x16 = g.cast(x, DType::BF16);
+    bf16_matmul_of(g, x16, w, tb)
+}
+
+/// [`bf16_matmul`] of an x already rounded to bf16: when one activation feeds several products,
+/// it is rounded once (one bf16 tensor, which the device can write beside its producer).
+pub fn bf16_matmul_of(g: &mut Graph, x16: Value, w: Value, tb: bool) -> Value {
     let w16 = g.cast(w, DType::BF16);
     g.matmul_t(x16, w16, false, tb)
 }

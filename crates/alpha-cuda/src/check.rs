@@ -148,8 +148,8 @@ pub fn gemm_variants(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
         let b = rng.vec(nb, 1.0);
         let r = rng.vec(nc, 1.0);
         let c0 = rng.vec(nc, 1.0);
-        let ab = upload_operand(arena, spec.input, &a)?;
-        let bb = upload_operand(arena, spec.input, &b)?;
+        let ab = upload_operand(arena, spec.a_input, &a)?;
+        let bb = upload_operand(arena, spec.b_input, &b)?;
         let cb = arena.alloc_n::<f32>(nc)?;
         let rb = arena.alloc_n::<f32>(nc)?;
         arena.upload(rb, &r)?;
@@ -234,8 +234,8 @@ fn gemm_bench_one(
     let a = rng.vec(na, 1.0);
     let b = rng.vec(nb, 1.0);
     let r = rng.vec(nc, 1.0);
-    let ab = upload_operand(arena, spec.input, &a)?;
-    let bb = upload_operand(arena, spec.input, &b)?;
+    let ab = upload_operand(arena, spec.a_input, &a)?;
+    let bb = upload_operand(arena, spec.b_input, &b)?;
     let cb = arena.alloc_n::<f32>(nc)?;
     let rb = arena.alloc_n::<f32>(nc)?;
     arena.upload(rb, &r)?;
@@ -282,7 +282,8 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
         let spec = GemmSpec {
             a: layout(ch.next().unwrap()),
             b: layout(ch.next().unwrap()),
-            input: Input::Bf16,
+            a_input: Input::Bf16,
+            b_input: Input::Bf16,
             epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
             activation: None,
             tile: Tile::T128x128,
@@ -294,7 +295,8 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
         let spec = GemmSpec {
             a: layout(ch.next().unwrap()),
             b: layout(ch.next().unwrap()),
-            input: Input::F32,
+            a_input: Input::F32,
+            b_input: Input::F32,
             epilogue: Epilogue::Store,
             activation: None,
             tile: Tile::T128x128,
@@ -306,7 +308,8 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
         let spec = GemmSpec {
             a: layout(ch.next().unwrap()),
             b: layout(ch.next().unwrap()),
-            input: Input::Bf16,
+            a_input: Input::Bf16,
+            b_input: Input::Bf16,
             epilogue: Epilogue::Store,
             activation: None,
             tile: Tile::T128x128,
@@ -703,7 +706,8 @@ pub fn gemm_step_graph(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Opt
         let spec = GemmSpec {
             a: layout(ch.next().unwrap()),
             b: layout(ch.next().unwrap()),
-            input: Input::Bf16,
+            a_input: Input::Bf16,
+            b_input: Input::Bf16,
             epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
             activation: None,
             tile: Tile::T128x128,
@@ -788,7 +792,8 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                 let spec = GemmSpec {
                     a,
                     b,
-                    input,
+                    a_input: input,
+                    b_input: input,
                     epilogue: Epilogue::Store,
                     activation: Some(alpha_ir::Unary::Gelu),
                     tile: Tile::T128x128,
@@ -1296,6 +1301,7 @@ pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resu
             Step::Binary(Binary::Mul, Src::Step(0), Src::Step(2)),
         ],
         outputs: vec![1, 3],
+        bf16: vec![false, false],
     };
     let f = gpu.load(&chain.kernel()?)?;
     let args: Vec<Arg> =
@@ -1318,7 +1324,31 @@ pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resu
     one(Body::Binary(Binary::Mul), outs[2].ptr, &[bufs[0].ptr, bufs[2].ptr])?;
     one(Body::Unary(Unary::GeluGrad), outs[5].ptr, &[bufs[3].ptr])?;
     one(Body::Binary(Binary::Mul), outs[3].ptr, &[outs[4].ptr, outs[5].ptr])?;
+    // The same chain storing both outputs as bf16 (the casts that alone read them): each must
+    // be the separate launches' f32 result rounded to nearest even.
+    let chain16 = Chain { bf16: vec![true, true], ..chain.clone() };
+    let f16 = gpu.load(&chain16.kernel()?)?;
+    let halves = (0..2).map(|_| arena.alloc_n::<u16>(n)).collect::<Result<Vec<_>>>()?;
+    let args16: Vec<Arg> =
+        [halves[0], halves[1], bufs[0], bufs[1], bufs[2], bufs[3]].iter().map(|b| Arg::U64(b.ptr)).collect();
+    gpu.launch(&f16, cfg, &args16)?;
     let mut rows = vec![];
+    for (name, half, separate) in [("d_up as bf16", halves[0], outs[2]), ("d_gate as bf16", halves[1], outs[3])] {
+        let got: Vec<u16> = arena.download(half, n)?;
+        let want: Vec<f32> = arena.download(separate, n)?;
+        let differ = got.iter().zip(&want).filter(|(g, w)| **g != half::bf16::from_f32(**w).to_bits()).count();
+        rows.push(Row {
+            family: "fusion".into(),
+            name: format!("{} {name}", chain16.name()),
+            shape: format!("n{n}"),
+            max_abs: differ as f64,
+            rel: differ as f64,
+            tol: 0.0,
+            pass: differ == 0,
+            median_us: None,
+            rate: "elements differing from the launches' result rounded to bf16".into(),
+        });
+    }
     for (name, fused, separate) in
         [("d_up = dh·act", outs[0], outs[2]), ("d_gate = dh·up·gelu'(gate)", outs[1], outs[3])]
     {
@@ -1361,7 +1391,8 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
         let base = GemmSpec {
             a: layout(ch.next().unwrap()),
             b: layout(ch.next().unwrap()),
-            input: Input::F32,
+            a_input: Input::F32,
+            b_input: Input::F32,
             epilogue: Epilogue::Store,
             activation: None,
             tile: Tile::T128x128,

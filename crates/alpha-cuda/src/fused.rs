@@ -43,12 +43,15 @@ pub struct Chain {
     pub steps: Vec<Step>,
     /// Steps written out, in parameter order.
     pub outputs: Vec<usize>,
+    /// Per output: stored rounded to bf16 (the cast that alone reads it, done here).
+    pub bf16: Vec<bool>,
 }
 
 impl Chain {
-    /// Entry name: the steps' functions in order, e.g. `ew_mul_mul_gelugrad_mul`.
+    /// Entry name: the steps' functions in order, e.g. `ew_mul_mul_gelugrad_mul` (`ewh_…` when
+    /// an output is stored as bf16).
     pub fn name(&self) -> String {
-        let mut s = String::from("ew");
+        let mut s = String::from(if self.bf16.contains(&true) { "ewh" } else { "ew" });
         for st in &self.steps {
             let f = match st {
                 Step::Unary(u, _) => format!("{u:?}"),
@@ -116,8 +119,14 @@ impl Chain {
             steps.push(r);
         }
         for (j, &o) in self.outputs.iter().enumerate() {
-            let a = k.addr_of(outs[j], i, 4);
-            k.op("st.global.f32", [addr(a, 0), steps[o].into()]);
+            if self.bf16.get(j).copied().unwrap_or(false) {
+                let a = k.addr_of(outs[j], i, 2);
+                let h = k.un("cvt.rn.bf16.f32", RegKind::B16, steps[o]);
+                k.op("st.global.b16", [addr(a, 0), h.into()]);
+            } else {
+                let a = k.addr_of(outs[j], i, 4);
+                k.op("st.global.f32", [addr(a, 0), steps[o].into()]);
+            }
         }
         grid_stride_end(&mut k, i, stride, n, &top, &end);
         Ok(k)
@@ -143,6 +152,7 @@ mod tests {
                 Step::Binary(Binary::Mul, Src::Step(0), Src::Step(2)),
             ],
             outputs: vec![1, 3],
+            bf16: vec![false, false],
         };
         assert_eq!(chain.name(), "ew_mul_mul_gelugrad_mul");
         let k = chain.kernel().unwrap();

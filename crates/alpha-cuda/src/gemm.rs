@@ -128,7 +128,10 @@ pub enum Epilogue {
 pub struct GemmSpec {
     pub a: Layout,
     pub b: Layout,
-    pub input: Input,
+    /// Element types of A and B in memory: each operand chooses (an activation a producer wrote
+    /// as bf16 beside an f32 weight converted on load).
+    pub a_input: Input,
+    pub b_input: Input,
     pub epilogue: Epilogue,
     /// With [`Epilogue::Store`]: the kernel also writes `u(acc)` to a second output (param `u`,
     /// after the others), computed by [`crate::pointwise::emit_unary`], the pointwise kernel's
@@ -138,7 +141,8 @@ pub struct GemmSpec {
 }
 
 impl GemmSpec {
-    /// Entry name, e.g. `gemm_rc_f32_add`: A row-major, B column-major, fp32 inputs, residual.
+    /// Entry name, e.g. `gemm_rc_f32_add`: A row-major, B column-major, fp32 inputs, residual;
+    /// `gemm_rr_bf16f32_store`: A bf16, B fp32.
     pub fn name(&self) -> String {
         let act = match self.activation {
             Some(u) => format!("_{}", format!("{u:?}").to_lowercase()),
@@ -152,9 +156,13 @@ impl GemmSpec {
             "gemm_{}{}_{}_{}{act}{tile}",
             self.a.letter(),
             self.b.letter(),
-            match self.input {
-                Input::F32 => "f32",
-                Input::Bf16 => "bf16",
+            {
+                let t = |i: Input| if i == Input::F32 { "f32" } else { "bf16" };
+                if self.a_input == self.b_input {
+                    t(self.a_input).to_string()
+                } else {
+                    format!("{}{}", t(self.a_input), t(self.b_input))
+                }
             },
             match self.epilogue {
                 Epilogue::Store => "store",
@@ -171,11 +179,21 @@ impl GemmSpec {
         for a in [Layout::RowMajor, Layout::ColMajor] {
             for b in [Layout::RowMajor, Layout::ColMajor] {
                 for input in [Input::F32, Input::Bf16] {
+                    let (a_input, b_input) = (input, input);
                     for epilogue in [Epilogue::Store, Epilogue::AddResidual, Epilogue::Accumulate] {
-                        v.push(GemmSpec { a, b, input, epilogue, activation: None, tile: Tile::T128x128 });
+                        let tile = Tile::T128x128;
+                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile });
                     }
-                    for tile in &Tile::ALL[1..] {
-                        v.push(GemmSpec { a, b, input, epilogue: Epilogue::Store, activation: None, tile: *tile });
+                    for &tile in &Tile::ALL[1..] {
+                        let epilogue = Epilogue::Store;
+                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile });
+                    }
+                }
+                // Mixed operands: a bf16 activation with an f32 weight, and the other way.
+                for (a_input, b_input) in [(Input::Bf16, Input::F32), (Input::F32, Input::Bf16)] {
+                    for tile in [Tile::T128x128, Tile::T64x64] {
+                        let epilogue = Epilogue::Store;
+                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile });
                     }
                 }
             }
@@ -712,7 +730,6 @@ fn build(spec: &GemmSpec) -> Kernel {
     let bz = k.sreg("%ctaid.z");
     let n0 = k.bin("mul.lo.u32", RegKind::B32, bx, bn);
     let m0 = k.bin("mul.lo.u32", RegKind::B32, by, bm);
-    let esz = spec.input.bytes();
 
     // Batch offsets.
     let z64 = k.un("cvt.u64.u32", RegKind::B64, bz);
@@ -721,8 +738,8 @@ fn build(spec: &GemmSpec) -> Kernel {
         let b = k.bin("mul.lo.u64", RegKind::B64, e, bytes as i64);
         k.bin("add.s64", RegKind::B64, base, b)
     };
-    let a_base = offset_by(&mut k, pa, sa, esz);
-    let b_base = offset_by(&mut k, pb, sb, esz);
+    let a_base = offset_by(&mut k, pa, sa, spec.a_input.bytes());
+    let b_base = offset_by(&mut k, pb, sb, spec.b_input.bytes());
     let c_base = offset_by(&mut k, pc, sc, 4);
     let r_base = offset_by(&mut k, pr, sc, 4);
     let u_base = pu.map(|pu| offset_by(&mut k, pu, sc, 4));
@@ -730,8 +747,8 @@ fn build(spec: &GemmSpec) -> Kernel {
     k.comment("operand loaders");
     let a_kc = spec.a == Layout::RowMajor;
     let b_kc = spec.b == Layout::ColMajor;
-    let la = loader(&mut k, a_base, lda, m0, m, tid, a_kc, spec.input, bm);
-    let lb = loader(&mut k, b_base, ldb, n0, n, tid, b_kc, spec.input, bn);
+    let la = loader(&mut k, a_base, lda, m0, m, tid, a_kc, spec.a_input, bm);
+    let lb = loader(&mut k, b_base, ldb, n0, n, tid, b_kc, spec.b_input, bn);
 
     // Warp geometry and ldmatrix lane addresses (relative to each operand's tile).
     let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
@@ -892,7 +909,7 @@ mod tests {
     #[test]
     fn every_variant_renders_within_budget() {
         let all = GemmSpec::all();
-        assert_eq!(all.len(), 48);
+        assert_eq!(all.len(), 64);
         for spec in all {
             let k = spec.kernel();
             k.check_budget().unwrap();
@@ -917,7 +934,8 @@ mod tests {
         let s = GemmSpec {
             a: Layout::RowMajor,
             b: Layout::ColMajor,
-            input: Input::F32,
+            a_input: Input::F32,
+            b_input: Input::F32,
             epilogue: Epilogue::Store,
             activation: None,
             tile: Tile::T128x128,
@@ -955,7 +973,8 @@ mod tests {
         let s = GemmSpec {
             a: Layout::ColMajor,
             b: Layout::RowMajor,
-            input: Input::F32,
+            a_input: Input::F32,
+            b_input: Input::F32,
             epilogue: Epilogue::Accumulate,
             activation: None,
             tile: Tile::T128x128,

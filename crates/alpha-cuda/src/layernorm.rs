@@ -67,8 +67,16 @@ fn st(k: &mut Kernel, base: Reg, idx: Reg, v: Reg) {
 
 /// Forward: params (y, mean, rstd, x, gain, bias); grid (rows).
 pub fn forward_kernel(n: Norm, eps: f32) -> Kernel {
+    forward_kernel_storing(n, eps, false)
+}
+
+/// [`forward_kernel`], with `bf16` storing y rounded to bf16 (round to nearest even): the cast
+/// that alone reads a LayerNorm's output, done by the LayerNorm (its f32 output is never
+/// written), so the matrix products after it read half the bytes.
+pub fn forward_kernel_storing(n: Norm, eps: f32, bf16: bool) -> Kernel {
     let c = n.c as u32;
-    let mut k = Kernel::new("layernorm_fwd").with_block(THREADS, 1, 1);
+    let name = if bf16 { "layernorm_fwd_bf16" } else { "layernorm_fwd" };
+    let mut k = Kernel::new(name).with_block(THREADS, 1, 1);
     let y = k.param_reg("y", ParamTy::U64);
     let mean = k.param_reg("mean", ParamTy::U64);
     let rstd = k.param_reg("rstd", ParamTy::U64);
@@ -109,7 +117,13 @@ pub fn forward_kernel(n: Norm, eps: f32) -> Kernel {
         let xr = k.bin("mul.rn.f32", RegKind::F32, d, r);
         let xg = k.bin("mul.rn.f32", RegKind::F32, xr, g);
         let o = k.bin("add.rn.f32", RegKind::F32, xg, b);
-        st(k, y, i, o);
+        if bf16 {
+            let a = k.addr_of(y, i, 2);
+            let h = k.un("cvt.rn.bf16.f32", RegKind::B16, o);
+            k.op("st.global.b16", [addr(a, 0), h.into()]);
+        } else {
+            st(k, y, i, o);
+        }
     });
     let first = k.setp("eq.u32", tid, 0u32);
     let skip = k.label("skip");

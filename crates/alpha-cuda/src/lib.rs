@@ -80,7 +80,8 @@ pub fn catalog() -> Vec<ptx::Kernel> {
         gemm::GemmSpec {
             a: gemm::Layout::RowMajor,
             b: gemm::Layout::RowMajor,
-            input: gemm::Input::F32,
+            a_input: gemm::Input::F32,
+            b_input: gemm::Input::F32,
             epilogue: gemm::Epilogue::Store,
             activation: Some(alpha_ir::Unary::Gelu),
             tile: gemm::Tile::T128x64,

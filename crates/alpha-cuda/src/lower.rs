@@ -143,6 +143,10 @@ struct Lowerer<'p> {
     gemm_add: HashMap<u32, (u32, Value)>,
     /// Further fusions (activation epilogues, rotary into attention).
     more: More,
+    /// Producer output → the bf16 cast it stores instead (see [`casts_into_producers`]).
+    store_as: HashMap<Value, Value>,
+    /// [`producer_cast_candidates`] of the program.
+    cast_candidates: HashMap<Value, u32>,
 }
 
 /// Per q (dq), k (dk): the tensor a fused rotary reads or writes instead, and its base.
@@ -257,7 +261,7 @@ impl Lowerer<'_> {
         &mut self,
         nodes: &[u32],
         i: usize,
-        skip: &std::collections::HashSet<u32>,
+        skip: &mut std::collections::HashSet<u32>,
         uses: &HashMap<Value, usize>,
     ) -> Result<Option<(usize, Pending)>> {
         let g = &self.plan.program.graph;
@@ -314,18 +318,54 @@ impl Lowerer<'_> {
                 })
                 .collect();
             let out_values: Vec<Value> = outputs.iter().map(|&k| Value { node: run[k], index: 0 }).collect();
+            // Outputs that only a later bf16 cast reads go straight into the cast's slot, when
+            // nothing the chain reads or the launches up to the cast read or write meets it.
+            let mut into_casts = vec![];
+            for &v in &out_values {
+                let Some(&cast) = self.cast_candidates.get(&v) else { continue };
+                let Some(pc) = nodes.iter().position(|&n| n == cast) else { continue };
+                if self.store_as.contains_key(&v) || skip.contains(&cast) || pc < end {
+                    continue;
+                }
+                let cv = Value { node: cast, index: 0 };
+                let Some(slot) = range(self.plan, cv) else { continue };
+                let meets = |x: Value| range(self.plan, x).is_some_and(|r| overlap(r, slot));
+                let chain_reads = inputs.iter().any(|&x| meets(x));
+                let chain_writes = out_values.iter().any(|&o| o != v && meets(self.destination(o).0));
+                let between = nodes[end..pc].iter().any(|&id| {
+                    let n = &g.nodes[id as usize];
+                    n.inputs.iter().any(|&x| meets(x))
+                        || (0..n.outputs.len()).any(|k| meets(Value { node: id, index: k as u16 }))
+                });
+                if !(chain_reads || chain_writes || between) {
+                    into_casts.push((v, cv));
+                }
+            }
+            for &(v, cv) in &into_casts {
+                self.store_as.insert(v, cv);
+            }
+            // A bf16 store (into a cast's slot) may not meet an input at all: its elements are
+            // half the size, so even the same start is a different element.
             let clash = out_values.iter().any(|&o| {
-                let ro = range(self.plan, o);
+                let (dst, dt) = self.destination(o);
+                let ro = range(self.plan, dst);
                 inputs.iter().any(|&x| match (ro, range(self.plan, x)) {
-                    (Some(a), Some(b)) => overlap(a, b) && a != b,
+                    (Some(a), Some(b)) => overlap(a, b) && (a != b || dt == DType::BF16),
                     _ => false,
                 })
             });
-            if !clash {
-                let chain = fused::Chain { n, inputs: inputs.len(), steps, outputs };
+            if clash {
+                for (v, _) in &into_casts {
+                    self.store_as.remove(v);
+                }
+            } else {
+                skip.extend(into_casts.iter().map(|&(_, cv)| cv.node));
+                let dests: Vec<(Value, DType)> = out_values.iter().map(|&v| self.destination(v)).collect();
+                let bf16 = dests.iter().map(|d| d.1 == DType::BF16).collect();
+                let chain = fused::Chain { n, inputs: inputs.len(), steps, outputs, bf16 };
                 let kernel =
                     self.kernel(chain.kernel().map_err(|e| node_error(&g.nodes[run[0] as usize], run[0], e))?)?;
-                let mut args: Vec<A> = out_values.iter().map(|&v| self.ptr(v)).collect();
+                let mut args: Vec<A> = dests.iter().map(|&(v, _)| self.ptr(v)).collect();
                 args.extend(inputs.iter().map(|&v| self.ptr(v)));
                 let (blocks, threads) = grid_blocks(n);
                 let pending =
@@ -419,6 +459,15 @@ impl Lowerer<'_> {
         Ok(v)
     }
 
+    /// Where `v` is stored, and as what: its own slot in its dtype, or the slot of the bf16
+    /// cast that alone reads it (see [`casts_into_producers`]).
+    fn destination(&self, v: Value) -> (Value, DType) {
+        match self.store_as.get(&v) {
+            Some(&cast) => (cast, DType::BF16),
+            None => (v, self.g().dtype(v)),
+        }
+    }
+
     fn want_f32(&self, node: &Node, id: u32, vals: &[Value]) -> Result<()> {
         for &v in vals {
             if self.g().dtype(v) != DType::F32 {
@@ -443,15 +492,17 @@ impl Lowerer<'_> {
         let mut v = vec![];
         match &node.op {
             Op::Unary(u) => {
+                let (dst, odt) = self.destination(out(0));
                 let pw = Pointwise {
                     shape: vec![n],
                     out: Operand::contiguous(odt, &[n]),
                     ins: vec![Operand::contiguous(idt(0), &[n])],
                     body: Body::Unary(*u),
                 };
-                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0])], some)?);
+                v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0])], some)?);
             }
             Op::Binary(b) => {
+                let (dst, odt) = self.destination(out(0));
                 let pw = Pointwise {
                     shape: os.clone(),
                     out: Operand::contiguous(odt, &os),
@@ -461,7 +512,7 @@ impl Lowerer<'_> {
                     ],
                     body: Body::Binary(*b),
                 };
-                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])], some)?);
+                v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0]), self.ptr(ins[1])], some)?);
             }
             Op::Cast { .. } | Op::Reshape { .. } => {
                 let pw = Pointwise {
@@ -483,13 +534,14 @@ impl Lowerer<'_> {
             }
             Op::Permute { perm } => {
                 let xs = contiguous_strides(&ishape(0));
+                let (dst, odt) = self.destination(out(0));
                 let pw = Pointwise {
                     shape: os.clone(),
                     out: Operand::contiguous(odt, &os),
                     ins: vec![Operand { dtype: idt(0), strides: perm.iter().map(|&p| xs[p]).collect() }],
                     body: Body::Copy,
                 };
-                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0])], some)?);
+                v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0])], some)?);
             }
             Op::Slice { axis, start, .. } => {
                 let xs = contiguous_strides(&ishape(0));
@@ -556,13 +608,9 @@ impl Lowerer<'_> {
                 if let Some((mut spec, shape)) = tiled_gemm(g, id) {
                     // Fusions decided per phase by `fuse`: f32 sources read with convert-on-load
                     // (the skipped casts' exact rounding), the following Add as the epilogue.
-                    let (a, b) = match self.f32_gemm.get(&id) {
-                        Some(&(a, b)) => {
-                            spec.input = Input::F32;
-                            (a, b)
-                        }
-                        None => (ins[0], ins[1]),
-                    };
+                    let (a, b) = self.f32_gemm.get(&id).copied().unwrap_or((ins[0], ins[1]));
+                    let input = |v: Value| if g.dtype(v) == DType::F32 { Input::F32 } else { Input::Bf16 };
+                    (spec.a_input, spec.b_input) = (input(a), input(b));
                     let (c, r) = match self.gemm_add.get(&id) {
                         Some(&(add, r)) => {
                             spec.epilogue = Epilogue::AddResidual;
@@ -696,8 +744,9 @@ impl Lowerer<'_> {
                 self.want_f32(&node, id, ins)?;
                 let c = *ishape(0).last().unwrap_or(&1);
                 let nm = Norm { rows: n / c.max(1), c };
-                let kernel = self.kernel(layernorm::forward_kernel(nm, *eps as f32))?;
-                let args = vec![self.ptr(out(0)), self.ptr(out(1)), self.ptr(out(2))]
+                let (dst, ydt) = self.destination(out(0));
+                let kernel = self.kernel(layernorm::forward_kernel_storing(nm, *eps as f32, ydt == DType::BF16))?;
+                let args = vec![self.ptr(dst), self.ptr(out(1)), self.ptr(out(2))]
                     .into_iter()
                     .chain(ins.iter().map(|&x| self.ptr(x)))
                     .collect();
@@ -915,7 +964,8 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     let spec = GemmSpec {
         a: if ta { Layout::ColMajor } else { Layout::RowMajor },
         b: if tb { Layout::ColMajor } else { Layout::RowMajor },
-        input: Input::Bf16,
+        a_input: Input::Bf16,
+        b_input: Input::Bf16,
         epilogue: Epilogue::Store,
         activation: None,
         tile: gemm::Tile::T128x128,
@@ -955,11 +1005,10 @@ fn overlap(a: (usize, usize), b: (usize, usize)) -> bool {
 ///   `acc + x` (the same f32 addition) straight into the Add's slot. Its slot must not overlap
 ///   the GEMM's operands (the planner may reuse their space once the MatMul is done), and may
 ///   coincide with x only exactly (each element is read, then written, by one thread).
-/// * Casts into GEMM loads: a MatMul whose operands are both `Cast{BF16}` of f32 tensors, with
-///   those f32 sources unwritten from their cast through the MatMul, reads the sources with
-///   the GEMM's round-to-nearest-even convert-on-load (the cast's own rounding). A cast every
-///   reader of which is such a MatMul is then skipped; a MatMul switches to f32 loads only when
-///   that skips at least one of its casts.
+/// * Casts into GEMM loads: a MatMul operand that is a `Cast{BF16}` of an f32 tensor, unwritten
+///   from the cast through the MatMul, may read the source with the GEMM's round-to-nearest-even
+///   convert-on-load (the cast's own rounding). A cast every reading operand of which may do so
+///   is skipped, and those operands load f32; each operand chooses alone.
 ///
 /// Returns the nodes not to launch (fused casts and Adds); fills `f32_gemm` and `gemm_add`.
 fn fuse(
@@ -1036,9 +1085,15 @@ fn fuse(
             && rs.iter().all(|r| pos.contains_key(r) && tiled_gemm(g, *r).is_some());
         ok.then_some(rs)
     };
-    let mut skip: std::collections::HashSet<u32> =
-        nodes.iter().copied().filter(|&id| is_bf16_cast(id) && readers_of(id).is_some()).collect();
-    let mut eligible: HashMap<u32, (Value, Value)>;
+    // Casts a producer may store itself (bf16, half the GEMMs' bytes) are left to it.
+    let to_producers: std::collections::HashSet<u32> = producer_cast_candidates(p).into_values().collect();
+    let mut skip: std::collections::HashSet<u32> = nodes
+        .iter()
+        .copied()
+        .filter(|&id| is_bf16_cast(id) && readers_of(id).is_some() && !to_producers.contains(&id))
+        .collect();
+    // (GEMM, operand) → the f32 source that operand may read instead of its cast.
+    let mut eligible: HashMap<(u32, usize), Value>;
     loop {
         let w = writes(&skip);
         let source = |v: Value, at: usize| -> Option<Value> {
@@ -1057,24 +1112,41 @@ fn fuse(
                 continue;
             }
             let ins = &g.nodes[id as usize].inputs;
-            if let (Some(a), Some(b)) = (source(ins[0], i), source(ins[1], i)) {
-                eligible.insert(id, (a, b));
+            for (k, &operand) in ins.iter().take(2).enumerate() {
+                if let Some(src) = source(operand, i) {
+                    eligible.insert((id, k), src);
+                }
             }
         }
+        // A cast is skipped when every operand slot of every GEMM reading it may read its source.
         let next: std::collections::HashSet<u32> = skip
             .iter()
             .copied()
-            .filter(|&id| readers_of(id).is_some_and(|rs| rs.iter().all(|r| eligible.contains_key(r))))
+            .filter(|&id| {
+                let out = Value { node: id, index: 0 };
+                readers_of(id).is_some_and(|rs| {
+                    rs.iter().all(|&r| {
+                        let ins = &g.nodes[r as usize].inputs;
+                        (0..2).filter(|&k| ins[k] == out).all(|k| eligible.contains_key(&(r, k)))
+                    })
+                })
+            })
             .collect();
         if next == skip {
             break;
         }
         skip = next;
     }
-    for (&id, &ab) in &eligible {
+    // Each operand reads the f32 source of a skipped cast, or what the program gives it.
+    for &id in nodes {
+        if tiled_gemm(g, id).is_none() {
+            continue;
+        }
         let ins = &g.nodes[id as usize].inputs;
-        if skip.contains(&ins[0].node) || skip.contains(&ins[1].node) {
-            f32_gemm.insert(id, ab);
+        let read = |k: usize| if skip.contains(&ins[k].node) { eligible[&(id, k)] } else { ins[k] };
+        let (a, b) = (read(0), read(1));
+        if (a, b) != (ins[0], ins[1]) {
+            f32_gemm.insert(id, (a, b));
         }
     }
 
@@ -1505,6 +1577,8 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
         f32_gemm: HashMap::new(),
         gemm_add: HashMap::new(),
         more: More::default(),
+        store_as: HashMap::new(),
+        cast_candidates: producer_cast_candidates(&plan.program),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -1524,6 +1598,10 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
         let mut skip = fuse(&plan, &nodes, &mut lw.f32_gemm, &mut lw.gemm_add);
         let more = fuse_more(&plan, &nodes, &skip, &lw.f32_gemm, &lw.gemm_add, &mut lw.more);
         skip.extend(more);
+        for (producer_out, cast) in casts_into_producers(&plan, &nodes, &skip) {
+            skip.insert(cast.node);
+            lw.store_as.insert(producer_out, cast);
+        }
         let mut i = 0;
         while i < nodes.len() {
             if skip.contains(&nodes[i]) {
@@ -1535,7 +1613,7 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
                 i += 2;
                 continue;
             }
-            if let Some((j, chain)) = lw.elementwise_chain(&nodes, i, &skip, &uses)? {
+            if let Some((j, chain)) = lw.elementwise_chain(&nodes, i, &mut skip, &uses)? {
                 launches.push(chain);
                 i = j;
                 continue;
@@ -1626,8 +1704,90 @@ pub fn lower_program(program: &alpha_ir::Program) -> Result<Lowered> {
             }
         }
     }
-    keep.extend(cast_sources_through_their_gemms(program));
+    let into_producers = producer_cast_candidates(program);
+    keep.extend(
+        cast_sources_through_their_gemms(program).into_iter().filter(|(src, _)| !into_producers.contains_key(src)),
+    );
+    // A producer storing into its cast's slot writes it from its own launch (or its chain's,
+    // which may start a few elementwise nodes earlier) on: what those read must not lie there.
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    // (Other casts' outputs stored by the same chain among them: all of the window is kept.)
+    for (x, &cast) in &into_producers {
+        let from = x.node.saturating_sub(8);
+        for id in from..cast {
+            let n = &g.nodes[id as usize];
+            if phase(id) != phase(cast) {
+                continue;
+            }
+            let outs = (0..n.outputs.len() as u16).map(|k| Value { node: id, index: k });
+            let vals: Vec<Value> = n.inputs.iter().copied().chain(outs).collect();
+            keep.extend(vals.into_iter().filter(|v| phase(v.node) == phase(cast)).map(|v| (v, cast)));
+        }
+    }
     lower(plan_with(&keep)?)
+}
+
+/// f32 values (by the root they view) whose only reader is one bf16 cast and whose producer can
+/// store bf16 itself (a unary or binary op, a permute, a LayerNorm's output): value → cast.
+/// Why: the GEMMs after such a cast then read bf16, half the bytes of their f32 loads, and the
+/// cast costs no launch; on the H200 the tiled GEMM is bound by those bytes.
+fn producer_cast_candidates(program: &alpha_ir::Program) -> HashMap<Value, u32> {
+    let g = &program.graph;
+    let (uses, readers) = readers_of(program);
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    let mut out = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if !matches!(n.op, Op::Cast { to: DType::BF16 }) || g.dtype(n.inputs[0]) != DType::F32 {
+            continue;
+        }
+        // Through reshapes to the value a kernel writes, each link read by the next alone.
+        let mut x = n.inputs[0];
+        while matches!(g.nodes[x.node as usize].op, Op::Reshape { .. }) && uses.get(&x) == Some(&1) {
+            x = g.nodes[x.node as usize].inputs[0];
+        }
+        let single = uses.get(&x) == Some(&1) && uses.get(&n.inputs[0]) == Some(&1);
+        let pn = &g.nodes[x.node as usize];
+        let can = match pn.op {
+            Op::Unary(_) | Op::Binary(_) | Op::Permute { .. } => true,
+            Op::LayerNorm { .. } => x.index == 0,
+            _ => false,
+        };
+        let read_by_cast = readers.get(&x).is_some_and(|r| r.len() == 1);
+        let same_size = g.ty(x).numel() == n.outputs[0].numel();
+        if single && can && read_by_cast && phase(x.node) == phase(i as u32) && same_size {
+            out.insert(x, i as u32);
+        }
+    }
+    out
+}
+
+/// The candidates ([`producer_cast_candidates`]) that this phase's plan lets the producer store
+/// as bf16 into the cast's slot: the producer launched (not fused elsewhere), before the cast,
+/// and nothing from the producer up to the cast reading or writing that slot — the store moves
+/// from the cast's position to the producer's. Returns (producer output → cast output).
+fn casts_into_producers(plan: &Plan, nodes: &[u32], skip: &std::collections::HashSet<u32>) -> Vec<(Value, Value)> {
+    let g = &plan.program.graph;
+    let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut found = vec![];
+    for (x, cast) in producer_cast_candidates(&plan.program) {
+        let (Some(&pp), Some(&pc)) = (pos.get(&x.node), pos.get(&cast)) else { continue };
+        if pp >= pc || skip.contains(&x.node) || skip.contains(&cast) {
+            continue;
+        }
+        let out = Value { node: cast, index: 0 };
+        let Some(slot) = range(plan, out) else { continue };
+        let clear = nodes[pp..pc].iter().all(|&id| {
+            let n = &g.nodes[id as usize];
+            let ins = n.inputs.iter().copied();
+            let outs = (0..n.outputs.len()).map(|k| Value { node: id, index: k as u16 });
+            ins.chain(outs).all(|v| range(plan, v).is_none_or(|r| !overlap(r, slot)))
+        });
+        if clear {
+            found.push((x, out));
+        }
+    }
+    found.sort_by_key(|p| p.1.node);
+    found
 }
 
 /// (f32 source, last position) of every bf16 cast that only tiled GEMMs of its phase read:
@@ -1804,13 +1964,14 @@ mod tests {
 
     #[test]
     fn a_unary_whose_slot_the_plan_gives_an_operand_is_not_fused() {
-        // y0 dies when the GEMM (reading it as its f32 A) is done, so the plan puts relu's
-        // output exactly on it: writing relu from the GEMM's epilogue would clobber A for the
-        // blocks still reading it. The Unary stays a launch.
+        // y0 (a reduction: it cannot store bf16 itself) dies when the GEMM (reading it as its
+        // f32 A) is done, so the plan puts relu's output exactly on it: writing relu from the
+        // GEMM's epilogue would clobber A for the blocks still reading it. The Unary stays a
+        // launch.
         let mut g = Graph::new("t");
-        let x = g.param("x", &[64, 64], Init::Zeros);
+        let x = g.param("x", &[64, 64, 2], Init::Zeros);
         let w = g.param("w", &[64, 64], Init::Zeros);
-        let y0 = g.mul(x, x);
+        let y0 = g.sum(x, &[2], false);
         let y16 = g.cast(y0, DType::BF16);
         let w16 = g.cast(w, DType::BF16);
         let y = g.matmul(y16, w16);
@@ -1823,7 +1984,34 @@ mod tests {
         let l = lower_program(&p).unwrap();
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
         assert_eq!(l.plan.slot(a).offset, l.plan.slot(y0).offset, "the premise: relu's slot is y0's");
-        assert_eq!(names, ["pw_mul", "gemm_rr_f32_store_64x64", "ew_relu_mul", "reduce_sum"]);
+        assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64", "ew_relu_mul", "reduce_sum"]);
+    }
+
+    /// A product's operand that only a cast reads is stored as bf16 by its producer, straight
+    /// into the cast's slot: the GEMM reads bf16 there, the f32 value is never written, and
+    /// the cast is no launch.
+    #[test]
+    fn a_cast_read_alone_is_stored_by_its_producer() {
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[64, 64], Init::Zeros);
+        let w = g.param("w", &[64, 64], Init::Zeros);
+        let y0 = g.mul(x, x);
+        let y16 = g.cast(y0, DType::BF16);
+        let w16 = g.cast(w, DType::BF16);
+        let y = g.matmul(y16, w16);
+        let s = g.sum_all(y);
+        let mut outs = BTreeMap::new();
+        outs.insert("s".to_string(), s);
+        let p = Program::single(g.finish().unwrap(), "forward", outs);
+        let l = lower_program(&p).unwrap();
+        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        assert_eq!(names, ["pw_mul", "gemm_rr_bf16f32_store_64x64", "reduce_sum"]);
+        let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
+        // The multiply writes the cast's slot; the GEMM reads it and w's f32 slot.
+        assert_eq!(l.phases[0][0].args[0], slot(y16));
+        assert_eq!(l.phases[0][1].args[..2], [slot(y16), slot(w)]);
+        let text = l.kernels[l.phases[0][0].kernel].render();
+        assert!(text.contains("cvt.rn.bf16.f32") && text.contains("st.global.b16"));
     }
 
     /// q, k, v [1, 2, 64, 8]; the backward's dq and dk each turned back by an inverse Rotary.
