@@ -1332,22 +1332,24 @@ pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resu
     let args16: Vec<Arg> =
         [halves[0], halves[1], bufs[0], bufs[1], bufs[2], bufs[3]].iter().map(|b| Arg::U64(b.ptr)).collect();
     gpu.launch(&f16, cfg, &args16)?;
+    // One row per output: how many elements differ from what they must equal bit for bit.
+    let row = |name: String, differ: usize, what: &str| Row {
+        family: "fusion".into(),
+        name,
+        shape: format!("n{n}"),
+        max_abs: differ as f64,
+        rel: differ as f64,
+        tol: 0.0,
+        pass: differ == 0,
+        median_us: None,
+        rate: format!("elements differing from {what}"),
+    };
     let mut rows = vec![];
     for (name, half, separate) in [("d_up as bf16", halves[0], outs[2]), ("d_gate as bf16", halves[1], outs[3])] {
         let got: Vec<u16> = arena.download(half, n)?;
         let want: Vec<f32> = arena.download(separate, n)?;
         let differ = got.iter().zip(&want).filter(|(g, w)| **g != half::bf16::from_f32(**w).to_bits()).count();
-        rows.push(Row {
-            family: "fusion".into(),
-            name: format!("{} {name}", chain16.name()),
-            shape: format!("n{n}"),
-            max_abs: differ as f64,
-            rel: differ as f64,
-            tol: 0.0,
-            pass: differ == 0,
-            median_us: None,
-            rate: "elements differing from the launches' result rounded to bf16".into(),
-        });
+        rows.push(row(format!("{} {name}", chain16.name()), differ, "the launches' result rounded to bf16"));
     }
     for (name, fused, separate) in
         [("d_up = dh·act", outs[0], outs[2]), ("d_gate = dh·up·gelu'(gate)", outs[1], outs[3])]
@@ -1355,17 +1357,7 @@ pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resu
         let a: Vec<f32> = arena.download(fused, n)?;
         let b: Vec<f32> = arena.download(separate, n)?;
         let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
-        rows.push(Row {
-            family: "fusion".into(),
-            name: format!("{} {name}", chain.name()),
-            shape: format!("n{n}"),
-            max_abs: differ as f64,
-            rel: differ as f64,
-            tol: 0.0,
-            pass: differ == 0,
-            median_us: None,
-            rate: "elements differing from the separate launches".into(),
-        });
+        rows.push(row(format!("{} {name}", chain.name()), differ, "the separate launches"));
     }
     Ok(rows)
 }
