@@ -294,21 +294,22 @@ impl GemmShape {
     /// the operands over and over. Splitting K keeps the large tile and multiplies the blocks:
     /// each part writes its partial product, and [`splitk_reduce_kernel`] sums the parts in a
     /// fixed order (so runs repeat bit for bit) and applies the epilogue. Only unbatched
-    /// products whose 128 × 128 tiles leave SMs idle, with K at least 4,096.
+    /// products whose 128 × 128 tiles leave SMs idle, with K at least 1,024.
     pub fn split_k(&self) -> u32 {
         let blocks = self.m.div_ceil(128) * self.n.div_ceil(128);
-        // Short K: measured on the H200 (bench/results/2026-11-29-h200-coppelius-speed.md), a
-        // split of K = 1,024–1,536 gains at most 8% and costs a launch; from 12,288 it is 1.6–5×.
-        if self.batch != 1 || blocks >= SMS || self.k < 4096 {
+        // Measured on the H200 (bench/results/2026-11-29-h200-coppelius-speed.md): one context's
+        // step is 0.8 ms faster with its K = 1,024–1,536 products split than without, though
+        // each gains little alone; from K = 12,288 a split is 1.6–5× faster.
+        if self.batch != 1 || blocks >= SMS || self.k < 1024 {
             return 1;
         }
         // Time goes as waves of blocks (one block an SM at this tile) times K per part: take
         // the power of two up to 8 that minimises ⌈blocks·s / SMs⌉ / s (the smaller on a tie),
-        // keeping parts of at least 1,024.
+        // keeping parts of at least 256.
         let cost = |s: u32| (blocks * s).div_ceil(SMS) as f64 / s as f64;
         let mut best = 1;
         for s in [2u32, 4, 8] {
-            if self.k.is_multiple_of(BK * s) && self.k / s >= 1024 && cost(s) < cost(best) {
+            if self.k.is_multiple_of(BK * s) && self.k / s >= 256 && cost(s) < cost(best) {
                 best = s;
             }
         }
@@ -955,7 +956,8 @@ mod tests {
         let wgrad = GemmSpec { a: Layout::ColMajor, b: Layout::RowMajor, ..s };
         assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 16384).split_k(), 8);
         assert_eq!(GemmShape::packed(&wgrad, 512, 512, 16384).split_k(), 8);
-        assert_eq!(GemmShape::packed(&wgrad, 512, 512, 1024).split_k(), 1);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 512, 1024).split_k(), 4);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 1024).split_k(), 2);
         assert_eq!(GemmShape::packed(&s, 1024, 512, 12288).split_k(), 4);
         assert_eq!(GemmShape::packed(&wgrad, 12288, 512, 16384).split_k(), 1);
         assert_eq!(GemmShape::packed(&wgrad, 1024, 512, 512).split_k(), 1);
