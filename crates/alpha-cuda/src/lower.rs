@@ -12,8 +12,16 @@
 //! Coppelius needs a few dozen modules for thousands of launches). Beyond the plan's arena the
 //! lowering appends a constant region (rotary tables) and one scratch region, reused by every
 //! launch that needs temporary space (reduction partials, LayerNorm parameter partials,
-//! attention's delta): launches run in order on one stream, so one region sized for the largest
-//! need suffices. Constant nodes are filled once, at load.
+//! attention's delta, split-K partial products): launches run in order on one stream, so one
+//! region sized for the largest need suffices. Constant nodes are filled once, at load.
+//!
+//! Fusions, each checked against the plan's slots so that a moved read or write meets nothing
+//! live: bf16 casts stored by the kernel producing their source (`casts_into_producers`) or
+//! folded into GEMM operand loads (`fuse`); residual Adds as GEMM epilogues and in the
+//! LayerNorm backward's store; activations as GEMM epilogues and rotaries into attention's loads
+//! and stores (`fuse_more`); runs of elementwise ops as one kernel; every AdamW of a step as one
+//! launch. The plan is made with lifetime hints ([`lower_program`]) so these fusions find what
+//! they need still in place.
 
 use std::collections::HashMap;
 use std::fmt;
