@@ -141,7 +141,8 @@ pub fn gemm_variants(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     for spec in GemmSpec::all() {
         arena.reset();
         let f = gpu.load(&spec.kernel())?;
-        let mut sh = GemmShape::packed(&spec, 200, 136, 96);
+        // K of 3 steps at either K step (a multiple of 64 at the wide one).
+        let mut sh = GemmShape::packed(&spec, 200, 136, 3 * spec.bk);
         sh.batch = 2;
         let (na, nb, nc) = sh.extents(&spec);
         let a = rng.vec(na, 1.0);
@@ -167,7 +168,7 @@ pub fn gemm_variants(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
         rows.push(Row {
             family: "gemm".into(),
             name: spec.name(),
-            shape: "b2 m200 n136 k96".into(),
+            shape: format!("b2 m200 n136 k{}", 3 * spec.bk),
             max_abs,
             rel,
             tol,
@@ -223,8 +224,11 @@ fn gemm_bench_one(
     cache: &mut Vec<(GemmSpec, Function)>,
 ) -> Result<Row> {
     arena.reset();
-    // The tile the lowering would choose for this shape.
+    // The tile the lowering would choose for this shape (at the K step asked for).
     let spec = GemmSpec { tile: GemmShape::packed(&spec, m, n, k).tile(), ..spec };
+    if spec.bk != gemm::BK && spec.tile != Tile::T64x64 {
+        anyhow::bail!("{}: the wide K step is for the 64 × 64 tile", spec.name());
+    }
     if !cache.iter().any(|(s, _)| *s == spec) {
         cache.push((spec, gpu.load(&spec.kernel())?));
     }
@@ -287,8 +291,18 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
             epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
             activation: None,
             tile: Tile::T128x128,
+            bk: gemm::BK,
         };
         rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
+        // The 64 × 64 products again at a K step of 64, for the comparison (bf16 A, f32 B, as
+        // the training step's forward reads them).
+        let sh = GemmShape::packed(&spec, m, n, k);
+        if sh.tile() == Tile::T64x64 && !add && k.is_multiple_of(64) {
+            for bk in [gemm::BK, 64] {
+                let wide = GemmSpec { b_input: Input::F32, bk, ..spec };
+                rows.push(gemm_bench_one(gpu, arena, rng, wide, m, n, k, opts, &mut cache)?);
+            }
+        }
     }
     for (lay, m, n, k) in [("rr", 1024, 12288, 512), ("rc", 1024, 1536, 512)] {
         let mut ch = lay.chars();
@@ -300,6 +314,7 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
             epilogue: Epilogue::Store,
             activation: None,
             tile: Tile::T128x128,
+            bk: gemm::BK,
         };
         rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
     }
@@ -313,6 +328,7 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
             epilogue: Epilogue::Store,
             activation: None,
             tile: Tile::T128x128,
+            bk: gemm::BK,
         };
         rows.push(gemm_bench_one(gpu, arena, rng, spec, 8192, 8192, 8192, opts, &mut cache)?);
     }
@@ -711,6 +727,7 @@ pub fn gemm_step_graph(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Opt
             epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
             activation: None,
             tile: Tile::T128x128,
+            bk: gemm::BK,
         };
         let sh = GemmShape::packed(&spec, m, n, k);
         let spec = GemmSpec { tile: sh.tile(), ..spec };
@@ -797,6 +814,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                     epilogue: Epilogue::Store,
                     activation: Some(alpha_ir::Unary::Gelu),
                     tile: Tile::T128x128,
+                    bk: gemm::BK,
                 };
                 let f = gpu.load(&spec.kernel())?;
                 let mut sh = GemmShape::packed(&spec, 200, 136, 96);
@@ -835,7 +853,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                 rows.push(Row {
                     family: "gemm".into(),
                     name: spec.name(),
-                    shape: "b2 m200 n136 k96".into(),
+                    shape: format!("b2 m200 n136 k{}", 3 * spec.bk),
                     max_abs,
                     rel,
                     tol: 1e-5,
@@ -1388,6 +1406,7 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
             epilogue: Epilogue::Store,
             activation: None,
             tile: Tile::T128x128,
+            bk: gemm::BK,
         };
         let sh = GemmShape::packed(&base, m, n, k);
         let (na, nb, nc) = sh.extents(&base);

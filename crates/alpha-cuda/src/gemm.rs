@@ -10,7 +10,8 @@
 //! each warp a grid of `mma.sync.m16n8k16` tiles with fp32 accumulators). The tile is 128×128
 //! down to 64×64, the largest that still gives each of the 132 SMs a block ([`GemmShape::tile`]):
 //! one context's products are too small to fill the GPU with the largest. K advances 32 at a
-//! time through two shared-memory stages fed from two register sets: while the tensor cores work
+//! time (64 as an option of the 64 × 64 tile, [`GemmSpec::bk`]; not yet chosen by the lowering,
+//! as it awaits its measurement) through two shared-memory stages fed from two register sets: while the tensor cores work
 //! on one stage, the loads of the next two K-tiles are in flight, so global latency hides behind
 //! two stages of work and each K-step meets one barrier. A K-contiguous operand (A row-major, B
 //! column-major) is staged `[row][k]` with rows padded from 64 to 80 bytes and read with
@@ -33,12 +34,15 @@ use alpha_ir::Unary;
 use crate::driver::{Arg, Function, Gpu, LaunchConfig};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
-/// The K step.
+/// The K step of the usual kernels (see [`GemmSpec::bk`]).
 pub const BK: u32 = 32;
 /// Threads per block.
 pub const THREADS: u32 = 256;
-/// Shared-memory row pitch in bytes (32 bf16 = 64 bytes, padded to 80).
-const PITCH: u32 = 80;
+/// Shared-memory row pitch in bytes of a K-contiguous tile: `bk` bf16 padded by 16 bytes (80 at
+/// a K step of 32), so the eight rows one `ldmatrix` reads fall in eight 16-byte bank groups.
+const fn pitch_k(bk: u32) -> u32 {
+    2 * bk + 16
+}
 
 /// Output tile of one block: rows (M) × columns (N).
 ///
@@ -138,6 +142,10 @@ pub struct GemmSpec {
     /// own instruction sequence, so it equals the separate `Unary` launch bit for bit.
     pub activation: Option<Unary>,
     pub tile: Tile,
+    /// K consumed per pipeline step: 32, or 64 for the 64 × 64 tile (whose loop, with little
+    /// tensor work a step, waits on memory: twice the K a step is half the waits). 64 × 64 only,
+    /// as larger tiles would pass the 48 KB of static shared memory.
+    pub bk: u32,
 }
 
 impl GemmSpec {
@@ -148,10 +156,13 @@ impl GemmSpec {
             Some(u) => format!("_{}", format!("{u:?}").to_lowercase()),
             None => String::new(),
         };
-        let tile = match self.tile {
+        let mut tile = match self.tile {
             Tile::T128x128 => String::new(),
             t => format!("_{}x{}", t.rows(), t.cols()),
         };
+        if self.bk != BK {
+            tile.push_str(&format!("_k{}", self.bk));
+        }
         format!(
             "gemm_{}{}_{}_{}{act}{tile}",
             self.a.letter(),
@@ -182,18 +193,25 @@ impl GemmSpec {
                     let (a_input, b_input) = (input, input);
                     for epilogue in [Epilogue::Store, Epilogue::AddResidual, Epilogue::Accumulate] {
                         let tile = Tile::T128x128;
-                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile });
+                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile, bk: BK });
                     }
                     for &tile in &Tile::ALL[1..] {
                         let epilogue = Epilogue::Store;
-                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile });
+                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile, bk: BK });
                     }
+                }
+                // The 64 × 64 tile at a K step of 64, every input pairing.
+                for (a_input, b_input) in
+                    [(Input::F32, Input::F32), (Input::Bf16, Input::Bf16), (Input::Bf16, Input::F32)]
+                {
+                    let (epilogue, tile) = (Epilogue::Store, Tile::T64x64);
+                    v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile, bk: 64 });
                 }
                 // Mixed operands: a bf16 activation with an f32 weight, and the other way.
                 for (a_input, b_input) in [(Input::Bf16, Input::F32), (Input::F32, Input::Bf16)] {
                     for tile in [Tile::T128x128, Tile::T64x64] {
                         let epilogue = Epilogue::Store;
-                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile });
+                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile, bk: BK });
                     }
                 }
             }
@@ -252,8 +270,8 @@ impl GemmShape {
         if self.m == 0 || self.n == 0 || self.k == 0 || self.batch == 0 {
             bail!("{name}: empty problem {self:?}");
         }
-        if !self.k.is_multiple_of(BK) {
-            bail!("{name}: K = {} is not a multiple of {BK}", self.k);
+        if !self.k.is_multiple_of(spec.bk) {
+            bail!("{name}: K = {} is not a multiple of {}", self.k, spec.bk);
         }
         if !self.m.is_multiple_of(8) || !self.n.is_multiple_of(8) {
             bail!("{name}: M = {} and N = {} must be multiples of 8", self.m, self.n);
@@ -518,7 +536,7 @@ struct Loader {
 }
 
 /// `k_contiguous`: the operand's K index is the contiguous one in memory. K-contiguous tiles are
-/// staged `[row][k]` (pitch [`PITCH`]); the others as stored, `[k][row]` ([`trans_pitch`]).
+/// staged `[row][k]` (pitch [`pitch_k`]); the others as stored, `[k][row]` ([`trans_pitch`]).
 #[allow(clippy::too_many_arguments)]
 fn loader(
     k: &mut Kernel,
@@ -530,13 +548,14 @@ fn loader(
     k_contiguous: bool,
     input: Input,
     tile_rows: u32,
+    bk: u32,
 ) -> Loader {
     let vw = input.vec();
     let esz = input.bytes();
-    let line_len = if k_contiguous { BK } else { tile_rows };
+    let line_len = if k_contiguous { bk } else { tile_rows };
     let vpl = line_len / vw;
     let lpp = THREADS / vpl;
-    let passes = if k_contiguous { tile_rows / lpp } else { BK / lpp };
+    let passes = if k_contiguous { tile_rows / lpp } else { bk / lpp };
     let line0 = k.bin("div.u32", RegKind::B32, tid, vpl);
     let pos_v = k.bin("rem.u32", RegKind::B32, tid, vpl);
     let pos = k.bin("mul.lo.u32", RegKind::B32, pos_v, vw);
@@ -554,14 +573,14 @@ fn loader(
             let e = k.tri("mad.lo.u32", RegKind::B32, grow, ld, pos);
             ptrs.push(k.addr_of(base, e, esz));
         }
-        let smem_off = k.tri("mad.lo.u32", RegKind::B32, line0, PITCH, pb);
+        let smem_off = k.tri("mad.lo.u32", RegKind::B32, line0, pitch_k(bk), pb);
         Loader {
             ptrs,
             valid,
-            step: Opnd::I((BK * esz) as i64),
+            step: Opnd::I((bk * esz) as i64),
             data,
             smem_off,
-            pass_stride: lpp * PITCH,
+            pass_stride: lpp * pitch_k(bk),
             k_contiguous,
             input,
         }
@@ -576,7 +595,7 @@ fn loader(
             valid.push(v);
         }
         let step = k.reg(RegKind::B64);
-        k.op("mul.wide.u32", [step.into(), ld.into(), (BK * esz).into()]);
+        k.op("mul.wide.u32", [step.into(), ld.into(), (bk * esz).into()]);
         let pitch = trans_pitch(tile_rows);
         let smem_off = k.tri("mad.lo.u32", RegKind::B32, line0, pitch, pb);
         Loader { ptrs, valid, step: step.into(), data, smem_off, pass_stride: lpp * pitch, k_contiguous, input }
@@ -641,7 +660,7 @@ struct Fragments {
 /// A's fragments: warp rows `warp_row0 ..`, staged `[m][k]` (`k_contiguous`) or `[k][m]`.
 /// Matrices of one `ldmatrix.x4`: (m 0–7, k 0–7), (m 8–15, k 0–7), (m 0–7, k 8–15),
 /// (m 8–15, k 8–15) — the order of the A fragment's four registers.
-fn a_fragments(k: &mut Kernel, lane: Reg, warp_row0: Reg, k_contiguous: bool, tile_rows: u32) -> Fragments {
+fn a_fragments(k: &mut Kernel, lane: Reg, warp_row0: Reg, k_contiguous: bool, tile_rows: u32, bk: u32) -> Fragments {
     let l7 = k.bin("and.b32", RegKind::B32, lane, 7u32);
     let l8 = k.bin("and.b32", RegKind::B32, lane, 8u32);
     let l16 = k.bin("and.b32", RegKind::B32, lane, 16u32);
@@ -649,8 +668,8 @@ fn a_fragments(k: &mut Kernel, lane: Reg, warp_row0: Reg, k_contiguous: bool, ti
         let l15 = k.bin("or.b32", RegKind::B32, l7, l8);
         let row = k.bin("add.u32", RegKind::B32, warp_row0, l15);
         // k 8 → 16 bytes for lanes 16–31: lane & 16.
-        let lane_addr = k.tri("mad.lo.u32", RegKind::B32, row, PITCH, l16);
-        Fragments { lane: lane_addr, group_step: 16 * PITCH as i64, k16_step: 32, trans: false }
+        let lane_addr = k.tri("mad.lo.u32", RegKind::B32, row, pitch_k(bk), l16);
+        Fragments { lane: lane_addr, group_step: 16 * pitch_k(bk) as i64, k16_step: 32, trans: false }
     } else {
         let pitch = trans_pitch(tile_rows);
         let kh = k.bin("shr.u32", RegKind::B32, l16, 1u32); // 8 k-rows for lanes 16–31
@@ -665,7 +684,7 @@ fn a_fragments(k: &mut Kernel, lane: Reg, warp_row0: Reg, k_contiguous: bool, ti
 /// B's fragments for two n8 tiles per `ldmatrix.x4`: warp columns `warp_col0 ..`, staged
 /// `[n][k]` (`k_contiguous`) or `[k][n]`. Matrices: (n 0–7, k 0–7), (n 0–7, k 8–15),
 /// (n 8–15, k 0–7), (n 8–15, k 8–15) — two B fragments of two registers each.
-fn b_fragments(k: &mut Kernel, lane: Reg, warp_col0: Reg, k_contiguous: bool, tile_rows: u32) -> Fragments {
+fn b_fragments(k: &mut Kernel, lane: Reg, warp_col0: Reg, k_contiguous: bool, tile_rows: u32, bk: u32) -> Fragments {
     let l7 = k.bin("and.b32", RegKind::B32, lane, 7u32);
     let l8 = k.bin("and.b32", RegKind::B32, lane, 8u32);
     let l16 = k.bin("and.b32", RegKind::B32, lane, 16u32);
@@ -674,8 +693,8 @@ fn b_fragments(k: &mut Kernel, lane: Reg, warp_col0: Reg, k_contiguous: bool, ti
         let c = k.bin("add.u32", RegKind::B32, l7, nh);
         let col = k.bin("add.u32", RegKind::B32, warp_col0, c);
         let kb = k.bin("shl.b32", RegKind::B32, l8, 1u32); // k 8 → 16 bytes
-        let lane_addr = k.tri("mad.lo.u32", RegKind::B32, col, PITCH, kb);
-        Fragments { lane: lane_addr, group_step: 16 * PITCH as i64, k16_step: 32, trans: false }
+        let lane_addr = k.tri("mad.lo.u32", RegKind::B32, col, pitch_k(bk), kb);
+        Fragments { lane: lane_addr, group_step: 16 * pitch_k(bk) as i64, k16_step: 32, trans: false }
     } else {
         let pitch = trans_pitch(tile_rows);
         let krow = k.bin("add.u32", RegKind::B32, l7, l8);
@@ -706,8 +725,9 @@ fn build(spec: &GemmSpec) -> Kernel {
     // 8 warps as 2 (M) × 4 (N); each warp owns a (bm/2) × (bn/4) block of mi × ni mma tiles.
     let (wm_rows, wn_cols) = (bm / 2, bn / 4);
     let (mi_n, ni_n) = ((wm_rows / 16) as usize, (wn_cols / 8) as usize);
-    let a_tile = bm * PITCH;
-    let stage_bytes = (bm + bn) * PITCH;
+    let bk = spec.bk;
+    let a_tile = bm * pitch_k(bk);
+    let stage_bytes = (bm + bn) * pitch_k(bk);
     let mut k = Kernel::new(&spec.name()).with_block(THREADS, 1, 1);
     let pa = k.param_reg("a", ParamTy::U64);
     let pb = k.param_reg("b", ParamTy::U64);
@@ -748,8 +768,8 @@ fn build(spec: &GemmSpec) -> Kernel {
     k.comment("operand loaders");
     let a_kc = spec.a == Layout::RowMajor;
     let b_kc = spec.b == Layout::ColMajor;
-    let la = loader(&mut k, a_base, lda, m0, m, tid, a_kc, spec.a_input, bm);
-    let lb = loader(&mut k, b_base, ldb, n0, n, tid, b_kc, spec.b_input, bn);
+    let la = loader(&mut k, a_base, lda, m0, m, tid, a_kc, spec.a_input, bm, bk);
+    let lb = loader(&mut k, b_base, ldb, n0, n, tid, b_kc, spec.b_input, bn, bk);
 
     // Warp geometry and ldmatrix lane addresses (relative to each operand's tile).
     let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
@@ -758,8 +778,8 @@ fn build(spec: &GemmSpec) -> Kernel {
     let wn = k.bin("and.b32", RegKind::B32, warp, 3u32);
     let wrow = k.bin("mul.lo.u32", RegKind::B32, wm, wm_rows);
     let wcol = k.bin("mul.lo.u32", RegKind::B32, wn, wn_cols);
-    let fa = a_fragments(&mut k, lane, wrow, a_kc, bm);
-    let fb = b_fragments(&mut k, lane, wcol, b_kc, bn);
+    let fa = a_fragments(&mut k, lane, wrow, a_kc, bm, bk);
+    let fb = b_fragments(&mut k, lane, wcol, b_kc, bn, bk);
 
     let sbase = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
     let stage_addr = |k: &mut Kernel, s: u32| k.bin("add.u32", RegKind::B32, sbase, s * stage_bytes);
@@ -778,7 +798,7 @@ fn build(spec: &GemmSpec) -> Kernel {
     // (loaded one iteration ago); iteration kt issues the loads of tile kt + 2 into set s,
     // multiplies stage s, stores set s' into stage s', and meets one barrier. The loop is
     // unrolled by two so the register sets and stages are fixed in each half.
-    let ktiles = k.bin("shr.u32", RegKind::B32, kdim, 5u32);
+    let ktiles = k.bin("shr.u32", RegKind::B32, kdim, bk.trailing_zeros());
     k.comment("prologue: tile 0 to stage 0, tile 1 in flight");
     la.load(&mut k, 0);
     lb.load(&mut k, 0);
@@ -806,7 +826,7 @@ fn build(spec: &GemmSpec) -> Kernel {
         k.place(&skip_load);
 
         k.comment("tensor cores on the current stage");
-        for ks in 0..2usize {
+        for ks in 0..(bk / 16) as usize {
             let mut bfrag: Vec<[Reg; 2]> = Vec::new();
             for nj in 0..ni_n / 2 {
                 let r = fb.load(&mut k, b_lane[s], nj, ks);
@@ -910,19 +930,19 @@ mod tests {
     #[test]
     fn every_variant_renders_within_budget() {
         let all = GemmSpec::all();
-        assert_eq!(all.len(), 64);
+        assert_eq!(all.len(), 76);
         for spec in all {
             let k = spec.kernel();
             k.check_budget().unwrap();
             let (bm, bn) = (spec.tile.rows(), spec.tile.cols());
-            assert_eq!(k.static_shared_bytes(), 2 * (bm + bn) * PITCH);
+            assert_eq!(k.static_shared_bytes(), 2 * (bm + bn) * pitch_k(spec.bk));
             let text = k.render();
             assert!(text.contains(&format!(".visible .entry {}(", spec.name())));
             assert!(text.contains(".reqntid 256, 1, 1"));
             assert_eq!(
                 text.matches("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32").count() as u32,
-                2 * 2 * (bm / 32) * (bn / 32),
-                "two halves of the unrolled loop, two k16 steps each, of the warp's mma tiles"
+                2 * (spec.bk / 16) * (bm / 32) * (bn / 32),
+                "two halves of the unrolled loop, bk/16 k16 steps each, of the warp's mma tiles"
             );
             // Operands are read with ldmatrix, transposing exactly those not stored K-contiguous.
             let trans = text.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16");
@@ -940,6 +960,7 @@ mod tests {
             epilogue: Epilogue::Store,
             activation: None,
             tile: Tile::T128x128,
+            bk: BK,
         };
         GemmShape::packed(&s, 1024, 12288, 512).check(&s).unwrap();
         GemmShape::packed(&s, 1024, 1408, 512).check(&s).unwrap();
@@ -980,6 +1001,7 @@ mod tests {
             epilogue: Epilogue::Accumulate,
             activation: None,
             tile: Tile::T128x128,
+            bk: BK,
         };
         let sh = GemmShape::packed(&s, 8, 8, 32);
         let a: Vec<f32> = (0..256).map(|i| (i % 7) as f32 - 3.0).collect();

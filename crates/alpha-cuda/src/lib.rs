@@ -86,6 +86,7 @@ pub fn catalog() -> Vec<ptx::Kernel> {
             epilogue: gemm::Epilogue::Store,
             activation: Some(alpha_ir::Unary::Gelu),
             tile: gemm::Tile::T128x64,
+            bk: gemm::BK,
         }
         .kernel(),
     );

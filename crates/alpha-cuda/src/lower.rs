@@ -638,6 +638,7 @@ impl Lowerer<'_> {
                             epilogue: Epilogue::Store,
                             activation: None,
                             tile: gemm::Tile::T128x128,
+                            bk: gemm::BK,
                             ..spec
                         };
                         let kernel = self.kernel(pspec.kernel())?;
@@ -977,6 +978,7 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
         epilogue: Epilogue::Store,
         activation: None,
         tile: gemm::Tile::T128x128,
+        bk: gemm::BK,
     };
     let shape = GemmShape {
         m: m as u32,
