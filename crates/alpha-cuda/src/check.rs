@@ -202,12 +202,11 @@ pub const COPPELIUS_SHAPES: &[(&str, u32, u32, u32, bool, u32)] = &[
     ("cc", 12288, 512, 1024, false, 1),
 ];
 
-fn layout(c: char) -> Layout {
-    if c == 'r' {
-        Layout::RowMajor
-    } else {
-        Layout::ColMajor
-    }
+/// The plain product of a seed-style layout name (`"rc"`: A as stored, B transposed).
+fn spec_of(lay: &str, input: Input) -> GemmSpec {
+    let layout = |c: char| if c == 'r' { Layout::RowMajor } else { Layout::ColMajor };
+    let mut ch = lay.chars();
+    GemmSpec::new(layout(ch.next().unwrap_or('r')), layout(ch.next().unwrap_or('r')), input)
 }
 
 /// Times one GEMM and checks 512 sampled outputs against the f64 reference.
@@ -282,16 +281,9 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
     let mut rows = Vec::new();
     let mut cache = Vec::new();
     for &(lay, m, n, k, add, _) in COPPELIUS_SHAPES {
-        let mut ch = lay.chars();
         let spec = GemmSpec {
-            a: layout(ch.next().unwrap()),
-            b: layout(ch.next().unwrap()),
-            a_input: Input::Bf16,
-            b_input: Input::Bf16,
             epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
-            activation: None,
-            tile: Tile::T128x128,
-            bk: gemm::BK,
+            ..spec_of(lay, Input::Bf16)
         };
         rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
         // The 64 × 64 products again at a K step of 64, for the comparison (bf16 A, f32 B, as
@@ -305,31 +297,11 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
         }
     }
     for (lay, m, n, k) in [("rr", 1024, 12288, 512), ("rc", 1024, 1536, 512)] {
-        let mut ch = lay.chars();
-        let spec = GemmSpec {
-            a: layout(ch.next().unwrap()),
-            b: layout(ch.next().unwrap()),
-            a_input: Input::F32,
-            b_input: Input::F32,
-            epilogue: Epilogue::Store,
-            activation: None,
-            tile: Tile::T128x128,
-            bk: gemm::BK,
-        };
+        let spec = spec_of(lay, Input::F32);
         rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
     }
     for lay in ["rc", "rr"] {
-        let mut ch = lay.chars();
-        let spec = GemmSpec {
-            a: layout(ch.next().unwrap()),
-            b: layout(ch.next().unwrap()),
-            a_input: Input::Bf16,
-            b_input: Input::Bf16,
-            epilogue: Epilogue::Store,
-            activation: None,
-            tile: Tile::T128x128,
-            bk: gemm::BK,
-        };
+        let spec = spec_of(lay, Input::Bf16);
         rows.push(gemm_bench_one(gpu, arena, rng, spec, 8192, 8192, 8192, opts, &mut cache)?);
     }
     Ok(rows)
@@ -718,16 +690,9 @@ pub fn gemm_step_graph(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Opt
     let mut launches = Vec::new();
     let mut flops = 0.0;
     for &(lay, m, n, k, add, count) in COPPELIUS_SHAPES {
-        let mut ch = lay.chars();
         let spec = GemmSpec {
-            a: layout(ch.next().unwrap()),
-            b: layout(ch.next().unwrap()),
-            a_input: Input::Bf16,
-            b_input: Input::Bf16,
             epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
-            activation: None,
-            tile: Tile::T128x128,
-            bk: gemm::BK,
+            ..spec_of(lay, Input::Bf16)
         };
         let sh = GemmShape::packed(&spec, m, n, k);
         let spec = GemmSpec { tile: sh.tile(), ..spec };
@@ -806,16 +771,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
         for b in [Layout::RowMajor, Layout::ColMajor] {
             for input in [Input::F32, Input::Bf16] {
                 arena.reset();
-                let spec = GemmSpec {
-                    a,
-                    b,
-                    a_input: input,
-                    b_input: input,
-                    epilogue: Epilogue::Store,
-                    activation: Some(alpha_ir::Unary::Gelu),
-                    tile: Tile::T128x128,
-                    bk: gemm::BK,
-                };
+                let spec = GemmSpec { activation: Some(alpha_ir::Unary::Gelu), ..GemmSpec::new(a, b, input) };
                 let f = gpu.load(&spec.kernel())?;
                 let mut sh = GemmShape::packed(&spec, 200, 136, 96);
                 sh.batch = 2;
@@ -1286,7 +1242,7 @@ fn attention_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, case: &AttnCas
 /// it replaces (`dh·up`, `dh·act`, `gelu'(gate)`, their product): both outputs bit for bit.
 pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
     use crate::driver::{Arg, LaunchConfig};
-    use crate::fused::{Chain, Src, Step};
+    use crate::fused::Chain;
     use crate::pointwise::{Body, Operand, Pointwise};
     use alpha_ir::{Binary, Unary};
     arena.reset();
@@ -1309,18 +1265,7 @@ pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resu
         .collect::<Result<Vec<_>>>()?;
     let (blocks, threads) = crate::pointwise::grid_blocks(n);
     let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), shared_bytes: 0 };
-    let chain = Chain {
-        n,
-        inputs: 4,
-        steps: vec![
-            Step::Binary(Binary::Mul, Src::Input(0), Src::Input(1)),
-            Step::Binary(Binary::Mul, Src::Input(0), Src::Input(2)),
-            Step::Unary(Unary::GeluGrad, Src::Input(3)),
-            Step::Binary(Binary::Mul, Src::Step(0), Src::Step(2)),
-        ],
-        outputs: vec![1, 3],
-        bf16: vec![false, false],
-    };
+    let chain = Chain::gated_gelu_backward(n);
     let f = gpu.load(&chain.kernel()?)?;
     let args: Vec<Arg> =
         [outs[0], outs[1], bufs[0], bufs[1], bufs[2], bufs[3]].iter().map(|b| Arg::U64(b.ptr)).collect();
@@ -1397,17 +1342,7 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
     ];
     for &(lay, m, n, k) in shapes {
         arena.reset();
-        let mut ch = lay.chars();
-        let base = GemmSpec {
-            a: layout(ch.next().unwrap()),
-            b: layout(ch.next().unwrap()),
-            a_input: Input::F32,
-            b_input: Input::F32,
-            epilogue: Epilogue::Store,
-            activation: None,
-            tile: Tile::T128x128,
-            bk: gemm::BK,
-        };
+        let base = spec_of(lay, Input::F32);
         let sh = GemmShape::packed(&base, m, n, k);
         let (na, nb, nc) = sh.extents(&base);
         let (a, b) = (rng.vec(na, 1.0), rng.vec(nb, 1.0));

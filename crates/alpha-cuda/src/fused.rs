@@ -48,6 +48,23 @@ pub struct Chain {
 }
 
 impl Chain {
+    /// The gated GELU's backward over `n` elements, the case this module is for: inputs dh, up,
+    /// act, gate; outputs d_up = dh·act and d_gate = (dh·up)·gelu'(gate), both f32.
+    pub fn gated_gelu_backward(n: usize) -> Chain {
+        Chain {
+            n,
+            inputs: 4,
+            steps: vec![
+                Step::Binary(Binary::Mul, Src::Input(0), Src::Input(1)),
+                Step::Binary(Binary::Mul, Src::Input(0), Src::Input(2)),
+                Step::Unary(Unary::GeluGrad, Src::Input(3)),
+                Step::Binary(Binary::Mul, Src::Step(0), Src::Step(2)),
+            ],
+            outputs: vec![1, 3],
+            bf16: vec![false, false],
+        }
+    }
+
     /// Entry name: the steps' functions in order, e.g. `ew_mul_mul_gelugrad_mul` (`ewh_…` when
     /// an output is stored as bf16).
     pub fn name(&self) -> String {
@@ -141,19 +158,7 @@ mod tests {
     /// each step's instructions exactly those of its own pointwise kernel.
     #[test]
     fn gated_gelu_backward_is_one_kernel_with_the_pointwise_arithmetic() {
-        // inputs: dh, up, act, gate; d_up = dh·act, d_gate = (dh·up)·gelu'(gate).
-        let chain = Chain {
-            n: 1024 * 1408,
-            inputs: 4,
-            steps: vec![
-                Step::Binary(Binary::Mul, Src::Input(0), Src::Input(1)),
-                Step::Binary(Binary::Mul, Src::Input(0), Src::Input(2)),
-                Step::Unary(Unary::GeluGrad, Src::Input(3)),
-                Step::Binary(Binary::Mul, Src::Step(0), Src::Step(2)),
-            ],
-            outputs: vec![1, 3],
-            bf16: vec![false, false],
-        };
+        let chain = Chain::gated_gelu_backward(1024 * 1408);
         assert_eq!(chain.name(), "ew_mul_mul_gelugrad_mul");
         let k = chain.kernel().unwrap();
         k.check_budget().unwrap();

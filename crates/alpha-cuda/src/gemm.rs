@@ -149,6 +149,21 @@ pub struct GemmSpec {
 }
 
 impl GemmSpec {
+    /// The plain product: both operands of one element type, the store epilogue, the largest
+    /// tile and the usual K step. Other variants override fields of it.
+    pub fn new(a: Layout, b: Layout, input: Input) -> GemmSpec {
+        GemmSpec {
+            a,
+            b,
+            a_input: input,
+            b_input: input,
+            epilogue: Epilogue::Store,
+            activation: None,
+            tile: Tile::T128x128,
+            bk: BK,
+        }
+    }
+
     /// Entry name, e.g. `gemm_rc_f32_add`: A row-major, B column-major, fp32 inputs, residual;
     /// `gemm_rr_bf16f32_store`: A bf16, B fp32.
     pub fn name(&self) -> String {
@@ -531,7 +546,6 @@ struct Loader {
     /// Shared byte offset of pass 0 (relative to the tile), per-pass increment.
     smem_off: Reg,
     pass_stride: u32,
-    k_contiguous: bool,
     input: Input,
 }
 
@@ -574,16 +588,7 @@ fn loader(
             ptrs.push(k.addr_of(base, e, esz));
         }
         let smem_off = k.tri("mad.lo.u32", RegKind::B32, line0, pitch_k(bk), pb);
-        Loader {
-            ptrs,
-            valid,
-            step: Opnd::I((bk * esz) as i64),
-            data,
-            smem_off,
-            pass_stride: lpp * pitch_k(bk),
-            k_contiguous,
-            input,
-        }
+        Loader { ptrs, valid, step: Opnd::I((bk * esz) as i64), data, smem_off, pass_stride: lpp * pitch_k(bk), input }
     } else {
         // pass j: k = line0 + j*lpp, tile row = pos..pos+vw.
         let grow = k.bin("add.u32", RegKind::B32, row0, pos);
@@ -598,7 +603,7 @@ fn loader(
         k.op("mul.wide.u32", [step.into(), ld.into(), (bk * esz).into()]);
         let pitch = trans_pitch(tile_rows);
         let smem_off = k.tri("mad.lo.u32", RegKind::B32, line0, pitch, pb);
-        Loader { ptrs, valid, step: step.into(), data, smem_off, pass_stride: lpp * pitch, k_contiguous, input }
+        Loader { ptrs, valid, step: step.into(), data, smem_off, pass_stride: lpp * pitch, input }
     }
 }
 
@@ -644,7 +649,6 @@ impl Loader {
                 }
             }
         }
-        let _ = self.k_contiguous;
     }
 }
 
@@ -952,16 +956,7 @@ mod tests {
 
     #[test]
     fn shape_contract() {
-        let s = GemmSpec {
-            a: Layout::RowMajor,
-            b: Layout::ColMajor,
-            a_input: Input::F32,
-            b_input: Input::F32,
-            epilogue: Epilogue::Store,
-            activation: None,
-            tile: Tile::T128x128,
-            bk: BK,
-        };
+        let s = GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::F32);
         GemmShape::packed(&s, 1024, 12288, 512).check(&s).unwrap();
         GemmShape::packed(&s, 1024, 1408, 512).check(&s).unwrap();
         assert!(GemmShape::packed(&s, 1024, 1408, 500).check(&s).is_err());
@@ -994,14 +989,8 @@ mod tests {
     fn reference_matches_naive_on_bf16_exact_values() {
         // Small integers are exact in bf16, so the reference equals the naive product.
         let s = GemmSpec {
-            a: Layout::ColMajor,
-            b: Layout::RowMajor,
-            a_input: Input::F32,
-            b_input: Input::F32,
             epilogue: Epilogue::Accumulate,
-            activation: None,
-            tile: Tile::T128x128,
-            bk: BK,
+            ..GemmSpec::new(Layout::ColMajor, Layout::RowMajor, Input::F32)
         };
         let sh = GemmShape::packed(&s, 8, 8, 32);
         let a: Vec<f32> = (0..256).map(|i| (i % 7) as f32 - 3.0).collect();

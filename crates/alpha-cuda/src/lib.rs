@@ -79,14 +79,9 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     // The GEMM's activation epilogue (Coppelius's gated GELU).
     v.push(
         gemm::GemmSpec {
-            a: gemm::Layout::RowMajor,
-            b: gemm::Layout::RowMajor,
-            a_input: gemm::Input::F32,
-            b_input: gemm::Input::F32,
-            epilogue: gemm::Epilogue::Store,
             activation: Some(alpha_ir::Unary::Gelu),
             tile: gemm::Tile::T128x64,
-            bk: gemm::BK,
+            ..gemm::GemmSpec::new(gemm::Layout::RowMajor, gemm::Layout::RowMajor, gemm::Input::F32)
         }
         .kernel(),
     );

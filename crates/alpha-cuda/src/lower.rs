@@ -970,16 +970,8 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     let nn = os[os.len() - 1];
     let batch: usize = sa[..ra - 2].iter().product();
     let b_batched = sb.len() > 2;
-    let spec = GemmSpec {
-        a: if ta { Layout::ColMajor } else { Layout::RowMajor },
-        b: if tb { Layout::ColMajor } else { Layout::RowMajor },
-        a_input: Input::Bf16,
-        b_input: Input::Bf16,
-        epilogue: Epilogue::Store,
-        activation: None,
-        tile: gemm::Tile::T128x128,
-        bk: gemm::BK,
-    };
+    let layout = |t: bool| if t { Layout::ColMajor } else { Layout::RowMajor };
+    let spec = GemmSpec::new(layout(ta), layout(tb), Input::Bf16);
     let shape = GemmShape {
         m: m as u32,
         n: nn as u32,
@@ -1020,10 +1012,12 @@ fn overlap(a: (usize, usize), b: (usize, usize)) -> bool {
 ///   convert-on-load (the cast's own rounding). A cast every reading operand of which may do so
 ///   is skipped, and those operands load f32; each operand chooses alone.
 ///
+/// Casts among `producer_casts` ([`producer_cast_candidates`]) are left to their producers.
 /// Returns the nodes not to launch (fused casts and Adds); fills `f32_gemm` and `gemm_add`.
 fn fuse(
     plan: &Plan,
     nodes: &[u32],
+    producer_casts: &HashMap<Value, u32>,
     f32_gemm: &mut HashMap<u32, (Value, Value)>,
     gemm_add: &mut HashMap<u32, (u32, Value)>,
 ) -> std::collections::HashSet<u32> {
@@ -1096,7 +1090,7 @@ fn fuse(
         ok.then_some(rs)
     };
     // Casts a producer may store itself (bf16, half the GEMMs' bytes) are left to it.
-    let to_producers: std::collections::HashSet<u32> = producer_cast_candidates(p).into_values().collect();
+    let to_producers: std::collections::HashSet<u32> = producer_casts.values().copied().collect();
     let mut skip: std::collections::HashSet<u32> = nodes
         .iter()
         .copied()
@@ -1605,10 +1599,10 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
     for ph in &plan.phases {
         let mut launches = vec![];
         let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
-        let mut skip = fuse(&plan, &nodes, &mut lw.f32_gemm, &mut lw.gemm_add);
+        let mut skip = fuse(&plan, &nodes, &lw.cast_candidates, &mut lw.f32_gemm, &mut lw.gemm_add);
         let more = fuse_more(&plan, &nodes, &skip, &lw.f32_gemm, &lw.gemm_add, &mut lw.more);
         skip.extend(more);
-        for (producer_out, cast) in casts_into_producers(&plan, &nodes, &skip) {
+        for (producer_out, cast) in casts_into_producers(&plan, &nodes, &skip, &lw.cast_candidates) {
             skip.insert(cast.node);
             lw.store_as.insert(producer_out, cast);
         }
@@ -1775,11 +1769,16 @@ fn producer_cast_candidates(program: &alpha_ir::Program) -> HashMap<Value, u32> 
 /// as bf16 into the cast's slot: the producer launched (not fused elsewhere), before the cast,
 /// and nothing from the producer up to the cast reading or writing that slot — the store moves
 /// from the cast's position to the producer's. Returns (producer output → cast output).
-fn casts_into_producers(plan: &Plan, nodes: &[u32], skip: &std::collections::HashSet<u32>) -> Vec<(Value, Value)> {
+fn casts_into_producers(
+    plan: &Plan,
+    nodes: &[u32],
+    skip: &std::collections::HashSet<u32>,
+    candidates: &HashMap<Value, u32>,
+) -> Vec<(Value, Value)> {
     let g = &plan.program.graph;
     let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let mut found = vec![];
-    for (x, cast) in producer_cast_candidates(&plan.program) {
+    for (&x, &cast) in candidates {
         let (Some(&pp), Some(&pc)) = (pos.get(&x.node), pos.get(&cast)) else { continue };
         if pp >= pc || skip.contains(&x.node) || skip.contains(&cast) {
             continue;

@@ -240,9 +240,4 @@ impl Op {
     pub fn is_leaf(&self) -> bool {
         matches!(self, Op::Param { .. } | Op::State { .. } | Op::Input { .. } | Op::HostScalar { .. })
     }
-
-    /// Views that a backend may implement without moving data (on the CPU, a copy).
-    pub fn is_view(&self) -> bool {
-        matches!(self, Op::Reshape { .. })
-    }
 }
