@@ -339,12 +339,65 @@ pub fn forward_kernel(dims: &Dims) -> Kernel {
 }
 
 /// The names' infix for q and k turned by the rotary on load.
-pub(crate) fn rotload(load: [bool; 2]) -> &'static str {
+fn rotload(load: [bool; 2]) -> &'static str {
     if load[0] || load[1] {
         "_rotload"
     } else {
         ""
     }
+}
+
+// ---- the kernels' interface, shared with the tensor-core family -------------------------------
+//
+// The lowering launches either family with the same arguments, so the entry names' scheme and
+// the parameter lists are declared once, here, for both.
+
+/// Entry name of pass `pass` (`fwd`, `bwd_dq`, `bwd_dkv`) of family `family` (`attention`,
+/// `attention_mma`): `_rotload` when q or k is turned on load, `_rotary` when the gradient is
+/// stored turned back.
+pub(crate) fn kernel_name(family: &str, pass: &str, load: [bool; 2], inverse_rotary: bool) -> String {
+    format!("{family}_{pass}{}{}", rotload(load), if inverse_rotary { "_rotary" } else { "" })
+}
+
+/// Declares pointer parameters `names`, then `tab` (the inverse rotary's table) when given,
+/// then `q_tab` and `k_tab` for the q and k turned on load.
+fn pointer_params<const N: usize>(
+    k: &mut Kernel,
+    names: [&str; N],
+    tab: Option<&str>,
+    load: [bool; 2],
+) -> ([Reg; N], Option<Reg>, [Option<Reg>; 2]) {
+    let regs = names.map(|n| k.param_reg(n, ParamTy::U64));
+    let tab = tab.map(|n| k.param_reg(n, ParamTy::U64));
+    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
+    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    (regs, tab, [q_tab, k_tab])
+}
+
+/// Forward: (o, lse, q, k, v), then `q_tab`, `k_tab` for those turned on load.
+pub(crate) fn forward_params(k: &mut Kernel, load: [bool; 2]) -> ([Reg; 5], [Option<Reg>; 2]) {
+    let (regs, _, tabs) = pointer_params(k, ["o", "lse", "q", "k", "v"], None, load);
+    (regs, tabs)
+}
+
+/// dQ: (dq, delta, q, k, v, o, lse, do), then `dq_tab` with the inverse rotary, then the
+/// load tables.
+pub(crate) fn dq_params(
+    k: &mut Kernel,
+    inverse_rotary: bool,
+    load: [bool; 2],
+) -> ([Reg; 8], Option<Reg>, [Option<Reg>; 2]) {
+    pointer_params(k, ["dq", "delta", "q", "k", "v", "o", "lse", "do"], inverse_rotary.then_some("dq_tab"), load)
+}
+
+/// dK/dV: (dk, dv, q, k, v, lse, delta, do), then `dk_tab` with the inverse rotary, then the
+/// load tables.
+pub(crate) fn dkv_params(
+    k: &mut Kernel,
+    inverse_rotary: bool,
+    load: [bool; 2],
+) -> ([Reg; 8], Option<Reg>, [Option<Reg>; 2]) {
+    pointer_params(k, ["dk", "dv", "q", "k", "v", "lse", "delta", "do"], inverse_rotary.then_some("dk_tab"), load)
 }
 
 /// Forward, with `load` = (q, k) read before their (forward) rotary and turned on load (the
@@ -353,14 +406,8 @@ pub(crate) fn rotload(load: [bool; 2]) -> &'static str {
 pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     let (t, d) = (dims.t as u32, dims.d);
     let per = (dims.h / dims.g) as u32;
-    let mut k = Kernel::new(&format!("attention_fwd{}", rotload(load))).with_block(ROWS, 1, 1);
-    let o = k.param_reg("o", ParamTy::U64);
-    let lse = k.param_reg("lse", ParamTy::U64);
-    let q = k.param_reg("q", ParamTy::U64);
-    let kk = k.param_reg("k", ParamTy::U64);
-    let v = k.param_reg("v", ParamTy::U64);
-    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
-    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    let mut k = Kernel::new(&kernel_name("attention", "fwd", load, false)).with_block(ROWS, 1, 1);
+    let ([o, lse, q, kk, v], [q_tab, k_tab]) = forward_params(&mut k, load);
     let ks = k.shared("ks", KTILE * d as u32 * 4, 16);
     let vs = k.shared("vs", KTILE * d as u32 * 4, 16);
     let (tid, tile, bh, i, ok) = rows_prologue(&mut k, t);
@@ -460,19 +507,8 @@ pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
 pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
     let (t, d) = (dims.t as u32, dims.d);
     let per = (dims.h / dims.g) as u32;
-    let name = format!("attention_bwd_dq{}{}", rotload(load), if inverse_rotary { "_rotary" } else { "" });
-    let mut k = Kernel::new(&name).with_block(ROWS, 1, 1);
-    let dq = k.param_reg("dq", ParamTy::U64);
-    let delta = k.param_reg("delta", ParamTy::U64);
-    let q = k.param_reg("q", ParamTy::U64);
-    let kk = k.param_reg("k", ParamTy::U64);
-    let v = k.param_reg("v", ParamTy::U64);
-    let o = k.param_reg("o", ParamTy::U64);
-    let lse = k.param_reg("lse", ParamTy::U64);
-    let dout = k.param_reg("do", ParamTy::U64);
-    let dq_tab = inverse_rotary.then(|| k.param_reg("dq_tab", ParamTy::U64));
-    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
-    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    let mut k = Kernel::new(&kernel_name("attention", "bwd_dq", load, inverse_rotary)).with_block(ROWS, 1, 1);
+    let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, [q_tab, k_tab]) = dq_params(&mut k, inverse_rotary, load);
     let qt = k.shared("qt", ROWS * d as u32 * 4, 16);
     let ks = k.shared("ks", KTILE * d as u32 * 4, 16);
     let vs = k.shared("vs", KTILE * d as u32 * 4, 16);
@@ -586,19 +622,8 @@ pub fn backward_dkv_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
 pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
     let (t, d) = (dims.t as u32, dims.d);
     let per = (dims.h / dims.g) as u32;
-    let name = format!("attention_bwd_dkv{}{}", rotload(load), if inverse_rotary { "_rotary" } else { "" });
-    let mut k = Kernel::new(&name).with_block(ROWS, 1, 1);
-    let dk = k.param_reg("dk", ParamTy::U64);
-    let dv = k.param_reg("dv", ParamTy::U64);
-    let q = k.param_reg("q", ParamTy::U64);
-    let kk = k.param_reg("k", ParamTy::U64);
-    let v = k.param_reg("v", ParamTy::U64);
-    let lse = k.param_reg("lse", ParamTy::U64);
-    let delta = k.param_reg("delta", ParamTy::U64);
-    let dout = k.param_reg("do", ParamTy::U64);
-    let dk_tab = inverse_rotary.then(|| k.param_reg("dk_tab", ParamTy::U64));
-    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
-    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    let mut k = Kernel::new(&kernel_name("attention", "bwd_dkv", load, inverse_rotary)).with_block(ROWS, 1, 1);
+    let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
     let kt_s = k.shared("kt", ROWS * d as u32 * 4, 16);
     let vt_s = k.shared("vt", ROWS * d as u32 * 4, 16);
     let qs = k.shared("qs", QTILE * d as u32 * 4, 16);

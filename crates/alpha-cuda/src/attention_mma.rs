@@ -47,8 +47,8 @@
 //! next tile's loads in two halves (fewer registers in flight) measured up to 13% slower, so
 //! each tile's loads are issued at once; ptxas then uses up to 255 registers, without spilling.
 
-use crate::attention::{rotate_pairs, rotload, Dims};
-use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+use crate::attention::{dkv_params, dq_params, forward_params, kernel_name, rotate_pairs, Dims};
+use crate::ptx::{addr, Kernel, Opnd, Reg, RegKind};
 
 /// The head dimension these kernels are written for.
 pub const D: usize = 64;
@@ -311,6 +311,27 @@ impl Mover {
     }
 }
 
+/// The loop's tail for the next tile, when `has_next`: the two tiles whose loads are in flight
+/// go to the stage other than `stage` (`[first][second]` from `sm`), and `more` stores what else
+/// the kernel stages with them; `skip` (created by the caller) ends the block.
+fn store_next_stage(
+    k: &mut Kernel,
+    has_next: Reg,
+    skip: &str,
+    (sm, stage): (Reg, Reg),
+    tiles: [(&Mover, &InFlight); 2],
+    more: impl FnOnce(&mut Kernel),
+) {
+    k.bra_if(has_next, true, skip);
+    let other = k.bin("xor.b32", RegKind::B32, stage, 2 * TILE);
+    let first = k.bin("add.u32", RegKind::B32, sm, other);
+    tiles[0].0.store(k, tiles[0].1, first);
+    let second = k.bin("add.u32", RegKind::B32, first, TILE);
+    tiles[1].0.store(k, tiles[1].1, second);
+    more(k);
+    k.place(skip);
+}
+
 /// The A fragments (4 k16 steps over D) of the warp's 16 rows of the shared tile at `tile`.
 fn a_frags(k: &mut Kernel, ln: &Lanes, tile: Reg) -> Vec<Vec<Reg>> {
     let row = k.tri("mad.lo.u32", RegKind::B32, ln.wrow, PITCH, ln.a_off);
@@ -425,14 +446,8 @@ pub fn forward_kernel(dims: &Dims) -> Kernel {
 pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     debug_assert_eq!(dims.d, D);
     let t = dims.t as u32;
-    let mut k = Kernel::new(&format!("attention_mma_fwd{}", rotload(load))).with_block(THREADS, 1, 1);
-    let o = k.param_reg("o", ParamTy::U64);
-    let lse = k.param_reg("lse", ParamTy::U64);
-    let q = k.param_reg("q", ParamTy::U64);
-    let kk = k.param_reg("k", ParamTy::U64);
-    let v = k.param_reg("v", ParamTy::U64);
-    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
-    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    let mut k = Kernel::new(&kernel_name("attention_mma", "fwd", load, false)).with_block(THREADS, 1, 1);
+    let ([o, lse, q, kk, v], [q_tab, k_tab]) = forward_params(&mut k, load);
     // Stages [K0][V0][K1][V1]; Q passes through K1 before the loop.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
     let ln = lanes(&mut k);
@@ -547,15 +562,7 @@ pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
         let a = a_frag(&mut k, &s[2 * kc], &s[2 * kc + 1]);
         mma_ab(&mut k, &acc, &a, vb_t, kc as u32 * 16);
     }
-    k.bra_if(has_next, true, &skip_store);
-    {
-        let other = k.bin("xor.b32", RegKind::B32, stage, 2 * TILE);
-        let ks = k.bin("add.u32", RegKind::B32, sm, other);
-        mk.store(&mut k, &fk, ks);
-        let vs = k.bin("add.u32", RegKind::B32, ks, TILE);
-        mv.store(&mut k, &fv, vs);
-    }
-    k.place(&skip_store);
+    store_next_stage(&mut k, has_next, &skip_store, (sm, stage), [(&mk, &fk), (&mv, &fv)], |_| {});
     k.barrier();
     k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
@@ -606,19 +613,8 @@ pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
 pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
     debug_assert_eq!(dims.d, D);
     let t = dims.t as u32;
-    let name = format!("attention_mma_bwd_dq{}{}", rotload(load), if inverse_rotary { "_rotary" } else { "" });
-    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
-    let dq = k.param_reg("dq", ParamTy::U64);
-    let delta = k.param_reg("delta", ParamTy::U64);
-    let q = k.param_reg("q", ParamTy::U64);
-    let kk = k.param_reg("k", ParamTy::U64);
-    let v = k.param_reg("v", ParamTy::U64);
-    let o = k.param_reg("o", ParamTy::U64);
-    let lse = k.param_reg("lse", ParamTy::U64);
-    let dout = k.param_reg("do", ParamTy::U64);
-    let dq_tab = inverse_rotary.then(|| k.param_reg("dq_tab", ParamTy::U64));
-    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
-    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dq", load, inverse_rotary)).with_block(THREADS, 1, 1);
+    let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, [q_tab, k_tab]) = dq_params(&mut k, inverse_rotary, load);
     // Stages [K0][V0][K1][V1]; Q and dO pass through K1 and V1 before the loop.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
     let dsm = k.shared("attn_delta", ROWS * 4, 16);
@@ -753,15 +749,7 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
         let a = a_frag(&mut k, &ds[0], &ds[1]);
         mma_ab(&mut k, &acc, &a, kb_t, kc * 16);
     }
-    k.bra_if(has_next, true, &skip_store);
-    {
-        let other = k.bin("xor.b32", RegKind::B32, stage, 2 * TILE);
-        let ks = k.bin("add.u32", RegKind::B32, sm, other);
-        mk.store(&mut k, &fk, ks);
-        let vs = k.bin("add.u32", RegKind::B32, ks, TILE);
-        mp.store(&mut k, &fv, vs);
-    }
-    k.place(&skip_store);
+    store_next_stage(&mut k, has_next, &skip_store, (sm, stage), [(&mk, &fk), (&mp, &fv)], |_| {});
     k.barrier();
     k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
@@ -819,19 +807,8 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
     let t = dims.t as u32;
     let per = (dims.h / dims.g) as u32;
     let ntiles = t.div_ceil(ROWS);
-    let name = format!("attention_mma_bwd_dkv{}{}", rotload(load), if inverse_rotary { "_rotary" } else { "" });
-    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
-    let dk = k.param_reg("dk", ParamTy::U64);
-    let dv = k.param_reg("dv", ParamTy::U64);
-    let q = k.param_reg("q", ParamTy::U64);
-    let kk = k.param_reg("k", ParamTy::U64);
-    let v = k.param_reg("v", ParamTy::U64);
-    let lse = k.param_reg("lse", ParamTy::U64);
-    let delta = k.param_reg("delta", ParamTy::U64);
-    let dout = k.param_reg("do", ParamTy::U64);
-    let dk_tab = inverse_rotary.then(|| k.param_reg("dk_tab", ParamTy::U64));
-    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
-    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dkv", load, inverse_rotary)).with_block(THREADS, 1, 1);
+    let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
     // Stages [Q0][dO0][Q1][dO1]; K and V pass through Q1 and dO1 before the loop. Statistics:
     // [lse0][delta0][lse1][delta1], 64 f32 each.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
@@ -959,18 +936,11 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
         let da = a_frag(&mut k, &dsc[0], &dsc[1]);
         mma_ab(&mut k, &dka, &da, qb_t, kc * 16);
     }
-    k.bra_if(has_next, true, &skip_store);
-    {
-        let other = k.bin("xor.b32", RegKind::B32, stage, 2 * TILE);
-        let qs = k.bin("add.u32", RegKind::B32, sm, other);
-        mq.store(&mut k, &fq, qs);
-        let ds_ = k.bin("add.u32", RegKind::B32, qs, TILE);
-        mp.store(&mut k, &fdo, ds_);
+    store_next_stage(&mut k, has_next, &skip_store, (sm, stage), [(&mq, &fq), (&mp, &fdo)], |k| {
         let so = k.bin("xor.b32", RegKind::B32, sstage, 2 * ROWS * 4);
         let sb = k.bin("add.u32", RegKind::B32, st, so);
-        stats_store(&mut k, &sts, ln.tid, small, sb);
-    }
-    k.place(&skip_store);
+        stats_store(k, &sts, ln.tid, small, sb);
+    });
     k.barrier();
     k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
     k.op("xor.b32", [sstage.into(), sstage.into(), (2 * ROWS * 4).into()]);
