@@ -323,6 +323,57 @@ fn rotate_row(k: &mut Kernel, row: &[Reg], tab: Reg, pos: Reg, t: u32, ok: Reg, 
     o1.into_iter().chain(o2).collect()
 }
 
+/// What [`walk_keys`] needs: the shared K and V tiles, K and V of the key/value head (`k_tab`
+/// when K is turned on load), the block's query tile and the thread's query row `i`.
+struct KeyTiles {
+    ks_base: Reg,
+    vs_base: Reg,
+    kbase: Reg,
+    vbase: Reg,
+    k_tab: Option<Reg>,
+    tile: Reg,
+    i: Reg,
+    tid: Reg,
+    t: u32,
+    d: u32,
+}
+
+/// The forward's and dQ's walk over the keys j ≤ i: for each 64-key tile up to the block's
+/// diagonal (ROWS == KTILE), K (turned on load when asked) and V staged in shared memory
+/// between two barriers, then `body(k, off)` for each key, `off` the key's byte offset within
+/// the tiles.
+fn walk_keys(k: &mut Kernel, w: &KeyTiles, mut body: impl FnMut(&mut Kernel, Reg)) {
+    let kt = k.imm_u32(0);
+    let ttop = k.label("tile");
+    let tend = k.label("tile_end");
+    k.place(&ttop);
+    let tdone = k.setp("gt.u32", kt, w.tile);
+    k.bra_if(tdone, false, &tend);
+    let row0 = k.bin("mul.lo.u32", RegKind::B32, kt, KTILE);
+    k.barrier();
+    load_tile_maybe_rotated(k, w.ks_base, w.kbase, w.k_tab, row0, KTILE, w.t, w.d, ROWS, w.tid);
+    load_tile(k, w.vs_base, w.vbase, row0, KTILE, w.t, w.d, ROWS, w.tid);
+    k.barrier();
+    // Keys j = row0 + jj for jj < KTILE, j ≤ i.
+    let jj = k.imm_u32(0);
+    let ktop = k.label("key");
+    let kend = k.label("key_end");
+    k.place(&ktop);
+    let jdone = k.setp("ge.u32", jj, KTILE);
+    k.bra_if(jdone, false, &kend);
+    let j = k.bin("add.u32", RegKind::B32, row0, jj);
+    let past = k.setp("gt.u32", j, w.i);
+    k.bra_if(past, false, &kend);
+    let off = k.bin("mul.lo.u32", RegKind::B32, jj, w.d * 4);
+    body(k, off);
+    k.op("add.u32", [jj.into(), jj.into(), 1u32.into()]);
+    k.bra(&ktop);
+    k.place(&kend);
+    k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
+    k.bra(&ttop);
+    k.place(&tend);
+}
+
 /// Common prologue: (tid, row index i within the sequence, bh or bg, valid).
 fn rows_prologue(k: &mut Kernel, t: u32) -> (Reg, Reg, Reg, Reg, Reg) {
     let tid = k.sreg("%tid.x");
@@ -436,55 +487,29 @@ pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     let l = k.imm_f32(0.0);
     let ks_base = k.un("mov.u32", RegKind::B32, Opnd::S(ks));
     let vs_base = k.un("mov.u32", RegKind::B32, Opnd::S(vs));
-    // Key tiles 0..=tile (ROWS == KTILE).
-    let kt = k.imm_u32(0);
-    let ttop = k.label("tile");
-    let tend = k.label("tile_end");
-    k.place(&ttop);
-    let tdone = k.setp("gt.u32", kt, tile);
-    k.bra_if(tdone, false, &tend);
-    let row0 = k.bin("mul.lo.u32", RegKind::B32, kt, KTILE);
-    k.barrier();
-    load_tile_maybe_rotated(&mut k, ks_base, kbase, k_tab, row0, KTILE, t, d as u32, ROWS, tid);
-    load_tile(&mut k, vs_base, vbase, row0, KTILE, t, d as u32, ROWS, tid);
-    k.barrier();
-    // Keys j = row0 + jj for jj < KTILE, j ≤ i.
-    let jj = k.imm_u32(0);
-    let ktop = k.label("key");
-    let kend = k.label("key_end");
-    k.place(&ktop);
-    let jdone = k.setp("ge.u32", jj, KTILE);
-    k.bra_if(jdone, false, &kend);
-    let j = k.bin("add.u32", RegKind::B32, row0, jj);
-    let past = k.setp("gt.u32", j, i);
-    k.bra_if(past, false, &kend);
-    let off = k.bin("mul.lo.u32", RegKind::B32, jj, d as u32 * 4);
-    let krow = k.bin("add.u32", RegKind::B32, ks_base, off);
-    let dot = dot_regs_shared(&mut k, &qv, krow);
-    let s = logit(&mut k, dot, dims);
-    // Rescale when the running maximum grows.
-    let grow = k.setp("gt.f32", s, m);
-    let same = k.label("same_max");
-    k.bra_if(grow, true, &same);
-    let dm = k.bin("sub.rn.f32", RegKind::F32, m, s);
-    let alpha = exp(&mut k, dm);
-    k.op("mul.rn.f32", [l.into(), l.into(), alpha.into()]);
-    for &a in &acc {
-        k.op("mul.rn.f32", [a.into(), a.into(), alpha.into()]);
-    }
-    k.op("mov.f32", [m.into(), s.into()]);
-    k.place(&same);
-    let sm = k.bin("sub.rn.f32", RegKind::F32, s, m);
-    let p = exp(&mut k, sm);
-    k.op("add.rn.f32", [l.into(), l.into(), p.into()]);
-    let vrow = k.bin("add.u32", RegKind::B32, vs_base, off);
-    axpy_shared(&mut k, &acc, p, vrow);
-    k.op("add.u32", [jj.into(), jj.into(), 1u32.into()]);
-    k.bra(&ktop);
-    k.place(&kend);
-    k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
-    k.bra(&ttop);
-    k.place(&tend);
+    let tiles = KeyTiles { ks_base, vs_base, kbase, vbase, k_tab, tile, i, tid, t, d: d as u32 };
+    walk_keys(&mut k, &tiles, |k, off| {
+        let krow = k.bin("add.u32", RegKind::B32, ks_base, off);
+        let dot = dot_regs_shared(k, &qv, krow);
+        let s = logit(k, dot, dims);
+        // Rescale when the running maximum grows.
+        let grow = k.setp("gt.f32", s, m);
+        let same = k.label("same_max");
+        k.bra_if(grow, true, &same);
+        let dm = k.bin("sub.rn.f32", RegKind::F32, m, s);
+        let alpha = exp(k, dm);
+        k.op("mul.rn.f32", [l.into(), l.into(), alpha.into()]);
+        for &a in &acc {
+            k.op("mul.rn.f32", [a.into(), a.into(), alpha.into()]);
+        }
+        k.op("mov.f32", [m.into(), s.into()]);
+        k.place(&same);
+        let sm = k.bin("sub.rn.f32", RegKind::F32, s, m);
+        let p = exp(k, sm);
+        k.op("add.rn.f32", [l.into(), l.into(), p.into()]);
+        let vrow = k.bin("add.u32", RegKind::B32, vs_base, off);
+        axpy_shared(k, &acc, p, vrow);
+    });
     let inv = k.bin("div.rn.f32", RegKind::F32, 1.0f32, l);
     let out: Vec<Reg> = acc.iter().map(|&a| k.bin("mul.rn.f32", RegKind::F32, a, inv)).collect();
     store_row(&mut k, o, qe, &out, ok);
@@ -553,42 +578,18 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
     let acc: Vec<Reg> = (0..d).map(|_| k.imm_f32(0.0)).collect();
     let ks_base = k.un("mov.u32", RegKind::B32, Opnd::S(ks));
     let vs_base = k.un("mov.u32", RegKind::B32, Opnd::S(vs));
-    let kt = k.imm_u32(0);
-    let ttop = k.label("tile");
-    let tend = k.label("tile_end");
-    k.place(&ttop);
-    let tdone = k.setp("gt.u32", kt, tile);
-    k.bra_if(tdone, false, &tend);
-    let row0 = k.bin("mul.lo.u32", RegKind::B32, kt, KTILE);
-    k.barrier();
-    load_tile_maybe_rotated(&mut k, ks_base, kbase, k_tab, row0, KTILE, t, d as u32, ROWS, tid);
-    load_tile(&mut k, vs_base, vbase, row0, KTILE, t, d as u32, ROWS, tid);
-    k.barrier();
-    let jj = k.imm_u32(0);
-    let ktop = k.label("key");
-    let kend = k.label("key_end");
-    k.place(&ktop);
-    let jdone = k.setp("ge.u32", jj, KTILE);
-    k.bra_if(jdone, false, &kend);
-    let j = k.bin("add.u32", RegKind::B32, row0, jj);
-    let past = k.setp("gt.u32", j, i);
-    k.bra_if(past, false, &kend);
-    let off = k.bin("mul.lo.u32", RegKind::B32, jj, d as u32 * 4);
-    let krow = k.bin("add.u32", RegKind::B32, ks_base, off);
-    let vrow = k.bin("add.u32", RegKind::B32, vs_base, off);
-    let dot = dot_col_shared(&mut k, my_col, ROWS, krow, d);
-    let s = logit(&mut k, dot, dims);
-    let sl = k.bin("sub.rn.f32", RegKind::F32, s, li);
-    let p = exp(&mut k, sl);
-    let dp = dot_regs_shared(&mut k, &dov, vrow);
-    let ds = ds_of(&mut k, p, dp, dl, s, dims);
-    axpy_shared(&mut k, &acc, ds, krow);
-    k.op("add.u32", [jj.into(), jj.into(), 1u32.into()]);
-    k.bra(&ktop);
-    k.place(&kend);
-    k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
-    k.bra(&ttop);
-    k.place(&tend);
+    let tiles = KeyTiles { ks_base, vs_base, kbase, vbase, k_tab, tile, i, tid, t, d: d as u32 };
+    walk_keys(&mut k, &tiles, |k, off| {
+        let krow = k.bin("add.u32", RegKind::B32, ks_base, off);
+        let vrow = k.bin("add.u32", RegKind::B32, vs_base, off);
+        let dot = dot_col_shared(k, my_col, ROWS, krow, d);
+        let s = logit(k, dot, dims);
+        let sl = k.bin("sub.rn.f32", RegKind::F32, s, li);
+        let p = exp(k, sl);
+        let dp = dot_regs_shared(k, &dov, vrow);
+        let ds = ds_of(k, p, dp, dl, s, dims);
+        axpy_shared(k, &acc, ds, krow);
+    });
     let acc = match dq_tab {
         Some(tab) => rotate_row(&mut k, &acc, tab, i, t, ok, true),
         None => acc,
