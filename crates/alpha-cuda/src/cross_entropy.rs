@@ -124,16 +124,7 @@ pub fn backward_kernel() -> Kernel {
 
 /// `for (j = tid; j < v; j += THREADS) body(j)`.
 fn strided(k: &mut Kernel, tid: crate::ptx::Reg, v: crate::ptx::Reg, body: impl FnOnce(&mut Kernel, crate::ptx::Reg)) {
-    let j = k.un("mov.u32", RegKind::B32, tid);
-    let top = k.label("row");
-    let end = k.label("row_end");
-    k.place(&top);
-    let done = k.setp("ge.u32", j, v);
-    k.bra_if(done, false, &end);
-    body(k, j);
-    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
-    k.bra(&top);
-    k.place(&end);
+    k.strided_loop(tid, v, THREADS, ("row", "row_end"), body);
 }
 
 /// Forward over `rows` rows of `v` logits: writes per-row loss and log-sum-exp.

@@ -40,17 +40,8 @@ impl Norm {
 }
 
 /// `for (j = tid; j < c; j += THREADS) body(j)`.
-fn cols(k: &mut Kernel, tid: Reg, c: u32, mut body: impl FnMut(&mut Kernel, Reg)) {
-    let j = k.un("mov.u32", RegKind::B32, tid);
-    let top = k.label("col");
-    let end = k.label("col_end");
-    k.place(&top);
-    let done = k.setp("ge.u32", j, c);
-    k.bra_if(done, false, &end);
-    body(k, j);
-    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
-    k.bra(&top);
-    k.place(&end);
+fn cols(k: &mut Kernel, tid: Reg, c: u32, body: impl FnOnce(&mut Kernel, Reg)) {
+    k.strided_loop(tid, c, THREADS, ("col", "col_end"), body);
 }
 
 fn ld(k: &mut Kernel, base: Reg, idx: Reg) -> Reg {

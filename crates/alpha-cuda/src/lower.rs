@@ -1737,7 +1737,7 @@ pub fn lower_program(program: &alpha_ir::Program) -> Result<Lowered> {
 /// cast costs no launch; on the H200 the tiled GEMM is bound by those bytes.
 fn producer_cast_candidates(program: &alpha_ir::Program) -> HashMap<Value, u32> {
     let g = &program.graph;
-    let (uses, readers) = readers_of(program);
+    let (uses, _) = readers_of(program);
     let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
     let mut out = HashMap::new();
     for (i, n) in g.nodes.iter().enumerate() {
@@ -1756,9 +1756,8 @@ fn producer_cast_candidates(program: &alpha_ir::Program) -> HashMap<Value, u32> 
             Op::LayerNorm { .. } => x.index == 0,
             _ => false,
         };
-        let read_by_cast = readers.get(&x).is_some_and(|r| r.len() == 1);
         let same_size = g.ty(x).numel() == n.outputs[0].numel();
-        if single && can && read_by_cast && phase(x.node) == phase(i as u32) && same_size {
+        if single && can && phase(x.node) == phase(i as u32) && same_size {
             out.insert(x, i as u32);
         }
     }
@@ -1795,7 +1794,6 @@ fn casts_into_producers(
             found.push((x, out));
         }
     }
-    found.sort_by_key(|p| p.1.node);
     found
 }
 

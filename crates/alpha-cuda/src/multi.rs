@@ -141,21 +141,14 @@ pub fn sumsq_chunks_kernel() -> Kernel {
     k.op("ld.global.nc.u32", [len.into(), addr(e, 8)]);
     let x = k.bin("add.s64", RegKind::B64, base, off);
     let acc = zero_f64(&mut k);
-    let j = k.un("mov.u32", RegKind::B32, tid);
-    let top = k.label("loop");
-    let end = k.label("end");
-    k.place(&top);
-    let done = k.setp("ge.u32", j, len);
-    k.bra_if(done, false, &end);
-    let a = k.addr_of(x, j, 4);
-    let v = k.reg(RegKind::F32);
-    k.op("ld.global.nc.f32", [v.into(), addr(a, 0)]);
-    let d = k.un("cvt.f64.f32", RegKind::F64, v);
-    let sq = k.bin("mul.rn.f64", RegKind::F64, d, d);
-    k.op("add.rn.f64", [acc.into(), acc.into(), sq.into()]);
-    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
-    k.bra(&top);
-    k.place(&end);
+    k.strided_loop(tid, len, THREADS, ("loop", "end"), |k, j| {
+        let a = k.addr_of(x, j, 4);
+        let v = k.reg(RegKind::F32);
+        k.op("ld.global.nc.f32", [v.into(), addr(a, 0)]);
+        let d = k.un("cvt.f64.f32", RegKind::F64, v);
+        let sq = k.bin("mul.rn.f64", RegKind::F64, d, d);
+        k.op("add.rn.f64", [acc.into(), acc.into(), sq.into()]);
+    });
     let total = block_sum_f64(&mut k, acc, &sh, tid);
     let first = k.setp("eq.u32", tid, 0u32);
     let pa = k.addr_of(parts, b, 8);
@@ -174,19 +167,12 @@ pub fn sumsq_finish_kernel() -> Kernel {
     let sh = k.shared("red", THREADS * 8, 16);
     let tid = k.sreg("%tid.x");
     let acc = zero_f64(&mut k);
-    let j = k.un("mov.u32", RegKind::B32, tid);
-    let top = k.label("loop");
-    let end = k.label("end");
-    k.place(&top);
-    let done = k.setp("ge.u32", j, np);
-    k.bra_if(done, false, &end);
-    let a = k.addr_of(parts, j, 8);
-    let v = k.reg(RegKind::F64);
-    k.op("ld.global.f64", [v.into(), addr(a, 0)]);
-    k.op("add.rn.f64", [acc.into(), acc.into(), v.into()]);
-    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
-    k.bra(&top);
-    k.place(&end);
+    k.strided_loop(tid, np, THREADS, ("loop", "end"), |k, j| {
+        let a = k.addr_of(parts, j, 8);
+        let v = k.reg(RegKind::F64);
+        k.op("ld.global.f64", [v.into(), addr(a, 0)]);
+        k.op("add.rn.f64", [acc.into(), acc.into(), v.into()]);
+    });
     let total = block_sum_f64(&mut k, acc, &sh, tid);
     let f = k.un("cvt.rn.f32.f64", RegKind::F32, total);
     let first = k.setp("eq.u32", tid, 0u32);
@@ -217,25 +203,18 @@ pub fn adamw_kernel(beta1: f64, beta2: f64, eps: f64) -> Kernel {
     k.op("ld.global.nc.u32", [len.into(), addr(e, 32)]);
     let wd = k.reg(RegKind::F32);
     k.op("ld.global.nc.f32", [wd.into(), addr(e, 36)]);
-    let j = k.un("mov.u32", RegKind::B32, tid);
-    let top = k.label("loop");
-    let end = k.label("end");
-    k.place(&top);
-    let done = k.setp("ge.u32", j, len);
-    k.bra_if(done, false, &end);
-    let pa = k.addr_of(ptrs[0], j, 4);
-    let ga = k.addr_of(ptrs[1], j, 4);
-    let ma = k.addr_of(ptrs[2], j, 4);
-    let va = k.addr_of(ptrs[3], j, 4);
-    let (pv, gv, mv, vv) = (ld(&mut k, pa, 0), ld(&mut k, ga, 0), ld(&mut k, ma, 0), ld(&mut k, va, 0));
-    // Exactly `adamw::step_kernel`'s sequence (the CPU reference's order).
-    let (p2, m2, v2) = crate::adamw::emit_update(&mut k, [pv, gv, mv, vv], &scalars, wd);
-    k.op("st.global.f32", [addr(pa, 0), p2.into()]);
-    k.op("st.global.f32", [addr(ma, 0), m2.into()]);
-    k.op("st.global.f32", [addr(va, 0), v2.into()]);
-    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
-    k.bra(&top);
-    k.place(&end);
+    k.strided_loop(tid, len, THREADS, ("loop", "end"), |k, j| {
+        let pa = k.addr_of(ptrs[0], j, 4);
+        let ga = k.addr_of(ptrs[1], j, 4);
+        let ma = k.addr_of(ptrs[2], j, 4);
+        let va = k.addr_of(ptrs[3], j, 4);
+        let (pv, gv, mv, vv) = (ld(k, pa, 0), ld(k, ga, 0), ld(k, ma, 0), ld(k, va, 0));
+        // Exactly `adamw::step_kernel`'s sequence (the CPU reference's order).
+        let (p2, m2, v2) = crate::adamw::emit_update(k, [pv, gv, mv, vv], &scalars, wd);
+        k.op("st.global.f32", [addr(pa, 0), p2.into()]);
+        k.op("st.global.f32", [addr(ma, 0), m2.into()]);
+        k.op("st.global.f32", [addr(va, 0), v2.into()]);
+    });
     k.ret();
     k
 }

@@ -406,6 +406,28 @@ impl Kernel {
         self.op_if(p, negate, "bra", [Opnd::S(label.to_string())]);
     }
 
+    /// `for (j = start; j < bound; j += step) body(j)`: the block-strided walk most kernels take
+    /// over a row or a chunk. `labels` name the loop's top and end.
+    pub fn strided_loop(
+        &mut self,
+        start: Reg,
+        bound: impl Into<Opnd>,
+        step: u32,
+        labels: (&str, &str),
+        body: impl FnOnce(&mut Kernel, Reg),
+    ) {
+        let j = self.un("mov.u32", RegKind::B32, start);
+        let top = self.label(labels.0);
+        let end = self.label(labels.1);
+        self.place(&top);
+        let done = self.setp("ge.u32", j, bound);
+        self.bra_if(done, false, &end);
+        body(self, j);
+        self.op("add.u32", [j.into(), j.into(), step.into()]);
+        self.bra(&top);
+        self.place(&end);
+    }
+
     /// `bar.sync 0`.
     pub fn barrier(&mut self) {
         self.op("bar.sync", [Opnd::I(0)]);
