@@ -375,6 +375,15 @@ fn walk_keys(k: &mut Kernel, w: &KeyTiles, mut body: impl FnMut(&mut Kernel, Reg
 }
 
 /// Common prologue: (tid, row index i within the sequence, bh or bg, valid).
+/// The key/value head read by the query-head block `bh` (b·H + h): b·G + h / (H/G).
+pub(crate) fn kv_head(k: &mut Kernel, dims: &Dims, bh: Reg) -> Reg {
+    let per = (dims.h / dims.g) as u32;
+    let b = k.bin("div.u32", RegKind::B32, bh, dims.h as u32);
+    let h = k.bin("rem.u32", RegKind::B32, bh, dims.h as u32);
+    let gh = k.bin("div.u32", RegKind::B32, h, per);
+    k.tri("mad.lo.u32", RegKind::B32, b, dims.g as u32, gh)
+}
+
 fn rows_prologue(k: &mut Kernel, t: u32) -> (Reg, Reg, Reg, Reg, Reg) {
     let tid = k.sreg("%tid.x");
     let tile = k.sreg("%ctaid.x");
@@ -456,16 +465,12 @@ pub(crate) fn dkv_params(
 /// `q_tab` and `k_tab` for those turned.
 pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     let (t, d) = (dims.t as u32, dims.d);
-    let per = (dims.h / dims.g) as u32;
     let mut k = Kernel::new(&kernel_name("attention", "fwd", load, false)).with_block(ROWS, 1, 1);
     let ([o, lse, q, kk, v], [q_tab, k_tab]) = forward_params(&mut k, load);
     let ks = k.shared("ks", KTILE * d as u32 * 4, 16);
     let vs = k.shared("vs", KTILE * d as u32 * 4, 16);
     let (tid, tile, bh, i, ok) = rows_prologue(&mut k, t);
-    let b = k.bin("div.u32", RegKind::B32, bh, dims.h as u32);
-    let h = k.bin("rem.u32", RegKind::B32, bh, dims.h as u32);
-    let gh = k.bin("div.u32", RegKind::B32, h, per);
-    let kvh = k.tri("mad.lo.u32", RegKind::B32, b, dims.g as u32, gh);
+    let kvh = kv_head(&mut k, dims, bh);
     let kv_row0 = k.bin("mul.lo.u32", RegKind::B32, kvh, t);
     let kbase = {
         let e = k.bin("mul.lo.u32", RegKind::B32, kv_row0, d as u32);
@@ -531,17 +536,13 @@ pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
 /// turned on load, as in [`forward_kernel_rotating`]; `q_tab`, `k_tab` follow the params.
 pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
     let (t, d) = (dims.t as u32, dims.d);
-    let per = (dims.h / dims.g) as u32;
     let mut k = Kernel::new(&kernel_name("attention", "bwd_dq", load, inverse_rotary)).with_block(ROWS, 1, 1);
     let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, [q_tab, k_tab]) = dq_params(&mut k, inverse_rotary, load);
     let qt = k.shared("qt", ROWS * d as u32 * 4, 16);
     let ks = k.shared("ks", KTILE * d as u32 * 4, 16);
     let vs = k.shared("vs", KTILE * d as u32 * 4, 16);
     let (tid, tile, bh, i, ok) = rows_prologue(&mut k, t);
-    let b = k.bin("div.u32", RegKind::B32, bh, dims.h as u32);
-    let h = k.bin("rem.u32", RegKind::B32, bh, dims.h as u32);
-    let gh = k.bin("div.u32", RegKind::B32, h, per);
-    let kvh = k.tri("mad.lo.u32", RegKind::B32, b, dims.g as u32, gh);
+    let kvh = kv_head(&mut k, dims, bh);
     let kv_row0 = k.bin("mul.lo.u32", RegKind::B32, kvh, t);
     let kve = k.bin("mul.lo.u32", RegKind::B32, kv_row0, d as u32);
     let kbase = k.addr_of(kk, kve, 4);

@@ -47,7 +47,7 @@
 //! next tile's loads in two halves (fewer registers in flight) measured up to 13% slower, so
 //! each tile's loads are issued at once; ptxas then uses up to 255 registers, without spilling.
 
-use crate::attention::{dkv_params, dq_params, forward_params, kernel_name, rotate_pairs, Dims};
+use crate::attention::{dkv_params, dq_params, forward_params, kernel_name, kv_head, rotate_pairs, Dims};
 use crate::ptx::{addr, Kernel, Opnd, Reg, RegKind};
 
 /// The head dimension these kernels are written for.
@@ -417,15 +417,6 @@ fn store_rows(
     }
 }
 
-/// `(b, h, kv head)` of a query-head block index `bh`.
-fn query_head(k: &mut Kernel, dims: &Dims, bh: Reg) -> Reg {
-    let per = (dims.h / dims.g) as u32;
-    let b = k.bin("div.u32", RegKind::B32, bh, dims.h as u32);
-    let h = k.bin("rem.u32", RegKind::B32, bh, dims.h as u32);
-    let gh = k.bin("div.u32", RegKind::B32, h, per);
-    k.tri("mad.lo.u32", RegKind::B32, b, dims.g as u32, gh)
-}
-
 /// The block's query tile, longest causal rows first: ⌈T/64⌉ − 1 − ctaid.x.
 fn reversed_tile(k: &mut Kernel, t: u32) -> Reg {
     let cx = k.sreg("%ctaid.x");
@@ -453,7 +444,7 @@ pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     let ln = lanes(&mut k);
     let tile = reversed_tile(&mut k, t);
     let bh = k.sreg("%ctaid.y");
-    let kvh = query_head(&mut k, dims, bh);
+    let kvh = kv_head(&mut k, dims, bh);
     let qb = head_base(&mut k, q, bh, t, ROW_BYTES);
     let kb = head_base(&mut k, kk, kvh, t, ROW_BYTES);
     let vb = head_base(&mut k, v, kvh, t, ROW_BYTES);
@@ -621,7 +612,7 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
     let ln = lanes(&mut k);
     let tile = reversed_tile(&mut k, t);
     let bh = k.sreg("%ctaid.y");
-    let kvh = query_head(&mut k, dims, bh);
+    let kvh = kv_head(&mut k, dims, bh);
     let qb = head_base(&mut k, q, bh, t, ROW_BYTES);
     let ob = head_base(&mut k, o, bh, t, ROW_BYTES);
     let dob = head_base(&mut k, dout, bh, t, ROW_BYTES);
