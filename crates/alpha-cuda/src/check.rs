@@ -135,6 +135,31 @@ fn upload_operand(arena: &DeviceArena, input: Input, x: &[f32]) -> Result<crate:
     })
 }
 
+/// A product's random operands and residual on the host and the device, and its output
+/// allocated and poisoned (NaN) so that an element the kernel misses shows.
+struct GemmCase {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    r: Vec<f32>,
+    ab: crate::driver::Buf,
+    bb: crate::driver::Buf,
+    cb: crate::driver::Buf,
+    rb: crate::driver::Buf,
+    nc: usize,
+}
+
+fn gemm_case(arena: &DeviceArena, rng: &mut Rng, spec: &GemmSpec, sh: &GemmShape) -> Result<GemmCase> {
+    let (na, nb, nc) = sh.extents(spec);
+    let (a, b, r) = (rng.vec(na, 1.0), rng.vec(nb, 1.0), rng.vec(nc, 1.0));
+    let ab = upload_operand(arena, spec.a_input, &a)?;
+    let bb = upload_operand(arena, spec.b_input, &b)?;
+    let cb = arena.alloc_n::<f32>(nc)?;
+    let rb = arena.alloc_n::<f32>(nc)?;
+    arena.upload(rb, &r)?;
+    arena.fill_u32(cb, NAN_BITS)?;
+    Ok(GemmCase { a, b, r, ab, bb, cb, rb, nc })
+}
+
 /// Every GEMM variant, fully checked on a small batched shape with partial tiles.
 pub fn gemm_variants(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
@@ -144,20 +169,10 @@ pub fn gemm_variants(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
         // K of 3 steps at either K step (a multiple of 64 at the wide one).
         let mut sh = GemmShape::packed(&spec, 200, 136, 3 * spec.bk);
         sh.batch = 2;
-        let (na, nb, nc) = sh.extents(&spec);
-        let a = rng.vec(na, 1.0);
-        let b = rng.vec(nb, 1.0);
-        let r = rng.vec(nc, 1.0);
+        let GemmCase { a, b, r, ab, bb, cb, rb, nc } = gemm_case(arena, rng, &spec, &sh)?;
         let c0 = rng.vec(nc, 1.0);
-        let ab = upload_operand(arena, spec.a_input, &a)?;
-        let bb = upload_operand(arena, spec.b_input, &b)?;
-        let cb = arena.alloc_n::<f32>(nc)?;
-        let rb = arena.alloc_n::<f32>(nc)?;
-        arena.upload(rb, &r)?;
         if spec.epilogue == Epilogue::Accumulate {
             arena.upload(cb, &c0)?;
-        } else {
-            arena.fill_u32(cb, NAN_BITS)?;
         }
         gemm::launch(gpu, &f, &spec, &sh, ab.ptr, bb.ptr, cb.ptr, rb.ptr)?;
         let out: Vec<f32> = arena.download(cb, nc)?;
@@ -233,16 +248,7 @@ fn gemm_bench_one(
     }
     let f = &cache.iter().find(|(s, _)| *s == spec).unwrap().1;
     let sh = GemmShape::packed(&spec, m, n, k);
-    let (na, nb, nc) = sh.extents(&spec);
-    let a = rng.vec(na, 1.0);
-    let b = rng.vec(nb, 1.0);
-    let r = rng.vec(nc, 1.0);
-    let ab = upload_operand(arena, spec.a_input, &a)?;
-    let bb = upload_operand(arena, spec.b_input, &b)?;
-    let cb = arena.alloc_n::<f32>(nc)?;
-    let rb = arena.alloc_n::<f32>(nc)?;
-    arena.upload(rb, &r)?;
-    arena.fill_u32(cb, NAN_BITS)?;
+    let GemmCase { a, b, r, ab, bb, cb, rb, nc } = gemm_case(arena, rng, &spec, &sh)?;
     gemm::launch(gpu, f, &spec, &sh, ab.ptr, bb.ptr, cb.ptr, rb.ptr)?;
     let out: Vec<f32> = arena.download(cb, nc)?;
     let (mut max_abs, mut worst) = (0.0f64, 0.0f64);
