@@ -1,9 +1,9 @@
 //! Check-and-bench harness: every kernel against its CPU reference, timed, on the GPU.
 //!
-//! `kernel_check [--ptx-dir DIR] [--ptx-only] [--quick] [--seed N]`
+//! `kernel_check [--ptx-dir DIR] [--ptx-only] [--quick] [--seed N] [--only FAMILY,...]`
 //! Writes each kernel's PTX to DIR first (for `ptxas -arch=sm_90a -v`), then on a GPU runs the
 //! checks and prints one row per kernel; exits 1 if any check fails. Without a GPU it prints
-//! "skipped: no CUDA device" and exits 0.
+//! "skipped: no CUDA device" and exits 0. `--only gemm,gemm-bench` runs just those families.
 
 use std::time::Instant;
 
@@ -40,6 +40,8 @@ fn main() -> Result<()> {
     gpu.set_checked(true);
     let arena = gpu.arena(6 << 30)?;
     let mut rows: Vec<Row> = Vec::new();
+    let only: Option<Vec<String>> = value("--only").map(|v| v.split(',').map(str::to_string).collect());
+    let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == name));
     let mut step = |name: &str, r: Result<Vec<Row>>| match r {
         Ok(v) => {
             for row in &v {
@@ -63,21 +65,43 @@ fn main() -> Result<()> {
         }
     };
     let t0 = Instant::now();
-    step("gemm", check::gemm_variants(&gpu, &arena, &mut rng));
-    step("fusion", check::fusion_checks(&gpu, &arena, &mut rng));
-    step("attention", check::attention_checks(&gpu, &arena, &mut rng, &Options { bench: false, ..opts }));
+    if wanted("gemm") {
+        step("gemm", check::gemm_variants(&gpu, &arena, &mut rng));
+    }
+    if wanted("fusion") {
+        step("fusion", check::fusion_checks(&gpu, &arena, &mut rng));
+    }
+    if wanted("attention") {
+        step("attention", check::attention_checks(&gpu, &arena, &mut rng, &Options { bench: false, ..opts }));
+    }
     let n_ew = if quick { 1 << 20 } else { 1 << 25 };
-    step("elementwise", check::elementwise_checks(&gpu, &arena, &mut rng, n_ew, &opts));
-    step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (12288, 512, 1024), &opts));
-    step("cross_entropy", check::cross_entropy_checks(&gpu, &arena, &mut rng, (1024, 12288), &opts));
+    if wanted("elementwise") {
+        step("elementwise", check::elementwise_checks(&gpu, &arena, &mut rng, n_ew, &opts));
+    }
+    if wanted("embedding") {
+        step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (12288, 512, 1024), &opts));
+    }
+    if wanted("cross_entropy") {
+        step("cross_entropy", check::cross_entropy_checks(&gpu, &arena, &mut rng, (1024, 12288), &opts));
+    }
     let n_opt = if quick { 1 << 20 } else { 57_705_472 };
-    step("adamw", check::optimizer_checks(&gpu, &arena, &mut rng, n_opt, &opts));
+    if wanted("adamw") {
+        step("adamw", check::optimizer_checks(&gpu, &arena, &mut rng, n_opt, &opts));
+    }
     if !quick {
         gpu.set_checked(false);
-        step("gemm-bench", check::gemm_bench(&gpu, &arena, &mut rng, &opts));
-        step("gemm-splitk", check::gemm_split_checks(&gpu, &arena, &mut rng, &opts));
-        step("graph", check::gemm_step_graph(&gpu, &arena, &mut rng, &opts).map(|r| vec![r]));
-        step("attention-bench", check::attention_checks(&gpu, &arena, &mut rng, &opts));
+        if wanted("gemm-bench") {
+            step("gemm-bench", check::gemm_bench(&gpu, &arena, &mut rng, &opts));
+        }
+        if wanted("gemm-splitk") {
+            step("gemm-splitk", check::gemm_split_checks(&gpu, &arena, &mut rng, &opts));
+        }
+        if wanted("graph") {
+            step("graph", check::gemm_step_graph(&gpu, &arena, &mut rng, &opts).map(|r| vec![r]));
+        }
+        if wanted("attention-bench") {
+            step("attention-bench", check::attention_checks(&gpu, &arena, &mut rng, &opts));
+        }
     }
     let failed = rows.iter().filter(|r| !r.pass).count();
     println!("\n==== summary ({:.1} s) ====", t0.elapsed().as_secs_f64());

@@ -119,7 +119,7 @@ impl CudaBackend {
                     if *text != k.render() {
                         bail!("kernel {} carried by this executable differs from its lowering", k.name);
                     }
-                    g.load_ptx(&k.name, text)
+                    g.load_ptx(&k.name, text).and_then(|f| g.adopt(f, k))
                 }
                 None => g.load(k),
             };

@@ -240,7 +240,7 @@ fn gemm_bench_one(
     arena.reset();
     // The tile the lowering would choose for this shape (at the K step asked for).
     let spec = GemmSpec { tile: GemmShape::packed(&spec, m, n, k).tile(), ..spec };
-    if spec.bk != gemm::BK && spec.tile != Tile::T64x64 {
+    if spec.engine == gemm::Engine::Mma && spec.bk != gemm::BK && spec.tile != Tile::T64x64 {
         anyhow::bail!("{}: the wide K step is for the 64 × 64 tile", spec.name());
     }
     if !cache.iter().any(|(s, _)| *s == spec) {
@@ -292,6 +292,11 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
             ..spec_of(lay, Input::Bf16)
         };
         rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
+        // The wgmma engine on the same product, and with an f32 B as the training step reads
+        // the weights.
+        rows.push(gemm_bench_one(gpu, arena, rng, spec.wgmma(), m, n, k, opts, &mut cache)?);
+        let f32_b = GemmSpec { b_input: Input::F32, ..spec }.wgmma();
+        rows.push(gemm_bench_one(gpu, arena, rng, f32_b, m, n, k, opts, &mut cache)?);
         // The 64 × 64 products again at a K step of 64, for the comparison (bf16 A, f32 B, as
         // the training step's forward reads them).
         let sh = GemmShape::packed(&spec, m, n, k);
@@ -309,6 +314,7 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
     for lay in ["rc", "rr"] {
         let spec = spec_of(lay, Input::Bf16);
         rows.push(gemm_bench_one(gpu, arena, rng, spec, 8192, 8192, 8192, opts, &mut cache)?);
+        rows.push(gemm_bench_one(gpu, arena, rng, spec.wgmma(), 8192, 8192, 8192, opts, &mut cache)?);
     }
     Ok(rows)
 }
@@ -775,11 +781,12 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     };
     for a in [Layout::RowMajor, Layout::ColMajor] {
         for b in [Layout::RowMajor, Layout::ColMajor] {
-            for input in [Input::F32, Input::Bf16] {
+            for (input, wgmma) in [(Input::F32, false), (Input::Bf16, false), (Input::F32, true), (Input::Bf16, true)] {
                 arena.reset();
                 let spec = GemmSpec { activation: Some(alpha_ir::Unary::Gelu), ..GemmSpec::new(a, b, input) };
+                let spec = if wgmma { spec.wgmma() } else { spec };
                 let f = gpu.load(&spec.kernel())?;
-                let mut sh = GemmShape::packed(&spec, 200, 136, 96);
+                let mut sh = GemmShape::packed(&spec, 200, 136, 3 * spec.bk);
                 sh.batch = 2;
                 let (na, nb, nc) = sh.extents(&spec);
                 let (av, bv) = (rng.vec(na, 1.0), rng.vec(nb, 1.0));
@@ -795,7 +802,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                 args.extend([sh.m, sh.n, sh.k, sh.lda, sh.ldb, sh.ldc].map(Arg::U32));
                 args.extend([sh.stride_a, sh.stride_b, sh.stride_c].map(Arg::U64));
                 args.push(Arg::U64(ub.ptr));
-                let cfg = LaunchConfig { grid: spec.grid(&sh), block: (gemm::THREADS, 1, 1), shared_bytes: 0 };
+                let cfg = LaunchConfig { grid: spec.grid(&sh), block: (spec.threads(), 1, 1), shared_bytes: 0 };
                 gpu.launch(&f, cfg, &args)?;
                 let pw = Pointwise {
                     shape: vec![nc],
@@ -826,7 +833,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                 rows.push(exact_row(
                     "fusion",
                     &format!("{} = pw_gelu", spec.name()),
-                    "b2 m200 n136 k96",
+                    &format!("b2 m200 n136 k{}", 3 * spec.bk),
                     mismatches(&u, &p),
                     nc,
                 ));
@@ -1346,9 +1353,9 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
         ("cr", 1408, 512, 16384),
         ("cr", 512, 1536, 16384),
     ];
-    for &(lay, m, n, k) in shapes {
+    for (&(lay, m, n, k), wgmma) in shapes.iter().flat_map(|s| [(s, false), (s, true)]) {
         arena.reset();
-        let base = spec_of(lay, Input::F32);
+        let base = if wgmma { spec_of(lay, Input::F32).wgmma() } else { spec_of(lay, Input::F32) };
         let sh = GemmShape::packed(&base, m, n, k);
         let (na, nb, nc) = sh.extents(&base);
         let (a, b) = (rng.vec(na, 1.0), rng.vec(nb, 1.0));
@@ -1366,10 +1373,10 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
             None
         };
         // The heuristic's split, and with `bench` the other powers of two for comparison.
-        let chosen = sh.split_k();
+        let chosen = sh.split_k(base.bk);
         let mut candidates = vec![chosen];
         if opts.bench {
-            candidates.extend([2u32, 4, 8].into_iter().filter(|&s| s != chosen && k.is_multiple_of(32 * s)));
+            candidates.extend([2u32, 4, 8].into_iter().filter(|&s| s != chosen && k.is_multiple_of(base.bk * s)));
         }
         for splits in candidates {
             let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n))?;
@@ -1400,7 +1407,7 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
             let mark = if splits == chosen { " (chosen)" } else { "" };
             rows.push(Row {
                 family: "gemm-splitk".into(),
-                name: format!("{lay} split {splits}{mark} vs {:?}", sh.tile()),
+                name: format!("{} split {splits}{mark} vs {:?}", base.name(), sh.tile()),
                 shape: format!("m{m} n{n} k{k}"),
                 max_abs,
                 rel: worst,

@@ -146,6 +146,8 @@ pub struct Function {
     module: sys::CUmodule,
     func: sys::CUfunction,
     params: Option<Vec<ParamTy>>,
+    /// Dynamic shared memory every launch requests (the kernel's `dynamic_shared`).
+    dynamic_shared: u32,
     ctx: sys::CUcontext,
 }
 
@@ -291,8 +293,18 @@ impl Gpu {
     /// Loads one kernel description (rendered to PTX) and checks its launch budget.
     pub fn load(&self, kernel: &Kernel) -> Result<Function> {
         kernel.check_budget()?;
-        let mut f = self.load_ptx(&kernel.name, &kernel.render())?;
+        let f = self.load_ptx(&kernel.name, &kernel.render())?;
+        self.adopt(f, kernel)
+    }
+
+    /// Gives `f` (loaded from `kernel`'s PTX) the kernel's parameter types, for argument checks,
+    /// and its dynamic shared memory, opting in above 48 KB.
+    pub fn adopt(&self, mut f: Function, kernel: &Kernel) -> Result<Function> {
         f.params = Some(kernel.params.iter().map(|p| p.ty).collect());
+        if kernel.dynamic_shared > crate::ptx::MAX_STATIC_SHARED {
+            self.set_max_dynamic_shared(&f, kernel.dynamic_shared)?;
+        }
+        f.dynamic_shared = kernel.dynamic_shared;
         Ok(f)
     }
 
@@ -347,7 +359,7 @@ impl Gpu {
                 bail!("kernel {name}: no such entry in its PTX module: {e}");
             }
         };
-        Ok(Function { name: name.to_string(), module, func, params: None, ctx: self.ctx })
+        Ok(Function { name: name.to_string(), module, func, params: None, dynamic_shared: 0, ctx: self.ctx })
     }
 
     /// Lets `f` use up to `bytes` of dynamic shared memory (needed above 48 KB).
@@ -388,17 +400,17 @@ impl Gpu {
             .collect();
         // Each parameter's bytes start at its slot; little-endian keeps 4-byte values in place.
         let mut ptrs: Vec<*mut c_void> = store.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
+        let shared = cfg.shared_bytes.max(f.dynamic_shared);
         // SAFETY: the argument slots live until cuLaunchKernel returns (it copies them).
-        unsafe { result::launch_kernel(f.func, cfg.grid, cfg.block, cfg.shared_bytes, self.stream, &mut ptrs) }
-            .map_err(|e| {
-                anyhow!(
-                    "launching kernel {} (grid {:?}, block {:?}, {} B shared): {e}",
-                    f.name,
-                    cfg.grid,
-                    cfg.block,
-                    cfg.shared_bytes
-                )
-            })?;
+        unsafe { result::launch_kernel(f.func, cfg.grid, cfg.block, shared, self.stream, &mut ptrs) }.map_err(|e| {
+            anyhow!(
+                "launching kernel {} (grid {:?}, block {:?}, {} B shared): {e}",
+                f.name,
+                cfg.grid,
+                cfg.block,
+                shared
+            )
+        })?;
         if self.capturing.get() {
             self.captured.borrow_mut().push(f.name.clone());
             return Ok(());

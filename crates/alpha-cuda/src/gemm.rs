@@ -104,7 +104,7 @@ pub enum Input {
 }
 
 impl Input {
-    fn bytes(self) -> u32 {
+    pub fn bytes(self) -> u32 {
         match self {
             Input::F32 => 4,
             Input::Bf16 => 2,
@@ -127,9 +127,19 @@ pub enum Epilogue {
     Accumulate,
 }
 
+/// Which tensor-core instruction family a kernel is built on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// `mma.sync` fed by `ldmatrix` from a two-stage shared tile (this module).
+    Mma,
+    /// Hopper's warpgroup `wgmma` on a four-stage `cp.async` ring ([`crate::gemm_wgmma`]).
+    Wgmma,
+}
+
 /// One GEMM kernel variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmSpec {
+    pub engine: Engine,
     pub a: Layout,
     pub b: Layout,
     /// Element types of A and B in memory: each operand chooses (an activation a producer wrote
@@ -153,6 +163,7 @@ impl GemmSpec {
     /// tile and the usual K step. Other variants override fields of it.
     pub fn new(a: Layout, b: Layout, input: Input) -> GemmSpec {
         GemmSpec {
+            engine: Engine::Mma,
             a,
             b,
             a_input: input,
@@ -161,6 +172,19 @@ impl GemmSpec {
             activation: None,
             tile: Tile::T128x128,
             bk: BK,
+        }
+    }
+
+    /// The same product on the `wgmma` engine (K step [`crate::gemm_wgmma::BK`]).
+    pub fn wgmma(self) -> GemmSpec {
+        GemmSpec { engine: Engine::Wgmma, bk: crate::gemm_wgmma::BK, ..self }
+    }
+
+    /// Threads per block.
+    pub fn threads(&self) -> u32 {
+        match self.engine {
+            Engine::Mma => THREADS,
+            Engine::Wgmma => crate::gemm_wgmma::threads(self),
         }
     }
 
@@ -175,7 +199,9 @@ impl GemmSpec {
             Tile::T128x128 => String::new(),
             t => format!("_{}x{}", t.rows(), t.cols()),
         };
-        if self.bk != BK {
+        if self.engine == Engine::Wgmma {
+            tile.push_str("_wg");
+        } else if self.bk != BK {
             tile.push_str(&format!("_k{}", self.bk));
         }
         format!(
@@ -205,28 +231,43 @@ impl GemmSpec {
         for a in [Layout::RowMajor, Layout::ColMajor] {
             for b in [Layout::RowMajor, Layout::ColMajor] {
                 for input in [Input::F32, Input::Bf16] {
-                    let (a_input, b_input) = (input, input);
                     for epilogue in [Epilogue::Store, Epilogue::AddResidual, Epilogue::Accumulate] {
                         let tile = Tile::T128x128;
-                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile, bk: BK });
+                        v.push(GemmSpec { tile, epilogue, ..GemmSpec::new(a, b, input) });
                     }
                     for &tile in &Tile::ALL[1..] {
-                        let epilogue = Epilogue::Store;
-                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile, bk: BK });
+                        v.push(GemmSpec { tile, ..GemmSpec::new(a, b, input) });
                     }
                 }
                 // The 64 × 64 tile at a K step of 64, every input pairing.
                 for (a_input, b_input) in
                     [(Input::F32, Input::F32), (Input::Bf16, Input::Bf16), (Input::Bf16, Input::F32)]
                 {
-                    let (epilogue, tile) = (Epilogue::Store, Tile::T64x64);
-                    v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile, bk: 64 });
+                    let tile = Tile::T64x64;
+                    v.push(GemmSpec { a_input, b_input, tile, bk: 64, ..GemmSpec::new(a, b, Input::F32) });
                 }
                 // Mixed operands: a bf16 activation with an f32 weight, and the other way.
                 for (a_input, b_input) in [(Input::Bf16, Input::F32), (Input::F32, Input::Bf16)] {
                     for tile in [Tile::T128x128, Tile::T64x64] {
-                        let epilogue = Epilogue::Store;
-                        v.push(GemmSpec { a, b, a_input, b_input, epilogue, activation: None, tile, bk: BK });
+                        v.push(GemmSpec { a_input, b_input, tile, ..GemmSpec::new(a, b, Input::F32) });
+                    }
+                }
+                // The wgmma engine: every input pairing at every tile (store), and the residual
+                // and accumulating epilogues at the largest.
+                for (a_input, b_input) in [
+                    (Input::Bf16, Input::Bf16),
+                    (Input::Bf16, Input::F32),
+                    (Input::F32, Input::Bf16),
+                    (Input::F32, Input::F32),
+                ] {
+                    let base = GemmSpec { a_input, b_input, ..GemmSpec::new(a, b, Input::F32) }.wgmma();
+                    for tile in Tile::ALL {
+                        v.push(GemmSpec { tile, ..base });
+                    }
+                    if a_input == Input::Bf16 {
+                        for epilogue in [Epilogue::AddResidual, Epilogue::Accumulate] {
+                            v.push(GemmSpec { epilogue, ..base });
+                        }
                     }
                 }
             }
@@ -241,7 +282,10 @@ impl GemmSpec {
 
     /// Builds the kernel description.
     pub fn kernel(&self) -> Kernel {
-        build(self)
+        match self.engine {
+            Engine::Mma => build(self),
+            Engine::Wgmma => crate::gemm_wgmma::build(self),
+        }
     }
 }
 
@@ -327,8 +371,9 @@ impl GemmShape {
     /// the operands over and over. Splitting K keeps the large tile and multiplies the blocks:
     /// each part writes its partial product, and [`splitk_reduce_kernel`] sums the parts in a
     /// fixed order (so runs repeat bit for bit) and applies the epilogue. Only unbatched
-    /// products whose 128 × 128 tiles leave SMs idle, with K at least 1,024.
-    pub fn split_k(&self) -> u32 {
+    /// products whose 128 × 128 tiles leave SMs idle, with K at least 1,024; each part a
+    /// multiple of the kernel's K step `bk`.
+    pub fn split_k(&self, bk: u32) -> u32 {
         let blocks = self.m.div_ceil(128) * self.n.div_ceil(128);
         // Measured on the H200 (bench/results/2026-11-29-h200-coppelius-speed.md): one context's
         // step took 6.7 ms with its K = 1,024–1,536 products split and 8.0 ms without, though
@@ -342,7 +387,7 @@ impl GemmShape {
         let cost = |s: u32| (blocks * s).div_ceil(SMS) as f64 / s as f64;
         let mut best = 1;
         for s in [2u32, 4, 8] {
-            if self.k.is_multiple_of(BK * s) && self.k / s >= 256 && cost(s) < cost(best) {
+            if self.k.is_multiple_of(bk * s) && self.k / s >= 256 && cost(s) < cost(best) {
                 best = s;
             }
         }
@@ -403,7 +448,7 @@ pub fn launch(
             bail!("{}: {what} at {p:#x} is not 16-byte aligned", spec.name());
         }
     }
-    let cfg = LaunchConfig { grid: spec.grid(shape), block: (THREADS, 1, 1), shared_bytes: 0 };
+    let cfg = LaunchConfig { grid: spec.grid(shape), block: (spec.threads(), 1, 1), shared_bytes: 0 };
     gpu.launch(
         f,
         cfg,
@@ -724,15 +769,31 @@ impl Fragments {
     }
 }
 
-fn build(spec: &GemmSpec) -> Kernel {
+/// Parameters and per-block bases every GEMM engine starts from.
+#[derive(Clone, Copy)]
+pub(crate) struct Head {
+    pub tid: Reg,
+    /// First output row and column of this block's tile.
+    pub m0: Reg,
+    pub n0: Reg,
+    pub m: Reg,
+    pub n: Reg,
+    pub kdim: Reg,
+    pub lda: Reg,
+    pub ldb: Reg,
+    pub ldc: Reg,
+    /// A, B, C, R (and U) advanced to this block's batch entry.
+    pub a_base: Reg,
+    pub b_base: Reg,
+    pub c_base: Reg,
+    pub r_base: Reg,
+    pub u_base: Option<Reg>,
+}
+
+/// Declares the GEMM parameters (see [`launch`]) and computes the block's tile origin and
+/// batch-offset bases.
+pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let (bm, bn) = (spec.tile.rows(), spec.tile.cols());
-    // 8 warps as 2 (M) × 4 (N); each warp owns a (bm/2) × (bn/4) block of mi × ni mma tiles.
-    let (wm_rows, wn_cols) = (bm / 2, bn / 4);
-    let (mi_n, ni_n) = ((wm_rows / 16) as usize, (wn_cols / 8) as usize);
-    let bk = spec.bk;
-    let a_tile = bm * pitch_k(bk);
-    let stage_bytes = (bm + bn) * pitch_k(bk);
-    let mut k = Kernel::new(&spec.name()).with_block(THREADS, 1, 1);
     let pa = k.param_reg("a", ParamTy::U64);
     let pb = k.param_reg("b", ParamTy::U64);
     let pc = k.param_reg("c", ParamTy::U64);
@@ -747,7 +808,6 @@ fn build(spec: &GemmSpec) -> Kernel {
     let sb = k.param_reg("stride_b", ParamTy::U64);
     let sc = k.param_reg("stride_c", ParamTy::U64);
     let pu = spec.activation.map(|_| k.param_reg("u", ParamTy::U64));
-    let smem = k.shared("gemm_smem", 2 * stage_bytes, 16);
 
     let tid = k.sreg("%tid.x");
     let bx = k.sreg("%ctaid.x");
@@ -763,11 +823,27 @@ fn build(spec: &GemmSpec) -> Kernel {
         let b = k.bin("mul.lo.u64", RegKind::B64, e, bytes as i64);
         k.bin("add.s64", RegKind::B64, base, b)
     };
-    let a_base = offset_by(&mut k, pa, sa, spec.a_input.bytes());
-    let b_base = offset_by(&mut k, pb, sb, spec.b_input.bytes());
-    let c_base = offset_by(&mut k, pc, sc, 4);
-    let r_base = offset_by(&mut k, pr, sc, 4);
-    let u_base = pu.map(|pu| offset_by(&mut k, pu, sc, 4));
+    let a_base = offset_by(k, pa, sa, spec.a_input.bytes());
+    let b_base = offset_by(k, pb, sb, spec.b_input.bytes());
+    let c_base = offset_by(k, pc, sc, 4);
+    let r_base = offset_by(k, pr, sc, 4);
+    let u_base = pu.map(|pu| offset_by(k, pu, sc, 4));
+    Head { tid, m0, n0, m, n, kdim, lda, ldb, ldc, a_base, b_base, c_base, r_base, u_base }
+}
+
+fn build(spec: &GemmSpec) -> Kernel {
+    let (bm, bn) = (spec.tile.rows(), spec.tile.cols());
+    // 8 warps as 2 (M) × 4 (N); each warp owns a (bm/2) × (bn/4) block of mi × ni mma tiles.
+    let (wm_rows, wn_cols) = (bm / 2, bn / 4);
+    let (mi_n, ni_n) = ((wm_rows / 16) as usize, (wn_cols / 8) as usize);
+    let bk = spec.bk;
+    let a_tile = bm * pitch_k(bk);
+    let stage_bytes = (bm + bn) * pitch_k(bk);
+    let mut k = Kernel::new(&spec.name()).with_block(THREADS, 1, 1);
+    let h = head(&mut k, spec);
+    let smem = k.shared("gemm_smem", 2 * stage_bytes, 16);
+    let Head { tid, m0, n0, m, n, kdim, lda, ldb, .. } = h;
+    let (a_base, b_base) = (h.a_base, h.b_base);
 
     k.comment("operand loaders");
     let a_kc = spec.a == Layout::RowMajor;
@@ -864,6 +940,25 @@ fn build(spec: &GemmSpec) -> Kernel {
     }
     k.place(&done);
 
+    store_tile(&mut k, spec, &acc, lane, wrow, wcol, &h);
+    k.ret();
+    k
+}
+
+/// The epilogue: writes the accumulators `acc[mi][ni]` (mma `m16n8` fragments, as `mma.sync`
+/// and `wgmma` both lay them out) of the warp whose tile starts at (`wrow`, `wcol`) within the
+/// block's tile, applying `spec`'s epilogue and activation, predicated on the matrix edges.
+pub(crate) fn store_tile(
+    k: &mut Kernel,
+    spec: &GemmSpec,
+    acc: &[Vec<Vec<Reg>>],
+    lane: Reg,
+    wrow: Reg,
+    wcol: Reg,
+    h: &Head,
+) {
+    let Head { m0, n0, m, n, ldc, c_base, r_base, u_base, .. } = *h;
+    let ni_n = acc[0].len();
     k.comment("epilogue");
     let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
     let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
@@ -909,7 +1004,7 @@ fn build(spec: &GemmSpec) -> Kernel {
                     }
                 };
                 if let (Some(u), Some(up)) = (spec.activation, uptr) {
-                    let act = out.iter().map(|&x| crate::pointwise::emit_unary(&mut k, u, x)).collect();
+                    let act = out.iter().map(|&x| crate::pointwise::emit_unary(k, u, x)).collect();
                     k.op_if(ok, false, "st.global.v2.f32", [addr(up, off), Opnd::V(act)]);
                 }
                 k.op_if(ok, false, "st.global.v2.f32", [addr(cptr, off), Opnd::V(out)]);
@@ -923,8 +1018,6 @@ fn build(spec: &GemmSpec) -> Kernel {
             }
         }
     }
-    k.ret();
-    k
 }
 
 #[cfg(test)]
@@ -934,15 +1027,32 @@ mod tests {
     #[test]
     fn every_variant_renders_within_budget() {
         let all = GemmSpec::all();
-        assert_eq!(all.len(), 76);
+        assert_eq!(all.len(), 156);
         for spec in all {
             let k = spec.kernel();
             k.check_budget().unwrap();
             let (bm, bn) = (spec.tile.rows(), spec.tile.cols());
-            assert_eq!(k.static_shared_bytes(), 2 * (bm + bn) * pitch_k(spec.bk));
             let text = k.render();
             assert!(text.contains(&format!(".visible .entry {}(", spec.name())));
-            assert!(text.contains(".reqntid 256, 1, 1"));
+            assert!(text.contains(&format!(".reqntid {}, 1, 1", spec.threads())));
+            if spec.engine == Engine::Wgmma {
+                // One warpgroup per 64 rows, a 64 × bn × 16 product per 16 of K, the ring in
+                // dynamic shared memory; operands stored as not K-contiguous are read transposed.
+                assert_eq!(spec.threads(), 2 * bm);
+                assert_eq!(k.static_shared_bytes(), 0);
+                assert_eq!(k.dynamic_shared, crate::gemm_wgmma::shared_bytes(&spec));
+                let wgmma: Vec<&str> = text.lines().filter(|l| l.contains("wgmma.mma_async")).collect();
+                assert_eq!(wgmma.len() as u32, spec.bk / 16, "{}", spec.name());
+                let trans = (u32::from(spec.a == Layout::ColMajor), u32::from(spec.b == Layout::RowMajor));
+                for l in wgmma {
+                    assert!(l.contains(&format!("m64n{bn}k16.f32.bf16.bf16")), "{l}");
+                    assert!(l.trim_end().ends_with(&format!("1, 1, {}, {};", trans.0, trans.1)), "{l}");
+                }
+                let async_copies = text.contains("cp.async.cg.shared.global");
+                assert_eq!(async_copies, spec.a_input == Input::Bf16 || spec.b_input == Input::Bf16);
+                continue;
+            }
+            assert_eq!(k.static_shared_bytes(), 2 * (bm + bn) * pitch_k(spec.bk));
             assert_eq!(
                 text.matches("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32").count() as u32,
                 2 * (spec.bk / 16) * (bm / 32) * (bn / 32),
@@ -970,13 +1080,13 @@ mod tests {
         // Weight gradients split K: 44 blocks → 352 (3 waves of 1/8 the K) at B = 16; 16 → 128;
         // none with a full grid or a short K.
         let wgrad = GemmSpec { a: Layout::ColMajor, b: Layout::RowMajor, ..s };
-        assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 16384).split_k(), 8);
-        assert_eq!(GemmShape::packed(&wgrad, 512, 512, 16384).split_k(), 8);
-        assert_eq!(GemmShape::packed(&wgrad, 512, 512, 1024).split_k(), 4);
-        assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 1024).split_k(), 2);
-        assert_eq!(GemmShape::packed(&s, 1024, 512, 12288).split_k(), 4);
-        assert_eq!(GemmShape::packed(&wgrad, 12288, 512, 16384).split_k(), 1);
-        assert_eq!(GemmShape::packed(&wgrad, 1024, 512, 512).split_k(), 1);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 16384).split_k(BK), 8);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 512, 16384).split_k(BK), 8);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 512, 1024).split_k(BK), 4);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 1024).split_k(BK), 2);
+        assert_eq!(GemmShape::packed(&s, 1024, 512, 12288).split_k(BK), 4);
+        assert_eq!(GemmShape::packed(&wgrad, 12288, 512, 16384).split_k(BK), 1);
+        assert_eq!(GemmShape::packed(&wgrad, 1024, 512, 512).split_k(BK), 1);
         // A slice of K: rows of the column-major A, elements of the row-major... B here.
         let sh = GemmShape::packed(&wgrad, 512, 1408, 16384);
         let part = sh.split(&wgrad, 8);

@@ -28,6 +28,7 @@ pub mod embedding;
 pub mod fused;
 pub mod gemm;
 pub mod gemm_simple;
+pub mod gemm_wgmma;
 pub mod layernorm;
 pub mod lower;
 pub mod multi;

@@ -33,6 +33,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::attention::{self, Dims};
 use crate::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
 use crate::gemm_simple::Product;
+use crate::gemm_wgmma;
 use crate::layernorm::{self, Norm};
 use crate::pointwise::{broadcast_strides, contiguous_strides, grid_blocks, Body, Operand, Pointwise};
 use crate::ptx::Kernel;
@@ -628,7 +629,7 @@ impl Lowerer<'_> {
                     };
                     let act = self.more.gemm_act.get(&id).copied();
                     spec.activation = act.map(|x| x.1);
-                    let splits = shape.split_k();
+                    let splits = shape.split_k(spec.bk);
                     if splits > 1 {
                         // K in parts into the scratch region, then the fixed-order sum with the
                         // epilogue (which runs after every operand read: the fusions' slot rules
@@ -638,7 +639,6 @@ impl Lowerer<'_> {
                             epilogue: Epilogue::Store,
                             activation: None,
                             tile: gemm::Tile::T128x128,
-                            bk: gemm::BK,
                             ..spec
                         };
                         let kernel = self.kernel(pspec.kernel())?;
@@ -647,7 +647,7 @@ impl Lowerer<'_> {
                         let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), A::Scratch(0)];
                         args.extend([part.m, part.n, part.k, part.lda, part.ldb, part.ldc].map(A::U32));
                         args.extend([part.stride_a, part.stride_b, part.stride_c].map(A::U64));
-                        let block = (gemm::THREADS, 1, 1);
+                        let block = (pspec.threads(), 1, 1);
                         v.push(Pending { kernel, grid: pspec.grid(&part), block, args, node: some });
                         let kernel = self.kernel(gemm::splitk_reduce_kernel(&spec, splits, mn))?;
                         let mut args = vec![self.ptr(c), self.ptr(r), A::Scratch(0)];
@@ -666,7 +666,13 @@ impl Lowerer<'_> {
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
                     }
-                    v.push(Pending { kernel, grid: spec.grid(&shape), block: (gemm::THREADS, 1, 1), args, node: some });
+                    v.push(Pending {
+                        kernel,
+                        grid: spec.grid(&shape),
+                        block: (spec.threads(), 1, 1),
+                        args,
+                        node: some,
+                    });
                 } else {
                     if !matches!(idt(0), DType::F32 | DType::BF16) {
                         return Err(node_error(&node, id, format!("matmul of {} operands", idt(0))));
@@ -986,6 +992,10 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     };
     let bf16 = g.dtype(node.inputs[0]) == DType::BF16 && g.dtype(node.inputs[1]) == DType::BF16;
     let spec = GemmSpec { tile: shape.tile(), ..spec };
+    // The wgmma engine wherever K allows it, unless ALPHA_GEMM_ENGINE=mma asks for the
+    // mma.sync one (for comparisons on the same build).
+    let wgmma = std::env::var("ALPHA_GEMM_ENGINE").map_or(true, |e| e != "mma");
+    let spec = if wgmma && shape.k.is_multiple_of(gemm_wgmma::BK) { spec.wgmma() } else { spec };
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
 }
 
@@ -1900,7 +1910,7 @@ mod tests {
         let p = Program::single(g.finish().unwrap(), "forward", outs);
         let l = lower_program(&p).unwrap();
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
-        assert_eq!(names, ["gemm_rr_f32_add_64x64", "reduce_sum"]);
+        assert_eq!(names, ["gemm_rr_f32_add_64x64_wg", "reduce_sum"]);
         // A = x's and B = w's f32 slots, C = the Add's slot, R = x.
         let args = &l.phases[0][0].args;
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
@@ -1941,7 +1951,7 @@ mod tests {
         let p = Program::single(g.finish().unwrap(), "forward", outs);
         let l = lower_program(&p).unwrap();
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
-        assert_eq!(names, ["gemm_rr_f32_store_gelu_64x64", "pw_mul", "reduce_sum"]);
+        assert_eq!(names, ["gemm_rr_f32_store_gelu_64x64_wg", "pw_mul", "reduce_sum"]);
         let args = &l.phases[0][0].args;
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
         // A, B = the f32 sources, C = R = the product, then (after the strides) u = gelu's slot.
@@ -1965,8 +1975,8 @@ mod tests {
         };
         let pw = mnemonics(&pw.kernel().unwrap().render());
         assert!(contains_run(&pw, &body) && contains_run(&gemm, &body));
-        // A 64×64 tile: 2×2 mma tiles of 4 accumulators per thread.
-        assert_eq!(gemm.iter().filter(|m| *m == "ex2.approx.f32").count(), 16, "one GELU per accumulator");
+        // A 64×64 tile on one warpgroup: 64 · 64 / 128 = 32 accumulators per thread.
+        assert_eq!(gemm.iter().filter(|m| *m == "ex2.approx.f32").count(), 32, "one GELU per accumulator");
     }
 
     #[test]
@@ -1991,7 +2001,7 @@ mod tests {
         let l = lower_program(&p).unwrap();
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
         assert_eq!(l.plan.slot(a).offset, l.plan.slot(y0).offset, "the premise: relu's slot is y0's");
-        assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64", "ew_relu_mul", "reduce_sum"]);
+        assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64_wg", "ew_relu_mul", "reduce_sum"]);
     }
 
     /// A product's operand that only a cast reads is stored as bf16 by its producer, straight
@@ -2012,7 +2022,7 @@ mod tests {
         let p = Program::single(g.finish().unwrap(), "forward", outs);
         let l = lower_program(&p).unwrap();
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
-        assert_eq!(names, ["pw_mul", "gemm_rr_bf16f32_store_64x64", "reduce_sum"]);
+        assert_eq!(names, ["pw_mul", "gemm_rr_bf16f32_store_64x64_wg", "reduce_sum"]);
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
         // The multiply writes the cast's slot; the GEMM reads it and w's f32 slot.
         assert_eq!(l.phases[0][0].args[0], slot(y16));

@@ -234,6 +234,9 @@ pub struct Kernel {
     pub shared: Vec<SharedDecl>,
     /// Dynamic shared memory the host launcher will request (bytes), for the budget check.
     pub dynamic_shared: u32,
+    /// The `.extern .shared` array (name, alignment) through which the kernel reaches its
+    /// dynamic shared memory; when set, loaders request `dynamic_shared` bytes at each launch.
+    pub dynamic_array: Option<(String, u32)>,
     counts: [u32; 6],
     lines: Vec<Line>,
     labels: u32,
@@ -248,6 +251,7 @@ impl Kernel {
             max_threads: None,
             shared: Vec::new(),
             dynamic_shared: 0,
+            dynamic_array: None,
             counts: [0; 6],
             lines: Vec::new(),
             labels: 0,
@@ -306,6 +310,14 @@ impl Kernel {
     /// Declares a shared-memory array; returns its symbol.
     pub fn shared(&mut self, name: &str, bytes: u32, align: u32) -> String {
         self.shared.push(SharedDecl { name: name.to_string(), bytes, align });
+        name.to_string()
+    }
+
+    /// Declares the kernel's dynamic shared memory: `bytes` requested at every launch (above
+    /// the 48 KB of static memory, up to [`MAX_SHARED_PER_BLOCK`]); returns its symbol.
+    pub fn dynamic_shared_array(&mut self, name: &str, bytes: u32, align: u32) -> String {
+        self.dynamic_shared = bytes;
+        self.dynamic_array = Some((name.to_string(), align));
         name.to_string()
     }
 
@@ -496,6 +508,9 @@ impl Kernel {
         let _ = writeln!(s, ".version {PTX_VERSION}");
         let _ = writeln!(s, ".target {PTX_TARGET}");
         let _ = writeln!(s, ".address_size 64\n");
+        if let Some((name, align)) = &self.dynamic_array {
+            let _ = writeln!(s, ".extern .shared .align {align} .b8 {name}[];\n");
+        }
         let _ = write!(s, ".visible .entry {}(", self.name);
         for (i, p) in self.params.iter().enumerate() {
             let sep = if i + 1 == self.params.len() { "" } else { "," };
