@@ -11,7 +11,7 @@
 use alpha_ir::{DType, Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Schedule};
 
-use crate::layers::{bf16_matmul, bf16_matmul_of, causal_self_attention, lm_inputs, tied_lm_loss};
+use crate::layers::{causal_self_attention, lm_inputs, tied_lm_loss};
 use crate::{System, Tokens};
 
 #[derive(Debug, Clone)]
@@ -45,19 +45,27 @@ impl Coppelius {
         let w_up = g.param("ffn.up.weight", &[c, self.ffn], Init::Normal { std });
         let w_down = g.param("ffn.down.weight", &[self.ffn, c], Init::Normal { std: resid_std });
 
+        // The block's matrices rounded to bf16 together, before they are used: the device casts
+        // them in one launch, and the products read them in bf16.
+        let [w_qkv, w_o, w_gate, w_up, w_down] = [w_qkv, w_o, w_gate, w_up, w_down].map(|w| g.cast(w, DType::BF16));
+        let mm = |g: &mut Graph, x16: Value, w16: Value| g.matmul(x16, w16);
+
         let a = g.layer_norm(x, ln1_g, ln1_b, 1e-5);
-        let qkv = bf16_matmul(g, a, w_qkv, false);
+        let a16 = g.cast(a, DType::BF16);
+        let qkv = mm(g, a16, w_qkv);
         let o = causal_self_attention(g, qkv, b, t, h, Some(10000.0));
-        let proj = bf16_matmul(g, o, w_o, false);
+        let o16 = g.cast(o, DType::BF16);
+        let proj = mm(g, o16, w_o);
         let x = g.add(x, proj);
 
         let bn = g.layer_norm(x, ln2_g, ln2_b, 1e-5);
         let bn16 = g.cast(bn, DType::BF16);
-        let gate = bf16_matmul_of(g, bn16, w_gate, false);
-        let up = bf16_matmul_of(g, bn16, w_up, false);
+        let gate = mm(g, bn16, w_gate);
+        let up = mm(g, bn16, w_up);
         let act = g.gelu(gate);
         let hidden = g.mul(act, up);
-        let down = bf16_matmul(g, hidden, w_down, false);
+        let hidden16 = g.cast(hidden, DType::BF16);
+        let down = mm(g, hidden16, w_down);
         g.add(x, down)
     }
 }

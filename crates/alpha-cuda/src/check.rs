@@ -1426,3 +1426,57 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
     }
     Ok(rows)
 }
+
+/// The multi-tensor cast ([`crate::multi::cast_kernel`]) over tensors of awkward lengths at
+/// scattered offsets: every element the host's round-to-nearest-even bf16, bit for bit, and
+/// nothing outside the destinations written.
+pub fn cast_multi_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    use crate::driver::{Arg, LaunchConfig};
+    use crate::multi;
+    arena.reset();
+    let lens = [1usize, 8191, 8192, 8193, 100_003, 512 * 1536];
+    let total_src: usize = lens.iter().sum();
+    let src_host = rng.vec(total_src, 50.0);
+    let src = arena.alloc_n::<f32>(total_src)?;
+    arena.upload(src, &src_host)?;
+    // Destinations with a guard element between them, poisoned.
+    let total_dst: usize = lens.iter().map(|l| l + 1).sum();
+    let dst = arena.alloc_n::<u16>(total_dst)?;
+    arena.upload(dst, &vec![0x7FC1u16; total_dst])?;
+    let base = arena.base();
+    let (mut s_at, mut d_at) = (0usize, 0usize);
+    let mut tensors = vec![];
+    for &l in &lens {
+        tensors.push(((src.ptr - base) as usize + s_at * 4, (dst.ptr - base) as usize + d_at * 2, l));
+        s_at += l;
+        d_at += l + 1;
+    }
+    let (table_bytes, chunks) = multi::cast_table(&tensors)?;
+    let words: Vec<u32> = table_bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+    let table = arena.alloc_n::<u32>(words.len())?;
+    arena.upload(table, &words)?;
+    let f = gpu.load(&multi::cast_kernel())?;
+    let cfg = LaunchConfig { grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), shared_bytes: 0 };
+    gpu.launch(&f, cfg, &[Arg::U64(base), Arg::U64(table.ptr)])?;
+    let got: Vec<u16> = arena.download(dst, total_dst)?;
+    let (mut wrong, mut s_at, mut d_at) = (0usize, 0usize, 0usize);
+    for &l in &lens {
+        for j in 0..l {
+            wrong += (got[d_at + j] != half::bf16::from_f32(src_host[s_at + j]).to_bits()) as usize;
+        }
+        wrong += (got[d_at + l] != 0x7FC1) as usize;
+        s_at += l;
+        d_at += l + 1;
+    }
+    Ok(vec![Row {
+        family: "cast-multi".into(),
+        name: "cast_multi_f32_bf16".into(),
+        shape: format!("{} tensors, {total_src} elements", lens.len()),
+        max_abs: wrong as f64,
+        rel: wrong as f64,
+        tol: 0.0,
+        pass: wrong == 0,
+        median_us: None,
+        rate: "elements differing from round-to-nearest-even, guards included".into(),
+    }])
+}

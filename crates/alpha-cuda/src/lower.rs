@@ -156,6 +156,8 @@ struct Lowerer<'p> {
     store_as: HashMap<Value, Value>,
     /// [`producer_cast_candidates`] of the program.
     cast_candidates: HashMap<Value, u32>,
+    /// [`grouped_param_casts`] of the program.
+    param_casts: std::collections::HashSet<u32>,
 }
 
 /// Per q (dq), k (dk): the tensor a fused rotary reads or writes instead, and its base.
@@ -475,6 +477,26 @@ impl Lowerer<'_> {
             Some(&cast) => (cast, DType::BF16),
             None => (v, self.g().dtype(v)),
         }
+    }
+
+    /// One launch for consecutive parameter casts: a chunk table of (source, destination,
+    /// length) in the constant region.
+    fn lower_param_casts(&mut self, ids: &[u32]) -> Result<Pending> {
+        let g = &self.plan.program.graph;
+        let tensors: Vec<(usize, usize, usize)> = ids
+            .iter()
+            .map(|&id| {
+                let n = &g.nodes[id as usize];
+                let out = Value { node: id, index: 0 };
+                (self.plan.slot(n.inputs[0]).offset, self.plan.slot(out).offset, n.outputs[0].numel())
+            })
+            .collect();
+        let first = &g.nodes[ids[0] as usize];
+        let (bytes, chunks) = multi::cast_table(&tensors).map_err(|e| node_error(first, ids[0], e))?;
+        let table = self.constant(bytes);
+        let kernel = self.kernel(multi::cast_kernel())?;
+        let args = vec![A::Ptr(0), A::Ptr(table)];
+        Ok(Pending { kernel, grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), args, node: Some(ids[0]) })
     }
 
     fn want_f32(&self, node: &Node, id: u32, vals: &[Value]) -> Result<()> {
@@ -1099,12 +1121,16 @@ fn fuse(
             && rs.iter().all(|r| pos.contains_key(r) && tiled_gemm(g, *r).is_some());
         ok.then_some(rs)
     };
-    // Casts a producer may store itself (bf16, half the GEMMs' bytes) are left to it.
+    // Casts a producer may store itself (bf16, half the GEMMs' bytes) are left to it, and so are
+    // runs of parameter casts: one launch casts them all (see `grouped_param_casts`).
     let to_producers: std::collections::HashSet<u32> = producer_casts.values().copied().collect();
+    let grouped = grouped_param_casts(p);
     let mut skip: std::collections::HashSet<u32> = nodes
         .iter()
         .copied()
-        .filter(|&id| is_bf16_cast(id) && readers_of(id).is_some() && !to_producers.contains(&id))
+        .filter(|&id| {
+            is_bf16_cast(id) && readers_of(id).is_some() && !to_producers.contains(&id) && !grouped.contains(&id)
+        })
         .collect();
     // (GEMM, operand) → the f32 source that operand may read instead of its cast.
     let mut eligible: HashMap<(u32, usize), Value>;
@@ -1593,6 +1619,7 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
         more: More::default(),
         store_as: HashMap::new(),
         cast_candidates: producer_cast_candidates(&plan.program),
+        param_casts: grouped_param_casts(&plan.program),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -1629,6 +1656,17 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
             }
             if let Some((j, chain)) = lw.elementwise_chain(&nodes, i, &mut skip, &uses)? {
                 launches.push(chain);
+                i = j;
+                continue;
+            }
+            // Consecutive casts of parameters (not folded into loads): one launch.
+            let param_cast = |id: u32| lw.param_casts.contains(&id) && !skip.contains(&id);
+            if param_cast(nodes[i]) {
+                let mut j = i + 1;
+                while j < nodes.len() && param_cast(nodes[j]) {
+                    j += 1;
+                }
+                launches.push(lw.lower_param_casts(&nodes[i..j])?);
                 i = j;
                 continue;
             }
@@ -1739,6 +1777,27 @@ pub fn lower_program(program: &alpha_ir::Program) -> Result<Lowered> {
         }
     }
     lower(plan_with(&keep)?)
+}
+
+/// Casts of parameters to bf16, read by two products or more, that stand next to another such
+/// cast in the graph: a model that rounds a block's weights together (`systems/coppelius.rs`). They are launched as one
+/// multi-tensor cast instead of being folded into every GEMM's loads, so the forward and the
+/// input-gradient products read each weight as bf16, half the bytes.
+fn grouped_param_casts(program: &alpha_ir::Program) -> std::collections::HashSet<u32> {
+    let g = &program.graph;
+    let (_, readers) = readers_of(program);
+    // Read by two products or more (a training step's forward and input gradient): the bf16
+    // copy is then read more than once, and pays for its launch.
+    let is = |i: usize| {
+        g.nodes.get(i).is_some_and(|n| {
+            let out = Value { node: i as u32, index: 0 };
+            matches!(n.op, Op::Cast { to: DType::BF16 })
+                && g.dtype(n.inputs[0]) == DType::F32
+                && matches!(g.nodes[n.inputs[0].node as usize].op, Op::Param { .. })
+                && readers.get(&out).is_some_and(|r| r.len() >= 2)
+        })
+    };
+    (0..g.nodes.len()).filter(|&i| is(i) && ((i > 0 && is(i - 1)) || is(i + 1))).map(|i| i as u32).collect()
 }
 
 /// f32 values (by the root they view) whose only reader is one bf16 cast and whose producer can

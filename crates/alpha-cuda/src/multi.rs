@@ -1,5 +1,5 @@
-//! Multi-tensor kernels: the global sum of squares over every gradient and every AdamW of a
-//! phase, each in one launch however many tensors there are.
+//! Multi-tensor kernels: the global sum of squares over every gradient, every AdamW of a phase,
+//! and a run of parameter casts to bf16, each in one launch however many tensors there are.
 //!
 //! Why: the learner's optimizer touches ~150 tensors (Coppelius) at arbitrary arena offsets.
 //! One launch per tensor (and square → sum → add per gradient for the clip norm) cost ~590
@@ -34,6 +34,70 @@ pub const ADAMW_CHUNK: usize = 8192;
 pub const SUMSQ_ENTRY: usize = 16;
 /// Bytes of one AdamW table entry: (p, g, m, v offsets u64; len u32; weight decay f32).
 pub const ADAMW_ENTRY: usize = 40;
+/// Elements per block of the multi-tensor cast.
+pub const CAST_CHUNK: usize = 8192;
+/// Bytes of one cast table entry: (f32 source, bf16 destination offsets u64; len u32; pad u32).
+pub const CAST_ENTRY: usize = 24;
+
+/// The cast chunk table for (f32 source offset, bf16 destination offset, length) in arena
+/// bytes: bytes and entry count.
+pub fn cast_table(tensors: &[(usize, usize, usize)]) -> Result<(Vec<u8>, usize)> {
+    let mut t = vec![];
+    let mut n = 0;
+    for &(src, dst, len) in tensors {
+        let mut at = 0;
+        while at < len {
+            let l = CAST_CHUNK.min(len - at);
+            t.extend(((src + at * 4) as u64).to_le_bytes());
+            t.extend(((dst + at * 2) as u64).to_le_bytes());
+            t.extend((l as u32).to_le_bytes());
+            t.extend(0u32.to_le_bytes());
+            at += l;
+            n += 1;
+        }
+    }
+    if n == 0 || n > i32::MAX as usize {
+        bail!("cast: {n} chunks");
+    }
+    Ok((t, n))
+}
+
+/// Every f32 → bf16 cast of a run of parameters: params (base, table); grid (chunks). Why: a
+/// weight is read by its forward product and by its input-gradient product, and GEMMs read bf16
+/// in half the bytes of f32; casting each block's weights once, together, costs one launch.
+/// Rounding to nearest even with `cvt.rn.bf16.f32`, as the pointwise cast does.
+pub fn cast_kernel() -> Kernel {
+    let mut k = Kernel::new("cast_multi_f32_bf16").with_block(THREADS, 1, 1);
+    let base = k.param_reg("base", ParamTy::U64);
+    let table = k.param_reg("table", ParamTy::U64);
+    let tid = k.sreg("%tid.x");
+    let b = k.sreg("%ctaid.x");
+    let e = k.addr_of(table, b, CAST_ENTRY as u32);
+    let (src, dst) = (k.reg(RegKind::B64), k.reg(RegKind::B64));
+    k.op("ld.global.nc.u64", [src.into(), addr(e, 0)]);
+    k.op("ld.global.nc.u64", [dst.into(), addr(e, 8)]);
+    let len = k.reg(RegKind::B32);
+    k.op("ld.global.nc.u32", [len.into(), addr(e, 16)]);
+    let x = k.bin("add.s64", RegKind::B64, base, src);
+    let y = k.bin("add.s64", RegKind::B64, base, dst);
+    let j = k.un("mov.u32", RegKind::B32, tid);
+    let top = k.label("loop");
+    let end = k.label("end");
+    k.place(&top);
+    let done = k.setp("ge.u32", j, len);
+    k.bra_if(done, false, &end);
+    let a = k.addr_of(x, j, 4);
+    let v = k.reg(RegKind::F32);
+    k.op("ld.global.nc.f32", [v.into(), addr(a, 0)]);
+    let h = k.un("cvt.rn.bf16.f32", RegKind::B16, v);
+    let o = k.addr_of(y, j, 2);
+    k.op("st.global.b16", [addr(o, 0), h.into()]);
+    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
+    k.bra(&top);
+    k.place(&end);
+    k.ret();
+    k
+}
 
 /// One tensor of an AdamW group: arena byte offsets of p, g, m, v (f32), its length and decay.
 #[derive(Clone, Copy, Debug, PartialEq)]

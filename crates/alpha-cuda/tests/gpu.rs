@@ -54,6 +54,15 @@ fn split_k_products_match_reference_and_repeat() {
     assert_all(&check::gemm_split_checks(&gpu, &arena, &mut Rng::new(6), &quick()).unwrap());
 }
 
+/// A run of parameter casts in one launch rounds every element as the host does.
+#[test]
+fn multi_tensor_cast_rounds_like_the_host() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(64 << 20).unwrap();
+    assert_all(&check::cast_multi_checks(&gpu, &arena, &mut Rng::new(7)).unwrap());
+}
+
 /// A run of elementwise ops as one kernel equals the launches it replaces, bit for bit.
 #[test]
 fn fused_elementwise_chain_matches_its_launches_bit_for_bit() {
