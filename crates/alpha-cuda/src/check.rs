@@ -236,10 +236,11 @@ fn gemm_bench_one(
     k: u32,
     opts: &Options,
     cache: &mut Vec<(GemmSpec, Function)>,
+    tile: Option<Tile>,
 ) -> Result<Row> {
     arena.reset();
-    // The tile the lowering would choose for this shape (at the K step asked for).
-    let spec = GemmSpec { tile: GemmShape::packed(&spec, m, n, k).tile(), ..spec };
+    // The tile asked for, or the one the lowering would choose for this shape.
+    let spec = GemmSpec { tile: tile.unwrap_or_else(|| GemmShape::packed(&spec, m, n, k).tile()), ..spec };
     if spec.engine == gemm::Engine::Mma && spec.bk != gemm::BK && spec.tile != Tile::T64x64 {
         anyhow::bail!("{}: the wide K step is for the 64 × 64 tile", spec.name());
     }
@@ -291,30 +292,46 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
             epilogue: if add { Epilogue::AddResidual } else { Epilogue::Store },
             ..spec_of(lay, Input::Bf16)
         };
-        rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
+        rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache, None)?);
         // The wgmma engine on the same product, and with an f32 B as the training step reads
         // the weights.
-        rows.push(gemm_bench_one(gpu, arena, rng, spec.wgmma(), m, n, k, opts, &mut cache)?);
+        rows.push(gemm_bench_one(gpu, arena, rng, spec.wgmma(), m, n, k, opts, &mut cache, None)?);
         let f32_b = GemmSpec { b_input: Input::F32, ..spec }.wgmma();
-        rows.push(gemm_bench_one(gpu, arena, rng, f32_b, m, n, k, opts, &mut cache)?);
+        rows.push(gemm_bench_one(gpu, arena, rng, f32_b, m, n, k, opts, &mut cache, None)?);
         // The 64 × 64 products again at a K step of 64, for the comparison (bf16 A, f32 B, as
         // the training step's forward reads them).
         let sh = GemmShape::packed(&spec, m, n, k);
         if sh.tile() == Tile::T64x64 && !add && k.is_multiple_of(64) {
             for bk in [gemm::BK, 64] {
                 let wide = GemmSpec { b_input: Input::F32, bk, ..spec };
-                rows.push(gemm_bench_one(gpu, arena, rng, wide, m, n, k, opts, &mut cache)?);
+                rows.push(gemm_bench_one(gpu, arena, rng, wide, m, n, k, opts, &mut cache, None)?);
             }
         }
     }
     for (lay, m, n, k) in [("rr", 1024, 12288, 512), ("rc", 1024, 1536, 512)] {
         let spec = spec_of(lay, Input::F32);
-        rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache)?);
+        rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache, None)?);
+    }
+    // Every tile of the wgmma engine on one and 16 contexts' products (bf16 operands, as the
+    // step reads them with bf16 weights).
+    for (lay, m, n, k) in [
+        ("rr", 1024, 1408, 512),
+        ("rc", 1024, 512, 1408),
+        ("rc", 1024, 512, 512),
+        ("rr", 16384, 1408, 512),
+        ("rc", 16384, 512, 1408),
+        ("rr", 16384, 512, 512),
+        ("cc", 512, 1408, 2048),
+    ] {
+        let spec = spec_of(lay, Input::Bf16).wgmma();
+        for tile in Tile::ALL {
+            rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut cache, Some(tile))?);
+        }
     }
     for lay in ["rc", "rr"] {
         let spec = spec_of(lay, Input::Bf16);
-        rows.push(gemm_bench_one(gpu, arena, rng, spec, 8192, 8192, 8192, opts, &mut cache)?);
-        rows.push(gemm_bench_one(gpu, arena, rng, spec.wgmma(), 8192, 8192, 8192, opts, &mut cache)?);
+        rows.push(gemm_bench_one(gpu, arena, rng, spec, 8192, 8192, 8192, opts, &mut cache, None)?);
+        rows.push(gemm_bench_one(gpu, arena, rng, spec.wgmma(), 8192, 8192, 8192, opts, &mut cache, None)?);
     }
     Ok(rows)
 }
@@ -1435,12 +1452,16 @@ pub fn cast_multi_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
     use crate::multi;
     arena.reset();
     let lens = [1usize, 8191, 8192, 8193, 100_003, 512 * 1536];
-    let total_src: usize = lens.iter().sum();
+    // Each tensor starts 16-byte aligned (as the planner places parameters); a destination is
+    // followed by at least one poisoned guard element.
+    let src_span = |l: usize| l.next_multiple_of(4);
+    let dst_span = |l: usize| (l + 1).next_multiple_of(4);
+    let total_src: usize = lens.iter().map(|&l| src_span(l)).sum();
     let src_host = rng.vec(total_src, 50.0);
     let src = arena.alloc_n::<f32>(total_src)?;
     arena.upload(src, &src_host)?;
     // Destinations with a guard element between them, poisoned.
-    let total_dst: usize = lens.iter().map(|l| l + 1).sum();
+    let total_dst: usize = lens.iter().map(|&l| dst_span(l)).sum();
     let dst = arena.alloc_n::<u16>(total_dst)?;
     arena.upload(dst, &vec![0x7FC1u16; total_dst])?;
     let base = arena.base();
@@ -1448,8 +1469,8 @@ pub fn cast_multi_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
     let mut tensors = vec![];
     for &l in &lens {
         tensors.push(((src.ptr - base) as usize + s_at * 4, (dst.ptr - base) as usize + d_at * 2, l));
-        s_at += l;
-        d_at += l + 1;
+        s_at += src_span(l);
+        d_at += dst_span(l);
     }
     let (table_bytes, chunks) = multi::cast_table(&tensors)?;
     let words: Vec<u32> = table_bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
@@ -1464,9 +1485,9 @@ pub fn cast_multi_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
         for j in 0..l {
             wrong += (got[d_at + j] != half::bf16::from_f32(src_host[s_at + j]).to_bits()) as usize;
         }
-        wrong += (got[d_at + l] != 0x7FC1) as usize;
-        s_at += l;
-        d_at += l + 1;
+        wrong += got[d_at + l..d_at + dst_span(l)].iter().filter(|&&g| g != 0x7FC1).count();
+        s_at += src_span(l);
+        d_at += dst_span(l);
     }
     Ok(vec![Row {
         family: "cast-multi".into(),

@@ -156,6 +156,9 @@ pub struct GemmSpec {
     /// tensor work a step, waits on memory: twice the K a step is half the waits). 64 × 64 only,
     /// as larger tiles would pass the 48 KB of static shared memory.
     pub bk: u32,
+    /// [`Engine::Wgmma`]: stages of the shared-memory ring (0: the engine's default for the
+    /// tile, [`crate::gemm_wgmma::stages`]).
+    pub stages: u32,
 }
 
 impl GemmSpec {
@@ -172,6 +175,7 @@ impl GemmSpec {
             activation: None,
             tile: Tile::T128x128,
             bk: BK,
+            stages: 0,
         }
     }
 
@@ -201,6 +205,9 @@ impl GemmSpec {
         };
         if self.engine == Engine::Wgmma {
             tile.push_str("_wg");
+            if self.stages != 0 {
+                tile.push_str(&format!("_s{}", self.stages));
+            }
         } else if self.bk != BK {
             tile.push_str(&format!("_k{}", self.bk));
         }

@@ -33,11 +33,18 @@ use crate::ptx::{addr, Kernel, Opnd, Reg, RegKind};
 
 /// K consumed per pipeline step.
 pub const BK: u32 = 64;
-/// Stages of the shared-memory ring.
+/// Stages of the shared-memory ring by default.
 pub const STAGES: u32 = 4;
-/// K-steps requested ahead of the one multiplied (the ring keeps two more: one being multiplied
-/// behind the current, one being stored into).
-const AHEAD: u32 = STAGES - 2;
+
+/// Stages of `spec`'s ring: K-steps in flight are two fewer (the ring keeps two more: one whose
+/// products may still run behind the current, one the fp32 registers are stored into).
+pub fn stages(spec: &GemmSpec) -> u32 {
+    if spec.stages != 0 {
+        spec.stages
+    } else {
+        STAGES
+    }
+}
 /// Bytes of one swizzled line: 64 bf16.
 const LINE: u32 = 128;
 /// Lines of one swizzle atom (the XOR pattern repeats every 8 lines, 1,024 bytes).
@@ -56,7 +63,7 @@ fn stage_bytes(spec: &GemmSpec) -> u32 {
 /// Dynamic shared memory the kernel asks for: the ring plus slack to align it to 1,024 bytes
 /// (the swizzle pattern is a function of the address bits, so each stage must start on an atom).
 pub fn shared_bytes(spec: &GemmSpec) -> u32 {
-    STAGES * stage_bytes(spec) + 1024
+    stages(spec) * stage_bytes(spec) + 1024
 }
 
 /// One operand's copy into the ring: where each of this thread's 16-byte global vectors comes
@@ -243,6 +250,9 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let smem = k.dynamic_shared_array("gemm_ring", shared_bytes(spec), 1024);
     let stage = stage_bytes(spec);
     let b_off = bm * LINE;
+    let ring_stages = stages(spec);
+    assert!(ring_stages >= 4, "{}: the ring needs four stages or more", spec.name());
+    let ahead = ring_stages - 2;
 
     k.comment("operand feeds");
     let a_km = spec.a == Layout::RowMajor;
@@ -293,28 +303,28 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     // Next stage offset: (st + 1 stage) mod the ring.
     let advance = |k: &mut Kernel, st: Reg| {
         k.op("add.u32", [st.into(), st.into(), stage.into()]);
-        let wrap = k.setp("ge.u32", st, STAGES * stage);
-        k.op_if(wrap, false, "sub.u32", [st.into(), st.into(), (STAGES * stage).into()]);
+        let wrap = k.setp("ge.u32", st, ring_stages * stage);
+        k.op_if(wrap, false, "sub.u32", [st.into(), st.into(), (ring_stages * stage).into()]);
     };
 
-    k.comment("prologue: steps 0 .. AHEAD requested; fp32 step AHEAD - 1 left in registers");
+    k.comment("prologue: steps 0 .. ahead requested; fp32 step ahead - 1 left in registers");
     let t = k.imm_u32(0);
     let st = k.imm_u32(0);
-    for i in 0..AHEAD {
+    for i in 0..ahead {
         request(&mut k, t, st);
-        if i + 1 < AHEAD {
+        if i + 1 < ahead {
             store(&mut k, t, st);
         }
         if any_async {
             k.op("cp.async.commit_group", []);
         }
-        if i + 1 < AHEAD {
+        if i + 1 < ahead {
             k.op("add.u32", [t.into(), t.into(), 1u32.into()]);
             advance(&mut k, st);
         }
     }
-    // Stages: `rd` multiplied this step; `wr_regs` receives the fp32 registers (step kt + AHEAD
-    // − 1); `wr_req` is requested (step kt + AHEAD).
+    // Stages: `rd` multiplied this step; `wr_regs` receives the fp32 registers (step kt + ahead
+    // − 1); `wr_req` is requested (step kt + ahead).
     let rd = k.imm_u32(0);
     let wr_regs = k.un("mov.u32", RegKind::B32, st);
     let wr_req = k.un("mov.u32", RegKind::B32, st);
@@ -323,7 +333,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let top = k.label("kstep");
     k.place(&top);
     if any_async {
-        k.op("cp.async.wait_group", [(AHEAD - 1).into()]);
+        k.op("cp.async.wait_group", [(ahead - 1).into()]);
     }
     k.op("fence.proxy.async.shared::cta", []);
     k.barrier();
@@ -360,10 +370,10 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         );
     }
     k.op("wgmma.commit_group.sync.aligned", []);
-    k.comment("refill: fp32 registers for step kt + AHEAD - 1, request step kt + AHEAD");
-    let t_regs = k.bin("add.u32", RegKind::B32, kt, AHEAD - 1);
+    k.comment("refill: fp32 registers for step kt + ahead - 1, request step kt + ahead");
+    let t_regs = k.bin("add.u32", RegKind::B32, kt, ahead - 1);
     store(&mut k, t_regs, wr_regs);
-    let t_req = k.bin("add.u32", RegKind::B32, kt, AHEAD);
+    let t_req = k.bin("add.u32", RegKind::B32, kt, ahead);
     request(&mut k, t_req, wr_req);
     if any_async {
         k.op("cp.async.commit_group", []);

@@ -651,7 +651,9 @@ impl Lowerer<'_> {
                     };
                     let act = self.more.gemm_act.get(&id).copied();
                     spec.activation = act.map(|x| x.1);
-                    let splits = shape.split_k(spec.bk);
+                    // ALPHA_GEMM_SPLITK=off keeps every product whole (for measuring the split's worth).
+                    let split_off = std::env::var("ALPHA_GEMM_SPLITK").is_ok_and(|v| v == "off");
+                    let splits = if split_off { 1 } else { shape.split_k(spec.bk) };
                     if splits > 1 {
                         // K in parts into the scratch region, then the fixed-order sum with the
                         // epilogue (which runs after every operand read: the fusions' slot rules
@@ -1017,7 +1019,13 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     // The wgmma engine wherever K allows it, unless ALPHA_GEMM_ENGINE=mma asks for the
     // mma.sync one (for comparisons on the same build).
     let wgmma = std::env::var("ALPHA_GEMM_ENGINE").map_or(true, |e| e != "mma");
-    let spec = if wgmma && shape.k.is_multiple_of(gemm_wgmma::BK) { spec.wgmma() } else { spec };
+    let spec = if wgmma && shape.k.is_multiple_of(gemm_wgmma::BK) {
+        // ALPHA_GEMM_STAGES=n overrides the ring's depth (for measuring it).
+        let stages = std::env::var("ALPHA_GEMM_STAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+        GemmSpec { stages, ..spec.wgmma() }
+    } else {
+        spec
+    };
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
 }
 

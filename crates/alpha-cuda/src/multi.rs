@@ -45,6 +45,9 @@ pub fn cast_table(tensors: &[(usize, usize, usize)]) -> Result<(Vec<u8>, usize)>
     let mut t = vec![];
     let mut n = 0;
     for &(src, dst, len) in tensors {
+        if src % 16 != 0 || dst % 8 != 0 {
+            bail!("cast: source at {src} or destination at {dst} is not aligned for vector access");
+        }
         let mut at = 0;
         while at < len {
             let l = CAST_CHUNK.min(len - at);
@@ -80,21 +83,28 @@ pub fn cast_kernel() -> Kernel {
     k.op("ld.global.nc.u32", [len.into(), addr(e, 16)]);
     let x = k.bin("add.s64", RegKind::B64, base, src);
     let y = k.bin("add.s64", RegKind::B64, base, dst);
-    let j = k.un("mov.u32", RegKind::B32, tid);
-    let top = k.label("loop");
-    let end = k.label("end");
-    k.place(&top);
-    let done = k.setp("ge.u32", j, len);
-    k.bra_if(done, false, &end);
-    let a = k.addr_of(x, j, 4);
-    let v = k.reg(RegKind::F32);
-    k.op("ld.global.nc.f32", [v.into(), addr(a, 0)]);
-    let h = k.un("cvt.rn.bf16.f32", RegKind::B16, v);
-    let o = k.addr_of(y, j, 2);
-    k.op("st.global.b16", [addr(o, 0), h.into()]);
-    k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
-    k.bra(&top);
-    k.place(&end);
+    // Four elements a thread a pass (16-byte loads, 8-byte stores), then the chunk's tail.
+    let quads = k.bin("shr.u32", RegKind::B32, len, 2u32);
+    k.strided_loop(tid, quads, THREADS, ("quads", "quads_end"), |k, q| {
+        let a = k.addr_of(x, q, 16);
+        let v = k.regs(RegKind::F32, 4);
+        k.op("ld.global.nc.v4.f32", [Opnd::V(v.clone()), addr(a, 0)]);
+        let (lo, hi) = (k.reg(RegKind::B32), k.reg(RegKind::B32));
+        k.op("cvt.rn.bf16x2.f32", [lo.into(), v[1].into(), v[0].into()]);
+        k.op("cvt.rn.bf16x2.f32", [hi.into(), v[3].into(), v[2].into()]);
+        let o = k.addr_of(y, q, 8);
+        k.op("st.global.v2.b32", [addr(o, 0), Opnd::V(vec![lo, hi])]);
+    });
+    let tail0 = k.bin("shl.b32", RegKind::B32, quads, 2u32);
+    let start = k.bin("add.u32", RegKind::B32, tail0, tid);
+    k.strided_loop(start, len, THREADS, ("tail", "tail_end"), |k, j| {
+        let a = k.addr_of(x, j, 4);
+        let v = k.reg(RegKind::F32);
+        k.op("ld.global.nc.f32", [v.into(), addr(a, 0)]);
+        let h = k.un("cvt.rn.bf16.f32", RegKind::B16, v);
+        let o = k.addr_of(y, j, 2);
+        k.op("st.global.b16", [addr(o, 0), h.into()]);
+    });
     k.ret();
     k
 }
