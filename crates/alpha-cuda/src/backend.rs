@@ -33,6 +33,8 @@ const STAMP_PTX: &str = ".version 8.0
 {
     .reg .u32 %r<2>;
     .reg .u64 %rd<6>;
+    griddepcontrol.wait;
+    griddepcontrol.launch_dependents;
     ld.param.u64 %rd1, [buf];
     ld.param.u32 %r1, [i];
     cvta.to.global.u64 %rd2, %rd1;

@@ -189,6 +189,9 @@ pub struct Gpu {
     info: GpuInfo,
     checked: Cell<bool>,
     capturing: Cell<bool>,
+    /// Launch with programmatic stream serialization (each kernel scheduled while its
+    /// predecessor finishes; kernels open with `griddepcontrol.wait`). ALPHA_PDL=off disables.
+    dependent_launch: bool,
     recent: RefCell<VecDeque<String>>,
     captured: RefCell<Vec<String>>,
 }
@@ -236,6 +239,7 @@ impl Gpu {
             info,
             checked: Cell::new(false),
             capturing: Cell::new(false),
+            dependent_launch: std::env::var("ALPHA_PDL").map_or(true, |v| v != "off"),
             recent: RefCell::new(VecDeque::new()),
             captured: RefCell::new(Vec::new()),
         })
@@ -401,8 +405,30 @@ impl Gpu {
         // Each parameter's bytes start at its slot; little-endian keeps 4-byte values in place.
         let mut ptrs: Vec<*mut c_void> = store.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
         let shared = cfg.shared_bytes.max(f.dynamic_shared);
-        // SAFETY: the argument slots live until cuLaunchKernel returns (it copies them).
-        unsafe { result::launch_kernel(f.func, cfg.grid, cfg.block, shared, self.stream, &mut ptrs) }.map_err(|e| {
+        let launched = if self.dependent_launch {
+            // SAFETY: a zeroed attribute value is valid; we set the one field the id names.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: cfg.grid.0,
+                gridDimY: cfg.grid.1,
+                gridDimZ: cfg.grid.2,
+                blockDimX: cfg.block.0,
+                blockDimY: cfg.block.1,
+                blockDimZ: cfg.block.2,
+                sharedMemBytes: shared,
+                hStream: self.stream,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: config and the argument slots live until cuLaunchKernelEx returns.
+            unsafe { sys::cuLaunchKernelEx(&config, f.func, ptrs.as_mut_ptr(), std::ptr::null_mut()) }.result()
+        } else {
+            // SAFETY: the argument slots live until cuLaunchKernel returns (it copies them).
+            unsafe { result::launch_kernel(f.func, cfg.grid, cfg.block, shared, self.stream, &mut ptrs) }
+        };
+        launched.map_err(|e| {
             anyhow!(
                 "launching kernel {} (grid {:?}, block {:?}, {} B shared): {e}",
                 f.name,

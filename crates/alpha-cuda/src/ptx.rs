@@ -533,6 +533,12 @@ impl Kernel {
             let _ = writeln!(s, "\t.shared .align {} .b8 {}[{}];", sh.align, sh.name, sh.bytes);
         }
         let _ = writeln!(s);
+        // Programmatic dependent launch: the grid may be scheduled while the previous kernel of
+        // the stream still runs (see `Gpu::launch`); it waits here until that kernel's memory is
+        // visible, then lets the next kernel be scheduled in turn. Without the launch attribute
+        // both are no-ops.
+        let _ = writeln!(s, "\tgriddepcontrol.wait;");
+        let _ = writeln!(s, "\tgriddepcontrol.launch_dependents;");
         for line in &self.lines {
             match line {
                 Line::Label(l) => {
