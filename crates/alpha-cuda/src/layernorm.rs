@@ -12,7 +12,8 @@
 //! How: x, gain, bias, dy and all outputs are f32; `mean` and `rstd` are saved per row by the
 //! forward and read by the backward. `.rn` arithmetic in the reference's order of operations;
 //! `rstd = 1/√(var + ε)` with an IEEE square root and division. C and the row count are
-//! immediates.
+//! immediates. The row kernels read each input once into registers (a thread's columns
+//! `tid, tid + 128, …`) and make every pass over those registers, in that order.
 
 use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind};
 
@@ -39,9 +40,45 @@ impl Norm {
     }
 }
 
-/// `for (j = tid; j < c; j += THREADS) body(j)`.
-fn cols(k: &mut Kernel, tid: Reg, c: u32, body: impl FnOnce(&mut Kernel, Reg)) {
-    k.strided_loop(tid, c, THREADS, ("col", "col_end"), body);
+/// This thread's columns of a row, `tid + i·THREADS` for i = 0, 1, …: each with its in-range
+/// predicate where `c` is not a multiple of [`THREADS`]. The row kernels load their values
+/// once into registers and make every pass over them in this order — the order of a strided
+/// loop over the columns, so sums are the same operation for operation.
+fn owned_cols(k: &mut Kernel, tid: Reg, c: u32) -> Vec<(Reg, Option<Reg>)> {
+    (0..c.div_ceil(THREADS))
+        .map(|i| {
+            let j = k.bin("add.u32", RegKind::B32, tid, i * THREADS);
+            let ok = ((i + 1) * THREADS > c).then(|| k.setp("lt.u32", j, c));
+            (j, ok)
+        })
+        .collect()
+}
+
+/// Loads `base[offset + j]` for each owned column `j` (0 where out of range).
+fn ld_owned(k: &mut Kernel, base: Reg, offset: Option<Reg>, cols: &[(Reg, Option<Reg>)]) -> Vec<Reg> {
+    cols.iter()
+        .map(|&(j, ok)| {
+            let i = match offset {
+                Some(o) => k.bin("add.u32", RegKind::B32, o, j),
+                None => j,
+            };
+            let a = k.addr_of(base, i, 4);
+            let v = k.imm_f32(0.0);
+            match ok {
+                Some(p) => k.op_if(p, false, "ld.global.f32", [v.into(), addr(a, 0)]),
+                None => k.op("ld.global.f32", [v.into(), addr(a, 0)]),
+            }
+            v
+        })
+        .collect()
+}
+
+/// `op` guarded by the column's in-range predicate, if it has one.
+fn guarded<I: IntoIterator<Item = crate::ptx::Opnd>>(k: &mut Kernel, ok: Option<Reg>, op: &str, args: I) {
+    match ok {
+        Some(p) => k.op_if(p, false, op, args),
+        None => k.op(op, args),
+    }
 }
 
 fn ld(k: &mut Kernel, base: Reg, idx: Reg) -> Reg {
@@ -78,32 +115,30 @@ pub fn forward_kernel_storing(n: Norm, eps: f32, bf16: bool) -> Kernel {
     let tid = k.sreg("%tid.x");
     let row = k.sreg("%ctaid.x");
     let row0 = k.bin("mul.lo.u32", RegKind::B32, row, c);
+    // The row's values, read once.
+    let owned = owned_cols(&mut k, tid, c);
+    let xs = ld_owned(&mut k, x, Some(row0), &owned);
     let sum = k.imm_f32(0.0);
-    cols(&mut k, tid, c, |k, j| {
-        let i = k.bin("add.u32", RegKind::B32, row0, j);
-        let v = ld(k, x, i);
-        k.op("add.rn.f32", [sum.into(), sum.into(), v.into()]);
-    });
+    for (&v, &(_, ok)) in xs.iter().zip(&owned) {
+        guarded(&mut k, ok, "add.rn.f32", [sum.into(), sum.into(), v.into()]);
+    }
     let total = k.block_reduce_f32(sum, "add", &red, tid, THREADS);
     let m = k.bin("div.rn.f32", RegKind::F32, total, c as f32);
     let sq = k.imm_f32(0.0);
-    cols(&mut k, tid, c, |k, j| {
-        let i = k.bin("add.u32", RegKind::B32, row0, j);
-        let v = ld(k, x, i);
+    for (&v, &(_, ok)) in xs.iter().zip(&owned) {
         let d = k.bin("sub.rn.f32", RegKind::F32, v, m);
         let d2 = k.bin("mul.rn.f32", RegKind::F32, d, d);
-        k.op("add.rn.f32", [sq.into(), sq.into(), d2.into()]);
-    });
+        guarded(&mut k, ok, "add.rn.f32", [sq.into(), sq.into(), d2.into()]);
+    }
     let sqt = k.block_reduce_f32(sq, "add", &red, tid, THREADS);
     let var = k.bin("div.rn.f32", RegKind::F32, sqt, c as f32);
     let ve = k.bin("add.rn.f32", RegKind::F32, var, eps);
     let sd = k.un("sqrt.rn.f32", RegKind::F32, ve);
     let r = k.bin("div.rn.f32", RegKind::F32, 1.0f32, sd);
-    cols(&mut k, tid, c, |k, j| {
+    let gs = ld_owned(&mut k, gain, None, &owned);
+    let bs = ld_owned(&mut k, bias, None, &owned);
+    for (((&v, &g), &b), &(j, ok)) in xs.iter().zip(&gs).zip(&bs).zip(&owned) {
         let i = k.bin("add.u32", RegKind::B32, row0, j);
-        let v = ld(k, x, i);
-        let g = ld(k, gain, j);
-        let b = ld(k, bias, j);
         let d = k.bin("sub.rn.f32", RegKind::F32, v, m);
         let xr = k.bin("mul.rn.f32", RegKind::F32, d, r);
         let xg = k.bin("mul.rn.f32", RegKind::F32, xr, g);
@@ -111,11 +146,12 @@ pub fn forward_kernel_storing(n: Norm, eps: f32, bf16: bool) -> Kernel {
         if bf16 {
             let a = k.addr_of(y, i, 2);
             let h = k.un("cvt.rn.bf16.f32", RegKind::B16, o);
-            k.op("st.global.b16", [addr(a, 0), h.into()]);
+            guarded(&mut k, ok, "st.global.b16", [addr(a, 0), h.into()]);
         } else {
-            st(k, y, i, o);
+            let a = k.addr_of(y, i, 4);
+            guarded(&mut k, ok, "st.global.f32", [addr(a, 0), o.into()]);
         }
-    });
+    }
     let first = k.setp("eq.u32", tid, 0u32);
     let skip = k.label("skip");
     k.bra_if(first, true, &skip);
@@ -151,29 +187,28 @@ pub fn backward_dx_kernel_adding(n: Norm, residual: bool) -> Kernel {
     let row0 = k.bin("mul.lo.u32", RegKind::B32, row, c);
     let m = ld(&mut k, mean, row);
     let rs = ld(&mut k, rstd, row);
+    // The row's dy, gain and x, read once for both passes.
+    let owned = owned_cols(&mut k, tid, c);
+    let ds = ld_owned(&mut k, dy, Some(row0), &owned);
+    let gs = ld_owned(&mut k, gain, None, &owned);
+    let xs = ld_owned(&mut k, x, Some(row0), &owned);
     let sg = k.imm_f32(0.0);
     let sgx = k.imm_f32(0.0);
-    cols(&mut k, tid, c, |k, j| {
-        let i = k.bin("add.u32", RegKind::B32, row0, j);
-        let d = ld(k, dy, i);
-        let g = ld(k, gain, j);
-        let v = ld(k, x, i);
+    for (((&d, &g), &v), &(_, ok)) in ds.iter().zip(&gs).zip(&xs).zip(&owned) {
         let gd = k.bin("mul.rn.f32", RegKind::F32, d, g);
-        k.op("add.rn.f32", [sg.into(), sg.into(), gd.into()]);
+        guarded(&mut k, ok, "add.rn.f32", [sg.into(), sg.into(), gd.into()]);
         let xm = k.bin("sub.rn.f32", RegKind::F32, v, m);
         let t = k.bin("mul.rn.f32", RegKind::F32, gd, xm);
         let t = k.bin("mul.rn.f32", RegKind::F32, t, rs);
-        k.op("add.rn.f32", [sgx.into(), sgx.into(), t.into()]);
-    });
+        guarded(&mut k, ok, "add.rn.f32", [sgx.into(), sgx.into(), t.into()]);
+    }
     let a = k.block_reduce_f32(sg, "add", &red, tid, THREADS);
     let b = k.block_reduce_f32(sgx, "add", &red, tid, THREADS);
     let mean_g = k.bin("div.rn.f32", RegKind::F32, a, c as f32);
     let mean_gx = k.bin("div.rn.f32", RegKind::F32, b, c as f32);
-    cols(&mut k, tid, c, |k, j| {
+    let rv = r.map(|r| ld_owned(&mut k, r, Some(row0), &owned));
+    for (n_col, (((&d, &g), &v), &(j, ok))) in ds.iter().zip(&gs).zip(&xs).zip(&owned).enumerate() {
         let i = k.bin("add.u32", RegKind::B32, row0, j);
-        let d = ld(k, dy, i);
-        let g = ld(k, gain, j);
-        let v = ld(k, x, i);
         let xm = k.bin("sub.rn.f32", RegKind::F32, v, m);
         let xhat = k.bin("mul.rn.f32", RegKind::F32, xm, rs);
         let gd = k.bin("mul.rn.f32", RegKind::F32, d, g);
@@ -181,15 +216,13 @@ pub fn backward_dx_kernel_adding(n: Norm, residual: bool) -> Kernel {
         let t2 = k.bin("mul.rn.f32", RegKind::F32, xhat, mean_gx);
         let t3 = k.bin("sub.rn.f32", RegKind::F32, t1, t2);
         let o = k.bin("mul.rn.f32", RegKind::F32, rs, t3);
-        let o = match r {
-            Some(r) => {
-                let rv = ld(k, r, i);
-                k.bin("add.rn.f32", RegKind::F32, o, rv)
-            }
+        let o = match &rv {
+            Some(rv) => k.bin("add.rn.f32", RegKind::F32, o, rv[n_col]),
             None => o,
         };
-        st(k, dx, i, o);
-    });
+        let a = k.addr_of(dx, i, 4);
+        guarded(&mut k, ok, "st.global.f32", [addr(a, 0), o.into()]);
+    }
     k.ret();
     k
 }

@@ -1074,12 +1074,19 @@ fn fuse(
         let n = &g.nodes[id as usize];
         matches!(n.op, Op::Cast { to: DType::BF16 }) && g.dtype(n.inputs[0]) == DType::F32
     };
-    // The Add that a MatMul at position i may fuse: the next node that is not a cast (casts in
-    // between must all end up skipped; checked below). Returns (add position, add, residual).
+    // The Add that a MatMul at position i may fuse: the next node that is neither a cast nor
+    // another MatMul (at most MAX_BETWEEN of those: a backward's weight-gradient product between
+    // the two input-gradient products whose sum the Add makes). Casts in between must all end up
+    // skipped, and nothing in between may touch the Add's slot; checked below. Returns (add
+    // position, add, residual).
+    const MAX_BETWEEN: usize = 2;
+    let is_matmul = |id: u32| matches!(g.nodes[id as usize].op, Op::MatMul { .. });
     let add_partner = |i: usize| -> Option<(usize, u32, Value)> {
         let mm = nodes[i];
         let mut j = i + 1;
-        while j < nodes.len() && is_bf16_cast(nodes[j]) {
+        let mut products = 0;
+        while j < nodes.len() && (is_bf16_cast(nodes[j]) || (is_matmul(nodes[j]) && products < MAX_BETWEEN)) {
+            products += usize::from(is_matmul(nodes[j]));
             j += 1;
         }
         let add = *nodes.get(j)?;
@@ -1198,10 +1205,13 @@ fn fuse(
         }
     }
 
-    // GEMM add epilogues, checked against the operands the GEMM actually reads.
+    // GEMM add epilogues, checked against the operands the GEMM actually reads. A product
+    // between a fused MatMul and its Add keeps its own Add unfused (its early write could land
+    // on the slot the first Add's output holds until its readers).
+    let mut between_products: std::collections::HashSet<u32> = std::collections::HashSet::new();
     for i in 0..nodes.len() {
         let id = nodes[i];
-        if tiled_gemm(g, id).is_none() {
+        if tiled_gemm(g, id).is_none() || between_products.contains(&id) {
             continue;
         }
         let Some((j, add, r)) = add_partner(i) else { continue };
@@ -1216,13 +1226,23 @@ fn fuse(
             continue;
         }
         // Casts between the MatMul and the Add: all skipped, and their sources (read later by
-        // f32 GEMMs) not under the Add's slot, which is now written before them.
+        // f32 GEMMs) not under the Add's slot, which is now written before them. Products in
+        // between: neither reading nor writing the Add's slot, nor writing the residual (read
+        // now, before them).
         let between_ok = nodes[i + 1..j].iter().all(|&x| {
+            if is_matmul(x) {
+                let xi = &g.nodes[x as usize].inputs;
+                let (xa, xb) = f32_gemm.get(&x).copied().unwrap_or((xi[0], xi[1]));
+                let reads_ok = [xa, xb].iter().all(|&v| range(plan, v).is_some_and(|vr| !overlap(c, vr)));
+                let writes_ok = outs(x).iter().all(|&w| !overlap(c, w) && !overlap(rr, w));
+                return reads_ok && writes_ok && !skip.contains(&x);
+            }
             skip.contains(&x) && range(plan, g.nodes[x as usize].inputs[0]).is_some_and(|sr| !overlap(c, sr))
         });
         if !between_ok {
             continue;
         }
+        between_products.extend(nodes[i + 1..j].iter().copied().filter(|&x| is_matmul(x)));
         gemm_add.insert(id, (add, r));
         skip.insert(add);
     }
