@@ -8,7 +8,9 @@
 //!
 //! Whole programs: [`lower`] turns a plan into launches over one arena (no GPU needed, so PTX can
 //! be checked anywhere) and [`CudaBackend`] runs them, one captured CUDA graph per phase, behind
-//! `alpha_plan::Backend`. The generic families it adds — [`pointwise`], [`fused`] (runs of
+//! `alpha_plan::Backend`. Matrix products go to [`gemm`], which builds them on `mma.sync` or on
+//! Hopper's `wgmma` ([`gemm_wgmma`], what the lowering chooses wherever K allows). Every kernel
+//! is launched as a programmatic dependent launch ([`driver`]). The generic families it adds — [`pointwise`], [`fused`] (runs of
 //! elementwise ops as one kernel), [`reduce`], [`layernorm`], [`rotary`], [`attention`] (and its
 //! tensor-core form [`attention_mma`]), [`gemm_simple`], [`recurrence`] — follow the CPU
 //! reference's order of operations so the two compare tightly.
