@@ -74,7 +74,7 @@ impl Tile {
 }
 
 /// Streaming multiprocessors of the H200; tiles are chosen to fill them.
-const SMS: u32 = 132;
+pub const SMS: u32 = 132;
 
 /// How an operand is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -275,6 +275,10 @@ impl GemmSpec {
                         for epilogue in [Epilogue::AddResidual, Epilogue::Accumulate] {
                             v.push(GemmSpec { epilogue, ..base });
                         }
+                    }
+                    if (a_input, b_input) == (Input::Bf16, Input::Bf16) {
+                        // The shallowest ring (bf16 operands only): two blocks of 128 × 128 an SM.
+                        v.push(GemmSpec { stages: 3, ..base });
                     }
                 }
             }
@@ -1034,7 +1038,7 @@ mod tests {
     #[test]
     fn every_variant_renders_within_budget() {
         let all = GemmSpec::all();
-        assert_eq!(all.len(), 156);
+        assert_eq!(all.len(), 160);
         for spec in all {
             let k = spec.kernel();
             k.check_budget().unwrap();

@@ -642,6 +642,17 @@ impl Lowerer<'_> {
                     let (a, b) = self.f32_gemm.get(&id).copied().unwrap_or((ins[0], ins[1]));
                     let input = |v: Value| if g.dtype(v) == DType::F32 { Input::F32 } else { Input::Bf16 };
                     (spec.a_input, spec.b_input) = (input(a), input(b));
+                    if spec.engine == gemm::Engine::Wgmma {
+                        // ALPHA_GEMM_STAGES=n overrides the ring's depth (for measuring it); 3
+                        // applies to bf16 operands only.
+                        let forced = std::env::var("ALPHA_GEMM_STAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+                        let f32_operand = spec.a_input == Input::F32 || spec.b_input == Input::F32;
+                        let (gx, gy, gz) = spec.grid(&shape);
+                        spec.stages = match forced {
+                            n if n >= 4 || (n == 3 && !f32_operand) => n,
+                            _ => gemm_wgmma::stages_for(&spec, gx * gy * gz),
+                        };
+                    }
                     let (c, r) = match self.gemm_add.get(&id) {
                         Some(&(add, r)) => {
                             spec.epilogue = Epilogue::AddResidual;
@@ -1019,13 +1030,7 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     // The wgmma engine wherever K allows it, unless ALPHA_GEMM_ENGINE=mma asks for the
     // mma.sync one (for comparisons on the same build).
     let wgmma = std::env::var("ALPHA_GEMM_ENGINE").map_or(true, |e| e != "mma");
-    let spec = if wgmma && shape.k.is_multiple_of(gemm_wgmma::BK) {
-        // ALPHA_GEMM_STAGES=n overrides the ring's depth (for measuring it).
-        let stages = std::env::var("ALPHA_GEMM_STAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-        GemmSpec { stages, ..spec.wgmma() }
-    } else {
-        spec
-    };
+    let spec = if wgmma && shape.k.is_multiple_of(gemm_wgmma::BK) { spec.wgmma() } else { spec };
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
 }
 
