@@ -136,6 +136,18 @@ pub enum Engine {
     Wgmma,
 }
 
+/// A product stored split into attention heads: C is `[B·T, S·H·D]` as computed (rows b·T + t,
+/// columns (s·H + h)·D + d) and lands at `((s·B + b)·H + h)·T·D + t·D + d` — the contiguous
+/// `[S, B, H, T, D]` that attention reads (S = 3 for the q/k/v projection, 1 for a head-split
+/// gradient). Why: the permute copy after the projection then never runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Heads {
+    pub batch: u32,
+    pub t: u32,
+    pub heads: u32,
+    pub d: u32,
+}
+
 /// One GEMM kernel variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmSpec {
@@ -159,6 +171,12 @@ pub struct GemmSpec {
     /// [`Engine::Wgmma`]: stages of the shared-memory ring (0: the engine's default for the
     /// tile, [`crate::gemm_wgmma::stages`]).
     pub stages: u32,
+    /// Store split into heads ([`Heads`]); store epilogue, no activation, unbatched.
+    pub heads: Option<Heads>,
+    /// With [`Epilogue::Store`]: the kernel also writes `bf16(m ⊙ C)` (params `gate` = m, f32
+    /// like C, and `gated`, bf16 like C, after the others) — a gated product's `gelu(gate) ⊙ up` rounded
+    /// for the next product, in the multiply and rounding of the pointwise kernels.
+    pub gated_bf16: bool,
 }
 
 impl GemmSpec {
@@ -176,6 +194,8 @@ impl GemmSpec {
             tile: Tile::T128x128,
             bk: BK,
             stages: 0,
+            heads: None,
+            gated_bf16: false,
         }
     }
 
@@ -203,6 +223,12 @@ impl GemmSpec {
             Tile::T128x128 => String::new(),
             t => format!("_{}x{}", t.rows(), t.cols()),
         };
+        if let Some(h) = self.heads {
+            tile.push_str(&format!("_heads_b{}t{}h{}d{}", h.batch, h.t, h.heads, h.d));
+        }
+        if self.gated_bf16 {
+            tile.push_str("_gated");
+        }
         if self.engine == Engine::Wgmma {
             tile.push_str("_wg");
             if self.stages != 0 {
@@ -799,6 +825,8 @@ pub(crate) struct Head {
     pub c_base: Reg,
     pub r_base: Reg,
     pub u_base: Option<Reg>,
+    /// [`GemmSpec::gated_bf16`]: the multiplier and the bf16 output.
+    pub gated: Option<(Reg, Reg)>,
 }
 
 /// Declares the GEMM parameters (see [`launch`]) and computes the block's tile origin and
@@ -819,6 +847,7 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let sb = k.param_reg("stride_b", ParamTy::U64);
     let sc = k.param_reg("stride_c", ParamTy::U64);
     let pu = spec.activation.map(|_| k.param_reg("u", ParamTy::U64));
+    let pg = spec.gated_bf16.then(|| (k.param_reg("gate", ParamTy::U64), k.param_reg("gated", ParamTy::U64)));
 
     let tid = k.sreg("%tid.x");
     let bx = k.sreg("%ctaid.x");
@@ -839,7 +868,8 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let c_base = offset_by(k, pc, sc, 4);
     let r_base = offset_by(k, pr, sc, 4);
     let u_base = pu.map(|pu| offset_by(k, pu, sc, 4));
-    Head { tid, m0, n0, m, n, kdim, lda, ldb, ldc, a_base, b_base, c_base, r_base, u_base }
+    let gated = pg.map(|(pm, ph)| (offset_by(k, pm, sc, 4), offset_by(k, ph, sc, 2)));
+    Head { tid, m0, n0, m, n, kdim, lda, ldb, ldc, a_base, b_base, c_base, r_base, u_base, gated }
 }
 
 fn build(spec: &GemmSpec) -> Kernel {
@@ -968,6 +998,10 @@ pub(crate) fn store_tile(
     wcol: Reg,
     h: &Head,
 ) {
+    if let Some(heads) = spec.heads {
+        store_heads(k, spec, heads, acc, lane, wrow, wcol, h);
+        return;
+    }
     let Head { m0, n0, m, n, ldc, c_base, r_base, u_base, .. } = *h;
     let ni_n = acc[0].len();
     k.comment("epilogue");
@@ -984,6 +1018,17 @@ pub(crate) fn store_tile(
         _ => None,
     };
     let uptr = u_base.map(|ub| k.addr_of(ub, e0, 4));
+    assert!(
+        h.gated.is_none() || (spec.epilogue == Epilogue::Store && spec.activation.is_none()),
+        "{}: the gated output is for the plain store epilogue",
+        spec.name()
+    );
+    assert!(
+        h.gated.is_none() || (spec.epilogue == Epilogue::Store && spec.activation.is_none()),
+        "{}: the gated output is for the plain store epilogue",
+        spec.name()
+    );
+    let gptr = h.gated.map(|(mb, hb)| (k.addr_of(mb, e0, 4), k.addr_of(hb, e0, 2)));
     let row_step = k.reg(RegKind::B64);
     k.op("mul.wide.u32", [row_step.into(), ldc.into(), 32u32.into()]); // 8 rows × 4 bytes
     let col_ok: Vec<Reg> = (0..ni_n as u32)
@@ -1018,14 +1063,92 @@ pub(crate) fn store_tile(
                     let act = out.iter().map(|&x| crate::pointwise::emit_unary(k, u, x)).collect();
                     k.op_if(ok, false, "st.global.v2.f32", [addr(up, off), Opnd::V(act)]);
                 }
+                if let Some((mp, hp)) = gptr {
+                    // bf16(m ⊙ out): the pointwise multiply, then round to nearest even.
+                    let mv = k.regs(RegKind::F32, 2);
+                    k.op("mov.f32", [mv[0].into(), 0.0f32.into()]);
+                    k.op("mov.f32", [mv[1].into(), 0.0f32.into()]);
+                    k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(mv.clone()), addr(mp, off)]);
+                    let p0 = k.bin("mul.rn.f32", RegKind::F32, mv[0], out[0]);
+                    let p1 = k.bin("mul.rn.f32", RegKind::F32, mv[1], out[1]);
+                    let packed = k.reg(RegKind::B32);
+                    k.op("cvt.rn.bf16x2.f32", [packed.into(), p1.into(), p0.into()]);
+                    k.op_if(ok, false, "st.global.b32", [addr(hp, (ni * 16) as i64), packed.into()]);
+                }
                 k.op_if(ok, false, "st.global.v2.f32", [addr(cptr, off), Opnd::V(out)]);
             }
             k.op("add.s64", [cptr.into(), cptr.into(), row_step.into()]);
             if let Some(up) = uptr {
                 k.op("add.s64", [up.into(), up.into(), row_step.into()]);
             }
+            if let Some((mp, hp)) = gptr {
+                k.op("add.s64", [mp.into(), mp.into(), row_step.into()]);
+                let half_step = k.reg(RegKind::B64);
+                k.op("shr.u64", [half_step.into(), row_step.into(), 1u32.into()]);
+                k.op("add.s64", [hp.into(), hp.into(), half_step.into()]);
+            }
             if let Some(rp) = rptr {
                 k.op("add.s64", [rp.into(), rp.into(), row_step.into()]);
+            }
+        }
+    }
+}
+
+/// [`store_tile`] for a product split into heads ([`Heads`]): each accumulator pair (two
+/// adjacent columns, inside one head as D is a multiple of 8) goes to its place in
+/// `[S, B, H, T, D]`.
+#[allow(clippy::too_many_arguments)]
+fn store_heads(
+    k: &mut Kernel,
+    spec: &GemmSpec,
+    hs: Heads,
+    acc: &[Vec<Vec<Reg>>],
+    lane: Reg,
+    wrow: Reg,
+    wcol: Reg,
+    h: &Head,
+) {
+    assert!(
+        spec.epilogue == Epilogue::Store && spec.activation.is_none() && hs.d.is_multiple_of(8),
+        "{}: a head-split store is a plain store of heads of a multiple of 8",
+        spec.name()
+    );
+    let Head { m0, n0, m, n, c_base, .. } = *h;
+    k.comment("epilogue: store split into heads");
+    let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
+    let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
+    let r0a = k.bin("add.u32", RegKind::B32, wrow, g);
+    let row0 = k.bin("add.u32", RegKind::B32, m0, r0a);
+    let c0a = k.bin("add.u32", RegKind::B32, wcol, n0);
+    let col0 = k.tri("mad.lo.u32", RegKind::B32, tq, 2u32, c0a);
+    let head_elems = hs.t * hs.d;
+    // Column group ni: (s·B·H + h)·T·D + d for column col0 + 8·ni = (s·H + h)·D + d.
+    let col_part: Vec<(Reg, Reg)> = (0..acc[0].len() as u32)
+        .map(|ni| {
+            let c = k.bin("add.u32", RegKind::B32, col0, ni * 8);
+            let ok = k.setp("lt.u32", c, n);
+            let sh = k.bin("div.u32", RegKind::B32, c, hs.d);
+            let d = k.bin("rem.u32", RegKind::B32, c, hs.d);
+            let s = k.bin("div.u32", RegKind::B32, sh, hs.heads);
+            let hh = k.bin("rem.u32", RegKind::B32, sh, hs.heads);
+            let plane = k.tri("mad.lo.u32", RegKind::B32, s, hs.batch * hs.heads, hh);
+            (k.tri("mad.lo.u32", RegKind::B32, plane, head_elems, d), ok)
+        })
+        .collect();
+    for (mi, acc_m) in acc.iter().enumerate() {
+        for half in 0..2usize {
+            // Row b·T + t: b·H·T·D + t·D.
+            let r = k.bin("add.u32", RegKind::B32, row0, (mi * 16 + half * 8) as u32);
+            let row_ok = k.setp("lt.u32", r, m);
+            let b = k.bin("div.u32", RegKind::B32, r, hs.t);
+            let t = k.bin("rem.u32", RegKind::B32, r, hs.t);
+            let td = k.bin("mul.lo.u32", RegKind::B32, t, hs.d);
+            let row_part = k.tri("mad.lo.u32", RegKind::B32, b, hs.heads * head_elems, td);
+            for (c, &(col, col_ok)) in acc_m.iter().zip(&col_part) {
+                let ok = k.bin("and.pred", RegKind::Pred, row_ok, col_ok);
+                let e = k.bin("add.u32", RegKind::B32, row_part, col);
+                let a = k.addr_of(c_base, e, 4);
+                k.op_if(ok, false, "st.global.v2.f32", [addr(a, 0), Opnd::V(vec![c[2 * half], c[2 * half + 1]])]);
             }
         }
     }

@@ -79,6 +79,25 @@ pub fn catalog() -> Vec<ptx::Kernel> {
             attention_mma::backward_dkv_kernel_rotating(&dims, r, [true, true]),
         ]);
     }
+    // The q/k/v projection stored split into heads (Coppelius's shape at one context).
+    let heads = gemm::Heads { batch: 1, t: 1024, heads: 8, d: 64 };
+    v.push(
+        gemm::GemmSpec {
+            heads: Some(heads),
+            tile: gemm::Tile::T128x64,
+            ..gemm::GemmSpec::new(gemm::Layout::RowMajor, gemm::Layout::RowMajor, gemm::Input::Bf16).wgmma()
+        }
+        .kernel(),
+    );
+    // The gated FFN's second product writing bf16(gelu(gate) ⊙ up).
+    v.push(
+        gemm::GemmSpec {
+            gated_bf16: true,
+            tile: gemm::Tile::T128x64,
+            ..gemm::GemmSpec::new(gemm::Layout::RowMajor, gemm::Layout::RowMajor, gemm::Input::Bf16).wgmma()
+        }
+        .kernel(),
+    );
     // The GEMM's activation epilogue (Coppelius's gated GELU).
     v.push(
         gemm::GemmSpec {

@@ -173,6 +173,11 @@ struct More {
     /// Attention and AttentionBackward → per q, k: (the forward Rotary's input it reads and
     /// turns on load instead of the Rotary's output, base).
     attn_load: HashMap<u32, Turned>,
+    /// MatMul → the Permute whose output it stores split into heads instead of its own.
+    gemm_heads: HashMap<u32, (u32, gemm::Heads)>,
+    /// MatMul → (the multiplier, the bf16 Cast whose output it writes as bf16(multiplier ⊙
+    /// product)): a gated product's Mul and the Cast after it, done by the product's epilogue.
+    gemm_gated: HashMap<u32, (Value, u32)>,
 }
 
 fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
@@ -662,6 +667,16 @@ impl Lowerer<'_> {
                     };
                     let act = self.more.gemm_act.get(&id).copied();
                     spec.activation = act.map(|x| x.1);
+                    let gated = self.more.gemm_gated.get(&id).copied();
+                    spec.gated_bf16 = gated.is_some();
+                    // Stored split into heads where the Permute after it was fused.
+                    let (c, r) = match self.more.gemm_heads.get(&id) {
+                        Some(&(p, heads)) => {
+                            spec.heads = Some(heads);
+                            (Value { node: p, index: 0 }, Value { node: p, index: 0 })
+                        }
+                        None => (c, r),
+                    };
                     // ALPHA_GEMM_SPLITK=off keeps every product whole (for measuring the split's worth).
                     let split_off = std::env::var("ALPHA_GEMM_SPLITK").is_ok_and(|v| v == "off");
                     let splits = if split_off { 1 } else { shape.split_k(spec.bk) };
@@ -700,6 +715,9 @@ impl Lowerer<'_> {
                     args.extend([shape.stride_a, shape.stride_b, shape.stride_c].map(A::U64));
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
+                    }
+                    if let Some((m, cast)) = gated {
+                        args.extend([self.ptr(m), self.ptr(Value { node: cast, index: 0 })]);
                     }
                     v.push(Pending {
                         kernel,
@@ -1032,6 +1050,65 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     let wgmma = std::env::var("ALPHA_GEMM_ENGINE").map_or(true, |e| e != "mma");
     let spec = if wgmma && shape.k.is_multiple_of(gemm_wgmma::BK) { spec.wgmma() } else { spec };
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
+}
+
+/// A gated product's Mul `x` (node `id`): (the tiled MatMul whose product it multiplies, the
+/// other factor, the bf16 Cast that alone reads the result). Both factors f32 of one shape, the
+/// product read by the Mul alone, unbatched and left whole by split-K.
+fn gated_product(
+    g: &alpha_ir::Graph,
+    uses: &HashMap<Value, usize>,
+    readers: &HashMap<Value, Vec<u32>>,
+    x: &Node,
+    id: u32,
+) -> Option<(u32, Value, u32)> {
+    let out = Value { node: id, index: 0 };
+    let &[cast] = readers.get(&out)?.as_slice() else { return None };
+    let cn = &g.nodes[cast as usize];
+    let is_cast = matches!(cn.op, Op::Cast { to: DType::BF16 }) && uses.get(&out) == Some(&1);
+    let [p, q] = [x.inputs[0], x.inputs[1]];
+    let (prod, m) = if tiled_gemm(g, q.node).is_some() && q.index == 0 { (q, p) } else { (p, q) };
+    let (spec, shape) = tiled_gemm(g, prod.node)?;
+    let ok = is_cast
+        && prod.index == 0
+        && g.ty(m) == g.ty(prod)
+        && g.ty(prod) == &x.outputs[0]
+        && x.outputs[0].dtype == DType::F32
+        && shape.batch == 1
+        && shape.split_k(spec.bk) == 1;
+    ok.then_some((prod.node, m, cast))
+}
+
+/// The MatMul whose product Permute `p` (with `perm`) splits into attention heads, and the
+/// split: the product `[B·T, S·H·D]` reshaped (each link read once) to `[B, T, S, H, D]` and
+/// permuted to `[S, B, H, T, D]`, or to `[B, T, H, D]` and permuted to `[B, H, T, D]`; an
+/// unbatched f32 tiled product that split-K leaves whole, D a multiple of 8.
+fn head_split(
+    g: &alpha_ir::Graph,
+    uses: &HashMap<Value, usize>,
+    p: &Node,
+    perm: &[usize],
+) -> Option<(u32, gemm::Heads)> {
+    let mut x = p.inputs[0];
+    let shape = g.shape(x).to_vec();
+    let (b, t, h, d) = match (perm, shape.as_slice()) {
+        ([2, 0, 3, 1, 4], &[b, t, _, h, d]) | ([0, 2, 1, 3], &[b, t, h, d]) => (b, t, h, d),
+        _ => return None,
+    };
+    while matches!(g.nodes[x.node as usize].op, Op::Reshape { .. }) && uses.get(&x) == Some(&1) {
+        x = g.nodes[x.node as usize].inputs[0];
+    }
+    let mm = x.node;
+    let (spec, shape) = tiled_gemm(g, mm)?;
+    let whole = shape.batch == 1 && shape.split_k(spec.bk) == 1;
+    let ok = x.index == 0
+        && uses.get(&x) == Some(&1)
+        && whole
+        && shape.m as usize == b * t
+        && d.is_multiple_of(8)
+        && p.outputs[0].dtype == DType::F32;
+    let heads = gemm::Heads { batch: b as u32, t: t as u32, heads: h as u32, d: d as u32 };
+    ok.then_some((mm, heads))
 }
 
 /// Byte range of `v`'s slot, if it has one.
@@ -1416,6 +1493,68 @@ fn fuse_more(
     for (i, &id) in nodes.iter().enumerate() {
         let node = &g.nodes[id as usize];
         match &node.op {
+            // A gated product: Mul(m, product) read only by a bf16 Cast, m an earlier product's
+            // activation epilogue output; the product's epilogue writes the Cast's output.
+            Op::Binary(alpha_ir::Binary::Mul) => {
+                if std::env::var("ALPHA_FUSE_GATED").is_ok_and(|v| v == "off") {
+                    continue;
+                }
+                let Some((mm, m, cast)) = gated_product(g, &uses, &readers, node, id) else { continue };
+                let (Some(&pm), Some(&pc)) = (pos.get(&mm), pos.get(&cast)) else { continue };
+                let written = |v: Value| -> Option<usize> {
+                    let host = more.gemm_act.iter().find(|(_, &(u, _))| u == v.node).map(|(&h, _)| h);
+                    pos.get(&host.unwrap_or(v.node)).copied()
+                };
+                let taken = gemm_add.contains_key(&mm)
+                    || more.gemm_act.contains_key(&mm)
+                    || more.gemm_heads.contains_key(&mm)
+                    || skip.contains(&id)
+                    || skip.contains(&cast)
+                    || skip.contains(&mm);
+                // Only the gated pair gelu(x·W₁) ⊙ (x·W₂): m the activation epilogue of the
+                // product of the same x launched just before (a Mul inside the backward's
+                // elementwise run stays in its run).
+                let pair = more.gemm_act.iter().find(|(_, &(u, _))| u == m.node).is_some_and(|(&h, _)| {
+                    let same_x = g.nodes[h as usize].inputs[0] == g.nodes[mm as usize].inputs[0];
+                    same_x && pos.get(&h).is_some_and(|&ph| ph + 1 == pm)
+                });
+                let before = pair && written(m).is_some_and(|w| w < pm);
+                if taken || !before || !(pm < i && i < pc) {
+                    continue;
+                }
+                let mn = &g.nodes[mm as usize];
+                let (a, b) = f32_gemm.get(&mm).copied().unwrap_or((mn.inputs[0], mn.inputs[1]));
+                if !disjoint(&[val(cast, 0), val(mm, 0)], &[a, b, m]) {
+                    continue;
+                }
+                let Some(cr) = rng(val(cast, 0)) else { continue };
+                more.gemm_gated.insert(mm, (m, cast));
+                cands.push(Moved { host: mm, skipped: vec![id, cast], moved: vec![(cr, pm, pc)] });
+            }
+            // A product split into heads by the Permute after it (through reshapes, each value
+            // read once): the product's epilogue stores the Permute's output.
+            Op::Permute { perm } => {
+                if std::env::var("ALPHA_FUSE_HEADS").is_ok_and(|v| v == "off") {
+                    continue;
+                }
+                let Some((mm, heads)) = head_split(g, &uses, node, perm) else { continue };
+                let Some(&pm) = pos.get(&mm) else { continue };
+                let taken = gemm_add.contains_key(&mm) || more.gemm_act.contains_key(&mm) || skip.contains(&id);
+                let reads_cast = readers
+                    .get(&val(id, 0))
+                    .is_some_and(|rs| rs.iter().any(|&r| matches!(g.nodes[r as usize].op, Op::Cast { .. })));
+                if taken || reads_cast || pm >= i {
+                    continue;
+                }
+                let mn = &g.nodes[mm as usize];
+                let (a, b) = f32_gemm.get(&mm).copied().unwrap_or((mn.inputs[0], mn.inputs[1]));
+                if !disjoint(&[val(id, 0)], &[a, b]) {
+                    continue;
+                }
+                let Some(pr) = rng(val(id, 0)) else { continue };
+                more.gemm_heads.insert(mm, (id, heads));
+                cands.push(Moved { host: mm, skipped: vec![id], moved: vec![(pr, pm, i)] });
+            }
             // Activation epilogue: the first f32 Unary (in launch order) reading the product.
             Op::MatMul { .. } => {
                 if tiled_gemm(g, id).is_none() || gemm_add.contains_key(&id) {
@@ -1536,6 +1675,12 @@ fn fuse_more(
             if let Some(&(u, _)) = more.gemm_act.get(&id) {
                 vs.push(val(u, 0));
             }
+            if let Some(&(pm, _)) = more.gemm_heads.get(&id) {
+                vs.push(val(pm, 0));
+            }
+            if let Some(&(_, cast)) = more.gemm_gated.get(&id) {
+                vs.push(val(cast, 0));
+            }
             if let Some(rot) = more.attnb_rot.get(&id) {
                 vs.extend(rot.iter().flatten().map(|r| r.0));
             }
@@ -1594,6 +1739,18 @@ fn fuse_more(
                 if let Some(&(u, _)) = more.gemm_act.get(&id) {
                     vs.push(val(u, 0));
                 }
+                if let Some(&(pm, _)) = more.gemm_heads.get(&id) {
+                    vs.push(val(pm, 0));
+                }
+                if let Some(&(m, cast)) = more.gemm_gated.get(&id) {
+                    // A multiplier written by an activation epilogue is read here because that
+                    // write moved before this launch: not a conflict with that move (the move
+                    // stands or this fusion goes, below).
+                    if !more.gemm_act.values().any(|&(u, _)| u == m.node) {
+                        vs.push(m);
+                    }
+                    vs.push(val(cast, 0));
+                }
                 if let Some(rot) = more.attnb_rot.get(&id) {
                     vs.extend(rot.iter().flatten().map(|r| r.0));
                 }
@@ -1619,8 +1776,26 @@ fn fuse_more(
         for &c in bad.iter().rev() {
             let m = cands.remove(c);
             more.gemm_act.remove(&m.host);
+            more.gemm_heads.remove(&m.host);
+            more.gemm_gated.remove(&m.host);
             more.attnb_rot.remove(&m.host);
         }
+    }
+    // A gated product must find its multiplier computed: written by an activation epilogue that
+    // still stands, or by a launch before it. Dropping one only removes writes and reads.
+    let orphaned: Vec<u32> = more
+        .gemm_gated
+        .iter()
+        .filter(|(&h, &(m, _))| {
+            let hosted = more.gemm_act.values().any(|&(u, _)| u == m.node);
+            let before = matches!((pos.get(&m.node), pos.get(&h)), (Some(w), Some(p)) if w < p);
+            !hosted && !before
+        })
+        .map(|(&h, _)| h)
+        .collect();
+    for h in orphaned {
+        more.gemm_gated.remove(&h);
+        cands.retain(|c| c.host != h);
     }
     cands.into_iter().flat_map(|m| m.skipped).chain(fused_rotaries).collect()
 }
