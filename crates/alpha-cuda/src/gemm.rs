@@ -173,10 +173,6 @@ pub struct GemmSpec {
     pub stages: u32,
     /// Store split into heads ([`Heads`]); store epilogue, no activation, unbatched.
     pub heads: Option<Heads>,
-    /// With [`Epilogue::Store`]: the kernel also writes `bf16(m ⊙ C)` (params `gate` = m, f32
-    /// like C, and `gated`, bf16 like C, after the others) — a gated product's `gelu(gate) ⊙ up` rounded
-    /// for the next product, in the multiply and rounding of the pointwise kernels.
-    pub gated_bf16: bool,
 }
 
 impl GemmSpec {
@@ -195,7 +191,6 @@ impl GemmSpec {
             bk: BK,
             stages: 0,
             heads: None,
-            gated_bf16: false,
         }
     }
 
@@ -225,9 +220,6 @@ impl GemmSpec {
         };
         if let Some(h) = self.heads {
             tile.push_str(&format!("_heads_b{}t{}h{}d{}", h.batch, h.t, h.heads, h.d));
-        }
-        if self.gated_bf16 {
-            tile.push_str("_gated");
         }
         if self.engine == Engine::Wgmma {
             tile.push_str("_wg");
@@ -825,8 +817,6 @@ pub(crate) struct Head {
     pub c_base: Reg,
     pub r_base: Reg,
     pub u_base: Option<Reg>,
-    /// [`GemmSpec::gated_bf16`]: the multiplier and the bf16 output.
-    pub gated: Option<(Reg, Reg)>,
 }
 
 /// Declares the GEMM parameters (see [`launch`]) and computes the block's tile origin and
@@ -847,7 +837,6 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let sb = k.param_reg("stride_b", ParamTy::U64);
     let sc = k.param_reg("stride_c", ParamTy::U64);
     let pu = spec.activation.map(|_| k.param_reg("u", ParamTy::U64));
-    let pg = spec.gated_bf16.then(|| (k.param_reg("gate", ParamTy::U64), k.param_reg("gated", ParamTy::U64)));
 
     let tid = k.sreg("%tid.x");
     let bx = k.sreg("%ctaid.x");
@@ -868,8 +857,7 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let c_base = offset_by(k, pc, sc, 4);
     let r_base = offset_by(k, pr, sc, 4);
     let u_base = pu.map(|pu| offset_by(k, pu, sc, 4));
-    let gated = pg.map(|(pm, ph)| (offset_by(k, pm, sc, 4), offset_by(k, ph, sc, 2)));
-    Head { tid, m0, n0, m, n, kdim, lda, ldb, ldc, a_base, b_base, c_base, r_base, u_base, gated }
+    Head { tid, m0, n0, m, n, kdim, lda, ldb, ldc, a_base, b_base, c_base, r_base, u_base }
 }
 
 fn build(spec: &GemmSpec) -> Kernel {
@@ -1018,17 +1006,6 @@ pub(crate) fn store_tile(
         _ => None,
     };
     let uptr = u_base.map(|ub| k.addr_of(ub, e0, 4));
-    assert!(
-        h.gated.is_none() || (spec.epilogue == Epilogue::Store && spec.activation.is_none()),
-        "{}: the gated output is for the plain store epilogue",
-        spec.name()
-    );
-    assert!(
-        h.gated.is_none() || (spec.epilogue == Epilogue::Store && spec.activation.is_none()),
-        "{}: the gated output is for the plain store epilogue",
-        spec.name()
-    );
-    let gptr = h.gated.map(|(mb, hb)| (k.addr_of(mb, e0, 4), k.addr_of(hb, e0, 2)));
     let row_step = k.reg(RegKind::B64);
     k.op("mul.wide.u32", [row_step.into(), ldc.into(), 32u32.into()]); // 8 rows × 4 bytes
     let col_ok: Vec<Reg> = (0..ni_n as u32)
@@ -1063,29 +1040,11 @@ pub(crate) fn store_tile(
                     let act = out.iter().map(|&x| crate::pointwise::emit_unary(k, u, x)).collect();
                     k.op_if(ok, false, "st.global.v2.f32", [addr(up, off), Opnd::V(act)]);
                 }
-                if let Some((mp, hp)) = gptr {
-                    // bf16(m ⊙ out): the pointwise multiply, then round to nearest even.
-                    let mv = k.regs(RegKind::F32, 2);
-                    k.op("mov.f32", [mv[0].into(), 0.0f32.into()]);
-                    k.op("mov.f32", [mv[1].into(), 0.0f32.into()]);
-                    k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(mv.clone()), addr(mp, off)]);
-                    let p0 = k.bin("mul.rn.f32", RegKind::F32, mv[0], out[0]);
-                    let p1 = k.bin("mul.rn.f32", RegKind::F32, mv[1], out[1]);
-                    let packed = k.reg(RegKind::B32);
-                    k.op("cvt.rn.bf16x2.f32", [packed.into(), p1.into(), p0.into()]);
-                    k.op_if(ok, false, "st.global.b32", [addr(hp, (ni * 16) as i64), packed.into()]);
-                }
                 k.op_if(ok, false, "st.global.v2.f32", [addr(cptr, off), Opnd::V(out)]);
             }
             k.op("add.s64", [cptr.into(), cptr.into(), row_step.into()]);
             if let Some(up) = uptr {
                 k.op("add.s64", [up.into(), up.into(), row_step.into()]);
-            }
-            if let Some((mp, hp)) = gptr {
-                k.op("add.s64", [mp.into(), mp.into(), row_step.into()]);
-                let half_step = k.reg(RegKind::B64);
-                k.op("shr.u64", [half_step.into(), row_step.into(), 1u32.into()]);
-                k.op("add.s64", [hp.into(), hp.into(), half_step.into()]);
             }
             if let Some(rp) = rptr {
                 k.op("add.s64", [rp.into(), rp.into(), row_step.into()]);

@@ -89,15 +89,6 @@ pub fn catalog() -> Vec<ptx::Kernel> {
         }
         .kernel(),
     );
-    // The gated FFN's second product writing bf16(gelu(gate) ⊙ up).
-    v.push(
-        gemm::GemmSpec {
-            gated_bf16: true,
-            tile: gemm::Tile::T128x64,
-            ..gemm::GemmSpec::new(gemm::Layout::RowMajor, gemm::Layout::RowMajor, gemm::Input::Bf16).wgmma()
-        }
-        .kernel(),
-    );
     // The GEMM's activation epilogue (Coppelius's gated GELU).
     v.push(
         gemm::GemmSpec {

@@ -175,9 +175,6 @@ struct More {
     attn_load: HashMap<u32, Turned>,
     /// MatMul → the Permute whose output it stores split into heads instead of its own.
     gemm_heads: HashMap<u32, (u32, gemm::Heads)>,
-    /// MatMul → (the multiplier, the bf16 Cast whose output it writes as bf16(multiplier ⊙
-    /// product)): a gated product's Mul and the Cast after it, done by the product's epilogue.
-    gemm_gated: HashMap<u32, (Value, u32)>,
 }
 
 fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
@@ -667,8 +664,6 @@ impl Lowerer<'_> {
                     };
                     let act = self.more.gemm_act.get(&id).copied();
                     spec.activation = act.map(|x| x.1);
-                    let gated = self.more.gemm_gated.get(&id).copied();
-                    spec.gated_bf16 = gated.is_some();
                     // Stored split into heads where the Permute after it was fused.
                     let (c, r) = match self.more.gemm_heads.get(&id) {
                         Some(&(p, heads)) => {
@@ -715,9 +710,6 @@ impl Lowerer<'_> {
                     args.extend([shape.stride_a, shape.stride_b, shape.stride_c].map(A::U64));
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
-                    }
-                    if let Some((m, cast)) = gated {
-                        args.extend([self.ptr(m), self.ptr(Value { node: cast, index: 0 })]);
                     }
                     v.push(Pending {
                         kernel,
@@ -1052,32 +1044,8 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
 }
 
-/// A gated product's Mul `x` (node `id`): (the tiled MatMul whose product it multiplies, the
-/// other factor, the bf16 Cast that alone reads the result). Both factors f32 of one shape, the
-/// product read by the Mul alone, unbatched and left whole by split-K.
-fn gated_product(
-    g: &alpha_ir::Graph,
-    uses: &HashMap<Value, usize>,
-    readers: &HashMap<Value, Vec<u32>>,
-    x: &Node,
-    id: u32,
-) -> Option<(u32, Value, u32)> {
-    let out = Value { node: id, index: 0 };
-    let &[cast] = readers.get(&out)?.as_slice() else { return None };
-    let cn = &g.nodes[cast as usize];
-    let is_cast = matches!(cn.op, Op::Cast { to: DType::BF16 }) && uses.get(&out) == Some(&1);
-    let [p, q] = [x.inputs[0], x.inputs[1]];
-    let (prod, m) = if tiled_gemm(g, q.node).is_some() && q.index == 0 { (q, p) } else { (p, q) };
-    let (spec, shape) = tiled_gemm(g, prod.node)?;
-    let ok = is_cast
-        && prod.index == 0
-        && g.ty(m) == g.ty(prod)
-        && g.ty(prod) == &x.outputs[0]
-        && x.outputs[0].dtype == DType::F32
-        && shape.batch == 1
-        && shape.split_k(spec.bk) == 1;
-    ok.then_some((prod.node, m, cast))
-}
+/// Rows of product (contexts × their length) from which a head split is stored by the product.
+const HEADS_MIN_ROWS: u32 = 8192;
 
 /// The MatMul whose product Permute `p` (with `perm`) splits into attention heads, and the
 /// split: the product `[B·T, S·H·D]` reshaped (each link read once) to `[B, T, S, H, D]` and
@@ -1493,51 +1461,23 @@ fn fuse_more(
     for (i, &id) in nodes.iter().enumerate() {
         let node = &g.nodes[id as usize];
         match &node.op {
-            // A gated product: Mul(m, product) read only by a bf16 Cast, m an earlier product's
-            // activation epilogue output; the product's epilogue writes the Cast's output.
-            Op::Binary(alpha_ir::Binary::Mul) => {
-                if std::env::var("ALPHA_FUSE_GATED").is_ok_and(|v| v == "off") {
-                    continue;
-                }
-                let Some((mm, m, cast)) = gated_product(g, &uses, &readers, node, id) else { continue };
-                let (Some(&pm), Some(&pc)) = (pos.get(&mm), pos.get(&cast)) else { continue };
-                let written = |v: Value| -> Option<usize> {
-                    let host = more.gemm_act.iter().find(|(_, &(u, _))| u == v.node).map(|(&h, _)| h);
-                    pos.get(&host.unwrap_or(v.node)).copied()
-                };
-                let taken = gemm_add.contains_key(&mm)
-                    || more.gemm_act.contains_key(&mm)
-                    || more.gemm_heads.contains_key(&mm)
-                    || skip.contains(&id)
-                    || skip.contains(&cast)
-                    || skip.contains(&mm);
-                // Only the gated pair gelu(x·W₁) ⊙ (x·W₂): m the activation epilogue of the
-                // product of the same x launched just before (a Mul inside the backward's
-                // elementwise run stays in its run).
-                let pair = more.gemm_act.iter().find(|(_, &(u, _))| u == m.node).is_some_and(|(&h, _)| {
-                    let same_x = g.nodes[h as usize].inputs[0] == g.nodes[mm as usize].inputs[0];
-                    same_x && pos.get(&h).is_some_and(|&ph| ph + 1 == pm)
-                });
-                let before = pair && written(m).is_some_and(|w| w < pm);
-                if taken || !before || !(pm < i && i < pc) {
-                    continue;
-                }
-                let mn = &g.nodes[mm as usize];
-                let (a, b) = f32_gemm.get(&mm).copied().unwrap_or((mn.inputs[0], mn.inputs[1]));
-                if !disjoint(&[val(cast, 0), val(mm, 0)], &[a, b, m]) {
-                    continue;
-                }
-                let Some(cr) = rng(val(cast, 0)) else { continue };
-                more.gemm_gated.insert(mm, (m, cast));
-                cands.push(Moved { host: mm, skipped: vec![id, cast], moved: vec![(cr, pm, pc)] });
-            }
             // A product split into heads by the Permute after it (through reshapes, each value
             // read once): the product's epilogue stores the Permute's output.
             Op::Permute { perm } => {
-                if std::env::var("ALPHA_FUSE_HEADS").is_ok_and(|v| v == "off") {
+                let Some((mm, heads)) = head_split(g, &uses, node, perm) else { continue };
+                // Measured on the H200 (bench/results/2026-11-29-h200-coppelius-wgmma.md): 16
+                // contexts' step 39.97 → 38.03 ms with the split stores, one context's 5.18 →
+                // 5.37 ms, where the separate copy is cheaper; so from HEADS_MIN_ROWS rows of
+                // product. ALPHA_FUSE_HEADS=on|off overrides (for measuring).
+                let rows = heads.batch * heads.t;
+                let wanted = match std::env::var("ALPHA_FUSE_HEADS").as_deref() {
+                    Ok("on") => true,
+                    Ok("off") => false,
+                    _ => rows >= HEADS_MIN_ROWS,
+                };
+                if !wanted {
                     continue;
                 }
-                let Some((mm, heads)) = head_split(g, &uses, node, perm) else { continue };
                 let Some(&pm) = pos.get(&mm) else { continue };
                 let taken = gemm_add.contains_key(&mm) || more.gemm_act.contains_key(&mm) || skip.contains(&id);
                 let reads_cast = readers
@@ -1678,9 +1618,6 @@ fn fuse_more(
             if let Some(&(pm, _)) = more.gemm_heads.get(&id) {
                 vs.push(val(pm, 0));
             }
-            if let Some(&(_, cast)) = more.gemm_gated.get(&id) {
-                vs.push(val(cast, 0));
-            }
             if let Some(rot) = more.attnb_rot.get(&id) {
                 vs.extend(rot.iter().flatten().map(|r| r.0));
             }
@@ -1742,15 +1679,6 @@ fn fuse_more(
                 if let Some(&(pm, _)) = more.gemm_heads.get(&id) {
                     vs.push(val(pm, 0));
                 }
-                if let Some(&(m, cast)) = more.gemm_gated.get(&id) {
-                    // A multiplier written by an activation epilogue is read here because that
-                    // write moved before this launch: not a conflict with that move (the move
-                    // stands or this fusion goes, below).
-                    if !more.gemm_act.values().any(|&(u, _)| u == m.node) {
-                        vs.push(m);
-                    }
-                    vs.push(val(cast, 0));
-                }
                 if let Some(rot) = more.attnb_rot.get(&id) {
                     vs.extend(rot.iter().flatten().map(|r| r.0));
                 }
@@ -1777,25 +1705,8 @@ fn fuse_more(
             let m = cands.remove(c);
             more.gemm_act.remove(&m.host);
             more.gemm_heads.remove(&m.host);
-            more.gemm_gated.remove(&m.host);
             more.attnb_rot.remove(&m.host);
         }
-    }
-    // A gated product must find its multiplier computed: written by an activation epilogue that
-    // still stands, or by a launch before it. Dropping one only removes writes and reads.
-    let orphaned: Vec<u32> = more
-        .gemm_gated
-        .iter()
-        .filter(|(&h, &(m, _))| {
-            let hosted = more.gemm_act.values().any(|&(u, _)| u == m.node);
-            let before = matches!((pos.get(&m.node), pos.get(&h)), (Some(w), Some(p)) if w < p);
-            !hosted && !before
-        })
-        .map(|(&h, _)| h)
-        .collect();
-    for h in orphaned {
-        more.gemm_gated.remove(&h);
-        cands.retain(|c| c.host != h);
     }
     cands.into_iter().flat_map(|m| m.skipped).chain(fused_rotaries).collect()
 }
