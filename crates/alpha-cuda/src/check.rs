@@ -976,6 +976,52 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
         row.pass &= finite;
         rows.push(row);
     }
+    rows.extend(head_split_checks(gpu, arena, rng)?);
+    Ok(rows)
+}
+
+/// The products stored split into heads ([`gemm::Heads`]) against the plain product permuted on
+/// the host, bit for bit: the q/k/v shape (S = 3) and a gradient's (S = 1), two contexts each,
+/// partial tiles of neither kind (T a multiple of the tile) but both operand layouts of A.
+fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let (b, t, h, d) = (2u32, 256u32, 4u32, 64u32);
+    for (s, a_layout, input) in [(3u32, Layout::RowMajor, Input::Bf16), (1, Layout::ColMajor, Input::F32)] {
+        arena.reset();
+        let plain = GemmSpec { tile: Tile::T128x64, ..GemmSpec::new(a_layout, Layout::RowMajor, input).wgmma() };
+        let heads = gemm::Heads { batch: b, t, heads: h, d };
+        let split = GemmSpec { heads: Some(heads), ..plain };
+        let (m, n) = (b * t, s * h * d);
+        let sh = GemmShape::packed(&plain, m, n, 128);
+        let GemmCase { ab, bb, cb, nc, .. } = gemm_case(arena, rng, &plain, &sh)?;
+        let hb = arena.alloc_n::<f32>(nc)?;
+        arena.fill_u32(hb, NAN_BITS)?;
+        for (spec, out) in [(plain, cb), (split, hb)] {
+            let f = gpu.load(&spec.kernel())?;
+            gemm::launch(gpu, &f, &spec, &sh, ab.ptr, bb.ptr, out.ptr, out.ptr)?;
+        }
+        let c: Vec<f32> = arena.download(cb, nc)?;
+        let got: Vec<f32> = arena.download(hb, nc)?;
+        // [B·T, S·H·D] → [S, B, H, T, D].
+        let mut want = vec![0.0f32; nc];
+        for row in 0..m {
+            let (bi, ti) = (row / t, row % t);
+            for col in 0..n {
+                let (plane, di) = (col / d, col % d);
+                let (si, hi) = (plane / h, plane % h);
+                let at = (((si * b + bi) * h + hi) * t + ti) * d + di;
+                want[at as usize] = c[(row * n + col) as usize];
+            }
+        }
+        let shape = format!("b{b} t{t} s{s} h{h} d{d}");
+        rows.push(exact_row(
+            "fusion",
+            &format!("{} = permuted product", split.name()),
+            &shape,
+            mismatches(&got, &want),
+            nc,
+        ));
+    }
     Ok(rows)
 }
 
