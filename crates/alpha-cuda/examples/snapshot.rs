@@ -1,5 +1,6 @@
 //! `snapshot DIR`: writes the PTX of every kernel Alpha can build and every launch (kernel,
-//! grid, block, arguments) of Bob's, Coppelius's and GPT-2's training steps to DIR, without a GPU.
+//! grid, block, arguments) of Bob's, Coppelius's (one and 16 contexts) and GPT-2's training steps
+//! to DIR, without a GPU.
 //!
 //! Why: a refactor of a kernel family or of the lowering that should change nothing can then be
 //! shown to change nothing: take a snapshot before and after, and `cmp` the files.
@@ -22,8 +23,12 @@ fn main() {
     std::fs::write(format!("{dir}/catalog.ptx"), all).expect("write catalog.ptx");
     let coppelius = alpha_systems::coppelius::Coppelius::default();
     let gpt2 = alpha_systems::gpt2::Gpt2::default();
-    let systems: [(&str, &dyn System, usize); 3] =
-        [("coppelius", &coppelius, 1), ("bob", &alpha_systems::bob::Bob, 4), ("gpt2", &gpt2, 1)];
+    let systems: [(&str, &dyn System, usize); 4] = [
+        ("coppelius", &coppelius, 1),
+        ("coppelius-b16", &coppelius, 16),
+        ("bob", &alpha_systems::bob::Bob, 4),
+        ("gpt2", &gpt2, 1),
+    ];
     for (name, sys, batch) in systems {
         let program = sys.learner(10).training_program(sys.model(batch).expect("model")).expect("program");
         let l = alpha_cuda::lower::lower_program(&program).expect("lowering");

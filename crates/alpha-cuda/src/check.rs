@@ -241,9 +241,6 @@ fn gemm_bench_one(
     arena.reset();
     // The tile asked for, or the one the lowering would choose for this shape.
     let spec = GemmSpec { tile: tile.unwrap_or_else(|| GemmShape::packed(&spec, m, n, k).tile()), ..spec };
-    if spec.engine == gemm::Engine::Mma && spec.bk != gemm::BK && spec.tile != Tile::T64x64 {
-        anyhow::bail!("{}: the wide K step is for the 64 × 64 tile", spec.name());
-    }
     if !cache.iter().any(|(s, _)| *s == spec) {
         cache.push((spec, gpu.load(&spec.kernel())?));
     }
@@ -298,15 +295,6 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
         rows.push(gemm_bench_one(gpu, arena, rng, spec.wgmma(), m, n, k, opts, &mut cache, None)?);
         let f32_b = GemmSpec { b_input: Input::F32, ..spec }.wgmma();
         rows.push(gemm_bench_one(gpu, arena, rng, f32_b, m, n, k, opts, &mut cache, None)?);
-        // The 64 × 64 products again at a K step of 64, for the comparison (bf16 A, f32 B, as
-        // the training step's forward reads them).
-        let sh = GemmShape::packed(&spec, m, n, k);
-        if sh.tile() == Tile::T64x64 && !add && k.is_multiple_of(64) {
-            for bk in [gemm::BK, 64] {
-                let wide = GemmSpec { b_input: Input::F32, bk, ..spec };
-                rows.push(gemm_bench_one(gpu, arena, rng, wide, m, n, k, opts, &mut cache, None)?);
-            }
-        }
     }
     for (lay, m, n, k) in [("rr", 1024, 12288, 512), ("rc", 1024, 1536, 512)] {
         let spec = spec_of(lay, Input::F32);

@@ -190,7 +190,7 @@ pub struct Gpu {
     checked: Cell<bool>,
     capturing: Cell<bool>,
     /// Launch with programmatic stream serialization (each kernel scheduled while its
-    /// predecessor finishes; kernels open with `griddepcontrol.wait`). ALPHA_PDL=off disables.
+    /// predecessor finishes; kernels open with `griddepcontrol.wait`); see [`crate::knobs`].
     dependent_launch: bool,
     recent: RefCell<VecDeque<String>>,
     captured: RefCell<Vec<String>>,
@@ -239,7 +239,7 @@ impl Gpu {
             info,
             checked: Cell::new(false),
             capturing: Cell::new(false),
-            dependent_launch: std::env::var("ALPHA_PDL").map_or(true, |v| v != "off"),
+            dependent_launch: crate::knobs::knobs().dependent_launch,
             recent: RefCell::new(VecDeque::new()),
             captured: RefCell::new(Vec::new()),
         })

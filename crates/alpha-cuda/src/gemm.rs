@@ -10,8 +10,7 @@
 //! each warp a grid of `mma.sync.m16n8k16` tiles with fp32 accumulators). The tile is 128×128
 //! down to 64×64, the largest that still gives each of the 132 SMs a block ([`GemmShape::tile`]):
 //! one context's products are too small to fill the GPU with the largest. K advances 32 at a
-//! time (64 as an option of the 64 × 64 tile, [`GemmSpec::bk`]; not yet chosen by the lowering,
-//! as it awaits its measurement) through two shared-memory stages fed from two register sets: while the tensor cores work
+//! time through two shared-memory stages fed from two register sets: while the tensor cores work
 //! on one stage, the loads of the next two K-tiles are in flight, so global latency hides behind
 //! two stages of work and each K-step meets one barrier. A K-contiguous operand (A row-major, B
 //! column-major) is staged `[row][k]` with rows padded from 64 to 80 bytes and read with
@@ -117,7 +116,7 @@ impl Input {
         }
     }
     /// Elements per 16-byte vector load.
-    fn vec(self) -> u32 {
+    pub fn vec(self) -> u32 {
         16 / self.bytes()
     }
 }
@@ -170,9 +169,7 @@ pub struct GemmSpec {
     /// own instruction sequence, so it equals the separate `Unary` launch bit for bit.
     pub activation: Option<Unary>,
     pub tile: Tile,
-    /// K consumed per pipeline step: 32, or 64 for the 64 × 64 tile (whose loop, with little
-    /// tensor work a step, waits on memory: twice the K a step is half the waits). 64 × 64 only,
-    /// as larger tiles would pass the 48 KB of static shared memory.
+    /// K consumed per pipeline step: [`BK`] on `mma.sync`, [`crate::gemm_wgmma::BK`] on `wgmma`.
     pub bk: u32,
     /// [`Engine::Wgmma`]: stages of the shared-memory ring (0: the engine's default for the
     /// tile, [`crate::gemm_wgmma::stages`]).
@@ -232,8 +229,6 @@ impl GemmSpec {
             if self.stages != 0 {
                 tile.push_str(&format!("_s{}", self.stages));
             }
-        } else if self.bk != BK {
-            tile.push_str(&format!("_k{}", self.bk));
         }
         format!(
             "gemm_{}{}_{}_{}{act}{tile}",
@@ -269,13 +264,6 @@ impl GemmSpec {
                     for &tile in &Tile::ALL[1..] {
                         v.push(GemmSpec { tile, ..GemmSpec::new(a, b, input) });
                     }
-                }
-                // The 64 × 64 tile at a K step of 64, every input pairing.
-                for (a_input, b_input) in
-                    [(Input::F32, Input::F32), (Input::Bf16, Input::Bf16), (Input::Bf16, Input::F32)]
-                {
-                    let tile = Tile::T64x64;
-                    v.push(GemmSpec { a_input, b_input, tile, bk: 64, ..GemmSpec::new(a, b, Input::F32) });
                 }
                 // Mixed operands: a bf16 activation with an f32 weight, and the other way.
                 for (a_input, b_input) in [(Input::Bf16, Input::F32), (Input::F32, Input::Bf16)] {
@@ -629,6 +617,36 @@ struct Loader {
     input: Input,
 }
 
+/// How a block's threads walk one operand tile (`tile_rows` × `bk`) in 16-byte global vectors:
+/// along lines of memory — a row's K (`k_contiguous`) or one K's `tile_rows` — `lpp` lines a
+/// pass, `passes` passes; this thread starts at line `line0`, element `elem` of the line.
+pub(crate) struct Walk {
+    pub line0: Reg,
+    pub elem: Reg,
+    pub lpp: u32,
+    pub passes: u32,
+}
+
+pub(crate) fn walk(
+    k: &mut Kernel,
+    tid: Reg,
+    threads: u32,
+    k_contiguous: bool,
+    input: Input,
+    tile_rows: u32,
+    bk: u32,
+) -> Walk {
+    let vw = input.vec();
+    let line_len = if k_contiguous { bk } else { tile_rows };
+    let vpl = line_len / vw;
+    let lpp = threads / vpl;
+    let passes = if k_contiguous { tile_rows / lpp } else { bk / lpp };
+    let line0 = k.bin("div.u32", RegKind::B32, tid, vpl);
+    let v = k.bin("rem.u32", RegKind::B32, tid, vpl);
+    let elem = k.bin("mul.lo.u32", RegKind::B32, v, vw);
+    Walk { line0, elem, lpp, passes }
+}
+
 /// `k_contiguous`: the operand's K index is the contiguous one in memory. K-contiguous tiles are
 /// staged `[row][k]` (pitch [`pitch_k`]); the others as stored, `[k][row]` ([`trans_pitch`]).
 #[allow(clippy::too_many_arguments)]
@@ -644,15 +662,8 @@ fn loader(
     tile_rows: u32,
     bk: u32,
 ) -> Loader {
-    let vw = input.vec();
     let esz = input.bytes();
-    let line_len = if k_contiguous { bk } else { tile_rows };
-    let vpl = line_len / vw;
-    let lpp = THREADS / vpl;
-    let passes = if k_contiguous { tile_rows / lpp } else { bk / lpp };
-    let line0 = k.bin("div.u32", RegKind::B32, tid, vpl);
-    let pos_v = k.bin("rem.u32", RegKind::B32, tid, vpl);
-    let pos = k.bin("mul.lo.u32", RegKind::B32, pos_v, vw);
+    let Walk { line0, elem: pos, lpp, passes } = walk(k, tid, THREADS, k_contiguous, input, tile_rows, bk);
     let mut ptrs = Vec::new();
     let mut valid = Vec::new();
     let dkind = if input == Input::F32 { RegKind::F32 } else { RegKind::B32 };
@@ -992,19 +1003,20 @@ pub(crate) fn store_tile(
     wcol: Reg,
     h: &Head,
 ) {
-    if let Some(heads) = spec.heads {
-        store_heads(k, spec, heads, acc, lane, wrow, wcol, h);
-        return;
-    }
-    let Head { m0, n0, m, n, ldc, c_base, r_base, u_base, .. } = *h;
-    let ni_n = acc[0].len();
-    k.comment("epilogue");
+    k.comment(if spec.heads.is_some() { "epilogue: store split into heads" } else { "epilogue" });
+    // This lane's first fragment element: row g and column 2·t of the warp's tile (lane = 4g + t).
     let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
     let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
     let r0a = k.bin("add.u32", RegKind::B32, wrow, g);
-    let row0 = k.bin("add.u32", RegKind::B32, m0, r0a);
-    let c0a = k.bin("add.u32", RegKind::B32, wcol, n0);
+    let row0 = k.bin("add.u32", RegKind::B32, h.m0, r0a);
+    let c0a = k.bin("add.u32", RegKind::B32, wcol, h.n0);
     let col0 = k.tri("mad.lo.u32", RegKind::B32, tq, 2u32, c0a);
+    if let Some(heads) = spec.heads {
+        store_heads(k, spec, heads, acc, row0, col0, h);
+        return;
+    }
+    let Head { m, n, ldc, c_base, r_base, u_base, .. } = *h;
+    let ni_n = acc[0].len();
     let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
     let cptr = k.addr_of(c_base, e0, 4);
     let rptr = match spec.epilogue {
@@ -1059,33 +1071,16 @@ pub(crate) fn store_tile(
     }
 }
 
-/// [`store_tile`] for a product split into heads ([`Heads`]): each accumulator pair (two
-/// adjacent columns, inside one head as D is a multiple of 8) goes to its place in
-/// `[S, B, H, T, D]`.
-#[allow(clippy::too_many_arguments)]
-fn store_heads(
-    k: &mut Kernel,
-    spec: &GemmSpec,
-    hs: Heads,
-    acc: &[Vec<Vec<Reg>>],
-    lane: Reg,
-    wrow: Reg,
-    wcol: Reg,
-    h: &Head,
-) {
+/// [`store_tile`] for a product split into heads ([`Heads`]), from the lane's first fragment
+/// element (`row0`, `col0`): each accumulator pair (two adjacent columns, inside one head as D
+/// is a multiple of 8) goes to its place in `[S, B, H, T, D]`.
+fn store_heads(k: &mut Kernel, spec: &GemmSpec, hs: Heads, acc: &[Vec<Vec<Reg>>], row0: Reg, col0: Reg, h: &Head) {
     assert!(
         spec.epilogue == Epilogue::Store && spec.activation.is_none() && hs.d.is_multiple_of(8),
         "{}: a head-split store is a plain store of heads of a multiple of 8",
         spec.name()
     );
-    let Head { m0, n0, m, n, c_base, .. } = *h;
-    k.comment("epilogue: store split into heads");
-    let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
-    let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
-    let r0a = k.bin("add.u32", RegKind::B32, wrow, g);
-    let row0 = k.bin("add.u32", RegKind::B32, m0, r0a);
-    let c0a = k.bin("add.u32", RegKind::B32, wcol, n0);
-    let col0 = k.tri("mad.lo.u32", RegKind::B32, tq, 2u32, c0a);
+    let Head { m, n, c_base, .. } = *h;
     let head_elems = hs.t * hs.d;
     // Column group ni: (s·B·H + h)·T·D + d for column col0 + 8·ni = (s·H + h)·D + d.
     let col_part: Vec<(Reg, Reg)> = (0..acc[0].len() as u32)
@@ -1126,7 +1121,7 @@ mod tests {
     #[test]
     fn every_variant_renders_within_budget() {
         let all = GemmSpec::all();
-        assert_eq!(all.len(), 160);
+        assert_eq!(all.len(), 148);
         for spec in all {
             let k = spec.kernel();
             k.check_budget().unwrap();

@@ -28,7 +28,7 @@
 //!
 //! Shape contract: as the `mma.sync` engine's, with K a multiple of 64.
 
-use crate::gemm::{head, store_tile, GemmSpec, Input, Layout};
+use crate::gemm::{head, store_tile, walk, GemmSpec, Input, Layout, Walk};
 use crate::ptx::{addr, Kernel, Opnd, Reg, RegKind};
 
 /// K consumed per pipeline step.
@@ -120,15 +120,7 @@ fn feed(
     threads: u32,
 ) -> Feed {
     let esz = input.bytes();
-    let ve = 16 / esz; // elements per 16-byte global vector
-                       // A line of global memory the threads walk: a row's 64 K (K-major) or one K's tile_rows.
-    let line_len = if k_major { BK } else { tile_rows };
-    let vpl = line_len / ve;
-    let lpp = threads / vpl; // global lines per pass
-    let passes = if k_major { tile_rows / lpp } else { BK / lpp };
-    let line0 = k.bin("div.u32", RegKind::B32, tid, vpl);
-    let v = k.bin("rem.u32", RegKind::B32, tid, vpl);
-    let elem = k.bin("mul.lo.u32", RegKind::B32, v, ve);
+    let Walk { line0, elem, lpp, passes } = walk(k, tid, threads, k_major, input, tile_rows, BK);
     // Position within the swizzled line: 16-byte chunk and (fp32) which half of it.
     let within = k.bin("and.b32", RegKind::B32, elem, 63u32);
     let chunk = k.bin("shr.u32", RegKind::B32, within, 3u32);

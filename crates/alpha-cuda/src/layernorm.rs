@@ -64,10 +64,7 @@ fn ld_owned(k: &mut Kernel, base: Reg, offset: Option<Reg>, cols: &[(Reg, Option
             };
             let a = k.addr_of(base, i, 4);
             let v = k.imm_f32(0.0);
-            match ok {
-                Some(p) => k.op_if(p, false, "ld.global.f32", [v.into(), addr(a, 0)]),
-                None => k.op("ld.global.f32", [v.into(), addr(a, 0)]),
-            }
+            guarded(k, ok, "ld.global.f32", [v.into(), addr(a, 0)]);
             v
         })
         .collect()

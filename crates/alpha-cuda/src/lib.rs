@@ -31,6 +31,7 @@ pub mod fused;
 pub mod gemm;
 pub mod gemm_simple;
 pub mod gemm_wgmma;
+pub mod knobs;
 pub mod layernorm;
 pub mod lower;
 pub mod multi;

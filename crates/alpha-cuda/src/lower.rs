@@ -34,6 +34,7 @@ use crate::attention::{self, Dims};
 use crate::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
 use crate::gemm_simple::Product;
 use crate::gemm_wgmma;
+use crate::knobs::knobs;
 use crate::layernorm::{self, Norm};
 use crate::pointwise::{broadcast_strides, contiguous_strides, grid_blocks, Body, Operand, Pointwise};
 use crate::ptx::Kernel;
@@ -644,17 +645,6 @@ impl Lowerer<'_> {
                     let (a, b) = self.f32_gemm.get(&id).copied().unwrap_or((ins[0], ins[1]));
                     let input = |v: Value| if g.dtype(v) == DType::F32 { Input::F32 } else { Input::Bf16 };
                     (spec.a_input, spec.b_input) = (input(a), input(b));
-                    if spec.engine == gemm::Engine::Wgmma {
-                        // ALPHA_GEMM_STAGES=n overrides the ring's depth (for measuring it); 3
-                        // applies to bf16 operands only.
-                        let forced = std::env::var("ALPHA_GEMM_STAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-                        let f32_operand = spec.a_input == Input::F32 || spec.b_input == Input::F32;
-                        let (gx, gy, gz) = spec.grid(&shape);
-                        spec.stages = match forced {
-                            n if n >= 4 || (n == 3 && !f32_operand) => n,
-                            _ => gemm_wgmma::stages_for(&spec, gx * gy * gz),
-                        };
-                    }
                     let (c, r) = match self.gemm_add.get(&id) {
                         Some(&(add, r)) => {
                             spec.epilogue = Epilogue::AddResidual;
@@ -672,9 +662,7 @@ impl Lowerer<'_> {
                         }
                         None => (c, r),
                     };
-                    // ALPHA_GEMM_SPLITK=off keeps every product whole (for measuring the split's worth).
-                    let split_off = std::env::var("ALPHA_GEMM_SPLITK").is_ok_and(|v| v == "off");
-                    let splits = if split_off { 1 } else { shape.split_k(spec.bk) };
+                    let splits = if knobs().split_k { shape.split_k(spec.bk) } else { 1 };
                     if splits > 1 {
                         // K in parts into the scratch region, then the fixed-order sum with the
                         // epilogue (which runs after every operand read: the fusions' slot rules
@@ -686,6 +674,7 @@ impl Lowerer<'_> {
                             tile: gemm::Tile::T128x128,
                             ..spec
                         };
+                        let pspec = with_ring(pspec, &part);
                         let kernel = self.kernel(pspec.kernel())?;
                         let mn = shape.m * shape.n;
                         self.need_scratch(mn as usize * splits as usize * 4);
@@ -704,6 +693,7 @@ impl Lowerer<'_> {
                         v.push(Pending { kernel, grid: (blocks, 1, 1), block, args, node: some });
                         return Ok(v);
                     }
+                    let spec = with_ring(spec, &shape);
                     let kernel = self.kernel(spec.kernel())?;
                     let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
                     args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
@@ -1037,11 +1027,25 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     };
     let bf16 = g.dtype(node.inputs[0]) == DType::BF16 && g.dtype(node.inputs[1]) == DType::BF16;
     let spec = GemmSpec { tile: shape.tile(), ..spec };
-    // The wgmma engine wherever K allows it, unless ALPHA_GEMM_ENGINE=mma asks for the
-    // mma.sync one (for comparisons on the same build).
-    let wgmma = std::env::var("ALPHA_GEMM_ENGINE").map_or(true, |e| e != "mma");
-    let spec = if wgmma && shape.k.is_multiple_of(gemm_wgmma::BK) { spec.wgmma() } else { spec };
+    // The wgmma engine wherever K allows it.
+    let wgmma = !knobs().mma_engine && shape.k.is_multiple_of(gemm_wgmma::BK);
+    let spec = if wgmma { spec.wgmma() } else { spec };
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
+}
+
+/// `spec` (inputs, tile and epilogue settled) with the `wgmma` ring depth for a launch of
+/// `shape`: [`gemm_wgmma::stages_for`] its grid, or the forced depth where it is allowed.
+fn with_ring(spec: GemmSpec, shape: &GemmShape) -> GemmSpec {
+    if spec.engine != gemm::Engine::Wgmma {
+        return spec;
+    }
+    let f32_operand = spec.a_input == Input::F32 || spec.b_input == Input::F32;
+    let (gx, gy, gz) = spec.grid(shape);
+    let stages = match knobs().ring_stages {
+        n if n >= 4 || (n == 3 && !f32_operand) => n,
+        _ => gemm_wgmma::stages_for(&spec, gx * gy * gz),
+    };
+    GemmSpec { stages, ..spec }
 }
 
 /// Rows of product (contexts × their length) from which a head split is stored by the product.
@@ -1468,14 +1472,9 @@ fn fuse_more(
                 // Measured on the H200 (bench/results/2026-11-29-h200-coppelius-wgmma.md): 16
                 // contexts' step 39.97 → 38.03 ms with the split stores, one context's 5.18 →
                 // 5.37 ms, where the separate copy is cheaper; so from HEADS_MIN_ROWS rows of
-                // product. ALPHA_FUSE_HEADS=on|off overrides (for measuring).
+                // product (the knob ALPHA_FUSE_HEADS overrides).
                 let rows = heads.batch * heads.t;
-                let wanted = match std::env::var("ALPHA_FUSE_HEADS").as_deref() {
-                    Ok("on") => true,
-                    Ok("off") => false,
-                    _ => rows >= HEADS_MIN_ROWS,
-                };
-                if !wanted {
+                if !knobs().head_split.unwrap_or(rows >= HEADS_MIN_ROWS) {
                     continue;
                 }
                 let Some(&pm) = pos.get(&mm) else { continue };

@@ -1,0 +1,47 @@
+//! Measurement knobs: environment variables that each switch one lowering or launch choice, so
+//! two variants can be timed from the same binary on the same GPU. Read once per process; every
+//! default is the measured choice (see `bench/results/`).
+//!
+//! | variable | effect |
+//! |---|---|
+//! | `ALPHA_GEMM_ENGINE=mma` | matrix products on `mma.sync` instead of `wgmma` |
+//! | `ALPHA_GEMM_STAGES=n` | the `wgmma` ring's depth (3 for bf16 operands only, else ≥ 4) |
+//! | `ALPHA_GEMM_SPLITK=off` | no split-K |
+//! | `ALPHA_FUSE_HEADS=on\|off` | head-split stores for every size, or none |
+//! | `ALPHA_PDL=off` | plain launches instead of programmatic dependent launches |
+
+use std::sync::OnceLock;
+
+/// The knobs of this process.
+#[derive(Clone, Copy, Debug)]
+pub struct Knobs {
+    /// Products on the `mma.sync` engine.
+    pub mma_engine: bool,
+    /// A forced ring depth (0: the lowering's choice).
+    pub ring_stages: u32,
+    /// Split-K allowed.
+    pub split_k: bool,
+    /// A forced head-split choice (None: by size).
+    pub head_split: Option<bool>,
+    /// Programmatic dependent launches.
+    pub dependent_launch: bool,
+}
+
+/// The knobs, read from the environment on first use.
+pub fn knobs() -> &'static Knobs {
+    static KNOBS: OnceLock<Knobs> = OnceLock::new();
+    KNOBS.get_or_init(|| {
+        let var = |name: &str| std::env::var(name).ok();
+        Knobs {
+            mma_engine: var("ALPHA_GEMM_ENGINE").as_deref() == Some("mma"),
+            ring_stages: var("ALPHA_GEMM_STAGES").and_then(|s| s.parse().ok()).unwrap_or(0),
+            split_k: var("ALPHA_GEMM_SPLITK").as_deref() != Some("off"),
+            head_split: match var("ALPHA_FUSE_HEADS").as_deref() {
+                Some("on") => Some(true),
+                Some("off") => Some(false),
+                _ => None,
+            },
+            dependent_launch: var("ALPHA_PDL").as_deref() != Some("off"),
+        }
+    })
+}
