@@ -1,5 +1,5 @@
 //! The Hopper GEMM engine: warpgroup `wgmma` reading both operands from swizzled shared memory,
-//! fed by a four-stage ring of `cp.async` copies.
+//! fed by a ring of `cp.async` copies.
 //!
 //! Why: the `mma.sync` engine ([`crate::gemm`]) moves every operand through registers with
 //! `ldmatrix` and issues one 16×8×16 product per instruction, so its warps spend more issue slots
@@ -20,11 +20,12 @@
 //! loaded into registers one step ahead, rounded to bf16 (round-to-nearest-even) and stored into
 //! the ring by the threads — the same rounding as the `mma.sync` engine and the cast kernel.
 //!
-//! The ring: stage `s` holds K-step `s mod 4`. Step `t` waits for its own copies, meets one
-//! barrier, issues its four `wgmma` and commits them, then refills: fp32 registers loaded last
-//! step are stored for step `t + 1`, and step `t + 2` is requested. It then waits until step
-//! `t − 1`'s products are done, so the products of two steps may be in flight and the stage
-//! refilled (that of step `t − 2`) is never one the tensor cores still read.
+//! The ring: S stages (four; three for bf16 products over deep grids, [`stages_for`]), K-step
+//! `t` in stage `t mod S`. Step `t` waits for its own copies, meets one barrier, issues its four
+//! `wgmma` and commits them, then refills: fp32 registers loaded last step are stored for step
+//! `t + S − 3`, and step `t + S − 2` is requested. It then waits until step `t − 1`'s products
+//! are done, so the products of two steps may be in flight and the stage refilled (that of step
+//! `t − 2`) is never one the tensor cores still read.
 //!
 //! Shape contract: as the `mma.sync` engine's, with K a multiple of 64.
 
@@ -63,6 +64,7 @@ pub fn stages_for(spec: &GemmSpec, blocks: u32) -> u32 {
         0
     }
 }
+
 /// Bytes of one swizzled line: 64 bf16.
 const LINE: u32 = 128;
 /// Lines of one swizzle atom (the XOR pattern repeats every 8 lines, 1,024 bytes).
