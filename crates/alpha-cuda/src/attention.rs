@@ -82,6 +82,29 @@ fn f(k: &mut Kernel) -> Reg {
     k.reg(RegKind::F32)
 }
 
+/// One thread's 16-byte move of a tile copy: element group `e = tid + first` of `total` (in the
+/// tile: `in_tile`), at tile row `r`, group `c4` of `per_row`; global row `gr = row0 + r`, `ok`
+/// when also `gr < t`.
+struct TileStep {
+    in_tile: Reg,
+    ok: Reg,
+    r: Reg,
+    c4: Reg,
+    gr: Reg,
+}
+
+fn tile_step(k: &mut Kernel, tid: Reg, first: u32, total: u32, per_row: u32, row0: Reg, t: u32) -> TileStep {
+    let e = k.bin("add.u32", RegKind::B32, tid, first);
+    let in_tile = k.setp("lt.u32", e, total);
+    let r = k.bin("div.u32", RegKind::B32, e, per_row);
+    let c4 = k.bin("rem.u32", RegKind::B32, e, per_row);
+    let gr = k.bin("add.u32", RegKind::B32, row0, r);
+    let below_t = k.setp("lt.u32", gr, t);
+    let ok = k.reg(RegKind::Pred);
+    k.op("and.pred", [ok.into(), below_t.into(), in_tile.into()]);
+    TileStep { in_tile, ok, r, c4, gr }
+}
+
 /// Copies rows `row0 .. row0 + rows` of a `[t][d]` f32 matrix at `base` into shared `[rows][d]`
 /// (zeros past `t`), with `threads` threads doing 16-byte moves.
 #[allow(clippy::too_many_arguments)]
@@ -89,14 +112,7 @@ fn load_tile(k: &mut Kernel, smem: Reg, base: Reg, row0: Reg, rows: u32, t: u32,
     let total = rows * d / 4;
     let per_row = d / 4;
     for it in 0..total.div_ceil(threads) {
-        let e = k.bin("add.u32", RegKind::B32, tid, it * threads);
-        let in_tile = k.setp("lt.u32", e, total);
-        let r = k.bin("div.u32", RegKind::B32, e, per_row);
-        let c4 = k.bin("rem.u32", RegKind::B32, e, per_row);
-        let gr = k.bin("add.u32", RegKind::B32, row0, r);
-        let ok = k.setp("lt.u32", gr, t);
-        let ok2 = k.reg(RegKind::Pred);
-        k.op("and.pred", [ok2.into(), ok.into(), in_tile.into()]);
+        let TileStep { in_tile, ok: ok2, r, c4, gr } = tile_step(k, tid, it * threads, total, per_row, row0, t);
         let v: Vec<Reg> = (0..4).map(|_| k.imm_f32(0.0)).collect();
         let ge = {
             let c = k.bin("shl.b32", RegKind::B32, c4, 2u32);
@@ -134,14 +150,7 @@ fn load_tile_rotated(
     let per_row = half / 4;
     let total = rows * per_row;
     for it in 0..total.div_ceil(threads) {
-        let e = k.bin("add.u32", RegKind::B32, tid, it * threads);
-        let in_tile = k.setp("lt.u32", e, total);
-        let r = k.bin("div.u32", RegKind::B32, e, per_row);
-        let c4 = k.bin("rem.u32", RegKind::B32, e, per_row);
-        let gr = k.bin("add.u32", RegKind::B32, row0, r);
-        let ok = k.setp("lt.u32", gr, t);
-        let ok2 = k.reg(RegKind::Pred);
-        k.op("and.pred", [ok2.into(), ok.into(), in_tile.into()]);
+        let TileStep { in_tile, ok: ok2, r, c4, gr } = tile_step(k, tid, it * threads, total, per_row, row0, t);
         let c = k.bin("shl.b32", RegKind::B32, c4, 2u32);
         let ge = k.tri("mad.lo.u32", RegKind::B32, gr, d, c);
         let ga = k.addr_of(base, ge, 4);
