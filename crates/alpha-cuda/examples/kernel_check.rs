@@ -71,6 +71,12 @@ fn main() -> Result<()> {
     if wanted("fusion") {
         step("fusion", check::fusion_checks(&gpu, &arena, &mut rng));
     }
+    if wanted("layernorm") {
+        step("layernorm", check::layernorm_param_checks(&gpu, &arena, &mut rng, &opts));
+    }
+    if wanted("pointwise") {
+        step("pointwise", check::pointwise_vector_checks(&gpu, &arena, &mut rng, &opts));
+    }
     if wanted("attention") {
         step("attention", check::attention_checks(&gpu, &arena, &mut rng, &Options { bench: false, ..opts }));
     }

@@ -1535,3 +1535,162 @@ pub fn cast_multi_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
         rate: "elements differing from round-to-nearest-even, guards included".into(),
     }])
 }
+
+/// LayerNorm's parameter gradients (pass 1, the band partials; pass 2, the fold of the bands)
+/// against the host doing the same f32 operations in the CPU reference's order: bit for bit.
+/// Shapes: 16 contexts of Coppelius (1,024 bands, sixteen rounds of pass 2), a ragged one (63
+/// bands, a last band of 8 rows, 100 columns: partial blocks and warps), one band.
+pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use crate::driver::{Arg, LaunchConfig};
+    use crate::layernorm::{self, Norm};
+    let mut rows = vec![];
+    for (r, c) in [(16384usize, 512usize), (1000, 100), (16, 512)] {
+        arena.reset();
+        let n = Norm { rows: r, c };
+        let x = rng.vec(r * c, 2.0);
+        let dy = rng.vec(r * c, 1.0);
+        let mean = rng.vec(r, 0.5);
+        let rstd: Vec<f32> = (0..r).map(|_| 0.5 + rng.uniform()).collect();
+        let [xb, dyb, mb, rb] = [&x, &dy, &mean, &rstd].map(|v| {
+            let b = arena.alloc_n::<f32>(v.len()).expect("arena");
+            arena.upload(b, v).expect("upload");
+            b
+        });
+        let partials = arena.alloc_n::<f32>(n.scratch_floats())?;
+        let dg = arena.alloc_n::<f32>(c)?;
+        let db = arena.alloc_n::<f32>(c)?;
+        arena.fill_u32(dg, NAN_BITS)?;
+        arena.fill_u32(db, NAN_BITS)?;
+        let p1 = gpu.load(&layernorm::backward_partials_kernel(n))?;
+        let p2 = gpu.load(&layernorm::backward_finish_kernel(n))?;
+        let cfg1 = LaunchConfig {
+            grid: ((c as u32).div_ceil(layernorm::THREADS), n.bands() as u32, 1),
+            block: (layernorm::THREADS, 1, 1),
+            shared_bytes: 0,
+        };
+        let (grid, block) = layernorm::finish_launch(n);
+        let cfg2 = LaunchConfig { grid, block, shared_bytes: 0 };
+        let a1 = [xb, mb, rb, dyb].map(|b| Arg::U64(b.ptr));
+        let run1 = || gpu.launch(&p1, cfg1, &[&[Arg::U64(partials.ptr)][..], &a1].concat());
+        let run2 = || gpu.launch(&p2, cfg2, &[Arg::U64(dg.ptr), Arg::U64(db.ptr), Arg::U64(partials.ptr)]);
+        run1()?;
+        run2()?;
+        let got_g: Vec<f32> = arena.download(dg, c)?;
+        let got_b: Vec<f32> = arena.download(db, c)?;
+        // The reference order: each band's rows in order, then the bands in order from +0.
+        let (mut want_g, mut want_b) = (vec![0.0f32; c], vec![0.0f32; c]);
+        for band in 0..n.bands() {
+            let (mut bg, mut bb) = (vec![0.0f32; c], vec![0.0f32; c]);
+            for row in band * layernorm::BAND..((band + 1) * layernorm::BAND).min(r) {
+                for j in 0..c {
+                    let d = dy[row * c + j];
+                    bg[j] += d * (x[row * c + j] - mean[row]) * rstd[row];
+                    bb[j] += d;
+                }
+            }
+            for j in 0..c {
+                want_g[j] += bg[j];
+                want_b[j] += bb[j];
+            }
+        }
+        let wrong = mismatches(&got_g, &want_g) + mismatches(&got_b, &want_b);
+        let times = if opts.bench {
+            let t1 = median(gpu.time(opts.warmup, opts.reps, run1)?);
+            let t2 = median(gpu.time(opts.warmup, opts.reps, run2)?);
+            Some((t1, t2))
+        } else {
+            None
+        };
+        let mut row = exact_row("layernorm", "layernorm_bwd_params(+finish)", &format!("rows{r} c{c}"), wrong, 2 * c);
+        if let Some((t1, t2)) = times {
+            row.median_us = Some(t1 + t2);
+            row.rate = format!("{row_rate}; pass 1 {t1:.1} µs, pass 2 {t2:.1} µs", row_rate = row.rate);
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// The vectorized pointwise kernels (four elements a thread) against the scalar ones, bit for
+/// bit, on Coppelius's shapes: the q/k/v permute, the attention output's permute-and-cast,
+/// the q/k/v gradients' permute-and-cast back, a bf16 → f32 permute, and the gated product
+/// stored as bf16. Inputs include a rounding tie and the largest finite f32. Timed with `bench`.
+pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use crate::driver::{Arg, LaunchConfig};
+    use crate::pointwise::{contiguous_strides, Body, Operand, Pointwise};
+    use alpha_ir::{Binary, DType};
+    let (b, t) = if opts.bench { (16usize, 1024usize) } else { (2, 64) };
+    let (h, d) = (8usize, 64usize);
+    let permute = |shape: &[usize], perm: &[usize], from: DType, to: DType| {
+        let xs = contiguous_strides(shape);
+        let os: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        Pointwise {
+            out: Operand::contiguous(to, &os),
+            ins: vec![Operand { dtype: from, strides: perm.iter().map(|&p| xs[p]).collect() }],
+            shape: os,
+            body: Body::Copy,
+        }
+    };
+    let gated = [b * t, 1408];
+    let cases = [
+        ("qkv permute", permute(&[b, t, 3, h, d], &[2, 0, 3, 1, 4], DType::F32, DType::F32)),
+        ("o permute+cast", permute(&[b, h, t, d], &[0, 2, 1, 3], DType::F32, DType::BF16)),
+        ("dqkv permute+cast", permute(&[3, b, h, t, d], &[1, 3, 0, 2, 4], DType::F32, DType::BF16)),
+        ("bf16 → f32 permute", permute(&[b, h, t, d], &[0, 2, 1, 3], DType::BF16, DType::F32)),
+        (
+            "gated mul → bf16",
+            Pointwise {
+                out: Operand::contiguous(DType::BF16, &gated),
+                ins: vec![Operand::contiguous(DType::F32, &gated); 2],
+                shape: gated.to_vec(),
+                body: Body::Binary(Binary::Mul),
+            },
+        ),
+    ];
+    let mut rows = vec![];
+    for (what, pw) in cases {
+        arena.reset();
+        if !pw.vectorizable() {
+            rows.push(exact_row("pointwise", what, "not vectorizable", 1, 1));
+            continue;
+        }
+        let n = pw.numel();
+        let words = |dt: DType| (n * dt.size()).div_ceil(4);
+        let ins: Vec<crate::driver::Buf> = pw
+            .ins
+            .iter()
+            .map(|o| {
+                let mut bits: Vec<u32> = rng.vec(words(o.dtype), 3.0).iter().map(|x| x.to_bits()).collect();
+                bits[0] = (1.0f32 + 1.0 / 256.0).to_bits();
+                bits[1] = f32::MAX.to_bits();
+                let buf = arena.alloc_n::<u32>(bits.len())?;
+                arena.upload(buf, &bits)?;
+                Ok(buf)
+            })
+            .collect::<Result<_>>()?;
+        let out_words = words(pw.out.dtype);
+        let outs = [arena.alloc_n::<u32>(out_words)?, arena.alloc_n::<u32>(out_words)?];
+        let mut got = vec![];
+        let mut times = vec![];
+        for (vector, out) in [false, true].into_iter().zip(outs) {
+            arena.fill_u32(out, NAN_BITS)?;
+            let f = gpu.load(&pw.kernel_with(vector)?)?;
+            let (blocks, threads) = pw.grid_with(vector);
+            let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), shared_bytes: 0 };
+            let args: Vec<Arg> = std::iter::once(out.ptr).chain(ins.iter().map(|x| x.ptr)).map(Arg::U64).collect();
+            gpu.launch(&f, cfg, &args)?;
+            got.push(arena.download::<u32>(out, out_words)?);
+            if opts.bench {
+                times.push(median(gpu.time(opts.warmup, opts.reps, || gpu.launch(&f, cfg, &args))?));
+            }
+        }
+        let wrong = got[0].iter().zip(&got[1]).filter(|(x, y)| x != y).count();
+        let mut row = exact_row("pointwise", what, &format!("{:?}", pw.shape), wrong, out_words);
+        if let [scalar, vector] = times[..] {
+            row.median_us = Some(vector);
+            row.rate = format!("scalar {scalar:.1} µs → four a thread {vector:.1} µs");
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}

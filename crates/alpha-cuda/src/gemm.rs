@@ -1032,27 +1032,57 @@ pub(crate) fn store_tile(
             k.setp("lt.u32", c, n)
         })
         .collect();
-    for (mi, acc_m) in acc.iter().enumerate() {
-        for h in 0..2usize {
-            let rr = k.bin("add.u32", RegKind::B32, row0, (mi * 16 + h * 8) as u32);
-            let row_ok = k.setp("lt.u32", rr, m);
+    // Each row group's residual (or old output) values are all loaded before any of its stores:
+    // a load after a store to a possibly aliasing address cannot be moved ahead of it, so
+    // interleaved load-add-store pairs would each wait out a full memory latency.
+    let src = match spec.epilogue {
+        Epilogue::Store => None,
+        Epilogue::AddResidual | Epilogue::Accumulate => Some(rptr.unwrap_or(cptr)),
+    };
+    for acc_m in acc {
+        let oks: Vec<Vec<Reg>> = (0..2usize)
+            .map(|h| {
+                let rr = k.bin("add.u32", RegKind::B32, row0, h as u32 * 8);
+                let row_ok = k.setp("lt.u32", rr, m);
+                col_ok.iter().map(|&c| k.bin("and.pred", RegKind::Pred, row_ok, c)).collect()
+            })
+            .collect();
+        let olds: Vec<Vec<Vec<Reg>>> = match src {
+            None => vec![],
+            Some(sp) => {
+                let sp1 = k.reg(RegKind::B64);
+                k.op("add.s64", [sp1.into(), sp.into(), row_step.into()]);
+                [sp, sp1]
+                    .iter()
+                    .zip(&oks)
+                    .map(|(&p, oks_h)| {
+                        oks_h
+                            .iter()
+                            .enumerate()
+                            .map(|(ni, &ok)| {
+                                let old = k.regs(RegKind::F32, 2);
+                                k.op("mov.f32", [old[0].into(), 0.0f32.into()]);
+                                k.op("mov.f32", [old[1].into(), 0.0f32.into()]);
+                                let off = (ni * 32) as i64;
+                                k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(old.clone()), addr(p, off)]);
+                                old
+                            })
+                            .collect()
+                    })
+                    .collect()
+            }
+        };
+        for (h, oks_h) in oks.iter().enumerate() {
             for (ni, c) in acc_m.iter().enumerate() {
-                let ok = k.bin("and.pred", RegKind::Pred, row_ok, col_ok[ni]);
+                let ok = oks_h[ni];
                 let v = [c[2 * h], c[2 * h + 1]];
                 let off = (ni * 32) as i64;
-                let out = match spec.epilogue {
-                    Epilogue::Store => v.to_vec(),
-                    Epilogue::AddResidual | Epilogue::Accumulate => {
-                        let src = rptr.unwrap_or(cptr);
-                        let old = k.regs(RegKind::F32, 2);
-                        k.op("mov.f32", [old[0].into(), 0.0f32.into()]);
-                        k.op("mov.f32", [old[1].into(), 0.0f32.into()]);
-                        k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(old.clone()), addr(src, off)]);
-                        vec![
-                            k.bin("add.rn.f32", RegKind::F32, v[0], old[0]),
-                            k.bin("add.rn.f32", RegKind::F32, v[1], old[1]),
-                        ]
-                    }
+                let out = match olds.get(h) {
+                    None => v.to_vec(),
+                    Some(old) => vec![
+                        k.bin("add.rn.f32", RegKind::F32, v[0], old[ni][0]),
+                        k.bin("add.rn.f32", RegKind::F32, v[1], old[ni][1]),
+                    ],
                 };
                 if let (Some(u), Some(up)) = (spec.activation, uptr) {
                     let act = out.iter().map(|&x| crate::pointwise::emit_unary(k, u, x)).collect();
@@ -1068,6 +1098,8 @@ pub(crate) fn store_tile(
                 k.op("add.s64", [rp.into(), rp.into(), row_step.into()]);
             }
         }
+        // row0 moves on 16 rows for the next row group (mi); the pointers already have.
+        k.op("add.u32", [row0.into(), row0.into(), 16u32.into()]);
     }
 }
 

@@ -7,8 +7,10 @@
 //! | `ALPHA_GEMM_ENGINE=mma` | matrix products on `mma.sync` instead of `wgmma` |
 //! | `ALPHA_GEMM_STAGES=n` | the `wgmma` ring's depth (3 for bf16 operands only, else ≥ 4) |
 //! | `ALPHA_GEMM_SPLITK=off` | no split-K |
-//! | `ALPHA_FUSE_HEADS=on\|off` | head-split stores for every size, or none |
+//! | `ALPHA_FUSE_HEADS=off` | no head-split stores (the permutes after the q/k/v projection and the output gradient run) |
 //! | `ALPHA_PDL=off` | plain launches instead of programmatic dependent launches |
+//! | `ALPHA_PDL_TRIGGER=start` | kernels let the next kernel launch as they start, not as they exit |
+//! | `ALPHA_PW_VECTOR=off` | pointwise kernels one element a thread |
 
 use std::sync::OnceLock;
 
@@ -25,6 +27,11 @@ pub struct Knobs {
     pub head_split: Option<bool>,
     /// Programmatic dependent launches.
     pub dependent_launch: bool,
+    /// Kernels execute `griddepcontrol.launch_dependents` as they start (else the next kernel
+    /// launches as their blocks exit).
+    pub early_trigger: bool,
+    /// Pointwise kernels four elements a thread where they can.
+    pub pointwise_vector: bool,
 }
 
 /// The knobs, read from the environment on first use.
@@ -42,6 +49,8 @@ pub fn knobs() -> &'static Knobs {
                 _ => None,
             },
             dependent_launch: var("ALPHA_PDL").as_deref() != Some("off"),
+            early_trigger: var("ALPHA_PDL_TRIGGER").as_deref() == Some("start"),
+            pointwise_vector: var("ALPHA_PW_VECTOR").as_deref() != Some("off"),
         }
     })
 }

@@ -15,7 +15,7 @@
 //! immediates. The row kernels read each input once into registers (a thread's columns
 //! `tid, tid + 128, …`) and make every pass over those registers, in that order.
 
-use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind};
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 /// Threads per block of the row kernels and of the column kernels.
 pub const THREADS: u32 = 128;
@@ -275,33 +275,125 @@ pub fn backward_partials_kernel(n: Norm) -> Kernel {
     k
 }
 
-/// Parameter-gradient pass 2: params (dgain, dbias, partials); grid (⌈C/THREADS⌉).
+/// Threads of a pass-2 block: eight warps load, one folds.
+pub const FINISH_THREADS: u32 = 256;
+/// Columns of one pass-2 block: one per lane of the folding warp.
+const FINISH_COLS: u32 = 32;
+/// Bands staged in shared memory per round of pass 2 (eight a thread).
+const FINISH_CHUNK: u32 = 64;
+
+/// Grid and block of pass 2: one block per 32 columns of the gain, and of the bias.
+pub fn finish_launch(n: Norm) -> ((u32, u32, u32), (u32, u32, u32)) {
+    (((n.c as u32).div_ceil(FINISH_COLS), 2, 1), (FINISH_THREADS, 1, 1))
+}
+
+/// Parameter-gradient pass 2: params (dgain, dbias, partials); grid and block [`finish_launch`].
+///
+/// Each column's bands are added in order, from band 0, as the CPU reference does: that fold is
+/// sequential, so the parallelism is across columns, and the loads are taken off its path. A
+/// block owns 32 columns of the gain (y = 0) or the bias (y = 1); its eight warps load 64 bands
+/// of them at a time into shared memory (each warp one coalesced 128-byte row a band) while
+/// warp 0 folds the previous 64 (lane = column) out of the other buffer. Bands past the end load
+/// as +0, which leaves a sum that started at +0 unchanged, bit for bit.
+///
+/// Why: with one thread per column and the loads in the fold, 16 contexts' 1,024 bands took
+/// 53 µs a LayerNorm on four SMs, 1.7 ms a step.
 pub fn backward_finish_kernel(n: Norm) -> Kernel {
     let c = n.c as u32;
     let bands = n.bands() as u32;
-    let mut k = Kernel::new("layernorm_bwd_params_finish").with_block(THREADS, 1, 1);
+    let chunks = bands.div_ceil(FINISH_CHUNK);
+    let per_thread = FINISH_CHUNK / (FINISH_THREADS / 32);
+    let mut k = Kernel::new("layernorm_bwd_params_finish").with_block(FINISH_THREADS, 1, 1);
     let dgain = k.param_reg("dgain", ParamTy::U64);
     let dbias = k.param_reg("dbias", ParamTy::U64);
     let partials = k.param_reg("partials", ParamTy::U64);
+    let stage = k.shared("finish_stage", 2 * FINISH_CHUNK * FINISH_COLS * 4, 16);
     let tid = k.sreg("%tid.x");
     let bx = k.sreg("%ctaid.x");
-    let j = k.tri("mad.lo.u32", RegKind::B32, bx, THREADS, tid);
-    let out = k.setp("ge.u32", j, c);
-    let end = k.label("end");
-    k.bra_if(out, false, &end);
-    let ag = k.imm_f32(0.0);
-    let ab = k.imm_f32(0.0);
-    for b in 0..bands {
-        let ig = k.bin("add.u32", RegKind::B32, j, b * c);
-        let g = ld(&mut k, partials, ig);
-        k.op("add.rn.f32", [ag.into(), ag.into(), g.into()]);
-        let ib = k.bin("add.u32", RegKind::B32, j, (bands + b) * c);
-        let v = ld(&mut k, partials, ib);
-        k.op("add.rn.f32", [ab.into(), ab.into(), v.into()]);
+    let which = k.sreg("%ctaid.y");
+    let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
+    let warp = k.bin("shr.u32", RegKind::B32, tid, 5u32);
+    let j = k.tri("mad.lo.u32", RegKind::B32, bx, FINISH_COLS, lane);
+    let col_ok = k.setp("lt.u32", j, c);
+    // This thread's first band of a round (warp w loads bands w, w + 8, …) and the band
+    // offset of its output's partials (the bias's follow the gain's).
+    let first = k.bin("mul.lo.u32", RegKind::B32, which, bands);
+    let band0 = k.bin("add.u32", RegKind::B32, first, warp);
+    // Shared: [buffer][band][column]; this thread stores at (warp, lane), folds at (·, lane).
+    let base = k.un("mov.u32", RegKind::B32, Opnd::S(stage));
+    let my_row = k.tri("mad.lo.u32", RegKind::B32, warp, FINISH_COLS, lane);
+    let my_st = k.tri("mad.lo.u32", RegKind::B32, my_row, 4u32, base);
+    let lane_b = k.bin("shl.b32", RegKind::B32, lane, 2u32);
+    let my_fold = k.bin("add.u32", RegKind::B32, base, lane_b);
+    let buf_bytes = FINISH_CHUNK * FINISH_COLS * 4;
+    let row_bytes = (FINISH_THREADS / 32) * FINISH_COLS * 4;
+    let vals = k.regs(RegKind::F32, per_thread as usize);
+    // Loads round `r`'s bands into the registers (+0 past the end or the last column).
+    let load = |k: &mut Kernel, r: Reg| {
+        let b_first = k.tri("mad.lo.u32", RegKind::B32, r, FINISH_CHUNK, warp);
+        for (i, &v) in vals.iter().enumerate() {
+            let b = k.bin("add.u32", RegKind::B32, b_first, i as u32 * (FINISH_THREADS / 32));
+            let in_range = k.setp("lt.u32", b, bands);
+            let ok = k.bin("and.pred", RegKind::Pred, in_range, col_ok);
+            let gb = k.bin("add.u32", RegKind::B32, band0, i as u32 * (FINISH_THREADS / 32));
+            let gb = k.tri("mad.lo.u32", RegKind::B32, r, FINISH_CHUNK, gb);
+            let e = k.tri("mad.lo.u32", RegKind::B32, gb, c, j);
+            let a = k.addr_of(partials, e, 4);
+            k.op("mov.f32", [v.into(), 0.0f32.into()]);
+            k.op_if(ok, false, "ld.global.f32", [v.into(), addr(a, 0)]);
+        }
+    };
+    // Stores the registers into buffer `buf` (0 or 1).
+    let store = |k: &mut Kernel, buf: Reg| {
+        let at = k.tri("mad.lo.u32", RegKind::B32, buf, buf_bytes, my_st);
+        for (i, &v) in vals.iter().enumerate() {
+            k.op("st.shared.f32", [addr(at, (i as u32 * row_bytes) as i64), v.into()]);
+        }
+    };
+    k.comment("round 0 staged");
+    let round = k.imm_u32(0);
+    load(&mut k, round);
+    store(&mut k, round);
+    k.barrier();
+    let acc = k.imm_f32(0.0);
+    let folder = k.setp("eq.u32", warp, 0u32);
+    let top = k.label("round");
+    k.place(&top);
+    let next = k.bin("add.u32", RegKind::B32, round, 1u32);
+    let more = k.setp("lt.u32", next, chunks);
+    let no_load = k.label("no_load");
+    k.bra_if(more, true, &no_load);
+    load(&mut k, next);
+    k.place(&no_load);
+    k.comment("warp 0 folds this round's bands in order");
+    let no_fold = k.label("no_fold");
+    k.bra_if(folder, true, &no_fold);
+    let buf = k.bin("and.b32", RegKind::B32, round, 1u32);
+    let at = k.tri("mad.lo.u32", RegKind::B32, buf, buf_bytes, my_fold);
+    for b in 0..FINISH_CHUNK {
+        let v = k.reg(RegKind::F32);
+        k.op("ld.shared.f32", [v.into(), addr(at, (b * FINISH_COLS * 4) as i64)]);
+        k.op("add.rn.f32", [acc.into(), acc.into(), v.into()]);
     }
-    st(&mut k, dgain, j, ag);
-    st(&mut k, dbias, j, ab);
-    k.place(&end);
+    k.place(&no_fold);
+    let no_store = k.label("no_store");
+    k.bra_if(more, true, &no_store);
+    let nbuf = k.bin("and.b32", RegKind::B32, next, 1u32);
+    store(&mut k, nbuf);
+    k.place(&no_store);
+    k.barrier();
+    k.op("mov.u32", [round.into(), next.into()]);
+    k.bra_if(more, false, &top);
+    k.comment("warp 0 writes its 32 columns");
+    let done = k.label("done");
+    k.bra_if(folder, true, &done);
+    k.bra_if(col_ok, true, &done);
+    let is_gain = k.setp("eq.u32", which, 0u32);
+    let ag = k.addr_of(dgain, j, 4);
+    let ab = k.addr_of(dbias, j, 4);
+    k.op_if(is_gain, false, "st.global.f32", [addr(ag, 0), acc.into()]);
+    k.op_if(is_gain, true, "st.global.f32", [addr(ab, 0), acc.into()]);
+    k.place(&done);
     k.ret();
     k
 }

@@ -211,8 +211,14 @@ impl Lowerer<'_> {
     }
 
     fn pointwise(&mut self, pw: Pointwise, args: Vec<A>, node: Option<u32>) -> Result<Pending> {
-        let (blocks, threads) = pw.grid();
-        let kernel = self.kernel(pw.kernel()?)?;
+        // Four elements a thread where the layout allows and every pointer is 16-byte aligned.
+        let aligned = args.iter().all(|a| match a {
+            A::Ptr(o) | A::Scratch(o) => o % 16 == 0,
+            A::U32(_) | A::U64(_) => true,
+        });
+        let vector = aligned && knobs().pointwise_vector && pw.vectorizable();
+        let (blocks, threads) = pw.grid_with(vector);
+        let kernel = self.kernel(pw.kernel_with(vector)?)?;
         Ok(Pending { kernel, grid: (blocks, 1, 1), block: (threads, 1, 1), args, node })
     }
 
@@ -450,10 +456,11 @@ impl Lowerer<'_> {
             node: Some(id),
         }];
         let k3 = self.kernel(layernorm::backward_finish_kernel(nm))?;
+        let (grid, block) = layernorm::finish_launch(nm);
         v.push(Pending {
             kernel: k3,
-            grid: (cols, 1, 1),
-            block: (layernorm::THREADS, 1, 1),
+            grid,
+            block,
             args: vec![self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)],
             node: Some(id),
         });
@@ -1048,9 +1055,6 @@ fn with_ring(spec: GemmSpec, shape: &GemmShape) -> GemmSpec {
     GemmSpec { stages, ..spec }
 }
 
-/// Rows of product (contexts × their length) from which a head split is stored by the product.
-const HEADS_MIN_ROWS: u32 = 8192;
-
 /// The MatMul whose product Permute `p` (with `perm`) splits into attention heads, and the
 /// split: the product `[B·T, S·H·D]` reshaped (each link read once) to `[B, T, S, H, D]` and
 /// permuted to `[S, B, H, T, D]`, or to `[B, T, H, D]` and permuted to `[B, H, T, D]`; an
@@ -1469,12 +1473,11 @@ fn fuse_more(
             // read once): the product's epilogue stores the Permute's output.
             Op::Permute { perm } => {
                 let Some((mm, heads)) = head_split(g, &uses, node, perm) else { continue };
-                // Measured on the H200 (bench/results/2026-11-29-h200-coppelius-wgmma.md): 16
-                // contexts' step 39.97 → 38.03 ms with the split stores, one context's 5.18 →
-                // 5.37 ms, where the separate copy is cheaper; so from HEADS_MIN_ROWS rows of
-                // product (the knob ALPHA_FUSE_HEADS overrides).
-                let rows = heads.batch * heads.t;
-                if !knobs().head_split.unwrap_or(rows >= HEADS_MIN_ROWS) {
+                // Measured on the H200 (bench/results/2026-11-29-h200-coppelius-speedups.md):
+                // 16 contexts' step 35.31 → 34.23 ms with the split stores, one context's 4.81
+                // → 4.72 ms (slower there, 5.18 → 5.37 ms, while kernels let their dependents
+                // launch as they started). The knob ALPHA_FUSE_HEADS=off turns them off.
+                if !knobs().head_split.unwrap_or(true) {
                     continue;
                 }
                 let Some(&pm) = pos.get(&mm) else { continue };
@@ -2056,9 +2059,14 @@ mod tests {
         outs.insert("s".to_string(), s);
         let p = Program::single(g.finish().unwrap(), "forward", outs);
         let l = lower_program(&p).unwrap();
-        // The two casts (32 elements each) share one kernel; K = 8 is outside the tiled GEMM's contract → simple GEMM.
+        // The two casts (32 elements each) share one kernel, four elements a thread; K = 8 is
+        // outside the tiled GEMM's contract → simple GEMM; the broadcasting multiply by a
+        // scalar stays one element a thread.
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
-        assert_eq!(names, ["pw_cast_f32_bf16", "pw_cast_f32_bf16", "gemm_simple", "pw_add", "pw_mul", "reduce_sum"]);
+        assert_eq!(
+            names,
+            ["pw_cast_f32_bf16_v4", "pw_cast_f32_bf16_v4", "gemm_simple", "pw_add_v4", "pw_mul", "reduce_sum"]
+        );
         assert_eq!(l.phases[0][0].kernel, l.phases[0][1].kernel);
         assert_eq!(l.inits.len(), 1);
         assert_eq!(l.inits[0].1, 2.0f32.to_le_bytes());
@@ -2128,7 +2136,7 @@ mod tests {
         let p = Program::single(g.finish().unwrap(), "forward", outs);
         let l = lower_program(&p).unwrap();
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
-        assert_eq!(names, ["gemm_rr_f32_store_gelu_64x64_wg", "pw_mul", "reduce_sum"]);
+        assert_eq!(names, ["gemm_rr_f32_store_gelu_64x64_wg", "pw_mul_v4", "reduce_sum"]);
         let args = &l.phases[0][0].args;
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
         // A, B = the f32 sources, C = R = the product, then (after the strides) u = gelu's slot.
@@ -2199,13 +2207,13 @@ mod tests {
         let p = Program::single(g.finish().unwrap(), "forward", outs);
         let l = lower_program(&p).unwrap();
         let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
-        assert_eq!(names, ["pw_mul", "gemm_rr_bf16f32_store_64x64_wg", "reduce_sum"]);
+        assert_eq!(names, ["pw_mul_v4", "gemm_rr_bf16f32_store_64x64_wg", "reduce_sum"]);
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
         // The multiply writes the cast's slot; the GEMM reads it and w's f32 slot.
         assert_eq!(l.phases[0][0].args[0], slot(y16));
         assert_eq!(l.phases[0][1].args[..2], [slot(y16), slot(w)]);
         let text = l.kernels[l.phases[0][0].kernel].render();
-        assert!(text.contains("cvt.rn.bf16.f32") && text.contains("st.global.b16"));
+        assert!(text.contains("cvt.rn.bf16x2.f32") && text.contains("st.global.v2.b32"));
     }
 
     /// q, k, v [1, 2, 64, 8]; the backward's dq and dk each turned back by an inverse Rotary.

@@ -63,6 +63,24 @@ fn multi_tensor_cast_rounds_like_the_host() {
     assert_all(&check::cast_multi_checks(&gpu, &arena, &mut Rng::new(7)).unwrap());
 }
 
+/// LayerNorm's gain and bias gradients are the reference's sums, bit for bit, at 1,024 bands.
+#[test]
+fn layernorm_parameter_gradients_sum_in_the_reference_order() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(256 << 20).unwrap();
+    assert_all(&check::layernorm_param_checks(&gpu, &arena, &mut Rng::new(11), &quick()).unwrap());
+}
+
+/// Pointwise kernels taking four elements a thread equal the scalar ones, bit for bit.
+#[test]
+fn vectorized_pointwise_kernels_match_the_scalar_ones() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(256 << 20).unwrap();
+    assert_all(&check::pointwise_vector_checks(&gpu, &arena, &mut Rng::new(13), &quick()).unwrap());
+}
+
 /// A run of elementwise ops as one kernel equals the launches it replaces, bit for bit.
 #[test]
 fn fused_elementwise_chain_matches_its_launches_bit_for_bit() {
