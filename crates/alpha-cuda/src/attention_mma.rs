@@ -418,8 +418,7 @@ fn store_rows(
 }
 
 /// The block's query tile, longest causal rows first: ⌈T/64⌉ − 1 − ctaid.x.
-fn reversed_tile(k: &mut Kernel, t: u32) -> Reg {
-    let cx = k.sreg("%ctaid.x");
+fn reversed_tile(k: &mut Kernel, t: u32, cx: Reg) -> Reg {
     let last = k.imm_u32(t.div_ceil(ROWS) - 1);
     k.bin("sub.u32", RegKind::B32, last, cx)
 }
@@ -442,7 +441,8 @@ pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     // Stages [K0][V0][K1][V1]; Q passes through K1 before the loop.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
     let ln = lanes(&mut k);
-    let tile = reversed_tile(&mut k, t);
+    let cx = k.sreg("%ctaid.x");
+    let tile = reversed_tile(&mut k, t, cx);
     let bh = k.sreg("%ctaid.y");
     let kvh = kv_head(&mut k, dims, bh);
     let qb = head_base(&mut k, q, bh, t, ROW_BYTES);
@@ -603,75 +603,79 @@ pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
 /// turned on load; `q_tab`, `k_tab` follow the params. Grid [`Dims::grid_q`], block [`block`].
 pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
     debug_assert_eq!(dims.d, D);
-    let t = dims.t as u32;
     let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dq", load, inverse_rotary)).with_block(THREADS, 1, 1);
     let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, [q_tab, k_tab]) = dq_params(&mut k, inverse_rotary, load);
+    let cx = k.sreg("%ctaid.x");
+    let regs = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab };
+    dq_body(&mut k, dims, &regs, cx, true);
+    k.ret();
+    k
+}
+
+/// The dQ kernel's pointers.
+#[derive(Clone, Copy)]
+struct DqRegs {
+    dq: Reg,
+    delta: Reg,
+    q: Reg,
+    k: Reg,
+    v: Reg,
+    o: Reg,
+    lse: Reg,
+    dout: Reg,
+    dq_tab: Option<Reg>,
+    q_tab: Option<Reg>,
+    k_tab: Option<Reg>,
+}
+
+/// The dQ pass of the block whose query tile is counted back from the last by `cx`: delta
+/// computed from dO and O (stored to `delta` as well when `store_delta`), then dq.
+fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) {
+    let t = dims.t as u32;
+    let DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab } = *r;
     // Stages [K0][V0][K1][V1]; Q and dO pass through K1 and V1 before the loop.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
     let dsm = k.shared("attn_delta", ROWS * 4, 16);
-    let ln = lanes(&mut k);
-    let tile = reversed_tile(&mut k, t);
+    let ln = lanes(k);
+    let tile = reversed_tile(k, t, cx);
     let bh = k.sreg("%ctaid.y");
-    let kvh = kv_head(&mut k, dims, bh);
-    let qb = head_base(&mut k, q, bh, t, ROW_BYTES);
-    let ob = head_base(&mut k, o, bh, t, ROW_BYTES);
-    let dob = head_base(&mut k, dout, bh, t, ROW_BYTES);
-    let kb = head_base(&mut k, kk, kvh, t, ROW_BYTES);
-    let vb = head_base(&mut k, v, kvh, t, ROW_BYTES);
+    let kvh = kv_head(k, dims, bh);
+    let qb = head_base(k, q, bh, t, ROW_BYTES);
+    let ob = head_base(k, o, bh, t, ROW_BYTES);
+    let dob = head_base(k, dout, bh, t, ROW_BYTES);
+    let kb = head_base(k, kk, kvh, t, ROW_BYTES);
+    let vb = head_base(k, v, kvh, t, ROW_BYTES);
     let qrow0 = k.bin("mul.lo.u32", RegKind::B32, tile, ROWS);
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
     let sdelta = k.un("mov.u32", RegKind::B32, Opnd::S(dsm));
-    let mp = mover(&mut k, &ln, None, t);
-    let mq = mover(&mut k, &ln, q_tab, t);
-    let mk = mover(&mut k, &ln, k_tab, t);
-    k.comment("delta = dO O per row, in f32 from global: 16 lanes per row, a fixed butterfly");
+    let mp = mover(k, &ln, None, t);
+    let mq = mover(k, &ln, q_tab, t);
+    let mk = mover(k, &ln, k_tab, t);
     {
-        let fdo = mp.issue(&mut k, dob, qrow0);
-        let fo = mp.issue(&mut k, ob, qrow0);
-        let deltab = head_base(&mut k, delta, bh, t, 4);
-        let c4 = k.bin("and.b32", RegKind::B32, ln.tid, 15u32);
-        let writer = k.setp("eq.u32", c4, 0u32);
-        for (it, (a, b)) in fdo.parts.iter().zip(&fo.parts).enumerate() {
-            let (a, b) = (&a[0], &b[0]);
-            let mut s = k.bin("mul.rn.f32", RegKind::F32, a[0], b[0]);
-            for c in 1..4 {
-                s = k.tri("fma.rn.f32", RegKind::F32, a[c], b[c], s);
-            }
-            for mask in [1u32, 2, 4, 8] {
-                let o_ = shfl_xor(&mut k, s, mask);
-                s = k.bin("add.rn.f32", RegKind::F32, s, o_);
-            }
-            let row = k.bin("add.u32", RegKind::B32, mp.row_in, it as u32 * 8);
-            let grow = k.bin("add.u32", RegKind::B32, qrow0, row);
-            let inside = k.setp("lt.u32", grow, t);
-            let ok = k.bin("and.pred", RegKind::Pred, inside, writer);
-            let ga = k.addr_of(deltab, grow, 4);
-            k.op_if(ok, false, "st.global.f32", [addr(ga, 0), s.into()]);
-            let sa = k.tri("mad.lo.u32", RegKind::B32, row, 4u32, sdelta);
-            k.op_if(writer, false, "st.shared.f32", [addr(sa, 0), s.into()]);
-        }
+        let deltab = store_delta.then(|| head_base(k, delta, bh, t, 4));
+        let fdo = delta_rows(k, &ln, &mp, [dob, ob], qrow0, t, deltab, Some(sdelta));
         let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
-        mp.store(&mut k, &fdo, s1v);
+        mp.store(k, &fdo, s1v);
     }
     k.comment("prologue: Q through stage 1, the first K and V tiles into stage 0");
     {
-        let f = mq.issue(&mut k, qb, qrow0);
+        let f = mq.issue(k, qb, qrow0);
         let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
-        mq.store(&mut k, &f, s1);
+        mq.store(k, &f, s1);
         let zero = k.imm_u32(0);
-        let fk = mk.issue(&mut k, kb, zero);
-        let fv = mp.issue(&mut k, vb, zero);
-        mk.store(&mut k, &fk, sm);
+        let fk = mk.issue(k, kb, zero);
+        let fv = mp.issue(k, vb, zero);
+        mk.store(k, &fk, sm);
         let s0v = k.bin("add.u32", RegKind::B32, sm, TILE);
-        mp.store(&mut k, &fv, s0v);
+        mp.store(k, &fv, s0v);
     }
     k.barrier();
     let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
-    let qf = a_frags(&mut k, &ln, s1);
+    let qf = a_frags(k, &ln, s1);
     let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
-    let dof = a_frags(&mut k, &ln, s1v);
+    let dof = a_frags(k, &ln, s1v);
     // delta and lse·log2 e of the accumulator rows g and g+8.
-    let lb = head_base(&mut k, lse, bh, t, 4);
+    let lb = head_base(k, lse, bh, t, 4);
     let mut dl = vec![];
     let mut lse2 = vec![];
     for r in 0..2u32 {
@@ -689,7 +693,7 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
         lse2.push(k.bin("mul.rn.f32", RegKind::F32, lv, LOG2E));
     }
     k.barrier();
-    let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(&mut k, 4)).collect();
+    let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(k, 4)).collect();
     let kt = k.imm_u32(0);
     let stage = k.imm_u32(0);
     let top = k.label("ktile");
@@ -699,8 +703,8 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
     let has_next = k.setp("lt.u32", kt, tile);
     k.bra_if(has_next, true, &skip_load);
     let nrow0 = k.tri("mad.lo.u32", RegKind::B32, kt, ROWS, ROWS);
-    let fk = mk.issue(&mut k, kb, nrow0);
-    let fv = mp.issue(&mut k, vb, nrow0);
+    let fk = mk.issue(k, kb, nrow0);
+    let fv = mp.issue(k, vb, nrow0);
     k.place(&skip_load);
     let cur = k.bin("add.u32", RegKind::B32, sm, stage);
     let kb_b = k.bin("add.u32", RegKind::B32, cur, ln.b_off);
@@ -714,18 +718,18 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
     let lim: Vec<Reg> = ln.lim.iter().map(|&x| k.tri("selp.b32", RegKind::B32, x, 1000u32, diag)).collect();
     for kc in 0..4u32 {
         k.comment("16 keys: S = Q K^T, dP = dO V^T, dS, dQ += dS K");
-        let s: Vec<Vec<Reg>> = (0..2).map(|_| zeros(&mut k, 4)).collect();
-        let dp: Vec<Vec<Reg>> = (0..2).map(|_| zeros(&mut k, 4)).collect();
-        mma_abt(&mut k, &s, &qf, kb_b, kc * 16);
-        mma_abt(&mut k, &dp, &dof, vb_b, kc * 16);
+        let s: Vec<Vec<Reg>> = (0..2).map(|_| zeros(k, 4)).collect();
+        let dp: Vec<Vec<Reg>> = (0..2).map(|_| zeros(k, 4)).collect();
+        mma_abt(k, &s, &qf, kb_b, kc * 16);
+        mma_abt(k, &dp, &dof, vb_b, kc * 16);
         let mut ds: Vec<Vec<Reg>> = vec![];
         for j in 0..2usize {
             let mut c = vec![];
             for e in 0..4usize {
                 let r = e >> 1;
-                let (s2, f) = logit2(&mut k, s[j][e], dims);
+                let (s2, f) = logit2(k, s[j][e], dims);
                 let x = k.bin("sub.rn.f32", RegKind::F32, s2, lse2[r]);
-                let p = ex2(&mut k, x);
+                let p = ex2(k, x);
                 let masked = k.setp("lt.s32", lim[r], kc * 16 + 8 * j as u32 + (e & 1) as u32);
                 let p = k.tri("selp.f32", RegKind::F32, 0.0f32, p, masked);
                 let dd = k.bin("sub.rn.f32", RegKind::F32, dp[j][e], dl[r]);
@@ -737,10 +741,10 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
             }
             ds.push(c);
         }
-        let a = a_frag(&mut k, &ds[0], &ds[1]);
-        mma_ab(&mut k, &acc, &a, kb_t, kc * 16);
+        let a = a_frag(k, &ds[0], &ds[1]);
+        mma_ab(k, &acc, &a, kb_t, kc * 16);
     }
-    store_next_stage(&mut k, has_next, &skip_store, (sm, stage), [(&mk, &fk), (&mp, &fv)], |_| {});
+    store_next_stage(k, has_next, &skip_store, (sm, stage), [(&mk, &fk), (&mp, &fv)], |_| {});
     k.barrier();
     k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
@@ -748,8 +752,115 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
 
     k.comment("epilogue: dq = scale dQ (turned back by the rotary when asked)");
     let sc = k.imm_f32(dims.scale);
-    let dqb = head_base(&mut k, dq, bh, t, ROW_BYTES);
-    store_rows(&mut k, &ln, dqb, qrow0, t, &acc, [Some(sc), Some(sc)], dq_tab);
+    let dqb = head_base(k, dq, bh, t, ROW_BYTES);
+    store_rows(k, &ln, dqb, qrow0, t, &acc, [Some(sc), Some(sc)], dq_tab);
+}
+
+/// delta = dO·O of the 64 query rows from `row0` of one head (`heads` = its dO and O), in f32
+/// from global: 16 lanes a row, four products then a fixed butterfly. Stored to `delta_head`
+/// and (by row within the tile) to shared `sdelta` where given. Returns the dO tile's loads.
+#[allow(clippy::too_many_arguments)]
+fn delta_rows(
+    k: &mut Kernel,
+    ln: &Lanes,
+    mp: &Mover,
+    [dob, ob]: [Reg; 2],
+    row0: Reg,
+    t: u32,
+    delta_head: Option<Reg>,
+    sdelta: Option<Reg>,
+) -> InFlight {
+    k.comment("delta = dO O per row, in f32 from global: 16 lanes per row, a fixed butterfly");
+    let fdo = mp.issue(k, dob, row0);
+    let fo = mp.issue(k, ob, row0);
+    let c4 = k.bin("and.b32", RegKind::B32, ln.tid, 15u32);
+    let writer = k.setp("eq.u32", c4, 0u32);
+    for (it, (a, b)) in fdo.parts.iter().zip(&fo.parts).enumerate() {
+        let (a, b) = (&a[0], &b[0]);
+        let mut s = k.bin("mul.rn.f32", RegKind::F32, a[0], b[0]);
+        for c in 1..4 {
+            s = k.tri("fma.rn.f32", RegKind::F32, a[c], b[c], s);
+        }
+        for mask in [1u32, 2, 4, 8] {
+            let o_ = shfl_xor(k, s, mask);
+            s = k.bin("add.rn.f32", RegKind::F32, s, o_);
+        }
+        let row = k.bin("add.u32", RegKind::B32, mp.row_in, it as u32 * 8);
+        if let Some(dh) = delta_head {
+            let grow = k.bin("add.u32", RegKind::B32, row0, row);
+            let inside = k.setp("lt.u32", grow, t);
+            let ok = k.bin("and.pred", RegKind::Pred, inside, writer);
+            let ga = k.addr_of(dh, grow, 4);
+            k.op_if(ok, false, "st.global.f32", [addr(ga, 0), s.into()]);
+        }
+        if let Some(sd) = sdelta {
+            let sa = k.tri("mad.lo.u32", RegKind::B32, row, 4u32, sd);
+            k.op_if(writer, false, "st.shared.f32", [addr(sa, 0), s.into()]);
+        }
+    }
+    fdo
+}
+
+/// delta alone, as the dQ kernel computes it: params (delta, o, do); grid [`Dims::grid_q`],
+/// block [`block`]. Run before [`backward_kernel_rotating`], whose dK/dV blocks read it while
+/// its dQ blocks run.
+pub fn backward_delta_kernel(dims: &Dims) -> Kernel {
+    let t = dims.t as u32;
+    let mut k = Kernel::new("attention_mma_bwd_delta").with_block(THREADS, 1, 1);
+    let delta = k.param_reg("delta", crate::ptx::ParamTy::U64);
+    let o = k.param_reg("o", crate::ptx::ParamTy::U64);
+    let dout = k.param_reg("do", crate::ptx::ParamTy::U64);
+    let ln = lanes(&mut k);
+    let cx = k.sreg("%ctaid.x");
+    let bh = k.sreg("%ctaid.y");
+    let row0 = k.bin("mul.lo.u32", RegKind::B32, cx, ROWS);
+    let mp = mover(&mut k, &ln, None, t);
+    let dob = head_base(&mut k, dout, bh, t, ROW_BYTES);
+    let ob = head_base(&mut k, o, bh, t, ROW_BYTES);
+    let deltab = head_base(&mut k, delta, bh, t, 4);
+    delta_rows(&mut k, &ln, &mp, [dob, ob], row0, t, Some(deltab), None);
+    k.ret();
+    k
+}
+
+/// dQ and dK/dV in one launch, each block doing both passes of one 64-row tile x: dK/dV of key
+/// tile x (⌈T/64⌉ − x query tiles of causal work), then dQ of query tile x (x + 1 key tiles), so
+/// every block has the same ⌈T/64⌉ + 1 tiles of work. Why: run as two launches, each pass's
+/// longest block set the time, and one context's 128 blocks left the GPU idle between them
+/// (measured on the H200 at B = 1: 53 µs as two launches, 46.6 µs as one launch of 256
+/// blocks, one pass each). Grid [`Dims::grid_q`], block [`block`]; delta comes from
+/// [`backward_delta_kernel`] (the dQ pass recomputes it, the same bits, for its own rows).
+/// Params (dq, dk, dv, delta, q, k, v, o, lse, do), then `dq_tab` and `dk_tab` with the
+/// inverse rotaries, then `q_tab` and `k_tab` for the q and k turned on load. No output may
+/// overlap an input: a block's dQ pass reads what other blocks' dK/dV passes have written by
+/// then.
+pub fn backward_kernel_rotating(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2]) -> Kernel {
+    use crate::ptx::ParamTy;
+    debug_assert_eq!(dims.d, D);
+    debug_assert_eq!(dims.g, dims.h, "one launch for both passes needs their grids equal");
+    let rot = match inverse_rotary {
+        [false, false] => "",
+        [true, true] => "_rotary",
+        [true, false] => "_rotary_dq",
+        [false, true] => "_rotary_dk",
+    };
+    let name = format!("{}{rot}", kernel_name("attention_mma", "bwd", load, false));
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
+    let [dq, dk, dv, delta, q, kk, v, o, lse, dout] =
+        ["dq", "dk", "dv", "delta", "q", "k", "v", "o", "lse", "do"].map(|n| k.param_reg(n, ParamTy::U64));
+    let dq_tab = inverse_rotary[0].then(|| k.param_reg("dq_tab", ParamTy::U64));
+    let dk_tab = inverse_rotary[1].then(|| k.param_reg("dk_tab", ParamTy::U64));
+    let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
+    let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    let last = (dims.t as u32).div_ceil(ROWS) - 1;
+    let cx = k.sreg("%ctaid.x");
+    let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab };
+    dkv_body(&mut k, dims, &dkv, cx);
+    k.comment("the same tile's dQ pass (its shared memory reused)");
+    k.barrier();
+    let from_last = k.bin("sub.u32", RegKind::B32, last, cx);
+    let dqr = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab };
+    dq_body(&mut k, dims, &dqr, from_last, false);
     k.ret();
     k
 }
@@ -795,17 +906,42 @@ pub fn backward_dkv_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
 /// turned on load; `q_tab`, `k_tab` follow the params. Grid [`Dims::grid_kv`], block [`block`].
 pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
     debug_assert_eq!(dims.d, D);
+    let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dkv", load, inverse_rotary)).with_block(THREADS, 1, 1);
+    let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
+    let cx = k.sreg("%ctaid.x");
+    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab };
+    dkv_body(&mut k, dims, &regs, cx);
+    k.ret();
+    k
+}
+
+/// The dK/dV kernel's pointers.
+#[derive(Clone, Copy)]
+struct DkvRegs {
+    dk: Reg,
+    dv: Reg,
+    q: Reg,
+    k: Reg,
+    v: Reg,
+    lse: Reg,
+    delta: Reg,
+    dout: Reg,
+    dk_tab: Option<Reg>,
+    q_tab: Option<Reg>,
+    k_tab: Option<Reg>,
+}
+
+/// The dK/dV pass of the block whose key tile is `tile` (delta read from `delta`).
+fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let t = dims.t as u32;
     let per = (dims.h / dims.g) as u32;
     let ntiles = t.div_ceil(ROWS);
-    let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dkv", load, inverse_rotary)).with_block(THREADS, 1, 1);
-    let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
+    let DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab } = *r;
     // Stages [Q0][dO0][Q1][dO1]; K and V pass through Q1 and dO1 before the loop. Statistics:
     // [lse0][delta0][lse1][delta1], 64 f32 each.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
     let stsm = k.shared("attn_stats", 4 * ROWS * 4, 16);
-    let ln = lanes(&mut k);
-    let tile = k.sreg("%ctaid.x");
+    let ln = lanes(k);
     let bg = k.sreg("%ctaid.y");
     let b = k.bin("div.u32", RegKind::B32, bg, dims.g as u32);
     let gg = k.bin("rem.u32", RegKind::B32, bg, dims.g as u32);
@@ -813,42 +949,42 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
     let gh = k.bin("mul.lo.u32", RegKind::B32, gg, per);
     let h0 = k.tri("mad.lo.u32", RegKind::B32, b, dims.h as u32, gh);
     let krow0 = k.bin("mul.lo.u32", RegKind::B32, tile, ROWS);
-    let kb = head_base(&mut k, kk, bg, t, ROW_BYTES);
-    let vb = head_base(&mut k, v, bg, t, ROW_BYTES);
+    let kb = head_base(k, kk, bg, t, ROW_BYTES);
+    let vb = head_base(k, v, bg, t, ROW_BYTES);
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
     let st = k.un("mov.u32", RegKind::B32, Opnd::S(stsm));
     let small = k.setp("lt.u32", ln.tid, ROWS);
-    let mk = mover(&mut k, &ln, k_tab, t);
-    let mp = mover(&mut k, &ln, None, t);
-    let mq = mover(&mut k, &ln, q_tab, t);
+    let mk = mover(k, &ln, k_tab, t);
+    let mp = mover(k, &ln, None, t);
+    let mq = mover(k, &ln, q_tab, t);
     k.comment("prologue: K and V through stage 1, the diagonal Q and dO tiles of the first head into stage 0");
     {
-        let fk = mk.issue(&mut k, kb, krow0);
-        let fv = mp.issue(&mut k, vb, krow0);
-        let qb = head_base(&mut k, q, h0, t, ROW_BYTES);
-        let dob = head_base(&mut k, dout, h0, t, ROW_BYTES);
-        let lb = head_base(&mut k, lse, h0, t, 4);
-        let db = head_base(&mut k, delta, h0, t, 4);
-        let fq = mq.issue(&mut k, qb, krow0);
-        let fdo = mp.issue(&mut k, dob, krow0);
-        let sts = stats_issue(&mut k, lb, db, krow0, ln.tid, small, t);
+        let fk = mk.issue(k, kb, krow0);
+        let fv = mp.issue(k, vb, krow0);
+        let qb = head_base(k, q, h0, t, ROW_BYTES);
+        let dob = head_base(k, dout, h0, t, ROW_BYTES);
+        let lb = head_base(k, lse, h0, t, 4);
+        let db = head_base(k, delta, h0, t, 4);
+        let fq = mq.issue(k, qb, krow0);
+        let fdo = mp.issue(k, dob, krow0);
+        let sts = stats_issue(k, lb, db, krow0, ln.tid, small, t);
         let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
-        mk.store(&mut k, &fk, s1);
+        mk.store(k, &fk, s1);
         let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
-        mp.store(&mut k, &fv, s1v);
-        mq.store(&mut k, &fq, sm);
+        mp.store(k, &fv, s1v);
+        mq.store(k, &fq, sm);
         let s0d = k.bin("add.u32", RegKind::B32, sm, TILE);
-        mp.store(&mut k, &fdo, s0d);
-        stats_store(&mut k, &sts, ln.tid, small, st);
+        mp.store(k, &fdo, s0d);
+        stats_store(k, &sts, ln.tid, small, st);
     }
     k.barrier();
     let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
-    let kf = a_frags(&mut k, &ln, s1);
+    let kf = a_frags(k, &ln, s1);
     let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
-    let vf = a_frags(&mut k, &ln, s1v);
+    let vf = a_frags(k, &ln, s1v);
     k.barrier();
-    let dka: Vec<Vec<Reg>> = (0..8).map(|_| zeros(&mut k, 4)).collect();
-    let dva: Vec<Vec<Reg>> = (0..8).map(|_| zeros(&mut k, 4)).collect();
+    let dka: Vec<Vec<Reg>> = (0..8).map(|_| zeros(k, 4)).collect();
+    let dva: Vec<Vec<Reg>> = (0..8).map(|_| zeros(k, 4)).collect();
     let hh = k.imm_u32(0);
     let qt = k.un("mov.u32", RegKind::B32, tile);
     let stage = k.imm_u32(0);
@@ -868,14 +1004,14 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
     k.bra_if(has_next, true, &skip_load);
     let (fq, fdo, sts) = {
         let h = k.bin("add.u32", RegKind::B32, h0, nh);
-        let qb = head_base(&mut k, q, h, t, ROW_BYTES);
-        let dob = head_base(&mut k, dout, h, t, ROW_BYTES);
-        let lb = head_base(&mut k, lse, h, t, 4);
-        let db = head_base(&mut k, delta, h, t, 4);
+        let qb = head_base(k, q, h, t, ROW_BYTES);
+        let dob = head_base(k, dout, h, t, ROW_BYTES);
+        let lb = head_base(k, lse, h, t, 4);
+        let db = head_base(k, delta, h, t, 4);
         let row0 = k.bin("mul.lo.u32", RegKind::B32, nq, ROWS);
-        let fq = mq.issue(&mut k, qb, row0);
-        let fdo = mp.issue(&mut k, dob, row0);
-        let sts = stats_issue(&mut k, lb, db, row0, ln.tid, small, t);
+        let fq = mq.issue(k, qb, row0);
+        let fdo = mp.issue(k, dob, row0);
+        let sts = stats_issue(k, lb, db, row0, ln.tid, small, t);
         (fq, fdo, sts)
     };
     k.place(&skip_load);
@@ -891,10 +1027,10 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
     let lim: Vec<Reg> = ln.lim.iter().map(|&x| k.tri("selp.b32", RegKind::B32, x, -1000i32, diag)).collect();
     for kc in 0..4u32 {
         k.comment("16 queries: S^T = K Q^T, dP^T = V dO^T, P^T, dS^T, dV += P^T dO, dK += dS^T Q");
-        let s: Vec<Vec<Reg>> = (0..2).map(|_| zeros(&mut k, 4)).collect();
-        let dp: Vec<Vec<Reg>> = (0..2).map(|_| zeros(&mut k, 4)).collect();
-        mma_abt(&mut k, &s, &kf, qb_b, kc * 16);
-        mma_abt(&mut k, &dp, &vf, db_b, kc * 16);
+        let s: Vec<Vec<Reg>> = (0..2).map(|_| zeros(k, 4)).collect();
+        let dp: Vec<Vec<Reg>> = (0..2).map(|_| zeros(k, 4)).collect();
+        mma_abt(k, &s, &kf, qb_b, kc * 16);
+        mma_abt(k, &dp, &vf, db_b, kc * 16);
         let mut pc: Vec<Vec<Reg>> = vec![];
         let mut dsc: Vec<Vec<Reg>> = vec![];
         for j in 0..2usize {
@@ -906,9 +1042,9 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
             let (mut pv, mut dsv) = (vec![], vec![]);
             for e in 0..4usize {
                 let (r, e1) = (e >> 1, e & 1);
-                let (s2, f) = logit2(&mut k, s[j][e], dims);
+                let (s2, f) = logit2(k, s[j][e], dims);
                 let x = k.bin("sub.rn.f32", RegKind::F32, s2, lv[e1]);
-                let p = ex2(&mut k, x);
+                let p = ex2(k, x);
                 let masked = k.setp("gt.s32", lim[r], kc * 16 + 8 * j as u32 + e1 as u32);
                 let p = k.tri("selp.f32", RegKind::F32, 0.0f32, p, masked);
                 let dd = k.bin("sub.rn.f32", RegKind::F32, dp[j][e], dl[e1]);
@@ -922,12 +1058,12 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
             pc.push(pv);
             dsc.push(dsv);
         }
-        let pa = a_frag(&mut k, &pc[0], &pc[1]);
-        mma_ab(&mut k, &dva, &pa, db_t, kc * 16);
-        let da = a_frag(&mut k, &dsc[0], &dsc[1]);
-        mma_ab(&mut k, &dka, &da, qb_t, kc * 16);
+        let pa = a_frag(k, &pc[0], &pc[1]);
+        mma_ab(k, &dva, &pa, db_t, kc * 16);
+        let da = a_frag(k, &dsc[0], &dsc[1]);
+        mma_ab(k, &dka, &da, qb_t, kc * 16);
     }
-    store_next_stage(&mut k, has_next, &skip_store, (sm, stage), [(&mq, &fq), (&mp, &fdo)], |k| {
+    store_next_stage(k, has_next, &skip_store, (sm, stage), [(&mq, &fq), (&mp, &fdo)], |k| {
         let so = k.bin("xor.b32", RegKind::B32, sstage, 2 * ROWS * 4);
         let sb = k.bin("add.u32", RegKind::B32, st, so);
         stats_store(k, &sts, ln.tid, small, sb);
@@ -941,12 +1077,10 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
 
     k.comment("epilogue: dk = scale dK (turned back by the rotary when asked), dv");
     let sc = k.imm_f32(dims.scale);
-    let dkb = head_base(&mut k, dk, bg, t, ROW_BYTES);
-    store_rows(&mut k, &ln, dkb, krow0, t, &dka, [Some(sc), Some(sc)], dk_tab);
-    let dvb = head_base(&mut k, dv, bg, t, ROW_BYTES);
-    store_rows(&mut k, &ln, dvb, krow0, t, &dva, [None, None], None);
-    k.ret();
-    k
+    let dkb = head_base(k, dk, bg, t, ROW_BYTES);
+    store_rows(k, &ln, dkb, krow0, t, &dka, [Some(sc), Some(sc)], dk_tab);
+    let dvb = head_base(k, dv, bg, t, ROW_BYTES);
+    store_rows(k, &ln, dvb, krow0, t, &dva, [None, None], None);
 }
 
 #[cfg(test)]
@@ -961,7 +1095,13 @@ mod tests {
                 v.push(backward_dq_kernel_rotating(dims, r, load));
                 v.push(backward_dkv_kernel_rotating(dims, r, load));
             }
+            if dims.g == dims.h {
+                for r in [[false, false], [true, true], [true, false], [false, true]] {
+                    v.push(backward_kernel_rotating(dims, r, load));
+                }
+            }
         }
+        v.push(backward_delta_kernel(dims));
         v
     }
 
@@ -974,17 +1114,22 @@ mod tests {
         for d in [dims, Dims { h: 4, g: 2, t: 200, softcap: Some(30.0), ..dims }] {
             for k in all(&d) {
                 k.check_budget().unwrap();
-                assert!(k.static_shared_bytes() <= 4 * TILE + 4 * ROWS * 4, "{}", k.name);
+                assert!(k.static_shared_bytes() <= 4 * TILE + 5 * ROWS * 4, "{}", k.name);
                 let text = k.render();
                 assert!(text.contains(".reqntid 128, 1, 1"));
                 let mmas = text.matches(MMA).count();
                 // fwd: 32 (S) + 32 (PV); dq: 4 chunks × (8 + 8 + 8); dkv: 4 × (8 + 8 + 8 + 8).
-                let want = if k.name.contains("_fwd") {
+                let pass = |p: &str| k.name.starts_with(&format!("attention_mma_{p}"));
+                let want = if pass("fwd") {
                     64
-                } else if k.name.contains("_dq") {
+                } else if pass("bwd_dq") {
                     96
-                } else {
+                } else if pass("bwd_dkv") {
                     128
+                } else if pass("bwd_delta") {
+                    0
+                } else {
+                    96 + 128
                 };
                 assert_eq!(mmas, want, "{}", k.name);
             }

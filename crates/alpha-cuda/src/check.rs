@@ -1066,6 +1066,9 @@ pub fn attention_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Op
         case(Dims { b: 1, h: 4, g: 2, t: 200, ..base }, 4.0, both, both),
         case(Dims { b: 2, h: 2, g: 1, t: 77, softcap: Some(30.0), ..base }, 8.0, [true, false], [false, true]),
         case(Dims { b: 1, h: 2, g: 2, t: 3, ..base }, 4.0, plain, plain),
+        // Grids that agree (no GQA): the one-launch backward too, with every option.
+        case(base, 4.0, both, both),
+        case(Dims { b: 2, h: 3, g: 3, t: 200, softcap: Some(30.0), ..base }, 8.0, [false, true], [true, false]),
     ];
     let mut rows = Vec::new();
     for c in &cases {
@@ -1158,6 +1161,27 @@ impl AttnRun<'_> {
         args.extend(self.tabs());
         self.launch(&ks.dkv, c.dims.grid_kv(), ks.block, &args)
     }
+
+    /// The tensor-core backward as one launch after delta alone (the lowering's choice where the
+    /// grids agree); `out` = (delta, dq, dk, dv), none of them over an input.
+    fn backward_joint(&self, [fd, fb]: &[Function; 2], o: u64, lse: u64, [delta, dq, dk, dv]: [u64; 4]) -> Result<()> {
+        let c = self.case;
+        let d = &c.dims;
+        self.launch(fd, d.grid_q(), attention_mma::block(), &[delta, o, self.dout])?;
+        let mut args = vec![dq, dk, dv, delta, self.q, self.k, self.v, o, lse, self.dout];
+        args.extend(c.inverse.iter().filter(|&&x| x).map(|_| self.tab));
+        args.extend(self.tabs());
+        self.launch(fb, d.grid_q(), attention_mma::block(), &args)
+    }
+
+    /// [`AttnRun::backward_joint`]'s kernels: delta, then both passes.
+    fn joint_kernels(&self) -> Result<[Function; 2]> {
+        let (c, gpu) = (self.case, self.gpu);
+        Ok([
+            gpu.load(&attention_mma::backward_delta_kernel(&c.dims))?,
+            gpu.load(&attention_mma::backward_kernel_rotating(&c.dims, c.inverse, c.load))?,
+        ])
+    }
 }
 
 fn attn_shape(case: &AttnCase) -> String {
@@ -1248,6 +1272,16 @@ fn attention_case(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, case: &AttnCase
     let mism: usize = (0..names.len()).map(|i| mismatches(&outs[1][i], &outs[2][i])).sum();
     let total: usize = sizes.iter().sum();
     rows.push(exact_row("attention-mma", "second run bit for bit", &shape, mism, total));
+    if d.g == d.h {
+        // Both backward passes in one launch: the same bits as the two launches.
+        let bufs: Vec<crate::driver::Buf> = sizes.iter().map(|&n| blank(n)).collect::<Result<_>>()?;
+        let p: Vec<u64> = bufs.iter().map(|b| b.ptr).collect();
+        run.forward(&run.kernels(true)?, p[0], p[1])?;
+        run.backward_joint(&run.joint_kernels()?, p[0], p[1], [p[2], p[3], p[4], p[5]])?;
+        let joint: Vec<Vec<f32>> = bufs.iter().zip(sizes).map(|(b, n)| arena.download(*b, n)).collect::<Result<_>>()?;
+        let mism: usize = (0..names.len()).map(|i| mismatches(&outs[1][i], &joint[i])).sum();
+        rows.push(exact_row("attention-mma", "one-launch backward bit for bit", &shape, mism, total));
+    }
     // What the driver's JIT made of them: registers, and no local memory (no spills).
     let ks = run.kernels(true)?;
     let res = [ks.fwd.resources()?, ks.dq.resources()?, ks.dkv.resources()?];
@@ -1298,6 +1332,26 @@ fn attention_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, case: &AttnCas
                 rate: format!("{:.1} TFLOP/s{speedup}", flop / (t * 1e-6) / 1e12),
             });
         }
+    }
+    if d.g == d.h {
+        let jk = run.joint_kernels()?;
+        let t =
+            median(gpu.time(opts.warmup, opts.reps, || run.backward_joint(&jk, p[0], p[1], [p[2], p[3], p[4], p[5]]))?);
+        rows.push(Row {
+            family: "attention-bench".into(),
+            name: "mma bwd (delta; dq+dkv one launch)".into(),
+            shape: shape.clone(),
+            max_abs: 0.0,
+            rel: 0.0,
+            tol: 0.0,
+            pass: true,
+            median_us: Some(t),
+            rate: format!(
+                "{:.1} TFLOP/s, {:.2}x the two launches",
+                2.5 * fwd_flop / (t * 1e-6) / 1e12,
+                times[1][1] / t
+            ),
+        });
     }
     Ok(rows)
 }
@@ -1434,7 +1488,7 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
             let part = sh.split(&base, splits);
             let split_run = || -> Result<()> {
                 gemm::launch(gpu, &f_part, &base, &part, ab.ptr, bb.ptr, partials.ptr, partials.ptr)?;
-                let blocks = (m * n).div_ceil(gemm::REDUCE_THREADS).min(crate::pointwise::MAX_BLOCKS);
+                let blocks = gemm::splitk_reduce_blocks(m * n);
                 let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
                 gpu.launch(&f_reduce, cfg, &[Arg::U64(cb.ptr), Arg::U64(cb.ptr), Arg::U64(partials.ptr)])
             };

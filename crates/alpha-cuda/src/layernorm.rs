@@ -242,29 +242,33 @@ pub fn backward_partials_kernel(n: Norm) -> Kernel {
     let out = k.setp("ge.u32", j, c);
     let end = k.label("end");
     k.bra_if(out, false, &end);
-    let r = k.bin("mul.lo.u32", RegKind::B32, band, BAND as u32);
-    let r_end0 = k.bin("add.u32", RegKind::B32, r, BAND as u32);
-    let r_end = k.bin("min.u32", RegKind::B32, r_end0, n.rows as u32);
+    // The band's rows unrolled, every load issued before the first sum (one memory latency a
+    // band instead of one a row); rows past the end (a last, partial band) add nothing.
+    let r0 = k.bin("mul.lo.u32", RegKind::B32, band, BAND as u32);
+    let ragged = !n.rows.is_multiple_of(BAND);
+    let rows: Vec<(Option<Reg>, [Reg; 4])> = (0..BAND as u32)
+        .map(|i| {
+            let r = k.bin("add.u32", RegKind::B32, r0, i);
+            let ok = ragged.then(|| k.setp("lt.u32", r, n.rows as u32));
+            let e = k.tri("mad.lo.u32", RegKind::B32, r, c, j);
+            let vals = [(dy, e), (x, e), (mean, r), (rstd, r)].map(|(base, idx)| {
+                let a = k.addr_of(base, idx, 4);
+                let v = k.imm_f32(0.0);
+                guarded(&mut k, ok, "ld.global.f32", [v.into(), addr(a, 0)]);
+                v
+            });
+            (ok, vals)
+        })
+        .collect();
     let ag = k.imm_f32(0.0);
     let ab = k.imm_f32(0.0);
-    let top = k.label("row");
-    let rend = k.label("row_end");
-    k.place(&top);
-    let done = k.setp("ge.u32", r, r_end);
-    k.bra_if(done, false, &rend);
-    let i = k.tri("mad.lo.u32", RegKind::B32, r, c, j);
-    let d = ld(&mut k, dy, i);
-    let v = ld(&mut k, x, i);
-    let m = ld(&mut k, mean, r);
-    let rs = ld(&mut k, rstd, r);
-    let xm = k.bin("sub.rn.f32", RegKind::F32, v, m);
-    let t = k.bin("mul.rn.f32", RegKind::F32, d, xm);
-    let t = k.bin("mul.rn.f32", RegKind::F32, t, rs);
-    k.op("add.rn.f32", [ag.into(), ag.into(), t.into()]);
-    k.op("add.rn.f32", [ab.into(), ab.into(), d.into()]);
-    k.op("add.u32", [r.into(), r.into(), 1u32.into()]);
-    k.bra(&top);
-    k.place(&rend);
+    for (ok, [d, v, m, rs]) in rows {
+        let xm = k.bin("sub.rn.f32", RegKind::F32, v, m);
+        let t = k.bin("mul.rn.f32", RegKind::F32, d, xm);
+        let t = k.bin("mul.rn.f32", RegKind::F32, t, rs);
+        guarded(&mut k, ok, "add.rn.f32", [ag.into(), ag.into(), t.into()]);
+        guarded(&mut k, ok, "add.rn.f32", [ab.into(), ab.into(), d.into()]);
+    }
     let ig = k.tri("mad.lo.u32", RegKind::B32, band, c, j);
     st(&mut k, partials, ig, ag);
     let bb = k.bin("add.u32", RegKind::B32, band, bands);

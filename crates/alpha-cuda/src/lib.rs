@@ -80,6 +80,9 @@ pub fn catalog() -> Vec<ptx::Kernel> {
             attention_mma::backward_dkv_kernel_rotating(&dims, r, [true, true]),
         ]);
     }
+    // Both backward passes in one launch after delta alone (Coppelius's options).
+    v.push(attention_mma::backward_delta_kernel(&dims));
+    v.push(attention_mma::backward_kernel_rotating(&dims, [true, true], [true, true]));
     // The q/k/v projection stored split into heads (Coppelius's shape at one context).
     let heads = gemm::Heads { batch: 1, t: 1024, heads: 8, d: 64 };
     v.push(

@@ -695,7 +695,7 @@ impl Lowerer<'_> {
                         if let Some((u, _)) = act {
                             args.push(self.ptr(Value { node: u, index: 0 }));
                         }
-                        let blocks = mn.div_ceil(gemm::REDUCE_THREADS).min(crate::pointwise::MAX_BLOCKS);
+                        let blocks = gemm::splitk_reduce_blocks(mn);
                         let block = (gemm::REDUCE_THREADS, 1, 1);
                         v.push(Pending { kernel, grid: (blocks, 1, 1), block, args, node: some });
                         return Ok(v);
@@ -875,6 +875,31 @@ impl Lowerer<'_> {
                     let rot = self.more.attnb_rot.get(&id).copied().unwrap_or_default();
                     let dst = |k: usize| rot[k].map_or(out(k as u16), |x| x.0);
                     let (qv, kv_, vv, ov, lse, dov) = (src(0), src(1), ins[2], ins[3], ins[4], ins[5]);
+                    // Both passes in one launch (after delta alone) where their grids agree and
+                    // no output lies on an input: the passes then run side by side.
+                    let writes = [dst(0), dst(1), out(2)].map(|x| range(self.plan, x));
+                    let reads = [qv, kv_, vv, ov, lse, dov].map(|x| range(self.plan, x));
+                    let apart = writes.iter().chain(&reads).all(Option::is_some)
+                        && writes.iter().flatten().all(|&w| reads.iter().flatten().all(|&r| !overlap(w, r)));
+                    if tc && dims.g == dims.h && apart && knobs().joint_attention_backward {
+                        let kd = self.kernel(mma::backward_delta_kernel(&dims))?;
+                        let args = vec![A::Scratch(0), self.ptr(ov), self.ptr(dov)];
+                        v.push(Pending { kernel: kd, grid: dims.grid_q(), block, args, node: some });
+                        let kb = self.kernel(mma::backward_kernel_rotating(
+                            &dims,
+                            [rot[0].is_some(), rot[1].is_some()],
+                            turned,
+                        ))?;
+                        let mut args: Vec<A> = [dst(0), dst(1), out(2)].iter().map(|&a| self.ptr(a)).collect();
+                        args.push(A::Scratch(0));
+                        args.extend([qv, kv_, vv, ov, lse, dov].iter().map(|&a| self.ptr(a)));
+                        for r in rot.iter().flatten() {
+                            args.push(A::Ptr(self.rotary_table(dims.t, dims.d, r.1)));
+                        }
+                        args.extend(tabs);
+                        v.push(Pending { kernel: kb, grid: dims.grid_q(), block, args, node: some });
+                        return Ok(v);
+                    }
                     let k1 = self.kernel(if tc {
                         mma::backward_dq_kernel_rotating(&dims, rot[0].is_some(), turned)
                     } else {

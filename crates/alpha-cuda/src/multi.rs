@@ -83,6 +83,31 @@ pub fn cast_kernel() -> Kernel {
     k.op("ld.global.nc.u32", [len.into(), addr(e, 16)]);
     let x = k.bin("add.s64", RegKind::B64, base, src);
     let y = k.bin("add.s64", RegKind::B64, base, dst);
+    // A whole chunk: each thread's eight quads loaded at once, then converted and stored (one
+    // memory latency a thread instead of eight: a block's 3.2 M weights took 12.7 µs on the
+    // H200 with the loop below).
+    let per_thread = (CAST_CHUNK / 4) as u32 / THREADS;
+    let partial = k.label("partial_chunk");
+    let whole = k.setp("eq.u32", len, CAST_CHUNK as u32);
+    k.bra_if(whole, true, &partial);
+    let vals: Vec<(Vec<Reg>, Reg)> = (0..per_thread)
+        .map(|i| {
+            let q = k.bin("add.u32", RegKind::B32, tid, i * THREADS);
+            let a = k.addr_of(x, q, 16);
+            let v = k.regs(RegKind::F32, 4);
+            k.op("ld.global.nc.v4.f32", [Opnd::V(v.clone()), addr(a, 0)]);
+            (v, q)
+        })
+        .collect();
+    for (v, q) in vals {
+        let (lo, hi) = (k.reg(RegKind::B32), k.reg(RegKind::B32));
+        k.op("cvt.rn.bf16x2.f32", [lo.into(), v[1].into(), v[0].into()]);
+        k.op("cvt.rn.bf16x2.f32", [hi.into(), v[3].into(), v[2].into()]);
+        let o = k.addr_of(y, q, 8);
+        k.op("st.global.v2.b32", [addr(o, 0), Opnd::V(vec![lo, hi])]);
+    }
+    k.ret();
+    k.place(&partial);
     // Four elements a thread a pass (16-byte loads, 8-byte stores), then the chunk's tail.
     let quads = k.bin("shr.u32", RegKind::B32, len, 2u32);
     k.strided_loop(tid, quads, THREADS, ("quads", "quads_end"), |k, q| {

@@ -307,9 +307,16 @@ impl Kernel {
         self.counts[kind.index()]
     }
 
-    /// Declares a shared-memory array; returns its symbol.
+    /// Declares a shared-memory array; returns its symbol. Declaring a name again (two code
+    /// paths of one kernel that each stage through it) keeps one array, of the larger size.
     pub fn shared(&mut self, name: &str, bytes: u32, align: u32) -> String {
-        self.shared.push(SharedDecl { name: name.to_string(), bytes, align });
+        match self.shared.iter_mut().find(|s| s.name == name) {
+            Some(s) => {
+                s.bytes = s.bytes.max(bytes);
+                s.align = s.align.max(align);
+            }
+            None => self.shared.push(SharedDecl { name: name.to_string(), bytes, align }),
+        }
         name.to_string()
     }
 

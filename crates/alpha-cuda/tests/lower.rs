@@ -43,8 +43,8 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     let names: Vec<&str> = l.kernels.iter().map(|k| k.name.as_str()).collect();
     for family in [
         "attention_mma_fwd_rotload",
-        "attention_mma_bwd_dq_rotload_rotary",
-        "attention_mma_bwd_dkv_rotload_rotary",
+        "attention_mma_bwd_delta",
+        "attention_mma_bwd_rotload_rotary",
         "layernorm_fwd_bf16",
         "adamw_multi",
         "sumsq_multi",
@@ -135,9 +135,11 @@ fn training_steps_launch_counts() {
             // load, in the forward and in the backward (see `lower::fuse_more`).
             let gelu_gemms: usize = by.iter().filter(|x| x.0.contains("_store_gelu")).map(|x| x.1).sum();
             assert_eq!((gelu_gemms, count("pw_gelu")), (16, 0));
+            // Both backward passes in one launch, after delta alone (no output over an input).
+            assert_eq!((count("attention_mma_bwd_delta"), count("attention_mma_bwd_rotload_rotary")), (16, 16));
             assert_eq!(
                 (count("attention_mma_bwd_dq_rotload_rotary"), count("attention_mma_bwd_dkv_rotload_rotary")),
-                (16, 16)
+                (0, 0)
             );
             assert_eq!(
                 (count("attention_mma_bwd_dq"), count("attention_mma_bwd_dkv"), count("rotary_inverse")),
@@ -182,20 +184,26 @@ fn forward_rotaries_are_turned_on_load_from_kept_pre_rotary_tensors() {
         let name = l.kernels[launch.kernel].name.as_str();
         let Some(id) = launch.node else { continue };
         let node = &g.nodes[id as usize];
-        let (attn, args_tab) = match name {
+        // (the forward Attention, q's argument, q_tab's argument)
+        let (attn, args_q, args_tab) = match name {
             "attention_mma_fwd_rotload" => {
                 fwd += 1;
-                (id, 5)
+                (id, 2, 5)
             }
             "attention_mma_bwd_dq_rotload_rotary" | "attention_mma_bwd_dkv_rotload_rotary" => {
                 bwd += 1;
-                (node.inputs[3].node, 9)
+                (node.inputs[3].node, 2, 9)
+            }
+            "attention_mma_bwd_rotload_rotary" => {
+                bwd += 1;
+                (node.inputs[3].node, 4, 12)
             }
             _ => continue,
         };
         let (rq, q_pre) = rotary_of(attn, 0);
         let (rk, k_pre) = rotary_of(attn, 1);
-        assert_eq!((launch.args[2], launch.args[3]), (ptr(q_pre), ptr(k_pre)), "{}", l.describe(launch));
+        let qk = (launch.args[args_q], launch.args[args_q + 1]);
+        assert_eq!(qk, (ptr(q_pre), ptr(k_pre)), "{}", l.describe(launch));
         // q_tab and k_tab: the rotary table of (T, D, base), written once at load.
         let s = g.shape(q_pre);
         let Op::Rotary { base, .. } = g.nodes[rq as usize].op else { unreachable!() };
@@ -221,13 +229,22 @@ fn forward_rotaries_are_turned_on_load_from_kept_pre_rotary_tensors() {
             }
             let dv = Value { node: b, index: 2 };
             assert!(!overlap(span(dv), xr), "dv of %{b} lies over {x}");
+            if name == "attention_mma_bwd_rotload_rotary" {
+                // Both passes at once: neither dq nor dk may touch a pre-rotary tensor.
+                for (a, input) in [(0, 0), (1, 1)] {
+                    let LArg::Ptr(dst) = launch.args[a] else { panic!() };
+                    let dlen = g.ty(node.inputs[input]).numel() * 4;
+                    assert!(!overlap((dst, dst + dlen), xr), "{} stores over {x}", l.describe(launch));
+                }
+                continue;
+            }
             let LArg::Ptr(dst) = launch.args[0] else { panic!() };
             let dlen = g.ty(node.inputs[if name.contains("_dq_") { 0 } else { 1 }]).numel() * 4;
             let exact_k = name.contains("_dkv_") && x == k_pre && dst == xr.0;
             assert!(!overlap((dst, dst + dlen), xr) || exact_k, "{} stores over {x}", l.describe(launch));
         }
     }
-    assert_eq!((fwd, bwd), (16, 32));
+    assert_eq!((fwd, bwd), (16, 16));
 }
 
 /// Every distinct kernel of Bob's and Coppelius's training programs, and the rotating attention
