@@ -1590,8 +1590,10 @@ pub fn cast_multi_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
     }])
 }
 
-/// LayerNorm's parameter gradients (pass 1, the band partials; pass 2, the fold of the bands)
-/// against the host doing the same f32 operations in the CPU reference's order: bit for bit.
+/// LayerNorm's parameter gradients (pass 1, the band partials; pass 2, the fold of the bands,
+/// alone and run beside the input gradient's rows) against the host doing the same f32
+/// operations in the CPU reference's order, bit for bit; and that input gradient equal to the
+/// kernel's alone.
 /// Shapes: 16 contexts of Coppelius (1,024 bands, sixteen rounds of pass 2), a ragged one (63
 /// bands, a last band of 8 rows, 100 columns: partial blocks and warps), one band.
 pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
@@ -1647,7 +1649,30 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
                 want_b[j] += bb[j];
             }
         }
-        let wrong = mismatches(&got_g, &want_g) + mismatches(&got_b, &want_b);
+        let mut wrong = mismatches(&got_g, &want_g) + mismatches(&got_b, &want_b);
+        // The fold run beside the rows of the input gradient: the same gain and bias gradients,
+        // and the same dx as the input-gradient kernel alone.
+        let gain_h = rng.vec(c, 1.0);
+        let gain = arena.alloc_n::<f32>(c)?;
+        arena.upload(gain, &gain_h)?;
+        let [dx_alone, dx_fold, dg2, db2] = [r * c, r * c, c, c].map(|len| {
+            let b = arena.alloc_n::<f32>(len).expect("arena");
+            arena.fill_u32(b, NAN_BITS).expect("fill");
+            b
+        });
+        let rows_args = [xb, gain, mb, rb, dyb].map(|b| Arg::U64(b.ptr));
+        let alone = gpu.load(&layernorm::backward_dx_kernel(n))?;
+        let cfg = LaunchConfig { grid: (r as u32, 1, 1), block: (layernorm::THREADS, 1, 1), shared_bytes: 0 };
+        gpu.launch(&alone, cfg, &[&[Arg::U64(dx_alone.ptr)][..], &rows_args].concat())?;
+        let folding = gpu.load(&layernorm::backward_dx_kernel_folding(n, false))?;
+        let (grid, block) = layernorm::dx_fold_launch(n);
+        let fold_args = [dg2, db2, partials].map(|b| Arg::U64(b.ptr));
+        let cfg = LaunchConfig { grid, block, shared_bytes: 0 };
+        gpu.launch(&folding, cfg, &[&[Arg::U64(dx_fold.ptr)][..], &rows_args, &fold_args].concat())?;
+        let [a, b] = [dx_alone, dx_fold].map(|x| arena.download::<f32>(x, r * c).expect("download"));
+        wrong += mismatches(&a, &b);
+        wrong +=
+            mismatches(&arena.download::<f32>(dg2, c)?, &want_g) + mismatches(&arena.download::<f32>(db2, c)?, &want_b);
         let times = if opts.bench {
             let t1 = median(gpu.time(opts.warmup, opts.reps, run1)?);
             let t2 = median(gpu.time(opts.warmup, opts.reps, run2)?);
@@ -1655,7 +1680,8 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         } else {
             None
         };
-        let mut row = exact_row("layernorm", "layernorm_bwd_params(+finish)", &format!("rows{r} c{c}"), wrong, 2 * c);
+        let what = "layernorm_bwd_params(+finish, +dx_fold)";
+        let mut row = exact_row("layernorm", what, &format!("rows{r} c{c}"), wrong, 2 * c);
         if let Some((t1, t2)) = times {
             row.median_us = Some(t1 + t2);
             row.rate = format!("{row_rate}; pass 1 {t1:.1} µs, pass 2 {t2:.1} µs", row_rate = row.rate);

@@ -168,8 +168,31 @@ pub fn backward_dx_kernel(n: Norm) -> Kernel {
 /// stored: param `r` after the others, `dx = (…) + r[i]` — the Add that follows a pre-norm
 /// block's LayerNorm backward (the residual stream's gradient), in the same f32 addition.
 pub fn backward_dx_kernel_adding(n: Norm, residual: bool) -> Kernel {
+    backward_dx_kernel_with(n, residual, false)
+}
+
+/// Grid and block of [`backward_dx_kernel_folding`]: a block a row, then the fold's blocks.
+pub fn dx_fold_launch(n: Norm) -> ((u32, u32, u32), (u32, u32, u32)) {
+    ((n.rows as u32 + fold_blocks(n), 1, 1), (THREADS, 1, 1))
+}
+
+/// [`backward_dx_kernel_adding`] whose grid ([`dx_fold_launch`]) also runs parameter-gradient
+/// pass 2 ([`backward_finish_kernel`]'s fold, the same bits) in blocks after the rows: params
+/// as it, then (dgain, dbias, partials). Why: the fold needs only pass 1, so it runs beside the
+/// rows instead of as a launch of its own between them (one context's 33 LayerNorm backwards
+/// each paid a launch for 32 small blocks).
+pub fn backward_dx_kernel_folding(n: Norm, residual: bool) -> Kernel {
+    backward_dx_kernel_with(n, residual, true)
+}
+
+fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool) -> Kernel {
     let c = n.c as u32;
-    let name = if residual { "layernorm_bwd_dx_add" } else { "layernorm_bwd_dx" };
+    let name = match (residual, fold) {
+        (false, false) => "layernorm_bwd_dx",
+        (true, false) => "layernorm_bwd_dx_add",
+        (false, true) => "layernorm_bwd_dx_fold",
+        (true, true) => "layernorm_bwd_dx_add_fold",
+    };
     let mut k = Kernel::new(name).with_block(THREADS, 1, 1);
     let dx = k.param_reg("dx", ParamTy::U64);
     let x = k.param_reg("x", ParamTy::U64);
@@ -181,6 +204,16 @@ pub fn backward_dx_kernel_adding(n: Norm, residual: bool) -> Kernel {
     let red = k.shared("red", 128, 16);
     let tid = k.sreg("%tid.x");
     let row = k.sreg("%ctaid.x");
+    if fold {
+        let params = ["dgain", "dbias", "partials"].map(|p| k.param_reg(p, ParamTy::U64));
+        let dx_row = k.label("dx_row");
+        let is_fold = k.setp("ge.u32", row, n.rows as u32);
+        k.bra_if(is_fold, true, &dx_row);
+        let f = k.bin("sub.u32", RegKind::B32, row, n.rows as u32);
+        fold_bands(&mut k, n, params, tid, f, THREADS);
+        k.ret();
+        k.place(&dx_row);
+    }
     let row0 = k.bin("mul.lo.u32", RegKind::B32, row, c);
     let m = ld(&mut k, mean, row);
     let rs = ld(&mut k, rstd, row);
@@ -283,43 +316,57 @@ pub fn backward_partials_kernel(n: Norm) -> Kernel {
 pub const FINISH_THREADS: u32 = 256;
 /// Columns of one pass-2 block: one per lane of the folding warp.
 const FINISH_COLS: u32 = 32;
-/// Bands staged in shared memory per round of pass 2 (eight a thread).
-const FINISH_CHUNK: u32 = 64;
 
-/// Grid and block of pass 2: one block per 32 columns of the gain, and of the bias.
+/// Blocks of pass 2: one per 32 columns of the gain, and of the bias.
+fn fold_blocks(n: Norm) -> u32 {
+    2 * (n.c as u32).div_ceil(FINISH_COLS)
+}
+
+/// Grid and block of pass 2 as its own launch ([`backward_finish_kernel`]).
 pub fn finish_launch(n: Norm) -> ((u32, u32, u32), (u32, u32, u32)) {
-    (((n.c as u32).div_ceil(FINISH_COLS), 2, 1), (FINISH_THREADS, 1, 1))
+    ((fold_blocks(n), 1, 1), (FINISH_THREADS, 1, 1))
 }
 
 /// Parameter-gradient pass 2: params (dgain, dbias, partials); grid and block [`finish_launch`].
 ///
 /// Each column's bands are added in order, from band 0, as the CPU reference does: that fold is
-/// sequential, so the parallelism is across columns, and the loads are taken off its path. A
-/// block owns 32 columns of the gain (y = 0) or the bias (y = 1); its eight warps load 64 bands
-/// of them at a time into shared memory (each warp one coalesced 128-byte row a band) while
-/// warp 0 folds the previous 64 (lane = column) out of the other buffer. Bands past the end load
-/// as +0, which leaves a sum that started at +0 unchanged, bit for bit.
-///
-/// Why: with one thread per column and the loads in the fold, 16 contexts' 1,024 bands took
-/// 53 µs a LayerNorm on four SMs, 1.7 ms a step.
+/// sequential, so the parallelism is across columns, and the loads are taken off its path (see
+/// [`fold_bands`]). Why: with one thread per column and the loads in the fold, 16 contexts'
+/// 1,024 bands took 53 µs a LayerNorm on four SMs, 1.7 ms a step.
 pub fn backward_finish_kernel(n: Norm) -> Kernel {
-    let c = n.c as u32;
-    let bands = n.bands() as u32;
-    let chunks = bands.div_ceil(FINISH_CHUNK);
-    let per_thread = FINISH_CHUNK / (FINISH_THREADS / 32);
     let mut k = Kernel::new("layernorm_bwd_params_finish").with_block(FINISH_THREADS, 1, 1);
     let dgain = k.param_reg("dgain", ParamTy::U64);
     let dbias = k.param_reg("dbias", ParamTy::U64);
     let partials = k.param_reg("partials", ParamTy::U64);
-    let stage = k.shared("finish_stage", 2 * FINISH_CHUNK * FINISH_COLS * 4, 16);
     let tid = k.sreg("%tid.x");
-    let bx = k.sreg("%ctaid.x");
-    let which = k.sreg("%ctaid.y");
+    let f = k.sreg("%ctaid.x");
+    fold_bands(&mut k, n, [dgain, dbias, partials], tid, f, FINISH_THREADS);
+    k.ret();
+    k
+}
+
+/// Pass 2 for fold block `f` of [`fold_blocks`] with `threads` threads: 32 columns of the gain
+/// (f < half) or the bias. The block's warps load eight bands each of its columns at a time into
+/// shared memory (each warp one coalesced 128-byte row a band) while warp 0 folds the previous
+/// round's (lane = column) out of the other buffer. Bands past the end load as +0, which leaves a sum that
+/// started at +0 unchanged, bit for bit.
+fn fold_bands(k: &mut Kernel, n: Norm, [dgain, dbias, partials]: [Reg; 3], tid: Reg, f: Reg, threads: u32) {
+    let c = n.c as u32;
+    let bands = n.bands() as u32;
+    let warps = threads / 32;
+    // Bands a round: eight a thread.
+    let chunk = 8 * warps;
+    let chunks = bands.div_ceil(chunk);
+    let per_thread = chunk / warps;
+    let groups = c.div_ceil(FINISH_COLS);
+    let stage = k.shared("finish_stage", 2 * chunk * FINISH_COLS * 4, 16);
+    let which = k.bin("div.u32", RegKind::B32, f, groups);
+    let bx = k.bin("rem.u32", RegKind::B32, f, groups);
     let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
     let warp = k.bin("shr.u32", RegKind::B32, tid, 5u32);
     let j = k.tri("mad.lo.u32", RegKind::B32, bx, FINISH_COLS, lane);
     let col_ok = k.setp("lt.u32", j, c);
-    // This thread's first band of a round (warp w loads bands w, w + 8, …) and the band
+    // This thread's first band of a round (warp w loads bands w, w + warps, …) and the band
     // offset of its output's partials (the bias's follow the gain's).
     let first = k.bin("mul.lo.u32", RegKind::B32, which, bands);
     let band0 = k.bin("add.u32", RegKind::B32, first, warp);
@@ -329,18 +376,18 @@ pub fn backward_finish_kernel(n: Norm) -> Kernel {
     let my_st = k.tri("mad.lo.u32", RegKind::B32, my_row, 4u32, base);
     let lane_b = k.bin("shl.b32", RegKind::B32, lane, 2u32);
     let my_fold = k.bin("add.u32", RegKind::B32, base, lane_b);
-    let buf_bytes = FINISH_CHUNK * FINISH_COLS * 4;
-    let row_bytes = (FINISH_THREADS / 32) * FINISH_COLS * 4;
+    let buf_bytes = chunk * FINISH_COLS * 4;
+    let row_bytes = warps * FINISH_COLS * 4;
     let vals = k.regs(RegKind::F32, per_thread as usize);
     // Loads round `r`'s bands into the registers (+0 past the end or the last column).
     let load = |k: &mut Kernel, r: Reg| {
-        let b_first = k.tri("mad.lo.u32", RegKind::B32, r, FINISH_CHUNK, warp);
+        let b_first = k.tri("mad.lo.u32", RegKind::B32, r, chunk, warp);
         for (i, &v) in vals.iter().enumerate() {
-            let b = k.bin("add.u32", RegKind::B32, b_first, i as u32 * (FINISH_THREADS / 32));
+            let b = k.bin("add.u32", RegKind::B32, b_first, i as u32 * warps);
             let in_range = k.setp("lt.u32", b, bands);
             let ok = k.bin("and.pred", RegKind::Pred, in_range, col_ok);
-            let gb = k.bin("add.u32", RegKind::B32, band0, i as u32 * (FINISH_THREADS / 32));
-            let gb = k.tri("mad.lo.u32", RegKind::B32, r, FINISH_CHUNK, gb);
+            let gb = k.bin("add.u32", RegKind::B32, band0, i as u32 * warps);
+            let gb = k.tri("mad.lo.u32", RegKind::B32, r, chunk, gb);
             let e = k.tri("mad.lo.u32", RegKind::B32, gb, c, j);
             let a = k.addr_of(partials, e, 4);
             k.op("mov.f32", [v.into(), 0.0f32.into()]);
@@ -356,8 +403,8 @@ pub fn backward_finish_kernel(n: Norm) -> Kernel {
     };
     k.comment("round 0 staged");
     let round = k.imm_u32(0);
-    load(&mut k, round);
-    store(&mut k, round);
+    load(k, round);
+    store(k, round);
     k.barrier();
     let acc = k.imm_f32(0.0);
     let folder = k.setp("eq.u32", warp, 0u32);
@@ -367,14 +414,14 @@ pub fn backward_finish_kernel(n: Norm) -> Kernel {
     let more = k.setp("lt.u32", next, chunks);
     let no_load = k.label("no_load");
     k.bra_if(more, true, &no_load);
-    load(&mut k, next);
+    load(k, next);
     k.place(&no_load);
     k.comment("warp 0 folds this round's bands in order");
     let no_fold = k.label("no_fold");
     k.bra_if(folder, true, &no_fold);
     let buf = k.bin("and.b32", RegKind::B32, round, 1u32);
     let at = k.tri("mad.lo.u32", RegKind::B32, buf, buf_bytes, my_fold);
-    for b in 0..FINISH_CHUNK {
+    for b in 0..chunk {
         let v = k.reg(RegKind::F32);
         k.op("ld.shared.f32", [v.into(), addr(at, (b * FINISH_COLS * 4) as i64)]);
         k.op("add.rn.f32", [acc.into(), acc.into(), v.into()]);
@@ -383,7 +430,7 @@ pub fn backward_finish_kernel(n: Norm) -> Kernel {
     let no_store = k.label("no_store");
     k.bra_if(more, true, &no_store);
     let nbuf = k.bin("and.b32", RegKind::B32, next, 1u32);
-    store(&mut k, nbuf);
+    store(k, nbuf);
     k.place(&no_store);
     k.barrier();
     k.op("mov.u32", [round.into(), next.into()]);
@@ -398,8 +445,6 @@ pub fn backward_finish_kernel(n: Norm) -> Kernel {
     k.op_if(is_gain, false, "st.global.f32", [addr(ag, 0), acc.into()]);
     k.op_if(is_gain, true, "st.global.f32", [addr(ab, 0), acc.into()]);
     k.place(&done);
-    k.ret();
-    k
 }
 
 #[cfg(test)]

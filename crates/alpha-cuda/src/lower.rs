@@ -455,6 +455,20 @@ impl Lowerer<'_> {
             args,
             node: Some(id),
         }];
+        let dst = add.map_or(out(0), |(a, _)| Value { node: a, index: 0 });
+        let mut args: Vec<A> = [dst, x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect();
+        if let Some((_, r)) = add {
+            args.push(self.ptr(r));
+        }
+        // The fold of the bands runs in blocks after the rows' (it reads only pass 1's
+        // partials, and writes the gain and bias gradients, which the rows never touch).
+        if knobs().ln_fold_in_dx {
+            let k1 = self.kernel(layernorm::backward_dx_kernel_folding(nm, add.is_some()))?;
+            args.extend([self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)]);
+            let (grid, block) = layernorm::dx_fold_launch(nm);
+            v.push(Pending { kernel: k1, grid, block, args, node: Some(id) });
+            return Ok(v);
+        }
         let k3 = self.kernel(layernorm::backward_finish_kernel(nm))?;
         let (grid, block) = layernorm::finish_launch(nm);
         v.push(Pending {
@@ -465,11 +479,6 @@ impl Lowerer<'_> {
             node: Some(id),
         });
         let k1 = self.kernel(layernorm::backward_dx_kernel_adding(nm, add.is_some()))?;
-        let dst = add.map_or(out(0), |(a, _)| Value { node: a, index: 0 });
-        let mut args: Vec<A> = [dst, x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect();
-        if let Some((_, r)) = add {
-            args.push(self.ptr(r));
-        }
         v.push(Pending {
             kernel: k1,
             grid: (nm.rows as u32, 1, 1),
