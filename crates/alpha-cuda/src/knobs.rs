@@ -11,7 +11,7 @@
 //! | `ALPHA_PDL=off` | plain launches instead of programmatic dependent launches |
 //! | `ALPHA_PDL_TRIGGER=start` | kernels let the next kernel launch as they start, not as they exit |
 //! | `ALPHA_PW_VECTOR=off` | pointwise kernels one element a thread |
-//! | `ALPHA_LN_FOLD=separate` | LayerNorm's band fold as a launch of its own, not beside the rows of dx |
+//! | `ALPHA_LN_FOLD=beside\|separate` | LayerNorm's band fold beside the input gradient's rows, or a launch of its own, at every size |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -34,8 +34,8 @@ pub struct Knobs {
     pub early_trigger: bool,
     /// Pointwise kernels four elements a thread where they can.
     pub pointwise_vector: bool,
-    /// LayerNorm's band fold in the input-gradient launch.
-    pub ln_fold_in_dx: bool,
+    /// A forced choice of LayerNorm's band fold in the input-gradient launch (None: by size).
+    pub ln_fold: Option<bool>,
     /// Attention's two backward passes in one launch where the plan allows.
     pub joint_attention_backward: bool,
 }
@@ -57,7 +57,11 @@ pub fn knobs() -> &'static Knobs {
             dependent_launch: var("ALPHA_PDL").as_deref() != Some("off"),
             early_trigger: var("ALPHA_PDL_TRIGGER").as_deref() == Some("start"),
             pointwise_vector: var("ALPHA_PW_VECTOR").as_deref() != Some("off"),
-            ln_fold_in_dx: var("ALPHA_LN_FOLD").as_deref() != Some("separate"),
+            ln_fold: match var("ALPHA_LN_FOLD").as_deref() {
+                Some("beside") => Some(true),
+                Some("separate") => Some(false),
+                _ => None,
+            },
             joint_attention_backward: var("ALPHA_ATTN_JOINT").as_deref() != Some("off"),
         }
     })
