@@ -34,6 +34,11 @@
 //!   per 16-query chunk: Sᵀ = K·Qᵀ, Pᵀ, dPᵀ = V·dOᵀ, dSᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q (lse and
 //!   delta of the query tile staged in shared memory); dk = scale·dK.
 //!
+//! - both backward passes in one launch ([`backward_kernel_rotating`], the lowering's choice
+//!   where the grids agree and no output lies on an input): delta first by
+//!   [`backward_delta_kernel`], then each block runs the dK/dV pass of key tile x and the dQ pass
+//!   of query tile x, so every block has ⌈T/64⌉ + 1 tiles of causal work.
+//!
 //! Forward and dQ blocks take their query tiles in reverse order (the longest causal rows start
 //! first); the dK/dV blocks' natural order already starts with the longest. Rows past T are read
 //! as zeros and never stored; a masked or absent score gets probability exactly 0. The overlaps

@@ -6,8 +6,11 @@
 //! gradients sum over every row; doing that with atomics would make their bits depend on
 //! scheduling. Instead they take two passes in the CPU reference's order
 //! (`alpha-cpu/src/kernels/norms.rs`): pass 1 gives each band of [`BAND`] rows and each column
-//! one thread, which sums its band's rows in order; pass 2 gives each column one thread, which
-//! adds the bands in order. Each column's sum is thus the CPU's sum, operation for operation.
+//! one thread, which sums its band's rows in order; pass 2 folds each column's bands in order,
+//! one lane a column, from band partials staged through shared memory ([`fold_bands`]) — as a
+//! launch of its own, or in blocks after the input gradient's rows where the bands are few
+//! ([`backward_dx_kernel_folding`]). Each column's sum is thus the CPU's sum, operation for
+//! operation.
 //!
 //! How: x, gain, bias, dy and all outputs are f32; `mean` and `rstd` are saved per row by the
 //! forward and read by the backward. `.rn` arithmetic in the reference's order of operations;
