@@ -1484,11 +1484,13 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
             candidates.extend([2u32, 4, 8].into_iter().filter(|&s| s != chosen && k.is_multiple_of(base.bk * s)));
         }
         for splits in candidates {
-            let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n))?;
+            // Arena buffers are 16-byte aligned.
+            let width = gemm::splitk_reduce_width(m * n, true);
+            let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n, width))?;
             let part = sh.split(&base, splits);
             let split_run = || -> Result<()> {
                 gemm::launch(gpu, &f_part, &base, &part, ab.ptr, bb.ptr, partials.ptr, partials.ptr)?;
-                let blocks = gemm::splitk_reduce_blocks(m * n);
+                let blocks = gemm::splitk_reduce_blocks(m * n, width);
                 let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
                 gpu.launch(&f_reduce, cfg, &[Arg::U64(cb.ptr), Arg::U64(cb.ptr), Arg::U64(partials.ptr)])
             };

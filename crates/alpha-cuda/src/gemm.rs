@@ -499,27 +499,35 @@ pub const REDUCE_THREADS: u32 = 256;
 /// Elements a thread of the split-K reduction takes where `mn` allows ([`splitk_reduce_kernel`]).
 const REDUCE_VECTOR: u32 = 4;
 
-/// Blocks of the split-K reduction over `mn` elements (four a thread where `mn` is a multiple of
-/// four, as [`splitk_reduce_kernel`] builds it).
-pub fn splitk_reduce_blocks(mn: u32) -> u32 {
-    let per = if mn.is_multiple_of(REDUCE_VECTOR) { REDUCE_VECTOR } else { 1 };
-    (mn / per).div_ceil(REDUCE_THREADS).min(crate::pointwise::MAX_BLOCKS)
+/// Elements a thread of the split-K reduction takes: four (16-byte accesses) where `mn` is a
+/// multiple of four and the caller knows every pointer 16-byte `aligned`, else one.
+pub fn splitk_reduce_width(mn: u32, aligned: bool) -> u32 {
+    if aligned && mn.is_multiple_of(REDUCE_VECTOR) {
+        REDUCE_VECTOR
+    } else {
+        1
+    }
+}
+
+/// Blocks of the split-K reduction over `mn` elements, `width` a thread.
+pub fn splitk_reduce_blocks(mn: u32, width: u32) -> u32 {
+    (mn / width).div_ceil(REDUCE_THREADS).min(crate::pointwise::MAX_BLOCKS)
 }
 
 /// Sums the `splits` partial products of a split-K GEMM (`partials[s·mn + i]`, in order of s)
 /// and applies `spec`'s epilogue, writing `c` (and `u` with an activation): params (c, r,
-/// partials, u?), every pointer 16-byte aligned; grid [`splitk_reduce_blocks`]. Each element is
-/// one thread's fixed-order f32 sum; a thread takes four consecutive elements (16-byte
-/// accesses) where `mn` is a multiple of four. Why four: one context's 145 reductions a step
-/// were each a few microseconds of one-element threads.
-pub fn splitk_reduce_kernel(spec: &GemmSpec, splits: u32, mn: u32) -> Kernel {
+/// partials, u?); grid [`splitk_reduce_blocks`]. Each element is one thread's fixed-order f32
+/// sum; a thread takes `width` ([`splitk_reduce_width`]) consecutive elements. Why four: one
+/// context's 145 reductions a step were each a few microseconds of one-element threads.
+pub fn splitk_reduce_kernel(spec: &GemmSpec, splits: u32, mn: u32, width: u32) -> Kernel {
     let act = spec.activation.map(|u| format!("_{}", format!("{u:?}").to_lowercase())).unwrap_or_default();
     let ep = match spec.epilogue {
         Epilogue::Store => "store",
         Epilogue::AddResidual => "add",
         Epilogue::Accumulate => "acc",
     };
-    let vw = if mn.is_multiple_of(REDUCE_VECTOR) { REDUCE_VECTOR } else { 1 };
+    assert!(width == 1 || (width == REDUCE_VECTOR && mn.is_multiple_of(width)), "split-K reduction width {width}");
+    let vw = width;
     let suffix = if vw > 1 { format!("_v{vw}") } else { String::new() };
     let mut k = Kernel::new(&format!("gemm_splitk{splits}_{ep}{act}{suffix}")).with_block(REDUCE_THREADS, 1, 1);
     let c = k.param_reg("c", ParamTy::U64);

@@ -702,12 +702,14 @@ impl Lowerer<'_> {
                         args.extend([part.stride_a, part.stride_b, part.stride_c].map(A::U64));
                         let block = (pspec.threads(), 1, 1);
                         v.push(Pending { kernel, grid: pspec.grid(&part), block, args, node: some });
-                        let kernel = self.kernel(gemm::splitk_reduce_kernel(&spec, splits, mn))?;
                         let mut args = vec![self.ptr(c), self.ptr(r), A::Scratch(0)];
                         if let Some((u, _)) = act {
                             args.push(self.ptr(Value { node: u, index: 0 }));
                         }
-                        let blocks = gemm::splitk_reduce_blocks(mn);
+                        let aligned = args.iter().all(|a| matches!(a, A::Ptr(o) | A::Scratch(o) if o % 16 == 0));
+                        let width = gemm::splitk_reduce_width(mn, aligned);
+                        let kernel = self.kernel(gemm::splitk_reduce_kernel(&spec, splits, mn, width))?;
+                        let blocks = gemm::splitk_reduce_blocks(mn, width);
                         let block = (gemm::REDUCE_THREADS, 1, 1);
                         v.push(Pending { kernel, grid: (blocks, 1, 1), block, args, node: some });
                         return Ok(v);
