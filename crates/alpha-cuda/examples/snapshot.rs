@@ -1,6 +1,6 @@
 //! `snapshot DIR`: writes the PTX of every kernel Alpha can build and every launch (kernel,
-//! grid, block, arguments) of Bob's, Coppelius's (one and 16 contexts) and GPT-2's training steps
-//! to DIR, without a GPU.
+//! grid, block, arguments) and every load-time constant of Bob's, Coppelius's (one and 16
+//! contexts) and GPT-2's training steps to DIR, without a GPU.
 //!
 //! Why: a refactor of a kernel family or of the lowering that should change nothing can then be
 //! shown to change nothing: take a snapshot before and after, and `cmp` the files.
@@ -40,6 +40,13 @@ fn main() {
             for x in ph {
                 t += &format!("{} {:?} {:?} {:?}\n", l.kernels[x.kernel].name, x.grid, x.block, x.args);
             }
+        }
+        // The constants written at load (chunk tables, rotary tables), by offset, length and an
+        // FNV-1a digest of their bytes.
+        for (offset, bytes) in &l.inits {
+            let digest =
+                bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+            t += &format!("init {offset} {} {digest:016x}\n", bytes.len());
         }
         std::fs::write(format!("{dir}/{name}.txt"), t).expect("write the launches");
     }

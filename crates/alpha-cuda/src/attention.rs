@@ -430,7 +430,7 @@ pub(crate) fn kernel_name(family: &str, pass: &str, load: [bool; 2], inverse_rot
 
 /// Declares pointer parameters `names`, then `tab` (the inverse rotary's table) when given,
 /// then `q_tab` and `k_tab` for the q and k turned on load.
-fn pointer_params<const N: usize>(
+pub(crate) fn pointer_params<const N: usize>(
     k: &mut Kernel,
     names: [&str; N],
     tab: Option<&str>,

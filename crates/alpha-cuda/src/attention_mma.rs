@@ -52,7 +52,9 @@
 //! next tile's loads in two halves (fewer registers in flight) measured up to 13% slower, so
 //! each tile's loads are issued at once; ptxas then uses up to 255 registers, without spilling.
 
-use crate::attention::{dkv_params, dq_params, forward_params, kernel_name, kv_head, rotate_pairs, Dims};
+use crate::attention::{
+    dkv_params, dq_params, forward_params, kernel_name, kv_head, pointer_params, rotate_pairs, Dims,
+};
 use crate::ptx::{addr, Kernel, Opnd, Reg, RegKind};
 
 /// The head dimension these kernels are written for.
@@ -812,9 +814,7 @@ fn delta_rows(
 pub fn backward_delta_kernel(dims: &Dims) -> Kernel {
     let t = dims.t as u32;
     let mut k = Kernel::new("attention_mma_bwd_delta").with_block(THREADS, 1, 1);
-    let delta = k.param_reg("delta", crate::ptx::ParamTy::U64);
-    let o = k.param_reg("o", crate::ptx::ParamTy::U64);
-    let dout = k.param_reg("do", crate::ptx::ParamTy::U64);
+    let ([delta, o, dout], _, _) = pointer_params(&mut k, ["delta", "o", "do"], None, [false, false]);
     let ln = lanes(&mut k);
     let cx = k.sreg("%ctaid.x");
     let bh = k.sreg("%ctaid.y");

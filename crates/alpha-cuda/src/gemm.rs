@@ -1081,39 +1081,32 @@ pub(crate) fn store_tile(
         Epilogue::Store => None,
         Epilogue::AddResidual | Epilogue::Accumulate => Some(rptr.unwrap_or(cptr)),
     };
-    for acc_m in acc {
-        let oks: Vec<Vec<Reg>> = (0..2usize)
+    for (mi, acc_m) in acc.iter().enumerate() {
+        // Per half (rows g and g + 8 of the group): each column group's in-range predicate.
+        let oks: Vec<Vec<Reg>> = (0..2u32)
             .map(|h| {
-                let rr = k.bin("add.u32", RegKind::B32, row0, h as u32 * 8);
+                let rr = k.bin("add.u32", RegKind::B32, row0, mi as u32 * 16 + h * 8);
                 let row_ok = k.setp("lt.u32", rr, m);
                 col_ok.iter().map(|&c| k.bin("and.pred", RegKind::Pred, row_ok, c)).collect()
             })
             .collect();
-        let olds: Vec<Vec<Vec<Reg>>> = match src {
-            None => vec![],
-            Some(sp) => {
-                let sp1 = k.reg(RegKind::B64);
-                k.op("add.s64", [sp1.into(), sp.into(), row_step.into()]);
-                [sp, sp1]
-                    .iter()
-                    .zip(&oks)
-                    .map(|(&p, oks_h)| {
-                        oks_h
-                            .iter()
-                            .enumerate()
-                            .map(|(ni, &ok)| {
-                                let old = k.regs(RegKind::F32, 2);
-                                k.op("mov.f32", [old[0].into(), 0.0f32.into()]);
-                                k.op("mov.f32", [old[1].into(), 0.0f32.into()]);
-                                let off = (ni * 32) as i64;
-                                k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(old.clone()), addr(p, off)]);
-                                old
-                            })
-                            .collect()
-                    })
-                    .collect()
+        // Per half and column group: the two values added to the accumulators.
+        let mut olds: Vec<Vec<Vec<Reg>>> = vec![];
+        if let Some(sp) = src {
+            let sp1 = k.reg(RegKind::B64);
+            k.op("add.s64", [sp1.into(), sp.into(), row_step.into()]);
+            for (p, oks_h) in [sp, sp1].into_iter().zip(&oks) {
+                let mut half = vec![];
+                for (ni, &ok) in oks_h.iter().enumerate() {
+                    let old = k.regs(RegKind::F32, 2);
+                    k.op("mov.f32", [old[0].into(), 0.0f32.into()]);
+                    k.op("mov.f32", [old[1].into(), 0.0f32.into()]);
+                    k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(old.clone()), addr(p, (ni * 32) as i64)]);
+                    half.push(old);
+                }
+                olds.push(half);
             }
-        };
+        }
         for (h, oks_h) in oks.iter().enumerate() {
             for (ni, c) in acc_m.iter().enumerate() {
                 let ok = oks_h[ni];
@@ -1140,8 +1133,6 @@ pub(crate) fn store_tile(
                 k.op("add.s64", [rp.into(), rp.into(), row_step.into()]);
             }
         }
-        // row0 moves on 16 rows for the next row group (mi); the pointers already have.
-        k.op("add.u32", [row0.into(), row0.into(), 16u32.into()]);
     }
 }
 

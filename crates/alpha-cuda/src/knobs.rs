@@ -45,23 +45,21 @@ pub fn knobs() -> &'static Knobs {
     static KNOBS: OnceLock<Knobs> = OnceLock::new();
     KNOBS.get_or_init(|| {
         let var = |name: &str| std::env::var(name).ok();
+        // A choice forced either way (`yes` or `no`), or left to the lowering.
+        let forced = |name: &str, yes: &str, no: &str| match var(name).as_deref() {
+            Some(v) if v == yes => Some(true),
+            Some(v) if v == no => Some(false),
+            _ => None,
+        };
         Knobs {
             mma_engine: var("ALPHA_GEMM_ENGINE").as_deref() == Some("mma"),
             ring_stages: var("ALPHA_GEMM_STAGES").and_then(|s| s.parse().ok()).unwrap_or(0),
             split_k: var("ALPHA_GEMM_SPLITK").as_deref() != Some("off"),
-            head_split: match var("ALPHA_FUSE_HEADS").as_deref() {
-                Some("on") => Some(true),
-                Some("off") => Some(false),
-                _ => None,
-            },
+            head_split: forced("ALPHA_FUSE_HEADS", "on", "off"),
             dependent_launch: var("ALPHA_PDL").as_deref() != Some("off"),
             early_trigger: var("ALPHA_PDL_TRIGGER").as_deref() == Some("start"),
             pointwise_vector: var("ALPHA_PW_VECTOR").as_deref() != Some("off"),
-            ln_fold: match var("ALPHA_LN_FOLD").as_deref() {
-                Some("beside") => Some(true),
-                Some("separate") => Some(false),
-                _ => None,
-            },
+            ln_fold: forced("ALPHA_LN_FOLD", "beside", "separate"),
             joint_attention_backward: var("ALPHA_ATTN_JOINT").as_deref() != Some("off"),
         }
     })

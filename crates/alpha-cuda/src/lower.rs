@@ -130,6 +130,15 @@ enum A {
     U64(u64),
 }
 
+/// Every pointer among `args` 16-byte aligned (the arena and the scratch region start aligned),
+/// so a kernel may access them 16 bytes at a time.
+fn aligned16(args: &[A]) -> bool {
+    args.iter().all(|a| match a {
+        A::Ptr(o) | A::Scratch(o) => o % 16 == 0,
+        A::U32(_) | A::U64(_) => true,
+    })
+}
+
 struct Pending {
     kernel: usize,
     grid: (u32, u32, u32),
@@ -212,11 +221,7 @@ impl Lowerer<'_> {
 
     fn pointwise(&mut self, pw: Pointwise, args: Vec<A>, node: Option<u32>) -> Result<Pending> {
         // Four elements a thread where the layout allows and every pointer is 16-byte aligned.
-        let aligned = args.iter().all(|a| match a {
-            A::Ptr(o) | A::Scratch(o) => o % 16 == 0,
-            A::U32(_) | A::U64(_) => true,
-        });
-        let vector = aligned && knobs().pointwise_vector && pw.vectorizable();
+        let vector = aligned16(&args) && knobs().pointwise_vector && pw.vectorizable();
         let (blocks, threads) = pw.grid_with(vector);
         let kernel = self.kernel(pw.kernel_with(vector)?)?;
         Ok(Pending { kernel, grid: (blocks, 1, 1), block: (threads, 1, 1), args, node })
@@ -706,8 +711,7 @@ impl Lowerer<'_> {
                         if let Some((u, _)) = act {
                             args.push(self.ptr(Value { node: u, index: 0 }));
                         }
-                        let aligned = args.iter().all(|a| matches!(a, A::Ptr(o) | A::Scratch(o) if o % 16 == 0));
-                        let width = gemm::splitk_reduce_width(mn, aligned);
+                        let width = gemm::splitk_reduce_width(mn, aligned16(&args));
                         let kernel = self.kernel(gemm::splitk_reduce_kernel(&spec, splits, mn, width))?;
                         let blocks = gemm::splitk_reduce_blocks(mn, width);
                         let block = (gemm::REDUCE_THREADS, 1, 1);
@@ -2085,6 +2089,18 @@ mod tests {
     use alpha_ir::{Graph, Init, Program};
     use std::collections::BTreeMap;
 
+    /// Lowers `g` as a one-phase forward program whose output "s" is `s`.
+    fn lower_forward(g: Graph, s: Value) -> Lowered {
+        let mut outs = BTreeMap::new();
+        outs.insert("s".to_string(), s);
+        lower_program(&Program::single(g.finish().unwrap(), "forward", outs)).unwrap()
+    }
+
+    /// The kernel of each of phase 0's launches, in order.
+    fn launch_names(l: &Lowered) -> Vec<&str> {
+        l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect()
+    }
+
     #[test]
     fn a_small_program_lowers_with_shared_kernels_and_constants() {
         let mut g = Graph::new("t");
@@ -2098,14 +2114,11 @@ mod tests {
         let two = g.constant(2.0, &[], DType::F32);
         let y = g.mul(y, two);
         let s = g.sum_all(y);
-        let mut outs = BTreeMap::new();
-        outs.insert("s".to_string(), s);
-        let p = Program::single(g.finish().unwrap(), "forward", outs);
-        let l = lower_program(&p).unwrap();
+        let l = lower_forward(g, s);
         // The two casts (32 elements each) share one kernel, four elements a thread; K = 8 is
         // outside the tiled GEMM's contract → simple GEMM; the broadcasting multiply by a
         // scalar stays one element a thread.
-        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        let names = launch_names(&l);
         assert_eq!(
             names,
             ["pw_cast_f32_bf16_v4", "pw_cast_f32_bf16_v4", "gemm_simple", "pw_add_v4", "pw_mul", "reduce_sum"]
@@ -2133,11 +2146,8 @@ mod tests {
         let y = g.matmul(x16, w16);
         let r = g.add(x, y);
         let s = g.sum_all(r);
-        let mut outs = BTreeMap::new();
-        outs.insert("s".to_string(), s);
-        let p = Program::single(g.finish().unwrap(), "forward", outs);
-        let l = lower_program(&p).unwrap();
-        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        let l = lower_forward(g, s);
+        let names = launch_names(&l);
         assert_eq!(names, ["gemm_rr_f32_add_64x64_wg", "reduce_sum"]);
         // A = x's and B = w's f32 slots, C = the Add's slot, R = x.
         let args = &l.phases[0][0].args;
@@ -2174,11 +2184,8 @@ mod tests {
         // The pre-activation has another reader (as GeluGrad would), so it is still stored.
         let h = g.mul(a, y);
         let s = g.sum_all(h);
-        let mut outs = BTreeMap::new();
-        outs.insert("s".to_string(), s);
-        let p = Program::single(g.finish().unwrap(), "forward", outs);
-        let l = lower_program(&p).unwrap();
-        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        let l = lower_forward(g, s);
+        let names = launch_names(&l);
         assert_eq!(names, ["gemm_rr_f32_store_gelu_64x64_wg", "pw_mul_v4", "reduce_sum"]);
         let args = &l.phases[0][0].args;
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
@@ -2223,11 +2230,8 @@ mod tests {
         let a = g.relu(y);
         let h = g.mul(a, y);
         let s = g.sum_all(h);
-        let mut outs = BTreeMap::new();
-        outs.insert("s".to_string(), s);
-        let p = Program::single(g.finish().unwrap(), "forward", outs);
-        let l = lower_program(&p).unwrap();
-        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        let l = lower_forward(g, s);
+        let names = launch_names(&l);
         assert_eq!(l.plan.slot(a).offset, l.plan.slot(y0).offset, "the premise: relu's slot is y0's");
         assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64_wg", "ew_relu_mul", "reduce_sum"]);
     }
@@ -2245,11 +2249,8 @@ mod tests {
         let w16 = g.cast(w, DType::BF16);
         let y = g.matmul(y16, w16);
         let s = g.sum_all(y);
-        let mut outs = BTreeMap::new();
-        outs.insert("s".to_string(), s);
-        let p = Program::single(g.finish().unwrap(), "forward", outs);
-        let l = lower_program(&p).unwrap();
-        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        let l = lower_forward(g, s);
+        let names = launch_names(&l);
         assert_eq!(names, ["pw_mul_v4", "gemm_rr_bf16f32_store_64x64_wg", "reduce_sum"]);
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
         // The multiply writes the cast's slot; the GEMM reads it and w's f32 slot.
@@ -2290,7 +2291,7 @@ mod tests {
         // lse kept alive (an output), so the plan puts neither turned-back gradient on it.
         let (p, [rq, rk, dv, _, _]) = attention_backward_program(false, true);
         let l = lower_program(&p).unwrap();
-        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        let names = launch_names(&l);
         assert_eq!(names, ["attention_fwd", "attention_bwd_dq_rotary", "attention_bwd_dkv_rotary"]);
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
         let (dq, dkv) = (&l.phases[0][1].args, &l.phases[0][2].args);
@@ -2329,7 +2330,7 @@ mod tests {
         let (o, lse) = (Value { node: attn, index: 0 }, Value { node: attn, index: 1 });
         assert_eq!(l.plan.slot(rq).offset, l.plan.slot(o).offset, "the premise: dq's Rotary on o");
         assert_eq!(l.plan.slot(rk).offset, l.plan.slot(lse).offset, "the premise: dk's Rotary on lse");
-        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        let names = launch_names(&l);
         assert_eq!(names, ["attention_fwd", "attention_bwd_dq_rotary", "attention_bwd_dkv", "rotary_inverse"]);
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
         assert_eq!(l.phases[0][1].args[0], slot(rq));
@@ -2370,7 +2371,7 @@ mod tests {
     fn forward_rotaries_are_turned_on_load_by_the_attention_kernels() {
         let (p, [q, k, _, _]) = rotary_attention_program(false);
         let l = lower_program(&p).unwrap();
-        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        let names = launch_names(&l);
         assert_eq!(
             names,
             [
@@ -2401,7 +2402,7 @@ mod tests {
     fn a_rotated_tensor_read_elsewhere_keeps_its_rotary() {
         let (p, [q, k, rq, _]) = rotary_attention_program(true);
         let l = lower_program(&p).unwrap();
-        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        let names = launch_names(&l);
         assert_eq!(
             names,
             [
@@ -2432,7 +2433,7 @@ mod tests {
     fn a_gradient_read_elsewhere_keeps_its_inverse_rotary() {
         let (p, [_, rk, _, dq, _]) = attention_backward_program(true, true);
         let l = lower_program(&p).unwrap();
-        let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        let names = launch_names(&l);
         assert_eq!(names, ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkv_rotary", "rotary_inverse"]);
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
         assert_eq!(l.phases[0][1].args[0], slot(dq));

@@ -42,25 +42,46 @@ pub const CAST_ENTRY: usize = 24;
 /// The cast chunk table for (f32 source offset, bf16 destination offset, length) in arena
 /// bytes: bytes and entry count.
 pub fn cast_table(tensors: &[(usize, usize, usize)]) -> Result<(Vec<u8>, usize)> {
-    let mut t = vec![];
-    let mut n = 0;
-    for &(src, dst, len) in tensors {
-        if src % 16 != 0 || dst % 8 != 0 {
-            bail!("cast: source at {src} or destination at {dst} is not aligned for vector access");
-        }
-        let mut at = 0;
-        while at < len {
-            let l = CAST_CHUNK.min(len - at);
+    if let Some(&(src, dst, _)) = tensors.iter().find(|&&(src, dst, _)| src % 16 != 0 || dst % 8 != 0) {
+        bail!("cast: source at {src} or destination at {dst} is not aligned for vector access");
+    }
+    chunk_table(
+        "cast",
+        tensors,
+        CAST_CHUNK,
+        |x| x.2,
+        |&(src, dst, _), at, l, t| {
             t.extend(((src + at * 4) as u64).to_le_bytes());
             t.extend(((dst + at * 2) as u64).to_le_bytes());
             t.extend((l as u32).to_le_bytes());
             t.extend(0u32.to_le_bytes());
+        },
+    )
+}
+
+/// A chunk table: each tensor (of `len` elements) cut into chunks of at most `chunk`, and for
+/// each chunk (at element `at`, `l` long) the entry `entry` appends. Returns the bytes and the
+/// entry count (the grid), which must be 1 to `i32::MAX`.
+fn chunk_table<T>(
+    what: &str,
+    tensors: &[T],
+    chunk: usize,
+    len: impl Fn(&T) -> usize,
+    mut entry: impl FnMut(&T, usize, usize, &mut Vec<u8>),
+) -> Result<(Vec<u8>, usize)> {
+    let mut t = vec![];
+    let mut n = 0;
+    for x in tensors {
+        let mut at = 0;
+        while at < len(x) {
+            let l = chunk.min(len(x) - at);
+            entry(x, at, l, &mut t);
             at += l;
             n += 1;
         }
     }
     if n == 0 || n > i32::MAX as usize {
-        bail!("cast: {n} chunks");
+        bail!("{what}: {n} chunks");
     }
     Ok((t, n))
 }
@@ -148,46 +169,34 @@ pub struct AdamwTensor {
 /// The sum-of-squares chunk table for f32 tensors at (arena byte offset, length): bytes and
 /// entry count. Empty tensors contribute nothing.
 pub fn sumsq_table(tensors: &[(usize, usize)]) -> Result<(Vec<u8>, usize)> {
-    let mut t = vec![];
-    let mut n = 0;
-    for &(off, len) in tensors {
-        let mut at = 0;
-        while at < len {
-            let l = SUMSQ_CHUNK.min(len - at);
+    chunk_table(
+        "sum-squares",
+        tensors,
+        SUMSQ_CHUNK,
+        |x| x.1,
+        |&(off, _), at, l, t| {
             t.extend(((off + at * 4) as u64).to_le_bytes());
             t.extend((l as u32).to_le_bytes());
             t.extend(0u32.to_le_bytes());
-            at += l;
-            n += 1;
-        }
-    }
-    if n == 0 || n > i32::MAX as usize {
-        bail!("sum-squares: {n} chunks");
-    }
-    Ok((t, n))
+        },
+    )
 }
 
 /// The AdamW chunk table: bytes and entry count.
 pub fn adamw_table(tensors: &[AdamwTensor]) -> Result<(Vec<u8>, usize)> {
-    let mut t = vec![];
-    let mut n = 0;
-    for x in tensors {
-        let mut at = 0;
-        while at < x.len {
-            let l = ADAMW_CHUNK.min(x.len - at);
+    chunk_table(
+        "adamw",
+        tensors,
+        ADAMW_CHUNK,
+        |x| x.len,
+        |x, at, l, t| {
             for o in [x.p, x.g, x.m, x.v] {
                 t.extend(((o + at * 4) as u64).to_le_bytes());
             }
             t.extend((l as u32).to_le_bytes());
             t.extend(x.weight_decay.to_bits().to_le_bytes());
-            at += l;
-            n += 1;
-        }
-    }
-    if n == 0 || n > i32::MAX as usize {
-        bail!("adamw: {n} chunks");
-    }
-    Ok((t, n))
+        },
+    )
 }
 
 /// Sums `v` (f64) over the block in a fixed tree through `sh` (THREADS·8 bytes); returns the

@@ -181,63 +181,29 @@ impl Pointwise {
         let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
         let out = k.param_reg("out", ParamTy::U64);
         let ins: Vec<Reg> = (0..self.ins.len()).map(|j| k.param_reg(&format!("in{j}"), ParamTy::U64)).collect();
-        if vector {
-            self.vector_body(&mut k, out, &ins, &shape, &strides);
-            return Ok(k);
-        }
-        let nreg = k.imm_u32(n as u32);
-        let (i, stride, top, end) = grid_stride_begin(&mut k, nreg);
-        // Element offsets of every operand for linear index i.
-        let offs = element_offsets(&mut k, i, &shape, &strides);
-        let raw = matches!(self.body, Body::Copy) && self.ins[0].dtype == self.out.dtype;
-        if raw {
-            let bytes = self.out.dtype.size() as u32;
-            let src = k.addr_of(ins[0], offs[1], bytes);
-            let dst = k.addr_of(out, offs[0], bytes);
-            let (kind, ld, st) = if bytes == 2 {
-                (RegKind::B16, "ld.global.b16", "st.global.b16")
-            } else {
-                (RegKind::B32, "ld.global.b32", "st.global.b32")
-            };
-            let v = k.reg(kind);
-            k.op(ld, [v.into(), addr(src, 0)]);
-            k.op(st, [addr(dst, 0), v.into()]);
-        } else {
-            let vals: Vec<Reg> =
-                self.ins.iter().enumerate().map(|(j, o)| load_f32(&mut k, o.dtype, ins[j], offs[j + 1])).collect();
-            let r = match self.body {
-                Body::Copy => vals[0],
-                Body::Unary(u) => emit_unary(&mut k, u, vals[0]),
-                Body::Binary(b) => emit_binary(&mut k, b, vals[0], vals[1]),
-                Body::Fill(v) => k.imm_f32(v),
-            };
-            store_f32(&mut k, self.out.dtype, out, offs[0], r);
-        }
-        grid_stride_end(&mut k, i, stride, nreg, &top, &end);
+        let width = if vector { VECTOR } else { 1 };
+        self.body(&mut k, out, &ins, &shape, &strides, width);
         Ok(k)
     }
 
-    /// The grid-stride loop over vectors of [`VECTOR`] elements.
-    fn vector_body(&self, k: &mut Kernel, out: Reg, ins: &[Reg], shape: &[u64], strides: &[Vec<u64>]) {
-        let vectors = (self.numel() / VECTOR as usize) as u32;
-        let nreg = k.imm_u32(vectors);
+    /// The grid-stride loop, `width` consecutive elements a thread (one index computation and
+    /// one access per operand for them all).
+    fn body(&self, k: &mut Kernel, out: Reg, ins: &[Reg], shape: &[u64], strides: &[Vec<u64>], width: u32) {
+        let nreg = k.imm_u32((self.numel() / width as usize) as u32);
         let (i, stride, top, end) = grid_stride_begin(k, nreg);
-        let first = k.bin("shl.b32", RegKind::B32, i, VECTOR.trailing_zeros());
+        // Element offsets of every operand for the thread's first element.
+        let first = if width == 1 { i } else { k.bin("shl.b32", RegKind::B32, i, width.trailing_zeros()) };
         let offs = element_offsets(k, first, shape, strides);
         let raw = matches!(self.body, Body::Copy) && self.ins[0].dtype == self.out.dtype;
         if raw {
             let bytes = self.out.dtype.size() as u32;
             let src = k.addr_of(ins[0], offs[1], bytes);
             let dst = k.addr_of(out, offs[0], bytes);
-            let words = (VECTOR * bytes / 4) as usize;
-            let v = k.regs(RegKind::B32, words);
-            let suffix = if words == 4 { "v4" } else { "v2" };
-            k.op(&format!("ld.global.{suffix}.b32"), [Opnd::V(v.clone()), addr(src, 0)]);
-            k.op(&format!("st.global.{suffix}.b32"), [addr(dst, 0), Opnd::V(v)]);
+            copy_bits(k, src, dst, width * bytes);
         } else {
             let vals: Vec<Vec<Reg>> =
-                self.ins.iter().enumerate().map(|(j, o)| load_f32x4(k, o.dtype, ins[j], offs[j + 1])).collect();
-            let r: Vec<Reg> = (0..VECTOR as usize)
+                self.ins.iter().enumerate().map(|(j, o)| load_f32s(k, o.dtype, ins[j], offs[j + 1], width)).collect();
+            let r: Vec<Reg> = (0..width as usize)
                 .map(|e| match self.body {
                     Body::Copy => vals[0][e],
                     Body::Unary(u) => emit_unary(k, u, vals[0][e]),
@@ -245,7 +211,7 @@ impl Pointwise {
                     Body::Fill(v) => k.imm_f32(v),
                 })
                 .collect();
-            store_f32x4(k, self.out.dtype, out, offs[0], &r);
+            store_f32s(k, self.out.dtype, out, offs[0], &r);
         }
         grid_stride_end(k, i, stride, nreg, &top, &end);
     }
@@ -264,8 +230,32 @@ impl Pointwise {
 /// Elements a thread takes in a vectorized pointwise kernel.
 pub const VECTOR: u32 = 4;
 
-/// Loads elements `idx .. idx + 4` of an f32 or bf16 array (16- or 8-byte aligned) as f32.
-fn load_f32x4(k: &mut Kernel, dtype: DType, base: Reg, idx: Reg) -> Vec<Reg> {
+/// Moves `bytes` (2, 4, 8 or 16, aligned) from `src` to `dst` unchanged.
+fn copy_bits(k: &mut Kernel, src: Reg, dst: Reg, bytes: u32) {
+    if bytes <= 4 {
+        let (kind, ld, st) = if bytes == 2 {
+            (RegKind::B16, "ld.global.b16", "st.global.b16")
+        } else {
+            (RegKind::B32, "ld.global.b32", "st.global.b32")
+        };
+        let v = k.reg(kind);
+        k.op(ld, [v.into(), addr(src, 0)]);
+        k.op(st, [addr(dst, 0), v.into()]);
+    } else {
+        let words = (bytes / 4) as usize;
+        let v = k.regs(RegKind::B32, words);
+        let suffix = if words == 4 { "v4" } else { "v2" };
+        k.op(&format!("ld.global.{suffix}.b32"), [Opnd::V(v.clone()), addr(src, 0)]);
+        k.op(&format!("st.global.{suffix}.b32"), [addr(dst, 0), Opnd::V(v)]);
+    }
+}
+
+/// Loads elements `idx .. idx + width` (width 1, or 4 from an f32 or bf16 array 16- or 8-byte
+/// aligned) as f32.
+fn load_f32s(k: &mut Kernel, dtype: DType, base: Reg, idx: Reg, width: u32) -> Vec<Reg> {
+    if width == 1 {
+        return vec![load_f32(k, dtype, base, idx)];
+    }
     let a = k.addr_of(base, idx, dtype.size() as u32);
     let f = k.regs(RegKind::F32, 4);
     if dtype == DType::BF16 {
@@ -286,9 +276,12 @@ fn load_f32x4(k: &mut Kernel, dtype: DType, base: Reg, idx: Reg) -> Vec<Reg> {
     f
 }
 
-/// Stores f32 `v[0..4]` as elements `idx .. idx + 4` of an f32 or bf16 array (rounded to
+/// Stores f32 `v` (one value, or four) as elements `idx ..` of a `dtype` array (rounded to
 /// nearest even for bf16, as [`store_f32`]).
-fn store_f32x4(k: &mut Kernel, dtype: DType, base: Reg, idx: Reg, v: &[Reg]) {
+fn store_f32s(k: &mut Kernel, dtype: DType, base: Reg, idx: Reg, v: &[Reg]) {
+    if let [x] = v {
+        return store_f32(k, dtype, base, idx, *x);
+    }
     let a = k.addr_of(base, idx, dtype.size() as u32);
     if dtype == DType::BF16 {
         // cvt.rn.bf16x2.f32 d, hi, lo: the first source goes to the upper half.
