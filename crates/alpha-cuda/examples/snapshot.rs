@@ -48,6 +48,9 @@ fn main() {
                 bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
             t += &format!("init {offset} {} {digest:016x}\n", bytes.len());
         }
+        for (at, operand, map) in &l.tensor_maps {
+            t += &format!("tensor map {at} over {operand} {map:?}\n");
+        }
         std::fs::write(format!("{dir}/{name}.txt"), t).expect("write the launches");
     }
 }

@@ -112,6 +112,11 @@ impl CudaBackend {
             let words: Vec<u16> = bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
             arena.upload(arena.region(*off, bytes.len())?, &words)?;
         }
+        for (at, operand, map) in &lowered.tensor_maps {
+            let bytes = crate::gemm_tma::encode(arena.base() + *operand as u64, map)?;
+            let words: Vec<u16> = bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+            arena.upload(arena.region(*at, bytes.len())?, &words)?;
+        }
         let carried = CARRIED_PTX.get().and_then(|m| m.get(&program.key()));
         let mut functions = Vec::with_capacity(lowered.kernels.len());
         for (i, k) in lowered.kernels.iter().enumerate() {

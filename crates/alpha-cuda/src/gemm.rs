@@ -139,6 +139,9 @@ pub enum Engine {
     Mma,
     /// Hopper's warpgroup `wgmma` on a four-stage `cp.async` ring ([`crate::gemm_wgmma`]).
     Wgmma,
+    /// `wgmma` fed by the tensor memory accelerator from a producer warp ([`crate::gemm_tma`]);
+    /// bf16 operands only; launched with two tensor maps ([`launch_with_maps`]).
+    Tma,
 }
 
 /// A product stored split into attention heads: C is `[B·T, S·H·D]` as computed (rows b·T + t,
@@ -202,11 +205,17 @@ impl GemmSpec {
         GemmSpec { engine: Engine::Wgmma, bk: crate::gemm_wgmma::BK, ..self }
     }
 
+    /// The same product on the TMA-fed `wgmma` engine (bf16 operands).
+    pub fn tma(self) -> GemmSpec {
+        GemmSpec { engine: Engine::Tma, bk: crate::gemm_wgmma::BK, ..self }
+    }
+
     /// Threads per block.
     pub fn threads(&self) -> u32 {
         match self.engine {
             Engine::Mma => THREADS,
             Engine::Wgmma => crate::gemm_wgmma::threads(self),
+            Engine::Tma => crate::gemm_tma::threads(self),
         }
     }
 
@@ -224,8 +233,8 @@ impl GemmSpec {
         if let Some(h) = self.heads {
             tile.push_str(&format!("_heads_b{}t{}h{}d{}", h.batch, h.t, h.heads, h.d));
         }
-        if self.engine == Engine::Wgmma {
-            tile.push_str("_wg");
+        if self.engine != Engine::Mma {
+            tile.push_str(if self.engine == Engine::Tma { "_tma" } else { "_wg" });
             if self.stages != 0 {
                 tile.push_str(&format!("_s{}", self.stages));
             }
@@ -291,6 +300,16 @@ impl GemmSpec {
                     if (a_input, b_input) == (Input::Bf16, Input::Bf16) {
                         // The shallowest ring (bf16 operands only): two blocks of 128 × 128 an SM.
                         v.push(GemmSpec { stages: 3, ..base });
+                        // The TMA-fed engine: every tile (store), both ring depths at the
+                        // largest, and the other epilogues.
+                        let tma = base.tma();
+                        for tile in Tile::ALL {
+                            v.push(GemmSpec { tile, ..tma });
+                        }
+                        v.push(GemmSpec { stages: 3, ..tma });
+                        for epilogue in [Epilogue::AddResidual, Epilogue::Accumulate] {
+                            v.push(GemmSpec { epilogue, ..tma });
+                        }
                     }
                 }
             }
@@ -308,6 +327,7 @@ impl GemmSpec {
         match self.engine {
             Engine::Mma => build(self),
             Engine::Wgmma => crate::gemm_wgmma::build(self),
+            Engine::Tma => crate::gemm_tma::build(self),
         }
     }
 }
@@ -465,6 +485,43 @@ pub fn launch(
     c: u64,
     r: u64,
 ) -> Result<()> {
+    if spec.engine == Engine::Tma {
+        bail!("{}: the TMA engine is launched with its tensor maps (launch_with_maps)", spec.name());
+    }
+    launch_args(gpu, f, spec, shape, [a, b, c, r], &[])
+}
+
+/// [`launch`] for the TMA engine: `maps` are the device addresses of A's and B's tensor maps
+/// (encoded from [`crate::gemm_tma::map_specs`]).
+#[allow(clippy::too_many_arguments)]
+pub fn launch_with_maps(
+    gpu: &Gpu,
+    f: &Function,
+    spec: &GemmSpec,
+    shape: &GemmShape,
+    a: u64,
+    b: u64,
+    c: u64,
+    r: u64,
+    maps: (u64, u64),
+) -> Result<()> {
+    crate::gemm_tma::check_shape(spec, shape)?;
+    for p in [maps.0, maps.1] {
+        if p % 64 != 0 {
+            bail!("{}: a tensor map at {p:#x} is not 64-byte aligned", spec.name());
+        }
+    }
+    launch_args(gpu, f, spec, shape, [a, b, c, r], &[Arg::U64(maps.0), Arg::U64(maps.1)])
+}
+
+fn launch_args(
+    gpu: &Gpu,
+    f: &Function,
+    spec: &GemmSpec,
+    shape: &GemmShape,
+    [a, b, c, r]: [u64; 4],
+    extra: &[Arg],
+) -> Result<()> {
     shape.check(spec)?;
     for (what, p) in [("A", a), ("B", b), ("C", c)] {
         if p % 16 != 0 {
@@ -472,25 +529,23 @@ pub fn launch(
         }
     }
     let cfg = LaunchConfig { grid: spec.grid(shape), block: (spec.threads(), 1, 1), shared_bytes: 0 };
-    gpu.launch(
-        f,
-        cfg,
-        &[
-            Arg::U64(a),
-            Arg::U64(b),
-            Arg::U64(c),
-            Arg::U64(r),
-            Arg::U32(shape.m),
-            Arg::U32(shape.n),
-            Arg::U32(shape.k),
-            Arg::U32(shape.lda),
-            Arg::U32(shape.ldb),
-            Arg::U32(shape.ldc),
-            Arg::U64(shape.stride_a),
-            Arg::U64(shape.stride_b),
-            Arg::U64(shape.stride_c),
-        ],
-    )
+    let mut args = vec![
+        Arg::U64(a),
+        Arg::U64(b),
+        Arg::U64(c),
+        Arg::U64(r),
+        Arg::U32(shape.m),
+        Arg::U32(shape.n),
+        Arg::U32(shape.k),
+        Arg::U32(shape.lda),
+        Arg::U32(shape.ldb),
+        Arg::U32(shape.ldc),
+        Arg::U64(shape.stride_a),
+        Arg::U64(shape.stride_b),
+        Arg::U64(shape.stride_c),
+    ];
+    args.extend_from_slice(extra);
+    gpu.launch(f, cfg, &args)
 }
 
 /// Threads per block of the split-K reduction.
@@ -1186,7 +1241,7 @@ mod tests {
     #[test]
     fn every_variant_renders_within_budget() {
         let all = GemmSpec::all();
-        assert_eq!(all.len(), 148);
+        assert_eq!(all.len(), 176);
         for spec in all {
             let k = spec.kernel();
             k.check_budget().unwrap();
@@ -1194,6 +1249,18 @@ mod tests {
             let text = k.render();
             assert!(text.contains(&format!(".visible .entry {}(", spec.name())));
             assert!(text.contains(&format!(".reqntid {}, 1, 1", spec.threads())));
+            if spec.engine == Engine::Tma {
+                // The consumer warpgroups and one producer warp; per stage one bulk copy of a
+                // K-major operand or tile/64 of an MN-major one; no cp.async, no proxy fence.
+                assert_eq!(spec.threads(), 2 * bm + 32);
+                assert_eq!(k.dynamic_shared, crate::gemm_tma::shared_bytes(&spec));
+                let boxes = |k_major: bool, rows: u32| if k_major { 1 } else { rows / 64 };
+                let copies = boxes(spec.a == Layout::RowMajor, bm) + boxes(spec.b == Layout::ColMajor, bn);
+                assert_eq!(text.matches("cp.async.bulk.tensor.2d").count() as u32, copies, "{}", spec.name());
+                assert_eq!(text.matches("wgmma.mma_async").count() as u32, spec.bk / 16);
+                assert!(!text.contains("cp.async.cg") && !text.contains("fence.proxy.async"));
+                continue;
+            }
             if spec.engine == Engine::Wgmma {
                 // One warpgroup per 64 rows, a 64 × bn × 16 product per 16 of K, the ring in
                 // dynamic shared memory; operands stored as not K-contiguous are read transposed.

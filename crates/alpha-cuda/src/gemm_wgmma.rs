@@ -253,6 +253,87 @@ fn descriptor_parts(k_major: bool) -> (u32, u32, u32) {
     (lbo >> 4, hi, k16_step)
 }
 
+/// The `wgmma` products of one ring stage, shared by this engine and the TMA-fed one
+/// ([`crate::gemm_tma`]): the descriptors' fixed parts, made once before the K loop.
+pub(crate) struct Products {
+    a_lbo: u32,
+    b_lbo: u32,
+    a_k16: u32,
+    b_k16: u32,
+    a_hi: Reg,
+    b_hi: Reg,
+    scale_d: Reg,
+    /// Byte offset of B's tile within a stage.
+    b_off: u32,
+    shape: String,
+    trans: (u32, u32),
+}
+
+impl Products {
+    /// Declares the accumulators (zeroed: one f32 per two columns of the warpgroup's 64 rows)
+    /// and the descriptors' fixed parts.
+    pub(crate) fn new(k: &mut Kernel, spec: &GemmSpec) -> (Vec<Reg>, Products) {
+        let (a_km, b_km) = (spec.a == Layout::RowMajor, spec.b == Layout::ColMajor);
+        let bn = spec.tile.cols();
+        let (a_lbo, a_hi, a_k16) = descriptor_parts(a_km);
+        let (b_lbo, b_hi, b_k16) = descriptor_parts(b_km);
+        let acc = k.regs(RegKind::F32, (bn / 2) as usize);
+        for &r in &acc {
+            k.op("mov.f32", [r.into(), 0.0f32.into()]);
+        }
+        let a_hi = k.imm_u32(a_hi);
+        let b_hi = k.imm_u32(b_hi);
+        let zero = k.imm_u32(0);
+        let scale_d = k.setp("eq.u32", zero, 0u32);
+        let products = Products {
+            a_lbo,
+            b_lbo,
+            a_k16,
+            b_k16,
+            a_hi,
+            b_hi,
+            scale_d,
+            b_off: spec.tile.rows() * LINE,
+            shape: format!("wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16"),
+            trans: (u32::from(!a_km), u32::from(!b_km)),
+        };
+        (acc, products)
+    }
+
+    /// Issues the four products of the stage at byte offset `stage` of the ring at `ring`
+    /// (this warpgroup's A rows at `a_wg`, the ring plus its 64-row offset) into `acc`.
+    pub(crate) fn issue(&self, k: &mut Kernel, acc: &[Reg], a_wg: Reg, ring: Reg, stage: Reg) {
+        let a_st = k.bin("add.u32", RegKind::B32, a_wg, stage);
+        let b_st0 = k.bin("add.u32", RegKind::B32, ring, stage);
+        let b_st = k.bin("add.u32", RegKind::B32, b_st0, self.b_off);
+        let a_lo0 = k.bin("shr.u32", RegKind::B32, a_st, 4u32);
+        let b_lo0 = k.bin("shr.u32", RegKind::B32, b_st, 4u32);
+        let a_lo = k.bin("add.u32", RegKind::B32, a_lo0, self.a_lbo << 16);
+        let b_lo = k.bin("add.u32", RegKind::B32, b_lo0, self.b_lbo << 16);
+        for ks in 0..BK / 16 {
+            let al = k.bin("add.u32", RegKind::B32, a_lo, (ks * self.a_k16) >> 4);
+            let bl = k.bin("add.u32", RegKind::B32, b_lo, (ks * self.b_k16) >> 4);
+            let ad = k.reg(RegKind::B64);
+            let bd = k.reg(RegKind::B64);
+            k.op("mov.b64", [ad.into(), Opnd::V(vec![al, self.a_hi])]);
+            k.op("mov.b64", [bd.into(), Opnd::V(vec![bl, self.b_hi])]);
+            k.op(
+                &self.shape,
+                [
+                    Opnd::V(acc.to_vec()),
+                    ad.into(),
+                    bd.into(),
+                    self.scale_d.into(),
+                    1u32.into(),
+                    1u32.into(),
+                    self.trans.0.into(),
+                    self.trans.1.into(),
+                ],
+            );
+        }
+    }
+}
+
 /// Builds the kernel for `spec` (its `bk` must be [`BK`]).
 pub fn build(spec: &GemmSpec) -> Kernel {
     let (bm, bn) = (spec.tile.rows(), spec.tile.cols());
@@ -283,16 +364,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     // This warpgroup's 64 rows of A: 64 lines (K-major) or one 64-row block of 64 lines.
     let wg = k.bin("shr.u32", RegKind::B32, h.tid, 7u32);
     let a_wg = k.tri("mad.lo.u32", RegKind::B32, wg, 64 * LINE, ring);
-    let (a_lbo, a_hi, a_k16) = descriptor_parts(a_km);
-    let (b_lbo, b_hi, b_k16) = descriptor_parts(b_km);
-    let acc = k.regs(RegKind::F32, (bn / 2) as usize);
-    for &r in &acc {
-        k.op("mov.f32", [r.into(), 0.0f32.into()]);
-    }
-    let a_hi = k.imm_u32(a_hi);
-    let b_hi = k.imm_u32(b_hi);
-    let zero = k.imm_u32(0);
-    let scale_d = k.setp("eq.u32", zero, 0u32);
+    let (acc, products) = Products::new(&mut k, spec);
     let ktiles = k.bin("shr.u32", RegKind::B32, h.kdim, BK.trailing_zeros());
 
     // Fills the stage at byte offset `st` with step `t` (a register) when t < ktiles: requests
@@ -353,36 +425,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     k.barrier();
     k.comment("tensor cores on stage rd");
     k.op("wgmma.fence.sync.aligned", []);
-    let a_st = k.bin("add.u32", RegKind::B32, a_wg, rd);
-    let b_st0 = k.bin("add.u32", RegKind::B32, ring, rd);
-    let b_st = k.bin("add.u32", RegKind::B32, b_st0, b_off);
-    let a_lo0 = k.bin("shr.u32", RegKind::B32, a_st, 4u32);
-    let b_lo0 = k.bin("shr.u32", RegKind::B32, b_st, 4u32);
-    let a_lo = k.bin("add.u32", RegKind::B32, a_lo0, a_lbo << 16);
-    let b_lo = k.bin("add.u32", RegKind::B32, b_lo0, b_lbo << 16);
-    let shape = format!("wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16");
-    let (ta, tb) = (u32::from(!a_km), u32::from(!b_km));
-    for ks in 0..BK / 16 {
-        let al = k.bin("add.u32", RegKind::B32, a_lo, (ks * a_k16) >> 4);
-        let bl = k.bin("add.u32", RegKind::B32, b_lo, (ks * b_k16) >> 4);
-        let ad = k.reg(RegKind::B64);
-        let bd = k.reg(RegKind::B64);
-        k.op("mov.b64", [ad.into(), Opnd::V(vec![al, a_hi])]);
-        k.op("mov.b64", [bd.into(), Opnd::V(vec![bl, b_hi])]);
-        k.op(
-            &shape,
-            [
-                Opnd::V(acc.clone()),
-                ad.into(),
-                bd.into(),
-                scale_d.into(),
-                1u32.into(),
-                1u32.into(),
-                ta.into(),
-                tb.into(),
-            ],
-        );
-    }
+    products.issue(&mut k, &acc, a_wg, ring, rd);
     k.op("wgmma.commit_group.sync.aligned", []);
     k.comment("refill: fp32 registers for step kt + ahead - 1, request step kt + ahead");
     let t_regs = k.bin("add.u32", RegKind::B32, kt, ahead - 1);

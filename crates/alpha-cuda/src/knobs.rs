@@ -4,7 +4,7 @@
 //!
 //! | variable | effect |
 //! |---|---|
-//! | `ALPHA_GEMM_ENGINE=mma` | matrix products on `mma.sync` instead of `wgmma` |
+//! | `ALPHA_GEMM_ENGINE=mma\|wgmma` | matrix products on `mma.sync`, or on `wgmma` fed by the `cp.async` ring only (not the TMA-fed engine) |
 //! | `ALPHA_GEMM_STAGES=n` | the `wgmma` ring's depth (3 for bf16 operands only, else ≥ 4) |
 //! | `ALPHA_GEMM_SPLITK=off` | no split-K |
 //! | `ALPHA_FUSE_HEADS=off` | no head-split stores (the permutes after the q/k/v projection and the output gradient run) |
@@ -21,6 +21,8 @@ use std::sync::OnceLock;
 pub struct Knobs {
     /// Products on the `mma.sync` engine.
     pub mma_engine: bool,
+    /// bf16 products on `wgmma` fed by the tensor memory accelerator.
+    pub tma_engine: bool,
     /// A forced ring depth (0: the lowering's choice).
     pub ring_stages: u32,
     /// Split-K allowed.
@@ -53,6 +55,7 @@ pub fn knobs() -> &'static Knobs {
         };
         Knobs {
             mma_engine: var("ALPHA_GEMM_ENGINE").as_deref() == Some("mma"),
+            tma_engine: !matches!(var("ALPHA_GEMM_ENGINE").as_deref(), Some("mma" | "wgmma")),
             ring_stages: var("ALPHA_GEMM_STAGES").and_then(|s| s.parse().ok()).unwrap_or(0),
             split_k: var("ALPHA_GEMM_SPLITK").as_deref() != Some("off"),
             head_split: forced("ALPHA_FUSE_HEADS", "on", "off"),

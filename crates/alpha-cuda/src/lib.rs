@@ -30,6 +30,7 @@ pub mod embedding;
 pub mod fused;
 pub mod gemm;
 pub mod gemm_simple;
+pub mod gemm_tma;
 pub mod gemm_wgmma;
 pub mod knobs;
 pub mod layernorm;

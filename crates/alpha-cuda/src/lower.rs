@@ -33,6 +33,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::attention::{self, Dims};
 use crate::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
 use crate::gemm_simple::Product;
+use crate::gemm_tma;
 use crate::gemm_wgmma;
 use crate::knobs::knobs;
 use crate::layernorm::{self, Norm};
@@ -76,6 +77,9 @@ pub struct Lowered {
     pub arena: usize,
     /// Bytes to write once at load: (offset, data).
     pub inits: Vec<(usize, Vec<u8>)>,
+    /// Tensor maps to encode once the arena's address is known and write at load: (offset of
+    /// the map's 128 bytes, offset of the operand it reads, its shape).
+    pub tensor_maps: Vec<(usize, usize, gemm_tma::MapSpec)>,
 }
 
 impl fmt::Debug for Lowered {
@@ -168,6 +172,9 @@ struct Lowerer<'p> {
     cast_candidates: HashMap<Value, u32>,
     /// [`grouped_param_casts`] of the program.
     param_casts: std::collections::HashSet<u32>,
+    /// Tensor maps of the TMA engine's launches (see [`Lowered::tensor_maps`]), one per
+    /// distinct operand and shape.
+    tensor_maps: Vec<(usize, usize, gemm_tma::MapSpec)>,
 }
 
 /// Per q (dq), k (dk): the tensor a fused rotary reads or writes instead, and its base.
@@ -215,6 +222,17 @@ impl Lowerer<'_> {
         A::Ptr(self.plan.slot(v).offset + elements as usize * self.g().dtype(v).size())
     }
 
+    /// The TMA engine's two tensor-map arguments for a launch of `spec` on `shape` reading
+    /// `a` and `b` (none on the other engines).
+    fn maps_for(&mut self, spec: &GemmSpec, shape: &GemmShape, a: Value, b: Value) -> Result<Vec<A>> {
+        if spec.engine != gemm::Engine::Tma {
+            return Ok(vec![]);
+        }
+        gemm_tma::check_shape(spec, shape)?;
+        let (ma, mb) = gemm_tma::map_specs(spec, shape);
+        Ok(vec![self.tensor_map(self.ptr(a), ma)?, self.tensor_map(self.ptr(b), mb)?])
+    }
+
     fn need_scratch(&mut self, bytes: usize) {
         self.scratch = self.scratch.max(bytes);
     }
@@ -237,6 +255,18 @@ impl Lowerer<'_> {
         self.inits.push((off, data.iter().flat_map(|x| x.to_le_bytes()).collect()));
         self.tables.insert((t, d, base.to_bits()), off);
         off
+    }
+
+    /// A tensor map over operand `v` (a plan value) in the constant region, encoded at load.
+    fn tensor_map(&mut self, v: A, map: gemm_tma::MapSpec) -> Result<A> {
+        let A::Ptr(operand) = v else { bail!("a tensor map over a scratch operand") };
+        if let Some(&(at, _, _)) = self.tensor_maps.iter().find(|(_, o, m)| *o == operand && *m == map) {
+            return Ok(A::Ptr(at));
+        }
+        let at = self.consts_end;
+        self.consts_end = (at + 128).div_ceil(ALIGN) * ALIGN;
+        self.tensor_maps.push((at, operand, map));
+        Ok(A::Ptr(at))
     }
 
     /// Appends `data` to the constant region (written once at load); returns its offset.
@@ -698,13 +728,14 @@ impl Lowerer<'_> {
                             tile: gemm::Tile::T128x128,
                             ..spec
                         };
-                        let pspec = with_ring(pspec, &part);
+                        let pspec = with_ring(on_tma(pspec), &part);
                         let kernel = self.kernel(pspec.kernel())?;
                         let mn = shape.m * shape.n;
                         self.need_scratch(mn as usize * splits as usize * 4);
                         let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), A::Scratch(0)];
                         args.extend([part.m, part.n, part.k, part.lda, part.ldb, part.ldc].map(A::U32));
                         args.extend([part.stride_a, part.stride_b, part.stride_c].map(A::U64));
+                        args.extend(self.maps_for(&pspec, &part, a, b)?);
                         let block = (pspec.threads(), 1, 1);
                         v.push(Pending { kernel, grid: pspec.grid(&part), block, args, node: some });
                         let mut args = vec![self.ptr(c), self.ptr(r), A::Scratch(0)];
@@ -718,7 +749,7 @@ impl Lowerer<'_> {
                         v.push(Pending { kernel, grid: (blocks, 1, 1), block, args, node: some });
                         return Ok(v);
                     }
-                    let spec = with_ring(spec, &shape);
+                    let spec = with_ring(on_tma(spec), &shape);
                     let kernel = self.kernel(spec.kernel())?;
                     let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
                     args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
@@ -726,6 +757,7 @@ impl Lowerer<'_> {
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
                     }
+                    args.extend(self.maps_for(&spec, &shape, a, b)?);
                     v.push(Pending {
                         kernel,
                         grid: spec.grid(&shape),
@@ -1083,10 +1115,21 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
 }
 
+/// `spec` on the TMA-fed engine where it runs on `wgmma` with bf16 operands (unless the knob
+/// keeps the `cp.async` ring).
+fn on_tma(spec: GemmSpec) -> GemmSpec {
+    let bf16 = spec.a_input == Input::Bf16 && spec.b_input == Input::Bf16;
+    if spec.engine == gemm::Engine::Wgmma && bf16 && knobs().tma_engine {
+        spec.tma()
+    } else {
+        spec
+    }
+}
+
 /// `spec` (inputs, tile and epilogue settled) with the `wgmma` ring depth for a launch of
 /// `shape`: [`gemm_wgmma::stages_for`] its grid, or the forced depth where it is allowed.
 fn with_ring(spec: GemmSpec, shape: &GemmShape) -> GemmSpec {
-    if spec.engine != gemm::Engine::Wgmma {
+    if spec.engine == gemm::Engine::Mma {
         return spec;
     }
     let f32_operand = spec.a_input == Input::F32 || spec.b_input == Input::F32;
@@ -1784,6 +1827,7 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
         store_as: HashMap::new(),
         cast_candidates: producer_cast_candidates(&plan.program),
         param_casts: grouped_param_casts(&plan.program),
+        tensor_maps: vec![],
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -1890,8 +1934,8 @@ pub fn lower(plan: Plan) -> Result<Lowered> {
         node: p.node,
     };
     let phases = phases.into_iter().map(|ph| ph.into_iter().map(resolve).collect()).collect();
-    let Lowerer { kernels, inits, .. } = lw;
-    Ok(Lowered { plan, kernels, phases, arena, inits })
+    let Lowerer { kernels, inits, tensor_maps, .. } = lw;
+    Ok(Lowered { plan, kernels, phases, arena, inits, tensor_maps })
 }
 
 /// Plans `program` with byte units and lowers it.

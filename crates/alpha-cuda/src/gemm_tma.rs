@@ -1,0 +1,304 @@
+//! The Hopper GEMM engine fed by the tensor memory accelerator (TMA), warp-specialized.
+//!
+//! Why: the `cp.async` ring of [`crate::gemm_wgmma`] makes every thread issue eight 16-byte
+//! copies, wait for them, fence the generic proxy against the tensor cores' async proxy and meet
+//! a block-wide barrier each K-step; on the H200 it reached 500 TFLOP/s on 8192³ and 230–430 on
+//! sixteen contexts' products. Here one thread of a producer warp issues each stage as one or
+//! two bulk tensor copies (`cp.async.bulk.tensor`) that land already in the 128-byte-swizzled
+//! layout `wgmma` reads, and the consumer warpgroups only wait on an `mbarrier`, multiply, and
+//! give the stage back: no per-step barrier, no proxy fence, no copy issue in the math warps.
+//!
+//! How: the block is the `wgmma` engine's consumer warpgroups (64 rows of the tile each, every
+//! column; the same descriptors, accumulators and [`store_tile`] epilogue) plus one producer
+//! warp. Each ring stage has a *full* barrier (one arrival: the producer's `expect_tx` of the
+//! stage's bytes, completed by the copies) and an *empty* barrier (one arrival per consumer
+//! warp, after `wgmma.wait_group 1` shows the products reading the previous stage are done).
+//! The producer waits on a stage's empty barrier before refilling it (parity trick: the first
+//! round waits on the phase before the barrier's first, which counts as complete).
+//!
+//! Operands come through tensor maps (`CUtensorMap`, 128 bytes, encoded on the host by
+//! [`crate::driver::Gpu::encode_tensor_map`] from a [`MapSpec`] and stored in device memory; the
+//! kernel takes their addresses as its last two parameters). A K-major operand (A row-major, B
+//! column-major) is one box of 64 K × tile rows a stage; an MN-major operand is tile/64 boxes of
+//! 64 rows × 64 K. Rows past the matrix edge arrive as zeros (the map's bounds), as with the
+//! `cp.async` ring's zero fill, so the products and their rounding are the same bit for bit.
+//!
+//! Shape contract: as the `wgmma` engine's, bf16 operands only, and batch entries are the
+//! K-slices of one product (split-K, [`GemmShape::split`]): entry z starts at K = z·k.
+
+use anyhow::{bail, Result};
+
+use crate::gemm::{head, store_tile, GemmShape, GemmSpec, Input, Layout};
+use crate::gemm_wgmma::{self, BK};
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+
+/// Bytes of one swizzled line: 64 bf16.
+const LINE: u32 = 128;
+
+/// Threads per block: the consumer warpgroups and one producer warp.
+pub fn threads(spec: &GemmSpec) -> u32 {
+    consumer_threads(spec) + 32
+}
+
+fn consumer_threads(spec: &GemmSpec) -> u32 {
+    128 * spec.tile.rows() / 64
+}
+
+/// Bytes of one ring stage: A's tile then B's, each `rows × 64` bf16.
+fn stage_bytes(spec: &GemmSpec) -> u32 {
+    (spec.tile.rows() + spec.tile.cols()) * LINE
+}
+
+/// Dynamic shared memory: the ring plus slack to align it to 1,024 bytes (the swizzle is a
+/// function of the address bits).
+pub fn shared_bytes(spec: &GemmSpec) -> u32 {
+    gemm_wgmma::stages(spec) * stage_bytes(spec) + 1024
+}
+
+/// A 2-D bf16 tensor map over one operand as stored: `inner` contiguous elements a line,
+/// `outer` lines `stride_bytes` apart, read in boxes of `box_inner × box_outer`, 128-byte swizzle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MapSpec {
+    pub inner: u64,
+    pub outer: u64,
+    pub stride_bytes: u64,
+    pub box_inner: u32,
+    pub box_outer: u32,
+}
+
+/// The maps of A and B for `shape` (for a split-K launch, the shape of one part: the maps
+/// cover every part's K).
+pub fn map_specs(spec: &GemmSpec, shape: &GemmShape) -> (MapSpec, MapSpec) {
+    let k_total = shape.k as u64 * shape.batch as u64;
+    let map = |k_major: bool, rows: u32, ld: u32, tile_rows: u32| {
+        if k_major {
+            // Lines are rows of the operand, K along them: one box of 64 K × the tile's rows.
+            MapSpec {
+                inner: k_total,
+                outer: rows as u64,
+                stride_bytes: ld as u64 * 2,
+                box_inner: BK,
+                box_outer: tile_rows,
+            }
+        } else {
+            // Lines are one K's rows: boxes of 64 rows × 64 K.
+            MapSpec { inner: rows as u64, outer: k_total, stride_bytes: ld as u64 * 2, box_inner: 64, box_outer: BK }
+        }
+    };
+    (
+        map(spec.a == Layout::RowMajor, shape.m, shape.lda, spec.tile.rows()),
+        map(spec.b == Layout::ColMajor, shape.n, shape.ldb, spec.tile.cols()),
+    )
+}
+
+/// Checks that `shape`'s batch entries are consecutive K-slices of one product (what the
+/// kernel assumes: entry z reads K from z·k).
+pub fn check_shape(spec: &GemmSpec, shape: &GemmShape) -> Result<()> {
+    if spec.a_input != Input::Bf16 || spec.b_input != Input::Bf16 {
+        bail!("{}: the TMA engine takes bf16 operands only", spec.name());
+    }
+    if shape.batch > 1 {
+        let whole = GemmShape { k: shape.k * shape.batch, batch: 1, ..*shape };
+        let part = whole.split(spec, shape.batch);
+        if (part.stride_a, part.stride_b) != (shape.stride_a, shape.stride_b) {
+            bail!("{}: batch entries must be K-slices of one product (split-K): {shape:?}", spec.name());
+        }
+    }
+    Ok(())
+}
+
+/// Waits until the phase of parity `parity` of the mbarrier at shared `bar` has completed.
+fn wait(k: &mut Kernel, bar: Reg, parity: Reg) {
+    let again = k.label("mbar_wait");
+    k.place(&again);
+    let done = k.reg(RegKind::Pred);
+    k.op("mbarrier.try_wait.parity.shared::cta.b64", [done.into(), addr(bar, 0), parity.into()]);
+    k.bra_if(done, true, &again);
+}
+
+/// Builds the kernel for `spec` (bf16 operands, K step [`BK`]).
+pub fn build(spec: &GemmSpec) -> Kernel {
+    let (bm, bn) = (spec.tile.rows(), spec.tile.cols());
+    let stages = gemm_wgmma::stages(spec);
+    let consumers = consumer_threads(spec);
+    let consumer_warps = consumers / 32;
+    let mut k = Kernel::new(&spec.name()).with_block(threads(spec), 1, 1);
+    let h = head(&mut k, spec);
+    let map_a = k.param_reg("tmap_a", ParamTy::U64);
+    let map_b = k.param_reg("tmap_b", ParamTy::U64);
+    let smem = k.dynamic_shared_array("gemm_ring", shared_bytes(spec), 1024);
+    // Per stage: the full barrier at 8·s, the empty one at 8·(stages + s).
+    let bars_sym = k.shared("gemm_bars", 16 * stages, 8);
+    let stage = stage_bytes(spec);
+    let b_off = bm * LINE;
+
+    let raw = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
+    let up = k.bin("add.u32", RegKind::B32, raw, 1023u32);
+    let ring = k.bin("and.b32", RegKind::B32, up, !1023u32);
+    let bars = k.un("mov.u32", RegKind::B32, Opnd::S(bars_sym));
+    let ktiles = k.bin("shr.u32", RegKind::B32, h.kdim, BK.trailing_zeros());
+    let lane = k.bin("and.b32", RegKind::B32, h.tid, 31u32);
+    let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
+
+    k.comment("barriers: full (one arrival + the stage's bytes), empty (one per consumer warp)");
+    let not_first = k.setp("ne.u32", h.tid, 0u32);
+    let inited = k.label("inited");
+    k.bra_if(not_first, false, &inited);
+    for s in 0..stages {
+        k.op("mbarrier.init.shared::cta.b64", [addr(bars, 8 * s as i64), 1u32.into()]);
+        k.op("mbarrier.init.shared::cta.b64", [addr(bars, 8 * (stages + s) as i64), consumer_warps.into()]);
+    }
+    k.op("fence.mbarrier_init.release.cluster", []);
+    k.place(&inited);
+    k.barrier();
+
+    // Stage cursor: index, byte offset, and the parity of the round.
+    let cursor = |k: &mut Kernel| (k.imm_u32(0), k.imm_u32(0), k.imm_u32(0));
+    let advance = |k: &mut Kernel, (idx, off, parity): (Reg, Reg, Reg)| {
+        k.op("add.u32", [idx.into(), idx.into(), 1u32.into()]);
+        k.op("add.u32", [off.into(), off.into(), stage.into()]);
+        let wrap = k.setp("eq.u32", idx, stages);
+        k.op_if(wrap, false, "mov.u32", [idx.into(), 0u32.into()]);
+        k.op_if(wrap, false, "mov.u32", [off.into(), 0u32.into()]);
+        k.op_if(wrap, false, "xor.b32", [parity.into(), parity.into(), 1u32.into()]);
+    };
+    let full_bar = |k: &mut Kernel, idx: Reg| k.tri("mad.lo.u32", RegKind::B32, idx, 8u32, bars);
+    let empty_bar = |k: &mut Kernel, idx: Reg| {
+        let b = k.tri("mad.lo.u32", RegKind::B32, idx, 8u32, bars);
+        k.bin("add.u32", RegKind::B32, b, 8 * stages)
+    };
+
+    let consumer = k.setp("lt.u32", warp, consumer_warps);
+    let math = k.label("consumer");
+    k.bra_if(consumer, false, &math);
+
+    k.comment("producer: lane 0 of the last warp fills the ring");
+    let exit = k.label("exit");
+    let idle = k.setp("ne.u32", lane, 0u32);
+    k.bra_if(idle, false, &exit);
+    k.op("prefetch.tensormap", [addr(map_a, 0)]);
+    k.op("prefetch.tensormap", [addr(map_b, 0)]);
+    // Split-K part z reads K from z·k.
+    let bz = k.sreg("%ctaid.z");
+    let k0 = k.bin("mul.lo.u32", RegKind::B32, bz, h.kdim);
+    let pc = cursor(&mut k);
+    let kt = k.imm_u32(0);
+    let token = k.reg(RegKind::B64);
+    let fill = k.label("fill");
+    k.place(&fill);
+    let empty = empty_bar(&mut k, pc.0);
+    let free_parity = k.bin("xor.b32", RegKind::B32, pc.2, 1u32);
+    wait(&mut k, empty, free_parity);
+    let full = full_bar(&mut k, pc.0);
+    k.op("mbarrier.arrive.expect_tx.shared::cta.b64", [token.into(), addr(full, 0), stage.into()]);
+    let kc = k.tri("mad.lo.u32", RegKind::B32, kt, BK, k0);
+    let dst_a = k.bin("add.u32", RegKind::B32, ring, pc.1);
+    let dst_b = k.bin("add.u32", RegKind::B32, dst_a, b_off);
+    for (map, dst, k_major, row0, tile_rows) in
+        [(map_a, dst_a, spec.a == Layout::RowMajor, h.m0, bm), (map_b, dst_b, spec.b == Layout::ColMajor, h.n0, bn)]
+    {
+        // K-major: one box {K, rows}; MN-major: boxes {64 rows, K}, 64 lines (8 KB) apart.
+        let boxes: Vec<(Reg, Reg, u32)> = if k_major {
+            vec![(kc, row0, 0)]
+        } else {
+            (0..tile_rows / 64)
+                .map(|j| {
+                    let r = k.bin("add.u32", RegKind::B32, row0, 64 * j);
+                    (r, kc, j * 64 * LINE)
+                })
+                .collect()
+        };
+        for (c0, c1, off) in boxes {
+            let d = if off == 0 { dst } else { k.bin("add.u32", RegKind::B32, dst, off) };
+            k.op(
+                "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+                [addr(d, 0), Opnd::S(format!("[{map}, {{{c0}, {c1}}}]")), addr(full, 0)],
+            );
+        }
+    }
+    advance(&mut k, pc);
+    k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
+    let more = k.setp("lt.u32", kt, ktiles);
+    k.bra_if(more, false, &fill);
+    k.bra(&exit);
+
+    k.place(&math);
+    k.comment("consumers: wait for a stage, multiply it, give back the one before");
+    let wg = k.bin("shr.u32", RegKind::B32, h.tid, 7u32);
+    let a_wg = k.tri("mad.lo.u32", RegKind::B32, wg, 64 * LINE, ring);
+    let (acc, products) = gemm_wgmma::Products::new(&mut k, spec);
+    let lane0 = k.setp("eq.u32", lane, 0u32);
+    let cc = cursor(&mut k);
+    let prev = k.imm_u32(0);
+    let kt = k.imm_u32(0);
+    let top = k.label("kstep");
+    k.place(&top);
+    let full = full_bar(&mut k, cc.0);
+    wait(&mut k, full, cc.2);
+    k.op("wgmma.fence.sync.aligned", []);
+    products.issue(&mut k, &acc, a_wg, ring, cc.1);
+    k.op("wgmma.commit_group.sync.aligned", []);
+    k.op("wgmma.wait_group.sync.aligned", [1u32.into()]);
+    // The products of the step before are done: its stage goes back to the producer.
+    let started = k.setp("ne.u32", kt, 0u32);
+    let release = k.bin("and.pred", RegKind::Pred, started, lane0);
+    let back = empty_bar(&mut k, prev);
+    let token = k.reg(RegKind::B64);
+    k.op_if(release, false, "mbarrier.arrive.shared::cta.b64", [token.into(), addr(back, 0)]);
+    k.op("mov.u32", [prev.into(), cc.0.into()]);
+    advance(&mut k, cc);
+    k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
+    let more = k.setp("lt.u32", kt, ktiles);
+    k.bra_if(more, false, &top);
+    k.op("wgmma.wait_group.sync.aligned", [0u32.into()]);
+
+    // Warp w of warpgroup wg holds rows wg·64 + 16·w of the tile, every column.
+    let wrow = k.bin("mul.lo.u32", RegKind::B32, warp, 16u32);
+    let wcol = k.imm_u32(0);
+    let frags = vec![acc.chunks(4).map(|c| c.to_vec()).collect::<Vec<_>>()];
+    store_tile(&mut k, spec, &frags, lane, wrow, wcol, &h);
+    k.place(&exit);
+    k.ret();
+    k
+}
+
+/// Encodes `map` over the operand at device address `base` (bf16, 128-byte swizzle, rows past
+/// the edge read as zeros): the 128 bytes the kernel's tensor-map parameter points at.
+pub fn encode(base: u64, map: &MapSpec) -> Result<[u8; 128]> {
+    use cudarc::driver::sys;
+    if !base.is_multiple_of(16) || !map.stride_bytes.is_multiple_of(16) {
+        bail!(
+            "tensor map over {base:#x}: the base and the line stride ({} B) must be 16-byte aligned",
+            map.stride_bytes
+        );
+    }
+    let dims = [map.inner, map.outer];
+    let strides = [map.stride_bytes];
+    let boxes = [map.box_inner, map.box_outer];
+    let unit = [1u32, 1];
+    // SAFETY: a zeroed tensor map is valid storage for the encoder to fill.
+    let mut out: sys::CUtensorMap = unsafe { std::mem::zeroed() };
+    // SAFETY: every array lives across the call and has the rank's length.
+    let r = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut out,
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            2,
+            base as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            unit.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    r.result().map_err(|e| anyhow::anyhow!("encoding the tensor map {map:?} over {base:#x}: {e}"))?;
+    let mut bytes = [0u8; 128];
+    for (i, w) in out.opaque.iter().enumerate() {
+        bytes[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    Ok(bytes)
+}
