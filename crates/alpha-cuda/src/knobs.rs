@@ -12,6 +12,7 @@
 //! | `ALPHA_PDL_TRIGGER=start` | kernels let the next kernel launch as they start, not as they exit |
 //! | `ALPHA_PW_VECTOR=off` | pointwise kernels one element a thread |
 //! | `ALPHA_LN_FOLD=beside\|separate` | LayerNorm's band fold beside the input gradient's rows, or a launch of its own, at every size |
+//! | `ALPHA_CAST_INTO_GEMM=on\|off` | bf16 casts read only by GEMMs folded into their loads (the GEMMs then read f32 on the `cp.async` ring), or launched (the GEMMs read bf16 on the TMA engine) |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -38,6 +39,9 @@ pub struct Knobs {
     pub pointwise_vector: bool,
     /// A forced choice of LayerNorm's band fold in the input-gradient launch (None: by size).
     pub ln_fold: Option<bool>,
+    /// A forced choice of folding bf16 casts into the loads of the GEMMs reading them (None: the
+    /// lowering's choice).
+    pub cast_into_gemm: Option<bool>,
     /// Attention's two backward passes in one launch where the plan allows.
     pub joint_attention_backward: bool,
 }
@@ -62,6 +66,7 @@ pub fn knobs() -> &'static Knobs {
             dependent_launch: var("ALPHA_PDL").as_deref() != Some("off"),
             early_trigger: var("ALPHA_PDL_TRIGGER").as_deref() == Some("start"),
             pointwise_vector: var("ALPHA_PW_VECTOR").as_deref() != Some("off"),
+            cast_into_gemm: forced("ALPHA_CAST_INTO_GEMM", "on", "off"),
             ln_fold: forced("ALPHA_LN_FOLD", "beside", "separate"),
             joint_attention_backward: var("ALPHA_ATTN_JOINT").as_deref() != Some("off"),
         }
