@@ -77,6 +77,9 @@ fn main() -> Result<()> {
     if wanted("pointwise") {
         step("pointwise", check::pointwise_vector_checks(&gpu, &arena, &mut rng, &opts));
     }
+    if wanted("attention-bf16") {
+        step("attention-bf16", check::attention_bf16_checks(&gpu, &arena, &mut rng, &opts));
+    }
     if wanted("attention") {
         step("attention", check::attention_checks(&gpu, &arena, &mut rng, &Options { bench: false, ..opts }));
     }

@@ -62,6 +62,8 @@ pub const D: usize = 64;
 /// Rows per block and per tile (queries in forward and dQ, keys in dK/dV; and the tiles they
 /// walk). Equal to [`crate::attention::ROWS`], so [`Dims::grid_q`] and [`Dims::grid_kv`] apply.
 pub const ROWS: u32 = 64;
+/// The family name of the kernels taking q, k and v as bf16.
+const BF16_FAMILY: &str = "attention_mma_bf16";
 /// Threads per block: 4 warps of 16 rows each.
 pub const THREADS: u32 = 128;
 /// Shared-memory row pitch in bytes (64 bf16 = 128 bytes, padded to 144).
@@ -216,11 +218,39 @@ struct Mover {
     goff: Reg,
     soff: Reg,
     toff: Option<Reg>,
+    /// bf16 rows (already turned where the rotary applies) copied global → shared by
+    /// `cp.async`: no registers in flight, nothing converted.
+    bf16: bool,
 }
 
-/// The registers of one tile's loads in flight: per pass, its predicate-guarded vectors.
+/// One tile's move in flight: its shared destination and, for f32, per pass its
+/// predicate-guarded vectors (bf16 tiles are in flight in the copy engine).
 struct InFlight {
+    dest: Reg,
     parts: Vec<Vec<Vec<Reg>>>,
+}
+
+/// Bytes of one bf16 row of the head dimension in global memory.
+const BF16_ROW_BYTES: u32 = (D * 2) as u32;
+
+/// The mover of a bf16 tile: 4 passes of 16 rows, 8 threads per row, one 16-byte copy each.
+fn mover_bf16(k: &mut Kernel, ln: &Lanes, t: u32) -> Mover {
+    let row_in = k.bin("shr.u32", RegKind::B32, ln.tid, 3u32);
+    let c8 = k.bin("and.b32", RegKind::B32, ln.tid, 7u32);
+    let cb = k.bin("shl.b32", RegKind::B32, c8, 4u32);
+    let goff = k.tri("mad.lo.u32", RegKind::B32, row_in, BF16_ROW_BYTES, cb);
+    let soff = k.tri("mad.lo.u32", RegKind::B32, row_in, PITCH, cb);
+    Mover { tab: None, t, row_in, goff, soff, toff: None, bf16: true }
+}
+
+/// The mover of the tensor `q`, `k` or `v` of a kernel: bf16 copies when the kernel takes its
+/// q, k and v as bf16, else f32 turned by the rotary at `tab` when given.
+fn mover_of(k: &mut Kernel, ln: &Lanes, tab: Option<Reg>, t: u32, bf16: bool) -> Mover {
+    if bf16 {
+        mover_bf16(k, ln, t)
+    } else {
+        mover(k, ln, tab, t)
+    }
 }
 
 fn mover(k: &mut Kernel, ln: &Lanes, tab: Option<Reg>, t: u32) -> Mover {
@@ -232,7 +262,7 @@ fn mover(k: &mut Kernel, ln: &Lanes, tab: Option<Reg>, t: u32) -> Mover {
             let goff = k.tri("mad.lo.u32", RegKind::B32, row_in, ROW_BYTES, gc);
             let sc = k.bin("shl.b32", RegKind::B32, c4, 3u32);
             let soff = k.tri("mad.lo.u32", RegKind::B32, row_in, PITCH, sc);
-            Mover { tab, t, row_in, goff, soff, toff: None }
+            Mover { tab, t, row_in, goff, soff, toff: None, bf16: false }
         }
         Some(_) => {
             let row_in = k.bin("shr.u32", RegKind::B32, ln.tid, 3u32);
@@ -243,22 +273,26 @@ fn mover(k: &mut Kernel, ln: &Lanes, tab: Option<Reg>, t: u32) -> Mover {
             let toff = k.tri("mad.lo.u32", RegKind::B32, row_in, TAB_ROW, gc);
             let sc = k.bin("shl.b32", RegKind::B32, c8, 3u32);
             let soff = k.tri("mad.lo.u32", RegKind::B32, row_in, PITCH, sc);
-            Mover { tab, t, row_in, goff, soff, toff: Some(toff) }
+            Mover { tab, t, row_in, goff, soff, toff: Some(toff), bf16: false }
         }
     }
 }
 
 impl Mover {
     fn passes(&self) -> (u32, u32) {
-        if self.tab.is_some() {
+        if self.tab.is_some() || self.bf16 {
             (4, 16)
         } else {
             (8, 8)
         }
     }
 
-    /// Issues the global loads of rows `row0 .. row0 + 64` of the head at `head` (zeros past T).
-    fn issue(&self, k: &mut Kernel, head: Reg, row0: Reg) -> InFlight {
+    /// Issues the global loads of rows `row0 .. row0 + 64` of the head at `head` (zeros past T)
+    /// bound for the shared tile at `dest` ([`Mover::store`] completes the move).
+    fn issue(&self, k: &mut Kernel, head: Reg, row0: Reg, dest: Reg) -> InFlight {
+        if self.bf16 {
+            return self.copy(k, head, row0, dest);
+        }
         let tile_off = k.reg(RegKind::B64);
         k.op("mul.wide.u32", [tile_off.into(), row0.into(), ROW_BYTES.into()]);
         let tile_ptr = k.bin("add.s64", RegKind::B64, head, tile_off);
@@ -292,12 +326,44 @@ impl Mover {
             }
             parts.push(vecs);
         }
-        InFlight { parts }
+        InFlight { dest, parts }
     }
 
-    /// Stores a tile whose loads were issued by [`Mover::issue`] into the shared tile at `tile`.
-    fn store(&self, k: &mut Kernel, f: &InFlight, tile: Reg) {
-        let sa = k.bin("add.u32", RegKind::B32, tile, self.soff);
+    /// bf16: the tile's 16-byte copies (zero-filled past T), committed as one group.
+    fn copy(&self, k: &mut Kernel, head: Reg, row0: Reg, dest: Reg) -> InFlight {
+        let tile_off = k.reg(RegKind::B64);
+        k.op("mul.wide.u32", [tile_off.into(), row0.into(), BF16_ROW_BYTES.into()]);
+        let tile_ptr = k.bin("add.s64", RegKind::B64, head, tile_off);
+        let ptr = k.addr_of(tile_ptr, self.goff, 1);
+        let rem = k.bin("sub.u32", RegKind::B32, self.t, row0);
+        let sa = k.bin("add.u32", RegKind::B32, dest, self.soff);
+        let (passes, rows) = self.passes();
+        for it in 0..passes {
+            let r = k.bin("add.u32", RegKind::B32, self.row_in, it * rows);
+            let ok = k.setp("lt.u32", r, rem);
+            let size = k.tri("selp.u32", RegKind::B32, 16u32, 0u32, ok);
+            k.op(
+                "cp.async.cg.shared.global",
+                [
+                    addr(sa, (it * rows * PITCH) as i64),
+                    addr(ptr, (it * rows * BF16_ROW_BYTES) as i64),
+                    16u32.into(),
+                    size.into(),
+                ],
+            );
+        }
+        k.op("cp.async.commit_group", []);
+        InFlight { dest, parts: vec![] }
+    }
+
+    /// Completes the move [`Mover::issue`] began: f32 tiles are converted (and turned) and
+    /// stored; bf16 copies are waited for (visible to the block after its next barrier).
+    fn store(&self, k: &mut Kernel, f: &InFlight) {
+        if self.bf16 {
+            k.op("cp.async.wait_all", []);
+            return;
+        }
+        let sa = k.bin("add.u32", RegKind::B32, f.dest, self.soff);
         let (_, rows) = self.passes();
         for (it, vecs) in f.parts.iter().enumerate() {
             let off = (it as u32 * rows * PITCH) as i64;
@@ -318,25 +384,30 @@ impl Mover {
     }
 }
 
-/// The loop's tail for the next tile, when `has_next`: the two tiles whose loads are in flight
-/// go to the stage other than `stage` (`[first][second]` from `sm`), and `more` stores what else
-/// the kernel stages with them; `skip` (created by the caller) ends the block.
+/// The loop's tail for the next tile, when `has_next`: the two tiles whose moves are in flight
+/// (bound for the stage other than the current, see [`next_stage`]) are completed, and `more`
+/// stores what else the kernel stages with them; `skip` (created by the caller) ends the block.
 fn store_next_stage(
     k: &mut Kernel,
     has_next: Reg,
     skip: &str,
-    (sm, stage): (Reg, Reg),
     tiles: [(&Mover, &InFlight); 2],
     more: impl FnOnce(&mut Kernel),
 ) {
     k.bra_if(has_next, true, skip);
-    let other = k.bin("xor.b32", RegKind::B32, stage, 2 * TILE);
-    let first = k.bin("add.u32", RegKind::B32, sm, other);
-    tiles[0].0.store(k, tiles[0].1, first);
-    let second = k.bin("add.u32", RegKind::B32, first, TILE);
-    tiles[1].0.store(k, tiles[1].1, second);
+    tiles[0].0.store(k, tiles[0].1);
+    tiles[1].0.store(k, tiles[1].1);
     more(k);
     k.place(skip);
+}
+
+/// The shared tiles `[first][second]` of the stage other than `stage` (from `sm`), where the
+/// next tiles go while the current stage is read.
+fn next_stage(k: &mut Kernel, sm: Reg, stage: Reg) -> (Reg, Reg) {
+    let other = k.bin("xor.b32", RegKind::B32, stage, 2 * TILE);
+    let first = k.bin("add.u32", RegKind::B32, sm, other);
+    let second = k.bin("add.u32", RegKind::B32, first, TILE);
+    (first, second)
 }
 
 /// The A fragments (4 k16 steps over D) of the warp's 16 rows of the shared tile at `tile`.
@@ -441,10 +512,25 @@ pub fn forward_kernel(dims: &Dims) -> Kernel {
 /// [`crate::attention::forward_kernel_rotating`]: params (o, lse, q, k, v), then `q_tab` and
 /// `k_tab` for those turned. Grid [`Dims::grid_q`], block [`block`].
 pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
+    forward_kernel_with(dims, load, false)
+}
+
+/// The forward reading q, k and v as bf16 (`[B·H, T, 64]` rows of 128 bytes, q and k already
+/// turned by the rotary where it applies), copied straight into the shared tiles: params
+/// (o, lse, q, k, v). The same products, in the same order, as [`forward_kernel_rotating`] on
+/// the f32 tensors these round — so the same bits. Grid [`Dims::grid_q`], block [`block`].
+pub fn forward_kernel_bf16(dims: &Dims) -> Kernel {
+    forward_kernel_with(dims, [false, false], true)
+}
+
+fn forward_kernel_with(dims: &Dims, load: [bool; 2], bf16: bool) -> Kernel {
     debug_assert_eq!(dims.d, D);
+    debug_assert!(!(bf16 && (load[0] || load[1])), "bf16 q and k come turned");
     let t = dims.t as u32;
-    let mut k = Kernel::new(&kernel_name("attention_mma", "fwd", load, false)).with_block(THREADS, 1, 1);
+    let family = if bf16 { BF16_FAMILY } else { "attention_mma" };
+    let mut k = Kernel::new(&kernel_name(family, "fwd", load, false)).with_block(THREADS, 1, 1);
     let ([o, lse, q, kk, v], [q_tab, k_tab]) = forward_params(&mut k, load);
+    let in_row = if bf16 { BF16_ROW_BYTES } else { ROW_BYTES };
     // Stages [K0][V0][K1][V1]; Q passes through K1 before the loop.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
     let ln = lanes(&mut k);
@@ -452,25 +538,25 @@ pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     let tile = reversed_tile(&mut k, t, cx);
     let bh = k.sreg("%ctaid.y");
     let kvh = kv_head(&mut k, dims, bh);
-    let qb = head_base(&mut k, q, bh, t, ROW_BYTES);
-    let kb = head_base(&mut k, kk, kvh, t, ROW_BYTES);
-    let vb = head_base(&mut k, v, kvh, t, ROW_BYTES);
+    let qb = head_base(&mut k, q, bh, t, in_row);
+    let kb = head_base(&mut k, kk, kvh, t, in_row);
+    let vb = head_base(&mut k, v, kvh, t, in_row);
     let qrow0 = k.bin("mul.lo.u32", RegKind::B32, tile, ROWS);
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
-    let mq = mover(&mut k, &ln, q_tab, t);
-    let mk = mover(&mut k, &ln, k_tab, t);
-    let mv = mover(&mut k, &ln, None, t);
+    let mq = mover_of(&mut k, &ln, q_tab, t, bf16);
+    let mk = mover_of(&mut k, &ln, k_tab, t, bf16);
+    let mv = mover_of(&mut k, &ln, None, t, bf16);
     k.comment("prologue: Q through stage 1, the first K and V tiles into stage 0");
     {
-        let f = mq.issue(&mut k, qb, qrow0);
-        let zero = k.imm_u32(0);
-        let fk = mk.issue(&mut k, kb, zero);
-        let fv = mv.issue(&mut k, vb, zero);
         let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
-        mq.store(&mut k, &f, s1);
-        mk.store(&mut k, &fk, sm);
+        let f = mq.issue(&mut k, qb, qrow0, s1);
+        let zero = k.imm_u32(0);
+        let fk = mk.issue(&mut k, kb, zero, sm);
         let s0v = k.bin("add.u32", RegKind::B32, sm, TILE);
-        mv.store(&mut k, &fv, s0v);
+        let fv = mv.issue(&mut k, vb, zero, s0v);
+        mq.store(&mut k, &f);
+        mk.store(&mut k, &fk);
+        mv.store(&mut k, &fv);
     }
     k.barrier();
     let qf = {
@@ -491,8 +577,9 @@ pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     let has_next = k.setp("lt.u32", kt, tile);
     k.bra_if(has_next, true, &skip_load);
     let nrow0 = k.tri("mad.lo.u32", RegKind::B32, kt, ROWS, ROWS);
-    let fk = mk.issue(&mut k, kb, nrow0);
-    let fv = mv.issue(&mut k, vb, nrow0);
+    let (first, second) = next_stage(&mut k, sm, stage);
+    let fk = mk.issue(&mut k, kb, nrow0, first);
+    let fv = mv.issue(&mut k, vb, nrow0, second);
     k.place(&skip_load);
     k.comment("S = Q K^T");
     let cur = k.bin("add.u32", RegKind::B32, sm, stage);
@@ -560,7 +647,7 @@ pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
         let a = a_frag(&mut k, &s[2 * kc], &s[2 * kc + 1]);
         mma_ab(&mut k, &acc, &a, vb_t, kc as u32 * 16);
     }
-    store_next_stage(&mut k, has_next, &skip_store, (sm, stage), [(&mk, &fk), (&mv, &fv)], |_| {});
+    store_next_stage(&mut k, has_next, &skip_store, [(&mk, &fk), (&mv, &fv)], |_| {});
     k.barrier();
     k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
@@ -613,7 +700,7 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
     let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dq", load, inverse_rotary)).with_block(THREADS, 1, 1);
     let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, [q_tab, k_tab]) = dq_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab };
+    let regs = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16: false };
     dq_body(&mut k, dims, &regs, cx, true);
     k.ret();
     k
@@ -633,13 +720,16 @@ struct DqRegs {
     dq_tab: Option<Reg>,
     q_tab: Option<Reg>,
     k_tab: Option<Reg>,
+    /// q, k and v are bf16 (see [`forward_kernel_bf16`]).
+    bf16: bool,
 }
 
 /// The dQ pass of the block whose query tile is counted back from the last by `cx`: delta
 /// computed from dO and O (stored to `delta` as well when `store_delta`), then dq.
 fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) {
     let t = dims.t as u32;
-    let DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab } = *r;
+    let DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16 } = *r;
+    let in_row = if bf16 { BF16_ROW_BYTES } else { ROW_BYTES };
     // Stages [K0][V0][K1][V1]; Q and dO pass through K1 and V1 before the loop.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
     let dsm = k.shared("attn_delta", ROWS * 4, 16);
@@ -647,34 +737,35 @@ fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) 
     let tile = reversed_tile(k, t, cx);
     let bh = k.sreg("%ctaid.y");
     let kvh = kv_head(k, dims, bh);
-    let qb = head_base(k, q, bh, t, ROW_BYTES);
+    let qb = head_base(k, q, bh, t, in_row);
     let ob = head_base(k, o, bh, t, ROW_BYTES);
     let dob = head_base(k, dout, bh, t, ROW_BYTES);
-    let kb = head_base(k, kk, kvh, t, ROW_BYTES);
-    let vb = head_base(k, v, kvh, t, ROW_BYTES);
+    let kb = head_base(k, kk, kvh, t, in_row);
+    let vb = head_base(k, v, kvh, t, in_row);
     let qrow0 = k.bin("mul.lo.u32", RegKind::B32, tile, ROWS);
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
     let sdelta = k.un("mov.u32", RegKind::B32, Opnd::S(dsm));
     let mp = mover(k, &ln, None, t);
-    let mq = mover(k, &ln, q_tab, t);
-    let mk = mover(k, &ln, k_tab, t);
+    let mq = mover_of(k, &ln, q_tab, t, bf16);
+    let mk = mover_of(k, &ln, k_tab, t, bf16);
+    let mv = mover_of(k, &ln, None, t, bf16);
     {
         let deltab = store_delta.then(|| head_base(k, delta, bh, t, 4));
-        let fdo = delta_rows(k, &ln, &mp, [dob, ob], qrow0, t, deltab, Some(sdelta));
         let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
-        mp.store(k, &fdo, s1v);
+        let fdo = delta_rows(k, &ln, &mp, [dob, ob], qrow0, t, deltab, Some(sdelta), s1v);
+        mp.store(k, &fdo);
     }
     k.comment("prologue: Q through stage 1, the first K and V tiles into stage 0");
     {
-        let f = mq.issue(k, qb, qrow0);
         let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
-        mq.store(k, &f, s1);
+        let f = mq.issue(k, qb, qrow0, s1);
+        mq.store(k, &f);
         let zero = k.imm_u32(0);
-        let fk = mk.issue(k, kb, zero);
-        let fv = mp.issue(k, vb, zero);
-        mk.store(k, &fk, sm);
+        let fk = mk.issue(k, kb, zero, sm);
         let s0v = k.bin("add.u32", RegKind::B32, sm, TILE);
-        mp.store(k, &fv, s0v);
+        let fv = mv.issue(k, vb, zero, s0v);
+        mk.store(k, &fk);
+        mv.store(k, &fv);
     }
     k.barrier();
     let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
@@ -710,8 +801,9 @@ fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) 
     let has_next = k.setp("lt.u32", kt, tile);
     k.bra_if(has_next, true, &skip_load);
     let nrow0 = k.tri("mad.lo.u32", RegKind::B32, kt, ROWS, ROWS);
-    let fk = mk.issue(k, kb, nrow0);
-    let fv = mp.issue(k, vb, nrow0);
+    let (first, second) = next_stage(k, sm, stage);
+    let fk = mk.issue(k, kb, nrow0, first);
+    let fv = mv.issue(k, vb, nrow0, second);
     k.place(&skip_load);
     let cur = k.bin("add.u32", RegKind::B32, sm, stage);
     let kb_b = k.bin("add.u32", RegKind::B32, cur, ln.b_off);
@@ -751,7 +843,7 @@ fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) 
         let a = a_frag(k, &ds[0], &ds[1]);
         mma_ab(k, &acc, &a, kb_t, kc * 16);
     }
-    store_next_stage(k, has_next, &skip_store, (sm, stage), [(&mk, &fk), (&mp, &fv)], |_| {});
+    store_next_stage(k, has_next, &skip_store, [(&mk, &fk), (&mv, &fv)], |_| {});
     k.barrier();
     k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
@@ -765,7 +857,8 @@ fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) 
 
 /// delta = dO·O of the 64 query rows from `row0` of one head (`heads` = its dO and O), in f32
 /// from global: 16 lanes a row, four products then a fixed butterfly. Stored to `delta_head`
-/// and (by row within the tile) to shared `sdelta` where given. Returns the dO tile's loads.
+/// and (by row within the tile) to shared `sdelta` where given. Returns the dO tile's loads,
+/// bound for `do_dest`.
 #[allow(clippy::too_many_arguments)]
 fn delta_rows(
     k: &mut Kernel,
@@ -776,10 +869,12 @@ fn delta_rows(
     t: u32,
     delta_head: Option<Reg>,
     sdelta: Option<Reg>,
+    do_dest: Reg,
 ) -> InFlight {
     k.comment("delta = dO O per row, in f32 from global: 16 lanes per row, a fixed butterfly");
-    let fdo = mp.issue(k, dob, row0);
-    let fo = mp.issue(k, ob, row0);
+    let fdo = mp.issue(k, dob, row0, do_dest);
+    // O is only summed here, never stored (its destination is never written).
+    let fo = mp.issue(k, ob, row0, do_dest);
     let c4 = k.bin("and.b32", RegKind::B32, ln.tid, 15u32);
     let writer = k.setp("eq.u32", c4, 0u32);
     for (it, (a, b)) in fdo.parts.iter().zip(&fo.parts).enumerate() {
@@ -823,7 +918,8 @@ pub fn backward_delta_kernel(dims: &Dims) -> Kernel {
     let dob = head_base(&mut k, dout, bh, t, ROW_BYTES);
     let ob = head_base(&mut k, o, bh, t, ROW_BYTES);
     let deltab = head_base(&mut k, delta, bh, t, 4);
-    delta_rows(&mut k, &ln, &mp, [dob, ob], row0, t, Some(deltab), None);
+    let nowhere = k.imm_u32(0);
+    delta_rows(&mut k, &ln, &mp, [dob, ob], row0, t, Some(deltab), None, nowhere);
     k.ret();
     k
 }
@@ -840,8 +936,20 @@ pub fn backward_delta_kernel(dims: &Dims) -> Kernel {
 /// overlap an input: a block's dQ pass reads what other blocks' dK/dV passes have written by
 /// then.
 pub fn backward_kernel_rotating(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2]) -> Kernel {
+    backward_kernel_with(dims, inverse_rotary, load, false)
+}
+
+/// [`backward_kernel_rotating`] reading q, k and v as bf16 ([`forward_kernel_bf16`]'s inputs):
+/// params (dq, dk, dv, delta, q, k, v, o, lse, do), then `dq_tab` and `dk_tab` with the
+/// inverse rotaries. The same bits as the f32 kernel on the tensors these round.
+pub fn backward_kernel_bf16(dims: &Dims, inverse_rotary: [bool; 2]) -> Kernel {
+    backward_kernel_with(dims, inverse_rotary, [false, false], true)
+}
+
+fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2], bf16: bool) -> Kernel {
     use crate::ptx::ParamTy;
     debug_assert_eq!(dims.d, D);
+    debug_assert!(!(bf16 && (load[0] || load[1])), "bf16 q and k come turned");
     debug_assert_eq!(dims.g, dims.h, "one launch for both passes needs their grids equal");
     let rot = match inverse_rotary {
         [false, false] => "",
@@ -849,7 +957,8 @@ pub fn backward_kernel_rotating(dims: &Dims, inverse_rotary: [bool; 2], load: [b
         [true, false] => "_rotary_dq",
         [false, true] => "_rotary_dk",
     };
-    let name = format!("{}{rot}", kernel_name("attention_mma", "bwd", load, false));
+    let family = if bf16 { BF16_FAMILY } else { "attention_mma" };
+    let name = format!("{}{rot}", kernel_name(family, "bwd", load, false));
     let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let [dq, dk, dv, delta, q, kk, v, o, lse, dout] =
         ["dq", "dk", "dv", "delta", "q", "k", "v", "o", "lse", "do"].map(|n| k.param_reg(n, ParamTy::U64));
@@ -859,12 +968,12 @@ pub fn backward_kernel_rotating(dims: &Dims, inverse_rotary: [bool; 2], load: [b
     let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
     let last = (dims.t as u32).div_ceil(ROWS) - 1;
     let cx = k.sreg("%ctaid.x");
-    let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab };
+    let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16 };
     dkv_body(&mut k, dims, &dkv, cx);
     k.comment("the same tile's dQ pass (its shared memory reused)");
     k.barrier();
     let from_last = k.bin("sub.u32", RegKind::B32, last, cx);
-    let dqr = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab };
+    let dqr = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16 };
     dq_body(&mut k, dims, &dqr, from_last, false);
     k.ret();
     k
@@ -914,7 +1023,7 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
     let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dkv", load, inverse_rotary)).with_block(THREADS, 1, 1);
     let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab };
+    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16: false };
     dkv_body(&mut k, dims, &regs, cx);
     k.ret();
     k
@@ -934,6 +1043,8 @@ struct DkvRegs {
     dk_tab: Option<Reg>,
     q_tab: Option<Reg>,
     k_tab: Option<Reg>,
+    /// q, k and v are bf16 (see [`forward_kernel_bf16`]).
+    bf16: bool,
 }
 
 /// The dK/dV pass of the block whose key tile is `tile` (delta read from `delta`).
@@ -941,7 +1052,8 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let t = dims.t as u32;
     let per = (dims.h / dims.g) as u32;
     let ntiles = t.div_ceil(ROWS);
-    let DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab } = *r;
+    let DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16 } = *r;
+    let in_row = if bf16 { BF16_ROW_BYTES } else { ROW_BYTES };
     // Stages [Q0][dO0][Q1][dO1]; K and V pass through Q1 and dO1 before the loop. Statistics:
     // [lse0][delta0][lse1][delta1], 64 f32 each.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
@@ -954,32 +1066,33 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let gh = k.bin("mul.lo.u32", RegKind::B32, gg, per);
     let h0 = k.tri("mad.lo.u32", RegKind::B32, b, dims.h as u32, gh);
     let krow0 = k.bin("mul.lo.u32", RegKind::B32, tile, ROWS);
-    let kb = head_base(k, kk, bg, t, ROW_BYTES);
-    let vb = head_base(k, v, bg, t, ROW_BYTES);
+    let kb = head_base(k, kk, bg, t, in_row);
+    let vb = head_base(k, v, bg, t, in_row);
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
     let st = k.un("mov.u32", RegKind::B32, Opnd::S(stsm));
     let small = k.setp("lt.u32", ln.tid, ROWS);
-    let mk = mover(k, &ln, k_tab, t);
+    let mk = mover_of(k, &ln, k_tab, t, bf16);
+    let mv = mover_of(k, &ln, None, t, bf16);
     let mp = mover(k, &ln, None, t);
-    let mq = mover(k, &ln, q_tab, t);
+    let mq = mover_of(k, &ln, q_tab, t, bf16);
     k.comment("prologue: K and V through stage 1, the diagonal Q and dO tiles of the first head into stage 0");
     {
-        let fk = mk.issue(k, kb, krow0);
-        let fv = mp.issue(k, vb, krow0);
-        let qb = head_base(k, q, h0, t, ROW_BYTES);
+        let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
+        let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
+        let s0d = k.bin("add.u32", RegKind::B32, sm, TILE);
+        let fk = mk.issue(k, kb, krow0, s1);
+        let fv = mv.issue(k, vb, krow0, s1v);
+        let qb = head_base(k, q, h0, t, in_row);
         let dob = head_base(k, dout, h0, t, ROW_BYTES);
         let lb = head_base(k, lse, h0, t, 4);
         let db = head_base(k, delta, h0, t, 4);
-        let fq = mq.issue(k, qb, krow0);
-        let fdo = mp.issue(k, dob, krow0);
+        let fq = mq.issue(k, qb, krow0, sm);
+        let fdo = mp.issue(k, dob, krow0, s0d);
         let sts = stats_issue(k, lb, db, krow0, ln.tid, small, t);
-        let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
-        mk.store(k, &fk, s1);
-        let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
-        mp.store(k, &fv, s1v);
-        mq.store(k, &fq, sm);
-        let s0d = k.bin("add.u32", RegKind::B32, sm, TILE);
-        mp.store(k, &fdo, s0d);
+        mk.store(k, &fk);
+        mv.store(k, &fv);
+        mq.store(k, &fq);
+        mp.store(k, &fdo);
         stats_store(k, &sts, ln.tid, small, st);
     }
     k.barrier();
@@ -1009,13 +1122,14 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     k.bra_if(has_next, true, &skip_load);
     let (fq, fdo, sts) = {
         let h = k.bin("add.u32", RegKind::B32, h0, nh);
-        let qb = head_base(k, q, h, t, ROW_BYTES);
+        let qb = head_base(k, q, h, t, in_row);
         let dob = head_base(k, dout, h, t, ROW_BYTES);
         let lb = head_base(k, lse, h, t, 4);
         let db = head_base(k, delta, h, t, 4);
         let row0 = k.bin("mul.lo.u32", RegKind::B32, nq, ROWS);
-        let fq = mq.issue(k, qb, row0);
-        let fdo = mp.issue(k, dob, row0);
+        let (first, second) = next_stage(k, sm, stage);
+        let fq = mq.issue(k, qb, row0, first);
+        let fdo = mp.issue(k, dob, row0, second);
         let sts = stats_issue(k, lb, db, row0, ln.tid, small, t);
         (fq, fdo, sts)
     };
@@ -1068,7 +1182,7 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
         let da = a_frag(k, &dsc[0], &dsc[1]);
         mma_ab(k, &dka, &da, qb_t, kc * 16);
     }
-    store_next_stage(k, has_next, &skip_store, (sm, stage), [(&mq, &fq), (&mp, &fdo)], |k| {
+    store_next_stage(k, has_next, &skip_store, [(&mq, &fq), (&mp, &fdo)], |k| {
         let so = k.bin("xor.b32", RegKind::B32, sstage, 2 * ROWS * 4);
         let sb = k.bin("add.u32", RegKind::B32, st, so);
         stats_store(k, &sts, ln.tid, small, sb);
@@ -1107,6 +1221,12 @@ mod tests {
             }
         }
         v.push(backward_delta_kernel(dims));
+        if dims.g == dims.h {
+            v.push(forward_kernel_bf16(dims));
+            for r in [[false, false], [true, true], [true, false], [false, true]] {
+                v.push(backward_kernel_bf16(dims, r));
+            }
+        }
         v
     }
 
@@ -1124,7 +1244,11 @@ mod tests {
                 assert!(text.contains(".reqntid 128, 1, 1"));
                 let mmas = text.matches(MMA).count();
                 // fwd: 32 (S) + 32 (PV); dq: 4 chunks × (8 + 8 + 8); dkv: 4 × (8 + 8 + 8 + 8).
-                let pass = |p: &str| k.name.starts_with(&format!("attention_mma_{p}"));
+                let name = k.name.replace("attention_mma_bf16", "attention_mma");
+                let pass = |p: &str| name.starts_with(&format!("attention_mma_{p}"));
+                // bf16 inputs are copied, never converted; f32 ones never copied.
+                let bf16 = k.name.starts_with(BF16_FAMILY);
+                assert_eq!(text.contains("cp.async.cg.shared.global"), bf16, "{}", k.name);
                 let want = if pass("fwd") {
                     64
                 } else if pass("bwd_dq") {
@@ -1148,6 +1272,14 @@ mod tests {
         assert_eq!(forward_kernel_rotating(&dims, [true, true]).name, "attention_mma_fwd_rotload");
         assert_eq!(backward_dq_kernel_rotating(&dims, true, [true, true]).name, "attention_mma_bwd_dq_rotload_rotary");
         assert_eq!(backward_dkv_kernel(&dims, false).name, "attention_mma_bwd_dkv");
+        assert_eq!(forward_kernel_bf16(&dims).name, "attention_mma_bf16_fwd");
+        assert_eq!(backward_kernel_bf16(&dims, [true, true]).name, "attention_mma_bf16_bwd_rotary");
+        // The bf16 kernels take the plain kernels' parameters (no load tables).
+        assert_eq!(forward_kernel_bf16(&dims).params, forward_kernel(&dims).params);
+        assert_eq!(
+            backward_kernel_bf16(&dims, [true, false]).params,
+            backward_kernel_rotating(&dims, [true, false], [false, false]).params
+        );
         // Same parameter lists as the fp32 kernels.
         for (a, b) in [
             (

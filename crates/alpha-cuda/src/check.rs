@@ -1832,3 +1832,132 @@ pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, op
     }
     Ok(rows)
 }
+
+/// q or k turned by the rotary at every row's position (`rows` rows of `d`, positions cycling
+/// with period `t`), with the attention kernels' own f32 arithmetic ([`attention::rotate_pairs`]:
+/// separately rounded products, then the sum), then rounded to bf16.
+fn rotated_bf16(x: &[f32], tab: &[f32], t: usize, d: usize) -> Vec<u16> {
+    let half = d / 2;
+    let mut out = vec![0u16; x.len()];
+    for (r, row) in x.chunks_exact(d).enumerate() {
+        let pos = r % t;
+        for i in 0..half {
+            let (c, s) = (tab[pos * half + i], tab[t * half + pos * half + i]);
+            let (x1, x2) = (row[i], row[i + half]);
+            let o1 = x1 * c - x2 * s;
+            let o2 = x1 * s + x2 * c;
+            out[r * d + i] = half::bf16::from_f32(o1).to_bits();
+            out[r * d + i + half] = half::bf16::from_f32(o2).to_bits();
+        }
+    }
+    out
+}
+
+/// The attention kernels taking q, k, v as bf16 (turned beforehand) against the tensor-core
+/// kernels turning the f32 tensors on load, Coppelius's options (every turn fused): forward
+/// (o, lse) and the one-launch backward (dq, dk, dv) bit for bit, at one context and a ragged
+/// T; with `opts.bench`, both timed at one and 16 contexts.
+pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use attention::Dims;
+    let base = Dims { b: 1, h: 8, g: 8, t: 1024, d: 64, scale: 0.125, softcap: None };
+    let mut cases = vec![(base, false), (Dims { b: 2, h: 3, g: 3, t: 200, ..base }, false)];
+    if opts.bench {
+        cases.push((base, true));
+        cases.push((Dims { b: 16, ..base }, true));
+    }
+    let mut rows = vec![];
+    for (dims, bench) in cases {
+        arena.reset();
+        let case = AttnCase { dims, q_scale: 4.0, load: [true, true], inverse: [true, true] };
+        let d = &dims;
+        let (nq, nk, nl) = (d.b * d.h * d.t * d.d, d.b * d.g * d.t * d.d, d.b * d.h * d.t);
+        let [qh, kh, vh, doh] = attention_inputs(rng, &case);
+        let table = rotary::table(d.t, d.d, 10000.0);
+        let tab = upload_f32(arena, &table)?;
+        let (v, dout) = (upload_f32(arena, &vh)?, upload_f32(arena, &doh)?);
+        let run = AttnRun { gpu, case: &case, q: upload_f32(arena, &qh)?, k: upload_f32(arena, &kh)?, v, dout, tab };
+        let upload_u16 = |x: &[u16]| -> Result<u64> {
+            let b = arena.alloc_n::<u16>(x.len())?;
+            arena.upload(b, x)?;
+            Ok(b.ptr)
+        };
+        let qb = upload_u16(&rotated_bf16(&qh, &table, d.t, d.d))?;
+        let kb = upload_u16(&rotated_bf16(&kh, &table, d.t, d.d))?;
+        let vb = upload_u16(&vh.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect::<Vec<_>>())?;
+        let bcase = AttnCase { load: [false, false], ..case };
+        let bf = AttnRun { gpu, case: &bcase, q: qb, k: kb, v: vb, dout, tab };
+        // Outputs: (o, lse, delta, dq, dk, dv), once per way.
+        let sizes = [nq, nl, nl, nq, nk, nk];
+        let bufs = |arena: &DeviceArena| -> Result<Vec<crate::driver::Buf>> {
+            sizes
+                .iter()
+                .map(|&n| {
+                    let b = arena.alloc_n::<f32>(n)?;
+                    arena.fill_u32(b, NAN_BITS)?;
+                    Ok(b)
+                })
+                .collect()
+        };
+        let (mine, theirs) = (bufs(arena)?, bufs(arena)?);
+        let fwd_f32 = gpu.load(&attention_mma::forward_kernel_rotating(d, [true, true]))?;
+        let fwd_bf16 = gpu.load(&attention_mma::forward_kernel_bf16(d))?;
+        let joint_f32 = run.joint_kernels()?;
+        let joint_bf16 = [
+            gpu.load(&attention_mma::backward_delta_kernel(d))?,
+            gpu.load(&attention_mma::backward_kernel_bf16(d, [true, true]))?,
+        ];
+        let step = |r: &AttnRun, fwd: &Function, joint: &[Function; 2], b: &[crate::driver::Buf]| -> Result<()> {
+            let args = [b[0].ptr, b[1].ptr, r.q, r.k, r.v];
+            let mut a = args.to_vec();
+            a.extend(r.tabs());
+            r.launch(fwd, d.grid_q(), attention_mma::block(), &a)?;
+            r.backward_joint(joint, b[0].ptr, b[1].ptr, [b[2].ptr, b[3].ptr, b[4].ptr, b[5].ptr])
+        };
+        step(&run, &fwd_f32, &joint_f32, &theirs)?;
+        step(&bf, &fwd_bf16, &joint_bf16, &mine)?;
+        let mut differ = 0usize;
+        for (a, b) in mine.iter().zip(&theirs) {
+            let x: Vec<f32> = arena.download(*a, a.bytes / 4)?;
+            let y: Vec<f32> = arena.download(*b, b.bytes / 4)?;
+            differ += x.iter().zip(&y).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
+        }
+        let shape = attn_shape(&case);
+        let mut rate = format!("{differ} outputs differ from the f32 kernels turning on load");
+        let mut median_us = None;
+        if bench {
+            let fwd_flop = 2.0 * d.b as f64 * d.h as f64 * (d.t as f64).powi(2) * d.d as f64;
+            let time =
+                |r: &AttnRun, fwd: &Function, joint: &[Function; 2], b: &[crate::driver::Buf]| -> Result<[f64; 2]> {
+                    let mut a = vec![b[0].ptr, b[1].ptr, r.q, r.k, r.v];
+                    a.extend(r.tabs());
+                    let f = median(
+                        gpu.time(opts.warmup, opts.reps, || r.launch(fwd, d.grid_q(), attention_mma::block(), &a))?,
+                    );
+                    let w = median(gpu.time(opts.warmup, opts.reps, || {
+                        r.backward_joint(joint, b[0].ptr, b[1].ptr, [b[2].ptr, b[3].ptr, b[4].ptr, b[5].ptr])
+                    })?);
+                    Ok([f, w])
+                };
+            let [f0, b0] = time(&run, &fwd_f32, &joint_f32, &theirs)?;
+            let [f1, b1] = time(&bf, &fwd_bf16, &joint_bf16, &mine)?;
+            median_us = Some(f1 + b1);
+            rate = format!(
+                "fwd {f1:.1} us ({:.0} TFLOP/s) vs {f0:.1}; bwd {b1:.1} us ({:.0} TFLOP/s) vs {b0:.1}; {rate}",
+                fwd_flop / (f1 * 1e-6) / 1e12,
+                2.5 * fwd_flop / (b1 * 1e-6) / 1e12
+            );
+        }
+        rows.push(Row {
+            family: "attention-bf16".into(),
+            name: "bf16 q/k/v vs f32 turned on load".into(),
+            shape,
+            max_abs: differ as f64,
+            rel: differ as f64,
+            tol: 0.0,
+            pass: differ == 0,
+            median_us,
+            rate,
+        });
+    }
+    Ok(rows)
+}
