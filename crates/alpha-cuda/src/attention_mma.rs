@@ -706,6 +706,19 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
     k
 }
 
+/// [`backward_dq_kernel`] reading q, k and v as bf16 ([`forward_kernel_bf16`]'s inputs).
+pub fn backward_dq_kernel_bf16(dims: &Dims, inverse_rotary: bool) -> Kernel {
+    debug_assert_eq!(dims.d, D);
+    let name = kernel_name(BF16_FAMILY, "bwd_dq", [false, false], inverse_rotary);
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
+    let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, _) = dq_params(&mut k, inverse_rotary, [false, false]);
+    let cx = k.sreg("%ctaid.x");
+    let regs = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab: None, k_tab: None, bf16: true };
+    dq_body(&mut k, dims, &regs, cx, true);
+    k.ret();
+    k
+}
+
 /// The dQ kernel's pointers.
 #[derive(Clone, Copy)]
 struct DqRegs {
@@ -1029,6 +1042,19 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
     k
 }
 
+/// [`backward_dkv_kernel`] reading q, k and v as bf16 ([`forward_kernel_bf16`]'s inputs).
+pub fn backward_dkv_kernel_bf16(dims: &Dims, inverse_rotary: bool) -> Kernel {
+    debug_assert_eq!(dims.d, D);
+    let name = kernel_name(BF16_FAMILY, "bwd_dkv", [false, false], inverse_rotary);
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
+    let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, _) = dkv_params(&mut k, inverse_rotary, [false, false]);
+    let cx = k.sreg("%ctaid.x");
+    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab: None, k_tab: None, bf16: true };
+    dkv_body(&mut k, dims, &regs, cx);
+    k.ret();
+    k
+}
+
 /// The dK/dV kernel's pointers.
 #[derive(Clone, Copy)]
 struct DkvRegs {
@@ -1221,6 +1247,10 @@ mod tests {
             }
         }
         v.push(backward_delta_kernel(dims));
+        for r in [false, true] {
+            v.push(backward_dq_kernel_bf16(dims, r));
+            v.push(backward_dkv_kernel_bf16(dims, r));
+        }
         if dims.g == dims.h {
             v.push(forward_kernel_bf16(dims));
             for r in [[false, false], [true, true], [true, false], [false, true]] {

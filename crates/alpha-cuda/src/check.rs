@@ -1033,7 +1033,7 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     for (s, a_layout, input) in [(3u32, Layout::RowMajor, Input::Bf16), (1, Layout::ColMajor, Input::F32)] {
         arena.reset();
         let plain = GemmSpec { tile: Tile::T128x64, ..GemmSpec::new(a_layout, Layout::RowMajor, input).wgmma() };
-        let heads = gemm::Heads { batch: b, t, heads: h, d };
+        let heads = gemm::Heads { batch: b, t, heads: h, d, bf16_turned: false };
         let split = GemmSpec { heads: Some(heads), ..plain };
         let (m, n) = (b * t, s * h * d);
         let sh = GemmShape::packed(&plain, m, n, 128);
@@ -1065,8 +1065,51 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
             mismatches(&got, &want),
             nc,
         ));
+        if s == 3 {
+            // The same store as bf16 with q and k turned (TMA engine, both tile widths), against
+            // the permuted product turned and rounded on the host as the attention kernels
+            // would on load.
+            let table = rotary::table(t as usize, d as usize, 10000.0);
+            let tab = upload_f32(arena, &table)?;
+            let plane = (b * h * t * d) as usize;
+            let mut want16: Vec<u16> = rotated_bf16(&want[..2 * plane], &table, t as usize, d as usize);
+            want16.extend(want[2 * plane..].iter().map(|&x| half::bf16::from_f32(x).to_bits()));
+            for tile in [Tile::T128x64, Tile::T128x128] {
+                let turned = gemm::Heads { bf16_turned: true, ..heads };
+                let spec = GemmSpec { tile, heads: Some(turned), ..plain.tma() };
+                let out = arena.alloc_n::<u16>(nc)?;
+                arena.fill_u32(out, NAN_BITS)?;
+                let f = gpu.load(&spec.kernel())?;
+                let maps = tma_maps(arena, &spec, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
+                gemm_turned_launch(gpu, &f, &spec, &sh, [ab.ptr, bb.ptr, out.ptr, out.ptr], maps, tab)?;
+                let got16: Vec<u16> = arena.download(out, nc)?;
+                let differ = got16.iter().zip(&want16).filter(|(x, y)| x != y).count();
+                rows.push(exact_row("fusion", &format!("{} = turned, rounded", spec.name()), &shape, differ, nc));
+            }
+        }
     }
     Ok(rows)
+}
+
+/// A TMA launch of a head-split product storing bf16 turned heads: the usual arguments, the
+/// tensor maps, then the rotary table.
+fn gemm_turned_launch(
+    gpu: &Gpu,
+    f: &Function,
+    spec: &GemmSpec,
+    sh: &GemmShape,
+    ptrs: [u64; 4],
+    maps: (u64, u64),
+    tab: u64,
+) -> Result<()> {
+    use crate::driver::{Arg, LaunchConfig};
+    let [a, b, c, r] = ptrs;
+    let mut args = vec![Arg::U64(a), Arg::U64(b), Arg::U64(c), Arg::U64(r)];
+    args.extend([sh.m, sh.n, sh.k, sh.lda, sh.ldb, sh.ldc].map(Arg::U32));
+    args.extend([sh.stride_a, sh.stride_b, sh.stride_c].map(Arg::U64));
+    args.extend([Arg::U64(maps.0), Arg::U64(maps.1), Arg::U64(tab)]);
+    let cfg = LaunchConfig { grid: spec.grid(sh), block: (spec.threads(), 1, 1), shared_bytes: 0 };
+    gpu.launch(f, cfg, &args)
 }
 
 /// One attention problem of [`attention_checks`]: the shape, q's magnitude (larger logits test

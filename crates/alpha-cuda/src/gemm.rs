@@ -154,6 +154,12 @@ pub struct Heads {
     pub t: u32,
     pub heads: u32,
     pub d: u32,
+    /// Stored as bf16, the first two sections (q and k) turned by the rotary at each row's
+    /// position on the way (param `rot_tab`, last: the table of [`crate::rotary::table`]), the
+    /// third (v) as it is — what [`crate::attention_mma::forward_kernel_bf16`] reads. The same
+    /// f32 arithmetic and rounding as the attention kernels turning f32 on load, so the same
+    /// bits reach the tensor cores. Heads of 64 only, S = 3.
+    pub bf16_turned: bool,
 }
 
 /// One GEMM kernel variant.
@@ -232,6 +238,9 @@ impl GemmSpec {
         };
         if let Some(h) = self.heads {
             tile.push_str(&format!("_heads_b{}t{}h{}d{}", h.batch, h.t, h.heads, h.d));
+            if h.bf16_turned {
+                tile.push_str("_bf16rot");
+            }
         }
         if self.engine != Engine::Mma {
             tile.push_str(if self.engine == Engine::Tma { "_tma" } else { "_wg" });
@@ -1215,6 +1224,18 @@ fn store_heads(k: &mut Kernel, spec: &GemmSpec, hs: Heads, acc: &[Vec<Vec<Reg>>]
             (k.tri("mad.lo.u32", RegKind::B32, plane, head_elems, d), ok)
         })
         .collect();
+    let turned = hs.bf16_turned.then(|| {
+        // A thread holds every column of its rows only on the wgmma engines.
+        assert!(
+            hs.d == 64 && spec.tile.cols().is_multiple_of(64) && spec.engine != Engine::Mma,
+            "{}: turned heads are 64 wide, on a wgmma engine",
+            spec.name()
+        );
+        // q and k (sections 0 and 1) are turned; v is not. A tile lies within one section.
+        let tab = k.param_reg("rot_tab", ParamTy::U64);
+        let s = k.bin("div.u32", RegKind::B32, col0, hs.heads * hs.d);
+        (tab, k.setp("lt.u32", s, 2u32))
+    });
     for (mi, acc_m) in acc.iter().enumerate() {
         for half in 0..2usize {
             // Row b·T + t: b·H·T·D + t·D.
@@ -1224,14 +1245,57 @@ fn store_heads(k: &mut Kernel, spec: &GemmSpec, hs: Heads, acc: &[Vec<Vec<Reg>>]
             let t = k.bin("rem.u32", RegKind::B32, r, hs.t);
             let td = k.bin("mul.lo.u32", RegKind::B32, t, hs.d);
             let row_part = k.tri("mad.lo.u32", RegKind::B32, b, hs.heads * head_elems, td);
-            for (c, &(col, col_ok)) in acc_m.iter().zip(&col_part) {
+            let mut vals: Vec<[Reg; 2]> = acc_m.iter().map(|c| [c[2 * half], c[2 * half + 1]]).collect();
+            if let Some((tab, rotate)) = turned {
+                vals = turn_pairs(k, &vals, tab, t, hs.t, col0, rotate);
+            }
+            for (v, &(col, col_ok)) in vals.iter().zip(&col_part) {
                 let ok = k.bin("and.pred", RegKind::Pred, row_ok, col_ok);
                 let e = k.bin("add.u32", RegKind::B32, row_part, col);
-                let a = k.addr_of(c_base, e, 4);
-                k.op_if(ok, false, "st.global.v2.f32", [addr(a, 0), Opnd::V(vec![c[2 * half], c[2 * half + 1]])]);
+                if turned.is_some() {
+                    let a = k.addr_of(c_base, e, 2);
+                    let pair = k.reg(RegKind::B32);
+                    k.op("cvt.rn.bf16x2.f32", [pair.into(), v[1].into(), v[0].into()]);
+                    k.op_if(ok, false, "st.global.b32", [addr(a, 0), pair.into()]);
+                } else {
+                    let a = k.addr_of(c_base, e, 4);
+                    k.op_if(ok, false, "st.global.v2.f32", [addr(a, 0), Opnd::V(v.to_vec())]);
+                }
             }
         }
     }
+}
+
+/// One row's column-group pairs (`vals[ni]` at head element d = (col0 + 8·ni) mod 64 and the
+/// next) turned by the rotary at position `pos` where `rotate` holds: each d < 32 with its partner
+/// d + 32, four column groups on, in the same thread. The cosines and sines of the row's
+/// position come from `tab` (`t` positions, cosines then sines, 32 a position); the arithmetic
+/// is [`crate::attention::rotate_pairs`]'s, the attention kernels' own.
+fn turn_pairs(k: &mut Kernel, vals: &[[Reg; 2]], tab: Reg, pos: Reg, t: u32, col0: Reg, rotate: Reg) -> Vec<[Reg; 2]> {
+    let d0 = k.bin("and.b32", RegKind::B32, col0, 63u32);
+    let row = k.tri("mad.lo.u32", RegKind::B32, pos, 32u32, d0);
+    let ca = k.addr_of(tab, row, 4);
+    let mut out = vals.to_vec();
+    // Column group ni holds d0 + 8·(ni mod 8) of head ni / 8 of the tile; d0 < 8.
+    let lows: Vec<usize> = (0..vals.len()).filter(|ni| ni % 8 < 4).collect();
+    let mut table: Vec<Option<(Vec<Reg>, Vec<Reg>)>> = vec![None; 4];
+    for ni in lows {
+        let j = ni % 8;
+        if table[j].is_none() {
+            let c = k.regs(RegKind::F32, 2);
+            let s = k.regs(RegKind::F32, 2);
+            k.op("ld.global.nc.v2.f32", [Opnd::V(c.clone()), addr(ca, (8 * j * 4) as i64)]);
+            k.op("ld.global.nc.v2.f32", [Opnd::V(s.clone()), addr(ca, (t * 32 * 4 + 8 * j as u32 * 4) as i64)]);
+            table[j] = Some((c, s));
+        }
+        let (c, s) = table[j].clone().expect("loaded above");
+        let (o1, o2) = crate::attention::rotate_pairs(k, &vals[ni], &vals[ni + 4], &c, &s, false);
+        for e in 0..2 {
+            out[ni][e] = k.tri("selp.f32", RegKind::F32, o1[e], vals[ni][e], rotate);
+            out[ni + 4][e] = k.tri("selp.f32", RegKind::F32, o2[e], vals[ni + 4][e], rotate);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -192,6 +192,12 @@ struct More {
     attn_load: HashMap<u32, Turned>,
     /// MatMul → the Permute whose output it stores split into heads instead of its own.
     gemm_heads: HashMap<u32, (u32, gemm::Heads)>,
+    /// Head-split MatMuls storing q and k turned and everything bf16 ([`turned_heads`]): the
+    /// rotary base of their table.
+    turned_base: HashMap<u32, f64>,
+    /// Attention and AttentionBackward reading those bf16 q, k and v: the arena offset of the
+    /// heads tensor (its f32 slot; the bf16 values lie at half the offsets within it).
+    bf16_attention: HashMap<u32, usize>,
 }
 
 fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
@@ -758,6 +764,11 @@ impl Lowerer<'_> {
                         args.push(self.ptr(Value { node: u, index: 0 }));
                     }
                     args.extend(self.maps_for(&spec, &shape, a, b)?);
+                    if spec.heads.is_some_and(|h| h.bf16_turned) {
+                        let base = self.more.turned_base[&id];
+                        let t = spec.heads.map_or(0, |h| h.t as usize);
+                        args.push(A::Ptr(self.rotary_table(t, 64, base)));
+                    }
                     v.push(Pending {
                         kernel,
                         grid: spec.grid(&shape),
@@ -905,18 +916,34 @@ impl Lowerer<'_> {
                 let block = if tc { mma::block() } else { (attention::ROWS, 1, 1) };
                 // Forward rotary fused: q (k) read before its Rotary and turned on load.
                 let load = self.more.attn_load.get(&id).copied().unwrap_or_default();
-                let turned = load.map(|x| x.is_some());
                 let src = |k: usize| load[k].map_or(ins[k], |x| x.0);
+                // q, k and v as bf16 (turned by the projection's epilogue) where `turned_heads`
+                // chose it: at half their f32 offsets within the heads tensor.
+                let bf16_at = self.more.bf16_attention.get(&id).copied();
+                if bf16_at.is_some() && !tc {
+                    return Err(node_error(&node, id, "bf16 q, k, v need the tensor-core kernels"));
+                }
+                let qkv = |lw: &Self, k: usize| -> A {
+                    let x = if k < 2 { src(k) } else { ins[2] };
+                    match bf16_at {
+                        Some(at) => A::Ptr(at + (lw.plan.slot(x).offset - at) / 2),
+                        None => lw.ptr(x),
+                    }
+                };
+                let (load, turned) = match bf16_at {
+                    Some(_) => ([None, None], [false, false]),
+                    None => (load, load.map(|x| x.is_some())),
+                };
                 let tabs: Vec<A> =
                     load.iter().flatten().map(|&(_, base)| A::Ptr(self.rotary_table(dims.t, dims.d, base))).collect();
+                let [qa, ka, va] = [0, 1, 2].map(|k| qkv(self, k));
                 if matches!(node.op, Op::Attention { .. }) {
-                    let kernel = self.kernel(if tc {
-                        mma::forward_kernel_rotating(&dims, turned)
-                    } else {
-                        attention::forward_kernel_rotating(&dims, turned)
+                    let kernel = self.kernel(match (tc, bf16_at) {
+                        (true, Some(_)) => mma::forward_kernel_bf16(&dims),
+                        (true, None) => mma::forward_kernel_rotating(&dims, turned),
+                        _ => attention::forward_kernel_rotating(&dims, turned),
                     })?;
-                    let mut args: Vec<A> =
-                        [out(0), out(1), src(0), src(1), ins[2]].iter().map(|&a| self.ptr(a)).collect();
+                    let mut args: Vec<A> = vec![self.ptr(out(0)), self.ptr(out(1)), qa, ka, va];
                     args.extend(tabs);
                     v.push(Pending { kernel, grid: dims.grid_q(), block, args, node: some });
                 } else {
@@ -935,14 +962,15 @@ impl Lowerer<'_> {
                         let kd = self.kernel(mma::backward_delta_kernel(&dims))?;
                         let args = vec![A::Scratch(0), self.ptr(ov), self.ptr(dov)];
                         v.push(Pending { kernel: kd, grid: dims.grid_q(), block, args, node: some });
-                        let kb = self.kernel(mma::backward_kernel_rotating(
-                            &dims,
-                            [rot[0].is_some(), rot[1].is_some()],
-                            turned,
-                        ))?;
+                        let inverse = [rot[0].is_some(), rot[1].is_some()];
+                        let kb = self.kernel(match bf16_at {
+                            Some(_) => mma::backward_kernel_bf16(&dims, inverse),
+                            None => mma::backward_kernel_rotating(&dims, inverse, turned),
+                        })?;
                         let mut args: Vec<A> = [dst(0), dst(1), out(2)].iter().map(|&a| self.ptr(a)).collect();
                         args.push(A::Scratch(0));
-                        args.extend([qv, kv_, vv, ov, lse, dov].iter().map(|&a| self.ptr(a)));
+                        args.extend([qa, ka, va]);
+                        args.extend([ov, lse, dov].iter().map(|&a| self.ptr(a)));
                         for r in rot.iter().flatten() {
                             args.push(A::Ptr(self.rotary_table(dims.t, dims.d, r.1)));
                         }
@@ -950,24 +978,24 @@ impl Lowerer<'_> {
                         v.push(Pending { kernel: kb, grid: dims.grid_q(), block, args, node: some });
                         return Ok(v);
                     }
-                    let k1 = self.kernel(if tc {
-                        mma::backward_dq_kernel_rotating(&dims, rot[0].is_some(), turned)
-                    } else {
-                        attention::backward_dq_kernel_rotating(&dims, rot[0].is_some(), turned)
+                    let k1 = self.kernel(match (tc, bf16_at) {
+                        (true, Some(_)) => mma::backward_dq_kernel_bf16(&dims, rot[0].is_some()),
+                        (true, None) => mma::backward_dq_kernel_rotating(&dims, rot[0].is_some(), turned),
+                        _ => attention::backward_dq_kernel_rotating(&dims, rot[0].is_some(), turned),
                     })?;
-                    let mut args = vec![self.ptr(dst(0)), A::Scratch(0)];
-                    args.extend([qv, kv_, vv, ov, lse, dov].iter().map(|&a| self.ptr(a)));
+                    let mut args = vec![self.ptr(dst(0)), A::Scratch(0), qa, ka, va];
+                    args.extend([ov, lse, dov].iter().map(|&a| self.ptr(a)));
                     if let Some((_, base)) = rot[0] {
                         args.push(A::Ptr(self.rotary_table(dims.t, dims.d, base)));
                     }
                     args.extend(tabs.iter().copied());
                     v.push(Pending { kernel: k1, grid: dims.grid_q(), block, args, node: some });
-                    let k2 = self.kernel(if tc {
-                        mma::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned)
-                    } else {
-                        attention::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned)
+                    let k2 = self.kernel(match (tc, bf16_at) {
+                        (true, Some(_)) => mma::backward_dkv_kernel_bf16(&dims, rot[1].is_some()),
+                        (true, None) => mma::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned),
+                        _ => attention::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned),
                     })?;
-                    let mut args: Vec<A> = [dst(1), out(2), qv, kv_, vv, lse].iter().map(|&a| self.ptr(a)).collect();
+                    let mut args: Vec<A> = vec![self.ptr(dst(1)), self.ptr(out(2)), qa, ka, va, self.ptr(lse)];
                     args.push(A::Scratch(0));
                     args.push(self.ptr(dov));
                     if let Some((_, base)) = rot[1] {
@@ -1169,7 +1197,7 @@ fn head_split(
         && shape.m as usize == b * t
         && d.is_multiple_of(8)
         && p.outputs[0].dtype == DType::F32;
-    let heads = gemm::Heads { batch: b as u32, t: t as u32, heads: h as u32, d: d as u32 };
+    let heads = gemm::Heads { batch: b as u32, t: t as u32, heads: h as u32, d: d as u32, bf16_turned: false };
     ok.then_some((mm, heads))
 }
 
@@ -1804,6 +1832,90 @@ fn fuse_more(
     cands.into_iter().flat_map(|m| m.skipped).chain(fused_rotaries).collect()
 }
 
+/// The head-split q/k/v projections whose tensor only attention reads, through fused forward
+/// rotaries for q and k: their epilogue then stores q and k turned and all three as bf16 (the
+/// values the attention kernels would round on load, [`gemm::Heads::bf16_turned`]), and the
+/// attention kernels copy them straight into shared memory. Records both in `more`.
+///
+/// Conditions: heads of 64, three sections; every reader of the tensor (through slices and
+/// reshapes) a fused forward Rotary of q or k, or the v of an attention host; every host of this
+/// phase turning both q and k on load with one base; and no host writing into the tensor's slot
+/// (the bf16 values sit at half their f32 offsets, so the slots the plan gives the f32 views
+/// no longer say where each one is).
+fn turned_heads(plan: &Plan, nodes: &[u32], skip: &std::collections::HashSet<u32>, more: &mut More) {
+    let g = &plan.program.graph;
+    let (_, readers) = readers_of(&plan.program);
+    let in_phase: std::collections::HashSet<u32> = nodes.iter().copied().collect();
+    let val = |node: u32| Value { node, index: 0 };
+    let mut found = vec![];
+    'gemms: for (&mm, &(p, heads)) in &more.gemm_heads {
+        let pv = val(p);
+        let shape = g.shape(pv);
+        if !in_phase.contains(&mm) || heads.d != 64 || shape.len() != 5 || shape[0] != 3 {
+            continue;
+        }
+        let Some(pr) = range(plan, pv) else { continue };
+        let section = (pr.1 - pr.0) / 3;
+        // Walk the views of the tensor to what reads them.
+        let (mut stack, mut leaves) = (vec![pv], vec![]);
+        while let Some(x) = stack.pop() {
+            for &r in readers.get(&x).map(Vec::as_slice).unwrap_or(&[]) {
+                let n = &g.nodes[r as usize];
+                if matches!(n.op, Op::Slice { axis: 0, .. } | Op::Reshape { .. }) {
+                    stack.push(val(r));
+                } else {
+                    leaves.push((r, x));
+                }
+            }
+        }
+        let sec = |x: Value| range(plan, x).filter(|r| r.0 >= pr.0 && r.1 <= pr.1).map(|r| (r.0 - pr.0) / section);
+        let mut hosts = std::collections::BTreeSet::new();
+        for &(r, x) in &leaves {
+            let n = &g.nodes[r as usize];
+            match n.op {
+                Op::Rotary { inverse: false, .. } if skip.contains(&r) && matches!(sec(x), Some(0 | 1)) => {
+                    for &h in readers.get(&val(r)).map(Vec::as_slice).unwrap_or(&[]) {
+                        hosts.insert(h);
+                    }
+                }
+                Op::Attention { .. } | Op::AttentionBackward { .. } if n.inputs[2] == x && sec(x) == Some(2) => {
+                    hosts.insert(r);
+                }
+                _ => continue 'gemms,
+            }
+        }
+        let mut base = None;
+        for &h in &hosts {
+            let n = &g.nodes[h as usize];
+            let host = matches!(n.op, Op::Attention { bf16: true, .. } | Op::AttentionBackward { bf16: true, .. });
+            let Some([Some(q), Some(k)]) = more.attn_load.get(&h).copied() else { continue 'gemms };
+            let one_base = q.1 == k.1 && base.is_none_or(|b| b == q.1);
+            let sections = (sec(q.0), sec(k.0), sec(n.inputs[2])) == (Some(0), Some(1), Some(2));
+            // Outputs (as relocated by fused inverse rotaries) clear of the tensor.
+            let rot = more.attnb_rot.get(&h).copied().unwrap_or_default();
+            let outs: Vec<Value> = (0..n.outputs.len() as u16)
+                .map(|k| rot.get(k as usize).copied().flatten().map_or(Value { node: h, index: k }, |r| r.0))
+                .collect();
+            let clear = outs.iter().all(|&o| range(plan, o).is_some_and(|r| !overlap(r, pr)));
+            if !(host && in_phase.contains(&h) && one_base && sections && clear) {
+                continue 'gemms;
+            }
+            base = Some(q.1);
+        }
+        let Some(base) = base else { continue };
+        found.push((mm, base, pr.0, hosts));
+    }
+    for (mm, base, at, hosts) in found {
+        if let Some(h) = more.gemm_heads.get_mut(&mm) {
+            h.1.bf16_turned = true;
+        }
+        more.turned_base.insert(mm, base);
+        for h in hosts {
+            more.bf16_attention.insert(h, at);
+        }
+    }
+}
+
 /// The bytes of a constant tensor of `n` elements of `dtype` equal to `value`.
 fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
     let one: Vec<u8> = match dtype {
@@ -1823,12 +1935,18 @@ pub struct LowerOptions {
     /// GEMMs read bf16 on the TMA engine, and on the H200 the step was faster (g33: one context
     /// 4.19 → 4.07 ms, sixteen 32.3 → 30.5 ms) though the casts cost 34 launches.
     pub fold_casts_into_gemms: bool,
+    /// Attention reads q, k and v as bf16, stored (q and k turned by the rotary) by the
+    /// projection's head-split epilogue, where the plan allows ([`turned_heads`]).
+    pub bf16_attention: bool,
 }
 
 impl LowerOptions {
     /// The defaults, with what the knobs force ([`crate::knobs`]).
     pub fn from_knobs() -> LowerOptions {
-        LowerOptions { fold_casts_into_gemms: knobs().cast_into_gemm.unwrap_or(false) }
+        LowerOptions {
+            fold_casts_into_gemms: knobs().cast_into_gemm.unwrap_or(false),
+            bf16_attention: knobs().bf16_attention,
+        }
     }
 }
 
@@ -1875,6 +1993,9 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             fuse(&plan, &nodes, &lw.cast_candidates, options.fold_casts_into_gemms, &mut lw.f32_gemm, &mut lw.gemm_add);
         let more = fuse_more(&plan, &nodes, &skip, &lw.f32_gemm, &lw.gemm_add, &mut lw.more);
         skip.extend(more);
+        if options.bf16_attention {
+            turned_heads(&plan, &nodes, &skip, &mut lw.more);
+        }
         for (producer_out, cast) in casts_into_producers(&plan, &nodes, &skip, &lw.cast_candidates) {
             skip.insert(cast.node);
             lw.store_as.insert(producer_out, cast);
@@ -2170,12 +2291,12 @@ mod tests {
 
     /// Lowers `g` as a one-phase forward program whose output "s" is `s`.
     fn lower_forward(g: Graph, s: Value) -> Lowered {
-        lower_forward_with(g, s, LowerOptions { fold_casts_into_gemms: false })
+        lower_forward_with(g, s, LowerOptions { fold_casts_into_gemms: false, bf16_attention: true })
     }
 
     /// [`lower_forward`] folding casts into the GEMMs' loads.
     fn lower_forward_folding(g: Graph, s: Value) -> Lowered {
-        lower_forward_with(g, s, LowerOptions { fold_casts_into_gemms: true })
+        lower_forward_with(g, s, LowerOptions { fold_casts_into_gemms: true, bf16_attention: true })
     }
 
     fn lower_forward_with(g: Graph, s: Value, options: LowerOptions) -> Lowered {

@@ -2,7 +2,7 @@
 //! lower to launches whose kernels fit the launch budget, whose every pointer lies inside the
 //! arena, and whose modules are shared across Coppelius's 16 identical blocks.
 
-use alpha_cuda::lower::{lower_program, LArg, Lowered};
+use alpha_cuda::lower::{lower_program, lower_program_with, LArg, LowerOptions, Lowered};
 use alpha_ir::Op;
 use alpha_systems::System;
 
@@ -42,9 +42,9 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     assert!(l.kernels.len() < 100, "{} distinct kernels: blocks should share modules", l.kernels.len());
     let names: Vec<&str> = l.kernels.iter().map(|k| k.name.as_str()).collect();
     for family in [
-        "attention_mma_fwd_rotload",
+        "attention_mma_bf16_fwd",
         "attention_mma_bwd_delta",
-        "attention_mma_bwd_rotload_rotary",
+        "attention_mma_bf16_bwd_rotary",
         "layernorm_fwd_bf16",
         "adamw_multi",
         "sumsq_multi",
@@ -148,12 +148,12 @@ fn training_steps_launch_counts() {
         assert_eq!(count("adamw_step") + count("pw_square") + count("reduce_sum"), 0, "{s}");
         if s == "coppelius" {
             // Every block's GELU is its gate GEMM's epilogue; every dq and dk leaves the
-            // attention backward already turned back; every q and k is turned by the rotary on
-            // load, in the forward and in the backward (see `lower::fuse_more`).
+            // attention backward already turned back; every q and k is turned by the projection's
+            // epilogue, which stores q, k and v as bf16 (see `lower::turned_heads`).
             let gelu_gemms: usize = by.iter().filter(|x| x.0.contains("_store_gelu")).map(|x| x.1).sum();
             assert_eq!((gelu_gemms, count("pw_gelu")), (16, 0));
             // Both backward passes in one launch, after delta alone (no output over an input).
-            assert_eq!((count("attention_mma_bwd_delta"), count("attention_mma_bwd_rotload_rotary")), (16, 16));
+            assert_eq!((count("attention_mma_bwd_delta"), count("attention_mma_bf16_bwd_rotary")), (16, 16));
             assert_eq!(
                 (count("attention_mma_bwd_dq_rotload_rotary"), count("attention_mma_bwd_dkv_rotload_rotary")),
                 (0, 0)
@@ -162,7 +162,9 @@ fn training_steps_launch_counts() {
                 (count("attention_mma_bwd_dq"), count("attention_mma_bwd_dkv"), count("rotary_inverse")),
                 (0, 0, 0)
             );
-            assert_eq!((count("rotary"), count("attention_mma_fwd"), count("attention_mma_fwd_rotload")), (0, 0, 16));
+            assert_eq!((count("rotary"), count("attention_mma_fwd"), count("attention_mma_bf16_fwd")), (0, 0, 16));
+            let turned: usize = by.iter().filter(|x| x.0.contains("_bf16rot")).map(|x| x.1).sum();
+            assert_eq!(turned, 16);
         }
         let expected = if s == "bob" { BOB_LAUNCHES } else { COPPELIUS_LAUNCHES };
         assert_eq!(l.launch_count(0), expected, "{s}");
@@ -178,7 +180,11 @@ const COPPELIUS_LAUNCHES: usize = 662;
 #[test]
 fn forward_rotaries_are_turned_on_load_from_kept_pre_rotary_tensors() {
     use alpha_ir::{Op, Value};
-    let l = training("coppelius");
+    // (With the attention reading f32 q, k, v: the bf16 path is `the_projection_stores_...`.)
+    let c = alpha_systems::coppelius::Coppelius::default();
+    let program = c.learner(10).training_program(c.model(1).unwrap()).unwrap();
+    let options = LowerOptions { bf16_attention: false, ..LowerOptions::from_knobs() };
+    let l = lower_program_with(&program, options).unwrap();
     let plan = &l.plan;
     let g = &plan.program.graph;
     let nodes: Vec<u32> = plan.phases[0].kernels.iter().map(|k| k.node).collect();
@@ -259,6 +265,77 @@ fn forward_rotaries_are_turned_on_load_from_kept_pre_rotary_tensors() {
             let dlen = g.ty(node.inputs[if name.contains("_dq_") { 0 } else { 1 }]).numel() * 4;
             let exact_k = name.contains("_dkv_") && x == k_pre && dst == xr.0;
             assert!(!overlap((dst, dst + dlen), xr) || exact_k, "{} stores over {x}", l.describe(launch));
+        }
+    }
+    assert_eq!((fwd, bwd), (16, 16));
+}
+
+/// Coppelius's q/k/v projections store q and k turned and all three as bf16, split into heads,
+/// and the attention kernels read them there: each at half its f32 view's offset within the
+/// heads tensor; the projection's last argument is the rotary table; no attention output lies on
+/// the heads tensor.
+#[test]
+fn the_projection_stores_turned_bf16_heads_that_attention_reads() {
+    use alpha_ir::{Op, Value};
+    let l = training("coppelius");
+    let plan = &l.plan;
+    let g = &plan.program.graph;
+    let span = |v: Value| {
+        let s = plan.slot(v);
+        (s.offset, s.offset + g.ty(v).numel() * g.dtype(v).size())
+    };
+    // Each turned projection's heads tensor (its C argument) and table.
+    let mut heads = vec![];
+    for launch in &l.phases[0] {
+        let name = l.kernels[launch.kernel].name.as_str();
+        if !name.contains("_bf16rot") {
+            continue;
+        }
+        let (LArg::Ptr(c), Some(LArg::Ptr(tab))) = (launch.args[2], launch.args.last().copied()) else { panic!() };
+        let want: Vec<u8> = alpha_cuda::rotary::table(1024, 64, 10000.0).iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert!(l.inits.iter().any(|(o, b)| *o == tab && *b == want), "{}", l.describe(launch));
+        heads.push(c);
+    }
+    assert_eq!(heads.len(), 16);
+    let (mut fwd, mut bwd) = (0, 0);
+    for launch in &l.phases[0] {
+        let name = l.kernels[launch.kernel].name.as_str();
+        let Some(id) = launch.node else { continue };
+        let node = &g.nodes[id as usize];
+        let (attn, at_q) = match name {
+            "attention_mma_bf16_fwd" => {
+                fwd += 1;
+                (id, 2)
+            }
+            "attention_mma_bf16_bwd_rotary" => {
+                bwd += 1;
+                (node.inputs[3].node, 4)
+            }
+            _ => continue,
+        };
+        // The graph's q, k (through their Rotaries) and v of the forward Attention.
+        let an = &g.nodes[attn as usize];
+        let pre = |k: usize| {
+            let r = &g.nodes[an.inputs[k].node as usize];
+            assert!(matches!(r.op, Op::Rotary { inverse: false, .. }));
+            r.inputs[0]
+        };
+        let views = [pre(0), pre(1), an.inputs[2]];
+        let p = *heads.iter().filter(|&&p| p <= span(views[0]).0).max().expect("a heads tensor below q");
+        let tensor = (p, p + 3 * (span(views[0]).1 - span(views[0]).0));
+        for (j, v) in views.iter().enumerate() {
+            let (lo, hi) = span(*v);
+            assert!(lo >= tensor.0 && hi <= tensor.1, "view {j} outside the heads tensor");
+            assert_eq!(launch.args[at_q + j], LArg::Ptr(p + (lo - p) / 2), "{}", l.describe(launch));
+        }
+        for (k, a) in launch.args.iter().enumerate().take(if at_q == 2 { 2 } else { 3 }) {
+            let LArg::Ptr(o) = *a else { panic!() };
+            let n = g.ty(Value { node: id, index: k as u16 }).numel() * 4;
+            assert!(
+                o + n <= tensor.0 || o >= tensor.1,
+                "output {k} of {} lies on the heads tensor",
+                l.describe(launch)
+            );
         }
     }
     assert_eq!((fwd, bwd), (16, 16));
