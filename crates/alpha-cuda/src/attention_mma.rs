@@ -700,7 +700,7 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
     let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dq", load, inverse_rotary)).with_block(THREADS, 1, 1);
     let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, [q_tab, k_tab]) = dq_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16: false };
+    let regs = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16: false, do16: None };
     dq_body(&mut k, dims, &regs, cx, true);
     k.ret();
     k
@@ -713,7 +713,8 @@ pub fn backward_dq_kernel_bf16(dims: &Dims, inverse_rotary: bool) -> Kernel {
     let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, _) = dq_params(&mut k, inverse_rotary, [false, false]);
     let cx = k.sreg("%ctaid.x");
-    let regs = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab: None, k_tab: None, bf16: true };
+    let regs =
+        DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab: None, k_tab: None, bf16: true, do16: None };
     dq_body(&mut k, dims, &regs, cx, true);
     k.ret();
     k
@@ -735,13 +736,16 @@ struct DqRegs {
     k_tab: Option<Reg>,
     /// q, k and v are bf16 (see [`forward_kernel_bf16`]).
     bf16: bool,
+    /// dO as bf16 (written by [`backward_delta_kernel_bf16`]), with delta read from `delta`
+    /// instead of recomputed from dO and O.
+    do16: Option<Reg>,
 }
 
 /// The dQ pass of the block whose query tile is counted back from the last by `cx`: delta
 /// computed from dO and O (stored to `delta` as well when `store_delta`), then dq.
 fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) {
     let t = dims.t as u32;
-    let DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16 } = *r;
+    let DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16, do16 } = *r;
     let in_row = if bf16 { BF16_ROW_BYTES } else { ROW_BYTES };
     // Stages [K0][V0][K1][V1]; Q and dO pass through K1 and V1 before the loop.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
@@ -762,10 +766,26 @@ fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) 
     let mq = mover_of(k, &ln, q_tab, t, bf16);
     let mk = mover_of(k, &ln, k_tab, t, bf16);
     let mv = mover_of(k, &ln, None, t, bf16);
-    {
+    let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
+    if let Some(do16) = do16 {
+        k.comment("delta of the tile's rows from global; dO as bf16 through stage 1");
+        let deltab = head_base(k, delta, bh, t, 4);
+        let row = k.bin("add.u32", RegKind::B32, qrow0, ln.tid);
+        let small = k.setp("lt.u32", ln.tid, ROWS);
+        let inside = k.setp("lt.u32", row, t);
+        let ok = k.bin("and.pred", RegKind::Pred, small, inside);
+        let dv = k.imm_f32(0.0);
+        let da = k.addr_of(deltab, row, 4);
+        k.op_if(ok, false, "ld.global.f32", [dv.into(), addr(da, 0)]);
+        let sa = k.tri("mad.lo.u32", RegKind::B32, ln.tid, 4u32, sdelta);
+        k.op_if(small, false, "st.shared.f32", [addr(sa, 0), dv.into()]);
+        let md = mover_bf16(k, &ln, t);
+        let d16 = head_base(k, do16, bh, t, BF16_ROW_BYTES);
+        let f = md.issue(k, d16, qrow0, s1v);
+        md.store(k, &f);
+    } else {
         let deltab = store_delta.then(|| head_base(k, delta, bh, t, 4));
-        let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
-        let fdo = delta_rows(k, &ln, &mp, [dob, ob], qrow0, t, deltab, Some(sdelta), s1v);
+        let fdo = delta_rows(k, &ln, &mp, [dob, ob], qrow0, t, deltab, Some(sdelta), s1v, None);
         mp.store(k, &fdo);
     }
     k.comment("prologue: Q through stage 1, the first K and V tiles into stage 0");
@@ -783,7 +803,6 @@ fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) 
     k.barrier();
     let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
     let qf = a_frags(k, &ln, s1);
-    let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
     let dof = a_frags(k, &ln, s1v);
     // delta and lse·log2 e of the accumulator rows g and g+8.
     let lb = head_base(k, lse, bh, t, 4);
@@ -883,6 +902,7 @@ fn delta_rows(
     delta_head: Option<Reg>,
     sdelta: Option<Reg>,
     do_dest: Reg,
+    do16_head: Option<Reg>,
 ) -> InFlight {
     k.comment("delta = dO O per row, in f32 from global: 16 lanes per row, a fixed butterfly");
     let fdo = mp.issue(k, dob, row0, do_dest);
@@ -912,6 +932,16 @@ fn delta_rows(
             let sa = k.tri("mad.lo.u32", RegKind::B32, row, 4u32, sd);
             k.op_if(writer, false, "st.shared.f32", [addr(sa, 0), s.into()]);
         }
+        if let Some(h16) = do16_head {
+            // This thread's four dO values of the row, rounded as the tile store rounds them.
+            let grow = k.bin("add.u32", RegKind::B32, row0, row);
+            let inside = k.setp("lt.u32", grow, t);
+            let e = k.tri("mad.lo.u32", RegKind::B32, grow, BF16_ROW_BYTES / 8, c4);
+            let ga = k.addr_of(h16, e, 8);
+            let lo = pack(k, a[0], a[1]);
+            let hi = pack(k, a[2], a[3]);
+            k.op_if(inside, false, "st.global.v2.b32", [addr(ga, 0), Opnd::V(vec![lo, hi])]);
+        }
     }
     fdo
 }
@@ -920,9 +950,22 @@ fn delta_rows(
 /// block [`block`]. Run before [`backward_kernel_rotating`], whose dK/dV blocks read it while
 /// its dQ blocks run.
 pub fn backward_delta_kernel(dims: &Dims) -> Kernel {
+    delta_kernel(dims, false)
+}
+
+/// [`backward_delta_kernel`] that also writes dO rounded to bf16 to `do16` (`[B·H, T, 64]`, rows
+/// of 128 bytes) for [`backward_kernel_bf16`]: params (delta, o, do, do16).
+pub fn backward_delta_kernel_bf16(dims: &Dims) -> Kernel {
+    delta_kernel(dims, true)
+}
+
+fn delta_kernel(dims: &Dims, do16: bool) -> Kernel {
+    use crate::ptx::ParamTy;
     let t = dims.t as u32;
-    let mut k = Kernel::new("attention_mma_bwd_delta").with_block(THREADS, 1, 1);
+    let name = if do16 { "attention_mma_bwd_delta_do16" } else { "attention_mma_bwd_delta" };
+    let mut k = Kernel::new(name).with_block(THREADS, 1, 1);
     let ([delta, o, dout], _, _) = pointer_params(&mut k, ["delta", "o", "do"], None, [false, false]);
+    let do16 = do16.then(|| k.param_reg("do16", ParamTy::U64));
     let ln = lanes(&mut k);
     let cx = k.sreg("%ctaid.x");
     let bh = k.sreg("%ctaid.y");
@@ -931,8 +974,9 @@ pub fn backward_delta_kernel(dims: &Dims) -> Kernel {
     let dob = head_base(&mut k, dout, bh, t, ROW_BYTES);
     let ob = head_base(&mut k, o, bh, t, ROW_BYTES);
     let deltab = head_base(&mut k, delta, bh, t, 4);
+    let h16 = do16.map(|d| head_base(&mut k, d, bh, t, BF16_ROW_BYTES));
     let nowhere = k.imm_u32(0);
-    delta_rows(&mut k, &ln, &mp, [dob, ob], row0, t, Some(deltab), None, nowhere);
+    delta_rows(&mut k, &ln, &mp, [dob, ob], row0, t, Some(deltab), None, nowhere, h16);
     k.ret();
     k
 }
@@ -952,9 +996,10 @@ pub fn backward_kernel_rotating(dims: &Dims, inverse_rotary: [bool; 2], load: [b
     backward_kernel_with(dims, inverse_rotary, load, false)
 }
 
-/// [`backward_kernel_rotating`] reading q, k and v as bf16 ([`forward_kernel_bf16`]'s inputs):
-/// params (dq, dk, dv, delta, q, k, v, o, lse, do), then `dq_tab` and `dk_tab` with the
-/// inverse rotaries. The same bits as the f32 kernel on the tensors these round.
+/// [`backward_kernel_rotating`] reading q, k and v as bf16 ([`forward_kernel_bf16`]'s inputs),
+/// and dO as bf16 with delta, both written by [`backward_delta_kernel_bf16`] (o and do are not
+/// read): params (dq, dk, dv, delta, q, k, v, o, lse, do, do16), then `dq_tab` and `dk_tab` with
+/// the inverse rotaries. The same bits as the f32 kernel on the tensors these round.
 pub fn backward_kernel_bf16(dims: &Dims, inverse_rotary: [bool; 2]) -> Kernel {
     backward_kernel_with(dims, inverse_rotary, [false, false], true)
 }
@@ -975,18 +1020,19 @@ fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2],
     let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let [dq, dk, dv, delta, q, kk, v, o, lse, dout] =
         ["dq", "dk", "dv", "delta", "q", "k", "v", "o", "lse", "do"].map(|n| k.param_reg(n, ParamTy::U64));
+    let do16 = bf16.then(|| k.param_reg("do16", ParamTy::U64));
     let dq_tab = inverse_rotary[0].then(|| k.param_reg("dq_tab", ParamTy::U64));
     let dk_tab = inverse_rotary[1].then(|| k.param_reg("dk_tab", ParamTy::U64));
     let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
     let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
     let last = (dims.t as u32).div_ceil(ROWS) - 1;
     let cx = k.sreg("%ctaid.x");
-    let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16 };
+    let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16 };
     dkv_body(&mut k, dims, &dkv, cx);
     k.comment("the same tile's dQ pass (its shared memory reused)");
     k.barrier();
     let from_last = k.bin("sub.u32", RegKind::B32, last, cx);
-    let dqr = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16 };
+    let dqr = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16, do16 };
     dq_body(&mut k, dims, &dqr, from_last, false);
     k.ret();
     k
@@ -1036,7 +1082,7 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
     let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dkv", load, inverse_rotary)).with_block(THREADS, 1, 1);
     let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16: false };
+    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16: false, do16: None };
     dkv_body(&mut k, dims, &regs, cx);
     k.ret();
     k
@@ -1049,7 +1095,8 @@ pub fn backward_dkv_kernel_bf16(dims: &Dims, inverse_rotary: bool) -> Kernel {
     let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, _) = dkv_params(&mut k, inverse_rotary, [false, false]);
     let cx = k.sreg("%ctaid.x");
-    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab: None, k_tab: None, bf16: true };
+    let regs =
+        DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab: None, k_tab: None, bf16: true, do16: None };
     dkv_body(&mut k, dims, &regs, cx);
     k.ret();
     k
@@ -1071,6 +1118,8 @@ struct DkvRegs {
     k_tab: Option<Reg>,
     /// q, k and v are bf16 (see [`forward_kernel_bf16`]).
     bf16: bool,
+    /// dO as bf16 (written by [`backward_delta_kernel_bf16`]).
+    do16: Option<Reg>,
 }
 
 /// The dK/dV pass of the block whose key tile is `tile` (delta read from `delta`).
@@ -1078,7 +1127,12 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let t = dims.t as u32;
     let per = (dims.h / dims.g) as u32;
     let ntiles = t.div_ceil(ROWS);
-    let DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16 } = *r;
+    let DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16 } = *r;
+    // dO: bf16 copies from `do16`, or f32 converted on the way.
+    let (dout, do_row) = match do16 {
+        Some(d16) => (d16, BF16_ROW_BYTES),
+        None => (dout, ROW_BYTES),
+    };
     let in_row = if bf16 { BF16_ROW_BYTES } else { ROW_BYTES };
     // Stages [Q0][dO0][Q1][dO1]; K and V pass through Q1 and dO1 before the loop. Statistics:
     // [lse0][delta0][lse1][delta1], 64 f32 each.
@@ -1099,7 +1153,7 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let small = k.setp("lt.u32", ln.tid, ROWS);
     let mk = mover_of(k, &ln, k_tab, t, bf16);
     let mv = mover_of(k, &ln, None, t, bf16);
-    let mp = mover(k, &ln, None, t);
+    let mp = mover_of(k, &ln, None, t, do16.is_some());
     let mq = mover_of(k, &ln, q_tab, t, bf16);
     k.comment("prologue: K and V through stage 1, the diagonal Q and dO tiles of the first head into stage 0");
     {
@@ -1109,7 +1163,7 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
         let fk = mk.issue(k, kb, krow0, s1);
         let fv = mv.issue(k, vb, krow0, s1v);
         let qb = head_base(k, q, h0, t, in_row);
-        let dob = head_base(k, dout, h0, t, ROW_BYTES);
+        let dob = head_base(k, dout, h0, t, do_row);
         let lb = head_base(k, lse, h0, t, 4);
         let db = head_base(k, delta, h0, t, 4);
         let fq = mq.issue(k, qb, krow0, sm);
@@ -1149,7 +1203,7 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let (fq, fdo, sts) = {
         let h = k.bin("add.u32", RegKind::B32, h0, nh);
         let qb = head_base(k, q, h, t, in_row);
-        let dob = head_base(k, dout, h, t, ROW_BYTES);
+        let dob = head_base(k, dout, h, t, do_row);
         let lb = head_base(k, lse, h, t, 4);
         let db = head_base(k, delta, h, t, 4);
         let row0 = k.bin("mul.lo.u32", RegKind::B32, nq, ROWS);
@@ -1247,6 +1301,7 @@ mod tests {
             }
         }
         v.push(backward_delta_kernel(dims));
+        v.push(backward_delta_kernel_bf16(dims));
         for r in [false, true] {
             v.push(backward_dq_kernel_bf16(dims, r));
             v.push(backward_dkv_kernel_bf16(dims, r));
@@ -1304,12 +1359,12 @@ mod tests {
         assert_eq!(backward_dkv_kernel(&dims, false).name, "attention_mma_bwd_dkv");
         assert_eq!(forward_kernel_bf16(&dims).name, "attention_mma_bf16_fwd");
         assert_eq!(backward_kernel_bf16(&dims, [true, true]).name, "attention_mma_bf16_bwd_rotary");
-        // The bf16 kernels take the plain kernels' parameters (no load tables).
+        // The bf16 kernels take the plain kernels' parameters (no load tables), the one-launch
+        // backward dO's bf16 copy too.
         assert_eq!(forward_kernel_bf16(&dims).params, forward_kernel(&dims).params);
-        assert_eq!(
-            backward_kernel_bf16(&dims, [true, false]).params,
-            backward_kernel_rotating(&dims, [true, false], [false, false]).params
-        );
+        let mut want = backward_kernel_rotating(&dims, [true, false], [false, false]).params;
+        want.insert(10, crate::ptx::Param { name: "do16".into(), ty: crate::ptx::ParamTy::U64 });
+        assert_eq!(backward_kernel_bf16(&dims, [true, false]).params, want);
         // Same parameter lists as the fp32 kernels.
         for (a, b) in [
             (

@@ -1898,8 +1898,9 @@ fn rotated_bf16(x: &[f32], tab: &[f32], t: usize, d: usize) -> Vec<u16> {
 
 /// The attention kernels taking q, k, v as bf16 (turned beforehand) against the tensor-core
 /// kernels turning the f32 tensors on load, Coppelius's options (every turn fused): forward
-/// (o, lse) and the one-launch backward (dq, dk, dv) bit for bit, at one context and a ragged
-/// T; with `opts.bench`, both timed at one and 16 contexts.
+/// (o, lse) and the one-launch backward (delta, dq, dk, dv; dO copied as bf16 by the delta
+/// kernel) bit for bit, at one context and a ragged T; with `opts.bench`, both timed at one and
+/// 16 contexts.
 pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
     use attention::Dims;
     let base = Dims { b: 1, h: 8, g: 8, t: 1024, d: 64, scale: 0.125, softcap: None };
@@ -1946,18 +1947,28 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
         let fwd_bf16 = gpu.load(&attention_mma::forward_kernel_bf16(d))?;
         let joint_f32 = run.joint_kernels()?;
         let joint_bf16 = [
-            gpu.load(&attention_mma::backward_delta_kernel(d))?,
+            gpu.load(&attention_mma::backward_delta_kernel_bf16(d))?,
             gpu.load(&attention_mma::backward_kernel_bf16(d, [true, true]))?,
         ];
-        let step = |r: &AttnRun, fwd: &Function, joint: &[Function; 2], b: &[crate::driver::Buf]| -> Result<()> {
-            let args = [b[0].ptr, b[1].ptr, r.q, r.k, r.v];
-            let mut a = args.to_vec();
-            a.extend(r.tabs());
-            r.launch(fwd, d.grid_q(), attention_mma::block(), &a)?;
-            r.backward_joint(joint, b[0].ptr, b[1].ptr, [b[2].ptr, b[3].ptr, b[4].ptr, b[5].ptr])
+        // dO as bf16, written by the delta kernel for the passes.
+        let do16 = arena.alloc_n::<u16>(nq)?.ptr;
+        // The bf16 way: delta (and dO's copy), then both passes.
+        let backward_bf16 = |o: u64, lse: u64, [delta, dq, dk, dv]: [u64; 4]| -> Result<()> {
+            let r = &bf;
+            r.launch(&joint_bf16[0], d.grid_q(), attention_mma::block(), &[delta, o, r.dout, do16])?;
+            let args = [dq, dk, dv, delta, r.q, r.k, r.v, o, lse, r.dout, do16, r.tab, r.tab];
+            r.launch(&joint_bf16[1], d.grid_q(), attention_mma::block(), &args)
         };
-        step(&run, &fwd_f32, &joint_f32, &theirs)?;
-        step(&bf, &fwd_bf16, &joint_bf16, &mine)?;
+        let forward = |r: &AttnRun, fwd: &Function, b: &[crate::driver::Buf]| -> Result<()> {
+            let mut a = vec![b[0].ptr, b[1].ptr, r.q, r.k, r.v];
+            a.extend(r.tabs());
+            r.launch(fwd, d.grid_q(), attention_mma::block(), &a)
+        };
+        let outs = |b: &[crate::driver::Buf]| [b[2].ptr, b[3].ptr, b[4].ptr, b[5].ptr];
+        forward(&run, &fwd_f32, &theirs)?;
+        run.backward_joint(&joint_f32, theirs[0].ptr, theirs[1].ptr, outs(&theirs))?;
+        forward(&bf, &fwd_bf16, &mine)?;
+        backward_bf16(mine[0].ptr, mine[1].ptr, outs(&mine))?;
         let mut differ = 0usize;
         for (a, b) in mine.iter().zip(&theirs) {
             let x: Vec<f32> = arena.download(*a, a.bytes / 4)?;
@@ -1969,20 +1980,12 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
         let mut median_us = None;
         if bench {
             let fwd_flop = 2.0 * d.b as f64 * d.h as f64 * (d.t as f64).powi(2) * d.d as f64;
-            let time =
-                |r: &AttnRun, fwd: &Function, joint: &[Function; 2], b: &[crate::driver::Buf]| -> Result<[f64; 2]> {
-                    let mut a = vec![b[0].ptr, b[1].ptr, r.q, r.k, r.v];
-                    a.extend(r.tabs());
-                    let f = median(
-                        gpu.time(opts.warmup, opts.reps, || r.launch(fwd, d.grid_q(), attention_mma::block(), &a))?,
-                    );
-                    let w = median(gpu.time(opts.warmup, opts.reps, || {
-                        r.backward_joint(joint, b[0].ptr, b[1].ptr, [b[2].ptr, b[3].ptr, b[4].ptr, b[5].ptr])
-                    })?);
-                    Ok([f, w])
-                };
-            let [f0, b0] = time(&run, &fwd_f32, &joint_f32, &theirs)?;
-            let [f1, b1] = time(&bf, &fwd_bf16, &joint_bf16, &mine)?;
+            let f0 = median(gpu.time(opts.warmup, opts.reps, || forward(&run, &fwd_f32, &theirs))?);
+            let b0 = median(gpu.time(opts.warmup, opts.reps, || {
+                run.backward_joint(&joint_f32, theirs[0].ptr, theirs[1].ptr, outs(&theirs))
+            })?);
+            let f1 = median(gpu.time(opts.warmup, opts.reps, || forward(&bf, &fwd_bf16, &mine))?);
+            let b1 = median(gpu.time(opts.warmup, opts.reps, || backward_bf16(mine[0].ptr, mine[1].ptr, outs(&mine)))?);
             median_us = Some(f1 + b1);
             rate = format!(
                 "fwd {f1:.1} us ({:.0} TFLOP/s) vs {f0:.1}; bwd {b1:.1} us ({:.0} TFLOP/s) vs {b0:.1}; {rate}",

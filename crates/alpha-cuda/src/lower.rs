@@ -959,8 +959,19 @@ impl Lowerer<'_> {
                     let apart = writes.iter().chain(&reads).all(Option::is_some)
                         && writes.iter().flatten().all(|&w| reads.iter().flatten().all(|&r| !overlap(w, r)));
                     if tc && dims.g == dims.h && apart && knobs().joint_attention_backward {
-                        let kd = self.kernel(mma::backward_delta_kernel(&dims))?;
-                        let args = vec![A::Scratch(0), self.ptr(ov), self.ptr(dov)];
+                        // With bf16 q, k, v the delta kernel also writes dO as bf16 (after delta
+                        // in the scratch region), which the passes then copy as they copy q, k, v.
+                        let do16 = bf16_at.map(|_| {
+                            let at = (dims.scratch_floats() * 4).div_ceil(ALIGN) * ALIGN;
+                            self.need_scratch(at + dims.scratch_floats() * dims.d * 2);
+                            A::Scratch(at)
+                        });
+                        let kd = self.kernel(match do16 {
+                            Some(_) => mma::backward_delta_kernel_bf16(&dims),
+                            None => mma::backward_delta_kernel(&dims),
+                        })?;
+                        let mut args = vec![A::Scratch(0), self.ptr(ov), self.ptr(dov)];
+                        args.extend(do16);
                         v.push(Pending { kernel: kd, grid: dims.grid_q(), block, args, node: some });
                         let inverse = [rot[0].is_some(), rot[1].is_some()];
                         let kb = self.kernel(match bf16_at {
@@ -971,6 +982,7 @@ impl Lowerer<'_> {
                         args.push(A::Scratch(0));
                         args.extend([qa, ka, va]);
                         args.extend([ov, lse, dov].iter().map(|&a| self.ptr(a)));
+                        args.extend(do16);
                         for r in rot.iter().flatten() {
                             args.push(A::Ptr(self.rotary_table(dims.t, dims.d, r.1)));
                         }

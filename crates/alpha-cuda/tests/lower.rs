@@ -43,7 +43,7 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     let names: Vec<&str> = l.kernels.iter().map(|k| k.name.as_str()).collect();
     for family in [
         "attention_mma_bf16_fwd",
-        "attention_mma_bwd_delta",
+        "attention_mma_bwd_delta_do16",
         "attention_mma_bf16_bwd_rotary",
         "layernorm_fwd_bf16",
         "adamw_multi",
@@ -153,7 +153,7 @@ fn training_steps_launch_counts() {
             let gelu_gemms: usize = by.iter().filter(|x| x.0.contains("_store_gelu")).map(|x| x.1).sum();
             assert_eq!((gelu_gemms, count("pw_gelu")), (16, 0));
             // Both backward passes in one launch, after delta alone (no output over an input).
-            assert_eq!((count("attention_mma_bwd_delta"), count("attention_mma_bf16_bwd_rotary")), (16, 16));
+            assert_eq!((count("attention_mma_bwd_delta_do16"), count("attention_mma_bf16_bwd_rotary")), (16, 16));
             assert_eq!(
                 (count("attention_mma_bwd_dq_rotload_rotary"), count("attention_mma_bwd_dkv_rotload_rotary")),
                 (0, 0)
