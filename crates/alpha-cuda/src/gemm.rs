@@ -1236,6 +1236,24 @@ fn store_heads(k: &mut Kernel, spec: &GemmSpec, hs: Heads, acc: &[Vec<Vec<Reg>>]
         let s = k.bin("div.u32", RegKind::B32, col0, hs.heads * hs.d);
         (tab, k.setp("lt.u32", s, 2u32))
     });
+    // bf16 stores in whole 32-byte sectors: each quad of lanes holds a row's 16 columns of two
+    // column groups as four bf16 pairs a lane; after four shuffles, lane t stores columns
+    // 4·(t mod 2) .. +4 of the group 2j + t / 2 (8 bytes).
+    let quad = turned.map(|_| {
+        let lane = k.bin("and.b32", RegKind::B32, h.tid, 31u32);
+        let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
+        let base = k.bin("and.b32", RegKind::B32, lane, !3u32);
+        let odd = k.bin("and.b32", RegKind::B32, tq, 1u32);
+        let src0 = k.tri("mad.lo.u32", RegKind::B32, odd, 2u32, base);
+        let src1 = k.bin("add.u32", RegKind::B32, src0, 1u32);
+        let upper = k.setp("ge.u32", tq, 2u32);
+        // Element offset from the column group's own column (col0 + 8g = 8g + 2t) to this
+        // lane's: 4·(t mod 2) − 2t.
+        let a = k.bin("shl.b32", RegKind::B32, odd, 2u32);
+        let b = k.bin("shl.b32", RegKind::B32, tq, 1u32);
+        let shift = k.bin("sub.s32", RegKind::B32, a, b);
+        (src0, src1, upper, shift)
+    });
     for (mi, acc_m) in acc.iter().enumerate() {
         for half in 0..2usize {
             // Row b·T + t: b·H·T·D + t·D.
@@ -1249,18 +1267,48 @@ fn store_heads(k: &mut Kernel, spec: &GemmSpec, hs: Heads, acc: &[Vec<Vec<Reg>>]
             if let Some((tab, rotate)) = turned {
                 vals = turn_pairs(k, &vals, tab, t, hs.t, col0, rotate);
             }
+            if let Some((src0, src1, upper, shift)) = quad {
+                let packed: Vec<Reg> = vals
+                    .iter()
+                    .map(|v| {
+                        let pair = k.reg(RegKind::B32);
+                        k.op("cvt.rn.bf16x2.f32", [pair.into(), v[1].into(), v[0].into()]);
+                        pair
+                    })
+                    .collect();
+                for j in 0..packed.len() / 2 {
+                    let (x, y) = (packed[2 * j], packed[2 * j + 1]);
+                    let get = |k: &mut Kernel, v: Reg, src: Reg| {
+                        let d = k.reg(RegKind::B32);
+                        k.op(
+                            "shfl.sync.idx.b32",
+                            [d.into(), v.into(), src.into(), 31u32.into(), 0xffff_ffffu32.into()],
+                        );
+                        d
+                    };
+                    let (x0, x1, y0, y1) = (get(k, x, src0), get(k, x, src1), get(k, y, src0), get(k, y, src1));
+                    let p0 = k.tri("selp.b32", RegKind::B32, y0, x0, upper);
+                    let p1 = k.tri("selp.b32", RegKind::B32, y1, x1, upper);
+                    let (c_lo, ok_lo) = col_part[2 * j];
+                    let (c_hi, ok_hi) = col_part[2 * j + 1];
+                    let col = k.tri("selp.b32", RegKind::B32, c_hi, c_lo, upper);
+                    let hi_ok = k.bin("and.pred", RegKind::Pred, upper, ok_hi);
+                    let lower = k.un("not.pred", RegKind::Pred, upper);
+                    let lo_ok = k.bin("and.pred", RegKind::Pred, lower, ok_lo);
+                    let col_ok = k.bin("or.pred", RegKind::Pred, hi_ok, lo_ok);
+                    let ok = k.bin("and.pred", RegKind::Pred, row_ok, col_ok);
+                    let e0 = k.bin("add.u32", RegKind::B32, row_part, col);
+                    let e = k.bin("add.s32", RegKind::B32, e0, shift);
+                    let a = k.addr_of(c_base, e, 2);
+                    k.op_if(ok, false, "st.global.v2.b32", [addr(a, 0), Opnd::V(vec![p0, p1])]);
+                }
+                continue;
+            }
             for (v, &(col, col_ok)) in vals.iter().zip(&col_part) {
                 let ok = k.bin("and.pred", RegKind::Pred, row_ok, col_ok);
                 let e = k.bin("add.u32", RegKind::B32, row_part, col);
-                if turned.is_some() {
-                    let a = k.addr_of(c_base, e, 2);
-                    let pair = k.reg(RegKind::B32);
-                    k.op("cvt.rn.bf16x2.f32", [pair.into(), v[1].into(), v[0].into()]);
-                    k.op_if(ok, false, "st.global.b32", [addr(a, 0), pair.into()]);
-                } else {
-                    let a = k.addr_of(c_base, e, 4);
-                    k.op_if(ok, false, "st.global.v2.f32", [addr(a, 0), Opnd::V(v.to_vec())]);
-                }
+                let a = k.addr_of(c_base, e, 4);
+                k.op_if(ok, false, "st.global.v2.f32", [addr(a, 0), Opnd::V(v.to_vec())]);
             }
         }
     }

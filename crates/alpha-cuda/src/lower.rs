@@ -1038,8 +1038,14 @@ impl Lowerer<'_> {
             Op::CrossEntropyBackward => {
                 self.want_f32(&node, id, &[ins[0], ins[1], ins[3]])?;
                 let s = ishape(0);
-                let kernel = self.kernel(cross_entropy::backward_kernel())?;
-                let mut args: Vec<A> = [out(0), ins[0], ins[1], ins[2], ins[3]].iter().map(|&a| self.ptr(a)).collect();
+                // dlogits as bf16 where a cast alone reads them (see `casts_into_producers`).
+                let (dst, dtype) = self.destination(out(0));
+                let kernel = self.kernel(if dtype == DType::BF16 {
+                    cross_entropy::backward_kernel_bf16()
+                } else {
+                    cross_entropy::backward_kernel()
+                })?;
+                let mut args: Vec<A> = [dst, ins[0], ins[1], ins[2], ins[3]].iter().map(|&a| self.ptr(a)).collect();
                 args.push(A::U32(s[1] as u32));
                 v.push(Pending {
                     kernel,
@@ -2181,7 +2187,8 @@ fn grouped_param_casts(program: &alpha_ir::Program) -> std::collections::HashSet
 }
 
 /// f32 values (by the root they view) whose only reader is one bf16 cast and whose producer can
-/// store bf16 itself (a unary or binary op, a permute, a LayerNorm's output): value → cast.
+/// store bf16 itself (a unary or binary op, a permute, a LayerNorm's output, the logits' gradient):
+/// value → cast.
 /// Why: the GEMMs after such a cast then read bf16, half the bytes of their f32 loads, and the
 /// cast costs no launch; on the H200 the tiled GEMM is bound by those bytes.
 fn producer_cast_candidates(program: &alpha_ir::Program) -> HashMap<Value, u32> {
@@ -2203,6 +2210,8 @@ fn producer_cast_candidates(program: &alpha_ir::Program) -> HashMap<Value, u32> 
         let can = match pn.op {
             Op::Unary(_) | Op::Binary(_) | Op::Permute { .. } => true,
             Op::LayerNorm { .. } => x.index == 0,
+            // Four logits a thread: a vocabulary of a multiple of 4.
+            Op::CrossEntropyBackward => g.shape(x).last().is_some_and(|v| v % 4 == 0),
             _ => false,
         };
         let same_size = g.ty(x).numel() == n.outputs[0].numel();
