@@ -15,7 +15,7 @@ use anyhow::Result;
 
 use crate::driver::{Arg, Function, Gpu, LaunchConfig};
 use crate::elementwise::emit_exp;
-use crate::ptx::{addr, Kernel, ParamTy, RegKind};
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 pub const THREADS: u32 = 256;
 
@@ -80,46 +80,7 @@ pub fn forward_kernel() -> Kernel {
 
 /// Backward: params (dlogits, logits, lse, targets, dloss, v). Grid: one block per row.
 pub fn backward_kernel() -> Kernel {
-    let mut k = Kernel::new("cross_entropy_bwd").with_block(THREADS, 1, 1);
-    let dlogits = k.param_reg("dlogits", ParamTy::U64);
-    let logits = k.param_reg("logits", ParamTy::U64);
-    let lse_in = k.param_reg("lse", ParamTy::U64);
-    let targets = k.param_reg("targets", ParamTy::U64);
-    let dloss = k.param_reg("dloss", ParamTy::U64);
-    let v = k.param_reg("v", ParamTy::U32);
-    let tid = k.sreg("%tid.x");
-    let row = k.sreg("%ctaid.x");
-    let re = k.bin("mul.lo.u32", RegKind::B32, row, v);
-    let base = k.addr_of(logits, re, 4);
-    let obase = k.addr_of(dlogits, re, 4);
-    let lse = k.reg(RegKind::F32);
-    let a = k.addr_of(lse_in, row, 4);
-    k.op("ld.global.f32", [lse.into(), addr(a, 0)]);
-    let dl = k.reg(RegKind::F32);
-    let a = k.addr_of(dloss, row, 4);
-    k.op("ld.global.f32", [dl.into(), addr(a, 0)]);
-    let t = k.reg(RegKind::B32);
-    let a = k.addr_of(targets, row, 4);
-    k.op("ld.global.u32", [t.into(), addr(a, 0)]);
-    let ok = k.setp("lt.u32", t, v);
-    let zero = k.imm_f32(0.0);
-    let scale = k.tri("selp.f32", RegKind::F32, dl, zero, ok);
-    strided(&mut k, tid, v, |k, j| {
-        let a = k.addr_of(base, j, 4);
-        let x = k.reg(RegKind::F32);
-        k.op("ld.global.f32", [x.into(), addr(a, 0)]);
-        let d = k.bin("sub.rn.f32", RegKind::F32, x, lse);
-        let p = emit_exp(k, d);
-        let is_t = k.setp("eq.u32", j, t);
-        let one = k.imm_f32(1.0);
-        let oh = k.tri("selp.f32", RegKind::F32, one, 0.0f32, is_t);
-        let g = k.bin("sub.rn.f32", RegKind::F32, p, oh);
-        let g = k.bin("mul.rn.f32", RegKind::F32, g, scale);
-        let o = k.addr_of(obase, j, 4);
-        k.op("st.global.f32", [addr(o, 0), g.into()]);
-    });
-    k.ret();
-    k
+    backward_kernel_with(false)
 }
 
 /// [`backward_kernel`] storing dlogits rounded to bf16 (the cast that alone reads them, done
@@ -127,7 +88,12 @@ pub fn backward_kernel() -> Kernel {
 /// loads, 8-byte stores): params as [`backward_kernel`]'s; `v` a multiple of 4. The same f32
 /// arithmetic per logit, then round-to-nearest-even, so the same bits as the cast.
 pub fn backward_kernel_bf16() -> Kernel {
-    let mut k = Kernel::new("cross_entropy_bwd_bf16").with_block(THREADS, 1, 1);
+    backward_kernel_with(true)
+}
+
+fn backward_kernel_with(bf16: bool) -> Kernel {
+    let name = if bf16 { "cross_entropy_bwd_bf16" } else { "cross_entropy_bwd" };
+    let mut k = Kernel::new(name).with_block(THREADS, 1, 1);
     let dlogits = k.param_reg("dlogits", ParamTy::U64);
     let logits = k.param_reg("logits", ParamTy::U64);
     let lse_in = k.param_reg("lse", ParamTy::U64);
@@ -138,7 +104,7 @@ pub fn backward_kernel_bf16() -> Kernel {
     let row = k.sreg("%ctaid.x");
     let re = k.bin("mul.lo.u32", RegKind::B32, row, v);
     let base = k.addr_of(logits, re, 4);
-    let obase = k.addr_of(dlogits, re, 2);
+    let obase = k.addr_of(dlogits, re, if bf16 { 2 } else { 4 });
     let lse = k.reg(RegKind::F32);
     let a = k.addr_of(lse_in, row, 4);
     k.op("ld.global.f32", [lse.into(), addr(a, 0)]);
@@ -151,39 +117,53 @@ pub fn backward_kernel_bf16() -> Kernel {
     let ok = k.setp("lt.u32", t, v);
     let zero = k.imm_f32(0.0);
     let scale = k.tri("selp.f32", RegKind::F32, dl, zero, ok);
+    // (softmax − onehot)·scale of the logit whose value is `x` and index `index()`.
+    let grad = |k: &mut Kernel, x: Reg, index: &dyn Fn(&mut Kernel) -> Reg| {
+        let d = k.bin("sub.rn.f32", RegKind::F32, x, lse);
+        let p = emit_exp(k, d);
+        let j = index(k);
+        let is_t = k.setp("eq.u32", j, t);
+        let one = k.imm_f32(1.0);
+        let oh = k.tri("selp.f32", RegKind::F32, one, 0.0f32, is_t);
+        let g = k.bin("sub.rn.f32", RegKind::F32, p, oh);
+        k.bin("mul.rn.f32", RegKind::F32, g, scale)
+    };
+    if !bf16 {
+        strided(&mut k, tid, v, |k, j| {
+            let a = k.addr_of(base, j, 4);
+            let x = k.reg(RegKind::F32);
+            k.op("ld.global.f32", [x.into(), addr(a, 0)]);
+            let g = grad(k, x, &|_| j);
+            let o = k.addr_of(obase, j, 4);
+            k.op("st.global.f32", [addr(o, 0), g.into()]);
+        });
+        k.ret();
+        return k;
+    }
     let quads = k.bin("shr.u32", RegKind::B32, v, 2u32);
     strided(&mut k, tid, quads, |k, q| {
         let a = k.addr_of(base, q, 16);
         let x = k.regs(RegKind::F32, 4);
-        k.op("ld.global.v4.f32", [crate::ptx::Opnd::V(x.clone()), addr(a, 0)]);
+        k.op("ld.global.v4.f32", [Opnd::V(x.clone()), addr(a, 0)]);
         let j0 = k.bin("shl.b32", RegKind::B32, q, 2u32);
-        let g: Vec<_> = x
+        let g: Vec<Reg> = x
             .iter()
             .enumerate()
-            .map(|(e, &xe)| {
-                let d = k.bin("sub.rn.f32", RegKind::F32, xe, lse);
-                let p = emit_exp(k, d);
-                let j = k.bin("add.u32", RegKind::B32, j0, e as u32);
-                let is_t = k.setp("eq.u32", j, t);
-                let one = k.imm_f32(1.0);
-                let oh = k.tri("selp.f32", RegKind::F32, one, 0.0f32, is_t);
-                let g = k.bin("sub.rn.f32", RegKind::F32, p, oh);
-                k.bin("mul.rn.f32", RegKind::F32, g, scale)
-            })
+            .map(|(e, &xe)| grad(k, xe, &|k| k.bin("add.u32", RegKind::B32, j0, e as u32)))
             .collect();
         let lo = k.reg(RegKind::B32);
         let hi = k.reg(RegKind::B32);
         k.op("cvt.rn.bf16x2.f32", [lo.into(), g[1].into(), g[0].into()]);
         k.op("cvt.rn.bf16x2.f32", [hi.into(), g[3].into(), g[2].into()]);
         let o = k.addr_of(obase, q, 8);
-        k.op("st.global.v2.b32", [addr(o, 0), crate::ptx::Opnd::V(vec![lo, hi])]);
+        k.op("st.global.v2.b32", [addr(o, 0), Opnd::V(vec![lo, hi])]);
     });
     k.ret();
     k
 }
 
 /// `for (j = tid; j < v; j += THREADS) body(j)`.
-fn strided(k: &mut Kernel, tid: crate::ptx::Reg, v: crate::ptx::Reg, body: impl FnOnce(&mut Kernel, crate::ptx::Reg)) {
+fn strided(k: &mut Kernel, tid: Reg, v: Reg, body: impl FnOnce(&mut Kernel, Reg)) {
     k.strided_loop(tid, v, THREADS, ("row", "row_end"), body);
 }
 
