@@ -449,6 +449,7 @@ fn store_rows(
     acc: &[Vec<Reg>],
     mul: [Option<Reg>; 2],
     tab: Option<Reg>,
+    bf16_row_bytes: Option<u32>,
 ) {
     for r in 0..2usize {
         let base_row = k.bin("add.u32", RegKind::B32, row0, ln.wrow);
@@ -481,6 +482,17 @@ fn store_rows(
             }
             let (o1, o2) = rotate_pairs(k, &vals[..8], &vals[8..], &c, &s, true);
             vals = o1.into_iter().chain(o2).collect();
+        }
+        if let Some(stride) = bf16_row_bytes {
+            // bf16 rows `stride` bytes apart: this lane's pair of each column group, rounded.
+            let rb = k.bin("mul.lo.u32", RegKind::B32, row, stride);
+            let e = k.tri("mad.lo.u32", RegKind::B32, col, 2u32, rb);
+            let p = k.addr_of(head, e, 1);
+            for dn in 0..8usize {
+                let pair = pack(k, vals[2 * dn], vals[2 * dn + 1]);
+                k.op_if(ok, false, "st.global.b32", [addr(p, dn as i64 * 16), pair.into()]);
+            }
+            continue;
         }
         let e = k.tri("mad.lo.u32", RegKind::B32, row, D as u32, col);
         let p = k.addr_of(head, e, 4);
@@ -666,7 +678,7 @@ fn forward_kernel_with(dims: &Dims, load: [bool; 2], bf16: bool) -> Kernel {
         lsum.push(x);
     }
     let ob = head_base(&mut k, o, bh, t, ROW_BYTES);
-    store_rows(&mut k, &ln, ob, qrow0, t, &acc, inv, None);
+    store_rows(&mut k, &ln, ob, qrow0, t, &acc, inv, None, None);
     let lb = head_base(&mut k, lse, bh, t, 4);
     let first = k.setp("eq.u32", ln.tq, 0u32);
     for r in 0..2usize {
@@ -700,7 +712,8 @@ pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [boo
     let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dq", load, inverse_rotary)).with_block(THREADS, 1, 1);
     let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, [q_tab, k_tab]) = dq_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16: false, do16: None };
+    let regs =
+        DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16: false, do16: None, merged: false };
     dq_body(&mut k, dims, &regs, cx, true);
     k.ret();
     k
@@ -713,8 +726,22 @@ pub fn backward_dq_kernel_bf16(dims: &Dims, inverse_rotary: bool) -> Kernel {
     let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, _) = dq_params(&mut k, inverse_rotary, [false, false]);
     let cx = k.sreg("%ctaid.x");
-    let regs =
-        DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab: None, k_tab: None, bf16: true, do16: None };
+    let regs = DqRegs {
+        dq,
+        delta,
+        q,
+        k: kk,
+        v,
+        o,
+        lse,
+        dout,
+        dq_tab,
+        q_tab: None,
+        k_tab: None,
+        bf16: true,
+        do16: None,
+        merged: false,
+    };
     dq_body(&mut k, dims, &regs, cx, true);
     k.ret();
     k
@@ -739,13 +766,15 @@ struct DqRegs {
     /// dO as bf16 (written by [`backward_delta_kernel_bf16`]), with delta read from `delta`
     /// instead of recomputed from dO and O.
     do16: Option<Reg>,
+    /// dq stored into the merged bf16 gradient ([`grad_base`]).
+    merged: bool,
 }
 
 /// The dQ pass of the block whose query tile is counted back from the last by `cx`: delta
 /// computed from dO and O (stored to `delta` as well when `store_delta`), then dq.
 fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) {
     let t = dims.t as u32;
-    let DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16, do16 } = *r;
+    let DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16, do16, merged } = *r;
     let in_row = if bf16 { BF16_ROW_BYTES } else { ROW_BYTES };
     // Stages [K0][V0][K1][V1]; Q and dO pass through K1 and V1 before the loop.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
@@ -883,8 +912,8 @@ fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) 
 
     k.comment("epilogue: dq = scale dQ (turned back by the rotary when asked)");
     let sc = k.imm_f32(dims.scale);
-    let dqb = head_base(k, dq, bh, t, ROW_BYTES);
-    store_rows(k, &ln, dqb, qrow0, t, &acc, [Some(sc), Some(sc)], dq_tab);
+    let (dqb, stride) = grad_base(k, dims, dq, bh, 0, merged);
+    store_rows(k, &ln, dqb, qrow0, t, &acc, [Some(sc), Some(sc)], dq_tab, stride);
 }
 
 /// delta = dO·O of the 64 query rows from `row0` of one head (`heads` = its dO and O), in f32
@@ -993,7 +1022,7 @@ fn delta_kernel(dims: &Dims, do16: bool) -> Kernel {
 /// overlap an input: a block's dQ pass reads what other blocks' dK/dV passes have written by
 /// then.
 pub fn backward_kernel_rotating(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2]) -> Kernel {
-    backward_kernel_with(dims, inverse_rotary, load, false)
+    backward_kernel_with(dims, inverse_rotary, load, false, false)
 }
 
 /// [`backward_kernel_rotating`] reading q, k and v as bf16 ([`forward_kernel_bf16`]'s inputs),
@@ -1001,10 +1030,18 @@ pub fn backward_kernel_rotating(dims: &Dims, inverse_rotary: [bool; 2], load: [b
 /// read): params (dq, dk, dv, delta, q, k, v, o, lse, do, do16), then `dq_tab` and `dk_tab` with
 /// the inverse rotaries. The same bits as the f32 kernel on the tensors these round.
 pub fn backward_kernel_bf16(dims: &Dims, inverse_rotary: [bool; 2]) -> Kernel {
-    backward_kernel_with(dims, inverse_rotary, [false, false], true)
+    backward_kernel_with(dims, inverse_rotary, [false, false], true, false)
 }
 
-fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2], bf16: bool) -> Kernel {
+/// [`backward_kernel_bf16`] storing dq, dk and dv rounded to bf16 into one `[B, T, 3, H, 64]`
+/// tensor (params `dq`, `dk` and `dv` all its address): the permuted, concatenated gradient
+/// the q/k/v projection's backward products read, which a permute-and-cast launch made from the
+/// three f32 gradients before. The same bits.
+pub fn backward_kernel_bf16_merged(dims: &Dims, inverse_rotary: [bool; 2]) -> Kernel {
+    backward_kernel_with(dims, inverse_rotary, [false, false], true, true)
+}
+
+fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2], bf16: bool, merged: bool) -> Kernel {
     use crate::ptx::ParamTy;
     debug_assert_eq!(dims.d, D);
     debug_assert!(!(bf16 && (load[0] || load[1])), "bf16 q and k come turned");
@@ -1016,7 +1053,8 @@ fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2],
         [false, true] => "_rotary_dk",
     };
     let family = if bf16 { BF16_FAMILY } else { "attention_mma" };
-    let name = format!("{}{rot}", kernel_name(family, "bwd", load, false));
+    let merge = if merged { "_merged" } else { "" };
+    let name = format!("{}{rot}{merge}", kernel_name(family, "bwd", load, false));
     let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let [dq, dk, dv, delta, q, kk, v, o, lse, dout] =
         ["dq", "dk", "dv", "delta", "q", "k", "v", "o", "lse", "do"].map(|n| k.param_reg(n, ParamTy::U64));
@@ -1027,12 +1065,12 @@ fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2],
     let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
     let last = (dims.t as u32).div_ceil(ROWS) - 1;
     let cx = k.sreg("%ctaid.x");
-    let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16 };
+    let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16, merged };
     dkv_body(&mut k, dims, &dkv, cx);
     k.comment("the same tile's dQ pass (its shared memory reused)");
     k.barrier();
     let from_last = k.bin("sub.u32", RegKind::B32, last, cx);
-    let dqr = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16, do16 };
+    let dqr = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16, do16, merged };
     dq_body(&mut k, dims, &dqr, from_last, false);
     k.ret();
     k
@@ -1082,7 +1120,8 @@ pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bo
     let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dkv", load, inverse_rotary)).with_block(THREADS, 1, 1);
     let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16: false, do16: None };
+    let regs =
+        DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16: false, do16: None, merged: false };
     dkv_body(&mut k, dims, &regs, cx);
     k.ret();
     k
@@ -1095,8 +1134,22 @@ pub fn backward_dkv_kernel_bf16(dims: &Dims, inverse_rotary: bool) -> Kernel {
     let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, _) = dkv_params(&mut k, inverse_rotary, [false, false]);
     let cx = k.sreg("%ctaid.x");
-    let regs =
-        DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab: None, k_tab: None, bf16: true, do16: None };
+    let regs = DkvRegs {
+        dk,
+        dv,
+        q,
+        k: kk,
+        v,
+        lse,
+        delta,
+        dout,
+        dk_tab,
+        q_tab: None,
+        k_tab: None,
+        bf16: true,
+        do16: None,
+        merged: false,
+    };
     dkv_body(&mut k, dims, &regs, cx);
     k.ret();
     k
@@ -1120,6 +1173,8 @@ struct DkvRegs {
     bf16: bool,
     /// dO as bf16 (written by [`backward_delta_kernel_bf16`]).
     do16: Option<Reg>,
+    /// dk and dv stored into the merged bf16 gradient ([`grad_base`]).
+    merged: bool,
 }
 
 /// The dK/dV pass of the block whose key tile is `tile` (delta read from `delta`).
@@ -1127,7 +1182,7 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let t = dims.t as u32;
     let per = (dims.h / dims.g) as u32;
     let ntiles = t.div_ceil(ROWS);
-    let DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16 } = *r;
+    let DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16, merged } = *r;
     // dO: bf16 copies from `do16`, or f32 converted on the way.
     let (dout, do_row) = match do16 {
         Some(d16) => (d16, BF16_ROW_BYTES),
@@ -1276,10 +1331,31 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
 
     k.comment("epilogue: dk = scale dK (turned back by the rotary when asked), dv");
     let sc = k.imm_f32(dims.scale);
-    let dkb = head_base(k, dk, bg, t, ROW_BYTES);
-    store_rows(k, &ln, dkb, krow0, t, &dka, [Some(sc), Some(sc)], dk_tab);
-    let dvb = head_base(k, dv, bg, t, ROW_BYTES);
-    store_rows(k, &ln, dvb, krow0, t, &dva, [None, None], None);
+    let (dkb, stride) = grad_base(k, dims, dk, bg, 1, merged);
+    store_rows(k, &ln, dkb, krow0, t, &dka, [Some(sc), Some(sc)], dk_tab, stride);
+    let (dvb, stride) = grad_base(k, dims, dv, bg, 2, merged);
+    store_rows(k, &ln, dvb, krow0, t, &dva, [None, None], None, stride);
+}
+
+/// Where head `bh` of gradient `section` (0 dq, 1 dk, 2 dv) of the tensor at `base` starts, and
+/// its bf16 row stride when `merged`: the three gradients as one bf16 `[B, T, 3, H, 64]` (the
+/// projection's input gradient as its backward products read it, so no permute and cast run);
+/// else the f32 head `[T, 64]`.
+fn grad_base(k: &mut Kernel, dims: &Dims, base: Reg, bh: Reg, section: u32, merged: bool) -> (Reg, Option<u32>) {
+    let t = dims.t as u32;
+    if !merged {
+        return (head_base(k, base, bh, t, ROW_BYTES), None);
+    }
+    let h = dims.h as u32;
+    // Element ((b·T + t)·3 + s)·H·64 + hh·64 + d: at t = 0, ((3·b·T + s)·H + hh)·64.
+    let b = k.bin("div.u32", RegKind::B32, bh, h);
+    let hh = k.bin("rem.u32", RegKind::B32, bh, h);
+    let bt = k.bin("mul.lo.u32", RegKind::B32, b, 3 * t);
+    let plane = k.bin("add.u32", RegKind::B32, bt, section);
+    let row = k.tri("mad.lo.u32", RegKind::B32, plane, h, hh);
+    let off = k.reg(RegKind::B64);
+    k.op("mul.wide.u32", [off.into(), row.into(), BF16_ROW_BYTES.into()]);
+    (k.bin("add.s64", RegKind::B64, base, off), Some(3 * h * BF16_ROW_BYTES))
 }
 
 #[cfg(test)]
@@ -1311,6 +1387,7 @@ mod tests {
             for r in [[false, false], [true, true], [true, false], [false, true]] {
                 v.push(backward_kernel_bf16(dims, r));
             }
+            v.push(backward_kernel_bf16_merged(dims, [true, true]));
         }
         v
     }

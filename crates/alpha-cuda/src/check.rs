@@ -1998,7 +1998,39 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             let y: Vec<f32> = arena.download(*b, b.bytes / 4)?;
             differ += x.iter().zip(&y).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
         }
+        // The merged backward: dq, dk, dv as one bf16 [B, T, 3, H, 64], against the f32
+        // gradients permuted and rounded on the host.
+        let merged_kernel = gpu.load(&attention_mma::backward_kernel_bf16_merged(d, [true, true]))?;
+        let merged = arena.alloc_n::<u16>(3 * nq)?;
+        arena.fill_u32(merged, NAN_BITS)?;
+        {
+            let r = &bf;
+            let (o, lse, delta) = (mine[0].ptr, mine[1].ptr, mine[2].ptr);
+            r.launch(&joint_bf16[0], d.grid_q(), attention_mma::block(), &[delta, o, r.dout, do16])?;
+            let m = merged.ptr;
+            let args = [m, m, m, delta, r.q, r.k, r.v, o, lse, r.dout, do16, r.tab, r.tab];
+            r.launch(&merged_kernel, d.grid_q(), attention_mma::block(), &args)?;
+        }
+        let got: Vec<u16> = arena.download(merged, 3 * nq)?;
+        let grads: Vec<Vec<f32>> = theirs[3..].iter().map(|b| arena.download(*b, nq)).collect::<Result<_>>()?;
+        let (h, t, dd) = (d.h, d.t, d.d);
+        let mut merged_differ = 0usize;
+        for (sec, gr) in grads.iter().enumerate() {
+            for (i, &x) in gr.iter().enumerate() {
+                let (bh, rest) = (i / (t * dd), i % (t * dd));
+                let (b, hh, tt, e) = (bh / h, bh % h, rest / dd, rest % dd);
+                let at = (((b * t + tt) * 3 + sec) * h + hh) * dd + e;
+                merged_differ += usize::from(got[at] != half::bf16::from_f32(x).to_bits());
+            }
+        }
         let shape = attn_shape(&case);
+        rows.push(exact_row(
+            "attention-bf16",
+            "merged bf16 dq|dk|dv = f32 permuted, rounded",
+            &shape,
+            merged_differ,
+            3 * nq,
+        ));
         let mut rate = format!("{differ} outputs differ from the f32 kernels turning on load");
         let mut median_us = None;
         if bench {

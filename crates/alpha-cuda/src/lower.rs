@@ -198,6 +198,9 @@ struct More {
     /// Attention and AttentionBackward reading those bf16 q, k and v: the arena offset of the
     /// heads tensor (its f32 slot; the bf16 values lie at half the offsets within it).
     bf16_attention: HashMap<u32, usize>,
+    /// AttentionBackward → the bf16 cast of its permuted, concatenated gradients, which it
+    /// stores itself ([`merged_gradients`]).
+    merged_grads: HashMap<u32, Value>,
 }
 
 fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
@@ -974,11 +977,16 @@ impl Lowerer<'_> {
                         args.extend(do16);
                         v.push(Pending { kernel: kd, grid: dims.grid_q(), block, args, node: some });
                         let inverse = [rot[0].is_some(), rot[1].is_some()];
-                        let kb = self.kernel(match bf16_at {
-                            Some(_) => mma::backward_kernel_bf16(&dims, inverse),
-                            None => mma::backward_kernel_rotating(&dims, inverse, turned),
+                        let merged = self.more.merged_grads.get(&id).copied();
+                        let kb = self.kernel(match (bf16_at, merged) {
+                            (Some(_), Some(_)) => mma::backward_kernel_bf16_merged(&dims, inverse),
+                            (Some(_), None) => mma::backward_kernel_bf16(&dims, inverse),
+                            _ => mma::backward_kernel_rotating(&dims, inverse, turned),
                         })?;
-                        let mut args: Vec<A> = [dst(0), dst(1), out(2)].iter().map(|&a| self.ptr(a)).collect();
+                        let mut args: Vec<A> = match merged {
+                            Some(cast) => vec![self.ptr(cast); 3],
+                            None => [dst(0), dst(1), out(2)].iter().map(|&a| self.ptr(a)).collect(),
+                        };
                         args.push(A::Scratch(0));
                         args.extend([qa, ka, va]);
                         args.extend([ov, lse, dov].iter().map(|&a| self.ptr(a)));
@@ -1934,6 +1942,86 @@ fn turned_heads(plan: &Plan, nodes: &[u32], skip: &std::collections::HashSet<u32
     }
 }
 
+/// The bf16 attention backwards (one launch, q heads equal to k heads) whose three gradients —
+/// dq and dk as their fused inverse rotaries leave them, and dv — reach the q/k/v projection's
+/// backward only as one Concat, permuted to `[B, T, 3, H, D]` and cast to bf16 (the permute
+/// launched storing the cast): the backward then stores that bf16 tensor itself
+/// ([`crate::attention_mma::backward_kernel_bf16_merged`]) and the permute does not run.
+/// Records them in `more.merged_grads`; returns the permutes to skip.
+///
+/// Conditions: the chain through single-reader reshapes exactly so; nothing launched between
+/// the backward and the permute; the cast's slot clear of everything the backward reads (it is
+/// now written while the backward's blocks read).
+fn merged_gradients(
+    plan: &Plan,
+    nodes: &[u32],
+    skip: &std::collections::HashSet<u32>,
+    store_as: &HashMap<Value, Value>,
+    more: &mut More,
+) -> Vec<u32> {
+    let g = &plan.program.graph;
+    let (_, readers) = readers_of(&plan.program);
+    let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let only_reader = |v: Value| match readers.get(&v).map(Vec::as_slice) {
+        Some(&[r]) => Some(r),
+        _ => None,
+    };
+    // Through single-reader reshapes to the node reading `v`, and the value it reads.
+    let through_reshapes = |mut v: Value| -> Option<(u32, Value)> {
+        loop {
+            let r = only_reader(v)?;
+            if matches!(g.nodes[r as usize].op, Op::Reshape { .. }) {
+                v = Value { node: r, index: 0 };
+            } else {
+                return Some((r, v));
+            }
+        }
+    };
+    let mut permutes = vec![];
+    let hosts: Vec<u32> = more.bf16_attention.keys().copied().collect();
+    'hosts: for h in hosts {
+        let n = &g.nodes[h as usize];
+        let (Op::AttentionBackward { .. }, Some(&ph)) = (&n.op, pos.get(&h)) else { continue };
+        if g.shape(n.inputs[0]) != g.shape(n.inputs[1]) {
+            continue;
+        }
+        let rot = more.attnb_rot.get(&h).copied().unwrap_or_default();
+        let part = |k: usize| rot.get(k).copied().flatten().map_or(Value { node: h, index: k as u16 }, |r| r.0);
+        let mut concat = None;
+        for s in 0..3usize {
+            let Some((c, x)) = through_reshapes(part(s)) else { continue 'hosts };
+            let cn = &g.nodes[c as usize];
+            if !matches!(cn.op, Op::Concat { axis: 0 }) || cn.inputs.len() != 3 || cn.inputs[s] != x {
+                continue 'hosts;
+            }
+            if concat.is_some_and(|c0| c0 != c) {
+                continue 'hosts;
+            }
+            concat = Some(c);
+        }
+        let Some(c) = concat else { continue };
+        let Some((p, _)) = through_reshapes(Value { node: c, index: 0 }) else { continue };
+        let pn = &g.nodes[p as usize];
+        let Op::Permute { perm } = &pn.op else { continue };
+        let Some(&cast) = store_as.get(&Value { node: p, index: 0 }) else { continue };
+        let Some(&pp) = pos.get(&p) else { continue };
+        let quiet = nodes[ph + 1..pp]
+            .iter()
+            .all(|&x| skip.contains(&x) || matches!(g.nodes[x as usize].op, Op::Reshape { .. } | Op::Concat { .. }));
+        let Some(cr) = range(plan, cast) else { continue };
+        let heads = more.bf16_attention[&h];
+        let tensor = range(plan, n.inputs[0]).map(|r| (heads, heads + 3 * (r.1 - r.0)));
+        let reads: Vec<Option<(usize, usize)>> =
+            n.inputs[3..].iter().map(|&v| range(plan, v)).chain(std::iter::once(tensor)).collect();
+        let clear = reads.iter().all(|r| r.is_some_and(|r| !overlap(r, cr)));
+        if perm.as_slice() == [1, 3, 0, 2, 4] && quiet && clear && !skip.contains(&p) {
+            more.merged_grads.insert(h, cast);
+            permutes.push(p);
+        }
+    }
+    permutes
+}
+
 /// The bytes of a constant tensor of `n` elements of `dtype` equal to `value`.
 fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
     let one: Vec<u8> = match dtype {
@@ -2017,6 +2105,11 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         for (producer_out, cast) in casts_into_producers(&plan, &nodes, &skip, &lw.cast_candidates) {
             skip.insert(cast.node);
             lw.store_as.insert(producer_out, cast);
+        }
+        if options.bf16_attention && knobs().merged_gradients {
+            for permute in merged_gradients(&plan, &nodes, &skip, &lw.store_as, &mut lw.more) {
+                skip.insert(permute);
+            }
         }
         let mut i = 0;
         while i < nodes.len() {

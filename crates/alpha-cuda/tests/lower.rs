@@ -44,7 +44,7 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     for family in [
         "attention_mma_bf16_fwd",
         "attention_mma_bwd_delta_do16",
-        "attention_mma_bf16_bwd_rotary",
+        "attention_mma_bf16_bwd_rotary_merged",
         "layernorm_fwd_bf16",
         "adamw_multi",
         "sumsq_multi",
@@ -154,7 +154,10 @@ fn training_steps_launch_counts() {
             let gelu_gemms: usize = by.iter().filter(|x| x.0.contains("_store_gelu")).map(|x| x.1).sum();
             assert_eq!((gelu_gemms, count("pw_gelu")), (16, 0));
             // Both backward passes in one launch, after delta alone (no output over an input).
-            assert_eq!((count("attention_mma_bwd_delta_do16"), count("attention_mma_bf16_bwd_rotary")), (16, 16));
+            assert_eq!(
+                (count("attention_mma_bwd_delta_do16"), count("attention_mma_bf16_bwd_rotary_merged")),
+                (16, 16)
+            );
             assert_eq!(
                 (count("attention_mma_bwd_dq_rotload_rotary"), count("attention_mma_bwd_dkv_rotload_rotary")),
                 (0, 0)
@@ -173,7 +176,7 @@ fn training_steps_launch_counts() {
 }
 
 const BOB_LAUNCHES: usize = 12;
-const COPPELIUS_LAUNCHES: usize = 661;
+const COPPELIUS_LAUNCHES: usize = 645;
 
 /// Coppelius's forward rotaries, turned on load: the attention forward and both backward
 /// kernels get the pre-rotary q and k (the Rotaries' inputs) and the host-computed rotary table,
@@ -308,7 +311,7 @@ fn the_projection_stores_turned_bf16_heads_that_attention_reads() {
                 fwd += 1;
                 (id, 2)
             }
-            "attention_mma_bf16_bwd_rotary" => {
+            "attention_mma_bf16_bwd_rotary_merged" => {
                 bwd += 1;
                 (node.inputs[3].node, 4)
             }
@@ -329,14 +332,17 @@ fn the_projection_stores_turned_bf16_heads_that_attention_reads() {
             assert!(lo >= tensor.0 && hi <= tensor.1, "view {j} outside the heads tensor");
             assert_eq!(launch.args[at_q + j], LArg::Ptr(p + (lo - p) / 2), "{}", l.describe(launch));
         }
-        for (k, a) in launch.args.iter().enumerate().take(if at_q == 2 { 2 } else { 3 }) {
-            let LArg::Ptr(o) = *a else { panic!() };
-            let n = g.ty(Value { node: id, index: k as u16 }).numel() * 4;
-            assert!(
-                o + n <= tensor.0 || o >= tensor.1,
-                "output {k} of {} lies on the heads tensor",
-                l.describe(launch)
-            );
+        // The forward's o and lse; the backward's one merged bf16 gradient (dq, dk and dv
+        // arguments alike), 3 · numel bf16.
+        let outs: Vec<(LArg, usize)> = if at_q == 2 {
+            (0..2).map(|k| (launch.args[k], g.ty(Value { node: id, index: k as u16 }).numel() * 4)).collect()
+        } else {
+            assert!(launch.args[0] == launch.args[1] && launch.args[1] == launch.args[2]);
+            vec![(launch.args[0], 3 * g.ty(Value { node: id, index: 0 }).numel() * 2)]
+        };
+        for (a, n) in outs {
+            let LArg::Ptr(o) = a else { panic!() };
+            assert!(o + n <= tensor.0 || o >= tensor.1, "an output of {} lies on the heads tensor", l.describe(launch));
         }
     }
     assert_eq!((fwd, bwd), (16, 16));
