@@ -1044,6 +1044,46 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
         rows.push(row);
     }
     rows.extend(head_split_checks(gpu, arena, rng)?);
+    rows.extend(store_mul_checks(gpu, arena, rng)?);
+    Ok(rows)
+}
+
+/// The StoreMul epilogue (a gated unit's `gelu(gate) · up` written by the `up` product, as bf16)
+/// against the plain product and the multiply and rounding on the host, bit for bit: C and U,
+/// a ragged M, both tile widths of the TMA engine.
+fn store_mul_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    let mut rows = vec![];
+    for (tile, stages) in [(Tile::T128x128, 3), (Tile::T128x64, 0)] {
+        arena.reset();
+        let plain = GemmSpec { tile, stages, ..GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::Bf16).tma() };
+        let fused = GemmSpec { epilogue: Epilogue::StoreMul, ..plain };
+        let sh = GemmShape::packed(&plain, 1000, 1408, 512);
+        let GemmCase { ab, bb, cb, rb, r, nc, .. } = gemm_case(arena, rng, &plain, &sh)?;
+        let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
+        let f = gpu.load(&plain.kernel())?;
+        tma_launch(gpu, &f, &plain, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], &[], maps, &[])?;
+        let want_c: Vec<f32> = arena.download(cb, nc)?;
+        let (c2, u) = (arena.alloc_n::<f32>(nc)?, arena.alloc_n::<u16>(nc)?);
+        arena.fill_u32(c2, NAN_BITS)?;
+        arena.fill_u32(u, NAN_BITS)?;
+        let f = gpu.load(&fused.kernel())?;
+        tma_launch(gpu, &f, &fused, &sh, [ab.ptr, bb.ptr, c2.ptr, rb.ptr], &[u.ptr], maps, &[])?;
+        let got_c: Vec<f32> = arena.download(c2, nc)?;
+        let got_u: Vec<u16> = arena.download(u, nc)?;
+        let differ = got_c.iter().zip(&want_c).filter(|(x, y)| x.to_bits() != y.to_bits()).count()
+            + got_u
+                .iter()
+                .zip(want_c.iter().zip(&r))
+                .filter(|(x, (c, r))| **x != half::bf16::from_f32(**c * **r).to_bits())
+                .count();
+        rows.push(exact_row(
+            "fusion",
+            &format!("{} = product, product·R", fused.name()),
+            "m1000 n1408 k512",
+            differ,
+            2 * nc,
+        ));
+    }
     Ok(rows)
 }
 
@@ -1104,7 +1144,7 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                 arena.fill_u32(out, NAN_BITS)?;
                 let f = gpu.load(&spec.kernel())?;
                 let maps = tma_maps(arena, &spec, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
-                gemm_turned_launch(gpu, &f, &spec, &sh, [ab.ptr, bb.ptr, out.ptr, out.ptr], maps, tab)?;
+                tma_launch(gpu, &f, &spec, &sh, [ab.ptr, bb.ptr, out.ptr, out.ptr], &[], maps, &[tab])?;
                 let got16: Vec<u16> = arena.download(out, nc)?;
                 let differ = got16.iter().zip(&want16).filter(|(x, y)| x != y).count();
                 rows.push(exact_row("fusion", &format!("{} = turned, rounded", spec.name()), &shape, differ, nc));
@@ -1114,23 +1154,27 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     Ok(rows)
 }
 
-/// A TMA launch of a head-split product storing bf16 turned heads: the usual arguments, the
-/// tensor maps, then the rotary table.
-fn gemm_turned_launch(
+/// A TMA launch with pointers beyond the usual arguments: `before` the tensor maps (an
+/// epilogue's second output) and `after` them (a rotary table).
+#[allow(clippy::too_many_arguments)]
+fn tma_launch(
     gpu: &Gpu,
     f: &Function,
     spec: &GemmSpec,
     sh: &GemmShape,
     ptrs: [u64; 4],
+    before: &[u64],
     maps: (u64, u64),
-    tab: u64,
+    after: &[u64],
 ) -> Result<()> {
     use crate::driver::{Arg, LaunchConfig};
     let [a, b, c, r] = ptrs;
     let mut args = vec![Arg::U64(a), Arg::U64(b), Arg::U64(c), Arg::U64(r)];
     args.extend([sh.m, sh.n, sh.k, sh.lda, sh.ldb, sh.ldc].map(Arg::U32));
     args.extend([sh.stride_a, sh.stride_b, sh.stride_c].map(Arg::U64));
-    args.extend([Arg::U64(maps.0), Arg::U64(maps.1), Arg::U64(tab)]);
+    args.extend(before.iter().map(|&p| Arg::U64(p)));
+    args.extend([Arg::U64(maps.0), Arg::U64(maps.1)]);
+    args.extend(after.iter().map(|&p| Arg::U64(p)));
     let cfg = LaunchConfig { grid: spec.grid(sh), block: (spec.threads(), 1, 1), shared_bytes: 0 };
     gpu.launch(f, cfg, &args)
 }

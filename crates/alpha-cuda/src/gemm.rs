@@ -130,6 +130,10 @@ pub enum Epilogue {
     AddResidual,
     /// `C += A·B` (gradient accumulation).
     Accumulate,
+    /// `C = A·B`, and `U = bf16(C · R)` (param `u`, bf16, C's layout): the product of a gated
+    /// unit's two halves, with its bf16 cast, written by the second half's product — the
+    /// pointwise multiply's own f32 rounding, then round-to-nearest-even.
+    StoreMul,
 }
 
 /// Which tensor-core instruction family a kernel is built on.
@@ -264,6 +268,7 @@ impl GemmSpec {
                 Epilogue::Store => "store",
                 Epilogue::AddResidual => "add",
                 Epilogue::Accumulate => "acc",
+                Epilogue::StoreMul => "storemul",
             }
         )
     }
@@ -589,6 +594,7 @@ pub fn splitk_reduce_kernel(spec: &GemmSpec, splits: u32, mn: u32, width: u32) -
         Epilogue::Store => "store",
         Epilogue::AddResidual => "add",
         Epilogue::Accumulate => "acc",
+        Epilogue::StoreMul => unreachable!("a split product's epilogue runs in its reduction: no StoreMul"),
     };
     assert!(width == 1 || (width == REDUCE_VECTOR && mn.is_multiple_of(width)), "split-K reduction width {width}");
     let vw = width;
@@ -625,6 +631,7 @@ pub fn splitk_reduce_kernel(spec: &GemmSpec, splits: u32, mn: u32, width: u32) -
         Epilogue::Store => None,
         Epilogue::AddResidual => Some(load(&mut k, r, 0)),
         Epilogue::Accumulate => Some(load(&mut k, c, 0)),
+        Epilogue::StoreMul => unreachable!("no StoreMul reductions"),
     };
     let out: Vec<Reg> = (0..vw as usize)
         .map(|e| {
@@ -694,6 +701,7 @@ pub fn reference(spec: &GemmSpec, shape: &GemmShape, a: &[f32], b: &[f32], r: &[
                     Epilogue::Store => acc as f32,
                     Epilogue::AddResidual => (acc + r[idx] as f64) as f32,
                     Epilogue::Accumulate => (acc + c[idx] as f64) as f32,
+                    Epilogue::StoreMul => acc as f32,
                 };
             }
         }
@@ -959,7 +967,7 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let sa = k.param_reg("stride_a", ParamTy::U64);
     let sb = k.param_reg("stride_b", ParamTy::U64);
     let sc = k.param_reg("stride_c", ParamTy::U64);
-    let pu = spec.activation.map(|_| k.param_reg("u", ParamTy::U64));
+    let pu = (spec.activation.is_some() || spec.epilogue == Epilogue::StoreMul).then(|| k.param_reg("u", ParamTy::U64));
 
     let tid = k.sreg("%tid.x");
     let bx = k.sreg("%ctaid.x");
@@ -1126,12 +1134,21 @@ pub(crate) fn store_tile(
     let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
     let cptr = k.addr_of(c_base, e0, 4);
     let rptr = match spec.epilogue {
-        Epilogue::AddResidual => Some(k.addr_of(r_base, e0, 4)),
+        Epilogue::AddResidual | Epilogue::StoreMul => Some(k.addr_of(r_base, e0, 4)),
         _ => None,
     };
-    let uptr = u_base.map(|ub| k.addr_of(ub, e0, 4));
+    // U is bf16 (half the row step) under StoreMul, f32 under an activation.
+    let mul = spec.epilogue == Epilogue::StoreMul;
+    let uptr = u_base.map(|ub| k.addr_of(ub, e0, if mul { 2 } else { 4 }));
     let row_step = k.reg(RegKind::B64);
     k.op("mul.wide.u32", [row_step.into(), ldc.into(), 32u32.into()]); // 8 rows × 4 bytes
+    let u_step = if mul {
+        let st = k.reg(RegKind::B64);
+        k.op("mul.wide.u32", [st.into(), ldc.into(), 16u32.into()]); // 8 rows × 2 bytes
+        st
+    } else {
+        row_step
+    };
     let col_ok: Vec<Reg> = (0..ni_n as u32)
         .map(|ni| {
             let c = k.bin("add.u32", RegKind::B32, col0, ni * 8);
@@ -1143,7 +1160,7 @@ pub(crate) fn store_tile(
     // interleaved load-add-store pairs would each wait out a full memory latency.
     let src = match spec.epilogue {
         Epilogue::Store => None,
-        Epilogue::AddResidual | Epilogue::Accumulate => Some(rptr.unwrap_or(cptr)),
+        Epilogue::AddResidual | Epilogue::Accumulate | Epilogue::StoreMul => Some(rptr.unwrap_or(cptr)),
     };
     for (mi, acc_m) in acc.iter().enumerate() {
         // Per half (rows g and g + 8 of the group): each column group's in-range predicate.
@@ -1178,11 +1195,19 @@ pub(crate) fn store_tile(
                 let off = (ni * 32) as i64;
                 let out = match olds.get(h) {
                     None => v.to_vec(),
+                    Some(_) if mul => v.to_vec(),
                     Some(old) => vec![
                         k.bin("add.rn.f32", RegKind::F32, v[0], old[ni][0]),
                         k.bin("add.rn.f32", RegKind::F32, v[1], old[ni][1]),
                     ],
                 };
+                if let (true, Some(old), Some(up)) = (mul, olds.get(h), uptr) {
+                    let p0 = k.bin("mul.rn.f32", RegKind::F32, v[0], old[ni][0]);
+                    let p1 = k.bin("mul.rn.f32", RegKind::F32, v[1], old[ni][1]);
+                    let pair = k.reg(RegKind::B32);
+                    k.op("cvt.rn.bf16x2.f32", [pair.into(), p1.into(), p0.into()]);
+                    k.op_if(ok, false, "st.global.b32", [addr(up, (ni * 16) as i64), pair.into()]);
+                }
                 if let (Some(u), Some(up)) = (spec.activation, uptr) {
                     let act = out.iter().map(|&x| crate::pointwise::emit_unary(k, u, x)).collect();
                     k.op_if(ok, false, "st.global.v2.f32", [addr(up, off), Opnd::V(act)]);
@@ -1191,7 +1216,7 @@ pub(crate) fn store_tile(
             }
             k.op("add.s64", [cptr.into(), cptr.into(), row_step.into()]);
             if let Some(up) = uptr {
-                k.op("add.s64", [up.into(), up.into(), row_step.into()]);
+                k.op("add.s64", [up.into(), up.into(), u_step.into()]);
             }
             if let Some(rp) = rptr {
                 k.op("add.s64", [rp.into(), rp.into(), row_step.into()]);

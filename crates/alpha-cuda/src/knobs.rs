@@ -15,6 +15,7 @@
 //! | `ALPHA_CAST_INTO_GEMM=on\|off` | bf16 casts read only by GEMMs folded into their loads (the GEMMs then read f32 on the `cp.async` ring), or launched (the GEMMs read bf16 on the TMA engine) |
 //! | `ALPHA_ATTN_BF16=off` | attention reads f32 q, k, v and turns q and k on load, instead of bf16 ones the projection stores turned |
 //! | `ALPHA_ATTN_MERGED=off` | the bf16 attention backward stores f32 dq, dk, dv (a permute then casts them together) instead of the permuted bf16 gradient itself |
+//! | `ALPHA_MUL_EPILOGUE=off` | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -48,6 +49,8 @@ pub struct Knobs {
     pub bf16_attention: bool,
     /// The bf16 attention backward stores the projection's permuted bf16 gradient itself.
     pub merged_gradients: bool,
+    /// A multiply after a product fused into the product's epilogue where the plan allows.
+    pub mul_epilogue: bool,
     /// Attention's two backward passes in one launch where the plan allows.
     pub joint_attention_backward: bool,
 }
@@ -74,6 +77,7 @@ pub fn knobs() -> &'static Knobs {
             pointwise_vector: var("ALPHA_PW_VECTOR").as_deref() != Some("off"),
             bf16_attention: var("ALPHA_ATTN_BF16").as_deref() != Some("off"),
             merged_gradients: var("ALPHA_ATTN_MERGED").as_deref() != Some("off"),
+            mul_epilogue: var("ALPHA_MUL_EPILOGUE").as_deref() != Some("off"),
             cast_into_gemm: forced("ALPHA_CAST_INTO_GEMM", "on", "off"),
             ln_fold: forced("ALPHA_LN_FOLD", "beside", "separate"),
             joint_attention_backward: var("ALPHA_ATTN_JOINT").as_deref() != Some("off"),

@@ -201,6 +201,9 @@ struct More {
     /// AttentionBackward → the bf16 cast of its permuted, concatenated gradients, which it
     /// stores itself ([`merged_gradients`]).
     merged_grads: HashMap<u32, Value>,
+    /// MatMul → (the multiply after it, the multiply's other operand, the bf16 cast the
+    /// multiply stores): the product's epilogue writes that cast too ([`mul_epilogues`]).
+    gemm_mul: HashMap<u32, (u32, Value, Value)>,
 }
 
 fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
@@ -717,6 +720,15 @@ impl Lowerer<'_> {
                     };
                     let act = self.more.gemm_act.get(&id).copied();
                     spec.activation = act.map(|x| x.1);
+                    // A multiply after it as its epilogue: R = its other operand, U = its cast.
+                    let mul = self.more.gemm_mul.get(&id).copied();
+                    let (c, r) = match mul {
+                        Some((_, rv, _)) => {
+                            spec.epilogue = Epilogue::StoreMul;
+                            (c, rv)
+                        }
+                        None => (c, r),
+                    };
                     // Stored split into heads where the Permute after it was fused.
                     let (c, r) = match self.more.gemm_heads.get(&id) {
                         Some(&(p, heads)) => {
@@ -765,6 +777,9 @@ impl Lowerer<'_> {
                     args.extend([shape.stride_a, shape.stride_b, shape.stride_c].map(A::U64));
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
+                    }
+                    if let Some((_, _, cast)) = mul {
+                        args.push(self.ptr(cast));
                     }
                     args.extend(self.maps_for(&spec, &shape, a, b)?);
                     if spec.heads.is_some_and(|h| h.bf16_turned) {
@@ -2022,6 +2037,71 @@ fn merged_gradients(
     permutes
 }
 
+/// Multiplies `x · y` stored as bf16 by their producer (the cast that alone reads them, see
+/// [`casts_into_producers`]) where one operand is the product of the tiled MatMul launched just
+/// before, stored plainly and whole (no split), and the other was computed before it: the
+/// product's epilogue writes the bf16 product too ([`gemm::Epilogue::StoreMul`], the same f32
+/// multiply and rounding), and the multiply does not run — a gated unit's `gelu(gate) · up`,
+/// which read both halves again. Over deep grids only (see below). Records them in
+/// `more.gemm_mul`; returns the multiplies.
+///
+/// The cast's slot must be clear of the product's operands, the product and the other operand
+/// (it is written while they are read).
+fn mul_epilogues(
+    plan: &Plan,
+    nodes: &[u32],
+    skip: &std::collections::HashSet<u32>,
+    store_as: &HashMap<Value, Value>,
+    f32_gemm: &HashMap<u32, (Value, Value)>,
+    gemm_add: &HashMap<u32, (u32, Value)>,
+    more: &mut More,
+) -> Vec<u32> {
+    let g = &plan.program.graph;
+    let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let launched = |id: u32| !skip.contains(&id) && !matches!(g.nodes[id as usize].op, Op::Reshape { .. });
+    let mut found = vec![];
+    for (j, &m) in nodes.iter().enumerate() {
+        let mn = &g.nodes[m as usize];
+        if skip.contains(&m) || mn.op != Op::Binary(alpha_ir::Binary::Mul) {
+            continue;
+        }
+        let Some(&cast) = store_as.get(&Value { node: m, index: 0 }) else { continue };
+        let Some(i) = (0..j).rev().find(|&i| launched(nodes[i])) else { continue };
+        let gid = nodes[i];
+        let Some((spec, shape)) = tiled_gemm(g, gid) else { continue };
+        let whole = !knobs().split_k || shape.split_k(spec.bk) == 1;
+        // Deep grids only: measured on the H200 (g41), sixteen contexts' step 26.89 -> 26.79 /
+        // 26.84 ms with the fusion, one context's 3.853 -> 3.869 / 3.866 ms (its shallow grid
+        // leaves the epilogue's extra traffic exposed).
+        let (gx, gy, gz) = spec.grid(&shape);
+        let deep = gx * gy * gz >= gemm_wgmma::SHALLOW_RING_WAVES * gemm::SMS;
+        let plain = !gemm_add.contains_key(&gid)
+            && !more.gemm_act.contains_key(&gid)
+            && !more.gemm_heads.contains_key(&gid)
+            && !more.gemm_mul.contains_key(&gid);
+        let prod = Value { node: gid, index: 0 };
+        let other = match (mn.inputs[0] == prod, mn.inputs[1] == prod) {
+            (true, false) => mn.inputs[1],
+            (false, true) => mn.inputs[0],
+            _ => continue,
+        };
+        // Written before the product: by its own launch, or (an activation fused into an
+        // earlier product's epilogue) by that product's.
+        let writer = more.gemm_act.iter().find(|(_, &(u, _))| u == other.node).map_or(other.node, |(&host, _)| host);
+        let before = pos.get(&writer).is_none_or(|&p| p < i);
+        let same = g.ty(other) == g.ty(prod) && mn.outputs[0] == *g.ty(prod) && g.dtype(prod) == DType::F32;
+        let gn = &g.nodes[gid as usize];
+        let (a, b) = f32_gemm.get(&gid).copied().unwrap_or((gn.inputs[0], gn.inputs[1]));
+        let clear = range(plan, cast)
+            .is_some_and(|cr| [a, b, prod, other].iter().all(|&v| range(plan, v).is_some_and(|r| !overlap(r, cr))));
+        if whole && deep && plain && before && same && clear {
+            more.gemm_mul.insert(gid, (m, other, cast));
+            found.push(m);
+        }
+    }
+    found
+}
+
 /// The bytes of a constant tensor of `n` elements of `dtype` equal to `value`.
 fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
     let one: Vec<u8> = match dtype {
@@ -2109,6 +2189,11 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         if options.bf16_attention && knobs().merged_gradients {
             for permute in merged_gradients(&plan, &nodes, &skip, &lw.store_as, &mut lw.more) {
                 skip.insert(permute);
+            }
+        }
+        if knobs().mul_epilogue {
+            for mul in mul_epilogues(&plan, &nodes, &skip, &lw.store_as, &lw.f32_gemm, &lw.gemm_add, &mut lw.more) {
+                skip.insert(mul);
             }
         }
         let mut i = 0;

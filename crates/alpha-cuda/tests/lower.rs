@@ -153,6 +153,10 @@ fn training_steps_launch_counts() {
             // epilogue, which stores q, k and v as bf16 (see `lower::turned_heads`).
             let gelu_gemms: usize = by.iter().filter(|x| x.0.contains("_store_gelu")).map(|x| x.1).sum();
             assert_eq!((gelu_gemms, count("pw_gelu")), (16, 0));
+            // Its product with the up half stays a launch at one context (a shallow grid; see
+            // `sixteen_contexts_multiply_the_gated_halves_in_the_up_products`).
+            let mul_gemms: usize = by.iter().filter(|x| x.0.contains("_storemul")).map(|x| x.1).sum();
+            assert_eq!((mul_gemms, count("pw_mul_v4")), (0, 16));
             // Both backward passes in one launch, after delta alone (no output over an input).
             assert_eq!(
                 (count("attention_mma_bwd_delta_do16"), count("attention_mma_bf16_bwd_rotary_merged")),
@@ -177,6 +181,28 @@ fn training_steps_launch_counts() {
 
 const BOB_LAUNCHES: usize = 12;
 const COPPELIUS_LAUNCHES: usize = 645;
+
+/// At sixteen contexts the gated unit's `gelu(gate) · up`, stored as bf16, is written by the up
+/// half's product (the StoreMul epilogue): its R is the gate product's GELU output, its U the
+/// cast's slot that the down product reads.
+#[test]
+fn sixteen_contexts_multiply_the_gated_halves_in_the_up_products() {
+    let c = alpha_systems::coppelius::Coppelius::default();
+    let l = lower_program(&c.learner(10).training_program(c.model(16).unwrap()).unwrap()).unwrap();
+    check_pointers(&l);
+    let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+    let fused: Vec<usize> = (0..names.len()).filter(|&i| names[i].contains("_storemul")).collect();
+    assert_eq!(fused.len(), 16);
+    assert_eq!(names.iter().filter(|n| **n == "pw_mul_v4").count(), 0);
+    for &i in &fused {
+        // R is the previous launch's (the gate product's) GELU output, its `u`; U is what the
+        // next launch (the down product) reads as A.
+        let (gate, up, down) = (&l.phases[0][i - 1], &l.phases[0][i], &l.phases[0][i + 1]);
+        assert!(names[i - 1].contains("_store_gelu"), "{}", names[i - 1]);
+        assert_eq!(up.args[3], gate.args[13], "R = the GELU output");
+        assert_eq!(up.args[13], down.args[0], "U = the down product's A");
+    }
+}
 
 /// Coppelius's forward rotaries, turned on load: the attention forward and both backward
 /// kernels get the pre-rotary q and k (the Rotaries' inputs) and the host-computed rotary table,
