@@ -1839,6 +1839,33 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         gpu.launch(&folding, cfg, &[&[Arg::U64(dx_fold.ptr)][..], &rows_args, &fold_args].concat())?;
         let [a, b] = [dx_alone, dx_fold].map(|x| arena.download::<f32>(x, r * c).expect("download"));
         wrong += mismatches(&a, &b);
+        // With a residual added and the sum's bf16 copy stored too (both grids): the sum as the
+        // adding kernel stores it, and its copy rounded.
+        let res = arena.alloc_n::<f32>(r * c)?;
+        arena.upload(res, &rng.vec(r * c, 1.0))?;
+        let want = arena.alloc_n::<f32>(r * c)?;
+        let adding = gpu.load(&layernorm::backward_dx_kernel_adding(n, true))?;
+        let cfg_rows = LaunchConfig { grid: (r as u32, 1, 1), block: (layernorm::THREADS, 1, 1), shared_bytes: 0 };
+        let with_r = [&rows_args[..], &[Arg::U64(res.ptr)]].concat();
+        gpu.launch(&adding, cfg_rows, &[&[Arg::U64(want.ptr)][..], &with_r].concat())?;
+        let want_sum: Vec<f32> = arena.download(want, r * c)?;
+        for fold in [false, true] {
+            let (sum, copy) = (arena.alloc_n::<f32>(r * c)?, arena.alloc_n::<u16>(r * c)?);
+            arena.fill_u32(sum, NAN_BITS)?;
+            arena.fill_u32(copy, NAN_BITS)?;
+            let f = gpu.load(&layernorm::backward_dx_kernel_copying(n, true, fold))?;
+            let mut args = [&[Arg::U64(sum.ptr)][..], &with_r, &[Arg::U64(copy.ptr)]].concat();
+            let cfg = if fold {
+                args.extend(fold_args);
+                LaunchConfig { grid, block, shared_bytes: 0 }
+            } else {
+                cfg_rows
+            };
+            gpu.launch(&f, cfg, &args)?;
+            wrong += mismatches(&arena.download::<f32>(sum, r * c)?, &want_sum);
+            let got: Vec<u16> = arena.download(copy, r * c)?;
+            wrong += got.iter().zip(&want_sum).filter(|(h, x)| **h != half::bf16::from_f32(**x).to_bits()).count();
+        }
         wrong +=
             mismatches(&arena.download::<f32>(dg2, c)?, &want_g) + mismatches(&arena.download::<f32>(db2, c)?, &want_b);
         let times = if opts.bench {
@@ -1848,7 +1875,7 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         } else {
             None
         };
-        let what = "layernorm_bwd_params(+finish, +dx_fold)";
+        let what = "layernorm_bwd_params(+finish, +dx_fold, +dx_add_bf16)";
         let mut row = exact_row("layernorm", what, &format!("rows{r} c{c}"), wrong, 2 * c);
         if let Some((t1, t2)) = times {
             row.median_us = Some(t1 + t2);

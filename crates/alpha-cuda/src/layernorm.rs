@@ -171,7 +171,14 @@ pub fn backward_dx_kernel(n: Norm) -> Kernel {
 /// stored: param `r` after the others, `dx = (…) + r[i]` — the Add that follows a pre-norm
 /// block's LayerNorm backward (the residual stream's gradient), in the same f32 addition.
 pub fn backward_dx_kernel_adding(n: Norm, residual: bool) -> Kernel {
-    backward_dx_kernel_with(n, residual, false)
+    backward_dx_kernel_with(n, residual, false, false)
+}
+
+/// [`backward_dx_kernel_adding`] (`fold`: [`backward_dx_kernel_folding`]) that also stores the
+/// input gradient rounded to bf16 (param `dx16` after `r`): the cast the products after it
+/// read, whose own launch read the f32 gradient back.
+pub fn backward_dx_kernel_copying(n: Norm, residual: bool, fold: bool) -> Kernel {
+    backward_dx_kernel_with(n, residual, fold, true)
 }
 
 /// Grid and block of [`backward_dx_kernel_folding`]: a block a row, then the fold's blocks.
@@ -185,10 +192,10 @@ pub fn dx_fold_launch(n: Norm) -> ((u32, u32, u32), (u32, u32, u32)) {
 /// rows instead of as a launch of its own between them (one context's 33 LayerNorm backwards
 /// each paid a launch for 32 small blocks).
 pub fn backward_dx_kernel_folding(n: Norm, residual: bool) -> Kernel {
-    backward_dx_kernel_with(n, residual, true)
+    backward_dx_kernel_with(n, residual, true, false)
 }
 
-fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool) -> Kernel {
+fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool, copy16: bool) -> Kernel {
     let c = n.c as u32;
     let name = match (residual, fold) {
         (false, false) => "layernorm_bwd_dx",
@@ -196,7 +203,8 @@ fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool) -> Kernel {
         (false, true) => "layernorm_bwd_dx_fold",
         (true, true) => "layernorm_bwd_dx_add_fold",
     };
-    let mut k = Kernel::new(name).with_block(THREADS, 1, 1);
+    let name = if copy16 { format!("{name}_bf16") } else { name.to_string() };
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let dx = k.param_reg("dx", ParamTy::U64);
     let x = k.param_reg("x", ParamTy::U64);
     let gain = k.param_reg("gain", ParamTy::U64);
@@ -204,6 +212,7 @@ fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool) -> Kernel {
     let rstd = k.param_reg("rstd", ParamTy::U64);
     let dy = k.param_reg("dy", ParamTy::U64);
     let r = residual.then(|| k.param_reg("r", ParamTy::U64));
+    let dx16 = copy16.then(|| k.param_reg("dx16", ParamTy::U64));
     let red = k.shared("red", 128, 16);
     let tid = k.sreg("%tid.x");
     let row = k.sreg("%ctaid.x");
@@ -255,6 +264,12 @@ fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool) -> Kernel {
         };
         let a = k.addr_of(dx, i, 4);
         guarded(&mut k, ok, "st.global.f32", [addr(a, 0), o.into()]);
+        if let Some(d16) = dx16 {
+            let h = k.reg(RegKind::B16);
+            k.op("cvt.rn.bf16.f32", [h.into(), o.into()]);
+            let a = k.addr_of(d16, i, 2);
+            guarded(&mut k, ok, "st.global.b16", [addr(a, 0), h.into()]);
+        }
     }
     k.ret();
     k

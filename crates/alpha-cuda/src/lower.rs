@@ -478,10 +478,47 @@ impl Lowerer<'_> {
         (same && uses.get(&dx) == Some(&1) && clear && stats).then_some((add, r))
     }
 
+    /// The bf16 cast at position `i + 2` of the residual gradient that the LayerNorm backward at
+    /// `i` adds (`add`), where that launch may store it too ([`layernorm::backward_dx_kernel_copying`]):
+    /// the cast's slot clear of everything the launch reads and writes. Returns the cast's output.
+    fn cast_of_sum(
+        &self,
+        nodes: &[u32],
+        i: usize,
+        (add, r): (u32, Value),
+        skip: &std::collections::HashSet<u32>,
+    ) -> Option<Value> {
+        if !knobs().layernorm_copy {
+            return None;
+        }
+        let g = self.g();
+        let &c = nodes.get(i + 2)?;
+        let cn = &g.nodes[c as usize];
+        let sum = Value { node: add, index: 0 };
+        if skip.contains(&c) || !matches!(cn.op, Op::Cast { to: DType::BF16 }) || cn.inputs[0] != sum {
+            return None;
+        }
+        let out = Value { node: c, index: 0 };
+        let cr = range(self.plan, out)?;
+        let ln = nodes[i];
+        let touched = g.nodes[ln as usize].inputs.iter().copied().chain([
+            r,
+            sum,
+            Value { node: ln, index: 1 },
+            Value { node: ln, index: 2 },
+        ]);
+        touched.into_iter().all(|v| range(self.plan, v).is_some_and(|x| !overlap(x, cr))).then_some(out)
+    }
+
     /// LayerNormBackward: the two deterministic parameter-gradient passes, then the input
     /// gradient (plus the following Add's other operand, written to the Add's slot, with `add`),
     /// last so that it may overwrite x or dy.
-    fn lower_layernorm_backward(&mut self, id: u32, add: Option<(u32, Value)>) -> Result<Vec<Pending>> {
+    fn lower_layernorm_backward(
+        &mut self,
+        id: u32,
+        add: Option<(u32, Value)>,
+        copy: Option<Value>,
+    ) -> Result<Vec<Pending>> {
         let g = &self.plan.program.graph;
         let node = g.nodes[id as usize].clone();
         let ins = &node.inputs;
@@ -507,13 +544,19 @@ impl Lowerer<'_> {
         if let Some((_, r)) = add {
             args.push(self.ptr(r));
         }
+        if let Some(c) = copy {
+            args.push(self.ptr(c));
+        }
         // Up to FOLD_BESIDE_ROWS_MAX_BANDS bands, the fold runs in blocks after the rows' (it
         // reads only pass 1's partials and writes the gain and bias gradients, which the rows
         // never touch): one launch fewer. Measured on the H200 (g30): one context's 64 bands
         // 4.341 → 4.307 ms a step; sixteen contexts' 1,024 bands 34.30 → 34.75 ms, their fold
         // running after the rows as a serial tail — so there it keeps its own launch.
         if knobs().ln_fold.unwrap_or(nm.bands() <= FOLD_BESIDE_ROWS_MAX_BANDS) {
-            let k1 = self.kernel(layernorm::backward_dx_kernel_folding(nm, add.is_some()))?;
+            let k1 = self.kernel(match copy {
+                Some(_) => layernorm::backward_dx_kernel_copying(nm, add.is_some(), true),
+                None => layernorm::backward_dx_kernel_folding(nm, add.is_some()),
+            })?;
             args.extend([self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)]);
             let (grid, block) = layernorm::dx_fold_launch(nm);
             v.push(Pending { kernel: k1, grid, block, args, node: Some(id) });
@@ -528,7 +571,10 @@ impl Lowerer<'_> {
             args: vec![self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)],
             node: Some(id),
         });
-        let k1 = self.kernel(layernorm::backward_dx_kernel_adding(nm, add.is_some()))?;
+        let k1 = self.kernel(match copy {
+            Some(_) => layernorm::backward_dx_kernel_copying(nm, add.is_some(), false),
+            None => layernorm::backward_dx_kernel_adding(nm, add.is_some()),
+        })?;
         v.push(Pending {
             kernel: k1,
             grid: (nm.rows as u32, 1, 1),
@@ -894,7 +940,7 @@ impl Lowerer<'_> {
                     node: some,
                 });
             }
-            Op::LayerNormBackward => v.extend(self.lower_layernorm_backward(id, None)?),
+            Op::LayerNormBackward => v.extend(self.lower_layernorm_backward(id, None, None)?),
             Op::Rotary { base, inverse } => {
                 self.want_f32(&node, id, ins)?;
                 let s = ishape(0);
@@ -2203,7 +2249,12 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
                 continue;
             }
             if let Some(add) = lw.layernorm_residual(&nodes, i, &skip, &uses) {
-                launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add))?);
+                // The cast right after it, of the residual gradient, stored by it as well.
+                let copy = lw.cast_of_sum(&nodes, i, add, &skip);
+                launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add), copy)?);
+                if let Some(c) = copy {
+                    skip.insert(c.node);
+                }
                 i += 2;
                 continue;
             }
