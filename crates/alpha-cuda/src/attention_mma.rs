@@ -524,7 +524,7 @@ pub fn forward_kernel(dims: &Dims) -> Kernel {
 /// [`crate::attention::forward_kernel_rotating`]: params (o, lse, q, k, v), then `q_tab` and
 /// `k_tab` for those turned. Grid [`Dims::grid_q`], block [`block`].
 pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
-    forward_kernel_with(dims, load, false)
+    forward_kernel_with(dims, load, false, false)
 }
 
 /// The forward reading q, k and v as bf16 (`[B·H, T, 64]` rows of 128 bytes, q and k already
@@ -532,16 +532,26 @@ pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
 /// (o, lse, q, k, v). The same products, in the same order, as [`forward_kernel_rotating`] on
 /// the f32 tensors these round — so the same bits. Grid [`Dims::grid_q`], block [`block`].
 pub fn forward_kernel_bf16(dims: &Dims) -> Kernel {
-    forward_kernel_with(dims, [false, false], true)
+    forward_kernel_with(dims, [false, false], true, false)
 }
 
-fn forward_kernel_with(dims: &Dims, load: [bool; 2], bf16: bool) -> Kernel {
+/// [`forward_kernel_bf16`] that also stores o rounded to bf16 as `[B, T, H, 64]` (param `o16`,
+/// last): the permuted cast the output projection reads, which a permute-and-cast launch made
+/// from o before. The same bits.
+pub fn forward_kernel_bf16_copying(dims: &Dims) -> Kernel {
+    forward_kernel_with(dims, [false, false], true, true)
+}
+
+fn forward_kernel_with(dims: &Dims, load: [bool; 2], bf16: bool, copy: bool) -> Kernel {
+    use crate::ptx::ParamTy;
     debug_assert_eq!(dims.d, D);
     debug_assert!(!(bf16 && (load[0] || load[1])), "bf16 q and k come turned");
     let t = dims.t as u32;
     let family = if bf16 { BF16_FAMILY } else { "attention_mma" };
-    let mut k = Kernel::new(&kernel_name(family, "fwd", load, false)).with_block(THREADS, 1, 1);
+    let name = format!("{}{}", kernel_name(family, "fwd", load, false), if copy { "_o16" } else { "" });
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let ([o, lse, q, kk, v], [q_tab, k_tab]) = forward_params(&mut k, load);
+    let o16 = copy.then(|| k.param_reg("o16", ParamTy::U64));
     let in_row = if bf16 { BF16_ROW_BYTES } else { ROW_BYTES };
     // Stages [K0][V0][K1][V1]; Q passes through K1 before the loop.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
@@ -679,6 +689,17 @@ fn forward_kernel_with(dims: &Dims, load: [bool; 2], bf16: bool) -> Kernel {
     }
     let ob = head_base(&mut k, o, bh, t, ROW_BYTES);
     store_rows(&mut k, &ln, ob, qrow0, t, &acc, inv, None, None);
+    if let Some(o16) = o16 {
+        // Element ((b·T + t)·H + hh)·64 + d: at t = 0, (b·T·H + hh)·64; rows H·64 apart.
+        let h = dims.h as u32;
+        let b = k.bin("div.u32", RegKind::B32, bh, h);
+        let hh = k.bin("rem.u32", RegKind::B32, bh, h);
+        let row = k.tri("mad.lo.u32", RegKind::B32, b, t * h, hh);
+        let off = k.reg(RegKind::B64);
+        k.op("mul.wide.u32", [off.into(), row.into(), BF16_ROW_BYTES.into()]);
+        let base = k.bin("add.s64", RegKind::B64, o16, off);
+        store_rows(&mut k, &ln, base, qrow0, t, &acc, inv, None, Some(h * BF16_ROW_BYTES));
+    }
     let lb = head_base(&mut k, lse, bh, t, 4);
     let first = k.setp("eq.u32", ln.tq, 0u32);
     for r in 0..2usize {
@@ -1384,6 +1405,7 @@ mod tests {
         }
         if dims.g == dims.h {
             v.push(forward_kernel_bf16(dims));
+            v.push(forward_kernel_bf16_copying(dims));
             for r in [[false, false], [true, true], [true, false], [false, true]] {
                 v.push(backward_kernel_bf16(dims, r));
             }

@@ -2102,6 +2102,32 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             merged_differ,
             3 * nq,
         ));
+        // The forward storing o's permuted bf16 copy too: o and lse as before, the copy as o
+        // permuted to [B, T, H, 64] and rounded on the host.
+        let copying = gpu.load(&attention_mma::forward_kernel_bf16_copying(d))?;
+        let (o2, lse2, o16) = (arena.alloc_n::<f32>(nq)?, arena.alloc_n::<f32>(nl)?, arena.alloc_n::<u16>(nq)?);
+        for b in [o2, lse2] {
+            arena.fill_u32(b, NAN_BITS)?;
+        }
+        arena.fill_u32(o16, NAN_BITS)?;
+        bf.launch(&copying, d.grid_q(), attention_mma::block(), &[o2.ptr, lse2.ptr, bf.q, bf.k, bf.v, o16.ptr])?;
+        let o_f32: Vec<f32> = arena.download(theirs[0], nq)?;
+        let mut copy_differ = mismatches(&arena.download::<f32>(o2, nq)?, &o_f32)
+            + mismatches(&arena.download::<f32>(lse2, nl)?, &arena.download::<f32>(theirs[1], nl)?);
+        let got16: Vec<u16> = arena.download(o16, nq)?;
+        for (i, &x) in o_f32.iter().enumerate() {
+            let (bh, rest) = (i / (t * dd), i % (t * dd));
+            let (b, hh, tt, e) = (bh / h, bh % h, rest / dd, rest % dd);
+            let at = ((b * t + tt) * h + hh) * dd + e;
+            copy_differ += usize::from(got16[at] != half::bf16::from_f32(x).to_bits());
+        }
+        rows.push(exact_row(
+            "attention-bf16",
+            "fwd o, lse, o16 = f32, permuted, rounded",
+            &shape,
+            copy_differ,
+            2 * nq + nl,
+        ));
         let mut rate = format!("{differ} outputs differ from the f32 kernels turning on load");
         let mut median_us = None;
         if bench {

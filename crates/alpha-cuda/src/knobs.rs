@@ -17,6 +17,7 @@
 //! | `ALPHA_ATTN_MERGED=off` | the bf16 attention backward stores f32 dq, dk, dv (a permute then casts them together) instead of the permuted bf16 gradient itself |
 //! | `ALPHA_MUL_EPILOGUE=off` | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
 //! | `ALPHA_LN_COPY=off` | the residual gradient's bf16 cast after a LayerNorm backward runs as its own launch instead of being stored by the LayerNorm backward |
+//! | `ALPHA_ATTN_OCOPY=off` | the attention output's permute-and-cast runs as its own launch instead of the bf16 attention forward storing the copy |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -54,6 +55,8 @@ pub struct Knobs {
     pub mul_epilogue: bool,
     /// A LayerNorm backward also stores the bf16 cast of the residual gradient it adds.
     pub layernorm_copy: bool,
+    /// The bf16 attention forward stores its output's permuted bf16 copy.
+    pub output_copy: bool,
     /// Attention's two backward passes in one launch where the plan allows.
     pub joint_attention_backward: bool,
 }
@@ -82,6 +85,7 @@ pub fn knobs() -> &'static Knobs {
             merged_gradients: var("ALPHA_ATTN_MERGED").as_deref() != Some("off"),
             mul_epilogue: var("ALPHA_MUL_EPILOGUE").as_deref() != Some("off"),
             layernorm_copy: var("ALPHA_LN_COPY").as_deref() != Some("off"),
+            output_copy: var("ALPHA_ATTN_OCOPY").as_deref() != Some("off"),
             cast_into_gemm: forced("ALPHA_CAST_INTO_GEMM", "on", "off"),
             ln_fold: forced("ALPHA_LN_FOLD", "beside", "separate"),
             joint_attention_backward: var("ALPHA_ATTN_JOINT").as_deref() != Some("off"),

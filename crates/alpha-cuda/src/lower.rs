@@ -204,6 +204,9 @@ struct More {
     /// MatMul → (the multiply after it, the multiply's other operand, the bf16 cast the
     /// multiply stores): the product's epilogue writes that cast too ([`mul_epilogues`]).
     gemm_mul: HashMap<u32, (u32, Value, Value)>,
+    /// Attention → the bf16 cast of its permuted output, which it stores too
+    /// ([`forward_copies`]).
+    output_copy: HashMap<u32, Value>,
 }
 
 fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
@@ -1002,13 +1005,16 @@ impl Lowerer<'_> {
                     load.iter().flatten().map(|&(_, base)| A::Ptr(self.rotary_table(dims.t, dims.d, base))).collect();
                 let [qa, ka, va] = [0, 1, 2].map(|k| qkv(self, k));
                 if matches!(node.op, Op::Attention { .. }) {
-                    let kernel = self.kernel(match (tc, bf16_at) {
-                        (true, Some(_)) => mma::forward_kernel_bf16(&dims),
-                        (true, None) => mma::forward_kernel_rotating(&dims, turned),
+                    let copy = self.more.output_copy.get(&id).copied();
+                    let kernel = self.kernel(match (tc, bf16_at, copy) {
+                        (true, Some(_), Some(_)) => mma::forward_kernel_bf16_copying(&dims),
+                        (true, Some(_), None) => mma::forward_kernel_bf16(&dims),
+                        (true, None, _) => mma::forward_kernel_rotating(&dims, turned),
                         _ => attention::forward_kernel_rotating(&dims, turned),
                     })?;
                     let mut args: Vec<A> = vec![self.ptr(out(0)), self.ptr(out(1)), qa, ka, va];
                     args.extend(tabs);
+                    args.extend(copy.map(|c| self.ptr(c)));
                     v.push(Pending { kernel, grid: dims.grid_q(), block, args, node: some });
                 } else {
                     self.need_scratch(dims.scratch_floats() * 4);
@@ -2148,6 +2154,53 @@ fn mul_epilogues(
     found
 }
 
+/// The bf16 attention forwards whose output reaches the output projection through a permute to
+/// `[B, T, H, D]` launched right after it, storing its bf16 cast: the forward stores that cast
+/// itself as well ([`crate::attention_mma::forward_kernel_bf16_copying`]) and the permute does
+/// not run. The cast's slot must be clear of what the forward reads and writes. Records them in
+/// `more.output_copy`; returns the permutes to skip.
+fn forward_copies(
+    plan: &Plan,
+    nodes: &[u32],
+    skip: &std::collections::HashSet<u32>,
+    store_as: &HashMap<Value, Value>,
+    more: &mut More,
+) -> Vec<u32> {
+    let g = &plan.program.graph;
+    let (_, readers) = readers_of(&plan.program);
+    let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut permutes = vec![];
+    for (&a, &heads) in &more.bf16_attention {
+        let n = &g.nodes[a as usize];
+        let (Op::Attention { .. }, Some(&pa)) = (&n.op, pos.get(&a)) else { continue };
+        if g.shape(n.inputs[0]) != g.shape(n.inputs[1]) {
+            continue;
+        }
+        let o = Value { node: a, index: 0 };
+        let permutes_of_o: Vec<u32> = readers
+            .get(&o)
+            .map(|rs| rs.iter().copied().filter(|&r| matches!(g.nodes[r as usize].op, Op::Permute { .. })).collect())
+            .unwrap_or_default();
+        let &[p] = permutes_of_o.as_slice() else { continue };
+        let Op::Permute { perm } = &g.nodes[p as usize].op else { continue };
+        let Some(&cast) = store_as.get(&Value { node: p, index: 0 }) else { continue };
+        let Some(&pp) = pos.get(&p) else { continue };
+        let quiet = pp > pa
+            && nodes[pa + 1..pp]
+                .iter()
+                .all(|&x| skip.contains(&x) || matches!(g.nodes[x as usize].op, Op::Reshape { .. }));
+        let Some(cr) = range(plan, cast) else { continue };
+        let tensor = range(plan, n.inputs[0]).map(|r| (heads, heads + 3 * (r.1 - r.0)));
+        let touched = [range(plan, o), range(plan, Value { node: a, index: 1 }), tensor];
+        let clear = touched.iter().all(|r| r.is_some_and(|r| !overlap(r, cr)));
+        if perm.as_slice() == [0, 2, 1, 3] && quiet && clear && !skip.contains(&p) {
+            more.output_copy.insert(a, cast);
+            permutes.push(p);
+        }
+    }
+    permutes
+}
+
 /// The bytes of a constant tensor of `n` elements of `dtype` equal to `value`.
 fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
     let one: Vec<u8> = match dtype {
@@ -2234,6 +2287,11 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         }
         if options.bf16_attention && knobs().merged_gradients {
             for permute in merged_gradients(&plan, &nodes, &skip, &lw.store_as, &mut lw.more) {
+                skip.insert(permute);
+            }
+        }
+        if options.bf16_attention && knobs().output_copy {
+            for permute in forward_copies(&plan, &nodes, &skip, &lw.store_as, &mut lw.more) {
                 skip.insert(permute);
             }
         }
