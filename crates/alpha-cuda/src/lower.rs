@@ -2072,9 +2072,7 @@ fn merged_gradients(
         let Op::Permute { perm } = &pn.op else { continue };
         let Some(&cast) = store_as.get(&Value { node: p, index: 0 }) else { continue };
         let Some(&pp) = pos.get(&p) else { continue };
-        let quiet = nodes[ph + 1..pp]
-            .iter()
-            .all(|&x| skip.contains(&x) || matches!(g.nodes[x as usize].op, Op::Reshape { .. } | Op::Concat { .. }));
+        let quiet = pp > ph && nothing_launched(g, &nodes[ph + 1..pp], skip);
         let Some(cr) = range(plan, cast) else { continue };
         let heads = more.bf16_attention[&h];
         let tensor = range(plan, n.inputs[0]).map(|r| (heads, heads + 3 * (r.1 - r.0)));
@@ -2154,6 +2152,14 @@ fn mul_epilogues(
     found
 }
 
+/// Whether none of `between` runs a kernel: each skipped (fused elsewhere), a reshape (a view),
+/// or a Concat (placed: its parts are computed in place).
+fn nothing_launched(g: &alpha_ir::Graph, between: &[u32], skip: &std::collections::HashSet<u32>) -> bool {
+    between
+        .iter()
+        .all(|&x| skip.contains(&x) || matches!(g.nodes[x as usize].op, Op::Reshape { .. } | Op::Concat { .. }))
+}
+
 /// The bf16 attention forwards whose output reaches the output projection through a permute to
 /// `[B, T, H, D]` launched right after it, storing its bf16 cast: the forward stores that cast
 /// itself as well ([`crate::attention_mma::forward_kernel_bf16_copying`]) and the permute does
@@ -2185,10 +2191,7 @@ fn forward_copies(
         let Op::Permute { perm } = &g.nodes[p as usize].op else { continue };
         let Some(&cast) = store_as.get(&Value { node: p, index: 0 }) else { continue };
         let Some(&pp) = pos.get(&p) else { continue };
-        let quiet = pp > pa
-            && nodes[pa + 1..pp]
-                .iter()
-                .all(|&x| skip.contains(&x) || matches!(g.nodes[x as usize].op, Op::Reshape { .. }));
+        let quiet = pp > pa && nothing_launched(g, &nodes[pa + 1..pp], skip);
         let Some(cr) = range(plan, cast) else { continue };
         let tensor = range(plan, n.inputs[0]).map(|r| (heads, heads + 3 * (r.1 - r.0)));
         let touched = [range(plan, o), range(plan, Value { node: a, index: 1 }), tensor];
