@@ -21,11 +21,14 @@
 //! need no cast kernel) or bf16 (as written by `cast`); the accumulator is always fp32 and so is
 //! the output.
 //!
-//! Two engines share the specs, the launch interface and the epilogues (`store_tile`): this
-//! module's `mma.sync` kernels ([`Engine::Mma`]) and Hopper's `wgmma` on a `cp.async` ring
+//! Three engines share the specs, the launch interface and the epilogues (`store_tile`): this
+//! module's `mma.sync` kernels ([`Engine::Mma`]), Hopper's `wgmma` on a `cp.async` ring
 //! ([`Engine::Wgmma`], [`crate::gemm_wgmma`]), which the lowering takes wherever K is a multiple
-//! of 64 (about twice as fast on the H200). Epilogue options beside the three above: an
-//! activation's second output, and a store split into attention heads ([`Heads`]).
+//! of 64 (about twice as fast on the H200), and the same `wgmma` fed by the tensor memory
+//! accelerator from a producer warp ([`Engine::Tma`], [`crate::gemm_tma`]), taken where both
+//! operands are bf16. Epilogue options beside the three above: an activation's second output,
+//! a gated product's bf16 second output ([`Epilogue::StoreMul`]), and a store split into
+//! attention heads ([`Heads`]), optionally bf16 with q and k turned by the rotary.
 //!
 //! Shape contract (checked on the host by [`GemmShape::check`]): K a multiple of 32; M and N
 //! multiples of 8 (partial tiles are handled by predicated loads and stores); leading dimensions

@@ -9,7 +9,7 @@
 //! give the stage back: no per-step barrier, no proxy fence, no copy issue in the math warps.
 //!
 //! How: the block is the `wgmma` engine's consumer warpgroups (64 rows of the tile each, every
-//! column; the same descriptors, accumulators and [`store_tile`] epilogue) plus one producer
+//! column; the same descriptors, accumulators and `store_tile` epilogue) plus one producer
 //! warp. Each ring stage has a *full* barrier (one arrival: the producer's `expect_tx` of the
 //! stage's bytes, completed by the copies) and an *empty* barrier (one arrival per consumer
 //! warp, after `wgmma.wait_group 1` shows the products reading the previous stage are done).
@@ -17,7 +17,7 @@
 //! round waits on the phase before the barrier's first, which counts as complete).
 //!
 //! Operands come through tensor maps (`CUtensorMap`, 128 bytes, encoded on the host by
-//! [`crate::driver::Gpu::encode_tensor_map`] from a [`MapSpec`] and stored in device memory; the
+//! [`encode`] from a [`MapSpec`] and stored in device memory; the
 //! kernel takes their addresses as its last two parameters). A K-major operand (A row-major, B
 //! column-major) is one box of 64 K × tile rows a stage; an MN-major operand is tile/64 boxes of
 //! 64 rows × 64 K. Rows past the matrix edge arrive as zeros (the map's bounds), as with the

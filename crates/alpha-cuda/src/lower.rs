@@ -2224,7 +2224,7 @@ pub struct LowerOptions {
     /// 4.19 → 4.07 ms, sixteen 32.3 → 30.5 ms) though the casts cost 34 launches.
     pub fold_casts_into_gemms: bool,
     /// Attention reads q, k and v as bf16, stored (q and k turned by the rotary) by the
-    /// projection's head-split epilogue, where the plan allows ([`turned_heads`]).
+    /// projection's head-split epilogue, where the plan allows (`turned_heads`).
     pub bf16_attention: bool,
 }
 
