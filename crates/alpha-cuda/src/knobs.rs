@@ -18,6 +18,7 @@
 //! | `ALPHA_MUL_EPILOGUE=off` | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
 //! | `ALPHA_LN_COPY=off` | the residual gradient's bf16 cast after a LayerNorm backward runs as its own launch instead of being stored by the LayerNorm backward |
 //! | `ALPHA_ATTN_OCOPY=off` | the attention output's permute-and-cast runs as its own launch instead of the bf16 attention forward storing the copy |
+//! | `ALPHA_RECOMPUTE=off` | fused elementwise chains read a unary function of their inputs instead of recomputing it |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -57,6 +58,8 @@ pub struct Knobs {
     pub layernorm_copy: bool,
     /// The bf16 attention forward stores its output's permuted bf16 copy.
     pub output_copy: bool,
+    /// Fused chains recompute an input that is a unary function of another input.
+    pub recompute_unary: bool,
     /// Attention's two backward passes in one launch where the plan allows.
     pub joint_attention_backward: bool,
 }
@@ -86,6 +89,7 @@ pub fn knobs() -> &'static Knobs {
             mul_epilogue: var("ALPHA_MUL_EPILOGUE").as_deref() != Some("off"),
             layernorm_copy: var("ALPHA_LN_COPY").as_deref() != Some("off"),
             output_copy: var("ALPHA_ATTN_OCOPY").as_deref() != Some("off"),
+            recompute_unary: var("ALPHA_RECOMPUTE").as_deref() != Some("off"),
             cast_into_gemm: forced("ALPHA_CAST_INTO_GEMM", "on", "off"),
             ln_fold: forced("ALPHA_LN_FOLD", "beside", "separate"),
             joint_attention_backward: var("ALPHA_ATTN_JOINT").as_deref() != Some("off"),

@@ -432,6 +432,11 @@ impl Lowerer<'_> {
                 skip.extend(into_casts.iter().map(|&(_, cv)| cv.node));
                 let dests: Vec<(Value, DType)> = out_values.iter().map(|&v| self.destination(v)).collect();
                 let bf16 = dests.iter().map(|d| d.1 == DType::BF16).collect();
+                let (inputs, steps, outputs) = if knobs().recompute_unary {
+                    recompute_unary_inputs(g, inputs, steps, outputs)
+                } else {
+                    (inputs, steps, outputs)
+                };
                 let chain = fused::Chain { n, inputs: inputs.len(), steps, outputs, bf16 };
                 let kernel =
                     self.kernel(chain.kernel().map_err(|e| node_error(&g.nodes[run[0] as usize], run[0], e))?)?;
@@ -2204,6 +2209,45 @@ fn forward_copies(
     permutes
 }
 
+/// A chain's inputs that are a unary function of another of its inputs (a gated unit's
+/// `gelu(gate)` beside `gate` in its backward) recomputed as a first step instead of read: one
+/// tensor fewer from memory. The step is the pointwise kernel's own instruction sequence, which
+/// wrote the value (as a launch or a GEMM's activation epilogue), so the same bits. Returns the
+/// chain's inputs, steps and outputs renumbered.
+fn recompute_unary_inputs(
+    g: &alpha_ir::Graph,
+    mut inputs: Vec<Value>,
+    mut steps: Vec<fused::Step>,
+    mut outputs: Vec<usize>,
+) -> (Vec<Value>, Vec<fused::Step>, Vec<usize>) {
+    use fused::{Src, Step};
+    loop {
+        // An input x = u(y) with y an input too.
+        let found = inputs.iter().enumerate().find_map(|(ix, x)| {
+            let n = &g.nodes[x.node as usize];
+            let Op::Unary(u) = n.op else { return None };
+            let iy = inputs.iter().position(|&y| y == n.inputs[0] && x.index == 0)?;
+            Some((ix, iy, u))
+        });
+        let Some((ix, iy, u)) = found else { return (inputs, steps, outputs) };
+        // Step 0 computes x from y; the old steps move up one; input x goes.
+        let at = |j: usize| if j > ix { j - 1 } else { j };
+        let map = |src: Src| match src {
+            Src::Step(k) => Src::Step(k + 1),
+            Src::Input(j) if j == ix => Src::Step(0),
+            Src::Input(j) => Src::Input(at(j)),
+        };
+        let mut next = vec![Step::Unary(u, Src::Input(at(iy)))];
+        next.extend(steps.iter().map(|st| match *st {
+            Step::Unary(f, a) => Step::Unary(f, map(a)),
+            Step::Binary(b, x, y) => Step::Binary(b, map(x), map(y)),
+        }));
+        steps = next;
+        outputs = outputs.iter().map(|&k| k + 1).collect();
+        inputs.remove(ix);
+    }
+}
+
 /// The bytes of a constant tensor of `n` elements of `dtype` equal to `value`.
 fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
     let one: Vec<u8> = match dtype {
@@ -2700,6 +2744,37 @@ mod tests {
             assert!(at % 64 == 0 && at >= l.plan.arena && at + 128 <= l.arena);
             assert_eq!((m.box_inner, m.stride_bytes), (64, 128));
         }
+    }
+
+    /// A chain input that is a unary function of another input is recomputed as step 0: the
+    /// inputs lose it, every step and output moves up one, and its readers read step 0.
+    #[test]
+    fn a_unary_of_an_input_is_recomputed_not_read() {
+        use crate::fused::{Src, Step};
+        use alpha_ir::{Binary, Unary};
+        let mut g = Graph::new("t");
+        let gate = g.param("gate", &[4, 8], Init::Zeros);
+        let dh = g.param("dh", &[4, 8], Init::Zeros);
+        let act = g.gelu(gate);
+        let g = g.finish().unwrap();
+        // Inputs (dh, act, gate): dh·act, gelu'(gate), their product; outputs steps 0 and 2.
+        let steps = vec![
+            Step::Binary(Binary::Mul, Src::Input(0), Src::Input(1)),
+            Step::Unary(Unary::GeluGrad, Src::Input(2)),
+            Step::Binary(Binary::Mul, Src::Step(0), Src::Step(1)),
+        ];
+        let (inputs, steps, outputs) = recompute_unary_inputs(&g, vec![dh, act, gate], steps, vec![0, 2]);
+        assert_eq!(inputs, vec![dh, gate]);
+        assert_eq!(
+            steps,
+            vec![
+                Step::Unary(Unary::Gelu, Src::Input(1)),
+                Step::Binary(Binary::Mul, Src::Input(0), Src::Step(0)),
+                Step::Unary(Unary::GeluGrad, Src::Input(1)),
+                Step::Binary(Binary::Mul, Src::Step(1), Src::Step(2)),
+            ]
+        );
+        assert_eq!(outputs, vec![1, 3]);
     }
 
     /// Instruction mnemonics of a rendered kernel (guards, registers and labels dropped).
