@@ -39,6 +39,16 @@
 //!   [`backward_delta_kernel`], then each block runs the dK/dV pass of key tile x and the dQ pass
 //!   of query tile x, so every block has ⌈T/64⌉ + 1 tiles of causal work.
 //!
+//! - bf16 inputs ([`forward_kernel_bf16`], [`backward_kernel_bf16`] and the separate passes):
+//!   q, k and v arrive as bf16, q and k already turned by the rotary (the q/k/v projection's
+//!   epilogue does it with this module's arithmetic), and are copied by `cp.async` straight into
+//!   the staged tiles — no registers in flight, nothing converted (forward 126 registers against
+//!   250). [`backward_delta_kernel_bf16`] also writes dO as bf16 for the one-launch backward to
+//!   copy the same way, with delta read instead of recomputed. The forward can store its output's
+//!   permuted bf16 copy too, and the backward the permuted bf16 gradient `[B, T, 3, H, 64]`, the
+//!   tensors the projections around attention read. Every variant gives the same bits as the
+//!   f32 kernels turning on load (`check::attention_bf16_checks`).
+//!
 //! Forward and dQ blocks take their query tiles in reverse order (the longest causal rows start
 //! first); the dK/dV blocks' natural order already starts with the longest. Rows past T are read
 //! as zeros and never stored; a masked or absent score gets probability exactly 0. The overlaps

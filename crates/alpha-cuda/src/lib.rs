@@ -8,8 +8,10 @@
 //!
 //! Whole programs: [`lower`] turns a plan into launches over one arena (no GPU needed, so PTX can
 //! be checked anywhere) and [`CudaBackend`] runs them, one captured CUDA graph per phase, behind
-//! `alpha_plan::Backend`. Matrix products go to [`gemm`], which builds them on `mma.sync` or on
-//! Hopper's `wgmma` ([`gemm_wgmma`], what the lowering chooses wherever K allows). Every kernel
+//! `alpha_plan::Backend`. Matrix products go to [`gemm`], which builds them on `mma.sync`, on
+//! Hopper's `wgmma` fed by a `cp.async` ring ([`gemm_wgmma`], wherever K allows), or on `wgmma`
+//! fed by the tensor memory accelerator from a producer warp ([`gemm_tma`], where both operands
+//! are bf16: what the lowering chooses for nearly every product). Every kernel
 //! is launched as a programmatic dependent launch ([`driver`]). The generic families it adds — [`pointwise`], [`fused`] (runs of
 //! elementwise ops as one kernel), [`reduce`], [`layernorm`], [`rotary`], [`attention`] (and its
 //! tensor-core form [`attention_mma`]), [`gemm_simple`], [`recurrence`] — follow the CPU

@@ -16,12 +16,18 @@
 //! region sized for the largest need suffices. Constant nodes are filled once, at load.
 //!
 //! Fusions, each checked against the plan's slots so that a moved read or write meets nothing
-//! live: bf16 casts stored by the kernel producing their source (`casts_into_producers`) or
-//! folded into GEMM operand loads (`fuse`); residual Adds as GEMM epilogues and in the
-//! LayerNorm backward's store; activations as GEMM epilogues and rotaries into attention's loads
-//! and stores (`fuse_more`); runs of elementwise ops as one kernel; every AdamW of a step as one
-//! launch. The plan is made with lifetime hints ([`lower_program`]) so these fusions find what
-//! they need still in place.
+//! live: bf16 casts stored by the kernel producing their source (`casts_into_producers`:
+//! elementwise ops, permutes, LayerNorm, the cross-entropy backward), by the LayerNorm backward
+//! adding the residual gradient (`Lowerer::cast_of_sum`), or (with `LowerOptions`) folded into
+//! GEMM operand loads (`fuse`); residual Adds as GEMM epilogues and in the LayerNorm backward's
+//! store; activations as GEMM epilogues and rotaries into attention's loads and stores
+//! (`fuse_more`); the q/k/v projection storing bf16 heads turned by the rotary for attention to
+//! copy (`turned_heads`), the attention kernels storing the permuted bf16 tensors the
+//! projections around them read (`forward_copies`, `merged_gradients`), a gated unit's multiply
+//! as the up product's epilogue (`mul_epilogues`); runs of elementwise ops as one kernel, a
+//! unary of an input recomputed rather than read; every AdamW of a step as one launch. Each has
+//! a knob ([`crate::knobs`]) to measure it against its absence. The plan is made with lifetime
+//! hints ([`lower_program`]) so these fusions find what they need still in place.
 
 use std::collections::HashMap;
 use std::fmt;
