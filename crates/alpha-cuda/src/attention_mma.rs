@@ -739,40 +739,21 @@ pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
 /// [`backward_dq_kernel`] with q and k (as `load` says) read before their forward rotary and
 /// turned on load; `q_tab`, `k_tab` follow the params. Grid [`Dims::grid_q`], block [`block`].
 pub fn backward_dq_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
-    debug_assert_eq!(dims.d, D);
-    let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dq", load, inverse_rotary)).with_block(THREADS, 1, 1);
-    let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, [q_tab, k_tab]) = dq_params(&mut k, inverse_rotary, load);
-    let cx = k.sreg("%ctaid.x");
-    let regs =
-        DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16: false, do16: None, merged: false };
-    dq_body(&mut k, dims, &regs, cx, true);
-    k.ret();
-    k
+    dq_kernel_with(dims, inverse_rotary, load, false)
 }
 
 /// [`backward_dq_kernel`] reading q, k and v as bf16 ([`forward_kernel_bf16`]'s inputs).
 pub fn backward_dq_kernel_bf16(dims: &Dims, inverse_rotary: bool) -> Kernel {
+    dq_kernel_with(dims, inverse_rotary, [false, false], true)
+}
+
+fn dq_kernel_with(dims: &Dims, inverse_rotary: bool, load: [bool; 2], bf16: bool) -> Kernel {
     debug_assert_eq!(dims.d, D);
-    let name = kernel_name(BF16_FAMILY, "bwd_dq", [false, false], inverse_rotary);
-    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
-    let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, _) = dq_params(&mut k, inverse_rotary, [false, false]);
+    let family = if bf16 { BF16_FAMILY } else { "attention_mma" };
+    let mut k = Kernel::new(&kernel_name(family, "bwd_dq", load, inverse_rotary)).with_block(THREADS, 1, 1);
+    let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, [q_tab, k_tab]) = dq_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DqRegs {
-        dq,
-        delta,
-        q,
-        k: kk,
-        v,
-        o,
-        lse,
-        dout,
-        dq_tab,
-        q_tab: None,
-        k_tab: None,
-        bf16: true,
-        do16: None,
-        merged: false,
-    };
+    let regs = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16, do16: None, merged: false };
     dq_body(&mut k, dims, &regs, cx, true);
     k.ret();
     k
@@ -1147,40 +1128,21 @@ pub fn backward_dkv_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
 /// [`backward_dkv_kernel`] with q and k (as `load` says) read before their forward rotary and
 /// turned on load; `q_tab`, `k_tab` follow the params. Grid [`Dims::grid_kv`], block [`block`].
 pub fn backward_dkv_kernel_rotating(dims: &Dims, inverse_rotary: bool, load: [bool; 2]) -> Kernel {
-    debug_assert_eq!(dims.d, D);
-    let mut k = Kernel::new(&kernel_name("attention_mma", "bwd_dkv", load, inverse_rotary)).with_block(THREADS, 1, 1);
-    let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
-    let cx = k.sreg("%ctaid.x");
-    let regs =
-        DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16: false, do16: None, merged: false };
-    dkv_body(&mut k, dims, &regs, cx);
-    k.ret();
-    k
+    dkv_kernel_with(dims, inverse_rotary, load, false)
 }
 
 /// [`backward_dkv_kernel`] reading q, k and v as bf16 ([`forward_kernel_bf16`]'s inputs).
 pub fn backward_dkv_kernel_bf16(dims: &Dims, inverse_rotary: bool) -> Kernel {
+    dkv_kernel_with(dims, inverse_rotary, [false, false], true)
+}
+
+fn dkv_kernel_with(dims: &Dims, inverse_rotary: bool, load: [bool; 2], bf16: bool) -> Kernel {
     debug_assert_eq!(dims.d, D);
-    let name = kernel_name(BF16_FAMILY, "bwd_dkv", [false, false], inverse_rotary);
-    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
-    let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, _) = dkv_params(&mut k, inverse_rotary, [false, false]);
+    let family = if bf16 { BF16_FAMILY } else { "attention_mma" };
+    let mut k = Kernel::new(&kernel_name(family, "bwd_dkv", load, inverse_rotary)).with_block(THREADS, 1, 1);
+    let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DkvRegs {
-        dk,
-        dv,
-        q,
-        k: kk,
-        v,
-        lse,
-        delta,
-        dout,
-        dk_tab,
-        q_tab: None,
-        k_tab: None,
-        bf16: true,
-        do16: None,
-        merged: false,
-    };
+    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16: None, merged: false };
     dkv_body(&mut k, dims, &regs, cx);
     k.ret();
     k

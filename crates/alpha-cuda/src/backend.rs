@@ -109,13 +109,11 @@ impl CudaBackend {
         let all = arena.region(0, lowered.arena / 4 * 4)?;
         arena.fill_u32(all, 0)?;
         for (off, bytes) in &lowered.inits {
-            let words: Vec<u16> = bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-            arena.upload(arena.region(*off, bytes.len())?, &words)?;
+            arena.upload(arena.region(*off, bytes.len())?, bytes)?;
         }
         for (at, operand, map) in &lowered.tensor_maps {
             let bytes = crate::gemm_tma::encode(arena.base() + *operand as u64, map)?;
-            let words: Vec<u16> = bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-            arena.upload(arena.region(*at, bytes.len())?, &words)?;
+            arena.upload(arena.region(*at, bytes.len())?, &bytes)?;
         }
         let carried = CARRIED_PTX.get().and_then(|m| m.get(&program.key()));
         let mut functions = Vec::with_capacity(lowered.kernels.len());

@@ -606,6 +606,7 @@ impl Drop for Graph<'_> {
 /// Element types that travel between host slices and the arena.
 pub trait Elem: Copy + Default + 'static {}
 impl Elem for f32 {}
+impl Elem for u8 {}
 impl Elem for u16 {}
 impl Elem for i32 {}
 impl Elem for u32 {}

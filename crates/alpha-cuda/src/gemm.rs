@@ -147,7 +147,7 @@ pub enum Engine {
     /// Hopper's warpgroup `wgmma` on a four-stage `cp.async` ring ([`crate::gemm_wgmma`]).
     Wgmma,
     /// `wgmma` fed by the tensor memory accelerator from a producer warp ([`crate::gemm_tma`]);
-    /// bf16 operands only; launched with two tensor maps ([`launch_with_maps`]).
+    /// bf16 operands only; launched with two tensor maps ([`launch_with`]).
     Tma,
 }
 
@@ -489,6 +489,16 @@ impl GemmShape {
     }
 }
 
+/// The pointers a kernel of a spec takes after its shape: its second output `u` (an
+/// activation's, or [`Epilogue::StoreMul`]'s bf16 product), the TMA engine's tensor maps of A
+/// and B (encoded from [`crate::gemm_tma::map_specs`]), the turned heads' rotary table.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extras {
+    pub u: Option<u64>,
+    pub maps: Option<(u64, u64)>,
+    pub rot_tab: Option<u64>,
+}
+
 /// Launches `f` (built from `spec`) on device addresses `a`, `b`, `c` and residual `r` (ignored
 /// unless the epilogue is [`Epilogue::AddResidual`]; pass `c` for in-place `C += A·B` style).
 #[allow(clippy::too_many_arguments)]
@@ -502,43 +512,35 @@ pub fn launch(
     c: u64,
     r: u64,
 ) -> Result<()> {
-    if spec.engine == Engine::Tma {
-        bail!("{}: the TMA engine is launched with its tensor maps (launch_with_maps)", spec.name());
-    }
-    launch_args(gpu, f, spec, shape, [a, b, c, r], &[])
+    launch_with(gpu, f, spec, shape, [a, b, c, r], Extras::default())
 }
 
-/// [`launch`] for the TMA engine: `maps` are the device addresses of A's and B's tensor maps
-/// (encoded from [`crate::gemm_tma::map_specs`]).
-#[allow(clippy::too_many_arguments)]
-pub fn launch_with_maps(
-    gpu: &Gpu,
-    f: &Function,
-    spec: &GemmSpec,
-    shape: &GemmShape,
-    a: u64,
-    b: u64,
-    c: u64,
-    r: u64,
-    maps: (u64, u64),
-) -> Result<()> {
-    crate::gemm_tma::check_shape(spec, shape)?;
-    for p in [maps.0, maps.1] {
-        if p % 64 != 0 {
-            bail!("{}: a tensor map at {p:#x} is not 64-byte aligned", spec.name());
-        }
-    }
-    launch_args(gpu, f, spec, shape, [a, b, c, r], &[Arg::U64(maps.0), Arg::U64(maps.1)])
-}
-
-fn launch_args(
+/// [`launch`] with the pointers `spec`'s kernel takes beyond A, B, C and R: each of `extras`
+/// given exactly where the kernel has its parameter.
+pub fn launch_with(
     gpu: &Gpu,
     f: &Function,
     spec: &GemmSpec,
     shape: &GemmShape,
     [a, b, c, r]: [u64; 4],
-    extra: &[Arg],
+    extras: Extras,
 ) -> Result<()> {
+    let wants = (
+        spec.activation.is_some() || spec.epilogue == Epilogue::StoreMul,
+        spec.engine == Engine::Tma,
+        spec.heads.is_some_and(|h| h.bf16_turned),
+    );
+    if (extras.u.is_some(), extras.maps.is_some(), extras.rot_tab.is_some()) != wants {
+        bail!("{}: takes (u, tensor maps, rotary table) {wants:?}, given {extras:?}", spec.name());
+    }
+    if let Some(maps) = extras.maps {
+        crate::gemm_tma::check_shape(spec, shape)?;
+        for p in [maps.0, maps.1] {
+            if p % 64 != 0 {
+                bail!("{}: a tensor map at {p:#x} is not 64-byte aligned", spec.name());
+            }
+        }
+    }
     shape.check(spec)?;
     for (what, p) in [("A", a), ("B", b), ("C", c)] {
         if p % 16 != 0 {
@@ -561,7 +563,9 @@ fn launch_args(
         Arg::U64(shape.stride_b),
         Arg::U64(shape.stride_c),
     ];
-    args.extend_from_slice(extra);
+    args.extend(extras.u.map(Arg::U64));
+    args.extend(extras.maps.into_iter().flat_map(|(ma, mb)| [Arg::U64(ma), Arg::U64(mb)]));
+    args.extend(extras.rot_tab.map(Arg::U64));
     gpu.launch(f, cfg, &args)
 }
 

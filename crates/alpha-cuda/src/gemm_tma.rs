@@ -132,9 +132,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let stage = stage_bytes(spec);
     let b_off = bm * LINE;
 
-    let raw = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
-    let up = k.bin("add.u32", RegKind::B32, raw, 1023u32);
-    let ring = k.bin("and.b32", RegKind::B32, up, !1023u32);
+    let ring = gemm_wgmma::ring_base(&mut k, smem);
     let bars = k.un("mov.u32", RegKind::B32, Opnd::S(bars_sym));
     let ktiles = k.bin("shr.u32", RegKind::B32, h.kdim, BK.trailing_zeros());
     let lane = k.bin("and.b32", RegKind::B32, h.tid, 31u32);

@@ -86,6 +86,14 @@ pub fn shared_bytes(spec: &GemmSpec) -> u32 {
     stages(spec) * stage_bytes(spec) + 1024
 }
 
+/// The shared address of the ring in the dynamic array `smem`, rounded up to 1,024 bytes (the
+/// swizzle pattern is a function of the address bits; [`shared_bytes`] leaves the slack).
+pub(crate) fn ring_base(k: &mut Kernel, smem: String) -> Reg {
+    let raw = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
+    let up = k.bin("add.u32", RegKind::B32, raw, 1023u32);
+    k.bin("and.b32", RegKind::B32, up, !1023u32)
+}
+
 /// One operand's copy into the ring: where each of this thread's 16-byte global vectors comes
 /// from and goes to.
 struct Feed {
@@ -356,10 +364,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let fb = feed(&mut k, h.b_base, h.ldb, h.n0, h.n, h.tid, b_km, spec.b_input, bn, threads);
     let any_async = spec.a_input == Input::Bf16 || spec.b_input == Input::Bf16;
 
-    // The ring, aligned to 1,024 bytes.
-    let raw = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
-    let up = k.bin("add.u32", RegKind::B32, raw, 1023u32);
-    let ring = k.bin("and.b32", RegKind::B32, up, !1023u32);
+    let ring = ring_base(&mut k, smem);
 
     // This warpgroup's 64 rows of A: 64 lines (K-major) or one 64-row block of 64 lines.
     let wg = k.bin("shr.u32", RegKind::B32, h.tid, 7u32);

@@ -201,9 +201,9 @@ struct More {
     /// Head-split MatMuls storing q and k turned and everything bf16 ([`turned_heads`]): the
     /// rotary base of their table.
     turned_base: HashMap<u32, f64>,
-    /// Attention and AttentionBackward reading those bf16 q, k and v: the arena offset of the
-    /// heads tensor (its f32 slot; the bf16 values lie at half the offsets within it).
-    bf16_attention: HashMap<u32, usize>,
+    /// Attention and AttentionBackward reading those bf16 q, k and v: the heads tensor's f32
+    /// slot (the bf16 values lie at half their views' offsets from its start).
+    bf16_attention: HashMap<u32, (usize, usize)>,
     /// AttentionBackward → the bf16 cast of its permuted, concatenated gradients, which it
     /// stores itself ([`merged_gradients`]).
     merged_grads: HashMap<u32, Value>,
@@ -502,9 +502,6 @@ impl Lowerer<'_> {
         (add, r): (u32, Value),
         skip: &std::collections::HashSet<u32>,
     ) -> Option<Value> {
-        if !knobs().layernorm_copy {
-            return None;
-        }
         let g = self.g();
         let &c = nodes.get(i + 2)?;
         let cn = &g.nodes[c as usize];
@@ -521,7 +518,7 @@ impl Lowerer<'_> {
             Value { node: ln, index: 1 },
             Value { node: ln, index: 2 },
         ]);
-        touched.into_iter().all(|v| range(self.plan, v).is_some_and(|x| !overlap(x, cr))).then_some(out)
+        clear_of(cr, touched.map(|v| range(self.plan, v))).then_some(out)
     }
 
     /// LayerNormBackward: the two deterministic parameter-gradient passes, then the input
@@ -997,7 +994,7 @@ impl Lowerer<'_> {
                 let src = |k: usize| load[k].map_or(ins[k], |x| x.0);
                 // q, k and v as bf16 (turned by the projection's epilogue) where `turned_heads`
                 // chose it: at half their f32 offsets within the heads tensor.
-                let bf16_at = self.more.bf16_attention.get(&id).copied();
+                let bf16_at = self.more.bf16_attention.get(&id).map(|t| t.0);
                 if bf16_at.is_some() && !tc {
                     return Err(node_error(&node, id, "bf16 q, k, v need the tensor-core kernels"));
                 }
@@ -1936,6 +1933,116 @@ fn fuse_more(
     cands.into_iter().flat_map(|m| m.skipped).chain(fused_rotaries).collect()
 }
 
+/// A chain's inputs that are a unary function of another of its inputs (a gated unit's
+/// `gelu(gate)` beside `gate` in its backward) recomputed as a first step instead of read: one
+/// tensor fewer from memory. The step is the pointwise kernel's own instruction sequence, which
+/// wrote the value (as a launch or a GEMM's activation epilogue), so the same bits. Returns the
+/// chain's inputs, steps and outputs renumbered.
+fn recompute_unary_inputs(
+    g: &alpha_ir::Graph,
+    mut inputs: Vec<Value>,
+    mut steps: Vec<fused::Step>,
+    mut outputs: Vec<usize>,
+) -> (Vec<Value>, Vec<fused::Step>, Vec<usize>) {
+    use fused::{Src, Step};
+    loop {
+        // An input x = u(y) with y an input too.
+        let found = inputs.iter().enumerate().find_map(|(ix, x)| {
+            let Op::Unary(u) = g.nodes[x.node as usize].op else { return None };
+            let iy = inputs.iter().position(|&y| y == g.nodes[x.node as usize].inputs[0])?;
+            Some((ix, iy, u))
+        });
+        let Some((ix, iy, u)) = found else { return (inputs, steps, outputs) };
+        // Step 0 computes x from y; the old steps move up one; input x goes.
+        let at = |j: usize| if j > ix { j - 1 } else { j };
+        let map = |src: Src| match src {
+            Src::Step(k) => Src::Step(k + 1),
+            Src::Input(j) if j == ix => Src::Step(0),
+            Src::Input(j) => Src::Input(at(j)),
+        };
+        let mut next = vec![Step::Unary(u, Src::Input(at(iy)))];
+        next.extend(steps.iter().map(|st| match *st {
+            Step::Unary(f, a) => Step::Unary(f, map(a)),
+            Step::Binary(b, x, y) => Step::Binary(b, map(x), map(y)),
+        }));
+        steps = next;
+        outputs = outputs.iter().map(|&k| k + 1).collect();
+        inputs.remove(ix);
+    }
+}
+
+/// One phase as the fusion passes that run after `fuse_more` see it: the plan, the phase's nodes
+/// in launch order and their positions, and every value's readers (computed once for the
+/// program).
+struct PhaseView<'a> {
+    plan: &'a Plan,
+    g: &'a alpha_ir::Graph,
+    nodes: &'a [u32],
+    pos: HashMap<u32, usize>,
+    readers: &'a HashMap<Value, Vec<u32>>,
+}
+
+impl<'a> PhaseView<'a> {
+    fn new(plan: &'a Plan, nodes: &'a [u32], readers: &'a HashMap<Value, Vec<u32>>) -> Self {
+        let pos = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        PhaseView { plan, g: &plan.program.graph, nodes, pos, readers }
+    }
+
+    fn range(&self, v: Value) -> Option<(usize, usize)> {
+        range(self.plan, v)
+    }
+
+    fn readers(&self, v: Value) -> &[u32] {
+        self.readers.get(&v).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The node reading `v` through single-reader reshapes, and the value it reads.
+    fn through_reshapes(&self, mut v: Value) -> Option<(u32, Value)> {
+        loop {
+            let &[r] = self.readers(v) else { return None };
+            if !matches!(self.g.nodes[r as usize].op, Op::Reshape { .. }) {
+                return Some((r, v));
+            }
+            v = Value { node: r, index: 0 };
+        }
+    }
+
+    /// Whether no kernel runs strictly between launch positions `from` and `to` (each node
+    /// between skipped, a reshape, or a placed Concat), with `from` before `to`: a store moved
+    /// from `to` to `from` then passes nothing.
+    fn nothing_launched(&self, from: usize, to: usize, skip: &std::collections::HashSet<u32>) -> bool {
+        from < to
+            && self.nodes[from + 1..to].iter().all(|&x| {
+                skip.contains(&x) || matches!(self.g.nodes[x as usize].op, Op::Reshape { .. } | Op::Concat { .. })
+            })
+    }
+
+    /// The bf16 cast that the permute `p` (by `perm`) stores, where the kernel at launch
+    /// position `at` may store it itself instead: `p` launched after it with nothing between,
+    /// and the cast's slot clear of `touched` (what that kernel reads and writes).
+    fn permute_cast_for(
+        &self,
+        at: usize,
+        p: u32,
+        perm: &[usize],
+        skip: &std::collections::HashSet<u32>,
+        store_as: &HashMap<Value, Value>,
+        touched: impl IntoIterator<Item = Option<(usize, usize)>>,
+    ) -> Option<Value> {
+        let Op::Permute { perm: pp } = &self.g.nodes[p as usize].op else { return None };
+        let &cast = store_as.get(&Value { node: p, index: 0 })?;
+        let (&pos, cr) = (self.pos.get(&p)?, self.range(cast)?);
+        let ok = pp.as_slice() == perm && !skip.contains(&p) && self.nothing_launched(at, pos, skip);
+        (ok && clear_of(cr, touched)).then_some(cast)
+    }
+}
+
+/// Whether `slot` meets none of `ranges` (a value without a slot counts as meeting it): where a
+/// moved store may land while those are read or written.
+fn clear_of(slot: (usize, usize), ranges: impl IntoIterator<Item = Option<(usize, usize)>>) -> bool {
+    ranges.into_iter().all(|r| r.is_some_and(|r| !overlap(r, slot)))
+}
+
 /// The head-split q/k/v projections whose tensor only attention reads, through fused forward
 /// rotaries for q and k: their epilogue then stores q and k turned and all three as bf16 (the
 /// values the attention kernels would round on load, [`gemm::Heads::bf16_turned`]), and the
@@ -1946,24 +2053,22 @@ fn fuse_more(
 /// phase turning both q and k on load with one base; and no host writing into the tensor's slot
 /// (the bf16 values sit at half their f32 offsets, so the slots the plan gives the f32 views
 /// no longer say where each one is).
-fn turned_heads(plan: &Plan, nodes: &[u32], skip: &std::collections::HashSet<u32>, more: &mut More) {
-    let g = &plan.program.graph;
-    let (_, readers) = readers_of(&plan.program);
-    let in_phase: std::collections::HashSet<u32> = nodes.iter().copied().collect();
+fn turned_heads(ph: &PhaseView, skip: &std::collections::HashSet<u32>, more: &mut More) {
+    let (g, plan) = (ph.g, ph.plan);
     let val = |node: u32| Value { node, index: 0 };
     let mut found = vec![];
     'gemms: for (&mm, &(p, heads)) in &more.gemm_heads {
         let pv = val(p);
         let shape = g.shape(pv);
-        if !in_phase.contains(&mm) || heads.d != 64 || shape.len() != 5 || shape[0] != 3 {
+        if !ph.pos.contains_key(&mm) || heads.d != 64 || shape.len() != 5 || shape[0] != 3 {
             continue;
         }
-        let Some(pr) = range(plan, pv) else { continue };
+        let Some(pr) = ph.range(pv) else { continue };
         let section = (pr.1 - pr.0) / 3;
         // Walk the views of the tensor to what reads them.
         let (mut stack, mut leaves) = (vec![pv], vec![]);
         while let Some(x) = stack.pop() {
-            for &r in readers.get(&x).map(Vec::as_slice).unwrap_or(&[]) {
+            for &r in ph.readers(x) {
                 let n = &g.nodes[r as usize];
                 if matches!(n.op, Op::Slice { axis: 0, .. } | Op::Reshape { .. }) {
                     stack.push(val(r));
@@ -1978,9 +2083,7 @@ fn turned_heads(plan: &Plan, nodes: &[u32], skip: &std::collections::HashSet<u32
             let n = &g.nodes[r as usize];
             match n.op {
                 Op::Rotary { inverse: false, .. } if skip.contains(&r) && matches!(sec(x), Some(0 | 1)) => {
-                    for &h in readers.get(&val(r)).map(Vec::as_slice).unwrap_or(&[]) {
-                        hosts.insert(h);
-                    }
+                    hosts.extend(ph.readers(val(r)));
                 }
                 Op::Attention { .. } | Op::AttentionBackward { .. } if n.inputs[2] == x && sec(x) == Some(2) => {
                     hosts.insert(r);
@@ -1997,25 +2100,24 @@ fn turned_heads(plan: &Plan, nodes: &[u32], skip: &std::collections::HashSet<u32
             let sections = (sec(q.0), sec(k.0), sec(n.inputs[2])) == (Some(0), Some(1), Some(2));
             // Outputs (as relocated by fused inverse rotaries) clear of the tensor.
             let rot = more.attnb_rot.get(&h).copied().unwrap_or_default();
-            let outs: Vec<Value> = (0..n.outputs.len() as u16)
-                .map(|k| rot.get(k as usize).copied().flatten().map_or(Value { node: h, index: k }, |r| r.0))
-                .collect();
-            let clear = outs.iter().all(|&o| range(plan, o).is_some_and(|r| !overlap(r, pr)));
-            if !(host && in_phase.contains(&h) && one_base && sections && clear) {
+            let outs = (0..n.outputs.len() as u16)
+                .map(|k| rot.get(k as usize).copied().flatten().map_or(Value { node: h, index: k }, |r| r.0));
+            let clear = clear_of(pr, outs.map(|o| ph.range(o)));
+            if !(host && ph.pos.contains_key(&h) && one_base && sections && clear) {
                 continue 'gemms;
             }
             base = Some(q.1);
         }
         let Some(base) = base else { continue };
-        found.push((mm, base, pr.0, hosts));
+        found.push((mm, base, pr, hosts));
     }
-    for (mm, base, at, hosts) in found {
+    for (mm, base, tensor, hosts) in found {
         if let Some(h) = more.gemm_heads.get_mut(&mm) {
             h.1.bf16_turned = true;
         }
         more.turned_base.insert(mm, base);
         for h in hosts {
-            more.bf16_attention.insert(h, at);
+            more.bf16_attention.insert(h, tensor);
         }
     }
 }
@@ -2031,35 +2133,16 @@ fn turned_heads(plan: &Plan, nodes: &[u32], skip: &std::collections::HashSet<u32
 /// the backward and the permute; the cast's slot clear of everything the backward reads (it is
 /// now written while the backward's blocks read).
 fn merged_gradients(
-    plan: &Plan,
-    nodes: &[u32],
+    ph: &PhaseView,
     skip: &std::collections::HashSet<u32>,
     store_as: &HashMap<Value, Value>,
     more: &mut More,
 ) -> Vec<u32> {
-    let g = &plan.program.graph;
-    let (_, readers) = readers_of(&plan.program);
-    let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    let only_reader = |v: Value| match readers.get(&v).map(Vec::as_slice) {
-        Some(&[r]) => Some(r),
-        _ => None,
-    };
-    // Through single-reader reshapes to the node reading `v`, and the value it reads.
-    let through_reshapes = |mut v: Value| -> Option<(u32, Value)> {
-        loop {
-            let r = only_reader(v)?;
-            if matches!(g.nodes[r as usize].op, Op::Reshape { .. }) {
-                v = Value { node: r, index: 0 };
-            } else {
-                return Some((r, v));
-            }
-        }
-    };
+    let g = ph.g;
     let mut permutes = vec![];
-    let hosts: Vec<u32> = more.bf16_attention.keys().copied().collect();
-    'hosts: for h in hosts {
+    'hosts: for (&h, &tensor) in &more.bf16_attention {
         let n = &g.nodes[h as usize];
-        let (Op::AttentionBackward { .. }, Some(&ph)) = (&n.op, pos.get(&h)) else { continue };
+        let (Op::AttentionBackward { .. }, Some(&at)) = (&n.op, ph.pos.get(&h)) else { continue };
         if g.shape(n.inputs[0]) != g.shape(n.inputs[1]) {
             continue;
         }
@@ -2067,31 +2150,50 @@ fn merged_gradients(
         let part = |k: usize| rot.get(k).copied().flatten().map_or(Value { node: h, index: k as u16 }, |r| r.0);
         let mut concat = None;
         for s in 0..3usize {
-            let Some((c, x)) = through_reshapes(part(s)) else { continue 'hosts };
+            let Some((c, x)) = ph.through_reshapes(part(s)) else { continue 'hosts };
             let cn = &g.nodes[c as usize];
-            if !matches!(cn.op, Op::Concat { axis: 0 }) || cn.inputs.len() != 3 || cn.inputs[s] != x {
-                continue 'hosts;
-            }
-            if concat.is_some_and(|c0| c0 != c) {
+            let in_place = matches!(cn.op, Op::Concat { axis: 0 }) && cn.inputs.len() == 3 && cn.inputs[s] == x;
+            if !in_place || concat.is_some_and(|c0| c0 != c) {
                 continue 'hosts;
             }
             concat = Some(c);
         }
         let Some(c) = concat else { continue };
-        let Some((p, _)) = through_reshapes(Value { node: c, index: 0 }) else { continue };
-        let pn = &g.nodes[p as usize];
-        let Op::Permute { perm } = &pn.op else { continue };
-        let Some(&cast) = store_as.get(&Value { node: p, index: 0 }) else { continue };
-        let Some(&pp) = pos.get(&p) else { continue };
-        let quiet = pp > ph && nothing_launched(g, &nodes[ph + 1..pp], skip);
-        let Some(cr) = range(plan, cast) else { continue };
-        let heads = more.bf16_attention[&h];
-        let tensor = range(plan, n.inputs[0]).map(|r| (heads, heads + 3 * (r.1 - r.0)));
-        let reads: Vec<Option<(usize, usize)>> =
-            n.inputs[3..].iter().map(|&v| range(plan, v)).chain(std::iter::once(tensor)).collect();
-        let clear = reads.iter().all(|r| r.is_some_and(|r| !overlap(r, cr)));
-        if perm.as_slice() == [1, 3, 0, 2, 4] && quiet && clear && !skip.contains(&p) {
+        let Some((p, _)) = ph.through_reshapes(Value { node: c, index: 0 }) else { continue };
+        let reads = n.inputs[3..].iter().map(|&v| ph.range(v)).chain([Some(tensor)]);
+        if let Some(cast) = ph.permute_cast_for(at, p, &[1, 3, 0, 2, 4], skip, store_as, reads) {
             more.merged_grads.insert(h, cast);
+            permutes.push(p);
+        }
+    }
+    permutes
+}
+
+/// The bf16 attention forwards whose output reaches the output projection through a permute to
+/// `[B, T, H, D]` launched right after it, storing its bf16 cast: the forward stores that cast
+/// itself as well ([`crate::attention_mma::forward_kernel_bf16_copying`]) and the permute does
+/// not run. The cast's slot must be clear of what the forward reads and writes. Records them in
+/// `more.output_copy`; returns the permutes to skip.
+fn forward_copies(
+    ph: &PhaseView,
+    skip: &std::collections::HashSet<u32>,
+    store_as: &HashMap<Value, Value>,
+    more: &mut More,
+) -> Vec<u32> {
+    let g = ph.g;
+    let mut permutes = vec![];
+    for (&a, &tensor) in &more.bf16_attention {
+        let n = &g.nodes[a as usize];
+        let (Op::Attention { .. }, Some(&at)) = (&n.op, ph.pos.get(&a)) else { continue };
+        if g.shape(n.inputs[0]) != g.shape(n.inputs[1]) {
+            continue;
+        }
+        let o = Value { node: a, index: 0 };
+        let is_permute = |r: &&u32| matches!(g.nodes[**r as usize].op, Op::Permute { .. });
+        let &[p] = ph.readers(o).iter().filter(is_permute).copied().collect::<Vec<u32>>().as_slice() else { continue };
+        let touched = [ph.range(o), ph.range(Value { node: a, index: 1 }), Some(tensor)];
+        if let Some(cast) = ph.permute_cast_for(at, p, &[0, 2, 1, 3], skip, store_as, touched) {
+            more.output_copy.insert(a, cast);
             permutes.push(p);
         }
     }
@@ -2109,26 +2211,24 @@ fn merged_gradients(
 /// The cast's slot must be clear of the product's operands, the product and the other operand
 /// (it is written while they are read).
 fn mul_epilogues(
-    plan: &Plan,
-    nodes: &[u32],
+    ph: &PhaseView,
     skip: &std::collections::HashSet<u32>,
     store_as: &HashMap<Value, Value>,
     f32_gemm: &HashMap<u32, (Value, Value)>,
     gemm_add: &HashMap<u32, (u32, Value)>,
     more: &mut More,
 ) -> Vec<u32> {
-    let g = &plan.program.graph;
-    let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let g = ph.g;
     let launched = |id: u32| !skip.contains(&id) && !matches!(g.nodes[id as usize].op, Op::Reshape { .. });
     let mut found = vec![];
-    for (j, &m) in nodes.iter().enumerate() {
+    for (j, &m) in ph.nodes.iter().enumerate() {
         let mn = &g.nodes[m as usize];
         if skip.contains(&m) || mn.op != Op::Binary(alpha_ir::Binary::Mul) {
             continue;
         }
         let Some(&cast) = store_as.get(&Value { node: m, index: 0 }) else { continue };
-        let Some(i) = (0..j).rev().find(|&i| launched(nodes[i])) else { continue };
-        let gid = nodes[i];
+        let Some(i) = (0..j).rev().find(|&i| launched(ph.nodes[i])) else { continue };
+        let gid = ph.nodes[i];
         let Some((spec, shape)) = tiled_gemm(g, gid) else { continue };
         let whole = !knobs().split_k || shape.split_k(spec.bk) == 1;
         // Deep grids only: measured on the H200 (g41), sixteen contexts' step 26.89 -> 26.79 /
@@ -2149,109 +2249,17 @@ fn mul_epilogues(
         // Written before the product: by its own launch, or (an activation fused into an
         // earlier product's epilogue) by that product's.
         let writer = more.gemm_act.iter().find(|(_, &(u, _))| u == other.node).map_or(other.node, |(&host, _)| host);
-        let before = pos.get(&writer).is_none_or(|&p| p < i);
+        let before = ph.pos.get(&writer).is_none_or(|&p| p < i);
         let same = g.ty(other) == g.ty(prod) && mn.outputs[0] == *g.ty(prod) && g.dtype(prod) == DType::F32;
         let gn = &g.nodes[gid as usize];
         let (a, b) = f32_gemm.get(&gid).copied().unwrap_or((gn.inputs[0], gn.inputs[1]));
-        let clear = range(plan, cast)
-            .is_some_and(|cr| [a, b, prod, other].iter().all(|&v| range(plan, v).is_some_and(|r| !overlap(r, cr))));
+        let clear = ph.range(cast).is_some_and(|cr| clear_of(cr, [a, b, prod, other].map(|v| ph.range(v))));
         if whole && deep && plain && before && same && clear {
             more.gemm_mul.insert(gid, (m, other, cast));
             found.push(m);
         }
     }
     found
-}
-
-/// Whether none of `between` runs a kernel: each skipped (fused elsewhere), a reshape (a view),
-/// or a Concat (placed: its parts are computed in place).
-fn nothing_launched(g: &alpha_ir::Graph, between: &[u32], skip: &std::collections::HashSet<u32>) -> bool {
-    between
-        .iter()
-        .all(|&x| skip.contains(&x) || matches!(g.nodes[x as usize].op, Op::Reshape { .. } | Op::Concat { .. }))
-}
-
-/// The bf16 attention forwards whose output reaches the output projection through a permute to
-/// `[B, T, H, D]` launched right after it, storing its bf16 cast: the forward stores that cast
-/// itself as well ([`crate::attention_mma::forward_kernel_bf16_copying`]) and the permute does
-/// not run. The cast's slot must be clear of what the forward reads and writes. Records them in
-/// `more.output_copy`; returns the permutes to skip.
-fn forward_copies(
-    plan: &Plan,
-    nodes: &[u32],
-    skip: &std::collections::HashSet<u32>,
-    store_as: &HashMap<Value, Value>,
-    more: &mut More,
-) -> Vec<u32> {
-    let g = &plan.program.graph;
-    let (_, readers) = readers_of(&plan.program);
-    let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    let mut permutes = vec![];
-    for (&a, &heads) in &more.bf16_attention {
-        let n = &g.nodes[a as usize];
-        let (Op::Attention { .. }, Some(&pa)) = (&n.op, pos.get(&a)) else { continue };
-        if g.shape(n.inputs[0]) != g.shape(n.inputs[1]) {
-            continue;
-        }
-        let o = Value { node: a, index: 0 };
-        let permutes_of_o: Vec<u32> = readers
-            .get(&o)
-            .map(|rs| rs.iter().copied().filter(|&r| matches!(g.nodes[r as usize].op, Op::Permute { .. })).collect())
-            .unwrap_or_default();
-        let &[p] = permutes_of_o.as_slice() else { continue };
-        let Op::Permute { perm } = &g.nodes[p as usize].op else { continue };
-        let Some(&cast) = store_as.get(&Value { node: p, index: 0 }) else { continue };
-        let Some(&pp) = pos.get(&p) else { continue };
-        let quiet = pp > pa && nothing_launched(g, &nodes[pa + 1..pp], skip);
-        let Some(cr) = range(plan, cast) else { continue };
-        let tensor = range(plan, n.inputs[0]).map(|r| (heads, heads + 3 * (r.1 - r.0)));
-        let touched = [range(plan, o), range(plan, Value { node: a, index: 1 }), tensor];
-        let clear = touched.iter().all(|r| r.is_some_and(|r| !overlap(r, cr)));
-        if perm.as_slice() == [0, 2, 1, 3] && quiet && clear && !skip.contains(&p) {
-            more.output_copy.insert(a, cast);
-            permutes.push(p);
-        }
-    }
-    permutes
-}
-
-/// A chain's inputs that are a unary function of another of its inputs (a gated unit's
-/// `gelu(gate)` beside `gate` in its backward) recomputed as a first step instead of read: one
-/// tensor fewer from memory. The step is the pointwise kernel's own instruction sequence, which
-/// wrote the value (as a launch or a GEMM's activation epilogue), so the same bits. Returns the
-/// chain's inputs, steps and outputs renumbered.
-fn recompute_unary_inputs(
-    g: &alpha_ir::Graph,
-    mut inputs: Vec<Value>,
-    mut steps: Vec<fused::Step>,
-    mut outputs: Vec<usize>,
-) -> (Vec<Value>, Vec<fused::Step>, Vec<usize>) {
-    use fused::{Src, Step};
-    loop {
-        // An input x = u(y) with y an input too.
-        let found = inputs.iter().enumerate().find_map(|(ix, x)| {
-            let n = &g.nodes[x.node as usize];
-            let Op::Unary(u) = n.op else { return None };
-            let iy = inputs.iter().position(|&y| y == n.inputs[0] && x.index == 0)?;
-            Some((ix, iy, u))
-        });
-        let Some((ix, iy, u)) = found else { return (inputs, steps, outputs) };
-        // Step 0 computes x from y; the old steps move up one; input x goes.
-        let at = |j: usize| if j > ix { j - 1 } else { j };
-        let map = |src: Src| match src {
-            Src::Step(k) => Src::Step(k + 1),
-            Src::Input(j) if j == ix => Src::Step(0),
-            Src::Input(j) => Src::Input(at(j)),
-        };
-        let mut next = vec![Step::Unary(u, Src::Input(at(iy)))];
-        next.extend(steps.iter().map(|st| match *st {
-            Step::Unary(f, a) => Step::Unary(f, map(a)),
-            Step::Binary(b, x, y) => Step::Binary(b, map(x), map(y)),
-        }));
-        steps = next;
-        outputs = outputs.iter().map(|&k| k + 1).collect();
-        inputs.remove(ix);
-    }
 }
 
 /// The bytes of a constant tensor of `n` elements of `dtype` equal to `value`.
@@ -2322,34 +2330,35 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             lw.inits.push((slot.offset, bytes));
         }
     }
-    let (uses, _) = readers_of(&plan.program);
+    let (uses, readers) = readers_of(&plan.program);
     let mut phases = vec![];
     for ph in &plan.phases {
         let mut launches = vec![];
         let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
+        let view = PhaseView::new(&plan, &nodes, &readers);
         let mut skip =
             fuse(&plan, &nodes, &lw.cast_candidates, options.fold_casts_into_gemms, &mut lw.f32_gemm, &mut lw.gemm_add);
         let more = fuse_more(&plan, &nodes, &skip, &lw.f32_gemm, &lw.gemm_add, &mut lw.more);
         skip.extend(more);
         if options.bf16_attention {
-            turned_heads(&plan, &nodes, &skip, &mut lw.more);
+            turned_heads(&view, &skip, &mut lw.more);
         }
         for (producer_out, cast) in casts_into_producers(&plan, &nodes, &skip, &lw.cast_candidates) {
             skip.insert(cast.node);
             lw.store_as.insert(producer_out, cast);
         }
         if options.bf16_attention && knobs().merged_gradients {
-            for permute in merged_gradients(&plan, &nodes, &skip, &lw.store_as, &mut lw.more) {
+            for permute in merged_gradients(&view, &skip, &lw.store_as, &mut lw.more) {
                 skip.insert(permute);
             }
         }
         if options.bf16_attention && knobs().output_copy {
-            for permute in forward_copies(&plan, &nodes, &skip, &lw.store_as, &mut lw.more) {
+            for permute in forward_copies(&view, &skip, &lw.store_as, &mut lw.more) {
                 skip.insert(permute);
             }
         }
         if knobs().mul_epilogue {
-            for mul in mul_epilogues(&plan, &nodes, &skip, &lw.store_as, &lw.f32_gemm, &lw.gemm_add, &mut lw.more) {
+            for mul in mul_epilogues(&view, &skip, &lw.store_as, &lw.f32_gemm, &lw.gemm_add, &mut lw.more) {
                 skip.insert(mul);
             }
         }
@@ -2361,7 +2370,7 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             }
             if let Some(add) = lw.layernorm_residual(&nodes, i, &skip, &uses) {
                 // The cast right after it, of the residual gradient, stored by it as well.
-                let copy = lw.cast_of_sum(&nodes, i, add, &skip);
+                let copy = if knobs().layernorm_copy { lw.cast_of_sum(&nodes, i, add, &skip) } else { None };
                 launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add), copy)?);
                 if let Some(c) = copy {
                     skip.insert(c.node);
