@@ -89,6 +89,8 @@ fn main() -> Result<()> {
     }
     if wanted("embedding") {
         step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (12288, 512, 1024), &opts));
+        // Sixteen contexts' tokens (Coppelius at B = 16).
+        step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (12288, 512, 16384), &opts));
     }
     if wanted("cross_entropy") {
         step("cross_entropy", check::cross_entropy_checks(&gpu, &arena, &mut rng, (1024, 12288), &opts));

@@ -1023,6 +1023,76 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     }
     rows.extend(head_split_checks(gpu, arena, rng)?);
     rows.extend(store_mul_checks(gpu, arena, rng)?);
+    rows.extend(chain_epilogue_checks(gpu, arena, rng)?);
+    Ok(rows)
+}
+
+/// Chain epilogues ([`gemm::ChainEpilogue`]) against the plain product followed by the chain's
+/// own kernel, bit for bit: the gated GELU's backward reading `gelu(gate)` (f32 outputs, three
+/// other inputs, 128 × 128 tiles on the three-stage ring) and recomputing it (bf16 outputs, the
+/// lowering's form, 128 × 64 tiles), a ragged M.
+fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    use crate::driver::{Arg, LaunchConfig};
+    use crate::fused::Chain;
+    let (m, n, k) = (1000u32, 1408u32, 512u32);
+    let nc = (m * n) as usize;
+    let read_act = Chain { bf16: vec![false, false], ..Chain::gated_gelu_backward(nc) };
+    let recomputing = Chain::gated_gelu_backward_recomputing(nc);
+    let mut rows = vec![];
+    for (chain, tile, stages) in [(read_act, Tile::T128x128, 3), (recomputing, Tile::T128x64, 0)] {
+        arena.reset();
+        let plain = GemmSpec { tile, stages, ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma() };
+        let epilogue = gemm::ChainEpilogue::new(&chain, 0).expect("the chain fits an epilogue");
+        let fused = GemmSpec { chain: Some(epilogue), ..plain };
+        let sh = GemmShape::packed(&plain, m, n, k);
+        let GemmCase { ab, bb, cb, .. } = gemm_case(arena, rng, &plain, &sh)?;
+        let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
+        let others: Vec<u64> = (1..chain.inputs)
+            .map(|_| {
+                let b = arena.alloc_n::<f32>(nc)?;
+                arena.upload(b, &rng.vec(nc, 2.0))?;
+                Ok(b.ptr)
+            })
+            .collect::<Result<_>>()?;
+        let bytes = |j: usize| if chain.bf16[j] { 2 } else { 4 };
+        let outputs = |arena: &DeviceArena| -> Result<Vec<crate::driver::Buf>> {
+            (0..chain.outputs.len())
+                .map(|j| {
+                    let b = arena.alloc(nc * bytes(j))?;
+                    arena.fill_u32(b, NAN_BITS)?;
+                    Ok(b)
+                })
+                .collect()
+        };
+        // The plain product, then the chain's kernel on it.
+        let f = gpu.load(&plain.kernel())?;
+        let extras = Extras { maps: Some(maps), ..Extras::default() };
+        gemm::launch_with(gpu, &f, &plain, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], extras)?;
+        let want = outputs(arena)?;
+        let fc = gpu.load(&chain.kernel()?)?;
+        let mut args: Vec<Arg> = want.iter().map(|b| Arg::U64(b.ptr)).collect();
+        args.push(Arg::U64(cb.ptr));
+        args.extend(others.iter().map(|&p| Arg::U64(p)));
+        let (blocks, threads) = crate::pointwise::grid_blocks(nc);
+        gpu.launch(&fc, LaunchConfig::linear(blocks, threads), &args)?;
+        // The product with the chain in its epilogue.
+        let got = outputs(arena)?;
+        let mut chain_ptrs = [None; 2 * gemm::CHAIN_PTRS];
+        for (slot, p) in chain_ptrs.iter_mut().zip(got.iter().map(|b| b.ptr).chain(others.iter().copied())) {
+            *slot = Some(p);
+        }
+        let f = gpu.load(&fused.kernel())?;
+        let extras = Extras { maps: Some(maps), chain: chain_ptrs, ..Extras::default() };
+        gemm::launch_with(gpu, &f, &fused, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], extras)?;
+        let mut differ = 0;
+        for (j, (&w, &g)) in want.iter().zip(&got).enumerate() {
+            let words = nc * bytes(j) / 4;
+            let (w, g): (Vec<u32>, Vec<u32>) = (arena.download(w, words)?, arena.download(g, words)?);
+            differ += w.iter().zip(&g).filter(|(x, y)| x != y).count();
+        }
+        let words: usize = (0..chain.outputs.len()).map(|j| nc * bytes(j) / 4).sum();
+        rows.push(exact_row("fusion", &fused.name(), &format!("m{m} n{n} k{k}"), differ, words));
+    }
     Ok(rows)
 }
 
@@ -1058,7 +1128,7 @@ fn store_mul_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec
             &fused,
             &sh,
             [ab.ptr, bb.ptr, c2.ptr, rb.ptr],
-            Extras { u: Some(u.ptr), maps: Some(maps), rot_tab: None },
+            Extras { u: Some(u.ptr), maps: Some(maps), ..Extras::default() },
         )?;
         let got_c: Vec<f32> = arena.download(c2, nc)?;
         let got_u: Vec<u16> = arena.download(u, nc)?;
@@ -1142,7 +1212,7 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                     &spec,
                     &sh,
                     [ab.ptr, bb.ptr, out.ptr, out.ptr],
-                    Extras { u: None, maps: Some(maps), rot_tab: Some(tab) },
+                    Extras { maps: Some(maps), rot_tab: Some(tab), ..Extras::default() },
                 )?;
                 let got16: Vec<u16> = arena.download(out, nc)?;
                 let differ = got16.iter().zip(&want16).filter(|(x, y)| x != y).count();
@@ -1821,6 +1891,47 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         }
         wrong +=
             mismatches(&arena.download::<f32>(dg2, c)?, &want_g) + mismatches(&arena.download::<f32>(db2, c)?, &want_b);
+        // The input gradient and pass 1 in one launch (plain, and adding with the bf16 copy),
+        // then pass 2: the same dx, sum, copy, gain and bias gradients.
+        let (grid_p, block_p) = layernorm::dx_partials_launch(n);
+        let cfg_p = LaunchConfig { grid: grid_p, block: block_p, shared_bytes: 0 };
+        let mut fused_us = None;
+        for (residual, copy16) in [(false, false), (true, true)] {
+            let [out, parts, dg3, db3] = [r * c, n.scratch_floats(), c, c].map(|len| {
+                let b = arena.alloc_n::<f32>(len).expect("arena");
+                arena.fill_u32(b, NAN_BITS).expect("fill");
+                b
+            });
+            let copy = arena.alloc_n::<u16>(r * c)?;
+            arena.fill_u32(copy, NAN_BITS)?;
+            let f = gpu.load(&layernorm::backward_dx_partials_kernel(n, residual, copy16))?;
+            let mut args = vec![Arg::U64(out.ptr)];
+            args.extend(rows_args);
+            if residual {
+                args.push(Arg::U64(res.ptr));
+            }
+            if copy16 {
+                args.push(Arg::U64(copy.ptr));
+            }
+            args.push(Arg::U64(parts.ptr));
+            let run = || gpu.launch(&f, cfg_p, &args);
+            run()?;
+            gpu.launch(&p2, cfg2, &[Arg::U64(dg3.ptr), Arg::U64(db3.ptr), Arg::U64(parts.ptr)])?;
+            let got: Vec<f32> = arena.download(out, r * c)?;
+            if residual {
+                wrong += mismatches(&got, &want_sum);
+                let got16: Vec<u16> = arena.download(copy, r * c)?;
+                wrong +=
+                    got16.iter().zip(&want_sum).filter(|(h, x)| **h != half::bf16::from_f32(**x).to_bits()).count();
+                if opts.bench {
+                    fused_us = Some(median(gpu.time(opts.warmup, opts.reps, run)?));
+                }
+            } else {
+                wrong += mismatches(&got, &a);
+            }
+            wrong += mismatches(&arena.download::<f32>(dg3, c)?, &want_g)
+                + mismatches(&arena.download::<f32>(db3, c)?, &want_b);
+        }
         let times = if opts.bench {
             let t1 = median(gpu.time(opts.warmup, opts.reps, run1)?);
             let t2 = median(gpu.time(opts.warmup, opts.reps, run2)?);
@@ -1828,11 +1939,19 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         } else {
             None
         };
-        let what = "layernorm_bwd_params(+finish, +dx_fold, +dx_add_bf16)";
+        let what = "layernorm_bwd_params(+finish, +dx_fold, +dx_add_bf16, +dx_partials)";
         let mut row = exact_row("layernorm", what, &format!("rows{r} c{c}"), wrong, 2 * c);
         if let Some((t1, t2)) = times {
             row.median_us = Some(t1 + t2);
             row.rate = format!("{row_rate}; pass 1 {t1:.1} µs, pass 2 {t2:.1} µs", row_rate = row.rate);
+            if let Some(tf) = fused_us {
+                let copying = gpu.load(&layernorm::backward_dx_kernel_copying(n, true, false))?;
+                let copy = arena.alloc_n::<u16>(r * c)?;
+                let mut args = [&[Arg::U64(want.ptr)][..], &with_r].concat();
+                args.push(Arg::U64(copy.ptr));
+                let td = median(gpu.time(opts.warmup, opts.reps, || gpu.launch(&copying, cfg_rows, &args))?);
+                row.rate = format!("{}; dx_add_bf16 {td:.1} µs + pass 1, fused {tf:.1} µs", row.rate);
+            }
         }
         rows.push(row);
     }

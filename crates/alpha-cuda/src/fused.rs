@@ -29,7 +29,7 @@ pub enum Src {
 }
 
 /// One elementwise function.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Step {
     Unary(Unary, Src),
     Binary(Binary, Src, Src),
@@ -65,6 +65,25 @@ impl Chain {
         }
     }
 
+    /// [`Chain::gated_gelu_backward`] as the lowering fuses it: `gelu(gate)` recomputed from
+    /// gate instead of read (inputs dh, up, gate), and both gradients stored as bf16 (the casts
+    /// that alone read them).
+    pub fn gated_gelu_backward_recomputing(n: usize) -> Chain {
+        Chain {
+            n,
+            inputs: 3,
+            steps: vec![
+                Step::Unary(Unary::Gelu, Src::Input(2)),
+                Step::Binary(Binary::Mul, Src::Input(0), Src::Input(1)),
+                Step::Binary(Binary::Mul, Src::Input(0), Src::Step(0)),
+                Step::Unary(Unary::GeluGrad, Src::Input(2)),
+                Step::Binary(Binary::Mul, Src::Step(1), Src::Step(3)),
+            ],
+            outputs: vec![2, 4],
+            bf16: vec![true, true],
+        }
+    }
+
     /// Entry name: the steps' functions in order, e.g. `ew_mul_mul_gelugrad_mul` (`ewh_…` when
     /// an output is stored as bf16).
     pub fn name(&self) -> String {
@@ -80,8 +99,8 @@ impl Chain {
         s
     }
 
-    /// The kernel: params `out0…`, then `in0…` (device addresses).
-    pub fn kernel(&self) -> Result<Kernel> {
+    /// Checks that every step reads inputs or earlier steps and every output names a step.
+    pub fn validate(&self) -> Result<()> {
         if self.n > u32::MAX as usize {
             bail!("{}: {} elements exceed 32-bit indexing", self.name(), self.n);
         }
@@ -103,6 +122,12 @@ impl Chain {
         if self.outputs.iter().any(|&o| o >= self.steps.len()) {
             bail!("{}: an output names no step", self.name());
         }
+        Ok(())
+    }
+
+    /// The kernel: params `out0…`, then `in0…` (device addresses).
+    pub fn kernel(&self) -> Result<Kernel> {
+        self.validate()?;
         let mut k = Kernel::new(&self.name()).with_block(THREADS, 1, 1);
         let outs: Vec<Reg> = (0..self.outputs.len()).map(|j| k.param_reg(&format!("out{j}"), ParamTy::U64)).collect();
         let ins: Vec<Reg> = (0..self.inputs).map(|j| k.param_reg(&format!("in{j}"), ParamTy::U64)).collect();
@@ -117,24 +142,7 @@ impl Chain {
                 f
             })
             .collect();
-        let mut steps: Vec<Reg> = vec![];
-        for st in &self.steps {
-            let get = |s: Src| match s {
-                Src::Input(j) => vals[j],
-                Src::Step(j) => steps[j],
-            };
-            let r = match *st {
-                Step::Unary(u, a) => {
-                    let x = get(a);
-                    emit_unary(&mut k, u, x)
-                }
-                Step::Binary(b, x, y) => {
-                    let (x, y) = (get(x), get(y));
-                    emit_binary(&mut k, b, x, y)
-                }
-            };
-            steps.push(r);
-        }
+        let steps = emit_steps(&mut k, &self.steps, &vals);
         for (j, &o) in self.outputs.iter().enumerate() {
             if self.bf16.get(j).copied().unwrap_or(false) {
                 let a = k.addr_of(outs[j], i, 2);
@@ -148,6 +156,31 @@ impl Chain {
         grid_stride_end(&mut k, i, stride, n, &top, &end);
         Ok(k)
     }
+}
+
+/// Emits `steps` over `vals` (one register a chain input) and returns each step's register:
+/// the pointwise kernels' own instruction sequences ([`emit_unary`], [`emit_binary`]), so a
+/// chain computes the same bits wherever it runs (its own kernel, or a GEMM's epilogue).
+pub fn emit_steps(k: &mut Kernel, steps: &[Step], vals: &[Reg]) -> Vec<Reg> {
+    let mut out: Vec<Reg> = vec![];
+    for st in steps {
+        let get = |s: Src| match s {
+            Src::Input(j) => vals[j],
+            Src::Step(j) => out[j],
+        };
+        let r = match *st {
+            Step::Unary(u, a) => {
+                let x = get(a);
+                emit_unary(k, u, x)
+            }
+            Step::Binary(b, x, y) => {
+                let (x, y) = (get(x), get(y));
+                emit_binary(k, b, x, y)
+            }
+        };
+        out.push(r);
+    }
+    out
 }
 
 #[cfg(test)]

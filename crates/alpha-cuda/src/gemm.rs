@@ -40,6 +40,7 @@ use anyhow::{bail, Result};
 use alpha_ir::Unary;
 
 use crate::driver::{Arg, Function, Gpu, LaunchConfig};
+use crate::fused::{Chain, Src, Step};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 /// The K step of the usual kernels (see [`GemmSpec::bk`]).
@@ -169,6 +170,100 @@ pub struct Heads {
     pub bf16_turned: bool,
 }
 
+/// Steps a [`ChainEpilogue`] holds at most.
+pub const CHAIN_STEPS: usize = 8;
+/// Outputs, and inputs beside the product, a [`ChainEpilogue`] takes at most.
+pub const CHAIN_PTRS: usize = 4;
+
+/// An elementwise chain ([`crate::fused::Chain`]) the epilogue runs on the product instead of
+/// storing it: the chain's input `product` is the accumulator, its other inputs are read at the
+/// product's element (f32, the product's shape and row-major layout), and its outputs are stored
+/// (f32, or bf16 where the chain stores bf16) where the chain's kernel would store them. The
+/// steps are [`crate::fused::emit_steps`], so the bits are the chain kernel's. Why: a gated
+/// unit's backward read the product (dh, 92 MB at sixteen contexts) back right after the product
+/// wrote it. Unbatched products only. Fixed capacity keeps [`GemmSpec`] `Copy`.
+///
+/// Not taken by default (knob `ALPHA_CHAIN_EPILOGUE=on`): on the H200 (g48) the gated GELU's
+/// backward in the dh product's epilogue made sixteen contexts' step 26.53 → 27.16 ms and one
+/// context's 3.740 → 3.79 ms, bit for bit the same. The epilogue's loads and GELU arithmetic run
+/// while that block's tensor cores idle, and cost more than the 184 MB of traffic they save.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ChainEpilogue {
+    steps: [Option<Step>; CHAIN_STEPS],
+    inputs: u8,
+    product: u8,
+    outputs: [Option<(u8, bool)>; CHAIN_PTRS],
+}
+
+impl ChainEpilogue {
+    /// `chain` with its input `product` taken from the accumulator; None where it exceeds the
+    /// capacity or is not a valid chain.
+    pub fn new(chain: &Chain, product: usize) -> Option<ChainEpilogue> {
+        let fits = chain.steps.len() <= CHAIN_STEPS
+            && chain.outputs.len() <= CHAIN_PTRS
+            && chain.inputs <= CHAIN_PTRS + 1
+            && product < chain.inputs
+            && chain.validate().is_ok();
+        if !fits {
+            return None;
+        }
+        let mut steps = [None; CHAIN_STEPS];
+        for (slot, st) in steps.iter_mut().zip(&chain.steps) {
+            *slot = Some(*st);
+        }
+        let mut outputs = [None; CHAIN_PTRS];
+        for (j, (slot, &o)) in outputs.iter_mut().zip(&chain.outputs).enumerate() {
+            *slot = Some((o as u8, chain.bf16.get(j).copied().unwrap_or(false)));
+        }
+        Some(ChainEpilogue { steps, inputs: chain.inputs as u8, product: product as u8, outputs })
+    }
+
+    pub fn steps(&self) -> Vec<Step> {
+        self.steps.iter().flatten().copied().collect()
+    }
+
+    /// (step, stored as bf16) per output, in parameter order (`chain_out{j}`).
+    pub fn outputs(&self) -> Vec<(usize, bool)> {
+        self.outputs.iter().flatten().map(|&(s, b)| (s as usize, b)).collect()
+    }
+
+    /// The chain's inputs other than the product, in parameter order (`chain_in{j}`).
+    pub fn others(&self) -> Vec<usize> {
+        (0..self.inputs as usize).filter(|&j| j != self.product as usize).collect()
+    }
+
+    pub fn inputs(&self) -> usize {
+        self.inputs as usize
+    }
+
+    pub fn product(&self) -> usize {
+        self.product as usize
+    }
+
+    /// The name's suffix: every step with its sources, the outputs and the product, so that two
+    /// different chains never share a kernel name.
+    fn suffix(&self) -> String {
+        let src = |s: Src| match s {
+            Src::Input(j) => format!("i{j}"),
+            Src::Step(j) => format!("s{j}"),
+        };
+        let mut out = String::from("_then");
+        for st in self.steps() {
+            let part = match st {
+                Step::Unary(u, a) => format!("_{}{}", format!("{u:?}").to_lowercase(), src(a)),
+                Step::Binary(b, x, y) => format!("_{}{}{}", format!("{b:?}").to_lowercase(), src(x), src(y)),
+            };
+            out.push_str(&part);
+        }
+        out.push_str("_out");
+        for (s, bf16) in self.outputs() {
+            out.push_str(&format!("{s}{}", if bf16 { "h" } else { "f" }));
+        }
+        out.push_str(&format!("_p{}", self.product));
+        out
+    }
+}
+
 /// One GEMM kernel variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmSpec {
@@ -192,6 +287,9 @@ pub struct GemmSpec {
     pub stages: u32,
     /// Store split into heads ([`Heads`]); store epilogue, no activation, unbatched.
     pub heads: Option<Heads>,
+    /// An elementwise chain run on the product instead of storing it ([`ChainEpilogue`]); store
+    /// epilogue, no activation, no heads, unbatched.
+    pub chain: Option<ChainEpilogue>,
 }
 
 impl GemmSpec {
@@ -210,6 +308,7 @@ impl GemmSpec {
             bk: BK,
             stages: 0,
             heads: None,
+            chain: None,
         }
     }
 
@@ -248,6 +347,9 @@ impl GemmSpec {
             if h.bf16_turned {
                 tile.push_str("_bf16rot");
             }
+        }
+        if let Some(c) = self.chain {
+            tile.push_str(&c.suffix());
         }
         if self.engine != Engine::Mma {
             tile.push_str(if self.engine == Engine::Tma { "_tma" } else { "_wg" });
@@ -497,6 +599,8 @@ pub struct Extras {
     pub u: Option<u64>,
     pub maps: Option<(u64, u64)>,
     pub rot_tab: Option<u64>,
+    /// A chain epilogue's outputs, then its inputs beside the product ([`ChainEpilogue`]).
+    pub chain: [Option<u64>; 2 * CHAIN_PTRS],
 }
 
 /// Launches `f` (built from `spec`) on device addresses `a`, `b`, `c` and residual `r` (ignored
@@ -533,6 +637,13 @@ pub fn launch_with(
     if (extras.u.is_some(), extras.maps.is_some(), extras.rot_tab.is_some()) != wants {
         bail!("{}: takes (u, tensor maps, rotary table) {wants:?}, given {extras:?}", spec.name());
     }
+    let chain_ptrs = spec.chain.map_or(0, |c| c.outputs().len() + c.others().len());
+    if extras.chain.iter().flatten().count() != chain_ptrs || extras.chain[..chain_ptrs].iter().any(Option::is_none) {
+        bail!("{}: takes {chain_ptrs} chain pointers, given {:?}", spec.name(), extras.chain);
+    }
+    if spec.chain.is_some() && shape.batch != 1 {
+        bail!("{}: a chain epilogue takes an unbatched product, not {} entries", spec.name(), shape.batch);
+    }
     if let Some(maps) = extras.maps {
         crate::gemm_tma::check_shape(spec, shape)?;
         for p in [maps.0, maps.1] {
@@ -564,6 +675,7 @@ pub fn launch_with(
         Arg::U64(shape.stride_c),
     ];
     args.extend(extras.u.map(Arg::U64));
+    args.extend(extras.chain.iter().flatten().map(|&p| Arg::U64(p)));
     args.extend(extras.maps.into_iter().flat_map(|(ma, mb)| [Arg::U64(ma), Arg::U64(mb)]));
     args.extend(extras.rot_tab.map(Arg::U64));
     gpu.launch(f, cfg, &args)
@@ -955,6 +1067,8 @@ pub(crate) struct Head {
     pub c_base: Reg,
     pub r_base: Reg,
     pub u_base: Option<Reg>,
+    /// A chain epilogue's pointers: its outputs, then its inputs beside the product.
+    pub chain: [Option<Reg>; 2 * CHAIN_PTRS],
 }
 
 /// Declares the GEMM parameters (see [`launch`]) and computes the block's tile origin and
@@ -975,6 +1089,14 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let sb = k.param_reg("stride_b", ParamTy::U64);
     let sc = k.param_reg("stride_c", ParamTy::U64);
     let pu = (spec.activation.is_some() || spec.epilogue == Epilogue::StoreMul).then(|| k.param_reg("u", ParamTy::U64));
+    let mut chain = [None; 2 * CHAIN_PTRS];
+    if let Some(c) = spec.chain {
+        let names = (0..c.outputs().len()).map(|j| format!("chain_out{j}"));
+        let names = names.chain((0..c.others().len()).map(|j| format!("chain_in{j}")));
+        for (slot, name) in chain.iter_mut().zip(names) {
+            *slot = Some(k.param_reg(&name, ParamTy::U64));
+        }
+    }
 
     let tid = k.sreg("%tid.x");
     let bx = k.sreg("%ctaid.x");
@@ -995,7 +1117,7 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let c_base = offset_by(k, pc, sc, 4);
     let r_base = offset_by(k, pr, sc, 4);
     let u_base = pu.map(|pu| offset_by(k, pu, sc, 4));
-    Head { tid, m0, n0, m, n, kdim, lda, ldb, ldc, a_base, b_base, c_base, r_base, u_base }
+    Head { tid, m0, n0, m, n, kdim, lda, ldb, ldc, a_base, b_base, c_base, r_base, u_base, chain }
 }
 
 fn build(spec: &GemmSpec) -> Kernel {
@@ -1136,6 +1258,10 @@ pub(crate) fn store_tile(
         store_heads(k, spec, heads, acc, row0, col0, h);
         return;
     }
+    if let Some(chain) = spec.chain {
+        store_chain(k, spec, chain, acc, row0, col0, h);
+        return;
+    }
     let Head { m, n, ldc, c_base, r_base, u_base, .. } = *h;
     let ni_n = acc[0].len();
     let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
@@ -1162,45 +1288,40 @@ pub(crate) fn store_tile(
             k.setp("lt.u32", c, n)
         })
         .collect();
-    // Each row group's residual (or old output) values are all loaded before any of its stores:
-    // a load after a store to a possibly aliasing address cannot be moved ahead of it, so
-    // interleaved load-add-store pairs would each wait out a full memory latency.
+    // Each row's residual (or old output) values are all loaded before any of its stores: a
+    // load after a store to a possibly aliasing address cannot be moved ahead of it, so
+    // interleaved load-add-store pairs would each wait out a full memory latency. One row (of
+    // the fragment's two) at a time: both rows' values held with the accumulators took 141–144
+    // registers, more than two blocks of the three-stage ring leave a thread.
     let src = match spec.epilogue {
         Epilogue::Store => None,
         Epilogue::AddResidual | Epilogue::Accumulate | Epilogue::StoreMul => Some(rptr.unwrap_or(cptr)),
     };
     for (mi, acc_m) in acc.iter().enumerate() {
-        // Per half (rows g and g + 8 of the group): each column group's in-range predicate.
-        let oks: Vec<Vec<Reg>> = (0..2u32)
-            .map(|h| {
-                let rr = k.bin("add.u32", RegKind::B32, row0, mi as u32 * 16 + h * 8);
-                let row_ok = k.setp("lt.u32", rr, m);
-                col_ok.iter().map(|&c| k.bin("and.pred", RegKind::Pred, row_ok, c)).collect()
-            })
-            .collect();
-        // Per half and column group: the two values added to the accumulators.
-        let mut olds: Vec<Vec<Vec<Reg>>> = vec![];
-        if let Some(sp) = src {
-            let sp1 = k.reg(RegKind::B64);
-            k.op("add.s64", [sp1.into(), sp.into(), row_step.into()]);
-            for (p, oks_h) in [sp, sp1].into_iter().zip(&oks) {
-                let mut half = vec![];
-                for (ni, &ok) in oks_h.iter().enumerate() {
-                    let old = k.regs(RegKind::F32, 2);
-                    k.op("mov.f32", [old[0].into(), 0.0f32.into()]);
-                    k.op("mov.f32", [old[1].into(), 0.0f32.into()]);
-                    k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(old.clone()), addr(p, (ni * 32) as i64)]);
-                    half.push(old);
-                }
-                olds.push(half);
-            }
-        }
-        for (h, oks_h) in oks.iter().enumerate() {
+        for h in 0..2usize {
+            // Each column group's in-range predicate on row g (h = 0) or g + 8 of the group.
+            let rr = k.bin("add.u32", RegKind::B32, row0, mi as u32 * 16 + h as u32 * 8);
+            let row_ok = k.setp("lt.u32", rr, m);
+            let oks: Vec<Reg> = col_ok.iter().map(|&c| k.bin("and.pred", RegKind::Pred, row_ok, c)).collect();
+            // The two values added to (or multiplied with) each column group's accumulators; the
+            // pointers have advanced to this row.
+            let olds: Option<Vec<Vec<Reg>>> = src.map(|p| {
+                oks.iter()
+                    .enumerate()
+                    .map(|(ni, &ok)| {
+                        let old = k.regs(RegKind::F32, 2);
+                        k.op("mov.f32", [old[0].into(), 0.0f32.into()]);
+                        k.op("mov.f32", [old[1].into(), 0.0f32.into()]);
+                        k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(old.clone()), addr(p, (ni * 32) as i64)]);
+                        old
+                    })
+                    .collect()
+            });
             for (ni, c) in acc_m.iter().enumerate() {
-                let ok = oks_h[ni];
+                let ok = oks[ni];
                 let v = [c[2 * h], c[2 * h + 1]];
                 let off = (ni * 32) as i64;
-                let out = match olds.get(h) {
+                let out = match &olds {
                     None => v.to_vec(),
                     Some(_) if mul => v.to_vec(),
                     Some(old) => vec![
@@ -1208,7 +1329,7 @@ pub(crate) fn store_tile(
                         k.bin("add.rn.f32", RegKind::F32, v[1], old[ni][1]),
                     ],
                 };
-                if let (true, Some(old), Some(up)) = (mul, olds.get(h), uptr) {
+                if let (true, Some(old), Some(up)) = (mul, &olds, uptr) {
                     let p0 = k.bin("mul.rn.f32", RegKind::F32, v[0], old[ni][0]);
                     let p1 = k.bin("mul.rn.f32", RegKind::F32, v[1], old[ni][1]);
                     let pair = k.reg(RegKind::B32);
@@ -1227,6 +1348,128 @@ pub(crate) fn store_tile(
             }
             if let Some(rp) = rptr {
                 k.op("add.s64", [rp.into(), rp.into(), row_step.into()]);
+            }
+        }
+    }
+}
+
+/// [`store_tile`] for a chain epilogue ([`ChainEpilogue`]), from the lane's first fragment
+/// element (`row0`, `col0`): per fragment row, eight column groups at a time, the other inputs'
+/// values are loaded, the steps run on each element, and the outputs stored (bf16 pairs as one
+/// 32-bit store, f32 pairs as one 64-bit store). An output may share its slot exactly with an
+/// input, as in the chain's kernel: each element is loaded before it is stored, by one thread.
+fn store_chain(
+    k: &mut Kernel,
+    spec: &GemmSpec,
+    chain: ChainEpilogue,
+    acc: &[Vec<Vec<Reg>>],
+    row0: Reg,
+    col0: Reg,
+    h: &Head,
+) {
+    assert!(
+        spec.epilogue == Epilogue::Store && spec.activation.is_none() && spec.heads.is_none(),
+        "{}: a chain epilogue replaces a plain store",
+        spec.name()
+    );
+    let Head { m, n, ldc, .. } = *h;
+    let steps = chain.steps();
+    let outputs = chain.outputs();
+    let others = chain.others();
+    let ptr = |j: usize| h.chain[j].expect("a chain pointer per output and input");
+    let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
+    // Current row's pointers: outputs (2 or 4 bytes an element), then the other inputs.
+    let out_ptrs: Vec<(Reg, bool)> = outputs
+        .iter()
+        .enumerate()
+        .map(|(j, &(_, bf16))| (k.addr_of(ptr(j), e0, if bf16 { 2 } else { 4 }), bf16))
+        .collect();
+    let in_ptrs: Vec<Reg> = (0..others.len()).map(|j| k.addr_of(ptr(outputs.len() + j), e0, 4)).collect();
+    let step_of = |k: &mut Kernel, bytes: u32| {
+        let st = k.reg(RegKind::B64);
+        k.op("mul.wide.u32", [st.into(), ldc.into(), (8 * bytes).into()]); // 8 rows
+        st
+    };
+    let step4 = step_of(k, 4);
+    let step2 = step_of(k, 2);
+    let ni_n = acc[0].len();
+    let col_ok: Vec<Reg> = (0..ni_n as u32)
+        .map(|ni| {
+            let c = k.bin("add.u32", RegKind::B32, col0, ni * 8);
+            k.setp("lt.u32", c, n)
+        })
+        .collect();
+    const GROUPS: usize = 8;
+    for (mi, acc_m) in acc.iter().enumerate() {
+        for half in 0..2usize {
+            let rr = k.bin("add.u32", RegKind::B32, row0, mi as u32 * 16 + half as u32 * 8);
+            let row_ok = k.setp("lt.u32", rr, m);
+            let oks: Vec<Reg> = col_ok.iter().map(|&c| k.bin("and.pred", RegKind::Pred, row_ok, c)).collect();
+            for first in (0..ni_n).step_by(GROUPS) {
+                let group = first..(first + GROUPS).min(ni_n);
+                // The other inputs' two values at each column group, all loaded first.
+                let loaded: Vec<Vec<Vec<Reg>>> = group
+                    .clone()
+                    .map(|ni| {
+                        in_ptrs
+                            .iter()
+                            .map(|&p| {
+                                let v = k.regs(RegKind::F32, 2);
+                                k.op("mov.f32", [v[0].into(), 0.0f32.into()]);
+                                k.op("mov.f32", [v[1].into(), 0.0f32.into()]);
+                                k.op_if(
+                                    oks[ni],
+                                    false,
+                                    "ld.global.v2.f32",
+                                    [Opnd::V(v.clone()), addr(p, (ni * 32) as i64)],
+                                );
+                                v
+                            })
+                            .collect()
+                    })
+                    .collect();
+                for (ni, vals_in) in group.zip(&loaded) {
+                    let c = &acc_m[ni];
+                    // Per element of the pair: the chain's inputs in order, the product's from
+                    // the accumulator.
+                    let results: Vec<Vec<Reg>> = (0..2)
+                        .map(|e| {
+                            let mut others_e = vals_in.iter().map(|v| v[e]);
+                            let vals: Vec<Reg> = (0..chain.inputs())
+                                .map(|j| {
+                                    if j == chain.product() {
+                                        c[2 * half + e]
+                                    } else {
+                                        others_e.next().expect("one value per other input")
+                                    }
+                                })
+                                .collect();
+                            crate::fused::emit_steps(k, &steps, &vals)
+                        })
+                        .collect();
+                    for (&(step, _), &(p, bf16)) in outputs.iter().zip(&out_ptrs) {
+                        let (v0, v1) = (results[0][step], results[1][step]);
+                        if bf16 {
+                            let pair = k.reg(RegKind::B32);
+                            k.op("cvt.rn.bf16x2.f32", [pair.into(), v1.into(), v0.into()]);
+                            k.op_if(oks[ni], false, "st.global.b32", [addr(p, (ni * 16) as i64), pair.into()]);
+                        } else {
+                            k.op_if(
+                                oks[ni],
+                                false,
+                                "st.global.v2.f32",
+                                [addr(p, (ni * 32) as i64), Opnd::V(vec![v0, v1])],
+                            );
+                        }
+                    }
+                }
+            }
+            for &(p, bf16) in &out_ptrs {
+                let st = if bf16 { step2 } else { step4 };
+                k.op("add.s64", [p.into(), p.into(), st.into()]);
+            }
+            for &p in &in_ptrs {
+                k.op("add.s64", [p.into(), p.into(), step4.into()]);
             }
         }
     }

@@ -47,17 +47,24 @@ pub fn stages(spec: &GemmSpec) -> u32 {
     }
 }
 
-/// Waves of blocks from which a bf16 product takes the three-stage ring.
-pub const SHALLOW_RING_WAVES: u32 = 8;
+/// Waves of blocks from which a bf16 product takes the three-stage ring. Measured on the H200
+/// (g50): from 3 waves instead of 8 — sixteen contexts' 16384 × 512 products (512 blocks) too —
+/// the step took 25.77 → 25.49 ms, one context's unchanged (3.758 → 3.762 ms).
+pub const SHALLOW_RING_WAVES: u32 = 3;
+
+/// Waves of blocks from which [`crate::gemm::Epilogue::StoreMul`] is fused (see the lowering's
+/// `mul_epilogues`): measured at 8 waves, where it first paid.
+pub const MUL_EPILOGUE_WAVES: u32 = 8;
 
 /// The ring depth the lowering gives a product of `blocks` blocks: three stages for bf16
 /// operands in 128 × 128 tiles over a deep grid — two blocks then fit an SM and each hides the
 /// other's epilogue (measured on the H200: 16 contexts' step 39.75 → 39.05 ms with every bf16
 /// product at three stages, one context's 5.20 → 5.72 ms, whose grids are shallow) — else the
-/// default (0).
+/// default (0). The TMA engine holds such kernels to two blocks' registers (`.minnctapersm 2`).
 pub fn stages_for(spec: &GemmSpec, blocks: u32) -> u32 {
     let bf16 = spec.a_input == Input::Bf16 && spec.b_input == Input::Bf16;
-    let deep = blocks >= SHALLOW_RING_WAVES * crate::gemm::SMS;
+    let waves = crate::knobs::knobs().ring_waves.unwrap_or(SHALLOW_RING_WAVES);
+    let deep = blocks >= waves * crate::gemm::SMS;
     if bf16 && deep && spec.tile == crate::gemm::Tile::T128x128 {
         3
     } else {
@@ -473,11 +480,13 @@ mod tests {
             let (x, y, z) = spec.grid(&GemmShape::packed(&spec, m, n, 512));
             x * y * z
         };
-        // 16 contexts' FFN product: 128 × 11 blocks, over 10 waves.
+        // 16 contexts' FFN product: 128 × 11 blocks, over 10 waves; their 512-wide products,
+        // 128 × 4 blocks; one context's logits, 8 × 96 blocks, under 6 waves.
         assert_eq!(stages_for(&spec, blocks(16384, 1408)), 3);
-        // One context's logits: 8 × 96 blocks, under 6 waves; 16 contexts' 512-wide products.
-        assert_eq!(stages_for(&spec, blocks(1024, 12288)), 0);
-        assert_eq!(stages_for(&spec, blocks(16384, 512)), 0);
+        assert_eq!(stages_for(&spec, blocks(16384, 512)), 3);
+        assert_eq!(stages_for(&spec, blocks(1024, 12288)), 3);
+        // One context's FFN product: 8 × 11 blocks, under one wave.
+        assert_eq!(stages_for(&spec, blocks(1024, 1408)), 0);
         // fp32 operands and smaller tiles keep the default ring.
         let f32_b = GemmSpec { b_input: Input::F32, ..spec };
         assert_eq!(stages_for(&f32_b, blocks(16384, 1408)), 0);

@@ -73,6 +73,29 @@ fn ld_owned(k: &mut Kernel, base: Reg, offset: Option<Reg>, cols: &[(Reg, Option
         .collect()
 }
 
+/// The conjunction of two optional guards (None: always).
+fn both(k: &mut Kernel, a: Option<Reg>, b: Option<Reg>) -> Option<Reg> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(k.bin("and.pred", RegKind::Pred, a, b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Loads `base[row0 + j]` for each owned column `j`, guarded by its column's predicate and
+/// `row_ok` (+0 where either fails).
+fn ld_row(k: &mut Kernel, base: Reg, row0: Reg, cols: &[(Reg, Option<Reg>)], row_ok: Option<Reg>) -> Vec<Reg> {
+    cols.iter()
+        .map(|&(j, col_ok)| {
+            let guard = both(k, col_ok, row_ok);
+            let e = k.bin("add.u32", RegKind::B32, row0, j);
+            let a = k.addr_of(base, e, 4);
+            let v = k.imm_f32(0.0);
+            guarded(k, guard, "ld.global.f32", [v.into(), addr(a, 0)]);
+            v
+        })
+        .collect()
+}
+
 /// `op` guarded by the column's in-range predicate, if it has one.
 fn guarded<I: IntoIterator<Item = crate::ptx::Opnd>>(k: &mut Kernel, ok: Option<Reg>, op: &str, args: I) {
     match ok {
@@ -205,14 +228,7 @@ fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool, copy16: bool) ->
     };
     let name = if copy16 { format!("{name}_bf16") } else { name.to_string() };
     let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
-    let dx = k.param_reg("dx", ParamTy::U64);
-    let x = k.param_reg("x", ParamTy::U64);
-    let gain = k.param_reg("gain", ParamTy::U64);
-    let mean = k.param_reg("mean", ParamTy::U64);
-    let rstd = k.param_reg("rstd", ParamTy::U64);
-    let dy = k.param_reg("dy", ParamTy::U64);
-    let r = residual.then(|| k.param_reg("r", ParamTy::U64));
-    let dx16 = copy16.then(|| k.param_reg("dx16", ParamTy::U64));
+    let DxParams { dx, x, gain, mean, rstd, dy, r, dx16 } = dx_params(&mut k, residual, copy16);
     let red = k.shared("red", 128, 16);
     let tid = k.sreg("%tid.x");
     let row = k.sreg("%ctaid.x");
@@ -234,22 +250,83 @@ fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool, copy16: bool) ->
     let ds = ld_owned(&mut k, dy, Some(row0), &owned);
     let gs = ld_owned(&mut k, gain, None, &owned);
     let xs = ld_owned(&mut k, x, Some(row0), &owned);
+    let (mean_g, mean_gx) = row_means(&mut k, RowIn { ds: &ds, gs: &gs, xs: &xs, m, rs }, &owned, &red, tid, c);
+    let rv = r.map(|r| ld_owned(&mut k, r, Some(row0), &owned));
+    let row = RowIn { ds: &ds, gs: &gs, xs: &xs, m, rs };
+    store_row_dx(&mut k, row, (mean_g, mean_gx), rv.as_deref(), &owned, (dx, dx16), row0, None);
+    k.ret();
+    k
+}
+
+/// The input-gradient kernels' parameters, in order: dx, x, gain, mean, rstd, dy, then the
+/// residual `r` and the bf16 copy `dx16` where taken.
+struct DxParams {
+    dx: Reg,
+    x: Reg,
+    gain: Reg,
+    mean: Reg,
+    rstd: Reg,
+    dy: Reg,
+    r: Option<Reg>,
+    dx16: Option<Reg>,
+}
+
+fn dx_params(k: &mut Kernel, residual: bool, copy16: bool) -> DxParams {
+    let [dx, x, gain, mean, rstd, dy] = ["dx", "x", "gain", "mean", "rstd", "dy"].map(|p| k.param_reg(p, ParamTy::U64));
+    let r = residual.then(|| k.param_reg("r", ParamTy::U64));
+    let dx16 = copy16.then(|| k.param_reg("dx16", ParamTy::U64));
+    DxParams { dx, x, gain, mean, rstd, dy, r, dx16 }
+}
+
+/// One row's values as a thread of a row kernel holds them: its columns of dy, the gain and x,
+/// and the row's mean and rstd.
+#[derive(Clone, Copy)]
+struct RowIn<'a> {
+    ds: &'a [Reg],
+    gs: &'a [Reg],
+    xs: &'a [Reg],
+    m: Reg,
+    rs: Reg,
+}
+
+/// The input gradient's two row means, `mean(dy·g)` and `mean(dy·g·x̂)`: this thread's sums in
+/// column order, then the block's fixed-order reduction.
+fn row_means(k: &mut Kernel, row: RowIn, owned: &[(Reg, Option<Reg>)], red: &str, tid: Reg, c: u32) -> (Reg, Reg) {
+    let RowIn { ds, gs, xs, m, rs } = row;
     let sg = k.imm_f32(0.0);
     let sgx = k.imm_f32(0.0);
-    for (((&d, &g), &v), &(_, ok)) in ds.iter().zip(&gs).zip(&xs).zip(&owned) {
+    for (((&d, &g), &v), &(_, ok)) in ds.iter().zip(gs).zip(xs).zip(owned) {
         let gd = k.bin("mul.rn.f32", RegKind::F32, d, g);
-        guarded(&mut k, ok, "add.rn.f32", [sg.into(), sg.into(), gd.into()]);
+        guarded(k, ok, "add.rn.f32", [sg.into(), sg.into(), gd.into()]);
         let xm = k.bin("sub.rn.f32", RegKind::F32, v, m);
         let t = k.bin("mul.rn.f32", RegKind::F32, gd, xm);
         let t = k.bin("mul.rn.f32", RegKind::F32, t, rs);
-        guarded(&mut k, ok, "add.rn.f32", [sgx.into(), sgx.into(), t.into()]);
+        guarded(k, ok, "add.rn.f32", [sgx.into(), sgx.into(), t.into()]);
     }
-    let a = k.block_reduce_f32(sg, "add", &red, tid, THREADS);
-    let b = k.block_reduce_f32(sgx, "add", &red, tid, THREADS);
+    let a = k.block_reduce_f32(sg, "add", red, tid, THREADS);
+    let b = k.block_reduce_f32(sgx, "add", red, tid, THREADS);
     let mean_g = k.bin("div.rn.f32", RegKind::F32, a, c as f32);
     let mean_gx = k.bin("div.rn.f32", RegKind::F32, b, c as f32);
-    let rv = r.map(|r| ld_owned(&mut k, r, Some(row0), &owned));
-    for (n_col, (((&d, &g), &v), &(j, ok))) in ds.iter().zip(&gs).zip(&xs).zip(&owned).enumerate() {
+    (mean_g, mean_gx)
+}
+
+/// Stores one row's input gradient `rstd·(dy·g − mean_g − x̂·mean_gx)` (plus the residual's
+/// `rv` where given) at `dx[row0 + j]`, and its bf16 rounding at `dx16` where given; `row_ok`
+/// guards the stores of a row that may lie past the end.
+#[allow(clippy::too_many_arguments)]
+fn store_row_dx(
+    k: &mut Kernel,
+    row: RowIn,
+    (mean_g, mean_gx): (Reg, Reg),
+    rv: Option<&[Reg]>,
+    owned: &[(Reg, Option<Reg>)],
+    (dx, dx16): (Reg, Option<Reg>),
+    row0: Reg,
+    row_ok: Option<Reg>,
+) {
+    let RowIn { ds, gs, xs, m, rs } = row;
+    for (n_col, (((&d, &g), &v), &(j, ok))) in ds.iter().zip(gs).zip(xs).zip(owned).enumerate() {
+        let ok = both(k, ok, row_ok);
         let i = k.bin("add.u32", RegKind::B32, row0, j);
         let xm = k.bin("sub.rn.f32", RegKind::F32, v, m);
         let xhat = k.bin("mul.rn.f32", RegKind::F32, xm, rs);
@@ -258,18 +335,107 @@ fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool, copy16: bool) ->
         let t2 = k.bin("mul.rn.f32", RegKind::F32, xhat, mean_gx);
         let t3 = k.bin("sub.rn.f32", RegKind::F32, t1, t2);
         let o = k.bin("mul.rn.f32", RegKind::F32, rs, t3);
-        let o = match &rv {
+        let o = match rv {
             Some(rv) => k.bin("add.rn.f32", RegKind::F32, o, rv[n_col]),
             None => o,
         };
         let a = k.addr_of(dx, i, 4);
-        guarded(&mut k, ok, "st.global.f32", [addr(a, 0), o.into()]);
+        guarded(k, ok, "st.global.f32", [addr(a, 0), o.into()]);
         if let Some(d16) = dx16 {
             let h = k.reg(RegKind::B16);
             k.op("cvt.rn.bf16.f32", [h.into(), o.into()]);
             let a = k.addr_of(d16, i, 2);
-            guarded(&mut k, ok, "st.global.b16", [addr(a, 0), h.into()]);
+            guarded(k, ok, "st.global.b16", [addr(a, 0), h.into()]);
         }
+    }
+}
+
+/// Grid and block of [`backward_dx_partials_kernel`]: a block a band.
+pub fn dx_partials_launch(n: Norm) -> ((u32, u32, u32), (u32, u32, u32)) {
+    ((n.bands() as u32, 1, 1), (THREADS, 1, 1))
+}
+
+/// The input gradient ([`backward_dx_kernel_adding`], with `copy16` also its bf16 rounding) and
+/// parameter-gradient pass 1 ([`backward_partials_kernel`]) in one launch: params as the input
+/// gradient's kernel (dx, x, gain, mean, rstd, dy, then r and dx16 where taken), then
+/// `partials`; grid [`dx_partials_launch`]. Pass 2 follows as its own launch.
+///
+/// Why: the two read the same x and dy (67 MB a LayerNorm at sixteen contexts); here each is
+/// read once. How: a block takes a band of [`BAND`] rows in order, row by row as the row
+/// kernel does (the next row's loads issued before this row's reductions), and each thread adds
+/// its columns' terms of the band's rows into its gain and bias partials in row order — the
+/// pass-1 kernel's sums, operation for operation, so the bits are the same.
+pub fn backward_dx_partials_kernel(n: Norm, residual: bool, copy16: bool) -> Kernel {
+    let c = n.c as u32;
+    let bands = n.bands() as u32;
+    let name =
+        format!("layernorm_bwd_dx{}_partials{}", if residual { "_add" } else { "" }, if copy16 { "_bf16" } else { "" });
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
+    let DxParams { dx, x, gain, mean, rstd, dy, r, dx16 } = dx_params(&mut k, residual, copy16);
+    let partials = k.param_reg("partials", ParamTy::U64);
+    let red = k.shared("red", 128, 16);
+    let tid = k.sreg("%tid.x");
+    let band = k.sreg("%ctaid.x");
+    let owned = owned_cols(&mut k, tid, c);
+    let gs = ld_owned(&mut k, gain, None, &owned);
+    let ags: Vec<Reg> = owned.iter().map(|_| k.imm_f32(0.0)).collect();
+    let abs: Vec<Reg> = owned.iter().map(|_| k.imm_f32(0.0)).collect();
+    let r0 = k.bin("mul.lo.u32", RegKind::B32, band, BAND as u32);
+    let ragged = !n.rows.is_multiple_of(BAND);
+    struct Loaded {
+        row0: Reg,
+        ok: Option<Reg>,
+        m: Reg,
+        rs: Reg,
+        ds: Vec<Reg>,
+        xs: Vec<Reg>,
+    }
+    // Row i of the band: every load issued, each guarded where the row or column may be past
+    // the end (+0 there).
+    let load = |k: &mut Kernel, i: u32| {
+        let row = k.bin("add.u32", RegKind::B32, r0, i);
+        let ok = ragged.then(|| k.setp("lt.u32", row, n.rows as u32));
+        let row0 = k.bin("mul.lo.u32", RegKind::B32, row, c);
+        let one = |k: &mut Kernel, base: Reg| {
+            let a = k.addr_of(base, row, 4);
+            let v = k.imm_f32(0.0);
+            guarded(k, ok, "ld.global.f32", [v.into(), addr(a, 0)]);
+            v
+        };
+        let (m, rs) = (one(k, mean), one(k, rstd));
+        let ds = ld_row(k, dy, row0, &owned, ok);
+        let xs = ld_row(k, x, row0, &owned, ok);
+        Loaded { row0, ok, m, rs, ds, xs }
+    };
+    let mut next = Some(load(&mut k, 0));
+    for i in 0..BAND as u32 {
+        let cur = next.take().expect("each row loaded before its turn");
+        if i + 1 < BAND as u32 {
+            next = Some(load(&mut k, i + 1));
+        }
+        let row = RowIn { ds: &cur.ds, gs: &gs, xs: &cur.xs, m: cur.m, rs: cur.rs };
+        let means = row_means(&mut k, row, &owned, &red, tid, c);
+        // The residual's row as the row kernel reads it, after the reductions (fewer registers
+        // held across them: seven blocks an SM would leave 1,024 bands a second wave).
+        let rv = r.map(|r| ld_row(&mut k, r, cur.row0, &owned, cur.ok));
+        store_row_dx(&mut k, row, means, rv.as_deref(), &owned, (dx, dx16), cur.row0, cur.ok);
+        // Pass 1's terms of this row, in its order of operations.
+        for (((&d, &v), &ag), &ab) in cur.ds.iter().zip(&cur.xs).zip(&ags).zip(&abs) {
+            let xm = k.bin("sub.rn.f32", RegKind::F32, v, cur.m);
+            let t = k.bin("mul.rn.f32", RegKind::F32, d, xm);
+            let t = k.bin("mul.rn.f32", RegKind::F32, t, cur.rs);
+            guarded(&mut k, cur.ok, "add.rn.f32", [ag.into(), ag.into(), t.into()]);
+            guarded(&mut k, cur.ok, "add.rn.f32", [ab.into(), ab.into(), d.into()]);
+        }
+    }
+    let bb = k.bin("add.u32", RegKind::B32, band, bands);
+    for ((&(j, ok), &ag), &ab) in owned.iter().zip(&ags).zip(&abs) {
+        let ig = k.tri("mad.lo.u32", RegKind::B32, band, c, j);
+        let a = k.addr_of(partials, ig, 4);
+        guarded(&mut k, ok, "st.global.f32", [addr(a, 0), ag.into()]);
+        let ib = k.tri("mad.lo.u32", RegKind::B32, bb, c, j);
+        let a = k.addr_of(partials, ib, 4);
+        guarded(&mut k, ok, "st.global.f32", [addr(a, 0), ab.into()]);
     }
     k.ret();
     k

@@ -181,6 +181,32 @@ struct Lowerer<'p> {
     /// Tensor maps of the TMA engine's launches (see [`Lowered::tensor_maps`]), one per
     /// distinct operand and shape.
     tensor_maps: Vec<(usize, usize, gemm_tma::MapSpec)>,
+    /// The plain product (store epilogue, unbatched, no fusion) `lower_node` just lowered: its
+    /// node, spec, shape and whether it is one launch (not split-K), for a chain after it to
+    /// run in its epilogue.
+    plain_product: Option<(u32, GemmSpec, GemmShape, bool)>,
+}
+
+/// The plain unbatched products of a phase launched so far (see `Lowerer::plain_product`).
+#[derive(Default)]
+struct LaunchedProducts {
+    /// The one-launch ones: node → (launch index, spec, shape).
+    whole: HashMap<u32, (usize, GemmSpec, GemmShape)>,
+    /// Every one, split-K too.
+    plain: std::collections::HashSet<u32>,
+}
+
+/// A fused elementwise chain as lowered: its launch, and what a product's epilogue needs to run
+/// it instead ([`Lowerer::chain_into_product`]).
+struct ChainLowered {
+    /// The launch position after the chain's run.
+    end: usize,
+    pending: Pending,
+    chain: fused::Chain,
+    inputs: Vec<Value>,
+    /// Where each output is stored (a bf16 cast's slot where it stores the cast).
+    dests: Vec<Value>,
+    run: Vec<u32>,
 }
 
 /// Per q (dq), k (dk): the tensor a fused rotary reads or writes instead, and its base.
@@ -339,7 +365,7 @@ impl Lowerer<'_> {
         i: usize,
         skip: &mut std::collections::HashSet<u32>,
         uses: &HashMap<Value, usize>,
-    ) -> Result<Option<(usize, Pending)>> {
+    ) -> Result<Option<ChainLowered>> {
         let g = &self.plan.program.graph;
         let f32 = |v: Value| g.dtype(v) == DType::F32;
         let len = |id: u32| {
@@ -451,11 +477,101 @@ impl Lowerer<'_> {
                 let (blocks, threads) = grid_blocks(n);
                 let pending =
                     Pending { kernel, grid: (blocks, 1, 1), block: (threads, 1, 1), args, node: Some(run[0]) };
-                return Ok(Some((end, pending)));
+                let dests = dests.into_iter().map(|(v, _)| v).collect();
+                return Ok(Some(ChainLowered { end, pending, chain, inputs, dests, run: run.to_vec() }));
             }
             end -= 1;
         }
         Ok(None)
+    }
+
+    /// Runs the chain `cl` (at launch position `i`) in the epilogue of the plain product it reads
+    /// ([`gemm::ChainEpilogue`]), where it can: the product is read by the chain alone, has the
+    /// chain's shape, and between the two only plain products run (launched as they are, no
+    /// fusion moving other stores among them). The chain's outputs are then written while the
+    /// product's operands and everything those products read or write are still in use, so
+    /// their slots must be clear of all of it; and the chain's other inputs, now read earlier,
+    /// must not be written in between. Patches the product's launch (in `launches`) and returns
+    /// true, or returns false and changes nothing.
+    fn chain_into_product(
+        &mut self,
+        view: &PhaseView,
+        i: usize,
+        cl: &ChainLowered,
+        launches: &mut [Pending],
+        products: &LaunchedProducts,
+        uses: &HashMap<Value, usize>,
+    ) -> Result<bool> {
+        let g = &self.plan.program.graph;
+        let operands = |id: u32| {
+            let n = &g.nodes[id as usize];
+            self.f32_gemm.get(&id).copied().unwrap_or((n.inputs[0], n.inputs[1]))
+        };
+        // A plain product launched as it is: no fusion writes anything else from its launch.
+        let plain = |id: u32| {
+            products.plain.contains(&id)
+                && !self.gemm_add.contains_key(&id)
+                && !self.more.gemm_act.contains_key(&id)
+                && !self.more.gemm_mul.contains_key(&id)
+                && !self.more.gemm_heads.contains_key(&id)
+                && !self.store_as.contains_key(&Value { node: id, index: 0 })
+        };
+        for (j, &x) in cl.inputs.iter().enumerate() {
+            let Some(&(li, spec, shape)) = products.whole.get(&x.node) else { continue };
+            let Some(&pg) = view.pos.get(&x.node) else { continue };
+            let read_in_run: usize =
+                cl.run.iter().map(|&r| g.nodes[r as usize].inputs.iter().filter(|&&y| y == x).count()).sum();
+            let whole = x.index == 0
+                && plain(x.node)
+                && uses.get(&x).copied() == Some(read_in_run)
+                && shape.batch == 1
+                && shape.ldc == shape.n
+                && shape.m as usize * shape.n as usize == cl.chain.n;
+            if !whole || pg >= i {
+                continue;
+            }
+            let Some(ce) = gemm::ChainEpilogue::new(&cl.chain, j) else { continue };
+            let between = &view.nodes[pg + 1..i];
+            let only_products =
+                between.iter().all(|&n| matches!(g.nodes[n as usize].op, Op::Reshape { .. }) || plain(n));
+            if !only_products {
+                continue;
+            }
+            let rng = |v: Value| range(self.plan, v);
+            let (a, b) = operands(x.node);
+            let mut touched = vec![rng(a), rng(b)];
+            let mut written = vec![];
+            for &n in between {
+                if matches!(g.nodes[n as usize].op, Op::Reshape { .. }) {
+                    continue;
+                }
+                let (na, nb) = operands(n);
+                let out = rng(Value { node: n, index: 0 });
+                touched.extend([rng(na), rng(nb), out]);
+                written.push(out);
+            }
+            let dests_clear = cl.dests.iter().all(|&d| rng(d).is_some_and(|r| clear_of(r, touched.iter().copied())));
+            let others_unwritten = cl
+                .inputs
+                .iter()
+                .filter(|&&y| y != x)
+                .all(|&y| rng(y).is_some_and(|r| clear_of(r, written.iter().copied())));
+            if !(dests_clear && others_unwritten) {
+                continue;
+            }
+            let spec = GemmSpec { chain: Some(ce), ..spec };
+            let kernel = self.kernel(spec.kernel())?;
+            let p = &mut launches[li];
+            // The chain's pointers go after the shape's (13 arguments), before the tensor maps.
+            let mut args: Vec<A> = p.args.drain(..13).collect();
+            args.extend(cl.dests.iter().map(|&d| self.ptr(d)));
+            args.extend(ce.others().into_iter().map(|k| self.ptr(cl.inputs[k])));
+            args.append(&mut p.args);
+            p.args = args;
+            p.kernel = kernel;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// The Add right after the LayerNormBackward at `nodes[i]` that its input-gradient kernel
@@ -539,6 +655,29 @@ impl Lowerer<'_> {
         let nm = Norm { rows: node.outputs[0].numel() / c.max(1), c };
         let (x, gain, mean, rstd, dy) = (ins[0], ins[1], ins[2], ins[3], ins[4]);
         self.need_scratch(nm.scratch_floats() * 4);
+        let dst = add.map_or(out(0), |(a, _)| Value { node: a, index: 0 });
+        // Over many bands, pass 1 runs in the input gradient's launch (reading x and dy once),
+        // a block a band, then pass 2 ([`layernorm::backward_dx_partials_kernel`]).
+        if knobs().ln_partials && nm.bands() >= PARTIALS_IN_ROWS_MIN_BANDS {
+            let mut args: Vec<A> = [dst, x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect();
+            args.extend(add.map(|(_, r)| self.ptr(r)));
+            args.extend(copy.map(|c| self.ptr(c)));
+            args.push(A::Scratch(0));
+            let k1 = self.kernel(layernorm::backward_dx_partials_kernel(nm, add.is_some(), copy.is_some()))?;
+            let (grid, block) = layernorm::dx_partials_launch(nm);
+            let k3 = self.kernel(layernorm::backward_finish_kernel(nm))?;
+            let (grid3, block3) = layernorm::finish_launch(nm);
+            return Ok(vec![
+                Pending { kernel: k1, grid, block, args, node: Some(id) },
+                Pending {
+                    kernel: k3,
+                    grid: grid3,
+                    block: block3,
+                    args: vec![self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)],
+                    node: Some(id),
+                },
+            ]);
+        }
         let cols = (c as u32).div_ceil(layernorm::THREADS);
         let k2 = self.kernel(layernorm::backward_partials_kernel(nm))?;
         let mut args = vec![A::Scratch(0)];
@@ -550,7 +689,6 @@ impl Lowerer<'_> {
             args,
             node: Some(id),
         }];
-        let dst = add.map_or(out(0), |(a, _)| Value { node: a, index: 0 });
         let mut args: Vec<A> = [dst, x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect();
         if let Some((_, r)) = add {
             args.push(self.ptr(r));
@@ -795,6 +933,11 @@ impl Lowerer<'_> {
                         None => (c, r),
                     };
                     let splits = if knobs().split_k { shape.split_k(spec.bk) } else { 1 };
+                    let plain = spec.epilogue == Epilogue::Store
+                        && spec.activation.is_none()
+                        && spec.heads.is_none()
+                        && shape.batch == 1
+                        && c == out(0);
                     if splits > 1 {
                         // K in parts into the scratch region, then the fixed-order sum with the
                         // epilogue (which runs after every operand read: the fusions' slot rules
@@ -816,6 +959,9 @@ impl Lowerer<'_> {
                         args.extend(self.maps_for(&pspec, &part, a, b)?);
                         let block = (pspec.threads(), 1, 1);
                         v.push(Pending { kernel, grid: pspec.grid(&part), block, args, node: some });
+                        if plain {
+                            self.plain_product = Some((id, spec, shape, false));
+                        }
                         let mut args = vec![self.ptr(c), self.ptr(r), A::Scratch(0)];
                         if let Some((u, _)) = act {
                             args.push(self.ptr(Value { node: u, index: 0 }));
@@ -828,6 +974,9 @@ impl Lowerer<'_> {
                         return Ok(v);
                     }
                     let spec = with_ring(on_tma(spec), &shape);
+                    if plain {
+                        self.plain_product = Some((id, spec, shape, true));
+                    }
                     let kernel = self.kernel(spec.kernel())?;
                     let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
                     args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
@@ -920,7 +1069,7 @@ impl Lowerer<'_> {
                 let kernel = self.kernel(embedding::scatter_add_kernel())?;
                 v.push(Pending {
                     kernel,
-                    grid: (*rows as u32, 1, 1),
+                    grid: (embedding::scatter_add_blocks(*rows as u32), 1, 1),
                     block: (embedding::THREADS, 1, 1),
                     args: vec![
                         self.ptr(out(0)),
@@ -2235,7 +2384,7 @@ fn mul_epilogues(
         // 26.84 ms with the fusion, one context's 3.853 -> 3.869 / 3.866 ms (its shallow grid
         // leaves the epilogue's extra traffic exposed).
         let (gx, gy, gz) = spec.grid(&shape);
-        let deep = gx * gy * gz >= gemm_wgmma::SHALLOW_RING_WAVES * gemm::SMS;
+        let deep = gx * gy * gz >= gemm_wgmma::MUL_EPILOGUE_WAVES * gemm::SMS;
         let plain = !gemm_add.contains_key(&gid)
             && !more.gemm_act.contains_key(&gid)
             && !more.gemm_heads.contains_key(&gid)
@@ -2284,6 +2433,10 @@ pub struct LowerOptions {
     /// Attention reads q, k and v as bf16, stored (q and k turned by the rotary) by the
     /// projection's head-split epilogue, where the plan allows (`turned_heads`).
     pub bf16_attention: bool,
+    /// Run a fused chain that alone reads a plain product in the product's epilogue
+    /// ([`gemm::ChainEpilogue`], `Lowerer::chain_into_product`). Off by default: slower on the
+    /// H200 (g48).
+    pub chain_epilogues: bool,
 }
 
 impl LowerOptions {
@@ -2292,6 +2445,7 @@ impl LowerOptions {
         LowerOptions {
             fold_casts_into_gemms: knobs().cast_into_gemm.unwrap_or(false),
             bf16_attention: knobs().bf16_attention,
+            chain_epilogues: knobs().chain_epilogue,
         }
     }
 }
@@ -2319,6 +2473,7 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         cast_candidates: producer_cast_candidates(&plan.program),
         param_casts: grouped_param_casts(&plan.program),
         tensor_maps: vec![],
+        plain_product: None,
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -2362,6 +2517,7 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
                 skip.insert(mul);
             }
         }
+        let mut products = LaunchedProducts::default();
         let mut i = 0;
         while i < nodes.len() {
             if skip.contains(&nodes[i]) {
@@ -2378,9 +2534,14 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
                 i += 2;
                 continue;
             }
-            if let Some((j, chain)) = lw.elementwise_chain(&nodes, i, &mut skip, &uses)? {
-                launches.push(chain);
-                i = j;
+            if let Some(cl) = lw.elementwise_chain(&nodes, i, &mut skip, &uses)? {
+                let end = cl.end;
+                if !(options.chain_epilogues
+                    && lw.chain_into_product(&view, i, &cl, &mut launches, &products, &uses)?)
+                {
+                    launches.push(cl.pending);
+                }
+                i = end;
                 continue;
             }
             // Consecutive casts of parameters (not folded into loads): one launch.
@@ -2412,6 +2573,12 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
                 continue;
             }
             launches.extend(lw.lower_node(nodes[i])?);
+            if let Some((id, spec, shape, whole)) = lw.plain_product.take() {
+                products.plain.insert(id);
+                if whole {
+                    products.whole.insert(id, (launches.len() - 1, spec, shape));
+                }
+            }
             i += 1;
         }
         for c in &ph.copies {
@@ -2513,6 +2680,11 @@ pub fn lower_program_with(program: &alpha_ir::Program, options: LowerOptions) ->
 /// LayerNorm backwards of up to this many bands of rows run their band fold beside the input
 /// gradient's rows (see `Lowerer::lower_layernorm_backward`).
 const FOLD_BESIDE_ROWS_MAX_BANDS: usize = 64;
+
+/// Bands from which a LayerNorm backward's pass 1 runs in its input gradient's launch: two
+/// blocks an SM, so that the band-at-a-time rows still fill the GPU (sixteen contexts' 1,024
+/// bands do; one context's 64 keep the row-a-block grid).
+const PARTIALS_IN_ROWS_MIN_BANDS: usize = 2 * gemm::SMS as usize;
 
 /// Casts of parameters to bf16, read by two products or more, that stand next to another such
 /// cast in the graph: a model that rounds a block's weights together (`systems/coppelius.rs`). They are launched as one
@@ -2661,12 +2833,12 @@ mod tests {
 
     /// Lowers `g` as a one-phase forward program whose output "s" is `s`.
     fn lower_forward(g: Graph, s: Value) -> Lowered {
-        lower_forward_with(g, s, LowerOptions { fold_casts_into_gemms: false, bf16_attention: true })
+        lower_forward_with(g, s, LowerOptions { fold_casts_into_gemms: false, ..LowerOptions::from_knobs() })
     }
 
     /// [`lower_forward`] folding casts into the GEMMs' loads.
     fn lower_forward_folding(g: Graph, s: Value) -> Lowered {
-        lower_forward_with(g, s, LowerOptions { fold_casts_into_gemms: true, bf16_attention: true })
+        lower_forward_with(g, s, LowerOptions { fold_casts_into_gemms: true, ..LowerOptions::from_knobs() })
     }
 
     fn lower_forward_with(g: Graph, s: Value, options: LowerOptions) -> Lowered {
@@ -2846,12 +3018,9 @@ mod tests {
         assert_eq!(gemm.iter().filter(|m| *m == "ex2.approx.f32").count(), 32, "one GELU per accumulator");
     }
 
-    #[test]
-    fn a_unary_whose_slot_the_plan_gives_an_operand_is_not_fused() {
-        // y0 (a reduction: it cannot store bf16 itself) dies when the GEMM (reading it as its
-        // f32 A) is done, so the plan puts relu's output exactly on it: writing relu from the
-        // GEMM's epilogue would clobber A for the blocks still reading it. The Unary stays a
-        // launch.
+    /// `h = relu(y)·y` of the product `y = bf16(Σ x) · bf16(w)`, summed: (graph, [y0 = Σ x,
+    /// relu(y), h, the sum]).
+    fn relu_times_product() -> (Graph, [Value; 4]) {
         let mut g = Graph::new("t");
         let x = g.param("x", &[64, 64, 2], Init::Zeros);
         let w = g.param("w", &[64, 64], Init::Zeros);
@@ -2862,10 +3031,37 @@ mod tests {
         let a = g.relu(y);
         let h = g.mul(a, y);
         let s = g.sum_all(h);
+        (g, [y0, a, h, s])
+    }
+
+    #[test]
+    fn a_unary_whose_slot_the_plan_gives_an_operand_is_not_fused() {
+        // y0 (a reduction: it cannot store bf16 itself) dies when the GEMM (reading it as its
+        // f32 A) is done, so the plan puts relu's output exactly on it: writing relu from the
+        // GEMM's epilogue would clobber A for the blocks still reading it. The Unary stays a
+        // launch.
+        let (g, [y0, a, _, s]) = relu_times_product();
         let l = lower_forward_folding(g, s);
         let names = launch_names(&l);
         assert_eq!(l.plan.slot(a).offset, l.plan.slot(y0).offset, "the premise: relu's slot is y0's");
         assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64_wg", "ew_relu_mul", "reduce_sum"]);
+    }
+
+    /// With chain epilogues on, the same program's chain relu(y)·y, which alone reads y, runs in
+    /// the product's epilogue: y is never stored, only h, whose slot is clear of the GEMM's A.
+    #[test]
+    fn a_chain_read_alone_runs_in_the_products_epilogue() {
+        let (g, [y0, _, h, s]) = relu_times_product();
+        let options = LowerOptions { fold_casts_into_gemms: true, chain_epilogues: true, ..LowerOptions::from_knobs() };
+        let l = lower_forward_with(g, s, options);
+        let names = launch_names(&l);
+        assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64_then_relui0_muls0i0_out1f_p0_wg", "reduce_sum"]);
+        let (hs, ys) = (l.plan.slot(h), l.plan.slot(y0));
+        assert!(hs.offset + hs.len <= ys.offset || ys.offset + ys.len <= hs.offset, "h clear of y0");
+        // The product's pointers, then h's.
+        let gemm = &l.phases[0][1];
+        assert_eq!(gemm.args[13], LArg::Ptr(hs.offset));
+        assert_eq!(l.kernels[gemm.kernel].params[13].name, "chain_out0");
     }
 
     /// A product's operand that only a cast reads is stored as bf16 by its producer, straight

@@ -231,6 +231,9 @@ pub struct Kernel {
     pub block: Option<(u32, u32, u32)>,
     /// Upper bound on threads per block (`.maxntid`) when the block size is not fixed.
     pub max_threads: Option<u32>,
+    /// Blocks an SM the kernel is written to run beside each other (`.minnctapersm`): ptxas
+    /// then keeps its registers within their share of the register file.
+    pub min_blocks_per_sm: Option<u32>,
     pub shared: Vec<SharedDecl>,
     /// Dynamic shared memory the host launcher will request (bytes), for the budget check.
     pub dynamic_shared: u32,
@@ -249,6 +252,7 @@ impl Kernel {
             params: Vec::new(),
             block: None,
             max_threads: None,
+            min_blocks_per_sm: None,
             shared: Vec::new(),
             dynamic_shared: 0,
             dynamic_array: None,
@@ -528,6 +532,9 @@ impl Kernel {
             let _ = writeln!(s, ".reqntid {x}, {y}, {z}");
         } else if let Some(m) = self.max_threads {
             let _ = writeln!(s, ".maxntid {m}, 1, 1");
+        }
+        if let Some(b) = self.min_blocks_per_sm {
+            let _ = writeln!(s, ".minnctapersm {b}");
         }
         let _ = writeln!(s, "{{");
         for kind in RegKind::ALL {

@@ -84,7 +84,10 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
         let readers: Vec<&alpha_ir::Node> = g.nodes.iter().filter(|n| n.inputs.contains(&out)).collect();
         assert!(!readers.is_empty() && readers.iter().all(|n| matches!(n.op, Op::MatMul { .. })), "cast %{c}");
     }
-    let tma = |x: &&alpha_cuda::lower::Launch| l.kernels[x.kernel].name.ends_with("_tma");
+    let tma = |x: &&alpha_cuda::lower::Launch| {
+        let name = &l.kernels[x.kernel].name;
+        name.ends_with("_tma") || name.ends_with("_tma_s3")
+    };
     assert!(l.phases[0]
         .iter()
         .filter(|x| l.kernels[x.kernel].name.starts_with("gemm_") && !l.kernels[x.kernel].name.contains("splitk"))
@@ -190,6 +193,27 @@ fn training_steps_launch_counts() {
 
 const BOB_LAUNCHES: usize = 12;
 const COPPELIUS_LAUNCHES: usize = 598;
+
+/// With chain epilogues on (`LowerOptions::chain_epilogues`), each block's gated GELU backward
+/// runs in the epilogue of the product of its dh, which is then never stored: d_up and d_gate
+/// stored as bf16 and gelu(gate) recomputed, one launch fewer a block.
+#[test]
+fn chain_epilogues_take_the_gated_gelu_backward_into_the_dh_products() {
+    let c = alpha_systems::coppelius::Coppelius::default();
+    let program = c.learner(10).training_program(c.model(1).unwrap()).unwrap();
+    let options = LowerOptions { chain_epilogues: true, ..LowerOptions::from_knobs() };
+    let l = lower_program_with(&program, options).unwrap();
+    check_pointers(&l);
+    let by = alpha_cuda::lower::launches_by_kernel(&l, 0);
+    let chained: usize = by
+        .iter()
+        .filter(|x| x.0.starts_with("gemm_rc_bf16_store_") && x.0.contains("_then_gelui2_"))
+        .map(|x| x.1)
+        .sum();
+    let chains: usize = by.iter().filter(|x| x.0.starts_with("ew")).map(|x| x.1).sum();
+    assert_eq!((chained, chains), (16, 1), "{by:?}");
+    assert_eq!(l.launch_count(0), COPPELIUS_LAUNCHES - 16);
+}
 
 /// At sixteen contexts the gated unit's `gelu(gate) · up`, stored as bf16, is written by the up
 /// half's product (the StoreMul epilogue): its R is the gate product's GELU output, its U the
