@@ -1100,11 +1100,13 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
 /// against the plain product and the multiply and rounding on the host, bit for bit: C and U,
 /// a ragged M, both tile widths of the TMA engine.
 fn store_mul_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    use crate::pointwise::{Body, Operand, Pointwise};
     let mut rows = vec![];
-    for (tile, stages) in [(Tile::T128x128, 3), (Tile::T128x64, 0)] {
+    let gelu = Some(alpha_ir::Unary::Gelu);
+    for (tile, stages, activation) in [(Tile::T128x128, 3, None), (Tile::T128x64, 0, None), (Tile::T128x128, 3, gelu)] {
         arena.reset();
         let plain = GemmSpec { tile, stages, ..GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::Bf16).tma() };
-        let fused = GemmSpec { epilogue: Epilogue::StoreMul, ..plain };
+        let fused = GemmSpec { epilogue: Epilogue::StoreMul, activation, ..plain };
         let sh = GemmShape::packed(&plain, 1000, 1408, 512);
         let GemmCase { ab, bb, cb, rb, r, nc, .. } = gemm_case(arena, rng, &plain, &sh)?;
         let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
@@ -1132,15 +1134,34 @@ fn store_mul_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec
         )?;
         let got_c: Vec<f32> = arena.download(c2, nc)?;
         let got_u: Vec<u16> = arena.download(u, nc)?;
+        // The multiplier: R, or the pointwise kernel's activation of R.
+        let r = match activation {
+            None => r,
+            Some(f) => {
+                let pw = Pointwise {
+                    shape: vec![nc],
+                    out: Operand::contiguous(alpha_ir::DType::F32, &[nc]),
+                    ins: vec![Operand::contiguous(alpha_ir::DType::F32, &[nc])],
+                    body: Body::Unary(f),
+                };
+                let act = arena.alloc_n::<f32>(nc)?;
+                let (blocks, threads) = pw.grid();
+                let fp = gpu.load(&pw.kernel()?)?;
+                let cfg = crate::driver::LaunchConfig::linear(blocks, threads);
+                gpu.launch(&fp, cfg, &[crate::driver::Arg::U64(act.ptr), crate::driver::Arg::U64(rb.ptr)])?;
+                arena.download(act, nc)?
+            }
+        };
         let differ = got_c.iter().zip(&want_c).filter(|(x, y)| x.to_bits() != y.to_bits()).count()
             + got_u
                 .iter()
                 .zip(want_c.iter().zip(&r))
                 .filter(|(x, (c, r))| **x != half::bf16::from_f32(**c * **r).to_bits())
                 .count();
+        let multiplier = if activation.is_some() { "act(R)" } else { "R" };
         rows.push(exact_row(
             "fusion",
-            &format!("{} = product, product·R", fused.name()),
+            &format!("{} = product, product·{multiplier}", fused.name()),
             "m1000 n1408 k512",
             differ,
             2 * nc,

@@ -134,9 +134,10 @@ pub enum Epilogue {
     AddResidual,
     /// `C += A·B` (gradient accumulation).
     Accumulate,
-    /// `C = A·B`, and `U = bf16(C · R)` (param `u`, bf16, C's layout): the product of a gated
-    /// unit's two halves, with its bf16 cast, written by the second half's product — the
-    /// pointwise multiply's own f32 rounding, then round-to-nearest-even.
+    /// `C = A·B`, and `U = bf16(C · R)` (param `u`, bf16, C's layout; `C · act(R)` with an
+    /// activation): the product of a gated unit's two halves, with its bf16 cast, written by
+    /// the second half's product — the pointwise multiply's own f32 rounding, then
+    /// round-to-nearest-even.
     StoreMul,
 }
 
@@ -277,7 +278,9 @@ pub struct GemmSpec {
     pub epilogue: Epilogue,
     /// With [`Epilogue::Store`]: the kernel also writes `u(acc)` to a second output (param `u`,
     /// after the others), computed by [`crate::pointwise::emit_unary`], the pointwise kernel's
-    /// own instruction sequence, so it equals the separate `Unary` launch bit for bit.
+    /// own instruction sequence, so it equals the separate `Unary` launch bit for bit. With
+    /// [`Epilogue::StoreMul`]: the multiplier is `u(R)`, computed the same way (a gated unit's
+    /// `gelu(gate)` from the gate, which then needs no stored copy).
     pub activation: Option<Unary>,
     pub tile: Tile,
     /// K consumed per pipeline step: [`BK`] on `mma.sync`, [`crate::gemm_wgmma::BK`] on `wgmma`.
@@ -1303,44 +1306,60 @@ pub(crate) fn store_tile(
             let rr = k.bin("add.u32", RegKind::B32, row0, mi as u32 * 16 + h as u32 * 8);
             let row_ok = k.setp("lt.u32", rr, m);
             let oks: Vec<Reg> = col_ok.iter().map(|&c| k.bin("and.pred", RegKind::Pred, row_ok, c)).collect();
-            // The two values added to (or multiplied with) each column group's accumulators; the
-            // pointers have advanced to this row.
-            let olds: Option<Vec<Vec<Reg>>> = src.map(|p| {
-                oks.iter()
-                    .enumerate()
-                    .map(|(ni, &ok)| {
-                        let old = k.regs(RegKind::F32, 2);
-                        k.op("mov.f32", [old[0].into(), 0.0f32.into()]);
-                        k.op("mov.f32", [old[1].into(), 0.0f32.into()]);
-                        k.op_if(ok, false, "ld.global.v2.f32", [Opnd::V(old.clone()), addr(p, (ni * 32) as i64)]);
-                        old
-                    })
-                    .collect()
-            });
-            for (ni, c) in acc_m.iter().enumerate() {
-                let ok = oks[ni];
-                let v = [c[2 * h], c[2 * h + 1]];
-                let off = (ni * 32) as i64;
-                let out = match &olds {
-                    None => v.to_vec(),
-                    Some(_) if mul => v.to_vec(),
-                    Some(old) => vec![
-                        k.bin("add.rn.f32", RegKind::F32, v[0], old[ni][0]),
-                        k.bin("add.rn.f32", RegKind::F32, v[1], old[ni][1]),
-                    ],
-                };
-                if let (true, Some(old), Some(up)) = (mul, &olds, uptr) {
-                    let p0 = k.bin("mul.rn.f32", RegKind::F32, v[0], old[ni][0]);
-                    let p1 = k.bin("mul.rn.f32", RegKind::F32, v[1], old[ni][1]);
-                    let pair = k.reg(RegKind::B32);
-                    k.op("cvt.rn.bf16x2.f32", [pair.into(), p1.into(), p0.into()]);
-                    k.op_if(ok, false, "st.global.b32", [addr(up, (ni * 16) as i64), pair.into()]);
+            // The two values added to (or multiplied with) each column group's accumulators,
+            // loaded a chunk of column groups at a time (the pointers have advanced to this
+            // row): the whole row, or eight groups where the multiplier's activation is computed
+            // here (its arithmetic beside a whole row's values spilled registers).
+            let chunk = if mul && spec.activation.is_some() { 8 } else { acc_m.len() };
+            for first in (0..acc_m.len()).step_by(chunk) {
+                let cols = first..(first + chunk).min(acc_m.len());
+                let olds: Option<Vec<Vec<Reg>>> = src.map(|p| {
+                    cols.clone()
+                        .map(|ni| {
+                            let old = k.regs(RegKind::F32, 2);
+                            k.op("mov.f32", [old[0].into(), 0.0f32.into()]);
+                            k.op("mov.f32", [old[1].into(), 0.0f32.into()]);
+                            k.op_if(
+                                oks[ni],
+                                false,
+                                "ld.global.v2.f32",
+                                [Opnd::V(old.clone()), addr(p, (ni * 32) as i64)],
+                            );
+                            old
+                        })
+                        .collect()
+                });
+                for ni in cols {
+                    let c = &acc_m[ni];
+                    let ok = oks[ni];
+                    let old = olds.as_ref().map(|o| &o[ni - first]);
+                    let v = [c[2 * h], c[2 * h + 1]];
+                    let off = (ni * 32) as i64;
+                    let out = match old {
+                        None => v.to_vec(),
+                        Some(_) if mul => v.to_vec(),
+                        Some(old) => vec![
+                            k.bin("add.rn.f32", RegKind::F32, v[0], old[0]),
+                            k.bin("add.rn.f32", RegKind::F32, v[1], old[1]),
+                        ],
+                    };
+                    if let (true, Some(old), Some(up)) = (mul, old, uptr) {
+                        let [r0, r1] = [old[0], old[1]].map(|r| match spec.activation {
+                            Some(u) => crate::pointwise::emit_unary(k, u, r),
+                            None => r,
+                        });
+                        let p0 = k.bin("mul.rn.f32", RegKind::F32, v[0], r0);
+                        let p1 = k.bin("mul.rn.f32", RegKind::F32, v[1], r1);
+                        let pair = k.reg(RegKind::B32);
+                        k.op("cvt.rn.bf16x2.f32", [pair.into(), p1.into(), p0.into()]);
+                        k.op_if(ok, false, "st.global.b32", [addr(up, (ni * 16) as i64), pair.into()]);
+                    }
+                    if let (Some(u), Some(up), false) = (spec.activation, uptr, mul) {
+                        let act = out.iter().map(|&x| crate::pointwise::emit_unary(k, u, x)).collect();
+                        k.op_if(ok, false, "st.global.v2.f32", [addr(up, off), Opnd::V(act)]);
+                    }
+                    k.op_if(ok, false, "st.global.v2.f32", [addr(cptr, off), Opnd::V(out)]);
                 }
-                if let (Some(u), Some(up)) = (spec.activation, uptr) {
-                    let act = out.iter().map(|&x| crate::pointwise::emit_unary(k, u, x)).collect();
-                    k.op_if(ok, false, "st.global.v2.f32", [addr(up, off), Opnd::V(act)]);
-                }
-                k.op_if(ok, false, "st.global.v2.f32", [addr(cptr, off), Opnd::V(out)]);
             }
             k.op("add.s64", [cptr.into(), cptr.into(), row_step.into()]);
             if let Some(up) = uptr {
@@ -1354,10 +1373,11 @@ pub(crate) fn store_tile(
 }
 
 /// [`store_tile`] for a chain epilogue ([`ChainEpilogue`]), from the lane's first fragment
-/// element (`row0`, `col0`): per fragment row, eight column groups at a time, the other inputs'
-/// values are loaded, the steps run on each element, and the outputs stored (bf16 pairs as one
-/// 32-bit store, f32 pairs as one 64-bit store). An output may share its slot exactly with an
-/// input, as in the chain's kernel: each element is loaded before it is stored, by one thread.
+/// element (`row0`, `col0`): per fragment row, four column groups at a time (eight held too
+/// many values beside the accumulators for two blocks' registers), the other inputs' values are
+/// loaded, the steps run on each element, and the outputs stored (bf16 pairs as one 32-bit
+/// store, f32 pairs as one 64-bit store). An output may share its slot exactly with an input,
+/// as in the chain's kernel: each element is loaded before it is stored, by one thread.
 fn store_chain(
     k: &mut Kernel,
     spec: &GemmSpec,
@@ -1399,7 +1419,7 @@ fn store_chain(
             k.setp("lt.u32", c, n)
         })
         .collect();
-    const GROUPS: usize = 8;
+    const GROUPS: usize = 4;
     for (mi, acc_m) in acc.iter().enumerate() {
         for half in 0..2usize {
             let rr = k.bin("add.u32", RegKind::B32, row0, mi as u32 * 16 + half as u32 * 8);

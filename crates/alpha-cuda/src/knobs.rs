@@ -23,6 +23,7 @@
 //! | `ALPHA_LN_PARTIALS=off` | a LayerNorm backward over many bands runs its gain and bias pass 1 as a launch of its own instead of in the input gradient's launch |
 //! | `ALPHA_TWO_BLOCKS=off` | the TMA engine's three-stage kernels without `.minnctapersm 2` (ptxas may then take more registers than two blocks an SM leave) |
 //! | `ALPHA_RING_WAVES=n` | bf16 products of at least n waves of blocks take the three-stage ring (default 3) |
+//! | `ALPHA_MUL_RECOMPUTE=off` | a StoreMul epilogue reads the stored activation (`gelu(gate)`) instead of computing it from the gate, and that activation is stored |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -73,6 +74,9 @@ pub struct Knobs {
     pub ln_partials: bool,
     /// The TMA engine's three-stage kernels are held to two blocks' registers an SM.
     pub two_blocks: bool,
+    /// A StoreMul epilogue computes its multiplier's activation from the earlier product, and
+    /// an activation no launch then reads is not stored.
+    pub mul_recompute: bool,
     /// A forced threshold (waves of blocks) for the three-stage ring (None: the default).
     pub ring_waves: Option<u32>,
 }
@@ -109,6 +113,7 @@ pub fn knobs() -> &'static Knobs {
             chain_epilogue: var("ALPHA_CHAIN_EPILOGUE").as_deref() == Some("on"),
             ln_partials: var("ALPHA_LN_PARTIALS").as_deref() != Some("off"),
             two_blocks: var("ALPHA_TWO_BLOCKS").as_deref() != Some("off"),
+            mul_recompute: var("ALPHA_MUL_RECOMPUTE").as_deref() != Some("off"),
             ring_waves: var("ALPHA_RING_WAVES").and_then(|s| s.parse().ok()),
         }
     })

@@ -185,15 +185,21 @@ struct Lowerer<'p> {
     /// node, spec, shape and whether it is one launch (not split-K), for a chain after it to
     /// run in its epilogue.
     plain_product: Option<(u32, GemmSpec, GemmShape, bool)>,
+    /// The one-launch tiled product `lower_node` just lowered (any epilogue) and its spec.
+    one_launch_product: Option<(u32, GemmSpec)>,
+    /// (value, reader) pairs where a fused chain recomputes the value instead of reading it.
+    recomputed_reads: std::collections::HashSet<(Value, u32)>,
 }
 
-/// The plain unbatched products of a phase launched so far (see `Lowerer::plain_product`).
+/// The products of a phase launched so far (see `Lowerer::plain_product`).
 #[derive(Default)]
 struct LaunchedProducts {
     /// The one-launch ones: node → (launch index, spec, shape).
     whole: HashMap<u32, (usize, GemmSpec, GemmShape)>,
     /// Every one, split-K too.
     plain: std::collections::HashSet<u32>,
+    /// Every one-launch product, plain or not: node → (launch index, spec).
+    any: HashMap<u32, (usize, GemmSpec)>,
 }
 
 /// A fused elementwise chain as lowered: its launch, and what a product's epilogue needs to run
@@ -233,9 +239,10 @@ struct More {
     /// AttentionBackward → the bf16 cast of its permuted, concatenated gradients, which it
     /// stores itself ([`merged_gradients`]).
     merged_grads: HashMap<u32, Value>,
-    /// MatMul → (the multiply after it, the multiply's other operand, the bf16 cast the
-    /// multiply stores): the product's epilogue writes that cast too ([`mul_epilogues`]).
-    gemm_mul: HashMap<u32, (u32, Value, Value)>,
+    /// MatMul → (the multiply after it, the value its epilogue reads as R, the bf16 cast the
+    /// multiply stores, the activation applied to R): the product's epilogue writes that cast
+    /// too ([`mul_epilogues`]).
+    gemm_mul: HashMap<u32, (u32, Value, Value, Option<alpha_ir::Unary>)>,
     /// Attention → the bf16 cast of its permuted output, which it stores too
     /// ([`forward_copies`]).
     output_copy: HashMap<u32, Value>,
@@ -464,11 +471,17 @@ impl Lowerer<'_> {
                 skip.extend(into_casts.iter().map(|&(_, cv)| cv.node));
                 let dests: Vec<(Value, DType)> = out_values.iter().map(|&v| self.destination(v)).collect();
                 let bf16 = dests.iter().map(|d| d.1 == DType::BF16).collect();
+                let read = inputs.clone();
                 let (inputs, steps, outputs) = if knobs().recompute_unary {
                     recompute_unary_inputs(g, inputs, steps, outputs)
                 } else {
                     (inputs, steps, outputs)
                 };
+                for x in read.into_iter().filter(|x| !inputs.contains(x)) {
+                    for &r in run.iter().filter(|&&r| g.nodes[r as usize].inputs.contains(&x)) {
+                        self.recomputed_reads.insert((x, r));
+                    }
+                }
                 let chain = fused::Chain { n, inputs: inputs.len(), steps, outputs, bf16 };
                 let kernel =
                     self.kernel(chain.kernel().map_err(|e| node_error(&g.nodes[run[0] as usize], run[0], e))?)?;
@@ -483,6 +496,39 @@ impl Lowerer<'_> {
             end -= 1;
         }
         Ok(None)
+    }
+
+    /// Products whose activation epilogue ([`gemm::GemmSpec::activation`], `u(product)` as a
+    /// second output) writes a value no launch reads: every reader of it either multiplies it in
+    /// a StoreMul epilogue that computes it from the product itself, or is in a fused chain that
+    /// recomputes it. Their launches lose the activation (its kernel and the `u` pointer): a
+    /// gated unit's f32 `gelu(gate)`, 92 MB at sixteen contexts, is then never written.
+    fn dead_activation_stores(
+        &mut self,
+        view: &PhaseView,
+        uses: &HashMap<Value, usize>,
+        products: &LaunchedProducts,
+        launches: &mut [Pending],
+    ) -> Result<()> {
+        let acts: Vec<(u32, u32)> = self.more.gemm_act.iter().map(|(&host, &(u, _))| (host, u)).collect();
+        for (host, u) in acts {
+            let Some(&(li, spec)) = products.any.get(&host) else { continue };
+            let act = Value { node: u, index: 0 };
+            let readers = view.readers(act);
+            let multiplied = |r: u32| self.more.gemm_mul.values().any(|&(m, _, _, a)| m == r && a.is_some());
+            let unread = uses.get(&act).copied() == Some(readers.len())
+                && readers.iter().all(|&r| multiplied(r) || self.recomputed_reads.contains(&(act, r)));
+            if !unread || spec.activation.is_none() || spec.epilogue != Epilogue::Store {
+                continue;
+            }
+            let spec = GemmSpec { activation: None, ..spec };
+            let kernel = self.kernel(spec.kernel())?;
+            let p = &mut launches[li];
+            // The `u` pointer follows the shape's 13 arguments.
+            p.args.remove(13);
+            p.kernel = kernel;
+        }
+        Ok(())
     }
 
     /// Runs the chain `cl` (at launch position `i`) in the epilogue of the plain product it reads
@@ -918,8 +964,9 @@ impl Lowerer<'_> {
                     // A multiply after it as its epilogue: R = its other operand, U = its cast.
                     let mul = self.more.gemm_mul.get(&id).copied();
                     let (c, r) = match mul {
-                        Some((_, rv, _)) => {
+                        Some((_, rv, _, u)) => {
                             spec.epilogue = Epilogue::StoreMul;
+                            spec.activation = u;
                             (c, rv)
                         }
                         None => (c, r),
@@ -977,6 +1024,7 @@ impl Lowerer<'_> {
                     if plain {
                         self.plain_product = Some((id, spec, shape, true));
                     }
+                    self.one_launch_product = Some((id, spec));
                     let kernel = self.kernel(spec.kernel())?;
                     let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
                     args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
@@ -984,7 +1032,7 @@ impl Lowerer<'_> {
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
                     }
-                    if let Some((_, _, cast)) = mul {
+                    if let Some((_, _, cast, _)) = mul {
                         args.push(self.ptr(cast));
                     }
                     args.extend(self.maps_for(&spec, &shape, a, b)?);
@@ -2396,15 +2444,31 @@ fn mul_epilogues(
             _ => continue,
         };
         // Written before the product: by its own launch, or (an activation fused into an
-        // earlier product's epilogue) by that product's.
-        let writer = more.gemm_act.iter().find(|(_, &(u, _))| u == other.node).map_or(other.node, |(&host, _)| host);
+        // earlier product's epilogue) by that product's. That activation is then computed from
+        // the earlier product (`gelu(gate)` from the gate) instead of read: its value, which the
+        // gated unit's backward recomputes too, then need not be stored at all
+        // (`dead_activation_stores`).
+        let host = more.gemm_act.iter().find(|(_, &(u, _))| u == other.node).map(|(&host, &(_, u))| (host, u));
+        let writer = host.map_or(other.node, |(h, _)| h);
         let before = ph.pos.get(&writer).is_none_or(|&p| p < i);
+        let (other, act) = match host {
+            Some((h, u)) if knobs().mul_recompute => {
+                // The earlier product must still be alive here: read again at or after it.
+                let gate = Value { node: h, index: 0 };
+                let alive = ph.readers(gate).iter().any(|r| ph.pos.get(r).is_some_and(|&p| p >= i));
+                if !alive {
+                    continue;
+                }
+                (gate, Some(u))
+            }
+            _ => (other, None),
+        };
         let same = g.ty(other) == g.ty(prod) && mn.outputs[0] == *g.ty(prod) && g.dtype(prod) == DType::F32;
         let gn = &g.nodes[gid as usize];
         let (a, b) = f32_gemm.get(&gid).copied().unwrap_or((gn.inputs[0], gn.inputs[1]));
         let clear = ph.range(cast).is_some_and(|cr| clear_of(cr, [a, b, prod, other].map(|v| ph.range(v))));
         if whole && deep && plain && before && same && clear {
-            more.gemm_mul.insert(gid, (m, other, cast));
+            more.gemm_mul.insert(gid, (m, other, cast, act));
             found.push(m);
         }
     }
@@ -2474,6 +2538,8 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         param_casts: grouped_param_casts(&plan.program),
         tensor_maps: vec![],
         plain_product: None,
+        one_launch_product: None,
+        recomputed_reads: std::collections::HashSet::new(),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -2573,6 +2639,9 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
                 continue;
             }
             launches.extend(lw.lower_node(nodes[i])?);
+            if let Some((id, spec)) = lw.one_launch_product.take() {
+                products.any.insert(id, (launches.len() - 1, spec));
+            }
             if let Some((id, spec, shape, whole)) = lw.plain_product.take() {
                 products.plain.insert(id);
                 if whole {
@@ -2581,6 +2650,7 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             }
             i += 1;
         }
+        lw.dead_activation_stores(&view, &uses, &products, &mut launches)?;
         for c in &ph.copies {
             let (d, s) = (plan.slot(c.dst), plan.slot(c.src));
             if d.offset == s.offset {

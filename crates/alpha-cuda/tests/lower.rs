@@ -216,7 +216,8 @@ fn chain_epilogues_take_the_gated_gelu_backward_into_the_dh_products() {
 }
 
 /// At sixteen contexts the gated unit's `gelu(gate) · up`, stored as bf16, is written by the up
-/// half's product (the StoreMul epilogue): its R is the gate product's GELU output, its U the
+/// half's product (the StoreMul epilogue): its R is the gate product, whose GELU it computes
+/// (the gate product then stores no GELU output: the backward recomputes it too), its U the
 /// cast's slot that the down product reads.
 #[test]
 fn sixteen_contexts_multiply_the_gated_halves_in_the_up_products() {
@@ -227,12 +228,15 @@ fn sixteen_contexts_multiply_the_gated_halves_in_the_up_products() {
     let fused: Vec<usize> = (0..names.len()).filter(|&i| names[i].contains("_storemul")).collect();
     assert_eq!(fused.len(), 16);
     assert_eq!(names.iter().filter(|n| **n == "pw_mul_v4").count(), 0);
+    let gelu_gemms = names.iter().filter(|n| n.starts_with("gemm_") && n.contains("_gelu")).count();
+    assert_eq!(gelu_gemms, 16, "GELU only in the StoreMul epilogues");
     for &i in &fused {
-        // R is the previous launch's (the gate product's) GELU output, its `u`; U is what the
-        // next launch (the down product) reads as A.
+        // R is the previous launch's (the gate product's) output, its C; U is what the next
+        // launch (the down product) reads as A.
         let (gate, up, down) = (&l.phases[0][i - 1], &l.phases[0][i], &l.phases[0][i + 1]);
-        assert!(names[i - 1].contains("_store_gelu"), "{}", names[i - 1]);
-        assert_eq!(up.args[3], gate.args[13], "R = the GELU output");
+        assert!(names[i].contains("_storemul_gelu"), "{}", names[i]);
+        assert!(names[i - 1].starts_with("gemm_rr_bf16_store_tma"), "{}", names[i - 1]);
+        assert_eq!(up.args[3], gate.args[2], "R = the gate product");
         assert_eq!(up.args[13], down.args[0], "U = the down product's A");
     }
 }
