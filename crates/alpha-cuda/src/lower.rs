@@ -1300,7 +1300,8 @@ impl Lowerer<'_> {
             Op::CrossEntropy => {
                 self.want_f32(&node, id, &ins[..1])?;
                 let s = ishape(0);
-                let kernel = self.kernel(cross_entropy::forward_kernel())?;
+                let vocab = u32::try_from(s[s.len() - 1]).ok();
+                let kernel = self.kernel(cross_entropy::forward_kernel_for(vocab))?;
                 v.push(Pending {
                     kernel,
                     grid: (s[0] as u32, 1, 1),
