@@ -28,7 +28,7 @@ pub fn forward_kernel() -> Kernel {
 const HELD: u32 = 64;
 
 /// [`forward_kernel`], for a vocabulary of `vocab` where it is given, a multiple of
-/// [`THREADS`] and at most [`HELD`] logits a thread: then each thread loads its logits once,
+/// [`THREADS`] and at most 64 logits a thread: then each thread loads its logits once,
 /// all at the start, and both passes run over registers — the same values in the same order,
 /// so the same bits. Why: the strided loop waited out one load latency a logit, twice (16
 /// contexts' 805 MB of logits took 338 µs).

@@ -9,8 +9,9 @@
 //! one thread, which sums its band's rows in order; pass 2 folds each column's bands in order,
 //! one lane a column, from band partials staged through shared memory ([`fold_bands`]) — as a
 //! launch of its own, or in blocks after the input gradient's rows where the bands are few
-//! ([`backward_dx_kernel_folding`]). Each column's sum is thus the CPU's sum, operation for
-//! operation.
+//! ([`backward_dx_kernel_folding`]). Where the bands are many, pass 1 runs inside the input
+//! gradient's launch instead, a block a band ([`backward_dx_partials_kernel`]): x and dy are
+//! then read once. Each column's sum is thus the CPU's sum, operation for operation.
 //!
 //! How: x, gain, bias, dy and all outputs are f32; `mean` and `rstd` are saved per row by the
 //! forward and read by the backward. `.rn` arithmetic in the reference's order of operations;

@@ -24,8 +24,13 @@
 //! (`fuse_more`); the q/k/v projection storing bf16 heads turned by the rotary for attention to
 //! copy (`turned_heads`), the attention kernels storing the permuted bf16 tensors the
 //! projections around them read (`forward_copies`, `merged_gradients`), a gated unit's multiply
-//! as the up product's epilogue (`mul_epilogues`); runs of elementwise ops as one kernel, a
-//! unary of an input recomputed rather than read; every AdamW of a step as one launch. Each has
+//! as the up product's epilogue, computing `gelu(gate)` from the gate product
+//! (`mul_epilogues`), and an activation output nothing then reads left unstored
+//! (`Lowerer::dead_activation_stores`); runs of elementwise ops as one kernel, a unary of an
+//! input recomputed rather than read, and (with `LowerOptions`) such a run in the epilogue of
+//! the product it alone reads (`Lowerer::chain_into_product`); a LayerNorm backward's gain and
+//! bias pass 1 in its input gradient's launch over many bands; every AdamW of a step as one
+//! launch. Each has
 //! a knob ([`crate::knobs`]) to measure it against its absence. The plan is made with lifetime
 //! hints ([`lower_program`]) so these fusions find what they need still in place.
 
