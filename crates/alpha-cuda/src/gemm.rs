@@ -1267,6 +1267,14 @@ pub(crate) fn store_tile(
     }
     let Head { m, n, ldc, c_base, r_base, u_base, .. } = *h;
     let ni_n = acc[0].len();
+    // Each thread stores W consecutive values a unit: the fragment's own two (W = 2, a unit a
+    // column group), or four after a quad exchange (W = 4, a unit two column groups; see
+    // `quad_exchange`), so that a warp's store covers 64 bytes of each of its eight rows instead
+    // of 32.
+    let width: usize = if crate::knobs::knobs().wide_stores && ni_n.is_multiple_of(2) { 4 } else { 2 };
+    let col0 = if width == 4 { k.tri("mad.lo.u32", RegKind::B32, tq, 4u32, c0a) } else { col0 };
+    let units = ni_n * 2 / width;
+    let unit_cols = 4 * width as u32;
     let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
     let cptr = k.addr_of(c_base, e0, 4);
     let rptr = match spec.epilogue {
@@ -1285,12 +1293,13 @@ pub(crate) fn store_tile(
     } else {
         row_step
     };
-    let col_ok: Vec<Reg> = (0..ni_n as u32)
-        .map(|ni| {
-            let c = k.bin("add.u32", RegKind::B32, col0, ni * 8);
+    let col_ok: Vec<Reg> = (0..units as u32)
+        .map(|u| {
+            let c = k.bin("add.u32", RegKind::B32, col0, u * unit_cols);
             k.setp("lt.u32", c, n)
         })
         .collect();
+    let (f32s, b32s) = if width == 4 { ("v4.f32", "v2.b32") } else { ("v2.f32", "b32") };
     // Each row's residual (or old output) values are all loaded before any of its stores: a
     // load after a store to a possibly aliasing address cannot be moved ahead of it, so
     // interleaved load-add-store pairs would each wait out a full memory latency. One row (of
@@ -1300,65 +1309,81 @@ pub(crate) fn store_tile(
         Epilogue::Store => None,
         Epilogue::AddResidual | Epilogue::Accumulate | Epilogue::StoreMul => Some(rptr.unwrap_or(cptr)),
     };
+    let parity = (width == 4).then(|| {
+        let odd = k.bin("and.b32", RegKind::B32, tq, 1u32);
+        let high = k.bin("and.b32", RegKind::B32, tq, 2u32);
+        (k.setp("ne.u32", odd, 0u32), k.setp("ne.u32", high, 0u32))
+    });
     for (mi, acc_m) in acc.iter().enumerate() {
         for h in 0..2usize {
-            // Each column group's in-range predicate on row g (h = 0) or g + 8 of the group.
+            // Each unit's in-range predicate on row g (h = 0) or g + 8 of the group.
             let rr = k.bin("add.u32", RegKind::B32, row0, mi as u32 * 16 + h as u32 * 8);
             let row_ok = k.setp("lt.u32", rr, m);
             let oks: Vec<Reg> = col_ok.iter().map(|&c| k.bin("and.pred", RegKind::Pred, row_ok, c)).collect();
-            // The two values added to (or multiplied with) each column group's accumulators,
-            // loaded a chunk of column groups at a time (the pointers have advanced to this
-            // row): the whole row, or eight groups where the multiplier's activation is computed
-            // here (its arithmetic beside a whole row's values spilled registers).
-            let chunk = if mul && spec.activation.is_some() { 8 } else { acc_m.len() };
-            for first in (0..acc_m.len()).step_by(chunk) {
-                let cols = first..(first + chunk).min(acc_m.len());
+            // The values added to (or multiplied with) each unit's, loaded a chunk of units at a
+            // time (the pointers have advanced to this row): the whole row, or 16 columns' worth
+            // a thread where the multiplier's activation is computed here (its arithmetic beside
+            // a whole row's values spilled registers).
+            let chunk = if mul && spec.activation.is_some() { 16 / width } else { units };
+            for first in (0..units).step_by(chunk) {
+                let span = first..(first + chunk).min(units);
                 let olds: Option<Vec<Vec<Reg>>> = src.map(|p| {
-                    cols.clone()
-                        .map(|ni| {
-                            let old = k.regs(RegKind::F32, 2);
-                            k.op("mov.f32", [old[0].into(), 0.0f32.into()]);
-                            k.op("mov.f32", [old[1].into(), 0.0f32.into()]);
-                            k.op_if(
-                                oks[ni],
-                                false,
-                                "ld.global.v2.f32",
-                                [Opnd::V(old.clone()), addr(p, (ni * 32) as i64)],
-                            );
+                    span.clone()
+                        .map(|u| {
+                            let old = k.regs(RegKind::F32, width);
+                            for &o in &old {
+                                k.op("mov.f32", [o.into(), 0.0f32.into()]);
+                            }
+                            let at = addr(p, (u as u32 * unit_cols * 4) as i64);
+                            k.op_if(oks[u], false, &format!("ld.global.{f32s}"), [Opnd::V(old.clone()), at]);
                             old
                         })
                         .collect()
                 });
-                for ni in cols {
-                    let c = &acc_m[ni];
-                    let ok = oks[ni];
-                    let old = olds.as_ref().map(|o| &o[ni - first]);
-                    let v = [c[2 * h], c[2 * h + 1]];
-                    let off = (ni * 32) as i64;
-                    let out = match old {
-                        None => v.to_vec(),
-                        Some(_) if mul => v.to_vec(),
-                        Some(old) => vec![
-                            k.bin("add.rn.f32", RegKind::F32, v[0], old[0]),
-                            k.bin("add.rn.f32", RegKind::F32, v[1], old[1]),
-                        ],
+                for u in span {
+                    // This row's values of the unit: the fragment's pair, or four after the
+                    // exchange (made here, unit by unit, to hold few registers).
+                    let v = &match parity {
+                        None => vec![acc_m[u][2 * h], acc_m[u][2 * h + 1]],
+                        Some(p) => quad_exchange(k, &acc_m[2 * u], &acc_m[2 * u + 1], h, p),
+                    };
+                    let ok = oks[u];
+                    let old = olds.as_ref().map(|o| &o[u - first]);
+                    let off = (u as u32 * unit_cols * 4) as i64;
+                    let out: Vec<Reg> = match old {
+                        None => v.clone(),
+                        Some(_) if mul => v.clone(),
+                        Some(old) => {
+                            v.iter().zip(old).map(|(&x, &o)| k.bin("add.rn.f32", RegKind::F32, x, o)).collect()
+                        }
                     };
                     if let (true, Some(old), Some(up)) = (mul, old, uptr) {
-                        let [r0, r1] = [old[0], old[1]].map(|r| match spec.activation {
-                            Some(u) => crate::pointwise::emit_unary(k, u, r),
-                            None => r,
-                        });
-                        let p0 = k.bin("mul.rn.f32", RegKind::F32, v[0], r0);
-                        let p1 = k.bin("mul.rn.f32", RegKind::F32, v[1], r1);
-                        let pair = k.reg(RegKind::B32);
-                        k.op("cvt.rn.bf16x2.f32", [pair.into(), p1.into(), p0.into()]);
-                        k.op_if(ok, false, "st.global.b32", [addr(up, (ni * 16) as i64), pair.into()]);
+                        let r: Vec<Reg> = old
+                            .iter()
+                            .map(|&r| match spec.activation {
+                                Some(f) => crate::pointwise::emit_unary(k, f, r),
+                                None => r,
+                            })
+                            .collect();
+                        let p: Vec<Reg> =
+                            v.iter().zip(&r).map(|(&x, &y)| k.bin("mul.rn.f32", RegKind::F32, x, y)).collect();
+                        let pairs: Vec<Reg> = p
+                            .chunks(2)
+                            .map(|q| {
+                                let pair = k.reg(RegKind::B32);
+                                k.op("cvt.rn.bf16x2.f32", [pair.into(), q[1].into(), q[0].into()]);
+                                pair
+                            })
+                            .collect();
+                        let at = addr(up, (u as u32 * unit_cols * 2) as i64);
+                        let val = if width == 4 { Opnd::V(pairs) } else { pairs[0].into() };
+                        k.op_if(ok, false, &format!("st.global.{b32s}"), [at, val]);
                     }
-                    if let (Some(u), Some(up), false) = (spec.activation, uptr, mul) {
-                        let act = out.iter().map(|&x| crate::pointwise::emit_unary(k, u, x)).collect();
-                        k.op_if(ok, false, "st.global.v2.f32", [addr(up, off), Opnd::V(act)]);
+                    if let (Some(f), Some(up), false) = (spec.activation, uptr, mul) {
+                        let act = out.iter().map(|&x| crate::pointwise::emit_unary(k, f, x)).collect();
+                        k.op_if(ok, false, &format!("st.global.{f32s}"), [addr(up, off), Opnd::V(act)]);
                     }
-                    k.op_if(ok, false, "st.global.v2.f32", [addr(cptr, off), Opnd::V(out)]);
+                    k.op_if(ok, false, &format!("st.global.{f32s}"), [addr(cptr, off), Opnd::V(out)]);
                 }
             }
             k.op("add.s64", [cptr.into(), cptr.into(), row_step.into()]);
@@ -1370,6 +1395,31 @@ pub(crate) fn store_tile(
             }
         }
     }
+}
+
+/// Row `h`'s values of two adjacent column groups (`left`, `right`: this lane's fragments,
+/// columns 2t, 2t + 1 and 8 + 2t, 8 + 2t + 1 of the sixteen), exchanged within the quad so that
+/// lane t holds columns 4t … 4t + 3: two butterfly rounds, with `odd` (t odd) and `high`
+/// (t ≥ 2) choosing what each lane sends and keeps. Lane t holds [a, b, c, d] (its pairs of
+/// the two groups); after the round with lane t ^ 2, the low lanes hold their own and their
+/// partner's left pairs and the high lanes both right pairs; after the round with lane t ^ 1,
+/// each lane holds its four consecutive columns.
+fn quad_exchange(k: &mut Kernel, left: &[Reg], right: &[Reg], h: usize, (odd, high): (Reg, Reg)) -> Vec<Reg> {
+    let (a, b, c, d) = (left[2 * h], left[2 * h + 1], right[2 * h], right[2 * h + 1]);
+    let swap = |k: &mut Kernel, x: Reg, mask: u32| {
+        let r = k.reg(RegKind::F32);
+        k.op("shfl.sync.bfly.b32", [r.into(), x.into(), mask.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
+        r
+    };
+    let sel = |k: &mut Kernel, p: Reg, yes: Reg, no: Reg| k.tri("selp.f32", RegKind::F32, yes, no, p);
+    // Round 1 (t ^ 2): low lanes send their right pair, high lanes their left.
+    let (sx, sy) = (sel(k, high, a, c), sel(k, high, b, d));
+    let (rx, ry) = (swap(k, sx, 2), swap(k, sy, 2));
+    let s = [sel(k, high, rx, a), sel(k, high, ry, b), sel(k, high, c, rx), sel(k, high, d, ry)];
+    // Round 2 (t ^ 1): even lanes send their upper pair, odd lanes their lower.
+    let (sx, sy) = (sel(k, odd, s[0], s[2]), sel(k, odd, s[1], s[3]));
+    let (rx, ry) = (swap(k, sx, 1), swap(k, sy, 1));
+    vec![sel(k, odd, rx, s[0]), sel(k, odd, ry, s[1]), sel(k, odd, s[2], rx), sel(k, odd, s[3], ry)]
 }
 
 /// [`store_tile`] for a chain epilogue ([`ChainEpilogue`]), from the lane's first fragment

@@ -24,6 +24,7 @@
 //! | `ALPHA_TWO_BLOCKS=off` | the TMA engine's three-stage kernels without `.minnctapersm 2` (ptxas may then take more registers than two blocks an SM leave) |
 //! | `ALPHA_RING_WAVES=n` | bf16 products of at least n waves of blocks take the three-stage ring (default 3) |
 //! | `ALPHA_MUL_RECOMPUTE=off` | a StoreMul epilogue reads the stored activation (`gelu(gate)`) instead of computing it from the gate, and that activation is stored |
+//! | `ALPHA_WIDE_STORES=off` | GEMM epilogues store each fragment's two values (8 bytes a thread) instead of four consecutive ones after a quad exchange (16 bytes) |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -77,6 +78,8 @@ pub struct Knobs {
     /// A StoreMul epilogue computes its multiplier's activation from the earlier product, and
     /// an activation no launch then reads is not stored.
     pub mul_recompute: bool,
+    /// GEMM epilogues store four consecutive values a thread after a quad exchange.
+    pub wide_stores: bool,
     /// A forced threshold (waves of blocks) for the three-stage ring (None: the default).
     pub ring_waves: Option<u32>,
 }
@@ -114,6 +117,7 @@ pub fn knobs() -> &'static Knobs {
             ln_partials: var("ALPHA_LN_PARTIALS").as_deref() != Some("off"),
             two_blocks: var("ALPHA_TWO_BLOCKS").as_deref() != Some("off"),
             mul_recompute: var("ALPHA_MUL_RECOMPUTE").as_deref() != Some("off"),
+            wide_stores: var("ALPHA_WIDE_STORES").as_deref() != Some("off"),
             ring_waves: var("ALPHA_RING_WAVES").and_then(|s| s.parse().ok()),
         }
     })
