@@ -1270,7 +1270,8 @@ pub(crate) fn store_tile(
     // Each thread stores W consecutive values a unit: the fragment's own two (W = 2, a unit a
     // column group), or four after a quad exchange (W = 4, a unit two column groups; see
     // `quad_exchange`), so that a warp's store covers 64 bytes of each of its eight rows instead
-    // of 32.
+    // of 32. Measured on the H200 (g53): sixteen contexts' step 24.69 / 24.73 → 24.01 / 24.05
+    // ms, one context's 3.775 / 3.767 → 3.722 / 3.719 ms.
     let width: usize = if crate::knobs::knobs().wide_stores && ni_n.is_multiple_of(2) { 4 } else { 2 };
     let col0 = if width == 4 { k.tri("mad.lo.u32", RegKind::B32, tq, 4u32, c0a) } else { col0 };
     let units = ni_n * 2 / width;
