@@ -1936,6 +1936,24 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         }
         wrong +=
             mismatches(&arena.download::<f32>(dg2, c)?, &want_g) + mismatches(&arena.download::<f32>(db2, c)?, &want_b);
+        // Pass 2 of two LayerNorms in one launch (a table of device addresses from base 0):
+        // the same gain and bias gradients for both.
+        let multi = gpu.load(&layernorm::backward_finish_multi_kernel(n))?;
+        let outs = [c; 4].map(|len| {
+            let b = arena.alloc_n::<f32>(len).expect("arena");
+            arena.fill_u32(b, NAN_BITS).expect("fill");
+            b
+        });
+        let table: Vec<u64> = vec![outs[0].ptr, outs[1].ptr, partials.ptr, outs[2].ptr, outs[3].ptr, partials.ptr];
+        let tb_ = arena.alloc_n::<u8>(table.len() * 8)?;
+        let table_bytes: Vec<u8> = table.iter().flat_map(|p| p.to_le_bytes()).collect();
+        arena.upload(tb_, &table_bytes)?;
+        let (grid_m, block_m) = layernorm::finish_multi_launch(n, 2);
+        let cfg_m = LaunchConfig { grid: grid_m, block: block_m, shared_bytes: 0 };
+        gpu.launch(&multi, cfg_m, &[Arg::U64(0), Arg::U64(tb_.ptr)])?;
+        for (o, want) in outs.iter().zip([&want_g, &want_b, &want_g, &want_b]) {
+            wrong += mismatches(&arena.download::<f32>(*o, c)?, want);
+        }
         // The input gradient and pass 1 in one launch (plain, and adding with the bf16 copy),
         // then pass 2: the same dx, sum, copy, gain and bias gradients.
         let (grid_p, block_p) = layernorm::dx_partials_launch(n);
@@ -1984,7 +2002,7 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         } else {
             None
         };
-        let what = "layernorm_bwd_params(+finish, +dx_fold, +dx_add_bf16, +dx_partials)";
+        let what = "layernorm_bwd_params(+finish, +finish_multi, +dx_fold, +dx_add_bf16, +dx_partials)";
         let mut row = exact_row("layernorm", what, &format!("rows{r} c{c}"), wrong, 2 * c);
         if let Some((t1, t2)) = times {
             row.median_us = Some(t1 + t2);

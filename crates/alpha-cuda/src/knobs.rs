@@ -25,6 +25,7 @@
 //! | `ALPHA_RING_WAVES=n` | bf16 products of at least n waves of blocks take the three-stage ring (default 3) |
 //! | `ALPHA_MUL_RECOMPUTE=off` | a StoreMul epilogue reads the stored activation (`gelu(gate)`) instead of computing it from the gate, and that activation is stored |
 //! | `ALPHA_WIDE_STORES=off` | GEMM epilogues store each fragment's two values (8 bytes a thread) instead of four consecutive ones after a quad exchange (16 bytes) |
+//! | `ALPHA_LN_FOLD_TOGETHER=off` | each LayerNorm backward over many bands runs its gain and bias pass 2 as its own launch, instead of one launch for all of them after the last |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -80,6 +81,8 @@ pub struct Knobs {
     pub mul_recompute: bool,
     /// GEMM epilogues store four consecutive values a thread after a quad exchange.
     pub wide_stores: bool,
+    /// The pass 2 folds of LayerNorm backwards over many bands run as one launch after the last.
+    pub ln_fold_together: bool,
     /// A forced threshold (waves of blocks) for the three-stage ring (None: the default).
     pub ring_waves: Option<u32>,
 }
@@ -118,6 +121,7 @@ pub fn knobs() -> &'static Knobs {
             two_blocks: var("ALPHA_TWO_BLOCKS").as_deref() != Some("off"),
             mul_recompute: var("ALPHA_MUL_RECOMPUTE").as_deref() != Some("off"),
             wide_stores: var("ALPHA_WIDE_STORES").as_deref() != Some("off"),
+            ln_fold_together: var("ALPHA_LN_FOLD_TOGETHER").as_deref() != Some("off"),
             ring_waves: var("ALPHA_RING_WAVES").and_then(|s| s.parse().ok()),
         }
     })

@@ -530,6 +530,37 @@ pub fn backward_finish_kernel(n: Norm) -> Kernel {
     k
 }
 
+/// Grid and block of [`backward_finish_multi_kernel`] over `count` LayerNorms of shape `n`.
+pub fn finish_multi_launch(n: Norm, count: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
+    ((fold_blocks(n) * count as u32, 1, 1), (FINISH_THREADS, 1, 1))
+}
+
+/// Pass 2 of many LayerNorms of shape `n` in one launch: params (base, table), the table a
+/// (dgain, dbias, partials) triple of u64 byte offsets from `base` a LayerNorm; grid and block
+/// [`finish_multi_launch`]. Each LayerNorm's blocks run [`backward_finish_kernel`]'s fold, the
+/// same bits. Why: at sixteen contexts each LayerNorm's fold was a launch of 8 µs on a few
+/// dozen blocks, 33 a step; their gradients are read only by the optimizer, so the folds can
+/// wait for the last of them and run together.
+pub fn backward_finish_multi_kernel(n: Norm) -> Kernel {
+    let mut k = Kernel::new("layernorm_bwd_params_finish_multi").with_block(FINISH_THREADS, 1, 1);
+    let base = k.param_reg("base", ParamTy::U64);
+    let table = k.param_reg("table", ParamTy::U64);
+    let tid = k.sreg("%tid.x");
+    let block = k.sreg("%ctaid.x");
+    let per = fold_blocks(n);
+    let which = k.bin("div.u32", RegKind::B32, block, per);
+    let f = k.bin("rem.u32", RegKind::B32, block, per);
+    let entry = k.addr_of(table, which, 24);
+    let [dgain, dbias, partials] = [0i64, 8, 16].map(|at| {
+        let off = k.reg(RegKind::B64);
+        k.op("ld.global.nc.u64", [off.into(), addr(entry, at)]);
+        k.bin("add.s64", RegKind::B64, base, off)
+    });
+    fold_bands(&mut k, n, [dgain, dbias, partials], tid, f, FINISH_THREADS);
+    k.ret();
+    k
+}
+
 /// Pass 2 for fold block `f` of [`fold_blocks`] with `threads` threads: 32 columns of the gain
 /// (f < half) or the bias. The block's warps load eight bands each of its columns at a time into
 /// shared memory (each warp one coalesced 128-byte row a band) while warp 0 folds the previous

@@ -194,6 +194,12 @@ struct Lowerer<'p> {
     one_launch_product: Option<(u32, GemmSpec)>,
     /// (value, reader) pairs where a fused chain recomputes the value instead of reading it.
     recomputed_reads: std::collections::HashSet<(Value, u32)>,
+    /// LayerNormBackwards of this phase whose pass 2 waits for one launch after the last of them
+    /// ([`deferred_folds`]), that last one, and the folds waiting: (shape, byte offsets of the
+    /// gain gradient, the bias gradient and the pass-1 partials).
+    deferred_folds: std::collections::HashSet<u32>,
+    fold_flush_after: Option<u32>,
+    pending_folds: Vec<(Norm, [usize; 3])>,
 }
 
 /// The products of a phase launched so far (see `Lowerer::plain_product`).
@@ -330,10 +336,40 @@ impl Lowerer<'_> {
 
     /// Appends `data` to the constant region (written once at load); returns its offset.
     fn constant(&mut self, data: Vec<u8>) -> usize {
-        let off = self.consts_end;
-        self.consts_end = (off + data.len()).div_ceil(ALIGN) * ALIGN;
+        let off = self.held(data.len());
         self.inits.push((off, data));
         off
+    }
+
+    /// `bytes` of the region after the plan's arena that no other launch reuses (unlike the
+    /// scratch region): for values kept from one launch to a later one that the plan does not
+    /// know of.
+    fn held(&mut self, bytes: usize) -> usize {
+        let off = self.consts_end;
+        self.consts_end = (off + bytes).div_ceil(ALIGN) * ALIGN;
+        off
+    }
+
+    /// One launch of pass 2 for every LayerNorm of a shape whose fold waited
+    /// ([`deferred_folds`]), counted as the last one's (`node`).
+    fn flush_folds(&mut self, node: u32) -> Result<Vec<Pending>> {
+        let pending = std::mem::take(&mut self.pending_folds);
+        let mut shapes: Vec<Norm> = vec![];
+        for (n, _) in &pending {
+            if !shapes.contains(n) {
+                shapes.push(*n);
+            }
+        }
+        let mut v = vec![];
+        for n in shapes {
+            let entries: Vec<[usize; 3]> = pending.iter().filter(|(m, _)| *m == n).map(|(_, e)| *e).collect();
+            let bytes: Vec<u8> = entries.iter().flatten().flat_map(|&o| (o as u64).to_le_bytes()).collect();
+            let table = self.constant(bytes);
+            let kernel = self.kernel(layernorm::backward_finish_multi_kernel(n))?;
+            let (grid, block) = layernorm::finish_multi_launch(n, entries.len());
+            v.push(Pending { kernel, grid, block, args: vec![A::Ptr(0), A::Ptr(table)], node: Some(node) });
+        }
+        Ok(v)
     }
 
     /// A run of AdamW nodes sharing β₁, β₂, ε and their scalar inputs (lr, bc1, bc2, gscale):
@@ -713,9 +749,17 @@ impl Lowerer<'_> {
             let mut args: Vec<A> = [dst, x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect();
             args.extend(add.map(|(_, r)| self.ptr(r)));
             args.extend(copy.map(|c| self.ptr(c)));
-            args.push(A::Scratch(0));
             let k1 = self.kernel(layernorm::backward_dx_partials_kernel(nm, add.is_some(), copy.is_some()))?;
             let (grid, block) = layernorm::dx_partials_launch(nm);
+            if self.deferred_folds.contains(&id) {
+                // The partials wait in a region of their own for one pass-2 launch later.
+                let held = self.held(nm.scratch_floats() * 4);
+                args.push(A::Ptr(held));
+                let grads = [out(1), out(2)].map(|v| self.plan.slot(v).offset);
+                self.pending_folds.push((nm, [grads[0], grads[1], held]));
+                return Ok(vec![Pending { kernel: k1, grid, block, args, node: Some(id) }]);
+            }
+            args.push(A::Scratch(0));
             let k3 = self.kernel(layernorm::backward_finish_kernel(nm))?;
             let (grid3, block3) = layernorm::finish_launch(nm);
             return Ok(vec![
@@ -2546,6 +2590,9 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         plain_product: None,
         one_launch_product: None,
         recomputed_reads: std::collections::HashSet::new(),
+        deferred_folds: std::collections::HashSet::new(),
+        fold_flush_after: None,
+        pending_folds: vec![],
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -2589,6 +2636,7 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
                 skip.insert(mul);
             }
         }
+        (lw.deferred_folds, lw.fold_flush_after) = deferred_folds(&view);
         let mut products = LaunchedProducts::default();
         let mut i = 0;
         while i < nodes.len() {
@@ -2602,6 +2650,9 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
                 launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add), copy)?);
                 if let Some(c) = copy {
                     skip.insert(c.node);
+                }
+                if lw.fold_flush_after == Some(nodes[i]) {
+                    launches.extend(lw.flush_folds(nodes[i])?);
                 }
                 i += 2;
                 continue;
@@ -2645,6 +2696,9 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
                 continue;
             }
             launches.extend(lw.lower_node(nodes[i])?);
+            if lw.fold_flush_after == Some(nodes[i]) {
+                launches.extend(lw.flush_folds(nodes[i])?);
+            }
             if let Some((id, spec)) = lw.one_launch_product.take() {
                 products.any.insert(id, (launches.len() - 1, spec));
             }
@@ -2756,6 +2810,42 @@ pub fn lower_program_with(program: &alpha_ir::Program, options: LowerOptions) ->
 /// LayerNorm backwards of up to this many bands of rows run their band fold beside the input
 /// gradient's rows (see `Lowerer::lower_layernorm_backward`).
 const FOLD_BESIDE_ROWS_MAX_BANDS: usize = 64;
+
+/// The LayerNormBackwards of a phase whose pass 2 (the fold of pass 1's band partials into the
+/// gain and bias gradients) can wait for one launch after the last of them
+/// ([`layernorm::backward_finish_multi_kernel`]), and that last one: those whose pass 1 runs in
+/// the input gradient's launch (many bands) and whose gain and bias gradients nothing in the
+/// phase reads before that last one (the optimizer reads them at the end of a step).
+fn deferred_folds(view: &PhaseView) -> (std::collections::HashSet<u32>, Option<u32>) {
+    let g = view.g;
+    let none = (std::collections::HashSet::new(), None);
+    if !knobs().ln_partials || !knobs().ln_fold_together {
+        return none;
+    }
+    let deep: Vec<u32> = view
+        .nodes
+        .iter()
+        .copied()
+        .filter(|&id| {
+            let n = &g.nodes[id as usize];
+            let c = g.shape(n.inputs[0]).last().copied().unwrap_or(1).max(1);
+            let norm = Norm { rows: n.outputs[0].numel() / c, c };
+            n.op == Op::LayerNormBackward && norm.bands() >= PARTIALS_IN_ROWS_MIN_BANDS
+        })
+        .collect();
+    let Some(&last) = deep.last() else { return none };
+    let last_pos = view.pos[&last];
+    // Read only after the last (program outputs and phase copies come after every launch).
+    let waits = |id: u32| {
+        (1..3u16).all(|k| {
+            let v = Value { node: id, index: k };
+            view.readers(v).iter().all(|r| view.pos.get(r).is_none_or(|&p| p > last_pos))
+        })
+    };
+    let deferred: std::collections::HashSet<u32> = deep.iter().copied().filter(|&id| waits(id)).collect();
+    let flush = deep.iter().rev().copied().find(|id| deferred.contains(id));
+    (deferred, flush)
+}
 
 /// Bands from which a LayerNorm backward's pass 1 runs in its input gradient's launch: two
 /// blocks an SM, so that the band-at-a-time rows still fill the GPU (sixteen contexts' 1,024

@@ -228,6 +228,15 @@ fn sixteen_contexts_multiply_the_gated_halves_in_the_up_products() {
     let fused: Vec<usize> = (0..names.len()).filter(|&i| names[i].contains("_storemul")).collect();
     assert_eq!(fused.len(), 16);
     assert_eq!(names.iter().filter(|n| **n == "pw_mul_v4").count(), 0);
+    // Every LayerNorm backward's pass 1 in its input gradient, and their pass 2 in one launch
+    // after the last (before the optimizer reads the gradients).
+    let count = |name: &str| names.iter().filter(|n| **n == name).count();
+    assert_eq!((count("layernorm_bwd_params"), count("layernorm_bwd_params_finish")), (0, 0));
+    assert_eq!((count("layernorm_bwd_dx_add_partials_bf16"), count("layernorm_bwd_params_finish_multi")), (31, 1));
+    let fold = names.iter().position(|n| *n == "layernorm_bwd_params_finish_multi").unwrap();
+    let last_ln = names.iter().rposition(|n| n.starts_with("layernorm_bwd_dx")).unwrap();
+    let first_opt = names.iter().position(|n| n.starts_with("sumsq")).unwrap();
+    assert!(last_ln < fold && fold < first_opt, "{last_ln} < {fold} < {first_opt}");
     let gelu_gemms = names.iter().filter(|n| n.starts_with("gemm_") && n.contains("_gelu")).count();
     assert_eq!(gelu_gemms, 16, "GELU only in the StoreMul epilogues");
     for &i in &fused {
