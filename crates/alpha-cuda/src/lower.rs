@@ -2746,9 +2746,32 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             .collect(),
         node: p.node,
     };
-    let phases = phases.into_iter().map(|ph| ph.into_iter().map(resolve).collect()).collect();
+    let phases: Vec<Vec<Launch>> = phases.into_iter().map(|ph| ph.into_iter().map(resolve).collect()).collect();
     let Lowerer { kernels, inits, tensor_maps, .. } = lw;
+    let (kernels, phases) = launched_kernels(kernels, phases);
     Ok(Lowered { plan, kernels, phases, arena, inits, tensor_maps })
+}
+
+/// Only the kernels some launch runs, the launches renumbered: a launch patched after it was
+/// lowered (`Lowerer::chain_into_product`, `Lowerer::dead_activation_stores`) leaves its first
+/// kernel in the catalog, which would otherwise be loaded for nothing.
+fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<Kernel>, Vec<Vec<Launch>>) {
+    let mut used = vec![false; kernels.len()];
+    for l in phases.iter().flatten() {
+        used[l.kernel] = true;
+    }
+    let mut index = vec![usize::MAX; kernels.len()];
+    let mut kept = vec![];
+    for (i, k) in kernels.into_iter().enumerate() {
+        if used[i] {
+            index[i] = kept.len();
+            kept.push(k);
+        }
+    }
+    for l in phases.iter_mut().flatten() {
+        l.kernel = index[l.kernel];
+    }
+    (kept, phases)
 }
 
 /// Plans `program` with byte units and lowers it.

@@ -237,6 +237,11 @@ fn sixteen_contexts_multiply_the_gated_halves_in_the_up_products() {
     let last_ln = names.iter().rposition(|n| n.starts_with("layernorm_bwd_dx")).unwrap();
     let first_opt = names.iter().position(|n| n.starts_with("sumsq")).unwrap();
     assert!(last_ln < fold && fold < first_opt, "{last_ln} < {fold} < {first_opt}");
+    // The catalog holds only launched kernels (not the gate product's GELU-storing one, which
+    // its launch had before its output was found unread).
+    let launched = |i: usize| l.phases.iter().flatten().any(|x| x.kernel == i);
+    assert!((0..l.kernels.len()).all(launched));
+    assert!(!l.kernels.iter().any(|k| k.name.contains("_store_gelu")));
     let gelu_gemms = names.iter().filter(|n| n.starts_with("gemm_") && n.contains("_gelu")).count();
     assert_eq!(gelu_gemms, 16, "GELU only in the StoreMul epilogues");
     for &i in &fused {
