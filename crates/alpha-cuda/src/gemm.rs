@@ -1262,7 +1262,7 @@ pub(crate) fn store_tile(
         return;
     }
     if let Some(chain) = spec.chain {
-        store_chain(k, spec, chain, acc, row0, col0, h);
+        store_chain(k, spec, chain, acc, row0, (c0a, tq), h);
         return;
     }
     let Head { m, n, ldc, c_base, r_base, u_base, .. } = *h;
@@ -1423,19 +1423,20 @@ fn quad_exchange(k: &mut Kernel, left: &[Reg], right: &[Reg], h: usize, (odd, hi
     vec![sel(k, odd, rx, s[0]), sel(k, odd, ry, s[1]), sel(k, odd, s[2], rx), sel(k, odd, s[3], ry)]
 }
 
-/// [`store_tile`] for a chain epilogue ([`ChainEpilogue`]), from the lane's first fragment
-/// element (`row0`, `col0`): per fragment row, four column groups at a time (eight held too
-/// many values beside the accumulators for two blocks' registers), the other inputs' values are
-/// loaded, the steps run on each element, and the outputs stored (bf16 pairs as one 32-bit
-/// store, f32 pairs as one 64-bit store). An output may share its slot exactly with an input,
-/// as in the chain's kernel: each element is loaded before it is stored, by one thread.
+/// [`store_tile`] for a chain epilogue ([`ChainEpilogue`]), from the lane's first fragment row
+/// `row0` and the warp tile's first column `c0a`: per fragment row, in units of W values a
+/// thread as `store_tile`'s (four after a quad exchange), eight values a thread of each other
+/// input are loaded at a time (more held too many beside the accumulators for two blocks'
+/// registers), the steps run on each element, and the outputs stored (f32 as 8 or 16 bytes,
+/// bf16 as 4 or 8). An output may share its slot exactly with an input, as in the chain's
+/// kernel: each element is loaded before it is stored, by one thread.
 fn store_chain(
     k: &mut Kernel,
     spec: &GemmSpec,
     chain: ChainEpilogue,
     acc: &[Vec<Vec<Reg>>],
     row0: Reg,
-    col0: Reg,
+    (c0a, tq): (Reg, Reg),
     h: &Head,
 ) {
     assert!(
@@ -1448,6 +1449,18 @@ fn store_chain(
     let outputs = chain.outputs();
     let others = chain.others();
     let ptr = |j: usize| h.chain[j].expect("a chain pointer per output and input");
+    // Units of W consecutive values a thread, as in `store_tile`.
+    let ni_n = acc[0].len();
+    let width: usize = if crate::knobs::knobs().wide_stores && ni_n.is_multiple_of(2) { 4 } else { 2 };
+    let units = ni_n * 2 / width;
+    let unit_cols = 4 * width as u32;
+    let col0 = k.tri("mad.lo.u32", RegKind::B32, tq, width as u32, c0a);
+    let parity = (width == 4).then(|| {
+        let odd = k.bin("and.b32", RegKind::B32, tq, 1u32);
+        let high = k.bin("and.b32", RegKind::B32, tq, 2u32);
+        (k.setp("ne.u32", odd, 0u32), k.setp("ne.u32", high, 0u32))
+    });
+    let (f32s, b32s) = if width == 4 { ("v4.f32", "v2.b32") } else { ("v2.f32", "b32") };
     let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
     // Current row's pointers: outputs (2 or 4 bytes an element), then the other inputs.
     let out_ptrs: Vec<(Reg, bool)> = outputs
@@ -1463,53 +1476,53 @@ fn store_chain(
     };
     let step4 = step_of(k, 4);
     let step2 = step_of(k, 2);
-    let ni_n = acc[0].len();
-    let col_ok: Vec<Reg> = (0..ni_n as u32)
-        .map(|ni| {
-            let c = k.bin("add.u32", RegKind::B32, col0, ni * 8);
+    let col_ok: Vec<Reg> = (0..units as u32)
+        .map(|u| {
+            let c = k.bin("add.u32", RegKind::B32, col0, u * unit_cols);
             k.setp("lt.u32", c, n)
         })
         .collect();
-    const GROUPS: usize = 4;
+    // Eight values a thread of each other input at a time.
+    let chunk = 8 / width;
     for (mi, acc_m) in acc.iter().enumerate() {
         for half in 0..2usize {
             let rr = k.bin("add.u32", RegKind::B32, row0, mi as u32 * 16 + half as u32 * 8);
             let row_ok = k.setp("lt.u32", rr, m);
             let oks: Vec<Reg> = col_ok.iter().map(|&c| k.bin("and.pred", RegKind::Pred, row_ok, c)).collect();
-            for first in (0..ni_n).step_by(GROUPS) {
-                let group = first..(first + GROUPS).min(ni_n);
-                // The other inputs' two values at each column group, all loaded first.
-                let loaded: Vec<Vec<Vec<Reg>>> = group
+            for first in (0..units).step_by(chunk) {
+                let span = first..(first + chunk).min(units);
+                // The other inputs' values at each unit, all loaded first.
+                let loaded: Vec<Vec<Vec<Reg>>> = span
                     .clone()
-                    .map(|ni| {
+                    .map(|u| {
                         in_ptrs
                             .iter()
                             .map(|&p| {
-                                let v = k.regs(RegKind::F32, 2);
-                                k.op("mov.f32", [v[0].into(), 0.0f32.into()]);
-                                k.op("mov.f32", [v[1].into(), 0.0f32.into()]);
-                                k.op_if(
-                                    oks[ni],
-                                    false,
-                                    "ld.global.v2.f32",
-                                    [Opnd::V(v.clone()), addr(p, (ni * 32) as i64)],
-                                );
+                                let v = k.regs(RegKind::F32, width);
+                                for &x in &v {
+                                    k.op("mov.f32", [x.into(), 0.0f32.into()]);
+                                }
+                                let at = addr(p, (u as u32 * unit_cols * 4) as i64);
+                                k.op_if(oks[u], false, &format!("ld.global.{f32s}"), [Opnd::V(v.clone()), at]);
                                 v
                             })
                             .collect()
                     })
                     .collect();
-                for (ni, vals_in) in group.zip(&loaded) {
-                    let c = &acc_m[ni];
-                    // Per element of the pair: the chain's inputs in order, the product's from
-                    // the accumulator.
-                    let results: Vec<Vec<Reg>> = (0..2)
+                for (u, vals_in) in span.zip(&loaded) {
+                    let product = match parity {
+                        None => vec![acc_m[u][2 * half], acc_m[u][2 * half + 1]],
+                        Some(p) => quad_exchange(k, &acc_m[2 * u], &acc_m[2 * u + 1], half, p),
+                    };
+                    // Per element: the chain's inputs in order, the product's from the
+                    // accumulators.
+                    let results: Vec<Vec<Reg>> = (0..width)
                         .map(|e| {
                             let mut others_e = vals_in.iter().map(|v| v[e]);
                             let vals: Vec<Reg> = (0..chain.inputs())
                                 .map(|j| {
                                     if j == chain.product() {
-                                        c[2 * half + e]
+                                        product[e]
                                     } else {
                                         others_e.next().expect("one value per other input")
                                     }
@@ -1519,18 +1532,22 @@ fn store_chain(
                         })
                         .collect();
                     for (&(step, _), &(p, bf16)) in outputs.iter().zip(&out_ptrs) {
-                        let (v0, v1) = (results[0][step], results[1][step]);
+                        let vs: Vec<Reg> = results.iter().map(|r| r[step]).collect();
                         if bf16 {
-                            let pair = k.reg(RegKind::B32);
-                            k.op("cvt.rn.bf16x2.f32", [pair.into(), v1.into(), v0.into()]);
-                            k.op_if(oks[ni], false, "st.global.b32", [addr(p, (ni * 16) as i64), pair.into()]);
+                            let pairs: Vec<Reg> = vs
+                                .chunks(2)
+                                .map(|q| {
+                                    let pair = k.reg(RegKind::B32);
+                                    k.op("cvt.rn.bf16x2.f32", [pair.into(), q[1].into(), q[0].into()]);
+                                    pair
+                                })
+                                .collect();
+                            let val = if width == 4 { Opnd::V(pairs) } else { pairs[0].into() };
+                            let at = addr(p, (u as u32 * unit_cols * 2) as i64);
+                            k.op_if(oks[u], false, &format!("st.global.{b32s}"), [at, val]);
                         } else {
-                            k.op_if(
-                                oks[ni],
-                                false,
-                                "st.global.v2.f32",
-                                [addr(p, (ni * 32) as i64), Opnd::V(vec![v0, v1])],
-                            );
+                            let at = addr(p, (u as u32 * unit_cols * 4) as i64);
+                            k.op_if(oks[u], false, &format!("st.global.{f32s}"), [at, Opnd::V(vs)]);
                         }
                     }
                 }
