@@ -184,10 +184,12 @@ pub const CHAIN_PTRS: usize = 4;
 /// unit's backward read the product (dh, 92 MB at sixteen contexts) back right after the product
 /// wrote it. Unbatched products only. Fixed capacity keeps [`GemmSpec`] `Copy`.
 ///
-/// Not taken by default (knob `ALPHA_CHAIN_EPILOGUE=on`): on the H200 (g48) the gated GELU's
-/// backward in the dh product's epilogue made sixteen contexts' step 26.53 → 27.16 ms and one
-/// context's 3.740 → 3.79 ms, bit for bit the same. The epilogue's loads and GELU arithmetic run
-/// while that block's tensor cores idle, and cost more than the 184 MB of traffic they save.
+/// Taken over deep grids only (`crate::lower::ChainEpilogues`). On the H200, with 8-byte
+/// loads and stores a thread it was slower everywhere (g48: sixteen contexts' step 26.53 →
+/// 27.16 ms, one context's 3.740 → 3.79 ms); with the quad exchange's 16-byte ones it pays over
+/// sixteen contexts' deep grid (g55: 24.24 → 24.11 ms) but not over one context's shallow one
+/// (3.706 → 3.721 ms), where the epilogue's loads and GELU arithmetic, run while that block's
+/// tensor cores idle, cost more than the traffic they save.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ChainEpilogue {
     steps: [Option<Step>; CHAIN_STEPS],

@@ -19,7 +19,7 @@
 //! | `ALPHA_LN_COPY=off` | the residual gradient's bf16 cast after a LayerNorm backward runs as its own launch instead of being stored by the LayerNorm backward |
 //! | `ALPHA_ATTN_OCOPY=off` | the attention output's permute-and-cast runs as its own launch instead of the bf16 attention forward storing the copy |
 //! | `ALPHA_RECOMPUTE=off` | fused elementwise chains read a unary function of their inputs instead of recomputing it |
-//! | `ALPHA_CHAIN_EPILOGUE=on` | a fused elementwise chain that alone reads a plain product runs in the product's epilogue instead of as its own launch |
+//! | `ALPHA_CHAIN_EPILOGUE=on\|off` | a fused elementwise chain that alone reads a plain product runs in the product's epilogue at every grid, or at none (default: over deep grids) |
 //! | `ALPHA_LN_PARTIALS=off` | a LayerNorm backward over many bands runs its gain and bias pass 1 as a launch of its own instead of in the input gradient's launch |
 //! | `ALPHA_TWO_BLOCKS=off` | the TMA engine's three-stage kernels without `.minnctapersm 2` (ptxas may then take more registers than two blocks an SM leave) |
 //! | `ALPHA_RING_WAVES=n` | bf16 products of at least n waves of blocks take the three-stage ring (default 3) |
@@ -69,9 +69,9 @@ pub struct Knobs {
     pub recompute_unary: bool,
     /// Attention's two backward passes in one launch where the plan allows.
     pub joint_attention_backward: bool,
-    /// A chain that alone reads a plain product runs in the product's epilogue (off by default:
-    /// slower on the H200, see [`crate::gemm::ChainEpilogue`]).
-    pub chain_epilogue: bool,
+    /// A forced choice of running a chain that alone reads a plain product in the product's
+    /// epilogue everywhere (`on`) or nowhere (`off`); None: over deep grids only.
+    pub chain_epilogue: Option<bool>,
     /// A LayerNorm backward over many bands runs pass 1 in its input gradient's launch.
     pub ln_partials: bool,
     /// The TMA engine's three-stage kernels are held to two blocks' registers an SM.
@@ -116,7 +116,7 @@ pub fn knobs() -> &'static Knobs {
             cast_into_gemm: forced("ALPHA_CAST_INTO_GEMM", "on", "off"),
             ln_fold: forced("ALPHA_LN_FOLD", "beside", "separate"),
             joint_attention_backward: var("ALPHA_ATTN_JOINT").as_deref() != Some("off"),
-            chain_epilogue: var("ALPHA_CHAIN_EPILOGUE").as_deref() == Some("on"),
+            chain_epilogue: forced("ALPHA_CHAIN_EPILOGUE", "on", "off"),
             ln_partials: var("ALPHA_LN_PARTIALS").as_deref() != Some("off"),
             two_blocks: var("ALPHA_TWO_BLOCKS").as_deref() != Some("off"),
             mul_recompute: var("ALPHA_MUL_RECOMPUTE").as_deref() != Some("off"),

@@ -200,6 +200,8 @@ struct Lowerer<'p> {
     deferred_folds: std::collections::HashSet<u32>,
     fold_flush_after: Option<u32>,
     pending_folds: Vec<(Norm, [usize; 3])>,
+    /// Where chain epilogues are taken ([`LowerOptions::chain_epilogues`]).
+    chain_epilogues: ChainEpilogues,
 }
 
 /// The products of a phase launched so far (see `Lowerer::plain_product`).
@@ -589,6 +591,7 @@ impl Lowerer<'_> {
         products: &LaunchedProducts,
         uses: &HashMap<Value, usize>,
     ) -> Result<bool> {
+        let grids = self.chain_epilogues;
         let g = &self.plan.program.graph;
         let operands = |id: u32| {
             let n = &g.nodes[id as usize];
@@ -608,7 +611,10 @@ impl Lowerer<'_> {
             let Some(&pg) = view.pos.get(&x.node) else { continue };
             let read_in_run: usize =
                 cl.run.iter().map(|&r| g.nodes[r as usize].inputs.iter().filter(|&&y| y == x).count()).sum();
+            let (gx, gy, gz) = spec.grid(&shape);
+            let deep = gx * gy * gz >= gemm_wgmma::MUL_EPILOGUE_WAVES * gemm::SMS;
             let whole = x.index == 0
+                && (deep || grids == ChainEpilogues::Everywhere)
                 && plain(x.node)
                 && uses.get(&x).copied() == Some(read_in_run)
                 && shape.batch == 1
@@ -2547,10 +2553,21 @@ pub struct LowerOptions {
     /// Attention reads q, k and v as bf16, stored (q and k turned by the rotary) by the
     /// projection's head-split epilogue, where the plan allows (`turned_heads`).
     pub bf16_attention: bool,
-    /// Run a fused chain that alone reads a plain product in the product's epilogue
-    /// ([`gemm::ChainEpilogue`], `Lowerer::chain_into_product`). Off by default: slower on the
-    /// H200 (g48).
-    pub chain_epilogues: bool,
+    /// Where a fused chain that alone reads a plain product runs in the product's epilogue
+    /// ([`gemm::ChainEpilogue`], `Lowerer::chain_into_product`).
+    pub chain_epilogues: ChainEpilogues,
+}
+
+/// Which products take a chain epilogue ([`LowerOptions::chain_epilogues`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainEpilogues {
+    Never,
+    /// Over deep grids only (at least [`gemm_wgmma::MUL_EPILOGUE_WAVES`] waves of blocks), the
+    /// default. Measured on the H200 (g55, wide stores): sixteen contexts' step 24.24 / 24.25 →
+    /// 24.11 / 24.13 ms with the gated GELU's backward in the dh product's epilogue; one
+    /// context's (a shallow grid) 3.706 / 3.711 → 3.721 / 3.721 ms, so not there.
+    DeepGrids,
+    Everywhere,
 }
 
 impl LowerOptions {
@@ -2559,7 +2576,11 @@ impl LowerOptions {
         LowerOptions {
             fold_casts_into_gemms: knobs().cast_into_gemm.unwrap_or(false),
             bf16_attention: knobs().bf16_attention,
-            chain_epilogues: knobs().chain_epilogue,
+            chain_epilogues: match knobs().chain_epilogue {
+                Some(true) => ChainEpilogues::Everywhere,
+                Some(false) => ChainEpilogues::Never,
+                None => ChainEpilogues::DeepGrids,
+            },
         }
     }
 }
@@ -2593,6 +2614,7 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         deferred_folds: std::collections::HashSet::new(),
         fold_flush_after: None,
         pending_folds: vec![],
+        chain_epilogues: options.chain_epilogues,
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -2659,9 +2681,9 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             }
             if let Some(cl) = lw.elementwise_chain(&nodes, i, &mut skip, &uses)? {
                 let end = cl.end;
-                if !(options.chain_epilogues
-                    && lw.chain_into_product(&view, i, &cl, &mut launches, &products, &uses)?)
-                {
+                let taken = options.chain_epilogues != ChainEpilogues::Never
+                    && lw.chain_into_product(&view, i, &cl, &mut launches, &products, &uses)?;
+                if !taken {
                     launches.push(cl.pending);
                 }
                 i = end;
@@ -3241,7 +3263,11 @@ mod tests {
     #[test]
     fn a_chain_read_alone_runs_in_the_products_epilogue() {
         let (g, [y0, _, h, s]) = relu_times_product();
-        let options = LowerOptions { fold_casts_into_gemms: true, chain_epilogues: true, ..LowerOptions::from_knobs() };
+        let options = LowerOptions {
+            fold_casts_into_gemms: true,
+            chain_epilogues: ChainEpilogues::Everywhere,
+            ..LowerOptions::from_knobs()
+        };
         let l = lower_forward_with(g, s, options);
         let names = launch_names(&l);
         assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64_then_relui0_muls0i0_out1f_p0_wg", "reduce_sum"]);

@@ -2,7 +2,7 @@
 //! lower to launches whose kernels fit the launch budget, whose every pointer lies inside the
 //! arena, and whose modules are shared across Coppelius's 16 identical blocks.
 
-use alpha_cuda::lower::{lower_program, lower_program_with, LArg, LowerOptions, Lowered};
+use alpha_cuda::lower::{lower_program, lower_program_with, ChainEpilogues, LArg, LowerOptions, Lowered};
 use alpha_ir::Op;
 use alpha_systems::System;
 
@@ -194,14 +194,15 @@ fn training_steps_launch_counts() {
 const BOB_LAUNCHES: usize = 12;
 const COPPELIUS_LAUNCHES: usize = 598;
 
-/// With chain epilogues on (`LowerOptions::chain_epilogues`), each block's gated GELU backward
+/// With chain epilogues everywhere (`LowerOptions::chain_epilogues`; by default over deep grids
+/// only, which one context's are not), each block's gated GELU backward
 /// runs in the epilogue of the product of its dh, which is then never stored: d_up and d_gate
 /// stored as bf16 and gelu(gate) recomputed, one launch fewer a block.
 #[test]
 fn chain_epilogues_take_the_gated_gelu_backward_into_the_dh_products() {
     let c = alpha_systems::coppelius::Coppelius::default();
     let program = c.learner(10).training_program(c.model(1).unwrap()).unwrap();
-    let options = LowerOptions { chain_epilogues: true, ..LowerOptions::from_knobs() };
+    let options = LowerOptions { chain_epilogues: ChainEpilogues::Everywhere, ..LowerOptions::from_knobs() };
     let l = lower_program_with(&program, options).unwrap();
     check_pointers(&l);
     let by = alpha_cuda::lower::launches_by_kernel(&l, 0);
@@ -242,8 +243,12 @@ fn sixteen_contexts_multiply_the_gated_halves_in_the_up_products() {
     let launched = |i: usize| l.phases.iter().flatten().any(|x| x.kernel == i);
     assert!((0..l.kernels.len()).all(launched));
     assert!(!l.kernels.iter().any(|k| k.name.contains("_store_gelu")));
-    let gelu_gemms = names.iter().filter(|n| n.starts_with("gemm_") && n.contains("_gelu")).count();
+    let gelu_gemms =
+        names.iter().filter(|n| n.starts_with("gemm_") && n.contains("_gelu") && !n.contains("_then_")).count();
     assert_eq!(gelu_gemms, 16, "GELU only in the StoreMul epilogues");
+    // Over this deep grid the gated GELU's backward runs in the dh products' epilogues.
+    let chained = names.iter().filter(|n| n.starts_with("gemm_rc_bf16_store_then_gelui2_")).count();
+    assert_eq!((chained, names.iter().filter(|n| n.starts_with("ewh_")).count()), (16, 0));
     for &i in &fused {
         // R is the previous launch's (the gate product's) output, its C; U is what the next
         // launch (the down product) reads as A.
