@@ -27,10 +27,10 @@
 //! as the up product's epilogue, computing `gelu(gate)` from the gate product
 //! (`mul_epilogues`), and an activation output nothing then reads left unstored
 //! (`Lowerer::dead_activation_stores`); runs of elementwise ops as one kernel, a unary of an
-//! input recomputed rather than read, and (with `LowerOptions`) such a run in the epilogue of
-//! the product it alone reads (`Lowerer::chain_into_product`); a LayerNorm backward's gain and
-//! bias pass 1 in its input gradient's launch over many bands; every AdamW of a step as one
-//! launch. Each has
+//! input recomputed rather than read, and over deep grids such a run in the epilogue of the
+//! product it alone reads (`Lowerer::chain_into_product`); a LayerNorm backward's gain and bias
+//! pass 1 in its input gradient's launch over many bands, and their pass 2 folds as one launch
+//! after the last (`deferred_folds`); every AdamW of a step as one launch. Each has
 //! a knob ([`crate::knobs`]) to measure it against its absence. The plan is made with lifetime
 //! hints ([`lower_program`]) so these fusions find what they need still in place.
 
