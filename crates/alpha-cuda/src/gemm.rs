@@ -47,6 +47,9 @@ use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 pub const BK: u32 = 32;
 /// Threads per block.
 pub const THREADS: u32 = 256;
+/// Arguments every GEMM launch starts with, before its extras ([`Extras`]): A, B, C, R, the six
+/// dimensions and the three batch strides (see [`launch_with`]).
+pub const SHAPE_ARGS: usize = 13;
 /// Shared-memory row pitch in bytes of a K-contiguous tile: `bk` bf16 padded by 16 bytes (80 at
 /// a K step of 32), so the eight rows one `ldmatrix` reads fall in eight 16-byte bank groups.
 const fn pitch_k(bk: u32) -> u32 {
@@ -679,6 +682,7 @@ pub fn launch_with(
         Arg::U64(shape.stride_b),
         Arg::U64(shape.stride_c),
     ];
+    debug_assert_eq!(args.len(), SHAPE_ARGS);
     args.extend(extras.u.map(Arg::U64));
     args.extend(extras.chain.iter().flatten().map(|&p| Arg::U64(p)));
     args.extend(extras.maps.into_iter().flat_map(|(ma, mb)| [Arg::U64(ma), Arg::U64(mb)]));

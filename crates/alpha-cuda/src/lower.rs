@@ -186,12 +186,9 @@ struct Lowerer<'p> {
     /// Tensor maps of the TMA engine's launches (see [`Lowered::tensor_maps`]), one per
     /// distinct operand and shape.
     tensor_maps: Vec<(usize, usize, gemm_tma::MapSpec)>,
-    /// The plain product (store epilogue, unbatched, no fusion) `lower_node` just lowered: its
-    /// node, spec, shape and whether it is one launch (not split-K), for a chain after it to
-    /// run in its epilogue.
-    plain_product: Option<(u32, GemmSpec, GemmShape, bool)>,
-    /// The one-launch tiled product `lower_node` just lowered (any epilogue) and its spec.
-    one_launch_product: Option<(u32, GemmSpec)>,
+    /// The tiled product `lower_node` just lowered, for the caller to record in
+    /// [`LaunchedProducts`].
+    last_product: Option<ProductLaunch>,
     /// (value, reader) pairs where a fused chain recomputes the value instead of reading it.
     recomputed_reads: std::collections::HashSet<(Value, u32)>,
     /// LayerNormBackwards of this phase whose pass 2 waits for one launch after the last of them
@@ -204,7 +201,19 @@ struct Lowerer<'p> {
     chain_epilogues: ChainEpilogues,
 }
 
-/// The products of a phase launched so far (see `Lowerer::plain_product`).
+/// A tiled product as `lower_node` lowered it.
+#[derive(Clone, Copy)]
+struct ProductLaunch {
+    id: u32,
+    spec: GemmSpec,
+    shape: GemmShape,
+    /// One launch (not split-K).
+    whole: bool,
+    /// A store epilogue with nothing fused, unbatched.
+    plain: bool,
+}
+
+/// The products of a phase launched so far (see `Lowerer::last_product`).
 #[derive(Default)]
 struct LaunchedProducts {
     /// The one-launch ones: node → (launch index, spec, shape).
@@ -213,6 +222,21 @@ struct LaunchedProducts {
     plain: std::collections::HashSet<u32>,
     /// Every one-launch product, plain or not: node → (launch index, spec).
     any: HashMap<u32, (usize, GemmSpec)>,
+}
+
+impl LaunchedProducts {
+    /// `p`, whose (last) launch is at `index`.
+    fn record(&mut self, p: ProductLaunch, index: usize) {
+        if p.whole {
+            self.any.insert(p.id, (index, p.spec));
+        }
+        if p.plain {
+            self.plain.insert(p.id);
+            if p.whole {
+                self.whole.insert(p.id, (index, p.spec, p.shape));
+            }
+        }
+    }
 }
 
 /// A fused elementwise chain as lowered: its launch, and what a product's epilogue needs to run
@@ -567,8 +591,8 @@ impl Lowerer<'_> {
             let spec = GemmSpec { activation: None, ..spec };
             let kernel = self.kernel(spec.kernel())?;
             let p = &mut launches[li];
-            // The `u` pointer follows the shape's 13 arguments.
-            p.args.remove(13);
+            // The `u` pointer follows the shape's arguments.
+            p.args.remove(gemm::SHAPE_ARGS);
             p.kernel = kernel;
         }
         Ok(())
@@ -655,8 +679,8 @@ impl Lowerer<'_> {
             let spec = GemmSpec { chain: Some(ce), ..spec };
             let kernel = self.kernel(spec.kernel())?;
             let p = &mut launches[li];
-            // The chain's pointers go after the shape's (13 arguments), before the tensor maps.
-            let mut args: Vec<A> = p.args.drain(..13).collect();
+            // The chain's pointers go after the shape's arguments, before the tensor maps.
+            let mut args: Vec<A> = p.args.drain(..gemm::SHAPE_ARGS).collect();
             args.extend(cl.dests.iter().map(|&d| self.ptr(d)));
             args.extend(ce.others().into_iter().map(|k| self.ptr(cl.inputs[k])));
             args.append(&mut p.args);
@@ -1061,9 +1085,7 @@ impl Lowerer<'_> {
                         args.extend(self.maps_for(&pspec, &part, a, b)?);
                         let block = (pspec.threads(), 1, 1);
                         v.push(Pending { kernel, grid: pspec.grid(&part), block, args, node: some });
-                        if plain {
-                            self.plain_product = Some((id, spec, shape, false));
-                        }
+                        self.last_product = Some(ProductLaunch { id, spec, shape, whole: false, plain });
                         let mut args = vec![self.ptr(c), self.ptr(r), A::Scratch(0)];
                         if let Some((u, _)) = act {
                             args.push(self.ptr(Value { node: u, index: 0 }));
@@ -1076,10 +1098,7 @@ impl Lowerer<'_> {
                         return Ok(v);
                     }
                     let spec = with_ring(on_tma(spec), &shape);
-                    if plain {
-                        self.plain_product = Some((id, spec, shape, true));
-                    }
-                    self.one_launch_product = Some((id, spec));
+                    self.last_product = Some(ProductLaunch { id, spec, shape, whole: true, plain });
                     let kernel = self.kernel(spec.kernel())?;
                     let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
                     args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
@@ -2608,8 +2627,7 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         cast_candidates: producer_cast_candidates(&plan.program),
         param_casts: grouped_param_casts(&plan.program),
         tensor_maps: vec![],
-        plain_product: None,
-        one_launch_product: None,
+        last_product: None,
         recomputed_reads: std::collections::HashSet::new(),
         deferred_folds: std::collections::HashSet::new(),
         fold_flush_after: None,
@@ -2721,14 +2739,8 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             if lw.fold_flush_after == Some(nodes[i]) {
                 launches.extend(lw.flush_folds(nodes[i])?);
             }
-            if let Some((id, spec)) = lw.one_launch_product.take() {
-                products.any.insert(id, (launches.len() - 1, spec));
-            }
-            if let Some((id, spec, shape, whole)) = lw.plain_product.take() {
-                products.plain.insert(id);
-                if whole {
-                    products.whole.insert(id, (launches.len() - 1, spec, shape));
-                }
+            if let Some(p) = lw.last_product.take() {
+                products.record(p, launches.len() - 1);
             }
             i += 1;
         }
