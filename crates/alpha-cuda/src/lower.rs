@@ -2526,15 +2526,12 @@ fn mul_epilogues(
         let host = more.gemm_act.iter().find(|(_, &(u, _))| u == other.node).map(|(&host, &(_, u))| (host, u));
         let writer = host.map_or(other.node, |(h, _)| h);
         let before = ph.pos.get(&writer).is_none_or(|&p| p < i);
+        // The earlier product must still be alive here (read again at or after it); where it
+        // is not (a forward alone), the activation is read as stored.
+        let alive = |v: Value| ph.readers(v).iter().any(|r| ph.pos.get(r).is_some_and(|&p| p >= i));
         let (other, act) = match host {
-            Some((h, u)) if knobs().mul_recompute => {
-                // The earlier product must still be alive here: read again at or after it.
-                let gate = Value { node: h, index: 0 };
-                let alive = ph.readers(gate).iter().any(|r| ph.pos.get(r).is_some_and(|&p| p >= i));
-                if !alive {
-                    continue;
-                }
-                (gate, Some(u))
+            Some((h, u)) if knobs().mul_recompute && alive(Value { node: h, index: 0 }) => {
+                (Value { node: h, index: 0 }, Some(u))
             }
             _ => (other, None),
         };
@@ -3268,6 +3265,56 @@ mod tests {
         let names = launch_names(&l);
         assert_eq!(l.plan.slot(a).offset, l.plan.slot(y0).offset, "the premise: relu's slot is y0's");
         assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64_wg", "ew_relu_mul", "reduce_sum"]);
+    }
+
+    /// A gated unit over a deep grid (16,384 rows), its gate read again at the end (`gate_late`,
+    /// as its backward reads it) and its GELU by a sum too where `extra_reader`.
+    fn gated_unit(gate_late: bool, extra_reader: bool) -> Vec<String> {
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[16384, 512], Init::Zeros);
+        let [wg, wu] = ["wg", "wu"].map(|n| g.param(n, &[512, 1408], Init::Zeros));
+        let wd = g.param("wd", &[1408, 512], Init::Zeros);
+        let [x16, wg16, wu16, wd16] = [x, wg, wu, wd].map(|v| g.cast(v, DType::BF16));
+        let gate = g.matmul(x16, wg16);
+        let act = g.gelu(gate);
+        let up = g.matmul(x16, wu16);
+        let h = g.mul(act, up);
+        let h16 = g.cast(h, DType::BF16);
+        let y = g.matmul(h16, wd16);
+        let mut s = g.sum_all(y);
+        for (read, v) in [(gate_late, gate), (extra_reader, act)] {
+            if read {
+                let t = g.sum_all(v);
+                s = g.add(s, t);
+            }
+        }
+        let l = lower_forward_with(g, s, LowerOptions::from_knobs());
+        launch_names(&l).into_iter().map(String::from).collect()
+    }
+
+    /// The gate and up products' kernels in [`gated_unit`]'s lowering.
+    fn gate_and_up(gate_late: bool, extra_reader: bool) -> (String, String) {
+        let names = gated_unit(gate_late, extra_reader);
+        assert!(!names.iter().any(|n| n.contains("pw_gelu") || n.contains("pw_mul")), "{names:?}");
+        let mut gemms = names.into_iter().filter(|n| n.starts_with("gemm_"));
+        (gemms.next().unwrap(), gemms.next().unwrap())
+    }
+
+    #[test]
+    fn an_activation_nothing_reads_is_not_stored() {
+        // The StoreMul computes gelu(gate) from the gate product, so its GELU output is unread.
+        let (gate, up) = gate_and_up(true, false);
+        assert_eq!((gate.as_str(), up.as_str()), ("gemm_rr_bf16_store_tma_s3", "gemm_rr_bf16_storemul_gelu_tma_s3"));
+        // Read by a sum too: the gate product stores it, and the StoreMul still computes its own.
+        let (gate, up) = gate_and_up(true, true);
+        assert_eq!(
+            (gate.as_str(), up.as_str()),
+            ("gemm_rr_bf16_store_gelu_tma_s3", "gemm_rr_bf16_storemul_gelu_tma_s3")
+        );
+        // A forward alone: the gate's slot may be reused before the up product, so the StoreMul
+        // reads the stored GELU output.
+        let (gate, up) = gate_and_up(false, false);
+        assert_eq!((gate.as_str(), up.as_str()), ("gemm_rr_bf16_store_gelu_tma_s3", "gemm_rr_bf16_storemul_tma_s3"));
     }
 
     /// With chain epilogues on, the same program's chain relu(y)·y, which alone reads y, runs in
