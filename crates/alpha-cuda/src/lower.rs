@@ -3317,6 +3317,46 @@ mod tests {
         assert_eq!((gate.as_str(), up.as_str()), ("gemm_rr_bf16_store_gelu_tma_s3", "gemm_rr_bf16_storemul_tma_s3"));
     }
 
+    /// Two LayerNorm backwards over 16,384 rows; the first's gain gradient feeds the second's
+    /// dy, so it is read before the last of them: its pass 2 runs at once, and only the second's
+    /// waits for the launch that folds the deferred ones.
+    #[test]
+    fn a_fold_read_before_the_last_layernorm_backward_runs_at_once() {
+        let mut g = Graph::new("t");
+        let (rows, c) = (16384, 512);
+        let backward = |g: &mut Graph, name: &str, dy: Option<Value>| {
+            let x = g.param(&format!("{name}.x"), &[rows, c], Init::Zeros);
+            let gain = g.param(&format!("{name}.gain"), &[c], Init::Zeros);
+            let bias = g.param(&format!("{name}.bias"), &[c], Init::Zeros);
+            let y = g.layer_norm(x, gain, bias, 1e-5);
+            let (mean, rstd) = (Value { node: y.node, index: 1 }, Value { node: y.node, index: 2 });
+            let dy = dy.unwrap_or_else(|| g.param(&format!("{name}.dy"), &[rows, c], Init::Zeros));
+            g.push(Op::LayerNormBackward, &[x, gain, mean, rstd, dy])
+        };
+        let first = backward(&mut g, "a", None);
+        let dy2 = g.add(first[0], first[1]);
+        let second = backward(&mut g, "b", Some(dy2));
+        let mut s = g.sum_all(second[0]);
+        for v in [first[2], second[1], second[2]] {
+            let t = g.sum_all(v);
+            s = g.add(s, t);
+        }
+        let l = lower_forward_with(g, s, LowerOptions::from_knobs());
+        let names = launch_names(&l);
+        let at = |name: &str| names.iter().position(|n| *n == name);
+        let (partials, finish, multi) = (
+            names.iter().filter(|n| n.starts_with("layernorm_bwd_dx") && n.contains("_partials")).count(),
+            at("layernorm_bwd_params_finish"),
+            at("layernorm_bwd_params_finish_multi"),
+        );
+        assert_eq!(partials, 2, "{names:?}");
+        let (finish, multi) = (finish.expect("the first's own fold"), multi.expect("the second's, deferred"));
+        let second_rows = names.iter().rposition(|n| n.starts_with("layernorm_bwd_dx")).unwrap();
+        assert!(finish < second_rows && second_rows < multi, "{names:?}");
+        let fold = &l.phases[0][multi];
+        assert_eq!(fold.grid.0, 2 * 512 / 32, "one LayerNorm's fold blocks");
+    }
+
     /// With chain epilogues on, the same program's chain relu(y)·y, which alone reads y, runs in
     /// the product's epilogue: y is never stored, only h, whose slot is clear of the GEMM's A.
     #[test]
