@@ -1278,10 +1278,9 @@ pub(crate) fn store_tile(
     // `quad_exchange`), so that a warp's store covers 64 bytes of each of its eight rows instead
     // of 32. Measured on the H200 (g53): sixteen contexts' step 24.69 / 24.73 → 24.01 / 24.05
     // ms, one context's 3.775 / 3.767 → 3.722 / 3.719 ms.
-    let width: usize = if crate::knobs::knobs().wide_stores && ni_n.is_multiple_of(2) { 4 } else { 2 };
-    let col0 = if width == 4 { k.tri("mad.lo.u32", RegKind::B32, tq, 4u32, c0a) } else { col0 };
-    let units = ni_n * 2 / width;
-    let unit_cols = 4 * width as u32;
+    let su = StoreUnits::of(ni_n);
+    let col0 = if su.wide() { k.tri("mad.lo.u32", RegKind::B32, tq, 4u32, c0a) } else { col0 };
+    let (width, units, unit_cols) = (su.width, su.units, su.cols());
     let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
     let cptr = k.addr_of(c_base, e0, 4);
     let rptr = match spec.epilogue {
@@ -1306,7 +1305,7 @@ pub(crate) fn store_tile(
             k.setp("lt.u32", c, n)
         })
         .collect();
-    let (f32s, b32s) = if width == 4 { ("v4.f32", "v2.b32") } else { ("v2.f32", "b32") };
+    let f32s = su.f32s();
     // Each row's residual (or old output) values are all loaded before any of its stores: a
     // load after a store to a possibly aliasing address cannot be moved ahead of it, so
     // interleaved load-add-store pairs would each wait out a full memory latency. One row (of
@@ -1316,11 +1315,7 @@ pub(crate) fn store_tile(
         Epilogue::Store => None,
         Epilogue::AddResidual | Epilogue::Accumulate | Epilogue::StoreMul => Some(rptr.unwrap_or(cptr)),
     };
-    let parity = (width == 4).then(|| {
-        let odd = k.bin("and.b32", RegKind::B32, tq, 1u32);
-        let high = k.bin("and.b32", RegKind::B32, tq, 2u32);
-        (k.setp("ne.u32", odd, 0u32), k.setp("ne.u32", high, 0u32))
-    });
+    let parity = su.wide().then(|| quad_parity(k, tq));
     for (mi, acc_m) in acc.iter().enumerate() {
         for h in 0..2usize {
             // Each unit's in-range predicate on row g (h = 0) or g + 8 of the group.
@@ -1350,10 +1345,7 @@ pub(crate) fn store_tile(
                 for u in span {
                     // This row's values of the unit: the fragment's pair, or four after the
                     // exchange (made here, unit by unit, to hold few registers).
-                    let v = &match parity {
-                        None => vec![acc_m[u][2 * h], acc_m[u][2 * h + 1]],
-                        Some(p) => quad_exchange(k, &acc_m[2 * u], &acc_m[2 * u + 1], h, p),
-                    };
+                    let v = &su.values(k, acc_m, u, h, parity);
                     let ok = oks[u];
                     let old = olds.as_ref().map(|o| &o[u - first]);
                     let off = (u as u32 * unit_cols * 4) as i64;
@@ -1374,17 +1366,7 @@ pub(crate) fn store_tile(
                             .collect();
                         let p: Vec<Reg> =
                             v.iter().zip(&r).map(|(&x, &y)| k.bin("mul.rn.f32", RegKind::F32, x, y)).collect();
-                        let pairs: Vec<Reg> = p
-                            .chunks(2)
-                            .map(|q| {
-                                let pair = k.reg(RegKind::B32);
-                                k.op("cvt.rn.bf16x2.f32", [pair.into(), q[1].into(), q[0].into()]);
-                                pair
-                            })
-                            .collect();
-                        let at = addr(up, (u as u32 * unit_cols * 2) as i64);
-                        let val = if width == 4 { Opnd::V(pairs) } else { pairs[0].into() };
-                        k.op_if(ok, false, &format!("st.global.{b32s}"), [at, val]);
+                        su.store_bf16(k, ok, up, u, &p);
                     }
                     if let (Some(f), Some(up), false) = (spec.activation, uptr, mul) {
                         let act = out.iter().map(|&x| crate::pointwise::emit_unary(k, f, x)).collect();
@@ -1402,6 +1384,73 @@ pub(crate) fn store_tile(
             }
         }
     }
+}
+
+/// How an epilogue stores a fragment row: W consecutive values a thread a unit — the
+/// fragment's own two (a unit a column group), or four after [`quad_exchange`] (a unit two
+/// column groups) where the wide stores are on and the groups pair up.
+#[derive(Clone, Copy)]
+struct StoreUnits {
+    width: usize,
+    units: usize,
+}
+
+impl StoreUnits {
+    /// For a warp fragment of `groups` column groups of 8.
+    fn of(groups: usize) -> StoreUnits {
+        let width = if crate::knobs::knobs().wide_stores && groups.is_multiple_of(2) { 4 } else { 2 };
+        StoreUnits { width, units: groups * 2 / width }
+    }
+
+    fn wide(&self) -> bool {
+        self.width == 4
+    }
+
+    /// Columns a unit spans.
+    fn cols(&self) -> u32 {
+        4 * self.width as u32
+    }
+
+    /// The f32 vector type of a unit's loads and stores.
+    fn f32s(&self) -> &'static str {
+        if self.wide() {
+            "v4.f32"
+        } else {
+            "v2.f32"
+        }
+    }
+
+    /// Row `h`'s values of unit `u` of the fragments `acc_m`: the fragment's pair, or four after
+    /// the exchange (`parity`: [`quad_parity`], where wide).
+    fn values(&self, k: &mut Kernel, acc_m: &[Vec<Reg>], u: usize, h: usize, parity: Option<(Reg, Reg)>) -> Vec<Reg> {
+        match parity {
+            None => vec![acc_m[u][2 * h], acc_m[u][2 * h + 1]],
+            Some(p) => quad_exchange(k, &acc_m[2 * u], &acc_m[2 * u + 1], h, p),
+        }
+    }
+
+    /// Stores `vals` (a unit's) rounded to bf16 at unit `u` of the row at `p`, guarded by `ok`:
+    /// pairs by round-to-nearest-even, 4 or 8 bytes.
+    fn store_bf16(&self, k: &mut Kernel, ok: Reg, p: Reg, u: usize, vals: &[Reg]) {
+        let pairs: Vec<Reg> = vals
+            .chunks(2)
+            .map(|q| {
+                let pair = k.reg(RegKind::B32);
+                k.op("cvt.rn.bf16x2.f32", [pair.into(), q[1].into(), q[0].into()]);
+                pair
+            })
+            .collect();
+        let (op, val) =
+            if self.wide() { ("st.global.v2.b32", Opnd::V(pairs)) } else { ("st.global.b32", pairs[0].into()) };
+        k.op_if(ok, false, op, [addr(p, (u as u32 * self.cols() * 2) as i64), val]);
+    }
+}
+
+/// The predicates [`quad_exchange`] chooses by: lane t of its quad odd, and t ≥ 2.
+fn quad_parity(k: &mut Kernel, tq: Reg) -> (Reg, Reg) {
+    let odd = k.bin("and.b32", RegKind::B32, tq, 1u32);
+    let high = k.bin("and.b32", RegKind::B32, tq, 2u32);
+    (k.setp("ne.u32", odd, 0u32), k.setp("ne.u32", high, 0u32))
 }
 
 /// Row `h`'s values of two adjacent column groups (`left`, `right`: this lane's fragments,
@@ -1456,17 +1505,11 @@ fn store_chain(
     let others = chain.others();
     let ptr = |j: usize| h.chain[j].expect("a chain pointer per output and input");
     // Units of W consecutive values a thread, as in `store_tile`.
-    let ni_n = acc[0].len();
-    let width: usize = if crate::knobs::knobs().wide_stores && ni_n.is_multiple_of(2) { 4 } else { 2 };
-    let units = ni_n * 2 / width;
-    let unit_cols = 4 * width as u32;
+    let su = StoreUnits::of(acc[0].len());
+    let (width, units, unit_cols) = (su.width, su.units, su.cols());
     let col0 = k.tri("mad.lo.u32", RegKind::B32, tq, width as u32, c0a);
-    let parity = (width == 4).then(|| {
-        let odd = k.bin("and.b32", RegKind::B32, tq, 1u32);
-        let high = k.bin("and.b32", RegKind::B32, tq, 2u32);
-        (k.setp("ne.u32", odd, 0u32), k.setp("ne.u32", high, 0u32))
-    });
-    let (f32s, b32s) = if width == 4 { ("v4.f32", "v2.b32") } else { ("v2.f32", "b32") };
+    let parity = su.wide().then(|| quad_parity(k, tq));
+    let f32s = su.f32s();
     let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
     // Current row's pointers: outputs (2 or 4 bytes an element), then the other inputs.
     let out_ptrs: Vec<(Reg, bool)> = outputs
@@ -1516,10 +1559,7 @@ fn store_chain(
                     })
                     .collect();
                 for (u, vals_in) in span.zip(&loaded) {
-                    let product = match parity {
-                        None => vec![acc_m[u][2 * half], acc_m[u][2 * half + 1]],
-                        Some(p) => quad_exchange(k, &acc_m[2 * u], &acc_m[2 * u + 1], half, p),
-                    };
+                    let product = su.values(k, acc_m, u, half, parity);
                     // Per element: the chain's inputs in order, the product's from the
                     // accumulators.
                     let results: Vec<Vec<Reg>> = (0..width)
@@ -1540,17 +1580,7 @@ fn store_chain(
                     for (&(step, _), &(p, bf16)) in outputs.iter().zip(&out_ptrs) {
                         let vs: Vec<Reg> = results.iter().map(|r| r[step]).collect();
                         if bf16 {
-                            let pairs: Vec<Reg> = vs
-                                .chunks(2)
-                                .map(|q| {
-                                    let pair = k.reg(RegKind::B32);
-                                    k.op("cvt.rn.bf16x2.f32", [pair.into(), q[1].into(), q[0].into()]);
-                                    pair
-                                })
-                                .collect();
-                            let val = if width == 4 { Opnd::V(pairs) } else { pairs[0].into() };
-                            let at = addr(p, (u as u32 * unit_cols * 2) as i64);
-                            k.op_if(oks[u], false, &format!("st.global.{b32s}"), [at, val]);
+                            su.store_bf16(k, oks[u], p, u, &vs);
                         } else {
                             let at = addr(p, (u as u32 * unit_cols * 4) as i64);
                             k.op_if(oks[u], false, &format!("st.global.{f32s}"), [at, Opnd::V(vs)]);

@@ -52,9 +52,11 @@ pub fn stages(spec: &GemmSpec) -> u32 {
 /// the step took 25.77 → 25.49 ms, one context's unchanged (3.758 → 3.762 ms).
 pub const SHALLOW_RING_WAVES: u32 = 3;
 
-/// Waves of blocks from which [`crate::gemm::Epilogue::StoreMul`] is fused (see the lowering's
-/// `mul_epilogues`): measured at 8 waves, where it first paid.
-pub const MUL_EPILOGUE_WAVES: u32 = 8;
+/// Waves of blocks from which the lowering fuses work that reads or computes more into a
+/// product's epilogue (a gated unit's multiply, [`crate::gemm::Epilogue::StoreMul`]; a chain,
+/// [`crate::gemm::ChainEpilogue`]): over shallower grids the extra epilogue work stays exposed.
+/// Measured at 8 waves, where each first paid.
+pub const DEEP_EPILOGUE_WAVES: u32 = 8;
 
 /// The ring depth the lowering gives a product of `blocks` blocks: three stages for bf16
 /// operands in 128 × 128 tiles over a deep grid — two blocks then fit an SM and each hides the

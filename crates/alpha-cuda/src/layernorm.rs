@@ -58,22 +58,6 @@ fn owned_cols(k: &mut Kernel, tid: Reg, c: u32) -> Vec<(Reg, Option<Reg>)> {
         .collect()
 }
 
-/// Loads `base[offset + j]` for each owned column `j` (0 where out of range).
-fn ld_owned(k: &mut Kernel, base: Reg, offset: Option<Reg>, cols: &[(Reg, Option<Reg>)]) -> Vec<Reg> {
-    cols.iter()
-        .map(|&(j, ok)| {
-            let i = match offset {
-                Some(o) => k.bin("add.u32", RegKind::B32, o, j),
-                None => j,
-            };
-            let a = k.addr_of(base, i, 4);
-            let v = k.imm_f32(0.0);
-            guarded(k, ok, "ld.global.f32", [v.into(), addr(a, 0)]);
-            v
-        })
-        .collect()
-}
-
 /// The conjunction of two optional guards (None: always).
 fn both(k: &mut Kernel, a: Option<Reg>, b: Option<Reg>) -> Option<Reg> {
     match (a, b) {
@@ -82,14 +66,23 @@ fn both(k: &mut Kernel, a: Option<Reg>, b: Option<Reg>) -> Option<Reg> {
     }
 }
 
-/// Loads `base[row0 + j]` for each owned column `j`, guarded by its column's predicate and
+/// Loads `base[offset + j]` for each owned column `j`, guarded by its column's predicate and
 /// `row_ok` (+0 where either fails).
-fn ld_row(k: &mut Kernel, base: Reg, row0: Reg, cols: &[(Reg, Option<Reg>)], row_ok: Option<Reg>) -> Vec<Reg> {
+fn ld_owned(
+    k: &mut Kernel,
+    base: Reg,
+    offset: Option<Reg>,
+    cols: &[(Reg, Option<Reg>)],
+    row_ok: Option<Reg>,
+) -> Vec<Reg> {
     cols.iter()
         .map(|&(j, col_ok)| {
             let guard = both(k, col_ok, row_ok);
-            let e = k.bin("add.u32", RegKind::B32, row0, j);
-            let a = k.addr_of(base, e, 4);
+            let i = match offset {
+                Some(o) => k.bin("add.u32", RegKind::B32, o, j),
+                None => j,
+            };
+            let a = k.addr_of(base, i, 4);
             let v = k.imm_f32(0.0);
             guarded(k, guard, "ld.global.f32", [v.into(), addr(a, 0)]);
             v
@@ -141,7 +134,7 @@ pub fn forward_kernel_storing(n: Norm, eps: f32, bf16: bool) -> Kernel {
     let row0 = k.bin("mul.lo.u32", RegKind::B32, row, c);
     // The row's values, read once.
     let owned = owned_cols(&mut k, tid, c);
-    let xs = ld_owned(&mut k, x, Some(row0), &owned);
+    let xs = ld_owned(&mut k, x, Some(row0), &owned, None);
     let sum = k.imm_f32(0.0);
     for (&v, &(_, ok)) in xs.iter().zip(&owned) {
         guarded(&mut k, ok, "add.rn.f32", [sum.into(), sum.into(), v.into()]);
@@ -159,8 +152,8 @@ pub fn forward_kernel_storing(n: Norm, eps: f32, bf16: bool) -> Kernel {
     let ve = k.bin("add.rn.f32", RegKind::F32, var, eps);
     let sd = k.un("sqrt.rn.f32", RegKind::F32, ve);
     let r = k.bin("div.rn.f32", RegKind::F32, 1.0f32, sd);
-    let gs = ld_owned(&mut k, gain, None, &owned);
-    let bs = ld_owned(&mut k, bias, None, &owned);
+    let gs = ld_owned(&mut k, gain, None, &owned, None);
+    let bs = ld_owned(&mut k, bias, None, &owned, None);
     for (((&v, &g), &b), &(j, ok)) in xs.iter().zip(&gs).zip(&bs).zip(&owned) {
         let i = k.bin("add.u32", RegKind::B32, row0, j);
         let d = k.bin("sub.rn.f32", RegKind::F32, v, m);
@@ -248,11 +241,11 @@ fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool, copy16: bool) ->
     let rs = ld(&mut k, rstd, row);
     // The row's dy, gain and x, read once for both passes.
     let owned = owned_cols(&mut k, tid, c);
-    let ds = ld_owned(&mut k, dy, Some(row0), &owned);
-    let gs = ld_owned(&mut k, gain, None, &owned);
-    let xs = ld_owned(&mut k, x, Some(row0), &owned);
+    let ds = ld_owned(&mut k, dy, Some(row0), &owned, None);
+    let gs = ld_owned(&mut k, gain, None, &owned, None);
+    let xs = ld_owned(&mut k, x, Some(row0), &owned, None);
     let (mean_g, mean_gx) = row_means(&mut k, RowIn { ds: &ds, gs: &gs, xs: &xs, m, rs }, &owned, &red, tid, c);
-    let rv = r.map(|r| ld_owned(&mut k, r, Some(row0), &owned));
+    let rv = r.map(|r| ld_owned(&mut k, r, Some(row0), &owned, None));
     let row = RowIn { ds: &ds, gs: &gs, xs: &xs, m, rs };
     store_row_dx(&mut k, row, (mean_g, mean_gx), rv.as_deref(), &owned, (dx, dx16), row0, None);
     k.ret();
@@ -378,7 +371,7 @@ pub fn backward_dx_partials_kernel(n: Norm, residual: bool, copy16: bool) -> Ker
     let tid = k.sreg("%tid.x");
     let band = k.sreg("%ctaid.x");
     let owned = owned_cols(&mut k, tid, c);
-    let gs = ld_owned(&mut k, gain, None, &owned);
+    let gs = ld_owned(&mut k, gain, None, &owned, None);
     let ags: Vec<Reg> = owned.iter().map(|_| k.imm_f32(0.0)).collect();
     let abs: Vec<Reg> = owned.iter().map(|_| k.imm_f32(0.0)).collect();
     let r0 = k.bin("mul.lo.u32", RegKind::B32, band, BAND as u32);
@@ -404,8 +397,8 @@ pub fn backward_dx_partials_kernel(n: Norm, residual: bool, copy16: bool) -> Ker
             v
         };
         let (m, rs) = (one(k, mean), one(k, rstd));
-        let ds = ld_row(k, dy, row0, &owned, ok);
-        let xs = ld_row(k, x, row0, &owned, ok);
+        let ds = ld_owned(k, dy, Some(row0), &owned, ok);
+        let xs = ld_owned(k, x, Some(row0), &owned, ok);
         Loaded { row0, ok, m, rs, ds, xs }
     };
     let mut next = Some(load(&mut k, 0));
@@ -418,7 +411,7 @@ pub fn backward_dx_partials_kernel(n: Norm, residual: bool, copy16: bool) -> Ker
         let means = row_means(&mut k, row, &owned, &red, tid, c);
         // The residual's row as the row kernel reads it, after the reductions (fewer registers
         // held across them: seven blocks an SM would leave 1,024 bands a second wave).
-        let rv = r.map(|r| ld_row(&mut k, r, cur.row0, &owned, cur.ok));
+        let rv = r.map(|r| ld_owned(&mut k, r, Some(cur.row0), &owned, cur.ok));
         store_row_dx(&mut k, row, means, rv.as_deref(), &owned, (dx, dx16), cur.row0, cur.ok);
         // Pass 1's terms of this row, in its order of operations.
         for (((&d, &v), &ag), &ab) in cur.ds.iter().zip(&cur.xs).zip(&ags).zip(&abs) {

@@ -208,7 +208,7 @@ struct ProductLaunch {
     spec: GemmSpec,
     shape: GemmShape,
     /// One launch (not split-K).
-    whole: bool,
+    one_launch: bool,
     /// A store epilogue with nothing fused, unbatched.
     plain: bool,
 }
@@ -217,25 +217,25 @@ struct ProductLaunch {
 #[derive(Default)]
 struct LaunchedProducts {
     /// The one-launch ones: node → (launch index, spec, shape).
-    whole: HashMap<u32, (usize, GemmSpec, GemmShape)>,
-    /// Every one, split-K too.
+    one_launch: HashMap<u32, (usize, GemmSpec, GemmShape)>,
+    /// The plain ones (store epilogue, nothing fused, unbatched), split-K too.
     plain: std::collections::HashSet<u32>,
-    /// Every one-launch product, plain or not: node → (launch index, spec).
-    any: HashMap<u32, (usize, GemmSpec)>,
 }
 
 impl LaunchedProducts {
     /// `p`, whose (last) launch is at `index`.
     fn record(&mut self, p: ProductLaunch, index: usize) {
-        if p.whole {
-            self.any.insert(p.id, (index, p.spec));
+        if p.one_launch {
+            self.one_launch.insert(p.id, (index, p.spec, p.shape));
         }
         if p.plain {
             self.plain.insert(p.id);
-            if p.whole {
-                self.whole.insert(p.id, (index, p.spec, p.shape));
-            }
         }
+    }
+
+    /// A plain product of one launch: (launch index, spec, shape).
+    fn plain_one_launch(&self, id: u32) -> Option<(usize, GemmSpec, GemmShape)> {
+        self.one_launch.get(&id).copied().filter(|_| self.plain.contains(&id))
     }
 }
 
@@ -577,9 +577,11 @@ impl Lowerer<'_> {
         products: &LaunchedProducts,
         launches: &mut [Pending],
     ) -> Result<()> {
-        let acts: Vec<(u32, u32)> = self.more.gemm_act.iter().map(|(&host, &(u, _))| (host, u)).collect();
+        // In node order, so that the catalog's order does not follow the map's.
+        let mut acts: Vec<(u32, u32)> = self.more.gemm_act.iter().map(|(&host, &(u, _))| (host, u)).collect();
+        acts.sort_unstable();
         for (host, u) in acts {
-            let Some(&(li, spec)) = products.any.get(&host) else { continue };
+            let Some(&(li, spec, _)) = products.one_launch.get(&host) else { continue };
             let act = Value { node: u, index: 0 };
             let readers = view.readers(act);
             let multiplied = |r: u32| self.more.gemm_mul.values().any(|&(m, _, _, a)| m == r && a.is_some());
@@ -631,14 +633,12 @@ impl Lowerer<'_> {
                 && !self.store_as.contains_key(&Value { node: id, index: 0 })
         };
         for (j, &x) in cl.inputs.iter().enumerate() {
-            let Some(&(li, spec, shape)) = products.whole.get(&x.node) else { continue };
+            let Some((li, spec, shape)) = products.plain_one_launch(x.node) else { continue };
             let Some(&pg) = view.pos.get(&x.node) else { continue };
             let read_in_run: usize =
                 cl.run.iter().map(|&r| g.nodes[r as usize].inputs.iter().filter(|&&y| y == x).count()).sum();
-            let (gx, gy, gz) = spec.grid(&shape);
-            let deep = gx * gy * gz >= gemm_wgmma::MUL_EPILOGUE_WAVES * gemm::SMS;
             let whole = x.index == 0
-                && (deep || grids == ChainEpilogues::Everywhere)
+                && (deep_epilogue_grid(&spec, &shape) || grids == ChainEpilogues::Everywhere)
                 && plain(x.node)
                 && uses.get(&x).copied() == Some(read_in_run)
                 && shape.batch == 1
@@ -768,14 +768,13 @@ impl Lowerer<'_> {
         let ins = &node.inputs;
         self.want_f32(&node, id, ins)?;
         let out = |k: u16| Value { node: id, index: k };
-        let c = *g.shape(ins[0]).last().unwrap_or(&1);
-        let nm = Norm { rows: node.outputs[0].numel() / c.max(1), c };
+        let nm = norm_of(g, &node);
         let (x, gain, mean, rstd, dy) = (ins[0], ins[1], ins[2], ins[3], ins[4]);
         self.need_scratch(nm.scratch_floats() * 4);
         let dst = add.map_or(out(0), |(a, _)| Value { node: a, index: 0 });
         // Over many bands, pass 1 runs in the input gradient's launch (reading x and dy once),
         // a block a band, then pass 2 ([`layernorm::backward_dx_partials_kernel`]).
-        if knobs().ln_partials && nm.bands() >= PARTIALS_IN_ROWS_MIN_BANDS {
+        if partials_in_rows(nm) {
             let mut args: Vec<A> = [dst, x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect();
             args.extend(add.map(|(_, r)| self.ptr(r)));
             args.extend(copy.map(|c| self.ptr(c)));
@@ -803,7 +802,7 @@ impl Lowerer<'_> {
                 },
             ]);
         }
-        let cols = (c as u32).div_ceil(layernorm::THREADS);
+        let cols = (nm.c as u32).div_ceil(layernorm::THREADS);
         let k2 = self.kernel(layernorm::backward_partials_kernel(nm))?;
         let mut args = vec![A::Scratch(0)];
         args.extend([x, mean, rstd, dy].iter().map(|&a| self.ptr(a)));
@@ -1085,7 +1084,7 @@ impl Lowerer<'_> {
                         args.extend(self.maps_for(&pspec, &part, a, b)?);
                         let block = (pspec.threads(), 1, 1);
                         v.push(Pending { kernel, grid: pspec.grid(&part), block, args, node: some });
-                        self.last_product = Some(ProductLaunch { id, spec, shape, whole: false, plain });
+                        self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: false, plain });
                         let mut args = vec![self.ptr(c), self.ptr(r), A::Scratch(0)];
                         if let Some((u, _)) = act {
                             args.push(self.ptr(Value { node: u, index: 0 }));
@@ -1098,7 +1097,7 @@ impl Lowerer<'_> {
                         return Ok(v);
                     }
                     let spec = with_ring(on_tma(spec), &shape);
-                    self.last_product = Some(ProductLaunch { id, spec, shape, whole: true, plain });
+                    self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
                     let kernel = self.kernel(spec.kernel())?;
                     let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
                     args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
@@ -1206,8 +1205,7 @@ impl Lowerer<'_> {
             }
             Op::LayerNorm { eps } => {
                 self.want_f32(&node, id, ins)?;
-                let c = *ishape(0).last().unwrap_or(&1);
-                let nm = Norm { rows: n / c.max(1), c };
+                let nm = norm_of(g, &node);
                 let (dst, ydt) = self.destination(out(0));
                 let kernel = self.kernel(layernorm::forward_kernel_storing(nm, *eps as f32, ydt == DType::BF16))?;
                 let args = vec![self.ptr(dst), self.ptr(out(1)), self.ptr(out(2))]
@@ -1514,6 +1512,13 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     let wgmma = !knobs().mma_engine && shape.k.is_multiple_of(gemm_wgmma::BK);
     let spec = if wgmma { spec.wgmma() } else { spec };
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
+}
+
+/// Whether a launch of `spec` on `shape` spans [`gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of
+/// blocks: deep enough for a fused epilogue's extra work to pay.
+fn deep_epilogue_grid(spec: &GemmSpec, shape: &GemmShape) -> bool {
+    let (gx, gy, gz) = spec.grid(shape);
+    gx * gy * gz >= gemm_wgmma::DEEP_EPILOGUE_WAVES * gemm::SMS
 }
 
 /// `spec` on the TMA-fed engine where it runs on `wgmma` with bf16 operands (unless the knob
@@ -2506,8 +2511,7 @@ fn mul_epilogues(
         // Deep grids only: measured on the H200 (g41), sixteen contexts' step 26.89 -> 26.79 /
         // 26.84 ms with the fusion, one context's 3.853 -> 3.869 / 3.866 ms (its shallow grid
         // leaves the epilogue's extra traffic exposed).
-        let (gx, gy, gz) = spec.grid(&shape);
-        let deep = gx * gy * gz >= gemm_wgmma::MUL_EPILOGUE_WAVES * gemm::SMS;
+        let deep = deep_epilogue_grid(&spec, &shape);
         let plain = !gemm_add.contains_key(&gid)
             && !more.gemm_act.contains_key(&gid)
             && !more.gemm_heads.contains_key(&gid)
@@ -2578,7 +2582,7 @@ pub struct LowerOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChainEpilogues {
     Never,
-    /// Over deep grids only (at least [`gemm_wgmma::MUL_EPILOGUE_WAVES`] waves of blocks), the
+    /// Over deep grids only (at least [`gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of blocks), the
     /// default. Measured on the H200 (g55, wide stores): sixteen contexts' step 24.24 / 24.25 →
     /// 24.11 / 24.13 ms with the gated GELU's backward in the dh product's epilogue; one
     /// context's (a shallow grid) 3.706 / 3.711 → 3.721 / 3.721 ms, so not there.
@@ -2873,7 +2877,7 @@ const FOLD_BESIDE_ROWS_MAX_BANDS: usize = 64;
 fn deferred_folds(view: &PhaseView) -> (std::collections::HashSet<u32>, Option<u32>) {
     let g = view.g;
     let none = (std::collections::HashSet::new(), None);
-    if !knobs().ln_partials || !knobs().ln_fold_together {
+    if !knobs().ln_fold_together {
         return none;
     }
     let deep: Vec<u32> = view
@@ -2882,9 +2886,7 @@ fn deferred_folds(view: &PhaseView) -> (std::collections::HashSet<u32>, Option<u
         .copied()
         .filter(|&id| {
             let n = &g.nodes[id as usize];
-            let c = g.shape(n.inputs[0]).last().copied().unwrap_or(1).max(1);
-            let norm = Norm { rows: n.outputs[0].numel() / c, c };
-            n.op == Op::LayerNormBackward && norm.bands() >= PARTIALS_IN_ROWS_MIN_BANDS
+            n.op == Op::LayerNormBackward && partials_in_rows(norm_of(g, n))
         })
         .collect();
     let Some(&last) = deep.last() else { return none };
@@ -2899,6 +2901,17 @@ fn deferred_folds(view: &PhaseView) -> (std::collections::HashSet<u32>, Option<u
     let deferred: std::collections::HashSet<u32> = deep.iter().copied().filter(|&id| waits(id)).collect();
     let flush = deep.iter().rev().copied().find(|id| deferred.contains(id));
     (deferred, flush)
+}
+
+/// The shape of a LayerNorm (forward or backward) node: rows of its input's last axis.
+fn norm_of(g: &alpha_ir::Graph, node: &Node) -> Norm {
+    let c = *g.shape(node.inputs[0]).last().unwrap_or(&1);
+    Norm { rows: node.outputs[0].numel() / c.max(1), c }
+}
+
+/// Whether a LayerNorm backward of shape `n` runs pass 1 in its input gradient's launch.
+fn partials_in_rows(n: Norm) -> bool {
+    knobs().ln_partials && n.bands() >= PARTIALS_IN_ROWS_MIN_BANDS
 }
 
 /// Bands from which a LayerNorm backward's pass 1 runs in its input gradient's launch: two
