@@ -1047,6 +1047,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     }
     rows.extend(head_split_checks(gpu, arena, rng)?);
     rows.extend(store_mul_checks(gpu, arena, rng)?);
+    rows.extend(gated_checks(gpu, arena, rng)?);
     rows.extend(chain_epilogue_checks(gpu, arena, rng)?);
     Ok(rows)
 }
@@ -1189,6 +1190,62 @@ fn store_mul_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec
             "m1000 n1408 k512",
             differ,
             2 * nc,
+        ));
+    }
+    Ok(rows)
+}
+
+/// The gated product ([`GemmSpec::gated`]: gate and up from one A tile, the multiply on
+/// registers) against its two launches — the gate product, then the up product's StoreMul
+/// reading the stored gate — bit for bit: the gate, the up product and the bf16 product. Both
+/// ring depths; ragged M and N (the last 64 columns partly past the edge).
+fn gated_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    let mut rows = vec![];
+    let gelu = Some(alpha_ir::Unary::Gelu);
+    for (stages, (m, n, k)) in [(3, (1000, 1408, 512)), (0, (200, 136, 192))] {
+        arena.reset();
+        let plain = GemmSpec { stages, ..GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::Bf16).tma() };
+        let mul = GemmSpec { epilogue: Epilogue::StoreMul, activation: gelu, ..plain };
+        let gated = GemmSpec { gated: true, ..mul };
+        let sh = GemmShape::packed(&plain, m, n, k);
+        let (na, nb, nc) = sh.extents(&plain);
+        let (a, bg, bu) = (rng.vec(na, 1.0), rng.vec(nb, 1.0), rng.vec(nb, 1.0));
+        let ab = upload_operand(arena, Input::Bf16, &a)?;
+        let (bgb, bub) = (upload_operand(arena, Input::Bf16, &bg)?, upload_operand(arena, Input::Bf16, &bu)?);
+        let map = |b: u64| tma_maps(arena, &plain, &sh, ab.ptr, b).map(|m| m.expect("a TMA launch"));
+        let (gate_maps, up_maps) = (map(bgb.ptr)?, map(bub.ptr)?);
+        // Two sets of outputs: (gate, up, bf16 product), poisoned.
+        let mut outs = vec![];
+        for _ in 0..2 {
+            let (g, c, u) = (arena.alloc_n::<f32>(nc)?, arena.alloc_n::<f32>(nc)?, arena.alloc_n::<u16>(nc)?);
+            for b in [g, c, u] {
+                arena.fill_u32(b, NAN_BITS)?;
+            }
+            outs.push((g, c, u));
+        }
+        let (g, c, u) = outs[0];
+        let f = gpu.load(&plain.kernel())?;
+        let extras = Extras { maps: Some(gate_maps), ..Extras::default() };
+        gemm::launch_with(gpu, &f, &plain, &sh, [ab.ptr, bgb.ptr, g.ptr, g.ptr], extras)?;
+        let f = gpu.load(&mul.kernel())?;
+        let extras = Extras { u: Some(u.ptr), maps: Some(up_maps), ..Extras::default() };
+        gemm::launch_with(gpu, &f, &mul, &sh, [ab.ptr, bub.ptr, c.ptr, g.ptr], extras)?;
+        let (g2, c2, u2) = outs[1];
+        let f = gpu.load(&gated.kernel())?;
+        let extras = Extras { u: Some(u2.ptr), maps: Some(up_maps), gate_map: Some(gate_maps.1), ..Extras::default() };
+        gemm::launch_with(gpu, &f, &gated, &sh, [ab.ptr, bub.ptr, c2.ptr, g2.ptr], extras)?;
+        let words = |b: crate::driver::Buf, n: usize| arena.download::<u32>(b, n);
+        let mut differ = 0;
+        for (w, got, n) in [(g, g2, nc), (c, c2, nc), (u, u2, nc / 2)] {
+            let (w, got) = (words(w, n)?, words(got, n)?);
+            differ += w.iter().zip(&got).filter(|(x, y)| x != y).count();
+        }
+        rows.push(exact_row(
+            "fusion",
+            &format!("{} = gate product, {}", gated.name(), mul.name()),
+            &format!("m{m} n{n} k{k}"),
+            differ,
+            nc * 5 / 2,
         ));
     }
     Ok(rows)
@@ -1764,6 +1821,104 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
                 },
             });
         }
+    }
+    Ok(rows)
+}
+
+/// Split-K parts summed by a thread-block cluster ([`GemmSpec::cluster_splits`]) against the
+/// parts stored to scratch and summed by the reduction launch, on the TMA engine: every output
+/// bit for bit, both ways repeating, 256 sampled outputs against the f64 reference. Coppelius's
+/// weight gradients at one and sixteen contexts, and products with partial tiles under each
+/// epilogue. With `opts.bench`, µs of each way.
+pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use crate::driver::{Arg, LaunchConfig};
+    let mut rows = Vec::new();
+    let cases: &[(&str, u32, u32, u32, u32, Epilogue)] = &[
+        ("cr", 512, 1408, 16384, 8, Epilogue::Store),
+        ("cr", 1408, 512, 16384, 8, Epilogue::Store),
+        ("cr", 512, 1536, 16384, 8, Epilogue::Store),
+        ("cr", 512, 512, 16384, 8, Epilogue::Store),
+        ("cr", 512, 1408, 1024, 2, Epilogue::Store),
+        ("cr", 512, 512, 1024, 4, Epilogue::Store),
+        ("cr", 200, 136, 1024, 8, Epilogue::Accumulate),
+        ("rr", 136, 200, 512, 2, Epilogue::AddResidual),
+        ("rc", 264, 72, 1024, 4, Epilogue::Store),
+    ];
+    for &(lay, m, n, k, splits, epilogue) in cases {
+        arena.reset();
+        let base = GemmSpec { epilogue, ..spec_of(lay, Input::Bf16).tma() };
+        let parts = GemmSpec { epilogue: Epilogue::Store, ..base };
+        let cluster = GemmSpec { cluster_splits: splits, ..base };
+        let sh = GemmShape::packed(&base, m, n, k);
+        let (part, cs) = (sh.split(&parts, splits), sh.split_in_cluster(&cluster, splits));
+        let (na, nb, nc) = sh.extents(&base);
+        let (a, b, r) = (rng.vec(na, 1.0), rng.vec(nb, 1.0), rng.vec(nc, 1.0));
+        let (ab, bb) = (upload_operand(arena, Input::Bf16, &a)?, upload_operand(arena, Input::Bf16, &b)?);
+        let c0 = rng.vec(nc, 1.0);
+        let (cb, rb) = (arena.alloc_n::<f32>(nc)?, arena.alloc_n::<f32>(nc)?);
+        arena.upload(rb, &r)?;
+        let partials = arena.alloc_n::<f32>(nc * splits as usize)?;
+        let (f_parts, f_cluster) = (gpu.load(&parts.kernel())?, gpu.load(&cluster.kernel())?);
+        let width = gemm::splitk_reduce_width(m * n, true);
+        let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n, width))?;
+        let part_maps = Extras { maps: tma_maps(arena, &parts, &part, ab.ptr, bb.ptr)?, ..Extras::default() };
+        let cluster_maps = Extras { maps: tma_maps(arena, &cluster, &cs, ab.ptr, bb.ptr)?, ..Extras::default() };
+        let reduced = || -> Result<()> {
+            gemm::launch_with(gpu, &f_parts, &parts, &part, [ab.ptr, bb.ptr, partials.ptr, partials.ptr], part_maps)?;
+            let blocks = gemm::splitk_reduce_blocks(m * n, width);
+            let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
+            gpu.launch(&f_reduce, cfg, &[Arg::U64(cb.ptr), Arg::U64(rb.ptr), Arg::U64(partials.ptr)])
+        };
+        let summed =
+            || gemm::launch_with(gpu, &f_cluster, &cluster, &cs, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], cluster_maps);
+        // Each way twice from the same C (what Accumulate adds to).
+        let mut outs: Vec<Vec<f32>> = Vec::new();
+        for run in [&reduced as &dyn Fn() -> Result<()>, &reduced, &summed, &summed] {
+            arena.upload(cb, &c0)?;
+            run()?;
+            outs.push(arena.download(cb, nc)?);
+        }
+        let repeat = mismatches(&outs[0], &outs[1]) + mismatches(&outs[2], &outs[3]);
+        let differ = mismatches(&outs[0], &outs[2]);
+        let mut worst = 0.0f64;
+        for _ in 0..256 {
+            let (i, j) = (rng.below(m) as usize, rng.below(n) as usize);
+            let (acc, mag) = gemm::reference_at(&base, &sh, &a, &b, 0, i, j);
+            let e = i * n as usize + j;
+            let old = match epilogue {
+                Epilogue::Accumulate => c0[e] as f64,
+                Epilogue::AddResidual => r[e] as f64,
+                _ => 0.0,
+            };
+            let got = outs[2][e] as f64;
+            let d = if got.is_finite() { (got - acc - old).abs() / (mag + old.abs() + 1e-30) } else { f64::INFINITY };
+            worst = worst.max(d);
+        }
+        let timing = if opts.bench {
+            let t_reduced = median(gpu.time(opts.warmup, opts.reps, reduced)?);
+            let t_summed = median(gpu.time(opts.warmup, opts.reps, summed)?);
+            Some((t_summed, format!("parts + reduction {t_reduced:.1}us")))
+        } else {
+            None
+        };
+        rows.push(Row {
+            family: "gemm-cluster".into(),
+            name: format!(
+                "{} = parts + {}",
+                cluster.name(),
+                gemm::splitk_reduce_kernel(&base, splits, m * n, width).name
+            ),
+            shape: format!("m{m} n{n} k{k}"),
+            max_abs: differ as f64,
+            rel: worst,
+            tol: 1e-5,
+            pass: differ == 0 && repeat == 0 && worst <= 1e-5,
+            median_us: timing.as_ref().map(|t| t.0),
+            rate: match timing {
+                Some((_, t)) => t,
+                None => format!("{differ} outputs differ, {repeat} differ between runs"),
+            },
+        });
     }
     Ok(rows)
 }

@@ -298,6 +298,18 @@ pub struct GemmSpec {
     /// An elementwise chain run on the product instead of storing it ([`ChainEpilogue`]); store
     /// epilogue, no activation, no heads, unbatched.
     pub chain: Option<ChainEpilogue>,
+    /// Split-K parts summed within a thread-block cluster (0: none): the launch's batch entries
+    /// are the K-slices of one product, one cluster of this many blocks a tile, and the parts
+    /// meet in distributed shared memory instead of a scratch buffer and a reduction launch
+    /// ([`crate::gemm_tma::CLUSTER_SPLITS`]). TMA engine, 128 × 128 tile, no activation,
+    /// heads or chain.
+    pub cluster_splits: u32,
+    /// [`Epilogue::StoreMul`] with its multiplier's product computed in the same block: a
+    /// second B (the gate's weight, the last tensor map) gives the tile's first 64 columns, B
+    /// the other 64, both for the same 64 output columns; the gate is stored at R as it is
+    /// computed, then the multiply runs on registers instead of reading it back
+    /// ([`crate::gemm_tma`]). TMA engine, B row-major, 128 × 128 tile, unbatched.
+    pub gated: bool,
 }
 
 impl GemmSpec {
@@ -317,6 +329,8 @@ impl GemmSpec {
             stages: 0,
             heads: None,
             chain: None,
+            cluster_splits: 0,
+            gated: false,
         }
     }
 
@@ -363,6 +377,12 @@ impl GemmSpec {
             tile.push_str(if self.engine == Engine::Tma { "_tma" } else { "_wg" });
             if self.stages != 0 {
                 tile.push_str(&format!("_s{}", self.stages));
+            }
+            if self.cluster_splits > 1 {
+                tile.push_str(&format!("_splitk{}", self.cluster_splits));
+            }
+            if self.gated {
+                tile.push_str("_gated");
             }
         }
         format!(
@@ -446,7 +466,9 @@ impl GemmSpec {
 
     /// The launch grid for `shape`.
     pub fn grid(&self, shape: &GemmShape) -> (u32, u32, u32) {
-        (shape.n.div_ceil(self.tile.cols()), shape.m.div_ceil(self.tile.rows()), shape.batch)
+        // A gated block computes two products' columns for half its tile's width of output.
+        let cols = if self.gated { self.tile.cols() / 2 } else { self.tile.cols() };
+        (shape.n.div_ceil(cols), shape.m.div_ceil(self.tile.rows()), shape.batch)
     }
 
     /// Builds the kernel description.
@@ -588,6 +610,13 @@ impl GemmShape {
         }
     }
 
+    /// The shape of a split-K launch whose cluster sums the parts ([`GemmSpec::cluster_splits`]):
+    /// [`GemmShape::split`]'s K-slices storing into the product's own output (its `ldc`, no
+    /// batch step).
+    pub fn split_in_cluster(&self, spec: &GemmSpec, splits: u32) -> GemmShape {
+        GemmShape { ldc: self.ldc, stride_c: 0, ..self.split(spec, splits) }
+    }
+
     /// The largest tile that still gives every SM a block; the smallest when none does.
     pub fn tile(&self) -> Tile {
         let blocks = |t: Tile| self.m.div_ceil(t.rows()) * self.n.div_ceil(t.cols()) * self.batch;
@@ -609,6 +638,8 @@ pub struct Extras {
     pub rot_tab: Option<u64>,
     /// A chain epilogue's outputs, then its inputs beside the product ([`ChainEpilogue`]).
     pub chain: [Option<u64>; 2 * CHAIN_PTRS],
+    /// A gated product's tensor map of the gate's B ([`GemmSpec::gated`]).
+    pub gate_map: Option<u64>,
 }
 
 /// Launches `f` (built from `spec`) on device addresses `a`, `b`, `c` and residual `r` (ignored
@@ -644,6 +675,9 @@ pub fn launch_with(
     );
     if (extras.u.is_some(), extras.maps.is_some(), extras.rot_tab.is_some()) != wants {
         bail!("{}: takes (u, tensor maps, rotary table) {wants:?}, given {extras:?}", spec.name());
+    }
+    if extras.gate_map.is_some() != spec.gated {
+        bail!("{}: a gate's tensor map goes with a gated product alone, given {extras:?}", spec.name());
     }
     let chain_ptrs = spec.chain.map_or(0, |c| c.outputs().len() + c.others().len());
     if extras.chain.iter().flatten().count() != chain_ptrs || extras.chain[..chain_ptrs].iter().any(Option::is_none) {
@@ -686,6 +720,7 @@ pub fn launch_with(
     args.extend(extras.u.map(Arg::U64));
     args.extend(extras.chain.iter().flatten().map(|&p| Arg::U64(p)));
     args.extend(extras.maps.into_iter().flat_map(|(ma, mb)| [Arg::U64(ma), Arg::U64(mb)]));
+    args.extend(extras.gate_map.map(Arg::U64));
     args.extend(extras.rot_tab.map(Arg::U64));
     gpu.launch(f, cfg, &args)
 }
@@ -761,18 +796,7 @@ pub fn splitk_reduce_kernel(spec: &GemmSpec, splits: u32, mn: u32, width: u32) -
         Epilogue::Accumulate => Some(load(&mut k, c, 0)),
         Epilogue::StoreMul => unreachable!("no StoreMul reductions"),
     };
-    let out: Vec<Reg> = (0..vw as usize)
-        .map(|e| {
-            let acc = k.un("mov.f32", RegKind::F32, parts[0][e]);
-            for p in &parts[1..] {
-                k.op("add.rn.f32", [acc.into(), acc.into(), p[e].into()]);
-            }
-            match &old {
-                Some(o) => k.bin("add.rn.f32", RegKind::F32, acc, o[e]),
-                None => acc,
-            }
-        })
-        .collect();
+    let out = sum_parts(&mut k, &parts, old.as_deref());
     if let (Some(f), Some(u)) = (spec.activation, u) {
         let y = out.iter().map(|&x| crate::pointwise::emit_unary(&mut k, f, x)).collect();
         store(&mut k, u, y);
@@ -780,6 +804,24 @@ pub fn splitk_reduce_kernel(spec: &GemmSpec, splits: u32, mn: u32, width: u32) -
     store(&mut k, c, out);
     crate::pointwise::grid_stride_end(&mut k, i, stride, n, &top, &end);
     k
+}
+
+/// The split-K sum of each element: `parts` in order from the first, one f32 add at a time,
+/// then `old` (the residual or the output accumulated into) where given. Every way of summing
+/// the parts (the reduction launch, a cluster's) emits this, so they agree bit for bit.
+pub(crate) fn sum_parts(k: &mut Kernel, parts: &[Vec<Reg>], old: Option<&[Reg]>) -> Vec<Reg> {
+    (0..parts[0].len())
+        .map(|e| {
+            let acc = k.un("mov.f32", RegKind::F32, parts[0][e]);
+            for p in &parts[1..] {
+                k.op("add.rn.f32", [acc.into(), acc.into(), p[e].into()]);
+            }
+            match old {
+                Some(o) => k.bin("add.rn.f32", RegKind::F32, acc, o[e]),
+                None => acc,
+            }
+        })
+        .collect()
 }
 
 /// Rounds to bf16 (round-to-nearest-even) and back: what the kernel multiplies.
@@ -1255,6 +1297,22 @@ pub(crate) fn store_tile(
     wcol: Reg,
     h: &Head,
 ) {
+    store_tile_with(k, spec, acc, None, lane, wrow, wcol, h)
+}
+
+/// [`store_tile`] where a StoreMul's multiplier comes from registers (`r_acc`, fragments laid
+/// out as `acc`'s, for the same elements) instead of R in memory ([`GemmSpec::gated`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn store_tile_with(
+    k: &mut Kernel,
+    spec: &GemmSpec,
+    acc: &[Vec<Vec<Reg>>],
+    r_acc: Option<&[Vec<Vec<Reg>>]>,
+    lane: Reg,
+    wrow: Reg,
+    wcol: Reg,
+    h: &Head,
+) {
     k.comment(if spec.heads.is_some() { "epilogue: store split into heads" } else { "epilogue" });
     // This lane's first fragment element: row g and column 2·t of the warp's tile (lane = 4g + t).
     let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
@@ -1313,6 +1371,7 @@ pub(crate) fn store_tile(
     // registers, more than two blocks of the three-stage ring leave a thread.
     let src = match spec.epilogue {
         Epilogue::Store => None,
+        Epilogue::StoreMul if r_acc.is_some() => None,
         Epilogue::AddResidual | Epilogue::Accumulate | Epilogue::StoreMul => Some(rptr.unwrap_or(cptr)),
     };
     let parity = su.wide().then(|| quad_parity(k, tq));
@@ -1329,18 +1388,21 @@ pub(crate) fn store_tile(
             let chunk = if mul && spec.activation.is_some() { 16 / width } else { units };
             for first in (0..units).step_by(chunk) {
                 let span = first..(first + chunk).min(units);
-                let olds: Option<Vec<Vec<Reg>>> = src.map(|p| {
-                    span.clone()
-                        .map(|u| {
-                            let old = k.regs(RegKind::F32, width);
-                            for &o in &old {
-                                k.op("mov.f32", [o.into(), 0.0f32.into()]);
-                            }
-                            let at = addr(p, (u as u32 * unit_cols * 4) as i64);
-                            k.op_if(oks[u], false, &format!("ld.global.{f32s}"), [Opnd::V(old.clone()), at]);
-                            old
-                        })
-                        .collect()
+                let in_regs = r_acc.map(|r| span.clone().map(|u| su.values(k, &r[mi], u, h, parity)).collect());
+                let olds: Option<Vec<Vec<Reg>>> = in_regs.or_else(|| {
+                    src.map(|p| {
+                        span.clone()
+                            .map(|u| {
+                                let old = k.regs(RegKind::F32, width);
+                                for &o in &old {
+                                    k.op("mov.f32", [o.into(), 0.0f32.into()]);
+                                }
+                                let at = addr(p, (u as u32 * unit_cols * 4) as i64);
+                                k.op_if(oks[u], false, &format!("ld.global.{f32s}"), [Opnd::V(old.clone()), at]);
+                                old
+                            })
+                            .collect()
+                    })
                 });
                 for u in span {
                     // This row's values of the unit: the fragment's pair, or four after the

@@ -23,12 +23,19 @@
 //! 64 rows × 64 K. Rows past the matrix edge arrive as zeros (the map's bounds), as with the
 //! `cp.async` ring's zero fill, so the products and their rounding are the same bit for bit.
 //!
+//! Two variants change the block's ends, not its main loop. A gated block
+//! ([`GemmSpec::gated`]) takes its B tile's two 64-column halves from two maps — a gated
+//! unit's gate weight and its up weight — so one launch computes both products for 64 output
+//! columns and multiplies them on registers. A cluster-summed split-K part
+//! ([`GemmSpec::cluster_splits`]) leaves its partial tile in its ring and the cluster's blocks
+//! sum their band of rows over every part through distributed shared memory.
+//!
 //! Shape contract: as the `wgmma` engine's, bf16 operands only, and batch entries are the
 //! K-slices of one product (split-K, [`GemmShape::split`]): entry z starts at K = z·k.
 
 use anyhow::{bail, Result};
 
-use crate::gemm::{head, store_tile, GemmShape, GemmSpec, Input, Layout};
+use crate::gemm::{head, store_tile, store_tile_with, GemmShape, GemmSpec, Head, Input, Layout};
 use crate::gemm_wgmma::{self, BK};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
@@ -50,10 +57,19 @@ fn stage_bytes(spec: &GemmSpec) -> u32 {
 }
 
 /// Dynamic shared memory: the ring plus slack to align it to 1,024 bytes (the swizzle is a
-/// function of the address bits).
+/// function of the address bits). A cluster-summed part's tile reuses the ring.
 pub fn shared_bytes(spec: &GemmSpec) -> u32 {
     gemm_wgmma::stages(spec) * stage_bytes(spec) + 1024
 }
+
+/// Split-K part counts a cluster can sum ([`GemmSpec::cluster_splits`]): powers of two up to
+/// the portable cluster size of 8, so each block takes an equal band of the tile's 128 rows.
+pub const CLUSTER_SPLITS: [u32; 3] = [2, 4, 8];
+
+/// f32 elements between rows of a part's tile in shared memory: 128 columns and 8 of padding,
+/// so the eight rows a warp's fragment store touches start 8 banks apart (two wavefronts a
+/// 256-byte store, the least).
+const PART_PITCH: u32 = 136;
 
 /// A 2-D bf16 tensor map over one operand as stored: `inner` contiguous elements a line,
 /// `outer` lines `stride_bytes` apart, read in boxes of `box_inner × box_outer`, 128-byte swizzle.
@@ -130,9 +146,42 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     if stages == 3 && crate::knobs::knobs().two_blocks {
         k.min_blocks_per_sm = Some(2);
     }
-    let h = head(&mut k, spec);
+    let splits = spec.cluster_splits;
+    if splits > 1 {
+        assert!(
+            CLUSTER_SPLITS.contains(&splits)
+                && spec.tile == crate::gemm::Tile::T128x128
+                && stages * stage_bytes(spec) >= bm * PART_PITCH * 4,
+            "{}: a cluster sums 2, 4 or 8 parts of 128 × 128 tiles, each part held in the ring",
+            spec.name()
+        );
+        assert!(
+            spec.activation.is_none() && spec.heads.is_none() && spec.chain.is_none(),
+            "{}: a cluster-summed product stores, adds or accumulates only",
+            spec.name()
+        );
+        k.cluster = Some((1, 1, splits));
+    }
+    let mut h = head(&mut k, spec);
     let map_a = k.param_reg("tmap_a", ParamTy::U64);
     let map_b = k.param_reg("tmap_b", ParamTy::U64);
+    // A gated block: the gate's B (this map) fills the tile's first 64 columns, B the rest,
+    // both for output columns n0 … n0 + 63.
+    let map_gate = spec.gated.then(|| {
+        assert!(
+            spec.b == Layout::RowMajor
+                && spec.tile == crate::gemm::Tile::T128x128
+                && spec.epilogue == crate::gemm::Epilogue::StoreMul
+                && spec.heads.is_none()
+                && spec.chain.is_none()
+                && spec.cluster_splits == 0,
+            "{}: a gated product is a StoreMul of a row-major B in 128 × 128 tiles",
+            spec.name()
+        );
+        let bx = k.sreg("%ctaid.x");
+        h.n0 = k.bin("mul.lo.u32", RegKind::B32, bx, bn / 2);
+        k.param_reg("tmap_gate", ParamTy::U64)
+    });
     let smem = k.dynamic_shared_array("gemm_ring", shared_bytes(spec), 1024);
     // Per stage: the full barrier at 8·s, the empty one at 8·(stages + s).
     let bars_sym = k.shared("gemm_bars", 16 * stages, 8);
@@ -183,6 +232,9 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     k.bra_if(idle, false, &exit);
     k.op("prefetch.tensormap", [addr(map_a, 0)]);
     k.op("prefetch.tensormap", [addr(map_b, 0)]);
+    if let Some(mg) = map_gate {
+        k.op("prefetch.tensormap", [addr(mg, 0)]);
+    }
     // Split-K part z reads K from z·k.
     let bz = k.sreg("%ctaid.z");
     let k0 = k.bin("mul.lo.u32", RegKind::B32, bz, h.kdim);
@@ -202,18 +254,19 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     for (map, dst, k_major, row0, tile_rows) in
         [(map_a, dst_a, spec.a == Layout::RowMajor, h.m0, bm), (map_b, dst_b, spec.b == Layout::ColMajor, h.n0, bn)]
     {
-        // K-major: one box {K, rows}; MN-major: boxes {64 rows, K}, 64 lines (8 KB) apart.
-        let boxes: Vec<(Reg, Reg, u32)> = if k_major {
-            vec![(kc, row0, 0)]
-        } else {
-            (0..tile_rows / 64)
+        // K-major: one box {K, rows}; MN-major: boxes {64 rows, K}, 64 lines (8 KB) apart
+        // (gated: the gate's 64 columns, then B's same 64).
+        let boxes: Vec<(Reg, Reg, Reg, u32)> = match map_gate {
+            Some(mg) if map == map_b => vec![(mg, row0, kc, 0), (map_b, row0, kc, 64 * LINE)],
+            _ if k_major => vec![(map, kc, row0, 0)],
+            _ => (0..tile_rows / 64)
                 .map(|j| {
                     let r = k.bin("add.u32", RegKind::B32, row0, 64 * j);
-                    (r, kc, j * 64 * LINE)
+                    (map, r, kc, j * 64 * LINE)
                 })
-                .collect()
+                .collect(),
         };
-        for (c0, c1, off) in boxes {
+        for (map, c0, c1, off) in boxes {
             let d = if off == 0 { dst } else { k.bin("add.u32", RegKind::B32, dst, off) };
             k.op(
                 "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
@@ -259,12 +312,100 @@ pub fn build(spec: &GemmSpec) -> Kernel {
 
     // Warp w of warpgroup wg holds rows wg·64 + 16·w of the tile, every column.
     let wrow = k.bin("mul.lo.u32", RegKind::B32, warp, 16u32);
-    let wcol = k.imm_u32(0);
-    let frags = vec![acc.chunks(4).map(|c| c.to_vec()).collect::<Vec<_>>()];
-    store_tile(&mut k, spec, &frags, lane, wrow, wcol, &h);
+    let frags = acc.chunks(4).map(|c| c.to_vec()).collect::<Vec<_>>();
+    if splits > 1 {
+        // The part goes into the ring, free once both warpgroups' last products are done.
+        k.op("bar.sync", [1u32.into(), consumers.into()]);
+        sum_in_cluster(&mut k, spec, &frags, lane, wrow, ring, &h);
+    } else if spec.gated {
+        // The gate (the first 64 columns) stored at R as computed, then the multiply on it.
+        let (gate, up) = frags.split_at(frags.len() / 2);
+        let (gate, up) = ([gate.to_vec()], [up.to_vec()]);
+        let wcol = k.imm_u32(0);
+        let store = GemmSpec { epilogue: crate::gemm::Epilogue::Store, activation: None, gated: false, ..*spec };
+        store_tile(&mut k, &store, &gate, lane, wrow, wcol, &Head { c_base: h.r_base, u_base: None, ..h });
+        store_tile_with(&mut k, spec, &up, Some(&gate), lane, wrow, wcol, &h);
+    } else {
+        let wcol = k.imm_u32(0);
+        store_tile(&mut k, spec, &[frags], lane, wrow, wcol, &h);
+    }
     k.place(&exit);
     k.ret();
     k
+}
+
+/// The epilogue of a cluster-summed split-K part ([`GemmSpec::cluster_splits`]): each block
+/// puts its part of the tile in its shared memory (`part`, rows [`PART_PITCH`] apart), the
+/// cluster meets, and the block of rank r sums band r of the tile's rows over every block's part
+/// through distributed shared memory, in rank order from the first (the split-K reduction's
+/// order, so the sums are the same bit for bit), adds the old output or the residual where the
+/// epilogue says, and stores 16 bytes a thread. The cluster meets again before any block exits,
+/// so no part is read after its block has gone. `frags`: the warp's `m16n8` fragments, every
+/// column; `wrow`: the warp's first row in the tile.
+fn sum_in_cluster(k: &mut Kernel, spec: &GemmSpec, frags: &[Vec<Reg>], lane: Reg, wrow: Reg, part: Reg, h: &Head) {
+    use crate::gemm::Epilogue;
+    k.comment("epilogue: the part to shared memory, summed over the cluster");
+    let splits = spec.cluster_splits;
+    let row_bytes = PART_PITCH * 4;
+    // This lane's fragment element: row g and column 2·t (lane = 4g + t) of each 8-column group.
+    let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
+    let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
+    let row = k.bin("add.u32", RegKind::B32, wrow, g);
+    let at = k.tri("mad.lo.u32", RegKind::B32, row, row_bytes, part);
+    let at = k.tri("mad.lo.u32", RegKind::B32, tq, 8u32, at);
+    for (j, f) in frags.iter().enumerate() {
+        let col = 32 * j as i64;
+        k.op("st.shared.v2.f32", [addr(at, col), Opnd::V(vec![f[0], f[1]])]);
+        k.op("st.shared.v2.f32", [addr(at, col + 8 * row_bytes as i64), Opnd::V(vec![f[2], f[3]])]);
+    }
+    k.op("barrier.cluster.arrive.release", []);
+    k.op("barrier.cluster.wait.acquire", []);
+
+    // Rank r sums rows r·band … of the tile: thread i takes columns 4·(i mod 32) of rows
+    // i/32 + 8·j.
+    let band = spec.tile.rows() / splits;
+    let rank = k.sreg("%cluster_ctarank");
+    let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
+    let first = k.tri("mad.lo.u32", RegKind::B32, rank, band, warp);
+    let local = k.tri("mad.lo.u32", RegKind::B32, first, row_bytes, part);
+    let local = k.tri("mad.lo.u32", RegKind::B32, lane, 16u32, local);
+    let grow = k.bin("add.u32", RegKind::B32, h.m0, first);
+    let gcol = k.tri("mad.lo.u32", RegKind::B32, lane, 4u32, h.n0);
+    let col_in = k.setp("lt.u32", gcol, h.n);
+    for j in 0..band / 8 {
+        let sums: Vec<Vec<Reg>> = (0..splits)
+            .map(|s| {
+                let mine = k.bin("add.u32", RegKind::B32, local, 8 * j * row_bytes);
+                let theirs = k.bin("mapa.shared::cluster.u32", RegKind::B32, mine, s);
+                let v = k.regs(RegKind::F32, 4);
+                k.op("ld.shared::cluster.v4.f32", [Opnd::V(v.clone()), addr(theirs, 0)]);
+                v
+            })
+            .collect();
+        let r = k.bin("add.u32", RegKind::B32, grow, 8 * j);
+        let row_in = k.setp("lt.u32", r, h.m);
+        let inside = k.bin("and.pred", RegKind::Pred, row_in, col_in);
+        let skip = k.label("part_outside");
+        k.bra_if(inside, true, &skip);
+        let e = k.tri("mad.lo.u32", RegKind::B32, r, h.ldc, gcol);
+        let cptr = k.addr_of(h.c_base, e, 4);
+        let old = match spec.epilogue {
+            Epilogue::Store => None,
+            Epilogue::Accumulate => Some(cptr),
+            Epilogue::AddResidual => Some(k.addr_of(h.r_base, e, 4)),
+            Epilogue::StoreMul => unreachable!("no StoreMul cluster sums"),
+        }
+        .map(|p| {
+            let o = k.regs(RegKind::F32, 4);
+            k.op("ld.global.v4.f32", [Opnd::V(o.clone()), addr(p, 0)]);
+            o
+        });
+        let out = crate::gemm::sum_parts(k, &sums, old.as_deref());
+        k.op("st.global.v4.f32", [addr(cptr, 0), Opnd::V(out)]);
+        k.place(&skip);
+    }
+    k.op("barrier.cluster.arrive.release", []);
+    k.op("barrier.cluster.wait.acquire", []);
 }
 
 /// Encodes `map` over the operand at device address `base` (bf16, 128-byte swizzle, rows past

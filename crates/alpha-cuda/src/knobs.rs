@@ -26,6 +26,8 @@
 //! | `ALPHA_MUL_RECOMPUTE=off` | a StoreMul epilogue reads the stored activation (`gelu(gate)`) instead of computing it from the gate, and that activation is stored |
 //! | `ALPHA_WIDE_STORES=off` | GEMM epilogues store each fragment's two values (8 bytes a thread) instead of four consecutive ones after a quad exchange (16 bytes) |
 //! | `ALPHA_LN_FOLD_TOGETHER=off` | each LayerNorm backward over many bands runs its gain and bias pass 2 as its own launch, instead of one launch for all of them after the last |
+//! | `ALPHA_CLUSTER_SPLITK=on\|shallow` | a thread-block cluster sums split-K parts in distributed shared memory at every grid (`shallow`: grids of one wave), instead of scratch and a reduction launch (measured slower, g56) |
+//! | `ALPHA_GATED=off` | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::gemm::GemmSpec::gated`]) |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -85,6 +87,11 @@ pub struct Knobs {
     pub ln_fold_together: bool,
     /// A forced threshold (waves of blocks) for the three-stage ring (None: the default).
     pub ring_waves: Option<u32>,
+    /// Split-K parts summed in a thread-block cluster over grids of at most this many waves
+    /// (None: nowhere).
+    pub cluster_split_waves: Option<u32>,
+    /// A gated unit's gate and up products in one launch where the plan allows.
+    pub gated_products: bool,
 }
 
 /// The knobs, read from the environment on first use.
@@ -123,6 +130,12 @@ pub fn knobs() -> &'static Knobs {
             wide_stores: var("ALPHA_WIDE_STORES").as_deref() != Some("off"),
             ln_fold_together: var("ALPHA_LN_FOLD_TOGETHER").as_deref() != Some("off"),
             ring_waves: var("ALPHA_RING_WAVES").and_then(|s| s.parse().ok()),
+            cluster_split_waves: match var("ALPHA_CLUSTER_SPLITK").as_deref() {
+                Some("on") => Some(u32::MAX),
+                Some("shallow") => Some(1),
+                _ => None,
+            },
+            gated_products: var("ALPHA_GATED").as_deref() != Some("off"),
         }
     })
 }

@@ -25,8 +25,9 @@
 //! copy (`turned_heads`), the attention kernels storing the permuted bf16 tensors the
 //! projections around them read (`forward_copies`, `merged_gradients`), a gated unit's multiply
 //! as the up product's epilogue, computing `gelu(gate)` from the gate product
-//! (`mul_epilogues`), and an activation output nothing then reads left unstored
-//! (`Lowerer::dead_activation_stores`); runs of elementwise ops as one kernel, a unary of an
+//! (`mul_epilogues`), the gate and up products then in one launch that multiplies on
+//! registers (`Lowerer::gated_products`), and an activation output nothing then reads left
+//! unstored (`Lowerer::dead_activation_stores`); runs of elementwise ops as one kernel, a unary of an
 //! input recomputed rather than read, and over deep grids such a run in the epilogue of the
 //! product it alone reads (`Lowerer::chain_into_product`); a LayerNorm backward's gain and bias
 //! pass 1 in its input gradient's launch over many bands, and their pass 2 folds as one launch
@@ -322,6 +323,47 @@ impl Lowerer<'_> {
         gemm_tma::check_shape(spec, shape)?;
         let (ma, mb) = gemm_tma::map_specs(spec, shape);
         Ok(vec![self.tensor_map(self.ptr(a), ma)?, self.tensor_map(self.ptr(b), mb)?])
+    }
+
+    /// The split-K launch whose parts a cluster sums ([`GemmSpec::cluster_splits`]), where the
+    /// knob, the part count and the product allow: the epilogue stores, adds or accumulates
+    /// (no activation), the rows take 16-byte stores, and the parts run on the TMA engine.
+    /// Else None (the parts go to scratch and a reduction launch sums them).
+    /// Why: sixteen contexts' step ran 80 reductions of a few microseconds each. Measured on the
+    /// H200 (g56), the step was slower with clusters — one context's 3.68 → 3.75 ms over grids
+    /// of one wave, sixteen contexts' 24.0 → 25.2 ms everywhere — so only a knob asks for them.
+    #[allow(clippy::too_many_arguments)]
+    fn cluster_split(
+        &mut self,
+        spec: &GemmSpec,
+        pspec: GemmSpec,
+        shape: &GemmShape,
+        splits: u32,
+        (a, b, c, r): (Value, Value, Value, Value),
+        node: Option<u32>,
+    ) -> Result<Option<Pending>> {
+        let (gx, gy, gz) = pspec.grid(&shape.split(&pspec, splits));
+        let waves = (gx * gy * gz).div_ceil(gemm::SMS);
+        let wanted = knobs().cluster_split_waves.is_some_and(|w| waves <= w);
+        let fits = wanted
+            && gemm_tma::CLUSTER_SPLITS.contains(&splits)
+            && pspec.engine == gemm::Engine::Tma
+            && spec.activation.is_none()
+            && matches!(spec.epilogue, Epilogue::Store | Epilogue::Accumulate | Epilogue::AddResidual)
+            && shape.n.is_multiple_of(4)
+            && shape.ldc.is_multiple_of(4)
+            && aligned16(&[self.ptr(c), self.ptr(r)]);
+        if !fits {
+            return Ok(None);
+        }
+        let cspec = GemmSpec { cluster_splits: splits, epilogue: spec.epilogue, ..pspec };
+        let kernel = self.kernel(cspec.kernel())?;
+        let cs = shape.split_in_cluster(&cspec, splits);
+        let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
+        args.extend([cs.m, cs.n, cs.k, cs.lda, cs.ldb, cs.ldc].map(A::U32));
+        args.extend([cs.stride_a, cs.stride_b, cs.stride_c].map(A::U64));
+        args.extend(self.maps_for(&cspec, &cs, a, b)?);
+        Ok(Some(Pending { kernel, grid: cspec.grid(&cs), block: (cspec.threads(), 1, 1), args, node }))
     }
 
     fn need_scratch(&mut self, bytes: usize) {
@@ -689,6 +731,88 @@ impl Lowerer<'_> {
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// Merges each StoreMul product into the launch right before it where that launch computes
+    /// its multiplier's product (a gated unit's gate, `x·W_gate`, beside the up product
+    /// `x·W_up`): one gated launch ([`GemmSpec::gated`]) then computes both from the same A
+    /// tile, stores the gate as before, and multiplies on registers instead of reading the gate
+    /// back. Why: at sixteen contexts the up product read the f32 gate back (92 MB a block).
+    /// Runs after [`Self::dead_activation_stores`], which leaves the gate a plain store where
+    /// nothing reads its activation. Conditions: both on the TMA engine in 128 × 128 tiles, B
+    /// row-major, the same shape, ring and A; the gate's launch storing the gate alone; and the
+    /// up product's outputs (now written beside the gate) clear of every operand the merged
+    /// launch reads.
+    fn gated_products(&mut self, products: &LaunchedProducts, launches: &mut Vec<Pending>) -> Result<()> {
+        let tiled = |s: &GemmSpec| {
+            s.engine == gemm::Engine::Tma
+                && s.tile == gemm::Tile::T128x128
+                && (s.a, s.b) == (Layout::RowMajor, Layout::RowMajor)
+                && s.heads.is_none()
+                && s.chain.is_none()
+                && s.cluster_splits == 0
+        };
+        let ptr = |a: &A| match *a {
+            A::Ptr(o) => Some(o),
+            _ => None,
+        };
+        let mut merges = vec![];
+        for (&up_id, &(_, gate, _, _)) in &self.more.gemm_mul {
+            let (Some(&(ui, uspec, ushape)), Some(&(gi, gspec, gshape))) =
+                (products.one_launch.get(&up_id), products.one_launch.get(&gate.node))
+            else {
+                continue;
+            };
+            let fused_elsewhere = self.gemm_add.contains_key(&gate.node)
+                || self.more.gemm_mul.contains_key(&gate.node)
+                || self.more.gemm_heads.contains_key(&gate.node)
+                || self.store_as.contains_key(&gate);
+            let (up, gl) = (&launches[ui], &launches[gi]);
+            // The up launch's arguments: a, b, c, r, the shape, u (the bf16 product), its two
+            // maps; the gate's, storing the gate alone: a, b, c, r, the shape, its two maps.
+            let maps = up.args.len() == gemm::SHAPE_ARGS + 3 && gl.args.len() == gemm::SHAPE_ARGS + 2;
+            let fits = gate.index == 0
+                && gi + 1 == ui
+                && !fused_elsewhere
+                && maps
+                && uspec.epilogue == Epilogue::StoreMul
+                && gspec.epilogue == Epilogue::Store
+                && tiled(&uspec)
+                && tiled(&gspec)
+                && gspec.stages == uspec.stages
+                && gshape == ushape
+                && ushape.batch == 1;
+            if !fits {
+                continue;
+            }
+            let at = |l: &Pending, j: usize| l.args.get(j).and_then(ptr);
+            let (m, k, ld) = (ushape.m as usize, ushape.k as usize, ushape.ldc as usize);
+            let span = |o: Option<usize>, bytes: usize| o.map(|o| (o, o + bytes));
+            let a = span(at(up, 0), m * ushape.lda as usize * 2);
+            let b_up = span(at(up, 1), k * ushape.ldb as usize * 2);
+            let b_gate = span(at(gl, 1), k * ushape.ldb as usize * 2);
+            let c_up = span(at(up, 2), m * ld * 4);
+            let c_gate = span(at(gl, 2), m * ld * 4);
+            let u = span(at(up, gemm::SHAPE_ARGS), m * ld * 2);
+            let same_a = at(up, 0).is_some() && at(up, 0) == at(gl, 0);
+            let gate_is_r = at(up, 3).is_some() && at(up, 3) == at(gl, 2);
+            let reads = [a, b_up, b_gate];
+            let clear = [c_up, u].iter().all(|&w| w.is_some_and(|w| clear_of(w, reads)))
+                && c_gate.is_some_and(|w| clear_of(w, [b_up]));
+            if same_a && gate_is_r && clear {
+                merges.push((gi, ui, GemmSpec { gated: true, ..uspec }, ushape));
+            }
+        }
+        // From the last, so that each merge's indices still hold.
+        merges.sort_unstable_by_key(|m| std::cmp::Reverse(m.0));
+        for (gi, ui, spec, shape) in merges {
+            let kernel = self.kernel(spec.kernel())?;
+            let mut args = launches.remove(ui).args;
+            args.push(launches[gi].args.pop().expect("the gate's B map"));
+            let l = &mut launches[gi];
+            (l.kernel, l.grid, l.args) = (kernel, spec.grid(&shape), args);
+        }
+        Ok(())
     }
 
     /// The Add right after the LayerNormBackward at `nodes[i]` that its input-gradient kernel
@@ -1075,6 +1199,11 @@ impl Lowerer<'_> {
                             ..spec
                         };
                         let pspec = with_ring(on_tma(pspec), &part);
+                        if let Some(v2) = self.cluster_split(&spec, pspec, &shape, splits, (a, b, c, r), some)? {
+                            v.push(v2);
+                            self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: false, plain });
+                            return Ok(v);
+                        }
                         let kernel = self.kernel(pspec.kernel())?;
                         let mn = shape.m * shape.n;
                         self.need_scratch(mn as usize * splits as usize * 4);
@@ -2746,6 +2875,9 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             i += 1;
         }
         lw.dead_activation_stores(&view, &uses, &products, &mut launches)?;
+        if knobs().gated_products {
+            lw.gated_products(&products, &mut launches)?;
+        }
         for c in &ph.copies {
             let (d, s) = (plan.slot(c.dst), plan.slot(c.src));
             if d.offset == s.offset {
@@ -3315,10 +3447,15 @@ mod tests {
 
     #[test]
     fn an_activation_nothing_reads_is_not_stored() {
-        // The StoreMul computes gelu(gate) from the gate product, so its GELU output is unread.
-        let (gate, up) = gate_and_up(true, false);
-        assert_eq!((gate.as_str(), up.as_str()), ("gemm_rr_bf16_store_tma_s3", "gemm_rr_bf16_storemul_gelu_tma_s3"));
-        // Read by a sum too: the gate product stores it, and the StoreMul still computes its own.
+        // The StoreMul computes gelu(gate) from the gate product, so its GELU output is unread,
+        // the gate product is a plain store, and the two run as one gated launch.
+        let (gated, down) = gate_and_up(true, false);
+        assert_eq!(
+            (gated.as_str(), down.as_str()),
+            ("gemm_rr_bf16_storemul_gelu_tma_s3_gated", "gemm_rr_bf16_store_tma_s3")
+        );
+        // Read by a sum too: the gate product stores it (so it is no plain gate to merge), and the
+        // StoreMul still computes its own.
         let (gate, up) = gate_and_up(true, true);
         assert_eq!(
             (gate.as_str(), up.as_str()),

@@ -234,6 +234,8 @@ pub struct Kernel {
     /// Blocks an SM the kernel is written to run beside each other (`.minnctapersm`): ptxas
     /// then keeps its registers within their share of the register file.
     pub min_blocks_per_sm: Option<u32>,
+    /// Blocks of a thread-block cluster (`.reqnctapercluster`): launches group the grid so.
+    pub cluster: Option<(u32, u32, u32)>,
     pub shared: Vec<SharedDecl>,
     /// Dynamic shared memory the host launcher will request (bytes), for the budget check.
     pub dynamic_shared: u32,
@@ -253,6 +255,7 @@ impl Kernel {
             block: None,
             max_threads: None,
             min_blocks_per_sm: None,
+            cluster: None,
             shared: Vec::new(),
             dynamic_shared: 0,
             dynamic_array: None,
@@ -535,6 +538,9 @@ impl Kernel {
         }
         if let Some(b) = self.min_blocks_per_sm {
             let _ = writeln!(s, ".minnctapersm {b}");
+        }
+        if let Some((x, y, z)) = self.cluster {
+            let _ = writeln!(s, ".reqnctapercluster {x}, {y}, {z}");
         }
         let _ = writeln!(s, "{{");
         for kind in RegKind::ALL {

@@ -54,6 +54,16 @@ fn split_k_products_match_reference_and_repeat() {
     assert_all(&check::gemm_split_checks(&gpu, &arena, &mut Rng::new(6), &quick()).unwrap());
 }
 
+/// Split-K parts summed by a thread-block cluster equal the parts summed by the reduction
+/// launch, bit for bit, under each epilogue and at partial tiles.
+#[test]
+fn cluster_summed_split_k_matches_the_reduction_launch() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(1 << 30).unwrap();
+    assert_all(&check::gemm_cluster_split_checks(&gpu, &arena, &mut Rng::new(17), &quick()).unwrap());
+}
+
 /// A run of parameter casts in one launch rounds every element as the host does.
 #[test]
 fn multi_tensor_cast_rounds_like_the_host() {

@@ -250,14 +250,18 @@ fn sixteen_contexts_multiply_the_gated_halves_in_the_up_products() {
     let chained = names.iter().filter(|n| n.starts_with("gemm_rc_bf16_store_then_gelui2_")).count();
     assert_eq!((chained, names.iter().filter(|n| n.starts_with("ewh_")).count()), (16, 0));
     for &i in &fused {
-        // R is the previous launch's (the gate product's) output, its C; U is what the next
-        // launch (the down product) reads as A.
-        let (gate, up, down) = (&l.phases[0][i - 1], &l.phases[0][i], &l.phases[0][i + 1]);
-        assert!(names[i].contains("_storemul_gelu"), "{}", names[i]);
-        assert!(names[i - 1].starts_with("gemm_rr_bf16_store_tma"), "{}", names[i - 1]);
-        assert_eq!(up.args[3], gate.args[2], "R = the gate product");
+        // One gated launch computes the gate (stored at R) and the up product (C) from the same
+        // A tile and multiplies on registers; U is what the next launch (the down product)
+        // reads as A, and the gate is read again only by a later launch (the backward's).
+        let (up, down) = (&l.phases[0][i], &l.phases[0][i + 1]);
+        assert!(names[i].ends_with("_storemul_gelu_tma_s3_gated"), "{}", names[i]);
+        assert_eq!(up.args.len(), 13 + 4, "u and three tensor maps (A, B, the gate's B)");
+        assert_ne!(up.args[3], up.args[2], "R (the gate) apart from C (the up product)");
         assert_eq!(up.args[13], down.args[0], "U = the down product's A");
+        assert!(l.phases[0][i + 1..].iter().any(|x| x.args.contains(&up.args[3])), "the gate read later");
     }
+    // No gate product launched alone (the one plain rr launch left is the logits' input gradient).
+    assert_eq!(count("gemm_rr_bf16_store_tma_s3"), 1);
 }
 
 /// Coppelius's forward rotaries, turned on load: the attention forward and both backward
