@@ -1923,6 +1923,93 @@ pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, 
     Ok(rows)
 }
 
+/// Split-K in parts that may differ by a K step ([`GemmSpec::uneven_split`], the TMA engine),
+/// summed by the reduction launch: 256 sampled outputs against the f64 reference, two runs bit
+/// for bit. Sixteen contexts' weight gradients of 44 tiles (3 parts, where equal parts took 8)
+/// and ragged shapes whose K steps do not divide evenly. With `opts.bench`, µs against the
+/// equal parts [`GemmShape::split_k`] chooses.
+pub fn gemm_uneven_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use crate::driver::{Arg, LaunchConfig};
+    let mut rows = Vec::new();
+    let cases: &[(&str, u32, u32, u32, u32)] = &[
+        ("cr", 512, 1408, 16384, 3),
+        ("cr", 1408, 512, 16384, 3),
+        ("cr", 200, 136, 19 * 64, 3),
+        ("rr", 136, 200, 13 * 64, 5),
+        ("rc", 264, 72, 23 * 64, 7),
+    ];
+    for &(lay, m, n, k, splits) in cases {
+        arena.reset();
+        let base = spec_of(lay, Input::Bf16).tma();
+        let parts = GemmSpec { uneven_split: true, ..base };
+        let sh = GemmShape::packed(&base, m, n, k);
+        let part = sh.split_uneven(splits);
+        let (na, nb, nc) = sh.extents(&base);
+        let (a, b) = (rng.vec(na, 1.0), rng.vec(nb, 1.0));
+        let (ab, bb) = (upload_operand(arena, Input::Bf16, &a)?, upload_operand(arena, Input::Bf16, &b)?);
+        let cb = arena.alloc_n::<f32>(nc)?;
+        let partials = arena.alloc_n::<f32>(nc * 8)?;
+        let width = gemm::splitk_reduce_width(m * n, true);
+        let f_parts = gpu.load(&parts.kernel())?;
+        let extras = Extras { maps: tma_maps(arena, &parts, &part, ab.ptr, bb.ptr)?, ..Extras::default() };
+        let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n, width))?;
+        let run = || -> Result<()> {
+            gemm::launch_with(gpu, &f_parts, &parts, &part, [ab.ptr, bb.ptr, partials.ptr, partials.ptr], extras)?;
+            let blocks = gemm::splitk_reduce_blocks(m * n, width);
+            let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
+            gpu.launch(&f_reduce, cfg, &[Arg::U64(cb.ptr), Arg::U64(cb.ptr), Arg::U64(partials.ptr)])
+        };
+        let mut outs: Vec<Vec<f32>> = Vec::new();
+        for _ in 0..2 {
+            arena.fill_u32(cb, NAN_BITS)?;
+            run()?;
+            outs.push(arena.download(cb, nc)?);
+        }
+        let repeat = mismatches(&outs[0], &outs[1]);
+        let mut worst = 0.0f64;
+        for _ in 0..256 {
+            let (i, j) = (rng.below(m) as usize, rng.below(n) as usize);
+            let (acc, mag) = gemm::reference_at(&base, &sh, &a, &b, 0, i, j);
+            let got = outs[0][i * n as usize + j] as f64;
+            let d = if got.is_finite() { (got - acc).abs() / (mag + 1e-30) } else { f64::INFINITY };
+            worst = worst.max(d);
+        }
+        let timing = if opts.bench {
+            let t = median(gpu.time(opts.warmup, opts.reps, run)?);
+            // The equal parts the power-of-two heuristic takes, on the same engine.
+            let even = sh.split_k(base.bk);
+            let epart = sh.split(&base, even);
+            let f_even = gpu.load(&base.kernel())?;
+            let emaps = Extras { maps: tma_maps(arena, &base, &epart, ab.ptr, bb.ptr)?, ..Extras::default() };
+            let f_ered = gpu.load(&gemm::splitk_reduce_kernel(&base, even, m * n, width))?;
+            let t_even = median(gpu.time(opts.warmup, opts.reps, || {
+                gemm::launch_with(gpu, &f_even, &base, &epart, [ab.ptr, bb.ptr, partials.ptr, partials.ptr], emaps)?;
+                let blocks = gemm::splitk_reduce_blocks(m * n, width);
+                let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
+                gpu.launch(&f_ered, cfg, &[Arg::U64(cb.ptr), Arg::U64(cb.ptr), Arg::U64(partials.ptr)])
+            })?);
+            Some((t, format!("{even} equal parts {t_even:.1}us")))
+        } else {
+            None
+        };
+        rows.push(Row {
+            family: "gemm-kparts".into(),
+            name: format!("{} {splits} parts + reduction", parts.name()),
+            shape: format!("m{m} n{n} k{k}"),
+            max_abs: repeat as f64,
+            rel: worst,
+            tol: 1e-5,
+            pass: repeat == 0 && worst <= 1e-5,
+            median_us: timing.as_ref().map(|t| t.0),
+            rate: match timing {
+                Some((_, t)) => t,
+                None => format!("{repeat} differ between runs"),
+            },
+        });
+    }
+    Ok(rows)
+}
+
 /// The multi-tensor cast ([`crate::multi::cast_kernel`]) over tensors of awkward lengths at
 /// scattered offsets: every element the host's round-to-nearest-even bf16, bit for bit, and
 /// nothing outside the destinations written.

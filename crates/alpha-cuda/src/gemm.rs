@@ -310,6 +310,10 @@ pub struct GemmSpec {
     /// computed, then the multiply runs on registers instead of reading it back
     /// ([`crate::gemm_tma`]). TMA engine, B row-major, 128 × 128 tile, unbatched.
     pub gated: bool,
+    /// Split-K parts of whole K steps that may differ by one ([`GemmShape::split_uneven`]):
+    /// the launch's K is the product's, and part z of the grid's Z takes K steps
+    /// ⌊z·S/Z⌋ … ⌊(z+1)·S/Z⌋ (S of them in all). TMA engine.
+    pub uneven_split: bool,
 }
 
 impl GemmSpec {
@@ -331,6 +335,7 @@ impl GemmSpec {
             chain: None,
             cluster_splits: 0,
             gated: false,
+            uneven_split: false,
         }
     }
 
@@ -383,6 +388,9 @@ impl GemmSpec {
             }
             if self.gated {
                 tile.push_str("_gated");
+            }
+            if self.uneven_split {
+                tile.push_str("_kparts");
             }
         }
         format!(
@@ -586,6 +594,41 @@ impl GemmShape {
         best
     }
 
+    /// [`GemmShape::split_k`] where the parts may differ by a K step ([`GemmSpec::uneven_split`],
+    /// on the TMA engine): over a K of at least [`UNEVEN_MIN_K`], any count up to 8 that lowers
+    /// the same cost further. Why: a weight gradient of 44 tiles took 8 parts in three waves of
+    /// blocks (the last two thirds full); 3 parts fill one wave, with a third of the reduction's
+    /// reads.
+    pub fn split_k_uneven(&self, bk: u32) -> u32 {
+        let even = self.split_k(bk);
+        if even == 1 || self.k < UNEVEN_MIN_K || !self.k.is_multiple_of(bk) {
+            return even;
+        }
+        let blocks = self.m.div_ceil(128) * self.n.div_ceil(128);
+        let cost = |s: u32| (blocks * s).div_ceil(SMS) as f64 / s as f64;
+        let mut best = even;
+        for s in 2..=8u32 {
+            if self.k / s >= 256 && cost(s) < cost(best) {
+                best = s;
+            }
+        }
+        best
+    }
+
+    /// The shape of a split-K launch of `splits` parts of whole K steps that may differ by one
+    /// ([`GemmSpec::uneven_split`]): the product's K, a batch of `splits` entries writing packed
+    /// partial products `[splits][M][N]`; the kernel finds each part's K steps itself.
+    pub fn split_uneven(&self, splits: u32) -> GemmShape {
+        GemmShape {
+            batch: splits,
+            ldc: self.n,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: self.m as u64 * self.n as u64,
+            ..*self
+        }
+    }
+
     /// The shape of the split-K launch for `splits` parts: a batch of K-slices (`stride_a`,
     /// `stride_b` step one slice along K) writing packed partial products `[splits][M][N]`.
     pub fn split(&self, spec: &GemmSpec, splits: u32) -> GemmShape {
@@ -724,6 +767,11 @@ pub fn launch_with(
     args.extend(extras.rot_tab.map(Arg::U64));
     gpu.launch(f, cfg, &args)
 }
+
+/// The shortest K split into parts that may differ by a K step ([`GemmShape::split_k_uneven`]):
+/// sixteen contexts' weight gradients (K = 16,384); one context's (K = 1,024) keep their
+/// power-of-two parts.
+pub const UNEVEN_MIN_K: u32 = 4096;
 
 /// Threads per block of the split-K reduction.
 pub const REDUCE_THREADS: u32 = 256;
@@ -1886,6 +1934,14 @@ mod tests {
         assert_eq!(GemmShape::packed(&s, 1024, 512, 12288).split_k(BK), 4);
         assert_eq!(GemmShape::packed(&wgrad, 12288, 512, 16384).split_k(BK), 1);
         assert_eq!(GemmShape::packed(&wgrad, 1024, 512, 512).split_k(BK), 1);
+        // Parts that may differ by a K step: 44 tiles take 3 (one wave), 48 and 16 keep 8, and
+        // one context's K keeps its power of two.
+        assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 16384).split_k_uneven(BK), 3);
+        assert_eq!(GemmShape::packed(&wgrad, 1408, 512, 16384).split_k_uneven(BK), 3);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 1536, 16384).split_k_uneven(BK), 8);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 512, 16384).split_k_uneven(BK), 8);
+        assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 1024).split_k_uneven(BK), 2);
+        assert_eq!(GemmShape::packed(&wgrad, 12288, 512, 16384).split_k_uneven(BK), 1);
         // A slice of K: rows of the column-major A, elements of the row-major... B here.
         let sh = GemmShape::packed(&wgrad, 512, 1408, 16384);
         let part = sh.split(&wgrad, 8);

@@ -85,7 +85,7 @@ pub struct MapSpec {
 /// The maps of A and B for `shape` (for a split-K launch, the shape of one part: the maps
 /// cover every part's K).
 pub fn map_specs(spec: &GemmSpec, shape: &GemmShape) -> (MapSpec, MapSpec) {
-    let k_total = shape.k as u64 * shape.batch as u64;
+    let k_total = if spec.uneven_split { shape.k as u64 } else { shape.k as u64 * shape.batch as u64 };
     let map = |k_major: bool, rows: u32, ld: u32, tile_rows: u32| {
         if k_major {
             // Lines are rows of the operand, K along them: one box of 64 K × the tile's rows.
@@ -113,7 +113,11 @@ pub fn check_shape(spec: &GemmSpec, shape: &GemmShape) -> Result<()> {
     if spec.a_input != Input::Bf16 || spec.b_input != Input::Bf16 {
         bail!("{}: the TMA engine takes bf16 operands only", spec.name());
     }
-    if shape.batch > 1 {
+    if spec.uneven_split {
+        if !shape.k.is_multiple_of(BK) || shape.k / BK < shape.batch {
+            bail!("{}: {} parts need at least as many K steps of {BK}: {shape:?}", spec.name(), shape.batch);
+        }
+    } else if shape.batch > 1 {
         let whole = GemmShape { k: shape.k * shape.batch, batch: 1, ..*shape };
         let part = whole.split(spec, shape.batch);
         if (part.stride_a, part.stride_b) != (shape.stride_a, shape.stride_b) {
@@ -191,6 +195,16 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let ring = gemm_wgmma::ring_base(&mut k, smem);
     let bars = k.un("mov.u32", RegKind::B32, Opnd::S(bars_sym));
     let ktiles = k.bin("shr.u32", RegKind::B32, h.kdim, BK.trailing_zeros());
+    // Parts that may differ by a K step: part z of Z takes steps ⌊z·S/Z⌋ … ⌊(z+1)·S/Z⌋.
+    let part_steps = spec.uneven_split.then(|| {
+        let (z, nz) = (k.sreg("%ctaid.z"), k.sreg("%nctaid.z"));
+        let zs = k.bin("mul.lo.u32", RegKind::B32, z, ktiles);
+        let first = k.bin("div.u32", RegKind::B32, zs, nz);
+        let zs1 = k.bin("add.u32", RegKind::B32, zs, ktiles);
+        let end = k.bin("div.u32", RegKind::B32, zs1, nz);
+        (first, k.bin("sub.u32", RegKind::B32, end, first))
+    });
+    let ktiles = part_steps.map_or(ktiles, |p| p.1);
     let lane = k.bin("and.b32", RegKind::B32, h.tid, 31u32);
     let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
 
@@ -237,7 +251,10 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     }
     // Split-K part z reads K from z·k.
     let bz = k.sreg("%ctaid.z");
-    let k0 = k.bin("mul.lo.u32", RegKind::B32, bz, h.kdim);
+    let k0 = match part_steps {
+        Some((first, _)) => k.bin("shl.b32", RegKind::B32, first, BK.trailing_zeros()),
+        None => k.bin("mul.lo.u32", RegKind::B32, bz, h.kdim),
+    };
     let pc = cursor(&mut k);
     let kt = k.imm_u32(0);
     let token = k.reg(RegKind::B64);

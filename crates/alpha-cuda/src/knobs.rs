@@ -28,6 +28,7 @@
 //! | `ALPHA_LN_FOLD_TOGETHER=off` | each LayerNorm backward over many bands runs its gain and bias pass 2 as its own launch, instead of one launch for all of them after the last |
 //! | `ALPHA_CLUSTER_SPLITK=on\|shallow` | a thread-block cluster sums split-K parts in distributed shared memory at every grid (`shallow`: grids of one wave), instead of scratch and a reduction launch (measured slower, g56) |
 //! | `ALPHA_GATED=off` | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::gemm::GemmSpec::gated`]) |
+//! | `ALPHA_SPLITK_UNEVEN=off` | split-K over long K in power-of-two parts only, instead of any count up to 8 whose parts may differ by a K step (TMA engine) |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -92,6 +93,8 @@ pub struct Knobs {
     pub cluster_split_waves: Option<u32>,
     /// A gated unit's gate and up products in one launch where the plan allows.
     pub gated_products: bool,
+    /// Split-K over long K in any count of parts up to 8 (parts may differ by a K step).
+    pub uneven_split: bool,
 }
 
 /// The knobs, read from the environment on first use.
@@ -136,6 +139,7 @@ pub fn knobs() -> &'static Knobs {
                 _ => None,
             },
             gated_products: var("ALPHA_GATED").as_deref() != Some("off"),
+            uneven_split: var("ALPHA_SPLITK_UNEVEN").as_deref() != Some("off"),
         }
     })
 }

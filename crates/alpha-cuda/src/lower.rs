@@ -1181,7 +1181,15 @@ impl Lowerer<'_> {
                         }
                         None => (c, r),
                     };
-                    let splits = if knobs().split_k { shape.split_k(spec.bk) } else { 1 };
+                    // Parts of whole K steps that may differ by one where the parts run on the
+                    // TMA engine ([`GemmShape::split_k_uneven`]); else equal parts.
+                    let uneven_ok = knobs().uneven_split && on_tma(spec).engine == gemm::Engine::Tma;
+                    let splits = match (knobs().split_k, uneven_ok) {
+                        (false, _) => 1,
+                        (true, true) => shape.split_k_uneven(spec.bk),
+                        (true, false) => shape.split_k(spec.bk),
+                    };
+                    let uneven = !shape.k.is_multiple_of(spec.bk * splits);
                     let plain = spec.epilogue == Epilogue::Store
                         && spec.activation.is_none()
                         && spec.heads.is_none()
@@ -1191,14 +1199,14 @@ impl Lowerer<'_> {
                         // K in parts into the scratch region, then the fixed-order sum with the
                         // epilogue (which runs after every operand read: the fusions' slot rules
                         // hold a fortiori).
-                        let part = shape.split(&spec, splits);
+                        let part = if uneven { shape.split_uneven(splits) } else { shape.split(&spec, splits) };
                         let pspec = GemmSpec {
                             epilogue: Epilogue::Store,
                             activation: None,
                             tile: gemm::Tile::T128x128,
                             ..spec
                         };
-                        let pspec = with_ring(on_tma(pspec), &part);
+                        let pspec = GemmSpec { uneven_split: uneven, ..with_ring(on_tma(pspec), &part) };
                         if let Some(v2) = self.cluster_split(&spec, pspec, &shape, splits, (a, b, c, r), some)? {
                             v.push(v2);
                             self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: false, plain });

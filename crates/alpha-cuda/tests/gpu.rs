@@ -64,6 +64,15 @@ fn cluster_summed_split_k_matches_the_reduction_launch() {
     assert_all(&check::gemm_cluster_split_checks(&gpu, &arena, &mut Rng::new(17), &quick()).unwrap());
 }
 
+/// Split-K in parts that may differ by a K step matches the reference and repeats bit for bit.
+#[test]
+fn uneven_split_k_parts_match_reference_and_repeat() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(1 << 30).unwrap();
+    assert_all(&check::gemm_uneven_split_checks(&gpu, &arena, &mut Rng::new(19), &quick()).unwrap());
+}
+
 /// A run of parameter casts in one launch rounds every element as the host does.
 #[test]
 fn multi_tensor_cast_rounds_like_the_host() {

@@ -262,6 +262,10 @@ fn sixteen_contexts_multiply_the_gated_halves_in_the_up_products() {
     }
     // No gate product launched alone (the one plain rr launch left is the logits' input gradient).
     assert_eq!(count("gemm_rr_bf16_store_tma_s3"), 1);
+    // The 44-tile weight gradients (gate, up, down) in 3 parts of uneven K: one wave of blocks.
+    let kparts: Vec<_> = (0..names.len()).filter(|&i| names[i] == "gemm_cr_bf16_store_tma_kparts").collect();
+    assert_eq!(kparts.len(), 48);
+    assert!(kparts.iter().all(|&i| l.phases[0][i].grid.2 == 3 && names[i + 1] == "gemm_splitk3_store_v4"));
 }
 
 /// Coppelius's forward rotaries, turned on load: the attention forward and both backward
