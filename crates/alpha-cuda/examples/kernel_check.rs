@@ -71,6 +71,9 @@ fn main() -> Result<()> {
     if wanted("fusion") {
         step("fusion", check::fusion_checks(&gpu, &arena, &mut rng));
     }
+    if wanted("gemm-pair") {
+        step("gemm-pair", check::gemm_pair_checks(&gpu, &arena, &mut rng, &opts));
+    }
     if wanted("gemm-kparts") {
         step("gemm-kparts", check::gemm_uneven_split_checks(&gpu, &arena, &mut rng, &opts));
     }

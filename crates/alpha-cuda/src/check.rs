@@ -1923,6 +1923,33 @@ pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, 
     Ok(rows)
 }
 
+/// A row for a product checked against the f64 reference at sampled outputs (`worst`, relative
+/// to Σ|a·b|, within 1e-5) and run twice (`repeat` outputs differing), with its µs and what it
+/// was timed against where benched.
+fn sampled_row(
+    family: &str,
+    name: String,
+    shape: String,
+    worst: f64,
+    repeat: usize,
+    timing: Option<(f64, String)>,
+) -> Row {
+    Row {
+        family: family.into(),
+        name,
+        shape,
+        max_abs: repeat as f64,
+        rel: worst,
+        tol: 1e-5,
+        pass: repeat == 0 && worst <= 1e-5,
+        median_us: timing.as_ref().map(|t| t.0),
+        rate: match timing {
+            Some((_, t)) => t,
+            None => format!("{repeat} differ between runs"),
+        },
+    }
+}
+
 /// Split-K in parts that may differ by a K step ([`GemmSpec::uneven_split`], the TMA engine),
 /// summed by the reduction launch: 256 sampled outputs against the f64 reference, two runs bit
 /// for bit. Sixteen contexts' weight gradients of 44 tiles (3 parts, where equal parts took 8)
@@ -1992,20 +2019,78 @@ pub fn gemm_uneven_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, o
         } else {
             None
         };
-        rows.push(Row {
-            family: "gemm-kparts".into(),
-            name: format!("{} {splits} parts + reduction", parts.name()),
-            shape: format!("m{m} n{n} k{k}"),
-            max_abs: repeat as f64,
-            rel: worst,
-            tol: 1e-5,
-            pass: repeat == 0 && worst <= 1e-5,
-            median_us: timing.as_ref().map(|t| t.0),
-            rate: match timing {
-                Some((_, t)) => t,
-                None => format!("{repeat} differ between runs"),
-            },
-        });
+        rows.push(sampled_row(
+            "gemm-kparts",
+            format!("{} {splits} parts + reduction", parts.name()),
+            format!("m{m} n{n} k{k}"),
+            worst,
+            repeat,
+            timing,
+        ));
+    }
+    Ok(rows)
+}
+
+/// The paired product ([`GemmSpec::k_pair`]: `A₁·B₁ + A₂·B₂` in one accumulator over both K)
+/// against the f64 reference of the sum, 256 sampled outputs, and two runs bit for bit; with
+/// `opts.bench`, µs against the two launches it replaces (the plain product, then the second
+/// adding it as its residual). A gated unit's input gradient at sixteen contexts, and a ragged
+/// shape.
+pub fn gemm_pair_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for (stages, (m, n, k)) in [(3, (16384, 512, 1408)), (0, (200, 136, 192))] {
+        arena.reset();
+        let plain = GemmSpec { stages, ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma() };
+        let add = GemmSpec { epilogue: Epilogue::AddResidual, ..plain };
+        let paired = GemmSpec { k_pair: true, ..plain };
+        let sh = GemmShape::packed(&plain, m, n, k);
+        let (na, nb, nc) = sh.extents(&plain);
+        let [a1, b1, a2, b2] = [na, nb, na, nb].map(|len| rng.vec(len, 1.0));
+        let up = |x: &[f32]| upload_operand(arena, Input::Bf16, x);
+        let (a1b, b1b, a2b, b2b) = (up(&a1)?, up(&b1)?, up(&a2)?, up(&b2)?);
+        let maps1 = tma_maps(arena, &plain, &sh, a1b.ptr, b1b.ptr)?.expect("a TMA launch");
+        let maps2 = tma_maps(arena, &plain, &sh, a2b.ptr, b2b.ptr)?.expect("a TMA launch");
+        let (c1, c) = (arena.alloc_n::<f32>(nc)?, arena.alloc_n::<f32>(nc)?);
+        let f = gpu.load(&paired.kernel())?;
+        let whole = GemmShape { k: 2 * k, ..sh };
+        let extras = Extras { maps: Some(maps2), first_maps: Some(maps1), ..Extras::default() };
+        let run = || gemm::launch_with(gpu, &f, &paired, &whole, [a2b.ptr, b2b.ptr, c.ptr, c.ptr], extras);
+        let mut outs: Vec<Vec<f32>> = Vec::new();
+        for _ in 0..2 {
+            arena.fill_u32(c, NAN_BITS)?;
+            run()?;
+            outs.push(arena.download(c, nc)?);
+        }
+        let repeat = mismatches(&outs[0], &outs[1]);
+        let mut worst = 0.0f64;
+        for _ in 0..256 {
+            let (i, j) = (rng.below(m) as usize, rng.below(n) as usize);
+            let (s1, m1) = gemm::reference_at(&plain, &sh, &a1, &b1, 0, i, j);
+            let (s2, m2) = gemm::reference_at(&plain, &sh, &a2, &b2, 0, i, j);
+            let got = outs[0][i * n as usize + j] as f64;
+            let d = if got.is_finite() { (got - s1 - s2).abs() / (m1 + m2 + 1e-30) } else { f64::INFINITY };
+            worst = worst.max(d);
+        }
+        let timing = if opts.bench {
+            let (fp, fa) = (gpu.load(&plain.kernel())?, gpu.load(&add.kernel())?);
+            let two = median(gpu.time(opts.warmup, opts.reps, || {
+                let e1 = Extras { maps: Some(maps1), ..Extras::default() };
+                gemm::launch_with(gpu, &fp, &plain, &sh, [a1b.ptr, b1b.ptr, c1.ptr, c1.ptr], e1)?;
+                let e2 = Extras { maps: Some(maps2), ..Extras::default() };
+                gemm::launch_with(gpu, &fa, &add, &sh, [a2b.ptr, b2b.ptr, c.ptr, c1.ptr], e2)
+            })?);
+            Some((median(gpu.time(opts.warmup, opts.reps, run)?), format!("two launches {two:.1}us")))
+        } else {
+            None
+        };
+        rows.push(sampled_row(
+            "gemm-pair",
+            format!("{} = A1·B1 + A2·B2", paired.name()),
+            format!("m{m} n{n} k{k}+{k}"),
+            worst,
+            repeat,
+            timing,
+        ));
     }
     Ok(rows)
 }

@@ -314,6 +314,10 @@ pub struct GemmSpec {
     /// the launch's K is the product's, and part z of the grid's Z takes K steps
     /// ⌊z·S/Z⌋ … ⌊(z+1)·S/Z⌋ (S of them in all). TMA engine.
     pub uneven_split: bool,
+    /// Two products summed in one accumulator, `A₁·B₁ + A₂·B₂` over K₁ = K₂ = K/2: the first
+    /// half of the K steps reads the maps of A₁ and B₁ (the last two tensor maps), the second
+    /// those of A and B ([`crate::gemm_tma`]). Both operands K-major; TMA engine, unbatched.
+    pub k_pair: bool,
 }
 
 impl GemmSpec {
@@ -336,6 +340,7 @@ impl GemmSpec {
             cluster_splits: 0,
             gated: false,
             uneven_split: false,
+            k_pair: false,
         }
     }
 
@@ -391,6 +396,9 @@ impl GemmSpec {
             }
             if self.uneven_split {
                 tile.push_str("_kparts");
+            }
+            if self.k_pair {
+                tile.push_str("_kpair");
             }
         }
         format!(
@@ -529,8 +537,10 @@ impl GemmShape {
         if self.m == 0 || self.n == 0 || self.k == 0 || self.batch == 0 {
             bail!("{name}: empty problem {self:?}");
         }
-        if !self.k.is_multiple_of(spec.bk) {
-            bail!("{name}: K = {} is not a multiple of {}", self.k, spec.bk);
+        // A paired product's K is both products': each operand holds half of it.
+        let (k, bk) = if spec.k_pair { (self.k / 2, 2 * spec.bk) } else { (self.k, spec.bk) };
+        if !self.k.is_multiple_of(bk) {
+            bail!("{name}: K = {} is not a multiple of {bk}", self.k);
         }
         if !self.m.is_multiple_of(8) || !self.n.is_multiple_of(8) {
             bail!("{name}: M = {} and N = {} must be multiples of 8", self.m, self.n);
@@ -539,12 +549,12 @@ impl GemmShape {
             bail!("{name}: leading dimensions must be multiples of 8: {self:?}");
         }
         let (a_rows, a_cols) = match spec.a {
-            Layout::RowMajor => (self.m, self.k),
-            Layout::ColMajor => (self.k, self.m),
+            Layout::RowMajor => (self.m, k),
+            Layout::ColMajor => (k, self.m),
         };
         let (b_rows, b_cols) = match spec.b {
-            Layout::RowMajor => (self.k, self.n),
-            Layout::ColMajor => (self.n, self.k),
+            Layout::RowMajor => (k, self.n),
+            Layout::ColMajor => (self.n, k),
         };
         if self.lda < a_cols || self.ldb < b_cols || self.ldc < self.n {
             bail!("{name}: a leading dimension is smaller than its row: {self:?}");
@@ -683,6 +693,8 @@ pub struct Extras {
     pub chain: [Option<u64>; 2 * CHAIN_PTRS],
     /// A gated product's tensor map of the gate's B ([`GemmSpec::gated`]).
     pub gate_map: Option<u64>,
+    /// A paired product's maps of the first product's A and B ([`GemmSpec::k_pair`]).
+    pub first_maps: Option<(u64, u64)>,
 }
 
 /// Launches `f` (built from `spec`) on device addresses `a`, `b`, `c` and residual `r` (ignored
@@ -721,6 +733,9 @@ pub fn launch_with(
     }
     if extras.gate_map.is_some() != spec.gated {
         bail!("{}: a gate's tensor map goes with a gated product alone, given {extras:?}", spec.name());
+    }
+    if extras.first_maps.is_some() != spec.k_pair {
+        bail!("{}: a first product's tensor maps go with a paired product alone, given {extras:?}", spec.name());
     }
     let chain_ptrs = spec.chain.map_or(0, |c| c.outputs().len() + c.others().len());
     if extras.chain.iter().flatten().count() != chain_ptrs || extras.chain[..chain_ptrs].iter().any(Option::is_none) {
@@ -764,6 +779,7 @@ pub fn launch_with(
     args.extend(extras.chain.iter().flatten().map(|&p| Arg::U64(p)));
     args.extend(extras.maps.into_iter().flat_map(|(ma, mb)| [Arg::U64(ma), Arg::U64(mb)]));
     args.extend(extras.gate_map.map(Arg::U64));
+    args.extend(extras.first_maps.into_iter().flat_map(|(ma, mb)| [Arg::U64(ma), Arg::U64(mb)]));
     args.extend(extras.rot_tab.map(Arg::U64));
     gpu.launch(f, cfg, &args)
 }

@@ -186,6 +186,19 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         h.n0 = k.bin("mul.lo.u32", RegKind::B32, bx, bn / 2);
         k.param_reg("tmap_gate", ParamTy::U64)
     });
+    // A paired block: the first half of its K steps from the first product's maps.
+    let first_maps = spec.k_pair.then(|| {
+        assert!(
+            spec.a == Layout::RowMajor
+                && spec.b == Layout::ColMajor
+                && !spec.gated
+                && !spec.uneven_split
+                && spec.cluster_splits == 0,
+            "{}: a paired product reads two K-major operands, unsplit",
+            spec.name()
+        );
+        (k.param_reg("tmap_a1", ParamTy::U64), k.param_reg("tmap_b1", ParamTy::U64))
+    });
     let smem = k.dynamic_shared_array("gemm_ring", shared_bytes(spec), 1024);
     // Per stage: the full barrier at 8·s, the empty one at 8·(stages + s).
     let bars_sym = k.shared("gemm_bars", 16 * stages, 8);
@@ -249,6 +262,11 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     if let Some(mg) = map_gate {
         k.op("prefetch.tensormap", [addr(mg, 0)]);
     }
+    if let Some((a1, b1)) = first_maps {
+        k.op("prefetch.tensormap", [addr(a1, 0)]);
+        k.op("prefetch.tensormap", [addr(b1, 0)]);
+    }
+    let half = first_maps.map(|_| k.bin("shr.u32", RegKind::B32, ktiles, 1u32));
     // Split-K part z reads K from z·k.
     let bz = k.sreg("%ctaid.z");
     let k0 = match part_steps {
@@ -266,6 +284,22 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let full = full_bar(&mut k, pc.0);
     k.op("mbarrier.arrive.expect_tx.shared::cta.b64", [token.into(), addr(full, 0), stage.into()]);
     let kc = k.tri("mad.lo.u32", RegKind::B32, kt, BK, k0);
+    // Paired: steps before the half read the first product's maps at K = kc, the rest A's and
+    // B's at K = kc − K/2.
+    let (map_a, map_b, kc) = match (first_maps, half) {
+        (Some((a1, b1)), Some(half)) => {
+            let second = k.setp("ge.u32", kt, half);
+            let ma = k.reg(RegKind::B64);
+            k.op("selp.b64", [ma.into(), map_a.into(), a1.into(), second.into()]);
+            let mb = k.reg(RegKind::B64);
+            k.op("selp.b64", [mb.into(), map_b.into(), b1.into(), second.into()]);
+            let back = k.bin("mul.lo.u32", RegKind::B32, half, BK);
+            let shift = k.reg(RegKind::B32);
+            k.op("selp.b32", [shift.into(), back.into(), 0u32.into(), second.into()]);
+            (ma, mb, k.bin("sub.u32", RegKind::B32, kc, shift))
+        }
+        _ => (map_a, map_b, kc),
+    };
     let dst_a = k.bin("add.u32", RegKind::B32, ring, pc.1);
     let dst_b = k.bin("add.u32", RegKind::B32, dst_a, b_off);
     for (map, dst, k_major, row0, tile_rows) in

@@ -743,7 +743,12 @@ impl Lowerer<'_> {
     /// row-major, the same shape, ring and A; the gate's launch storing the gate alone; and the
     /// up product's outputs (now written beside the gate) clear of every operand the merged
     /// launch reads.
-    fn gated_products(&mut self, products: &LaunchedProducts, launches: &mut Vec<Pending>) -> Result<()> {
+    fn gated_products(
+        &mut self,
+        products: &LaunchedProducts,
+        launches: &mut [Pending],
+        dead: &mut std::collections::HashSet<usize>,
+    ) -> Result<()> {
         let tiled = |s: &GemmSpec| {
             s.engine == gemm::Engine::Tma
                 && s.tile == gemm::Tile::T128x128
@@ -804,13 +809,110 @@ impl Lowerer<'_> {
             }
         }
         // From the last, so that each merge's indices still hold.
-        merges.sort_unstable_by_key(|m| std::cmp::Reverse(m.0));
+        // In launch order, so that the catalog's order does not follow the map's.
+        merges.sort_unstable_by_key(|m| m.0);
         for (gi, ui, spec, shape) in merges {
             let kernel = self.kernel(spec.kernel())?;
-            let mut args = launches.remove(ui).args;
+            let mut args = std::mem::take(&mut launches[ui].args);
             args.push(launches[gi].args.pop().expect("the gate's B map"));
             let l = &mut launches[gi];
             (l.kernel, l.grid, l.args) = (kernel, spec.grid(&shape), args);
+            dead.insert(ui);
+        }
+        Ok(())
+    }
+
+    /// Pairs each residual-adding product with the plain product whose output it adds, where
+    /// that output is read by nothing else: one launch then sums both products in one
+    /// accumulator, `A₁·B₁ + A₂·B₂`, over the two K ([`GemmSpec::k_pair`]), in the second's
+    /// place, and the first's f32 output is never stored. Why: a gated unit's input gradient
+    /// is `dgate·W_gateᵀ + dup·W_upᵀ`, and at sixteen contexts the first product's f32 output
+    /// (32 MB a block) was written and read back. The sum's rounding differs from adding the
+    /// two products' results. Conditions: both on the TMA engine in 128 × 128 tiles, both
+    /// operands K-major, the same shape and ring; between them only plain products, whose
+    /// outputs miss A₁ and B₁ (now read later), as does the second's output.
+    fn paired_products(
+        &mut self,
+        products: &LaunchedProducts,
+        uses: &HashMap<Value, usize>,
+        launches: &mut [Pending],
+        dead: &mut std::collections::HashSet<usize>,
+    ) -> Result<()> {
+        let paired_kind = |s: &GemmSpec| {
+            s.engine == gemm::Engine::Tma
+                && s.tile == gemm::Tile::T128x128
+                && (s.a, s.b) == (Layout::RowMajor, Layout::ColMajor)
+                && s.activation.is_none()
+                && s.heads.is_none()
+                && s.chain.is_none()
+                && s.cluster_splits == 0
+                && !s.gated
+                && !s.uneven_split
+        };
+        let fused = |id: u32| {
+            self.gemm_add.contains_key(&id)
+                || self.more.gemm_act.contains_key(&id)
+                || self.more.gemm_mul.contains_key(&id)
+                || self.more.gemm_heads.contains_key(&id)
+                || self.store_as.contains_key(&Value { node: id, index: 0 })
+        };
+        let ptr = |a: &A| match *a {
+            A::Ptr(o) => Some(o),
+            _ => None,
+        };
+        let mut pairs = vec![];
+        for (&first, &(l1, s1, sh1)) in &products.one_launch {
+            if !paired_kind(&s1) || s1.epilogue != Epilogue::Store || sh1.batch != 1 || fused(first) {
+                continue;
+            }
+            if !products.plain.contains(&first) || uses.get(&Value { node: first, index: 0 }).copied() != Some(1) {
+                continue;
+            }
+            // The product adding it: the one whose fused Add's residual is this product's output.
+            let out1 = Value { node: first, index: 0 };
+            let second = products.one_launch.iter().find(|(id, &(l2, s2, sh2))| {
+                self.gemm_add.get(id).is_some_and(|&(_, r)| r == out1)
+                    && l2 > l1
+                    && s2.epilogue == Epilogue::AddResidual
+                    && paired_kind(&s2)
+                    && sh2 == sh1
+                    && s2.stages == s1.stages
+                    && launches[l2].args.get(3).and_then(ptr).is_some()
+                    && launches[l2].args.get(3).and_then(ptr) == launches[l1].args.get(2).and_then(ptr)
+            });
+            let Some((_, &(l2, s2, sh2))) = second else { continue };
+            let (p1, p2) = (&launches[l1], &launches[l2]);
+            let maps = p1.args.len() == gemm::SHAPE_ARGS + 2 && p2.args.len() == gemm::SHAPE_ARGS + 2;
+            let (m, n) = (sh1.m as usize, sh1.n as usize);
+            let span = |o: Option<usize>, bytes: usize| o.map(|o| (o, o + bytes));
+            let a1 = span(p1.args.first().and_then(ptr), m * sh1.lda as usize * 2);
+            let b1 = span(p1.args.get(1).and_then(ptr), n * sh1.ldb as usize * 2);
+            let c2 = span(p2.args.get(2).and_then(ptr), m * sh1.ldc as usize * 4);
+            let between_plain = launches[l1 + 1..l2]
+                .iter()
+                .all(|l| l.node.is_some_and(|id| products.plain.contains(&id) && !fused(id)));
+            let written = launches[l1 + 1..l2]
+                .iter()
+                .filter_map(|l| l.node)
+                .map(|id| range(self.plan, Value { node: id, index: 0 }));
+            let kept = [a1, b1];
+            let clear = c2.is_some_and(|w| clear_of(w, kept))
+                && written.into_iter().all(|w| w.is_some_and(|w| clear_of(w, kept)));
+            if maps && between_plain && clear {
+                pairs.push((l1, l2, GemmSpec { epilogue: Epilogue::Store, k_pair: true, ..s2 }, sh2));
+            }
+        }
+        pairs.sort_unstable_by_key(|p| p.0);
+        for (l1, l2, spec, shape) in pairs {
+            let kernel = self.kernel(spec.kernel())?;
+            let first_maps: Vec<A> = launches[l1].args.split_off(gemm::SHAPE_ARGS);
+            let l = &mut launches[l2];
+            // R is unread under Store; K is both products'.
+            l.args[3] = l.args[2];
+            l.args[6] = A::U32(2 * shape.k);
+            l.args.extend(first_maps);
+            l.kernel = kernel;
+            dead.insert(l1);
         }
         Ok(())
     }
@@ -2883,9 +2985,19 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             i += 1;
         }
         lw.dead_activation_stores(&view, &uses, &products, &mut launches)?;
+        // Launches merged into others; removed once every merge has found its indices.
+        let mut dead = std::collections::HashSet::new();
         if knobs().gated_products {
-            lw.gated_products(&products, &mut launches)?;
+            lw.gated_products(&products, &mut launches, &mut dead)?;
         }
+        if knobs().paired_products {
+            lw.paired_products(&products, &uses, &mut launches, &mut dead)?;
+        }
+        let mut index = 0;
+        launches.retain(|_| {
+            index += 1;
+            !dead.contains(&(index - 1))
+        });
         for c in &ph.copies {
             let (d, s) = (plan.slot(c.dst), plan.slot(c.src));
             if d.offset == s.offset {

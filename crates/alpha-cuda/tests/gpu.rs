@@ -73,6 +73,15 @@ fn uneven_split_k_parts_match_reference_and_repeat() {
     assert_all(&check::gemm_uneven_split_checks(&gpu, &arena, &mut Rng::new(19), &quick()).unwrap());
 }
 
+/// Two products summed in one accumulator match the reference of their sum and repeat.
+#[test]
+fn paired_products_match_reference_and_repeat() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(1 << 30).unwrap();
+    assert_all(&check::gemm_pair_checks(&gpu, &arena, &mut Rng::new(23), &quick()).unwrap());
+}
+
 /// A run of parameter casts in one launch rounds every element as the host does.
 #[test]
 fn multi_tensor_cast_rounds_like_the_host() {

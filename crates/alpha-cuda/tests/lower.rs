@@ -266,6 +266,16 @@ fn sixteen_contexts_multiply_the_gated_halves_in_the_up_products() {
     let kparts: Vec<_> = (0..names.len()).filter(|&i| names[i] == "gemm_cr_bf16_store_tma_kparts").collect();
     assert_eq!(kparts.len(), 48);
     assert!(kparts.iter().all(|&i| l.phases[0][i].grid.2 == 3 && names[i + 1] == "gemm_splitk3_store_v4"));
+    // Each gated unit's input gradient, dgate·W_gateᵀ + dup·W_upᵀ, in one paired launch over
+    // K = 2 × 1408, storing what the LayerNorm backward reads.
+    let pairs: Vec<_> = (0..names.len()).filter(|&i| names[i] == "gemm_rc_bf16_store_tma_s3_kpair").collect();
+    assert_eq!(pairs.len(), 16);
+    for &i in &pairs {
+        let p = &l.phases[0][i];
+        assert_eq!((p.args.len(), &p.args[6]), (13 + 4, &LArg::U32(2816)));
+        let reader = (i + 1..names.len()).find(|&j| names[j].starts_with("layernorm_bwd")).unwrap();
+        assert!(l.phases[0][reader].args.contains(&p.args[2]), "the LayerNorm backward reads the sum");
+    }
 }
 
 /// Coppelius's forward rotaries, turned on load: the attention forward and both backward
