@@ -146,6 +146,26 @@ enum A {
     U64(u64),
 }
 
+/// The arena offset an argument points at (None: a scalar, or the scratch region).
+fn arena_offset(a: &A) -> Option<usize> {
+    match *a {
+        A::Ptr(o) => Some(o),
+        _ => None,
+    }
+}
+
+/// A product a merge pass may fold into one launch with another: on the TMA engine in
+/// 128 × 128 tiles, A row-major, B in `b`'s layout, storing its tile whole (no heads, chain or
+/// cluster).
+fn mergeable_tile(s: &GemmSpec, b: Layout) -> bool {
+    s.engine == gemm::Engine::Tma
+        && s.tile == gemm::Tile::T128x128
+        && (s.a, s.b) == (Layout::RowMajor, b)
+        && s.heads.is_none()
+        && s.chain.is_none()
+        && s.cluster_splits == 0
+}
+
 /// Every pointer among `args` 16-byte aligned (the arena and the scratch region start aligned),
 /// so a kernel may access them 16 bytes at a time.
 fn aligned16(args: &[A]) -> bool {
@@ -666,14 +686,8 @@ impl Lowerer<'_> {
             self.f32_gemm.get(&id).copied().unwrap_or((n.inputs[0], n.inputs[1]))
         };
         // A plain product launched as it is: no fusion writes anything else from its launch.
-        let plain = |id: u32| {
-            products.plain.contains(&id)
-                && !self.gemm_add.contains_key(&id)
-                && !self.more.gemm_act.contains_key(&id)
-                && !self.more.gemm_mul.contains_key(&id)
-                && !self.more.gemm_heads.contains_key(&id)
-                && !self.store_as.contains_key(&Value { node: id, index: 0 })
-        };
+        let plain =
+            |id: u32| products.plain.contains(&id) && !self.writes_beside(id) && !self.more.gemm_act.contains_key(&id);
         for (j, &x) in cl.inputs.iter().enumerate() {
             let Some((li, spec, shape)) = products.plain_one_launch(x.node) else { continue };
             let Some(&pg) = view.pos.get(&x.node) else { continue };
@@ -733,6 +747,15 @@ impl Lowerer<'_> {
         Ok(false)
     }
 
+    /// Whether a fusion has MatMul `id`'s launch write something beside its product, or store
+    /// its product elsewhere: a residual added, a multiply, heads, a cast.
+    fn writes_beside(&self, id: u32) -> bool {
+        self.gemm_add.contains_key(&id)
+            || self.more.gemm_mul.contains_key(&id)
+            || self.more.gemm_heads.contains_key(&id)
+            || self.store_as.contains_key(&Value { node: id, index: 0 })
+    }
+
     /// Merges each StoreMul product into the launch right before it where that launch computes
     /// its multiplier's product (a gated unit's gate, `x·W_gate`, beside the up product
     /// `x·W_up`): one gated launch ([`GemmSpec::gated`]) then computes both from the same A
@@ -749,18 +772,7 @@ impl Lowerer<'_> {
         launches: &mut [Pending],
         dead: &mut std::collections::HashSet<usize>,
     ) -> Result<()> {
-        let tiled = |s: &GemmSpec| {
-            s.engine == gemm::Engine::Tma
-                && s.tile == gemm::Tile::T128x128
-                && (s.a, s.b) == (Layout::RowMajor, Layout::RowMajor)
-                && s.heads.is_none()
-                && s.chain.is_none()
-                && s.cluster_splits == 0
-        };
-        let ptr = |a: &A| match *a {
-            A::Ptr(o) => Some(o),
-            _ => None,
-        };
+        let tiled = |s: &GemmSpec| mergeable_tile(s, Layout::RowMajor);
         let mut merges = vec![];
         for (&up_id, &(_, gate, _, _)) in &self.more.gemm_mul {
             let (Some(&(ui, uspec, ushape)), Some(&(gi, gspec, gshape))) =
@@ -768,10 +780,8 @@ impl Lowerer<'_> {
             else {
                 continue;
             };
-            let fused_elsewhere = self.gemm_add.contains_key(&gate.node)
-                || self.more.gemm_mul.contains_key(&gate.node)
-                || self.more.gemm_heads.contains_key(&gate.node)
-                || self.store_as.contains_key(&gate);
+            // (Its activation store, unread, is gone: `dead_activation_stores` ran first.)
+            let fused_elsewhere = self.writes_beside(gate.node);
             let (up, gl) = (&launches[ui], &launches[gi]);
             // The up launch's arguments: a, b, c, r, the shape, u (the bf16 product), its two
             // maps; the gate's, storing the gate alone: a, b, c, r, the shape, its two maps.
@@ -790,7 +800,7 @@ impl Lowerer<'_> {
             if !fits {
                 continue;
             }
-            let at = |l: &Pending, j: usize| l.args.get(j).and_then(ptr);
+            let at = |l: &Pending, j: usize| l.args.get(j).and_then(arena_offset);
             let (m, k, ld) = (ushape.m as usize, ushape.k as usize, ushape.ldc as usize);
             let span = |o: Option<usize>, bytes: usize| o.map(|o| (o, o + bytes));
             let a = span(at(up, 0), m * ushape.lda as usize * 2);
@@ -838,28 +848,9 @@ impl Lowerer<'_> {
         launches: &mut [Pending],
         dead: &mut std::collections::HashSet<usize>,
     ) -> Result<()> {
-        let paired_kind = |s: &GemmSpec| {
-            s.engine == gemm::Engine::Tma
-                && s.tile == gemm::Tile::T128x128
-                && (s.a, s.b) == (Layout::RowMajor, Layout::ColMajor)
-                && s.activation.is_none()
-                && s.heads.is_none()
-                && s.chain.is_none()
-                && s.cluster_splits == 0
-                && !s.gated
-                && !s.uneven_split
-        };
-        let fused = |id: u32| {
-            self.gemm_add.contains_key(&id)
-                || self.more.gemm_act.contains_key(&id)
-                || self.more.gemm_mul.contains_key(&id)
-                || self.more.gemm_heads.contains_key(&id)
-                || self.store_as.contains_key(&Value { node: id, index: 0 })
-        };
-        let ptr = |a: &A| match *a {
-            A::Ptr(o) => Some(o),
-            _ => None,
-        };
+        let paired_kind =
+            |s: &GemmSpec| mergeable_tile(s, Layout::ColMajor) && s.activation.is_none() && !s.gated && !s.uneven_split;
+        let fused = |id: u32| self.writes_beside(id) || self.more.gemm_act.contains_key(&id);
         let mut pairs = vec![];
         for (&first, &(l1, s1, sh1)) in &products.one_launch {
             if !paired_kind(&s1) || s1.epilogue != Epilogue::Store || sh1.batch != 1 || fused(first) {
@@ -877,17 +868,18 @@ impl Lowerer<'_> {
                     && paired_kind(&s2)
                     && sh2 == sh1
                     && s2.stages == s1.stages
-                    && launches[l2].args.get(3).and_then(ptr).is_some()
-                    && launches[l2].args.get(3).and_then(ptr) == launches[l1].args.get(2).and_then(ptr)
+                    && launches[l2].args.get(3).and_then(arena_offset).is_some()
+                    && launches[l2].args.get(3).and_then(arena_offset)
+                        == launches[l1].args.get(2).and_then(arena_offset)
             });
             let Some((_, &(l2, s2, sh2))) = second else { continue };
             let (p1, p2) = (&launches[l1], &launches[l2]);
             let maps = p1.args.len() == gemm::SHAPE_ARGS + 2 && p2.args.len() == gemm::SHAPE_ARGS + 2;
             let (m, n) = (sh1.m as usize, sh1.n as usize);
             let span = |o: Option<usize>, bytes: usize| o.map(|o| (o, o + bytes));
-            let a1 = span(p1.args.first().and_then(ptr), m * sh1.lda as usize * 2);
-            let b1 = span(p1.args.get(1).and_then(ptr), n * sh1.ldb as usize * 2);
-            let c2 = span(p2.args.get(2).and_then(ptr), m * sh1.ldc as usize * 4);
+            let a1 = span(p1.args.first().and_then(arena_offset), m * sh1.lda as usize * 2);
+            let b1 = span(p1.args.get(1).and_then(arena_offset), n * sh1.ldb as usize * 2);
+            let c2 = span(p2.args.get(2).and_then(arena_offset), m * sh1.ldc as usize * 4);
             let between_plain = launches[l1 + 1..l2]
                 .iter()
                 .all(|l| l.node.is_some_and(|id| products.plain.contains(&id) && !fused(id)));
