@@ -1739,7 +1739,6 @@ pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resu
 /// the split launch pair against the f64 reference, the two runs bit for bit, and (with
 /// `opts.bench`) µs of each way.
 pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
     let mut rows = Vec::new();
     let shapes: &[(&str, u32, u32, u32)] = &[
         ("rr", 1024, 512, 12288),
@@ -1781,9 +1780,7 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
             let part = sh.split(&base, splits);
             let split_run = || -> Result<()> {
                 gemm::launch(gpu, &f_part, &base, &part, ab.ptr, bb.ptr, partials.ptr, partials.ptr)?;
-                let blocks = gemm::splitk_reduce_blocks(m * n, width);
-                let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
-                gpu.launch(&f_reduce, cfg, &[Arg::U64(cb.ptr), Arg::U64(cb.ptr), Arg::U64(partials.ptr)])
+                gemm::launch_splitk_reduce(gpu, &f_reduce, m * n, width, [cb.ptr, cb.ptr, partials.ptr])
             };
             arena.fill_u32(cb, NAN_BITS)?;
             split_run()?;
@@ -1831,7 +1828,6 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
 /// weight gradients at one and sixteen contexts, and products with partial tiles under each
 /// epilogue. With `opts.bench`, µs of each way.
 pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
     let mut rows = Vec::new();
     let cases: &[(&str, u32, u32, u32, u32, Epilogue)] = &[
         ("cr", 512, 1408, 16384, 8, Epilogue::Store),
@@ -1865,9 +1861,7 @@ pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, 
         let cluster_maps = Extras { maps: tma_maps(arena, &cluster, &cs, ab.ptr, bb.ptr)?, ..Extras::default() };
         let reduced = || -> Result<()> {
             gemm::launch_with(gpu, &f_parts, &parts, &part, [ab.ptr, bb.ptr, partials.ptr, partials.ptr], part_maps)?;
-            let blocks = gemm::splitk_reduce_blocks(m * n, width);
-            let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
-            gpu.launch(&f_reduce, cfg, &[Arg::U64(cb.ptr), Arg::U64(rb.ptr), Arg::U64(partials.ptr)])
+            gemm::launch_splitk_reduce(gpu, &f_reduce, m * n, width, [cb.ptr, rb.ptr, partials.ptr])
         };
         let summed =
             || gemm::launch_with(gpu, &f_cluster, &cluster, &cs, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], cluster_maps);
@@ -1880,20 +1874,15 @@ pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, 
         }
         let repeat = mismatches(&outs[0], &outs[1]) + mismatches(&outs[2], &outs[3]);
         let differ = mismatches(&outs[0], &outs[2]);
-        let mut worst = 0.0f64;
-        for _ in 0..256 {
-            let (i, j) = (rng.below(m) as usize, rng.below(n) as usize);
+        let worst = worst_sampled(rng, m, n, &outs[2], |i, j| {
             let (acc, mag) = gemm::reference_at(&base, &sh, &a, &b, 0, i, j);
-            let e = i * n as usize + j;
             let old = match epilogue {
-                Epilogue::Accumulate => c0[e] as f64,
-                Epilogue::AddResidual => r[e] as f64,
+                Epilogue::Accumulate => c0[i * n as usize + j] as f64,
+                Epilogue::AddResidual => r[i * n as usize + j] as f64,
                 _ => 0.0,
             };
-            let got = outs[2][e] as f64;
-            let d = if got.is_finite() { (got - acc - old).abs() / (mag + old.abs() + 1e-30) } else { f64::INFINITY };
-            worst = worst.max(d);
-        }
+            (acc + old, mag + old.abs())
+        });
         let timing = if opts.bench {
             let t_reduced = median(gpu.time(opts.warmup, opts.reps, reduced)?);
             let t_summed = median(gpu.time(opts.warmup, opts.reps, summed)?);
@@ -1921,6 +1910,20 @@ pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, 
         });
     }
     Ok(rows)
+}
+
+/// The largest error of `got` (an m × n row-major product) at 256 sampled outputs against
+/// `want(i, j)` = (the f64 reference, Σ|a·b| its error is relative to); a non-finite output
+/// counts as infinite.
+fn worst_sampled(rng: &mut Rng, m: u32, n: u32, got: &[f32], want: impl Fn(usize, usize) -> (f64, f64)) -> f64 {
+    let mut worst = 0.0f64;
+    for _ in 0..256 {
+        let (i, j) = (rng.below(m) as usize, rng.below(n) as usize);
+        let (acc, mag) = want(i, j);
+        let x = got[i * n as usize + j] as f64;
+        worst = worst.max(if x.is_finite() { (x - acc).abs() / (mag + 1e-30) } else { f64::INFINITY });
+    }
+    worst
 }
 
 /// A row for a product checked against the f64 reference at sampled outputs (`worst`, relative
@@ -1956,7 +1959,6 @@ fn sampled_row(
 /// and ragged shapes whose K steps do not divide evenly. With `opts.bench`, µs against the
 /// equal parts [`GemmShape::split_k`] chooses.
 pub fn gemm_uneven_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
     let mut rows = Vec::new();
     let cases: &[(&str, u32, u32, u32, u32)] = &[
         ("cr", 512, 1408, 16384, 3),
@@ -1982,9 +1984,7 @@ pub fn gemm_uneven_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, o
         let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n, width))?;
         let run = || -> Result<()> {
             gemm::launch_with(gpu, &f_parts, &parts, &part, [ab.ptr, bb.ptr, partials.ptr, partials.ptr], extras)?;
-            let blocks = gemm::splitk_reduce_blocks(m * n, width);
-            let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
-            gpu.launch(&f_reduce, cfg, &[Arg::U64(cb.ptr), Arg::U64(cb.ptr), Arg::U64(partials.ptr)])
+            gemm::launch_splitk_reduce(gpu, &f_reduce, m * n, width, [cb.ptr, cb.ptr, partials.ptr])
         };
         let mut outs: Vec<Vec<f32>> = Vec::new();
         for _ in 0..2 {
@@ -1993,14 +1993,7 @@ pub fn gemm_uneven_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, o
             outs.push(arena.download(cb, nc)?);
         }
         let repeat = mismatches(&outs[0], &outs[1]);
-        let mut worst = 0.0f64;
-        for _ in 0..256 {
-            let (i, j) = (rng.below(m) as usize, rng.below(n) as usize);
-            let (acc, mag) = gemm::reference_at(&base, &sh, &a, &b, 0, i, j);
-            let got = outs[0][i * n as usize + j] as f64;
-            let d = if got.is_finite() { (got - acc).abs() / (mag + 1e-30) } else { f64::INFINITY };
-            worst = worst.max(d);
-        }
+        let worst = worst_sampled(rng, m, n, &outs[0], |i, j| gemm::reference_at(&base, &sh, &a, &b, 0, i, j));
         let timing = if opts.bench {
             let t = median(gpu.time(opts.warmup, opts.reps, run)?);
             // The equal parts the power-of-two heuristic takes, on the same engine.
@@ -2011,9 +2004,7 @@ pub fn gemm_uneven_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, o
             let f_ered = gpu.load(&gemm::splitk_reduce_kernel(&base, even, m * n, width))?;
             let t_even = median(gpu.time(opts.warmup, opts.reps, || {
                 gemm::launch_with(gpu, &f_even, &base, &epart, [ab.ptr, bb.ptr, partials.ptr, partials.ptr], emaps)?;
-                let blocks = gemm::splitk_reduce_blocks(m * n, width);
-                let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (gemm::REDUCE_THREADS, 1, 1), shared_bytes: 0 };
-                gpu.launch(&f_ered, cfg, &[Arg::U64(cb.ptr), Arg::U64(cb.ptr), Arg::U64(partials.ptr)])
+                gemm::launch_splitk_reduce(gpu, &f_ered, m * n, width, [cb.ptr, cb.ptr, partials.ptr])
             })?);
             Some((t, format!("{even} equal parts {t_even:.1}us")))
         } else {
@@ -2062,15 +2053,11 @@ pub fn gemm_pair_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Op
             outs.push(arena.download(c, nc)?);
         }
         let repeat = mismatches(&outs[0], &outs[1]);
-        let mut worst = 0.0f64;
-        for _ in 0..256 {
-            let (i, j) = (rng.below(m) as usize, rng.below(n) as usize);
+        let worst = worst_sampled(rng, m, n, &outs[0], |i, j| {
             let (s1, m1) = gemm::reference_at(&plain, &sh, &a1, &b1, 0, i, j);
             let (s2, m2) = gemm::reference_at(&plain, &sh, &a2, &b2, 0, i, j);
-            let got = outs[0][i * n as usize + j] as f64;
-            let d = if got.is_finite() { (got - s1 - s2).abs() / (m1 + m2 + 1e-30) } else { f64::INFINITY };
-            worst = worst.max(d);
-        }
+            (s1 + s2, m1 + m2)
+        });
         let timing = if opts.bench {
             let (fp, fa) = (gpu.load(&plain.kernel())?, gpu.load(&add.kernel())?);
             let two = median(gpu.time(opts.warmup, opts.reps, || {

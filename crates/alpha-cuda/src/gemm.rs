@@ -591,17 +591,22 @@ impl GemmShape {
         if self.batch != 1 || blocks >= SMS || self.k < 1024 {
             return 1;
         }
-        // Time goes as waves of blocks (one block an SM at this tile) times K per part: take
-        // the power of two up to 8 that minimises ⌈blocks·s / SMs⌉ / s (the smaller on a tie),
-        // keeping parts of at least 256.
-        let cost = |s: u32| (blocks * s).div_ceil(SMS) as f64 / s as f64;
-        let mut best = 1;
-        for s in [2u32, 4, 8] {
-            if self.k.is_multiple_of(bk * s) && self.k / s >= 256 && cost(s) < cost(best) {
-                best = s;
-            }
-        }
-        best
+        // The power of two up to 8 that minimises the cost, keeping parts of at least 256.
+        let allowed = [2u32, 4, 8].into_iter().filter(|&s| self.k.is_multiple_of(bk * s) && self.k / s >= 256);
+        self.cheapest_split(1, allowed)
+    }
+
+    /// Time goes as waves of blocks (one 128 × 128 block an SM) times K per part: the cost of
+    /// `s` parts, ⌈blocks·s / SMs⌉ / s, which both split heuristics minimise.
+    fn split_cost(&self, s: u32) -> f64 {
+        let blocks = self.m.div_ceil(128) * self.n.div_ceil(128);
+        (blocks * s).div_ceil(SMS) as f64 / s as f64
+    }
+
+    /// Of `start` and the part counts `allowed`, the one of least [`Self::split_cost`] (the
+    /// earlier on a tie).
+    fn cheapest_split(&self, start: u32, allowed: impl IntoIterator<Item = u32>) -> u32 {
+        allowed.into_iter().fold(start, |best, s| if self.split_cost(s) < self.split_cost(best) { s } else { best })
     }
 
     /// [`GemmShape::split_k`] where the parts may differ by a K step ([`GemmSpec::uneven_split`],
@@ -614,15 +619,7 @@ impl GemmShape {
         if even == 1 || self.k < UNEVEN_MIN_K || !self.k.is_multiple_of(bk) {
             return even;
         }
-        let blocks = self.m.div_ceil(128) * self.n.div_ceil(128);
-        let cost = |s: u32| (blocks * s).div_ceil(SMS) as f64 / s as f64;
-        let mut best = even;
-        for s in 2..=8u32 {
-            if self.k / s >= 256 && cost(s) < cost(best) {
-                best = s;
-            }
-        }
-        best
+        self.cheapest_split(even, (2..=8u32).filter(|&s| self.k / s >= 256))
     }
 
     /// The shape of a split-K launch of `splits` parts of whole K steps that may differ by one
@@ -788,6 +785,14 @@ pub fn launch_with(
 /// sixteen contexts' weight gradients (K = 16,384); one context's (K = 1,024) keep their
 /// power-of-two parts.
 pub const UNEVEN_MIN_K: u32 = 4096;
+
+/// Launches the split-K reduction `f` ([`splitk_reduce_kernel`] over `mn` elements, `width` a
+/// thread) on C, R and the partials, with its grid ([`splitk_reduce_blocks`]).
+pub fn launch_splitk_reduce(gpu: &Gpu, f: &Function, mn: u32, width: u32, [c, r, partials]: [u64; 3]) -> Result<()> {
+    let cfg =
+        LaunchConfig { grid: (splitk_reduce_blocks(mn, width), 1, 1), block: (REDUCE_THREADS, 1, 1), shared_bytes: 0 };
+    gpu.launch(f, cfg, &[Arg::U64(c), Arg::U64(r), Arg::U64(partials)])
+}
 
 /// Threads per block of the split-K reduction.
 pub const REDUCE_THREADS: u32 = 256;
@@ -1405,8 +1410,10 @@ pub(crate) fn store_tile_with(
     let (width, units, unit_cols) = (su.width, su.units, su.cols());
     let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
     let cptr = k.addr_of(c_base, e0, 4);
+    // R is read for a residual, or for a StoreMul's multiplier unless it is in registers.
     let rptr = match spec.epilogue {
-        Epilogue::AddResidual | Epilogue::StoreMul => Some(k.addr_of(r_base, e0, 4)),
+        Epilogue::AddResidual => Some(k.addr_of(r_base, e0, 4)),
+        Epilogue::StoreMul if r_acc.is_none() => Some(k.addr_of(r_base, e0, 4)),
         _ => None,
     };
     // U is bf16 (half the row step) under StoreMul, f32 under an activation.

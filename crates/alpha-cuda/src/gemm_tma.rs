@@ -266,12 +266,18 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         k.op("prefetch.tensormap", [addr(a1, 0)]);
         k.op("prefetch.tensormap", [addr(b1, 0)]);
     }
-    let half = first_maps.map(|_| k.bin("shr.u32", RegKind::B32, ktiles, 1u32));
-    // Split-K part z reads K from z·k.
-    let bz = k.sreg("%ctaid.z");
+    // Paired: the first half of the K steps, and the K its second half starts back from.
+    let half = first_maps.map(|_| {
+        let half = k.bin("shr.u32", RegKind::B32, ktiles, 1u32);
+        (half, k.bin("mul.lo.u32", RegKind::B32, half, BK))
+    });
+    // Split-K part z reads K from z·k (uneven parts: from its first step).
     let k0 = match part_steps {
         Some((first, _)) => k.bin("shl.b32", RegKind::B32, first, BK.trailing_zeros()),
-        None => k.bin("mul.lo.u32", RegKind::B32, bz, h.kdim),
+        None => {
+            let bz = k.sreg("%ctaid.z");
+            k.bin("mul.lo.u32", RegKind::B32, bz, h.kdim)
+        }
     };
     let pc = cursor(&mut k);
     let kt = k.imm_u32(0);
@@ -287,13 +293,12 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     // Paired: steps before the half read the first product's maps at K = kc, the rest A's and
     // B's at K = kc − K/2.
     let (map_a, map_b, kc) = match (first_maps, half) {
-        (Some((a1, b1)), Some(half)) => {
+        (Some((a1, b1)), Some((half, back))) => {
             let second = k.setp("ge.u32", kt, half);
             let ma = k.reg(RegKind::B64);
             k.op("selp.b64", [ma.into(), map_a.into(), a1.into(), second.into()]);
             let mb = k.reg(RegKind::B64);
             k.op("selp.b64", [mb.into(), map_b.into(), b1.into(), second.into()]);
-            let back = k.bin("mul.lo.u32", RegKind::B32, half, BK);
             let shift = k.reg(RegKind::B32);
             k.op("selp.b32", [shift.into(), back.into(), 0u32.into(), second.into()]);
             (ma, mb, k.bin("sub.u32", RegKind::B32, kc, shift))
@@ -302,13 +307,14 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     };
     let dst_a = k.bin("add.u32", RegKind::B32, ring, pc.1);
     let dst_b = k.bin("add.u32", RegKind::B32, dst_a, b_off);
-    for (map, dst, k_major, row0, tile_rows) in
-        [(map_a, dst_a, spec.a == Layout::RowMajor, h.m0, bm), (map_b, dst_b, spec.b == Layout::ColMajor, h.n0, bn)]
-    {
+    for (is_b, map, dst, k_major, row0, tile_rows) in [
+        (false, map_a, dst_a, spec.a == Layout::RowMajor, h.m0, bm),
+        (true, map_b, dst_b, spec.b == Layout::ColMajor, h.n0, bn),
+    ] {
         // K-major: one box {K, rows}; MN-major: boxes {64 rows, K}, 64 lines (8 KB) apart
         // (gated: the gate's 64 columns, then B's same 64).
         let boxes: Vec<(Reg, Reg, Reg, u32)> = match map_gate {
-            Some(mg) if map == map_b => vec![(mg, row0, kc, 0), (map_b, row0, kc, 64 * LINE)],
+            Some(mg) if is_b => vec![(mg, row0, kc, 0), (map, row0, kc, 64 * LINE)],
             _ if k_major => vec![(map, kc, row0, 0)],
             _ => (0..tile_rows / 64)
                 .map(|j| {

@@ -154,6 +154,12 @@ fn arena_offset(a: &A) -> Option<usize> {
     }
 }
 
+/// The bytes `[offset, offset + bytes)` that argument `j` of `l` points at in the arena (None:
+/// not an arena pointer): what a merge pass checks a moved read or write against.
+fn arg_span(l: &Pending, j: usize, bytes: usize) -> Option<(usize, usize)> {
+    l.args.get(j).and_then(arena_offset).map(|o| (o, o + bytes))
+}
+
 /// A product a merge pass may fold into one launch with another: on the TMA engine in
 /// 128 × 128 tiles, A row-major, B in `b`'s layout, storing its tile whole (no heads, chain or
 /// cluster).
@@ -368,6 +374,7 @@ impl Lowerer<'_> {
         let fits = wanted
             && gemm_tma::CLUSTER_SPLITS.contains(&splits)
             && pspec.engine == gemm::Engine::Tma
+            && !pspec.uneven_split
             && spec.activation.is_none()
             && matches!(spec.epilogue, Epilogue::Store | Epilogue::Accumulate | Epilogue::AddResidual)
             && shape.n.is_multiple_of(4)
@@ -800,17 +807,16 @@ impl Lowerer<'_> {
             if !fits {
                 continue;
             }
-            let at = |l: &Pending, j: usize| l.args.get(j).and_then(arena_offset);
             let (m, k, ld) = (ushape.m as usize, ushape.k as usize, ushape.ldc as usize);
-            let span = |o: Option<usize>, bytes: usize| o.map(|o| (o, o + bytes));
-            let a = span(at(up, 0), m * ushape.lda as usize * 2);
-            let b_up = span(at(up, 1), k * ushape.ldb as usize * 2);
-            let b_gate = span(at(gl, 1), k * ushape.ldb as usize * 2);
-            let c_up = span(at(up, 2), m * ld * 4);
-            let c_gate = span(at(gl, 2), m * ld * 4);
-            let u = span(at(up, gemm::SHAPE_ARGS), m * ld * 2);
-            let same_a = at(up, 0).is_some() && at(up, 0) == at(gl, 0);
-            let gate_is_r = at(up, 3).is_some() && at(up, 3) == at(gl, 2);
+            let (a_bytes, b_bytes) = (m * ushape.lda as usize * 2, k * ushape.ldb as usize * 2);
+            let a = arg_span(up, 0, a_bytes);
+            let b_up = arg_span(up, 1, b_bytes);
+            let b_gate = arg_span(gl, 1, b_bytes);
+            let c_up = arg_span(up, 2, m * ld * 4);
+            let c_gate = arg_span(gl, 2, m * ld * 4);
+            let u = arg_span(up, gemm::SHAPE_ARGS, m * ld * 2);
+            let same_a = a.is_some() && a == arg_span(gl, 0, a_bytes);
+            let gate_is_r = c_gate.is_some() && arg_span(up, 3, m * ld * 4) == c_gate;
             let reads = [a, b_up, b_gate];
             let clear = [c_up, u].iter().all(|&w| w.is_some_and(|w| clear_of(w, reads)))
                 && c_gate.is_some_and(|w| clear_of(w, [b_up]));
@@ -818,7 +824,6 @@ impl Lowerer<'_> {
                 merges.push((gi, ui, GemmSpec { gated: true, ..uspec }, ushape));
             }
         }
-        // From the last, so that each merge's indices still hold.
         // In launch order, so that the catalog's order does not follow the map's.
         merges.sort_unstable_by_key(|m| m.0);
         for (gi, ui, spec, shape) in merges {
@@ -861,6 +866,8 @@ impl Lowerer<'_> {
             }
             // The product adding it: the one whose fused Add's residual is this product's output.
             let out1 = Value { node: first, index: 0 };
+            let (m, n, c_bytes) = (sh1.m as usize, sh1.n as usize, sh1.m as usize * sh1.ldc as usize * 4);
+            let c1 = arg_span(&launches[l1], 2, c_bytes);
             let second = products.one_launch.iter().find(|(id, &(l2, s2, sh2))| {
                 self.gemm_add.get(id).is_some_and(|&(_, r)| r == out1)
                     && l2 > l1
@@ -868,18 +875,15 @@ impl Lowerer<'_> {
                     && paired_kind(&s2)
                     && sh2 == sh1
                     && s2.stages == s1.stages
-                    && launches[l2].args.get(3).and_then(arena_offset).is_some()
-                    && launches[l2].args.get(3).and_then(arena_offset)
-                        == launches[l1].args.get(2).and_then(arena_offset)
+                    && c1.is_some()
+                    && arg_span(&launches[l2], 3, c_bytes) == c1
             });
             let Some((_, &(l2, s2, sh2))) = second else { continue };
             let (p1, p2) = (&launches[l1], &launches[l2]);
             let maps = p1.args.len() == gemm::SHAPE_ARGS + 2 && p2.args.len() == gemm::SHAPE_ARGS + 2;
-            let (m, n) = (sh1.m as usize, sh1.n as usize);
-            let span = |o: Option<usize>, bytes: usize| o.map(|o| (o, o + bytes));
-            let a1 = span(p1.args.first().and_then(arena_offset), m * sh1.lda as usize * 2);
-            let b1 = span(p1.args.get(1).and_then(arena_offset), n * sh1.ldb as usize * 2);
-            let c2 = span(p2.args.get(2).and_then(arena_offset), m * sh1.ldc as usize * 4);
+            let a1 = arg_span(p1, 0, m * sh1.lda as usize * 2);
+            let b1 = arg_span(p1, 1, n * sh1.ldb as usize * 2);
+            let c2 = arg_span(p2, 2, c_bytes);
             let between_plain = launches[l1 + 1..l2]
                 .iter()
                 .all(|l| l.node.is_some_and(|id| products.plain.contains(&id) && !fused(id)));
