@@ -71,6 +71,9 @@ fn main() -> Result<()> {
     if wanted("fusion") {
         step("fusion", check::fusion_checks(&gpu, &arena, &mut rng));
     }
+    if wanted("tanh-exhaustive") {
+        step("tanh-exhaustive", check::tanh_exhaustive(&gpu, &arena));
+    }
     if wanted("gemm-pair") {
         step("gemm-pair", check::gemm_pair_checks(&gpu, &arena, &mut rng, &opts));
     }

@@ -1055,7 +1055,8 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
 /// Chain epilogues ([`gemm::ChainEpilogue`]) against the plain product followed by the chain's
 /// own kernel, bit for bit: the gated GELU's backward reading `gelu(gate)` (f32 outputs, three
 /// other inputs, 128 × 128 tiles on the three-stage ring) and recomputing it (bf16 outputs, the
-/// lowering's form, 128 × 64 tiles), a ragged M.
+/// lowering's form, in 128 × 128 tiles through shared memory — [`crate::gemm_tma::staged_chain`]
+/// — and in 128 × 64 tiles on the fragments), a ragged M.
 fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
     use crate::driver::{Arg, LaunchConfig};
     use crate::fused::Chain;
@@ -1064,7 +1065,9 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
     let read_act = Chain { bf16: vec![false, false], ..Chain::gated_gelu_backward(nc) };
     let recomputing = Chain::gated_gelu_backward_recomputing(nc);
     let mut rows = vec![];
-    for (chain, tile, stages) in [(read_act, Tile::T128x128, 3), (recomputing, Tile::T128x64, 0)] {
+    let cases =
+        [(read_act, Tile::T128x128, 3), (recomputing.clone(), Tile::T128x128, 3), (recomputing, Tile::T128x64, 0)];
+    for (chain, tile, stages) in cases {
         arena.reset();
         let plain = GemmSpec { tile, stages, ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma() };
         let epilogue = gemm::ChainEpilogue::new(&chain, 0).expect("the chain fits an epilogue");
@@ -2607,4 +2610,66 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
         });
     }
     Ok(rows)
+}
+
+/// [`crate::pointwise::tanh`] against [`crate::pointwise::tanh_dividing`] (the quotient from
+/// `div.rn.f32`) on every one of the 2³² f32 bit patterns: each thread of 2¹⁸ counts the inputs
+/// on which the two differ (bits; two NaNs agree) and keeps the last, and the host sums. The
+/// claim that replacing the division changed no bit anywhere, checked rather than argued.
+pub fn tanh_exhaustive(gpu: &Gpu, arena: &DeviceArena) -> Result<Vec<Row>> {
+    use crate::driver::{Arg, LaunchConfig};
+    use crate::ptx::{addr, Kernel, ParamTy, RegKind};
+    const BLOCKS: u32 = 1024;
+    const THREADS: u32 = 256;
+    let threads = (BLOCKS * THREADS) as usize;
+    let mut k = Kernel::new("tanh_exhaustive").with_block(THREADS, 1, 1);
+    let counts = k.param_reg("counts", ParamTy::U64);
+    let last = k.param_reg("last", ParamTy::U64);
+    let (tid, bid) = (k.sreg("%tid.x"), k.sreg("%ctaid.x"));
+    let gid = k.tri("mad.lo.u32", RegKind::B32, bid, THREADS, tid);
+    let (it, wrong, seen) = (k.imm_u32(0), k.imm_u32(0), k.imm_u32(0));
+    let top = k.label("every_input");
+    k.place(&top);
+    let bits = k.tri("mad.lo.u32", RegKind::B32, it, BLOCKS * THREADS, gid);
+    let x = k.un("mov.b32", RegKind::F32, bits);
+    let (a, b) = (crate::pointwise::tanh(&mut k, x), crate::pointwise::tanh_dividing(&mut k, x));
+    let (ab, bb) = (k.un("mov.b32", RegKind::B32, a), k.un("mov.b32", RegKind::B32, b));
+    let same_bits = k.setp("eq.u32", ab, bb);
+    let (a_nan, b_nan) = (k.setp("nan.f32", a, a), k.setp("nan.f32", b, b));
+    let both_nan = k.bin("and.pred", RegKind::Pred, a_nan, b_nan);
+    let agree = k.bin("or.pred", RegKind::Pred, same_bits, both_nan);
+    k.op_if(agree, true, "add.u32", [wrong.into(), wrong.into(), 1u32.into()]);
+    k.op_if(agree, true, "mov.u32", [seen.into(), bits.into()]);
+    k.op("add.u32", [it.into(), it.into(), 1u32.into()]);
+    let more = k.setp("lt.u32", it, ((1u64 << 32) / (BLOCKS * THREADS) as u64) as u32);
+    k.bra_if(more, false, &top);
+    let at = k.addr_of(counts, gid, 4);
+    k.op("st.global.u32", [addr(at, 0), wrong.into()]);
+    let at = k.addr_of(last, gid, 4);
+    k.op("st.global.u32", [addr(at, 0), seen.into()]);
+    k.ret();
+    arena.reset();
+    let (c, l) = (arena.alloc_n::<u32>(threads)?, arena.alloc_n::<u32>(threads)?);
+    let f = gpu.load(&k)?;
+    let t0 = std::time::Instant::now();
+    gpu.launch(&f, LaunchConfig::linear(BLOCKS, THREADS), &[Arg::U64(c.ptr), Arg::U64(l.ptr)])?;
+    let counts: Vec<u32> = arena.download(c, threads)?;
+    let lasts: Vec<u32> = arena.download(l, threads)?;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    let wrong: u64 = counts.iter().map(|&n| n as u64).sum();
+    let example = counts.iter().zip(&lasts).find(|(&n, _)| n > 0).map(|(_, &x)| x);
+    Ok(vec![Row {
+        family: "tanh-exhaustive".into(),
+        name: "tanh (fast quotient) = tanh (div.rn)".into(),
+        shape: "all 2^32 f32 inputs".into(),
+        max_abs: wrong as f64,
+        rel: wrong as f64,
+        tol: 0.0,
+        pass: wrong == 0,
+        median_us: None,
+        rate: match example {
+            Some(x) => format!("{wrong} inputs differ, e.g. bits {x:#010x} ({})", f32::from_bits(x)),
+            None => format!("no input differs ({ms:.0} ms)"),
+        },
+    }])
 }

@@ -1565,14 +1565,7 @@ impl StoreUnits {
     /// Stores `vals` (a unit's) rounded to bf16 at unit `u` of the row at `p`, guarded by `ok`:
     /// pairs by round-to-nearest-even, 4 or 8 bytes.
     fn store_bf16(&self, k: &mut Kernel, ok: Reg, p: Reg, u: usize, vals: &[Reg]) {
-        let pairs: Vec<Reg> = vals
-            .chunks(2)
-            .map(|q| {
-                let pair = k.reg(RegKind::B32);
-                k.op("cvt.rn.bf16x2.f32", [pair.into(), q[1].into(), q[0].into()]);
-                pair
-            })
-            .collect();
+        let pairs = bf16_pairs(k, vals);
         let (op, val) =
             if self.wide() { ("st.global.v2.b32", Opnd::V(pairs)) } else { ("st.global.b32", pairs[0].into()) };
         k.op_if(ok, false, op, [addr(p, (u as u32 * self.cols() * 2) as i64), val]);
@@ -1693,23 +1686,7 @@ fn store_chain(
                     .collect();
                 for (u, vals_in) in span.zip(&loaded) {
                     let product = su.values(k, acc_m, u, half, parity);
-                    // Per element: the chain's inputs in order, the product's from the
-                    // accumulators.
-                    let results: Vec<Vec<Reg>> = (0..width)
-                        .map(|e| {
-                            let mut others_e = vals_in.iter().map(|v| v[e]);
-                            let vals: Vec<Reg> = (0..chain.inputs())
-                                .map(|j| {
-                                    if j == chain.product() {
-                                        product[e]
-                                    } else {
-                                        others_e.next().expect("one value per other input")
-                                    }
-                                })
-                                .collect();
-                            crate::fused::emit_steps(k, &steps, &vals)
-                        })
-                        .collect();
+                    let results = chain_results(k, &chain, &steps, &product, vals_in);
                     for (&(step, _), &(p, bf16)) in outputs.iter().zip(&out_ptrs) {
                         let vs: Vec<Reg> = results.iter().map(|r| r[step]).collect();
                         if bf16 {
@@ -1730,6 +1707,44 @@ fn store_chain(
             }
         }
     }
+}
+
+/// A chain epilogue's steps on each of a unit's elements: the product's value from `product`,
+/// the other inputs' from `others` (one vector an input, an element each), in the chain's input
+/// order. Per element, every step's register.
+pub(crate) fn chain_results(
+    k: &mut Kernel,
+    chain: &ChainEpilogue,
+    steps: &[Step],
+    product: &[Reg],
+    others: &[Vec<Reg>],
+) -> Vec<Vec<Reg>> {
+    (0..product.len())
+        .map(|e| {
+            let mut others_e = others.iter().map(|v| v[e]);
+            let vals: Vec<Reg> = (0..chain.inputs())
+                .map(|j| {
+                    if j == chain.product() {
+                        product[e]
+                    } else {
+                        others_e.next().expect("one value per other input")
+                    }
+                })
+                .collect();
+            crate::fused::emit_steps(k, steps, &vals)
+        })
+        .collect()
+}
+
+/// f32 values as bf16 pairs (round-to-nearest-even), the first of each pair in the low half.
+pub(crate) fn bf16_pairs(k: &mut Kernel, vals: &[Reg]) -> Vec<Reg> {
+    vals.chunks(2)
+        .map(|q| {
+            let pair = k.reg(RegKind::B32);
+            k.op("cvt.rn.bf16x2.f32", [pair.into(), q[1].into(), q[0].into()]);
+            pair
+        })
+        .collect()
 }
 
 /// [`store_tile`] for a product split into heads ([`Heads`]), from the lane's first fragment

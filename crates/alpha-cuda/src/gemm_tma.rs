@@ -382,6 +382,8 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         let store = GemmSpec { epilogue: crate::gemm::Epilogue::Store, activation: None, gated: false, ..*spec };
         store_tile(&mut k, &store, &gate, lane, wrow, wcol, &Head { c_base: h.r_base, u_base: None, ..h });
         store_tile_with(&mut k, spec, &up, Some(&gate), lane, wrow, wcol, &h);
+    } else if let Some(chain) = spec.chain.filter(|_| staged_chain(spec)) {
+        store_chain_staged(&mut k, chain, &frags, lane, wrow, ring, &h, consumers);
     } else {
         let wcol = k.imm_u32(0);
         store_tile(&mut k, spec, &[frags], lane, wrow, wcol, &h);
@@ -463,6 +465,115 @@ fn sum_in_cluster(k: &mut Kernel, spec: &GemmSpec, frags: &[Vec<Reg>], lane: Reg
     }
     k.op("barrier.cluster.arrive.release", []);
     k.op("barrier.cluster.wait.acquire", []);
+}
+
+/// Whether a chain epilogue runs through shared memory ([`store_chain_staged`]): 128 × 128
+/// tiles of a 128-thread-per-warpgroup block whose ring holds the padded f32 tile.
+pub fn staged_chain(spec: &GemmSpec) -> bool {
+    spec.chain.is_some()
+        && spec.tile == crate::gemm::Tile::T128x128
+        && gemm_wgmma::stages(spec) * stage_bytes(spec) >= spec.tile.rows() * PART_PITCH * 4
+        && crate::knobs::knobs().staged_chain
+}
+
+/// Iterations of [`store_chain_staged`] whose loads are issued together.
+const STAGED_BATCH: u32 = 8;
+
+/// A chain epilogue ([`crate::gemm::ChainEpilogue`]) through shared memory: the consumers put
+/// the product tile in the ring (free once every consumer's last products are done, rows
+/// [`PART_PITCH`] apart), meet, and then take it a row a warp at a time, four columns a lane —
+/// each warp's loads of the chain's other inputs and stores of its outputs whole 512-byte rows
+/// — with the loads of [`STAGED_BATCH`] rows issued before any is used. Why: run on the
+/// fragments, the epilogue held the accumulators beside its loads and could keep only two
+/// 16-byte loads an input in flight a thread; at sixteen contexts the gated GELU's backward
+/// (two f32 inputs, 184 MB) then read at under 2 TB/s while the tensor cores waited. The steps
+/// are [`crate::fused::emit_steps`] on the same values, so the bits are the fragment epilogue's.
+/// Needs n a multiple of 4 (each lane's four columns in or out together; the lowering's check).
+#[allow(clippy::too_many_arguments)]
+fn store_chain_staged(
+    k: &mut Kernel,
+    chain: crate::gemm::ChainEpilogue,
+    frags: &[Vec<Reg>],
+    lane: Reg,
+    wrow: Reg,
+    tile: Reg,
+    h: &Head,
+    consumers: u32,
+) {
+    k.comment("epilogue: the product to shared memory, then the chain a row a warp");
+    let row_bytes = PART_PITCH * 4;
+    // Every consumer's last products have read the ring.
+    k.op("bar.sync", [1u32.into(), consumers.into()]);
+    let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
+    let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
+    let row = k.bin("add.u32", RegKind::B32, wrow, g);
+    let at = k.tri("mad.lo.u32", RegKind::B32, row, row_bytes, tile);
+    let at = k.tri("mad.lo.u32", RegKind::B32, tq, 8u32, at);
+    for (j, f) in frags.iter().enumerate() {
+        let col = 32 * j as i64;
+        k.op("st.shared.v2.f32", [addr(at, col), Opnd::V(vec![f[0], f[1]])]);
+        k.op("st.shared.v2.f32", [addr(at, col + 8 * row_bytes as i64), Opnd::V(vec![f[2], f[3]])]);
+    }
+    k.op("bar.sync", [1u32.into(), consumers.into()]);
+
+    let steps = chain.steps();
+    let outputs = chain.outputs();
+    let others = chain.others();
+    let ptr = |j: usize| h.chain[j].expect("a chain pointer per output and input");
+    let warps = consumers / 32;
+    let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
+    // Lane l takes columns 4l … 4l + 3 of the tile.
+    let col = k.tri("mad.lo.u32", RegKind::B32, lane, 4u32, h.n0);
+    let col_ok = k.setp("lt.u32", col, h.n);
+    let s_lane = k.tri("mad.lo.u32", RegKind::B32, lane, 16u32, tile);
+    let s_row0 = k.tri("mad.lo.u32", RegKind::B32, warp, row_bytes, s_lane);
+    let g_row0 = k.bin("add.u32", RegKind::B32, h.m0, warp);
+    let rows = 128 / warps;
+    for first in (0..rows).step_by(STAGED_BATCH as usize) {
+        // This batch's rows (tile row it·warps + warp): their in-range predicates, element
+        // offsets, and the other inputs' values, all loaded before any is used.
+        let batch: Vec<(Reg, Reg)> = (first..(first + STAGED_BATCH).min(rows))
+            .map(|it| {
+                let r = k.bin("add.u32", RegKind::B32, g_row0, it * warps);
+                let in_m = k.setp("lt.u32", r, h.m);
+                let ok = k.bin("and.pred", RegKind::Pred, in_m, col_ok);
+                (ok, k.tri("mad.lo.u32", RegKind::B32, r, h.ldc, col))
+            })
+            .collect();
+        let loaded: Vec<Vec<Vec<Reg>>> = batch
+            .iter()
+            .map(|&(ok, e)| {
+                (0..others.len())
+                    .map(|j| {
+                        let v = k.regs(RegKind::F32, 4);
+                        for &x in &v {
+                            k.op("mov.f32", [x.into(), 0.0f32.into()]);
+                        }
+                        let p = k.addr_of(ptr(outputs.len() + j), e, 4);
+                        k.op_if(ok, false, "ld.global.v4.f32", [Opnd::V(v.clone()), addr(p, 0)]);
+                        v
+                    })
+                    .collect()
+            })
+            .collect();
+        for (bi, (&(ok, e), vals_in)) in batch.iter().zip(&loaded).enumerate() {
+            let it = first + bi as u32;
+            let product = k.regs(RegKind::F32, 4);
+            k.op("ld.shared.v4.f32", [Opnd::V(product.clone()), addr(s_row0, (it * warps * row_bytes) as i64)]);
+            let results = crate::gemm::chain_results(k, &chain, &steps, &product, vals_in);
+            for (oj, &(step, bf16)) in outputs.iter().enumerate() {
+                let vs: Vec<Reg> = results.iter().map(|r| r[step]).collect();
+                if bf16 {
+                    let p = k.addr_of(ptr(oj), e, 2);
+                    let pairs = crate::gemm::bf16_pairs(k, &vs);
+                    k.op_if(ok, false, "st.global.v2.b32", [addr(p, 0), Opnd::V(pairs)]);
+                } else {
+                    let p = k.addr_of(ptr(oj), e, 4);
+                    k.op_if(ok, false, "st.global.v4.f32", [addr(p, 0), Opnd::V(vs)]);
+                }
+            }
+        }
+    }
 }
 
 /// Encodes `map` over the operand at device address `base` (bf16, 128-byte swizzle, rows past

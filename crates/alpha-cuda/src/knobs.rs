@@ -30,6 +30,7 @@
 //! | `ALPHA_GATED=off` | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::gemm::GemmSpec::gated`]) |
 //! | `ALPHA_SPLITK_UNEVEN=off` | split-K over long K in power-of-two parts only, instead of any count up to 8 whose parts may differ by a K step (TMA engine) |
 //! | `ALPHA_PAIRED=off` | a residual-adding product and the plain product whose output it adds in two launches, instead of one launch summing both in one accumulator |
+//! | `ALPHA_STAGED_CHAIN=off` | a chain epilogue on the TMA engine runs on the accumulator fragments instead of through shared memory a row a warp ([`crate::gemm_tma::staged_chain`]) |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -98,6 +99,8 @@ pub struct Knobs {
     pub uneven_split: bool,
     /// A residual-adding product and the product it adds in one launch where the plan allows.
     pub paired_products: bool,
+    /// TMA chain epilogues through shared memory, a row a warp.
+    pub staged_chain: bool,
 }
 
 /// The knobs, read from the environment on first use.
@@ -144,6 +147,7 @@ pub fn knobs() -> &'static Knobs {
             gated_products: var("ALPHA_GATED").as_deref() != Some("off"),
             uneven_split: var("ALPHA_SPLITK_UNEVEN").as_deref() != Some("off"),
             paired_products: var("ALPHA_PAIRED").as_deref() != Some("off"),
+            staged_chain: var("ALPHA_STAGED_CHAIN").as_deref() != Some("off"),
         }
     })
 }

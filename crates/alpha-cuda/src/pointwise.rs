@@ -410,13 +410,44 @@ pub fn ln(k: &mut Kernel, x: Reg) -> Reg {
     k.bin("mul.rn.f32", RegKind::F32, t, std::f32::consts::LN_2)
 }
 
-/// `tanh x` as `1 − 2/(e^{2x} + 1)` (saturates correctly at ±∞).
+/// `tanh x` as `1 − 2/(e^{2x} + 1)` (saturates correctly at ±∞), the quotient correctly
+/// rounded ([`two_over`]): the same bits as [`tanh_dividing`] for every f32 input
+/// (`check::tanh_exhaustive`).
 pub fn tanh(k: &mut Kernel, x: Reg) -> Reg {
+    let two_x = k.bin("add.rn.f32", RegKind::F32, x, x);
+    let e = exp(k, two_x);
+    let e1 = k.bin("add.rn.f32", RegKind::F32, e, 1.0f32);
+    let q = two_over(k, e1);
+    k.bin("sub.rn.f32", RegKind::F32, 1.0f32, q)
+}
+
+/// [`tanh`] with the quotient from `div.rn.f32`: the definition its bits are checked against.
+pub fn tanh_dividing(k: &mut Kernel, x: Reg) -> Reg {
     let two_x = k.bin("add.rn.f32", RegKind::F32, x, x);
     let e = exp(k, two_x);
     let e1 = k.bin("add.rn.f32", RegKind::F32, e, 1.0f32);
     let q = k.bin("div.rn.f32", RegKind::F32, 2.0f32, e1);
     k.bin("sub.rn.f32", RegKind::F32, 1.0f32, q)
+}
+
+/// `2/y` for `y ≥ 1` (or NaN), as [`tanh`] needs it: `div.rn.f32`'s own fast path — the
+/// reciprocal, one Newton step, the quotient and one correction by its residual — without the
+/// check that sends rare operands to a called slow path. Why: that call made ptxas save and
+/// restore every live predicate around each division, so a gated GELU's backward in a product's
+/// epilogue ran about twice the instructions. Where `y ≥ 2²⁶` (∞ included) the quotient is at
+/// most 2⁻²⁵ and `1 − q` rounds to 1 whatever it is, so 0 is taken (the fast path would give NaN
+/// at ∞); below, operands and quotient are normal, where the fast path is the correctly rounded
+/// quotient. Use only as `1 − two_over(y)`.
+fn two_over(k: &mut Kernel, y: Reg) -> Reg {
+    let r = k.un("rcp.approx.ftz.f32", RegKind::F32, y);
+    let ny = k.un("neg.f32", RegKind::F32, y);
+    let err = k.tri("fma.rn.f32", RegKind::F32, ny, r, 1.0f32);
+    let r1 = k.tri("fma.rn.f32", RegKind::F32, r, err, r);
+    let q0 = k.bin("mul.rn.f32", RegKind::F32, r1, 2.0f32);
+    let rem = k.tri("fma.rn.f32", RegKind::F32, ny, q0, 2.0f32);
+    let q = k.tri("fma.rn.f32", RegKind::F32, r1, rem, q0);
+    let big = k.setp("ge.f32", y, 67_108_864.0f32);
+    k.tri("selp.f32", RegKind::F32, 0.0f32, q, big)
 }
 
 fn mul(k: &mut Kernel, a: impl Into<crate::ptx::Opnd>, b: impl Into<crate::ptx::Opnd>) -> Reg {
@@ -439,6 +470,31 @@ fn gelu_t(k: &mut Kernel, x: Reg) -> Reg {
 
 /// One unary function of f32 `x`, following `alpha_cpu::kernels::elementwise::apply_unary`.
 pub fn emit_unary(k: &mut Kernel, u: Unary, x: Reg) -> Reg {
+    emit_unary_sharing(k, u, x, &mut SharedTerms::default())
+}
+
+/// Terms two unary functions of one input compute alike, computed once per input: the
+/// tanh-GELU's inner `tanh` (its exponential and its correctly rounded division), which a gated
+/// unit's backward needs for both `gelu(x)` and `gelu'(x)`. Reusing the register changes no bit:
+/// the instructions it replaces are the same ones on the same input.
+#[derive(Default)]
+pub struct SharedTerms {
+    gelu_t: Vec<(Reg, Reg)>,
+}
+
+impl SharedTerms {
+    fn gelu_t(&mut self, k: &mut Kernel, x: Reg) -> Reg {
+        if let Some(&(_, t)) = self.gelu_t.iter().find(|(input, _)| *input == x) {
+            return t;
+        }
+        let t = gelu_t(k, x);
+        self.gelu_t.push((x, t));
+        t
+    }
+}
+
+/// [`emit_unary`], reusing the terms in `shared` computed for the same input.
+pub fn emit_unary_sharing(k: &mut Kernel, u: Unary, x: Reg, shared: &mut SharedTerms) -> Reg {
     match u {
         Unary::Neg => k.un("neg.f32", RegKind::F32, x),
         Unary::Exp => exp(k, x),
@@ -451,14 +507,14 @@ pub fn emit_unary(k: &mut Kernel, u: Unary, x: Reg) -> Reg {
             k.bin("div.rn.f32", RegKind::F32, 1.0f32, d)
         }
         Unary::Gelu => {
-            let t = gelu_t(k, x);
+            let t = shared.gelu_t(k, x);
             let hx = mul(k, 0.5f32, x);
             let one_t = add(k, 1.0f32, t);
             mul(k, hx, one_t)
         }
         Unary::GeluGrad => {
             // half(1+t) + half·x·(1−t²)·k·(1 + 3c·x²)
-            let t = gelu_t(k, x);
+            let t = shared.gelu_t(k, x);
             let one_t = add(k, 1.0f32, t);
             let a = mul(k, 0.5f32, one_t);
             let hx = mul(k, 0.5f32, x);

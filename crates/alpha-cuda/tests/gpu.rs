@@ -82,6 +82,15 @@ fn paired_products_match_reference_and_repeat() {
     assert_all(&check::gemm_pair_checks(&gpu, &arena, &mut Rng::new(23), &quick()).unwrap());
 }
 
+/// tanh with its quotient inline equals tanh through `div.rn.f32` on every f32 input.
+#[test]
+fn tanh_fast_quotient_is_exact_on_every_input() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(64 << 20).unwrap();
+    assert_all(&check::tanh_exhaustive(&gpu, &arena).unwrap());
+}
+
 /// A run of parameter casts in one launch rounds every element as the host does.
 #[test]
 fn multi_tensor_cast_rounds_like_the_host() {
