@@ -1055,7 +1055,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
 /// Chain epilogues ([`gemm::ChainEpilogue`]) against the plain product followed by the chain's
 /// own kernel, bit for bit: the gated GELU's backward reading `gelu(gate)` (f32 outputs, three
 /// other inputs, 128 × 128 tiles on the three-stage ring) and recomputing it (bf16 outputs, the
-/// lowering's form, in 128 × 128 tiles through shared memory — [`crate::gemm_tma::staged_chain`]
+/// lowering's form, in 128 × 128 tiles through shared memory — [`crate::gemm_tma::staged`]
 /// — and in 128 × 64 tiles on the fragments), a ragged M.
 fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
     use crate::driver::{Arg, LaunchConfig};

@@ -382,8 +382,8 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         let store = GemmSpec { epilogue: crate::gemm::Epilogue::Store, activation: None, gated: false, ..*spec };
         store_tile(&mut k, &store, &gate, lane, wrow, wcol, &Head { c_base: h.r_base, u_base: None, ..h });
         store_tile_with(&mut k, spec, &up, Some(&gate), lane, wrow, wcol, &h);
-    } else if let Some(chain) = spec.chain.filter(|_| staged_chain(spec)) {
-        store_chain_staged(&mut k, chain, &frags, lane, wrow, ring, &h, consumers);
+    } else if let Some(work) = staged(spec) {
+        store_staged(&mut k, spec, work, &frags, lane, wrow, ring, &h, consumers);
     } else {
         let wcol = k.imm_u32(0);
         store_tile(&mut k, spec, &[frags], lane, wrow, wcol, &h);
@@ -467,32 +467,64 @@ fn sum_in_cluster(k: &mut Kernel, spec: &GemmSpec, frags: &[Vec<Reg>], lane: Reg
     k.op("barrier.cluster.wait.acquire", []);
 }
 
-/// Whether a chain epilogue runs through shared memory ([`store_chain_staged`]): 128 × 128
-/// tiles of a 128-thread-per-warpgroup block whose ring holds the padded f32 tile.
-pub fn staged_chain(spec: &GemmSpec) -> bool {
-    spec.chain.is_some()
-        && spec.tile == crate::gemm::Tile::T128x128
-        && gemm_wgmma::stages(spec) * stage_bytes(spec) >= spec.tile.rows() * PART_PITCH * 4
-        && crate::knobs::knobs().staged_chain
+/// What an epilogue run through shared memory ([`store_staged`]) does with each element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staged {
+    /// The spec's chain ([`crate::gemm::ChainEpilogue`]): its other inputs read, its outputs
+    /// stored.
+    Chain,
+    /// The product plus R ([`crate::gemm::Epilogue::AddResidual`]) or, `accumulate`, plus C's
+    /// old value ([`crate::gemm::Epilogue::Accumulate`]), stored at C.
+    Add { accumulate: bool },
+    /// The product stored at C.
+    Store,
 }
 
-/// Iterations of [`store_chain_staged`] whose loads are issued together.
+/// The staged epilogue `spec` takes, if any: 128 × 128 tiles whose ring holds the padded f32
+/// tile, a chain, a residual or accumulation, or a plain f32 store (no activation, heads,
+/// multiply, gate or cluster), as far as `ALPHA_STAGED_EPILOGUE` allows.
+pub fn staged(spec: &GemmSpec) -> Option<Staged> {
+    use crate::gemm::Epilogue;
+    use crate::knobs::StagedEpilogues as Allow;
+    let allow = crate::knobs::knobs().staged_epilogues;
+    let fits = spec.tile == crate::gemm::Tile::T128x128
+        && gemm_wgmma::stages(spec) * stage_bytes(spec) >= spec.tile.rows() * PART_PITCH * 4
+        && spec.activation.is_none()
+        && spec.heads.is_none()
+        && !spec.gated
+        && spec.cluster_splits == 0;
+    if !fits || allow == Allow::None {
+        return None;
+    }
+    match (spec.chain, spec.epilogue) {
+        (Some(_), _) => Some(Staged::Chain),
+        (None, e @ (Epilogue::AddResidual | Epilogue::Accumulate)) if allow != Allow::Chains => {
+            Some(Staged::Add { accumulate: e == Epilogue::Accumulate })
+        }
+        (None, Epilogue::Store) if allow == Allow::All => Some(Staged::Store),
+        _ => None,
+    }
+}
+
+/// Iterations of [`store_staged`] whose loads are issued together.
 const STAGED_BATCH: u32 = 8;
 
-/// A chain epilogue ([`crate::gemm::ChainEpilogue`]) through shared memory: the consumers put
-/// the product tile in the ring (free once every consumer's last products are done, rows
-/// [`PART_PITCH`] apart), meet, and then take it a row a warp at a time, four columns a lane —
-/// each warp's loads of the chain's other inputs and stores of its outputs whole 512-byte rows
-/// — with the loads of [`STAGED_BATCH`] rows issued before any is used. Why: run on the
-/// fragments, the epilogue held the accumulators beside its loads and could keep only two
-/// 16-byte loads an input in flight a thread; at sixteen contexts the gated GELU's backward
-/// (two f32 inputs, 184 MB) then read at under 2 TB/s while the tensor cores waited. The steps
-/// are [`crate::fused::emit_steps`] on the same values, so the bits are the fragment epilogue's.
-/// Needs n a multiple of 4 (each lane's four columns in or out together; the lowering's check).
+/// An epilogue through shared memory ([`staged`]): the consumers put the product tile in the
+/// ring (free once every consumer's last products are done, rows [`PART_PITCH`] apart), meet,
+/// and then take it a row a warp at a time, four columns a lane — each warp's loads of the
+/// epilogue's f32 inputs and its stores whole 512-byte rows — with the loads of
+/// [`STAGED_BATCH`] rows issued before any is used. Why: run on the fragments, the epilogue
+/// held the accumulators beside its loads and could keep only two 16-byte loads an input in
+/// flight a thread; at sixteen contexts the gated GELU's backward (two f32 inputs, 184 MB)
+/// then read at under 2 TB/s while the tensor cores waited (g68: that product 165 → 115 µs).
+/// Each element's arithmetic is the fragment epilogue's on the same values, so the bits are
+/// the same. Needs n a multiple of 4 (each lane's four columns in or out together), as the
+/// fragment epilogue's 16-byte units do.
 #[allow(clippy::too_many_arguments)]
-fn store_chain_staged(
+fn store_staged(
     k: &mut Kernel,
-    chain: crate::gemm::ChainEpilogue,
+    spec: &GemmSpec,
+    work: Staged,
     frags: &[Vec<Reg>],
     lane: Reg,
     wrow: Reg,
@@ -500,7 +532,8 @@ fn store_chain_staged(
     h: &Head,
     consumers: u32,
 ) {
-    k.comment("epilogue: the product to shared memory, then the chain a row a warp");
+    k.comment("epilogue: the product to shared memory, then a row a warp");
+    let chain = || spec.chain.expect("a staged chain epilogue's chain");
     let row_bytes = PART_PITCH * 4;
     // Every consumer's last products have read the ring.
     k.op("bar.sync", [1u32.into(), consumers.into()]);
@@ -516,10 +549,22 @@ fn store_chain_staged(
     }
     k.op("bar.sync", [1u32.into(), consumers.into()]);
 
-    let steps = chain.steps();
-    let outputs = chain.outputs();
-    let others = chain.others();
-    let ptr = |j: usize| h.chain[j].expect("a chain pointer per output and input");
+    // The f32 tensors read at each element, and those stored (bf16 or not).
+    let (reads, writes): (Vec<Reg>, Vec<(Reg, bool)>) = match work {
+        Staged::Chain => {
+            let c = chain();
+            let ptr = |j: usize| h.chain[j].expect("a chain pointer per output and input");
+            let outs = c.outputs();
+            let writes = outs.iter().enumerate().map(|(j, &(_, bf16))| (ptr(j), bf16)).collect();
+            ((0..c.others().len()).map(|j| ptr(outs.len() + j)).collect(), writes)
+        }
+        Staged::Add { accumulate } => (vec![if accumulate { h.c_base } else { h.r_base }], vec![(h.c_base, false)]),
+        Staged::Store => (vec![], vec![(h.c_base, false)]),
+    };
+    let steps = match work {
+        Staged::Chain => chain().steps(),
+        _ => vec![],
+    };
     let warps = consumers / 32;
     let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
     // Lane l takes columns 4l … 4l + 3 of the tile.
@@ -543,13 +588,14 @@ fn store_chain_staged(
         let loaded: Vec<Vec<Vec<Reg>>> = batch
             .iter()
             .map(|&(ok, e)| {
-                (0..others.len())
-                    .map(|j| {
+                reads
+                    .iter()
+                    .map(|&base| {
                         let v = k.regs(RegKind::F32, 4);
                         for &x in &v {
                             k.op("mov.f32", [x.into(), 0.0f32.into()]);
                         }
-                        let p = k.addr_of(ptr(outputs.len() + j), e, 4);
+                        let p = k.addr_of(base, e, 4);
                         k.op_if(ok, false, "ld.global.v4.f32", [Opnd::V(v.clone()), addr(p, 0)]);
                         v
                     })
@@ -560,15 +606,28 @@ fn store_chain_staged(
             let it = first + bi as u32;
             let product = k.regs(RegKind::F32, 4);
             k.op("ld.shared.v4.f32", [Opnd::V(product.clone()), addr(s_row0, (it * warps * row_bytes) as i64)]);
-            let results = crate::gemm::chain_results(k, &chain, &steps, &product, vals_in);
-            for (oj, &(step, bf16)) in outputs.iter().enumerate() {
-                let vs: Vec<Reg> = results.iter().map(|r| r[step]).collect();
+            // Per output, its four values.
+            let values: Vec<Vec<Reg>> = match work {
+                Staged::Chain => {
+                    let c = chain();
+                    let results = crate::gemm::chain_results(k, &c, &steps, &product, vals_in);
+                    c.outputs().iter().map(|&(step, _)| results.iter().map(|r| r[step]).collect()).collect()
+                }
+                // The fragment epilogue's addition: the product's value plus the old one.
+                Staged::Add { .. } => vec![product
+                    .iter()
+                    .zip(&vals_in[0])
+                    .map(|(&x, &o)| k.bin("add.rn.f32", RegKind::F32, x, o))
+                    .collect()],
+                Staged::Store => vec![product.clone()],
+            };
+            for (&(base, bf16), vs) in writes.iter().zip(values) {
                 if bf16 {
-                    let p = k.addr_of(ptr(oj), e, 2);
+                    let p = k.addr_of(base, e, 2);
                     let pairs = crate::gemm::bf16_pairs(k, &vs);
                     k.op_if(ok, false, "st.global.v2.b32", [addr(p, 0), Opnd::V(pairs)]);
                 } else {
-                    let p = k.addr_of(ptr(oj), e, 4);
+                    let p = k.addr_of(base, e, 4);
                     k.op_if(ok, false, "st.global.v4.f32", [addr(p, 0), Opnd::V(vs)]);
                 }
             }

@@ -30,7 +30,7 @@
 //! | `ALPHA_GATED=off` | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::gemm::GemmSpec::gated`]) |
 //! | `ALPHA_SPLITK_UNEVEN=off` | split-K over long K in power-of-two parts only, instead of any count up to 8 whose parts may differ by a K step (TMA engine) |
 //! | `ALPHA_PAIRED=off` | a residual-adding product and the plain product whose output it adds in two launches, instead of one launch summing both in one accumulator |
-//! | `ALPHA_STAGED_CHAIN=off` | a chain epilogue on the TMA engine runs on the accumulator fragments instead of through shared memory a row a warp ([`crate::gemm_tma::staged_chain`]) |
+//! | `ALPHA_STAGED_EPILOGUE=off\|chains\|all` | which TMA epilogues run through shared memory a row a warp ([`crate::gemm_tma::staged`]) instead of on the accumulator fragments: none, chains only, or plain f32 stores too (default: chains and residual or accumulating adds; plain stores so measured 0.05–0.07 ms slower at one context, g69) |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -99,8 +99,20 @@ pub struct Knobs {
     pub uneven_split: bool,
     /// A residual-adding product and the product it adds in one launch where the plan allows.
     pub paired_products: bool,
-    /// TMA chain epilogues through shared memory, a row a warp.
-    pub staged_chain: bool,
+    /// Which TMA epilogues run through shared memory, a row a warp.
+    pub staged_epilogues: StagedEpilogues,
+}
+
+/// Which TMA epilogues run through shared memory ([`Knobs::staged_epilogues`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StagedEpilogues {
+    None,
+    /// Chain epilogues only.
+    Chains,
+    /// Chains, and residual or accumulating adds (the default).
+    Adds,
+    /// Those, and plain f32 stores (measured slower at one context, g69).
+    All,
 }
 
 /// The knobs, read from the environment on first use.
@@ -147,7 +159,12 @@ pub fn knobs() -> &'static Knobs {
             gated_products: var("ALPHA_GATED").as_deref() != Some("off"),
             uneven_split: var("ALPHA_SPLITK_UNEVEN").as_deref() != Some("off"),
             paired_products: var("ALPHA_PAIRED").as_deref() != Some("off"),
-            staged_chain: var("ALPHA_STAGED_CHAIN").as_deref() != Some("off"),
+            staged_epilogues: match var("ALPHA_STAGED_EPILOGUE").as_deref() {
+                Some("off") => StagedEpilogues::None,
+                Some("chains") => StagedEpilogues::Chains,
+                Some("all") => StagedEpilogues::All,
+                _ => StagedEpilogues::Adds,
+            },
         }
     })
 }
