@@ -302,10 +302,11 @@ impl Gpu {
     }
 
     /// Gives `f` (loaded from `kernel`'s PTX) the kernel's parameter types, for argument checks,
-    /// and its dynamic shared memory, opting in above 48 KB.
+    /// and its dynamic shared memory, opting in where it and the static memory pass 48 KB.
     pub fn adopt(&self, mut f: Function, kernel: &Kernel) -> Result<Function> {
         f.params = Some(kernel.params.iter().map(|p| p.ty).collect());
-        if kernel.dynamic_shared > crate::ptx::MAX_STATIC_SHARED {
+        // Static and dynamic shared memory together above 48 KB need the opt-in.
+        if kernel.dynamic_shared + kernel.static_shared_bytes() > crate::ptx::MAX_STATIC_SHARED {
             self.set_max_dynamic_shared(&f, kernel.dynamic_shared)?;
         }
         f.dynamic_shared = kernel.dynamic_shared;
