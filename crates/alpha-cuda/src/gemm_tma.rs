@@ -23,6 +23,10 @@
 //! 64 rows × 64 K. Rows past the matrix edge arrive as zeros (the map's bounds), as with the
 //! `cp.async` ring's zero fill, so the products and their rounding are the same bit for bit.
 //!
+//! Epilogues that read f32 tensors at every element (a chain's inputs, a residual, the old
+//! output) run through shared memory ([`store_staged`]): the tile goes to the ring, then each
+//! warp takes whole rows, with several rows' loads in flight.
+//!
 //! Two variants change the block's ends, not its main loop. A gated block
 //! ([`GemmSpec::gated`]) takes its B tile's two 64-column halves from two maps — a gated
 //! unit's gate weight and its up weight — so one launch computes both products for 64 output
