@@ -80,6 +80,18 @@ impl Rng {
 
 const NAN_BITS: u32 = 0x7FC0_0000;
 
+/// f32 buffers of the given lengths, each filled with [`NAN_BITS`] (what a kernel under test
+/// must overwrite).
+fn poisoned<const N: usize>(arena: &DeviceArena, lens: [usize; N]) -> Result<[crate::driver::Buf; N]> {
+    let mut bufs = Vec::with_capacity(N);
+    for len in lens {
+        let b = arena.alloc_n::<f32>(len)?;
+        arena.fill_u32(b, NAN_BITS)?;
+        bufs.push(b);
+    }
+    Ok(bufs.try_into().unwrap_or_else(|_| unreachable!("one buffer a length")))
+}
+
 /// Max abs and relative L2 error; NaN anywhere in `out` gives infinite error.
 pub fn compare(out: &[f32], reference: &[f32]) -> (f64, f64) {
     let (mut max_abs, mut num, mut den) = (0.0f64, 0.0f64, 0.0f64);
@@ -617,9 +629,7 @@ pub fn cross_entropy_checks(
     // The one-read forward for this vocabulary: the same loss and log-sum-exp, bit for bit.
     let held = cross_entropy::forward_kernel_for(Some(v));
     let fh = gpu.load(&held)?;
-    let (loss2, lse2) = (arena.alloc_n::<f32>(r)?, arena.alloc_n::<f32>(r)?);
-    arena.fill_u32(loss2, NAN_BITS)?;
-    arena.fill_u32(lse2, NAN_BITS)?;
+    let [loss2, lse2] = poisoned(arena, [r, r])?;
     cross_entropy::forward(gpu, &fh, loss2.ptr, lse2.ptr, lb.ptr, tb.ptr, rows_n, v)?;
     let differ =
         mismatches(&arena.download::<f32>(loss2, r)?, &loss) + mismatches(&arena.download::<f32>(lse2, r)?, &lse);
@@ -2208,11 +2218,7 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         let gain_h = rng.vec(c, 1.0);
         let gain = arena.alloc_n::<f32>(c)?;
         arena.upload(gain, &gain_h)?;
-        let [dx_alone, dx_fold, dg2, db2] = [r * c, r * c, c, c].map(|len| {
-            let b = arena.alloc_n::<f32>(len).expect("arena");
-            arena.fill_u32(b, NAN_BITS).expect("fill");
-            b
-        });
+        let [dx_alone, dx_fold, dg2, db2] = poisoned(arena, [r * c, r * c, c, c])?;
         let rows_args = [xb, gain, mb, rb, dyb].map(|b| Arg::U64(b.ptr));
         let alone = gpu.load(&layernorm::backward_dx_kernel(n))?;
         let cfg = LaunchConfig { grid: (r as u32, 1, 1), block: (layernorm::THREADS, 1, 1), shared_bytes: 0 };
@@ -2261,11 +2267,7 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         // Pass 2 of two LayerNorms in one launch (a table of device addresses from base 0):
         // the same gain and bias gradients for both.
         let multi = gpu.load(&layernorm::backward_finish_multi_kernel(n))?;
-        let outs = [c; 4].map(|len| {
-            let b = arena.alloc_n::<f32>(len).expect("arena");
-            arena.fill_u32(b, NAN_BITS).expect("fill");
-            b
-        });
+        let outs = poisoned(arena, [c; 4])?;
         let table: Vec<u64> = vec![outs[0].ptr, outs[1].ptr, partials.ptr, outs[2].ptr, outs[3].ptr, partials.ptr];
         let tb_ = arena.alloc_n::<u8>(table.len() * 8)?;
         let table_bytes: Vec<u8> = table.iter().flat_map(|p| p.to_le_bytes()).collect();
@@ -2282,11 +2284,7 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         let cfg_p = LaunchConfig { grid: grid_p, block: block_p, shared_bytes: 0 };
         let mut fused_us = None;
         for (residual, copy16) in [(false, false), (true, true)] {
-            let [out, parts, dg3, db3] = [r * c, n.scratch_floats(), c, c].map(|len| {
-                let b = arena.alloc_n::<f32>(len).expect("arena");
-                arena.fill_u32(b, NAN_BITS).expect("fill");
-                b
-            });
+            let [out, parts, dg3, db3] = poisoned(arena, [r * c, n.scratch_floats(), c, c])?;
             let copy = arena.alloc_n::<u16>(r * c)?;
             arena.fill_u32(copy, NAN_BITS)?;
             let f = gpu.load(&layernorm::backward_dx_partials_kernel(n, residual, copy16))?;

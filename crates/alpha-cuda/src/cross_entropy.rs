@@ -63,40 +63,17 @@ pub fn forward_kernel_for(vocab: Option<u32>) -> Kernel {
     });
     // max
     let mx = k.imm_f32(f32::NEG_INFINITY);
-    match &xs {
-        Some(xs) => {
-            for &x in xs {
-                k.op("max.f32", [mx.into(), mx.into(), x.into()]);
-            }
-        }
-        None => strided(&mut k, tid, v, |k, j| {
-            let a = k.addr_of(base, j, 4);
-            let x = k.reg(RegKind::F32);
-            k.op("ld.global.f32", [x.into(), addr(a, 0)]);
-            k.op("max.f32", [mx.into(), mx.into(), x.into()]);
-        }),
-    }
+    each_logit(&mut k, xs.as_deref(), (base, tid, v), |k, x| {
+        k.op("max.f32", [mx.into(), mx.into(), x.into()]);
+    });
     let mx = k.block_reduce_f32(mx, "max", &scratch, tid, THREADS);
     // sum of exp(x - max)
     let s = k.imm_f32(0.0);
-    let add_exp = |k: &mut Kernel, x: Reg| {
+    each_logit(&mut k, xs.as_deref(), (base, tid, v), |k, x| {
         let d = k.bin("sub.rn.f32", RegKind::F32, x, mx);
         let e = emit_exp(k, d);
         k.op("add.rn.f32", [s.into(), s.into(), e.into()]);
-    };
-    match &xs {
-        Some(xs) => {
-            for &x in xs {
-                add_exp(&mut k, x);
-            }
-        }
-        None => strided(&mut k, tid, v, |k, j| {
-            let a = k.addr_of(base, j, 4);
-            let x = k.reg(RegKind::F32);
-            k.op("ld.global.f32", [x.into(), addr(a, 0)]);
-            add_exp(k, x);
-        }),
-    }
+    });
     let s = k.block_reduce_f32(s, "add", &scratch, tid, THREADS);
     let l2 = k.un("lg2.approx.ftz.f32", RegKind::F32, s);
     let ln = k.bin("mul.rn.f32", RegKind::F32, l2, std::f32::consts::LN_2);
@@ -208,6 +185,25 @@ fn backward_kernel_with(bf16: bool) -> Kernel {
 }
 
 /// `for (j = tid; j < v; j += THREADS) body(j)`.
+/// Runs `body` on each of this thread's logits of the row at `base` (columns tid, tid +
+/// THREADS, …, in order): from `held` where the thread holds them in registers, else loaded a
+/// column at a time.
+fn each_logit(k: &mut Kernel, held: Option<&[Reg]>, (base, tid, v): (Reg, Reg, Reg), body: impl Fn(&mut Kernel, Reg)) {
+    match held {
+        Some(xs) => {
+            for &x in xs {
+                body(k, x);
+            }
+        }
+        None => strided(k, tid, v, |k, j| {
+            let a = k.addr_of(base, j, 4);
+            let x = k.reg(RegKind::F32);
+            k.op("ld.global.f32", [x.into(), addr(a, 0)]);
+            body(k, x);
+        }),
+    }
+}
+
 fn strided(k: &mut Kernel, tid: Reg, v: Reg, body: impl FnOnce(&mut Kernel, Reg)) {
     k.strided_loop(tid, v, THREADS, ("row", "row_end"), body);
 }

@@ -12,9 +12,9 @@
 //! memory with each index's row, and then every thread walks the set bits in increasing token
 //! order, adding that token's gradient to the four accumulators of its row (the gradients of
 //! eight hits loaded before any is added: a frequent token's row waits out one load latency per
-//! eight hits, not per hit). Rows that no token
-//! uses are not touched. The result is `dtable[v] += Σ_{n: idx[n]=v, n ascending} dout[n]`, the
-//! same sum in the same order as [`scatter_add_reference`], so the two agree bit for bit. Cost:
+//! eight hits, not per hit). Rows that no token uses are not touched. The result is
+//! `dtable[v] += Σ_{n: idx[n]=v, n ascending} dout[n]`, the same sum in the same order as
+//! [`scatter_add_reference`], so the two agree bit for bit. Cost:
 //! every block reads the N indices (from L2: V·N·4/ROWS bytes), no atomics, no sort. Why eight
 //! rows a block: one row a block scanned the indices 12,288 times, 232 µs at sixteen contexts.
 //! Indices outside `[0, V)` contribute nothing (and gather writes zeros for them).
@@ -187,13 +187,8 @@ pub fn scatter_add_kernel() -> Kernel {
             let tok = k.bin("add.u32", RegKind::B32, chunk, at);
             let e = k.tri("mad.lo.u32", RegKind::B32, tok, d, col);
             let ga = k.addr_of(dout, e, 4);
-            let gv = k.regs(RegKind::F32, 4);
-            for &r in &gv {
-                k.op("mov.f32", [r.into(), 0.0f32.into()]);
-            }
             let load = k.bin("and.pred", RegKind::Pred, has, col_ok);
-            k.op_if(load, false, "ld.global.nc.v4.f32", [Opnd::V(gv.clone()), addr(ga, 0)]);
-            (rel, gv)
+            (rel, k.load_f32s_if(load, "ld.global.nc.v4.f32", 4, addr(ga, 0)))
         })
         .collect();
     for (rel, gv) in &batch {

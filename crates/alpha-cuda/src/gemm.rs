@@ -1464,13 +1464,8 @@ pub(crate) fn store_tile_with(
                     src.map(|p| {
                         span.clone()
                             .map(|u| {
-                                let old = k.regs(RegKind::F32, width);
-                                for &o in &old {
-                                    k.op("mov.f32", [o.into(), 0.0f32.into()]);
-                                }
                                 let at = addr(p, (u as u32 * unit_cols * 4) as i64);
-                                k.op_if(oks[u], false, &format!("ld.global.{f32s}"), [Opnd::V(old.clone()), at]);
-                                old
+                                k.load_f32s_if(oks[u], &format!("ld.global.{f32s}"), width, at)
                             })
                             .collect()
                     })
@@ -1673,13 +1668,8 @@ fn store_chain(
                         in_ptrs
                             .iter()
                             .map(|&p| {
-                                let v = k.regs(RegKind::F32, width);
-                                for &x in &v {
-                                    k.op("mov.f32", [x.into(), 0.0f32.into()]);
-                                }
                                 let at = addr(p, (u as u32 * unit_cols * 4) as i64);
-                                k.op_if(oks[u], false, &format!("ld.global.{f32s}"), [Opnd::V(v.clone()), at]);
-                                v
+                                k.load_f32s_if(oks[u], &format!("ld.global.{f32s}"), width, at)
                             })
                             .collect()
                     })

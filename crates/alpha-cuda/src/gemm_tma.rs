@@ -70,11 +70,6 @@ pub fn shared_bytes(spec: &GemmSpec) -> u32 {
 /// the portable cluster size of 8, so each block takes an equal band of the tile's 128 rows.
 pub const CLUSTER_SPLITS: [u32; 3] = [2, 4, 8];
 
-/// f32 elements between rows of a part's tile in shared memory: 128 columns and 8 of padding,
-/// so the eight rows a warp's fragment store touches start 8 banks apart (two wavefronts a
-/// 256-byte store, the least).
-const PART_PITCH: u32 = 136;
-
 /// A 2-D bf16 tensor map over one operand as stored: `inner` contiguous elements a line,
 /// `outer` lines `stride_bytes` apart, read in boxes of `box_inner × box_outer`, 128-byte swizzle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -397,6 +392,29 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     k
 }
 
+/// f32 elements between rows of a tile put in shared memory ([`fragments_to_shared`]): 128
+/// columns and 8 of padding, so the eight rows a warp's fragment store touches start 8 banks
+/// apart (two wavefronts a 256-byte store, the least).
+const PART_PITCH: u32 = 136;
+
+/// Puts the warp's `m16n8` accumulator fragments (`frags`, every column; `wrow` the warp's
+/// first row in the tile) at their places in the tile at shared address `tile`, rows
+/// [`PART_PITCH`] f32 apart: lane 4g + t holds row g (and g + 8) at columns 2t, 2t + 1 of each
+/// 8-column group.
+fn fragments_to_shared(k: &mut Kernel, frags: &[Vec<Reg>], lane: Reg, wrow: Reg, tile: Reg) {
+    let row_bytes = PART_PITCH * 4;
+    let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
+    let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
+    let row = k.bin("add.u32", RegKind::B32, wrow, g);
+    let at = k.tri("mad.lo.u32", RegKind::B32, row, row_bytes, tile);
+    let at = k.tri("mad.lo.u32", RegKind::B32, tq, 8u32, at);
+    for (j, f) in frags.iter().enumerate() {
+        let col = 32 * j as i64;
+        k.op("st.shared.v2.f32", [addr(at, col), Opnd::V(vec![f[0], f[1]])]);
+        k.op("st.shared.v2.f32", [addr(at, col + 8 * row_bytes as i64), Opnd::V(vec![f[2], f[3]])]);
+    }
+}
+
 /// The epilogue of a cluster-summed split-K part ([`GemmSpec::cluster_splits`]): each block
 /// puts its part of the tile in its shared memory (`part`, rows [`PART_PITCH`] apart), the
 /// cluster meets, and the block of rank r sums band r of the tile's rows over every block's part
@@ -410,17 +428,7 @@ fn sum_in_cluster(k: &mut Kernel, spec: &GemmSpec, frags: &[Vec<Reg>], lane: Reg
     k.comment("epilogue: the part to shared memory, summed over the cluster");
     let splits = spec.cluster_splits;
     let row_bytes = PART_PITCH * 4;
-    // This lane's fragment element: row g and column 2·t (lane = 4g + t) of each 8-column group.
-    let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
-    let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
-    let row = k.bin("add.u32", RegKind::B32, wrow, g);
-    let at = k.tri("mad.lo.u32", RegKind::B32, row, row_bytes, part);
-    let at = k.tri("mad.lo.u32", RegKind::B32, tq, 8u32, at);
-    for (j, f) in frags.iter().enumerate() {
-        let col = 32 * j as i64;
-        k.op("st.shared.v2.f32", [addr(at, col), Opnd::V(vec![f[0], f[1]])]);
-        k.op("st.shared.v2.f32", [addr(at, col + 8 * row_bytes as i64), Opnd::V(vec![f[2], f[3]])]);
-    }
+    fragments_to_shared(k, frags, lane, wrow, part);
     k.op("barrier.cluster.arrive.release", []);
     k.op("barrier.cluster.wait.acquire", []);
 
@@ -541,33 +549,22 @@ fn store_staged(
     let row_bytes = PART_PITCH * 4;
     // Every consumer's last products have read the ring.
     k.op("bar.sync", [1u32.into(), consumers.into()]);
-    let g = k.bin("shr.u32", RegKind::B32, lane, 2u32);
-    let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
-    let row = k.bin("add.u32", RegKind::B32, wrow, g);
-    let at = k.tri("mad.lo.u32", RegKind::B32, row, row_bytes, tile);
-    let at = k.tri("mad.lo.u32", RegKind::B32, tq, 8u32, at);
-    for (j, f) in frags.iter().enumerate() {
-        let col = 32 * j as i64;
-        k.op("st.shared.v2.f32", [addr(at, col), Opnd::V(vec![f[0], f[1]])]);
-        k.op("st.shared.v2.f32", [addr(at, col + 8 * row_bytes as i64), Opnd::V(vec![f[2], f[3]])]);
-    }
+    fragments_to_shared(k, frags, lane, wrow, tile);
     k.op("bar.sync", [1u32.into(), consumers.into()]);
 
-    // The f32 tensors read at each element, and those stored (bf16 or not).
-    let (reads, writes): (Vec<Reg>, Vec<(Reg, bool)>) = match work {
+    // The f32 tensors read at each element, those stored (bf16 or not), and a chain's steps.
+    let (reads, writes, steps): (Vec<Reg>, Vec<(Reg, bool)>, _) = match work {
         Staged::Chain => {
             let c = chain();
             let ptr = |j: usize| h.chain[j].expect("a chain pointer per output and input");
             let outs = c.outputs();
             let writes = outs.iter().enumerate().map(|(j, &(_, bf16))| (ptr(j), bf16)).collect();
-            ((0..c.others().len()).map(|j| ptr(outs.len() + j)).collect(), writes)
+            ((0..c.others().len()).map(|j| ptr(outs.len() + j)).collect(), writes, c.steps())
         }
-        Staged::Add { accumulate } => (vec![if accumulate { h.c_base } else { h.r_base }], vec![(h.c_base, false)]),
-        Staged::Store => (vec![], vec![(h.c_base, false)]),
-    };
-    let steps = match work {
-        Staged::Chain => chain().steps(),
-        _ => vec![],
+        Staged::Add { accumulate } => {
+            (vec![if accumulate { h.c_base } else { h.r_base }], vec![(h.c_base, false)], vec![])
+        }
+        Staged::Store => (vec![], vec![(h.c_base, false)], vec![]),
     };
     let warps = consumers / 32;
     let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
@@ -595,13 +592,8 @@ fn store_staged(
                 reads
                     .iter()
                     .map(|&base| {
-                        let v = k.regs(RegKind::F32, 4);
-                        for &x in &v {
-                            k.op("mov.f32", [x.into(), 0.0f32.into()]);
-                        }
                         let p = k.addr_of(base, e, 4);
-                        k.op_if(ok, false, "ld.global.v4.f32", [Opnd::V(v.clone()), addr(p, 0)]);
-                        v
+                        k.load_f32s_if(ok, "ld.global.v4.f32", 4, addr(p, 0))
                     })
                     .collect()
             })

@@ -244,10 +244,10 @@ fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool, copy16: bool) ->
     let ds = ld_owned(&mut k, dy, Some(row0), &owned, None);
     let gs = ld_owned(&mut k, gain, None, &owned, None);
     let xs = ld_owned(&mut k, x, Some(row0), &owned, None);
-    let (mean_g, mean_gx) = row_means(&mut k, RowIn { ds: &ds, gs: &gs, xs: &xs, m, rs }, &owned, &red, tid, c);
-    let rv = r.map(|r| ld_owned(&mut k, r, Some(row0), &owned, None));
     let row = RowIn { ds: &ds, gs: &gs, xs: &xs, m, rs };
-    store_row_dx(&mut k, row, (mean_g, mean_gx), rv.as_deref(), &owned, (dx, dx16), row0, None);
+    let means = row_means(&mut k, row, &owned, &red, tid, c);
+    let rv = r.map(|r| ld_owned(&mut k, r, Some(row0), &owned, None));
+    store_row_dx(&mut k, row, means, rv.as_deref(), &owned, (dx, dx16), row0, None);
     k.ret();
     k
 }

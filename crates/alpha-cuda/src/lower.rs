@@ -2989,11 +2989,8 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         if knobs().paired_products {
             lw.paired_products(&products, &uses, &mut launches, &mut dead)?;
         }
-        let mut index = 0;
-        launches.retain(|_| {
-            index += 1;
-            !dead.contains(&(index - 1))
-        });
+        let mut launches: Vec<Pending> =
+            launches.into_iter().enumerate().filter(|(i, _)| !dead.contains(i)).map(|(_, l)| l).collect();
         for c in &ph.copies {
             let (d, s) = (plan.slot(c.dst), plan.slot(c.src));
             if d.offset == s.offset {

@@ -360,6 +360,17 @@ impl Kernel {
         self.lines.push(Line::Ins { guard: None, op: op.to_string(), args: args.into_iter().collect() });
     }
 
+    /// `n` f32 registers loaded by one vector load `op` (e.g. `ld.global.v4.f32`) from `at`
+    /// where `ok` holds, and +0 where it does not.
+    pub fn load_f32s_if(&mut self, ok: Reg, op: &str, n: usize, at: Opnd) -> Vec<Reg> {
+        let v = self.regs(RegKind::F32, n);
+        for &x in &v {
+            self.op("mov.f32", [x.into(), 0.0f32.into()]);
+        }
+        self.op_if(ok, false, op, [Opnd::V(v.clone()), at]);
+        v
+    }
+
     /// Appends one instruction guarded by `@p` (or `@!p` when `negate`).
     pub fn op_if<I: IntoIterator<Item = Opnd>>(&mut self, p: Reg, negate: bool, op: &str, args: I) {
         self.lines.push(Line::Ins { guard: Some((p, negate)), op: op.to_string(), args: args.into_iter().collect() });
