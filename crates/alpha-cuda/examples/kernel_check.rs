@@ -83,6 +83,9 @@ fn main() -> Result<()> {
     if wanted("gemm-cluster") {
         step("gemm-cluster", check::gemm_cluster_split_checks(&gpu, &arena, &mut rng, &opts));
     }
+    if wanted("gemm-fixup") {
+        step("gemm-fixup", check::gemm_fixup_split_checks(&gpu, &arena, &mut rng, &opts));
+    }
     if wanted("layernorm") {
         step("layernorm", check::layernorm_param_checks(&gpu, &arena, &mut rng, &opts));
     }

@@ -1836,30 +1836,64 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
 }
 
 /// Split-K parts summed by a thread-block cluster ([`GemmSpec::cluster_splits`]) against the
-/// parts stored to scratch and summed by the reduction launch, on the TMA engine: every output
-/// bit for bit, both ways repeating, 256 sampled outputs against the f64 reference. Coppelius's
-/// weight gradients at one and sixteen contexts, and products with partial tiles under each
-/// epilogue. With `opts.bench`, µs of each way.
+/// parts stored to scratch and summed by the reduction launch ([`split_sum_checks`]).
 pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    split_sum_checks(gpu, arena, rng, opts, SplitSum::Cluster)
+}
+
+/// Split-K parts summed by each tile's last part to finish ([`GemmSpec::fixup_splits`])
+/// against the parts summed by the reduction launch ([`split_sum_checks`]); the second run
+/// finds the counters the first left, so it shows they were set back to zero.
+pub fn gemm_fixup_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    split_sum_checks(gpu, arena, rng, opts, SplitSum::LastPart)
+}
+
+/// Which one-launch way of summing split-K parts [`split_sum_checks`] checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SplitSum {
+    Cluster,
+    LastPart,
+}
+
+/// A one-launch split-K sum against the parts stored to scratch and summed by the reduction
+/// launch, on the TMA engine: every output bit for bit, both ways repeating, 256 sampled outputs
+/// against the f64 reference. Coppelius's weight gradients at one and sixteen contexts (sixteen
+/// contexts' in parts that differ by a K step where the way allows them), and products with
+/// partial tiles under each epilogue. With `opts.bench`, µs of each way.
+fn split_sum_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options, way: SplitSum) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    let cases: &[(&str, u32, u32, u32, u32, Epilogue)] = &[
-        ("cr", 512, 1408, 16384, 8, Epilogue::Store),
-        ("cr", 1408, 512, 16384, 8, Epilogue::Store),
-        ("cr", 512, 1536, 16384, 8, Epilogue::Store),
-        ("cr", 512, 512, 16384, 8, Epilogue::Store),
-        ("cr", 512, 1408, 1024, 2, Epilogue::Store),
-        ("cr", 512, 512, 1024, 4, Epilogue::Store),
-        ("cr", 200, 136, 1024, 8, Epilogue::Accumulate),
-        ("rr", 136, 200, 512, 2, Epilogue::AddResidual),
-        ("rc", 264, 72, 1024, 4, Epilogue::Store),
+    let uneven = way == SplitSum::LastPart;
+    let cases: &[(&str, u32, u32, u32, u32, Epilogue, bool)] = &[
+        ("cr", 512, 1408, 16384, 8, Epilogue::Store, false),
+        ("cr", 1408, 512, 16384, 8, Epilogue::Store, false),
+        ("cr", 512, 1536, 16384, 8, Epilogue::Store, false),
+        ("cr", 512, 512, 16384, 8, Epilogue::Store, false),
+        ("cr", 512, 1408, 16384, 3, Epilogue::Store, uneven),
+        ("cr", 1408, 512, 16384, 3, Epilogue::Store, uneven),
+        ("cr", 512, 1408, 1024, 2, Epilogue::Store, false),
+        ("cr", 512, 512, 1024, 4, Epilogue::Store, false),
+        ("cr", 200, 136, 1024, 8, Epilogue::Accumulate, false),
+        ("cr", 200, 136, 4096, 5, Epilogue::Accumulate, uneven),
+        ("rr", 136, 200, 512, 2, Epilogue::AddResidual, false),
+        ("rc", 264, 72, 1024, 4, Epilogue::Store, false),
     ];
-    for &(lay, m, n, k, splits, epilogue) in cases {
+    for &(lay, m, n, k, splits, epilogue, uneven_split) in cases {
+        if !uneven_split && !k.is_multiple_of(crate::gemm_wgmma::BK * splits) {
+            continue;
+        }
         arena.reset();
-        let base = GemmSpec { epilogue, ..spec_of(lay, Input::Bf16).tma() };
+        let base = GemmSpec { epilogue, uneven_split, ..spec_of(lay, Input::Bf16).tma() };
         let parts = GemmSpec { epilogue: Epilogue::Store, ..base };
-        let cluster = GemmSpec { cluster_splits: splits, ..base };
+        let one = match way {
+            SplitSum::Cluster => GemmSpec { cluster_splits: splits, ..base },
+            SplitSum::LastPart => GemmSpec { fixup_splits: splits, ..base },
+        };
         let sh = GemmShape::packed(&base, m, n, k);
-        let (part, cs) = (sh.split(&parts, splits), sh.split_in_cluster(&cluster, splits));
+        let part = if uneven_split { sh.split_uneven(splits) } else { sh.split(&parts, splits) };
+        let os = match way {
+            SplitSum::Cluster => sh.split_in_cluster(&one, splits),
+            SplitSum::LastPart => part,
+        };
         let (na, nb, nc) = sh.extents(&base);
         let (a, b, r) = (rng.vec(na, 1.0), rng.vec(nb, 1.0), rng.vec(nc, 1.0));
         let (ab, bb) = (upload_operand(arena, Input::Bf16, &a)?, upload_operand(arena, Input::Bf16, &b)?);
@@ -1867,17 +1901,25 @@ pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, 
         let (cb, rb) = (arena.alloc_n::<f32>(nc)?, arena.alloc_n::<f32>(nc)?);
         arena.upload(rb, &r)?;
         let partials = arena.alloc_n::<f32>(nc * splits as usize)?;
-        let (f_parts, f_cluster) = (gpu.load(&parts.kernel())?, gpu.load(&cluster.kernel())?);
+        let counters = arena.alloc_n::<u32>(4096)?;
+        arena.upload(counters, &vec![0u32; 4096])?;
+        let (f_parts, f_one) = (gpu.load(&parts.kernel())?, gpu.load(&one.kernel())?);
         let width = gemm::splitk_reduce_width(m * n, true);
         let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n, width))?;
         let part_maps = Extras { maps: tma_maps(arena, &parts, &part, ab.ptr, bb.ptr)?, ..Extras::default() };
-        let cluster_maps = Extras { maps: tma_maps(arena, &cluster, &cs, ab.ptr, bb.ptr)?, ..Extras::default() };
+        let one_extras = Extras {
+            maps: tma_maps(arena, &one, &os, ab.ptr, bb.ptr)?,
+            fixup: (way == SplitSum::LastPart).then_some((cb.ptr, counters.ptr)),
+            ..Extras::default()
+        };
         let reduced = || -> Result<()> {
             gemm::launch_with(gpu, &f_parts, &parts, &part, [ab.ptr, bb.ptr, partials.ptr, partials.ptr], part_maps)?;
             gemm::launch_splitk_reduce(gpu, &f_reduce, m * n, width, [cb.ptr, rb.ptr, partials.ptr])
         };
-        let summed =
-            || gemm::launch_with(gpu, &f_cluster, &cluster, &cs, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], cluster_maps);
+        let summed = || {
+            let c = if way == SplitSum::LastPart { partials.ptr } else { cb.ptr };
+            gemm::launch_with(gpu, &f_one, &one, &os, [ab.ptr, bb.ptr, c, rb.ptr], one_extras)
+        };
         // Each way twice from the same C (what Accumulate adds to).
         let mut outs: Vec<Vec<f32>> = Vec::new();
         for run in [&reduced as &dyn Fn() -> Result<()>, &reduced, &summed, &summed] {
@@ -1904,12 +1946,8 @@ pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, 
             None
         };
         rows.push(Row {
-            family: "gemm-cluster".into(),
-            name: format!(
-                "{} = parts + {}",
-                cluster.name(),
-                gemm::splitk_reduce_kernel(&base, splits, m * n, width).name
-            ),
+            family: if way == SplitSum::Cluster { "gemm-cluster" } else { "gemm-fixup" }.into(),
+            name: format!("{} = parts + {}", one.name(), gemm::splitk_reduce_kernel(&base, splits, m * n, width).name),
             shape: format!("m{m} n{n} k{k}"),
             max_abs: differ as f64,
             rel: worst,

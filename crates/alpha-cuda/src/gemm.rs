@@ -304,6 +304,15 @@ pub struct GemmSpec {
     /// ([`crate::gemm_tma::CLUSTER_SPLITS`]). TMA engine, 128 × 128 tile, no activation,
     /// heads or chain.
     pub cluster_splits: u32,
+    /// Split-K parts summed by the last part of each tile to finish (0: none): the launch's
+    /// batch entries are the K-slices of one product, each part stores its partial tile to C
+    /// (scratch, `stride_c` apart) as a split launch does, then counts itself in at its tile's
+    /// counter (param `counters`); the part that makes the count whole reads every part's
+    /// tile in order from the first — the reduction launch's sum, bit for bit — applies the
+    /// epilogue into the product's own output (param `out`) and sets the counter back to
+    /// zero ([`crate::gemm_tma`]). TMA engine, 128 × 128 tile, no activation, heads, chain,
+    /// gate or cluster.
+    pub fixup_splits: u32,
     /// [`Epilogue::StoreMul`] with its multiplier's product computed in the same block: a
     /// second B (the gate's weight, the last tensor map) gives the tile's first 64 columns, B
     /// the other 64, both for the same 64 output columns; the gate is stored at R as it is
@@ -338,6 +347,7 @@ impl GemmSpec {
             heads: None,
             chain: None,
             cluster_splits: 0,
+            fixup_splits: 0,
             gated: false,
             uneven_split: false,
             k_pair: false,
@@ -390,6 +400,9 @@ impl GemmSpec {
             }
             if self.cluster_splits > 1 {
                 tile.push_str(&format!("_splitk{}", self.cluster_splits));
+            }
+            if self.fixup_splits > 1 {
+                tile.push_str(&format!("_fixup{}", self.fixup_splits));
             }
             if self.gated {
                 tile.push_str("_gated");
@@ -692,6 +705,8 @@ pub struct Extras {
     pub gate_map: Option<u64>,
     /// A paired product's maps of the first product's A and B ([`GemmSpec::k_pair`]).
     pub first_maps: Option<(u64, u64)>,
+    /// A last-part-sums split's output and tile counters ([`GemmSpec::fixup_splits`]).
+    pub fixup: Option<(u64, u64)>,
 }
 
 /// Launches `f` (built from `spec`) on device addresses `a`, `b`, `c` and residual `r` (ignored
@@ -733,6 +748,12 @@ pub fn launch_with(
     }
     if extras.first_maps.is_some() != spec.k_pair {
         bail!("{}: a first product's tensor maps go with a paired product alone, given {extras:?}", spec.name());
+    }
+    if extras.fixup.is_some() != (spec.fixup_splits > 1) {
+        bail!("{}: an output and tile counters go with a last-part-sums split alone, given {extras:?}", spec.name());
+    }
+    if spec.fixup_splits > 1 && shape.batch != spec.fixup_splits {
+        bail!("{}: {} parts launched as {} batch entries", spec.name(), spec.fixup_splits, shape.batch);
     }
     let chain_ptrs = spec.chain.map_or(0, |c| c.outputs().len() + c.others().len());
     if extras.chain.iter().flatten().count() != chain_ptrs || extras.chain[..chain_ptrs].iter().any(Option::is_none) {
@@ -778,6 +799,7 @@ pub fn launch_with(
     args.extend(extras.gate_map.map(Arg::U64));
     args.extend(extras.first_maps.into_iter().flat_map(|(ma, mb)| [Arg::U64(ma), Arg::U64(mb)]));
     args.extend(extras.rot_tab.map(Arg::U64));
+    args.extend(extras.fixup.into_iter().flat_map(|(out, counters)| [Arg::U64(out), Arg::U64(counters)]));
     gpu.launch(f, cfg, &args)
 }
 
@@ -1187,6 +1209,10 @@ pub(crate) struct Head {
     pub c_base: Reg,
     pub r_base: Reg,
     pub u_base: Option<Reg>,
+    /// C and R as passed (entry 0), and C's batch step in elements.
+    pub c_param: Reg,
+    pub r_param: Reg,
+    pub stride_c: Reg,
     /// A chain epilogue's pointers: its outputs, then its inputs beside the product.
     pub chain: [Option<Reg>; 2 * CHAIN_PTRS],
 }
@@ -1237,7 +1263,26 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let c_base = offset_by(k, pc, sc, 4);
     let r_base = offset_by(k, pr, sc, 4);
     let u_base = pu.map(|pu| offset_by(k, pu, sc, 4));
-    Head { tid, m0, n0, m, n, kdim, lda, ldb, ldc, a_base, b_base, c_base, r_base, u_base, chain }
+    Head {
+        tid,
+        m0,
+        n0,
+        m,
+        n,
+        kdim,
+        lda,
+        ldb,
+        ldc,
+        a_base,
+        b_base,
+        c_base,
+        r_base,
+        u_base,
+        c_param: pc,
+        r_param: pr,
+        stride_c: sc,
+        chain,
+    }
 }
 
 fn build(spec: &GemmSpec) -> Kernel {

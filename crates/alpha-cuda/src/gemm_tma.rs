@@ -198,6 +198,23 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         );
         (k.param_reg("tmap_a1", ParamTy::U64), k.param_reg("tmap_b1", ParamTy::U64))
     });
+    // A last-part-sums split: the product's own output and the tiles' counters.
+    let fixup = (spec.fixup_splits > 1).then(|| {
+        use crate::gemm::Epilogue;
+        assert!(
+            spec.tile == crate::gemm::Tile::T128x128
+                && spec.activation.is_none()
+                && spec.heads.is_none()
+                && spec.chain.is_none()
+                && !spec.gated
+                && !spec.k_pair
+                && spec.cluster_splits == 0
+                && matches!(spec.epilogue, Epilogue::Store | Epilogue::Accumulate | Epilogue::AddResidual),
+            "{}: the last part sums 128 × 128 tiles that store, add or accumulate",
+            spec.name()
+        );
+        (k.param_reg("out", ParamTy::U64), k.param_reg("counters", ParamTy::U64))
+    });
     let smem = k.dynamic_shared_array("gemm_ring", shared_bytes(spec), 1024);
     // Per stage: the full barrier at 8·s, the empty one at 8·(stages + s).
     let bars_sym = k.shared("gemm_bars", 16 * stages, 8);
@@ -373,6 +390,12 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         // The part goes into the ring, free once both warpgroups' last products are done.
         k.op("bar.sync", [1u32.into(), consumers.into()]);
         sum_in_cluster(&mut k, spec, &frags, lane, wrow, ring, &h);
+    } else if let Some((out, counters)) = fixup {
+        // The part to scratch as any split part stores it, then the tile's last part sums.
+        let part = GemmSpec { epilogue: crate::gemm::Epilogue::Store, fixup_splits: 0, ..*spec };
+        let wcol = k.imm_u32(0);
+        store_tile(&mut k, &part, &[frags], lane, wrow, wcol, &h);
+        sum_in_last_part(&mut k, spec, &h, [out, counters], consumers, &exit);
     } else if spec.gated {
         // The gate (the first 64 columns) stored at R as computed, then the multiply on it.
         let (gate, up) = frags.split_at(frags.len() / 2);
@@ -478,6 +501,105 @@ fn sum_in_cluster(k: &mut Kernel, spec: &GemmSpec, frags: &[Vec<Reg>], lane: Reg
     k.op("barrier.cluster.arrive.release", []);
     k.op("barrier.cluster.wait.acquire", []);
 }
+
+/// The split-K sum of a last-part-sums split ([`GemmSpec::fixup_splits`]), after this part's
+/// tile is stored: every consumer thread fences its stores, the consumers meet, one thread counts
+/// the part in at the tile's counter (`atom.acq_rel.gpu`), and only the part that makes the count
+/// whole goes on: it fences again, sets the counter back to zero for the next launch, and sums
+/// the tile a row a warp (four columns a lane, [`FIXUP_ROWS`] rows' loads in flight) over every
+/// part's partial in order from the first ([`crate::gemm::sum_parts`], as the reduction launch
+/// does, so the bits are its bits), adds the old output or the residual, and stores at `out`.
+/// The partials are read through L2 (`.cg`): other SMs wrote them during this launch. Why: one
+/// context's step ran 145 reduction launches and sixteen contexts' 80, each a few microseconds
+/// plus a launch; which part finishes last does not change the order of the sum.
+fn sum_in_last_part(k: &mut Kernel, spec: &GemmSpec, h: &Head, [out, counters]: [Reg; 2], consumers: u32, exit: &str) {
+    use crate::gemm::Epilogue;
+    k.comment("epilogue: the tile's last part to finish sums every part");
+    let splits = spec.fixup_splits;
+    let flag = k.shared("fixup_last", 4, 4);
+    let flag = k.un("mov.u32", RegKind::B32, Opnd::S(flag));
+    k.op("fence.acq_rel.gpu", []);
+    k.op("bar.sync", [1u32.into(), consumers.into()]);
+    let (bx, by, gx) = (k.sreg("%ctaid.x"), k.sreg("%ctaid.y"), k.sreg("%nctaid.x"));
+    let tile = k.tri("mad.lo.u32", RegKind::B32, by, gx, bx);
+    let counter = k.addr_of(counters, tile, 4);
+    let leader = k.setp("eq.u32", h.tid, 0u32);
+    let counted = k.label("fixup_counted");
+    k.bra_if(leader, true, &counted);
+    let before = k.reg(RegKind::B32);
+    k.op("atom.acq_rel.gpu.global.add.u32", [before.into(), addr(counter, 0), 1u32.into()]);
+    let last = k.setp("eq.u32", before, splits - 1);
+    let word = k.reg(RegKind::B32);
+    k.op("selp.u32", [word.into(), 1u32.into(), 0u32.into(), last.into()]);
+    k.op("st.shared.u32", [addr(flag, 0), word.into()]);
+    // Every part has counted in: no other block touches this counter in this launch.
+    k.op_if(last, false, "st.relaxed.gpu.global.u32", [addr(counter, 0), 0u32.into()]);
+    k.place(&counted);
+    k.op("bar.sync", [1u32.into(), consumers.into()]);
+    let word = k.reg(RegKind::B32);
+    k.op("ld.shared.u32", [word.into(), addr(flag, 0)]);
+    let not_last = k.setp("eq.u32", word, 0u32);
+    k.bra_if(not_last, false, exit);
+    k.op("fence.acq_rel.gpu", []);
+
+    // Part s's tile at c + s·stride_c; warp w sums rows w, w + warps, …; lane l columns 4l ….
+    let step = k.bin("shl.b64", RegKind::B64, h.stride_c, 2u32);
+    let mut part = h.c_param;
+    let bases: Vec<Reg> = (0..splits)
+        .map(|s| {
+            if s > 0 {
+                part = k.bin("add.s64", RegKind::B64, part, step);
+            }
+            part
+        })
+        .collect();
+    let warps = consumers / 32;
+    let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
+    let lane = k.bin("and.b32", RegKind::B32, h.tid, 31u32);
+    let col = k.tri("mad.lo.u32", RegKind::B32, lane, 4u32, h.n0);
+    let col_ok = k.setp("lt.u32", col, h.n);
+    let row0 = k.bin("add.u32", RegKind::B32, h.m0, warp);
+    let rows = spec.tile.rows() / warps;
+    let in_flight = (FIXUP_ROWS / splits).max(1);
+    for first in (0..rows).step_by(in_flight as usize) {
+        // Per row: in range, element offset, every part's four values, the old four.
+        type RowLoads = (Reg, Reg, Vec<Vec<Reg>>, Option<Vec<Reg>>);
+        let batch: Vec<RowLoads> = (first..(first + in_flight).min(rows))
+            .map(|it| {
+                let r = k.bin("add.u32", RegKind::B32, row0, it * warps);
+                let in_m = k.setp("lt.u32", r, h.m);
+                let ok = k.bin("and.pred", RegKind::Pred, in_m, col_ok);
+                let e = k.tri("mad.lo.u32", RegKind::B32, r, h.ldc, col);
+                let parts = bases
+                    .iter()
+                    .map(|&base| {
+                        let p = k.addr_of(base, e, 4);
+                        k.load_f32s_if(ok, "ld.global.cg.v4.f32", 4, addr(p, 0))
+                    })
+                    .collect();
+                let old = match spec.epilogue {
+                    Epilogue::Store => None,
+                    Epilogue::Accumulate => Some(out),
+                    Epilogue::AddResidual => Some(h.r_param),
+                    Epilogue::StoreMul => unreachable!("no StoreMul split"),
+                }
+                .map(|base| {
+                    let p = k.addr_of(base, e, 4);
+                    k.load_f32s_if(ok, "ld.global.v4.f32", 4, addr(p, 0))
+                });
+                (ok, e, parts, old)
+            })
+            .collect();
+        for (ok, e, parts, old) in batch {
+            let sum = crate::gemm::sum_parts(k, &parts, old.as_deref());
+            let p = k.addr_of(out, e, 4);
+            k.op_if(ok, false, "st.global.v4.f32", [addr(p, 0), Opnd::V(sum)]);
+        }
+    }
+}
+
+/// Partial tiles' rows (over all parts) whose loads [`sum_in_last_part`] keeps in flight a lane.
+const FIXUP_ROWS: u32 = 8;
 
 /// What an epilogue run through shared memory ([`store_staged`]) does with each element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -27,6 +27,7 @@
 //! | `ALPHA_WIDE_STORES=off` | GEMM epilogues store each fragment's two values (8 bytes a thread) instead of four consecutive ones after a quad exchange (16 bytes) |
 //! | `ALPHA_LN_FOLD_TOGETHER=off` | each LayerNorm backward over many bands runs its gain and bias pass 2 as its own launch, instead of one launch for all of them after the last |
 //! | `ALPHA_CLUSTER_SPLITK=on\|shallow` | a thread-block cluster sums split-K parts in distributed shared memory at every grid (`shallow`: grids of one wave), instead of scratch and a reduction launch (measured slower, g56) |
+//! | `ALPHA_SPLITK_FIXUP=on` | split-K parts summed by the last part of each tile to finish ([`crate::gemm::GemmSpec::fixup_splits`]) instead of by a reduction launch after the parts (bit for bit the same; measured slower in the step, g73: one context's 3.665 → 4.00 ms with 145 launches fewer, sixteen contexts' 22.04 → 22.46 ms with 80 fewer) |
 //! | `ALPHA_GATED=off` | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::gemm::GemmSpec::gated`]) |
 //! | `ALPHA_SPLITK_UNEVEN=off` | split-K over long K in power-of-two parts only, instead of any count up to 8 whose parts may differ by a K step (TMA engine) |
 //! | `ALPHA_PAIRED=off` | a residual-adding product and the plain product whose output it adds in two launches, instead of one launch summing both in one accumulator |
@@ -93,6 +94,8 @@ pub struct Knobs {
     /// Split-K parts summed in a thread-block cluster over grids of at most this many waves
     /// (None: nowhere).
     pub cluster_split_waves: Option<u32>,
+    /// Split-K parts summed by each tile's last part to finish, not a reduction launch.
+    pub split_fixup: bool,
     /// A gated unit's gate and up products in one launch where the plan allows.
     pub gated_products: bool,
     /// Split-K over long K in any count of parts up to 8 (parts may differ by a K step).
@@ -158,6 +161,7 @@ pub fn knobs() -> &'static Knobs {
                 Some("shallow") => Some(1),
                 _ => None,
             },
+            split_fixup: var("ALPHA_SPLITK_FIXUP").as_deref() == Some("on"),
             gated_products: on("ALPHA_GATED"),
             uneven_split: on("ALPHA_SPLITK_UNEVEN"),
             paired_products: on("ALPHA_PAIRED"),

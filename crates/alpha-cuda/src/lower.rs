@@ -147,6 +147,10 @@ enum A {
 }
 
 /// The arena offset an argument points at (None: a scalar, or the scratch region).
+/// Tile counters of the last-part-sums splits ([`GemmSpec::fixup_splits`]): one per output tile
+/// of a launch, shared by every such launch (each leaves them zero).
+const FIXUP_COUNTERS: u32 = 4096;
+
 fn arena_offset(a: &A) -> Option<usize> {
     match *a {
         A::Ptr(o) => Some(o),
@@ -226,6 +230,8 @@ struct Lowerer<'p> {
     pending_folds: Vec<(Norm, [usize; 3])>,
     /// Where chain epilogues are taken ([`LowerOptions::chain_epilogues`]).
     chain_epilogues: ChainEpilogues,
+    /// The zeroed tile counters every last-part-sums split shares ([`Lowerer::fixup_split`]).
+    fixup_counters: Option<usize>,
 }
 
 /// A tiled product as `lower_node` lowered it.
@@ -391,6 +397,54 @@ impl Lowerer<'_> {
         args.extend([cs.stride_a, cs.stride_b, cs.stride_c].map(A::U64));
         args.extend(self.maps_for(&cspec, &cs, a, b)?);
         Ok(Some(Pending { kernel, grid: cspec.grid(&cs), block: (cspec.threads(), 1, 1), args, node }))
+    }
+
+    /// The split-K launch whose parts the last of each tile sums ([`GemmSpec::fixup_splits`]),
+    /// where the knob and the product allow: TMA parts, an epilogue that stores, adds or
+    /// accumulates (no activation), rows of 16-byte stores, and few enough tiles for the shared
+    /// counters. Else None (a reduction launch sums the parts). The parts go to scratch as
+    /// before; `part` is their launch shape. Why only on `ALPHA_SPLITK_FIXUP=on`: on the H200
+    /// (g73) the step was slower with it although every reduction launch went — one context's
+    /// 3.665 → 4.00 ms — the fences, the count and one block's serial sum of the tile at the end
+    /// of the launch cost more than the reduction launch spread over every SM.
+    #[allow(clippy::too_many_arguments)]
+    fn fixup_split(
+        &mut self,
+        spec: &GemmSpec,
+        pspec: GemmSpec,
+        part: &GemmShape,
+        splits: u32,
+        (a, b, c, r): (Value, Value, Value, Value),
+        node: Option<u32>,
+    ) -> Result<Option<Pending>> {
+        let fspec = GemmSpec { fixup_splits: splits, epilogue: spec.epilogue, ..pspec };
+        let (gx, gy, _) = fspec.grid(part);
+        let fits = knobs().split_fixup
+            && pspec.engine == gemm::Engine::Tma
+            && spec.activation.is_none()
+            && matches!(spec.epilogue, Epilogue::Store | Epilogue::Accumulate | Epilogue::AddResidual)
+            && part.n.is_multiple_of(4)
+            && part.ldc == part.n
+            && gx * gy <= FIXUP_COUNTERS
+            && aligned16(&[self.ptr(c), self.ptr(r)]);
+        if !fits {
+            return Ok(None);
+        }
+        let counters = match self.fixup_counters {
+            Some(at) => at,
+            None => {
+                let at = self.constant(vec![0; FIXUP_COUNTERS as usize * 4]);
+                self.fixup_counters = Some(at);
+                at
+            }
+        };
+        let kernel = self.kernel(fspec.kernel())?;
+        let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), self.ptr(r)];
+        args.extend([part.m, part.n, part.k, part.lda, part.ldb, part.ldc].map(A::U32));
+        args.extend([part.stride_a, part.stride_b, part.stride_c].map(A::U64));
+        args.extend(self.maps_for(&fspec, part, a, b)?);
+        args.extend([self.ptr(c), A::Ptr(counters)]);
+        Ok(Some(Pending { kernel, grid: fspec.grid(part), block: (fspec.threads(), 1, 1), args, node }))
     }
 
     fn need_scratch(&mut self, bytes: usize) {
@@ -1310,9 +1364,14 @@ impl Lowerer<'_> {
                             self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: false, plain });
                             return Ok(v);
                         }
-                        let kernel = self.kernel(pspec.kernel())?;
                         let mn = shape.m * shape.n;
                         self.need_scratch(mn as usize * splits as usize * 4);
+                        if let Some(v2) = self.fixup_split(&spec, pspec, &part, splits, (a, b, c, r), some)? {
+                            v.push(v2);
+                            self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: false, plain });
+                            return Ok(v);
+                        }
+                        let kernel = self.kernel(pspec.kernel())?;
                         let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), A::Scratch(0)];
                         args.extend([part.m, part.n, part.k, part.lda, part.ldb, part.ldc].map(A::U32));
                         args.extend([part.stride_a, part.stride_b, part.stride_c].map(A::U64));
@@ -2869,6 +2928,7 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         fold_flush_after: None,
         pending_folds: vec![],
         chain_epilogues: options.chain_epilogues,
+        fixup_counters: None,
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
