@@ -1056,6 +1056,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
         rows.push(row);
     }
     rows.extend(head_split_checks(gpu, arena, rng)?);
+    rows.extend(delta_heads_checks(gpu, arena, rng)?);
     rows.extend(store_mul_checks(gpu, arena, rng)?);
     rows.extend(gated_checks(gpu, arena, rng)?);
     rows.extend(chain_epilogue_checks(gpu, arena, rng)?);
@@ -1273,7 +1274,7 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     for (s, a_layout, input) in [(3u32, Layout::RowMajor, Input::Bf16), (1, Layout::ColMajor, Input::F32)] {
         arena.reset();
         let plain = GemmSpec { tile: Tile::T128x64, ..GemmSpec::new(a_layout, Layout::RowMajor, input).wgmma() };
-        let heads = gemm::Heads { batch: b, t, heads: h, d, bf16_turned: false };
+        let heads = gemm::Heads { batch: b, t, heads: h, d, bf16_turned: false, delta: false };
         let split = GemmSpec { heads: Some(heads), ..plain };
         let (m, n) = (b * t, s * h * d);
         let sh = GemmShape::packed(&plain, m, n, 128);
@@ -1334,6 +1335,72 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                 rows.push(exact_row("fusion", &format!("{} = turned, rounded", spec.name()), &shape, differ, nc));
             }
         }
+    }
+    Ok(rows)
+}
+
+/// The delta-heads product ([`gemm::Heads::delta`]: dO stored as bf16 heads, with attention's
+/// delta) against the f32 head-split product followed by attention's delta kernel
+/// ([`attention_mma::backward_delta_kernel_bf16`]): delta and the bf16 dO bit for bit. The
+/// output projection's input gradient at sixteen contexts, and two contexts of T = 200 (tiles
+/// across a context's end, a partial last tile).
+fn delta_heads_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    use crate::driver::{Arg, LaunchConfig};
+    let mut rows = Vec::new();
+    for (b, t) in [(16u32, 1024u32), (2, 200)] {
+        arena.reset();
+        let (h, d) = (8u32, 64u32);
+        let dims = attention::Dims {
+            b: b as usize,
+            h: h as usize,
+            g: h as usize,
+            t: t as usize,
+            d: d as usize,
+            scale: 0.125,
+            softcap: None,
+        };
+        let heads = gemm::Heads { batch: b, t, heads: h, d, bf16_turned: false, delta: false };
+        let plain = GemmSpec { heads: Some(heads), ..spec_of("rc", Input::Bf16).tma() };
+        let fused = GemmSpec { heads: Some(gemm::Heads { delta: true, ..heads }), ..plain };
+        let (m, n) = (b * t, h * d);
+        let sh = GemmShape::packed(&plain, m, n, 512);
+        let GemmCase { ab, bb, cb, nc, .. } = gemm_case(arena, rng, &plain, &sh)?;
+        let o = upload_f32(arena, &rng.vec(nc, 1.0))?;
+        let rows_bh = (b * h * t) as usize;
+        let (delta, delta2) = (arena.alloc_n::<f32>(rows_bh)?, arena.alloc_n::<f32>(rows_bh)?);
+        let (do16, do16b) = (arena.alloc_n::<u16>(nc)?, arena.alloc_n::<u16>(nc)?);
+        for buf in [delta, delta2] {
+            arena.fill_u32(buf, NAN_BITS)?;
+        }
+        // The f32 product split into heads, then the delta kernel on it and O.
+        let f = gpu.load(&plain.kernel())?;
+        let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?;
+        gemm::launch_with(
+            gpu,
+            &f,
+            &plain,
+            &sh,
+            [ab.ptr, bb.ptr, cb.ptr, cb.ptr],
+            Extras { maps, ..Extras::default() },
+        )?;
+        let fd = gpu.load(&attention_mma::backward_delta_kernel_bf16(&dims))?;
+        let cfg = LaunchConfig { grid: dims.grid_q(), block: attention_mma::block(), shared_bytes: 0 };
+        gpu.launch(&fd, cfg, &[delta.ptr, o, cb.ptr, do16.ptr].map(Arg::U64))?;
+        // The fused product.
+        let ff = gpu.load(&fused.kernel())?;
+        let maps = tma_maps(arena, &fused, &sh, ab.ptr, bb.ptr)?;
+        let extras = Extras { maps, u: Some(delta2.ptr), ..Extras::default() };
+        gemm::launch_with(gpu, &ff, &fused, &sh, [ab.ptr, bb.ptr, do16b.ptr, o], extras)?;
+        let (w, g): (Vec<f32>, Vec<f32>) = (arena.download(delta, rows_bh)?, arena.download(delta2, rows_bh)?);
+        let (w16, g16): (Vec<u16>, Vec<u16>) = (arena.download(do16, nc)?, arena.download(do16b, nc)?);
+        let shape = format!("b{b} t{t} h{h} d{d}");
+        let name = fused.name();
+        let mut row =
+            exact_row("fusion", &format!("{name} delta = gemm + delta kernel"), &shape, mismatches(&g, &w), rows_bh);
+        row.pass &= g.iter().all(|x| x.is_finite());
+        rows.push(row);
+        let differ = g16.iter().zip(&w16).filter(|(x, y)| x != y).count();
+        rows.push(exact_row("fusion", &format!("{name} dO bf16 = delta kernel's"), &shape, differ, nc));
     }
     Ok(rows)
 }

@@ -172,6 +172,13 @@ pub struct Heads {
     /// f32 arithmetic and rounding as the attention kernels turning f32 on load, so the same
     /// bits reach the tensor cores. Heads of 64 only, S = 3.
     pub bf16_turned: bool,
+    /// Stored as bf16 (C: `[B, H, T, D]` bf16), with attention's backward delta beside it: R
+    /// is the attention output O (f32, C's layout) and U gets `delta = Σ_d dO·O` per row
+    /// (`[B·H·T]` f32) — what [`crate::attention_mma::backward_delta_kernel_bf16`] computes
+    /// from the f32 product and O, in its order, so the same bits. The f32 product is never
+    /// stored. Heads of 64, S = 1, TMA engine, 128 × 128 tiles whose ring holds the f32 tile
+    /// ([`crate::gemm_tma::store_heads_delta`]).
+    pub delta: bool,
 }
 
 /// Steps a [`ChainEpilogue`] holds at most.
@@ -364,6 +371,12 @@ impl GemmSpec {
         GemmSpec { engine: Engine::Tma, bk: crate::gemm_wgmma::BK, ..self }
     }
 
+    /// Whether the kernel takes a second output `u` ([`Extras::u`]): an activation's, a
+    /// StoreMul's bf16 product, or a delta-heads store's delta ([`Heads::delta`]).
+    pub fn takes_u(&self) -> bool {
+        self.activation.is_some() || self.epilogue == Epilogue::StoreMul || self.heads.is_some_and(|h| h.delta)
+    }
+
     /// Threads per block.
     pub fn threads(&self) -> u32 {
         match self.engine {
@@ -388,6 +401,9 @@ impl GemmSpec {
             tile.push_str(&format!("_heads_b{}t{}h{}d{}", h.batch, h.t, h.heads, h.d));
             if h.bf16_turned {
                 tile.push_str("_bf16rot");
+            }
+            if h.delta {
+                tile.push_str("_delta");
             }
         }
         if let Some(c) = self.chain {
@@ -735,11 +751,7 @@ pub fn launch_with(
     [a, b, c, r]: [u64; 4],
     extras: Extras,
 ) -> Result<()> {
-    let wants = (
-        spec.activation.is_some() || spec.epilogue == Epilogue::StoreMul,
-        spec.engine == Engine::Tma,
-        spec.heads.is_some_and(|h| h.bf16_turned),
-    );
+    let wants = (spec.takes_u(), spec.engine == Engine::Tma, spec.heads.is_some_and(|h| h.bf16_turned));
     if (extras.u.is_some(), extras.maps.is_some(), extras.rot_tab.is_some()) != wants {
         bail!("{}: takes (u, tensor maps, rotary table) {wants:?}, given {extras:?}", spec.name());
     }
@@ -1234,7 +1246,7 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let sa = k.param_reg("stride_a", ParamTy::U64);
     let sb = k.param_reg("stride_b", ParamTy::U64);
     let sc = k.param_reg("stride_c", ParamTy::U64);
-    let pu = (spec.activation.is_some() || spec.epilogue == Epilogue::StoreMul).then(|| k.param_reg("u", ParamTy::U64));
+    let pu = spec.takes_u().then(|| k.param_reg("u", ParamTy::U64));
     let mut chain = [None; 2 * CHAIN_PTRS];
     if let Some(c) = spec.chain {
         let names = (0..c.outputs().len()).map(|j| format!("chain_out{j}"));

@@ -404,6 +404,8 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         let store = GemmSpec { epilogue: crate::gemm::Epilogue::Store, activation: None, gated: false, ..*spec };
         store_tile(&mut k, &store, &gate, lane, wrow, wcol, &Head { c_base: h.r_base, u_base: None, ..h });
         store_tile_with(&mut k, spec, &up, Some(&gate), lane, wrow, wcol, &h);
+    } else if let Some(hs) = spec.heads.filter(|hs| hs.delta) {
+        store_heads_delta(&mut k, spec, hs, &frags, lane, wrow, ring, &h, consumers);
     } else if let Some(work) = staged(spec) {
         store_staged(&mut k, spec, work, &frags, lane, wrow, ring, &h, consumers);
     } else {
@@ -614,6 +616,106 @@ pub enum Staged {
     Store,
 }
 
+/// Whether `spec`'s ring holds its f32 product tile at [`PART_PITCH`] (what the epilogues
+/// through shared memory need): 128 × 128 tiles.
+pub fn ring_holds_tile(spec: &GemmSpec) -> bool {
+    spec.tile == crate::gemm::Tile::T128x128
+        && gemm_wgmma::stages(spec) * stage_bytes(spec) >= spec.tile.rows() * PART_PITCH * 4
+}
+
+/// The epilogue of a delta-heads product ([`crate::gemm::Heads::delta`]): the output gradient of
+/// attention dO (the product) goes to the ring, and then, a row a warp, lane l takes columns
+/// 4l … 4l + 3 — sixteen lanes a head of 64, as attention's delta kernel lays a row out — reads
+/// O's four values at the same place, and forms `dO·O` as that kernel does (a multiply, three
+/// fused multiply-adds, then a butterfly over the sixteen lanes); the head's first lane stores
+/// delta, and every lane its four dO values rounded to bf16. C is the bf16 dO `[B, H, T, 64]`,
+/// R the f32 O in the same layout, U delta `[B·H·T]`. Why: sixteen contexts stored dO as f32
+/// (34 MB) for a launch of its own that read it back with O to write the same two things.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn store_heads_delta(
+    k: &mut Kernel,
+    spec: &GemmSpec,
+    hs: crate::gemm::Heads,
+    frags: &[Vec<Reg>],
+    lane: Reg,
+    wrow: Reg,
+    tile: Reg,
+    h: &Head,
+    consumers: u32,
+) {
+    assert!(
+        hs.d == 64
+            && !hs.bf16_turned
+            && ring_holds_tile(spec)
+            && spec.epilogue == crate::gemm::Epilogue::Store
+            && spec.activation.is_none()
+            && spec.chain.is_none()
+            && !spec.gated
+            && spec.cluster_splits == 0
+            && spec.fixup_splits == 0,
+        "{}: a delta-heads store is a plain store of heads of 64 in 128 × 128 tiles",
+        spec.name()
+    );
+    k.comment("epilogue: dO to shared memory, then a row a warp: dO as bf16 heads and delta = dO . O");
+    let u_base = h.u_base.expect("a delta-heads store's delta pointer");
+    let row_bytes = PART_PITCH * 4;
+    k.op("bar.sync", [1u32.into(), consumers.into()]);
+    fragments_to_shared(k, frags, lane, wrow, tile);
+    k.op("bar.sync", [1u32.into(), consumers.into()]);
+
+    let warps = consumers / 32;
+    let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
+    // Lane l: columns 4l …, of head (n0 + 4l) / 64 at d = 4·(l mod 16) (tiles start on a head).
+    let col = k.tri("mad.lo.u32", RegKind::B32, lane, 4u32, h.n0);
+    let col_ok = k.setp("lt.u32", col, h.n);
+    let head = k.bin("shr.u32", RegKind::B32, col, 6u32);
+    let d = k.bin("and.b32", RegKind::B32, col, 63u32);
+    let first_lane = k.setp("eq.u32", d, 0u32);
+    let s_lane = k.tri("mad.lo.u32", RegKind::B32, lane, 16u32, tile);
+    let s_row0 = k.tri("mad.lo.u32", RegKind::B32, warp, row_bytes, s_lane);
+    let g_row0 = k.bin("add.u32", RegKind::B32, h.m0, warp);
+    let rows = 128 / warps;
+    for first in (0..rows).step_by(STAGED_BATCH as usize) {
+        // Per row: in range, its delta index (b·H + head)·T + t, and O's four values.
+        let batch: Vec<(Reg, Reg, Vec<Reg>)> = (first..(first + STAGED_BATCH).min(rows))
+            .map(|it| {
+                let r = k.bin("add.u32", RegKind::B32, g_row0, it * warps);
+                let in_m = k.setp("lt.u32", r, h.m);
+                let ok = k.bin("and.pred", RegKind::Pred, in_m, col_ok);
+                let b = k.bin("div.u32", RegKind::B32, r, hs.t);
+                let t = k.bin("rem.u32", RegKind::B32, r, hs.t);
+                let plane = k.tri("mad.lo.u32", RegKind::B32, b, hs.heads, head);
+                let row = k.tri("mad.lo.u32", RegKind::B32, plane, hs.t, t);
+                let e = k.tri("mad.lo.u32", RegKind::B32, row, 64u32, d);
+                let p = k.addr_of(h.r_base, e, 4);
+                let o = k.load_f32s_if(ok, "ld.global.v4.f32", 4, addr(p, 0));
+                (ok, row, o)
+            })
+            .collect();
+        for (bi, (ok, row, o)) in batch.into_iter().enumerate() {
+            let it = first + bi as u32;
+            let dout = k.regs(RegKind::F32, 4);
+            k.op("ld.shared.v4.f32", [Opnd::V(dout.clone()), addr(s_row0, (it * warps * row_bytes) as i64)]);
+            let mut s = k.bin("mul.rn.f32", RegKind::F32, dout[0], o[0]);
+            for c in 1..4 {
+                s = k.tri("fma.rn.f32", RegKind::F32, dout[c], o[c], s);
+            }
+            for mask in [1u32, 2, 4, 8] {
+                let other = k.reg(RegKind::F32);
+                k.op("shfl.sync.bfly.b32", [other.into(), s.into(), mask.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
+                s = k.bin("add.rn.f32", RegKind::F32, s, other);
+            }
+            let writer = k.bin("and.pred", RegKind::Pred, ok, first_lane);
+            let pd = k.addr_of(u_base, row, 4);
+            k.op_if(writer, false, "st.global.f32", [addr(pd, 0), s.into()]);
+            let e = k.tri("mad.lo.u32", RegKind::B32, row, 64u32, d);
+            let p16 = k.addr_of(h.c_base, e, 2);
+            let pairs = crate::gemm::bf16_pairs(k, &dout);
+            k.op_if(ok, false, "st.global.v2.b32", [addr(p16, 0), Opnd::V(pairs)]);
+        }
+    }
+}
+
 /// The staged epilogue `spec` takes, if any: 128 × 128 tiles whose ring holds the padded f32
 /// tile, a chain, a residual or accumulation, or a plain f32 store (no activation, heads,
 /// multiply, gate or cluster), as far as `ALPHA_STAGED_EPILOGUE` allows.
@@ -621,8 +723,7 @@ pub fn staged(spec: &GemmSpec) -> Option<Staged> {
     use crate::gemm::Epilogue;
     use crate::knobs::StagedEpilogues as Allow;
     let allow = crate::knobs::knobs().staged_epilogues;
-    let fits = spec.tile == crate::gemm::Tile::T128x128
-        && gemm_wgmma::stages(spec) * stage_bytes(spec) >= spec.tile.rows() * PART_PITCH * 4
+    let fits = ring_holds_tile(spec)
         && spec.activation.is_none()
         && spec.heads.is_none()
         && !spec.gated

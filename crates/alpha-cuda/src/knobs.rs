@@ -32,6 +32,7 @@
 //! | `ALPHA_SPLITK_UNEVEN=off` | split-K over long K in power-of-two parts only, instead of any count up to 8 whose parts may differ by a K step (TMA engine) |
 //! | `ALPHA_PAIRED=off` | a residual-adding product and the plain product whose output it adds in two launches, instead of one launch summing both in one accumulator |
 //! | `ALPHA_STAGED_EPILOGUE=off\|chains\|all` | which TMA epilogues run through shared memory a row a warp ([`crate::gemm_tma::staged`]) instead of on the accumulator fragments: none, chains only, or plain f32 stores too (default: chains and residual or accumulating adds; plain stores so measured 0.05–0.07 ms slower at one context, g69) |
+//! | `ALPHA_DELTA_EPILOGUE=off` | attention's delta (and its bf16 dO) computed by a launch of its own from the f32 dO, instead of by the epilogue of the product that computes dO ([`crate::gemm::Heads::delta`]) |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -94,6 +95,8 @@ pub struct Knobs {
     /// Split-K parts summed in a thread-block cluster over grids of at most this many waves
     /// (None: nowhere).
     pub cluster_split_waves: Option<u32>,
+    /// Attention's delta and bf16 dO stored by the product computing dO.
+    pub delta_epilogue: bool,
     /// Split-K parts summed by each tile's last part to finish, not a reduction launch.
     pub split_fixup: bool,
     /// A gated unit's gate and up products in one launch where the plan allows.
@@ -161,6 +164,7 @@ pub fn knobs() -> &'static Knobs {
                 Some("shallow") => Some(1),
                 _ => None,
             },
+            delta_epilogue: on("ALPHA_DELTA_EPILOGUE"),
             split_fixup: var("ALPHA_SPLITK_FIXUP").as_deref() == Some("on"),
             gated_products: on("ALPHA_GATED"),
             uneven_split: on("ALPHA_SPLITK_UNEVEN"),

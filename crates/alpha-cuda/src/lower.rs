@@ -232,6 +232,11 @@ struct Lowerer<'p> {
     chain_epilogues: ChainEpilogues,
     /// The zeroed tile counters every last-part-sums split shares ([`Lowerer::fixup_split`]).
     fixup_counters: Option<usize>,
+    /// Held regions for a delta-heads product's bf16 dO and delta ([`delta_heads`]), by their
+    /// sizes in bytes: (dO's offset, delta's), shared by every such product of those sizes.
+    delta_regions: HashMap<(usize, usize), (usize, usize)>,
+    /// AttentionBackward → where its delta-heads product put (dO, delta).
+    delta_at: HashMap<u32, (usize, usize)>,
 }
 
 /// A tiled product as `lower_node` lowered it.
@@ -316,6 +321,9 @@ struct More {
     /// Attention → the bf16 cast of its permuted output, which it stores too
     /// ([`forward_copies`]).
     output_copy: HashMap<u32, Value>,
+    /// Head-split MatMul → (the bf16 AttentionBackward whose dO it is, its O): the product
+    /// stores dO as bf16 with delta instead of the f32 dO ([`delta_heads`]).
+    delta_heads: HashMap<u32, (u32, Value)>,
 }
 
 fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
@@ -1333,6 +1341,22 @@ impl Lowerer<'_> {
                         }
                         None => (c, r),
                     };
+                    // dO as bf16 with attention's delta, into held memory the backward reads.
+                    let delta = self.more.delta_heads.get(&id).copied();
+                    if let (Some((attn, _)), Some(h)) = (delta, spec.heads.as_mut()) {
+                        h.delta = true;
+                        let rows = (h.batch * h.heads * h.t) as usize;
+                        let sizes = (rows * h.d as usize * 2, rows * 4);
+                        let at = match self.delta_regions.get(&sizes) {
+                            Some(&at) => at,
+                            None => {
+                                let at = (self.held(sizes.0), self.held(sizes.1));
+                                self.delta_regions.insert(sizes, at);
+                                at
+                            }
+                        };
+                        self.delta_at.insert(attn, at);
+                    }
                     // Parts of whole K steps that may differ by one where the parts run on the
                     // TMA engine ([`GemmShape::split_k_uneven`]); else equal parts.
                     let uneven_ok = knobs().uneven_split && on_tma(spec).engine == gemm::Engine::Tma;
@@ -1392,10 +1416,22 @@ impl Lowerer<'_> {
                     }
                     let spec = with_ring(on_tma(spec), &shape);
                     self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
+                    if delta.is_some() && !(spec.engine == gemm::Engine::Tma && gemm_tma::ring_holds_tile(&spec)) {
+                        return Err(node_error(&node, id, format!("{}: no delta-heads store", spec.name())));
+                    }
                     let kernel = self.kernel(spec.kernel())?;
-                    let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
+                    // A delta-heads store: C the bf16 dO, R attention's O, U delta.
+                    let (c_arg, r_arg, u_delta) = match delta {
+                        Some((attn, o)) => {
+                            let (do16, dl) = self.delta_at[&attn];
+                            (A::Ptr(do16), self.ptr(o), Some(A::Ptr(dl)))
+                        }
+                        None => (self.ptr(c), self.ptr(r), None),
+                    };
+                    let mut args = vec![self.ptr(a), self.ptr(b), c_arg, r_arg];
                     args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
                     args.extend([shape.stride_a, shape.stride_b, shape.stride_c].map(A::U64));
+                    args.extend(u_delta);
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
                     }
@@ -1592,28 +1628,40 @@ impl Lowerer<'_> {
                     // Inverse rotary fused: dq (dk) stored turned back, into the Rotary's slot.
                     let rot = self.more.attnb_rot.get(&id).copied().unwrap_or_default();
                     let dst = |k: usize| rot[k].map_or(out(k as u16), |x| x.0);
-                    let (qv, kv_, vv, ov, lse, dov) = (src(0), src(1), ins[2], ins[3], ins[4], ins[5]);
+                    let (ov, lse, dov) = (ins[3], ins[4], ins[5]);
                     // Both passes in one launch (after delta alone) where their grids agree and
                     // no output lies on an input: the passes then run side by side.
-                    let writes = [dst(0), dst(1), out(2)].map(|x| range(self.plan, x));
-                    let reads = [qv, kv_, vv, ov, lse, dov].map(|x| range(self.plan, x));
-                    let apart = writes.iter().chain(&reads).all(Option::is_some)
-                        && writes.iter().flatten().all(|&w| reads.iter().flatten().all(|&r| !overlap(w, r)));
+                    let apart = joint_backward_apart(self.plan, &self.more, id, &node);
+                    let fused_delta = self.delta_at.get(&id).copied();
+                    if fused_delta.is_some() && !(tc && bf16_at.is_some() && dims.g == dims.h && apart) {
+                        return Err(node_error(
+                            &node,
+                            id,
+                            "its product stored dO and delta, but it runs in two passes",
+                        ));
+                    }
                     if tc && dims.g == dims.h && apart && knobs().joint_attention_backward {
                         // With bf16 q, k, v the delta kernel also writes dO as bf16 (after delta
-                        // in the scratch region), which the passes then copy as they copy q, k, v.
-                        let do16 = bf16_at.map(|_| {
-                            let at = (dims.scratch_floats() * 4).div_ceil(ALIGN) * ALIGN;
-                            self.need_scratch(at + dims.scratch_floats() * dims.d * 2);
-                            A::Scratch(at)
-                        });
-                        let kd = self.kernel(match do16 {
-                            Some(_) => mma::backward_delta_kernel_bf16(&dims),
-                            None => mma::backward_delta_kernel(&dims),
-                        })?;
-                        let mut args = vec![A::Scratch(0), self.ptr(ov), self.ptr(dov)];
-                        args.extend(do16);
-                        v.push(Pending { kernel: kd, grid: dims.grid_q(), block, args, node: some });
+                        // in the scratch region), which the passes then copy as they copy q, k, v
+                        // — or the output gradient's product wrote both ([`delta_heads`]).
+                        let (delta, do16) = match fused_delta {
+                            Some((do16, delta)) => (A::Ptr(delta), Some(A::Ptr(do16))),
+                            None => {
+                                let do16 = bf16_at.map(|_| {
+                                    let at = (dims.scratch_floats() * 4).div_ceil(ALIGN) * ALIGN;
+                                    self.need_scratch(at + dims.scratch_floats() * dims.d * 2);
+                                    A::Scratch(at)
+                                });
+                                let kd = self.kernel(match do16 {
+                                    Some(_) => mma::backward_delta_kernel_bf16(&dims),
+                                    None => mma::backward_delta_kernel(&dims),
+                                })?;
+                                let mut args = vec![A::Scratch(0), self.ptr(ov), self.ptr(dov)];
+                                args.extend(do16);
+                                v.push(Pending { kernel: kd, grid: dims.grid_q(), block, args, node: some });
+                                (A::Scratch(0), do16)
+                            }
+                        };
                         let inverse = [rot[0].is_some(), rot[1].is_some()];
                         let merged = self.more.merged_grads.get(&id).copied();
                         let kb = self.kernel(match (bf16_at, merged) {
@@ -1625,7 +1673,7 @@ impl Lowerer<'_> {
                             Some(cast) => vec![self.ptr(cast); 3],
                             None => [dst(0), dst(1), out(2)].iter().map(|&a| self.ptr(a)).collect(),
                         };
-                        args.push(A::Scratch(0));
+                        args.push(delta);
                         args.extend([qa, ka, va]);
                         args.extend([ov, lse, dov].iter().map(|&a| self.ptr(a)));
                         args.extend(do16);
@@ -1869,7 +1917,8 @@ fn head_split(
         && shape.m as usize == b * t
         && d.is_multiple_of(8)
         && p.outputs[0].dtype == DType::F32;
-    let heads = gemm::Heads { batch: b as u32, t: t as u32, heads: h as u32, d: d as u32, bf16_turned: false };
+    let heads =
+        gemm::Heads { batch: b as u32, t: t as u32, heads: h as u32, d: d as u32, bf16_turned: false, delta: false };
     ok.then_some((mm, heads))
 }
 
@@ -2693,6 +2742,67 @@ fn turned_heads(ph: &PhaseView, skip: &std::collections::HashSet<u32>, more: &mu
     }
 }
 
+/// Whether AttentionBackward `id`'s outputs (where fused inverse rotaries put dq and dk) all
+/// lie clear of its inputs (where fused forward rotaries read q and k): the condition for its
+/// two passes to run in one launch, where a block's dQ pass reads what others' dK/dV passes
+/// have written.
+fn joint_backward_apart(plan: &Plan, more: &More, id: u32, node: &Node) -> bool {
+    let out = |k: u16| Value { node: id, index: k };
+    let rot = more.attnb_rot.get(&id).copied().unwrap_or_default();
+    let load = more.attn_load.get(&id).copied().unwrap_or_default();
+    let dst = |k: usize| rot[k].map_or(out(k as u16), |x| x.0);
+    let src = |k: usize| load[k].map_or(node.inputs[k], |x| x.0);
+    let writes = [dst(0), dst(1), out(2)].map(|x| range(plan, x));
+    let ins = &node.inputs;
+    let reads = [src(0), src(1), ins[2], ins[3], ins[4], ins[5]].map(|x| range(plan, x));
+    writes.iter().chain(&reads).all(Option::is_some)
+        && writes.iter().flatten().all(|&w| reads.iter().flatten().all(|&r| !overlap(w, r)))
+}
+
+/// The head-split products ([`gemm::Heads`], S = 1) whose output is dO of a bf16 attention
+/// backward run as one launch, and nothing else's: they store dO as bf16 with delta
+/// ([`gemm::Heads::delta`]) into held memory, and the backward's delta launch does not run.
+/// Conditions: heads of 64, O f32 in dO's layout, the product on the TMA engine with bf16
+/// operands in 128 × 128 tiles whose ring holds the f32 tile, and the backward's joint-launch
+/// conditions. Why: at sixteen contexts the product stored dO as f32 (34 MB) for the delta
+/// launch to read back with O.
+fn delta_heads(ph: &PhaseView, uses: &HashMap<Value, usize>, f32_gemm: &HashMap<u32, (Value, Value)>, more: &mut More) {
+    let g = ph.g;
+    let mut found = vec![];
+    for (&mm, &(p, heads)) in &more.gemm_heads {
+        let dov = Value { node: p, index: 0 };
+        let Some(&[attn]) = ph.readers.get(&dov).map(Vec::as_slice) else { continue };
+        let n = &g.nodes[attn as usize];
+        let Op::AttentionBackward { bf16: true, .. } = n.op else { continue };
+        let o = n.inputs[3];
+        let Some((spec, shape)) = tiled_gemm(g, mm) else { continue };
+        let spec = GemmSpec { heads: Some(gemm::Heads { delta: true, ..heads }), ..spec };
+        let spec = with_ring(on_tma(spec), &shape);
+        let (q_heads, kv_heads) = (g.shape(n.inputs[0]), g.shape(n.inputs[1]));
+        let fits = ph.pos.contains_key(&mm)
+            && ph.pos.contains_key(&attn)
+            && n.inputs[5] == dov
+            && uses.get(&dov) == Some(&1)
+            && heads.d == 64
+            && !heads.bf16_turned
+            && g.shape(dov).len() == 4
+            && g.shape(o) == g.shape(dov)
+            && g.dtype(o) == DType::F32
+            && q_heads.get(1) == kv_heads.get(1)
+            && !f32_gemm.contains_key(&mm)
+            && spec.engine == gemm::Engine::Tma
+            && gemm_tma::ring_holds_tile(&spec)
+            && more.bf16_attention.contains_key(&attn)
+            && joint_backward_apart(ph.plan, more, attn, n);
+        if fits {
+            found.push((mm, attn, o));
+        }
+    }
+    for (mm, attn, o) in found {
+        more.delta_heads.insert(mm, (attn, o));
+    }
+}
+
 /// The bf16 attention backwards (one launch, q heads equal to k heads) whose three gradients —
 /// dq and dk as their fused inverse rotaries leave them, and dv — reach the q/k/v projection's
 /// backward only as one Concat, permuted to `[B, T, 3, H, D]` and cast to bf16 (the permute
@@ -2929,6 +3039,8 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         pending_folds: vec![],
         chain_epilogues: options.chain_epilogues,
         fixup_counters: None,
+        delta_regions: HashMap::new(),
+        delta_at: HashMap::new(),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -2966,6 +3078,9 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             for permute in forward_copies(&view, &skip, &lw.store_as, &mut lw.more) {
                 skip.insert(permute);
             }
+        }
+        if options.bf16_attention && knobs().joint_attention_backward && knobs().delta_epilogue {
+            delta_heads(&view, &uses, &lw.f32_gemm, &mut lw.more);
         }
         if knobs().mul_epilogue {
             for mul in mul_epilogues(&view, &skip, &lw.store_as, &lw.f32_gemm, &lw.gemm_add, &mut lw.more) {

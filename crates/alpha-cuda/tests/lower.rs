@@ -607,3 +607,33 @@ fn the_projections_store_the_head_split_from_the_products() {
         assert_eq!((heads, copies), (32, 1), "{by:?}");
     }
 }
+
+/// At sixteen contexts the product computing attention's output gradient stores it as bf16
+/// heads with delta (R = the attention output, U = delta, both in memory no other launch
+/// reuses), no delta launch runs, and each attention backward reads that delta and bf16 dO.
+/// One context's 64 × 64 tiles keep the delta launch.
+#[test]
+fn the_output_gradients_product_stores_attentions_delta_at_sixteen_contexts() {
+    let c = alpha_systems::coppelius::Coppelius::default();
+    for (batch, fused) in [(16, 16), (1, 0)] {
+        let l = lower_program(&c.learner(10).training_program(c.model(batch).unwrap()).unwrap()).unwrap();
+        check_pointers(&l);
+        let launches = &l.phases[0];
+        let names: Vec<&str> = launches.iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
+        let products: Vec<usize> = (0..names.len()).filter(|&i| names[i].contains("_delta_tma")).collect();
+        let delta_launches = names.iter().filter(|n| n.starts_with("attention_mma_bwd_delta")).count();
+        assert_eq!((products.len(), delta_launches), (fused, 16 - fused), "{batch} contexts");
+        for &i in &products {
+            let p = &launches[i];
+            let backward = (i..names.len()).find(|&j| names[j].starts_with("attention_mma_bf16_bwd")).unwrap();
+            let b = &launches[backward];
+            // The backward's params: (dq, dk, dv, delta, q, k, v, o, lse, do, do16, ...).
+            assert_eq!(p.args[13], b.args[3], "delta");
+            assert_eq!(p.args[2], b.args[10], "dO as bf16");
+            assert_eq!(p.args[3], b.args[7], "R = the attention output");
+            assert!(!launches[i + 1..backward]
+                .iter()
+                .any(|x| x.args.contains(&p.args[2]) || x.args.contains(&p.args[13])));
+        }
+    }
+}
