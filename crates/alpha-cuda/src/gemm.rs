@@ -330,6 +330,10 @@ pub struct GemmSpec {
     /// the launch's K is the product's, and part z of the grid's Z takes K steps
     /// ⌊z·S/Z⌋ … ⌊(z+1)·S/Z⌋ (S of them in all). TMA engine.
     pub uneven_split: bool,
+    /// A plain f32 store run through shared memory a row a warp ([`crate::gemm_tma::staged`]),
+    /// where `ALPHA_STAGED_EPILOGUE` leaves it to the lowering (which asks for it over tall
+    /// outputs, `crate::lower`). TMA engine, 128 × 128 tiles.
+    pub staged_store: bool,
     /// Two products summed in one accumulator, `A₁·B₁ + A₂·B₂` over K₁ = K₂ = K/2: the first
     /// half of the K steps reads the maps of A₁ and B₁ (the last two tensor maps), the second
     /// those of A and B ([`crate::gemm_tma`]). Both operands K-major; TMA engine, unbatched.
@@ -357,6 +361,7 @@ impl GemmSpec {
             fixup_splits: 0,
             gated: false,
             uneven_split: false,
+            staged_store: false,
             k_pair: false,
         }
     }
@@ -428,6 +433,9 @@ impl GemmSpec {
             }
             if self.k_pair {
                 tile.push_str("_kpair");
+            }
+            if self.staged_store {
+                tile.push_str("_rows");
             }
         }
         format!(

@@ -736,7 +736,9 @@ pub fn staged(spec: &GemmSpec) -> Option<Staged> {
         (None, e @ (Epilogue::AddResidual | Epilogue::Accumulate)) if allow != Allow::Chains => {
             Some(Staged::Add { accumulate: e == Epilogue::Accumulate })
         }
-        (None, Epilogue::Store) if allow == Allow::All => Some(Staged::Store),
+        (None, Epilogue::Store) if allow == Allow::All || (allow == Allow::Tall && spec.staged_store) => {
+            Some(Staged::Store)
+        }
         _ => None,
     }
 }

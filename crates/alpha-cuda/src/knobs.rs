@@ -31,7 +31,7 @@
 //! | `ALPHA_GATED=off` | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::gemm::GemmSpec::gated`]) |
 //! | `ALPHA_SPLITK_UNEVEN=off` | split-K over long K in power-of-two parts only, instead of any count up to 8 whose parts may differ by a K step (TMA engine) |
 //! | `ALPHA_PAIRED=off` | a residual-adding product and the plain product whose output it adds in two launches, instead of one launch summing both in one accumulator |
-//! | `ALPHA_STAGED_EPILOGUE=off\|chains\|all` | which TMA epilogues run through shared memory a row a warp ([`crate::gemm_tma::staged`]) instead of on the accumulator fragments: none, chains only, or plain f32 stores too (default: chains and residual or accumulating adds; plain stores so measured 0.05–0.07 ms slower at one context, g69) |
+//! | `ALPHA_STAGED_EPILOGUE=off\|chains\|adds\|all` | which TMA epilogues run through shared memory a row a warp ([`crate::gemm_tma::staged`]) instead of on the accumulator fragments: none, chains only, chains and residual or accumulating adds, or plain f32 stores too (default: chains, adds, and the plain stores of tall outputs, [`crate::gemm::GemmSpec::staged_store`]; every plain store measured 0.05–0.07 ms slower at one context, g69)
 //! | `ALPHA_DELTA_EPILOGUE=off` | attention's delta (and its bf16 dO) computed by a launch of its own from the f32 dO, instead of by the epilogue of the product that computes dO ([`crate::gemm::Heads::delta`]) |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
@@ -115,9 +115,12 @@ pub enum StagedEpilogues {
     None,
     /// Chain epilogues only.
     Chains,
-    /// Chains, and residual or accumulating adds (the default).
+    /// Chains, and residual or accumulating adds.
     Adds,
-    /// Those, and plain f32 stores (measured slower at one context, g69).
+    /// Those, and the plain f32 stores the lowering marks ([`crate::gemm::GemmSpec::staged_store`]:
+    /// tall outputs) (the default).
+    Tall,
+    /// Those, and every plain f32 store (measured slower at one context, g69).
     All,
 }
 
@@ -172,8 +175,9 @@ pub fn knobs() -> &'static Knobs {
             staged_epilogues: match var("ALPHA_STAGED_EPILOGUE").as_deref() {
                 Some("off") => StagedEpilogues::None,
                 Some("chains") => StagedEpilogues::Chains,
+                Some("adds") => StagedEpilogues::Adds,
                 Some("all") => StagedEpilogues::All,
-                _ => StagedEpilogues::Adds,
+                _ => StagedEpilogues::Tall,
             },
         }
     })

@@ -801,7 +801,7 @@ impl Lowerer<'_> {
             if !(dests_clear && others_unwritten) {
                 continue;
             }
-            let spec = GemmSpec { chain: Some(ce), ..spec };
+            let spec = GemmSpec { chain: Some(ce), staged_store: false, ..spec };
             let kernel = self.kernel(spec.kernel())?;
             let p = &mut launches[li];
             // The chain's pointers go after the shape's arguments, before the tensor maps.
@@ -957,7 +957,8 @@ impl Lowerer<'_> {
             let clear = c2.is_some_and(|w| clear_of(w, kept))
                 && written.into_iter().all(|w| w.is_some_and(|w| clear_of(w, kept)));
             if maps && between_plain && clear {
-                pairs.push((l1, l2, GemmSpec { epilogue: Epilogue::Store, k_pair: true, ..s2 }, sh2));
+                let pair = GemmSpec { epilogue: Epilogue::Store, k_pair: true, ..s2 };
+                pairs.push((l1, l2, GemmSpec { staged_store: tall_store(&pair, &sh2), ..pair }, sh2));
             }
         }
         pairs.sort_unstable_by_key(|p| p.0);
@@ -1415,6 +1416,7 @@ impl Lowerer<'_> {
                         return Ok(v);
                     }
                     let spec = with_ring(on_tma(spec), &shape);
+                    let spec = GemmSpec { staged_store: tall_store(&spec, &shape), ..spec };
                     self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
                     if delta.is_some() && !(spec.engine == gemm::Engine::Tma && gemm_tma::ring_holds_tile(&spec)) {
                         return Err(node_error(&node, id, format!("{}: no delta-heads store", spec.name())));
@@ -1858,6 +1860,30 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
 
 /// Whether a launch of `spec` on `shape` spans [`gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of
 /// blocks: deep enough for a fused epilogue's extra work to pay.
+/// Rows (tokens) from which a product's plain f32 store runs through shared memory
+/// ([`GemmSpec::staged_store`]).
+const TALL_ROWS: u32 = 8192;
+
+/// Whether a plain f32 store of `spec` over `shape` runs through shared memory a row a warp
+/// ([`GemmSpec::staged_store`]): unbatched products over at least [`TALL_ROWS`] rows of a
+/// row-major A (rows are tokens: not a weight gradient's `Xᵀ·dY`) on the TMA engine, where
+/// the knob leaves it to the lowering. Why: whole 512-byte rows a warp write sixteen
+/// contexts' large outputs (the logits' 805 MB, the 32 MB input gradients) faster than the
+/// fragments' scattered 16-byte pieces (g69: every plain store staged, sixteen contexts' step
+/// 0.2 ms faster), while one context's outputs sit in L2 and the staging's barriers showed
+/// (0.05–0.07 ms slower).
+fn tall_store(spec: &GemmSpec, shape: &GemmShape) -> bool {
+    knobs().staged_epilogues == crate::knobs::StagedEpilogues::Tall
+        && spec.engine == gemm::Engine::Tma
+        && spec.epilogue == Epilogue::Store
+        && spec.activation.is_none()
+        && spec.heads.is_none()
+        && spec.chain.is_none()
+        && spec.a == Layout::RowMajor
+        && shape.batch == 1
+        && shape.m >= TALL_ROWS
+}
+
 fn deep_epilogue_grid(spec: &GemmSpec, shape: &GemmShape) -> bool {
     let (gx, gy, gz) = spec.grid(shape);
     gx * gy * gz >= gemm_wgmma::DEEP_EPILOGUE_WAVES * gemm::SMS
@@ -3740,7 +3766,7 @@ mod tests {
         let (gated, down) = gate_and_up(true, false);
         assert_eq!(
             (gated.as_str(), down.as_str()),
-            ("gemm_rr_bf16_storemul_gelu_tma_s3_gated", "gemm_rr_bf16_store_tma_s3")
+            ("gemm_rr_bf16_storemul_gelu_tma_s3_gated", "gemm_rr_bf16_store_tma_s3_rows")
         );
         // Read by a sum too: the gate product stores it (so it is no plain gate to merge), and the
         // StoreMul still computes its own.
