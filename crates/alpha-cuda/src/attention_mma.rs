@@ -44,7 +44,9 @@
 //!   epilogue does it with this module's arithmetic), and are copied by `cp.async` straight into
 //!   the staged tiles — no registers in flight, nothing converted (forward 126 registers against
 //!   250). [`backward_delta_kernel_bf16`] also writes dO as bf16 for the one-launch backward to
-//!   copy the same way, with delta read instead of recomputed. The forward can store its output's
+//!   copy the same way, with delta read instead of recomputed — or, where the product computing
+//!   dO runs in 128 × 128 tiles, that product's epilogue writes both, the same bits
+//!   ([`crate::gemm::Heads::delta`]), and this launch does not run. The forward can store its output's
 //!   permuted bf16 copy too, and the backward the permuted bf16 gradient `[B, T, 3, H, 64]`, the
 //!   tensors the projections around attention read. Every variant gives the same bits as the
 //!   f32 kernels turning on load (`check::attention_bf16_checks`).

@@ -1903,13 +1903,13 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
 }
 
 /// Split-K parts summed by a thread-block cluster ([`GemmSpec::cluster_splits`]) against the
-/// parts stored to scratch and summed by the reduction launch ([`split_sum_checks`]).
+/// parts stored to scratch and summed by the reduction launch (see `split_sum_checks`).
 pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
     split_sum_checks(gpu, arena, rng, opts, SplitSum::Cluster)
 }
 
 /// Split-K parts summed by each tile's last part to finish ([`GemmSpec::fixup_splits`])
-/// against the parts summed by the reduction launch ([`split_sum_checks`]); the second run
+/// against the parts summed by the reduction launch (see `split_sum_checks`); the second run
 /// finds the counters the first left, so it shows they were set back to zero.
 pub fn gemm_fixup_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
     split_sum_checks(gpu, arena, rng, opts, SplitSum::LastPart)

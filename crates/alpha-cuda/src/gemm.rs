@@ -177,7 +177,7 @@ pub struct Heads {
     /// (`[B·H·T]` f32) — what [`crate::attention_mma::backward_delta_kernel_bf16`] computes
     /// from the f32 product and O, in its order, so the same bits. The f32 product is never
     /// stored. Heads of 64, S = 1, TMA engine, 128 × 128 tiles whose ring holds the f32 tile
-    /// ([`crate::gemm_tma::store_heads_delta`]).
+    /// (`gemm_tma::store_heads_delta`).
     pub delta: bool,
 }
 

@@ -616,7 +616,7 @@ pub enum Staged {
     Store,
 }
 
-/// Whether `spec`'s ring holds its f32 product tile at [`PART_PITCH`] (what the epilogues
+/// Whether `spec`'s ring holds its f32 product tile at `PART_PITCH` (what the epilogues
 /// through shared memory need): 128 × 128 tiles.
 pub fn ring_holds_tile(spec: &GemmSpec) -> bool {
     spec.tile == crate::gemm::Tile::T128x128
