@@ -10,7 +10,7 @@
 //! segment by binary search, re-searching only when its element leaves the cached segment.
 //!
 //! How: per element, with round-to-nearest arithmetic and no fused multiply-adds (so the CPU
-//! reference [`reference`] reproduces it bit for bit):
+//! reference [`reference`](fn@reference) reproduces it bit for bit):
 //! `g ← grad·scale; m ← β₁m + (1−β₁)g; v ← β₂v + (1−β₂)g²; p ← p·(1 − lr·wd·decay);`
 //! `p ← p − lr·(m·bc₁)/(√(v·bc₂) + ε)` with `bc = 1/(1 − βᵗ)` (PyTorch's AdamW order).
 //!

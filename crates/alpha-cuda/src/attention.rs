@@ -470,7 +470,7 @@ pub(crate) fn dkv_params(
 }
 
 /// Forward, with `load` = (q, k) read before their (forward) rotary and turned on load (the
-/// Rotary fused into the loads, see [`load_tile_rotated`]): params (o, lse, q, k, v), then
+/// Rotary fused into the loads, see `load_tile_rotated`): params (o, lse, q, k, v), then
 /// `q_tab` and `k_tab` for those turned.
 pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     let (t, d) = (dims.t as u32, dims.d);

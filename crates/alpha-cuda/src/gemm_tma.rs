@@ -24,7 +24,7 @@
 //! `cp.async` ring's zero fill, so the products and their rounding are the same bit for bit.
 //!
 //! Epilogues that read f32 tensors at every element (a chain's inputs, a residual, the old
-//! output) run through shared memory ([`store_staged`]): the tile goes to the ring, then each
+//! output) run through shared memory (`store_staged`): the tile goes to the ring, then each
 //! warp takes whole rows, with several rows' loads in flight.
 //!
 //! Two variants change the block's ends, not its main loop. A gated block
@@ -603,7 +603,7 @@ fn sum_in_last_part(k: &mut Kernel, spec: &GemmSpec, h: &Head, [out, counters]: 
 /// Partial tiles' rows (over all parts) whose loads [`sum_in_last_part`] keeps in flight a lane.
 const FIXUP_ROWS: u32 = 8;
 
-/// What an epilogue run through shared memory ([`store_staged`]) does with each element.
+/// What an epilogue run through shared memory (`store_staged`) does with each element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Staged {
     /// The spec's chain ([`crate::gemm::ChainEpilogue`]): its other inputs read, its outputs

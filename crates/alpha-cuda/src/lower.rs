@@ -3258,11 +3258,11 @@ fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<
 /// Plans `program` with byte units and lowers it.
 ///
 /// The inputs of forward Rotaries that the attention kernels may turn on load are kept alive
-/// through their AttentionBackward (see [`fuse_more`]), so that the fusion finds them
+/// through their AttentionBackward (see `fuse_more`), so that the fusion finds them
 /// unwritten, and through the inverse Rotaries of its dq and dk: those fuse into the backward's
 /// stores, which must not land on the pre-rotary tensors the backward reads (a plain plan puts
 /// them exactly there). The f32 sources of the bf16 casts that only GEMMs read are kept alive
-/// through those GEMMs ([`cast_sources_through_their_gemms`]), so that every such cast folds
+/// through those GEMMs (`cast_sources_through_their_gemms`), so that every such cast folds
 /// into the GEMMs' loads.
 pub fn lower_program(program: &alpha_ir::Program) -> Result<Lowered> {
     lower_program_with(program, LowerOptions::from_knobs())

@@ -411,7 +411,7 @@ pub fn ln(k: &mut Kernel, x: Reg) -> Reg {
 }
 
 /// `tanh x` as `1 − 2/(e^{2x} + 1)` (saturates correctly at ±∞), the quotient correctly
-/// rounded ([`two_over`]): the same bits as [`tanh_dividing`] for every f32 input
+/// rounded (`two_over`): the same bits as [`tanh_dividing`] for every f32 input
 /// (`check::tanh_exhaustive`).
 pub fn tanh(k: &mut Kernel, x: Reg) -> Reg {
     let two_x = k.bin("add.rn.f32", RegKind::F32, x, x);

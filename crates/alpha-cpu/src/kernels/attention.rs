@@ -4,7 +4,7 @@
 //!
 //! With `bf16` the reference models tensor-core attention: q, k, v (and dO) are rounded to bf16,
 //! and so are the probabilities entering P·V (taken against the running maximum of the
-//! device's online softmax, [`online_rounded`]) and dV, and the score gradients entering dQ and
+//! device's online softmax, `online_rounded`) and dV, and the score gradients entering dQ and
 //! dK (before the scale, which the device applies once at the end); the softmax sums, lse and
 //! delta stay unrounded, as on the device.
 

@@ -10,7 +10,7 @@ fn row<T: Real>(id: T, rows: usize) -> usize {
     r as usize
 }
 
-/// out[i, :] = table[ids[i], :].
+/// `out[i, :] = table[ids[i], :]`.
 pub fn gather<T: Real>(table: &[T], rows: usize, ids: &[T], out: &mut [T]) {
     let d = table.len() / rows.max(1);
     out.par_chunks_mut(d.max(1)).zip(ids.par_iter()).for_each(|(o, &id)| {
@@ -19,7 +19,7 @@ pub fn gather<T: Real>(table: &[T], rows: usize, ids: &[T], out: &mut [T]) {
     });
 }
 
-/// out[r, :] = Σ_{i : ids[i] = r} src[i, :], summed in increasing i for every r. Columns are
+/// `out[r, :] = Σ_{i : ids[i] = r} src[i, :]`, summed in increasing i for every r. Columns are
 /// split across threads, rows never, so the order of additions is fixed.
 pub fn scatter_add<T: Real>(src: &[T], ids: &[T], rows: usize, out: &mut [T]) {
     let d = out.len() / rows.max(1);

@@ -1,4 +1,4 @@
-//! Exact full-vocabulary cross-entropy, one row per position: loss = logsumexp(z) − z[target].
+//! Exact full-vocabulary cross-entropy, one row per position: `loss = logsumexp(z) − z[target]`.
 
 use rayon::prelude::*;
 

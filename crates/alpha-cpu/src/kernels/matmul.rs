@@ -4,7 +4,7 @@
 
 use crate::real::Real;
 
-/// out[b] = op(a[b])·op(b[b]); a 2-D `b` (`b_batched == false`) is shared by every batch.
+/// `out[b] = op(a[b])·op(b[b])`; a 2-D `b` (`b_batched == false`) is shared by every batch.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul<T: Real>(
     a: &[T],

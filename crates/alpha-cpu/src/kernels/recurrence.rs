@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use crate::real::Real;
 
-/// u, out: [B, T, C]; gamma: [C].
+/// u, out: `[B, T, C]`; gamma: `[C]`.
 pub fn recurrence<T: Real>(u: &[T], gamma: &[T], b: usize, t: usize, reverse: bool, out: &mut [T]) {
     let c = gamma.len();
     out.par_chunks_mut(t * c).zip(u.par_chunks(t * c)).take(b).for_each(|(s, u)| {
