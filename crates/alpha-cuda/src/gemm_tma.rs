@@ -440,6 +440,85 @@ fn fragments_to_shared(k: &mut Kernel, frags: &[Vec<Reg>], lane: Reg, wrow: Reg,
     }
 }
 
+/// A 128-row tile walked a row a warp: warp w takes the tile's rows w, w + warps, …, and lane l
+/// its columns 4l … 4l + 3, so each warp's loads and stores are whole 512-byte rows. The
+/// epilogues through shared memory and the last part's split-K sum walk the tile this way.
+struct RowWalk {
+    warps: u32,
+    warp: Reg,
+    /// The lane's first column of C, and whether its four columns lie inside C.
+    col: Reg,
+    col_ok: Reg,
+}
+
+/// One row of a [`RowWalk`]: the warp's `it`-th, row `r` of C, and whether it and the lane's
+/// columns lie inside C.
+#[derive(Clone, Copy)]
+struct WalkRow {
+    it: u32,
+    r: Reg,
+    ok: Reg,
+}
+
+impl RowWalk {
+    fn new(k: &mut Kernel, h: &Head, lane: Reg, consumers: u32) -> RowWalk {
+        let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
+        let col = k.tri("mad.lo.u32", RegKind::B32, lane, 4u32, h.n0);
+        let col_ok = k.setp("lt.u32", col, h.n);
+        RowWalk { warps: consumers / 32, warp, col, col_ok }
+    }
+
+    /// The shared address of the lane's four columns in the warp's first row of a tile staged
+    /// at `tile` by [`stage_tile`].
+    fn staged_row0(&self, k: &mut Kernel, lane: Reg, tile: Reg) -> Reg {
+        let s_lane = k.tri("mad.lo.u32", RegKind::B32, lane, 16u32, tile);
+        k.tri("mad.lo.u32", RegKind::B32, self.warp, PART_PITCH * 4, s_lane)
+    }
+
+    /// The lane's four product values of row `w` of a staged tile ([`Self::staged_row0`]).
+    fn staged_row(&self, k: &mut Kernel, s_row0: Reg, w: WalkRow) -> Vec<Reg> {
+        let v = k.regs(RegKind::F32, 4);
+        let at = (w.it * self.warps * PART_PITCH * 4) as i64;
+        k.op("ld.shared.v4.f32", [Opnd::V(v.clone()), addr(s_row0, at)]);
+        v
+    }
+
+    /// Walks the warp's rows `batch` at a time: `load` on every row of a batch (its loads then
+    /// all in flight), then `finish` on each with what its `load` gave.
+    fn each<L>(
+        &self,
+        k: &mut Kernel,
+        h: &Head,
+        batch: u32,
+        mut load: impl FnMut(&mut Kernel, WalkRow) -> L,
+        mut finish: impl FnMut(&mut Kernel, WalkRow, L),
+    ) {
+        let row0 = k.bin("add.u32", RegKind::B32, h.m0, self.warp);
+        let rows = 128 / self.warps;
+        for first in (0..rows).step_by(batch as usize) {
+            let loaded: Vec<(WalkRow, L)> = (first..(first + batch).min(rows))
+                .map(|it| {
+                    let r = k.bin("add.u32", RegKind::B32, row0, it * self.warps);
+                    let in_m = k.setp("lt.u32", r, h.m);
+                    let w = WalkRow { it, r, ok: k.bin("and.pred", RegKind::Pred, in_m, self.col_ok) };
+                    (w, load(k, w))
+                })
+                .collect();
+            for (w, l) in loaded {
+                finish(k, w, l);
+            }
+        }
+    }
+}
+
+/// Puts the product tile in the ring for a [`RowWalk`], rows [`PART_PITCH`] apart, once every
+/// consumer's last products have read the ring; then the consumers meet.
+fn stage_tile(k: &mut Kernel, frags: &[Vec<Reg>], lane: Reg, wrow: Reg, tile: Reg, consumers: u32) {
+    k.op("bar.sync", [1u32.into(), consumers.into()]);
+    fragments_to_shared(k, frags, lane, wrow, tile);
+    k.op("bar.sync", [1u32.into(), consumers.into()]);
+}
+
 /// The epilogue of a cluster-summed split-K part ([`GemmSpec::cluster_splits`]): each block
 /// puts its part of the tile in its shared memory (`part`, rows [`PART_PITCH`] apart), the
 /// cluster meets, and the block of rank r sums band r of the tile's rows over every block's part
@@ -555,49 +634,34 @@ fn sum_in_last_part(k: &mut Kernel, spec: &GemmSpec, h: &Head, [out, counters]: 
             part
         })
         .collect();
-    let warps = consumers / 32;
-    let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
     let lane = k.bin("and.b32", RegKind::B32, h.tid, 31u32);
-    let col = k.tri("mad.lo.u32", RegKind::B32, lane, 4u32, h.n0);
-    let col_ok = k.setp("lt.u32", col, h.n);
-    let row0 = k.bin("add.u32", RegKind::B32, h.m0, warp);
-    let rows = spec.tile.rows() / warps;
-    let in_flight = (FIXUP_ROWS / splits).max(1);
-    for first in (0..rows).step_by(in_flight as usize) {
-        // Per row: in range, element offset, every part's four values, the old four.
-        type RowLoads = (Reg, Reg, Vec<Vec<Reg>>, Option<Vec<Reg>>);
-        let batch: Vec<RowLoads> = (first..(first + in_flight).min(rows))
-            .map(|it| {
-                let r = k.bin("add.u32", RegKind::B32, row0, it * warps);
-                let in_m = k.setp("lt.u32", r, h.m);
-                let ok = k.bin("and.pred", RegKind::Pred, in_m, col_ok);
-                let e = k.tri("mad.lo.u32", RegKind::B32, r, h.ldc, col);
-                let parts = bases
-                    .iter()
-                    .map(|&base| {
-                        let p = k.addr_of(base, e, 4);
-                        k.load_f32s_if(ok, "ld.global.cg.v4.f32", 4, addr(p, 0))
-                    })
-                    .collect();
-                let old = match spec.epilogue {
-                    Epilogue::Store => None,
-                    Epilogue::Accumulate => Some(out),
-                    Epilogue::AddResidual => Some(h.r_param),
-                    Epilogue::StoreMul => unreachable!("no StoreMul split"),
-                }
-                .map(|base| {
-                    let p = k.addr_of(base, e, 4);
-                    k.load_f32s_if(ok, "ld.global.v4.f32", 4, addr(p, 0))
-                });
-                (ok, e, parts, old)
-            })
-            .collect();
-        for (ok, e, parts, old) in batch {
+    let walk = RowWalk::new(k, h, lane, consumers);
+    let old = match spec.epilogue {
+        Epilogue::Store => None,
+        Epilogue::Accumulate => Some(out),
+        Epilogue::AddResidual => Some(h.r_param),
+        Epilogue::StoreMul => unreachable!("no StoreMul split"),
+    };
+    walk.each(
+        k,
+        h,
+        (FIXUP_ROWS / splits).max(1),
+        |k, w| {
+            // Every part's four values, and the old four.
+            let e = k.tri("mad.lo.u32", RegKind::B32, w.r, h.ldc, walk.col);
+            let ld = |k: &mut Kernel, base: Reg, op: &str| {
+                let p = k.addr_of(base, e, 4);
+                k.load_f32s_if(w.ok, op, 4, addr(p, 0))
+            };
+            let parts: Vec<Vec<Reg>> = bases.iter().map(|&base| ld(k, base, "ld.global.cg.v4.f32")).collect();
+            (e, parts, old.map(|base| ld(k, base, "ld.global.v4.f32")))
+        },
+        |k, w, (e, parts, old)| {
             let sum = crate::gemm::sum_parts(k, &parts, old.as_deref());
             let p = k.addr_of(out, e, 4);
-            k.op_if(ok, false, "st.global.v4.f32", [addr(p, 0), Opnd::V(sum)]);
-        }
-    }
+            k.op_if(w.ok, false, "st.global.v4.f32", [addr(p, 0), Opnd::V(sum)]);
+        },
+    );
 }
 
 /// Partial tiles' rows (over all parts) whose loads [`sum_in_last_part`] keeps in flight a lane.
@@ -658,44 +722,29 @@ pub(crate) fn store_heads_delta(
     );
     k.comment("epilogue: dO to shared memory, then a row a warp: dO as bf16 heads and delta = dO . O");
     let u_base = h.u_base.expect("a delta-heads store's delta pointer");
-    let row_bytes = PART_PITCH * 4;
-    k.op("bar.sync", [1u32.into(), consumers.into()]);
-    fragments_to_shared(k, frags, lane, wrow, tile);
-    k.op("bar.sync", [1u32.into(), consumers.into()]);
-
-    let warps = consumers / 32;
-    let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
+    stage_tile(k, frags, lane, wrow, tile, consumers);
+    let walk = RowWalk::new(k, h, lane, consumers);
     // Lane l: columns 4l …, of head (n0 + 4l) / 64 at d = 4·(l mod 16) (tiles start on a head).
-    let col = k.tri("mad.lo.u32", RegKind::B32, lane, 4u32, h.n0);
-    let col_ok = k.setp("lt.u32", col, h.n);
-    let head = k.bin("shr.u32", RegKind::B32, col, 6u32);
-    let d = k.bin("and.b32", RegKind::B32, col, 63u32);
+    let head = k.bin("shr.u32", RegKind::B32, walk.col, 6u32);
+    let d = k.bin("and.b32", RegKind::B32, walk.col, 63u32);
     let first_lane = k.setp("eq.u32", d, 0u32);
-    let s_lane = k.tri("mad.lo.u32", RegKind::B32, lane, 16u32, tile);
-    let s_row0 = k.tri("mad.lo.u32", RegKind::B32, warp, row_bytes, s_lane);
-    let g_row0 = k.bin("add.u32", RegKind::B32, h.m0, warp);
-    let rows = 128 / warps;
-    for first in (0..rows).step_by(STAGED_BATCH as usize) {
-        // Per row: in range, its delta index (b·H + head)·T + t, and O's four values.
-        let batch: Vec<(Reg, Reg, Vec<Reg>)> = (first..(first + STAGED_BATCH).min(rows))
-            .map(|it| {
-                let r = k.bin("add.u32", RegKind::B32, g_row0, it * warps);
-                let in_m = k.setp("lt.u32", r, h.m);
-                let ok = k.bin("and.pred", RegKind::Pred, in_m, col_ok);
-                let b = k.bin("div.u32", RegKind::B32, r, hs.t);
-                let t = k.bin("rem.u32", RegKind::B32, r, hs.t);
-                let plane = k.tri("mad.lo.u32", RegKind::B32, b, hs.heads, head);
-                let row = k.tri("mad.lo.u32", RegKind::B32, plane, hs.t, t);
-                let e = k.tri("mad.lo.u32", RegKind::B32, row, 64u32, d);
-                let p = k.addr_of(h.r_base, e, 4);
-                let o = k.load_f32s_if(ok, "ld.global.v4.f32", 4, addr(p, 0));
-                (ok, row, o)
-            })
-            .collect();
-        for (bi, (ok, row, o)) in batch.into_iter().enumerate() {
-            let it = first + bi as u32;
-            let dout = k.regs(RegKind::F32, 4);
-            k.op("ld.shared.v4.f32", [Opnd::V(dout.clone()), addr(s_row0, (it * warps * row_bytes) as i64)]);
+    let s_row0 = walk.staged_row0(k, lane, tile);
+    walk.each(
+        k,
+        h,
+        STAGED_BATCH,
+        |k, w| {
+            // The row's delta index (b·H + head)·T + t, its element in the heads, O's four values.
+            let b = k.bin("div.u32", RegKind::B32, w.r, hs.t);
+            let t = k.bin("rem.u32", RegKind::B32, w.r, hs.t);
+            let plane = k.tri("mad.lo.u32", RegKind::B32, b, hs.heads, head);
+            let row = k.tri("mad.lo.u32", RegKind::B32, plane, hs.t, t);
+            let e = k.tri("mad.lo.u32", RegKind::B32, row, 64u32, d);
+            let p = k.addr_of(h.r_base, e, 4);
+            (row, e, k.load_f32s_if(w.ok, "ld.global.v4.f32", 4, addr(p, 0)))
+        },
+        |k, w, (row, e, o)| {
+            let dout = walk.staged_row(k, s_row0, w);
             let mut s = k.bin("mul.rn.f32", RegKind::F32, dout[0], o[0]);
             for c in 1..4 {
                 s = k.tri("fma.rn.f32", RegKind::F32, dout[c], o[c], s);
@@ -705,15 +754,14 @@ pub(crate) fn store_heads_delta(
                 k.op("shfl.sync.bfly.b32", [other.into(), s.into(), mask.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
                 s = k.bin("add.rn.f32", RegKind::F32, s, other);
             }
-            let writer = k.bin("and.pred", RegKind::Pred, ok, first_lane);
+            let writer = k.bin("and.pred", RegKind::Pred, w.ok, first_lane);
             let pd = k.addr_of(u_base, row, 4);
             k.op_if(writer, false, "st.global.f32", [addr(pd, 0), s.into()]);
-            let e = k.tri("mad.lo.u32", RegKind::B32, row, 64u32, d);
             let p16 = k.addr_of(h.c_base, e, 2);
             let pairs = crate::gemm::bf16_pairs(k, &dout);
-            k.op_if(ok, false, "st.global.v2.b32", [addr(p16, 0), Opnd::V(pairs)]);
-        }
-    }
+            k.op_if(w.ok, false, "st.global.v2.b32", [addr(p16, 0), Opnd::V(pairs)]);
+        },
+    );
 }
 
 /// The staged epilogue `spec` takes, if any: 128 × 128 tiles whose ring holds the padded f32
@@ -771,12 +819,7 @@ fn store_staged(
 ) {
     k.comment("epilogue: the product to shared memory, then a row a warp");
     let chain = || spec.chain.expect("a staged chain epilogue's chain");
-    let row_bytes = PART_PITCH * 4;
-    // Every consumer's last products have read the ring.
-    k.op("bar.sync", [1u32.into(), consumers.into()]);
-    fragments_to_shared(k, frags, lane, wrow, tile);
-    k.op("bar.sync", [1u32.into(), consumers.into()]);
-
+    stage_tile(k, frags, lane, wrow, tile, consumers);
     // The f32 tensors read at each element, those stored (bf16 or not), and a chain's steps.
     let (reads, writes, steps): (Vec<Reg>, Vec<(Reg, bool)>, _) = match work {
         Staged::Chain => {
@@ -791,47 +834,31 @@ fn store_staged(
         }
         Staged::Store => (vec![], vec![(h.c_base, false)], vec![]),
     };
-    let warps = consumers / 32;
-    let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
-    // Lane l takes columns 4l … 4l + 3 of the tile.
-    let col = k.tri("mad.lo.u32", RegKind::B32, lane, 4u32, h.n0);
-    let col_ok = k.setp("lt.u32", col, h.n);
-    let s_lane = k.tri("mad.lo.u32", RegKind::B32, lane, 16u32, tile);
-    let s_row0 = k.tri("mad.lo.u32", RegKind::B32, warp, row_bytes, s_lane);
-    let g_row0 = k.bin("add.u32", RegKind::B32, h.m0, warp);
-    let rows = 128 / warps;
-    for first in (0..rows).step_by(STAGED_BATCH as usize) {
-        // This batch's rows (tile row it·warps + warp): their in-range predicates, element
-        // offsets, and the other inputs' values, all loaded before any is used.
-        let batch: Vec<(Reg, Reg)> = (first..(first + STAGED_BATCH).min(rows))
-            .map(|it| {
-                let r = k.bin("add.u32", RegKind::B32, g_row0, it * warps);
-                let in_m = k.setp("lt.u32", r, h.m);
-                let ok = k.bin("and.pred", RegKind::Pred, in_m, col_ok);
-                (ok, k.tri("mad.lo.u32", RegKind::B32, r, h.ldc, col))
-            })
-            .collect();
-        let loaded: Vec<Vec<Vec<Reg>>> = batch
-            .iter()
-            .map(|&(ok, e)| {
-                reads
-                    .iter()
-                    .map(|&base| {
-                        let p = k.addr_of(base, e, 4);
-                        k.load_f32s_if(ok, "ld.global.v4.f32", 4, addr(p, 0))
-                    })
-                    .collect()
-            })
-            .collect();
-        for (bi, (&(ok, e), vals_in)) in batch.iter().zip(&loaded).enumerate() {
-            let it = first + bi as u32;
-            let product = k.regs(RegKind::F32, 4);
-            k.op("ld.shared.v4.f32", [Opnd::V(product.clone()), addr(s_row0, (it * warps * row_bytes) as i64)]);
+    let walk = RowWalk::new(k, h, lane, consumers);
+    let s_row0 = walk.staged_row0(k, lane, tile);
+    walk.each(
+        k,
+        h,
+        STAGED_BATCH,
+        |k, w| {
+            // The element offset, and the other inputs' four values.
+            let e = k.tri("mad.lo.u32", RegKind::B32, w.r, h.ldc, walk.col);
+            let vals: Vec<Vec<Reg>> = reads
+                .iter()
+                .map(|&base| {
+                    let p = k.addr_of(base, e, 4);
+                    k.load_f32s_if(w.ok, "ld.global.v4.f32", 4, addr(p, 0))
+                })
+                .collect();
+            (e, vals)
+        },
+        |k, w, (e, vals_in)| {
+            let product = walk.staged_row(k, s_row0, w);
             // Per output, its four values.
             let values: Vec<Vec<Reg>> = match work {
                 Staged::Chain => {
                     let c = chain();
-                    let results = crate::gemm::chain_results(k, &c, &steps, &product, vals_in);
+                    let results = crate::gemm::chain_results(k, &c, &steps, &product, &vals_in);
                     c.outputs().iter().map(|&(step, _)| results.iter().map(|r| r[step]).collect()).collect()
                 }
                 // The fragment epilogue's addition: the product's value plus the old one.
@@ -846,14 +873,14 @@ fn store_staged(
                 if bf16 {
                     let p = k.addr_of(base, e, 2);
                     let pairs = crate::gemm::bf16_pairs(k, &vs);
-                    k.op_if(ok, false, "st.global.v2.b32", [addr(p, 0), Opnd::V(pairs)]);
+                    k.op_if(w.ok, false, "st.global.v2.b32", [addr(p, 0), Opnd::V(pairs)]);
                 } else {
                     let p = k.addr_of(base, e, 4);
-                    k.op_if(ok, false, "st.global.v4.f32", [addr(p, 0), Opnd::V(vs)]);
+                    k.op_if(w.ok, false, "st.global.v4.f32", [addr(p, 0), Opnd::V(vs)]);
                 }
             }
-        }
-    }
+        },
+    );
 }
 
 /// Encodes `map` over the operand at device address `base` (bf16, 128-byte swizzle, rows past

@@ -147,6 +147,12 @@ enum A {
 }
 
 /// The arena offset an argument points at (None: a scalar, or the scratch region).
+/// A product launch's shape arguments after A, B, C and R ([`gemm::SHAPE_ARGS`] in all): m, n,
+/// k, the leading dimensions, the batch strides.
+fn shape_args(s: &GemmShape) -> impl Iterator<Item = A> {
+    [s.m, s.n, s.k, s.lda, s.ldb, s.ldc].map(A::U32).into_iter().chain([s.stride_a, s.stride_b, s.stride_c].map(A::U64))
+}
+
 /// Tile counters of the last-part-sums splits ([`GemmSpec::fixup_splits`]): one per output tile
 /// of a launch, shared by every such launch (each leaves them zero).
 const FIXUP_COUNTERS: u32 = 4096;
@@ -401,8 +407,7 @@ impl Lowerer<'_> {
         let kernel = self.kernel(cspec.kernel())?;
         let cs = shape.split_in_cluster(&cspec, splits);
         let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
-        args.extend([cs.m, cs.n, cs.k, cs.lda, cs.ldb, cs.ldc].map(A::U32));
-        args.extend([cs.stride_a, cs.stride_b, cs.stride_c].map(A::U64));
+        args.extend(shape_args(&cs));
         args.extend(self.maps_for(&cspec, &cs, a, b)?);
         Ok(Some(Pending { kernel, grid: cspec.grid(&cs), block: (cspec.threads(), 1, 1), args, node }))
     }
@@ -448,8 +453,7 @@ impl Lowerer<'_> {
         };
         let kernel = self.kernel(fspec.kernel())?;
         let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), self.ptr(r)];
-        args.extend([part.m, part.n, part.k, part.lda, part.ldb, part.ldc].map(A::U32));
-        args.extend([part.stride_a, part.stride_b, part.stride_c].map(A::U64));
+        args.extend(shape_args(part));
         args.extend(self.maps_for(&fspec, part, a, b)?);
         args.extend([self.ptr(c), A::Ptr(counters)]);
         Ok(Some(Pending { kernel, grid: fspec.grid(part), block: (fspec.threads(), 1, 1), args, node }))
@@ -1342,9 +1346,10 @@ impl Lowerer<'_> {
                         }
                         None => (c, r),
                     };
-                    // dO as bf16 with attention's delta, into held memory the backward reads.
-                    let delta = self.more.delta_heads.get(&id).copied();
-                    if let (Some((attn, _)), Some(h)) = (delta, spec.heads.as_mut()) {
+                    // dO as bf16 with attention's delta, into held memory the backward reads:
+                    // (O, and the held offsets of dO and delta).
+                    let mut delta = None;
+                    if let (Some(&(attn, o)), Some(h)) = (self.more.delta_heads.get(&id), spec.heads.as_mut()) {
                         h.delta = true;
                         let rows = (h.batch * h.heads * h.t) as usize;
                         let sizes = (rows * h.d as usize * 2, rows * 4);
@@ -1357,6 +1362,7 @@ impl Lowerer<'_> {
                             }
                         };
                         self.delta_at.insert(attn, at);
+                        delta = Some((o, at));
                     }
                     // Parts of whole K steps that may differ by one where the parts run on the
                     // TMA engine ([`GemmShape::split_k_uneven`]); else equal parts.
@@ -1398,8 +1404,7 @@ impl Lowerer<'_> {
                         }
                         let kernel = self.kernel(pspec.kernel())?;
                         let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), A::Scratch(0)];
-                        args.extend([part.m, part.n, part.k, part.lda, part.ldb, part.ldc].map(A::U32));
-                        args.extend([part.stride_a, part.stride_b, part.stride_c].map(A::U64));
+                        args.extend(shape_args(&part));
                         args.extend(self.maps_for(&pspec, &part, a, b)?);
                         let block = (pspec.threads(), 1, 1);
                         v.push(Pending { kernel, grid: pspec.grid(&part), block, args, node: some });
@@ -1424,15 +1429,11 @@ impl Lowerer<'_> {
                     let kernel = self.kernel(spec.kernel())?;
                     // A delta-heads store: C the bf16 dO, R attention's O, U delta.
                     let (c_arg, r_arg, u_delta) = match delta {
-                        Some((attn, o)) => {
-                            let (do16, dl) = self.delta_at[&attn];
-                            (A::Ptr(do16), self.ptr(o), Some(A::Ptr(dl)))
-                        }
+                        Some((o, (do16, dl))) => (A::Ptr(do16), self.ptr(o), Some(A::Ptr(dl))),
                         None => (self.ptr(c), self.ptr(r), None),
                     };
                     let mut args = vec![self.ptr(a), self.ptr(b), c_arg, r_arg];
-                    args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(A::U32));
-                    args.extend([shape.stride_a, shape.stride_b, shape.stride_c].map(A::U64));
+                    args.extend(shape_args(&shape));
                     args.extend(u_delta);
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
