@@ -1059,7 +1059,50 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     rows.extend(delta_heads_checks(gpu, arena, rng)?);
     rows.extend(store_mul_checks(gpu, arena, rng)?);
     rows.extend(gated_checks(gpu, arena, rng)?);
+    rows.extend(persistent_checks(gpu, arena, rng)?);
     rows.extend(chain_epilogue_checks(gpu, arena, rng)?);
+    Ok(rows)
+}
+
+/// Persistent products ([`GemmSpec::persistent`]) against a block a tile, bit for bit: five
+/// blocks walk the 88 tiles of a ragged product, with the epilogues a step takes there — a
+/// plain store on the fragments and through shared memory, and the residual add and the
+/// accumulation through shared memory (whose producer waits for the ring) — the output's old
+/// values the same before each.
+fn persistent_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    let (m, n, k) = (1000u32, 1408u32, 512u32);
+    let mut rows = vec![];
+    let base = GemmSpec { stages: 3, ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma() };
+    let cases = [
+        GemmSpec { epilogue: Epilogue::Store, ..base },
+        GemmSpec { epilogue: Epilogue::Store, staged_store: true, ..base },
+        GemmSpec { epilogue: Epilogue::AddResidual, ..base },
+        GemmSpec { epilogue: Epilogue::Accumulate, ..base },
+    ];
+    for one in cases {
+        arena.reset();
+        let walk = GemmSpec { persistent: true, ..one };
+        let sh = GemmShape::packed(&one, m, n, k);
+        let GemmCase { ab, bb, cb, rb, nc, .. } = gemm_case(arena, rng, &one, &sh)?;
+        let maps = tma_maps(arena, &one, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
+        let old = rng.vec(nc, 1.0);
+        let mut outs: Vec<Vec<u32>> = vec![];
+        for (spec, blocks) in [(one, None), (walk, Some(5))] {
+            arena.upload(cb, &old)?;
+            let f = gpu.load(&spec.kernel())?;
+            let extras = Extras { maps: Some(maps), blocks, ..Extras::default() };
+            gemm::launch_with(gpu, &f, &spec, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
+            outs.push(arena.download(cb, nc)?);
+        }
+        let differ = outs[0].iter().zip(&outs[1]).filter(|(x, y)| x != y).count();
+        rows.push(exact_row(
+            "fusion",
+            &format!("{} = {}", walk.name(), one.name()),
+            &format!("m{m} n{n} k{k}"),
+            differ,
+            nc,
+        ));
+    }
     Ok(rows)
 }
 
@@ -1076,13 +1119,18 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
     let read_act = Chain { bf16: vec![false, false], ..Chain::gated_gelu_backward(nc) };
     let recomputing = Chain::gated_gelu_backward_recomputing(nc);
     let mut rows = vec![];
-    let cases =
-        [(read_act, Tile::T128x128, 3), (recomputing.clone(), Tile::T128x128, 3), (recomputing, Tile::T128x64, 0)];
-    for (chain, tile, stages) in cases {
+    // (chain, tile, ring depth, persistent: five blocks walking the tiles)
+    let cases = [
+        (read_act, Tile::T128x128, 3, false),
+        (recomputing.clone(), Tile::T128x128, 3, false),
+        (recomputing.clone(), Tile::T128x128, 3, true),
+        (recomputing, Tile::T128x64, 0, false),
+    ];
+    for (chain, tile, stages, persistent) in cases {
         arena.reset();
         let plain = GemmSpec { tile, stages, ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma() };
         let epilogue = gemm::ChainEpilogue::new(&chain, 0).expect("the chain fits an epilogue");
-        let fused = GemmSpec { chain: Some(epilogue), ..plain };
+        let fused = GemmSpec { chain: Some(epilogue), persistent, ..plain };
         let sh = GemmShape::packed(&plain, m, n, k);
         let GemmCase { ab, bb, cb, .. } = gemm_case(arena, rng, &plain, &sh)?;
         let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
@@ -1121,7 +1169,8 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
             *slot = Some(p);
         }
         let f = gpu.load(&fused.kernel())?;
-        let extras = Extras { maps: Some(maps), chain: chain_ptrs, ..Extras::default() };
+        let extras =
+            Extras { maps: Some(maps), chain: chain_ptrs, blocks: persistent.then_some(5), ..Extras::default() };
         gemm::launch_with(gpu, &f, &fused, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], extras)?;
         let mut differ = 0;
         for (j, (&w, &g)) in want.iter().zip(&got).enumerate() {
@@ -1244,23 +1293,38 @@ fn gated_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row
         let f = gpu.load(&mul.kernel())?;
         let extras = Extras { u: Some(u.ptr), maps: Some(up_maps), ..Extras::default() };
         gemm::launch_with(gpu, &f, &mul, &sh, [ab.ptr, bub.ptr, c.ptr, g.ptr], extras)?;
-        let (g2, c2, u2) = outs[1];
-        let f = gpu.load(&gated.kernel())?;
-        let extras = Extras { u: Some(u2.ptr), maps: Some(up_maps), gate_map: Some(gate_maps.1), ..Extras::default() };
-        gemm::launch_with(gpu, &f, &gated, &sh, [ab.ptr, bub.ptr, c2.ptr, g2.ptr], extras)?;
         let words = |b: crate::driver::Buf, n: usize| arena.download::<u32>(b, n);
-        let mut differ = 0;
-        for (w, got, n) in [(g, g2, nc), (c, c2, nc), (u, u2, nc / 2)] {
-            let (w, got) = (words(w, n)?, words(got, n)?);
-            differ += w.iter().zip(&got).filter(|(x, y)| x != y).count();
+        // The gated block, then (three-stage ring) five persistent blocks walking its tiles.
+        let walk = GemmSpec { persistent: true, ..gated };
+        let variants: &[(GemmSpec, Option<u32>)] =
+            if stages == 3 { &[(gated, None), (walk, Some(5))] } else { &[(gated, None)] };
+        for &(spec, blocks) in variants {
+            let (g2, c2, u2) = outs[1];
+            for b in [g2, c2, u2] {
+                arena.fill_u32(b, NAN_BITS)?;
+            }
+            let f = gpu.load(&spec.kernel())?;
+            let extras = Extras {
+                u: Some(u2.ptr),
+                maps: Some(up_maps),
+                gate_map: Some(gate_maps.1),
+                blocks,
+                ..Extras::default()
+            };
+            gemm::launch_with(gpu, &f, &spec, &sh, [ab.ptr, bub.ptr, c2.ptr, g2.ptr], extras)?;
+            let mut differ = 0;
+            for (w, got, n) in [(g, g2, nc), (c, c2, nc), (u, u2, nc / 2)] {
+                let (w, got) = (words(w, n)?, words(got, n)?);
+                differ += w.iter().zip(&got).filter(|(x, y)| x != y).count();
+            }
+            rows.push(exact_row(
+                "fusion",
+                &format!("{} = gate product, {}", spec.name(), mul.name()),
+                &format!("m{m} n{n} k{k}"),
+                differ,
+                nc * 5 / 2,
+            ));
         }
-        rows.push(exact_row(
-            "fusion",
-            &format!("{} = gate product, {}", gated.name(), mul.name()),
-            &format!("m{m} n{n} k{k}"),
-            differ,
-            nc * 5 / 2,
-        ));
     }
     Ok(rows)
 }
@@ -1315,9 +1379,11 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
             let plane = (b * h * t * d) as usize;
             let mut want16: Vec<u16> = rotated_bf16(&want[..2 * plane], &table, t as usize, d as usize);
             want16.extend(want[2 * plane..].iter().map(|&x| half::bf16::from_f32(x).to_bits()));
-            for tile in [Tile::T128x64, Tile::T128x128] {
+            let turned_walk = [(Tile::T128x64, false), (Tile::T128x128, false), (Tile::T128x128, true)];
+            for (tile, persistent) in turned_walk {
                 let turned = gemm::Heads { bf16_turned: true, ..heads };
-                let spec = GemmSpec { tile, heads: Some(turned), ..plain.tma() };
+                let stages = if persistent { 3 } else { 0 };
+                let spec = GemmSpec { tile, stages, persistent, heads: Some(turned), ..plain.tma() };
                 let out = arena.alloc_n::<u16>(nc)?;
                 arena.fill_u32(out, NAN_BITS)?;
                 let f = gpu.load(&spec.kernel())?;
@@ -1328,7 +1394,12 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                     &spec,
                     &sh,
                     [ab.ptr, bb.ptr, out.ptr, out.ptr],
-                    Extras { maps: Some(maps), rot_tab: Some(tab), ..Extras::default() },
+                    Extras {
+                        maps: Some(maps),
+                        rot_tab: Some(tab),
+                        blocks: persistent.then_some(5),
+                        ..Extras::default()
+                    },
                 )?;
                 let got16: Vec<u16> = arena.download(out, nc)?;
                 let differ = got16.iter().zip(&want16).filter(|(x, y)| x != y).count();

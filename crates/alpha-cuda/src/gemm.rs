@@ -338,6 +338,17 @@ pub struct GemmSpec {
     /// half of the K steps reads the maps of A₁ and B₁ (the last two tensor maps), the second
     /// those of A and B ([`crate::gemm_tma`]). Both operands K-major; TMA engine, unbatched.
     pub k_pair: bool,
+    /// Blocks that each walk tiles ctaid.x, + nctaid.x, … of the grid's tiles instead of one
+    /// ([`persistent_blocks`] of them): the producer loads a tile's first stages while the
+    /// consumers store the one before (an epilogue working in the ring waits for it), and the
+    /// launch and set-up of one block a tile go. TMA engine, no cluster or last-part sums.
+    pub persistent: bool,
+}
+
+/// Blocks of a persistent launch ([`GemmSpec::persistent`]): two an SM (the three-stage
+/// ring's occupancy), at most one a tile.
+pub fn persistent_blocks(tiles: u32) -> u32 {
+    tiles.min(2 * SMS)
 }
 
 impl GemmSpec {
@@ -363,6 +374,7 @@ impl GemmSpec {
             uneven_split: false,
             staged_store: false,
             k_pair: false,
+            persistent: false,
         }
     }
 
@@ -436,6 +448,9 @@ impl GemmSpec {
             }
             if self.staged_store {
                 tile.push_str("_rows");
+            }
+            if self.persistent {
+                tile.push_str("_walk");
             }
         }
         format!(
@@ -521,7 +536,12 @@ impl GemmSpec {
     pub fn grid(&self, shape: &GemmShape) -> (u32, u32, u32) {
         // A gated block computes two products' columns for half its tile's width of output.
         let cols = if self.gated { self.tile.cols() / 2 } else { self.tile.cols() };
-        (shape.n.div_ceil(cols), shape.m.div_ceil(self.tile.rows()), shape.batch)
+        let (x, y) = (shape.n.div_ceil(cols), shape.m.div_ceil(self.tile.rows()));
+        if self.persistent {
+            (persistent_blocks(x * y), 1, shape.batch)
+        } else {
+            (x, y, shape.batch)
+        }
     }
 
     /// Builds the kernel description.
@@ -731,6 +751,9 @@ pub struct Extras {
     pub first_maps: Option<(u64, u64)>,
     /// A last-part-sums split's output and tile counters ([`GemmSpec::fixup_splits`]).
     pub fixup: Option<(u64, u64)>,
+    /// A persistent launch's blocks instead of [`persistent_blocks`]: checks take a few, so that
+    /// each walks many tiles.
+    pub blocks: Option<u32>,
 }
 
 /// Launches `f` (built from `spec`) on device addresses `a`, `b`, `c` and residual `r` (ignored
@@ -796,7 +819,12 @@ pub fn launch_with(
             bail!("{}: {what} at {p:#x} is not 16-byte aligned", spec.name());
         }
     }
-    let cfg = LaunchConfig { grid: spec.grid(shape), block: (spec.threads(), 1, 1), shared_bytes: 0 };
+    if extras.blocks.is_some() && !spec.persistent {
+        bail!("{}: a block count goes with a persistent product alone", spec.name());
+    }
+    let grid = spec.grid(shape);
+    let grid = (extras.blocks.unwrap_or(grid.0), grid.1, grid.2);
+    let cfg = LaunchConfig { grid, block: (spec.threads(), 1, 1), shared_bytes: 0 };
     let mut args = vec![
         Arg::U64(a),
         Arg::U64(b),

@@ -34,6 +34,11 @@
 //! ([`GemmSpec::cluster_splits`]) leaves its partial tile in its ring and the cluster's blocks
 //! sum their band of rows over every part through distributed shared memory.
 //!
+//! A persistent block ([`GemmSpec::persistent`], off by default: measured slower) wraps both
+//! paths in a walk over tiles; the ring's cursors run on across tiles, and the consumers give
+//! a tile's last stage back before its epilogue (after it, and through one more barrier the
+//! producer waits on, where the epilogue works in the ring).
+//!
 //! Shape contract: as the `wgmma` engine's, bf16 operands only, and batch entries are the
 //! K-slices of one product (split-K, [`GemmShape::split`]): entry z starts at K = z·k.
 
@@ -217,7 +222,18 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     });
     let smem = k.dynamic_shared_array("gemm_ring", shared_bytes(spec), 1024);
     // Per stage: the full barrier at 8·s, the empty one at 8·(stages + s).
-    let bars_sym = k.shared("gemm_bars", 16 * stages, 8);
+    // A persistent block's tiles ([`GemmSpec::persistent`]): an epilogue that works in the
+    // ring lets the producer refill it through one more barrier (one arrival per consumer warp,
+    // after the epilogue), at 16·stages.
+    let ring_epilogue = staged(spec).is_some() || spec.heads.is_some_and(|hs| hs.delta);
+    let persistent = spec.persistent;
+    assert!(
+        !persistent || (splits <= 1 && fixup.is_none()),
+        "{}: a persistent block walks whole tiles of one part, no cluster or last-part sums",
+        spec.name()
+    );
+    let epi_wait = persistent && ring_epilogue;
+    let bars_sym = k.shared("gemm_bars", 16 * stages + if epi_wait { 8 } else { 0 }, 8);
     let stage = stage_bytes(spec);
     let b_off = bm * LINE;
 
@@ -245,6 +261,9 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         k.op("mbarrier.init.shared::cta.b64", [addr(bars, 8 * s as i64), 1u32.into()]);
         k.op("mbarrier.init.shared::cta.b64", [addr(bars, 8 * (stages + s) as i64), consumer_warps.into()]);
     }
+    if epi_wait {
+        k.op("mbarrier.init.shared::cta.b64", [addr(bars, 16 * stages as i64), consumer_warps.into()]);
+    }
     k.op("fence.mbarrier_init.release.cluster", []);
     k.place(&inited);
     k.barrier();
@@ -263,6 +282,40 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let empty_bar = |k: &mut Kernel, idx: Reg| {
         let b = k.tri("mad.lo.u32", RegKind::B32, idx, 8u32, bars);
         k.bin("add.u32", RegKind::B32, b, 8 * stages)
+    };
+
+    // A persistent block takes tiles ctaid.x, + nctaid.x, … of the grid's tiles in order
+    // (columns fastest, as the blocks of a plain launch are numbered), each path with its own
+    // counter; `h.m0` and `h.n0` are set for each.
+    let cols = if spec.gated { bn / 2 } else { bn };
+    let tiles = persistent.then(|| {
+        let tx = k.bin("add.u32", RegKind::B32, h.n, cols - 1);
+        let tiles_x = k.bin("div.u32", RegKind::B32, tx, cols);
+        let ty = k.bin("add.u32", RegKind::B32, h.m, bm - 1);
+        let tiles_y = k.bin("div.u32", RegKind::B32, ty, bm);
+        let total = k.bin("mul.lo.u32", RegKind::B32, tiles_x, tiles_y);
+        (tiles_x, total)
+    });
+    // Opens a path's tile loop: the counter, the loop's top (leaving for `exit` past the last
+    // tile) and the tile's origin. Returns (counter, top label).
+    let open_tiles = |k: &mut Kernel, h: &Head, exit: &str| -> Option<(Reg, String)> {
+        let (tiles_x, total) = tiles?;
+        let tile = k.sreg("%ctaid.x");
+        let tile = k.un("mov.u32", RegKind::B32, tile);
+        let top = k.label("tile");
+        k.place(&top);
+        let past = k.setp("ge.u32", tile, total);
+        k.bra_if(past, false, exit);
+        let tx = k.bin("rem.u32", RegKind::B32, tile, tiles_x);
+        let ty = k.bin("div.u32", RegKind::B32, tile, tiles_x);
+        k.op("mul.lo.u32", [h.n0.into(), tx.into(), cols.into()]);
+        k.op("mul.lo.u32", [h.m0.into(), ty.into(), bm.into()]);
+        Some((tile, top))
+    };
+    let next_tile = |k: &mut Kernel, (tile, top): &(Reg, String)| {
+        let step = k.sreg("%nctaid.x");
+        k.op("add.u32", [(*tile).into(), (*tile).into(), step.into()]);
+        k.bra(top);
     };
 
     let consumer = k.setp("lt.u32", warp, consumer_warps);
@@ -298,6 +351,22 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let pc = cursor(&mut k);
     let kt = k.imm_u32(0);
     let token = k.reg(RegKind::B64);
+    let done_tiles = persistent.then(|| k.imm_u32(0));
+    let walk = open_tiles(&mut k, &h, &exit);
+    if walk.is_some() {
+        k.op("mov.u32", [kt.into(), 0u32.into()]);
+    }
+    if let (true, Some(done_tiles)) = (epi_wait, done_tiles) {
+        // After the first tile: the ring is free once the last tile's epilogue is done.
+        let later = k.setp("ne.u32", done_tiles, 0u32);
+        let go = k.label("ring_free");
+        k.bra_if(later, true, &go);
+        let before = k.bin("sub.u32", RegKind::B32, done_tiles, 1u32);
+        let parity = k.bin("and.b32", RegKind::B32, before, 1u32);
+        let epi = k.bin("add.u32", RegKind::B32, bars, 16 * stages);
+        wait(&mut k, epi, parity);
+        k.place(&go);
+    }
     let fill = k.label("fill");
     k.place(&fill);
     let empty = empty_bar(&mut k, pc.0);
@@ -351,6 +420,10 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
     let more = k.setp("lt.u32", kt, ktiles);
     k.bra_if(more, false, &fill);
+    if let (Some(w), Some(done_tiles)) = (&walk, done_tiles) {
+        k.op("add.u32", [done_tiles.into(), done_tiles.into(), 1u32.into()]);
+        next_tile(&mut k, w);
+    }
     k.bra(&exit);
 
     k.place(&math);
@@ -362,6 +435,13 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let cc = cursor(&mut k);
     let prev = k.imm_u32(0);
     let kt = k.imm_u32(0);
+    let walk = open_tiles(&mut k, &h, &exit);
+    if walk.is_some() {
+        k.op("mov.u32", [kt.into(), 0u32.into()]);
+        for &r in &acc {
+            k.op("mov.f32", [r.into(), 0.0f32.into()]);
+        }
+    }
     let top = k.label("kstep");
     k.place(&top);
     let full = full_bar(&mut k, cc.0);
@@ -383,6 +463,16 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     k.bra_if(more, false, &top);
     k.op("wgmma.wait_group.sync.aligned", [0u32.into()]);
 
+    // A persistent block gives the tile's last stage back now, or (an epilogue working in
+    // the ring) after the epilogue.
+    let give_back = |k: &mut Kernel| {
+        let back = empty_bar(k, prev);
+        let token = k.reg(RegKind::B64);
+        k.op_if(lane0, false, "mbarrier.arrive.shared::cta.b64", [token.into(), addr(back, 0)]);
+    };
+    if persistent && !ring_epilogue {
+        give_back(&mut k);
+    }
     // Warp w of warpgroup wg holds rows wg·64 + 16·w of the tile, every column.
     let wrow = k.bin("mul.lo.u32", RegKind::B32, warp, 16u32);
     let frags = acc.chunks(4).map(|c| c.to_vec()).collect::<Vec<_>>();
@@ -411,6 +501,15 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     } else {
         let wcol = k.imm_u32(0);
         store_tile(&mut k, spec, &[frags], lane, wrow, wcol, &h);
+    }
+    if let Some(w) = &walk {
+        if epi_wait {
+            give_back(&mut k);
+            let epi = k.bin("add.u32", RegKind::B32, bars, 16 * stages);
+            let token = k.reg(RegKind::B64);
+            k.op_if(lane0, false, "mbarrier.arrive.shared::cta.b64", [token.into(), addr(epi, 0)]);
+        }
+        next_tile(&mut k, w);
     }
     k.place(&exit);
     k.ret();

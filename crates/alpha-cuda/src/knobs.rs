@@ -33,6 +33,7 @@
 //! | `ALPHA_PAIRED=off` | a residual-adding product and the plain product whose output it adds in two launches, instead of one launch summing both in one accumulator |
 //! | `ALPHA_STAGED_EPILOGUE=off\|chains\|adds\|all` | which TMA epilogues run through shared memory a row a warp ([`crate::gemm_tma::staged`]) instead of on the accumulator fragments: none, chains only, chains and residual or accumulating adds, or plain f32 stores too (default: chains, adds, and the plain stores of tall outputs, [`crate::gemm::GemmSpec::staged_store`]; every plain store measured 0.05–0.07 ms slower at one context, g69)
 //! | `ALPHA_DELTA_EPILOGUE=off` | attention's delta (and its bf16 dO) computed by a launch of its own from the f32 dO, instead of by the epilogue of the product that computes dO ([`crate::gemm::Heads::delta`]) |
+//! | `ALPHA_PERSISTENT=fragments\|rings` | TMA products over more than one wave of blocks in persistent blocks walking the tiles ([`crate::gemm::GemmSpec::persistent`]) where the epilogue does not work in the ring, or (`rings`) at every epilogue, instead of a block a tile (measured slower, g83: sixteen contexts' step 21.96 / 22.16 / 21.89 ms a block a tile, 22.05 / 22.33 / 22.02 `fragments`, 22.60 / 22.59 / 22.50 `rings`) |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
 use std::sync::OnceLock;
@@ -107,6 +108,19 @@ pub struct Knobs {
     pub paired_products: bool,
     /// Which TMA epilogues run through shared memory, a row a warp.
     pub staged_epilogues: StagedEpilogues,
+    /// Which TMA products walk their tiles in persistent blocks.
+    pub persistent: Persistent,
+}
+
+/// Which products are persistent ([`Knobs::persistent`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persistent {
+    /// None (the default).
+    None,
+    /// Deep grids whose epilogue does not work in the ring.
+    FragmentEpilogues,
+    /// Deep grids, every epilogue.
+    All,
 }
 
 /// Which TMA epilogues run through shared memory ([`Knobs::staged_epilogues`]).
@@ -172,6 +186,11 @@ pub fn knobs() -> &'static Knobs {
             gated_products: on("ALPHA_GATED"),
             uneven_split: on("ALPHA_SPLITK_UNEVEN"),
             paired_products: on("ALPHA_PAIRED"),
+            persistent: match var("ALPHA_PERSISTENT").as_deref() {
+                Some("fragments") => Persistent::FragmentEpilogues,
+                Some("rings") => Persistent::All,
+                _ => Persistent::None,
+            },
             staged_epilogues: match var("ALPHA_STAGED_EPILOGUE").as_deref() {
                 Some("off") => StagedEpilogues::None,
                 Some("chains") => StagedEpilogues::Chains,

@@ -1422,6 +1422,7 @@ impl Lowerer<'_> {
                     }
                     let spec = with_ring(on_tma(spec), &shape);
                     let spec = GemmSpec { staged_store: tall_store(&spec, &shape), ..spec };
+                    let spec = GemmSpec { persistent: walks_tiles(&spec, &shape), ..spec };
                     self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
                     if delta.is_some() && !(spec.engine == gemm::Engine::Tma && gemm_tma::ring_holds_tile(&spec)) {
                         return Err(node_error(&node, id, format!("{}: no delta-heads store", spec.name())));
@@ -1857,6 +1858,23 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     let wgmma = !knobs().mma_engine && shape.k.is_multiple_of(gemm_wgmma::BK);
     let spec = if wgmma { spec.wgmma() } else { spec };
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
+}
+
+/// Whether the product `spec` (settled but for a chain epilogue, a gate merged in or a paired
+/// first product, which keep the choice) over `shape` runs in persistent blocks
+/// ([`GemmSpec::persistent`]): TMA products on the three-stage ring (two blocks an SM) over more
+/// tiles than the two blocks an SM take at once, as far as `ALPHA_PERSISTENT` allows.
+fn walks_tiles(spec: &GemmSpec, shape: &GemmShape) -> bool {
+    use crate::knobs::Persistent;
+    let allow = knobs().persistent;
+    let (x, y, _) = spec.grid(shape);
+    let deep = x * y > gemm::persistent_blocks(x * y);
+    let kind = spec.engine == gemm::Engine::Tma
+        && gemm_wgmma::stages(spec) == 3
+        && spec.cluster_splits == 0
+        && spec.fixup_splits == 0;
+    let ring = gemm_tma::staged(spec).is_some() || spec.heads.is_some_and(|h| h.delta);
+    kind && deep && (allow == Persistent::All || (allow == Persistent::FragmentEpilogues && !ring))
 }
 
 /// Whether a launch of `spec` on `shape` spans [`gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of
