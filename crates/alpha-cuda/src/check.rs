@@ -1064,6 +1064,10 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     Ok(rows)
 }
 
+/// Blocks the checks launch a persistent product with ([`Extras::blocks`]): few, so that each
+/// walks many tiles.
+const WALK_BLOCKS: u32 = 5;
+
 /// Persistent products ([`GemmSpec::persistent`]) against a block a tile, bit for bit: five
 /// blocks walk the 88 tiles of a ragged product, with the epilogues a step takes there — a
 /// plain store on the fragments and through shared memory, and the residual add and the
@@ -1087,7 +1091,7 @@ fn persistent_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
         let maps = tma_maps(arena, &one, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
         let old = rng.vec(nc, 1.0);
         let mut outs: Vec<Vec<u32>> = vec![];
-        for (spec, blocks) in [(one, None), (walk, Some(5))] {
+        for (spec, blocks) in [(one, None), (walk, Some(WALK_BLOCKS))] {
             arena.upload(cb, &old)?;
             let f = gpu.load(&spec.kernel())?;
             let extras = Extras { maps: Some(maps), blocks, ..Extras::default() };
@@ -1169,8 +1173,12 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
             *slot = Some(p);
         }
         let f = gpu.load(&fused.kernel())?;
-        let extras =
-            Extras { maps: Some(maps), chain: chain_ptrs, blocks: persistent.then_some(5), ..Extras::default() };
+        let extras = Extras {
+            maps: Some(maps),
+            chain: chain_ptrs,
+            blocks: persistent.then_some(WALK_BLOCKS),
+            ..Extras::default()
+        };
         gemm::launch_with(gpu, &f, &fused, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], extras)?;
         let mut differ = 0;
         for (j, (&w, &g)) in want.iter().zip(&got).enumerate() {
@@ -1297,7 +1305,7 @@ fn gated_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row
         // The gated block, then (three-stage ring) five persistent blocks walking its tiles.
         let walk = GemmSpec { persistent: true, ..gated };
         let variants: &[(GemmSpec, Option<u32>)] =
-            if stages == 3 { &[(gated, None), (walk, Some(5))] } else { &[(gated, None)] };
+            if stages == 3 { &[(gated, None), (walk, Some(WALK_BLOCKS))] } else { &[(gated, None)] };
         for &(spec, blocks) in variants {
             let (g2, c2, u2) = outs[1];
             for b in [g2, c2, u2] {
@@ -1397,7 +1405,7 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                     Extras {
                         maps: Some(maps),
                         rot_tab: Some(tab),
-                        blocks: persistent.then_some(5),
+                        blocks: persistent.then_some(WALK_BLOCKS),
                         ..Extras::default()
                     },
                 )?;
@@ -1438,11 +1446,8 @@ fn delta_heads_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<V
         let GemmCase { ab, bb, cb, nc, .. } = gemm_case(arena, rng, &plain, &sh)?;
         let o = upload_f32(arena, &rng.vec(nc, 1.0))?;
         let rows_bh = (b * h * t) as usize;
-        let (delta, delta2) = (arena.alloc_n::<f32>(rows_bh)?, arena.alloc_n::<f32>(rows_bh)?);
+        let [delta, delta2] = poisoned(arena, [rows_bh, rows_bh])?;
         let (do16, do16b) = (arena.alloc_n::<u16>(nc)?, arena.alloc_n::<u16>(nc)?);
-        for buf in [delta, delta2] {
-            arena.fill_u32(buf, NAN_BITS)?;
-        }
         // The f32 product split into heads, then the delta kernel on it and O.
         let f = gpu.load(&plain.kernel())?;
         let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?;
@@ -2039,8 +2044,8 @@ fn split_sum_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Option
         let (cb, rb) = (arena.alloc_n::<f32>(nc)?, arena.alloc_n::<f32>(nc)?);
         arena.upload(rb, &r)?;
         let partials = arena.alloc_n::<f32>(nc * splits as usize)?;
-        let counters = arena.alloc_n::<u32>(4096)?;
-        arena.upload(counters, &vec![0u32; 4096])?;
+        let counters = arena.alloc_n::<u32>(gemm::FIXUP_COUNTERS as usize)?;
+        arena.upload(counters, &vec![0u32; gemm::FIXUP_COUNTERS as usize])?;
         let (f_parts, f_one) = (gpu.load(&parts.kernel())?, gpu.load(&one.kernel())?);
         let width = gemm::splitk_reduce_width(m * n, true);
         let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n, width))?;

@@ -184,7 +184,6 @@ fn backward_kernel_with(bf16: bool) -> Kernel {
     k
 }
 
-/// `for (j = tid; j < v; j += THREADS) body(j)`.
 /// Runs `body` on each of this thread's logits of the row at `base` (columns tid, tid +
 /// THREADS, …, in order): from `held` where the thread holds them in registers, else loaded a
 /// column at a time.
@@ -204,6 +203,7 @@ fn each_logit(k: &mut Kernel, held: Option<&[Reg]>, (base, tid, v): (Reg, Reg, R
     }
 }
 
+/// `for (j = tid; j < v; j += THREADS) body(j)`.
 fn strided(k: &mut Kernel, tid: Reg, v: Reg, body: impl FnOnce(&mut Kernel, Reg)) {
     k.strided_loop(tid, v, THREADS, ("row", "row_end"), body);
 }

@@ -345,6 +345,10 @@ pub struct GemmSpec {
     pub persistent: bool,
 }
 
+/// Tile counters of the last-part-sums splits ([`GemmSpec::fixup_splits`]): one per output tile
+/// of a launch, shared by every such launch (each leaves them zero).
+pub const FIXUP_COUNTERS: u32 = 4096;
+
 /// Blocks of a persistent launch ([`GemmSpec::persistent`]): two an SM (the three-stage
 /// ring's occupancy), at most one a tile.
 pub fn persistent_blocks(tiles: u32) -> u32 {

@@ -225,7 +225,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     // A persistent block's tiles ([`GemmSpec::persistent`]): an epilogue that works in the
     // ring lets the producer refill it through one more barrier (one arrival per consumer warp,
     // after the epilogue), at 16·stages.
-    let ring_epilogue = staged(spec).is_some() || spec.heads.is_some_and(|hs| hs.delta);
+    let ring_epilogue = epilogue_in_ring(spec);
     let persistent = spec.persistent;
     assert!(
         !persistent || (splits <= 1 && fixup.is_none()),
@@ -282,6 +282,13 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let empty_bar = |k: &mut Kernel, idx: Reg| {
         let b = k.tri("mad.lo.u32", RegKind::B32, idx, 8u32, bars);
         k.bin("add.u32", RegKind::B32, b, 8 * stages)
+    };
+    // A persistent block's epilogue-done barrier (`epi_wait`).
+    let epi_bar = |k: &mut Kernel| k.bin("add.u32", RegKind::B32, bars, 16 * stages);
+    // One arrival at `bar` from each thread where `who` holds (a consumer warp's lane 0).
+    let arrive = |k: &mut Kernel, who: Reg, bar: Reg| {
+        let token = k.reg(RegKind::B64);
+        k.op_if(who, false, "mbarrier.arrive.shared::cta.b64", [token.into(), addr(bar, 0)]);
     };
 
     // A persistent block takes tiles ctaid.x, + nctaid.x, … of the grid's tiles in order
@@ -349,13 +356,12 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         }
     };
     let pc = cursor(&mut k);
-    let kt = k.imm_u32(0);
+    let kt = k.reg(RegKind::B32);
     let token = k.reg(RegKind::B64);
     let done_tiles = persistent.then(|| k.imm_u32(0));
+    // (A persistent block's tile loop starts here: the K step counts from 0 each tile.)
     let walk = open_tiles(&mut k, &h, &exit);
-    if walk.is_some() {
-        k.op("mov.u32", [kt.into(), 0u32.into()]);
-    }
+    k.op("mov.u32", [kt.into(), 0u32.into()]);
     if let (true, Some(done_tiles)) = (epi_wait, done_tiles) {
         // After the first tile: the ring is free once the last tile's epilogue is done.
         let later = k.setp("ne.u32", done_tiles, 0u32);
@@ -363,7 +369,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         k.bra_if(later, true, &go);
         let before = k.bin("sub.u32", RegKind::B32, done_tiles, 1u32);
         let parity = k.bin("and.b32", RegKind::B32, before, 1u32);
-        let epi = k.bin("add.u32", RegKind::B32, bars, 16 * stages);
+        let epi = epi_bar(&mut k);
         wait(&mut k, epi, parity);
         k.place(&go);
     }
@@ -434,10 +440,11 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let lane0 = k.setp("eq.u32", lane, 0u32);
     let cc = cursor(&mut k);
     let prev = k.imm_u32(0);
-    let kt = k.imm_u32(0);
+    let kt = k.reg(RegKind::B32);
     let walk = open_tiles(&mut k, &h, &exit);
+    k.op("mov.u32", [kt.into(), 0u32.into()]);
     if walk.is_some() {
-        k.op("mov.u32", [kt.into(), 0u32.into()]);
+        // Each tile's products start from zero (`Products::new` zeroed them for the first).
         for &r in &acc {
             k.op("mov.f32", [r.into(), 0.0f32.into()]);
         }
@@ -454,8 +461,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let started = k.setp("ne.u32", kt, 0u32);
     let release = k.bin("and.pred", RegKind::Pred, started, lane0);
     let back = empty_bar(&mut k, prev);
-    let token = k.reg(RegKind::B64);
-    k.op_if(release, false, "mbarrier.arrive.shared::cta.b64", [token.into(), addr(back, 0)]);
+    arrive(&mut k, release, back);
     k.op("mov.u32", [prev.into(), cc.0.into()]);
     advance(&mut k, cc);
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
@@ -467,8 +473,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     // the ring) after the epilogue.
     let give_back = |k: &mut Kernel| {
         let back = empty_bar(k, prev);
-        let token = k.reg(RegKind::B64);
-        k.op_if(lane0, false, "mbarrier.arrive.shared::cta.b64", [token.into(), addr(back, 0)]);
+        arrive(k, lane0, back);
     };
     if persistent && !ring_epilogue {
         give_back(&mut k);
@@ -505,9 +510,8 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     if let Some(w) = &walk {
         if epi_wait {
             give_back(&mut k);
-            let epi = k.bin("add.u32", RegKind::B32, bars, 16 * stages);
-            let token = k.reg(RegKind::B64);
-            k.op_if(lane0, false, "mbarrier.arrive.shared::cta.b64", [token.into(), addr(epi, 0)]);
+            let epi = epi_bar(&mut k);
+            arrive(&mut k, lane0, epi);
         }
         next_tile(&mut k, w);
     }
@@ -786,6 +790,20 @@ pub fn ring_holds_tile(spec: &GemmSpec) -> bool {
         && gemm_wgmma::stages(spec) * stage_bytes(spec) >= spec.tile.rows() * PART_PITCH * 4
 }
 
+/// Whether `spec`'s epilogue works in the ring (a staged epilogue, the delta-heads store):
+/// a persistent block's producer then waits for it before refilling the ring.
+pub fn epilogue_in_ring(spec: &GemmSpec) -> bool {
+    staged(spec).is_some() || spec.heads.is_some_and(|hs| hs.delta)
+}
+
+/// Four f32 values stored as bf16 (two pairs, 8 bytes) at element `e` of the bf16 tensor at
+/// `base`, where `ok` holds.
+fn store_bf16x4_if(k: &mut Kernel, ok: Reg, base: Reg, e: Reg, vals: &[Reg]) {
+    let p = k.addr_of(base, e, 2);
+    let pairs = crate::gemm::bf16_pairs(k, vals);
+    k.op_if(ok, false, "st.global.v2.b32", [addr(p, 0), Opnd::V(pairs)]);
+}
+
 /// The epilogue of a delta-heads product ([`crate::gemm::Heads::delta`]): the output gradient of
 /// attention dO (the product) goes to the ring, and then, a row a warp, lane l takes columns
 /// 4l … 4l + 3 — sixteen lanes a head of 64, as attention's delta kernel lays a row out — reads
@@ -856,9 +874,7 @@ pub(crate) fn store_heads_delta(
             let writer = k.bin("and.pred", RegKind::Pred, w.ok, first_lane);
             let pd = k.addr_of(u_base, row, 4);
             k.op_if(writer, false, "st.global.f32", [addr(pd, 0), s.into()]);
-            let p16 = k.addr_of(h.c_base, e, 2);
-            let pairs = crate::gemm::bf16_pairs(k, &dout);
-            k.op_if(w.ok, false, "st.global.v2.b32", [addr(p16, 0), Opnd::V(pairs)]);
+            store_bf16x4_if(k, w.ok, h.c_base, e, &dout);
         },
     );
 }
@@ -970,9 +986,7 @@ fn store_staged(
             };
             for (&(base, bf16), vs) in writes.iter().zip(values) {
                 if bf16 {
-                    let p = k.addr_of(base, e, 2);
-                    let pairs = crate::gemm::bf16_pairs(k, &vs);
-                    k.op_if(w.ok, false, "st.global.v2.b32", [addr(p, 0), Opnd::V(pairs)]);
+                    store_bf16x4_if(k, w.ok, base, e, &vs);
                 } else {
                     let p = k.addr_of(base, e, 4);
                     k.op_if(w.ok, false, "st.global.v4.f32", [addr(p, 0), Opnd::V(vs)]);

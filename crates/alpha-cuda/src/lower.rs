@@ -146,17 +146,13 @@ enum A {
     U64(u64),
 }
 
-/// The arena offset an argument points at (None: a scalar, or the scratch region).
 /// A product launch's shape arguments after A, B, C and R ([`gemm::SHAPE_ARGS`] in all): m, n,
 /// k, the leading dimensions, the batch strides.
 fn shape_args(s: &GemmShape) -> impl Iterator<Item = A> {
     [s.m, s.n, s.k, s.lda, s.ldb, s.ldc].map(A::U32).into_iter().chain([s.stride_a, s.stride_b, s.stride_c].map(A::U64))
 }
 
-/// Tile counters of the last-part-sums splits ([`GemmSpec::fixup_splits`]): one per output tile
-/// of a launch, shared by every such launch (each leaves them zero).
-const FIXUP_COUNTERS: u32 = 4096;
-
+/// The arena offset an argument points at (None: a scalar, or the scratch region).
 fn arena_offset(a: &A) -> Option<usize> {
     match *a {
         A::Ptr(o) => Some(o),
@@ -438,7 +434,7 @@ impl Lowerer<'_> {
             && matches!(spec.epilogue, Epilogue::Store | Epilogue::Accumulate | Epilogue::AddResidual)
             && part.n.is_multiple_of(4)
             && part.ldc == part.n
-            && gx * gy <= FIXUP_COUNTERS
+            && gx * gy <= gemm::FIXUP_COUNTERS
             && aligned16(&[self.ptr(c), self.ptr(r)]);
         if !fits {
             return Ok(None);
@@ -446,7 +442,7 @@ impl Lowerer<'_> {
         let counters = match self.fixup_counters {
             Some(at) => at,
             None => {
-                let at = self.constant(vec![0; FIXUP_COUNTERS as usize * 4]);
+                let at = self.constant(vec![0; gemm::FIXUP_COUNTERS as usize * 4]);
                 self.fixup_counters = Some(at);
                 at
             }
@@ -1873,12 +1869,10 @@ fn walks_tiles(spec: &GemmSpec, shape: &GemmShape) -> bool {
         && gemm_wgmma::stages(spec) == 3
         && spec.cluster_splits == 0
         && spec.fixup_splits == 0;
-    let ring = gemm_tma::staged(spec).is_some() || spec.heads.is_some_and(|h| h.delta);
+    let ring = gemm_tma::epilogue_in_ring(spec);
     kind && deep && (allow == Persistent::All || (allow == Persistent::FragmentEpilogues && !ring))
 }
 
-/// Whether a launch of `spec` on `shape` spans [`gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of
-/// blocks: deep enough for a fused epilogue's extra work to pay.
 /// Rows (tokens) from which a product's plain f32 store runs through shared memory
 /// ([`GemmSpec::staged_store`]).
 const TALL_ROWS: u32 = 8192;
@@ -1903,6 +1897,8 @@ fn tall_store(spec: &GemmSpec, shape: &GemmShape) -> bool {
         && shape.m >= TALL_ROWS
 }
 
+/// Whether a launch of `spec` on `shape` spans [`gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of
+/// blocks: deep enough for a fused epilogue's extra work to pay.
 fn deep_epilogue_grid(spec: &GemmSpec, shape: &GemmShape) -> bool {
     let (gx, gy, gz) = spec.grid(shape);
     gx * gy * gz >= gemm_wgmma::DEEP_EPILOGUE_WAVES * gemm::SMS

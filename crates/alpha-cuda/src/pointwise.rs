@@ -414,19 +414,20 @@ pub fn ln(k: &mut Kernel, x: Reg) -> Reg {
 /// rounded (`two_over`): the same bits as [`tanh_dividing`] for every f32 input
 /// (`check::tanh_exhaustive`).
 pub fn tanh(k: &mut Kernel, x: Reg) -> Reg {
-    let two_x = k.bin("add.rn.f32", RegKind::F32, x, x);
-    let e = exp(k, two_x);
-    let e1 = k.bin("add.rn.f32", RegKind::F32, e, 1.0f32);
-    let q = two_over(k, e1);
-    k.bin("sub.rn.f32", RegKind::F32, 1.0f32, q)
+    tanh_with(k, x, two_over)
 }
 
 /// [`tanh`] with the quotient from `div.rn.f32`: the definition its bits are checked against.
 pub fn tanh_dividing(k: &mut Kernel, x: Reg) -> Reg {
+    tanh_with(k, x, |k, e1| k.bin("div.rn.f32", RegKind::F32, 2.0f32, e1))
+}
+
+/// `1 − 2/(e^{2x} + 1)` with the quotient `2/y` from `two_over_y`.
+fn tanh_with(k: &mut Kernel, x: Reg, two_over_y: impl FnOnce(&mut Kernel, Reg) -> Reg) -> Reg {
     let two_x = k.bin("add.rn.f32", RegKind::F32, x, x);
     let e = exp(k, two_x);
     let e1 = k.bin("add.rn.f32", RegKind::F32, e, 1.0f32);
-    let q = k.bin("div.rn.f32", RegKind::F32, 2.0f32, e1);
+    let q = two_over_y(k, e1);
     k.bin("sub.rn.f32", RegKind::F32, 1.0f32, q)
 }
 
