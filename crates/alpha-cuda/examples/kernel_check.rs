@@ -119,6 +119,9 @@ fn main() -> Result<()> {
         if wanted("gemm-bench") {
             step("gemm-bench", check::gemm_bench(&gpu, &arena, &mut rng, &opts));
         }
+        if wanted("gemm-trace") {
+            step("gemm-trace", check::gemm_trace(&gpu, &arena, &mut rng, &opts));
+        }
         if wanted("gemm-splitk") {
             step("gemm-splitk", check::gemm_split_checks(&gpu, &arena, &mut rng, &opts));
         }

@@ -377,6 +377,86 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
     Ok(rows)
 }
 
+/// Where the time of a short-K product goes, tile by tile: sixteen contexts' q/k/v projection
+/// shape (16384 × 1536, bf16, row-major operands, the TMA engine's 128 × 128 tiles on the
+/// lowering's ring), timed at K = 512 … 4096 a block a tile and in blocks of two math groups
+/// ([`GemmSpec::pingpong`]), and at K = 512 traced ([`GemmSpec::trace`]) a block a tile,
+/// persistent, and in two math groups. Each trace's rows (tile, SM, and the four stamps in ns from
+/// the launch's first) go to `trace-<kernel>.csv` under `ALPHA_TRACE_DIR` when set; each row
+/// here gives the mean phases.
+pub fn gemm_trace(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let (m, n) = (16384u32, 1536u32);
+    let plain = spec_of("rr", Input::Bf16).tma();
+    let ring = |k: u32| {
+        let sh = GemmShape::packed(&plain, m, n, k);
+        let blocks = sh.m.div_ceil(128) * sh.n.div_ceil(128);
+        GemmSpec { stages: crate::gemm_wgmma::stages_for(&plain, blocks), ..plain }
+    };
+    for k in [512u32, 1024, 2048, 4096] {
+        let spec = ring(k);
+        rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut Vec::new(), Some(Tile::T128x128))?);
+        let pingpong = GemmSpec { persistent: true, pingpong: true, ..spec };
+        rows.push(gemm_bench_one(gpu, arena, rng, pingpong, m, n, k, opts, &mut Vec::new(), Some(Tile::T128x128))?);
+    }
+    let k = 512u32;
+    for (persistent, pingpong) in [(false, false), (true, false), (true, true)] {
+        arena.reset();
+        let spec = GemmSpec { trace: true, persistent, pingpong, ..ring(k) };
+        let f = gpu.load(&spec.kernel())?;
+        let sh = GemmShape::packed(&spec, m, n, k);
+        let GemmCase { ab, bb, cb, rb, .. } = gemm_case(arena, rng, &spec, &sh)?;
+        let maps = tma_maps(arena, &spec, &sh, ab.ptr, bb.ptr)?;
+        let run = || {
+            gemm::launch_with(
+                gpu,
+                &f,
+                &spec,
+                &sh,
+                [ab.ptr, bb.ptr, cb.ptr, rb.ptr],
+                Extras { maps, ..Extras::default() },
+            )
+        };
+        let us = median(gpu.time(opts.warmup, opts.reps, run)?);
+        run()?;
+        gpu.synchronize()?;
+        let tiles = (m / 128 * (n / 128)) as usize;
+        let words: Vec<u32> = arena.download(rb, tiles * 2 * gemm::TRACE_WORDS as usize)?;
+        let w = |t: usize, i: usize| {
+            words[2 * (t * gemm::TRACE_WORDS as usize + i)] as u64
+                | (words[2 * (t * gemm::TRACE_WORDS as usize + i) + 1] as u64) << 32
+        };
+        let origin = (0..tiles).map(|t| w(t, 1)).min().unwrap_or(0);
+        let mut csv = String::from("tile,sm,start,first_stage,products_done,epilogue_done\n");
+        let mut sums = [0f64; 3];
+        for t in 0..tiles {
+            let st: Vec<u64> = (1..5).map(|i| w(t, i).saturating_sub(origin)).collect();
+            csv += &format!("{},{},{},{},{},{}\n", w(t, 5), w(t, 0), st[0], st[1], st[2], st[3]);
+            for (j, s) in sums.iter_mut().enumerate() {
+                *s += st[j + 1].saturating_sub(st[j]) as f64;
+            }
+        }
+        if let Ok(dir) = std::env::var("ALPHA_TRACE_DIR") {
+            std::fs::write(format!("{dir}/trace-{}.csv", spec.name()), csv)?;
+        }
+        let mean = |j: usize| sums[j] / tiles as f64 / 1e3;
+        rows.push(timing_row(
+            "gemm-trace",
+            &spec.name(),
+            &format!("m{m} n{n} k{k}"),
+            Some(us),
+            format!(
+                "{:.1} TFLOP/s; mean µs: to first stage {:.2}, products {:.2}, epilogue {:.2}",
+                sh.flops() / (us * 1e-6) / 1e12,
+                mean(0),
+                mean(1),
+                mean(2)
+            ),
+        ));
+    }
+    Ok(rows)
+}
+
 /// Cast and the fused elementwise chains over `n` elements.
 pub fn elementwise_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, n: usize, opts: &Options) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
@@ -1068,6 +1148,10 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
 /// walks many tiles.
 const WALK_BLOCKS: u32 = 5;
 
+/// Blocks the checks launch a product of two math groups with ([`GemmSpec::pingpong`]): six
+/// groups, so that their tile counts differ.
+const PINGPONG_BLOCKS: u32 = 3;
+
 /// Persistent products ([`GemmSpec::persistent`]) against a block a tile, bit for bit: five
 /// blocks walk the 88 tiles of a ragged product, with the epilogues a step takes there — a
 /// plain store on the fragments and through shared memory, and the residual add and the
@@ -1086,26 +1170,34 @@ fn persistent_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     for one in cases {
         arena.reset();
         let walk = GemmSpec { persistent: true, ..one };
+        let pingpong = GemmSpec { pingpong: true, ..walk };
         let sh = GemmShape::packed(&one, m, n, k);
         let GemmCase { ab, bb, cb, rb, nc, .. } = gemm_case(arena, rng, &one, &sh)?;
         let maps = tma_maps(arena, &one, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
         let old = rng.vec(nc, 1.0);
         let mut outs: Vec<Vec<u32>> = vec![];
-        for (spec, blocks) in [(one, None), (walk, Some(WALK_BLOCKS))] {
+        // Two math groups where the epilogue leaves the ring alone.
+        let mut variants = vec![(one, None), (walk, Some(WALK_BLOCKS))];
+        if !crate::gemm_tma::epilogue_in_ring(&one) {
+            variants.push((pingpong, Some(PINGPONG_BLOCKS)));
+        }
+        for &(spec, blocks) in &variants {
             arena.upload(cb, &old)?;
             let f = gpu.load(&spec.kernel())?;
             let extras = Extras { maps: Some(maps), blocks, ..Extras::default() };
             gemm::launch_with(gpu, &f, &spec, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
             outs.push(arena.download(cb, nc)?);
         }
-        let differ = outs[0].iter().zip(&outs[1]).filter(|(x, y)| x != y).count();
-        rows.push(exact_row(
-            "fusion",
-            &format!("{} = {}", walk.name(), one.name()),
-            &format!("m{m} n{n} k{k}"),
-            differ,
-            nc,
-        ));
+        for ((spec, _), out) in variants[1..].iter().zip(&outs[1..]) {
+            let differ = outs[0].iter().zip(out).filter(|(x, y)| x != y).count();
+            rows.push(exact_row(
+                "fusion",
+                &format!("{} = {}", spec.name(), one.name()),
+                &format!("m{m} n{n} k{k}"),
+                differ,
+                nc,
+            ));
+        }
     }
     Ok(rows)
 }
@@ -1304,8 +1396,12 @@ fn gated_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row
         let words = |b: crate::driver::Buf, n: usize| arena.download::<u32>(b, n);
         // The gated block, then (three-stage ring) five persistent blocks walking its tiles.
         let walk = GemmSpec { persistent: true, ..gated };
-        let variants: &[(GemmSpec, Option<u32>)] =
-            if stages == 3 { &[(gated, None), (walk, Some(WALK_BLOCKS))] } else { &[(gated, None)] };
+        let pingpong = GemmSpec { pingpong: true, ..walk };
+        let variants: &[(GemmSpec, Option<u32>)] = if stages == 3 {
+            &[(gated, None), (walk, Some(WALK_BLOCKS)), (pingpong, Some(PINGPONG_BLOCKS))]
+        } else {
+            &[(gated, None)]
+        };
         for &(spec, blocks) in variants {
             let (g2, c2, u2) = outs[1];
             for b in [g2, c2, u2] {
@@ -1387,11 +1483,16 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
             let plane = (b * h * t * d) as usize;
             let mut want16: Vec<u16> = rotated_bf16(&want[..2 * plane], &table, t as usize, d as usize);
             want16.extend(want[2 * plane..].iter().map(|&x| half::bf16::from_f32(x).to_bits()));
-            let turned_walk = [(Tile::T128x64, false), (Tile::T128x128, false), (Tile::T128x128, true)];
-            for (tile, persistent) in turned_walk {
+            let turned_walk = [
+                (Tile::T128x64, false, false),
+                (Tile::T128x128, false, false),
+                (Tile::T128x128, true, false),
+                (Tile::T128x128, true, true),
+            ];
+            for (tile, persistent, pingpong) in turned_walk {
                 let turned = gemm::Heads { bf16_turned: true, ..heads };
                 let stages = if persistent { 3 } else { 0 };
-                let spec = GemmSpec { tile, stages, persistent, heads: Some(turned), ..plain.tma() };
+                let spec = GemmSpec { tile, stages, persistent, pingpong, heads: Some(turned), ..plain.tma() };
                 let out = arena.alloc_n::<u16>(nc)?;
                 arena.fill_u32(out, NAN_BITS)?;
                 let f = gpu.load(&spec.kernel())?;
@@ -1405,7 +1506,7 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                     Extras {
                         maps: Some(maps),
                         rot_tab: Some(tab),
-                        blocks: persistent.then_some(WALK_BLOCKS),
+                        blocks: persistent.then_some(if pingpong { PINGPONG_BLOCKS } else { WALK_BLOCKS }),
                         ..Extras::default()
                     },
                 )?;

@@ -343,7 +343,19 @@ pub struct GemmSpec {
     /// consumers store the one before (an epilogue working in the ring waits for it), and the
     /// launch and set-up of one block a tile go. TMA engine, no cluster or last-part sums.
     pub persistent: bool,
+    /// A timing probe, for measurement only ([`crate::check::gemm_trace`]): a plain store that
+    /// also writes, for each tile, its SM and the global timer as its consumers start, see
+    /// its first stage, finish its products and finish its epilogue ([`TRACE_WORDS`] u64s a
+    /// tile at `r`). Never chosen by the lowering.
+    pub trace: bool,
+    /// Two math groups a persistent block ([`GemmSpec::persistent`]), each the consumers and
+    /// producer of a plain block with its own ring, taking turns at the products tile by tile
+    /// so that one group's epilogue runs under the other's products (one block an SM).
+    pub pingpong: bool,
 }
+
+/// u64 words a traced tile writes ([`GemmSpec::trace`]).
+pub const TRACE_WORDS: u32 = 8;
 
 /// Tile counters of the last-part-sums splits ([`GemmSpec::fixup_splits`]): one per output tile
 /// of a launch, shared by every such launch (each leaves them zero).
@@ -379,6 +391,8 @@ impl GemmSpec {
             staged_store: false,
             k_pair: false,
             persistent: false,
+            trace: false,
+            pingpong: false,
         }
     }
 
@@ -455,6 +469,12 @@ impl GemmSpec {
             }
             if self.persistent {
                 tile.push_str("_walk");
+            }
+            if self.pingpong {
+                tile.push_str("_pingpong");
+            }
+            if self.trace {
+                tile.push_str("_trace");
             }
         }
         format!(
@@ -541,7 +561,9 @@ impl GemmSpec {
         // A gated block computes two products' columns for half its tile's width of output.
         let cols = if self.gated { self.tile.cols() / 2 } else { self.tile.cols() };
         let (x, y) = (shape.n.div_ceil(cols), shape.m.div_ceil(self.tile.rows()));
-        if self.persistent {
+        if self.pingpong {
+            ((x * y).div_ceil(2).min(SMS), 1, shape.batch)
+        } else if self.persistent {
             (persistent_blocks(x * y), 1, shape.batch)
         } else {
             (x, y, shape.batch)

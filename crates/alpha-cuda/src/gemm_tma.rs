@@ -39,6 +39,12 @@
 //! a tile's last stage back before its epilogue (after it, and through one more barrier the
 //! producer waits on, where the epilogue works in the ring).
 //!
+//! A block of two math groups ([`GemmSpec::pingpong`], opt-in: measured no faster in the step)
+//! is a persistent block whose two groups of consumer warpgroups take turns at the products,
+//! tile by tile, through two turn barriers: one producer fills one ring of both groups' stages
+//! in the order the groups use them, so the group at its turn has six stages ahead, and the
+//! other group's epilogue runs meanwhile. Epilogues that work in the ring are excluded.
+//!
 //! Shape contract: as the `wgmma` engine's, bf16 operands only, and batch entries are the
 //! K-slices of one product (split-K, [`GemmShape::split`]): entry z starts at K = z·k.
 
@@ -53,7 +59,16 @@ const LINE: u32 = 128;
 
 /// Threads per block: the consumer warpgroups and one producer warp.
 pub fn threads(spec: &GemmSpec) -> u32 {
-    consumer_threads(spec) + 32
+    groups(spec) * (consumer_threads(spec) + 32)
+}
+
+/// Math groups of a block: two taking turns ([`GemmSpec::pingpong`]), else one.
+fn groups(spec: &GemmSpec) -> u32 {
+    if spec.pingpong {
+        2
+    } else {
+        1
+    }
 }
 
 fn consumer_threads(spec: &GemmSpec) -> u32 {
@@ -68,7 +83,7 @@ fn stage_bytes(spec: &GemmSpec) -> u32 {
 /// Dynamic shared memory: the ring plus slack to align it to 1,024 bytes (the swizzle is a
 /// function of the address bits). A cluster-summed part's tile reuses the ring.
 pub fn shared_bytes(spec: &GemmSpec) -> u32 {
-    gemm_wgmma::stages(spec) * stage_bytes(spec) + 1024
+    groups(spec) * gemm_wgmma::stages(spec) * stage_bytes(spec) + 1024
 }
 
 /// Split-K part counts a cluster can sum ([`GemmSpec::cluster_splits`]): powers of two up to
@@ -143,7 +158,8 @@ fn wait(k: &mut Kernel, bar: Reg, parity: Reg) {
 /// Builds the kernel for `spec` (bf16 operands, K step [`BK`]).
 pub fn build(spec: &GemmSpec) -> Kernel {
     let (bm, bn) = (spec.tile.rows(), spec.tile.cols());
-    let stages = gemm_wgmma::stages(spec);
+    // Two math groups share one ring of both groups' stages ([`GemmSpec::pingpong`]).
+    let stages = groups(spec) * gemm_wgmma::stages(spec);
     let consumers = consumer_threads(spec);
     let consumer_warps = consumers / 32;
     let mut k = Kernel::new(&spec.name()).with_block(threads(spec), 1, 1);
@@ -151,7 +167,15 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     // epilogue ([`gemm_wgmma::stages_for`]): ptxas is held to two blocks' registers (96 for
     // nine warps), or an epilogue that reads a second tensor (144 registers) or turns heads
     // (106) leaves one. Measured on the H200 (g50): sixteen contexts' step 26.06 → 25.78 ms.
-    if stages == 3 && crate::knobs::knobs().two_blocks {
+    if spec.pingpong {
+        // Two groups of nine warps, one block an SM: the same registers a thread.
+        assert!(
+            spec.persistent && gemm_wgmma::stages(spec) == 3 && !epilogue_in_ring(spec),
+            "{}: two math groups walk tiles on a six-stage ring, their epilogues out of it",
+            spec.name()
+        );
+        k.min_blocks_per_sm = Some(1);
+    } else if stages == 3 && crate::knobs::knobs().two_blocks {
         k.min_blocks_per_sm = Some(2);
     }
     let splits = spec.cluster_splits;
@@ -171,6 +195,25 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         k.cluster = Some((1, 1, splits));
     }
     let mut h = head(&mut k, spec);
+    let tid_in_block = h.tid;
+    // Two math groups: both groups' consumers first (warpgroups must start at a warp rank
+    // that is a multiple of four), then group 0's producer warp and group 1's. Everything
+    // below works on the thread's index within its group (consumers, then the producer).
+    let group = spec.pingpong.then(|| {
+        let producers = k.setp("ge.u32", h.tid, 2 * consumers);
+        let g_consumer = k.bin("div.u32", RegKind::B32, h.tid, consumers);
+        let past = k.bin("sub.u32", RegKind::B32, h.tid, 2 * consumers);
+        let g_producer = k.bin("shr.u32", RegKind::B32, past, 5u32);
+        let g = k.reg(RegKind::B32);
+        k.op("selp.u32", [g.into(), g_producer.into(), g_consumer.into(), producers.into()]);
+        let consumer_local = k.bin("rem.u32", RegKind::B32, h.tid, consumers);
+        let lane = k.bin("and.b32", RegKind::B32, past, 31u32);
+        let producer_local = k.bin("add.u32", RegKind::B32, lane, consumers);
+        let local = k.reg(RegKind::B32);
+        k.op("selp.u32", [local.into(), producer_local.into(), consumer_local.into(), producers.into()]);
+        h.tid = local;
+        g
+    });
     let map_a = k.param_reg("tmap_a", ParamTy::U64);
     let map_b = k.param_reg("tmap_b", ParamTy::U64);
     // A gated block: the gate's B (this map) fills the tile's first 64 columns, B the rest,
@@ -233,12 +276,22 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         spec.name()
     );
     let epi_wait = persistent && ring_epilogue;
-    let bars_sym = k.shared("gemm_bars", 16 * stages + if epi_wait { 8 } else { 0 }, 8);
+    // Two math groups' turn barriers (one arrival per consumer warp of the other group), group
+    // g's at 16·stages + 8·g.
+    let turn_off = 16 * stages + if epi_wait { 8 } else { 0 };
+    let bars_sym = k.shared("gemm_bars", turn_off + 8 * (groups(spec) - 1) * 2, 8);
     let stage = stage_bytes(spec);
     let b_off = bm * LINE;
 
     let ring = gemm_wgmma::ring_base(&mut k, smem);
     let bars = k.un("mov.u32", RegKind::B32, Opnd::S(bars_sym));
+    // A group's own turn barrier and the other group's.
+    let turn_bars = group.map(|g| {
+        let own = k.tri("mad.lo.u32", RegKind::B32, g, 8u32, bars);
+        let other = k.bin("xor.b32", RegKind::B32, g, 1u32);
+        let theirs = k.tri("mad.lo.u32", RegKind::B32, other, 8u32, bars);
+        (k.bin("add.u32", RegKind::B32, own, turn_off), k.bin("add.u32", RegKind::B32, theirs, turn_off))
+    });
     let ktiles = k.bin("shr.u32", RegKind::B32, h.kdim, BK.trailing_zeros());
     // Parts that may differ by a K step: part z of Z takes steps ⌊z·S/Z⌋ … ⌊(z+1)·S/Z⌋.
     let part_steps = spec.uneven_split.then(|| {
@@ -254,7 +307,8 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
 
     k.comment("barriers: full (one arrival + the stage's bytes), empty (one per consumer warp)");
-    let not_first = k.setp("ne.u32", h.tid, 0u32);
+    // (Group 0's first thread where a block has two math groups.)
+    let not_first = k.setp("ne.u32", tid_in_block, 0u32);
     let inited = k.label("inited");
     k.bra_if(not_first, false, &inited);
     for s in 0..stages {
@@ -263,6 +317,11 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     }
     if epi_wait {
         k.op("mbarrier.init.shared::cta.b64", [addr(bars, 16 * stages as i64), consumer_warps.into()]);
+    }
+    if group.is_some() {
+        for g in 0..2 {
+            k.op("mbarrier.init.shared::cta.b64", [addr(bars, (turn_off + 8 * g) as i64), consumer_warps.into()]);
+        }
     }
     k.op("fence.mbarrier_init.release.cluster", []);
     k.place(&inited);
@@ -277,6 +336,15 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         k.op_if(wrap, false, "mov.u32", [idx.into(), 0u32.into()]);
         k.op_if(wrap, false, "mov.u32", [off.into(), 0u32.into()]);
         k.op_if(wrap, false, "xor.b32", [parity.into(), parity.into(), 1u32.into()]);
+    };
+    // Moves a cursor on by `n` stages (two math groups: past the other group's tile).
+    let skip_stages = |k: &mut Kernel, (idx, off, parity): (Reg, Reg, Reg), n: Reg| {
+        let total = k.bin("add.u32", RegKind::B32, idx, n);
+        let wraps = k.bin("div.u32", RegKind::B32, total, stages);
+        k.op("rem.u32", [idx.into(), total.into(), stages.into()]);
+        k.op("mul.lo.u32", [off.into(), idx.into(), stage.into()]);
+        let flip = k.bin("and.b32", RegKind::B32, wraps, 1u32);
+        k.op("xor.b32", [parity.into(), parity.into(), flip.into()]);
     };
     let full_bar = |k: &mut Kernel, idx: Reg| k.tri("mad.lo.u32", RegKind::B32, idx, 8u32, bars);
     let empty_bar = |k: &mut Kernel, idx: Reg| {
@@ -304,11 +372,17 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         (tiles_x, total)
     });
     // Opens a path's tile loop: the counter, the loop's top (leaving for `exit` past the last
-    // tile) and the tile's origin. Returns (counter, top label).
-    let open_tiles = |k: &mut Kernel, h: &Head, exit: &str| -> Option<(Reg, String)> {
+    // tile) and the tile's origin. Returns (counter, top label). Two math groups: group g
+    // takes tiles 2·ctaid.x + g, then on by twice the blocks; the one producer both groups'
+    // tiles in turn (`both`).
+    let open_tiles = |k: &mut Kernel, h: &Head, exit: &str, both: bool| -> Option<(Reg, String)> {
         let (tiles_x, total) = tiles?;
         let tile = k.sreg("%ctaid.x");
-        let tile = k.un("mov.u32", RegKind::B32, tile);
+        let tile = match group {
+            Some(_) if both => k.bin("shl.b32", RegKind::B32, tile, 1u32),
+            Some(g) => k.tri("mad.lo.u32", RegKind::B32, tile, 2u32, g),
+            None => k.un("mov.u32", RegKind::B32, tile),
+        };
         let top = k.label("tile");
         k.place(&top);
         let past = k.setp("ge.u32", tile, total);
@@ -319,9 +393,20 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         k.op("mul.lo.u32", [h.m0.into(), ty.into(), bm.into()]);
         Some((tile, top))
     };
-    let next_tile = |k: &mut Kernel, (tile, top): &(Reg, String)| {
+    let next_tile = |k: &mut Kernel, (tile, top): &(Reg, String), both: bool| {
         let step = k.sreg("%nctaid.x");
-        k.op("add.u32", [(*tile).into(), (*tile).into(), step.into()]);
+        let step = if group.is_some() { k.bin("shl.b32", RegKind::B32, step, 1u32) } else { step };
+        if both {
+            // Group 0's tile (even), then group 1's (odd, + 1), then group 0's next.
+            let odd = k.bin("and.b32", RegKind::B32, *tile, 1u32);
+            let to_next = k.bin("sub.u32", RegKind::B32, step, 1u32);
+            let even = k.setp("eq.u32", odd, 0u32);
+            let by = k.reg(RegKind::B32);
+            k.op("selp.u32", [by.into(), 1u32.into(), to_next.into(), even.into()]);
+            k.op("add.u32", [(*tile).into(), (*tile).into(), by.into()]);
+        } else {
+            k.op("add.u32", [(*tile).into(), (*tile).into(), step.into()]);
+        }
         k.bra(top);
     };
 
@@ -333,6 +418,11 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let exit = k.label("exit");
     let idle = k.setp("ne.u32", lane, 0u32);
     k.bra_if(idle, false, &exit);
+    if let Some(g) = group {
+        // Group 0's producer fills the one ring for both groups.
+        let second = k.setp("ne.u32", g, 0u32);
+        k.bra_if(second, false, &exit);
+    }
     k.op("prefetch.tensormap", [addr(map_a, 0)]);
     k.op("prefetch.tensormap", [addr(map_b, 0)]);
     if let Some(mg) = map_gate {
@@ -360,7 +450,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let token = k.reg(RegKind::B64);
     let done_tiles = persistent.then(|| k.imm_u32(0));
     // (A persistent block's tile loop starts here: the K step counts from 0 each tile.)
-    let walk = open_tiles(&mut k, &h, &exit);
+    let walk = open_tiles(&mut k, &h, &exit, group.is_some());
     k.op("mov.u32", [kt.into(), 0u32.into()]);
     if let (true, Some(done_tiles)) = (epi_wait, done_tiles) {
         // After the first tile: the ring is free once the last tile's epilogue is done.
@@ -428,7 +518,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     k.bra_if(more, false, &fill);
     if let (Some(w), Some(done_tiles)) = (&walk, done_tiles) {
         k.op("add.u32", [done_tiles.into(), done_tiles.into(), 1u32.into()]);
-        next_tile(&mut k, w);
+        next_tile(&mut k, w, group.is_some());
     }
     k.bra(&exit);
 
@@ -441,7 +531,25 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let cc = cursor(&mut k);
     let prev = k.imm_u32(0);
     let kt = k.reg(RegKind::B32);
-    let walk = open_tiles(&mut k, &h, &exit);
+    // A math group's tiles so far (its turn's phase).
+    let turn_count = group.map(|_| k.imm_u32(0));
+    if let Some(g) = group {
+        // Group 1's first stages come after group 0's first tile's.
+        let skip = k.bin("mul.lo.u32", RegKind::B32, g, ktiles);
+        skip_stages(&mut k, cc, skip);
+    }
+    let walk = open_tiles(&mut k, &h, &exit, false);
+    let probe = spec.trace.then(|| Probe::start(&mut k, spec, walk.as_ref().map(|w| w.0)));
+    // Two groups take turns at the products: group 0's j-th tile after group 1's (j − 1)-th,
+    // group 1's j-th after group 0's j-th: the turn barrier's phase j − 1 or j, so parity
+    // (j mod 2) xor (1 − g) (the phase before a barrier's first counts as complete).
+    let turns = group.zip(turn_count).zip(turn_bars).map(|((g, j), (own_turn, _))| {
+        let first_other = k.bin("xor.b32", RegKind::B32, g, 1u32);
+        let odd = k.bin("and.b32", RegKind::B32, j, 1u32);
+        let parity = k.bin("xor.b32", RegKind::B32, odd, first_other);
+        wait(&mut k, own_turn, parity);
+        j
+    });
     k.op("mov.u32", [kt.into(), 0u32.into()]);
     if walk.is_some() {
         // Each tile's products start from zero (`Products::new` zeroed them for the first).
@@ -453,6 +561,10 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     k.place(&top);
     let full = full_bar(&mut k, cc.0);
     wait(&mut k, full, cc.2);
+    if let Some(p) = &probe {
+        let first = k.setp("eq.u32", kt, 0u32);
+        k.op_if(first, false, "mov.u64", [p.stamps[1].into(), Opnd::S("%globaltimer".into())]);
+    }
     k.op("wgmma.fence.sync.aligned", []);
     products.issue(&mut k, &acc, a_wg, ring, cc.1);
     k.op("wgmma.commit_group.sync.aligned", []);
@@ -467,7 +579,17 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
     let more = k.setp("lt.u32", kt, ktiles);
     k.bra_if(more, false, &top);
+    if let (Some(j), Some((_, theirs))) = (turns, turn_bars) {
+        // Every product of the tile is issued: the other group's turn; its tile's stages
+        // come next in the ring.
+        arrive(&mut k, lane0, theirs);
+        k.op("add.u32", [j.into(), j.into(), 1u32.into()]);
+        skip_stages(&mut k, cc, ktiles);
+    }
     k.op("wgmma.wait_group.sync.aligned", [0u32.into()]);
+    if let Some(p) = &probe {
+        k.op("mov.u64", [p.stamps[2].into(), Opnd::S("%globaltimer".into())]);
+    }
 
     // A persistent block gives the tile's last stage back now, or (an epilogue working in
     // the ring) after the epilogue.
@@ -478,6 +600,8 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     if persistent && !ring_epilogue {
         give_back(&mut k);
     }
+    // The consumers' named barrier: 1, or 1 + g for group g.
+    let team = Team { threads: consumers, bar: group.map(|g| k.bin("add.u32", RegKind::B32, g, 1u32)) };
     // Warp w of warpgroup wg holds rows wg·64 + 16·w of the tile, every column.
     let wrow = k.bin("mul.lo.u32", RegKind::B32, warp, 16u32);
     let frags = acc.chunks(4).map(|c| c.to_vec()).collect::<Vec<_>>();
@@ -500,12 +624,15 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         store_tile(&mut k, &store, &gate, lane, wrow, wcol, &Head { c_base: h.r_base, u_base: None, ..h });
         store_tile_with(&mut k, spec, &up, Some(&gate), lane, wrow, wcol, &h);
     } else if let Some(hs) = spec.heads.filter(|hs| hs.delta) {
-        store_heads_delta(&mut k, spec, hs, &frags, lane, wrow, ring, &h, consumers);
+        store_heads_delta(&mut k, spec, hs, &frags, lane, wrow, ring, &h, team);
     } else if let Some(work) = staged(spec) {
-        store_staged(&mut k, spec, work, &frags, lane, wrow, ring, &h, consumers);
+        store_staged(&mut k, spec, work, &frags, lane, wrow, ring, &h, team);
     } else {
         let wcol = k.imm_u32(0);
         store_tile(&mut k, spec, &[frags], lane, wrow, wcol, &h);
+    }
+    if let Some(p) = &probe {
+        p.finish(&mut k, &h);
     }
     if let Some(w) = &walk {
         if epi_wait {
@@ -513,11 +640,64 @@ pub fn build(spec: &GemmSpec) -> Kernel {
             let epi = epi_bar(&mut k);
             arrive(&mut k, lane0, epi);
         }
-        next_tile(&mut k, w);
+        next_tile(&mut k, w, false);
     }
     k.place(&exit);
     k.ret();
     k
+}
+
+/// A traced tile's stamps ([`GemmSpec::trace`]): the global timer as the consumers start the
+/// tile, see its first stage, finish its products and finish its epilogue.
+struct Probe {
+    stamps: [Reg; 4],
+    smid: Reg,
+    tile: Reg,
+}
+
+impl Probe {
+    fn start(k: &mut Kernel, spec: &GemmSpec, walk_tile: Option<Reg>) -> Probe {
+        assert!(
+            spec.epilogue == crate::gemm::Epilogue::Store
+                && spec.chain.is_none()
+                && spec.heads.is_none()
+                && spec.activation.is_none()
+                && !spec.gated
+                && !spec.k_pair
+                && spec.cluster_splits == 0
+                && spec.fixup_splits <= 1,
+            "{}: a traced product is a plain store (its stamps go where a residual would be read)",
+            spec.name()
+        );
+        let stamps = [0; 4].map(|_| k.reg(RegKind::B64));
+        k.op("mov.u64", [stamps[0].into(), Opnd::S("%globaltimer".into())]);
+        let smid = k.sreg("%smid");
+        let tile = match walk_tile {
+            Some(t) => t,
+            None => {
+                let (bx, by, nx) = (k.sreg("%ctaid.x"), k.sreg("%ctaid.y"), k.sreg("%nctaid.x"));
+                k.tri("mad.lo.u32", RegKind::B32, by, nx, bx)
+            }
+        };
+        Probe { stamps, smid, tile }
+    }
+
+    /// Thread 0 writes the tile's row: SM, the four stamps, the tile's index.
+    fn finish(&self, k: &mut Kernel, h: &Head) {
+        k.op("mov.u64", [self.stamps[3].into(), Opnd::S("%globaltimer".into())]);
+        let skip = k.label("untraced");
+        let not_first = k.setp("ne.u32", h.tid, 0u32);
+        k.bra_if(not_first, false, &skip);
+        let row = k.un("cvt.u64.u32", RegKind::B64, self.tile);
+        let off = k.bin("mul.lo.u64", RegKind::B64, row, (crate::gemm::TRACE_WORDS * 8) as i64);
+        let at = k.bin("add.s64", RegKind::B64, h.r_param, off);
+        let sm = k.un("cvt.u64.u32", RegKind::B64, self.smid);
+        let tile = k.un("cvt.u64.u32", RegKind::B64, self.tile);
+        k.op("st.global.v2.u64", [addr(at, 0), Opnd::V(vec![sm, self.stamps[0]])]);
+        k.op("st.global.v2.u64", [addr(at, 16), Opnd::V(vec![self.stamps[1], self.stamps[2]])]);
+        k.op("st.global.v2.u64", [addr(at, 32), Opnd::V(vec![self.stamps[3], tile])]);
+        k.place(&skip);
+    }
 }
 
 /// f32 elements between rows of a tile put in shared memory ([`fragments_to_shared`]): 128
@@ -616,10 +796,25 @@ impl RowWalk {
 
 /// Puts the product tile in the ring for a [`RowWalk`], rows [`PART_PITCH`] apart, once every
 /// consumer's last products have read the ring; then the consumers meet.
-fn stage_tile(k: &mut Kernel, frags: &[Vec<Reg>], lane: Reg, wrow: Reg, tile: Reg, consumers: u32) {
-    k.op("bar.sync", [1u32.into(), consumers.into()]);
+fn stage_tile(k: &mut Kernel, frags: &[Vec<Reg>], lane: Reg, wrow: Reg, tile: Reg, team: Team) {
+    team.sync(k);
     fragments_to_shared(k, frags, lane, wrow, tile);
-    k.op("bar.sync", [1u32.into(), consumers.into()]);
+    team.sync(k);
+}
+
+/// A block's consumer threads and their named barrier (1; a math group's own where a block
+/// has two, [`GemmSpec::pingpong`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Team {
+    threads: u32,
+    bar: Option<Reg>,
+}
+
+impl Team {
+    fn sync(self, k: &mut Kernel) {
+        let id: Opnd = self.bar.map_or(1u32.into(), Into::into);
+        k.op("bar.sync", [id, self.threads.into()]);
+    }
 }
 
 /// The epilogue of a cluster-summed split-K part ([`GemmSpec::cluster_splits`]): each block
@@ -822,7 +1017,7 @@ pub(crate) fn store_heads_delta(
     wrow: Reg,
     tile: Reg,
     h: &Head,
-    consumers: u32,
+    team: Team,
 ) {
     assert!(
         hs.d == 64
@@ -839,8 +1034,8 @@ pub(crate) fn store_heads_delta(
     );
     k.comment("epilogue: dO to shared memory, then a row a warp: dO as bf16 heads and delta = dO . O");
     let u_base = h.u_base.expect("a delta-heads store's delta pointer");
-    stage_tile(k, frags, lane, wrow, tile, consumers);
-    let walk = RowWalk::new(k, h, lane, consumers);
+    stage_tile(k, frags, lane, wrow, tile, team);
+    let walk = RowWalk::new(k, h, lane, team.threads);
     // Lane l: columns 4l …, of head (n0 + 4l) / 64 at d = 4·(l mod 16) (tiles start on a head).
     let head = k.bin("shr.u32", RegKind::B32, walk.col, 6u32);
     let d = k.bin("and.b32", RegKind::B32, walk.col, 63u32);
@@ -930,11 +1125,11 @@ fn store_staged(
     wrow: Reg,
     tile: Reg,
     h: &Head,
-    consumers: u32,
+    team: Team,
 ) {
     k.comment("epilogue: the product to shared memory, then a row a warp");
     let chain = || spec.chain.expect("a staged chain epilogue's chain");
-    stage_tile(k, frags, lane, wrow, tile, consumers);
+    stage_tile(k, frags, lane, wrow, tile, team);
     // The f32 tensors read at each element, those stored (bf16 or not), and a chain's steps.
     let (reads, writes, steps): (Vec<Reg>, Vec<(Reg, bool)>, _) = match work {
         Staged::Chain => {
@@ -949,7 +1144,7 @@ fn store_staged(
         }
         Staged::Store => (vec![], vec![(h.c_base, false)], vec![]),
     };
-    let walk = RowWalk::new(k, h, lane, consumers);
+    let walk = RowWalk::new(k, h, lane, team.threads);
     let s_row0 = walk.staged_row0(k, lane, tile);
     walk.each(
         k,

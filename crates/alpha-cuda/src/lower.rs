@@ -801,9 +801,11 @@ impl Lowerer<'_> {
             if !(dests_clear && others_unwritten) {
                 continue;
             }
-            let spec = GemmSpec { chain: Some(ce), staged_store: false, ..spec };
+            let spec = with_turns(GemmSpec { chain: Some(ce), staged_store: false, ..spec });
             let kernel = self.kernel(spec.kernel())?;
             let p = &mut launches[li];
+            // (Two math groups a block give way to one where the chain works in the ring.)
+            (p.grid, p.block) = (spec.grid(&shape), (spec.threads(), 1, 1));
             // The chain's pointers go after the shape's arguments, before the tensor maps.
             let mut args: Vec<A> = p.args.drain(..gemm::SHAPE_ARGS).collect();
             args.extend(cl.dests.iter().map(|&d| self.ptr(d)));
@@ -893,7 +895,7 @@ impl Lowerer<'_> {
             let mut args = std::mem::take(&mut launches[ui].args);
             args.push(launches[gi].args.pop().expect("the gate's B map"));
             let l = &mut launches[gi];
-            (l.kernel, l.grid, l.args) = (kernel, spec.grid(&shape), args);
+            (l.kernel, l.grid, l.block, l.args) = (kernel, spec.grid(&shape), (spec.threads(), 1, 1), args);
             dead.insert(ui);
         }
         Ok(())
@@ -958,7 +960,9 @@ impl Lowerer<'_> {
                 && written.into_iter().all(|w| w.is_some_and(|w| clear_of(w, kept)));
             if maps && between_plain && clear {
                 let pair = GemmSpec { epilogue: Epilogue::Store, k_pair: true, ..s2 };
-                pairs.push((l1, l2, GemmSpec { staged_store: tall_store(&pair, &sh2), ..pair }, sh2));
+                let pair =
+                    with_turns(GemmSpec { staged_store: tall_store(&pair, &sh2), pingpong: knobs().pingpong, ..pair });
+                pairs.push((l1, l2, pair, sh2));
             }
         }
         pairs.sort_unstable_by_key(|p| p.0);
@@ -971,6 +975,7 @@ impl Lowerer<'_> {
             l.args[6] = A::U32(2 * shape.k);
             l.args.extend(first_maps);
             l.kernel = kernel;
+            (l.grid, l.block) = (spec.grid(&shape), (spec.threads(), 1, 1));
             dead.insert(l1);
         }
         Ok(())
@@ -1419,6 +1424,7 @@ impl Lowerer<'_> {
                     let spec = with_ring(on_tma(spec), &shape);
                     let spec = GemmSpec { staged_store: tall_store(&spec, &shape), ..spec };
                     let spec = GemmSpec { persistent: walks_tiles(&spec, &shape), ..spec };
+                    let spec = with_turns(GemmSpec { pingpong: knobs().pingpong, ..spec });
                     self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
                     if delta.is_some() && !(spec.engine == gemm::Engine::Tma && gemm_tma::ring_holds_tile(&spec)) {
                         return Err(node_error(&node, id, format!("{}: no delta-heads store", spec.name())));
@@ -1873,6 +1879,14 @@ fn walks_tiles(spec: &GemmSpec, shape: &GemmShape) -> bool {
     kind && deep && (allow == Persistent::All || (allow == Persistent::FragmentEpilogues && !ring))
 }
 
+/// `spec` with two math groups a block ([`GemmSpec::pingpong`]) only where it walks its tiles
+/// and its epilogue leaves the ring alone (the groups share the ring); a product settled with
+/// them keeps them until a fusion moves its epilogue into the ring.
+fn with_turns(spec: GemmSpec) -> GemmSpec {
+    let pingpong = spec.pingpong && spec.persistent && !gemm_tma::epilogue_in_ring(&spec);
+    GemmSpec { pingpong, ..spec }
+}
+
 /// Rows (tokens) from which a product's plain f32 store runs through shared memory
 /// ([`GemmSpec::staged_store`]).
 const TALL_ROWS: u32 = 8192;
@@ -1898,9 +1912,10 @@ fn tall_store(spec: &GemmSpec, shape: &GemmShape) -> bool {
 }
 
 /// Whether a launch of `spec` on `shape` spans [`gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of
-/// blocks: deep enough for a fused epilogue's extra work to pay.
+/// blocks a tile (tiles, where its blocks walk them): deep enough for a fused epilogue's extra
+/// work to pay.
 fn deep_epilogue_grid(spec: &GemmSpec, shape: &GemmShape) -> bool {
-    let (gx, gy, gz) = spec.grid(shape);
+    let (gx, gy, gz) = GemmSpec { persistent: false, pingpong: false, ..*spec }.grid(shape);
     gx * gy * gz >= gemm_wgmma::DEEP_EPILOGUE_WAVES * gemm::SMS
 }
 
