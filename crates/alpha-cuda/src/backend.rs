@@ -69,6 +69,9 @@ pub struct CudaBackend {
     lowered: Lowered,
     names: HashMap<String, Value>,
     checked: bool,
+    /// The phase last launched and not yet waited for ([`Backend::run`] returns once the
+    /// graph is launched; the next read or copy waits, and names it if it faulted).
+    unsettled: Option<String>,
     gpu: Box<Gpu>,
 }
 
@@ -154,7 +157,7 @@ impl CudaBackend {
         // ALPHA_CUDA_CHECK_LAUNCHES=1 runs launch by launch with a synchronisation after each,
         // so a kernel fault names its launch (a fault inside a replayed graph cannot).
         let checked = std::env::var("ALPHA_CUDA_CHECK_LAUNCHES").is_ok_and(|v| v != "0" && !v.is_empty());
-        Ok(CudaBackend { graphs, arena, functions, lowered, names, checked, gpu })
+        Ok(CudaBackend { graphs, arena, functions, lowered, names, checked, unsettled: None, gpu })
     }
 
     pub fn info(&self) -> &GpuInfo {
@@ -249,13 +252,37 @@ impl CudaBackend {
         self.names.get(name).copied().ok_or_else(|| anyhow!("the program has no tensor named '{name}'"))
     }
 
-    fn write_value(&self, v: Value, name: &str, data: &[f32]) -> Result<()> {
-        let ty = self.lowered.plan.program.graph.ty(v);
+    /// Waits for the phase last launched, naming it if a launch faulted.
+    fn settle(&mut self) -> Result<()> {
+        match self.unsettled.take() {
+            Some(phase) => self.gpu.synchronize().with_context(|| {
+                format!(
+                    "running phase '{phase}' on {} (set ALPHA_CUDA_CHECK_LAUNCHES=1 to run launch by launch and name the one that faults)",
+                    self.gpu.info().name
+                )
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn write_value(&mut self, v: Value, name: &str, data: &[f32]) -> Result<()> {
+        let ty = self.lowered.plan.program.graph.ty(v).clone();
         if ty.numel() != data.len() {
             bail!("'{name}' holds {} values, got {}", ty.numel(), data.len());
         }
         let slot = self.lowered.plan.slot(v);
         let buf = self.arena.region(slot.offset, ty.bytes())?;
+        // A scalar (a step's learning rate and counters) is set on the stream without waiting
+        // for the step before; anything larger is copied once the device is idle.
+        let word = match ty.dtype {
+            DType::F32 => Some(data[0].to_bits()),
+            DType::I32 => Some(data[0].round() as i32 as u32),
+            _ => None,
+        };
+        if let (1, Some(w)) = (data.len(), word) {
+            return self.arena.set_words(buf, &[w]).with_context(|| format!("writing '{name}'"));
+        }
+        self.settle()?;
         match ty.dtype {
             DType::F32 => self.arena.upload(buf, data),
             DType::BF16 => {
@@ -271,8 +298,9 @@ impl CudaBackend {
         .with_context(|| format!("writing '{name}'"))
     }
 
-    /// Reads any value of the plan (as f32).
-    pub fn read_value(&self, v: Value) -> Result<Vec<f32>> {
+    /// Reads any value of the plan (as f32), once the phase last launched is done.
+    pub fn read_value(&mut self, v: Value) -> Result<Vec<f32>> {
+        self.settle()?;
         let ty = self.lowered.plan.program.graph.ty(v);
         let n = ty.numel();
         let slot = self.lowered.plan.slot(v);
@@ -308,6 +336,7 @@ impl Backend for CudaBackend {
             bail!("'{name}' holds {} ids, got {}", ty.numel(), ids.len());
         }
         let slot = self.lowered.plan.slot(v);
+        self.settle()?;
         self.arena
             .upload(self.arena.region(slot.offset, ids.len() * 4)?, ids)
             .with_context(|| format!("writing '{name}'"))
@@ -321,6 +350,7 @@ impl Backend for CudaBackend {
         self.read_value(v)
     }
     fn profile(&mut self, phase: &str) -> Result<Vec<LaunchTime>> {
+        self.settle()?;
         self.profile_stamps(phase)
     }
     fn launches(&self, phase: &str) -> Option<usize> {
@@ -336,14 +366,17 @@ impl Backend for CudaBackend {
                 .try_for_each(|l| launch_one(&self.gpu, &self.functions, &self.lowered, base, l));
             self.gpu.set_checked(false);
             r?;
-        } else {
-            self.graphs[i].replay()?;
+            return self.gpu.synchronize().with_context(|| format!("running phase '{phase}' launch by launch"));
         }
-        self.gpu.synchronize().with_context(|| {
-            format!(
-                "running phase '{phase}' on {} (set ALPHA_CUDA_CHECK_LAUNCHES=1 to run launch by launch and name the one that faults)",
-                self.gpu.info().name
-            )
-        })
+        // The graph runs on while the host goes on (as a training loop's next step's scalars
+        // are set): the next read, copy or profile waits for it. An earlier fault shows here.
+        self.graphs[i].replay().with_context(|| {
+            format!("launching phase '{phase}' (an earlier phase may have faulted: {:?})", self.unsettled)
+        })?;
+        self.unsettled = Some(phase.to_string());
+        if crate::knobs::knobs().sync_each_run {
+            return self.settle();
+        }
+        Ok(())
     }
 }

@@ -698,6 +698,21 @@ impl DeviceArena<'_> {
         self.gpu.synchronize()
     }
 
+    /// Sets the first `words.len()` 32-bit words of `buf`, ordered on the stream and not
+    /// waited for: no host memory is read later, so the host need not wait for the device
+    /// (a step's scalars written while the step before still runs).
+    pub fn set_words(&self, buf: Buf, words: &[u32]) -> Result<()> {
+        self.check(buf, 4 * words.len())?;
+        self.gpu.bind()?;
+        for (i, &w) in words.iter().enumerate() {
+            // SAFETY: the range was checked; a memset reads no host memory.
+            unsafe { sys::cuMemsetD32Async(buf.ptr + 4 * i as u64, w, 1, self.gpu.stream) }
+                .result()
+                .map_err(|e| anyhow!("setting word {i} at {:#x}: {e}", buf.ptr))?;
+        }
+        Ok(())
+    }
+
     /// Copies `n` elements from the start of `buf` once the stream's work is done.
     pub fn download<T: Elem>(&self, buf: Buf, n: usize) -> Result<Vec<T>> {
         let mut out = vec![T::default(); n];

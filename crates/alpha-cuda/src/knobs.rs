@@ -34,6 +34,7 @@
 //! | `ALPHA_STAGED_EPILOGUE=off\|chains\|adds\|all` | which TMA epilogues run through shared memory a row a warp ([`crate::gemm_tma::staged`]) instead of on the accumulator fragments: none, chains only, chains and residual or accumulating adds, or plain f32 stores too (default: chains, adds, and the plain stores of tall outputs, [`crate::gemm::GemmSpec::staged_store`]; every plain store measured 0.05–0.07 ms slower at one context, g69) |
 //! | `ALPHA_DELTA_EPILOGUE=off` | attention's delta (and its bf16 dO) computed by a launch of its own from the f32 dO, instead of by the epilogue of the product that computes dO ([`crate::gemm::Heads::delta`]) |
 //! | `ALPHA_PERSISTENT=fragments\|rings` | TMA products over more than one wave of blocks in persistent blocks walking the tiles ([`crate::gemm::GemmSpec::persistent`]) where the epilogue does not work in the ring, or (`rings`) at every epilogue, instead of a block a tile (measured slower, g83: sixteen contexts' step 21.96 / 22.16 / 21.89 ms a block a tile, 22.05 / 22.33 / 22.02 `fragments`, 22.60 / 22.59 / 22.50 `rings`) |
+//! | `ALPHA_SYNC_RUN=on` | each run of a phase waits for the device before returning, instead of leaving the wait to the next read or copy |
 //! | `ALPHA_PINGPONG=on` | persistent products (`ALPHA_PERSISTENT`) in blocks of two math groups taking turns at the products ([`crate::gemm::GemmSpec::pingpong`]), one block an SM |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
 
@@ -113,6 +114,8 @@ pub struct Knobs {
     pub persistent: Persistent,
     /// Persistent products in blocks of two math groups taking turns.
     pub pingpong: bool,
+    /// Each run of a phase waits for the device before returning.
+    pub sync_each_run: bool,
 }
 
 /// Which products are persistent ([`Knobs::persistent`]).
@@ -195,6 +198,7 @@ pub fn knobs() -> &'static Knobs {
                 _ => Persistent::None,
             },
             pingpong: var("ALPHA_PINGPONG").as_deref() == Some("on"),
+            sync_each_run: var("ALPHA_SYNC_RUN").as_deref() == Some("on"),
             staged_epilogues: match var("ALPHA_STAGED_EPILOGUE").as_deref() {
                 Some("off") => StagedEpilogues::None,
                 Some("chains") => StagedEpilogues::Chains,

@@ -18,6 +18,8 @@ pub trait Backend {
     fn read(&mut self, name: &str) -> Result<Vec<f32>>;
     /// Read a named program output (`loss`, `losses`, `logits`, `grad_norm`).
     fn output(&mut self, name: &str) -> Result<Vec<f32>>;
+    /// Run a phase. A device backend may return once the phase is launched: its reads and
+    /// writes wait for it, and report a fault in it.
     fn run(&mut self, phase: &str) -> Result<()>;
     /// Launches one run of `phase` makes on the device, where that differs from the plan's
     /// kernel count (a backend that fuses kernels says so here).
