@@ -590,6 +590,11 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     if let Some(p) = &probe {
         k.op("mov.u64", [p.stamps[2].into(), Opnd::S("%globaltimer".into())]);
     }
+    if crate::knobs::knobs().epilogue_trigger && !persistent {
+        // The next kernel may launch once every block is at its epilogue (it still waits for
+        // this one's memory in its `griddepcontrol.wait`).
+        k.op("griddepcontrol.launch_dependents", []);
+    }
 
     // A persistent block gives the tile's last stage back now, or (an epilogue working in
     // the ring) after the epilogue.

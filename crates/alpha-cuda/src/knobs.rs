@@ -9,7 +9,7 @@
 //! | `ALPHA_GEMM_SPLITK=off` | no split-K |
 //! | `ALPHA_FUSE_HEADS=off` | no head-split stores (the permutes after the q/k/v projection and the output gradient run) |
 //! | `ALPHA_PDL=off` | plain launches instead of programmatic dependent launches |
-//! | `ALPHA_PDL_TRIGGER=start` | kernels let the next kernel launch as they start, not as they exit |
+//! | `ALPHA_PDL_TRIGGER=start\|epilogue` | kernels let the next kernel launch as they start, or (TMA products) as each block's products are done and its epilogue begins, not as they exit (both measured slower; `epilogue`, g96: one context 3.74 against 3.67 ms, sixteen 22.24 against 22.07 ms) |
 //! | `ALPHA_PW_VECTOR=off` | pointwise kernels one element a thread |
 //! | `ALPHA_LN_FOLD=beside\|separate` | LayerNorm's band fold beside the input gradient's rows, or a launch of its own, at every size |
 //! | `ALPHA_CAST_INTO_GEMM=on\|off` | bf16 casts read only by GEMMs folded into their loads (the GEMMs then read f32 on the `cp.async` ring), or launched (the GEMMs read bf16 on the TMA engine) |
@@ -58,6 +58,8 @@ pub struct Knobs {
     /// Kernels execute `griddepcontrol.launch_dependents` as they start (else the next kernel
     /// launches as their blocks exit).
     pub early_trigger: bool,
+    /// TMA products let the next kernel launch as each block's epilogue begins.
+    pub epilogue_trigger: bool,
     /// Pointwise kernels four elements a thread where they can.
     pub pointwise_vector: bool,
     /// A forced choice of LayerNorm's band fold in the input-gradient launch (None: by size).
@@ -165,6 +167,7 @@ pub fn knobs() -> &'static Knobs {
             head_split: forced("ALPHA_FUSE_HEADS", "on", "off"),
             dependent_launch: on("ALPHA_PDL"),
             early_trigger: var("ALPHA_PDL_TRIGGER").as_deref() == Some("start"),
+            epilogue_trigger: var("ALPHA_PDL_TRIGGER").as_deref() == Some("epilogue"),
             pointwise_vector: on("ALPHA_PW_VECTOR"),
             bf16_attention: on("ALPHA_ATTN_BF16"),
             merged_gradients: on("ALPHA_ATTN_MERGED"),
