@@ -279,7 +279,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     // Two math groups' turn barriers (one arrival per consumer warp of the other group), group
     // g's at 16·stages + 8·g.
     let turn_off = 16 * stages + if epi_wait { 8 } else { 0 };
-    let bars_sym = k.shared("gemm_bars", turn_off + 8 * (groups(spec) - 1) * 2, 8);
+    let bars_sym = k.shared("gemm_bars", turn_off + if spec.pingpong { 16 } else { 0 }, 8);
     let stage = stage_bytes(spec);
     let b_off = bm * LINE;
 
@@ -605,8 +605,6 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     if persistent && !ring_epilogue {
         give_back(&mut k);
     }
-    // The consumers' named barrier: 1, or 1 + g for group g.
-    let team = Team { threads: consumers, bar: group.map(|g| k.bin("add.u32", RegKind::B32, g, 1u32)) };
     // Warp w of warpgroup wg holds rows wg·64 + 16·w of the tile, every column.
     let wrow = k.bin("mul.lo.u32", RegKind::B32, warp, 16u32);
     let frags = acc.chunks(4).map(|c| c.to_vec()).collect::<Vec<_>>();
@@ -629,9 +627,9 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         store_tile(&mut k, &store, &gate, lane, wrow, wcol, &Head { c_base: h.r_base, u_base: None, ..h });
         store_tile_with(&mut k, spec, &up, Some(&gate), lane, wrow, wcol, &h);
     } else if let Some(hs) = spec.heads.filter(|hs| hs.delta) {
-        store_heads_delta(&mut k, spec, hs, &frags, lane, wrow, ring, &h, team);
+        store_heads_delta(&mut k, spec, hs, &frags, lane, wrow, ring, &h, consumers);
     } else if let Some(work) = staged(spec) {
-        store_staged(&mut k, spec, work, &frags, lane, wrow, ring, &h, team);
+        store_staged(&mut k, spec, work, &frags, lane, wrow, ring, &h, consumers);
     } else {
         let wcol = k.imm_u32(0);
         store_tile(&mut k, spec, &[frags], lane, wrow, wcol, &h);
@@ -801,25 +799,10 @@ impl RowWalk {
 
 /// Puts the product tile in the ring for a [`RowWalk`], rows [`PART_PITCH`] apart, once every
 /// consumer's last products have read the ring; then the consumers meet.
-fn stage_tile(k: &mut Kernel, frags: &[Vec<Reg>], lane: Reg, wrow: Reg, tile: Reg, team: Team) {
-    team.sync(k);
+fn stage_tile(k: &mut Kernel, frags: &[Vec<Reg>], lane: Reg, wrow: Reg, tile: Reg, consumers: u32) {
+    k.op("bar.sync", [1u32.into(), consumers.into()]);
     fragments_to_shared(k, frags, lane, wrow, tile);
-    team.sync(k);
-}
-
-/// A block's consumer threads and their named barrier (1; a math group's own where a block
-/// has two, [`GemmSpec::pingpong`]).
-#[derive(Clone, Copy)]
-pub(crate) struct Team {
-    threads: u32,
-    bar: Option<Reg>,
-}
-
-impl Team {
-    fn sync(self, k: &mut Kernel) {
-        let id: Opnd = self.bar.map_or(1u32.into(), Into::into);
-        k.op("bar.sync", [id, self.threads.into()]);
-    }
+    k.op("bar.sync", [1u32.into(), consumers.into()]);
 }
 
 /// The epilogue of a cluster-summed split-K part ([`GemmSpec::cluster_splits`]): each block
@@ -1022,7 +1005,7 @@ pub(crate) fn store_heads_delta(
     wrow: Reg,
     tile: Reg,
     h: &Head,
-    team: Team,
+    consumers: u32,
 ) {
     assert!(
         hs.d == 64
@@ -1039,8 +1022,8 @@ pub(crate) fn store_heads_delta(
     );
     k.comment("epilogue: dO to shared memory, then a row a warp: dO as bf16 heads and delta = dO . O");
     let u_base = h.u_base.expect("a delta-heads store's delta pointer");
-    stage_tile(k, frags, lane, wrow, tile, team);
-    let walk = RowWalk::new(k, h, lane, team.threads);
+    stage_tile(k, frags, lane, wrow, tile, consumers);
+    let walk = RowWalk::new(k, h, lane, consumers);
     // Lane l: columns 4l …, of head (n0 + 4l) / 64 at d = 4·(l mod 16) (tiles start on a head).
     let head = k.bin("shr.u32", RegKind::B32, walk.col, 6u32);
     let d = k.bin("and.b32", RegKind::B32, walk.col, 63u32);
@@ -1130,11 +1113,11 @@ fn store_staged(
     wrow: Reg,
     tile: Reg,
     h: &Head,
-    team: Team,
+    consumers: u32,
 ) {
     k.comment("epilogue: the product to shared memory, then a row a warp");
     let chain = || spec.chain.expect("a staged chain epilogue's chain");
-    stage_tile(k, frags, lane, wrow, tile, team);
+    stage_tile(k, frags, lane, wrow, tile, consumers);
     // The f32 tensors read at each element, those stored (bf16 or not), and a chain's steps.
     let (reads, writes, steps): (Vec<Reg>, Vec<(Reg, bool)>, _) = match work {
         Staged::Chain => {
@@ -1149,7 +1132,7 @@ fn store_staged(
         }
         Staged::Store => (vec![], vec![(h.c_base, false)], vec![]),
     };
-    let walk = RowWalk::new(k, h, lane, team.threads);
+    let walk = RowWalk::new(k, h, lane, consumers);
     let s_row0 = walk.staged_row0(k, lane, tile);
     walk.each(
         k,
