@@ -274,13 +274,13 @@ impl CudaBackend {
         let buf = self.arena.region(slot.offset, ty.bytes())?;
         // A scalar (a step's learning rate and counters) is set on the stream without waiting
         // for the step before; anything larger is copied once the device is idle.
-        let word = match ty.dtype {
-            DType::F32 => Some(data[0].to_bits()),
-            DType::I32 => Some(data[0].round() as i32 as u32),
+        let word = match (data, ty.dtype) {
+            (&[x], DType::F32) => Some(x.to_bits()),
+            (&[x], DType::I32) => Some(x.round() as i32 as u32),
             _ => None,
         };
-        if let (1, Some(w)) = (data.len(), word) {
-            return self.arena.set_words(buf, &[w]).with_context(|| format!("writing '{name}'"));
+        if let Some(w) = word {
+            return self.arena.set_word(buf, w).with_context(|| format!("writing '{name}'"));
         }
         self.settle()?;
         match ty.dtype {
@@ -370,9 +370,13 @@ impl Backend for CudaBackend {
         }
         // The graph runs on while the host goes on (as a training loop's next step's scalars
         // are set): the next read, copy or profile waits for it. An earlier fault shows here.
-        self.graphs[i].replay().with_context(|| {
-            format!("launching phase '{phase}' (an earlier phase may have faulted: {:?})", self.unsettled)
-        })?;
+        if let Err(e) = self.graphs[i].replay() {
+            // A fault in the phase launched before shows here first: name that one.
+            return Err(match self.settle() {
+                Err(earlier) => earlier,
+                Ok(()) => e.context(format!("launching phase '{phase}'")),
+            });
+        }
         self.unsettled = Some(phase.to_string());
         if crate::knobs::knobs().sync_each_run {
             return self.settle();

@@ -421,11 +421,8 @@ pub fn gemm_trace(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
         run()?;
         gpu.synchronize()?;
         let tiles = (m / 128 * (n / 128)) as usize;
-        let words: Vec<u32> = arena.download(rb, tiles * 2 * gemm::TRACE_WORDS as usize)?;
-        let w = |t: usize, i: usize| {
-            words[2 * (t * gemm::TRACE_WORDS as usize + i)] as u64
-                | (words[2 * (t * gemm::TRACE_WORDS as usize + i) + 1] as u64) << 32
-        };
+        let words: Vec<u64> = arena.download(rb, tiles * gemm::TRACE_WORDS as usize)?;
+        let w = |t: usize, i: usize| words[t * gemm::TRACE_WORDS as usize + i];
         let origin = (0..tiles).map(|t| w(t, 1)).min().unwrap_or(0);
         let mut csv = String::from("tile,sm,start,first_stage,products_done,epilogue_done\n");
         let mut sums = [0f64; 3];
@@ -1152,6 +1149,12 @@ const WALK_BLOCKS: u32 = 5;
 /// groups, so that their tile counts differ.
 const PINGPONG_BLOCKS: u32 = 3;
 
+/// The blocks the checks launch `spec` with ([`Extras::blocks`]): a few where it walks tiles,
+/// else the grid's.
+fn walk_blocks(spec: &GemmSpec) -> Option<u32> {
+    spec.persistent.then_some(if spec.pingpong { PINGPONG_BLOCKS } else { WALK_BLOCKS })
+}
+
 /// Persistent products ([`GemmSpec::persistent`]) against a block a tile, bit for bit: five
 /// blocks walk the 88 tiles of a ragged product, with the epilogues a step takes there — a
 /// plain store on the fragments and through shared memory, and the residual add and the
@@ -1177,18 +1180,18 @@ fn persistent_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
         let old = rng.vec(nc, 1.0);
         let mut outs: Vec<Vec<u32>> = vec![];
         // Two math groups where the epilogue leaves the ring alone.
-        let mut variants = vec![(one, None), (walk, Some(WALK_BLOCKS))];
+        let mut variants = vec![one, walk];
         if !crate::gemm_tma::epilogue_in_ring(&one) {
-            variants.push((pingpong, Some(PINGPONG_BLOCKS)));
+            variants.push(pingpong);
         }
-        for &(spec, blocks) in &variants {
+        for spec in &variants {
             arena.upload(cb, &old)?;
             let f = gpu.load(&spec.kernel())?;
-            let extras = Extras { maps: Some(maps), blocks, ..Extras::default() };
-            gemm::launch_with(gpu, &f, &spec, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
+            let extras = Extras { maps: Some(maps), blocks: walk_blocks(spec), ..Extras::default() };
+            gemm::launch_with(gpu, &f, spec, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
             outs.push(arena.download(cb, nc)?);
         }
-        for ((spec, _), out) in variants[1..].iter().zip(&outs[1..]) {
+        for (spec, out) in variants[1..].iter().zip(&outs[1..]) {
             let differ = outs[0].iter().zip(out).filter(|(x, y)| x != y).count();
             rows.push(exact_row(
                 "fusion",
@@ -1265,12 +1268,7 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
             *slot = Some(p);
         }
         let f = gpu.load(&fused.kernel())?;
-        let extras = Extras {
-            maps: Some(maps),
-            chain: chain_ptrs,
-            blocks: persistent.then_some(WALK_BLOCKS),
-            ..Extras::default()
-        };
+        let extras = Extras { maps: Some(maps), chain: chain_ptrs, blocks: walk_blocks(&fused), ..Extras::default() };
         gemm::launch_with(gpu, &f, &fused, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], extras)?;
         let mut differ = 0;
         for (j, (&w, &g)) in want.iter().zip(&got).enumerate() {
@@ -1397,12 +1395,8 @@ fn gated_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row
         // The gated block, then (three-stage ring) five persistent blocks walking its tiles.
         let walk = GemmSpec { persistent: true, ..gated };
         let pingpong = GemmSpec { pingpong: true, ..walk };
-        let variants: &[(GemmSpec, Option<u32>)] = if stages == 3 {
-            &[(gated, None), (walk, Some(WALK_BLOCKS)), (pingpong, Some(PINGPONG_BLOCKS))]
-        } else {
-            &[(gated, None)]
-        };
-        for &(spec, blocks) in variants {
+        let variants: &[GemmSpec] = if stages == 3 { &[gated, walk, pingpong] } else { &[gated] };
+        for spec in variants {
             let (g2, c2, u2) = outs[1];
             for b in [g2, c2, u2] {
                 arena.fill_u32(b, NAN_BITS)?;
@@ -1412,10 +1406,10 @@ fn gated_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row
                 u: Some(u2.ptr),
                 maps: Some(up_maps),
                 gate_map: Some(gate_maps.1),
-                blocks,
+                blocks: walk_blocks(spec),
                 ..Extras::default()
             };
-            gemm::launch_with(gpu, &f, &spec, &sh, [ab.ptr, bub.ptr, c2.ptr, g2.ptr], extras)?;
+            gemm::launch_with(gpu, &f, spec, &sh, [ab.ptr, bub.ptr, c2.ptr, g2.ptr], extras)?;
             let mut differ = 0;
             for (w, got, n) in [(g, g2, nc), (c, c2, nc), (u, u2, nc / 2)] {
                 let (w, got) = (words(w, n)?, words(got, n)?);
@@ -1503,12 +1497,7 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                     &spec,
                     &sh,
                     [ab.ptr, bb.ptr, out.ptr, out.ptr],
-                    Extras {
-                        maps: Some(maps),
-                        rot_tab: Some(tab),
-                        blocks: persistent.then_some(if pingpong { PINGPONG_BLOCKS } else { WALK_BLOCKS }),
-                        ..Extras::default()
-                    },
+                    Extras { maps: Some(maps), rot_tab: Some(tab), blocks: walk_blocks(&spec), ..Extras::default() },
                 )?;
                 let got16: Vec<u16> = arena.download(out, nc)?;
                 let differ = got16.iter().zip(&want16).filter(|(x, y)| x != y).count();

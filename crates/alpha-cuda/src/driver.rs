@@ -611,6 +611,7 @@ impl Elem for u8 {}
 impl Elem for u16 {}
 impl Elem for i32 {}
 impl Elem for u32 {}
+impl Elem for u64 {}
 impl Elem for half::bf16 {}
 
 /// A byte range of the arena with its device address.
@@ -698,19 +699,16 @@ impl DeviceArena<'_> {
         self.gpu.synchronize()
     }
 
-    /// Sets the first `words.len()` 32-bit words of `buf`, ordered on the stream and not
-    /// waited for: no host memory is read later, so the host need not wait for the device
-    /// (a step's scalars written while the step before still runs).
-    pub fn set_words(&self, buf: Buf, words: &[u32]) -> Result<()> {
-        self.check(buf, 4 * words.len())?;
+    /// Sets the first 32-bit word of `buf`, ordered on the stream and not waited for: no host
+    /// memory is read later, so the host need not wait for the device (a step's scalars
+    /// written while the step before still runs).
+    pub fn set_word(&self, buf: Buf, word: u32) -> Result<()> {
+        self.check(buf, 4)?;
         self.gpu.bind()?;
-        for (i, &w) in words.iter().enumerate() {
-            // SAFETY: the range was checked; a memset reads no host memory.
-            unsafe { sys::cuMemsetD32Async(buf.ptr + 4 * i as u64, w, 1, self.gpu.stream) }
-                .result()
-                .map_err(|e| anyhow!("setting word {i} at {:#x}: {e}", buf.ptr))?;
-        }
-        Ok(())
+        // SAFETY: the range was checked; a memset reads no host memory.
+        unsafe { sys::cuMemsetD32Async(buf.ptr, word, 1, self.gpu.stream) }
+            .result()
+            .map_err(|e| anyhow!("setting a word at {:#x}: {e}", buf.ptr))
     }
 
     /// Copies `n` elements from the start of `buf` once the stream's work is done.

@@ -348,9 +348,10 @@ pub struct GemmSpec {
     /// its first stage, finish its products and finish its epilogue ([`TRACE_WORDS`] u64s a
     /// tile at `r`). Never chosen by the lowering.
     pub trace: bool,
-    /// Two math groups a persistent block ([`GemmSpec::persistent`]), each the consumers and
-    /// producer of a plain block with its own ring, taking turns at the products tile by tile
-    /// so that one group's epilogue runs under the other's products (one block an SM).
+    /// Two math groups a persistent block ([`GemmSpec::persistent`]), each the consumer
+    /// warpgroups of a plain block, taking turns at the products tile by tile on one ring of
+    /// both groups' stages that one producer fills in turn order, so that one group's epilogue
+    /// runs under the other's products (one block an SM; epilogues out of the ring only).
     pub pingpong: bool,
 }
 
@@ -361,10 +362,15 @@ pub const TRACE_WORDS: u32 = 8;
 /// of a launch, shared by every such launch (each leaves them zero).
 pub const FIXUP_COUNTERS: u32 = 4096;
 
-/// Blocks of a persistent launch ([`GemmSpec::persistent`]): two an SM (the three-stage
-/// ring's occupancy), at most one a tile.
-pub fn persistent_blocks(tiles: u32) -> u32 {
-    tiles.min(2 * SMS)
+/// Blocks of a persistent launch ([`GemmSpec::persistent`]) over `tiles`: two an SM (the
+/// three-stage ring's occupancy), at most one a tile — or, two math groups a block
+/// ([`GemmSpec::pingpong`]), one an SM, at most one a pair of tiles.
+pub fn persistent_blocks(tiles: u32, pingpong: bool) -> u32 {
+    if pingpong {
+        tiles.div_ceil(2).min(SMS)
+    } else {
+        tiles.min(2 * SMS)
+    }
 }
 
 impl GemmSpec {
@@ -556,15 +562,18 @@ impl GemmSpec {
         v
     }
 
-    /// The launch grid for `shape`.
-    pub fn grid(&self, shape: &GemmShape) -> (u32, u32, u32) {
+    /// The output's tiles across and down (of one batch entry), whatever blocks take them.
+    pub fn tiles(&self, shape: &GemmShape) -> (u32, u32) {
         // A gated block computes two products' columns for half its tile's width of output.
         let cols = if self.gated { self.tile.cols() / 2 } else { self.tile.cols() };
-        let (x, y) = (shape.n.div_ceil(cols), shape.m.div_ceil(self.tile.rows()));
-        if self.pingpong {
-            ((x * y).div_ceil(2).min(SMS), 1, shape.batch)
-        } else if self.persistent {
-            (persistent_blocks(x * y), 1, shape.batch)
+        (shape.n.div_ceil(cols), shape.m.div_ceil(self.tile.rows()))
+    }
+
+    /// The launch grid for `shape`.
+    pub fn grid(&self, shape: &GemmShape) -> (u32, u32, u32) {
+        let (x, y) = self.tiles(shape);
+        if self.persistent {
+            (persistent_blocks(x * y, self.pingpong), 1, shape.batch)
         } else {
             (x, y, shape.batch)
         }

@@ -675,13 +675,7 @@ impl Probe {
         let stamps = [0; 4].map(|_| k.reg(RegKind::B64));
         k.op("mov.u64", [stamps[0].into(), Opnd::S("%globaltimer".into())]);
         let smid = k.sreg("%smid");
-        let tile = match walk_tile {
-            Some(t) => t,
-            None => {
-                let (bx, by, nx) = (k.sreg("%ctaid.x"), k.sreg("%ctaid.y"), k.sreg("%nctaid.x"));
-                k.tri("mad.lo.u32", RegKind::B32, by, nx, bx)
-            }
-        };
+        let tile = walk_tile.unwrap_or_else(|| block_tile(k));
         Probe { stamps, smid, tile }
     }
 
@@ -701,6 +695,12 @@ impl Probe {
         k.op("st.global.v2.u64", [addr(at, 32), Opnd::V(vec![self.stamps[3], tile])]);
         k.place(&skip);
     }
+}
+
+/// The block's tile in launch order, `ctaid.y · nctaid.x + ctaid.x` (a block a tile).
+fn block_tile(k: &mut Kernel) -> Reg {
+    let (bx, by, gx) = (k.sreg("%ctaid.x"), k.sreg("%ctaid.y"), k.sreg("%nctaid.x"));
+    k.tri("mad.lo.u32", RegKind::B32, by, gx, bx)
 }
 
 /// f32 elements between rows of a tile put in shared memory ([`fragments_to_shared`]): 128
@@ -887,8 +887,7 @@ fn sum_in_last_part(k: &mut Kernel, spec: &GemmSpec, h: &Head, [out, counters]: 
     let flag = k.un("mov.u32", RegKind::B32, Opnd::S(flag));
     k.op("fence.acq_rel.gpu", []);
     k.op("bar.sync", [1u32.into(), consumers.into()]);
-    let (bx, by, gx) = (k.sreg("%ctaid.x"), k.sreg("%ctaid.y"), k.sreg("%nctaid.x"));
-    let tile = k.tri("mad.lo.u32", RegKind::B32, by, gx, bx);
+    let tile = block_tile(k);
     let counter = k.addr_of(counters, tile, 4);
     let leader = k.setp("eq.u32", h.tid, 0u32);
     let counted = k.label("fixup_counted");

@@ -195,6 +195,14 @@ struct Pending {
     node: Option<u32>,
 }
 
+impl Pending {
+    /// Makes this product launch run `kernel`, built from `spec`, with `spec`'s grid and block
+    /// over `shape` (a fusion that changes a launched product's spec changes all three).
+    fn respec(&mut self, kernel: usize, spec: &GemmSpec, shape: &GemmShape) {
+        (self.kernel, self.grid, self.block) = (kernel, spec.grid(shape), (spec.threads(), 1, 1));
+    }
+}
+
 struct Lowerer<'p> {
     plan: &'p Plan,
     kernels: Vec<Kernel>,
@@ -805,14 +813,13 @@ impl Lowerer<'_> {
             let kernel = self.kernel(spec.kernel())?;
             let p = &mut launches[li];
             // (Two math groups a block give way to one where the chain works in the ring.)
-            (p.grid, p.block) = (spec.grid(&shape), (spec.threads(), 1, 1));
+            p.respec(kernel, &spec, &shape);
             // The chain's pointers go after the shape's arguments, before the tensor maps.
             let mut args: Vec<A> = p.args.drain(..gemm::SHAPE_ARGS).collect();
             args.extend(cl.dests.iter().map(|&d| self.ptr(d)));
             args.extend(ce.others().into_iter().map(|k| self.ptr(cl.inputs[k])));
             args.append(&mut p.args);
             p.args = args;
-            p.kernel = kernel;
             return Ok(true);
         }
         Ok(false)
@@ -895,7 +902,8 @@ impl Lowerer<'_> {
             let mut args = std::mem::take(&mut launches[ui].args);
             args.push(launches[gi].args.pop().expect("the gate's B map"));
             let l = &mut launches[gi];
-            (l.kernel, l.grid, l.block, l.args) = (kernel, spec.grid(&shape), (spec.threads(), 1, 1), args);
+            l.respec(kernel, &spec, &shape);
+            l.args = args;
             dead.insert(ui);
         }
         Ok(())
@@ -959,10 +967,7 @@ impl Lowerer<'_> {
             let clear = c2.is_some_and(|w| clear_of(w, kept))
                 && written.into_iter().all(|w| w.is_some_and(|w| clear_of(w, kept)));
             if maps && between_plain && clear {
-                let pair = GemmSpec { epilogue: Epilogue::Store, k_pair: true, ..s2 };
-                let pair =
-                    with_turns(GemmSpec { staged_store: tall_store(&pair, &sh2), pingpong: knobs().pingpong, ..pair });
-                pairs.push((l1, l2, pair, sh2));
+                pairs.push((l1, l2, settled(GemmSpec { epilogue: Epilogue::Store, k_pair: true, ..s2 }, &sh2), sh2));
             }
         }
         pairs.sort_unstable_by_key(|p| p.0);
@@ -974,8 +979,7 @@ impl Lowerer<'_> {
             l.args[3] = l.args[2];
             l.args[6] = A::U32(2 * shape.k);
             l.args.extend(first_maps);
-            l.kernel = kernel;
-            (l.grid, l.block) = (spec.grid(&shape), (spec.threads(), 1, 1));
+            l.respec(kernel, &spec, &shape);
             dead.insert(l1);
         }
         Ok(())
@@ -1421,10 +1425,7 @@ impl Lowerer<'_> {
                         v.push(Pending { kernel, grid: (blocks, 1, 1), block, args, node: some });
                         return Ok(v);
                     }
-                    let spec = with_ring(on_tma(spec), &shape);
-                    let spec = GemmSpec { staged_store: tall_store(&spec, &shape), ..spec };
-                    let spec = GemmSpec { persistent: walks_tiles(&spec, &shape), ..spec };
-                    let spec = with_turns(GemmSpec { pingpong: knobs().pingpong, ..spec });
+                    let spec = settled(with_ring(on_tma(spec), &shape), &shape);
                     self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
                     if delta.is_some() && !(spec.engine == gemm::Engine::Tma && gemm_tma::ring_holds_tile(&spec)) {
                         return Err(node_error(&node, id, format!("{}: no delta-heads store", spec.name())));
@@ -1862,15 +1863,25 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
 }
 
-/// Whether the product `spec` (settled but for a chain epilogue, a gate merged in or a paired
-/// first product, which keep the choice) over `shape` runs in persistent blocks
+/// The store, walk and math groups of a product launched alone or paired (`spec`, on its
+/// engine and ring) over `shape`: plain f32 stores of tall outputs through shared memory
+/// ([`tall_store`]), persistent blocks ([`walks_tiles`]) and two math groups a block
+/// ([`with_turns`]) as far as the knobs allow.
+fn settled(spec: GemmSpec, shape: &GemmShape) -> GemmSpec {
+    let spec = GemmSpec { staged_store: tall_store(&spec, shape), ..spec };
+    let spec = GemmSpec { persistent: walks_tiles(&spec, shape), ..spec };
+    with_turns(GemmSpec { pingpong: knobs().pingpong, ..spec })
+}
+
+/// Whether the product `spec` (settled but for a chain epilogue or a gate merged in, which
+/// keep the choice) over `shape` runs in persistent blocks
 /// ([`GemmSpec::persistent`]): TMA products on the three-stage ring (two blocks an SM) over more
 /// tiles than the two blocks an SM take at once, as far as `ALPHA_PERSISTENT` allows.
 fn walks_tiles(spec: &GemmSpec, shape: &GemmShape) -> bool {
     use crate::knobs::Persistent;
     let allow = knobs().persistent;
-    let (x, y, _) = spec.grid(shape);
-    let deep = x * y > gemm::persistent_blocks(x * y);
+    let (x, y) = spec.tiles(shape);
+    let deep = x * y > gemm::persistent_blocks(x * y, false);
     let kind = spec.engine == gemm::Engine::Tma
         && gemm_wgmma::stages(spec) == 3
         && spec.cluster_splits == 0
@@ -1915,8 +1926,8 @@ fn tall_store(spec: &GemmSpec, shape: &GemmShape) -> bool {
 /// blocks a tile (tiles, where its blocks walk them): deep enough for a fused epilogue's extra
 /// work to pay.
 fn deep_epilogue_grid(spec: &GemmSpec, shape: &GemmShape) -> bool {
-    let (gx, gy, gz) = GemmSpec { persistent: false, pingpong: false, ..*spec }.grid(shape);
-    gx * gy * gz >= gemm_wgmma::DEEP_EPILOGUE_WAVES * gemm::SMS
+    let (gx, gy) = spec.tiles(shape);
+    gx * gy * shape.batch >= gemm_wgmma::DEEP_EPILOGUE_WAVES * gemm::SMS
 }
 
 /// `spec` on the TMA-fed engine where it runs on `wgmma` with bf16 operands (unless the knob
