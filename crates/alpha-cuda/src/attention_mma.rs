@@ -1060,12 +1060,7 @@ fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2],
     debug_assert_eq!(dims.d, D);
     debug_assert!(!(bf16 && (load[0] || load[1])), "bf16 q and k come turned");
     debug_assert_eq!(dims.g, dims.h, "one launch for both passes needs their grids equal");
-    let rot = match inverse_rotary {
-        [false, false] => "",
-        [true, true] => "_rotary",
-        [true, false] => "_rotary_dq",
-        [false, true] => "_rotary_dk",
-    };
+    let rot = rotary_suffix(inverse_rotary);
     let family = if bf16 { BF16_FAMILY } else { "attention_mma" };
     let merge = if merged { "_merged" } else { "" };
     let name = format!("{}{rot}{merge}", kernel_name(family, "bwd", load, false));
@@ -1079,7 +1074,7 @@ fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2],
     let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
     let last = (dims.t as u32).div_ceil(ROWS) - 1;
     let cx = k.sreg("%ctaid.x");
-    let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16, merged };
+    let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16, merged, dq_sum: None };
     dkv_body(&mut k, dims, &dkv, cx);
     k.comment("the same tile's dQ pass (its shared memory reused)");
     k.barrier();
@@ -1088,6 +1083,94 @@ fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2],
     dq_body(&mut k, dims, &dqr, from_last, false);
     k.ret();
     k
+}
+
+/// The backward in one pass over each key tile, for deep grids: block x runs the dK/dV pass of
+/// key tile x and, from each query tile's dS (staged in shared memory as bf16), adds that key
+/// tile's share dS·K of the tile's dQ into an f32 accumulator — instead of a dQ pass that
+/// computes S and dP a second time. Seven products a (query tile, key tile) pair become five,
+/// and each probability is exponentiated once.
+///
+/// Determinism: each query tile's dQ is summed in one fixed order, key tiles from the diagonal
+/// down (x = q, q − 1, …, 0), through a counter per (head, query tile) that block x waits to read
+/// q − x before it adds its share and sets to q − x + 1. Block x reaches query tile q at its
+/// (q − x)-th step and block x + 1 at its (q − x − 1)-th, so blocks started together never wait
+/// on one another; the counters only order them. The diagonal's share is stored, the others
+/// read, added and stored (`ld.global.cg`, past the block's L1), and key tile 0's — the last —
+/// scales, turns back by the rotary when asked and stores dq, and resets the counter to 0 for
+/// the next launch. A block waits only on a block of the same head with a larger `%ctaid.x`,
+/// which starts no later (blocks start in order), so the wait cannot hold forever.
+///
+/// Measured slower than the joint kernel (g98, H200: 322.8 against 258.5 µs at sixteen
+/// contexts, 72.7 against 34.5 at one), so opt-in (`ALPHA_ATTN_ONEPASS=on`): each step waits
+/// for the counter, reads and writes the partial sums and fences before it counts, all on the
+/// block's path, and block x has ⌈T/64⌉ − x steps against the joint kernel's balanced ⌈T/64⌉ +
+/// 1 tiles. Params (dq, dk, dv, delta, q, k, v, o, lse, do, do16, dq_acc, dq_sem),
+/// then `dq_tab` and `dk_tab` with the inverse rotaries: `dq_acc` f32 scratch of q's size,
+/// `dq_sem` B·H·⌈T/64⌉ counters, zero before the first launch. Grid [`Dims::grid_q`], block
+/// [`block`]; q, k, v, dO bf16 and delta as for [`backward_kernel_bf16`]; H = G.
+pub fn backward_kernel_onepass(dims: &Dims, inverse_rotary: [bool; 2], merged: bool) -> Kernel {
+    use crate::ptx::ParamTy;
+    debug_assert_eq!(dims.d, D);
+    debug_assert_eq!(dims.g, dims.h, "one query head a key head");
+    let rot = rotary_suffix(inverse_rotary);
+    let merge = if merged { "_merged" } else { "" };
+    let name = format!("{}{rot}{merge}", kernel_name(BF16_FAMILY, "bwd_onepass", [false, false], false));
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
+    // Three blocks an SM, as the joint kernel gets (168 registers; left alone, ptxas takes 251).
+    k.min_blocks_per_sm = Some(ONEPASS_BLOCKS_PER_SM);
+    let [dq, dk, dv, delta, q, kk, v, _o, lse, _dout, do16, acc, sem] =
+        ["dq", "dk", "dv", "delta", "q", "k", "v", "o", "lse", "do", "do16", "dq_acc", "dq_sem"]
+            .map(|n| k.param_reg(n, ParamTy::U64));
+    let dq_tab = inverse_rotary[0].then(|| k.param_reg("dq_tab", ParamTy::U64));
+    let dk_tab = inverse_rotary[1].then(|| k.param_reg("dk_tab", ParamTy::U64));
+    let cx = k.sreg("%ctaid.x");
+    let sum = DqSum { acc, sem, dq, dq_tab };
+    let dkv = DkvRegs {
+        dk,
+        dv,
+        q,
+        k: kk,
+        v,
+        lse,
+        delta,
+        dout: do16,
+        dk_tab,
+        q_tab: None,
+        k_tab: None,
+        bf16: true,
+        do16: Some(do16),
+        merged,
+        dq_sum: Some(sum),
+    };
+    dkv_body(&mut k, dims, &dkv, cx);
+    k.ret();
+    k
+}
+
+/// Blocks of the one-pass backward an SM holds (its registers kept to their share).
+const ONEPASS_BLOCKS_PER_SM: u32 = 3;
+
+/// Where the one-pass backward sums dQ ([`backward_kernel_onepass`]).
+#[derive(Clone, Copy)]
+struct DqSum {
+    /// f32 `[B·H, T, 64]` partial sums.
+    acc: Reg,
+    /// u32 `[B·H, ⌈T/64⌉]` counters of the shares added.
+    sem: Reg,
+    /// The output dq (merged bf16 or f32, as dk and dv).
+    dq: Reg,
+    dq_tab: Option<Reg>,
+}
+
+/// The name suffix of a one-launch backward turning dq and dk back by the rotary as asked.
+fn rotary_suffix(inverse_rotary: [bool; 2]) -> &'static str {
+    match inverse_rotary {
+        [false, false] => "",
+        [true, true] => "_rotary",
+        [true, false] => "_rotary_dq",
+        [false, true] => "_rotary_dk",
+    }
 }
 
 // ---- backward: dK, dV ----------------------------------------------------------------------------
@@ -1144,7 +1227,23 @@ fn dkv_kernel_with(dims: &Dims, inverse_rotary: bool, load: [bool; 2], bf16: boo
     let mut k = Kernel::new(&kernel_name(family, "bwd_dkv", load, inverse_rotary)).with_block(THREADS, 1, 1);
     let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16: None, merged: false };
+    let regs = DkvRegs {
+        dk,
+        dv,
+        q,
+        k: kk,
+        v,
+        lse,
+        delta,
+        dout,
+        dk_tab,
+        q_tab,
+        k_tab,
+        bf16,
+        do16: None,
+        merged: false,
+        dq_sum: None,
+    };
     dkv_body(&mut k, dims, &regs, cx);
     k.ret();
     k
@@ -1170,6 +1269,8 @@ struct DkvRegs {
     do16: Option<Reg>,
     /// dk and dv stored into the merged bf16 gradient ([`grad_base`]).
     merged: bool,
+    /// dQ summed here too ([`backward_kernel_onepass`]).
+    dq_sum: Option<DqSum>,
 }
 
 /// The dK/dV pass of the block whose key tile is `tile` (delta read from `delta`).
@@ -1177,7 +1278,7 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let t = dims.t as u32;
     let per = (dims.h / dims.g) as u32;
     let ntiles = t.div_ceil(ROWS);
-    let DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16, merged } = *r;
+    let DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16, merged, dq_sum } = *r;
     // dO: bf16 copies from `do16`, or f32 converted on the way.
     let (dout, do_row) = match do16 {
         Some(d16) => (d16, BF16_ROW_BYTES),
@@ -1188,6 +1289,10 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     // [lse0][delta0][lse1][delta1], 64 f32 each.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
     let stsm = k.shared("attn_stats", 4 * ROWS * 4, 16);
+    debug_assert!(dq_sum.is_none() || per == 1, "dQ is summed for one query head a key head");
+    // Summing dQ: K stays staged (the B operand of dS·K) beside the dS tile `[key][query]`,
+    // in dynamic shared memory (past the 48 KB a block's static arrays may take).
+    let sdq = dq_sum.map(|_| k.dynamic_shared_array("attn_dq", 2 * TILE, 16));
     let ln = lanes(k);
     let bg = k.sreg("%ctaid.y");
     let b = k.bin("div.u32", RegKind::B32, bg, dims.g as u32);
@@ -1201,13 +1306,18 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
     let st = k.un("mov.u32", RegKind::B32, Opnd::S(stsm));
     let small = k.setp("lt.u32", ln.tid, ROWS);
+    // Where K is staged: its own tile when summing dQ, else stage 1 (then reused by the loop).
+    let k_tile = |k: &mut Kernel| match &sdq {
+        Some(name) => k.un("mov.u32", RegKind::B32, Opnd::S(name.clone())),
+        None => k.bin("add.u32", RegKind::B32, sm, 2 * TILE),
+    };
     let mk = mover_of(k, &ln, k_tab, t, bf16);
     let mv = mover_of(k, &ln, None, t, bf16);
     let mp = mover_of(k, &ln, None, t, do16.is_some());
     let mq = mover_of(k, &ln, q_tab, t, bf16);
     k.comment("prologue: K and V through stage 1, the diagonal Q and dO tiles of the first head into stage 0");
     {
-        let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
+        let s1 = k_tile(k);
         let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
         let s0d = k.bin("add.u32", RegKind::B32, sm, TILE);
         let fk = mk.issue(k, kb, krow0, s1);
@@ -1226,8 +1336,8 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
         stats_store(k, &sts, ln.tid, small, st);
     }
     k.barrier();
-    let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
-    let kf = a_frags(k, &ln, s1);
+    let kdest = k_tile(k);
+    let kf = a_frags(k, &ln, kdest);
     let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
     let vf = a_frags(k, &ln, s1v);
     k.barrier();
@@ -1238,6 +1348,13 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let stage = k.imm_u32(0);
     let sstage = k.imm_u32(0);
     let stat_lane = k.tri("mad.lo.u32", RegKind::B32, ln.tq, 8u32, st);
+    // This lane's dSᵀ word: key row wrow + g, query column pair 2t, in the dS tile.
+    let ds_tile = sdq.as_ref().map(|_| k.bin("add.u32", RegKind::B32, kdest, TILE));
+    let ds_lane = ds_tile.map(|d| {
+        let rg = k.bin("add.u32", RegKind::B32, ln.wrow, ln.g);
+        let at = k.tri("mad.lo.u32", RegKind::B32, rg, PITCH, d);
+        k.tri("mad.lo.u32", RegKind::B32, ln.tq, 4u32, at)
+    });
     let top = k.label("qtile");
     let skip_load = k.label("skip_load");
     let skip_store = k.label("skip_store");
@@ -1311,13 +1428,23 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
         mma_ab(k, &dva, &pa, db_t, kc * 16);
         let da = a_frag(k, &dsc[0], &dsc[1]);
         mma_ab(k, &dka, &da, qb_t, kc * 16);
+        if let Some(ds_lane) = ds_lane {
+            // dSᵀ rows g, g + 8 (keys) at queries 16kc + 2t (+ 8): the A fragment's own layout.
+            for (i, off) in [0, 8 * PITCH, 16, 8 * PITCH + 16].into_iter().enumerate() {
+                k.op("st.shared.b32", [addr(ds_lane, (kc * 32 + off) as i64), da[i].into()]);
+            }
+        }
     }
     store_next_stage(k, has_next, &skip_store, [(&mq, &fq), (&mp, &fdo)], |k| {
         let so = k.bin("xor.b32", RegKind::B32, sstage, 2 * ROWS * 4);
         let sb = k.bin("add.u32", RegKind::B32, st, so);
         stats_store(k, &sts, ln.tid, small, sb);
     });
-    k.barrier();
+    if let (Some(sum), Some(ds_tile)) = (dq_sum, ds_tile) {
+        dq_share(k, dims, &ln, sum, DqTile { bh: bg, key: tile, query: qt, diag, k_tile: kdest, ds_tile }, merged);
+    } else {
+        k.barrier();
+    }
     k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
     k.op("xor.b32", [sstage.into(), sstage.into(), (2 * ROWS * 4).into()]);
     k.op("mov.u32", [hh.into(), nh.into()]);
@@ -1330,6 +1457,114 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     store_rows(k, &ln, dkb, krow0, t, &dka, [Some(sc), Some(sc)], dk_tab, stride);
     let (dvb, stride) = grad_base(k, dims, dv, bg, 2, merged);
     store_rows(k, &ln, dvb, krow0, t, &dva, [None, None], None, stride);
+}
+
+/// The tiles of one step of the one-pass backward ([`dq_share`]).
+struct DqTile {
+    /// Head (`%ctaid.y`), key tile, query tile, and whether they meet on the diagonal.
+    bh: Reg,
+    key: Reg,
+    query: Reg,
+    diag: Reg,
+    /// The staged K tile `[key][d]` and the dS tile `[key][query]` (bf16, [`PITCH`] rows).
+    k_tile: Reg,
+    ds_tile: Reg,
+}
+
+/// The key tile's share of the query tile's dQ ([`backward_kernel_onepass`]), once every warp
+/// has staged its dSᵀ rows: thread 0 waits for the shares before it (the block's barrier then
+/// holds everyone), each warp computes dS·K for its 16 queries over the tile's 64 keys, adds
+/// the partial sum (unless first) and stores it — or, as the last share, dq itself — and after
+/// a second barrier (the dS tile is free again) thread 0 counts the share.
+fn dq_share(k: &mut Kernel, dims: &Dims, ln: &Lanes, sum: DqSum, tile: DqTile, merged: bool) {
+    let t = dims.t as u32;
+    let ntiles = t.div_ceil(ROWS);
+    let DqTile { bh, key, query, diag, k_tile, ds_tile } = tile;
+    let slot = k.tri("mad.lo.u32", RegKind::B32, bh, ntiles, query);
+    let sem_at = k.addr_of(sum.sem, slot, 4);
+    let before = k.bin("sub.u32", RegKind::B32, query, key);
+    k.comment("wait for the shares of the key tiles above this one (thread 0)");
+    let first_thread = k.setp("eq.u32", ln.tid, 0u32);
+    let waits = k.reg(RegKind::Pred);
+    k.op("not.pred", [waits.into(), diag.into()]);
+    k.op("and.pred", [waits.into(), waits.into(), first_thread.into()]);
+    let waited = k.label("dq_waited");
+    let spin = k.label("dq_spin");
+    k.bra_if(waits, true, &waited);
+    k.place(&spin);
+    let seen = k.reg(RegKind::B32);
+    k.op("ld.acquire.gpu.global.u32", [seen.into(), addr(sem_at, 0)]);
+    let ready = k.setp("eq.u32", seen, before);
+    k.bra_if(ready, false, &waited);
+    k.op("nanosleep.u32", [32u32.into()]);
+    k.bra(&spin);
+    k.place(&waited);
+    k.barrier();
+    k.comment("dQ share = dS K over the tile's 64 keys, the warp's 16 queries");
+    let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(k, 4)).collect();
+    let col = k.bin("shl.b32", RegKind::B32, ln.wrow, 1u32);
+    let a_row = k.bin("add.u32", RegKind::B32, ds_tile, ln.b_off);
+    let a_base = k.bin("add.u32", RegKind::B32, a_row, col);
+    let b_base = k.bin("add.u32", RegKind::B32, k_tile, ln.a_off);
+    for kc in 0..4u32 {
+        // A = dS (queries × keys) from the [key][query] tile: transposed 8×8 matrices.
+        let a = ldsm(k, a_base, kc * 16 * PITCH, true);
+        mma_ab(k, &acc, &a, b_base, kc * 16);
+    }
+    // The accumulator's rows g and g + 8 of the warp's queries, columns 8n + 2t (+1).
+    let acc_head = head_base(k, sum.acc, bh, t, ROW_BYTES);
+    let row0 = k.bin("mul.lo.u32", RegKind::B32, query, ROWS);
+    let rows: Vec<(Reg, Reg)> = (0..2u32)
+        .map(|r| {
+            let wr = k.bin("add.u32", RegKind::B32, row0, ln.wrow);
+            let g8 = k.bin("add.u32", RegKind::B32, ln.g, 8 * r);
+            let row = k.bin("add.u32", RegKind::B32, wr, g8);
+            let ok = k.setp("lt.u32", row, t);
+            let c2 = k.bin("shl.b32", RegKind::B32, ln.tq, 1u32);
+            let e = k.tri("mad.lo.u32", RegKind::B32, row, D as u32, c2);
+            (k.addr_of(acc_head, e, 4), ok)
+        })
+        .collect();
+    let added = k.label("dq_added");
+    k.bra_if(diag, false, &added);
+    k.comment("add the partial sum of the shares before (read past L1: other blocks wrote it)");
+    for (r, &(p, ok)) in rows.iter().enumerate() {
+        for (n, a) in acc.iter().enumerate() {
+            let old = zeros(k, 2);
+            k.op_if(ok, false, "ld.global.cg.v2.f32", [Opnd::V(old.clone()), addr(p, n as i64 * 32)]);
+            for e in 0..2 {
+                let x = a[2 * r + e];
+                k.op("add.rn.f32", [x.into(), old[e].into(), x.into()]);
+            }
+        }
+    }
+    k.place(&added);
+    let last = k.setp("eq.u32", key, 0u32);
+    let partial = k.label("dq_partial");
+    let stored = k.label("dq_stored");
+    k.bra_if(last, true, &partial);
+    k.comment("the last share: dq = scale dQ (turned back by the rotary when asked)");
+    let sc = k.imm_f32(dims.scale);
+    let (dqb, stride) = grad_base(k, dims, sum.dq, bh, 0, merged);
+    store_rows(k, ln, dqb, row0, t, &acc, [Some(sc), Some(sc)], sum.dq_tab, stride);
+    k.bra(&stored);
+    k.place(&partial);
+    for (r, &(p, ok)) in rows.iter().enumerate() {
+        for (n, a) in acc.iter().enumerate() {
+            let pair = vec![a[2 * r], a[2 * r + 1]];
+            k.op_if(ok, false, "st.global.v2.f32", [addr(p, n as i64 * 32), Opnd::V(pair)]);
+        }
+    }
+    k.place(&stored);
+    k.barrier();
+    k.comment("count the share (the last resets the counter for the next launch)");
+    let next = k.bin("add.u32", RegKind::B32, before, 1u32);
+    let count = k.tri("selp.b32", RegKind::B32, 0u32, next, last);
+    let counted = k.label("dq_counted");
+    k.bra_if(first_thread, true, &counted);
+    k.op("fence.acq_rel.gpu", []);
+    k.op("st.relaxed.gpu.global.u32", [addr(sem_at, 0), count.into()]);
+    k.place(&counted);
 }
 
 /// Where head `bh` of gradient `section` (0 dq, 1 dk, 2 dv) of the tensor at `base` starts, and
@@ -1384,6 +1619,10 @@ mod tests {
                 v.push(backward_kernel_bf16(dims, r));
             }
             v.push(backward_kernel_bf16_merged(dims, [true, true]));
+            for merged in [false, true] {
+                v.push(backward_kernel_onepass(dims, [true, true], merged));
+            }
+            v.push(backward_kernel_onepass(dims, [false, false], false));
         }
         v
     }
@@ -1397,11 +1636,15 @@ mod tests {
         for d in [dims, Dims { h: 4, g: 2, t: 200, softcap: Some(30.0), ..dims }] {
             for k in all(&d) {
                 k.check_budget().unwrap();
+                // The one-pass backward also keeps K and the dS tile staged.
+                let onepass = k.name.contains("bwd_onepass");
                 assert!(k.static_shared_bytes() <= 4 * TILE + 5 * ROWS * 4, "{}", k.name);
+                assert_eq!(k.dynamic_shared, if onepass { 2 * TILE } else { 0 }, "{}", k.name);
                 let text = k.render();
                 assert!(text.contains(".reqntid 128, 1, 1"));
                 let mmas = text.matches(MMA).count();
-                // fwd: 32 (S) + 32 (PV); dq: 4 chunks × (8 + 8 + 8); dkv: 4 × (8 + 8 + 8 + 8).
+                // fwd: 32 (S) + 32 (PV); dq: 4 chunks × (8 + 8 + 8); dkv: 4 × (8 + 8 + 8 + 8);
+                // one pass: dkv and a dQ share of 4 key chunks × 8.
                 let name = k.name.replace("attention_mma_bf16", "attention_mma");
                 let pass = |p: &str| name.starts_with(&format!("attention_mma_{p}"));
                 // bf16 inputs are copied, never converted; f32 ones never copied.
@@ -1415,6 +1658,8 @@ mod tests {
                     128
                 } else if pass("bwd_delta") {
                     0
+                } else if onepass {
+                    128 + 32
                 } else {
                     96 + 128
                 };

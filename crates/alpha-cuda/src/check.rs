@@ -2823,6 +2823,7 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             merged_differ,
             3 * nq,
         ));
+        rows.push(onepass_check(arena, &bf, &got, [mine[0].ptr, mine[1].ptr, mine[2].ptr, do16], &shape, bench, opts)?);
         // The forward storing o's permuted bf16 copy too: o and lse as before, the copy as o
         // permuted to [B, T, H, 64] and rounded on the host.
         let copying = gpu.load(&attention_mma::forward_kernel_bf16_copying(d))?;
@@ -2879,6 +2880,84 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
         });
     }
     Ok(rows)
+}
+
+/// The one-pass backward ([`attention_mma::backward_kernel_onepass`], merged bf16 output)
+/// against the joint kernel's merged output `joint` on the same o, lse, delta and dO copy
+/// (`[o, lse, delta, do16]`): dk and dv the same bits (the same dK/dV pass), dq within 1% of
+/// its largest entry (its shares summed in another order, then rounded to bf16), and a second
+/// launch the same bits as the first (the counters reset themselves). With `bench`, both
+/// timed.
+fn onepass_check(
+    arena: &DeviceArena,
+    bf: &AttnRun,
+    joint: &[u16],
+    [o, lse, delta, do16]: [u64; 4],
+    shape: &str,
+    bench: bool,
+    opts: &Options,
+) -> Result<Row> {
+    let (d, gpu) = (&bf.case.dims, bf.gpu);
+    let nq = d.b * d.h * d.t * d.d;
+    let kernel = gpu.load(&attention_mma::backward_kernel_onepass(d, [true, true], true))?;
+    let acc = arena.alloc_n::<f32>(nq)?;
+    let counters = arena.alloc_n::<u32>(d.b * d.h * d.t.div_ceil(64))?;
+    arena.fill_u32(counters, 0)?;
+    let out = arena.alloc_n::<u16>(3 * nq)?;
+    let launch = || -> Result<()> {
+        let m = out.ptr;
+        let args = [m, m, m, delta, bf.q, bf.k, bf.v, o, lse, bf.dout, do16, acc.ptr, counters.ptr, bf.tab, bf.tab];
+        bf.launch(&kernel, d.grid_q(), attention_mma::block(), &args)
+    };
+    let mut runs: Vec<Vec<u16>> = vec![];
+    for _ in 0..2 {
+        arena.fill_u32(out, NAN_BITS)?;
+        launch()?;
+        runs.push(arena.download(out, 3 * nq)?);
+    }
+    let repeat_differ = runs[0].iter().zip(&runs[1]).filter(|(a, b)| a != b).count();
+    let (h, dd) = (d.h, d.d);
+    let (mut kv_differ, mut dq_differ, mut dq_max, mut dq_diff) = (0usize, 0usize, 0f64, 0f64);
+    for (at, (&a, &b)) in runs[0].iter().zip(joint).enumerate() {
+        let sec = (at / (h * dd)) % 3;
+        if sec > 0 {
+            kv_differ += usize::from(a != b);
+            continue;
+        }
+        let (x, y) = (half::bf16::from_bits(a).to_f64(), half::bf16::from_bits(b).to_f64());
+        dq_differ += usize::from(a != b);
+        dq_max = dq_max.max(y.abs());
+        dq_diff = if (x - y).is_nan() { f64::INFINITY } else { dq_diff.max((x - y).abs()) };
+    }
+    let rel = dq_diff / dq_max.max(f64::MIN_POSITIVE);
+    let tol = 1e-2;
+    let mut rate = format!(
+        "dk|dv differ at {kv_differ}, dq at {dq_differ} of {} (largest {dq_diff:.3e} of {dq_max:.3e}); a second launch differs at {repeat_differ}",
+        nq
+    );
+    let mut median_us = None;
+    if bench {
+        let joint_kernel = gpu.load(&attention_mma::backward_kernel_bf16_merged(d, [true, true]))?;
+        let j = median(gpu.time(opts.warmup, opts.reps, || {
+            let m = out.ptr;
+            let args = [m, m, m, delta, bf.q, bf.k, bf.v, o, lse, bf.dout, do16, bf.tab, bf.tab];
+            bf.launch(&joint_kernel, d.grid_q(), attention_mma::block(), &args)
+        })?);
+        let one = median(gpu.time(opts.warmup, opts.reps, launch)?);
+        median_us = Some(one);
+        rate = format!("one pass {one:.1} us against the joint kernel's {j:.1}; {rate}");
+    }
+    Ok(Row {
+        family: "attention-bf16".into(),
+        name: "one-pass bwd: dk|dv = joint, dq ~ joint, repeats".into(),
+        shape: shape.into(),
+        max_abs: dq_diff,
+        rel,
+        tol,
+        pass: kv_differ == 0 && repeat_differ == 0 && rel <= tol,
+        median_us,
+        rate,
+    })
 }
 
 /// [`crate::pointwise::tanh`] against [`crate::pointwise::tanh_dividing`] (the quotient from

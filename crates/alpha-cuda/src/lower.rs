@@ -1671,7 +1671,9 @@ impl Lowerer<'_> {
                         };
                         let inverse = [rot[0].is_some(), rot[1].is_some()];
                         let merged = self.more.merged_grads.get(&id).copied();
+                        let onepass = bf16_at.is_some() && do16.is_some() && knobs().onepass_attention;
                         let kb = self.kernel(match (bf16_at, merged) {
+                            _ if onepass => mma::backward_kernel_onepass(&dims, inverse, merged.is_some()),
                             (Some(_), Some(_)) => mma::backward_kernel_bf16_merged(&dims, inverse),
                             (Some(_), None) => mma::backward_kernel_bf16(&dims, inverse),
                             _ => mma::backward_kernel_rotating(&dims, inverse, turned),
@@ -1684,6 +1686,16 @@ impl Lowerer<'_> {
                         args.extend([qa, ka, va]);
                         args.extend([ov, lse, dov].iter().map(|&a| self.ptr(a)));
                         args.extend(do16);
+                        if onepass {
+                            // dQ summed in the dK/dV pass: its f32 partial sums after what the
+                            // scratch region holds for delta and dO, its counters zeroed once.
+                            let sf = dims.scratch_floats();
+                            let at = (sf * 4).div_ceil(ALIGN) * ALIGN;
+                            let acc_at = (at + sf * dims.d * 2).div_ceil(ALIGN) * ALIGN;
+                            self.need_scratch(acc_at + sf * dims.d * 4);
+                            let counters = self.constant(vec![0; dims.b * dims.h * dims.t.div_ceil(64) * 4]);
+                            args.extend([A::Scratch(acc_at), A::Ptr(counters)]);
+                        }
                         for r in rot.iter().flatten() {
                             args.push(A::Ptr(self.rotary_table(dims.t, dims.d, r.1)));
                         }
