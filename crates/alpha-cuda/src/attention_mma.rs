@@ -1101,12 +1101,15 @@ fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2],
 /// the next launch. A block waits only on a block of the same head with a larger `%ctaid.x`,
 /// which starts no later (blocks start in order), so the wait cannot hold forever.
 ///
-/// Measured slower than the joint kernel (g98, H200: 322.8 against 258.5 µs at sixteen
-/// contexts, 72.7 against 34.5 at one), so opt-in (`ALPHA_ATTN_ONEPASS=on`): each step waits
-/// for the counter, reads and writes the partial sums and fences before it counts, all on the
-/// block's path, and block x has ⌈T/64⌉ − x steps against the joint kernel's balanced ⌈T/64⌉ +
-/// 1 tiles. Params (dq, dk, dv, delta, q, k, v, o, lse, do, do16, dq_acc, dq_sem),
-/// then `dq_tab` and `dk_tab` with the inverse rotaries: `dq_acc` f32 scratch of q's size,
+/// Measured slower than the joint kernel, so opt-in (`ALPHA_ATTN_ONEPASS=on`): on the H200
+/// (g101) 273 against 256 µs at sixteen contexts, 67 against 33 at one. Its products and
+/// exponentials alone take 184 µs (g100, the partial sums neither read nor written); reading
+/// and writing them costs the rest, with key tile 0's blocks — the longest, started last in
+/// the last heads — also storing every dq tile (19 µs, g102). Adding the shares in L2 instead
+/// (`red.global.add`, or one bulk `cp.reduce.async.bulk` a tile) was slower (g99, g102).
+/// Params (dq, dk, dv, delta, q, k, v, o, lse, do, do16, dq_acc, dq_sem),
+/// then `dq_tab` and `dk_tab` with the inverse rotaries: `dq_acc` f32 scratch of
+/// [`onepass_scratch_bytes`],
 /// `dq_sem` B·H·⌈T/64⌉ counters, zero before the first launch. Grid [`Dims::grid_q`], block
 /// [`block`]; q, k, v, dO bf16 and delta as for [`backward_kernel_bf16`]; H = G.
 pub fn backward_kernel_onepass(dims: &Dims, inverse_rotary: [bool; 2], merged: bool) -> Kernel {
@@ -1151,10 +1154,19 @@ pub fn backward_kernel_onepass(dims: &Dims, inverse_rotary: [bool; 2], merged: b
 /// Blocks of the one-pass backward an SM holds (its registers kept to their share).
 const ONEPASS_BLOCKS_PER_SM: u32 = 3;
 
+/// Bytes of one query tile's dQ partial sums (64 rows of 64 f32) in the one-pass backward.
+pub const DQ_TILE_BYTES: u32 = ROWS * D as u32 * 4;
+
+/// Bytes of the one-pass backward's dQ partial sums at `dims` ([`backward_kernel_onepass`]):
+/// a whole tile for every query tile, the last one's rows past T included.
+pub fn onepass_scratch_bytes(dims: &Dims) -> usize {
+    dims.b * dims.h * dims.t.div_ceil(ROWS as usize) * DQ_TILE_BYTES as usize
+}
+
 /// Where the one-pass backward sums dQ ([`backward_kernel_onepass`]).
 #[derive(Clone, Copy)]
 struct DqSum {
-    /// f32 `[B·H, T, 64]` partial sums.
+    /// f32 partial sums, [`DQ_TILE_BYTES`] a (head, query tile) in fragment order.
     acc: Reg,
     /// u32 `[B·H, ⌈T/64⌉]` counters of the shares added.
     sem: Reg,
@@ -1511,27 +1523,28 @@ fn dq_share(k: &mut Kernel, dims: &Dims, ln: &Lanes, sum: DqSum, tile: DqTile, m
         let a = ldsm(k, a_base, kc * 16 * PITCH, true);
         mma_ab(k, &acc, &a, b_base, kc * 16);
     }
-    // The accumulator's rows g and g + 8 of the warp's queries, columns 8n + 2t (+1).
-    let acc_head = head_base(k, sum.acc, bh, t, ROW_BYTES);
+    // The partial sums in fragment order, so that each access of a warp is 256 contiguous
+    // bytes: the tile's 16 KB at (bh·⌈T/64⌉ + query)·16 KB, then per warp 16 pieces of 256
+    // bytes (rows g and g + 8 r of the accumulator's n8 tile n: piece 2n + r), lane 4g + t's
+    // pair at 8·lane in each. Every block maps fragments alike, so the layout is private.
     let row0 = k.bin("mul.lo.u32", RegKind::B32, query, ROWS);
-    let rows: Vec<(Reg, Reg)> = (0..2u32)
-        .map(|r| {
-            let wr = k.bin("add.u32", RegKind::B32, row0, ln.wrow);
-            let g8 = k.bin("add.u32", RegKind::B32, ln.g, 8 * r);
-            let row = k.bin("add.u32", RegKind::B32, wr, g8);
-            let ok = k.setp("lt.u32", row, t);
-            let c2 = k.bin("shl.b32", RegKind::B32, ln.tq, 1u32);
-            let e = k.tri("mad.lo.u32", RegKind::B32, row, D as u32, c2);
-            (k.addr_of(acc_head, e, 4), ok)
-        })
-        .collect();
+    let tile_at = k.tri("mad.lo.u32", RegKind::B32, bh, ntiles, query);
+    let off = k.reg(RegKind::B64);
+    k.op("mul.wide.u32", [off.into(), tile_at.into(), DQ_TILE_BYTES.into()]);
+    let tile_base = k.bin("add.s64", RegKind::B64, sum.acc, off);
+    let lane = k.bin("and.b32", RegKind::B32, ln.tid, 31u32);
+    let lane_b = k.bin("shl.b32", RegKind::B32, lane, 3u32);
+    let frag_at = k.tri("mad.lo.u32", RegKind::B32, ln.wrow, 256u32, lane_b);
+    let part = k.addr_of(tile_base, frag_at, 1);
+    let piece = |r: usize, n: usize| ((2 * n + r) * 256) as i64;
     let added = k.label("dq_added");
+    let stored = k.label("dq_stored");
     k.bra_if(diag, false, &added);
     k.comment("add the partial sum of the shares before (read past L1: other blocks wrote it)");
-    for (r, &(p, ok)) in rows.iter().enumerate() {
+    for r in 0..2 {
         for (n, a) in acc.iter().enumerate() {
-            let old = zeros(k, 2);
-            k.op_if(ok, false, "ld.global.cg.v2.f32", [Opnd::V(old.clone()), addr(p, n as i64 * 32)]);
+            let old = k.regs(RegKind::F32, 2);
+            k.op("ld.global.cg.v2.f32", [Opnd::V(old.clone()), addr(part, piece(r, n))]);
             for e in 0..2 {
                 let x = a[2 * r + e];
                 k.op("add.rn.f32", [x.into(), old[e].into(), x.into()]);
@@ -1541,7 +1554,6 @@ fn dq_share(k: &mut Kernel, dims: &Dims, ln: &Lanes, sum: DqSum, tile: DqTile, m
     k.place(&added);
     let last = k.setp("eq.u32", key, 0u32);
     let partial = k.label("dq_partial");
-    let stored = k.label("dq_stored");
     k.bra_if(last, true, &partial);
     k.comment("the last share: dq = scale dQ (turned back by the rotary when asked)");
     let sc = k.imm_f32(dims.scale);
@@ -1549,10 +1561,10 @@ fn dq_share(k: &mut Kernel, dims: &Dims, ln: &Lanes, sum: DqSum, tile: DqTile, m
     store_rows(k, ln, dqb, row0, t, &acc, [Some(sc), Some(sc)], sum.dq_tab, stride);
     k.bra(&stored);
     k.place(&partial);
-    for (r, &(p, ok)) in rows.iter().enumerate() {
+    for r in 0..2 {
         for (n, a) in acc.iter().enumerate() {
             let pair = vec![a[2 * r], a[2 * r + 1]];
-            k.op_if(ok, false, "st.global.v2.f32", [addr(p, n as i64 * 32), Opnd::V(pair)]);
+            k.op("st.global.v2.f32", [addr(part, piece(r, n)), Opnd::V(pair)]);
         }
     }
     k.place(&stored);

@@ -2900,7 +2900,7 @@ fn onepass_check(
     let (d, gpu) = (&bf.case.dims, bf.gpu);
     let nq = d.b * d.h * d.t * d.d;
     let kernel = gpu.load(&attention_mma::backward_kernel_onepass(d, [true, true], true))?;
-    let acc = arena.alloc_n::<f32>(nq)?;
+    let acc = arena.alloc_n::<f32>(attention_mma::onepass_scratch_bytes(d) / 4)?;
     let counters = arena.alloc_n::<u32>(d.b * d.h * d.t.div_ceil(64))?;
     arena.fill_u32(counters, 0)?;
     let out = arena.alloc_n::<u16>(3 * nq)?;

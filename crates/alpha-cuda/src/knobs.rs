@@ -37,7 +37,7 @@
 //! | `ALPHA_SYNC_RUN=on` | each run of a phase waits for the device before returning, instead of leaving the wait to the next read or copy |
 //! | `ALPHA_PINGPONG=on` | persistent products (`ALPHA_PERSISTENT`) in blocks of two math groups taking turns at the products ([`crate::gemm::GemmSpec::pingpong`]), one block an SM |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
-//! | `ALPHA_ATTN_ONEPASS=on` | the bf16 attention backward in one pass summing dQ in a fixed order ([`crate::attention_mma::backward_kernel_onepass`]) instead of the joint kernel (measured slower, g98: 322.8 against 258.5 µs alone at sixteen contexts) |
+//! | `ALPHA_ATTN_ONEPASS=on` | the bf16 attention backward in one pass summing dQ in a fixed order ([`crate::attention_mma::backward_kernel_onepass`]) instead of the joint kernel (measured slower, g101: 273 against 256 µs alone at sixteen contexts) |
 
 use std::sync::OnceLock;
 

@@ -1692,7 +1692,7 @@ impl Lowerer<'_> {
                             let sf = dims.scratch_floats();
                             let at = (sf * 4).div_ceil(ALIGN) * ALIGN;
                             let acc_at = (at + sf * dims.d * 2).div_ceil(ALIGN) * ALIGN;
-                            self.need_scratch(acc_at + sf * dims.d * 4);
+                            self.need_scratch(acc_at + mma::onepass_scratch_bytes(&dims));
                             let counters = self.constant(vec![0; dims.b * dims.h * dims.t.div_ceil(64) * 4]);
                             args.extend([A::Scratch(acc_at), A::Ptr(counters)]);
                         }
