@@ -616,9 +616,9 @@ pub fn embedding_checks(
         } else {
             None
         };
-    rows.push(Row {
+    let scatter_row = |name: String, (sa, sr): (f64, f64), repeat: bool, us: Option<f64>| Row {
         family: "embedding".into(),
-        name: "embedding_scatter_add".into(),
+        name,
         shape: format!("v{v} d{d} n{tokens}"),
         max_abs: sa,
         rel: sr,
@@ -626,7 +626,31 @@ pub fn embedding_checks(
         pass: sa == 0.0 && repeat,
         median_us: us,
         rate: if repeat { "bitwise repeatable".into() } else { "NOT repeatable".into() },
-    });
+    };
+    rows.push(scatter_row("embedding_scatter_add".into(), (sa, sr), repeat, us));
+    // The segmented kernel, one segment a 4,096 tokens (at least two), the same way: bit-exact
+    // against the segmented reference, twice from the same start.
+    let fseg = gpu.load(&embedding::scatter_add_kernel_segmented())?;
+    let segments = (tokens / 4096).clamp(2, 8);
+    let counters = arena.alloc_n::<u32>(embedding::scatter_add_blocks(v) as usize)?;
+    arena.fill_u32(counters, 0)?;
+    let seg = |gpu: &Gpu| {
+        let ptrs = (tb.ptr, gb.ptr, ib.ptr, counters.ptr);
+        embedding::scatter_add_segmented(gpu, &fseg, ptrs, tokens, segments, v, d)
+    };
+    let mut runs = vec![];
+    for _ in 0..2 {
+        arena.upload(tb, &dtable0)?;
+        seg(gpu)?;
+        runs.push(arena.download::<f32>(tb, vu * du)?);
+    }
+    let mut want = dtable0.clone();
+    let len = embedding::segment_len(tokens, segments) as usize;
+    embedding::scatter_add_reference_segmented(&mut want, &dout, &idx, vu, du, len);
+    let repeat = mismatches(&runs[0], &runs[1]) == 0;
+    let us = if opts.bench { Some(median(gpu.time(opts.warmup, opts.reps, || seg(gpu))?)) } else { None };
+    let name = format!("embedding_scatter_add_segmented x{segments}");
+    rows.push(scatter_row(name, compare(&runs[0], &want), repeat, us));
     Ok(rows)
 }
 

@@ -37,6 +37,7 @@
 //! | `ALPHA_SYNC_RUN=on` | each run of a phase waits for the device before returning, instead of leaving the wait to the next read or copy |
 //! | `ALPHA_PINGPONG=on` | persistent products (`ALPHA_PERSISTENT`) in blocks of two math groups taking turns at the products ([`crate::gemm::GemmSpec::pingpong`]), one block an SM |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
+//! | `ALPHA_SCATTER_SEGMENTS=n` | the embedding gradient's scatter-add over n segments of the tokens, added in turn ([`crate::embedding::scatter_add_kernel_segmented`]), instead of one pass (g105: sixteen contexts' scatter-add 0.212 → 0.150 ms with 4, within the step's noise) |
 //! | `ALPHA_ATTN_ONEPASS=on` | the bf16 attention backward in one pass summing dQ in a fixed order ([`crate::attention_mma::backward_kernel_onepass`]) instead of the joint kernel (measured slower, g101: 273 against 256 µs alone at sixteen contexts) |
 
 use std::sync::OnceLock;
@@ -84,6 +85,8 @@ pub struct Knobs {
     pub joint_attention_backward: bool,
     /// The one-pass attention backward (opt-in: measured slower).
     pub onepass_attention: bool,
+    /// A forced count of the scatter-add's token segments (None: by the token count).
+    pub scatter_segments: Option<u32>,
     /// A forced choice of running a chain that alone reads a plain product in the product's
     /// epilogue everywhere (`on`) or nowhere (`off`); None: over deep grids only.
     pub chain_epilogue: Option<bool>,
@@ -182,6 +185,7 @@ pub fn knobs() -> &'static Knobs {
             ln_fold: forced("ALPHA_LN_FOLD", "beside", "separate"),
             joint_attention_backward: on("ALPHA_ATTN_JOINT"),
             onepass_attention: var("ALPHA_ATTN_ONEPASS").as_deref() == Some("on"),
+            scatter_segments: var("ALPHA_SCATTER_SEGMENTS").and_then(|s| s.parse().ok()),
             chain_epilogue: forced("ALPHA_CHAIN_EPILOGUE", "on", "off"),
             ln_partials: on("ALPHA_LN_PARTIALS"),
             two_blocks: on("ALPHA_TWO_BLOCKS"),

@@ -1524,19 +1524,29 @@ impl Lowerer<'_> {
                     body: Body::Fill(0.0),
                 };
                 v.push(self.pointwise(fill, vec![self.ptr(out(0))], some)?);
-                let kernel = self.kernel(embedding::scatter_add_kernel())?;
+                let segments = embedding::scatter_add_segments(tokens as u32);
+                let blocks = embedding::scatter_add_blocks(*rows as u32);
+                let mut args = vec![
+                    self.ptr(out(0)),
+                    self.ptr(ins[0]),
+                    self.ptr(ins[1]),
+                    A::U32(tokens as u32),
+                    A::U32(*rows as u32),
+                    A::U32(d as u32),
+                ];
+                let kernel = if segments > 1 {
+                    // Segments of the tokens added in turn through a counter a row block.
+                    let counters = self.constant(vec![0; blocks as usize * 4]);
+                    args.extend([A::U32(embedding::segment_len(tokens as u32, segments)), A::Ptr(counters)]);
+                    self.kernel(embedding::scatter_add_kernel_segmented())?
+                } else {
+                    self.kernel(embedding::scatter_add_kernel())?
+                };
                 v.push(Pending {
                     kernel,
-                    grid: (embedding::scatter_add_blocks(*rows as u32), 1, 1),
+                    grid: (blocks, segments, 1),
                     block: (embedding::THREADS, 1, 1),
-                    args: vec![
-                        self.ptr(out(0)),
-                        self.ptr(ins[0]),
-                        self.ptr(ins[1]),
-                        A::U32(tokens as u32),
-                        A::U32(*rows as u32),
-                        A::U32(d as u32),
-                    ],
+                    args,
                     node: some,
                 });
             }
