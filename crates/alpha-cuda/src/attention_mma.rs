@@ -1492,6 +1492,7 @@ fn dq_share(k: &mut Kernel, dims: &Dims, ln: &Lanes, sum: DqSum, tile: DqTile, m
     let t = dims.t as u32;
     let ntiles = t.div_ceil(ROWS);
     let DqTile { bh, key, query, diag, k_tile, ds_tile } = tile;
+    // The (head, query tile)'s index: of its counter and of its partial sums' tile.
     let slot = k.tri("mad.lo.u32", RegKind::B32, bh, ntiles, query);
     let sem_at = k.addr_of(sum.sem, slot, 4);
     let before = k.bin("sub.u32", RegKind::B32, query, key);
@@ -1528,9 +1529,8 @@ fn dq_share(k: &mut Kernel, dims: &Dims, ln: &Lanes, sum: DqSum, tile: DqTile, m
     // bytes (rows g and g + 8 r of the accumulator's n8 tile n: piece 2n + r), lane 4g + t's
     // pair at 8·lane in each. Every block maps fragments alike, so the layout is private.
     let row0 = k.bin("mul.lo.u32", RegKind::B32, query, ROWS);
-    let tile_at = k.tri("mad.lo.u32", RegKind::B32, bh, ntiles, query);
     let off = k.reg(RegKind::B64);
-    k.op("mul.wide.u32", [off.into(), tile_at.into(), DQ_TILE_BYTES.into()]);
+    k.op("mul.wide.u32", [off.into(), slot.into(), DQ_TILE_BYTES.into()]);
     let tile_base = k.bin("add.s64", RegKind::B64, sum.acc, off);
     let lane = k.bin("and.b32", RegKind::B32, ln.tid, 31u32);
     let lane_b = k.bin("shl.b32", RegKind::B32, lane, 3u32);
