@@ -1162,6 +1162,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     rows.extend(gated_checks(gpu, arena, rng)?);
     rows.extend(persistent_checks(gpu, arena, rng)?);
     rows.extend(chain_epilogue_checks(gpu, arena, rng)?);
+    rows.extend(row_stats_checks(gpu, arena, rng)?);
     Ok(rows)
 }
 
@@ -1226,6 +1227,70 @@ fn persistent_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
             ));
         }
     }
+    Ok(rows)
+}
+
+/// A staged plain store writing the cross-entropy's per-row statistics
+/// ([`GemmSpec::row_stats`]) against the same product without them, and the loss combined from
+/// them ([`cross_entropy::forward_from_stats_kernel`]) against the f64 reference on that
+/// product: a ragged M and N (the last tile's 104 columns), a target out of range. The product
+/// bit for bit; loss and log-sum-exp within the cross-entropy forward's own tolerance (1e-5
+/// relative, [`cross_entropy_checks`]).
+fn row_stats_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    use crate::driver::{Arg, LaunchConfig};
+    let (m, n, k) = (1000u32, 1000u32, 512u32);
+    arena.reset();
+    let plain = GemmSpec {
+        stages: 3,
+        staged_store: true,
+        ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma()
+    };
+    let stats_spec = GemmSpec { row_stats: true, ..plain };
+    let sh = GemmShape::packed(&plain, m, n, k);
+    let GemmCase { ab, bb, cb, rb, nc, .. } = gemm_case(arena, rng, &plain, &sh)?;
+    let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
+    let f = gpu.load(&plain.kernel())?;
+    let extras = Extras { maps: Some(maps), ..Extras::default() };
+    gemm::launch_with(gpu, &f, &plain, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
+    let want: Vec<u32> = arena.download(cb, nc)?;
+    let tiles = n.div_ceil(128);
+    let stats = arena.alloc_n::<f32>((m * tiles * 2) as usize)?;
+    arena.fill_u32(stats, NAN_BITS)?;
+    arena.fill_u32(cb, NAN_BITS)?;
+    let f = gpu.load(&stats_spec.kernel())?;
+    let extras = Extras { maps: Some(maps), u: Some(stats.ptr), ..Extras::default() };
+    gemm::launch_with(gpu, &f, &stats_spec, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
+    let got: Vec<u32> = arena.download(cb, nc)?;
+    let differ = got.iter().zip(&want).filter(|(x, y)| x != y).count();
+    let shape = format!("m{m} n{n} k{k}");
+    let mut rows = vec![exact_row("fusion", &format!("{} = {}", stats_spec.name(), plain.name()), &shape, differ, nc)];
+    // The loss from the statistics.
+    let logits: Vec<f32> = got.iter().map(|&b| f32::from_bits(b)).collect();
+    let mut targets: Vec<i32> = (0..m).map(|_| rng.below(n) as i32).collect();
+    targets[7] = -1;
+    let tb = arena.alloc_n::<i32>(m as usize)?;
+    arena.upload(tb, &targets)?;
+    let (loss, lse) = (arena.alloc_n::<f32>(m as usize)?, arena.alloc_n::<f32>(m as usize)?);
+    let fk = gpu.load(&cross_entropy::forward_from_stats_kernel())?;
+    let cfg = LaunchConfig::linear(m.div_ceil(cross_entropy::STATS_ROWS), cross_entropy::THREADS);
+    let args = [loss.ptr, lse.ptr, cb.ptr, tb.ptr, stats.ptr].map(Arg::U64);
+    let mut args = args.to_vec();
+    args.extend([Arg::U32(n), Arg::U32(tiles), Arg::U32(m)]);
+    gpu.launch(&fk, cfg, &args)?;
+    let (wl, wlse) = cross_entropy::forward_reference(&logits, &targets, n as usize);
+    let (la, lr) = compare(&arena.download::<f32>(loss, m as usize)?, &wl);
+    let (sa, sr) = compare(&arena.download::<f32>(lse, m as usize)?, &wlse);
+    rows.push(Row {
+        family: "fusion".into(),
+        name: "cross_entropy_fwd_stats loss, lse".into(),
+        shape,
+        max_abs: la.max(sa),
+        rel: lr.max(sr),
+        tol: 1e-5,
+        pass: lr.max(sr) <= 1e-5,
+        median_us: None,
+        rate: String::new(),
+    });
     Ok(rows)
 }
 

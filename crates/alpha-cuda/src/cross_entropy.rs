@@ -75,18 +75,34 @@ pub fn forward_kernel_for(vocab: Option<u32>) -> Kernel {
         k.op("add.rn.f32", [s.into(), s.into(), e.into()]);
     });
     let s = k.block_reduce_f32(s, "add", &scratch, tid, THREADS);
+    lse_and_loss(&mut k, (mx, s), tid, base, (targets, row, v), (loss, lse_out));
+    k.ret();
+    k
+}
+
+/// The end of a forward row: `lse = max + ln s` (`s` the sum of `exp(x − max)`), then, in the
+/// thread whose `writer` id is 0, the loss `lse − x[target]` (0 for a target out of range,
+/// the logit read from the row at `row_base`) and lse, stored at `row`.
+fn lse_and_loss(
+    k: &mut Kernel,
+    (mx, s): (Reg, Reg),
+    writer: Reg,
+    row_base: Reg,
+    (targets, row, v): (Reg, Reg, Reg),
+    (loss, lse_out): (Reg, Reg),
+) {
     let l2 = k.un("lg2.approx.ftz.f32", RegKind::F32, s);
     let ln = k.bin("mul.rn.f32", RegKind::F32, l2, std::f32::consts::LN_2);
     let lse = k.bin("add.rn.f32", RegKind::F32, mx, ln);
     let end = k.label("end");
-    let not0 = k.setp("ne.u32", tid, 0u32);
+    let not0 = k.setp("ne.u32", writer, 0u32);
     k.bra_if(not0, false, &end);
     let ta = k.addr_of(targets, row, 4);
     let t = k.reg(RegKind::B32);
     k.op("ld.global.u32", [t.into(), addr(ta, 0)]);
     let ok = k.setp("lt.u32", t, v);
     let xt = k.imm_f32(0.0);
-    let xa = k.addr_of(base, t, 4);
+    let xa = k.addr_of(row_base, t, 4);
     k.op_if(ok, false, "ld.global.f32", [xt.into(), addr(xa, 0)]);
     let l = k.bin("sub.rn.f32", RegKind::F32, lse, xt);
     let zero = k.imm_f32(0.0);
@@ -96,6 +112,73 @@ pub fn forward_kernel_for(vocab: Option<u32>) -> Kernel {
     let sa = k.addr_of(lse_out, row, 4);
     k.op("st.global.f32", [addr(sa, 0), lse.into()]);
     k.place(&end);
+}
+
+/// Rows of [`forward_from_stats_kernel`] a block: a warp each.
+pub const STATS_ROWS: u32 = THREADS / 32;
+
+/// The forward from per-tile row statistics: the logits' product wrote, for each row and
+/// 128-column tile t, its maximum m_t and `s_t = Σ exp(x − m_t)` ([`crate::gemm::GemmSpec::row_stats`]);
+/// a warp a row combines them, `M = max m_t`, `S = Σ s_t·exp(m_t − M)` (each lane its tiles in
+/// order, then butterflies), `lse = M + ln S`, and picks the target's logit for the loss — 8
+/// bytes a tile instead of the whole row. Params (loss, lse, logits, targets, stats, v, tiles,
+/// rows); grid ⌈rows / [`STATS_ROWS`]⌉, [`THREADS`] threads. The same outputs as
+/// [`forward_kernel`], to rounding (the sum is split by tiles).
+pub fn forward_from_stats_kernel() -> Kernel {
+    let mut k = Kernel::new("cross_entropy_fwd_stats").with_block(THREADS, 1, 1);
+    let [loss, lse_out, logits, targets, stats] =
+        ["loss", "lse", "logits", "targets", "stats"].map(|n| k.param_reg(n, ParamTy::U64));
+    let [v, tiles, rows] = ["v", "tiles", "rows"].map(|n| k.param_reg(n, ParamTy::U32));
+    let tid = k.sreg("%tid.x");
+    let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
+    let warp = k.bin("shr.u32", RegKind::B32, tid, 5u32);
+    let block = k.sreg("%ctaid.x");
+    let row = k.tri("mad.lo.u32", RegKind::B32, block, STATS_ROWS, warp);
+    let past = k.label("past_rows");
+    let inside = k.setp("lt.u32", row, rows);
+    k.bra_if(inside, true, &past);
+    let first = k.bin("mul.lo.u32", RegKind::B32, row, tiles);
+    let row_stats = k.addr_of(stats, first, 8);
+    // The lane's tiles lane, lane + 32, … in order, one pass for the maximum, one for the sum.
+    let each_tile = |k: &mut Kernel, labels: (&str, &str), body: &mut dyn FnMut(&mut Kernel, Reg, Reg)| {
+        let t = k.un("mov.u32", RegKind::B32, lane);
+        let top = k.label(labels.0);
+        let done = k.label(labels.1);
+        k.place(&top);
+        let more = k.setp("lt.u32", t, tiles);
+        k.bra_if(more, true, &done);
+        let at = k.addr_of(row_stats, t, 8);
+        let ms = k.regs(RegKind::F32, 2);
+        k.op("ld.global.v2.f32", [Opnd::V(ms.clone()), addr(at, 0)]);
+        body(k, ms[0], ms[1]);
+        k.op("add.u32", [t.into(), t.into(), 32u32.into()]);
+        k.bra(&top);
+        k.place(&done);
+    };
+    let butterfly = |k: &mut Kernel, x: Reg, op: &str| {
+        for off in [16u32, 8, 4, 2, 1] {
+            let o = k.reg(RegKind::F32);
+            k.op("shfl.sync.bfly.b32", [o.into(), x.into(), off.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
+            k.op(op, [x.into(), x.into(), o.into()]);
+        }
+    };
+    let mx = k.imm_f32(f32::NEG_INFINITY);
+    each_tile(&mut k, ("max_tile", "max_done"), &mut |k, m, _| {
+        k.op("max.f32", [mx.into(), mx.into(), m.into()]);
+    });
+    butterfly(&mut k, mx, "max.f32");
+    let s = k.imm_f32(0.0);
+    each_tile(&mut k, ("sum_tile", "sum_done"), &mut |k, m, st| {
+        let d = k.bin("sub.rn.f32", RegKind::F32, m, mx);
+        let e = emit_exp(k, d);
+        k.op("fma.rn.f32", [s.into(), st.into(), e.into(), s.into()]);
+    });
+    butterfly(&mut k, s, "add.rn.f32");
+    // The row's logits, row·v elements in.
+    let re = k.bin("mul.lo.u32", RegKind::B32, row, v);
+    let logit_row = k.addr_of(logits, re, 4);
+    lse_and_loss(&mut k, (mx, s), lane, logit_row, (targets, row, v), (loss, lse_out));
+    k.place(&past);
     k.ret();
     k
 }
@@ -278,7 +361,7 @@ pub fn backward_reference(logits: &[f32], targets: &[i32], dloss: &[f32], v: usi
 }
 
 pub fn kernels() -> Vec<Kernel> {
-    vec![forward_kernel(), backward_kernel()]
+    vec![forward_kernel(), backward_kernel(), forward_from_stats_kernel()]
 }
 
 #[cfg(test)]

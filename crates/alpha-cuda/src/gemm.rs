@@ -353,6 +353,14 @@ pub struct GemmSpec {
     /// both groups' stages that one producer fills in turn order, so that one group's epilogue
     /// runs under the other's products (one block an SM; epilogues out of the ring only).
     pub pingpong: bool,
+    /// With a staged plain store ([`crate::gemm_tma::Staged::Store`]): each row's maximum m
+    /// and `Σ exp(x − m)` over the tile's columns, written as an f32 pair at
+    /// `u + 8·(row·⌈N/128⌉ + tile column)` — the cross-entropy's per-row statistics, one pair a
+    /// tile, so that the loss reads 12.6 MB of them instead of sixteen contexts' 805 MB of
+    /// logits ([`crate::cross_entropy::forward_from_stats_kernel`]). Opt-in
+    /// (`ALPHA_CE_STATS=on`): at sixteen contexts the butterflies cost the product 73 µs of the
+    /// forward's 176 (g107), within the step's noise.
+    pub row_stats: bool,
 }
 
 /// u64 words a traced tile writes ([`GemmSpec::trace`]).
@@ -399,6 +407,7 @@ impl GemmSpec {
             persistent: false,
             trace: false,
             pingpong: false,
+            row_stats: false,
         }
     }
 
@@ -413,9 +422,13 @@ impl GemmSpec {
     }
 
     /// Whether the kernel takes a second output `u` ([`Extras::u`]): an activation's, a
-    /// StoreMul's bf16 product, or a delta-heads store's delta ([`Heads::delta`]).
+    /// StoreMul's bf16 product, a delta-heads store's delta ([`Heads::delta`]), or the row
+    /// statistics ([`GemmSpec::row_stats`]).
     pub fn takes_u(&self) -> bool {
-        self.activation.is_some() || self.epilogue == Epilogue::StoreMul || self.heads.is_some_and(|h| h.delta)
+        self.activation.is_some()
+            || self.epilogue == Epilogue::StoreMul
+            || self.heads.is_some_and(|h| h.delta)
+            || self.row_stats
     }
 
     /// Threads per block.
@@ -481,6 +494,9 @@ impl GemmSpec {
             }
             if self.trace {
                 tile.push_str("_trace");
+            }
+            if self.row_stats {
+                tile.push_str("_rowstats");
             }
         }
         format!(

@@ -629,8 +629,10 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     } else if let Some(hs) = spec.heads.filter(|hs| hs.delta) {
         store_heads_delta(&mut k, spec, hs, &frags, lane, wrow, ring, &h, consumers);
     } else if let Some(work) = staged(spec) {
+        assert!(!spec.row_stats || work == Staged::Store, "{}: row statistics need a staged plain store", spec.name());
         store_staged(&mut k, spec, work, &frags, lane, wrow, ring, &h, consumers);
     } else {
+        assert!(!spec.row_stats, "{}: row statistics need a staged plain store", spec.name());
         let wcol = k.imm_u32(0);
         store_tile(&mut k, spec, &[frags], lane, wrow, wcol, &h);
     }
@@ -1133,6 +1135,7 @@ fn store_staged(
     };
     let walk = RowWalk::new(k, h, lane, consumers);
     let s_row0 = walk.staged_row0(k, lane, tile);
+    let stats = spec.row_stats.then(|| RowStats::new(k, spec, h, lane));
     walk.each(
         k,
         h,
@@ -1166,6 +1169,9 @@ fn store_staged(
                     .collect()],
                 Staged::Store => vec![product.clone()],
             };
+            if let Some(st) = &stats {
+                st.row(k, &walk, w, &product);
+            }
             for (&(base, bf16), vs) in writes.iter().zip(values) {
                 if bf16 {
                     store_bf16x4_if(k, w.ok, base, e, &vs);
@@ -1176,6 +1182,64 @@ fn store_staged(
             }
         },
     );
+}
+
+/// The per-row statistics a staged plain store also writes ([`GemmSpec::row_stats`]).
+struct RowStats {
+    /// Where this tile's pair of row 0 would go: `u + 8·tile column`.
+    at0: Reg,
+    /// Bytes from one row's pair to the next: 8·⌈N/128⌉.
+    row_bytes: Reg,
+    lane0: Reg,
+}
+
+impl RowStats {
+    fn new(k: &mut Kernel, spec: &GemmSpec, h: &Head, lane: Reg) -> RowStats {
+        debug_assert_eq!(spec.tile.cols(), 128, "one pair a 128-column tile");
+        let u = h.u_base.expect("row statistics go to u");
+        let tcol = k.bin("shr.u32", RegKind::B32, h.n0, 7u32);
+        let at0 = k.addr_of(u, tcol, 8);
+        let n127 = k.bin("add.u32", RegKind::B32, h.n, 127u32);
+        let tiles = k.bin("shr.u32", RegKind::B32, n127, 7u32);
+        let row_bytes = k.bin("shl.b32", RegKind::B32, tiles, 3u32);
+        let lane0 = k.setp("eq.u32", lane, 0u32);
+        RowStats { at0, row_bytes, lane0 }
+    }
+
+    /// Row `w`'s maximum over the tile's columns and its sum of `exp(x − max)` (`ex2.approx` of
+    /// `(x − max)·log2 e`, as the cross-entropy kernels take exponentials): each lane its four
+    /// columns in order, then butterflies over the warp, a fixed order. Columns past N count as
+    /// −∞ and 0. Lane 0 stores the pair (rows past M store nothing).
+    fn row(&self, k: &mut Kernel, walk: &RowWalk, w: WalkRow, v: &[Reg]) {
+        let m01 = k.bin("max.f32", RegKind::F32, v[0], v[1]);
+        let m23 = k.bin("max.f32", RegKind::F32, v[2], v[3]);
+        let m = k.bin("max.f32", RegKind::F32, m01, m23);
+        let m = k.tri("selp.f32", RegKind::F32, m, f32::NEG_INFINITY, walk.col_ok);
+        let butterfly = |k: &mut Kernel, x: Reg, op: &str| {
+            let mut x = x;
+            for off in [16u32, 8, 4, 2, 1] {
+                let o = k.reg(RegKind::F32);
+                k.op("shfl.sync.bfly.b32", [o.into(), x.into(), off.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
+                x = k.bin(op, RegKind::F32, x, o);
+            }
+            x
+        };
+        let m = butterfly(k, m, "max.f32");
+        let mut sum = k.imm_f32(0.0);
+        for &x in v {
+            let d = k.bin("sub.rn.f32", RegKind::F32, x, m);
+            let e = crate::elementwise::emit_exp(k, d);
+            sum = k.bin("add.rn.f32", RegKind::F32, sum, e);
+        }
+        let sum = k.tri("selp.f32", RegKind::F32, sum, 0.0f32, walk.col_ok);
+        let sum = butterfly(k, sum, "add.rn.f32");
+        // w.ok holds the lane's columns too; lane 0's columns are inside N on every tile.
+        let store = k.bin("and.pred", RegKind::Pred, w.ok, self.lane0);
+        let off = k.reg(RegKind::B64);
+        k.op("mul.wide.u32", [off.into(), w.r.into(), self.row_bytes.into()]);
+        let at = k.bin("add.s64", RegKind::B64, self.at0, off);
+        k.op_if(store, false, "st.global.v2.f32", [addr(at, 0), Opnd::V(vec![m, sum])]);
+    }
 }
 
 /// Encodes `map` over the operand at device address `base` (bf16, 128-byte swizzle, rows past

@@ -37,6 +37,7 @@
 //! | `ALPHA_SYNC_RUN=on` | each run of a phase waits for the device before returning, instead of leaving the wait to the next read or copy |
 //! | `ALPHA_PINGPONG=on` | persistent products (`ALPHA_PERSISTENT`) in blocks of two math groups taking turns at the products ([`crate::gemm::GemmSpec::pingpong`]), one block an SM |
 //! | `ALPHA_ATTN_JOINT=off` | attention's dQ and dK/dV passes in two launches, one after the other |
+//! | `ALPHA_CE_STATS=on` | the logits' product also writes per-tile row statistics where it stores through shared memory ([`crate::gemm::GemmSpec::row_stats`]) and the cross-entropy forward combines them instead of re-reading the logits (g107, sixteen contexts: the forward 0.186 → 0.010 ms but the product 445 → 518 µs, the step 21.50 / 21.51 against 21.51 / 21.64 ms; the gradient gate, forced on at one context, 1.06e-2 against its 1e-2) |
 //! | `ALPHA_SCATTER_SEGMENTS=n` | the embedding gradient's scatter-add over n segments of the tokens, added in turn ([`crate::embedding::scatter_add_kernel_segmented`]), instead of one pass (g105: sixteen contexts' scatter-add 0.212 → 0.150 ms with 4, within the step's noise) |
 //! | `ALPHA_ATTN_ONEPASS=on` | the bf16 attention backward in one pass summing dQ in a fixed order ([`crate::attention_mma::backward_kernel_onepass`]) instead of the joint kernel (measured slower, g101: 273 against 256 µs alone at sixteen contexts) |
 
@@ -85,8 +86,11 @@ pub struct Knobs {
     pub joint_attention_backward: bool,
     /// The one-pass attention backward (opt-in: measured slower).
     pub onepass_attention: bool,
-    /// A forced count of the scatter-add's token segments (None: by the token count).
+    /// A forced count of the scatter-add's token segments (None: one, the plain kernel).
     pub scatter_segments: Option<u32>,
+    /// The logits' product writes per-row statistics for the cross-entropy where it can
+    /// (opt-in).
+    pub ce_stats: bool,
     /// A forced choice of running a chain that alone reads a plain product in the product's
     /// epilogue everywhere (`on`) or nowhere (`off`); None: over deep grids only.
     pub chain_epilogue: Option<bool>,
@@ -186,6 +190,7 @@ pub fn knobs() -> &'static Knobs {
             joint_attention_backward: on("ALPHA_ATTN_JOINT"),
             onepass_attention: var("ALPHA_ATTN_ONEPASS").as_deref() == Some("on"),
             scatter_segments: var("ALPHA_SCATTER_SEGMENTS").and_then(|s| s.parse().ok()),
+            ce_stats: var("ALPHA_CE_STATS").as_deref() == Some("on"),
             chain_epilogue: forced("ALPHA_CHAIN_EPILOGUE", "on", "off"),
             ln_partials: on("ALPHA_LN_PARTIALS"),
             two_blocks: on("ALPHA_TWO_BLOCKS"),

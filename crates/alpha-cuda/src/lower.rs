@@ -247,6 +247,12 @@ struct Lowerer<'p> {
     delta_regions: HashMap<(usize, usize), (usize, usize)>,
     /// AttentionBackward → where its delta-heads product put (dO, delta).
     delta_at: HashMap<u32, (usize, usize)>,
+    /// The logits every CrossEntropy reads: a product storing them may write their per-row
+    /// statistics too ([`GemmSpec::row_stats`]).
+    ce_logits: std::collections::HashSet<Value>,
+    /// Logits → (the held offset of their per-tile row statistics, tiles a row), where the
+    /// product wrote them.
+    ce_stats: HashMap<Value, (usize, u32)>,
 }
 
 /// A tiled product as `lower_node` lowered it.
@@ -1426,6 +1432,20 @@ impl Lowerer<'_> {
                         return Ok(v);
                     }
                     let spec = settled(with_ring(on_tma(spec), &shape), &shape);
+                    // Logits stored through shared memory a row a warp: their cross-entropy's
+                    // per-row statistics too, into held memory its launch reads.
+                    let stats = plain
+                        && delta.is_none()
+                        && self.ce_logits.contains(&c)
+                        && gemm_tma::staged(&spec) == Some(gemm_tma::Staged::Store)
+                        && shape.n.is_multiple_of(4);
+                    let spec = GemmSpec { row_stats: stats, ..spec };
+                    let stats_arg = stats.then(|| {
+                        let tiles = shape.n.div_ceil(128);
+                        let at = self.held(shape.m as usize * tiles as usize * 8);
+                        self.ce_stats.insert(c, (at, tiles));
+                        A::Ptr(at)
+                    });
                     self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
                     if delta.is_some() && !(spec.engine == gemm::Engine::Tma && gemm_tma::ring_holds_tile(&spec)) {
                         return Err(node_error(&node, id, format!("{}: no delta-heads store", spec.name())));
@@ -1439,6 +1459,7 @@ impl Lowerer<'_> {
                     let mut args = vec![self.ptr(a), self.ptr(b), c_arg, r_arg];
                     args.extend(shape_args(&shape));
                     args.extend(u_delta);
+                    args.extend(stats_arg);
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
                     }
@@ -1743,6 +1764,21 @@ impl Lowerer<'_> {
             Op::CrossEntropy => {
                 self.want_f32(&node, id, &ins[..1])?;
                 let s = ishape(0);
+                if let Some(&(at, tiles)) = self.ce_stats.get(&ins[0]) {
+                    // The product left each row's per-tile statistics: combine those.
+                    let kernel = self.kernel(cross_entropy::forward_from_stats_kernel())?;
+                    let rows = s[0] as u32;
+                    let mut args: Vec<A> = [out(0), out(1), ins[0], ins[1]].iter().map(|&a| self.ptr(a)).collect();
+                    args.extend([A::Ptr(at), A::U32(s[1] as u32), A::U32(tiles), A::U32(rows)]);
+                    v.push(Pending {
+                        kernel,
+                        grid: (rows.div_ceil(cross_entropy::STATS_ROWS), 1, 1),
+                        block: (cross_entropy::THREADS, 1, 1),
+                        args,
+                        node: some,
+                    });
+                    return Ok(v);
+                }
                 let vocab = u32::try_from(s[s.len() - 1]).ok();
                 let kernel = self.kernel(cross_entropy::forward_kernel_for(vocab))?;
                 v.push(Pending {
@@ -3130,6 +3166,15 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         fixup_counters: None,
         delta_regions: HashMap::new(),
         delta_at: HashMap::new(),
+        ce_logits: plan
+            .program
+            .graph
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::CrossEntropy) && knobs().ce_stats)
+            .map(|n| n.inputs[0])
+            .collect(),
+        ce_stats: HashMap::new(),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
