@@ -1157,10 +1157,16 @@ const ONEPASS_BLOCKS_PER_SM: u32 = 3;
 /// Bytes of one query tile's dQ partial sums (64 rows of 64 f32) in the one-pass backward.
 pub const DQ_TILE_BYTES: u32 = ROWS * D as u32 * 4;
 
+/// The one-pass backward's counters at `dims` ([`backward_kernel_onepass`]): one a (head,
+/// query tile).
+pub fn onepass_counters(dims: &Dims) -> usize {
+    dims.b * dims.h * dims.t.div_ceil(ROWS as usize)
+}
+
 /// Bytes of the one-pass backward's dQ partial sums at `dims` ([`backward_kernel_onepass`]):
 /// a whole tile for every query tile, the last one's rows past T included.
 pub fn onepass_scratch_bytes(dims: &Dims) -> usize {
-    dims.b * dims.h * dims.t.div_ceil(ROWS as usize) * DQ_TILE_BYTES as usize
+    onepass_counters(dims) * DQ_TILE_BYTES as usize
 }
 
 /// Where the one-pass backward sums dQ ([`backward_kernel_onepass`]).
@@ -1501,18 +1507,7 @@ fn dq_share(k: &mut Kernel, dims: &Dims, ln: &Lanes, sum: DqSum, tile: DqTile, m
     let waits = k.reg(RegKind::Pred);
     k.op("not.pred", [waits.into(), diag.into()]);
     k.op("and.pred", [waits.into(), waits.into(), first_thread.into()]);
-    let waited = k.label("dq_waited");
-    let spin = k.label("dq_spin");
-    k.bra_if(waits, true, &waited);
-    k.place(&spin);
-    let seen = k.reg(RegKind::B32);
-    k.op("ld.acquire.gpu.global.u32", [seen.into(), addr(sem_at, 0)]);
-    let ready = k.setp("eq.u32", seen, before);
-    k.bra_if(ready, false, &waited);
-    k.op("nanosleep.u32", [32u32.into()]);
-    k.bra(&spin);
-    k.place(&waited);
-    k.barrier();
+    k.wait_for_count(waits, sem_at, before);
     k.comment("dQ share = dS K over the tile's 64 keys, the warp's 16 queries");
     let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(k, 4)).collect();
     let col = k.bin("shl.b32", RegKind::B32, ln.wrow, 1u32);
@@ -1568,15 +1563,10 @@ fn dq_share(k: &mut Kernel, dims: &Dims, ln: &Lanes, sum: DqSum, tile: DqTile, m
         }
     }
     k.place(&stored);
-    k.barrier();
     k.comment("count the share (the last resets the counter for the next launch)");
     let next = k.bin("add.u32", RegKind::B32, before, 1u32);
     let count = k.tri("selp.b32", RegKind::B32, 0u32, next, last);
-    let counted = k.label("dq_counted");
-    k.bra_if(first_thread, true, &counted);
-    k.op("fence.acq_rel.gpu", []);
-    k.op("st.relaxed.gpu.global.u32", [addr(sem_at, 0), count.into()]);
-    k.place(&counted);
+    k.publish_count(first_thread, sem_at, count);
 }
 
 /// Where head `bh` of gradient `section` (0 dq, 1 dk, 2 dv) of the tensor at `base` starts, and

@@ -389,9 +389,8 @@ pub fn gemm_trace(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
     let (m, n) = (16384u32, 1536u32);
     let plain = spec_of("rr", Input::Bf16).tma();
     let ring = |k: u32| {
-        let sh = GemmShape::packed(&plain, m, n, k);
-        let blocks = sh.m.div_ceil(128) * sh.n.div_ceil(128);
-        GemmSpec { stages: crate::gemm_wgmma::stages_for(&plain, blocks), ..plain }
+        let (x, y) = plain.tiles(&GemmShape::packed(&plain, m, n, k));
+        GemmSpec { stages: crate::gemm_wgmma::stages_for(&plain, x * y), ..plain }
     };
     for k in [512u32, 1024, 2048, 4096] {
         let spec = ring(k);
@@ -420,7 +419,10 @@ pub fn gemm_trace(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
         let us = median(gpu.time(opts.warmup, opts.reps, run)?);
         run()?;
         gpu.synchronize()?;
-        let tiles = (m / 128 * (n / 128)) as usize;
+        let tiles = {
+            let (x, y) = spec.tiles(&sh);
+            (x * y) as usize
+        };
         let words: Vec<u64> = arena.download(rb, tiles * gemm::TRACE_WORDS as usize)?;
         let w = |t: usize, i: usize| words[t * gemm::TRACE_WORDS as usize + i];
         let origin = (0..tiles).map(|t| w(t, 1)).min().unwrap_or(0);
@@ -1253,7 +1255,7 @@ fn row_stats_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec
     let extras = Extras { maps: Some(maps), ..Extras::default() };
     gemm::launch_with(gpu, &f, &plain, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
     let want: Vec<u32> = arena.download(cb, nc)?;
-    let tiles = n.div_ceil(128);
+    let tiles = stats_spec.tiles(&sh).0;
     let stats = arena.alloc_n::<f32>((m * tiles * 2) as usize)?;
     arena.fill_u32(stats, NAN_BITS)?;
     arena.fill_u32(cb, NAN_BITS)?;
@@ -2990,7 +2992,7 @@ fn onepass_check(
     let nq = d.b * d.h * d.t * d.d;
     let kernel = gpu.load(&attention_mma::backward_kernel_onepass(d, [true, true], true))?;
     let acc = arena.alloc_n::<f32>(attention_mma::onepass_scratch_bytes(d) / 4)?;
-    let counters = arena.alloc_n::<u32>(d.b * d.h * d.t.div_ceil(64))?;
+    let counters = arena.alloc_n::<u32>(attention_mma::onepass_counters(d))?;
     arena.fill_u32(counters, 0)?;
     let out = arena.alloc_n::<u16>(3 * nq)?;
     let launch = || -> Result<()> {

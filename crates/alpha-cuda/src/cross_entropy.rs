@@ -155,25 +155,18 @@ pub fn forward_from_stats_kernel() -> Kernel {
         k.bra(&top);
         k.place(&done);
     };
-    let butterfly = |k: &mut Kernel, x: Reg, op: &str| {
-        for off in [16u32, 8, 4, 2, 1] {
-            let o = k.reg(RegKind::F32);
-            k.op("shfl.sync.bfly.b32", [o.into(), x.into(), off.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
-            k.op(op, [x.into(), x.into(), o.into()]);
-        }
-    };
     let mx = k.imm_f32(f32::NEG_INFINITY);
     each_tile(&mut k, ("max_tile", "max_done"), &mut |k, m, _| {
         k.op("max.f32", [mx.into(), mx.into(), m.into()]);
     });
-    butterfly(&mut k, mx, "max.f32");
+    let mx = k.warp_reduce_f32(mx, "max.f32");
     let s = k.imm_f32(0.0);
     each_tile(&mut k, ("sum_tile", "sum_done"), &mut |k, m, st| {
         let d = k.bin("sub.rn.f32", RegKind::F32, m, mx);
         let e = emit_exp(k, d);
         k.op("fma.rn.f32", [s.into(), st.into(), e.into(), s.into()]);
     });
-    butterfly(&mut k, s, "add.rn.f32");
+    let s = k.warp_reduce_f32(s, "add.rn.f32");
     // The row's logits, row·v elements in.
     let re = k.bin("mul.lo.u32", RegKind::B32, row, v);
     let logit_row = k.addr_of(logits, re, 4);

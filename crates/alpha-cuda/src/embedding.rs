@@ -285,18 +285,7 @@ fn scatter_add_kernel_with(segmented: bool) -> Kernel {
         k.bra_if(first_pass, true, &go);
         k.op("mov.u32", [waited.into(), 1u32.into()]);
         let t0 = k.setp("eq.u32", tid, 0u32);
-        let spin = k.label("spin");
-        let seen_it = k.label("seen");
-        k.bra_if(t0, true, &seen_it);
-        k.place(&spin);
-        let seen = k.reg(RegKind::B32);
-        k.op("ld.acquire.gpu.global.u32", [seen.into(), addr(at, 0)]);
-        let turn = k.setp("eq.u32", seen, seg);
-        k.bra_if(turn, false, &seen_it);
-        k.op("nanosleep.u32", [64u32.into()]);
-        k.bra(&spin);
-        k.place(&seen_it);
-        k.barrier();
+        k.wait_for_count(t0, at, seg);
         k.place(&go);
     }
     // Write back only rows some token used (past L1 when segments add in turn: other blocks
@@ -322,17 +311,12 @@ fn scatter_add_kernel_with(segmented: bool) -> Kernel {
     k.place(&dend);
     if let Some((at, seg, _)) = counter {
         k.comment("the next segment's turn (the last resets the counter for the next launch)");
-        k.barrier();
         let t0 = k.setp("eq.u32", tid, 0u32);
-        let done = k.label("counted");
-        k.bra_if(t0, true, &done);
         let segs = k.sreg("%nctaid.y");
         let next = k.bin("add.u32", RegKind::B32, seg, 1u32);
         let last = k.setp("eq.u32", next, segs);
         let value = k.tri("selp.b32", RegKind::B32, 0u32, next, last);
-        k.op("fence.acq_rel.gpu", []);
-        k.op("st.relaxed.gpu.global.u32", [addr(at, 0), value.into()]);
-        k.place(&done);
+        k.publish_count(t0, at, value);
     }
     k.ret();
     k

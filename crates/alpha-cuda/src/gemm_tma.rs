@@ -1215,16 +1215,7 @@ impl RowStats {
         let m23 = k.bin("max.f32", RegKind::F32, v[2], v[3]);
         let m = k.bin("max.f32", RegKind::F32, m01, m23);
         let m = k.tri("selp.f32", RegKind::F32, m, f32::NEG_INFINITY, walk.col_ok);
-        let butterfly = |k: &mut Kernel, x: Reg, op: &str| {
-            let mut x = x;
-            for off in [16u32, 8, 4, 2, 1] {
-                let o = k.reg(RegKind::F32);
-                k.op("shfl.sync.bfly.b32", [o.into(), x.into(), off.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
-                x = k.bin(op, RegKind::F32, x, o);
-            }
-            x
-        };
-        let m = butterfly(k, m, "max.f32");
+        let m = k.warp_reduce_f32(m, "max.f32");
         let mut sum = k.imm_f32(0.0);
         for &x in v {
             let d = k.bin("sub.rn.f32", RegKind::F32, x, m);
@@ -1232,7 +1223,7 @@ impl RowStats {
             sum = k.bin("add.rn.f32", RegKind::F32, sum, e);
         }
         let sum = k.tri("selp.f32", RegKind::F32, sum, 0.0f32, walk.col_ok);
-        let sum = butterfly(k, sum, "add.rn.f32");
+        let sum = k.warp_reduce_f32(sum, "add.rn.f32");
         // w.ok holds the lane's columns too; lane 0's columns are inside N on every tile.
         let store = k.bin("and.pred", RegKind::Pred, w.ok, self.lane0);
         let off = k.reg(RegKind::B64);

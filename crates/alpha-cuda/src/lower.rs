@@ -1441,7 +1441,7 @@ impl Lowerer<'_> {
                         && shape.n.is_multiple_of(4);
                     let spec = GemmSpec { row_stats: stats, ..spec };
                     let stats_arg = stats.then(|| {
-                        let tiles = shape.n.div_ceil(128);
+                        let tiles = spec.tiles(&shape).0;
                         let at = self.held(shape.m as usize * tiles as usize * 8);
                         self.ce_stats.insert(c, (at, tiles));
                         A::Ptr(at)
@@ -1686,8 +1686,8 @@ impl Lowerer<'_> {
                             Some((do16, delta)) => (A::Ptr(delta), Some(A::Ptr(do16))),
                             None => {
                                 let do16 = bf16_at.map(|_| {
-                                    let at = (dims.scratch_floats() * 4).div_ceil(ALIGN) * ALIGN;
-                                    self.need_scratch(at + dims.scratch_floats() * dims.d * 2);
+                                    let (at, end) = attention_scratch(&dims).do16;
+                                    self.need_scratch(end);
                                     A::Scratch(at)
                                 });
                                 let kd = self.kernel(match do16 {
@@ -1720,11 +1720,9 @@ impl Lowerer<'_> {
                         if onepass {
                             // dQ summed in the dK/dV pass: its f32 partial sums after what the
                             // scratch region holds for delta and dO, its counters zeroed once.
-                            let sf = dims.scratch_floats();
-                            let at = (sf * 4).div_ceil(ALIGN) * ALIGN;
-                            let acc_at = (at + sf * dims.d * 2).div_ceil(ALIGN) * ALIGN;
-                            self.need_scratch(acc_at + mma::onepass_scratch_bytes(&dims));
-                            let counters = self.constant(vec![0; dims.b * dims.h * dims.t.div_ceil(64) * 4]);
+                            let (acc_at, end) = attention_scratch(&dims).dq_sums;
+                            self.need_scratch(end);
+                            let counters = self.constant(vec![0; mma::onepass_counters(&dims) * 4]);
                             args.extend([A::Scratch(acc_at), A::Ptr(counters)]);
                         }
                         for r in rot.iter().flatten() {
@@ -1978,6 +1976,25 @@ fn tall_store(spec: &GemmSpec, shape: &GemmShape) -> bool {
         && spec.a == Layout::RowMajor
         && shape.batch == 1
         && shape.m >= TALL_ROWS
+}
+
+/// Where an attention backward's values lie in the scratch region, each as (offset, end):
+/// delta (f32 a query row) from 0, dO as bf16 after it, and the one-pass backward's dQ partial
+/// sums ([`crate::attention_mma::backward_kernel_onepass`]) after that.
+struct AttentionScratch {
+    do16: (usize, usize),
+    dq_sums: (usize, usize),
+}
+
+fn attention_scratch(dims: &Dims) -> AttentionScratch {
+    let rows = dims.scratch_floats();
+    let do16 = (rows * 4).div_ceil(ALIGN) * ALIGN;
+    let do16_end = do16 + rows * dims.d * 2;
+    let sums = do16_end.div_ceil(ALIGN) * ALIGN;
+    AttentionScratch {
+        do16: (do16, do16_end),
+        dq_sums: (sums, sums + crate::attention_mma::onepass_scratch_bytes(dims)),
+    }
 }
 
 /// Whether a launch of `spec` on `shape` spans [`gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of
@@ -3166,14 +3183,13 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         fixup_counters: None,
         delta_regions: HashMap::new(),
         delta_at: HashMap::new(),
-        ce_logits: plan
-            .program
-            .graph
-            .nodes
-            .iter()
-            .filter(|n| matches!(n.op, Op::CrossEntropy) && knobs().ce_stats)
-            .map(|n| n.inputs[0])
-            .collect(),
+        ce_logits: match knobs().ce_stats {
+            true => {
+                let nodes = plan.program.graph.nodes.iter();
+                nodes.filter(|n| matches!(n.op, Op::CrossEntropy)).map(|n| n.inputs[0]).collect()
+            }
+            false => std::collections::HashSet::new(),
+        },
         ce_stats: HashMap::new(),
     };
     // Constant nodes: filled once.

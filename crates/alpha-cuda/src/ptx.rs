@@ -26,6 +26,9 @@ pub const PTX_VERSION: &str = "8.0";
 pub const PTX_TARGET: &str = "sm_90a";
 /// Most threads a block may have.
 pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
+/// Nanoseconds a thread waiting on a counter sleeps between reads ([`Kernel::wait_for_count`]).
+const COUNT_SLEEP_NS: u32 = 32;
+
 /// Most statically declared shared memory a kernel may have (bytes).
 pub const MAX_STATIC_SHARED: u32 = 48 * 1024;
 /// Most shared memory one block may use on Hopper once the kernel opts in (bytes).
@@ -480,12 +483,7 @@ impl Kernel {
     /// Uses a 128-byte shared array `scratch` (declare it once per kernel) and two barriers.
     pub fn block_reduce_f32(&mut self, v: Reg, op: &str, scratch: &str, tid: Reg, threads: u32) -> Reg {
         let ins = format!("{op}.f32");
-        let mut cur = v;
-        for off in [16u32, 8, 4, 2, 1] {
-            let t = self.reg(RegKind::F32);
-            self.op("shfl.sync.bfly.b32", [t.into(), cur.into(), off.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
-            cur = self.bin(&ins, RegKind::F32, cur, t);
-        }
+        let cur = self.warp_reduce_f32(v, &ins);
         let base = self.un("mov.u32", RegKind::B32, Opnd::S(scratch.to_string()));
         let lane = self.bin("and.b32", RegKind::B32, tid, 31u32);
         let warp = self.bin("shr.u32", RegKind::B32, tid, 5u32);
@@ -502,6 +500,52 @@ impl Kernel {
         }
         self.barrier();
         acc
+    }
+
+    /// Reduces f32 `v` over the warp with the two-operand instruction `ins` (`"max.f32"`,
+    /// `"add.rn.f32"`, …) by butterflies (xor 16, 8, 4, 2, 1), a fixed order; every lane gets
+    /// the result.
+    pub fn warp_reduce_f32(&mut self, v: Reg, ins: &str) -> Reg {
+        let mut cur = v;
+        for off in [16u32, 8, 4, 2, 1] {
+            let t = self.reg(RegKind::F32);
+            self.op("shfl.sync.bfly.b32", [t.into(), cur.into(), off.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
+            cur = self.bin(ins, RegKind::F32, cur, t);
+        }
+        cur
+    }
+
+    // ---- counters ordering blocks ------------------------------------------------------------
+
+    /// Where `waiter` holds (one thread), spins until the u32 counter at `at` reads `want`
+    /// (`ld.acquire.gpu`, sleeping between reads); then the block meets at a barrier, so every
+    /// thread may read what the blocks counted before wrote (past L1: `ld.global.cg`). Blocks
+    /// wait this way only on blocks that start before them. [`Kernel::publish_count`] sets it.
+    pub fn wait_for_count(&mut self, waiter: Reg, at: Reg, want: Reg) {
+        let spin = self.label("count_spin");
+        let seen = self.label("count_seen");
+        self.bra_if(waiter, true, &seen);
+        self.place(&spin);
+        let now = self.reg(RegKind::B32);
+        self.op("ld.acquire.gpu.global.u32", [now.into(), addr(at, 0)]);
+        let ready = self.setp("eq.u32", now, want);
+        self.bra_if(ready, false, &seen);
+        self.op("nanosleep.u32", [COUNT_SLEEP_NS.into()]);
+        self.bra(&spin);
+        self.place(&seen);
+        self.barrier();
+    }
+
+    /// Once the block's writes are done (a barrier first), `writer` (one thread) sets the u32
+    /// counter at `at` to `value`, after a fence that makes those writes visible at GPU scope
+    /// to whoever reads the new value ([`Kernel::wait_for_count`]).
+    pub fn publish_count(&mut self, writer: Reg, at: Reg, value: Reg) {
+        self.barrier();
+        let done = self.label("count_published");
+        self.bra_if(writer, true, &done);
+        self.op("fence.acq_rel.gpu", []);
+        self.op("st.relaxed.gpu.global.u32", [addr(at, 0), value.into()]);
+        self.place(&done);
     }
 
     // ---- checks and rendering ----------------------------------------------------------------
