@@ -75,7 +75,7 @@ pub const D: usize = 64;
 /// walk). Equal to [`crate::attention::ROWS`], so [`Dims::grid_q`] and [`Dims::grid_kv`] apply.
 pub const ROWS: u32 = 64;
 /// The family name of the kernels taking q, k and v as bf16.
-const BF16_FAMILY: &str = "attention_mma_bf16";
+pub(crate) const BF16_FAMILY: &str = "attention_mma_bf16";
 /// Threads per block: 4 warps of 16 rows each.
 pub const THREADS: u32 = 128;
 /// Shared-memory row pitch in bytes (64 bf16 = 128 bytes, padded to 144).
@@ -83,11 +83,11 @@ const PITCH: u32 = 144;
 /// One staged 64-row bf16 tile.
 const TILE: u32 = ROWS * PITCH;
 /// Bytes of one f32 row of the head dimension in global memory.
-const ROW_BYTES: u32 = (D * 4) as u32;
+pub(crate) const ROW_BYTES: u32 = (D * 4) as u32;
 /// Bytes of one row of the rotary table's cosines (or sines): D/2 f32.
 const TAB_ROW: u32 = (D * 2) as u32;
 const MMA: &str = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
-const LOG2E: f32 = std::f32::consts::LOG2_E;
+pub(crate) const LOG2E: f32 = std::f32::consts::LOG2_E;
 
 /// Whether these kernels can replace [`crate::attention`]'s for `dims`: head dimension 64 (any
 /// T ≥ 1, GQA, soft-cap and rotary options all supported).
@@ -118,34 +118,34 @@ fn ldsm(k: &mut Kernel, base: Reg, off: u32, trans: bool) -> Vec<Reg> {
     r
 }
 
-fn zeros(k: &mut Kernel, n: usize) -> Vec<Reg> {
+pub(crate) fn zeros(k: &mut Kernel, n: usize) -> Vec<Reg> {
     (0..n).map(|_| k.imm_f32(0.0)).collect()
 }
 
 /// Two f32 as a bf16 pair (`lo` in the low half), rounded to nearest even.
-fn pack(k: &mut Kernel, lo: Reg, hi: Reg) -> Reg {
+pub(crate) fn pack(k: &mut Kernel, lo: Reg, hi: Reg) -> Reg {
     let d = k.reg(RegKind::B32);
     k.op("cvt.rn.bf16x2.f32", [d.into(), hi.into(), lo.into()]);
     d
 }
 
 /// The A fragment of one k16 step from the accumulators of two adjacent n8 tiles.
-fn a_frag(k: &mut Kernel, c0: &[Reg], c1: &[Reg]) -> Vec<Reg> {
+pub(crate) fn a_frag(k: &mut Kernel, c0: &[Reg], c1: &[Reg]) -> Vec<Reg> {
     vec![pack(k, c0[0], c0[1]), pack(k, c0[2], c0[3]), pack(k, c1[0], c1[1]), pack(k, c1[2], c1[3])]
 }
 
-fn shfl_xor(k: &mut Kernel, v: Reg, mask: u32) -> Reg {
+pub(crate) fn shfl_xor(k: &mut Kernel, v: Reg, mask: u32) -> Reg {
     let t = k.reg(RegKind::F32);
     k.op("shfl.sync.bfly.b32", [t.into(), v.into(), mask.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
     t
 }
 
-fn ex2(k: &mut Kernel, x: Reg) -> Reg {
+pub(crate) fn ex2(k: &mut Kernel, x: Reg) -> Reg {
     k.un("ex2.approx.ftz.f32", RegKind::F32, x)
 }
 
 /// The start of head `head` (a row block of `t` rows of D f32) of the tensor at `base`.
-fn head_base(k: &mut Kernel, base: Reg, head: Reg, t: u32, row_bytes: u32) -> Reg {
+pub(crate) fn head_base(k: &mut Kernel, base: Reg, head: Reg, t: u32, row_bytes: u32) -> Reg {
     let rows = k.bin("mul.lo.u32", RegKind::B32, head, t);
     let off = k.reg(RegKind::B64);
     k.op("mul.wide.u32", [off.into(), rows.into(), row_bytes.into()]);
@@ -155,7 +155,7 @@ fn head_base(k: &mut Kernel, base: Reg, head: Reg, t: u32, row_bytes: u32) -> Re
 /// A raw dot product as the logit in base-2 units, and with a soft-cap c its gradient factor
 /// `1 − (s/c)²`: s = scale·dot, or c·tanh(scale·dot/c) with tanh as `1 − 2/(e^{2x} + 1)` (exact
 /// saturation, and no cancellation near 0 beyond ex2's own error).
-fn logit2(k: &mut Kernel, dot: Reg, dims: &Dims) -> (Reg, Option<Reg>) {
+pub(crate) fn logit2(k: &mut Kernel, dot: Reg, dims: &Dims) -> (Reg, Option<Reg>) {
     match dims.softcap {
         None => (k.bin("mul.rn.f32", RegKind::F32, dot, dims.scale * LOG2E), None),
         Some(c) => {
@@ -173,24 +173,24 @@ fn logit2(k: &mut Kernel, dot: Reg, dims: &Dims) -> (Reg, Option<Reg>) {
 }
 
 /// Per-thread geometry shared by every kernel here.
-struct Lanes {
-    tid: Reg,
+pub(crate) struct Lanes {
+    pub(crate) tid: Reg,
     /// Row group g = lane / 4 and column pair t = lane % 4 of the mma fragments.
-    g: Reg,
-    tq: Reg,
+    pub(crate) g: Reg,
+    pub(crate) tq: Reg,
     /// The warp's first row within the block's 64: 16·warp.
-    wrow: Reg,
+    pub(crate) wrow: Reg,
     /// `ldmatrix` lane offset for A fragments and transposed B fragments (a 16×16 block of a
     /// tile, rows = M or K): lane l addresses row l % 16, column half l / 16.
-    a_off: Reg,
+    pub(crate) a_off: Reg,
     /// `ldmatrix` lane offset for non-transposed B fragments (tile rows = N, columns = K; two
     /// n8 tiles × k16): lane l addresses row 8·(l / 16) + l % 8, column half (l / 8) % 2.
-    b_off: Reg,
+    pub(crate) b_off: Reg,
     /// Causal-mask limits of the accumulator rows g and g+8: wrow + g + 8r − 2t.
-    lim: [Reg; 2],
+    pub(crate) lim: [Reg; 2],
 }
 
-fn lanes(k: &mut Kernel) -> Lanes {
+pub(crate) fn lanes(k: &mut Kernel) -> Lanes {
     let tid = k.sreg("%tid.x");
     let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
     let warp = k.bin("shr.u32", RegKind::B32, tid, 5u32);
@@ -243,7 +243,7 @@ struct InFlight {
 }
 
 /// Bytes of one bf16 row of the head dimension in global memory.
-const BF16_ROW_BYTES: u32 = (D * 2) as u32;
+pub(crate) const BF16_ROW_BYTES: u32 = (D * 2) as u32;
 
 /// The mover of a bf16 tile: 4 passes of 16 rows, 8 threads per row, one 16-byte copy each.
 fn mover_bf16(k: &mut Kernel, ln: &Lanes, t: u32) -> Mover {
@@ -452,7 +452,7 @@ fn mma_ab(k: &mut Kernel, acc: &[Vec<Reg>], a: &[Reg], t_base: Reg, k0: u32) {
 /// Stores the accumulator rows of the warp (rows `row0 + wrow + g + 8r` of the head at `head`,
 /// those below T), times `mul`, turned back by the rotary at each row's position when `tab`.
 #[allow(clippy::too_many_arguments)]
-fn store_rows(
+pub(crate) fn store_rows(
     k: &mut Kernel,
     ln: &Lanes,
     head: Reg,
@@ -520,7 +520,7 @@ fn store_rows(
 }
 
 /// The block's query tile, longest causal rows first: ⌈T/64⌉ − 1 − ctaid.x.
-fn reversed_tile(k: &mut Kernel, t: u32, cx: Reg) -> Reg {
+pub(crate) fn reversed_tile(k: &mut Kernel, t: u32, cx: Reg) -> Reg {
     let last = k.imm_u32(t.div_ceil(ROWS) - 1);
     k.bin("sub.u32", RegKind::B32, last, cx)
 }
@@ -622,56 +622,7 @@ fn forward_kernel_with(dims: &Dims, load: [bool; 2], bf16: bool, copy: bool) -> 
     for np in 0..4usize {
         mma_abt(&mut k, &s[2 * np..2 * np + 2], &qf, kb_b, np as u32 * 16);
     }
-    // Logits in base-2 units, in place.
-    for x in s.iter().flatten() {
-        let (s2, _) = logit2(&mut k, *x, dims);
-        k.op("mov.f32", [(*x).into(), s2.into()]);
-    }
-    k.comment("causal mask, diagonal tile only: key 8j + 2t + e > query wrow + g + 8r");
-    let diag = k.setp("eq.u32", kt, tile);
-    k.bra_if(diag, true, &skip_mask);
-    for (j, c) in s.iter().enumerate() {
-        for (e, &x) in c.iter().enumerate() {
-            let masked = k.setp("lt.s32", ln.lim[e >> 1], (8 * j + (e & 1)) as u32);
-            k.op("selp.f32", [x.into(), f32::NEG_INFINITY.into(), x.into(), masked.into()]);
-        }
-    }
-    k.place(&skip_mask);
-    k.comment("online softmax (base 2)");
-    for r in 0..2usize {
-        let mut mx = s[0][2 * r];
-        for (j, c) in s.iter().enumerate() {
-            for e in 0..2 {
-                if j == 0 && e == 0 {
-                    continue;
-                }
-                mx = k.bin("max.f32", RegKind::F32, mx, c[2 * r + e]);
-            }
-        }
-        for mask in [1u32, 2] {
-            let o_ = shfl_xor(&mut k, mx, mask);
-            mx = k.bin("max.f32", RegKind::F32, mx, o_);
-        }
-        let m_new = k.bin("max.f32", RegKind::F32, m[r], mx);
-        let dm = k.bin("sub.rn.f32", RegKind::F32, m[r], m_new);
-        let alpha = ex2(&mut k, dm);
-        k.op("mov.f32", [m[r].into(), m_new.into()]);
-        k.op("mul.rn.f32", [l[r].into(), l[r].into(), alpha.into()]);
-        for a in &acc {
-            for e in 0..2 {
-                k.op("mul.rn.f32", [a[2 * r + e].into(), a[2 * r + e].into(), alpha.into()]);
-            }
-        }
-        for c in &s {
-            for e in 0..2 {
-                let x = c[2 * r + e];
-                let d = k.bin("sub.rn.f32", RegKind::F32, x, m_new);
-                let p = ex2(&mut k, d);
-                k.op("mov.f32", [x.into(), p.into()]);
-                k.op("add.rn.f32", [l[r].into(), l[r].into(), p.into()]);
-            }
-        }
-    }
+    online_softmax(&mut k, dims, &ln, &s, &acc, (m, l), (kt, tile), &skip_mask);
     k.comment("O += P V");
     let vb_t = {
         let c = k.bin("add.u32", RegKind::B32, cur, TILE);
@@ -687,20 +638,108 @@ fn forward_kernel_with(dims: &Dims, load: [bool; 2], bf16: bool, copy: bool) -> 
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
     k.bra_if(has_next, false, &top);
 
+    forward_epilogue(&mut k, dims, &ln, [o, lse], o16, bh, qrow0, &acc, (m, l));
+    k.ret();
+    k
+}
+
+/// One key tile's scores `s` (8 n8 accumulators of the warp's 16 rows, in place) turned into
+/// probabilities: logits in base-2 units, the causal mask on the diagonal tile (`kt == tile`),
+/// and the online softmax against the running row max `m` and sum `l`, with the output
+/// accumulators `acc` rescaled. Shared by the `mma.sync` and `wgmma` forwards (the same
+/// accumulator layout), so both compute the same bits.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn online_softmax(
+    k: &mut Kernel,
+    dims: &Dims,
+    ln: &Lanes,
+    s: &[Vec<Reg>],
+    acc: &[Vec<Reg>],
+    (m, l): ([Reg; 2], [Reg; 2]),
+    (kt, tile): (Reg, Reg),
+    skip_mask: &str,
+) {
+    // Logits in base-2 units, in place.
+    for x in s.iter().flatten() {
+        let (s2, _) = logit2(k, *x, dims);
+        k.op("mov.f32", [(*x).into(), s2.into()]);
+    }
+    k.comment("causal mask, diagonal tile only: key 8j + 2t + e > query wrow + g + 8r");
+    let diag = k.setp("eq.u32", kt, tile);
+    k.bra_if(diag, true, skip_mask);
+    for (j, c) in s.iter().enumerate() {
+        for (e, &x) in c.iter().enumerate() {
+            let masked = k.setp("lt.s32", ln.lim[e >> 1], (8 * j + (e & 1)) as u32);
+            k.op("selp.f32", [x.into(), f32::NEG_INFINITY.into(), x.into(), masked.into()]);
+        }
+    }
+    k.place(skip_mask);
+    k.comment("online softmax (base 2)");
+    for r in 0..2usize {
+        let mut mx = s[0][2 * r];
+        for (j, c) in s.iter().enumerate() {
+            for e in 0..2 {
+                if j == 0 && e == 0 {
+                    continue;
+                }
+                mx = k.bin("max.f32", RegKind::F32, mx, c[2 * r + e]);
+            }
+        }
+        for mask in [1u32, 2] {
+            let o_ = shfl_xor(k, mx, mask);
+            mx = k.bin("max.f32", RegKind::F32, mx, o_);
+        }
+        let m_new = k.bin("max.f32", RegKind::F32, m[r], mx);
+        let dm = k.bin("sub.rn.f32", RegKind::F32, m[r], m_new);
+        let alpha = ex2(k, dm);
+        k.op("mov.f32", [m[r].into(), m_new.into()]);
+        k.op("mul.rn.f32", [l[r].into(), l[r].into(), alpha.into()]);
+        for a in acc {
+            for e in 0..2 {
+                k.op("mul.rn.f32", [a[2 * r + e].into(), a[2 * r + e].into(), alpha.into()]);
+            }
+        }
+        for c in s {
+            for e in 0..2 {
+                let x = c[2 * r + e];
+                let d = k.bin("sub.rn.f32", RegKind::F32, x, m_new);
+                let p = ex2(k, d);
+                k.op("mov.f32", [x.into(), p.into()]);
+                k.op("add.rn.f32", [l[r].into(), l[r].into(), p.into()]);
+            }
+        }
+    }
+}
+
+/// The forward's end: o = O / l (and its permuted bf16 copy at `o16`), lse = ln 2·(m + log₂ l),
+/// for the block's query tile at `qrow0` of head `bh`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward_epilogue(
+    k: &mut Kernel,
+    dims: &Dims,
+    ln: &Lanes,
+    [o, lse]: [Reg; 2],
+    o16: Option<Reg>,
+    bh: Reg,
+    qrow0: Reg,
+    acc: &[Vec<Reg>],
+    (m, l): ([Reg; 2], [Reg; 2]),
+) {
+    let t = dims.t as u32;
     k.comment("epilogue: o = O / l, lse = ln 2  (m + log2 l)");
     let mut inv = [None, None];
     let mut lsum = vec![];
     for r in 0..2usize {
         let mut x = l[r];
         for mask in [1u32, 2] {
-            let o_ = shfl_xor(&mut k, x, mask);
+            let o_ = shfl_xor(k, x, mask);
             x = k.bin("add.rn.f32", RegKind::F32, x, o_);
         }
         inv[r] = Some(k.un("rcp.rn.f32", RegKind::F32, x));
         lsum.push(x);
     }
-    let ob = head_base(&mut k, o, bh, t, ROW_BYTES);
-    store_rows(&mut k, &ln, ob, qrow0, t, &acc, inv, None, None);
+    let ob = head_base(k, o, bh, t, ROW_BYTES);
+    store_rows(k, ln, ob, qrow0, t, acc, inv, None, None);
     if let Some(o16) = o16 {
         // Element ((b·T + t)·H + hh)·64 + d: at t = 0, (b·T·H + hh)·64; rows H·64 apart.
         let h = dims.h as u32;
@@ -710,9 +749,9 @@ fn forward_kernel_with(dims: &Dims, load: [bool; 2], bf16: bool, copy: bool) -> 
         let off = k.reg(RegKind::B64);
         k.op("mul.wide.u32", [off.into(), row.into(), BF16_ROW_BYTES.into()]);
         let base = k.bin("add.s64", RegKind::B64, o16, off);
-        store_rows(&mut k, &ln, base, qrow0, t, &acc, inv, None, Some(h * BF16_ROW_BYTES));
+        store_rows(k, ln, base, qrow0, t, acc, inv, None, Some(h * BF16_ROW_BYTES));
     }
-    let lb = head_base(&mut k, lse, bh, t, 4);
+    let lb = head_base(k, lse, bh, t, 4);
     let first = k.setp("eq.u32", ln.tq, 0u32);
     for r in 0..2usize {
         let a = k.bin("add.u32", RegKind::B32, qrow0, ln.wrow);
@@ -726,8 +765,125 @@ fn forward_kernel_with(dims: &Dims, load: [bool; 2], bf16: bool, copy: bool) -> 
         let pa = k.addr_of(lb, row, 4);
         k.op_if(ok, false, "st.global.f32", [addr(pa, 0), val.into()]);
     }
-    k.ret();
-    k
+}
+
+/// delta of the query tile's 64 rows from `row0` of the head at `delta_head`, read from
+/// global by the first 64 threads into shared `sdelta` (zeros past T).
+pub(crate) fn delta_to_shared(k: &mut Kernel, ln: &Lanes, delta_head: Reg, row0: Reg, t: u32, sdelta: Reg) {
+    let row = k.bin("add.u32", RegKind::B32, row0, ln.tid);
+    let small = k.setp("lt.u32", ln.tid, ROWS);
+    let inside = k.setp("lt.u32", row, t);
+    let ok = k.bin("and.pred", RegKind::Pred, small, inside);
+    let dv = k.imm_f32(0.0);
+    let da = k.addr_of(delta_head, row, 4);
+    k.op_if(ok, false, "ld.global.f32", [dv.into(), addr(da, 0)]);
+    let sa = k.tri("mad.lo.u32", RegKind::B32, ln.tid, 4u32, sdelta);
+    k.op_if(small, false, "st.shared.f32", [addr(sa, 0), dv.into()]);
+}
+
+/// The dQ pass's statistics of the accumulator rows g and g+8: delta (from shared `sdelta`)
+/// and lse·log₂e (from the head at `lse_head`, zero past T).
+pub(crate) fn dq_row_stats(
+    k: &mut Kernel,
+    ln: &Lanes,
+    sdelta: Reg,
+    lse_head: Reg,
+    qrow0: Reg,
+    t: u32,
+) -> (Vec<Reg>, Vec<Reg>) {
+    let mut dl = vec![];
+    let mut lse2 = vec![];
+    for r in 0..2u32 {
+        let wr = k.bin("add.u32", RegKind::B32, ln.wrow, ln.g);
+        let wr = k.bin("add.u32", RegKind::B32, wr, 8 * r);
+        let sa = k.tri("mad.lo.u32", RegKind::B32, wr, 4u32, sdelta);
+        let d_ = k.reg(RegKind::F32);
+        k.op("ld.shared.f32", [d_.into(), addr(sa, 0)]);
+        dl.push(d_);
+        let row = k.bin("add.u32", RegKind::B32, qrow0, wr);
+        let ok = k.setp("lt.u32", row, t);
+        let lv = k.imm_f32(0.0);
+        let la = k.addr_of(lse_head, row, 4);
+        k.op_if(ok, false, "ld.global.f32", [lv.into(), addr(la, 0)]);
+        lse2.push(k.bin("mul.rn.f32", RegKind::F32, lv, LOG2E));
+    }
+    (dl, lse2)
+}
+
+/// One 16-key chunk `kc` of the dQ pass: dS = P ⊙ (dP − delta) (⊙ the soft-cap factor) from
+/// the scores `s` and `dp` (two n8 tiles each, query rows × key columns), with P from lse·log₂e
+/// `lse2` and delta `dl` of the rows, keys past `lim` masked. Shared by the `mma.sync` and
+/// `wgmma` kernels (the same accumulator layout).
+pub(crate) fn dq_chunk(
+    k: &mut Kernel,
+    dims: &Dims,
+    [s, dp]: [&[Vec<Reg>]; 2],
+    [lse2, dl]: [&[Reg]; 2],
+    lim: &[Reg],
+    kc: u32,
+) -> Vec<Vec<Reg>> {
+    let mut ds: Vec<Vec<Reg>> = vec![];
+    for j in 0..2usize {
+        let mut c = vec![];
+        for e in 0..4usize {
+            let r = e >> 1;
+            let (s2, f) = logit2(k, s[j][e], dims);
+            let x = k.bin("sub.rn.f32", RegKind::F32, s2, lse2[r]);
+            let p = ex2(k, x);
+            let masked = k.setp("lt.s32", lim[r], kc * 16 + 8 * j as u32 + (e & 1) as u32);
+            let p = k.tri("selp.f32", RegKind::F32, 0.0f32, p, masked);
+            let dd = k.bin("sub.rn.f32", RegKind::F32, dp[j][e], dl[r]);
+            let mut v_ = k.bin("mul.rn.f32", RegKind::F32, p, dd);
+            if let Some(f) = f {
+                v_ = k.bin("mul.rn.f32", RegKind::F32, v_, f);
+            }
+            c.push(v_);
+        }
+        ds.push(c);
+    }
+    ds
+}
+
+/// One 16-query chunk `kc` of the dK/dV pass: Pᵀ and dSᵀ from the scores `s` and `dp` (two n8
+/// tiles each, key rows × query columns), with the chunk's lse·log₂e and delta read from the
+/// statistics at `stl`, queries before `lim` masked. Shared by the `mma.sync` and `wgmma`
+/// kernels.
+pub(crate) fn dkv_chunk(
+    k: &mut Kernel,
+    dims: &Dims,
+    [s, dp]: [&[Vec<Reg>]; 2],
+    stl: Reg,
+    lim: &[Reg],
+    kc: u32,
+) -> (Vec<Vec<Reg>>, Vec<Vec<Reg>>) {
+    let mut pc: Vec<Vec<Reg>> = vec![];
+    let mut dsc: Vec<Vec<Reg>> = vec![];
+    for j in 0..2usize {
+        let col = (kc * 16 + 8 * j as u32) * 4;
+        let lv = k.regs(RegKind::F32, 2);
+        k.op("ld.shared.v2.f32", [Opnd::V(lv.clone()), addr(stl, col as i64)]);
+        let dl = k.regs(RegKind::F32, 2);
+        k.op("ld.shared.v2.f32", [Opnd::V(dl.clone()), addr(stl, (col + ROWS * 4) as i64)]);
+        let (mut pv, mut dsv) = (vec![], vec![]);
+        for e in 0..4usize {
+            let (r, e1) = (e >> 1, e & 1);
+            let (s2, f) = logit2(k, s[j][e], dims);
+            let x = k.bin("sub.rn.f32", RegKind::F32, s2, lv[e1]);
+            let p = ex2(k, x);
+            let masked = k.setp("gt.s32", lim[r], kc * 16 + 8 * j as u32 + e1 as u32);
+            let p = k.tri("selp.f32", RegKind::F32, 0.0f32, p, masked);
+            let dd = k.bin("sub.rn.f32", RegKind::F32, dp[j][e], dl[e1]);
+            let mut d_ = k.bin("mul.rn.f32", RegKind::F32, p, dd);
+            if let Some(f) = f {
+                d_ = k.bin("mul.rn.f32", RegKind::F32, d_, f);
+            }
+            pv.push(p);
+            dsv.push(d_);
+        }
+        pc.push(pv);
+        dsc.push(dsv);
+    }
+    (pc, dsc)
 }
 
 // ---- backward: dQ --------------------------------------------------------------------------------
@@ -813,15 +969,7 @@ fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) 
     if let Some(do16) = do16 {
         k.comment("delta of the tile's rows from global; dO as bf16 through stage 1");
         let deltab = head_base(k, delta, bh, t, 4);
-        let row = k.bin("add.u32", RegKind::B32, qrow0, ln.tid);
-        let small = k.setp("lt.u32", ln.tid, ROWS);
-        let inside = k.setp("lt.u32", row, t);
-        let ok = k.bin("and.pred", RegKind::Pred, small, inside);
-        let dv = k.imm_f32(0.0);
-        let da = k.addr_of(deltab, row, 4);
-        k.op_if(ok, false, "ld.global.f32", [dv.into(), addr(da, 0)]);
-        let sa = k.tri("mad.lo.u32", RegKind::B32, ln.tid, 4u32, sdelta);
-        k.op_if(small, false, "st.shared.f32", [addr(sa, 0), dv.into()]);
+        delta_to_shared(k, &ln, deltab, qrow0, t, sdelta);
         let md = mover_bf16(k, &ln, t);
         let d16 = head_base(k, do16, bh, t, BF16_ROW_BYTES);
         let f = md.issue(k, d16, qrow0, s1v);
@@ -847,24 +995,8 @@ fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) 
     let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
     let qf = a_frags(k, &ln, s1);
     let dof = a_frags(k, &ln, s1v);
-    // delta and lse·log2 e of the accumulator rows g and g+8.
     let lb = head_base(k, lse, bh, t, 4);
-    let mut dl = vec![];
-    let mut lse2 = vec![];
-    for r in 0..2u32 {
-        let wr = k.bin("add.u32", RegKind::B32, ln.wrow, ln.g);
-        let wr = k.bin("add.u32", RegKind::B32, wr, 8 * r);
-        let sa = k.tri("mad.lo.u32", RegKind::B32, wr, 4u32, sdelta);
-        let d_ = k.reg(RegKind::F32);
-        k.op("ld.shared.f32", [d_.into(), addr(sa, 0)]);
-        dl.push(d_);
-        let row = k.bin("add.u32", RegKind::B32, qrow0, wr);
-        let ok = k.setp("lt.u32", row, t);
-        let lv = k.imm_f32(0.0);
-        let la = k.addr_of(lb, row, 4);
-        k.op_if(ok, false, "ld.global.f32", [lv.into(), addr(la, 0)]);
-        lse2.push(k.bin("mul.rn.f32", RegKind::F32, lv, LOG2E));
-    }
+    let (dl, lse2) = dq_row_stats(k, &ln, sdelta, lb, qrow0, t);
     k.barrier();
     let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(k, 4)).collect();
     let kt = k.imm_u32(0);
@@ -896,25 +1028,7 @@ fn dq_body(k: &mut Kernel, dims: &Dims, r: &DqRegs, cx: Reg, store_delta: bool) 
         let dp: Vec<Vec<Reg>> = (0..2).map(|_| zeros(k, 4)).collect();
         mma_abt(k, &s, &qf, kb_b, kc * 16);
         mma_abt(k, &dp, &dof, vb_b, kc * 16);
-        let mut ds: Vec<Vec<Reg>> = vec![];
-        for j in 0..2usize {
-            let mut c = vec![];
-            for e in 0..4usize {
-                let r = e >> 1;
-                let (s2, f) = logit2(k, s[j][e], dims);
-                let x = k.bin("sub.rn.f32", RegKind::F32, s2, lse2[r]);
-                let p = ex2(k, x);
-                let masked = k.setp("lt.s32", lim[r], kc * 16 + 8 * j as u32 + (e & 1) as u32);
-                let p = k.tri("selp.f32", RegKind::F32, 0.0f32, p, masked);
-                let dd = k.bin("sub.rn.f32", RegKind::F32, dp[j][e], dl[r]);
-                let mut v_ = k.bin("mul.rn.f32", RegKind::F32, p, dd);
-                if let Some(f) = f {
-                    v_ = k.bin("mul.rn.f32", RegKind::F32, v_, f);
-                }
-                c.push(v_);
-            }
-            ds.push(c);
-        }
+        let ds = dq_chunk(k, dims, [&s, &dp], [&lse2, &dl], &lim, kc);
         let a = a_frag(k, &ds[0], &ds[1]);
         mma_ab(k, &acc, &a, kb_t, kc * 16);
     }
@@ -1182,7 +1296,7 @@ struct DqSum {
 }
 
 /// The name suffix of a one-launch backward turning dq and dk back by the rotary as asked.
-fn rotary_suffix(inverse_rotary: [bool; 2]) -> &'static str {
+pub(crate) fn rotary_suffix(inverse_rotary: [bool; 2]) -> &'static str {
     match inverse_rotary {
         [false, false] => "",
         [true, true] => "_rotary",
@@ -1195,13 +1309,21 @@ fn rotary_suffix(inverse_rotary: [bool; 2]) -> &'static str {
 
 /// lse·log2 e (+∞ past T, so those queries get probability 0) and delta (0 past T) of one query
 /// tile: threads 0..64, one row each. Returns (lse, delta, in range); [`stats_store`] stores them.
-struct Stats {
+pub(crate) struct Stats {
     lse: Reg,
     delta: Reg,
     ok: Reg,
 }
 
-fn stats_issue(k: &mut Kernel, lse_head: Reg, delta_head: Reg, row0: Reg, tid: Reg, small: Reg, t: u32) -> Stats {
+pub(crate) fn stats_issue(
+    k: &mut Kernel,
+    lse_head: Reg,
+    delta_head: Reg,
+    row0: Reg,
+    tid: Reg,
+    small: Reg,
+    t: u32,
+) -> Stats {
     let row = k.bin("add.u32", RegKind::B32, row0, tid);
     let inside = k.setp("lt.u32", row, t);
     let ok = k.bin("and.pred", RegKind::Pred, inside, small);
@@ -1214,7 +1336,7 @@ fn stats_issue(k: &mut Kernel, lse_head: Reg, delta_head: Reg, row0: Reg, tid: R
     Stats { lse: lv, delta: dv, ok }
 }
 
-fn stats_store(k: &mut Kernel, st: &Stats, tid: Reg, small: Reg, buf: Reg) {
+pub(crate) fn stats_store(k: &mut Kernel, st: &Stats, tid: Reg, small: Reg, buf: Reg) {
     let l2 = k.bin("mul.rn.f32", RegKind::F32, st.lse, LOG2E);
     let l2 = k.tri("selp.f32", RegKind::F32, l2, f32::INFINITY, st.ok);
     let a = k.tri("mad.lo.u32", RegKind::B32, tid, 4u32, buf);
@@ -1415,33 +1537,7 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
         let dp: Vec<Vec<Reg>> = (0..2).map(|_| zeros(k, 4)).collect();
         mma_abt(k, &s, &kf, qb_b, kc * 16);
         mma_abt(k, &dp, &vf, db_b, kc * 16);
-        let mut pc: Vec<Vec<Reg>> = vec![];
-        let mut dsc: Vec<Vec<Reg>> = vec![];
-        for j in 0..2usize {
-            let col = (kc * 16 + 8 * j as u32) * 4;
-            let lv = k.regs(RegKind::F32, 2);
-            k.op("ld.shared.v2.f32", [Opnd::V(lv.clone()), addr(stl, col as i64)]);
-            let dl = k.regs(RegKind::F32, 2);
-            k.op("ld.shared.v2.f32", [Opnd::V(dl.clone()), addr(stl, (col + ROWS * 4) as i64)]);
-            let (mut pv, mut dsv) = (vec![], vec![]);
-            for e in 0..4usize {
-                let (r, e1) = (e >> 1, e & 1);
-                let (s2, f) = logit2(k, s[j][e], dims);
-                let x = k.bin("sub.rn.f32", RegKind::F32, s2, lv[e1]);
-                let p = ex2(k, x);
-                let masked = k.setp("gt.s32", lim[r], kc * 16 + 8 * j as u32 + e1 as u32);
-                let p = k.tri("selp.f32", RegKind::F32, 0.0f32, p, masked);
-                let dd = k.bin("sub.rn.f32", RegKind::F32, dp[j][e], dl[e1]);
-                let mut d_ = k.bin("mul.rn.f32", RegKind::F32, p, dd);
-                if let Some(f) = f {
-                    d_ = k.bin("mul.rn.f32", RegKind::F32, d_, f);
-                }
-                pv.push(p);
-                dsv.push(d_);
-            }
-            pc.push(pv);
-            dsc.push(dsv);
-        }
+        let (pc, dsc) = dkv_chunk(k, dims, [&s, &dp], stl, &lim, kc);
         let pa = a_frag(k, &pc[0], &pc[1]);
         mma_ab(k, &dva, &pa, db_t, kc * 16);
         let da = a_frag(k, &dsc[0], &dsc[1]);
@@ -1573,7 +1669,14 @@ fn dq_share(k: &mut Kernel, dims: &Dims, ln: &Lanes, sum: DqSum, tile: DqTile, m
 /// its bf16 row stride when `merged`: the three gradients as one bf16 `[B, T, 3, H, 64]` (the
 /// projection's input gradient as its backward products read it, so no permute and cast run);
 /// else the f32 head `[T, 64]`.
-fn grad_base(k: &mut Kernel, dims: &Dims, base: Reg, bh: Reg, section: u32, merged: bool) -> (Reg, Option<u32>) {
+pub(crate) fn grad_base(
+    k: &mut Kernel,
+    dims: &Dims,
+    base: Reg,
+    bh: Reg,
+    section: u32,
+    merged: bool,
+) -> (Reg, Option<u32>) {
     let t = dims.t as u32;
     if !merged {
         return (head_base(k, base, bh, t, ROW_BYTES), None);

@@ -2914,6 +2914,11 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             merged_differ,
             3 * nq,
         ));
+        if crate::attention_wgmma::applies(d) {
+            let stats = [mine[0].ptr, mine[1].ptr, mine[2].ptr, do16];
+            let grads = [mine[3], mine[4], mine[5]];
+            rows.extend(wgmma_backward_checks(arena, &bf, &joint_bf16[1], stats, grads, &got, &shape, bench, opts)?);
+        }
         rows.push(onepass_check(arena, &bf, &got, [mine[0].ptr, mine[1].ptr, mine[2].ptr, do16], &shape, bench, opts)?);
         // The forward storing o's permuted bf16 copy too: o and lse as before, the copy as o
         // permuted to [B, T, H, 64] and rounded on the host.
@@ -2941,6 +2946,9 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             copy_differ,
             2 * nq + nl,
         ));
+        if crate::attention_wgmma::applies(d) {
+            rows.push(wgmma_forward_check(arena, &bf, [o2, lse2, o16], &copying, &shape, bench, opts)?);
+        }
         let mut rate = format!("{differ} outputs differ from the f32 kernels turning on load");
         let mut median_us = None;
         if bench {
@@ -2971,6 +2979,108 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
         });
     }
     Ok(rows)
+}
+
+/// The `wgmma` forward ([`crate::attention_wgmma::forward_kernel`], copying form) against the
+/// `mma.sync` one's outputs `[o, lse, o16]` on the same bf16 inputs: the same bits. With
+/// `bench`, both timed.
+fn wgmma_forward_check(
+    arena: &DeviceArena,
+    bf: &AttnRun,
+    [o, lse, o16]: [crate::driver::Buf; 3],
+    mma_copying: &Function,
+    shape: &str,
+    bench: bool,
+    opts: &Options,
+) -> Result<Row> {
+    let d = &bf.case.dims;
+    let (nq, nl) = (d.b * d.h * d.t * d.d, d.b * d.h * d.t);
+    let kernel = bf.gpu.load(&crate::attention_wgmma::forward_kernel(d, true))?;
+    let (o2, lse2, o16b) = (arena.alloc_n::<f32>(nq)?, arena.alloc_n::<f32>(nl)?, arena.alloc_n::<u16>(nq)?);
+    for b in [o2, lse2, o16b] {
+        arena.fill_u32(b, NAN_BITS)?;
+    }
+    let run = |f: &Function, [a, b, c]: [u64; 3]| {
+        bf.launch(f, d.grid_q(), attention_mma::block(), &[a, b, bf.q, bf.k, bf.v, c])
+    };
+    run(&kernel, [o2.ptr, lse2.ptr, o16b.ptr])?;
+    let differ = mismatches(&arena.download::<f32>(o2, nq)?, &arena.download::<f32>(o, nq)?)
+        + mismatches(&arena.download::<f32>(lse2, nl)?, &arena.download::<f32>(lse, nl)?)
+        + arena
+            .download::<u16>(o16b, nq)?
+            .iter()
+            .zip(arena.download::<u16>(o16, nq)?)
+            .filter(|(a, b)| **a != *b)
+            .count();
+    let mut row = exact_row("attention-bf16", "wgmma fwd o, lse, o16 = mma.sync fwd", shape, differ, 2 * nq + nl);
+    if bench {
+        let fwd_flop = 2.0 * d.b as f64 * d.h as f64 * (d.t as f64).powi(2) * d.d as f64;
+        let f0 = median(bf.gpu.time(opts.warmup, opts.reps, || run(mma_copying, [o.ptr, lse.ptr, o16.ptr]))?);
+        let f1 = median(bf.gpu.time(opts.warmup, opts.reps, || run(&kernel, [o2.ptr, lse2.ptr, o16b.ptr]))?);
+        row.median_us = Some(f1);
+        row.rate = format!(
+            "fwd {f1:.1} us ({:.0} TFLOP/s) vs mma.sync {f0:.1} us ({:.0}); {}",
+            fwd_flop / (f1 * 1e-6) / 1e12,
+            fwd_flop / (f0 * 1e-6) / 1e12,
+            row.rate
+        );
+    }
+    Ok(row)
+}
+
+/// The `wgmma` backward ([`crate::attention_wgmma::backward_kernel`]) against the `mma.sync`
+/// joint kernel's outputs on the same o, lse, delta and dO copy (`[o, lse, delta, do16]`): dq,
+/// dk and dv (f32, `grads`) and the merged bf16 gradient (`merged`) the same bits. With
+/// `bench`, both kernels timed (delta not included).
+#[allow(clippy::too_many_arguments)]
+fn wgmma_backward_checks(
+    arena: &DeviceArena,
+    bf: &AttnRun,
+    mma_joint: &Function,
+    [o, lse, delta, do16]: [u64; 4],
+    grads: [crate::driver::Buf; 3],
+    merged: &[u16],
+    shape: &str,
+    bench: bool,
+    opts: &Options,
+) -> Result<Vec<Row>> {
+    let d = &bf.case.dims;
+    let nq = d.b * d.h * d.t * d.d;
+    let plain = bf.gpu.load(&crate::attention_wgmma::backward_kernel(d, [true, true], false))?;
+    let mine: Vec<crate::driver::Buf> = (0..3).map(|_| arena.alloc_n::<f32>(nq)).collect::<Result<_>>()?;
+    for b in &mine {
+        arena.fill_u32(*b, NAN_BITS)?;
+    }
+    let run = |f: &Function, [dq, dk, dv]: [u64; 3]| {
+        let args = [dq, dk, dv, delta, bf.q, bf.k, bf.v, o, lse, bf.dout, do16, bf.tab, bf.tab];
+        bf.launch(f, d.grid_q(), attention_mma::block(), &args)
+    };
+    run(&plain, [mine[0].ptr, mine[1].ptr, mine[2].ptr])?;
+    let mut differ = 0;
+    for (a, b) in mine.iter().zip(&grads) {
+        differ += mismatches(&arena.download::<f32>(*a, nq)?, &arena.download::<f32>(*b, nq)?);
+    }
+    let mut row = exact_row("attention-bf16", "wgmma bwd dq, dk, dv = mma.sync joint", shape, differ, 3 * nq);
+    if bench {
+        let flop = 2.5 * 2.0 * d.b as f64 * d.h as f64 * (d.t as f64).powi(2) * d.d as f64;
+        let theirs = [grads[0].ptr, grads[1].ptr, grads[2].ptr];
+        let b0 = median(bf.gpu.time(opts.warmup, opts.reps, || run(mma_joint, theirs))?);
+        let b1 = median(bf.gpu.time(opts.warmup, opts.reps, || run(&plain, [mine[0].ptr, mine[1].ptr, mine[2].ptr]))?);
+        row.median_us = Some(b1);
+        row.rate = format!(
+            "bwd {b1:.1} us ({:.0} TFLOP/s) vs mma.sync {b0:.1} us ({:.0})",
+            flop / (b1 * 1e-6) / 1e12,
+            flop / (b0 * 1e-6) / 1e12
+        );
+    }
+    let merged_kernel = bf.gpu.load(&crate::attention_wgmma::backward_kernel(d, [true, true], true))?;
+    let out = arena.alloc_n::<u16>(3 * nq)?;
+    arena.fill_u32(out, NAN_BITS)?;
+    run(&merged_kernel, [out.ptr; 3])?;
+    let got: Vec<u16> = arena.download(out, 3 * nq)?;
+    let merged_differ = got.iter().zip(merged).filter(|(a, b)| a != b).count();
+    let merged_row = exact_row("attention-bf16", "wgmma bwd merged = mma.sync merged", shape, merged_differ, 3 * nq);
+    Ok(vec![row, merged_row])
 }
 
 /// The one-pass backward ([`attention_mma::backward_kernel_onepass`], merged bf16 output)

@@ -40,6 +40,8 @@
 //! | `ALPHA_CE_STATS=on` | the logits' product also writes per-tile row statistics where it stores through shared memory ([`crate::gemm::GemmSpec::row_stats`]) and the cross-entropy forward combines them instead of re-reading the logits (g107, sixteen contexts: the forward 0.186 → 0.010 ms but the product 445 → 518 µs, the step 21.50 / 21.51 against 21.51 / 21.64 ms; the gradient gate, forced on at one context, 1.06e-2 against its 1e-2) |
 //! | `ALPHA_SCATTER_SEGMENTS=n` | the embedding gradient's scatter-add over n segments of the tokens, added in turn ([`crate::embedding::scatter_add_kernel_segmented`]), instead of one pass (g105: sixteen contexts' scatter-add 0.212 → 0.150 ms with 4, within the step's noise) |
 //! | `ALPHA_ATTN_ONEPASS=on` | the bf16 attention backward in one pass summing dQ in a fixed order ([`crate::attention_mma::backward_kernel_onepass`]) instead of the joint kernel (measured slower, g101: 273 against 256 µs alone at sixteen contexts) |
+//! | `ALPHA_ATTN_WGMMA=off` | the bf16 attention forward on `mma.sync` ([`crate::attention_mma::forward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma`]; the same bits, g108: sixteen contexts' forward 103.2 → 77.2 µs alone, the step 21.75 / 21.75 → 21.54 / 21.28 ms) |
+//! | `ALPHA_ATTN_WGMMA_BWD=off` | the bf16 joint attention backward on `mma.sync` ([`crate::attention_mma::backward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma::backward_kernel`]; the same bits, g109: sixteen contexts' backward 253.9 → 193.8 µs alone, the step 21.27 / 21.97 → 20.43 / 20.49 ms) |
 
 use std::sync::OnceLock;
 
@@ -91,6 +93,10 @@ pub struct Knobs {
     /// The logits' product writes per-row statistics for the cross-entropy where it can
     /// (opt-in).
     pub ce_stats: bool,
+    /// The bf16 attention forward on `wgmma` ([`crate::attention_wgmma`]) where it applies.
+    pub wgmma_attention: bool,
+    /// The bf16 joint attention backward on `wgmma` ([`crate::attention_wgmma::backward_kernel`]).
+    pub wgmma_attention_backward: bool,
     /// A forced choice of running a chain that alone reads a plain product in the product's
     /// epilogue everywhere (`on`) or nowhere (`off`); None: over deep grids only.
     pub chain_epilogue: Option<bool>,
@@ -191,6 +197,8 @@ pub fn knobs() -> &'static Knobs {
             onepass_attention: var("ALPHA_ATTN_ONEPASS").as_deref() == Some("on"),
             scatter_segments: var("ALPHA_SCATTER_SEGMENTS").and_then(|s| s.parse().ok()),
             ce_stats: var("ALPHA_CE_STATS").as_deref() == Some("on"),
+            wgmma_attention: var("ALPHA_ATTN_WGMMA").as_deref() != Some("off"),
+            wgmma_attention_backward: var("ALPHA_ATTN_WGMMA_BWD").as_deref() != Some("off"),
             chain_epilogue: forced("ALPHA_CHAIN_EPILOGUE", "on", "off"),
             ln_partials: on("ALPHA_LN_PARTIALS"),
             two_blocks: on("ALPHA_TWO_BLOCKS"),

@@ -24,6 +24,7 @@ pub use driver::{Arg, Buf, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchCon
 pub mod adamw;
 pub mod attention;
 pub mod attention_mma;
+pub mod attention_wgmma;
 pub mod backend;
 pub mod check;
 pub mod cross_entropy;
@@ -87,6 +88,9 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     v.push(attention_mma::backward_delta_kernel(&dims));
     v.push(attention_mma::backward_kernel_rotating(&dims, [true, true], [true, true]));
     v.push(attention_mma::forward_kernel_bf16(&dims));
+    v.push(attention_wgmma::forward_kernel(&dims, false));
+    v.push(attention_wgmma::forward_kernel(&dims, true));
+    v.push(attention_wgmma::backward_kernel(&dims, [true, true], true));
     v.push(attention_mma::backward_delta_kernel_bf16(&dims));
     v.push(attention_mma::backward_kernel_bf16(&dims, [true, true]));
     v.push(attention_mma::backward_kernel_onepass(&dims, [true, true], true));

@@ -42,9 +42,9 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     assert!(l.kernels.len() < 100, "{} distinct kernels: blocks should share modules", l.kernels.len());
     let names: Vec<&str> = l.kernels.iter().map(|k| k.name.as_str()).collect();
     for family in [
-        "attention_mma_bf16_fwd_o16",
+        "attention_wgmma_fwd_o16",
         "attention_mma_bwd_delta_do16",
-        "attention_mma_bf16_bwd_rotary_merged",
+        "attention_wgmma_bwd_rotary_merged",
         "layernorm_fwd_bf16",
         "adamw_multi",
         "sumsq_multi",
@@ -170,10 +170,7 @@ fn training_steps_launch_counts() {
             let mul_gemms: usize = by.iter().filter(|x| x.0.contains("_storemul")).map(|x| x.1).sum();
             assert_eq!((mul_gemms, count("pw_mul_v4")), (0, 16));
             // Both backward passes in one launch, after delta alone (no output over an input).
-            assert_eq!(
-                (count("attention_mma_bwd_delta_do16"), count("attention_mma_bf16_bwd_rotary_merged")),
-                (16, 16)
-            );
+            assert_eq!((count("attention_mma_bwd_delta_do16"), count("attention_wgmma_bwd_rotary_merged")), (16, 16));
             assert_eq!(
                 (count("attention_mma_bwd_dq_rotload_rotary"), count("attention_mma_bwd_dkv_rotload_rotary")),
                 (0, 0)
@@ -182,7 +179,7 @@ fn training_steps_launch_counts() {
                 (count("attention_mma_bwd_dq"), count("attention_mma_bwd_dkv"), count("rotary_inverse")),
                 (0, 0, 0)
             );
-            assert_eq!((count("rotary"), count("attention_mma_fwd"), count("attention_mma_bf16_fwd_o16")), (0, 0, 16));
+            assert_eq!((count("rotary"), count("attention_mma_fwd"), count("attention_wgmma_fwd_o16")), (0, 0, 16));
             let turned: usize = by.iter().filter(|x| x.0.contains("_bf16rot")).map(|x| x.1).sum();
             assert_eq!(turned, 16);
         }
@@ -408,11 +405,11 @@ fn the_projection_stores_turned_bf16_heads_that_attention_reads() {
         let Some(id) = launch.node else { continue };
         let node = &g.nodes[id as usize];
         let (attn, at_q) = match name {
-            "attention_mma_bf16_fwd_o16" => {
+            "attention_wgmma_fwd_o16" => {
                 fwd += 1;
                 (id, 2)
             }
-            "attention_mma_bf16_bwd_rotary_merged" => {
+            "attention_wgmma_bwd_rotary_merged" => {
                 bwd += 1;
                 (node.inputs[3].node, 4)
             }
@@ -626,7 +623,7 @@ fn the_output_gradients_product_stores_attentions_delta_at_sixteen_contexts() {
         assert_eq!((products.len(), delta_launches), (fused, 16 - fused), "{batch} contexts");
         for &i in &products {
             let p = &launches[i];
-            let backward = (i..names.len()).find(|&j| names[j].starts_with("attention_mma_bf16_bwd")).unwrap();
+            let backward = (i..names.len()).find(|&j| names[j].starts_with("attention_wgmma_bwd")).unwrap();
             let b = &launches[backward];
             // The backward's params: (dq, dk, dv, delta, q, k, v, o, lse, do, do16, ...).
             assert_eq!(p.args[13], b.args[3], "delta");
