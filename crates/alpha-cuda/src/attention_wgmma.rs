@@ -31,9 +31,10 @@ const TILE: u32 = ROWS * 128;
 /// The `wgmma` shape: a warpgroup's 64 rows × 64 columns × 16 of K.
 const WGMMA_SS: &str = "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16";
 
-/// The family name (`attention_wgmma_fwd`, `…_o16` with the copy).
-fn name(copy: bool) -> String {
-    format!("attention_wgmma_fwd{}", if copy { "_o16" } else { "" })
+/// The family name (`attention_wgmma_fwd`, `…_o16` with the copy, `…_g2` with two groups).
+fn name(copy: bool, groups: u32) -> String {
+    let g = if groups > 1 { format!("_g{groups}") } else { String::new() };
+    format!("attention_wgmma_fwd{}{g}", if copy { "_o16" } else { "" })
 }
 
 /// Whether the `wgmma` forward can run `dims`: what the bf16 `mma.sync` forward runs, without
@@ -42,41 +43,76 @@ pub fn applies(dims: &Dims) -> bool {
     mma::applies(dims) && dims.g == dims.h && dims.softcap.is_none()
 }
 
+/// Warpgroups of a forward block ([`forward_kernel`]): each owns 64 query rows, and they share
+/// the staged K and V tiles.
+pub fn forward_groups() -> u32 {
+    crate::knobs::knobs().attention_forward_groups
+}
+
+/// The forward's grid for `groups` warpgroups a block: a block a run of `groups` query tiles
+/// (the last block's run may pass T), a row a head.
+pub fn forward_grid(dims: &Dims, groups: u32) -> (u32, u32, u32) {
+    let tiles = (dims.t as u32).div_ceil(ROWS);
+    (tiles.div_ceil(groups), (dims.b * dims.h) as u32, 1)
+}
+
 /// The forward: params (o, lse, q, k, v) as [`attention_mma::forward_kernel_bf16`], then `o16`
 /// with `copy` (o rounded to bf16 as `[B, T, H, 64]`, as
-/// [`attention_mma::forward_kernel_bf16_copying`]). Grid [`Dims::grid_q`], block
-/// [`attention_mma::block`].
-pub fn forward_kernel(dims: &Dims, copy: bool) -> Kernel {
-    debug_assert!(applies(dims));
+/// [`attention_mma::forward_kernel_bf16_copying`]). `groups` (1 or 2) warpgroups a block, each
+/// the `mma.sync` kernel's block for its own 64 rows; two share every K and V tile they copy,
+/// so the tiles cross from L2 half as often. Grid [`forward_grid`], block 128 · `groups`.
+pub fn forward_kernel(dims: &Dims, copy: bool, groups: u32) -> Kernel {
+    debug_assert!(applies(dims) && (groups == 1 || groups == 2));
     let t = dims.t as u32;
-    let mut k = Kernel::new(&name(copy)).with_block(mma::THREADS, 1, 1);
+    let ntiles = t.div_ceil(ROWS);
+    let mut k = Kernel::new(&name(copy, groups)).with_block(mma::THREADS * groups, 1, 1);
     let ([o, lse, q, kk, v], _) = forward_params(&mut k, [false, false]);
     let o16 = copy.then(|| k.param_reg("o16", ParamTy::U64));
-    // [Q][K0][V0][K1][V1], each tile on a 1,024-byte swizzle atom.
-    let smem = k.shared("attn_smem", 5 * TILE, 1024);
-    let ln = lanes(&mut k);
+    // [Q (a tile a group)][K0][V0][K1][V1], each tile on a 1,024-byte swizzle atom.
+    let smem = k.shared("attn_smem", (groups + 4) * TILE, 1024);
+    let block_lanes = lanes(&mut k);
+    // This warpgroup's lanes as if it were a block of its own: rows within its 64.
+    let group = k.bin("shr.u32", RegKind::B32, block_lanes.tid, 7u32);
+    let wrow = k.bin("and.b32", RegKind::B32, block_lanes.wrow, ROWS - 1);
+    let shift = k.bin("mul.lo.u32", RegKind::B32, group, ROWS);
+    let lim = block_lanes.lim.map(|x| k.bin("sub.s32", RegKind::B32, x, shift));
+    let ln = Lanes { wrow, lim, ..block_lanes };
     let cx = k.sreg("%ctaid.x");
-    let tile = reversed_tile(&mut k, t, cx);
+    // The block's run of query tiles, longest causal rows first; this group's tile in it.
+    let runs = ntiles.div_ceil(groups);
+    let run = {
+        let last = k.imm_u32(runs - 1);
+        k.bin("sub.u32", RegKind::B32, last, cx)
+    };
+    let first_tile = k.bin("mul.lo.u32", RegKind::B32, run, groups);
+    let tile = k.bin("add.u32", RegKind::B32, first_tile, group);
+    // The block's last key tile: its last group's diagonal, within T.
+    let last_key = {
+        let l = k.bin("add.u32", RegKind::B32, first_tile, groups - 1);
+        k.bin("min.u32", RegKind::B32, l, ntiles - 1)
+    };
     let bh = k.sreg("%ctaid.y");
     let kvh = kv_head(&mut k, dims, bh);
     let qb = head_base(&mut k, q, bh, t, BF16_ROW_BYTES);
     let kb = head_base(&mut k, kk, kvh, t, BF16_ROW_BYTES);
     let vb = head_base(&mut k, v, kvh, t, BF16_ROW_BYTES);
     let qrow0 = k.bin("mul.lo.u32", RegKind::B32, tile, ROWS);
+    let block_row0 = k.bin("mul.lo.u32", RegKind::B32, first_tile, ROWS);
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
-    let copier = Copier::new(&mut k, &ln, t);
+    let copier = Copier::new(&mut k, &ln, t, groups);
     k.comment("prologue: Q and the first K and V tiles");
-    copier.copy(&mut k, qb, qrow0, sm);
+    copier.copy_rows(&mut k, qb, block_row0, sm, groups * ROWS);
     let zero = k.imm_u32(0);
-    let k0 = k.bin("add.u32", RegKind::B32, sm, TILE);
+    let k0 = k.bin("add.u32", RegKind::B32, sm, groups * TILE);
     copier.copy(&mut k, kb, zero, k0);
-    let v0 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
+    let v0 = k.bin("add.u32", RegKind::B32, k0, TILE);
     copier.copy(&mut k, vb, zero, v0);
     k.op("cp.async.commit_group", []);
     tiles_ready(&mut k);
     let q_desc = Desc::new(&mut k, true);
     let v_desc = Desc::new(&mut k, false);
-    let q_lo = q_desc.lo(&mut k, sm);
+    let q_tile = k.tri("mad.lo.u32", RegKind::B32, group, TILE, sm);
+    let q_lo = q_desc.lo(&mut k, q_tile);
     let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(&mut k, 4)).collect();
     let m = [k.imm_f32(f32::NEG_INFINITY), k.imm_f32(f32::NEG_INFINITY)];
     let l = [k.imm_f32(0.0), k.imm_f32(0.0)];
@@ -86,14 +122,18 @@ pub fn forward_kernel(dims: &Dims, copy: bool) -> Kernel {
     let top = k.label("ktile");
     let skip_load = k.label("skip_load");
     let skip_mask = k.label("skip_mask");
+    let skip_tile = k.label("skip_tile");
     k.place(&top);
-    let has_next = k.setp("lt.u32", kt, tile);
+    let has_next = k.setp("lt.u32", kt, last_key);
     k.bra_if(has_next, true, &skip_load);
     {
         let nrow0 = k.tri("mad.lo.u32", RegKind::B32, kt, ROWS, ROWS);
         copier.next_stage(&mut k, [kb, vb], nrow0, k0, stage);
     }
     k.place(&skip_load);
+    // A group past its diagonal (the first of two, at the second's) has nothing to add.
+    let past = k.setp("gt.u32", kt, tile);
+    k.bra_if(past, false, &skip_tile);
     k.comment("S = Q K^T");
     let k_cur = k.bin("add.u32", RegKind::B32, k0, stage);
     let k_lo = q_desc.lo(&mut k, k_cur);
@@ -143,6 +183,7 @@ pub fn forward_kernel(dims: &Dims, copy: bool) -> Kernel {
     }
     k.op("wgmma.commit_group.sync.aligned", []);
     k.op("wgmma.wait_group.sync.aligned", [0u32.into()]);
+    k.place(&skip_tile);
     // The next stage's copies land; the barrier also ends every read of this stage.
     tiles_ready(&mut k);
     k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
@@ -161,19 +202,21 @@ fn tiles_ready(k: &mut Kernel) {
     k.barrier();
 }
 
-/// This thread's share of copying a 64-row bf16 tile (rows of 128 bytes) into a swizzled
-/// shared tile: 4 passes of 16 rows, 8 threads a row, one 16-byte `cp.async` each.
+/// This thread's share of copying 64-row bf16 tiles (rows of 128 bytes) into swizzled shared
+/// tiles: passes of 16 rows a warpgroup, 8 threads a row, one 16-byte `cp.async` each.
 struct Copier {
     t: u32,
     row_in: Reg,
+    /// Rows a pass: 16 a warpgroup.
+    pass_rows: u32,
     goff: Reg,
     /// Shared offset of pass 0: line `row_in`, chunk `c ^ (row_in mod 8)` — the same in every
-    /// pass (passes are 16 lines apart).
+    /// pass (passes are a multiple of 8 lines apart).
     soff: Reg,
 }
 
 impl Copier {
-    fn new(k: &mut Kernel, ln: &Lanes, t: u32) -> Copier {
+    fn new(k: &mut Kernel, ln: &Lanes, t: u32, groups: u32) -> Copier {
         let row_in = k.bin("shr.u32", RegKind::B32, ln.tid, 3u32);
         let c8 = k.bin("and.b32", RegKind::B32, ln.tid, 7u32);
         let cb = k.bin("shl.b32", RegKind::B32, c8, 4u32);
@@ -182,7 +225,37 @@ impl Copier {
         let sw = k.bin("xor.b32", RegKind::B32, c8, r7);
         let sb = k.bin("shl.b32", RegKind::B32, sw, 4u32);
         let soff = k.tri("mad.lo.u32", RegKind::B32, row_in, 128u32, sb);
-        Copier { t, row_in, goff, soff }
+        Copier { t, row_in, pass_rows: 16 * groups, goff, soff }
+    }
+
+    /// Requests rows `row0 .. row0 + 64` of the head at `head` (zeros past T) into the tile at
+    /// shared `dest`; the caller commits the group.
+    fn copy(&self, k: &mut Kernel, head: Reg, row0: Reg, dest: Reg) {
+        self.copy_rows(k, head, row0, dest, ROWS);
+    }
+
+    /// [`Copier::copy`] of `rows` rows (consecutive tiles).
+    fn copy_rows(&self, k: &mut Kernel, head: Reg, row0: Reg, dest: Reg, rows: u32) {
+        let tile_off = k.reg(RegKind::B64);
+        k.op("mul.wide.u32", [tile_off.into(), row0.into(), BF16_ROW_BYTES.into()]);
+        let tile_ptr = k.bin("add.s64", RegKind::B64, head, tile_off);
+        let ptr = k.addr_of(tile_ptr, self.goff, 1);
+        let rem = k.bin("sub.u32", RegKind::B32, self.t, row0);
+        let sa = k.bin("add.u32", RegKind::B32, dest, self.soff);
+        for it in 0..rows / self.pass_rows {
+            let r = k.bin("add.u32", RegKind::B32, self.row_in, it * self.pass_rows);
+            let ok = k.setp("lt.u32", r, rem);
+            let size = k.tri("selp.u32", RegKind::B32, 16u32, 0u32, ok);
+            k.op(
+                "cp.async.cg.shared.global",
+                [
+                    addr(sa, (it * self.pass_rows * 128) as i64),
+                    addr(ptr, (it * self.pass_rows * BF16_ROW_BYTES) as i64),
+                    16u32.into(),
+                    size.into(),
+                ],
+            );
+        }
     }
 
     /// Requests rows `row0 .. row0 + 64` of the heads `heads` into the two tiles of the stage
@@ -195,31 +268,6 @@ impl Copier {
         self.copy(k, heads[0], row0, first);
         self.copy(k, heads[1], row0, second);
         k.op("cp.async.commit_group", []);
-    }
-
-    /// Requests rows `row0 .. row0 + 64` of the head at `head` (zeros past T) into the tile at
-    /// shared `dest`; the caller commits the group.
-    fn copy(&self, k: &mut Kernel, head: Reg, row0: Reg, dest: Reg) {
-        let tile_off = k.reg(RegKind::B64);
-        k.op("mul.wide.u32", [tile_off.into(), row0.into(), BF16_ROW_BYTES.into()]);
-        let tile_ptr = k.bin("add.s64", RegKind::B64, head, tile_off);
-        let ptr = k.addr_of(tile_ptr, self.goff, 1);
-        let rem = k.bin("sub.u32", RegKind::B32, self.t, row0);
-        let sa = k.bin("add.u32", RegKind::B32, dest, self.soff);
-        for it in 0..4u32 {
-            let r = k.bin("add.u32", RegKind::B32, self.row_in, it * 16);
-            let ok = k.setp("lt.u32", r, rem);
-            let size = k.tri("selp.u32", RegKind::B32, 16u32, 0u32, ok);
-            k.op(
-                "cp.async.cg.shared.global",
-                [
-                    addr(sa, (it * 16 * 128) as i64),
-                    addr(ptr, (it * 16 * BF16_ROW_BYTES) as i64),
-                    16u32.into(),
-                    size.into(),
-                ],
-            );
-        }
     }
 }
 
@@ -285,7 +333,7 @@ pub fn backward_kernel(dims: &Dims, inverse_rotary: [bool; 2], merged: bool) -> 
     let smem = k.shared("attn_smem", 4 * TILE, 1024);
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
     let ln = lanes(&mut k);
-    let copier = Copier::new(&mut k, &ln, t);
+    let copier = Copier::new(&mut k, &ln, t, 1);
     let descs = [Desc::new(&mut k, true), Desc::new(&mut k, false)];
     let cx = k.sreg("%ctaid.x");
     let bh = k.sreg("%ctaid.y");
@@ -350,10 +398,10 @@ fn a_frags_swizzled(k: &mut Kernel, ln: &Lanes, tile: Reg) -> Vec<Vec<Reg>> {
         .collect()
 }
 
-/// A chunk's two score products, waited for: for each `(a, lo)`, 16 columns (two n8 tiles) of
-/// A·Bᵀ over D — A the warp's fragments `a` (4 k16 steps), B the 16 rows from `chunk · 16` of
-/// the K-major swizzled tile whose descriptor's low word is `lo` (S and dP of a dQ chunk, Sᵀ
-/// and dPᵀ of a dK/dV chunk).
+/// Issues a chunk's two score products as one group (not waited for): for each `(a, lo)`, 16
+/// columns (two n8 tiles) of A·Bᵀ over D — A the warp's fragments `a` (4 k16 steps), B the 16
+/// rows from `chunk · 16` of the K-major swizzled tile whose descriptor's low word is `lo` (S
+/// and dP of a dQ chunk, Sᵀ and dPᵀ of a dK/dV chunk).
 fn scores16(k: &mut Kernel, products: [(&[Vec<Reg>], Reg); 2], chunk: u32, desc: &Desc) -> [Vec<Vec<Reg>>; 2] {
     let out = [0, 1].map(|_| (0..2).map(|_| zeros(k, 4)).collect::<Vec<_>>());
     k.op("wgmma.fence.sync.aligned", []);
@@ -366,8 +414,28 @@ fn scores16(k: &mut Kernel, products: [(&[Vec<Reg>], Reg); 2], chunk: u32, desc:
         }
     }
     k.op("wgmma.commit_group.sync.aligned", []);
-    k.op("wgmma.wait_group.sync.aligned", [0u32.into()]);
     out
+}
+
+/// The four 16-column chunks of a tile's score products, software-pipelined: chunk `kc + 1`'s
+/// products are issued before chunk `kc`'s arithmetic, so the tensor cores compute them while
+/// the warps work; `chunk` gets each chunk's scores once they are done (every group before the
+/// newest waited for, the previous chunk's own products included) and issues its products.
+fn pipelined_chunks(
+    k: &mut Kernel,
+    products: [(&[Vec<Reg>], Reg); 2],
+    desc: &Desc,
+    mut chunk: impl FnMut(&mut Kernel, u32, [Vec<Vec<Reg>>; 2]),
+) {
+    let mut next = Some(scores16(k, products, 0, desc));
+    for kc in 0..4u32 {
+        let cur = next.take().expect("issued one chunk ahead");
+        if kc < 3 {
+            next = Some(scores16(k, products, kc + 1, desc));
+        }
+        k.op("wgmma.wait_group.sync.aligned", [u32::from(kc < 3).into()]);
+        chunk(k, kc, cur);
+    }
 }
 
 /// The dK/dV pass of key tile `tile` ([`attention_mma`]'s, one query head a key head): K and V
@@ -446,9 +514,8 @@ fn dkv_pass(
     // Mask limits: on the diagonal tile, query < key where 16kk + 8j + e < lim; else none.
     let diag = k.setp("eq.u32", qt, tile);
     let lim: Vec<Reg> = ln.lim.iter().map(|&x| k.tri("selp.b32", RegKind::B32, x, -1000i32, diag)).collect();
-    for kc in 0..4u32 {
-        k.comment("16 queries: S^T = K Q^T, dP^T = V dO^T, P^T, dS^T, dV += P^T dO, dK += dS^T Q");
-        let [s, dp] = scores16(k, [(&kf, q_km), (&vf, do_km)], kc, km);
+    k.comment("16 queries a chunk: S^T = K Q^T, dP^T = V dO^T, P^T, dS^T, dV += P^T dO, dK += dS^T Q");
+    pipelined_chunks(k, [(&kf, q_km), (&vf, do_km)], km, |k, kc, [s, dp]| {
         let (pc, dsc) = dkv_chunk(k, dims, [&s, &dp], stl, &lim, kc);
         let pa = a_frag(k, &pc[0], &pc[1]);
         let da = a_frag(k, &dsc[0], &dsc[1]);
@@ -458,7 +525,7 @@ fn dkv_pass(
         let b = mn.at(k, q_mn, kc);
         product_rs(k, 64, &dka_flat, &da, b, mn, true);
         k.op("wgmma.commit_group.sync.aligned", []);
-    }
+    });
     k.op("wgmma.wait_group.sync.aligned", [0u32.into()]);
     let skip_stats = k.label("skip_stats");
     k.bra_if(has_next, true, &skip_stats);
@@ -547,16 +614,15 @@ fn dq_pass(
     // Mask limits: on the diagonal tile, key > query where 16kk + 8j + e > lim; else none.
     let diag = k.setp("eq.u32", kt, tile);
     let lim: Vec<Reg> = ln.lim.iter().map(|&x| k.tri("selp.b32", RegKind::B32, x, 1000u32, diag)).collect();
-    for kc in 0..4u32 {
-        k.comment("16 keys: S = Q K^T, dP = dO V^T, dS, dQ += dS K");
-        let [s, dp] = scores16(k, [(&qf, k_km), (&dof, v_km)], kc, km);
+    k.comment("16 keys a chunk: S = Q K^T, dP = dO V^T, dS, dQ += dS K");
+    pipelined_chunks(k, [(&qf, k_km), (&dof, v_km)], km, |k, kc, [s, dp]| {
         let ds = dq_chunk(k, dims, [&s, &dp], [&lse2, &dl], &lim, kc);
         let a = a_frag(k, &ds[0], &ds[1]);
         k.op("wgmma.fence.sync.aligned", []);
         let b = mn.at(k, k_mn, kc);
         product_rs(k, 64, &acc_flat, &a, b, mn, true);
         k.op("wgmma.commit_group.sync.aligned", []);
-    }
+    });
     k.op("wgmma.wait_group.sync.aligned", [0u32.into()]);
     tiles_ready(k);
     k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
@@ -581,11 +647,16 @@ mod tests {
     fn the_kernels_take_the_mma_kernels_parameters() {
         let dims = coppelius();
         assert!(applies(&dims));
-        let plain = forward_kernel(&dims, false);
+        let plain = forward_kernel(&dims, false, 1);
         assert_eq!(plain.name, "attention_wgmma_fwd");
         assert_eq!(plain.params, mma::forward_kernel_bf16(&dims).params);
-        let copying = forward_kernel(&dims, true);
-        assert_eq!(copying.params, mma::forward_kernel_bf16_copying(&dims).params);
+        for groups in [1, 2] {
+            let copying = forward_kernel(&dims, true, groups);
+            assert_eq!(copying.params, mma::forward_kernel_bf16_copying(&dims).params);
+        }
+        assert_eq!(forward_kernel(&dims, true, 2).name, "attention_wgmma_fwd_o16_g2");
+        assert_eq!(forward_grid(&dims, 2), (8, 128, 1));
+        assert_eq!(forward_grid(&Dims { t: 200, ..dims }, 2), (2, 128, 1));
         for (inverse, merged) in [([true, true], false), ([true, true], true), ([false, false], true)] {
             let theirs = if merged {
                 mma::backward_kernel_bf16_merged(&dims, inverse)
