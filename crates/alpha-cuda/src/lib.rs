@@ -14,7 +14,8 @@
 //! are bf16: what the lowering chooses for nearly every product). Every kernel
 //! is launched as a programmatic dependent launch ([`driver`]). The generic families it adds — [`pointwise`], [`fused`] (runs of
 //! elementwise ops as one kernel), [`reduce`], [`layernorm`], [`rotary`], [`attention`] (and its
-//! tensor-core form [`attention_mma`]), [`gemm_simple`], [`recurrence`] — follow the CPU
+//! tensor-core forms: [`attention_mma`] on `mma.sync`, and [`attention_wgmma`] on Hopper's
+//! `wgmma` for bf16 q, k and v — the same bits), [`gemm_simple`], [`recurrence`] — follow the CPU
 //! reference's order of operations so the two compare tightly.
 
 pub mod driver;
