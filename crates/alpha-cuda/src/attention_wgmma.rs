@@ -15,8 +15,8 @@
 //! the S accumulators rounded to bf16 pairs are exactly the A fragments of the next product, as
 //! with `mma.sync` — and V MN-major (a line is one key's 64 of D). The accumulators of
 //! `m64n64` hold, per warp, the same rows and columns as the `mma.sync` kernel's eight n8 tiles,
-//! so the softmax and the epilogue are that kernel's own ([`attention_mma::online_softmax`],
-//! [`attention_mma::forward_epilogue`]), and every sum runs in the same order.
+//! so the softmax and the epilogue are that kernel's own (`attention_mma::online_softmax`,
+//! `attention_mma::forward_epilogue`), and every sum runs in the same order.
 
 use crate::attention::{forward_params, kernel_name, kv_head, Dims};
 use crate::attention_mma::{
@@ -56,9 +56,9 @@ pub fn forward_grid(dims: &Dims, groups: u32) -> (u32, u32, u32) {
     (tiles.div_ceil(groups), (dims.b * dims.h) as u32, 1)
 }
 
-/// The forward: params (o, lse, q, k, v) as [`attention_mma::forward_kernel_bf16`], then `o16`
+/// The forward: params (o, lse, q, k, v) as [`crate::attention_mma::forward_kernel_bf16`], then `o16`
 /// with `copy` (o rounded to bf16 as `[B, T, H, 64]`, as
-/// [`attention_mma::forward_kernel_bf16_copying`]). `groups` (1 or 2) warpgroups a block, each
+/// [`crate::attention_mma::forward_kernel_bf16_copying`]). `groups` (1 or 2) warpgroups a block, each
 /// the `mma.sync` kernel's block for its own 64 rows; two share every K and V tile they copy,
 /// so the tiles cross from L2 half as often. Grid [`forward_grid`], block 128 · `groups`.
 pub fn forward_kernel(dims: &Dims, copy: bool, groups: u32) -> Kernel {
@@ -310,8 +310,8 @@ impl Desc {
 
 // ---- backward --------------------------------------------------------------------------------
 
-/// The joint backward on `wgmma`: a drop-in for [`attention_mma::backward_kernel_bf16`] (and,
-/// with `merged`, [`attention_mma::backward_kernel_bf16_merged`]) — the same params (dq, dk,
+/// The joint backward on `wgmma`: a drop-in for [`crate::attention_mma::backward_kernel_bf16`] (and,
+/// with `merged`, [`crate::attention_mma::backward_kernel_bf16_merged`]) — the same params (dq, dk,
 /// dv, delta, q, k, v, o, lse, do, do16, then `dq_tab` and `dk_tab` with the inverse rotaries),
 /// grid and block. Block x runs the dK/dV pass of key tile x, then the dQ pass of query tile x
 /// counted from the last, as the `mma.sync` kernel does, with every product in the same order:
@@ -438,7 +438,7 @@ fn pipelined_chunks(
     }
 }
 
-/// The dK/dV pass of key tile `tile` ([`attention_mma`]'s, one query head a key head): K and V
+/// The dK/dV pass of key tile `tile` ([`crate::attention_mma`]'s, one query head a key head): K and V
 /// kept as A fragments, each query tile from the diagonal on (Q and dO, two stages, with lse
 /// and delta) walked 16 queries at a time.
 #[allow(clippy::too_many_arguments)]
@@ -549,7 +549,7 @@ fn dkv_pass(
     store_rows(k, ln, dvb, krow0, t, &dva, [None, None], None, stride);
 }
 
-/// The dQ pass of query tile `tile` of head `bh` ([`attention_mma`]'s, delta and dO as bf16
+/// The dQ pass of query tile `tile` of head `bh` ([`crate::attention_mma`]'s, delta and dO as bf16
 /// read from global): Q and dO kept as A fragments, each key tile up to the diagonal (K and V,
 /// two stages) walked 16 keys at a time.
 #[allow(clippy::too_many_arguments)]
