@@ -75,7 +75,7 @@ pub const D: usize = 64;
 /// walk). Equal to [`crate::attention::ROWS`], so [`Dims::grid_q`] and [`Dims::grid_kv`] apply.
 pub const ROWS: u32 = 64;
 /// The family name of the kernels taking q, k and v as bf16.
-pub(crate) const BF16_FAMILY: &str = "attention_mma_bf16";
+const BF16_FAMILY: &str = "attention_mma_bf16";
 /// Threads per block: 4 warps of 16 rows each.
 pub const THREADS: u32 = 128;
 /// Shared-memory row pitch in bytes (64 bf16 = 128 bytes, padded to 144).
@@ -83,11 +83,11 @@ const PITCH: u32 = 144;
 /// One staged 64-row bf16 tile.
 const TILE: u32 = ROWS * PITCH;
 /// Bytes of one f32 row of the head dimension in global memory.
-pub(crate) const ROW_BYTES: u32 = (D * 4) as u32;
+const ROW_BYTES: u32 = (D * 4) as u32;
 /// Bytes of one row of the rotary table's cosines (or sines): D/2 f32.
 const TAB_ROW: u32 = (D * 2) as u32;
 const MMA: &str = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
-pub(crate) const LOG2E: f32 = std::f32::consts::LOG2_E;
+const LOG2E: f32 = std::f32::consts::LOG2_E;
 
 /// Whether these kernels can replace [`crate::attention`]'s for `dims`: head dimension 64 (any
 /// T ≥ 1, GQA, soft-cap and rotary options all supported).
@@ -123,7 +123,7 @@ pub(crate) fn zeros(k: &mut Kernel, n: usize) -> Vec<Reg> {
 }
 
 /// Two f32 as a bf16 pair (`lo` in the low half), rounded to nearest even.
-pub(crate) fn pack(k: &mut Kernel, lo: Reg, hi: Reg) -> Reg {
+fn pack(k: &mut Kernel, lo: Reg, hi: Reg) -> Reg {
     let d = k.reg(RegKind::B32);
     k.op("cvt.rn.bf16x2.f32", [d.into(), hi.into(), lo.into()]);
     d
@@ -134,13 +134,13 @@ pub(crate) fn a_frag(k: &mut Kernel, c0: &[Reg], c1: &[Reg]) -> Vec<Reg> {
     vec![pack(k, c0[0], c0[1]), pack(k, c0[2], c0[3]), pack(k, c1[0], c1[1]), pack(k, c1[2], c1[3])]
 }
 
-pub(crate) fn shfl_xor(k: &mut Kernel, v: Reg, mask: u32) -> Reg {
+fn shfl_xor(k: &mut Kernel, v: Reg, mask: u32) -> Reg {
     let t = k.reg(RegKind::F32);
     k.op("shfl.sync.bfly.b32", [t.into(), v.into(), mask.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
     t
 }
 
-pub(crate) fn ex2(k: &mut Kernel, x: Reg) -> Reg {
+fn ex2(k: &mut Kernel, x: Reg) -> Reg {
     k.un("ex2.approx.ftz.f32", RegKind::F32, x)
 }
 
@@ -155,7 +155,7 @@ pub(crate) fn head_base(k: &mut Kernel, base: Reg, head: Reg, t: u32, row_bytes:
 /// A raw dot product as the logit in base-2 units, and with a soft-cap c its gradient factor
 /// `1 − (s/c)²`: s = scale·dot, or c·tanh(scale·dot/c) with tanh as `1 − 2/(e^{2x} + 1)` (exact
 /// saturation, and no cancellation near 0 beyond ex2's own error).
-pub(crate) fn logit2(k: &mut Kernel, dot: Reg, dims: &Dims) -> (Reg, Option<Reg>) {
+fn logit2(k: &mut Kernel, dot: Reg, dims: &Dims) -> (Reg, Option<Reg>) {
     match dims.softcap {
         None => (k.bin("mul.rn.f32", RegKind::F32, dot, dims.scale * LOG2E), None),
         Some(c) => {
@@ -223,7 +223,7 @@ pub(crate) fn lanes(k: &mut Kernel) -> Lanes {
 /// 8 bytes of bf16. Rotary: 4 passes of 16 rows, 8 threads per row, each turning 4 pairs
 /// `(x[c..c+4], x[c+32..c+36])` with the table's cosines and sines at the row's position — the
 /// rotary kernel's arithmetic ([`rotate_pairs`]) — before rounding to bf16.
-struct Mover {
+pub(crate) struct Mover {
     tab: Option<Reg>,
     t: u32,
     row_in: Reg,
@@ -233,11 +233,14 @@ struct Mover {
     /// bf16 rows (already turned where the rotary applies) copied global → shared by
     /// `cp.async`: no registers in flight, nothing converted.
     bf16: bool,
+    /// Shared bytes from one row of the tile to the next: [`PITCH`], or 128 in the swizzled
+    /// layout `wgmma` reads ([`mover_bf16_swizzled`]).
+    pitch: u32,
 }
 
 /// One tile's move in flight: its shared destination and, for f32, per pass its
 /// predicate-guarded vectors (bf16 tiles are in flight in the copy engine).
-struct InFlight {
+pub(crate) struct InFlight {
     dest: Reg,
     parts: Vec<Vec<Vec<Reg>>>,
 }
@@ -252,7 +255,22 @@ fn mover_bf16(k: &mut Kernel, ln: &Lanes, t: u32) -> Mover {
     let cb = k.bin("shl.b32", RegKind::B32, c8, 4u32);
     let goff = k.tri("mad.lo.u32", RegKind::B32, row_in, BF16_ROW_BYTES, cb);
     let soff = k.tri("mad.lo.u32", RegKind::B32, row_in, PITCH, cb);
-    Mover { tab: None, t, row_in, goff, soff, toff: None, bf16: true }
+    Mover { tab: None, t, row_in, goff, soff, toff: None, bf16: true, pitch: PITCH }
+}
+
+/// [`mover_bf16`] into the 128-byte-swizzled tile `wgmma` reads (64 lines of 128 bytes, the
+/// 16-byte chunk c of line L at chunk c ^ (L mod 8); passes are 16 lines apart, so each keeps
+/// its first line's swizzle): [`crate::attention_wgmma`]'s copies.
+pub(crate) fn mover_bf16_swizzled(k: &mut Kernel, ln: &Lanes, t: u32) -> Mover {
+    let row_in = k.bin("shr.u32", RegKind::B32, ln.tid, 3u32);
+    let c8 = k.bin("and.b32", RegKind::B32, ln.tid, 7u32);
+    let cb = k.bin("shl.b32", RegKind::B32, c8, 4u32);
+    let goff = k.tri("mad.lo.u32", RegKind::B32, row_in, BF16_ROW_BYTES, cb);
+    let r7 = k.bin("and.b32", RegKind::B32, row_in, 7u32);
+    let sw = k.bin("xor.b32", RegKind::B32, c8, r7);
+    let sb = k.bin("shl.b32", RegKind::B32, sw, 4u32);
+    let soff = k.tri("mad.lo.u32", RegKind::B32, row_in, 128u32, sb);
+    Mover { tab: None, t, row_in, goff, soff, toff: None, bf16: true, pitch: 128 }
 }
 
 /// The mover of the tensor `q`, `k` or `v` of a kernel: bf16 copies when the kernel takes its
@@ -274,7 +292,7 @@ fn mover(k: &mut Kernel, ln: &Lanes, tab: Option<Reg>, t: u32) -> Mover {
             let goff = k.tri("mad.lo.u32", RegKind::B32, row_in, ROW_BYTES, gc);
             let sc = k.bin("shl.b32", RegKind::B32, c4, 3u32);
             let soff = k.tri("mad.lo.u32", RegKind::B32, row_in, PITCH, sc);
-            Mover { tab, t, row_in, goff, soff, toff: None, bf16: false }
+            Mover { tab, t, row_in, goff, soff, toff: None, bf16: false, pitch: PITCH }
         }
         Some(_) => {
             let row_in = k.bin("shr.u32", RegKind::B32, ln.tid, 3u32);
@@ -285,7 +303,7 @@ fn mover(k: &mut Kernel, ln: &Lanes, tab: Option<Reg>, t: u32) -> Mover {
             let toff = k.tri("mad.lo.u32", RegKind::B32, row_in, TAB_ROW, gc);
             let sc = k.bin("shl.b32", RegKind::B32, c8, 3u32);
             let soff = k.tri("mad.lo.u32", RegKind::B32, row_in, PITCH, sc);
-            Mover { tab, t, row_in, goff, soff, toff: Some(toff), bf16: false }
+            Mover { tab, t, row_in, goff, soff, toff: Some(toff), bf16: false, pitch: PITCH }
         }
     }
 }
@@ -342,7 +360,7 @@ impl Mover {
     }
 
     /// bf16: the tile's 16-byte copies (zero-filled past T), committed as one group.
-    fn copy(&self, k: &mut Kernel, head: Reg, row0: Reg, dest: Reg) -> InFlight {
+    pub(crate) fn copy(&self, k: &mut Kernel, head: Reg, row0: Reg, dest: Reg) -> InFlight {
         let tile_off = k.reg(RegKind::B64);
         k.op("mul.wide.u32", [tile_off.into(), row0.into(), BF16_ROW_BYTES.into()]);
         let tile_ptr = k.bin("add.s64", RegKind::B64, head, tile_off);
@@ -357,7 +375,7 @@ impl Mover {
             k.op(
                 "cp.async.cg.shared.global",
                 [
-                    addr(sa, (it * rows * PITCH) as i64),
+                    addr(sa, (it * rows * self.pitch) as i64),
                     addr(ptr, (it * rows * BF16_ROW_BYTES) as i64),
                     16u32.into(),
                     size.into(),
@@ -416,9 +434,14 @@ fn store_next_stage(
 /// The shared tiles `[first][second]` of the stage other than `stage` (from `sm`), where the
 /// next tiles go while the current stage is read.
 fn next_stage(k: &mut Kernel, sm: Reg, stage: Reg) -> (Reg, Reg) {
-    let other = k.bin("xor.b32", RegKind::B32, stage, 2 * TILE);
+    next_stage_of(k, sm, stage, TILE)
+}
+
+/// [`next_stage`] of a ring of `tile`-byte tiles (`stage` a byte offset: 0 or 2·`tile`).
+pub(crate) fn next_stage_of(k: &mut Kernel, sm: Reg, stage: Reg, tile: u32) -> (Reg, Reg) {
+    let other = k.bin("xor.b32", RegKind::B32, stage, 2 * tile);
     let first = k.bin("add.u32", RegKind::B32, sm, other);
-    let second = k.bin("add.u32", RegKind::B32, first, TILE);
+    let second = k.bin("add.u32", RegKind::B32, first, tile);
     (first, second)
 }
 
@@ -598,9 +621,7 @@ fn forward_kernel_with(dims: &Dims, load: [bool; 2], bf16: bool, copy: bool) -> 
         a_frags(&mut k, &ln, s1)
     };
     k.barrier();
-    let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(&mut k, 4)).collect();
-    let m = [k.imm_f32(f32::NEG_INFINITY), k.imm_f32(f32::NEG_INFINITY)];
-    let l = [k.imm_f32(0.0), k.imm_f32(0.0)];
+    let (acc, m, l) = forward_state(&mut k);
     let kt = k.imm_u32(0);
     let stage = k.imm_u32(0);
     let top = k.label("ktile");
@@ -641,6 +662,16 @@ fn forward_kernel_with(dims: &Dims, load: [bool; 2], bf16: bool, copy: bool) -> 
     forward_epilogue(&mut k, dims, &ln, [o, lse], o16, bh, qrow0, &acc, (m, l));
     k.ret();
     k
+}
+
+/// The forward's running state, zeroed: the output accumulators (8 n8 tiles of the warp's 16
+/// rows), and each accumulator row's maximum (−∞) and sum of exponentials — what
+/// [`online_softmax`] updates tile by tile and [`forward_epilogue`] finishes.
+pub(crate) fn forward_state(k: &mut Kernel) -> (Vec<Vec<Reg>>, [Reg; 2], [Reg; 2]) {
+    let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(k, 4)).collect();
+    let m = [k.imm_f32(f32::NEG_INFINITY), k.imm_f32(f32::NEG_INFINITY)];
+    let l = [k.imm_f32(0.0), k.imm_f32(0.0)];
+    (acc, m, l)
 }
 
 /// One key tile's scores `s` (8 n8 accumulators of the warp's 16 rows, in place) turned into

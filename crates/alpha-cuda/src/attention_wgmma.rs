@@ -20,21 +20,18 @@
 
 use crate::attention::{forward_params, kernel_name, kv_head, Dims};
 use crate::attention_mma::{
-    self as mma, a_frag, delta_to_shared, dkv_chunk, dq_chunk, dq_row_stats, forward_epilogue, grad_base, head_base,
-    lanes, online_softmax, reversed_tile, rotary_suffix, stats_issue, stats_store, store_rows, zeros, Lanes,
-    BF16_ROW_BYTES, ROWS,
+    self as mma, a_frag, delta_to_shared, dkv_chunk, dq_chunk, dq_row_stats, forward_epilogue, forward_state,
+    grad_base, head_base, lanes, mover_bf16_swizzled, next_stage_of, online_softmax, reversed_tile, rotary_suffix,
+    stats_issue, stats_store, store_rows, zeros, Lanes, Mover, BF16_ROW_BYTES, ROWS,
 };
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 /// Bytes of one swizzled 64-row tile: 64 lines of 128 bytes.
 const TILE: u32 = ROWS * 128;
-/// The `wgmma` shape: a warpgroup's 64 rows × 64 columns × 16 of K.
-const WGMMA_SS: &str = "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16";
 
-/// The family name (`attention_wgmma_fwd`, `…_o16` with the copy, `…_g2` with two groups).
-fn name(copy: bool, groups: u32) -> String {
-    let g = if groups > 1 { format!("_g{groups}") } else { String::new() };
-    format!("attention_wgmma_fwd{}{g}", if copy { "_o16" } else { "" })
+/// The family name (`attention_wgmma_fwd`, `…_o16` with the copy).
+fn name(copy: bool) -> String {
+    format!("attention_wgmma_fwd{}", if copy { "_o16" } else { "" })
 }
 
 /// Whether the `wgmma` forward can run `dims`: what the bf16 `mma.sync` forward runs, without
@@ -43,97 +40,55 @@ pub fn applies(dims: &Dims) -> bool {
     mma::applies(dims) && dims.g == dims.h && dims.softcap.is_none()
 }
 
-/// Warpgroups of a forward block ([`forward_kernel`]): each owns 64 query rows, and they share
-/// the staged K and V tiles.
-pub fn forward_groups() -> u32 {
-    crate::knobs::knobs().attention_forward_groups
-}
-
-/// The forward's grid for `groups` warpgroups a block: a block a run of `groups` query tiles
-/// (the last block's run may pass T), a row a head.
-pub fn forward_grid(dims: &Dims, groups: u32) -> (u32, u32, u32) {
-    let tiles = (dims.t as u32).div_ceil(ROWS);
-    (tiles.div_ceil(groups), (dims.b * dims.h) as u32, 1)
-}
-
-/// The forward: params (o, lse, q, k, v) as [`crate::attention_mma::forward_kernel_bf16`], then `o16`
-/// with `copy` (o rounded to bf16 as `[B, T, H, 64]`, as
-/// [`crate::attention_mma::forward_kernel_bf16_copying`]). `groups` (1 or 2) warpgroups a block, each
-/// the `mma.sync` kernel's block for its own 64 rows; two share every K and V tile they copy,
-/// so the tiles cross from L2 half as often. Grid [`forward_grid`], block 128 · `groups`.
-pub fn forward_kernel(dims: &Dims, copy: bool, groups: u32) -> Kernel {
-    debug_assert!(applies(dims) && (groups == 1 || groups == 2));
+/// The forward: params (o, lse, q, k, v) as [`crate::attention_mma::forward_kernel_bf16`], then
+/// `o16` with `copy` (o rounded to bf16 as `[B, T, H, 64]`, as
+/// [`crate::attention_mma::forward_kernel_bf16_copying`]). Grid [`Dims::grid_q`], block
+/// [`crate::attention_mma::block`].
+pub fn forward_kernel(dims: &Dims, copy: bool) -> Kernel {
+    debug_assert!(applies(dims));
     let t = dims.t as u32;
-    let ntiles = t.div_ceil(ROWS);
-    let mut k = Kernel::new(&name(copy, groups)).with_block(mma::THREADS * groups, 1, 1);
+    let mut k = Kernel::new(&name(copy)).with_block(mma::THREADS, 1, 1);
     let ([o, lse, q, kk, v], _) = forward_params(&mut k, [false, false]);
     let o16 = copy.then(|| k.param_reg("o16", ParamTy::U64));
-    // [Q (a tile a group)][K0][V0][K1][V1], each tile on a 1,024-byte swizzle atom.
-    let smem = k.shared("attn_smem", (groups + 4) * TILE, 1024);
-    let block_lanes = lanes(&mut k);
-    // This warpgroup's lanes as if it were a block of its own: rows within its 64.
-    let group = k.bin("shr.u32", RegKind::B32, block_lanes.tid, 7u32);
-    let wrow = k.bin("and.b32", RegKind::B32, block_lanes.wrow, ROWS - 1);
-    let shift = k.bin("mul.lo.u32", RegKind::B32, group, ROWS);
-    let lim = block_lanes.lim.map(|x| k.bin("sub.s32", RegKind::B32, x, shift));
-    let ln = Lanes { wrow, lim, ..block_lanes };
+    // [Q][K0][V0][K1][V1], each tile on a 1,024-byte swizzle atom.
+    let smem = k.shared("attn_smem", 5 * TILE, 1024);
+    let ln = lanes(&mut k);
     let cx = k.sreg("%ctaid.x");
-    // The block's run of query tiles, longest causal rows first; this group's tile in it.
-    let runs = ntiles.div_ceil(groups);
-    let run = {
-        let last = k.imm_u32(runs - 1);
-        k.bin("sub.u32", RegKind::B32, last, cx)
-    };
-    let first_tile = k.bin("mul.lo.u32", RegKind::B32, run, groups);
-    let tile = k.bin("add.u32", RegKind::B32, first_tile, group);
-    // The block's last key tile: its last group's diagonal, within T.
-    let last_key = {
-        let l = k.bin("add.u32", RegKind::B32, first_tile, groups - 1);
-        k.bin("min.u32", RegKind::B32, l, ntiles - 1)
-    };
+    let tile = reversed_tile(&mut k, t, cx);
     let bh = k.sreg("%ctaid.y");
     let kvh = kv_head(&mut k, dims, bh);
     let qb = head_base(&mut k, q, bh, t, BF16_ROW_BYTES);
     let kb = head_base(&mut k, kk, kvh, t, BF16_ROW_BYTES);
     let vb = head_base(&mut k, v, kvh, t, BF16_ROW_BYTES);
     let qrow0 = k.bin("mul.lo.u32", RegKind::B32, tile, ROWS);
-    let block_row0 = k.bin("mul.lo.u32", RegKind::B32, first_tile, ROWS);
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
-    let copier = Copier::new(&mut k, &ln, t, groups);
+    let mover = mover_bf16_swizzled(&mut k, &ln, t);
     k.comment("prologue: Q and the first K and V tiles");
-    copier.copy_rows(&mut k, qb, block_row0, sm, groups * ROWS);
+    mover.copy(&mut k, qb, qrow0, sm);
     let zero = k.imm_u32(0);
-    let k0 = k.bin("add.u32", RegKind::B32, sm, groups * TILE);
-    copier.copy(&mut k, kb, zero, k0);
+    let k0 = k.bin("add.u32", RegKind::B32, sm, TILE);
+    mover.copy(&mut k, kb, zero, k0);
     let v0 = k.bin("add.u32", RegKind::B32, k0, TILE);
-    copier.copy(&mut k, vb, zero, v0);
-    k.op("cp.async.commit_group", []);
+    mover.copy(&mut k, vb, zero, v0);
     tiles_ready(&mut k);
-    let q_desc = Desc::new(&mut k, true);
-    let v_desc = Desc::new(&mut k, false);
-    let q_tile = k.tri("mad.lo.u32", RegKind::B32, group, TILE, sm);
-    let q_lo = q_desc.lo(&mut k, q_tile);
-    let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(&mut k, 4)).collect();
-    let m = [k.imm_f32(f32::NEG_INFINITY), k.imm_f32(f32::NEG_INFINITY)];
-    let l = [k.imm_f32(0.0), k.imm_f32(0.0)];
+    let [q_desc, v_desc] = [true, false].map(|k_major| Desc::new(&mut k, k_major));
+    let q_lo = q_desc.lo(&mut k, sm);
+    let (acc, m, l) = forward_state(&mut k);
+    let acc_flat: Vec<Reg> = acc.iter().flatten().copied().collect();
     let kt = k.imm_u32(0);
     // Byte offset of the current stage's K tile from the first's: 0 or 2·TILE.
     let stage = k.imm_u32(0);
     let top = k.label("ktile");
     let skip_load = k.label("skip_load");
     let skip_mask = k.label("skip_mask");
-    let skip_tile = k.label("skip_tile");
     k.place(&top);
-    let has_next = k.setp("lt.u32", kt, last_key);
+    let has_next = k.setp("lt.u32", kt, tile);
     k.bra_if(has_next, true, &skip_load);
     {
         let nrow0 = k.tri("mad.lo.u32", RegKind::B32, kt, ROWS, ROWS);
-        copier.next_stage(&mut k, [kb, vb], nrow0, k0, stage);
+        copy_next_stage(&mut k, &mover, [kb, vb], nrow0, k0, stage);
     }
     k.place(&skip_load);
-    // A group past its diagonal (the first of two, at the second's) has nothing to add.
-    let past = k.setp("gt.u32", kt, tile);
-    k.bra_if(past, false, &skip_tile);
     k.comment("S = Q K^T");
     let k_cur = k.bin("add.u32", RegKind::B32, k0, stage);
     let k_lo = q_desc.lo(&mut k, k_cur);
@@ -144,7 +99,7 @@ pub fn forward_kernel(dims: &Dims, copy: bool, groups: u32) -> Kernel {
         let a = q_desc.at(&mut k, q_lo, kc);
         let b = q_desc.at(&mut k, k_lo, kc);
         k.op(
-            WGMMA_SS,
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
             [
                 Opnd::V(s_flat.clone()),
                 a.into(),
@@ -163,27 +118,14 @@ pub fn forward_kernel(dims: &Dims, copy: bool, groups: u32) -> Kernel {
     k.comment("O += P V (P from registers)");
     let v_cur = k.bin("add.u32", RegKind::B32, k_cur, TILE);
     let v_lo = v_desc.lo(&mut k, v_cur);
-    let acc_flat: Vec<Reg> = acc.iter().flatten().copied().collect();
     let frags: Vec<Vec<Reg>> = (0..4).map(|kc| a_frag(&mut k, &s[2 * kc], &s[2 * kc + 1])).collect();
     k.op("wgmma.fence.sync.aligned", []);
-    for (kc, a) in frags.into_iter().enumerate() {
+    for (kc, a) in frags.iter().enumerate() {
         let b = v_desc.at(&mut k, v_lo, kc as u32);
-        k.op(
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
-            [
-                Opnd::V(acc_flat.clone()),
-                Opnd::V(a),
-                b.into(),
-                v_desc.accumulate.into(),
-                1u32.into(),
-                1u32.into(),
-                1u32.into(),
-            ],
-        );
+        product_rs(&mut k, 64, &acc_flat, a, b, &v_desc);
     }
     k.op("wgmma.commit_group.sync.aligned", []);
     k.op("wgmma.wait_group.sync.aligned", [0u32.into()]);
-    k.place(&skip_tile);
     // The next stage's copies land; the barrier also ends every read of this stage.
     tiles_ready(&mut k);
     k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
@@ -202,95 +144,35 @@ fn tiles_ready(k: &mut Kernel) {
     k.barrier();
 }
 
-/// This thread's share of copying 64-row bf16 tiles (rows of 128 bytes) into swizzled shared
-/// tiles: passes of 16 rows a warpgroup, 8 threads a row, one 16-byte `cp.async` each.
-struct Copier {
-    t: u32,
-    row_in: Reg,
-    /// Rows a pass: 16 a warpgroup.
-    pass_rows: u32,
-    goff: Reg,
-    /// Shared offset of pass 0: line `row_in`, chunk `c ^ (row_in mod 8)` — the same in every
-    /// pass (passes are a multiple of 8 lines apart).
-    soff: Reg,
+/// Requests rows `row0 .. row0 + 64` of the heads `heads` into the two tiles of the stage other
+/// than `stage` (a byte offset: 0 or 2·TILE) of the ring at `ring`.
+fn copy_next_stage(k: &mut Kernel, mover: &Mover, heads: [Reg; 2], row0: Reg, ring: Reg, stage: Reg) {
+    let (first, second) = next_stage_of(k, ring, stage, TILE);
+    mover.copy(k, heads[0], row0, first);
+    mover.copy(k, heads[1], row0, second);
 }
 
-impl Copier {
-    fn new(k: &mut Kernel, ln: &Lanes, t: u32, groups: u32) -> Copier {
-        let row_in = k.bin("shr.u32", RegKind::B32, ln.tid, 3u32);
-        let c8 = k.bin("and.b32", RegKind::B32, ln.tid, 7u32);
-        let cb = k.bin("shl.b32", RegKind::B32, c8, 4u32);
-        let goff = k.tri("mad.lo.u32", RegKind::B32, row_in, BF16_ROW_BYTES, cb);
-        let r7 = k.bin("and.b32", RegKind::B32, row_in, 7u32);
-        let sw = k.bin("xor.b32", RegKind::B32, c8, r7);
-        let sb = k.bin("shl.b32", RegKind::B32, sw, 4u32);
-        let soff = k.tri("mad.lo.u32", RegKind::B32, row_in, 128u32, sb);
-        Copier { t, row_in, pass_rows: 16 * groups, goff, soff }
-    }
-
-    /// Requests rows `row0 .. row0 + 64` of the head at `head` (zeros past T) into the tile at
-    /// shared `dest`; the caller commits the group.
-    fn copy(&self, k: &mut Kernel, head: Reg, row0: Reg, dest: Reg) {
-        self.copy_rows(k, head, row0, dest, ROWS);
-    }
-
-    /// [`Copier::copy`] of `rows` rows (consecutive tiles).
-    fn copy_rows(&self, k: &mut Kernel, head: Reg, row0: Reg, dest: Reg, rows: u32) {
-        let tile_off = k.reg(RegKind::B64);
-        k.op("mul.wide.u32", [tile_off.into(), row0.into(), BF16_ROW_BYTES.into()]);
-        let tile_ptr = k.bin("add.s64", RegKind::B64, head, tile_off);
-        let ptr = k.addr_of(tile_ptr, self.goff, 1);
-        let rem = k.bin("sub.u32", RegKind::B32, self.t, row0);
-        let sa = k.bin("add.u32", RegKind::B32, dest, self.soff);
-        for it in 0..rows / self.pass_rows {
-            let r = k.bin("add.u32", RegKind::B32, self.row_in, it * self.pass_rows);
-            let ok = k.setp("lt.u32", r, rem);
-            let size = k.tri("selp.u32", RegKind::B32, 16u32, 0u32, ok);
-            k.op(
-                "cp.async.cg.shared.global",
-                [
-                    addr(sa, (it * self.pass_rows * 128) as i64),
-                    addr(ptr, (it * self.pass_rows * BF16_ROW_BYTES) as i64),
-                    16u32.into(),
-                    size.into(),
-                ],
-            );
-        }
-    }
-
-    /// Requests rows `row0 .. row0 + 64` of the heads `heads` into the two tiles of the stage
-    /// other than `stage` (a byte offset: 0 or 2·TILE) of the ring at `ring`, committed as one
-    /// group.
-    fn next_stage(&self, k: &mut Kernel, heads: [Reg; 2], row0: Reg, ring: Reg, stage: Reg) {
-        let other = k.bin("xor.b32", RegKind::B32, stage, 2 * TILE);
-        let first = k.bin("add.u32", RegKind::B32, ring, other);
-        let second = k.bin("add.u32", RegKind::B32, first, TILE);
-        self.copy(k, heads[0], row0, first);
-        self.copy(k, heads[1], row0, second);
-        k.op("cp.async.commit_group", []);
-    }
-}
-
-/// A `wgmma` shared-memory descriptor's fixed parts for a swizzled 64-line tile: K-major (a
-/// line is a row's 64 of K; 16 of K are 32 bytes along it) or MN-major (a line is one K's 64
-/// columns; 16 of K are 16 lines). Both: 8-line groups 1,024 bytes apart, 128-byte swizzle.
+/// A `wgmma` shared-memory descriptor's fixed parts for a swizzled 64-line tile, K-major or
+/// MN-major: [`crate::gemm_wgmma`]'s, whose 64-wide K-steps are these tiles.
 struct Desc {
-    /// Leading byte offset (16 bytes K-major; one 64-column block, unused here, MN-major),
-    /// encoded, placed at bits 16–29 of the low word.
+    /// Leading byte offset, encoded and placed at bits 16–29 of the low word.
     lbo: u32,
+    /// Bytes from one 16 of K to the next.
     k16: u32,
     hi: Reg,
     /// Always true: products add to their accumulators (zeroed by the caller).
     accumulate: Reg,
+    /// The operand is MN-major (a B operand then read transposed).
+    mn_major: bool,
 }
 
 impl Desc {
     fn new(k: &mut Kernel, k_major: bool) -> Desc {
-        let lbo = if k_major { 16 } else { TILE };
-        let hi = k.imm_u32((1024u32 >> 4) | (1 << 30));
+        let (lbo, hi, k16) = crate::gemm_wgmma::descriptor_parts(k_major);
+        let hi = k.imm_u32(hi);
         let zero = k.imm_u32(0);
         let accumulate = k.setp("eq.u32", zero, 0u32);
-        Desc { lbo: (lbo >> 4) << 16, k16: if k_major { 32 } else { 16 * 128 }, hi, accumulate }
+        Desc { lbo: lbo << 16, k16, hi, accumulate, mn_major: !k_major }
     }
 
     /// The low word of the descriptor of the tile at shared `tile`.
@@ -306,6 +188,23 @@ impl Desc {
         k.op("mov.b64", [d.into(), Opnd::V(vec![l, self.hi])]);
         d
     }
+}
+
+/// `wgmma.m64n{n}k16` with A from registers (`a`, one k16 fragment) and B from the shared
+/// descriptor `b` (MN-major where `desc` is), accumulating into `acc`.
+fn product_rs(k: &mut Kernel, n: u32, acc: &[Reg], a: &[Reg], b: Reg, desc: &Desc) {
+    k.op(
+        &format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16"),
+        [
+            Opnd::V(acc.to_vec()),
+            Opnd::V(a.to_vec()),
+            b.into(),
+            desc.accumulate.into(),
+            1u32.into(),
+            1u32.into(),
+            u32::from(desc.mn_major).into(),
+        ],
+    );
 }
 
 // ---- backward --------------------------------------------------------------------------------
@@ -333,17 +232,17 @@ pub fn backward_kernel(dims: &Dims, inverse_rotary: [bool; 2], merged: bool) -> 
     let smem = k.shared("attn_smem", 4 * TILE, 1024);
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
     let ln = lanes(&mut k);
-    let copier = Copier::new(&mut k, &ln, t, 1);
-    let descs = [Desc::new(&mut k, true), Desc::new(&mut k, false)];
+    let mover = mover_bf16_swizzled(&mut k, &ln, t);
+    let descs = [true, false].map(|k_major| Desc::new(&mut k, k_major));
     let cx = k.sreg("%ctaid.x");
     let bh = k.sreg("%ctaid.y");
     let ins = Inputs { q, k: kk, v, do16, lse, delta };
-    dkv_pass(&mut k, dims, &ln, &copier, &descs, sm, ins, cx, [dk, dv], dk_tab, merged);
+    dkv_pass(&mut k, dims, &ln, &mover, &descs, sm, ins, cx, [dk, dv], dk_tab, merged);
     k.comment("the same tile's dQ pass (its shared memory reused)");
     k.barrier();
     let last = t.div_ceil(ROWS) - 1;
     let from_last = k.bin("sub.u32", RegKind::B32, last, cx);
-    dq_pass(&mut k, dims, &ln, &copier, &descs, sm, ins, (bh, from_last), dq, dq_tab, merged);
+    dq_pass(&mut k, dims, &ln, &mover, &descs, sm, ins, (bh, from_last), dq, dq_tab, merged);
     k.ret();
     k
 }
@@ -357,23 +256,6 @@ struct Inputs {
     do16: Reg,
     lse: Reg,
     delta: Reg,
-}
-
-/// `wgmma.m64n{n}k16` with A from registers (`a`, one k16 fragment) and B from the shared
-/// descriptor `b` (`trans_b`: B MN-major), accumulating into `acc`.
-fn product_rs(k: &mut Kernel, n: u32, acc: &[Reg], a: &[Reg], b: Reg, desc: &Desc, trans_b: bool) {
-    k.op(
-        &format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16"),
-        [
-            Opnd::V(acc.to_vec()),
-            Opnd::V(a.to_vec()),
-            b.into(),
-            desc.accumulate.into(),
-            1u32.into(),
-            1u32.into(),
-            u32::from(trans_b).into(),
-        ],
-    );
 }
 
 /// The A fragments (4 k16 steps over D) of the warp's 16 rows of the swizzled tile at `tile`,
@@ -410,7 +292,7 @@ fn scores16(k: &mut Kernel, products: [(&[Vec<Reg>], Reg); 2], chunk: u32, desc:
         let lo = k.bin("add.u32", RegKind::B32, *lo, (chunk * 16 * 128) >> 4);
         for (kc, af) in a.iter().enumerate() {
             let b = desc.at(k, lo, kc as u32);
-            product_rs(k, 16, &flat, af, b, desc, false);
+            product_rs(k, 16, &flat, af, b, desc);
         }
     }
     k.op("wgmma.commit_group.sync.aligned", []);
@@ -446,7 +328,7 @@ fn dkv_pass(
     k: &mut Kernel,
     dims: &Dims,
     ln: &Lanes,
-    copier: &Copier,
+    mover: &Mover,
     [km, mn]: &[Desc; 2],
     sm: Reg,
     ins: Inputs,
@@ -474,11 +356,10 @@ fn dkv_pass(
     let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
     let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
     let s0d = k.bin("add.u32", RegKind::B32, sm, TILE);
-    copier.copy(k, kb, krow0, s1);
-    copier.copy(k, vb, krow0, s1v);
-    copier.copy(k, qb, krow0, sm);
-    copier.copy(k, dob, krow0, s0d);
-    k.op("cp.async.commit_group", []);
+    mover.copy(k, kb, krow0, s1);
+    mover.copy(k, vb, krow0, s1v);
+    mover.copy(k, qb, krow0, sm);
+    mover.copy(k, dob, krow0, s0d);
     let sts = stats_issue(k, lb, db, krow0, ln.tid, small, t);
     stats_store(k, &sts, ln.tid, small, st);
     tiles_ready(k);
@@ -502,7 +383,7 @@ fn dkv_pass(
     // The next tile's statistics are loaded here and stored after this tile's products.
     let sts = {
         let row0 = k.bin("mul.lo.u32", RegKind::B32, nq, ROWS);
-        copier.next_stage(k, [qb, dob], row0, sm, stage);
+        copy_next_stage(k, mover, [qb, dob], row0, sm, stage);
         stats_issue(k, lb, db, row0, ln.tid, small, t)
     };
     k.place(&skip_load);
@@ -521,9 +402,9 @@ fn dkv_pass(
         let da = a_frag(k, &dsc[0], &dsc[1]);
         k.op("wgmma.fence.sync.aligned", []);
         let b = mn.at(k, do_mn, kc);
-        product_rs(k, 64, &dva_flat, &pa, b, mn, true);
+        product_rs(k, 64, &dva_flat, &pa, b, mn);
         let b = mn.at(k, q_mn, kc);
-        product_rs(k, 64, &dka_flat, &da, b, mn, true);
+        product_rs(k, 64, &dka_flat, &da, b, mn);
         k.op("wgmma.commit_group.sync.aligned", []);
     });
     k.op("wgmma.wait_group.sync.aligned", [0u32.into()]);
@@ -557,7 +438,7 @@ fn dq_pass(
     k: &mut Kernel,
     dims: &Dims,
     ln: &Lanes,
-    copier: &Copier,
+    mover: &Mover,
     [km, mn]: &[Desc; 2],
     sm: Reg,
     ins: Inputs,
@@ -581,13 +462,12 @@ fn dq_pass(
     delta_to_shared(k, ln, deltab, qrow0, t, sdelta);
     let s1 = k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
     let s1v = k.bin("add.u32", RegKind::B32, sm, 3 * TILE);
-    copier.copy(k, qb, qrow0, s1);
-    copier.copy(k, dob, qrow0, s1v);
+    mover.copy(k, qb, qrow0, s1);
+    mover.copy(k, dob, qrow0, s1v);
     let zero = k.imm_u32(0);
-    copier.copy(k, kb, zero, sm);
+    mover.copy(k, kb, zero, sm);
     let s0v = k.bin("add.u32", RegKind::B32, sm, TILE);
-    copier.copy(k, vb, zero, s0v);
-    k.op("cp.async.commit_group", []);
+    mover.copy(k, vb, zero, s0v);
     tiles_ready(k);
     let qf = a_frags_swizzled(k, ln, s1);
     let dof = a_frags_swizzled(k, ln, s1v);
@@ -605,7 +485,7 @@ fn dq_pass(
     k.bra_if(has_next, true, &skip_load);
     {
         let nrow0 = k.tri("mad.lo.u32", RegKind::B32, kt, ROWS, ROWS);
-        copier.next_stage(k, [kb, vb], nrow0, sm, stage);
+        copy_next_stage(k, mover, [kb, vb], nrow0, sm, stage);
     }
     k.place(&skip_load);
     let cur = k.bin("add.u32", RegKind::B32, sm, stage);
@@ -620,7 +500,7 @@ fn dq_pass(
         let a = a_frag(k, &ds[0], &ds[1]);
         k.op("wgmma.fence.sync.aligned", []);
         let b = mn.at(k, k_mn, kc);
-        product_rs(k, 64, &acc_flat, &a, b, mn, true);
+        product_rs(k, 64, &acc_flat, &a, b, mn);
         k.op("wgmma.commit_group.sync.aligned", []);
     });
     k.op("wgmma.wait_group.sync.aligned", [0u32.into()]);
@@ -647,16 +527,11 @@ mod tests {
     fn the_kernels_take_the_mma_kernels_parameters() {
         let dims = coppelius();
         assert!(applies(&dims));
-        let plain = forward_kernel(&dims, false, 1);
+        let plain = forward_kernel(&dims, false);
         assert_eq!(plain.name, "attention_wgmma_fwd");
         assert_eq!(plain.params, mma::forward_kernel_bf16(&dims).params);
-        for groups in [1, 2] {
-            let copying = forward_kernel(&dims, true, groups);
-            assert_eq!(copying.params, mma::forward_kernel_bf16_copying(&dims).params);
-        }
-        assert_eq!(forward_kernel(&dims, true, 2).name, "attention_wgmma_fwd_o16_g2");
-        assert_eq!(forward_grid(&dims, 2), (8, 128, 1));
-        assert_eq!(forward_grid(&Dims { t: 200, ..dims }, 2), (2, 128, 1));
+        let copying = forward_kernel(&dims, true);
+        assert_eq!(copying.params, mma::forward_kernel_bf16_copying(&dims).params);
         for (inverse, merged) in [([true, true], false), ([true, true], true), ([false, false], true)] {
             let theirs = if merged {
                 mma::backward_kernel_bf16_merged(&dims, inverse)

@@ -2947,9 +2947,7 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             2 * nq + nl,
         ));
         if crate::attention_wgmma::applies(d) {
-            for groups in [1, 2] {
-                rows.push(wgmma_forward_check(arena, &bf, [o2, lse2, o16], &copying, groups, &shape, bench, opts)?);
-            }
+            rows.push(wgmma_forward_check(arena, &bf, [o2, lse2, o16], &copying, &shape, bench, opts)?);
         }
         let mut rate = format!("{differ} outputs differ from the f32 kernels turning on load");
         let mut median_us = None;
@@ -2984,31 +2982,28 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
 }
 
 /// The `wgmma` forward ([`crate::attention_wgmma::forward_kernel`], copying form) against the
-/// `mma.sync` one's outputs `[o, lse, o16]` on the same bf16 inputs, in blocks of `groups`
-/// warpgroups: the same bits. With `bench`, both timed.
-#[allow(clippy::too_many_arguments)]
+/// `mma.sync` one's outputs `[o, lse, o16]` on the same bf16 inputs: the same bits. With
+/// `bench`, both timed.
 fn wgmma_forward_check(
     arena: &DeviceArena,
     bf: &AttnRun,
     [o, lse, o16]: [crate::driver::Buf; 3],
     mma_copying: &Function,
-    groups: u32,
     shape: &str,
     bench: bool,
     opts: &Options,
 ) -> Result<Row> {
     let d = &bf.case.dims;
     let (nq, nl) = (d.b * d.h * d.t * d.d, d.b * d.h * d.t);
-    let kernel = bf.gpu.load(&crate::attention_wgmma::forward_kernel(d, true, groups))?;
+    let kernel = bf.gpu.load(&crate::attention_wgmma::forward_kernel(d, true))?;
     let (o2, lse2, o16b) = (arena.alloc_n::<f32>(nq)?, arena.alloc_n::<f32>(nl)?, arena.alloc_n::<u16>(nq)?);
     for b in [o2, lse2, o16b] {
         arena.fill_u32(b, NAN_BITS)?;
     }
-    let run = |f: &Function, [a, b, c]: [u64; 3], groups: u32| {
-        let grid = crate::attention_wgmma::forward_grid(d, groups);
-        bf.launch(f, grid, (attention_mma::THREADS * groups, 1, 1), &[a, b, bf.q, bf.k, bf.v, c])
+    let run = |f: &Function, [a, b, c]: [u64; 3]| {
+        bf.launch(f, d.grid_q(), attention_mma::block(), &[a, b, bf.q, bf.k, bf.v, c])
     };
-    run(&kernel, [o2.ptr, lse2.ptr, o16b.ptr], groups)?;
+    run(&kernel, [o2.ptr, lse2.ptr, o16b.ptr])?;
     let differ = mismatches(&arena.download::<f32>(o2, nq)?, &arena.download::<f32>(o, nq)?)
         + mismatches(&arena.download::<f32>(lse2, nl)?, &arena.download::<f32>(lse, nl)?)
         + arena
@@ -3017,14 +3012,11 @@ fn wgmma_forward_check(
             .zip(arena.download::<u16>(o16, nq)?)
             .filter(|(a, b)| **a != *b)
             .count();
-    let name = format!("wgmma fwd ({groups} warpgroups a block) o, lse, o16 = mma.sync fwd");
-    let mut row = exact_row("attention-bf16", &name, shape, differ, 2 * nq + nl);
+    let mut row = exact_row("attention-bf16", "wgmma fwd o, lse, o16 = mma.sync fwd", shape, differ, 2 * nq + nl);
     if bench {
         let fwd_flop = 2.0 * d.b as f64 * d.h as f64 * (d.t as f64).powi(2) * d.d as f64;
-        let f0 = median(bf.gpu.time(opts.warmup, opts.reps, || {
-            bf.launch(mma_copying, d.grid_q(), attention_mma::block(), &[o.ptr, lse.ptr, bf.q, bf.k, bf.v, o16.ptr])
-        })?);
-        let f1 = median(bf.gpu.time(opts.warmup, opts.reps, || run(&kernel, [o2.ptr, lse2.ptr, o16b.ptr], groups))?);
+        let f0 = median(bf.gpu.time(opts.warmup, opts.reps, || run(mma_copying, [o.ptr, lse.ptr, o16.ptr]))?);
+        let f1 = median(bf.gpu.time(opts.warmup, opts.reps, || run(&kernel, [o2.ptr, lse2.ptr, o16b.ptr]))?);
         row.median_us = Some(f1);
         row.rate = format!(
             "fwd {f1:.1} us ({:.0} TFLOP/s) vs mma.sync {f0:.1} us ({:.0}); {}",

@@ -262,7 +262,7 @@ impl Feed {
 /// The `wgmma` descriptor's fixed upper word and its per-K16 address step for an operand.
 /// K-major: 16 K are 32 bytes along the line; MN-major: 16 lines. Both: 8-line groups 1,024
 /// bytes apart (SBO); MN-major's 64-row blocks `64 · 128` bytes apart (LBO); 128-byte swizzle.
-fn descriptor_parts(k_major: bool) -> (u32, u32, u32) {
+pub(crate) fn descriptor_parts(k_major: bool) -> (u32, u32, u32) {
     let sbo = ATOM_LINES * LINE;
     let lbo = if k_major { 16 } else { BK * LINE };
     let k16_step = if k_major { 32 } else { 16 * LINE };

@@ -42,7 +42,6 @@
 //! | `ALPHA_ATTN_ONEPASS=on` | the bf16 attention backward in one pass summing dQ in a fixed order ([`crate::attention_mma::backward_kernel_onepass`]) instead of the joint kernel (measured slower, g101: 273 against 256 µs alone at sixteen contexts) |
 //! | `ALPHA_ATTN_WGMMA=off` | the bf16 attention forward on `mma.sync` ([`crate::attention_mma::forward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma`]; the same bits, g108: sixteen contexts' forward 103.2 → 77.2 µs alone, the step 21.75 / 21.75 → 21.54 / 21.28 ms) |
 //! | `ALPHA_ATTN_WGMMA_BWD=off` | the bf16 joint attention backward on `mma.sync` ([`crate::attention_mma::backward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma::backward_kernel`]; the same bits, g109: sixteen contexts' backward 253.9 → 193.8 µs alone, the step 21.27 / 21.97 → 20.43 / 20.49 ms) |
-//! | `ALPHA_ATTN_FWD_GROUPS=2` | the `wgmma` attention forward in blocks of two warpgroups sharing K and V tiles, instead of one (the same bits; measured slower, g110: sixteen contexts' forward 83.0 against 76.7 µs alone, the step 20.39 / 20.49 against 20.33 / 20.24 ms) |
 
 use std::sync::OnceLock;
 
@@ -98,8 +97,6 @@ pub struct Knobs {
     pub wgmma_attention: bool,
     /// The bf16 joint attention backward on `wgmma` ([`crate::attention_wgmma::backward_kernel`]).
     pub wgmma_attention_backward: bool,
-    /// Warpgroups of a `wgmma` attention forward block (1 or 2).
-    pub attention_forward_groups: u32,
     /// A forced choice of running a chain that alone reads a plain product in the product's
     /// epilogue everywhere (`on`) or nowhere (`off`); None: over deep grids only.
     pub chain_epilogue: Option<bool>,
@@ -202,7 +199,6 @@ pub fn knobs() -> &'static Knobs {
             ce_stats: var("ALPHA_CE_STATS").as_deref() == Some("on"),
             wgmma_attention: var("ALPHA_ATTN_WGMMA").as_deref() != Some("off"),
             wgmma_attention_backward: var("ALPHA_ATTN_WGMMA_BWD").as_deref() != Some("off"),
-            attention_forward_groups: if var("ALPHA_ATTN_FWD_GROUPS").as_deref() == Some("2") { 2 } else { 1 },
             chain_epilogue: forced("ALPHA_CHAIN_EPILOGUE", "on", "off"),
             ln_partials: on("ALPHA_LN_PARTIALS"),
             two_blocks: on("ALPHA_TWO_BLOCKS"),

@@ -89,9 +89,8 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     v.push(attention_mma::backward_delta_kernel(&dims));
     v.push(attention_mma::backward_kernel_rotating(&dims, [true, true], [true, true]));
     v.push(attention_mma::forward_kernel_bf16(&dims));
-    v.push(attention_wgmma::forward_kernel(&dims, false, 1));
-    v.push(attention_wgmma::forward_kernel(&dims, true, 1));
-    v.push(attention_wgmma::forward_kernel(&dims, true, 2));
+    v.push(attention_wgmma::forward_kernel(&dims, false));
+    v.push(attention_wgmma::forward_kernel(&dims, true));
     v.push(attention_wgmma::backward_kernel(&dims, [true, true], true));
     v.push(attention_mma::backward_delta_kernel_bf16(&dims));
     v.push(attention_mma::backward_kernel_bf16(&dims, [true, true]));

@@ -1651,19 +1651,9 @@ impl Lowerer<'_> {
                 let [qa, ka, va] = [0, 1, 2].map(|k| qkv(self, k));
                 if matches!(node.op, Op::Attention { .. }) {
                     let copy = self.more.output_copy.get(&id).copied();
-                    let wgmma =
-                        tc && bf16_at.is_some() && knobs().wgmma_attention && crate::attention_wgmma::applies(&dims);
-                    let forward_groups = crate::attention_wgmma::forward_groups();
-                    let (grid, block) = if wgmma {
-                        let g = forward_groups;
-                        (crate::attention_wgmma::forward_grid(&dims, g), (crate::attention_mma::THREADS * g, 1, 1))
-                    } else {
-                        (dims.grid_q(), block)
-                    };
+                    let wgmma = knobs().wgmma_attention && crate::attention_wgmma::applies(&dims);
                     let kernel = self.kernel(match (tc, bf16_at, copy) {
-                        (true, Some(_), c) if wgmma => {
-                            crate::attention_wgmma::forward_kernel(&dims, c.is_some(), forward_groups)
-                        }
+                        (true, Some(_), c) if wgmma => crate::attention_wgmma::forward_kernel(&dims, c.is_some()),
                         (true, Some(_), Some(_)) => mma::forward_kernel_bf16_copying(&dims),
                         (true, Some(_), None) => mma::forward_kernel_bf16(&dims),
                         (true, None, _) => mma::forward_kernel_rotating(&dims, turned),
@@ -1672,7 +1662,7 @@ impl Lowerer<'_> {
                     let mut args: Vec<A> = vec![self.ptr(out(0)), self.ptr(out(1)), qa, ka, va];
                     args.extend(tabs);
                     args.extend(copy.map(|c| self.ptr(c)));
-                    v.push(Pending { kernel, grid, block, args, node: some });
+                    v.push(Pending { kernel, grid: dims.grid_q(), block, args, node: some });
                 } else {
                     self.need_scratch(dims.scratch_floats() * 4);
                     // Inverse rotary fused: dq (dk) stored turned back, into the Rotary's slot.
@@ -1715,13 +1705,12 @@ impl Lowerer<'_> {
                         let inverse = [rot[0].is_some(), rot[1].is_some()];
                         let merged = self.more.merged_grads.get(&id).copied();
                         let onepass = bf16_at.is_some() && do16.is_some() && knobs().onepass_attention;
-                        let wgmma = bf16_at.is_some()
-                            && do16.is_some()
-                            && knobs().wgmma_attention_backward
-                            && crate::attention_wgmma::applies(&dims);
+                        let wgmma = knobs().wgmma_attention_backward && crate::attention_wgmma::applies(&dims);
                         let kb = self.kernel(match (bf16_at, merged) {
                             _ if onepass => mma::backward_kernel_onepass(&dims, inverse, merged.is_some()),
-                            _ if wgmma => crate::attention_wgmma::backward_kernel(&dims, inverse, merged.is_some()),
+                            (Some(_), m) if wgmma => {
+                                crate::attention_wgmma::backward_kernel(&dims, inverse, m.is_some())
+                            }
                             (Some(_), Some(_)) => mma::backward_kernel_bf16_merged(&dims, inverse),
                             (Some(_), None) => mma::backward_kernel_bf16(&dims, inverse),
                             _ => mma::backward_kernel_rotating(&dims, inverse, turned),
