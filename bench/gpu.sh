@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# The GPU measurements of bench/results/, one mode at a time, on a machine with the NVIDIA
+# driver and no Rust toolchain: it runs prebuilt binaries and writes its logs under $OUT.
+#
+#   ALPHA=./alpha DATA=./gut-bpe-small bench/gpu.sh MODE [ARGS]
+#
+# Modes:
+#   check            the four gates at initial and perturbed weights (8 PASS lines) for Bob
+#                    (batch 4) and Coppelius (batch 1) against the CPU reference; the GPU tests
+#                    (TEST_GPU); the kernel checks (KERNEL_CHECK, BACKEND_CHECK) when given
+#   hashes           Coppelius's checkpoint SHA-256 after 30 steps at batch 1 and 4 steps at
+#                    batch 16 from the default seed, against the expected values below
+#   bench [SYSTEM]   `alpha bench SYSTEM` (default coppelius) at batch 1 and 16; for Coppelius
+#                    against PyTorch's settings in the same invocation (bench/coppelius_torch.py,
+#                    torch.compile's default mode inside the whole-step graph)
+#   compare          ALPHA against ALPHA_BEFORE (another build), `alpha bench coppelius
+#                    --baseline none` alternating, ROUNDS rounds (default 2)
+#   profile [B ...]  one profiled Coppelius run at each batch (default 1 16): `alpha profile`
+#   train            Coppelius 2,000 steps from a seed (held-out loss, profile), the PyTorch
+#                    model from its step-0 checkpoint on the same windows, and resume exact
+#                    (20 + 20 steps against 40)
+#   all              check, hashes, bench, profile
+#
+# Environment:
+#   ALPHA          the alpha binary (required)
+#   DATA           a prepared BPE-12288 token directory (hashes, compare, profile, train). The
+#                  expected hashes are those of the Gutenberg subset the results used (12 MB of
+#                  training text, 1.5 MB held out); another directory gives other hashes: set
+#                  EXPECT_B1 and EXPECT_B16 to check against those
+#   TEST_GPU       the alpha-cuda GPU test binary (`cargo test --release -p alpha-cuda --test gpu
+#                  --no-run` prints its path); skipped when unset
+#   KERNEL_CHECK   the kernel_check example binary; skipped when unset (run --quick)
+#   BACKEND_CHECK  the backend_check example binary; skipped when unset (run --ops)
+#   ALPHA_BEFORE   the build to compare against (compare)
+#   OUT            where logs go (default: a new temporary folder)
+#
+# It prints one line per result as it goes and a table of them last; the exit status is 1 when
+# any result failed, 2 on a usage error.
+set -uo pipefail
+
+# Coppelius's checkpoint after 30 steps at batch 1 and after 4 steps at batch 16 on the results'
+# token directory: every change that keeps the arithmetic keeps these.
+EXPECT_B1=${EXPECT_B1:-6271d3fb12fc1184bfb727ae07739f8123252e8eea5dd207d222352ab066e30d}
+EXPECT_B16=${EXPECT_B16:-8029d135e8a6a602ab9109083ce1bc8c6fcee857ddb7482483ebf524492757e9}
+
+usage() {
+  sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+  exit 2
+}
+die() {
+  echo "gpu.sh: $*" >&2
+  exit 2
+}
+
+need_data() {
+  [ -n "${DATA:-}" ] || die "mode $1 needs DATA, a prepared BPE-12288 token directory"
+  [ -d "$DATA" ] || die "DATA=$DATA: no such directory"
+}
+
+[ $# -ge 1 ] || usage
+MODE=$1
+shift
+case "$MODE" in check | hashes | bench | compare | profile | train | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, profile, train, all)" ;; esac
+
+case "$MODE" in hashes | compare | profile | train | all) need_data "$MODE" ;; esac
+[ -n "${ALPHA:-}" ] || die "set ALPHA to the alpha binary, e.g. ALPHA=./alpha"
+[ -f "$ALPHA" ] || die "ALPHA=$ALPHA: no such file"
+chmod +x "$ALPHA" 2>/dev/null
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT" || die "cannot create OUT=$OUT"
+RUNS=$(mktemp -d)
+SUMMARY=$OUT/summary.tsv
+: >"$SUMMARY"
+FAILED=0
+
+# record WHAT RESULT DETAIL: one row of the closing table (RESULT is PASS, FAIL, SKIP or a figure).
+record() {
+  printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$SUMMARY"
+  printf '%-28s %-6s %s\n' "$1" "$2" "$3"
+  [ "$2" = FAIL ] && FAILED=1
+  return 0
+}
+
+# optional_binary VAR: the path in $VAR, made executable, or empty when unset or missing.
+optional_binary() {
+  local path=${!1:-}
+  if [ -z "$path" ]; then return 0; fi
+  if [ ! -f "$path" ]; then
+    echo "$1=$path: no such file, skipped" >&2
+    return 0
+  fi
+  chmod +x "$path" 2>/dev/null
+  echo "$path"
+}
+
+machine() {
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/machine.txt"
+  else
+    echo "nvidia-smi not found" | tee "$OUT/machine.txt"
+  fi
+  "$ALPHA" --version 2>/dev/null | tee -a "$OUT/machine.txt" || true
+}
+
+gates() {
+  local system=$1 batch=$2 log="$OUT/gates-$1.txt"
+  timeout 300 "$ALPHA" check all "$system" --device cuda --batch "$batch" >"$log" 2>&1
+  local rc=$? passes
+  passes=$(grep -c "^  PASS" "$log")
+  if [ $rc -eq 0 ] && [ "$passes" -eq 8 ]; then
+    record "gates $system" PASS "8/8 (batch $batch)"
+  else
+    record "gates $system" FAIL "$passes/8 PASS, exit $rc: $(grep -m1 -E "FAIL|error|✗" "$log" | cut -c1-120)"
+  fi
+}
+
+mode_check() {
+  gates bob 4
+  gates coppelius 1
+  local test_gpu kernel_check backend_check
+  test_gpu=$(optional_binary TEST_GPU)
+  if [ -n "$test_gpu" ]; then
+    timeout 300 "$test_gpu" --test-threads 1 >"$OUT/gpu-tests.txt" 2>&1
+    local rc=$?
+    local line
+    line=$(grep -m1 "^test result" "$OUT/gpu-tests.txt" | cut -c1-100)
+    if [ $rc -eq 0 ]; then record "GPU tests" PASS "$line"; else record "GPU tests" FAIL "exit $rc: ${line:-no result line}"; fi
+  else
+    record "GPU tests" SKIP "TEST_GPU not set"
+  fi
+  kernel_check=$(optional_binary KERNEL_CHECK)
+  if [ -n "$kernel_check" ]; then
+    timeout 300 "$kernel_check" --quick >"$OUT/kernel-check.txt" 2>&1
+    local rc=$? pass fail
+    pass=$(grep -c "^| PASS\|^PASS" "$OUT/kernel-check.txt")
+    fail=$(grep -c "^| FAIL\|^FAIL" "$OUT/kernel-check.txt")
+    if [ $rc -eq 0 ] && [ "$fail" -eq 0 ]; then record kernel_check PASS "$pass passed"; else record kernel_check FAIL "$pass passed, $fail failed, exit $rc"; fi
+  else
+    record kernel_check SKIP "KERNEL_CHECK not set"
+  fi
+  backend_check=$(optional_binary BACKEND_CHECK)
+  if [ -n "$backend_check" ]; then
+    timeout 300 "$backend_check" --ops >"$OUT/backend-check.txt" 2>&1
+    local rc=$? fail
+    fail=$(grep -cw FAIL "$OUT/backend-check.txt")
+    if [ $rc -eq 0 ] && [ "$fail" -eq 0 ]; then record backend_check PASS "ops"; else record backend_check FAIL "$fail failed, exit $rc"; fi
+  else
+    record backend_check SKIP "BACKEND_CHECK not set"
+  fi
+}
+
+# train_hash BATCH STEPS: the checkpoint SHA-256 of a fresh Coppelius run.
+train_hash() {
+  local log="$OUT/train-b$1-$2.txt"
+  timeout 120 "$ALPHA" train coppelius --device cuda --batch "$1" --data "$DATA" --steps "$2" \
+    --heldout-windows 0 --sample-tokens 0 --run-dir "$RUNS/hash-b$1-$2" --quiet >"$log" 2>&1
+  grep -o "sha256 [0-9a-f]*" "$log" | tail -1 | cut -d' ' -f2
+}
+
+check_hash() {
+  local batch=$1 steps=$2 expect=$3 got
+  got=$(train_hash "$batch" "$steps")
+  if [ -z "$got" ]; then
+    record "hash B=$batch $steps steps" FAIL "no checkpoint: $(tail -1 "$OUT/train-b$batch-$steps.txt" | cut -c1-120)"
+  elif [ "$got" = "$expect" ]; then
+    record "hash B=$batch $steps steps" PASS "${got:0:16}…"
+  else
+    record "hash B=$batch $steps steps" FAIL "${got:0:16}… against ${expect:0:16}…"
+  fi
+}
+
+mode_hashes() {
+  need_data hashes
+  check_hash 1 30 "$EXPECT_B1"
+  check_hash 16 4 "$EXPECT_B16"
+}
+
+# bench_rows FILE LABEL: one table row per batch from `alpha bench` output.
+bench_rows() {
+  local file=$1 label=$2 batch ms launches best best_ms ratio
+  while read -r batch ms _ launches best best_ms ratio; do
+    if [ "$best" = - ]; then
+      record "$label B=$batch" "$ms" "ms a step, $launches launches"
+    else
+      record "$label B=$batch" "$ms" "ms a step, $launches launches; PyTorch $best $best_ms ms; ratio $ratio"
+    fi
+  done < <(grep -E "^ +[0-9]+ +[0-9.]+ " "$file")
+  grep -q -E "^ +[0-9]+ +[0-9.]+ " "$file" || record "$label" FAIL "no figures: $(tail -1 "$file" | cut -c1-120)"
+}
+
+mode_bench() {
+  local system=${1:-coppelius} log="$OUT/bench-${1:-coppelius}.txt"
+  if [ "$system" = coppelius ]; then
+    [ -f bench/coppelius_torch.py ] || die "run from the repository root (bench/coppelius_torch.py)"
+    timeout 540 "$ALPHA" bench coppelius --device cuda --batch 1 --batch 16 --warmup 5 --steps 20 \
+      --baseline-arg=--graph-compile-mode --baseline-arg=default --baseline-arg=--repeats \
+      --baseline-arg=1 --baseline-arg=--deadline-s --baseline-arg=200 >"$log" 2>&1
+  else
+    timeout 300 "$ALPHA" bench "$system" --device cuda --batch 1 --batch 16 --warmup 5 --steps 20 \
+      --baseline none >"$log" 2>&1
+  fi
+  bench_rows "$log" "bench $system"
+}
+
+mode_compare() {
+  need_data compare
+  [ -n "${ALPHA_BEFORE:-}" ] && [ -f "$ALPHA_BEFORE" ] || die "compare needs ALPHA_BEFORE, the build to compare against"
+  chmod +x "$ALPHA_BEFORE" 2>/dev/null
+  local round name bin
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    for name in after before; do
+      if [ $name = after ]; then bin=$ALPHA; else bin=$ALPHA_BEFORE; fi
+      timeout 120 "$bin" bench coppelius --device cuda --batch 1 --batch 16 --warmup 5 --steps 20 \
+        --baseline none >"$OUT/compare-$name-$round.txt" 2>&1
+      bench_rows "$OUT/compare-$name-$round.txt" "$name ($round)"
+    done
+  done
+}
+
+mode_profile() {
+  need_data profile
+  local batches=("$@") b
+  [ ${#batches[@]} -gt 0 ] || batches=(1 16)
+  for b in "${batches[@]}"; do
+    timeout 120 "$ALPHA" train coppelius --device cuda --batch "$b" --data "$DATA" --steps 6 \
+      --heldout-windows 0 --sample-tokens 0 --profile --run-dir "$RUNS/profile-b$b" --quiet >/dev/null 2>&1
+    if "$ALPHA" profile "$RUNS/profile-b$b" >"$OUT/profile-b$b.txt" 2>&1; then
+      head -40 "$OUT/profile-b$b.txt"
+      record "profile B=$b" done "$OUT/profile-b$b.txt"
+    else
+      record "profile B=$b" FAIL "$(tail -1 "$OUT/profile-b$b.txt" | cut -c1-120)"
+    fi
+  done
+}
+
+mode_train() {
+  need_data train
+  local run=$RUNS/coppelius-2000
+  timeout 240 "$ALPHA" train coppelius --device cuda --data "$DATA" --steps 2000 --checkpoint-every 1000 \
+    --heldout-windows 64 --profile --save-initial --run-dir "$run" --sample-tokens 60 --quiet >"$OUT/train-2000.txt" 2>&1
+  local loss
+  loss=$(grep -m1 -oE "held-out loss [0-9.]+" "$OUT/train-2000.txt" | cut -d' ' -f3)
+  if [ -n "$loss" ]; then record "coppelius 2000 steps" "$loss" "held-out nats (64 windows)"; else record "coppelius 2000 steps" FAIL "$(tail -1 "$OUT/train-2000.txt" | cut -c1-120)"; fi
+  if command -v python3 >/dev/null 2>&1 && [ -f bench/coppelius_torch.py ]; then
+    timeout 240 python3 bench/coppelius_torch.py train --init "$run/checkpoints/step-000000.safetensors" \
+      --data "$DATA" --steps 2000 --batch 1 --total 2000 --heldout-windows 64 --out "$OUT/torch-losses.jsonl" \
+      >"$OUT/torch-train.txt" 2>"$OUT/torch-train.err"
+    loss=$(tail -1 "$OUT/torch-train.txt" | grep -oE '"heldout_loss": [0-9.]+' | cut -d' ' -f2)
+    if [ -n "$loss" ]; then record "PyTorch 2000 steps" "$loss" "held-out nats, same windows"; else record "PyTorch 2000 steps" FAIL "$(tail -1 "$OUT/torch-train.err" | cut -c1-120)"; fi
+  else
+    record "PyTorch 2000 steps" SKIP "python3 or bench/coppelius_torch.py missing"
+  fi
+  cp "$run/points.jsonl" "$OUT/alpha-points.jsonl" 2>/dev/null
+  "$ALPHA" train coppelius --device cuda --data "$DATA" --steps 40 --checkpoint-every 20 --heldout-windows 0 \
+    --sample-tokens 0 --run-dir "$RUNS/whole" --quiet >"$OUT/resume-whole.txt" 2>&1
+  "$ALPHA" train coppelius --device cuda --data "$DATA" --steps 20 --schedule-steps 40 --heldout-windows 0 \
+    --sample-tokens 0 --run-dir "$RUNS/halves" --quiet >"$OUT/resume-first.txt" 2>&1
+  "$ALPHA" train coppelius --device cuda --data "$DATA" --steps 20 --heldout-windows 0 --sample-tokens 0 \
+    --resume "$RUNS/halves/checkpoints/step-000020.safetensors" --run-dir "$RUNS/halves" --quiet >"$OUT/resume-second.txt" 2>&1
+  local whole halves
+  whole=$(sha256sum "$RUNS/whole/checkpoints/step-000040.safetensors" 2>/dev/null | cut -d' ' -f1)
+  halves=$(sha256sum "$RUNS/halves/checkpoints/step-000040.safetensors" 2>/dev/null | cut -d' ' -f1)
+  if [ -n "$whole" ] && [ "$whole" = "$halves" ]; then
+    record "resume 20+20 = 40" PASS "${whole:0:16}…"
+  else
+    record "resume 20+20 = 40" FAIL "40 steps ${whole:-none}, 20+20 ${halves:-none}"
+  fi
+}
+
+echo "== gpu.sh $MODE $* (logs in $OUT)"
+machine
+case "$MODE" in
+  check) mode_check ;;
+  hashes) mode_hashes ;;
+  bench) mode_bench "$@" ;;
+  compare) mode_compare ;;
+  profile) mode_profile "$@" ;;
+  train) mode_train ;;
+  all)
+    mode_check
+    mode_hashes
+    mode_bench coppelius
+    mode_profile
+    ;;
+esac
+rm -rf "$RUNS"
+
+echo
+echo "== summary ($MODE)"
+column -t -s $'\t' "$SUMMARY" 2>/dev/null || cat "$SUMMARY"
+exit $FAILED

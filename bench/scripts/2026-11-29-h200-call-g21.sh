@@ -1,1 +1,0 @@
-for v in "x=1" "ALPHA_FUSE_HEADS=off" "ALPHA_FUSE_GATED=off"; do echo "== $v"; env $v timeout 40 .gpu-bin/alpha bench coppelius --device cuda --batch 16 --warmup 3 --steps 10 --baseline none 2>&1 | grep -v "^\[" | tail -2 | head -1; done

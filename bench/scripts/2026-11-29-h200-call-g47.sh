@@ -1,2 +1,0 @@
-# Call g47 (the machine still warm from g46): the final alpha bench with the PyTorch baseline.
-chmod +x .gpu-bin/alpha; timeout 230 .gpu-bin/alpha bench coppelius --device cuda --batch 1 --batch 16 --warmup 5 --steps 20 --baseline-arg=--graph-compile-mode --baseline-arg=default --baseline-arg=--repeats --baseline-arg=1 --baseline-arg=--deadline-s --baseline-arg=100 > $OUT/bench.txt 2>&1; echo "exit $?"; grep -v "^\[" $OUT/bench.txt | tail -7
