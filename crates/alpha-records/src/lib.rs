@@ -6,6 +6,15 @@
 //!
 //! Every field but the identifying ones is optional with a default, so a record written by an
 //! older or newer trainer still reads, and the dashboard shows what it has.
+//!
+//! A row is written whole: its JSON and newline in one `write` on a file opened for appending
+//! ([`jsonl::append`]), so a crash leaves at most one unterminated last line, which readers
+//! ([`jsonl::read`]) skip. `run.json` names the process writing it (pid, host, the process's
+//! start time), so a reader can tell a run whose process is gone from one still going
+//! ([`RunInfo::observed`]).
+
+pub mod jsonl;
+pub mod liveness;
 
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +51,51 @@ pub struct RunInfo {
     pub seed: Option<u64>,
     pub message: Option<String>,
     pub summary: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The process training the run (while `state` is "running").
+    pub pid: Option<u32>,
+    /// The host that process runs on: liveness is judged only on the same host.
+    pub host: Option<String>,
+    /// The process's start time (clock ticks after boot, Linux), so a reused pid is not taken
+    /// for the run's process.
+    pub pid_started: Option<u64>,
+    /// The newest checkpoint written, relative to the run directory.
+    pub last_checkpoint: Option<String>,
+    /// The invocation writing the run (1, 2, … a process run into this directory).
+    pub invocation: Option<u64>,
+    /// The branch the invocation writes (0 or absent: the main line).
+    pub branch: Option<u64>,
+}
+
+/// The state a run shows when `run.json` says "running" but its process is gone.
+pub const INTERRUPTED: &str = "interrupted";
+
+impl RunInfo {
+    /// Whether `run.json` says "running" while the process it names is gone (on this host).
+    /// A record without a pid, or from another host, is taken at its word.
+    pub fn is_stale(&self) -> bool {
+        self.state == "running"
+            && self.pid.is_some_and(|pid| {
+                self.host.as_deref().is_none_or(|h| h == liveness::hostname())
+                    && !liveness::process_alive(pid, self.pid_started)
+            })
+    }
+
+    /// The record as a reader should show it: a "running" run whose process is gone is
+    /// "interrupted", its message naming the last checkpoint to resume from.
+    pub fn observed(mut self) -> RunInfo {
+        if self.is_stale() {
+            self.state = INTERRUPTED.into();
+            let pid = self.pid.unwrap_or_default();
+            self.message = Some(match &self.last_checkpoint {
+                Some(c) => format!(
+                    "interrupted: its process (pid {pid}) ended without finishing; the last checkpoint is {c} (step {})",
+                    self.steps_done
+                ),
+                None => format!("interrupted: its process (pid {pid}) ended before its first checkpoint"),
+            });
+        }
+        self
+    }
 }
 
 /// A row of `points.jsonl`: one training step.
@@ -58,6 +112,11 @@ pub struct Point {
     pub p10: Option<f64>,
     pub p90: Option<f64>,
     pub grad_norm: Option<f64>,
+    /// The invocation that ran the step: a step run again after a crash or on a branch has a
+    /// row from each invocation, and the newest is the one its checkpoints continue.
+    pub invocation: Option<u64>,
+    /// The branch the step belongs to (0 or absent: the main line).
+    pub branch: Option<u64>,
 }
 
 /// A row of `lineage.jsonl`: one checkpoint.
@@ -74,6 +133,9 @@ pub struct LineageRow {
     pub wall_s: Option<f64>,
     pub device_s: Option<f64>,
     pub time: Option<String>,
+    /// The branch the checkpoint belongs to (0 or absent: the main line, `checkpoints/`;
+    /// branch N lives in `checkpoints/branch-N/`).
+    pub branch: Option<u64>,
 }
 
 /// A row of `invocations.jsonl`: a chain of steps in one process.
@@ -87,6 +149,8 @@ pub struct Invocation {
     pub last_loss: Option<f64>,
     pub wall_s: Option<f64>,
     pub device_s: Option<f64>,
+    /// The branch it wrote (0 or absent: the main line).
+    pub branch: Option<u64>,
 }
 
 /// A row of `profile.jsonl`: one launch of a profiled step.

@@ -157,6 +157,7 @@ impl Checkpointer {
             wall_s: Some(self.started.elapsed().as_secs_f64()),
             device_s: None,
             time: Some(now()),
+            ..Default::default()
         })?;
         Ok((path, sha))
     }
@@ -226,6 +227,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         seed: Some(seed),
         message: None,
         summary: None,
+        ..Default::default()
     };
     records.run_info(&info)?;
     // A CPU run on a GPU machine must not claim the GPU's energy.
@@ -344,6 +346,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             p10: Some(percentile(&mut losses, 0.1)),
             p90: Some(percentile(&mut losses, 0.9)),
             grad_norm,
+            ..Default::default()
         })?;
         bar.set_position(step - first_step + 1);
         let tok_s = (accumulation * batch * t) as f64 / (ms / 1e3);
@@ -391,6 +394,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 last_loss: Some(last_loss),
                 wall_s: Some(started.elapsed().as_secs_f64()),
                 device_s: None,
+                ..Default::default()
             })?;
             info.state = "stopped".into();
             info.message = Some(msg.clone());
@@ -414,6 +418,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         last_loss: Some(last_loss),
         wall_s: Some(wall),
         device_s: None,
+        ..Default::default()
     })?;
     let result_tok_s = tokens_run / (step_ms_total / 1e3);
     info.state = "finished".into();
