@@ -131,19 +131,22 @@ mode_check() {
   kernel_check=$(optional_binary KERNEL_CHECK)
   if [ -n "$kernel_check" ]; then
     timeout 300 "$kernel_check" --quick >"$OUT/kernel-check.txt" 2>&1
-    local rc=$? pass fail
-    pass=$(grep -c "^| PASS\|^PASS" "$OUT/kernel-check.txt")
-    fail=$(grep -c "^| FAIL\|^FAIL" "$OUT/kernel-check.txt")
-    if [ $rc -eq 0 ] && [ "$fail" -eq 0 ]; then record kernel_check PASS "$pass passed"; else record kernel_check FAIL "$pass passed, $fail failed, exit $rc"; fi
+    local rc=$? tally
+    tally=$(grep -E "^[0-9]+ passed, [0-9]+ failed" "$OUT/kernel-check.txt" | tail -1)
+    if [ $rc -eq 0 ] && [[ "$tally" == *" 0 failed" ]]; then record kernel_check PASS "$tally"; else record kernel_check FAIL "${tally:-no tally}, exit $rc"; fi
   else
     record kernel_check SKIP "KERNEL_CHECK not set"
   fi
   backend_check=$(optional_binary BACKEND_CHECK)
   if [ -n "$backend_check" ]; then
     timeout 300 "$backend_check" --ops >"$OUT/backend-check.txt" 2>&1
-    local rc=$? fail
-    fail=$(grep -cw FAIL "$OUT/backend-check.txt")
-    if [ $rc -eq 0 ] && [ "$fail" -eq 0 ]; then record backend_check PASS "ops"; else record backend_check FAIL "$fail failed, exit $rc"; fi
+    local rc=$? cases
+    cases=$(grep -c "^| ops " "$OUT/backend-check.txt")
+    if [ $rc -eq 0 ] && grep -q "^ALL PASS" "$OUT/backend-check.txt"; then
+      record backend_check PASS "$cases op families"
+    else
+      record backend_check FAIL "exit $rc: $(grep -m1 -w FAIL "$OUT/backend-check.txt" | cut -c1-120)"
+    fi
   else
     record backend_check SKIP "BACKEND_CHECK not set"
   fi
@@ -287,5 +290,5 @@ rm -rf "$RUNS"
 
 echo
 echo "== summary ($MODE)"
-column -t -s $'\t' "$SUMMARY" 2>/dev/null || cat "$SUMMARY"
+awk -F'\t' '{ printf "%-28s %-8s %s\n", $1, $2, $3 }' "$SUMMARY"
 exit $FAILED
