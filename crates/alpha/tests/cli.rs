@@ -1,77 +1,12 @@
 //! The `alpha` binary as a user meets it: the catalogue, plans, a built executable, and bad
 //! input — each bad input a clear message and a nonzero exit, never a panic trace.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn alpha(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_alpha")).args(args).current_dir(cwd).output().expect("running alpha")
-}
-
-fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
-}
-
-/// A clean failure: nonzero exit, the message on stderr, no panic.
-fn fails_with(o: &Output, needle: &str) {
-    let (out, err) = text(o);
-    assert!(!o.status.success(), "expected failure, got success:\n{out}\n{err}");
-    assert!(err.contains(needle), "stderr lacks {needle:?}:\n{err}");
-    assert!(!err.contains("panicked"), "a panic instead of a message:\n{err}");
-}
-
-fn succeeds(o: &Output) -> String {
-    let (out, err) = text(o);
-    assert!(o.status.success(), "alpha failed:\n{out}\n{err}");
-    out
-}
-
-fn tiny() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tinyshakespeare.txt");
-    if p.is_file() {
-        Some(p.canonicalize().unwrap())
-    } else {
-        eprintln!("skipped: {} is missing", p.display());
-        None
-    }
-}
-
-/// A prepared byte stream of tiny-shakespeare in `dir`.
-fn prepared(dir: &Path) -> Option<PathBuf> {
-    let src = tiny()?;
-    let out = dir.join("tiny-bytes");
-    succeeds(&alpha(
-        &["data", "prepare", "--corpus", src.to_str().unwrap(), "--tokenizer", "bytes", "--out", out.to_str().unwrap()],
-        dir,
-    ));
-    Some(out)
-}
-
-/// A short Bob run; returns its final checkpoint.
-fn short_run(dir: &Path, data: &Path, steps: &str) -> PathBuf {
-    let run = dir.join("run");
-    succeeds(&alpha(
-        &[
-            "train",
-            "bob",
-            "--steps",
-            steps,
-            "--batch",
-            "4",
-            "--data",
-            data.to_str().unwrap(),
-            "--run-dir",
-            run.to_str().unwrap(),
-            "--sample-tokens",
-            "0",
-            "--heldout-windows",
-            "4",
-            "--quiet",
-        ],
-        dir,
-    ));
-    run.join(format!("checkpoints/step-{:0>6}.safetensors", steps))
-}
+use common::{alpha, fails_with, prepared, short_run, succeeds, text};
 
 #[test]
 fn the_catalogue_lists_every_system_with_its_parameter_count() {

@@ -1,0 +1,1 @@
+//! Robustness cases: arguments (filled in by its owner).

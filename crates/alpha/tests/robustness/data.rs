@@ -1,0 +1,1 @@
+//! Robustness cases: data (filled in by its owner).

@@ -1,0 +1,1 @@
+//! Robustness cases: runs (filled in by its owner).
