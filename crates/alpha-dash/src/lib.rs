@@ -28,7 +28,7 @@ pub mod webdriver;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use axum::extract::{Path as UrlPath, Query, State};
@@ -62,10 +62,29 @@ pub struct ProbeResult {
     pub top_next: Vec<(String, f64)>,
 }
 
-/// Runs a checkpoint on a prompt; the CLI supplies it because only it knows the systems.
+/// Loads checkpoints for the prompt probe; the CLI supplies it because only it knows the systems.
 pub trait Probe: Send + Sync {
-    fn probe(&self, run_dir: &Path, checkpoint: &Path, prompt: &str, tokens: usize) -> anyhow::Result<ProbeResult>;
+    /// Loads `checkpoint` (of the run in `run_dir`) and compiles what runs it: the costly part
+    /// of a probe, done once a checkpoint while the dashboard keeps the result (a few, the most
+    /// recently used).
+    fn load(&self, run_dir: &Path, checkpoint: &Path) -> anyhow::Result<Arc<dyn LoadedModel>>;
 }
+
+/// A checkpoint ready to answer prompts.
+pub trait LoadedModel: Send + Sync {
+    /// A greedy continuation of `prompt`, `tokens` long, and the likeliest next tokens.
+    fn probe(&self, prompt: &str, tokens: usize) -> anyhow::Result<ProbeResult>;
+}
+
+/// Probes that may run at once; more are answered 429 with a `Retry-After`. Each holds a
+/// compiled program and a copy of the weights while it runs, and the host has few cores.
+pub const MAX_PROBES_IN_FLIGHT: usize = 2;
+
+/// Loaded checkpoints kept for later probes (least recently used dropped first).
+pub const PROBE_CACHE_ENTRIES: usize = 2;
+
+/// The longest prompt a probe takes, in bytes.
+pub const MAX_PROMPT_BYTES: usize = 4096;
 
 /// How `alpha serve` runs.
 #[derive(Clone)]
@@ -126,6 +145,9 @@ impl Server {
             _ => anyhow::Error::new(e).context(format!("cannot listen on {addr}")),
         })?;
         listener.set_nonblocking(true)?;
+        // Hosts are checked against the port actually bound (`--port 0` picks one).
+        let bound = listener.local_addr()?;
+        let opts = ServeOptions { host: bound.ip(), port: bound.port(), ..opts };
         Ok(Server { listener, router: router(opts), runs_dir })
     }
 
@@ -215,14 +237,57 @@ struct AppState {
     store: RunStore,
     catalogue: Vec<SystemInfo>,
     probe: Option<Arc<dyn Probe>>,
+    /// One permit a probe in flight.
+    probes_in_flight: Arc<tokio::sync::Semaphore>,
+    loaded: Mutex<ProbeCache>,
 }
 
 type St = State<Arc<AppState>>;
 
+/// What identifies a loaded checkpoint: its real path, the digest its lineage row gives, and
+/// the file's size and modification time (a file rewritten in place is loaded again).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ProbeKey {
+    path: PathBuf,
+    sha256: String,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+/// The most recently used loaded checkpoints, newest last.
+#[derive(Default)]
+struct ProbeCache {
+    entries: Vec<(ProbeKey, Arc<dyn LoadedModel>)>,
+}
+
+impl ProbeCache {
+    fn get(&mut self, key: &ProbeKey) -> Option<Arc<dyn LoadedModel>> {
+        let i = self.entries.iter().position(|(k, _)| k == key)?;
+        let entry = self.entries.remove(i);
+        let model = entry.1.clone();
+        self.entries.push(entry);
+        Some(model)
+    }
+
+    fn put(&mut self, key: ProbeKey, model: Arc<dyn LoadedModel>) {
+        self.entries.retain(|(k, _)| *k != key);
+        self.entries.push((key, model));
+        let excess = self.entries.len().saturating_sub(PROBE_CACHE_ENTRIES);
+        self.entries.drain(..excess);
+    }
+}
+
 /// The dashboard's routes over `opts.runs_dir` (no check that it exists: [`Server::bind`] does).
+/// Requests must name this server in `Host` (see [`HostCheck`]).
 pub fn router(opts: ServeOptions) -> Router {
-    let state =
-        Arc::new(AppState { store: RunStore::new(opts.runs_dir), catalogue: opts.catalogue, probe: opts.probe });
+    let hosts = Arc::new(HostCheck { bound: opts.host, port: opts.port });
+    let state = Arc::new(AppState {
+        store: RunStore::new(opts.runs_dir),
+        catalogue: opts.catalogue,
+        probe: opts.probe,
+        probes_in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_PROBES_IN_FLIGHT)),
+        loaded: Mutex::new(ProbeCache::default()),
+    });
     Router::new()
         .route("/", get(|| page("runs", String::new())))
         .route("/systems", get(|| page("systems", String::new())))
@@ -241,6 +306,86 @@ pub fn router(opts: ServeOptions) -> Router {
         .route("/api/systems", get(api_systems))
         .fallback(|| async { err(StatusCode::NOT_FOUND, "no such page") })
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(hosts, check_host_and_origin))
+}
+
+/// Which `Host` (and `Origin`) a request may name. A page of another site can reach this
+/// server by rebinding its own name to 127.0.0.1 (DNS rebinding); its requests then carry that
+/// name in `Host`, which is refused here. Allowed: `localhost`, a loopback address, the bound
+/// address, and, when bound to every interface, any IP address (a rebinding needs a name);
+/// each with the bound port.
+#[derive(Clone, Debug)]
+pub struct HostCheck {
+    pub bound: IpAddr,
+    pub port: u16,
+}
+
+impl HostCheck {
+    /// Whether `host` (a `Host` header's value, `name[:port]`) names this server.
+    pub fn allows(&self, host: &str) -> bool {
+        let host = host.trim();
+        let (name, port) = match host.rsplit_once(':') {
+            // `[::1]:8080` or `name:8080`, but not the bare `::1` of a malformed header.
+            Some((name, port)) if !name.contains(':') || name.ends_with(']') => (name, Some(port)),
+            _ => (host, None),
+        };
+        let port_ok = match port {
+            Some(p) => p.parse::<u16>() == Ok(self.port),
+            None => self.port == 80,
+        };
+        if !port_ok {
+            return false;
+        }
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        if name == "localhost" {
+            return true;
+        }
+        let literal = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')).unwrap_or(&name);
+        match literal.parse::<IpAddr>() {
+            Ok(ip) => ip.is_loopback() || ip == self.bound || self.bound.is_unspecified(),
+            Err(_) => false,
+        }
+    }
+}
+
+/// Refuses (403) a request whose `Host` is not this server's, and a request that may change
+/// something or costs work (any but GET and HEAD: the probe) sent by another origin.
+async fn check_host_and_origin(
+    State(hosts): State<Arc<HostCheck>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host =
+        req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).or(req.uri().authority().map(|a| a.as_str()));
+    let Some(host) = host.filter(|h| hosts.allows(h)) else {
+        let named = req.headers().get(header::HOST).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+        return err(
+            StatusCode::FORBIDDEN,
+            format!(
+                "refused: the request's Host {} is not this server (127.0.0.1, localhost or {} on port {}); \
+                 a page of another site cannot reach the dashboard",
+                named.map_or("(none)".to_string(), |h| format!("{h:?}")),
+                hosts.bound,
+                hosts.port
+            ),
+        );
+    };
+    let safe = req.method() == axum::http::Method::GET || req.method() == axum::http::Method::HEAD;
+    if !safe {
+        if let Some(origin) = req.headers().get(header::ORIGIN) {
+            let origin = String::from_utf8_lossy(origin.as_bytes());
+            let own = format!("http://{host}");
+            if !origin.eq_ignore_ascii_case(&own) {
+                return err(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "refused: a request from Origin {origin:?}; only the dashboard's own pages ({own}) may send it"
+                    ),
+                );
+            }
+        }
+    }
+    next.run(req).await
 }
 
 const APP_JS: &str = include_str!("assets/app.js");
@@ -274,7 +419,7 @@ fn no_run(name: &str) -> Response {
 }
 
 async fn api_runs(State(st): St) -> Response {
-    let names = match st.store.list() {
+    let (names, skipped) = match st.store.list_noting() {
         Ok(n) => n,
         Err(e) => {
             let msg = format!("cannot read the runs folder {}: {e}", st.store.runs_dir.display());
@@ -290,7 +435,7 @@ async fn api_runs(State(st): St) -> Response {
             Some(r.summary(n))
         })
         .collect();
-    Json(json!({"runs_dir": st.store.runs_dir, "runs": runs})).into_response()
+    Json(json!({"runs_dir": st.store.runs_dir, "runs": runs, "skipped": skipped})).into_response()
 }
 
 /// Runs `f` on run `name`'s records after following every file.
@@ -375,20 +520,63 @@ async fn api_probe(State(st): St, UrlPath(name): UrlPath<String>, Json(req): Jso
     };
     let Some(rec) = st.store.get(&name) else { return no_run(&name) };
     // Only a checkpoint the lineage lists can be probed, so a request names no other file.
-    let (dir, known) = {
+    let (dir, root, row) = {
         let mut r = rec.lock().unwrap();
         r.refresh_all();
-        let known = r.lineage.rows().iter().any(|l| l.path == req.checkpoint);
-        (r.dir.clone(), known)
+        let row = r.lineage.rows().iter().find(|l| l.path == req.checkpoint).cloned();
+        (r.dir.clone(), r.root().to_path_buf(), row)
     };
-    if !known {
+    let Some(row) = row else {
         return err(StatusCode::BAD_REQUEST, format!("{:?} is not a checkpoint in this run's lineage", req.checkpoint));
-    }
+    };
     if req.tokens == 0 || req.tokens > 512 {
         return err(StatusCode::BAD_REQUEST, "tokens must be between 1 and 512");
     }
-    let ckpt = dir.join(&req.checkpoint);
-    let result = tokio::task::spawn_blocking(move || probe.probe(&dir, &ckpt, &req.prompt, req.tokens)).await;
+    if req.prompt.len() > MAX_PROMPT_BYTES {
+        return err(
+            StatusCode::BAD_REQUEST,
+            format!("the prompt is {} bytes; at most {MAX_PROMPT_BYTES}", req.prompt.len()),
+        );
+    }
+    // The lineage row's path is data, not trusted: it must lead to a file inside the runs folder.
+    let ckpt = match store::confine(&root, &dir.join(&row.path)) {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return err(StatusCode::FORBIDDEN, format!("checkpoint {:?} is not read: {e}", row.path))
+        }
+        Err(e) => return err(StatusCode::NOT_FOUND, format!("checkpoint {:?}: {e}", row.path)),
+    };
+    let meta = match std::fs::metadata(&ckpt) {
+        Ok(m) if m.is_file() => m,
+        Ok(_) => return err(StatusCode::NOT_FOUND, format!("checkpoint {:?} is not a file", row.path)),
+        Err(e) => return err(StatusCode::NOT_FOUND, format!("checkpoint {:?}: {e}", row.path)),
+    };
+    let Ok(permit) = st.probes_in_flight.clone().try_acquire_owned() else {
+        let mut resp = err(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("{MAX_PROBES_IN_FLIGHT} probes are already running; try again in a moment"),
+        );
+        resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return resp;
+    };
+    let key =
+        ProbeKey { path: ckpt.clone(), sha256: row.sha256.clone(), len: meta.len(), modified: meta.modified().ok() };
+    let state = st.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        // Held until the probe ends, even if the client has gone.
+        let _permit = permit;
+        let cached = state.loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&key);
+        let model = match cached {
+            Some(m) => m,
+            None => {
+                let m = probe.load(&dir, &ckpt)?;
+                state.loaded.lock().unwrap_or_else(|p| p.into_inner()).put(key, m.clone());
+                m
+            }
+        };
+        model.probe(&req.prompt, req.tokens)
+    })
+    .await;
     match result {
         Ok(Ok(r)) => Json(r).into_response(),
         Ok(Err(e)) => err(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}")),

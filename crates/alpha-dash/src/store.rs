@@ -2,7 +2,7 @@
 //! figures the pages show (headline, profile tables, telemetry series), computed here so the
 //! API answers with what a page draws.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -11,11 +11,13 @@ use alpha_telemetry::Sample;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::records::{FileHealth, Invocation, Jsonl, LineageRow, Point, ProfileRow, RunInfo};
+use crate::records::{Invocation, Jsonl, LineageRow, Point, ProfileRow, RunInfo};
 
 /// Every record of one run directory.
 pub struct RunRecords {
+    /// The run folder, links resolved (inside the runs folder).
     pub dir: PathBuf,
+    root: PathBuf,
     pub info: Result<RunInfo, String>,
     pub points: Jsonl<Point>,
     pub lineage: Jsonl<LineageRow>,
@@ -25,22 +27,29 @@ pub struct RunRecords {
 }
 
 impl RunRecords {
-    fn new(dir: PathBuf) -> Self {
+    /// The records of run folder `dir` (canonical), each file read only while it lies inside
+    /// `root` (the canonical runs folder).
+    fn new(dir: PathBuf, root: &Path) -> Self {
         RunRecords {
             info: Err("not read yet".into()),
-            points: Jsonl::new(dir.join("points.jsonl")),
-            lineage: Jsonl::new(dir.join("lineage.jsonl")),
-            invocations: Jsonl::new(dir.join("invocations.jsonl")),
-            profile: Jsonl::new(dir.join("profile.jsonl")),
-            telemetry: Jsonl::new(dir.join("telemetry.jsonl")),
+            points: Jsonl::confined(dir.join("points.jsonl"), root.to_path_buf()),
+            lineage: Jsonl::confined(dir.join("lineage.jsonl"), root.to_path_buf()),
+            invocations: Jsonl::confined(dir.join("invocations.jsonl"), root.to_path_buf()),
+            profile: Jsonl::confined(dir.join("profile.jsonl"), root.to_path_buf()),
+            telemetry: Jsonl::confined(dir.join("telemetry.jsonl"), root.to_path_buf()),
+            root: root.to_path_buf(),
             dir,
         }
     }
 
+    /// The runs folder (canonical) this run's files must lie in.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Rereads `run.json` (small, rewritten whole) and follows `points.jsonl`.
     pub fn refresh_core(&mut self) {
-        let path = self.dir.join("run.json");
-        self.info = match std::fs::read(&path) {
+        self.info = match confine(&self.root, &self.dir.join("run.json")).and_then(|p| read_capped(&p, MAX_RUN_JSON)) {
             Ok(bytes) => serde_json::from_slice::<RunInfo>(&bytes).map_err(|e| format!("run.json does not parse: {e}")),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("no run.json yet".into()),
             Err(e) => Err(format!("run.json: {e}")),
@@ -68,16 +77,18 @@ impl RunRecords {
     /// because nothing will complete it.
     pub fn files(&self) -> Value {
         let running = self.state() == "running";
-        let one = |h: FileHealth, bad: &[u64]| {
+        fn one<T: serde::de::DeserializeOwned>(j: &Jsonl<T>, running: bool) -> Value {
+            let h = j.health();
             let skipped = h.skipped + usize::from(h.partial_tail && !running);
-            json!({"rows": h.rows, "skipped": skipped, "partial_tail": h.partial_tail, "first_bad_lines": bad})
-        };
+            json!({"rows": h.rows, "skipped": skipped, "partial_tail": h.partial_tail, "behind": h.behind,
+                   "first_bad_lines": j.first_bad_lines(), "problem": j.problem()})
+        }
         json!({
-            "points": one(self.points.health(), self.points.first_bad_lines()),
-            "lineage": one(self.lineage.health(), self.lineage.first_bad_lines()),
-            "invocations": one(self.invocations.health(), self.invocations.first_bad_lines()),
-            "profile": one(self.profile.health(), self.profile.first_bad_lines()),
-            "telemetry": one(self.telemetry.health(), self.telemetry.first_bad_lines()),
+            "points": one(&self.points, running),
+            "lineage": one(&self.lineage, running),
+            "invocations": one(&self.invocations, running),
+            "profile": one(&self.profile, running),
+            "telemetry": one(&self.telemetry, running),
         })
     }
 
@@ -330,51 +341,136 @@ pub fn telemetry_series(rows: &[Sample], since: Option<f64>, max_points: usize) 
     })
 }
 
+/// The largest `run.json` read: the trainer writes a few hundred bytes.
+const MAX_RUN_JSON: u64 = 1 << 20;
+
+/// Reads at most `cap` bytes of `path`; a larger file is an error that says so.
+fn read_capped(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(std::io::Error::other(format!("larger than {cap} bytes: not a run record")));
+    }
+    Ok(bytes)
+}
+
+/// Where `path` really is (every link followed), if that lies inside `root`, which must be
+/// canonical. A path leading outside is a `PermissionDenied` error that names both; a missing
+/// one is `NotFound`. Every file the dashboard reads goes through here, so neither a link in
+/// the runs folder nor a path written in a record can make it read anything else.
+pub fn confine(root: &Path, path: &Path) -> std::io::Result<PathBuf> {
+    let real = path.canonicalize()?;
+    if real.starts_with(root) {
+        Ok(real)
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} leads to {}, outside the runs folder {}", path.display(), real.display(), root.display()),
+        ))
+    }
+}
+
+/// A folder of the runs folder that the list leaves out, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SkippedRun {
+    pub name: String,
+    pub reason: String,
+}
+
 /// The runs folder and the records of every run seen so far.
 pub struct RunStore {
+    /// The runs folder as given (what the pages show).
     pub runs_dir: PathBuf,
+    /// The runs folder with every link resolved: what each file read must lie inside.
+    root: PathBuf,
     runs: Mutex<HashMap<String, Arc<Mutex<RunRecords>>>>,
+    /// Folders already reported as skipped, so each is said once on stderr.
+    noted: Mutex<HashSet<String>>,
 }
 
 impl RunStore {
     pub fn new(runs_dir: PathBuf) -> Self {
-        RunStore { runs_dir, runs: Mutex::new(HashMap::new()) }
+        let root = runs_dir.canonicalize().unwrap_or_else(|_| runs_dir.clone());
+        RunStore { runs_dir, root, runs: Mutex::new(HashMap::new()), noted: Mutex::new(HashSet::new()) }
+    }
+
+    /// The runs folder with every link resolved.
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     /// Run directories, newest first (by `run.json`'s modification time). A run is a folder
     /// holding `run.json` or `points.jsonl`.
     pub fn list(&self) -> std::io::Result<Vec<String>> {
+        Ok(self.list_noting()?.0)
+    }
+
+    /// [`RunStore::list`], and the folders left out because they lead outside the runs folder
+    /// (each also said once on stderr).
+    pub fn list_noting(&self) -> std::io::Result<(Vec<String>, Vec<SkippedRun>)> {
         let mut found: Vec<(SystemTime, String)> = Vec::new();
-        for entry in std::fs::read_dir(&self.runs_dir)? {
+        let mut skipped = Vec::new();
+        for entry in std::fs::read_dir(&self.root)? {
             let entry = entry?;
-            let path = entry.path();
             let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
-            if !path.is_dir() || name.starts_with('.') {
+            if name.starts_with('.') {
                 continue;
             }
-            let marker = ["run.json", "points.jsonl"].iter().map(|f| path.join(f)).find(|p| p.exists());
+            let dir = match self.run_dir(&name) {
+                Ok(Some(dir)) => dir,
+                Ok(None) => continue,
+                Err(reason) => {
+                    if self.noted.lock().unwrap().insert(name.clone()) {
+                        eprintln!("alpha serve: skipping {name}: {reason}");
+                    }
+                    skipped.push(SkippedRun { name, reason });
+                    continue;
+                }
+            };
+            let marker = ["run.json", "points.jsonl"].iter().find_map(|f| confine(&self.root, &dir.join(f)).ok());
             if let Some(marker) = marker {
                 let t = std::fs::metadata(&marker).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
                 found.push((t, name));
             }
         }
         found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        Ok(found.into_iter().map(|(_, n)| n).collect())
+        skipped.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok((found.into_iter().map(|(_, n)| n).collect(), skipped))
     }
 
-    /// The records of run `name`, or `None` if there is no such run folder. Names are single
-    /// path components, so a request cannot reach outside the runs folder.
-    pub fn get(&self, name: &str) -> Option<Arc<Mutex<RunRecords>>> {
+    /// Where run `name` really is: `Ok(None)` if it is no folder (or not a plain name),
+    /// `Err` with the reason if it leads outside the runs folder.
+    fn run_dir(&self, name: &str) -> Result<Option<PathBuf>, String> {
         let plain = !name.is_empty()
             && !name.starts_with('.')
             && !name.contains(['/', '\\'])
             && Path::new(name).components().count() == 1;
-        let dir = self.runs_dir.join(name);
-        if !plain || !dir.is_dir() {
-            return None;
+        if !plain {
+            return Ok(None);
         }
+        match confine(&self.root, &self.root.join(name)) {
+            Ok(dir) if dir != self.root && dir.is_dir() => Ok(Some(dir)),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(e.to_string()),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The records of run `name`, or `None` if there is no such run folder inside the runs
+    /// folder. Names are single path components and links are followed only to folders inside
+    /// the runs folder, so a request cannot reach outside it.
+    pub fn get(&self, name: &str) -> Option<Arc<Mutex<RunRecords>>> {
+        let dir = self.run_dir(name).ok()??;
         let mut runs = self.runs.lock().unwrap();
-        Some(runs.entry(name.to_string()).or_insert_with(|| Arc::new(Mutex::new(RunRecords::new(dir)))).clone())
+        let rec = runs
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(Mutex::new(RunRecords::new(dir.clone(), &self.root))));
+        // A link retargeted since: its records are another folder's.
+        if rec.lock().unwrap().dir != dir {
+            *rec = Arc::new(Mutex::new(RunRecords::new(dir, &self.root)));
+        }
+        Some(rec.clone())
     }
 }
 

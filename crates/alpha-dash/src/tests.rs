@@ -121,7 +121,7 @@ fn app(dir: &Path, probe: Option<Arc<dyn Probe>>) -> Router {
 }
 
 async fn call(app: &Router, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let mut req = Request::builder().method(method).uri(uri);
+    let mut req = Request::builder().method(method).uri(uri).header("host", format!("127.0.0.1:{DEFAULT_PORT}"));
     if body.is_some() {
         req = req.header("content-type", "application/json");
     }
@@ -322,10 +322,24 @@ async fn polling_returns_only_what_was_appended() {
     assert_eq!(p["p10"], json!([null, null, null]));
 }
 
-struct EchoProbe;
+/// Echoes the prompt; "fail" fails. Counts its loads.
+#[derive(Default)]
+struct EchoProbe {
+    loads: std::sync::atomic::AtomicUsize,
+}
+
+struct EchoModel;
+
 impl Probe for EchoProbe {
-    fn probe(&self, run_dir: &Path, checkpoint: &Path, prompt: &str, tokens: usize) -> anyhow::Result<ProbeResult> {
+    fn load(&self, run_dir: &Path, checkpoint: &Path) -> anyhow::Result<Arc<dyn LoadedModel>> {
         assert!(checkpoint.starts_with(run_dir));
+        self.loads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(Arc::new(EchoModel))
+    }
+}
+
+impl LoadedModel for EchoModel {
+    fn probe(&self, prompt: &str, tokens: usize) -> anyhow::Result<ProbeResult> {
         if prompt == "fail" {
             anyhow::bail!("the checkpoint does not load");
         }
@@ -336,17 +350,27 @@ impl Probe for EchoProbe {
     }
 }
 
+/// Writes an empty file at each checkpoint path of `run`'s lineage.
+fn touch_checkpoints(run: &Path) {
+    std::fs::create_dir_all(run.join("checkpoints")).unwrap();
+    for line in std::fs::read_to_string(run.join("lineage.jsonl")).unwrap().lines() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        std::fs::write(run.join(row["path"].as_str().unwrap()), "weights").unwrap();
+    }
+}
+
 #[tokio::test]
 async fn the_probe_runs_listed_checkpoints_only() {
     let dir = tempfile::tempdir().unwrap();
-    write_run(dir.path(), "bob-p", 40, "finished", false, 1);
+    let run = write_run(dir.path(), "bob-p", 40, "finished", false, 1);
+    touch_checkpoints(&run);
     let body = |ckpt: &str, prompt: &str| Some(json!({"checkpoint": ckpt, "prompt": prompt, "tokens": 3}));
     let uri = "/api/runs/bob-p/probe";
 
     let (s, v) = call(&app(dir.path(), None), "POST", uri, body("checkpoints/step-000020.safetensors", "a")).await;
     assert_eq!(s, StatusCode::NOT_IMPLEMENTED, "{v}");
 
-    let app = app(dir.path(), Some(Arc::new(EchoProbe)));
+    let app = app(dir.path(), Some(Arc::new(EchoProbe::default())));
     let (s, v) = call(&app, "POST", uri, body("checkpoints/step-000040.safetensors", "The")).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["continuation"], "xxx after \"The\"");
@@ -458,4 +482,228 @@ fn the_pages_draw_the_records_in_a_real_browser() {
     let note = b.execute("return document.querySelector('#gpu-sub').textContent", vec![]).unwrap();
     assert!(note.as_str().unwrap().contains("No GPU telemetry"), "{note}");
     std::fs::write(shots.join("dash-run-cpu.png"), b.full_page_png(1280).unwrap()).unwrap();
+}
+
+#[test]
+fn hosts_other_than_this_server_are_refused() {
+    let local = HostCheck { bound: IpAddr::V4(Ipv4Addr::LOCALHOST), port: 8080 };
+    for ok in ["127.0.0.1:8080", "localhost:8080", "LOCALHOST.:8080", "[::1]:8080", "127.0.0.2:8080"] {
+        assert!(local.allows(ok), "{ok}");
+    }
+    for bad in [
+        "evil.example:8080",
+        "evil.example",
+        "127.0.0.1",
+        "127.0.0.1:8081",
+        "localhost:80",
+        "192.168.1.5:8080",
+        "::1",
+        "[::1]",
+        "",
+        "127.0.0.1:8080:1",
+        "localhost.evil.example:8080",
+    ] {
+        assert!(!local.allows(bad), "{bad}");
+    }
+    // Bound to a LAN address, or to every interface: IP addresses are names no page can rebind.
+    let lan = HostCheck { bound: "192.168.1.5".parse().unwrap(), port: 80 };
+    assert!(lan.allows("192.168.1.5") && lan.allows("192.168.1.5:80") && lan.allows("localhost"));
+    assert!(!lan.allows("192.168.1.6") && !lan.allows("nas.local"));
+    let any = HostCheck { bound: "0.0.0.0".parse().unwrap(), port: 8080 };
+    assert!(any.allows("10.0.0.7:8080") && !any.allows("rebind.example:8080"));
+}
+
+async fn request(app: &Router, method: &str, uri: &str, headers: &[(&str, &str)], body: Option<Value>) -> Response {
+    let mut req = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    if body.is_some() {
+        req = req.header("content-type", "application/json");
+    }
+    app.clone().oneshot(req.body(body.map_or(Body::empty(), |b| Body::from(b.to_string()))).unwrap()).await.unwrap()
+}
+
+async fn json_of(resp: Response) -> Value {
+    serde_json::from_slice(&axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_foreign_host_or_origin_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = write_run(dir.path(), "bob", 20, "finished", false, 1);
+    touch_checkpoints(&run);
+    let probe = Arc::new(EchoProbe::default());
+    let app = app(dir.path(), Some(probe.clone()));
+    let own = format!("127.0.0.1:{DEFAULT_PORT}");
+
+    for uri in ["/", "/api/runs", "/assets/app.js", "/nowhere"] {
+        let resp = request(&app, "GET", uri, &[("host", "rebound.example:8080")], None).await;
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{uri}");
+        let v = json_of(resp).await;
+        assert!(v["error"].as_str().unwrap().contains("Host \"rebound.example:8080\""), "{v}");
+    }
+    let resp = request(&app, "GET", "/api/runs", &[], None).await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN, "no Host at all");
+    let resp = request(&app, "GET", "/api/runs", &[("host", &own), ("origin", "http://evil.example")], None).await;
+    assert_eq!(resp.status(), StatusCode::OK, "a cross-origin GET reads nothing: no CORS header lets it");
+
+    let body = json!({"checkpoint": "checkpoints/step-000020.safetensors", "prompt": "a", "tokens": 2});
+    for origin in ["http://evil.example", "null", "http://127.0.0.1:8081", "https://127.0.0.1:8080"] {
+        let resp =
+            request(&app, "POST", "/api/runs/bob/probe", &[("host", &own), ("origin", origin)], Some(body.clone()))
+                .await;
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{origin}");
+        assert!(json_of(resp).await["error"].as_str().unwrap().contains("Origin"));
+    }
+    assert_eq!(probe.loads.load(std::sync::atomic::Ordering::SeqCst), 0, "refused probes load nothing");
+    let same = format!("http://{own}");
+    let resp =
+        request(&app, "POST", "/api/runs/bob/probe", &[("host", &own), ("origin", &same)], Some(body.clone())).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = request(&app, "POST", "/api/runs/bob/probe", &[("host", &own)], Some(body)).await;
+    assert_eq!(resp.status(), StatusCode::OK, "no Origin: not from a page, so not cross-site");
+}
+
+/// A probe whose runs wait until `open` is set, counting those waiting.
+#[derive(Default)]
+struct GatedProbe {
+    open: std::sync::atomic::AtomicBool,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl Probe for Arc<GatedProbe> {
+    fn load(&self, _run_dir: &Path, _checkpoint: &Path) -> anyhow::Result<Arc<dyn LoadedModel>> {
+        Ok(Arc::new(self.clone()))
+    }
+}
+
+impl LoadedModel for Arc<GatedProbe> {
+    fn probe(&self, _prompt: &str, _tokens: usize) -> anyhow::Result<ProbeResult> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.waiting.fetch_add(1, SeqCst);
+        while !self.open.load(SeqCst) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.waiting.fetch_sub(1, SeqCst);
+        Ok(ProbeResult::default())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_beyond_the_limit_are_told_to_retry() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = tempfile::tempdir().unwrap();
+    let run = write_run(dir.path(), "bob", 20, "finished", false, 1);
+    touch_checkpoints(&run);
+    let gate = Arc::new(GatedProbe::default());
+    let app = app(dir.path(), Some(Arc::new(gate.clone())));
+    let body = Some(json!({"checkpoint": "checkpoints/step-000020.safetensors", "prompt": "a", "tokens": 2}));
+    let running: Vec<_> = (0..MAX_PROBES_IN_FLIGHT)
+        .map(|_| {
+            let (app, body) = (app.clone(), body.clone());
+            tokio::spawn(async move { call(&app, "POST", "/api/runs/bob/probe", body).await })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while gate.waiting.load(SeqCst) < MAX_PROBES_IN_FLIGHT {
+        assert!(std::time::Instant::now() < deadline, "the first probes never started");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for _ in 0..5 {
+        let resp = request(&app, "POST", "/api/runs/bob/probe", &[("host", "localhost:8080")], body.clone()).await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        assert!(json_of(resp).await["error"].as_str().unwrap().contains("probes are already running"));
+    }
+    assert_eq!(gate.waiting.load(SeqCst), MAX_PROBES_IN_FLIGHT, "the refused ones never ran");
+    gate.open.store(true, SeqCst);
+    for r in running {
+        assert_eq!(r.await.unwrap().0, StatusCode::OK);
+    }
+    // The permits came back.
+    assert_eq!(call(&app, "POST", "/api/runs/bob/probe", body).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_probed_checkpoint_is_loaded_once_until_it_changes() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = tempfile::tempdir().unwrap();
+    let run = write_run(dir.path(), "bob", 60, "finished", false, 1);
+    touch_checkpoints(&run);
+    let probe = Arc::new(EchoProbe::default());
+    let app = app(dir.path(), Some(probe.clone()));
+    let ask = |step: u64| {
+        let app = app.clone();
+        async move {
+            let body =
+                json!({"checkpoint": format!("checkpoints/step-{step:06}.safetensors"), "prompt": "a", "tokens": 2});
+            let (s, v) = call(&app, "POST", "/api/runs/bob/probe", Some(body)).await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+        }
+    };
+    for _ in 0..5 {
+        ask(20).await;
+    }
+    assert_eq!(probe.loads.load(SeqCst), 1, "repeated probes reuse the loaded checkpoint");
+    ask(40).await;
+    ask(20).await;
+    assert_eq!(probe.loads.load(SeqCst), 2, "two checkpoints fit");
+    ask(60).await; // drops 40, the least recently used
+    ask(20).await;
+    assert_eq!(probe.loads.load(SeqCst), 3);
+    ask(40).await;
+    assert_eq!(probe.loads.load(SeqCst), 4, "an evicted checkpoint is loaded again");
+    // Rewritten in place: loaded again.
+    std::fs::write(run.join("checkpoints/step-000040.safetensors"), "other weights, longer").unwrap();
+    ask(40).await;
+    assert_eq!(probe.loads.load(SeqCst), 5);
+}
+
+#[tokio::test]
+async fn lineage_paths_and_run_links_outside_the_runs_folder_are_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let run = write_run(&runs, "bob", 20, "finished", false, 1);
+    let outside = dir.path().join("outside");
+    write_run(&outside, "secret", 20, "finished", false, 1);
+    std::fs::write(outside.join("weights.safetensors"), "secret").unwrap();
+    let mut lineage = std::fs::OpenOptions::new().append(true).open(run.join("lineage.jsonl")).unwrap();
+    for path in ["/etc/passwd", "../../outside/weights.safetensors", "../bob/../../outside/weights.safetensors"] {
+        writeln!(lineage, "{}", json!({"step": 99, "path": path, "sha256": "00"})).unwrap();
+    }
+    std::os::unix::fs::symlink(outside.join("secret"), runs.join("escape")).unwrap();
+    std::os::unix::fs::symlink(&run, runs.join("latest")).unwrap();
+    let probe = Arc::new(EchoProbe::default());
+    let app = app(&runs, Some(probe.clone()));
+
+    for path in ["/etc/passwd", "../../outside/weights.safetensors", "../bob/../../outside/weights.safetensors"] {
+        let body = json!({"checkpoint": path, "prompt": "a", "tokens": 2});
+        let (s, v) = call(&app, "POST", "/api/runs/bob/probe", Some(body)).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{path}: {v}");
+        assert!(v["error"].as_str().unwrap().contains("outside the runs folder"), "{v}");
+    }
+    assert_eq!(probe.loads.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let body = json!({"checkpoint": "checkpoints/step-000020.safetensors", "prompt": "a", "tokens": 2});
+    let (s, v) = call(&app, "POST", "/api/runs/bob/probe", Some(body)).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "a listed checkpoint whose file is gone: {v}");
+
+    let (_, list) = get(&app, "/api/runs").await;
+    let names: Vec<&str> = list["runs"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains(&"bob") && names.contains(&"latest"), "a link inside the runs folder is a run: {names:?}");
+    assert_eq!(list["skipped"][0]["name"], "escape");
+    assert!(list["skipped"][0]["reason"].as_str().unwrap().contains("outside the runs folder"));
+    for uri in ["/api/runs/escape", "/api/runs/escape/points", "/api/runs/escape/lineage"] {
+        assert_eq!(get(&app, uri).await.0, StatusCode::NOT_FOUND, "{uri}");
+    }
+    let (_, sys) = get(&app, "/api/systems").await;
+    assert_eq!(sys["systems"][0]["runs"].as_array().unwrap().len(), 2, "{sys}");
+
+    // A record file that links out is not read either, and the run says why.
+    std::fs::remove_file(run.join("points.jsonl")).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret/points.jsonl"), run.join("points.jsonl")).unwrap();
+    let (_, r) = get(&app, "/api/runs/bob").await;
+    assert_eq!(r["files"]["points"]["rows"], 0);
+    assert!(r["files"]["points"]["problem"].as_str().unwrap().contains("outside the runs folder"), "{r}");
 }

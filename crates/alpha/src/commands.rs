@@ -548,14 +548,38 @@ fn prepare(corpus: PathBuf, tokenizer: String, out: PathBuf) -> Result<()> {
 
 struct CliProbe;
 
+/// A checkpoint restored into a compiled CPU inference program, kept by the dashboard between
+/// probes of it.
+struct ProbeModel {
+    system: Box<dyn System>,
+    tokenizer: Tokenizer,
+    backend: std::sync::Mutex<alpha_cpu::CpuBackend>,
+}
+
 impl alpha_dash::Probe for CliProbe {
-    fn probe(&self, _run: &Path, ckpt: &Path, prompt: &str, tokens: usize) -> Result<alpha_dash::ProbeResult> {
+    fn load(&self, _run: &Path, ckpt: &Path) -> Result<Arc<dyn alpha_dash::LoadedModel>> {
         let loaded = checkpoint::load(ckpt)?;
         let system = find(&loaded.meta.system)?;
         let data = PathBuf::from(&loaded.meta.data);
-        let prompt = Prompt { text: prompt, tokens, temperature: 0.0, seed: 1 };
-        let (text, top) = run_prompt(system.as_ref(), &loaded, ckpt, &data, &prompt, Device::Cpu)?;
-        Ok(alpha_dash::ProbeResult { continuation: text, top_next: top })
+        let tokenizer =
+            Tokenizer::load(&data).with_context(|| format!("loading the tokenizer of {}", data.display()))?;
+        let program = inference_program(system.model(1)?)?;
+        let mut backend = alpha_cpu::CpuBackend::compile(&program)?;
+        restore(&loaded, system.as_ref(), &mut backend, &ckpt.display().to_string())?;
+        Ok(Arc::new(ProbeModel { system, tokenizer, backend: std::sync::Mutex::new(backend) }))
+    }
+}
+
+impl alpha_dash::LoadedModel for ProbeModel {
+    fn probe(&self, prompt: &str, tokens: usize) -> Result<alpha_dash::ProbeResult> {
+        let ids = self.tokenizer.encode(prompt);
+        alpha_run::session::check_ids(&ids, self.system.vocab())?;
+        let mut backend = self.backend.lock().unwrap_or_else(|p| p.into_inner());
+        let p = predict::continue_prompt(&mut *backend, self.system.as_ref(), &ids, tokens, 0.0, 1)?;
+        let mut all = ids;
+        all.extend(&p.tokens);
+        let top_next = p.top_next.iter().map(|&(t, pr)| (self.tokenizer.decode(&[t]), pr)).collect();
+        Ok(alpha_dash::ProbeResult { continuation: self.tokenizer.decode(&all), top_next })
     }
 }
 
