@@ -139,6 +139,12 @@ fn unsupported(what: &str) -> anyhow::Error {
     .into()
 }
 
+/// A token id from `tokenizer.json`, if it fits the u16 shards (a crafted id of 4e9 must not
+/// size the id tables).
+fn token_id(id: Option<u64>) -> Option<u32> {
+    id.filter(|&i| i <= u16::MAX as u64).map(|i| i as u32)
+}
+
 impl BpeTokenizer {
     /// Parses a `tokenizer.json` (byte-level BPE with an `<|endoftext|>` added token).
     pub fn from_json(json: &str) -> Result<Self> {
@@ -174,7 +180,7 @@ impl BpeTokenizer {
         let mut vocab: FxMap<Vec<u8>, u32> = FxMap::default();
         let mut by_id: Vec<(u32, Vec<u8>)> = Vec::with_capacity(vocab_json.len());
         for (tok, id) in vocab_json {
-            let id = id.as_u64().ok_or_else(|| anyhow!("bad id for {tok:?}"))? as u32;
+            let id = token_id(id.as_u64()).ok_or_else(|| anyhow!("bad id {id} for {tok:?} (ids are 0..65535)"))?;
             let bytes = decode_token(tok)?;
             vocab.insert(bytes.clone(), id);
             by_id.push((id, bytes));
@@ -182,7 +188,8 @@ impl BpeTokenizer {
         let mut added: Vec<(u32, String, bool)> = Vec::new();
         if let Some(list) = v["added_tokens"].as_array() {
             for t in list {
-                let id = t["id"].as_u64().ok_or_else(|| anyhow!("added token without id"))? as u32;
+                let id = token_id(t["id"].as_u64())
+                    .ok_or_else(|| anyhow!("added token {} has no id in 0..65535", t["content"]))?;
                 let content = t["content"].as_str().unwrap_or_default().to_string();
                 added.push((id, content, t["special"] == true));
             }

@@ -45,8 +45,11 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod atomic;
 pub mod bpe;
+pub mod cache;
 pub mod corpus;
+pub mod crash;
 pub mod default_corpus;
 pub mod error;
 pub mod manifest;

@@ -1,6 +1,8 @@
-//! `manifest.json`: what a prepared directory holds and how it was made. Written last, so a
-//! directory with a manifest is complete; everything in it is deterministic (no clocks, no
-//! host names), so two preparations of the same input are byte-identical.
+//! `manifest.json`: what a prepared directory holds and how it was made. Written last and
+//! atomically (temporary file, sync, rename), so a directory with a manifest is complete and a
+//! crash never leaves an empty one; everything in it is deterministic (no clocks, no host
+//! names), so two preparations of the same input are byte-identical. Its `format` field
+//! ([`FORMAT`]) is how a folder is recognised as an Alpha preparation.
 
 use std::path::Path;
 
@@ -46,6 +48,9 @@ pub struct SourceInfo {
     pub path: String,
     pub kind: CorpusKind,
     pub files: Vec<SourceFile>,
+    /// [`crate::corpus::fingerprint`] of the inputs: what a data cache is keyed by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     pub notes: Vec<String>,
 }
 
@@ -91,8 +96,7 @@ impl Manifest {
     pub fn save(&self, dir: &Path) -> Result<()> {
         let mut text = serde_json::to_string_pretty(self)?;
         text.push('\n');
-        let path = dir.join(MANIFEST_FILE);
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+        crate::atomic::write(&dir.join(MANIFEST_FILE), text.as_bytes(), "manifest")
     }
 
     pub fn split(&self, split: Split) -> &SplitInfo {
@@ -168,18 +172,39 @@ impl Manifest {
         Ok(())
     }
 
-    /// Recomputes every shard's SHA-256 and compares it with the manifest.
+    /// The path of a shard the manifest names; the name must be a plain file name inside
+    /// `dir` (a crafted manifest does not get to point at other files).
+    pub fn shard_path(&self, dir: &Path, shard: &ShardInfo) -> Result<std::path::PathBuf> {
+        let name = Path::new(&shard.file);
+        let plain = matches!(name.components().collect::<Vec<_>>().as_slice(), [std::path::Component::Normal(_)]);
+        anyhow::ensure!(
+            plain,
+            "{}: shard name {:?} is not a file name inside the directory",
+            dir.join(MANIFEST_FILE).display(),
+            shard.file
+        );
+        Ok(dir.join(name))
+    }
+
+    /// Recomputes one shard's SHA-256 and compares it with the manifest's.
+    pub fn check_sha256(&self, path: &Path, shard: &ShardInfo) -> Result<()> {
+        let found = hex::encode(crate::shard::sha256_file(path)?);
+        if found != shard.sha256 {
+            return Err(
+                DataError::ShaMismatch { path: path.to_path_buf(), expected: shard.sha256.clone(), found }.into()
+            );
+        }
+        Ok(())
+    }
+
+    /// Checks every shard of both splits: name, header against the manifest, and SHA-256.
     pub fn verify_shards(&self, dir: &Path) -> Result<()> {
         use rayon::prelude::*;
         self.train.shards.par_iter().chain(self.valid.shards.par_iter()).try_for_each(|s| -> Result<()> {
-            let path = dir.join(&s.file);
+            let path = self.shard_path(dir, s)?;
             let h = ShardHeader::read(&path)?;
             self.check_header(&path, s, &h)?;
-            let found = hex::encode(crate::shard::sha256_file(&path)?);
-            if found != s.sha256 {
-                return Err(DataError::ShaMismatch { path, expected: s.sha256.clone(), found }.into());
-            }
-            Ok(())
+            self.check_sha256(&path, s)
         })
     }
 }

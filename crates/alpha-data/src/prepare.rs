@@ -4,6 +4,11 @@
 //! [`CHUNK_BYTES`] of text and written in corpus order, each followed by end-of-text, so the
 //! output does not depend on the number of threads. A BPE is trained on the training split only
 //! (its first `bpe_train_bytes` of documents, whole documents, in corpus order).
+//!
+//! The output folder must be new, empty, or an earlier Alpha preparation (its `manifest.json`
+//! has our `format`), or one interrupted (it holds [`PREPARING_MARKER`]); only files an Alpha
+//! preparation writes are ever replaced or removed. While writing, the folder holds the marker
+//! and no manifest, so it never looks complete; the manifest goes in last, atomically.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -13,8 +18,11 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 
-use crate::corpus::{self, Document, Split};
-use crate::manifest::{Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, Totals, FORMAT, TOKENIZER_FILE};
+use crate::corpus::{self, CorpusLimits, Document, Split, PREPARING_MARKER};
+use crate::error::DataError;
+use crate::manifest::{
+    Manifest, ShardInfo, SourceInfo, SplitInfo, TokenizerInfo, Totals, FORMAT, MANIFEST_FILE, TOKENIZER_FILE,
+};
 use crate::shard::{ShardHeader, ShardWriter, MAX_SHARD_TOKENS};
 use crate::split;
 use crate::tokenizer::Tokenizer;
@@ -65,6 +73,8 @@ pub struct PrepareOptions {
     pub max_shard_tokens: u64,
     /// Draw a progress bar on stderr (indicatif hides it when stderr is not a terminal).
     pub progress: bool,
+    /// Bounds on the corpus, checked before it is read.
+    pub limits: CorpusLimits,
 }
 
 impl PrepareOptions {
@@ -76,6 +86,7 @@ impl PrepareOptions {
             bpe_train_bytes: DEFAULT_BPE_TRAIN_BYTES,
             max_shard_tokens: MAX_SHARD_TOKENS,
             progress: true,
+            limits: CorpusLimits::PREPARE,
         }
     }
 }
@@ -120,12 +131,26 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
     };
     bar.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").unwrap());
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    let previous = OutputFolder::check(&opts.out)?;
     bar.set_message(format!("reading {}", opts.corpus.display()));
-    let corpus = corpus::load(&opts.corpus)?;
+    let fingerprint = corpus::fingerprint(&opts.corpus, &opts.limits)?;
+    let corpus = corpus::load_with(&opts.corpus, &opts.limits)?;
+    if !corpus.warnings.is_empty() {
+        bar.suspend(|| {
+            const SHOWN: usize = 20;
+            for w in corpus.warnings.iter().take(SHOWN) {
+                eprintln!("warning: {w}");
+            }
+            if corpus.warnings.len() > SHOWN {
+                eprintln!("warning: and {} more (all are in the manifest's notes)", corpus.warnings.len() - SHOWN);
+            }
+        });
+    }
     let source = SourceInfo {
         path: opts.corpus.display().to_string(),
         kind: corpus.kind,
         files: corpus.files.clone(),
+        sha256: Some(fingerprint),
         notes: corpus.notes.clone(),
     };
     let parts = split::split(corpus);
@@ -178,26 +203,16 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
     }
 
     let t2 = Instant::now();
-    std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
-    clear_previous(&opts.out)?;
-    let total_text: u64 = parts.train.iter().chain(&parts.valid).map(|d| d.text.len() as u64).sum();
-    bar.set_length(total_text);
-    bar.set_position(0);
-    bar.set_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-            .unwrap()
-            .progress_chars("=> "),
-    );
-    let train = write_split(opts, &tokenizer, Split::Train, &parts.train, &bar)?;
-    let valid = write_split(opts, &tokenizer, Split::Valid, &parts.valid, &bar)?;
+    let claimed = previous.claim(&opts.out)?;
+    let written = write_output(opts, &tokenizer, &parts, &bar);
     bar.finish_and_clear();
-
-    let mut file = None;
-    if let Tokenizer::Bpe(b) = &tokenizer {
-        let path = opts.out.join(TOKENIZER_FILE);
-        std::fs::write(&path, b.json()).with_context(|| format!("writing {}", path.display()))?;
-        file = Some(TOKENIZER_FILE.to_string());
-    }
+    let (train, valid, file) = match written {
+        Ok(w) => w,
+        Err(e) => {
+            claimed.abandon();
+            return Err(e);
+        }
+    };
     let encode_s = t2.elapsed().as_secs_f64();
     let totals = Totals {
         documents: train.documents + valid.documents,
@@ -222,7 +237,11 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
         valid,
         totals,
     };
-    manifest.save(&opts.out)?;
+    if let Err(e) = manifest.save(&opts.out) {
+        claimed.abandon();
+        return Err(e);
+    }
+    claimed.complete()?;
     Ok(PrepareReport {
         manifest,
         timings: Timings { load_s, train_tokenizer_s, encode_s, total_s: t0.elapsed().as_secs_f64() },
@@ -240,19 +259,163 @@ fn ratio(bytes: u64, tokens: u64) -> f64 {
     }
 }
 
-/// Removes a previous preparation's manifest first (so a half-written directory never looks
-/// complete), then its shards.
-fn clear_previous(out: &Path) -> Result<()> {
-    let _ = std::fs::remove_file(out.join(crate::manifest::MANIFEST_FILE));
-    for entry in std::fs::read_dir(out)? {
-        let p = entry?.path();
-        let name = p.file_name().unwrap_or_default().to_string_lossy().to_string();
-        if (name.starts_with("train-") || name.starts_with("valid-")) && name.ends_with(".tok") {
-            std::fs::remove_file(&p)?;
+/// Writes both splits' shards and, for BPE, `tokenizer.json`.
+fn write_output(
+    opts: &PrepareOptions,
+    tokenizer: &Tokenizer,
+    parts: &split::SplitCorpus,
+    bar: &ProgressBar,
+) -> Result<(SplitInfo, SplitInfo, Option<String>)> {
+    let total_text: u64 = parts.train.iter().chain(&parts.valid).map(|d| d.text.len() as u64).sum();
+    bar.set_length(total_text);
+    bar.set_position(0);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .unwrap()
+            .progress_chars("=> "),
+    );
+    let train = write_split(opts, tokenizer, Split::Train, &parts.train, bar)?;
+    let valid = write_split(opts, tokenizer, Split::Valid, &parts.valid, bar)?;
+    crate::crash::point("shards");
+    let mut file = None;
+    if let Tokenizer::Bpe(b) = tokenizer {
+        crate::atomic::write(&opts.out.join(TOKENIZER_FILE), b.json().as_bytes(), "tokenizer")?;
+        file = Some(TOKENIZER_FILE.to_string());
+    }
+    Ok((train, valid, file))
+}
+
+/// Whether a shard name is one a preparation writes: `train-NNNN.tok` or `valid-NNNN.tok`.
+fn is_shard_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("train-").or_else(|| name.strip_prefix("valid-")) else {
+        return false;
+    };
+    rest.strip_suffix(".tok").is_some_and(|n| n.len() >= 4 && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// What the output folder holds before a preparation, judged before anything is read or
+/// written: only files an Alpha preparation wrote are ever replaced.
+#[derive(Debug)]
+enum OutputFolder {
+    /// Absent or empty.
+    Fresh,
+    /// An earlier preparation: the files its manifest names.
+    Previous(Vec<String>),
+    /// A preparation interrupted before its manifest was in place.
+    Interrupted,
+}
+
+impl OutputFolder {
+    fn check(out: &Path) -> Result<Self> {
+        let foreign =
+            |why: String| -> anyhow::Error { DataError::ForeignOutput { dir: out.to_path_buf(), why }.into() };
+        if !out.exists() {
+            return Ok(OutputFolder::Fresh);
+        }
+        if !out.is_dir() {
+            return Err(foreign("it is a file, not a folder".into()));
+        }
+        let names: Vec<String> = std::fs::read_dir(out)
+            .with_context(|| format!("listing {}", out.display()))?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<std::io::Result<_>>()
+            .with_context(|| format!("listing {}", out.display()))?;
+        if names.is_empty() {
+            return Ok(OutputFolder::Fresh);
+        }
+        if names.iter().any(|n| n == PREPARING_MARKER) {
+            return Ok(OutputFolder::Interrupted);
+        }
+        if !names.iter().any(|n| n == MANIFEST_FILE) {
+            let mut shown: Vec<&str> = names.iter().map(String::as_str).take(3).collect();
+            shown.sort();
+            return Err(foreign(format!("it has no {MANIFEST_FILE}; it holds {}", shown.join(", "))));
+        }
+        let manifest = Manifest::load(out).map_err(|e| foreign(format!("its {MANIFEST_FILE} is not ours: {e:#}")))?;
+        let mut ours: Vec<String> =
+            manifest.train.shards.iter().chain(&manifest.valid.shards).map(|s| s.file.clone()).collect();
+        ours.extend(manifest.tokenizer.file.clone());
+        // A crafted manifest does not get to name other files: only names a preparation writes.
+        ours.retain(|n| is_shard_name(n) || n == TOKENIZER_FILE);
+        Ok(OutputFolder::Previous(ours))
+    }
+
+    /// Marks the folder as being prepared (creating it if need be) and removes the earlier
+    /// preparation's files, its manifest first so that the folder never looks complete.
+    fn claim(self, out: &Path) -> Result<ClaimedOutput> {
+        let created = !out.exists();
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let marker = out.join(PREPARING_MARKER);
+        std::fs::write(
+            &marker,
+            format!("an Alpha data preparation (process {}) is writing this folder\n", std::process::id()),
+        )
+        .with_context(|| format!("writing {}", marker.display()))?;
+        crate::atomic::sync_dir(out)?;
+        let claimed = ClaimedOutput { out: out.to_path_buf(), created };
+        match self {
+            OutputFolder::Fresh => {}
+            OutputFolder::Previous(files) => {
+                remove_if_present(&out.join(MANIFEST_FILE))?;
+                crate::atomic::sync_dir(out)?;
+                for f in files {
+                    remove_if_present(&out.join(f))?;
+                }
+            }
+            OutputFolder::Interrupted => claimed.remove_written()?,
+        }
+        Ok(claimed)
+    }
+}
+
+/// An output folder this process is writing (it holds the marker).
+struct ClaimedOutput {
+    out: PathBuf,
+    /// Made by this preparation: removed again if the preparation fails.
+    created: bool,
+}
+
+impl ClaimedOutput {
+    /// Removes what a preparation writes: shards, `tokenizer.json`, `manifest.json` and their
+    /// temporaries. Used only in a folder that holds the marker.
+    fn remove_written(&self) -> Result<()> {
+        for entry in std::fs::read_dir(&self.out).with_context(|| format!("listing {}", self.out.display()))? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let temporary = [MANIFEST_FILE, TOKENIZER_FILE]
+                .iter()
+                .any(|f| name.starts_with(&format!(".{f}.")) && name.ends_with(".tmp"));
+            if is_shard_name(&name) || name == TOKENIZER_FILE || name == MANIFEST_FILE || temporary {
+                remove_if_present(&entry.path())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The manifest is in place: the folder is complete.
+    fn complete(self) -> Result<()> {
+        std::fs::remove_file(self.out.join(PREPARING_MARKER))
+            .with_context(|| format!("removing {}", self.out.join(PREPARING_MARKER).display()))?;
+        crate::atomic::sync_dir(&self.out)
+    }
+
+    /// The preparation failed: remove what it wrote (and the folder, if it made it).
+    fn abandon(self) {
+        let _ = self.remove_written();
+        let _ = std::fs::remove_file(self.out.join(PREPARING_MARKER));
+        if self.created {
+            let _ = std::fs::remove_dir(&self.out);
         }
     }
-    let _ = std::fs::remove_file(out.join(TOKENIZER_FILE));
-    Ok(())
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Encodes one side's documents into shards `<split>-NNNN.tok`: documents are encoded in

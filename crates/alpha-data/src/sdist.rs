@@ -102,6 +102,7 @@ pub fn load(path: &Path) -> Result<Corpus> {
         files,
         given_split_rule: None,
         notes,
+        warnings: vec![],
     })
 }
 

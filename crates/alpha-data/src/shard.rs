@@ -66,7 +66,10 @@ impl ShardHeader {
             return Err(DataError::UnsupportedVersion { path: path.to_path_buf(), found: version, expected: VERSION });
         }
         let tokens = u64::from_le_bytes(h[16..24].try_into().unwrap());
-        let expected_len = HEADER_LEN + tokens * 2;
+        // The count is untrusted: a crafted 2^63 + n must not wrap around to a plausible length.
+        let Some(expected_len) = tokens.checked_mul(2).and_then(|b| b.checked_add(HEADER_LEN)) else {
+            return Err(DataError::ImpossibleTokenCount { path: path.to_path_buf(), tokens, actual_len: file_len });
+        };
         if file_len != expected_len {
             return Err(DataError::Truncated { path: path.to_path_buf(), tokens, expected_len, actual_len: file_len });
         }
@@ -144,7 +147,8 @@ impl ShardWriter {
         Ok(())
     }
 
-    /// Flushes and returns the SHA-256 of the whole file.
+    /// Flushes, syncs to disk (a manifest written after it never names a shard the disk lacks)
+    /// and returns the SHA-256 of the whole file.
     pub fn finish(mut self) -> Result<[u8; 32]> {
         anyhow::ensure!(
             self.written == self.header.tokens,
@@ -154,6 +158,7 @@ impl ShardWriter {
             self.header.tokens
         );
         self.out.flush().with_context(|| format!("writing {}", self.path.display()))?;
+        self.out.get_ref().sync_all().with_context(|| format!("syncing {}", self.path.display()))?;
         Ok(self.hasher.finalize().into())
     }
 }
@@ -193,5 +198,22 @@ mod tests {
         let parsed = ShardHeader::parse(Path::new("x"), &bytes, HEADER_LEN + 6).unwrap();
         assert_eq!(parsed, h);
         assert!(matches!(ShardHeader::parse(Path::new("x"), &bytes, HEADER_LEN + 4), Err(DataError::Truncated { .. })));
+    }
+
+    #[test]
+    fn a_token_count_that_overflows_the_length_is_refused() {
+        // 2^63 + 3 tokens: doubled with wrapping arithmetic this is 6 bytes, the file's length.
+        let h = ShardHeader {
+            version: VERSION,
+            vocab_size: 256,
+            tokens: (1 << 63) + 3,
+            eot_id: 3,
+            tokenizer_sha256: [0; 32],
+        };
+        let err = ShardHeader::parse(Path::new("x.tok"), &h.to_bytes(), HEADER_LEN + 6).unwrap_err();
+        assert!(matches!(err, DataError::ImpossibleTokenCount { tokens, .. } if tokens == (1 << 63) + 3), "{err}");
+        assert!(err.to_string().contains("x.tok"), "{err}");
+        let max = ShardHeader { tokens: u64::MAX, ..h };
+        assert!(ShardHeader::parse(Path::new("x.tok"), &max.to_bytes(), HEADER_LEN).is_err());
     }
 }

