@@ -24,7 +24,7 @@
 #
 # Environment:
 #   ALPHA          the alpha binary (required)
-#   DATA           a prepared BPE-12288 token directory (hashes, compare, profile, train). The
+#   DATA           a prepared BPE-12288 token directory (hashes, profile, train, all). The
 #                  expected hashes are those of the Gutenberg subset the results used (12 MB of
 #                  training text, 1.5 MB held out); another directory gives other hashes: set
 #                  EXPECT_B1 and EXPECT_B16 to check against those
@@ -65,7 +65,10 @@ MODE=$1
 shift
 case "$MODE" in check | hashes | bench | compare | profile | train | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, profile, train, all)" ;; esac
 
-case "$MODE" in hashes | compare | profile | train | all) need_data "$MODE" ;; esac
+case "$MODE" in hashes | profile | train | all) need_data "$MODE" ;; esac
+if [ "$MODE" = compare ] && { [ -z "${ALPHA_BEFORE:-}" ] || [ ! -f "$ALPHA_BEFORE" ]; }; then
+  die "compare needs ALPHA_BEFORE, the build to compare against (got '${ALPHA_BEFORE:-}')"
+fi
 [ -n "${ALPHA:-}" ] || die "set ALPHA to the alpha binary, e.g. ALPHA=./alpha"
 [ -f "$ALPHA" ] || die "ALPHA=$ALPHA: no such file"
 chmod +x "$ALPHA" 2>/dev/null
@@ -211,8 +214,6 @@ mode_bench() {
 }
 
 mode_compare() {
-  need_data compare
-  [ -n "${ALPHA_BEFORE:-}" ] && [ -f "$ALPHA_BEFORE" ] || die "compare needs ALPHA_BEFORE, the build to compare against"
   chmod +x "$ALPHA_BEFORE" 2>/dev/null
   local round name bin
   for round in $(seq 1 "${ROUNDS:-2}"); do
@@ -234,7 +235,7 @@ mode_profile() {
       --heldout-windows 0 --sample-tokens 0 --profile --run-dir "$RUNS/profile-b$b" --quiet >/dev/null 2>&1
     if "$ALPHA" profile "$RUNS/profile-b$b" >"$OUT/profile-b$b.txt" 2>&1; then
       head -40 "$OUT/profile-b$b.txt"
-      record "profile B=$b" done "$OUT/profile-b$b.txt"
+      record "profile B=$b" "done" "$OUT/profile-b$b.txt"
     else
       record "profile B=$b" FAIL "$(tail -1 "$OUT/profile-b$b.txt" | cut -c1-120)"
     fi
