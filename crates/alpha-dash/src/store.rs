@@ -50,7 +50,10 @@ impl RunRecords {
     /// Rereads `run.json` (small, rewritten whole) and follows `points.jsonl`.
     pub fn refresh_core(&mut self) {
         self.info = match confine(&self.root, &self.dir.join("run.json")).and_then(|p| read_capped(&p, MAX_RUN_JSON)) {
-            Ok(bytes) => serde_json::from_slice::<RunInfo>(&bytes).map_err(|e| format!("run.json does not parse: {e}")),
+            // A "running" run whose process is gone shows as interrupted, not running forever.
+            Ok(bytes) => serde_json::from_slice::<RunInfo>(&bytes)
+                .map(RunInfo::observed)
+                .map_err(|e| format!("run.json does not parse: {e}")),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("no run.json yet".into()),
             Err(e) => Err(format!("run.json: {e}")),
         };

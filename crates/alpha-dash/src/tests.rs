@@ -707,3 +707,30 @@ async fn lineage_paths_and_run_links_outside_the_runs_folder_are_not_followed() 
     assert_eq!(r["files"]["points"]["rows"], 0);
     assert!(r["files"]["points"]["problem"].as_str().unwrap().contains("outside the runs folder"), "{r}");
 }
+
+#[tokio::test]
+async fn a_running_run_whose_process_is_gone_shows_as_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = write_run(dir.path(), "bob", 40, "running", false, 1);
+    let app = app(dir.path(), None);
+    let set_pid = |pid: u32| {
+        let mut info: Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+        info["pid"] = json!(pid);
+        info["last_checkpoint"] = json!("checkpoints/step-000040.safetensors");
+        std::fs::write(run.join("run.json"), info.to_string()).unwrap();
+    };
+    set_pid(std::process::id());
+    let (_, r) = get(&app, "/api/runs/bob").await;
+    assert_eq!(r["state"], "running", "its process (this test) is alive");
+
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    set_pid(pid);
+    let (_, r) = get(&app, "/api/runs/bob").await;
+    assert_eq!(r["state"], "interrupted", "{r}");
+    let message = r["run"]["message"].as_str().unwrap();
+    assert!(message.contains("step-000040") && message.contains(&pid.to_string()), "{message}");
+    let (_, runs) = get(&app, "/api/runs").await;
+    assert_eq!(runs["runs"][0]["state"], "interrupted");
+}

@@ -350,7 +350,7 @@ function runsPage() {
     <p class="lede">Every run recorded in <code id="dir">runs/</code>: each with its system, device, state and steps. The page follows the records as the trainer writes them, every two seconds. The <a href="/systems">systems catalogue</a> lists what can be trained.</p>
     <div class="card"><table id="runs-table"><thead><tr>
       <th>Run</th><th>System</th><th>Device</th><th>State</th><th>Steps</th><th></th><th class="num">Latest loss</th><th>Updated</th>
-    </tr></thead><tbody></tbody></table><p id="runs-empty" class="muted" hidden></p></div>`;
+    </tr></thead><tbody></tbody></table><p id="runs-empty" class="muted" hidden></p><div id="runs-skipped"></div></div>`;
   poll(async () => {
     const d = await api("/api/runs");
     $("#dir").textContent = d.runs_dir;
@@ -362,6 +362,7 @@ function runsPage() {
       <td class="num">${int(r.steps_done)}${r.steps_target ? ` <span class="muted">of ${int(r.steps_target)}</span>` : ""}</td>
       <td style="width:140px">${r.steps_target ? progress(r.steps_done || 0, r.steps_target, r.state) : ""}</td>
       <td class="num">${fmt(r.latest_loss, 4)}</td><td class="muted">${when(r.updated_at)}</td></tr>`).join("");
+    $("#runs-skipped").innerHTML = (d.skipped || []).map((k) => `<div class="notice" data-skipped-run="${esc(k.name)}">${esc(k.name)} is not shown: ${esc(k.reason)}.</div>`).join("");
     const empty = $("#runs-empty");
     empty.hidden = d.runs.length > 0;
     empty.textContent = `No runs yet in ${d.runs_dir}. A run appears here as soon as its trainer writes run.json.`;
@@ -564,6 +565,8 @@ function runPage(name) {
     if (d.problem) notices.push(`<div class="notice">${esc(d.problem)}</div>`);
     if (run.message) notices.push(`<div class="notice ${d.state === "failed" ? "bad" : "info"}">${esc(run.message)}</div>`);
     for (const [file, f] of Object.entries(d.files || {})) {
+      if (f.problem) notices.push(`<div class="notice bad" data-unread="${esc(file)}">${esc(file)}.jsonl is not read: ${esc(f.problem)}.</div>`);
+      if (f.behind) notices.push(`<div class="notice info">Still reading ${esc(file)}.jsonl: it is large, and each poll reads part of it.</div>`);
       if (f.skipped) notices.push(`<div class="notice" data-skipped="${esc(file)}">${int(f.skipped)} line${f.skipped > 1 ? "s" : ""} of ${esc(file)}.jsonl did not parse and ${f.skipped > 1 ? "were" : "was"} skipped${f.first_bad_lines && f.first_bad_lines.length ? ` (line ${f.first_bad_lines.join(", ")})` : ""}.</div>`);
     }
     $("#run-notices").innerHTML = notices.join("");
