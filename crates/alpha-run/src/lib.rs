@@ -11,6 +11,7 @@ pub mod gates;
 pub use alpha_learn::init;
 pub mod predict;
 pub mod profile;
+pub mod progress;
 pub mod records;
 pub mod rundir;
 pub mod score;

@@ -23,8 +23,26 @@ pub fn continue_prompt(
     temperature: f64,
     seed: u64,
 ) -> Result<Prediction> {
+    continue_prompt_streaming(backend, system, prompt, n, temperature, seed, &mut |_| Ok(()))
+}
+
+/// [`continue_prompt`], handing each token to `on_token` as soon as it is chosen (a long
+/// prediction can show its text as it goes); an error from `on_token` ends the prediction.
+pub fn continue_prompt_streaming(
+    backend: &mut dyn Backend,
+    system: &dyn System,
+    prompt: &[u32],
+    n: usize,
+    temperature: f64,
+    seed: u64,
+    on_token: &mut dyn FnMut(u32) -> Result<()>,
+) -> Result<Prediction> {
     if prompt.is_empty() {
         bail!("the prompt is empty: give some text to continue");
+    }
+    // A NaN temperature would make every weight NaN and always pick the last token.
+    if !temperature.is_finite() || temperature < 0.0 {
+        bail!("the temperature must be a finite number, 0 or more (got {temperature})");
     }
     let (t, v) = (system.context(), system.vocab());
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -68,8 +86,34 @@ pub fn continue_prompt(
             }
             pick as u32
         };
+        on_token(next)?;
         out.push(next);
         seq.push(next);
     }
     Ok(Prediction { tokens: out, top_next })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CpuBackend;
+
+    #[test]
+    fn a_temperature_that_is_not_a_finite_non_negative_number_is_refused() {
+        let bob = alpha_systems::find("bob").unwrap();
+        let program = alpha_learn::inference_program(bob.model(1).unwrap()).unwrap();
+        let mut backend = CpuBackend::compile(&program).unwrap();
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            let e = continue_prompt(&mut backend, bob.as_ref(), &[65], 3, bad, 1).err().expect("refused");
+            assert!(e.to_string().contains("temperature"), "{e}");
+        }
+        let mut seen = vec![];
+        let p = continue_prompt_streaming(&mut backend, bob.as_ref(), &[65], 3, 0.0, 1, &mut |t| {
+            seen.push(t);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, p.tokens, "each token is handed over as it is chosen");
+        assert_eq!(p.tokens.len(), 3);
+    }
 }

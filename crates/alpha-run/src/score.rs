@@ -3,7 +3,7 @@
 
 use alpha_data::{Split, TokenStream};
 use alpha_systems::System;
-use anyhow::Result;
+use anyhow::{bail, Result};
 
 use crate::backend::Backend;
 use crate::session::check_ids;
@@ -27,6 +27,9 @@ pub fn score(
     data: &std::path::Path,
     max_windows: usize,
 ) -> Result<Score> {
+    if batch == 0 || max_windows == 0 {
+        bail!("scoring needs a batch of at least 1 and at least one window (got batch {batch}, {max_windows} windows)");
+    }
     let t = system.context();
     let mut stream = TokenStream::open(data, Split::Valid)?;
     stream.check_vocab(system.vocab())?;
@@ -62,4 +65,22 @@ pub fn score(
         bytes,
         windows: windows.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CpuBackend;
+
+    #[test]
+    fn a_zero_batch_or_window_count_is_an_error_not_a_panic() {
+        let bob = alpha_systems::find("bob").unwrap();
+        let program = alpha_learn::inference_program(bob.model(1).unwrap()).unwrap();
+        let mut backend = CpuBackend::compile(&program).unwrap();
+        let data = std::path::Path::new("no-data-needed");
+        for (batch, windows) in [(0, 4), (1, 0)] {
+            let e = score(&mut backend, bob.as_ref(), batch, data, windows).unwrap_err();
+            assert!(e.to_string().contains("at least"), "{e}");
+        }
+    }
 }

@@ -347,6 +347,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             parent = Some(sha);
         }
         let bar = progress_bar(opts.progress, opts.steps);
+        let mut step_lines = crate::progress::StepLines::new(opts.progress, opts.steps);
         let mut inputs = vec![0u32; batch * t];
         let mut targets = vec![0u32; batch * t];
         let mut window = vec![0u32; t + 1];
@@ -434,9 +435,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             bar.set_position(step - first_step + 1);
             let tok_s = (accumulation * batch * t) as f64 / (ms / 1e3);
             bar.set_message(format!("loss {loss:.4} · {:.0} tok/s", tok_s));
-            if !opts.progress && (step - first_step + 1).is_multiple_of((opts.steps / 10).max(1)) {
-                eprintln!("step {step}/{last_step}  loss {loss:.4}  {tok_s:.0} tok/s");
-            }
+            step_lines.step(step, step - first_step + 1, last_step, loss, tok_s);
 
             let stopping = stop_requested() && step < last_step;
             if opts.checkpoint_every.is_some_and(|k| k > 0 && step % k == 0) || step == last_step || stopping {

@@ -14,6 +14,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::embedded::{self, Payload};
+use crate::validate;
 
 #[derive(Parser)]
 #[command(name = "alpha", version, about = "Alpha: a compiler and runtime for learning systems", long_about = None)]
@@ -58,11 +59,11 @@ pub struct BenchArgs {
     #[arg(long, default_value = "cuda")]
     pub device: Device,
     /// Contexts a step; repeat for several [default: 1 and 16].
-    #[arg(long)]
+    #[arg(long, value_parser = validate::batch, allow_negative_numbers = true)]
     pub batch: Vec<usize>,
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = validate::bench_warmup, allow_negative_numbers = true)]
     pub warmup: u64,
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = validate::bench_steps, allow_negative_numbers = true)]
     pub steps: u64,
     /// The PyTorch baseline script ("none" skips it).
     #[arg(long, default_value = "bench/coppelius_torch.py")]
@@ -80,9 +81,9 @@ pub struct CheckArgs {
     #[arg(long, default_value = "cuda")]
     pub device: Device,
     /// Sequences [default: the system's, at most 2].
-    #[arg(long)]
+    #[arg(long, value_parser = validate::batch, allow_negative_numbers = true)]
     pub batch: Option<usize>,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = validate::seed, allow_negative_numbers = true)]
     pub seed: u64,
 }
 
@@ -93,10 +94,10 @@ pub struct TrainArgs {
     #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// Updates to run in this invocation [default: the system's].
-    #[arg(long)]
+    #[arg(long, value_parser = validate::train_steps, allow_negative_numbers = true)]
     pub steps: Option<u64>,
     /// Sequences a step [default: the system's].
-    #[arg(long)]
+    #[arg(long, value_parser = validate::batch, allow_negative_numbers = true)]
     pub batch: Option<usize>,
     /// A prepared token directory or a raw corpus [default: the system's default corpus].
     #[arg(long)]
@@ -108,18 +109,18 @@ pub struct TrainArgs {
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// Checkpoint every K updates (always at the end).
-    #[arg(long)]
+    #[arg(long, value_parser = validate::checkpoint_every, allow_negative_numbers = true)]
     pub checkpoint_every: Option<u64>,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = validate::seed, allow_negative_numbers = true)]
     pub seed: u64,
     /// The schedule's horizon in updates [default: the checkpoint's when resuming, else --steps].
-    #[arg(long)]
+    #[arg(long, value_parser = validate::schedule_steps, allow_negative_numbers = true)]
     pub schedule_steps: Option<u64>,
-    /// Override the peak learning rate.
-    #[arg(long)]
+    /// Override the peak learning rate (above 0, at most 10).
+    #[arg(long, value_parser = validate::learning_rate, allow_negative_numbers = true)]
     pub lr: Option<f64>,
     /// Micro-batches whose mean gradient makes one update.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = validate::accumulate, allow_negative_numbers = true)]
     pub accumulate: usize,
     /// Time every launch of one step (the second) into profile.jsonl.
     #[arg(long)]
@@ -127,13 +128,13 @@ pub struct TrainArgs {
     /// On a fresh start, also checkpoint the initial weights as step 0.
     #[arg(long)]
     pub save_initial: bool,
-    /// Held-out windows scored at each checkpoint.
-    #[arg(long, default_value_t = 256)]
+    /// Held-out windows scored at each checkpoint (0: none).
+    #[arg(long, default_value_t = 256, value_parser = validate::heldout_windows, allow_negative_numbers = true)]
     pub heldout_windows: usize,
     /// Tokens of sample text printed at the end (0: none).
-    #[arg(long, default_value_t = 240)]
+    #[arg(long, default_value_t = 240, value_parser = validate::tokens, allow_negative_numbers = true)]
     pub sample_tokens: usize,
-    /// Hide the progress bar.
+    /// Hide the progress bar and the progress lines.
     #[arg(long)]
     pub quiet: bool,
 }
@@ -145,12 +146,13 @@ pub struct PredictArgs {
     pub checkpoint: PathBuf,
     #[arg(long)]
     pub prompt: String,
-    #[arg(long, default_value_t = 200)]
+    /// Tokens to generate (each printed as it comes).
+    #[arg(long, default_value_t = 200, value_parser = validate::tokens, allow_negative_numbers = true)]
     pub tokens: usize,
     /// Sampling temperature; 0 takes the most likely token each time.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, value_parser = validate::temperature, allow_negative_numbers = true)]
     pub temperature: f64,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = validate::seed, allow_negative_numbers = true)]
     pub seed: u64,
     /// The prepared token directory whose tokenizer to use [default: the checkpoint's].
     #[arg(long)]
@@ -167,9 +169,9 @@ pub struct ScoreArgs {
     /// A prepared token directory or raw corpus [default: the checkpoint's].
     #[arg(long)]
     pub data: Option<PathBuf>,
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = validate::windows, allow_negative_numbers = true)]
     pub windows: usize,
-    #[arg(long)]
+    #[arg(long, value_parser = validate::batch, allow_negative_numbers = true)]
     pub batch: Option<usize>,
     #[arg(long, default_value = "cpu")]
     pub device: Device,
@@ -178,7 +180,7 @@ pub struct ScoreArgs {
 #[derive(Args)]
 pub struct PlanArgs {
     pub system: String,
-    #[arg(long)]
+    #[arg(long, value_parser = validate::batch, allow_negative_numbers = true)]
     pub batch: Option<usize>,
     /// Print the whole graph too.
     #[arg(long)]
@@ -192,7 +194,7 @@ pub struct BuildArgs {
     pub device: Device,
     #[arg(short = 'o', long)]
     pub output: PathBuf,
-    #[arg(long)]
+    #[arg(long, value_parser = validate::batch, allow_negative_numbers = true)]
     pub batch: Option<usize>,
 }
 
@@ -234,6 +236,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Check(a) => check(a),
         Command::Bench(a) => bench(a),
         Command::Profile { run_dir } => {
+            if !run_dir.is_dir() {
+                let why = if run_dir.exists() { "is not a folder" } else { "does not exist" };
+                bail!("run directory {} {why}", run_dir.display());
+            }
             print!("{}", alpha_run::profile::tables(&run_dir)?);
             Ok(())
         }
@@ -258,18 +264,42 @@ fn fresh_run_dir(system: &str) -> PathBuf {
 
 fn train(a: TrainArgs) -> Result<()> {
     let system = find(&a.system)?;
+    let steps = a.steps.unwrap_or(system.default_steps());
+    let batch = a.batch.unwrap_or(system.default_batch());
+    // Everything an argument decides is checked before the corpus is read or prepared.
+    let tokens_a_step = (a.accumulate as u64)
+        .checked_mul(batch as u64)
+        .and_then(|n| n.checked_mul(system.context() as u64))
+        .filter(|n| n.checked_mul(steps).is_some());
+    if tokens_a_step.is_none() {
+        bail!(
+            "--steps {steps} × --accumulate {} × --batch {batch} × {} tokens a sequence is more tokens than a 64-bit count holds; lower them",
+            a.accumulate,
+            system.context()
+        );
+    }
+    if let Some(ckpt) = &a.resume {
+        if !ckpt.is_file() {
+            let why = if ckpt.exists() { "is not a file" } else { "does not exist" };
+            bail!("--resume {}: the checkpoint {why}", ckpt.display());
+        }
+    }
+    if a.device == Device::Cpu {
+        let needed =
+            validate::training_bytes(system.as_ref(), batch, a.accumulate, a.heldout_windows, a.sample_tokens > 0)?;
+        validate::ensure_fits(
+            &format!("training {} at --batch {batch} on the CPU", system.name()),
+            needed,
+            "--batch (or --accumulate)",
+        )?;
+    }
+    alpha_run::progress::set_quiet(a.quiet);
     let data = data::resolve(system.as_ref(), a.data.as_deref())?;
     let run_dir = match (&a.run_dir, &a.resume) {
         (Some(d), _) => d.clone(),
-        (None, Some(ckpt)) => ckpt
-            .parent()
-            .filter(|p| p.file_name().is_some_and(|n| n == "checkpoints"))
-            .and_then(|p| p.parent())
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| fresh_run_dir(system.name())),
+        (None, Some(ckpt)) => alpha_run::rundir::run_dir_of(ckpt).unwrap_or_else(|| fresh_run_dir(system.name())),
         (None, None) => fresh_run_dir(system.name()),
     };
-    let steps = a.steps.unwrap_or(system.default_steps());
     let opts = TrainOptions {
         system: a.system.clone(),
         device: a.device,
@@ -337,7 +367,7 @@ fn train(a: TrainArgs) -> Result<()> {
     if a.sample_tokens > 0 {
         let ckpt = checkpoint::load(&r.checkpoint)?;
         let prompt = Prompt { text: "The ", tokens: a.sample_tokens, temperature: 0.8, seed: a.seed };
-        let (text, _) = run_prompt(system.as_ref(), &ckpt, &r.checkpoint, &data, &prompt, a.device)?;
+        let (text, _) = run_prompt(system.as_ref(), &ckpt, &r.checkpoint, &data, &prompt, a.device, None)?;
         println!("sample: {text:?}");
     }
     Ok(())
@@ -360,8 +390,70 @@ struct Prompt<'a> {
     seed: u64,
 }
 
+/// Turns tokens into text as they come. Bytes are held back only while they may still begin a
+/// multi-byte character, so the pieces joined are exactly `Tokenizer::decode` of the whole.
+struct TextStream<'a> {
+    tokenizer: &'a Tokenizer,
+    pending: Vec<u8>,
+}
+
+impl<'a> TextStream<'a> {
+    fn new(tokenizer: &'a Tokenizer) -> Self {
+        TextStream { tokenizer, pending: vec![] }
+    }
+
+    /// The text that token `id` completes (empty while a character is still incomplete).
+    fn push(&mut self, id: u32) -> String {
+        let bytes = self.tokenizer.token_bytes(id);
+        if bytes.is_empty() {
+            // End-of-text or another special token: shown by its name, after what came before.
+            let shown = self.tokenizer.decode(&[id]);
+            if shown.is_empty() {
+                return shown;
+            }
+            let mut out = self.finish();
+            out.push_str(&shown);
+            return out;
+        }
+        self.pending.extend_from_slice(bytes);
+        let mut out = String::new();
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(text) => {
+                    out.push_str(text);
+                    self.pending.clear();
+                    return out;
+                }
+                Err(e) => {
+                    let good = e.valid_up_to();
+                    out.push_str(&String::from_utf8_lossy(&self.pending[..good]));
+                    match e.error_len() {
+                        Some(bad) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            self.pending.drain(..good + bad);
+                        }
+                        None => {
+                            self.pending.drain(..good);
+                            return out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// What is still held back, a cut character shown as U+FFFD.
+    fn finish(&mut self) -> String {
+        let out = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        out
+    }
+}
+
 /// Continue a prompt from a loaded checkpoint; returns prompt + continuation and the most likely
-/// next tokens after the prompt.
+/// next tokens after the prompt. With `live`, the prompt and then each token's text are written
+/// to it as they come, flushed, so a long prediction shows its progress.
+#[allow(clippy::too_many_arguments)]
 fn run_prompt(
     system: &dyn System,
     ckpt: &Checkpoint,
@@ -369,6 +461,7 @@ fn run_prompt(
     data: &Path,
     prompt: &Prompt,
     device: Device,
+    mut live: Option<&mut dyn std::io::Write>,
 ) -> Result<(String, Vec<(String, f64)>)> {
     let tokenizer = Tokenizer::load(data).with_context(|| format!("loading the tokenizer of {}", data.display()))?;
     let program = inference_program(system.model(1)?)?;
@@ -376,7 +469,34 @@ fn run_prompt(
     restore(ckpt, system, backend.as_mut(), &ckpt_path.display().to_string())?;
     let ids = tokenizer.encode(prompt.text);
     alpha_run::session::check_ids(&ids, system.vocab())?;
-    let p = predict::continue_prompt(backend.as_mut(), system, &ids, prompt.tokens, prompt.temperature, prompt.seed)?;
+    if ids.is_empty() {
+        bail!("the prompt is empty: give some text to continue");
+    }
+    let mut stream = TextStream::new(&tokenizer);
+    if let Some(out) = live.as_mut() {
+        out.write_all(tokenizer.decode(&ids).as_bytes())?;
+        out.flush()?;
+    }
+    let mut on_token = |id: u32| -> Result<()> {
+        if let Some(out) = live.as_mut() {
+            out.write_all(stream.push(id).as_bytes())?;
+            out.flush()?;
+        }
+        Ok(())
+    };
+    let p = predict::continue_prompt_streaming(
+        backend.as_mut(),
+        system,
+        &ids,
+        prompt.tokens,
+        prompt.temperature,
+        prompt.seed,
+        &mut on_token,
+    )?;
+    if let Some(out) = live.as_mut() {
+        writeln!(out, "{}", stream.finish())?;
+        out.flush()?;
+    }
     let mut all = ids.clone();
     all.extend(&p.tokens);
     let top = p.top_next.iter().map(|&(t, pr)| (tokenizer.decode(&[t]), pr)).collect();
@@ -399,8 +519,16 @@ fn predict_cmd(a: PredictArgs) -> Result<()> {
     let ckpt = checkpoint::load(&a.checkpoint)?;
     let data = data_of(system.as_ref(), a.data.as_deref(), &ckpt, &a.checkpoint)?;
     let prompt = Prompt { text: &a.prompt, tokens: a.tokens, temperature: a.temperature, seed: a.seed };
-    let (text, top) = run_prompt(system.as_ref(), &ckpt, &a.checkpoint, &data, &prompt, a.device)?;
-    println!("{text}");
+    let stdout = std::io::stdout();
+    let mut live = stdout.lock();
+    let top = match run_prompt(system.as_ref(), &ckpt, &a.checkpoint, &data, &prompt, a.device, Some(&mut live)) {
+        Ok((_, top)) => top,
+        // A reader that stops early (`| head`) ends the prediction, as it would any filter.
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {
+            return Ok(())
+        }
+        Err(e) => return Err(e),
+    };
     let top: Vec<String> = top.iter().map(|(t, p)| format!("{t:?} {:.1}%", p * 100.0)).collect();
     eprintln!("most likely next after the prompt: {}", top.join(", "));
     Ok(())
@@ -410,8 +538,12 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
     let system = find(&a.system)?;
     let ckpt = checkpoint::load(&a.checkpoint)?;
     let data = data_of(system.as_ref(), a.data.as_deref(), &ckpt, &a.checkpoint)?;
-    let batch = a.batch.unwrap_or(system.default_batch()).min(a.windows.max(1));
+    let batch = a.batch.unwrap_or(system.default_batch()).min(a.windows);
     let program = inference_program(system.model(batch)?)?;
+    if a.device == Device::Cpu {
+        let what = format!("scoring {} at batch {batch} on the CPU", system.name());
+        validate::ensure_fits(&what, validate::cpu_arena_bytes(&program)?, "--batch")?;
+    }
     let mut backend = backend_for(a.device, &program)?;
     restore(&ckpt, system.as_ref(), backend.as_mut(), &a.checkpoint.display().to_string())?;
     let s = score::score(backend.as_mut(), system.as_ref(), batch, &data, a.windows)?;
@@ -454,6 +586,14 @@ fn plan(a: PlanArgs) -> Result<()> {
 
 fn build(a: BuildArgs) -> Result<()> {
     let system = find(&a.system)?;
+    if a.output.is_dir() {
+        bail!("-o {}: is a folder; give the executable's file name", a.output.display());
+    }
+    if let Some(parent) = a.output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.is_dir() {
+            bail!("-o {}: the folder {} does not exist", a.output.display(), parent.display());
+        }
+    }
     let batch = a.batch.unwrap_or(system.default_batch());
     let learner = system.learner(system.default_steps());
     let mut programs = vec![learner.training_program(system.model(batch)?)?];
@@ -614,6 +754,12 @@ fn check(a: CheckArgs) -> Result<()> {
         vec![a.gate.parse::<Gate>().map_err(|e| anyhow!(e))?]
     };
     let batch = a.batch.unwrap_or(system.default_batch().min(2));
+    // The largest gate program is the training step; the CPU reference holds one arena of it on
+    // the host, and a CPU device under test a second.
+    let program = system.learner(system.default_steps()).training_program(system.model(batch)?)?;
+    let copies = if a.device == Device::Cpu { 2 } else { 1 };
+    let needed = validate::cpu_arena_bytes(&program)?.saturating_mul(copies);
+    validate::ensure_fits(&format!("checking {} at --batch {batch}", system.name()), needed, "--batch")?;
     let mut failed = vec![];
     for g in gates {
         let r = check(g, system.as_ref(), a.device, batch, a.seed)?;
@@ -632,6 +778,16 @@ fn bench(a: BenchArgs) -> Result<()> {
     use alpha_run::bench::{time_alpha, time_pytorch};
     let system = find(&a.system)?;
     let batches = if a.batch.is_empty() { vec![1, 16] } else { a.batch.clone() };
+    if a.baseline.as_os_str() != "none" && !a.baseline.is_file() {
+        bail!("--baseline {}: no such script (pass --baseline none to time Alpha alone)", a.baseline.display());
+    }
+    if a.device == Device::Cpu {
+        for &b in &batches {
+            let program = system.learner(system.default_steps()).training_program(system.model(b)?)?;
+            let what = format!("timing {} at --batch {b} on the CPU", system.name());
+            validate::ensure_fits(&what, validate::cpu_arena_bytes(&program)?, "--batch")?;
+        }
+    }
     println!(
         "{:>5}  {:>12} {:>14} {:>9}  {:>22} {:>12}  {:>7}",
         "batch", "alpha ms", "alpha tok/s", "launches", "pytorch best", "ms", "ratio"
@@ -658,4 +814,34 @@ fn bench(a: BenchArgs) -> Result<()> {
     }
     println!("ratio = PyTorch's fastest setting ÷ Alpha (above 1: Alpha is faster)");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Streams `ids` one token at a time and joins the pieces.
+    fn streamed(tokenizer: &Tokenizer, ids: &[u32]) -> String {
+        let mut stream = TextStream::new(tokenizer);
+        let mut out: String = ids.iter().map(|&id| stream.push(id)).collect();
+        out.push_str(&stream.finish());
+        out
+    }
+
+    #[test]
+    fn streamed_text_is_the_decoded_text_even_across_cut_characters() {
+        let bytes = Tokenizer::Bytes;
+        let text = "héllo → 日本 🎉";
+        let ids = bytes.encode(text);
+        assert_eq!(streamed(&bytes, &ids), text);
+        // A three-byte character is held back until its last byte comes.
+        let mut stream = TextStream::new(&bytes);
+        let cut: Vec<String> = "日".bytes().map(|b| stream.push(u32::from(b))).collect();
+        assert_eq!(cut, vec!["", "", "日"]);
+        // Invalid bytes, a character cut by end-of-text, and one cut at the end read as decode shows them.
+        let end_of_text = alpha_data::tokenizer::BYTES_EOT;
+        for ids in [vec![0xff, u32::from(b'a'), 0xe6, 0x97], vec![0xe6, 0x97, end_of_text, u32::from(b'b'), 0xc3]] {
+            assert_eq!(streamed(&bytes, &ids), bytes.decode(&ids), "{ids:?}");
+        }
+    }
 }

@@ -4,13 +4,21 @@
 
 mod commands;
 mod embedded;
+mod validate;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    // Checked here rather than by `std::env::args`, which panics on a non-UTF-8 argument.
+    let args = match validate::utf8_args(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let cli = match embedded::read_own() {
         Some(payload) => {
             let args = commands::built_args(&payload, &args);

@@ -1,0 +1,77 @@
+//! Progress lines for a training run whose stderr is not a terminal (a log file, a pipe, CI),
+//! where the progress bar does not draw: a line for the first step, each tenth of the run, and
+//! at least every [`LINE_EVERY`], so a long run is never silent. None under `--quiet`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The longest a run without a progress bar goes without a line.
+pub const LINE_EVERY: Duration = Duration::from_secs(10);
+
+/// Set by the CLI's `--quiet`: no progress lines either.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Silence (or allow) the progress lines of runs in this process.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::SeqCst);
+}
+
+/// Decides when a step's line is printed.
+pub struct StepLines {
+    /// Off where the progress bar shows progress, or under `--quiet`.
+    on: bool,
+    tenth: u64,
+    last: Instant,
+}
+
+impl StepLines {
+    /// For an invocation of `steps` updates; `bar_shown`: the progress bar is drawn instead.
+    pub fn new(bar_shown: bool, steps: u64) -> Self {
+        StepLines { on: !bar_shown && !QUIET.load(Ordering::SeqCst), tenth: (steps / 10).max(1), last: Instant::now() }
+    }
+
+    /// Whether the line for the `done`-th step of this invocation is due at `now`.
+    fn due(&mut self, done: u64, now: Instant) -> bool {
+        if !self.on {
+            return false;
+        }
+        let due = done == 1 || done.is_multiple_of(self.tenth) || now.duration_since(self.last) >= LINE_EVERY;
+        if due {
+            self.last = now;
+        }
+        due
+    }
+
+    /// Print the line for `step` (the `done`-th of this invocation) if it is due.
+    pub fn step(&mut self, step: u64, done: u64, last_step: u64, loss: f64, tokens_per_s: f64) {
+        if self.due(done, Instant::now()) {
+            eprintln!("step {step}/{last_step}  loss {loss:.4}  {tokens_per_s:.0} tok/s");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_run_prints_a_line_at_least_every_ten_seconds() {
+        let mut lines = StepLines::new(false, 1_000_000_000);
+        let t0 = lines.last;
+        assert!(lines.due(1, t0), "the first step shows the run has started");
+        assert!(!lines.due(2, t0 + Duration::from_secs(9)));
+        assert!(lines.due(3, t0 + Duration::from_secs(11)));
+        assert!(!lines.due(4, t0 + Duration::from_secs(20)));
+        assert!(lines.due(5, t0 + Duration::from_secs(22)));
+    }
+
+    #[test]
+    fn a_short_run_prints_each_tenth_and_none_beside_a_bar() {
+        let mut lines = StepLines::new(false, 100);
+        let t0 = lines.last;
+        let shown: Vec<u64> = (1..=100).filter(|&d| lines.due(d, t0)).collect();
+        assert_eq!(shown, vec![1, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]);
+        let mut beside_bar = StepLines::new(true, 100);
+        assert!(!(1..=100).any(|d| beside_bar.due(d, t0 + Duration::from_secs(60))));
+    }
+}
