@@ -151,3 +151,31 @@ impl Records {
         fs::read(dir.join("run.json")).ok().and_then(|s| serde_json::from_slice(&s).ok())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_immediate_exit_marks_the_running_run_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = Records::open(dir.path()).unwrap();
+        let info = RunInfo {
+            state: "running".into(),
+            steps_done: 6,
+            pid: Some(std::process::id()),
+            last_checkpoint: Some("runs/x/checkpoints/step-000006.safetensors".into()),
+            ..Default::default()
+        };
+        records.run_info(&info).unwrap();
+        mark_interrupted();
+        let written = Records::read_run_info_as_written(dir.path()).unwrap();
+        assert_eq!(written.state, "interrupted");
+        assert!(written.message.unwrap().contains("step-000006.safetensors"));
+        // Once the run has ended by itself, there is nothing to mark.
+        let finished = RunInfo { state: "finished".into(), ..info };
+        records.run_info(&finished).unwrap();
+        mark_interrupted();
+        assert_eq!(Records::read_run_info_as_written(dir.path()).unwrap().state, "finished");
+    }
+}

@@ -109,6 +109,21 @@ pub fn checkpoint_rel(branch: u64, step: u64) -> PathBuf {
     branch_folder(branch).join(format!("step-{step:06}.safetensors"))
 }
 
+/// The run directory a checkpoint lies in: the folder above `checkpoints/` (main line) or
+/// above `checkpoints/branch-N/` (a branch); `None` for a checkpoint outside a run's folders.
+pub fn run_dir_of(checkpoint: &Path) -> Option<PathBuf> {
+    let folder = checkpoint.parent()?;
+    let name = folder.file_name()?.to_str()?;
+    let checkpoints = if name == "checkpoints" {
+        folder
+    } else {
+        let n: u64 = name.strip_prefix("branch-")?.parse().ok()?;
+        let up = folder.parent()?;
+        (n > 0 && up.file_name()? == "checkpoints").then_some(up)?
+    };
+    Some(checkpoints.parent()?.to_path_buf())
+}
+
 /// The steps of the checkpoint files in a folder.
 fn steps_in(folder: &Path) -> Vec<u64> {
     fs::read_dir(folder)
@@ -248,6 +263,11 @@ mod tests {
         assert_eq!(branch_of_folder(run, Path::new("/r/checkpoints/branch-2")), Some(2));
         assert_eq!(branch_of_folder(run, Path::new("/r/checkpoints/branch-0")), None);
         assert_eq!(branch_of_folder(run, Path::new("/elsewhere/checkpoints")), None);
+        assert_eq!(run_dir_of(Path::new("runs/a/checkpoints/step-000002.safetensors")), Some(PathBuf::from("runs/a")));
+        let in_branch = Path::new("runs/a/checkpoints/branch-2/step-000002.safetensors");
+        assert_eq!(run_dir_of(in_branch), Some(PathBuf::from("runs/a")));
+        assert_eq!(run_dir_of(Path::new("runs/a/step-000002.safetensors")), None);
+        assert_eq!(run_dir_of(Path::new("runs/a/branch-2/step-000002.safetensors")), None);
     }
 
     #[test]

@@ -188,6 +188,18 @@ fn resuming_from_an_older_checkpoint_starts_a_branch_and_keeps_the_old_line() {
     succeeds(&train(tmp.path(), &data, &run, &["--steps", "1", "--resume", b4.to_str().unwrap()]));
     let b2 = run.join("checkpoints/branch-2/step-000005.safetensors");
     assert_eq!(alpha_run::checkpoint::load(&b2).unwrap().meta.parent, Some(sha_of(&b4)));
+    // Without --run-dir, a branch's checkpoint continues in its own run directory and line.
+    succeeds(&alpha(
+        &["train", "bob", "--batch", "4", "--steps", "1", "--heldout-windows", "0", "--sample-tokens", "0"]
+            .iter()
+            .copied()
+            .chain(["--quiet", "--data", data.to_str().unwrap(), "--resume", b6.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+        tmp.path(),
+    ));
+    let b7 = run.join("checkpoints/branch-1/step-000007.safetensors");
+    assert_eq!(alpha_run::checkpoint::load(&b7).unwrap().meta.parent, Some(sha_of(&b6)));
+    assert!(!tmp.path().join("runs").exists(), "a fresh run directory was made");
     for (path, bytes) in &main_line {
         assert_eq!(&std::fs::read(path).unwrap(), bytes, "{} changed", path.display());
     }
