@@ -1,33 +1,29 @@
 //! Progress lines for a training run whose stderr is not a terminal (a log file, a pipe, CI),
 //! where the progress bar does not draw: a line for the first step, each tenth of the run, and
-//! at least every [`LINE_EVERY`], so a long run is never silent. None under `--quiet`.
+//! at least every [`LINE_EVERY`], so a long run is never silent.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 /// The longest a run without a progress bar goes without a line.
 pub const LINE_EVERY: Duration = Duration::from_secs(10);
 
-/// Set by the CLI's `--quiet`: no progress lines either.
-static QUIET: AtomicBool = AtomicBool::new(false);
-
-/// Silence (or allow) the progress lines of runs in this process.
-pub fn set_quiet(quiet: bool) {
-    QUIET.store(quiet, Ordering::SeqCst);
-}
-
 /// Decides when a step's line is printed.
 pub struct StepLines {
-    /// Off where the progress bar shows progress, or under `--quiet`.
+    /// Off when progress is not wanted (`--quiet`) or the bar shows it (stderr is a terminal).
     on: bool,
     tenth: u64,
     last: Instant,
 }
 
 impl StepLines {
-    /// For an invocation of `steps` updates; `bar_shown`: the progress bar is drawn instead.
-    pub fn new(bar_shown: bool, steps: u64) -> Self {
-        StepLines { on: !bar_shown && !QUIET.load(Ordering::SeqCst), tenth: (steps / 10).max(1), last: Instant::now() }
+    /// For an invocation of `steps` updates; `progress`: progress is wanted at all.
+    pub fn new(progress: bool, steps: u64) -> Self {
+        Self::lines(progress && !std::io::stderr().is_terminal(), steps)
+    }
+
+    fn lines(on: bool, steps: u64) -> Self {
+        StepLines { on, tenth: (steps / 10).max(1), last: Instant::now() }
     }
 
     /// Whether the line for the `done`-th step of this invocation is due at `now`.
@@ -56,7 +52,7 @@ mod tests {
 
     #[test]
     fn a_long_run_prints_a_line_at_least_every_ten_seconds() {
-        let mut lines = StepLines::new(false, 1_000_000_000);
+        let mut lines = StepLines::lines(true, 1_000_000_000);
         let t0 = lines.last;
         assert!(lines.due(1, t0), "the first step shows the run has started");
         assert!(!lines.due(2, t0 + Duration::from_secs(9)));
@@ -66,12 +62,12 @@ mod tests {
     }
 
     #[test]
-    fn a_short_run_prints_each_tenth_and_none_beside_a_bar() {
-        let mut lines = StepLines::new(false, 100);
+    fn a_short_run_prints_each_tenth_and_none_when_off() {
+        let mut lines = StepLines::lines(true, 100);
         let t0 = lines.last;
         let shown: Vec<u64> = (1..=100).filter(|&d| lines.due(d, t0)).collect();
         assert_eq!(shown, vec![1, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]);
-        let mut beside_bar = StepLines::new(true, 100);
-        assert!(!(1..=100).any(|d| beside_bar.due(d, t0 + Duration::from_secs(60))));
+        let mut off = StepLines::lines(false, 100);
+        assert!(!(1..=100).any(|d| off.due(d, t0 + Duration::from_secs(60))));
     }
 }

@@ -48,6 +48,7 @@ pub struct TrainOptions {
     pub save_initial: bool,
     /// Held-out windows scored at each checkpoint (0: none).
     pub heldout_windows: usize,
+    /// Show progress: a bar where stderr is a terminal, a line now and then where it is not.
     pub progress: bool,
 }
 

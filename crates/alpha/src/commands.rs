@@ -293,7 +293,6 @@ fn train(a: TrainArgs) -> Result<()> {
             "--batch (or --accumulate)",
         )?;
     }
-    alpha_run::progress::set_quiet(a.quiet);
     let data = data::resolve(system.as_ref(), a.data.as_deref())?;
     let run_dir = match (&a.run_dir, &a.resume) {
         (Some(d), _) => d.clone(),
@@ -316,7 +315,7 @@ fn train(a: TrainArgs) -> Result<()> {
         profile: a.profile,
         save_initial: a.save_initial,
         heldout_windows: a.heldout_windows,
-        progress: !a.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        progress: !a.quiet,
     };
     // The first Ctrl-C (or SIGTERM, SIGHUP) lets the step in flight finish and checkpoints it;
     // a second one marks run.json "interrupted" and ends the process at once.

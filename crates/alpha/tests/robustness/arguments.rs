@@ -206,6 +206,7 @@ fn training_shows_progress_lines_unless_quiet() {
     for line in ["step 1/20  loss", "step 2/20  loss", "step 20/20  loss"] {
         assert!(err.contains(line), "no {line:?} in:\n{err}");
     }
+    assert!(!err.contains('\r') && !err.contains('\u{1b}'), "a progress bar drawn into a log:\n{err:?}");
     let err = train("quiet", true);
     assert!(!err.contains("step 1/20"), "--quiet printed progress:\n{err}");
 }
