@@ -18,8 +18,19 @@
 //! | `GET /api/systems` | the systems catalogue, with each system's runs |
 //!
 //! Bad input is never fatal once the server runs: unparseable JSONL lines are skipped and
-//! counted; a run without `run.json` shows as "unknown". Before it runs, a missing runs folder
-//! and a port in use are errors that say so.
+//! counted; a run without `run.json` shows as "unknown"; a "running" run whose process is gone
+//! shows as "interrupted". Before it runs, a missing runs folder and a port in use are errors
+//! that say so.
+//!
+//! What a page of another site, or a hostile runs folder, can make it do is bounded:
+//! - a request must name this server in `Host` ([`HostCheck`]: DNS rebinding is refused), and a
+//!   POST from a page must come from the dashboard's own origin; otherwise 403;
+//! - every file read (run folders, record files, a lineage row's checkpoint) must lie inside the
+//!   runs folder once links are resolved ([`store::confine`]); links out are skipped and noted;
+//! - at most [`MAX_PROBES_IN_FLIGHT`] probes run at once (more get 429 and `Retry-After`), and a
+//!   loaded checkpoint is kept for the next probe of it ([`PROBE_CACHE_ENTRIES`]);
+//! - each poll reads only what was appended to a record, at most [`records::MAX_READ_BYTES`],
+//!   and an unterminated line is held only up to [`records::MAX_LINE_BYTES`].
 
 pub mod records;
 pub mod store;
@@ -363,7 +374,7 @@ async fn check_host_and_origin(
             StatusCode::FORBIDDEN,
             format!(
                 "refused: the request's Host {} is not this server (127.0.0.1, localhost or {} on port {}); \
-                 a page of another site cannot reach the dashboard",
+                 a page of another site cannot reach the dashboard; open it by one of those addresses",
                 named.map_or("(none)".to_string(), |h| format!("{h:?}")),
                 hosts.bound,
                 hosts.port
