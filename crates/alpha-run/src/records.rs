@@ -19,8 +19,10 @@ use crate::testhook;
 
 pub use alpha_records::{jsonl, Invocation, LineageRow, Point, ProfileRow, RunInfo, Summary};
 
-/// The JSON Lines files a run appends to (telemetry's sampler keeps its own file).
-const JSONL_FILES: [&str; 4] = ["points.jsonl", "lineage.jsonl", "invocations.jsonl", "profile.jsonl"];
+/// The JSON Lines files a run appends to (`telemetry.jsonl` by the sampler, which also writes
+/// a row in one write).
+const JSONL_FILES: [&str; 5] =
+    ["points.jsonl", "lineage.jsonl", "invocations.jsonl", "profile.jsonl", alpha_telemetry::TELEMETRY_FILE];
 
 /// The `run.json` of the run this process is training, while it runs: what an immediate exit
 /// marks "interrupted". Its lock also keeps two threads from writing `run.json` at once.
