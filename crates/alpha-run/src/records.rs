@@ -138,6 +138,28 @@ impl Records {
             .with_context(|| format!("appending to {}", path.display()))
     }
 
+    /// Write the invocation row the run of `previous` (its last `run.json`) did not write
+    /// because it crashed or failed, from its points; nothing when it wrote one or ran no step.
+    pub fn close_invocation(&self, previous: &RunInfo) -> Result<()> {
+        let Some(k) = previous.invocation else { return Ok(()) };
+        if self.invocations().iter().any(|r| r.k == k) {
+            return Ok(());
+        }
+        let points: Vec<Point> = read_rows(&self.dir.join("points.jsonl"));
+        let mine: Vec<&Point> = points.iter().filter(|p| p.invocation == Some(k)).collect();
+        let (Some(first), Some(last)) = (mine.first(), mine.last()) else { return Ok(()) };
+        self.invocation(&Invocation {
+            k,
+            first_step: first.step,
+            last_step: last.step,
+            unseen_loss: first.loss,
+            last_loss: last.loss,
+            wall_s: None,
+            device_s: None,
+            branch: previous.branch,
+        })
+    }
+
     pub fn invocations(&self) -> Vec<Invocation> {
         read_rows(&self.dir.join("invocations.jsonl"))
     }

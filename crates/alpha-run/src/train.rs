@@ -265,6 +265,9 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     if let Some(row) = &placement.unlisted {
         records.lineage(&LineageRow { time: Some(now()), ..row.clone() })?;
     }
+    if let Some(prev) = &previous {
+        records.close_invocation(prev)?;
+    }
     let parameters = program.graph.parameter_count() as u64;
     let first_step = step + 1;
     // This process's number among those run into the directory (a crashed one left its

@@ -340,6 +340,10 @@ fn a_killed_run_reads_as_interrupted_with_its_last_checkpoint() {
     // Step 5 was run by both invocations; the newer row is the one its checkpoint continues.
     let fifth: Vec<Option<u64>> = points.iter().filter(|p| p.step == 5).map(|p| p.invocation).collect();
     assert_eq!(fifth, vec![Some(1), Some(2)]);
+    // The killed invocation's row is written from its points, so each invocation has one.
+    let invocations = rows::<alpha_run::records::Invocation>(&run.join("invocations.jsonl")).rows;
+    let spans: Vec<(u64, u64, u64)> = invocations.iter().map(|r| (r.k, r.first_step, r.last_step)).collect();
+    assert_eq!(spans, vec![(1, 1, 5), (2, 5, 5)]);
 }
 
 #[test]
