@@ -24,6 +24,11 @@
 //! SHA-256, then u16 LE tokens; every document ends with end-of-text), `tokenizer.json` for
 //! BPE, and `manifest.json` ([`manifest`]). Same input, same bytes.
 //!
+//! A raw corpus given to `alpha train --data` is prepared once into a cache folder keyed by its
+//! content ([`cache`]); a corpus is bounded and its binary files skipped ([`corpus`]); the
+//! manifest is written atomically ([`atomic`]) and every shard's SHA-256 is checked when a
+//! [`TokenStream`] opens it.
+//!
 //! Tokenizers ([`tokenizer`]): `bytes` (vocabulary 257: 256 bytes + end-of-text id 256) and
 //! byte-level BPE ([`bpe`]) trained with Hugging Face `tokenizers` on the training split, or a
 //! given `tokenizer.json`.
