@@ -14,6 +14,42 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::embedded::{self, Payload};
+
+/// Stdout's reader went away (`alpha plan gpt2 --print | head`): the rest of the output is not
+/// wanted, so the command ends quietly instead of panicking as `println!` would.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed by its reader")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// What a write to stdout came to: a closed reader as [`StdoutClosed`], another failure named.
+fn written(r: std::io::Result<()>) -> Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(e) => Err(anyhow::Error::new(e).context("writing to stdout")),
+    }
+}
+
+/// `print!` that returns the write's failure instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        written(std::io::Write::write_fmt(&mut std::io::stdout().lock(), format_args!($($arg)*)))
+    };
+}
+
+/// `println!` that returns the write's failure instead of panicking.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        out!("{}\n", format_args!($($arg)*))
+    };
+}
 use crate::validate;
 
 #[derive(Parser)]
@@ -240,7 +276,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 let why = if run_dir.exists() { "is not a folder" } else { "does not exist" };
                 bail!("run directory {} {why}", run_dir.display());
             }
-            print!("{}", alpha_run::profile::tables(&run_dir)?);
+            out!("{}", alpha_run::profile::tables(&run_dir)?)?;
             Ok(())
         }
     }
@@ -329,7 +365,7 @@ fn train(a: TrainArgs) -> Result<()> {
         alpha_run::request_stop();
     });
     let r = alpha_run::train(&opts)?;
-    println!(
+    outln!(
         "{} · {} · steps {}–{} · {:.0} tokens/s · {:.2} ms a step",
         system.name(),
         a.device_name(),
@@ -337,13 +373,16 @@ fn train(a: TrainArgs) -> Result<()> {
         r.last_step,
         r.tokens_per_s,
         r.ms_per_step
-    );
-    println!("train loss {:.4} nats (last step)", r.last_loss);
+    )?;
+    outln!("train loss {:.4} nats (last step)", r.last_loss)?;
     if let Some(s) = r.heldout {
-        println!(
+        outln!(
             "held-out loss {:.4} nats · {:.4} bits per byte ({} windows, {} bytes)",
-            s.loss, s.bits_per_byte, s.windows, s.bytes
-        );
+            s.loss,
+            s.bits_per_byte,
+            s.windows,
+            s.bytes
+        )?;
         if system.name() == "bob" {
             let best = alpha_run::baseline::bigram_optimum(
                 &data,
@@ -352,22 +391,22 @@ fn train(a: TrainArgs) -> Result<()> {
                 a.heldout_windows,
                 Some(r.tokens),
             )?;
-            println!(
+            outln!(
                 "best bigram table from the counts of the bytes it trained on: {:.4} bits per byte (add-{} smoothing, {} bytes); Bob is {:+.4} from it",
                 best.bits_per_byte,
                 best.k,
                 best.training_tokens,
                 s.bits_per_byte - best.bits_per_byte
-            );
+            )?;
         }
     }
-    println!("checkpoint {} (sha256 {})", r.checkpoint.display(), r.sha256);
-    println!("records in {}", r.run_dir.display());
+    outln!("checkpoint {} (sha256 {})", r.checkpoint.display(), r.sha256)?;
+    outln!("records in {}", r.run_dir.display())?;
     if a.sample_tokens > 0 {
         let ckpt = checkpoint::load(&r.checkpoint)?;
         let prompt = Prompt { text: "The ", tokens: a.sample_tokens, temperature: 0.8, seed: a.seed };
         let (text, _) = run_prompt(system.as_ref(), &ckpt, &r.checkpoint, &data, &prompt, a.device, None)?;
-        println!("sample: {text:?}");
+        outln!("sample: {text:?}")?;
     }
     Ok(())
 }
@@ -546,7 +585,7 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
     let mut backend = backend_for(a.device, &program)?;
     restore(&ckpt, system.as_ref(), backend.as_mut(), &a.checkpoint.display().to_string())?;
     let s = score::score(backend.as_mut(), system.as_ref(), batch, &data, a.windows)?;
-    println!(
+    outln!(
         "{} step {}: held-out loss {:.4} nats · {:.4} bits per byte over {} windows ({} tokens, {} bytes) of {}",
         system.name(),
         ckpt.meta.step,
@@ -556,15 +595,15 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
         s.tokens,
         s.bytes,
         data.display()
-    );
+    )?;
     Ok(())
 }
 
 fn systems() -> Result<()> {
-    println!("{:<11} {:>12}  {:<70} description", "system", "parameters", "state");
+    outln!("{:<11} {:>12}  {:<70} description", "system", "parameters", "state")?;
     for s in alpha_systems::catalogue() {
         let params = s.model(1)?.graph.parameter_count();
-        println!("{:<11} {:>12}  {:<70} {}", s.name(), alpha_plan::group(params), s.state(), s.description());
+        outln!("{:<11} {:>12}  {:<70} {}", s.name(), alpha_plan::group(params), s.state(), s.description())?;
     }
     Ok(())
 }
@@ -575,11 +614,11 @@ fn plan(a: PlanArgs) -> Result<()> {
     let learner = system.learner(system.default_steps());
     let program = learner.training_program(system.model(batch)?)?;
     if a.print {
-        print!("{}", alpha_ir::print::print(&program.graph));
+        out!("{}", alpha_ir::print::print(&program.graph))?;
     }
     let plan = alpha_plan::plan(&program, alpha_plan::bytes, 256)?;
-    println!("{} at batch {batch}: {} parameters", system.name(), alpha_plan::group(program.graph.parameter_count()));
-    print!("{}", plan.summary("bytes"));
+    outln!("{} at batch {batch}: {} parameters", system.name(), alpha_plan::group(program.graph.parameter_count()))?;
+    out!("{}", plan.summary("bytes"))?;
     Ok(())
 }
 
@@ -623,12 +662,12 @@ fn build(a: BuildArgs) -> Result<()> {
     };
     embedded::write(&a.output, &payload)?;
     let carried = if a.device == Device::Cuda { format!(", {kernels} PTX kernels") } else { String::new() };
-    println!(
+    outln!(
         "wrote {}: {} for the {device}, batch {batch}{carried}; run `{} train`, `resume CKPT`, `predict`, `score`",
         a.output.display(),
         system.name(),
         a.output.display()
-    );
+    )?;
     Ok(())
 }
 
@@ -677,12 +716,12 @@ fn prepare(corpus: PathBuf, tokenizer: String, out: PathBuf) -> Result<()> {
     let spec = tokenizer.parse::<alpha_data::TokenizerSpec>().map_err(|e| anyhow!("{e}"))?;
     let report = alpha_data::prepare::prepare_report(&alpha_data::PrepareOptions::new(&corpus, spec, &out))?;
     let m = &report.manifest;
-    println!("{}", serde_json::to_string_pretty(&m.totals)?);
-    println!(
+    outln!("{}", serde_json::to_string_pretty(&m.totals)?)?;
+    outln!(
         "wrote {} (manifest.json, shards{})",
         out.display(),
         if m.tokenizer.kind == "bytes" { "" } else { ", tokenizer.json" }
-    );
+    )?;
     Ok(())
 }
 
@@ -762,7 +801,7 @@ fn check(a: CheckArgs) -> Result<()> {
     let mut failed = vec![];
     for g in gates {
         let r = check(g, system.as_ref(), a.device, batch, a.seed)?;
-        print!("{}", r.text);
+        out!("{}", r.text)?;
         if !r.passed {
             failed.push(format!("{g:?}"));
         }
@@ -787,16 +826,22 @@ fn bench(a: BenchArgs) -> Result<()> {
             validate::ensure_fits(&what, validate::cpu_arena_bytes(&program)?, "--batch")?;
         }
     }
-    println!(
+    outln!(
         "{:>5}  {:>12} {:>14} {:>9}  {:>22} {:>12}  {:>7}",
-        "batch", "alpha ms", "alpha tok/s", "launches", "pytorch best", "ms", "ratio"
-    );
+        "batch",
+        "alpha ms",
+        "alpha tok/s",
+        "launches",
+        "pytorch best",
+        "ms",
+        "ratio"
+    )?;
     for b in batches {
         let t = time_alpha(system.as_ref(), a.device, b, a.warmup, a.steps)?;
         let base =
             if a.baseline.as_os_str() == "none" { None } else { Some(time_pytorch(&a.baseline, b, &a.baseline_args)?) };
         let (name, ms) = base.as_ref().and_then(|r| r.first().cloned()).unwrap_or(("-".into(), f64::NAN));
-        println!(
+        outln!(
             "{:>5}  {:>12.3} {:>14.0} {:>9}  {:>22} {:>12.3}  {:>6.2}×",
             b,
             t.ms_per_step,
@@ -805,13 +850,13 @@ fn bench(a: BenchArgs) -> Result<()> {
             name,
             ms,
             ms / t.ms_per_step
-        );
+        )?;
         if let Some(rows) = base {
             let all: Vec<String> = rows.iter().map(|(n, ms)| format!("{n} {ms:.3} ms")).collect();
-            println!("       pytorch settings: {}", all.join(", "));
+            outln!("       pytorch settings: {}", all.join(", "))?;
         }
     }
-    println!("ratio = PyTorch's fastest setting ÷ Alpha (above 1: Alpha is faster)");
+    outln!("ratio = PyTorch's fastest setting ÷ Alpha (above 1: Alpha is faster)")?;
     Ok(())
 }
 

@@ -30,6 +30,8 @@ fn main() -> ExitCode {
     };
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // `alpha … | head`: the reader has what it wanted.
+        Err(e) if e.is::<commands::StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

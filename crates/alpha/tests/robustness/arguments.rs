@@ -210,3 +210,27 @@ fn training_shows_progress_lines_unless_quiet() {
     let err = train("quiet", true);
     assert!(!err.contains("step 1/20"), "--quiet printed progress:\n{err}");
 }
+
+/// A reader that closes stdout early (`alpha plan gpt2 --print | head -1`) ends the command
+/// quietly: no panic from a failed print.
+#[test]
+fn a_closed_stdout_ends_a_long_listing_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_alpha"))
+        .args(["plan", "gpt2", "--print"])
+        .current_dir(tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 5];
+    child.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"graph");
+    // The listing is about 115 KB, past a pipe's 64 KB buffer, so later prints find it closed.
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
