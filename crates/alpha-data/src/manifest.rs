@@ -124,6 +124,11 @@ impl Manifest {
             "bytes" => Tokenizer::Bytes,
             "bpe" => {
                 let file = self.tokenizer.file.as_deref().unwrap_or(TOKENIZER_FILE);
+                anyhow::ensure!(
+                    is_plain_name(file),
+                    "{}: tokenizer file {file:?} is not a file name inside the directory",
+                    dir.join(MANIFEST_FILE).display()
+                );
                 Tokenizer::from_file(&dir.join(file))?
             }
             other => anyhow::bail!("{}: unknown tokenizer kind {other:?}", dir.display()),
@@ -175,15 +180,13 @@ impl Manifest {
     /// The path of a shard the manifest names; the name must be a plain file name inside
     /// `dir` (a crafted manifest does not get to point at other files).
     pub fn shard_path(&self, dir: &Path, shard: &ShardInfo) -> Result<std::path::PathBuf> {
-        let name = Path::new(&shard.file);
-        let plain = matches!(name.components().collect::<Vec<_>>().as_slice(), [std::path::Component::Normal(_)]);
         anyhow::ensure!(
-            plain,
+            is_plain_name(&shard.file),
             "{}: shard name {:?} is not a file name inside the directory",
             dir.join(MANIFEST_FILE).display(),
             shard.file
         );
-        Ok(dir.join(name))
+        Ok(dir.join(&shard.file))
     }
 
     /// Recomputes one shard's SHA-256 and compares it with the manifest's.
@@ -207,4 +210,9 @@ impl Manifest {
             self.check_sha256(&path, s)
         })
     }
+}
+
+/// Whether `name` is one plain file name (no folder, no `..`, not absolute).
+fn is_plain_name(name: &str) -> bool {
+    matches!(Path::new(name).components().collect::<Vec<_>>().as_slice(), [std::path::Component::Normal(_)])
 }

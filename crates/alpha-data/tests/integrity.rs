@@ -74,6 +74,13 @@ fn a_manifest_cannot_point_outside_its_folder() {
     std::fs::write(&manifest, serde_json::to_string(&m).unwrap()).unwrap();
     let err = TokenStream::open(&out, Split::Train).err().expect("a path outside the folder must be refused");
     assert!(format!("{err:#}").contains("not a file name inside the directory"), "{err:#}");
+    // Nor a tokenizer file.
+    m["train"]["shards"][0]["file"] = "train-0000.tok".into();
+    m["tokenizer"]["kind"] = "bpe".into();
+    m["tokenizer"]["file"] = "/etc/passwd".into();
+    std::fs::write(&manifest, serde_json::to_string(&m).unwrap()).unwrap();
+    let err = TokenStream::open(&out, Split::Train).err().expect("a tokenizer outside the folder must be refused");
+    assert!(format!("{err:#}").contains("tokenizer file \"/etc/passwd\" is not a file name"), "{err:#}");
 }
 
 #[test]
