@@ -734,3 +734,49 @@ async fn a_running_run_whose_process_is_gone_shows_as_interrupted() {
     let (_, runs) = get(&app, "/api/runs").await;
     assert_eq!(runs["runs"][0]["state"], "interrupted");
 }
+
+#[test]
+fn a_branch_is_drawn_apart_from_the_line_it_left() {
+    if !webdriver::Browser::available() {
+        eprintln!("skipped: {} or {} is missing", webdriver::CHROMIUM, webdriver::CHROMEDRIVER);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // 60 steps on the main line, then a resume from step 20's checkpoint: branch 1, steps 21-45,
+    // its checkpoint at 40 in checkpoints/branch-1/.
+    let run = write_run(dir.path(), "bob", 60, "finished", false, 2);
+    let mut points = std::fs::OpenOptions::new().append(true).open(run.join("points.jsonl")).unwrap();
+    for step in 21..=45u64 {
+        let row = json!({"step": step, "loss": 2.3 + 3.1 * (-(step as f64) / 12.0).exp(), "unseen": step == 21, "invocation": 2, "branch": 1});
+        writeln!(points, "{row}").unwrap();
+    }
+    let mut lineage = std::fs::OpenOptions::new().append(true).open(run.join("lineage.jsonl")).unwrap();
+    let row = json!({"step": 40, "path": "checkpoints/branch-1/step-000040.safetensors", "sha256": "b1".repeat(32),
+                     "heldout_loss": 2.4, "branch": 1});
+    writeln!(lineage, "{row}").unwrap();
+    let mut opts = ServeOptions::new(dir.path());
+    opts.port = 0;
+    let server = Server::bind(opts).unwrap().spawn();
+    let b = webdriver::Browser::launch(&dir.path().join("chromium-profile"), 1280, 900).unwrap();
+    b.goto(&format!("{}/runs/bob", server.url())).unwrap();
+    b.wait_for("return document.body.dataset.loaded === '1'", Duration::from_secs(20)).unwrap();
+    let chart = b
+        .execute(
+            "const s = document.querySelector('#chart-loss svg'); return [+s.dataset.points, +s.dataset.left, +s.dataset.unseen]",
+            vec![],
+        )
+        .unwrap();
+    assert_eq!(chart, json!([45, 40, 2]), "steps 1-20 and the branch's 21-45 drawn; the main line's 21-60 apart");
+    let badges = b
+        .execute(
+            "return [...document.querySelectorAll('#lineage-table tbody tr')].map(r => r.cells[0].textContent.trim())",
+            vec![],
+        )
+        .unwrap();
+    assert_eq!(badges, json!(["40 branch 1", "60", "40", "20"]));
+    let sub = b.execute("return document.querySelector('#loss-sub').textContent", vec![]).unwrap();
+    assert!(sub.as_str().unwrap().contains("45 steps"), "{sub}");
+    let shots = screenshot_dir();
+    std::fs::create_dir_all(&shots).unwrap();
+    std::fs::write(shots.join("dash-run-branch.png"), b.full_page_png(1280).unwrap()).unwrap();
+}

@@ -444,17 +444,25 @@ function runPage(name) {
   function drawLoss() {
     const c = st.cols;
     if (!c) return;
-    const loss = [], band = [], unseen = [], mean = [];
+    const keep = currentLine(c.step);
+    const loss = [], band = [], unseen = [], mean = [], left = [];
     let hasBand = false, win = [], sum = 0;
     for (let i = 0; i < c.step.length; i++) {
       const s = c.step[i], l = c.loss[i];
+      if (!keep[i]) {
+        // A break between stretches of rows that a resume left behind.
+        if (left.length && (keep[i - 1] || s <= left[left.length - 1][0])) left.push([left[left.length - 1][0], null]);
+        left.push([s, l]);
+        continue;
+      }
       loss.push([s, l]);
       if (isNum(c.p10[i]) && isNum(c.p90[i])) { band.push([s, c.p10[i], c.p90[i]]); hasBand = true; }
       if (c.unseen[i]) unseen.push([s, l]);
       if (isNum(l)) { win.push(l); sum += l; if (win.length > 20) sum -= win.shift(); mean.push([s, sum / win.length]); }
     }
     const thin = (arr, n) => (arr.length <= n ? arr : arr.filter((_, i) => i % Math.ceil(arr.length / n) === 0));
-    const held = st.lineage.filter((r) => isNum(r.heldout_loss)).map((r) => [r.step, r.heldout_loss]);
+    const onLine = currentLine(st.lineage.map((r) => r.step));
+    const held = st.lineage.filter((r, i) => onLine[i] && isNum(r.heldout_loss)).map((r) => [r.step, r.heldout_loss]);
     const ln = isNum(st.vocab) && st.vocab > 1 ? Math.log(st.vocab) : null;
     draw("chart-loss", {
       height: 340, xLabel: "step", xName: "step", yLabel: "loss, nats", count: 0,
@@ -467,15 +475,30 @@ function runPage(name) {
         unseen.length && unseen.length < loss.length ? { label: "first step of an invocation (unseen context)", type: "dots", color: COLORS.unseen, data: thin(unseen, 600) } : null,
         held.length ? { label: "held-out, at checkpoints", type: "diamonds", color: COLORS.held, data: held, r: 4 } : null,
         ln ? { label: `ln vocab`, type: "hline", color: COLORS.ref, value: ln, noValue: true } : null,
+        left.length ? { label: "steps a resume from an earlier checkpoint left behind", type: "line", color: COLORS.ref, data: left, width: 1, opacity: 0.6, noValue: true } : null,
       ],
     });
     const svgEl = $("#chart-loss svg");
-    if (svgEl) svgEl.setAttribute("data-unseen", unseen.length);
-    const xs = (arr) => c.step.map((s, i) => [s, arr[i]]);
+    if (svgEl) {
+      svgEl.setAttribute("data-unseen", unseen.length);
+      svgEl.setAttribute("data-left", left.filter((p) => p[1] !== null).length);
+    }
+    const xs = (arr) => c.step.map((s, i) => [s, arr[i]]).filter((_, i) => keep[i]);
     draw("chart-ms", { height: 190, xLabel: "step", yLabel: "ms", yZero: true, series: [{ label: "wall ms a step", type: "line", color: COLORS.b, data: xs(c.ms) }] });
     draw("chart-lr", { height: 190, xLabel: "step", yLabel: "learning rate", yZero: true, series: [{ label: "learning rate", type: "line", color: COLORS.d, data: xs(c.lr) }] });
     const g = xs(c.grad_norm);
     draw("chart-grad", { height: 190, xLabel: "step", yLabel: "‖g‖", yZero: true, empty: "No gradient norms recorded", series: [{ label: "gradient norm", type: "line", color: COLORS.c, data: g.some((p) => isNum(p[1])) ? g : [] }] });
+  }
+
+  // The line the run now continues, as a mask over rows in file order: walking back from the
+  // newest row, a row is on it when its step is below every step kept so far. A resume from an
+  // earlier checkpoint (a branch, or a rerun after a crash) writes steps again from there, so
+  // the rows it passes over are the ones that resume left behind.
+  function currentLine(steps) {
+    const keep = new Array(steps.length).fill(false);
+    let low = Infinity;
+    for (let i = steps.length - 1; i >= 0; i--) if (steps[i] < low) { keep[i] = true; low = steps[i]; }
+    return keep;
   }
 
   async function refreshPoints() {
@@ -596,7 +619,7 @@ function runPage(name) {
     st.lineage = rows;
     const newest = rows.slice().reverse();
     $("#lineage-table tbody").innerHTML = newest.map((r) => `<tr data-step="${r.step}" data-sha="${esc(r.sha256)}" data-path="${esc(r.path)}">
-      <td class="num"><b>${int(r.step)}</b></td><td class="num">${fmt(r.train_loss, 4)}</td><td class="num">${fmt(r.heldout_loss, 4)}</td><td class="num">${fmt(r.heldout_bpb, 4)}</td>
+      <td class="num"><b>${int(r.step)}</b>${r.branch ? ` <span class="badge plain" title="${esc(r.path)}">branch ${int(r.branch)}</span>` : ""}</td><td class="num">${fmt(r.train_loss, 4)}</td><td class="num">${fmt(r.heldout_loss, 4)}</td><td class="num">${fmt(r.heldout_bpb, 4)}</td>
       <td class="num">${fmt(r.wall_s, 2)}</td><td class="num">${fmt(r.device_s, 2)}</td><td class="muted">${when(r.time)}</td>
       <td><span class="sha" title="${esc(r.sha256)}">${esc(String(r.sha256).slice(0, 16))}…</span></td></tr>`).join("")
       || `<tr><td colspan="8" class="muted">No checkpoint yet.</td></tr>`;
@@ -614,8 +637,9 @@ function runPage(name) {
     const [lin, changed] = await Promise.all([api(`/api/runs/${enc}/lineage`), refreshPoints()]);
     const linChanged = renderLineage(lin.rows, lin.health);
     if (changed || linChanged) drawLoss();
-    const steps = st.cols ? st.cols.step.length : 0;
-    const unseenN = st.cols ? st.cols.unseen.filter(Boolean).length : 0;
+    const line = st.cols ? currentLine(st.cols.step) : [];
+    const steps = line.filter(Boolean).length;
+    const unseenN = st.cols ? st.cols.unseen.filter((u, i) => u && line[i]).length : 0;
     $("#loss-sub").innerHTML = `Mean cross-entropy over each step's ${d.run && d.run.tokens_per_step ? int(d.run.tokens_per_step) + " " : ""}positions, ${int(steps)} steps. The band is the 10th–90th percentile across positions where the trainer records it. ${unseenN && unseenN === steps ? "Every step is scored on a context not yet trained on, before training on it, so the fall is learning, not memorization." : `The first step of each invocation (${int(unseenN)} dots) is scored on a context not yet trained on, so its fall is learning, not memorization.`} Diamonds: held-out loss at checkpoints.${st.vocab ? ` Dashed: ln ${int(st.vocab)}, the loss of a model that knows nothing.` : ""}`;
     if (d.files.invocations.rows !== st.invRows) {
       st.invRows = d.files.invocations.rows;
