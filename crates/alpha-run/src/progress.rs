@@ -2,7 +2,7 @@
 //! where the progress bar does not draw: a line for the first step, each tenth of the run, and
 //! at least every [`LINE_EVERY`], so a long run is never silent.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 /// The longest a run without a progress bar goes without a line.
@@ -38,10 +38,12 @@ impl StepLines {
         due
     }
 
-    /// Print the line for `step` (the `done`-th of this invocation) if it is due.
+    /// Print the line for `step` (the `done`-th of this invocation) if it is due. A stderr that
+    /// cannot be written (its reader gone) loses the line, not the run.
     pub fn step(&mut self, step: u64, done: u64, last_step: u64, loss: f64, tokens_per_s: f64) {
         if self.due(done, Instant::now()) {
-            eprintln!("step {step}/{last_step}  loss {loss:.4}  {tokens_per_s:.0} tok/s");
+            let line = format!("step {step}/{last_step}  loss {loss:.4}  {tokens_per_s:.0} tok/s\n");
+            let _ = std::io::stderr().write_all(line.as_bytes());
         }
     }
 }

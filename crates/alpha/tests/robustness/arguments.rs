@@ -234,3 +234,26 @@ fn a_closed_stdout_ends_a_long_listing_quietly() {
     assert!(status.success(), "{status:?}: {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// A run whose stderr reader goes away (`alpha train … 2>&1 | head`) loses its progress lines,
+/// not the run: it finishes and writes its checkpoint.
+#[test]
+fn a_closed_stderr_does_not_stop_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = prepared(tmp.path()) else { return };
+    let run = tmp.path().join("run");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_alpha"))
+        .args(["train", "bob", "--steps", "30", "--batch", "2", "--data", data.to_str().unwrap()])
+        .args(["--run-dir", run.to_str().unwrap(), "--sample-tokens", "0", "--heldout-windows", "2"])
+        .current_dir(tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {out}");
+    assert!(run.join("checkpoints/step-000030.safetensors").is_file(), "{out}");
+}
