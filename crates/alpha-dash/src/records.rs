@@ -246,7 +246,14 @@ impl<T: DeserializeOwned> Jsonl<T> {
         }
         match serde_json::from_slice::<T>(line) {
             Ok(row) => self.rows.push(row),
-            Err(_) => self.skip_line(),
+            // A writer that died between a row and its newline (as the trainer once wrote rows,
+            // in two writes) glued the next row onto it: both are whole, so both are kept.
+            Err(_) => {
+                match serde_json::Deserializer::from_slice(line).into_iter::<T>().collect::<Result<Vec<T>, _>>() {
+                    Ok(rows) if rows.len() > 1 => self.rows.extend(rows),
+                    _ => self.skip_line(),
+                }
+            }
         }
     }
 }
@@ -392,5 +399,18 @@ mod tests {
         j.refresh().unwrap();
         assert_eq!(j.rows().len(), 1);
         assert_eq!(j.problem(), None);
+    }
+
+    #[test]
+    fn rows_glued_by_a_lost_newline_are_both_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lineage.jsonl");
+        append(&path, "{\"step\":20,\"path\":\"a\"}{\"step\":40,\"path\":\"b\"}\n{\"step\":60}{\"ste\n{\"step\":80}\n");
+        let mut j = Jsonl::<LineageRow>::new(path);
+        j.refresh().unwrap();
+        assert_eq!(j.rows().iter().map(|r| r.step).collect::<Vec<_>>(), [20, 40, 80]);
+        assert_eq!(j.rows()[1].path, "b");
+        assert_eq!(j.health().skipped, 1, "a glued line with a torn part is skipped whole");
+        assert_eq!(j.first_bad_lines(), [2]);
     }
 }
