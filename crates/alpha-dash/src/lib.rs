@@ -534,7 +534,8 @@ async fn api_probe(State(st): St, UrlPath(name): UrlPath<String>, Json(req): Jso
     let (dir, root, row) = {
         let mut r = rec.lock().unwrap();
         r.refresh_all();
-        let row = r.lineage.rows().iter().find(|l| l.path == req.checkpoint).cloned();
+        // The newest row of that path: a checkpoint rewritten by a rerun has a row each time.
+        let row = r.lineage.rows().iter().rev().find(|l| l.path == req.checkpoint).cloned();
         (r.dir.clone(), r.root().to_path_buf(), row)
     };
     let Some(row) = row else {
