@@ -175,7 +175,7 @@ fn remove_abandoned(cache_root: &Path) {
 }
 
 /// Whether a process with this id exists (signal 0 checks without sending anything).
-fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
     // SAFETY: kill with signal 0 only checks that the process exists and may be signalled.
     let r = unsafe { libc::kill(pid, 0) };

@@ -324,6 +324,12 @@ impl OutputFolder {
             return Ok(OutputFolder::Fresh);
         }
         if names.iter().any(|n| n == PREPARING_MARKER) {
+            let marker = std::fs::read_to_string(out.join(PREPARING_MARKER)).unwrap_or_default();
+            if let Some(pid) = marker_process(&marker) {
+                if pid != std::process::id() && crate::cache::process_alive(pid) {
+                    bail!("{} is being prepared by process {pid} right now; wait for it to finish", out.display());
+                }
+            }
             return Ok(OutputFolder::Interrupted);
         }
         if !names.iter().any(|n| n == MANIFEST_FILE) {
@@ -346,11 +352,7 @@ impl OutputFolder {
         let created = !out.exists();
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let marker = out.join(PREPARING_MARKER);
-        std::fs::write(
-            &marker,
-            format!("an Alpha data preparation (process {}) is writing this folder\n", std::process::id()),
-        )
-        .with_context(|| format!("writing {}", marker.display()))?;
+        std::fs::write(&marker, marker_text()).with_context(|| format!("writing {}", marker.display()))?;
         crate::atomic::sync_dir(out)?;
         let claimed = ClaimedOutput { out: out.to_path_buf(), created };
         match self {
@@ -366,6 +368,16 @@ impl OutputFolder {
         }
         Ok(claimed)
     }
+}
+
+/// The marker's text: names the process writing the folder.
+fn marker_text() -> String {
+    format!("an Alpha data preparation (process {}) is writing this folder\n", std::process::id())
+}
+
+/// The process id a marker names.
+fn marker_process(text: &str) -> Option<u32> {
+    text.split("(process ").nth(1)?.split(')').next()?.parse().ok()
 }
 
 /// An output folder this process is writing (it holds the marker).
@@ -515,4 +527,21 @@ fn write_split(
     let tokens: u64 = infos.iter().map(|s| s.tokens).sum();
     let bytes: u64 = infos.iter().map(|s| s.bytes).sum();
     Ok(SplitInfo { documents: docs.len() as u64, tokens, bytes, bytes_per_token: ratio(bytes, tokens), shards: infos })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_marker_names_its_process() {
+        assert_eq!(marker_process(&marker_text()), Some(std::process::id()));
+        assert_eq!(marker_process(""), None);
+    }
+
+    #[test]
+    fn shard_names_are_recognised_exactly() {
+        assert!(is_shard_name("train-0000.tok") && is_shard_name("valid-0012.tok"));
+        assert!(!is_shard_name("train-.tok") && !is_shard_name("train-00x0.tok") && !is_shard_name("notes.tok"));
+    }
 }

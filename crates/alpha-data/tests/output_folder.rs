@@ -104,3 +104,19 @@ fn a_failed_preparation_leaves_no_folder_behind() {
     assert!(prepare(&o).is_err());
     assert!(!out.exists());
 }
+
+#[test]
+fn a_folder_another_live_process_is_preparing_is_left_to_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = corpus(tmp.path());
+    let out = tmp.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // This test's parent is alive; a preparation it is running must not be trampled.
+    let parent = std::os::unix::process::parent_id();
+    let marker = format!("an Alpha data preparation (process {parent}) is writing this folder\n");
+    std::fs::write(out.join(".alpha-preparing"), &marker).unwrap();
+    std::fs::write(out.join("train-0000.tok"), "being written").unwrap();
+    let err = prepare(&options(&c, &out, 1 << 20)).unwrap_err();
+    assert!(format!("{err:#}").contains(&format!("being prepared by process {parent}")), "{err:#}");
+    assert_eq!(std::fs::read_to_string(out.join("train-0000.tok")).unwrap(), "being written");
+}
