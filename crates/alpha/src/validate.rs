@@ -35,24 +35,43 @@ pub const MAX_LR: f64 = 10.0;
 /// Most warm-up or timed steps of a benchmark.
 pub const MAX_BENCH_STEPS: u64 = 1_000_000;
 
+/// Parses a whole number; a failure says why and then `range` (what to give instead).
+fn parse_whole<T: FromStr>(s: &str, range: &str) -> Result<T, String> {
+    let t = s.trim();
+    if t.len() > 1 && t.starts_with('-') && t[1..].chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!("must not be negative: {range}"));
+    }
+    t.parse().map_err(|_| {
+        if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit()) {
+            format!("is too large: {range}")
+        } else {
+            format!("is not a whole number: {range}")
+        }
+    })
+}
+
 /// Parses a whole number in `min..=max`; the message says the range and what it counts.
 fn whole<T>(s: &str, min: T, max: T, what: &str) -> Result<T, String>
 where
     T: FromStr + PartialOrd + Display + Copy,
 {
-    let t = s.trim();
-    if t.starts_with('-') && t[1..].chars().all(|c| c.is_ascii_digit()) && t.len() > 1 {
-        return Err(format!("must not be negative: give {what} from {} to {}", group(min), group(max)));
-    }
-    let v: T = t.parse().map_err(|_| {
-        if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit()) {
-            format!("is too large: give {what} from {} to {}", group(min), group(max))
-        } else {
-            format!("is not a whole number: give {what} from {} to {}", group(min), group(max))
-        }
-    })?;
+    let range = format!("give {what} from {} to {}", group(min), group(max));
+    let v: T = parse_whole(s, &range)?;
     if v < min || v > max {
-        return Err(format!("is out of range: give {what} from {} to {}", group(min), group(max)));
+        return Err(format!("is out of range: {range}"));
+    }
+    Ok(v)
+}
+
+/// Parses a whole number of at least `min`, with no upper bound but the type's.
+fn at_least<T>(s: &str, min: T, what: &str) -> Result<T, String>
+where
+    T: FromStr + PartialOrd + Display + Copy,
+{
+    let range = format!("give {what}: at least {}", group(min));
+    let v: T = parse_whole(s, &range)?;
+    if v < min {
+        return Err(format!("is out of range: {range}"));
     }
     Ok(v)
 }
@@ -104,15 +123,15 @@ pub fn tokens(s: &str) -> Result<usize, String> {
 }
 
 pub fn windows(s: &str) -> Result<usize, String> {
-    whole(s, 1, usize::MAX, "held-out windows")
+    at_least(s, 1, "held-out windows")
 }
 
 pub fn heldout_windows(s: &str) -> Result<usize, String> {
-    whole(s, 0, usize::MAX, "held-out windows a checkpoint (0: none)")
+    at_least(s, 0, "held-out windows a checkpoint (0: none)")
 }
 
 pub fn seed(s: &str) -> Result<u64, String> {
-    whole(s, 0, u64::MAX, "a seed")
+    at_least(s, 0, "a seed")
 }
 
 pub fn bench_steps(s: &str) -> Result<u64, String> {
@@ -261,6 +280,9 @@ mod tests {
         assert_eq!(train_steps("1000000000"), Ok(MAX_STEPS));
         assert!(train_steps("1000000001").unwrap_err().contains("out of range"));
         assert_eq!(tokens("0"), Ok(0));
+        assert_eq!(windows("0").unwrap_err(), "is out of range: give held-out windows: at least 1");
+        assert!(seed("18446744073709551616").unwrap_err().contains("too large"));
+        assert_eq!(seed("18446744073709551615"), Ok(u64::MAX));
     }
 
     #[test]

@@ -36,7 +36,10 @@ const CASES: &[(&[&str], &str)] = &[
         &["predict", "bob", "--checkpoint", "C", "--prompt", "a", "--temperature", "-0.5"],
         "'--temperature <TEMPERATURE>': must not be negative",
     ),
-    (&["score", "bob", "--checkpoint", "C", "--windows", "0"], "give held-out windows from 1"),
+    (
+        &["score", "bob", "--checkpoint", "C", "--windows", "0"],
+        "'--windows <WINDOWS>': is out of range: give held-out windows: at least 1",
+    ),
     (&["train", "bob", "--steps", "1000000000000"], "give the number of updates from 1 to 1,000,000,000"),
     (
         &["predict", "bob", "--checkpoint", "C", "--prompt", "a", "--tokens", "1000000000000"],
