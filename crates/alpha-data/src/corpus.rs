@@ -353,6 +353,14 @@ fn list_files(dir: &Path, limits: &CorpusLimits) -> Result<InputFiles> {
             if meta.is_dir() {
                 stack.push(p);
             } else if meta.is_file() {
+                // A link may lead a file out to /proc (whose files can block when read).
+                if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                    let target = p.canonicalize().unwrap_or_default();
+                    if let Some(fs) = pseudo_file_system(&target) {
+                        warnings.push(format!("{}: skipped (links into {fs}, a pseudo file system)", p.display()));
+                        continue;
+                    }
+                }
                 bytes = bytes.saturating_add(meta.len());
                 out.push(p);
                 if out.len() > limits.max_files {

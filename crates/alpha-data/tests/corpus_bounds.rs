@@ -43,11 +43,13 @@ fn pseudo_file_systems_and_link_loops_are_not_walked() {
     std::os::unix::fs::symlink(tmp.path(), tmp.path().join("loop")).unwrap();
     std::os::unix::fs::symlink("/proc", tmp.path().join("proc")).unwrap();
     std::os::unix::fs::symlink(tmp.path().join("gone"), tmp.path().join("dangling")).unwrap();
+    std::os::unix::fs::symlink("/proc/self/status", tmp.path().join("status.txt")).unwrap();
     let c = corpus::load_with(tmp.path(), &CorpusLimits::TRAINING).unwrap();
     assert_eq!(c.documents.len(), 2);
     assert!(c.warnings.iter().any(|w| w.contains("loop") && w.contains("already read")), "{:?}", c.warnings);
     assert!(c.warnings.iter().any(|w| w.contains("pseudo file system")), "{:?}", c.warnings);
     assert!(c.warnings.iter().any(|w| w.contains("dangling")), "{:?}", c.warnings);
+    assert!(c.warnings.iter().any(|w| w.contains("status.txt") && w.contains("links into /proc")), "{:?}", c.warnings);
 }
 
 #[test]
