@@ -7,7 +7,7 @@
 //! 256 bytes a step.
 
 use alpha_ir::{DType, Graph, Init, IrError};
-use alpha_learn::{AdamW, Decay, Learner, Model, Schedule};
+use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
 
 use crate::{System, Tokens};
 
@@ -56,11 +56,11 @@ impl System for Bob {
     }
 
     fn learner(&self, steps: u64) -> Learner {
-        Learner {
-            adamw: AdamW { beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay: 0.0, decay: Decay::None },
-            schedule: Schedule::WarmupCosine { peak: 0.1, warmup: 20.min(steps / 10 + 1), total: steps, floor: 0.1 },
-            clip: None,
-            accumulation: 1,
-        }
+        Learner::single(
+            Optimizer::AdamW(AdamW { beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay: 0.0, decay: Decay::None }),
+            0.1,
+            Schedule::WarmupCosine { warmup: 20.min(steps / 10 + 1), total: steps, floor: 0.1 },
+            None,
+        )
     }
 }

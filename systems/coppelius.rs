@@ -9,7 +9,7 @@
 //! updates and cosine to a tenth, clip at 1.0.
 
 use alpha_ir::{DType, Graph, Init, IrError, Value};
-use alpha_learn::{AdamW, Decay, Learner, Model, Schedule};
+use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
 
 use crate::layers::{causal_self_attention, lm_inputs, tied_lm_loss};
 use crate::{System, Tokens};
@@ -113,12 +113,18 @@ impl System for Coppelius {
     }
 
     fn learner(&self, steps: u64) -> Learner {
-        Learner {
-            adamw: AdamW { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, decay: Decay::MatricesOnly },
-            schedule: Schedule::WarmupCosine { peak: 1e-3, warmup: 100, total: steps.max(101), floor: 0.1 },
-            clip: Some(1.0),
-            accumulation: 1,
-        }
+        Learner::single(
+            Optimizer::AdamW(AdamW {
+                beta1: 0.9,
+                beta2: 0.95,
+                eps: 1e-8,
+                weight_decay: 0.1,
+                decay: Decay::MatricesOnly,
+            }),
+            1e-3,
+            Schedule::WarmupCosine { warmup: 100, total: steps.max(101), floor: 0.1 },
+            Some(1.0),
+        )
     }
 }
 

@@ -6,7 +6,7 @@
 //! take bf16 operands, as in Alpha's other transformers.
 
 use alpha_ir::{Graph, Init, IrError, Value};
-use alpha_learn::{AdamW, Decay, Learner, Model, Schedule};
+use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
 
 use crate::layers::{bf16_matmul, causal_self_attention, lm_inputs, tied_lm_loss};
 use crate::{System, Tokens};
@@ -102,12 +102,18 @@ impl System for Gpt2 {
     }
 
     fn learner(&self, steps: u64) -> Learner {
-        Learner {
-            adamw: AdamW { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, decay: Decay::MatricesOnly },
-            schedule: Schedule::WarmupCosine { peak: 6e-4, warmup: 700.min(steps), total: steps.max(1), floor: 0.0 },
-            clip: Some(1.0),
-            accumulation: 1,
-        }
+        Learner::single(
+            Optimizer::AdamW(AdamW {
+                beta1: 0.9,
+                beta2: 0.95,
+                eps: 1e-8,
+                weight_decay: 0.1,
+                decay: Decay::MatricesOnly,
+            }),
+            6e-4,
+            Schedule::WarmupCosine { warmup: 700.min(steps), total: steps.max(1), floor: 0.0 },
+            Some(1.0),
+        )
     }
 }
 

@@ -3,36 +3,69 @@
 //! schedule's per-step scalars fed by the host.
 
 pub mod init;
+pub mod optim;
 pub mod schedule;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
 
 use alpha_ir::{Binary, DType, Graph, Init, IrError, Op, Phase, Program, TensorType, Value};
 use serde::{Deserialize, Serialize};
 
-pub use schedule::Schedule;
+pub use optim::{AdamW, Decay, Muon, Optimizer, Rotational, Rows};
+pub use schedule::{MomentumRamp, Schedule};
 
-/// Which parameters weight decay applies to.
+/// A named set of parameters sharing one optimizer and one peak learning rate. `select` holds
+/// path patterns: `*` matches any run of characters (dots included), anything else itself;
+/// `blocks.*.attn.out.weight` selects every block's output projection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Decay {
-    None,
-    /// Tensors of rank two or more (matrices and embeddings), not gains and biases.
-    MatricesOnly,
-    All,
+pub struct Group {
+    pub name: String,
+    pub select: Vec<String>,
+    pub optimizer: Optimizer,
+    /// The peak the schedule multiplies.
+    pub peak: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AdamW {
-    pub beta1: f64,
-    pub beta2: f64,
-    pub eps: f64,
-    pub weight_decay: f64,
-    pub decay: Decay,
+impl Group {
+    pub fn new(name: &str, select: &[&str], optimizer: Optimizer, peak: f64) -> Group {
+        Group { name: name.into(), select: select.iter().map(|s| s.to_string()).collect(), optimizer, peak }
+    }
+
+    /// Whether this group's patterns select the parameter `path`.
+    pub fn selects(&self, path: &str) -> bool {
+        self.select.iter().any(|p| glob(p, path))
+    }
 }
 
+/// `pattern` against `text`, where `*` matches any run of characters.
+fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while j < t.len() {
+        if i < p.len() && p[i] == b'*' {
+            star = Some((i, j));
+            i += 1;
+        } else if i < p.len() && p[i] == t[j] {
+            i += 1;
+            j += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == b'*')
+}
+
+/// The training recipe: optimizer groups by parameter role, one schedule multiplying every
+/// group's peak, one global gradient clip over every gradient, and accumulation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Learner {
-    pub adamw: AdamW,
+    pub groups: Vec<Group>,
     pub schedule: Schedule,
     /// Clip the global gradient norm to this.
     pub clip: Option<f64>,
@@ -51,35 +84,164 @@ pub struct Model {
     pub logits: Value,
 }
 
-/// The per-step scalars the host writes before running a step.
+/// The per-step scalars the host writes before running a step are named `<role>:<group>`:
+/// `lr:<group>` (the group's rate), and as its optimizer needs them `bc1:`/`bc2:` (1 − βᵗ),
+/// `momentum:` (Muon's μ), `angle:` (rotational η) and `bcs:` (1 − ρᵗ).
 pub const LR: &str = "lr";
 pub const BC1: &str = "bc1";
 pub const BC2: &str = "bc2";
+pub const MOMENTUM: &str = "momentum";
+pub const ANGLE: &str = "angle";
+pub const BCS: &str = "bcs";
+
+/// The host scalar `<role>:<group>`, interned: the set of names is the learners' groups times
+/// six roles, so each is allocated once for the life of the process and callers get `&str`s
+/// that outlive the learner.
+fn scalar_name(role: &str, group: &str) -> &'static str {
+    static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let name = format!("{role}:{group}");
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let set = names.get_or_insert_with(HashSet::new);
+    if let Some(&s) = set.get(name.as_str()) {
+        return s;
+    }
+    let s: &'static str = Box::leak(name.into_boxed_str());
+    set.insert(s);
+    s
+}
+
+/// A learner error at program building: names the system and what is wrong.
+fn learner_error(system: &str, message: String) -> IrError {
+    IrError {
+        system: system.to_string(),
+        op: "learner".into(),
+        node: 0,
+        scope: String::new(),
+        inputs: String::new(),
+        message,
+    }
+}
 
 impl Learner {
-    /// Host scalars for update `step` (from 1): learning rate and bias corrections.
-    pub fn scalars(&self, step: u64) -> [(&'static str, f64); 3] {
-        let t = step as i32;
-        [(LR, self.schedule.lr(step)), (BC1, 1.0 - self.adamw.beta1.powi(t)), (BC2, 1.0 - self.adamw.beta2.powi(t))]
+    /// One group, `all`, of every parameter.
+    pub fn single(optimizer: Optimizer, peak: f64, schedule: Schedule, clip: Option<f64>) -> Learner {
+        Learner { groups: vec![Group::new("all", &["*"], optimizer, peak)], schedule, clip, accumulation: 1 }
     }
 
-    fn decays(&self, shape: &[usize]) -> bool {
-        match self.adamw.decay {
-            Decay::None => false,
-            Decay::MatricesOnly => shape.len() >= 2,
-            Decay::All => true,
+    /// The rate of update `step` of the first group (the one records show).
+    pub fn lr(&self, step: u64) -> f64 {
+        self.groups.first().map_or(0.0, |g| self.schedule.lr(g.peak, step))
+    }
+
+    /// Set the first group's peak to `peak`, scaling every other group's by the same factor so
+    /// their ratios stay as the system set them.
+    pub fn with_peak(mut self, peak: f64) -> Learner {
+        if let Some(first) = self.groups.first().map(|g| g.peak) {
+            for (i, g) in self.groups.iter_mut().enumerate() {
+                g.peak = if i == 0 { peak } else { g.peak * (peak / first) };
+            }
+        }
+        self
+    }
+
+    /// One line for records: the schedule at each group's peak (one group: the schedule alone).
+    pub fn describe(&self) -> String {
+        match self.groups.as_slice() {
+            [g] if matches!(g.optimizer, Optimizer::AdamW(_)) => self.schedule.describe(g.peak),
+            groups => groups
+                .iter()
+                .map(|g| format!("{} ({}): {}", g.name, g.optimizer.name(), self.schedule.describe(g.peak)))
+                .collect::<Vec<_>>()
+                .join("; "),
         }
     }
 
-    /// Append clipping and the AdamW update of `params` by `grads`; returns the assignments.
-    /// The global norm goes to `outputs["grad_norm"]`.
+    /// Host scalars for update `step` (from 1), every group's, the first group's rate first.
+    /// Computed in binary64; the device reads them as f32.
+    pub fn scalars(&self, step: u64) -> Vec<(&'static str, f64)> {
+        let t = step as i32;
+        let mut out = vec![];
+        for g in &self.groups {
+            let lr = self.schedule.lr(g.peak, step);
+            let name = |role| scalar_name(role, &g.name);
+            out.push((name(LR), lr));
+            let adam = |b1: f64, b2: f64, out: &mut Vec<_>| {
+                out.push((name(BC1), 1.0 - b1.powi(t)));
+                out.push((name(BC2), 1.0 - b2.powi(t)));
+            };
+            match &g.optimizer {
+                Optimizer::AdamW(a) => adam(a.beta1, a.beta2, &mut out),
+                Optimizer::Adam { beta1, beta2, .. } => adam(*beta1, *beta2, &mut out),
+                Optimizer::Muon(m) => out.push((name(MOMENTUM), m.momentum_at(step))),
+                Optimizer::RotationalAdamW(r) => {
+                    adam(r.beta1, r.beta2, &mut out);
+                    out.push((name(ANGLE), r.angular_step(lr)));
+                    out.push((name(BCS), 1.0 - r.rho.powi(t)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Which group each parameter belongs to (indices into `groups`, in `params`' order), or an
+    /// error naming the parameter in no group or in two, the group selecting nothing, or the
+    /// parameter whose shape its group's optimizer cannot take.
+    pub fn assign_groups(&self, system: &str, params: &[(String, Vec<usize>)]) -> Result<Vec<usize>, IrError> {
+        let fail = |m: String| Err(learner_error(system, m));
+        if self.groups.is_empty() {
+            return fail("the learner has no optimizer group".into());
+        }
+        let mut seen = HashSet::new();
+        for g in &self.groups {
+            if !seen.insert(g.name.as_str()) {
+                return fail(format!("two optimizer groups are named '{}'", g.name));
+            }
+            if !(g.peak.is_finite() && g.peak > 0.0) {
+                return fail(format!("optimizer group '{}' has peak learning rate {}, not above 0", g.name, g.peak));
+            }
+        }
+        let mut out = vec![];
+        for (path, shape) in params {
+            let hits: Vec<usize> = (0..self.groups.len()).filter(|&i| self.groups[i].selects(path)).collect();
+            match hits.as_slice() {
+                [] => {
+                    let names: Vec<&str> = self.groups.iter().map(|g| g.name.as_str()).collect();
+                    return fail(format!("parameter {path} is in no optimizer group (groups: {})", names.join(", ")));
+                }
+                [i] => {
+                    let g = &self.groups[*i];
+                    if let Some(why) = g.optimizer.refuses(shape) {
+                        return fail(format!("parameter {path} cannot be in group '{}': {why}", g.name));
+                    }
+                    out.push(*i);
+                }
+                [a, b, ..] => {
+                    return fail(format!(
+                        "parameter {path} is in two optimizer groups: '{}' and '{}'",
+                        self.groups[*a].name, self.groups[*b].name
+                    ))
+                }
+            }
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            if !out.contains(&i) {
+                return fail(format!("optimizer group '{}' selects no parameter (patterns {:?})", g.name, g.select));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Append clipping and every group's update of `params` by `grads`; returns the
+    /// assignments. The global norm goes to `outputs["grad_norm"]`.
     fn append_update(
         &self,
         g: &mut Graph,
         params: &[(Value, String)],
         grads: &[Value],
         outputs: &mut BTreeMap<String, Value>,
-    ) -> Vec<(Value, Value)> {
+    ) -> Result<Vec<(Value, Value)>, IrError> {
+        let shapes: Vec<(String, Vec<usize>)> = params.iter().map(|(v, n)| (n.clone(), g.shape(*v).to_vec())).collect();
+        let group_of = self.assign_groups(&g.system, &shapes)?;
         let update_grads = grads;
         // Global norm and the clip factor, in-graph so the step needs no host round trip: one
         // sum of squares over every gradient (one op, so a device can do it in one pass).
@@ -101,22 +263,54 @@ impl Learner {
             }
             None => g.constant(1.0, &[], DType::F32),
         };
-        let lr = g.host_scalar(LR, DType::F32);
-        let bc1 = g.host_scalar(BC1, DType::F32);
-        let bc2 = g.host_scalar(BC2, DType::F32);
         let mut assign = vec![];
-        for ((p, name), gr) in params.iter().zip(update_grads) {
-            let ty: TensorType = g.ty(*p).clone();
-            let m = g.state(&format!("{name}.adam_m"), ty.clone(), Init::Zeros);
-            let v = g.state(&format!("{name}.adam_v"), ty.clone(), Init::Zeros);
-            let wd = if self.decays(&ty.shape) { self.adamw.weight_decay } else { 0.0 };
-            let op =
-                Op::AdamW { beta1: self.adamw.beta1, beta2: self.adamw.beta2, eps: self.adamw.eps, weight_decay: wd };
-            let outs = g.push(op, &[*p, *gr, m, v, lr, bc1, bc2, gscale]);
-            // AdamW writes p, m, v in place; recording the assignment keeps that explicit.
-            assign.extend([(*p, outs[0]), (m, outs[1]), (v, outs[2])]);
+        for (gi, group) in self.groups.iter().enumerate() {
+            let host = |g: &mut Graph, role: &str| g.host_scalar(scalar_name(role, &group.name), DType::F32);
+            let lr = host(g, LR);
+            let members: Vec<(Value, String, Value)> = params
+                .iter()
+                .zip(update_grads)
+                .zip(&group_of)
+                .filter(|(_, &i)| i == gi)
+                .map(|(((p, n), gr), _)| (*p, n.clone(), *gr))
+                .collect();
+            let mut scalars = optim::GroupScalars { lr, bc1: None, bc2: None, momentum: None, angle: None, bcs: None };
+            match &group.optimizer {
+                Optimizer::AdamW(_) | Optimizer::Adam { .. } => {
+                    scalars.bc1 = Some(host(g, BC1));
+                    scalars.bc2 = Some(host(g, BC2));
+                    for (p, name, gr) in &members {
+                        let hyper = match &group.optimizer {
+                            Optimizer::AdamW(a) => {
+                                let decays = match a.decay {
+                                    Decay::None => false,
+                                    Decay::MatricesOnly => g.shape(*p).len() >= 2,
+                                    Decay::All => true,
+                                };
+                                (a.beta1, a.beta2, a.eps, if decays { a.weight_decay } else { 0.0 })
+                            }
+                            Optimizer::Adam { beta1, beta2, eps } => (*beta1, *beta2, *eps, 0.0),
+                            _ => unreachable!("an Adam group"),
+                        };
+                        assign.extend(optim::adamw(g, *p, name, *gr, &scalars, gscale, hyper));
+                    }
+                }
+                Optimizer::Muon(m) => {
+                    scalars.momentum = Some(host(g, MOMENTUM));
+                    assign.extend(optim::muon(g, m, &members, &scalars, gscale));
+                }
+                Optimizer::RotationalAdamW(r) => {
+                    scalars.bc1 = Some(host(g, BC1));
+                    scalars.bc2 = Some(host(g, BC2));
+                    scalars.angle = Some(host(g, ANGLE));
+                    scalars.bcs = Some(host(g, BCS));
+                    for (p, name, gr) in &members {
+                        assign.extend(optim::rotational(g, r, *p, name, *gr, &scalars, gscale));
+                    }
+                }
+            }
         }
-        assign
+        Ok(assign)
     }
 
     /// A program of the update alone: gradients are state tensors named `<param>.grad`, so a
@@ -133,7 +327,7 @@ impl Learner {
             grads.push(gr);
         }
         let mut outputs = BTreeMap::new();
-        let assign = self.append_update(&mut g, &params, &grads, &mut outputs);
+        let assign = self.append_update(&mut g, &params, &grads, &mut outputs)?;
         let n = g.nodes.len();
         let program =
             Program { graph: g.finish()?, phases: vec![Phase { name: "step".into(), nodes: 0..n, assign }], outputs };
@@ -174,7 +368,7 @@ impl Learner {
         };
         let start = phases.last().map_or(0, |p: &Phase| p.nodes.end);
 
-        let mut assign = self.append_update(g, &params, &update_grads, &mut outputs);
+        let mut assign = self.append_update(g, &params, &update_grads, &mut outputs)?;
         if k > 1 {
             for acc in &update_grads {
                 let shape = g.shape(*acc).to_vec();

@@ -81,16 +81,11 @@ fn stop_requested() -> bool {
 
 /// The learner with the run's overrides.
 fn learner_for(system: &dyn System, horizon: u64, lr: Option<f64>) -> Learner {
-    let mut l = system.learner(horizon);
-    if let Some(peak) = lr {
-        l.schedule = match l.schedule {
-            alpha_learn::Schedule::Constant { .. } => alpha_learn::Schedule::Constant { lr: peak },
-            alpha_learn::Schedule::WarmupCosine { warmup, total, floor, .. } => {
-                alpha_learn::Schedule::WarmupCosine { peak, warmup, total, floor }
-            }
-        };
+    let l = system.learner(horizon);
+    match lr {
+        Some(peak) => l.with_peak(peak),
+        None => l,
     }
-    l
 }
 
 /// The `p` quantile of `values` (reordered in place): a selection, not a sort, since it runs
@@ -336,7 +331,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 step: 0,
                 cursor: String::new(),
                 seed,
-                schedule: learner.schedule.describe(),
+                schedule: learner.describe(),
                 schedule_total: horizon,
                 tokens: 0,
                 parent: None,
@@ -423,7 +418,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             records.point(&Point {
                 step,
                 loss: Some(loss),
-                lr: Some(learner.schedule.lr(step)),
+                lr: Some(learner.lr(step)),
                 tokens: Some(tokens),
                 ms: Some(ms),
                 unseen: epoch == 0,
