@@ -5,6 +5,7 @@ pub mod bob;
 pub mod coppelius;
 pub mod gpt2;
 pub mod layers;
+pub mod mini;
 
 use alpha_ir::IrError;
 use alpha_learn::{Learner, Model};
@@ -42,7 +43,14 @@ pub trait System: Send + Sync {
 
 /// Every system Alpha knows, in catalogue order.
 pub fn catalogue() -> Vec<Box<dyn System>> {
-    vec![Box::new(bob::Bob), Box::new(coppelius::Coppelius::default()), Box::new(gpt2::Gpt2::default())]
+    vec![
+        Box::new(bob::Bob),
+        Box::new(coppelius::Coppelius::default()),
+        Box::new(gpt2::Gpt2::default()),
+        Box::new(mini::Mini::new(mini::Roles::AdamW)),
+        Box::new(mini::Mini::new(mini::Roles::MuonAdam)),
+        Box::new(mini::Mini::new(mini::Roles::Mixed)),
+    ]
 }
 
 /// The system called `name`, or an error listing the known ones.
