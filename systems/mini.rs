@@ -75,7 +75,10 @@ impl System for Mini {
         400
     }
     fn model(&self, batch: usize) -> Result<Model, IrError> {
-        self.geometry.model(batch)
+        let mut model = self.geometry.model(batch)?;
+        // Errors and profiles name the system that built the graph.
+        model.graph.system = self.name().to_string();
+        Ok(model)
     }
 
     fn learner(&self, steps: u64) -> Learner {
@@ -134,6 +137,7 @@ mod tests {
                 Roles::Mixed => 16 + 16 + 38,
             };
             assert_eq!(states, want, "{}", m.name());
+            assert_eq!(program.graph.system, m.name());
         }
     }
 }

@@ -1,6 +1,21 @@
 //! The learner: turns a model's graph and loss into one training program — forward, backward
 //! and the optimizer update — with global-norm clipping, gradient accumulation, and the
 //! schedule's per-step scalars fed by the host.
+//!
+//! A learner is a list of groups by parameter role: each selects parameters by path pattern and
+//! has an optimizer — AdamW, Adam, Muon or rotational AdamW ([`optim`]) — and a peak rate; one
+//! schedule multiplies every peak, one clip covers every gradient. Every parameter must be in
+//! exactly one group, every group must select one, and Muon and rotational AdamW take matrices
+//! only; [`Learner::training_program`] refuses anything else naming the parameter.
+//!
+//! The optimizers are ordinary IR ops, so a backend runs them by lowering what it already knows:
+//! AdamW and Adam the fused `AdamW` op; rotational AdamW elementwise ops and reductions over one
+//! axis; Muon additionally batched matrix products `[k, r, c]·[k, c, r]` whose `k` entries are
+//! independent matrices (same-shaped matrices of a group orthogonalised together), bf16
+//! operands, f32 results. Optimizer state is persistent and named by parameter path —
+//! `<p>.adam_m`, `<p>.adam_v`, `<p>.muon_momentum`, `<p>.rot_norm0`, `<p>.rot_ms` — so a
+//! checkpoint carries it and a resume is exact: every host scalar is a function of the update
+//! count alone.
 
 pub mod init;
 pub mod optim;

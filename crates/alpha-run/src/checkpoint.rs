@@ -1,5 +1,6 @@
 //! Checkpoints: safetensors files a user can open elsewhere (PyTorch loads them), holding the
-//! parameters named by path, optimizer state beside them (`<name>.adam_m`, `<name>.adam_v`),
+//! parameters named by path, optimizer state beside them (`<name>.adam_m`, `<name>.adam_v`,
+//! Muon's `<name>.muon_momentum`, rotational AdamW's `<name>.rot_norm0` and `<name>.rot_ms`),
 //! and metadata — system, config hash, step, data cursor, seed, schedule, the parent's SHA-256
 //! and `sha256`, a digest over every other metadata entry and the tensors, verified on load, so
 //! an edited step, cursor, system or data path is refused even without the `.sha256` file
