@@ -6,7 +6,8 @@
 //! - forward: loss difference and per-position loss error quantiles;
 //! - gradient: per-tensor cosine (≥ 0.9999) and largest difference relative to the tensor's
 //!   largest entry (≤ 1e-2);
-//! - update: one AdamW update from nonzero moments, every tensor within 1e-6 of its change;
+//! - update: one update of every optimizer group (AdamW, Adam, Muon, rotational AdamW) from nonzero
+//!   state, at update 1 and at update 200, every tensor within 1e-6 of its change;
 //! - causality: change every token from position p on — logits before p stay bit-identical,
 //!   every later row changes.
 //!
@@ -222,14 +223,36 @@ fn update(c: &Case, text: &mut String) -> Result<bool> {
             base.iter().find(|(b, _)| *b == name).map(|(_, v)| v.clone()).unwrap_or_else(|| vec![0.0; n])
         } else if name.ends_with(".adam_v") {
             (0..n).map(|_| rng.random_range(1e-8..1e-5)).collect()
+        } else if name.ends_with(".rot_ms") {
+            // Rotational AdamW's running mean square of its step: positive.
+            (0..n).map(|_| rng.random_range(1e-4..1e-2)).collect()
+        } else if name.ends_with(".rot_norm0") {
+            // Each feature's stored norm: positive, so the step takes the settled path.
+            (0..n).map(|_| rng.random_range(0.5..2.0)).collect()
         } else {
             (0..n).map(|_| rng.random_range(-1e-3..1e-3)).collect()
         };
         all.push((name, v));
     }
-    let step = 200u64;
-    for b in [dev.as_mut(), &mut cpu as &mut dyn Backend] {
-        for (name, v) in &all {
+    // Update 1 (bias corrections and warm-up at their extremes) and update 200, each from the
+    // same state.
+    let mut ok = true;
+    for step in [1u64, 200] {
+        ok &= update_at(step, &learner, &all, dev.as_mut(), &mut cpu, text)?;
+    }
+    Ok(ok)
+}
+
+fn update_at(
+    step: u64,
+    learner: &Learner,
+    all: &[(String, Vec<f32>)],
+    dev: &mut dyn Backend,
+    cpu: &mut CpuBackend,
+    text: &mut String,
+) -> Result<bool> {
+    for b in [dev as &mut dyn Backend, cpu as &mut dyn Backend] {
+        for (name, v) in all {
             b.write(name, v)?;
         }
         for (name, value) in learner.scalars(step) {
@@ -240,7 +263,7 @@ fn update(c: &Case, text: &mut String) -> Result<bool> {
     let mut ok = true;
     let mut worst: f64 = 0.0;
     let mut worst_name = String::new();
-    for (name, before) in &all {
+    for (name, before) in all {
         if name.ends_with(".grad") {
             continue;
         }
