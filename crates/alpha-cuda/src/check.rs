@@ -390,7 +390,10 @@ pub fn gemm_trace(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
     let plain = spec_of("rr", Input::Bf16).tma();
     let ring = |k: u32| {
         let (x, y) = plain.tiles(&GemmShape::packed(&plain, m, n, k));
-        GemmSpec { stages: crate::gemm_wgmma::stages_for(&plain, x * y), ..plain }
+        GemmSpec {
+            stages: crate::gemm_wgmma::stages_for(&plain, x * y, crate::gemm_wgmma::SHALLOW_RING_WAVES),
+            ..plain
+        }
     };
     for k in [512u32, 1024, 2048, 4096] {
         let spec = ring(k);

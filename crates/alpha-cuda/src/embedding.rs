@@ -90,12 +90,12 @@ pub fn scatter_add_kernel() -> Kernel {
 }
 
 /// Segments of the token range the lowering cuts the scatter-add into: one (the plain kernel)
-/// unless `ALPHA_SCATTER_SEGMENTS` asks for more (at most 8, and no more than the tokens'
+/// unless `asked` is more (at most 8, and no more than the tokens'
 /// rounds of indices). Why not more by default: at sixteen contexts four segments took the
 /// scatter-add from 0.212 to 0.150 ms (g105), within the step's noise, and a segment's wait
 /// relies on blocks starting in `%ctaid.y` order, which CUDA does not promise.
-pub fn scatter_add_segments(tokens: u32) -> u32 {
-    crate::knobs::knobs().scatter_segments.unwrap_or(1).clamp(1, 8).min(tokens.div_ceil(CHUNK).max(1))
+pub fn scatter_add_segments(tokens: u32, asked: u32) -> u32 {
+    asked.clamp(1, 8).min(tokens.div_ceil(CHUNK).max(1))
 }
 
 /// Tokens of each segment when `tokens` are cut into `segments`: whole rounds of indices.

@@ -331,7 +331,7 @@ pub struct GemmSpec {
     /// ⌊z·S/Z⌋ … ⌊(z+1)·S/Z⌋ (S of them in all). TMA engine.
     pub uneven_split: bool,
     /// A plain f32 store run through shared memory a row a warp ([`crate::gemm_tma::staged`]),
-    /// where `ALPHA_STAGED_EPILOGUE` leaves it to the lowering (which asks for it over tall
+    /// where [`GemmTuning::staged_epilogues`] leaves it to the lowering (which asks for it over tall
     /// outputs, `crate::lower`). TMA engine, 128 × 128 tiles.
     pub staged_store: bool,
     /// Two products summed in one accumulator, `A₁·B₁ + A₂·B₂` over K₁ = K₂ = K/2: the first
@@ -361,6 +361,51 @@ pub struct GemmSpec {
     /// (`ALPHA_CE_STATS=on`): at sixteen contexts the butterflies cost the product 73 µs of the
     /// forward's 176 (g107), within the step's noise.
     pub row_stats: bool,
+    /// Build choices from the configuration ([`GemmTuning`]).
+    pub tuning: GemmTuning,
+}
+
+/// Build choices of a GEMM kernel that the lowering takes from its configuration
+/// ([`crate::config::CudaConfig::gemm_tuning`]), so that the PTX is a function of the spec.
+/// Every default is the measured choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmTuning {
+    /// Epilogues store four consecutive values a thread after a quad exchange (16 bytes), not
+    /// each fragment's two (8 bytes).
+    pub wide_stores: bool,
+    /// The TMA engine's three-stage kernels are held to two blocks' registers an SM
+    /// (`.minnctapersm 2`).
+    pub two_blocks: bool,
+    /// Which TMA epilogues run through shared memory, a row a warp ([`crate::gemm_tma::staged`]).
+    pub staged_epilogues: StagedEpilogues,
+    /// TMA products let the next kernel launch as each block's epilogue begins.
+    pub epilogue_trigger: bool,
+}
+
+impl Default for GemmTuning {
+    fn default() -> GemmTuning {
+        GemmTuning {
+            wide_stores: true,
+            two_blocks: true,
+            staged_epilogues: StagedEpilogues::Tall,
+            epilogue_trigger: false,
+        }
+    }
+}
+
+/// Which TMA epilogues run through shared memory ([`GemmTuning::staged_epilogues`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StagedEpilogues {
+    None,
+    /// Chain epilogues only.
+    Chains,
+    /// Chains, and residual or accumulating adds.
+    Adds,
+    /// Those, and the plain f32 stores the lowering marks ([`GemmSpec::staged_store`]: tall
+    /// outputs) (the default).
+    Tall,
+    /// Those, and every plain f32 store (measured slower at one context, g69).
+    All,
 }
 
 /// u64 words a traced tile writes ([`GemmSpec::trace`]).
@@ -408,6 +453,7 @@ impl GemmSpec {
             trace: false,
             pingpong: false,
             row_stats: false,
+            tuning: GemmTuning::default(),
         }
     }
 
@@ -1549,7 +1595,7 @@ pub(crate) fn store_tile_with(
     // `quad_exchange`), so that a warp's store covers 64 bytes of each of its eight rows instead
     // of 32. Measured on the H200 (g53): sixteen contexts' step 24.69 / 24.73 → 24.01 / 24.05
     // ms, one context's 3.775 / 3.767 → 3.722 / 3.719 ms.
-    let su = StoreUnits::of(ni_n);
+    let su = StoreUnits::of(ni_n, spec.tuning.wide_stores);
     let col0 = if su.wide() { k.tri("mad.lo.u32", RegKind::B32, tq, 4u32, c0a) } else { col0 };
     let (width, units, unit_cols) = (su.width, su.units, su.cols());
     let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
@@ -1669,8 +1715,8 @@ struct StoreUnits {
 
 impl StoreUnits {
     /// For a warp fragment of `groups` column groups of 8.
-    fn of(groups: usize) -> StoreUnits {
-        let width = if crate::knobs::knobs().wide_stores && groups.is_multiple_of(2) { 4 } else { 2 };
+    fn of(groups: usize, wide_stores: bool) -> StoreUnits {
+        let width = if wide_stores && groups.is_multiple_of(2) { 4 } else { 2 };
         StoreUnits { width, units: groups * 2 / width }
     }
 
@@ -1770,7 +1816,7 @@ fn store_chain(
     let others = chain.others();
     let ptr = |j: usize| h.chain[j].expect("a chain pointer per output and input");
     // Units of W consecutive values a thread, as in `store_tile`.
-    let su = StoreUnits::of(acc[0].len());
+    let su = StoreUnits::of(acc[0].len(), spec.tuning.wide_stores);
     let (width, units, unit_cols) = (su.width, su.units, su.cols());
     let col0 = k.tri("mad.lo.u32", RegKind::B32, tq, width as u32, c0a);
     let parity = su.wide().then(|| quad_parity(k, tq));

@@ -175,7 +175,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
             spec.name()
         );
         k.min_blocks_per_sm = Some(1);
-    } else if stages == 3 && crate::knobs::knobs().two_blocks {
+    } else if stages == 3 && spec.tuning.two_blocks {
         k.min_blocks_per_sm = Some(2);
     }
     let splits = spec.cluster_splits;
@@ -590,7 +590,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     if let Some(p) = &probe {
         k.op("mov.u64", [p.stamps[2].into(), Opnd::S("%globaltimer".into())]);
     }
-    if crate::knobs::knobs().epilogue_trigger && !persistent {
+    if spec.tuning.epilogue_trigger && !persistent {
         // The next kernel may launch once every block is at its epilogue (it still waits for
         // this one's memory in its `griddepcontrol.wait`).
         k.op("griddepcontrol.launch_dependents", []);
@@ -1065,11 +1065,11 @@ pub(crate) fn store_heads_delta(
 
 /// The staged epilogue `spec` takes, if any: 128 × 128 tiles whose ring holds the padded f32
 /// tile, a chain, a residual or accumulation, or a plain f32 store (no activation, heads,
-/// multiply, gate or cluster), as far as `ALPHA_STAGED_EPILOGUE` allows.
+/// multiply, gate or cluster), as far as [`crate::gemm::GemmTuning::staged_epilogues`] allows.
 pub fn staged(spec: &GemmSpec) -> Option<Staged> {
     use crate::gemm::Epilogue;
-    use crate::knobs::StagedEpilogues as Allow;
-    let allow = crate::knobs::knobs().staged_epilogues;
+    use crate::gemm::StagedEpilogues as Allow;
+    let allow = spec.tuning.staged_epilogues;
     let fits = ring_holds_tile(spec)
         && spec.activation.is_none()
         && spec.heads.is_none()

@@ -28,6 +28,7 @@ pub mod attention_mma;
 pub mod attention_wgmma;
 pub mod backend;
 pub mod check;
+pub mod config;
 pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
@@ -36,7 +37,6 @@ pub mod gemm;
 pub mod gemm_simple;
 pub mod gemm_tma;
 pub mod gemm_wgmma;
-pub mod knobs;
 pub mod layernorm;
 pub mod lower;
 pub mod multi;
@@ -46,6 +46,7 @@ pub mod reduce;
 pub mod rotary;
 
 pub use backend::CudaBackend;
+pub use config::CudaConfig;
 
 /// Every kernel the crate can build, as the check harness and `ptxas` see them.
 pub fn catalog() -> Vec<ptx::Kernel> {

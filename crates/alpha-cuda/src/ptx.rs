@@ -245,6 +245,9 @@ pub struct Kernel {
     /// The `.extern .shared` array (name, alignment) through which the kernel reaches its
     /// dynamic shared memory; when set, loaders request `dynamic_shared` bytes at each launch.
     pub dynamic_array: Option<(String, u32)>,
+    /// `griddepcontrol.launch_dependents` as the kernel starts, so the next kernel launches
+    /// then instead of as this one's blocks exit ([`crate::config::CudaConfig::early_trigger`]).
+    pub early_trigger: bool,
     counts: [u32; 6],
     lines: Vec<Line>,
     labels: u32,
@@ -262,6 +265,7 @@ impl Kernel {
             shared: Vec::new(),
             dynamic_shared: 0,
             dynamic_array: None,
+            early_trigger: false,
             counts: [0; 6],
             lines: Vec::new(),
             labels: 0,
@@ -615,7 +619,7 @@ impl Kernel {
         // had its blocks taken early onto whichever SMs had room, several to an SM, while
         // others idled (one context's step 4.83 → 5.55 ms, sixteen's 33.8 → 34.5 ms on the H200).
         let _ = writeln!(s, "\tgriddepcontrol.wait;");
-        if crate::knobs::knobs().early_trigger {
+        if self.early_trigger {
             let _ = writeln!(s, "\tgriddepcontrol.launch_dependents;");
         }
         for line in &self.lines {

@@ -175,7 +175,9 @@ fn backend_runs_bobs_step_like_the_cpu_reference() {
     let bob = alpha_systems::bob::Bob;
     let program = bob.learner(10).training_program(bob.model(2).unwrap()).unwrap();
     if Gpu::probe().unwrap().is_none() {
-        let e = CudaBackend::compile(&program).err().expect("no GPU: compile must fail");
+        let e = CudaBackend::compile(&program, &alpha_cuda::CudaConfig::default())
+            .err()
+            .expect("no GPU: compile must fail");
         assert!(format!("{e:#}").contains("needs an NVIDIA GPU"), "{e:#}");
         println!("skipped: no CUDA device");
         return;
@@ -196,7 +198,7 @@ fn backend_runs_bobs_step_like_the_cpu_reference() {
         (b.output("loss").unwrap()[0], b.read("logits").unwrap())
     };
     let mut cpu = CpuBackend::compile(&program).unwrap();
-    let mut gpu = CudaBackend::compile(&program).unwrap();
+    let mut gpu = CudaBackend::compile(&program, &alpha_cuda::CudaConfig::default()).unwrap();
     let (lc, pc) = step(&mut cpu);
     let (lg, pg) = step(&mut gpu);
     assert!(((lg - lc) / lc).abs() < 1e-5, "loss gpu {lg} cpu {lc}");

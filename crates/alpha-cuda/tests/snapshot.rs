@@ -16,6 +16,7 @@ use std::path::PathBuf;
 
 use alpha_cuda::lower::{lower_program, LArg, Lowered};
 use alpha_cuda::ptx::Kernel;
+use alpha_cuda::CudaConfig;
 use alpha_systems::System;
 use sha2::{Digest, Sha256};
 
@@ -103,7 +104,7 @@ fn listings() -> Vec<(String, String)> {
     ];
     for (name, sys, batch) in systems {
         let program = sys.learner(10).training_program(sys.model(batch).expect("model")).expect("program");
-        let lowered = lower_program(&program).expect("lowering");
+        let lowered = lower_program(&program, &CudaConfig::default()).expect("lowering");
         out.push((name.to_string(), listing(&lowered)));
     }
     out
@@ -117,11 +118,6 @@ fn target_dir() -> PathBuf {
 
 #[test]
 fn lowering_matches_the_golden_snapshot() {
-    // The lowering reads its measurement switches from ALPHA_* variables; the golden is the
-    // default configuration's.
-    let set: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("ALPHA_")).collect();
-    assert!(set.is_empty(), "the snapshot is of the default configuration; unset {set:?}");
-
     let golden_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshot.golden");
     let golden_text = std::fs::read_to_string(&golden_path).expect("tests/snapshot.golden");
     let golden: Vec<(&str, &str)> = golden_text
@@ -158,4 +154,125 @@ fn lowering_matches_the_golden_snapshot() {
          {dir}/snapshot.golden to crates/alpha-cuda/tests/snapshot.golden and say why in the commit.",
         dir = dir.display()
     );
+}
+
+/// Each switch of the configuration, set against its default, as the lowering sees it: the
+/// switch's name and the configuration with it set.
+fn switched() -> Vec<(&'static str, CudaConfig)> {
+    use alpha_cuda::config::{ChainEpilogues, Persistent};
+    use alpha_cuda::gemm::{Engine, GemmTuning, StagedEpilogues};
+    let d = CudaConfig::default;
+    let tuning = |t: GemmTuning| CudaConfig { gemm_tuning: t, ..d() };
+    let t = GemmTuning::default();
+    vec![
+        ("gemm_engine mma", CudaConfig { gemm_engine: Engine::Mma, ..d() }),
+        ("gemm_engine wgmma", CudaConfig { gemm_engine: Engine::Wgmma, ..d() }),
+        ("ring_stages 4", CudaConfig { ring_stages: 4, ..d() }),
+        ("split_k off", CudaConfig { split_k: false, ..d() }),
+        ("head_split off", CudaConfig { head_split: Some(false), ..d() }),
+        ("early_trigger", CudaConfig { early_trigger: true, ..d() }),
+        ("pointwise_vector off", CudaConfig { pointwise_vector: false, ..d() }),
+        ("ln_fold separate", CudaConfig { ln_fold: Some(false), ..d() }),
+        ("fold_casts_into_gemms", CudaConfig { fold_casts_into_gemms: true, ..d() }),
+        ("bf16_attention off", CudaConfig { bf16_attention: false, ..d() }),
+        ("merged_gradients off", CudaConfig { merged_gradients: false, ..d() }),
+        ("mul_epilogue off", CudaConfig { mul_epilogue: false, ..d() }),
+        ("layernorm_copy off", CudaConfig { layernorm_copy: false, ..d() }),
+        ("output_copy off", CudaConfig { output_copy: false, ..d() }),
+        ("recompute_unary off", CudaConfig { recompute_unary: false, ..d() }),
+        ("joint_attention_backward off", CudaConfig { joint_attention_backward: false, ..d() }),
+        ("onepass_attention", CudaConfig { onepass_attention: true, ..d() }),
+        ("scatter_segments 4", CudaConfig { scatter_segments: 4, ..d() }),
+        ("ce_stats", CudaConfig { ce_stats: true, ..d() }),
+        ("wgmma_attention off", CudaConfig { wgmma_attention: false, ..d() }),
+        ("wgmma_attention_backward off", CudaConfig { wgmma_attention_backward: false, ..d() }),
+        ("chain_epilogues never", CudaConfig { chain_epilogues: ChainEpilogues::Never, ..d() }),
+        ("chain_epilogues everywhere", CudaConfig { chain_epilogues: ChainEpilogues::Everywhere, ..d() }),
+        ("ln_partials off", CudaConfig { ln_partials: false, ..d() }),
+        ("mul_recompute off", CudaConfig { mul_recompute: false, ..d() }),
+        ("ln_fold_together off", CudaConfig { ln_fold_together: false, ..d() }),
+        ("ring_waves 100", CudaConfig { ring_waves: 100, ..d() }),
+        ("cluster_split_waves all", CudaConfig { cluster_split_waves: Some(u32::MAX), ..d() }),
+        ("delta_epilogue off", CudaConfig { delta_epilogue: false, ..d() }),
+        ("split_fixup", CudaConfig { split_fixup: true, ..d() }),
+        ("gated_products off", CudaConfig { gated_products: false, ..d() }),
+        ("uneven_split off", CudaConfig { uneven_split: false, ..d() }),
+        ("paired_products off", CudaConfig { paired_products: false, ..d() }),
+        ("persistent fragments", CudaConfig { persistent: Persistent::FragmentEpilogues, ..d() }),
+        ("persistent all", CudaConfig { persistent: Persistent::All, ..d() }),
+        ("pingpong", CudaConfig { persistent: Persistent::FragmentEpilogues, pingpong: true, ..d() }),
+        ("wide_stores off", tuning(GemmTuning { wide_stores: false, ..t })),
+        ("two_blocks off", tuning(GemmTuning { two_blocks: false, ..t })),
+        ("epilogue_trigger", tuning(GemmTuning { epilogue_trigger: true, ..t })),
+        ("staged_epilogues none", tuning(GemmTuning { staged_epilogues: StagedEpilogues::None, ..t })),
+        ("staged_epilogues chains", tuning(GemmTuning { staged_epilogues: StagedEpilogues::Chains, ..t })),
+        ("staged_epilogues adds", tuning(GemmTuning { staged_epilogues: StagedEpilogues::Adds, ..t })),
+        ("staged_epilogues all", tuning(GemmTuning { staged_epilogues: StagedEpilogues::All, ..t })),
+    ]
+}
+
+/// Every pointer inside the arena, every launch with as many arguments as its kernel's
+/// parameters, and every kernel within the launch budget.
+fn well_formed(l: &Lowered) -> Result<(), String> {
+    for launch in l.phases.iter().flatten() {
+        let k = &l.kernels[launch.kernel];
+        if k.params.len() != launch.args.len() {
+            return Err(format!(
+                "{}: {} arguments for {} parameters",
+                l.describe(launch),
+                launch.args.len(),
+                k.params.len()
+            ));
+        }
+        for a in &launch.args {
+            if let LArg::Ptr(o) = a {
+                if *o >= l.arena {
+                    return Err(format!("{}: offset {o} outside the {}-byte arena", l.describe(launch), l.arena));
+                }
+            }
+        }
+    }
+    l.kernels.iter().try_for_each(|k| k.check_budget().map_err(|e| format!("{}: {e}", k.name)))
+}
+
+#[test]
+fn every_switch_reaches_the_lowering_and_still_lowers_whole_programs() {
+    let coppelius = alpha_systems::coppelius::Coppelius::default();
+    let programs: Vec<_> = [1, 16]
+        .map(|batch| coppelius.learner(10).training_program(coppelius.model(batch).expect("model")).expect("program"))
+        .into();
+    let hash = |p: &alpha_ir::Program, config: &CudaConfig, name: &str| {
+        let l = lower_program(p, config).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        well_formed(&l).unwrap_or_else(|e| panic!("{name}: {e}"));
+        sha256(listing(&l).as_bytes())
+    };
+    // (A switch whose effect another switch hides is measured against that one alone.)
+    let no_partials = CudaConfig { ln_partials: false, ..CudaConfig::default() };
+    let bases = [CudaConfig::default(), no_partials.clone()];
+    let base_hashes: Vec<Vec<String>> =
+        bases.iter().map(|b| programs.iter().map(|p| hash(p, b, "a base")).collect()).collect();
+    let mut cases: Vec<(&str, usize, CudaConfig)> = switched().into_iter().map(|(n, c)| (n, 0, c)).collect();
+    cases.push(("ln_fold beside, ln_partials off", 1, CudaConfig { ln_fold: Some(true), ..no_partials }));
+    // One context first; sixteen only where one context shows no difference. The cases are
+    // spread over the machine's threads.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let unchanged: Vec<&str> = std::thread::scope(|scope| {
+        let workers: Vec<_> = cases
+            .chunks(cases.len().div_ceil(threads))
+            .map(|chunk| {
+                let (programs, base_hashes, hash) = (&programs, &base_hashes, &hash);
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .filter(|(name, base, config)| {
+                            !programs.iter().zip(&base_hashes[*base]).any(|(p, h)| hash(p, config, name) != *h)
+                        })
+                        .map(|(name, _, _)| *name)
+                        .collect::<Vec<&str>>()
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a worker")).collect()
+    });
+    assert!(unchanged.is_empty(), "switches that changed nothing at one or sixteen contexts: {unchanged:?}");
 }
