@@ -80,12 +80,6 @@ fn main() -> Result<()> {
     if wanted("gemm-kparts") {
         step("gemm-kparts", check::gemm_uneven_split_checks(&gpu, &arena, &mut rng, &opts));
     }
-    if wanted("gemm-cluster") {
-        step("gemm-cluster", check::gemm_cluster_split_checks(&gpu, &arena, &mut rng, &opts));
-    }
-    if wanted("gemm-fixup") {
-        step("gemm-fixup", check::gemm_fixup_split_checks(&gpu, &arena, &mut rng, &opts));
-    }
     if wanted("layernorm") {
         step("layernorm", check::layernorm_param_checks(&gpu, &arena, &mut rng, &opts));
     }

@@ -379,9 +379,8 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
 
 /// Where the time of a short-K product goes, tile by tile: sixteen contexts' q/k/v projection
 /// shape (16384 × 1536, bf16, row-major operands, the TMA engine's 128 × 128 tiles on the
-/// lowering's ring), timed at K = 512 … 4096 a block a tile and in blocks of two math groups
-/// ([`GemmSpec::pingpong`]), and at K = 512 traced ([`GemmSpec::trace`]) a block a tile,
-/// persistent, and in two math groups. Each trace's rows (tile, SM, and the four stamps in ns from
+/// lowering's ring), timed at K = 512 … 4096 a block a tile, and at K = 512 traced
+/// ([`GemmSpec::trace`]). Each trace's rows (tile, SM, and the four stamps in ns from
 /// the launch's first) go to `trace-<kernel>.csv` under `ALPHA_TRACE_DIR` when set; each row
 /// here gives the mean phases.
 pub fn gemm_trace(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
@@ -398,13 +397,11 @@ pub fn gemm_trace(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
     for k in [512u32, 1024, 2048, 4096] {
         let spec = ring(k);
         rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut Vec::new(), Some(Tile::T128x128))?);
-        let pingpong = GemmSpec { persistent: true, pingpong: true, ..spec };
-        rows.push(gemm_bench_one(gpu, arena, rng, pingpong, m, n, k, opts, &mut Vec::new(), Some(Tile::T128x128))?);
     }
     let k = 512u32;
-    for (persistent, pingpong) in [(false, false), (true, false), (true, true)] {
+    {
         arena.reset();
-        let spec = GemmSpec { trace: true, persistent, pingpong, ..ring(k) };
+        let spec = GemmSpec { trace: true, ..ring(k) };
         let f = gpu.load(&spec.kernel())?;
         let sh = GemmShape::packed(&spec, m, n, k);
         let GemmCase { ab, bb, cb, rb, .. } = gemm_case(arena, rng, &spec, &sh)?;
@@ -633,29 +630,6 @@ pub fn embedding_checks(
         rate: if repeat { "bitwise repeatable".into() } else { "NOT repeatable".into() },
     };
     rows.push(scatter_row("embedding_scatter_add".into(), (sa, sr), repeat, us));
-    // The segmented kernel, one segment a 4,096 tokens (at least two), the same way: bit-exact
-    // against the segmented reference, twice from the same start.
-    let fseg = gpu.load(&embedding::scatter_add_kernel_segmented())?;
-    let segments = (tokens / 4096).clamp(2, 8);
-    let counters = arena.alloc_n::<u32>(embedding::scatter_add_blocks(v) as usize)?;
-    arena.fill_u32(counters, 0)?;
-    let seg = |gpu: &Gpu| {
-        let ptrs = (tb.ptr, gb.ptr, ib.ptr, counters.ptr);
-        embedding::scatter_add_segmented(gpu, &fseg, ptrs, tokens, segments, v, d)
-    };
-    let mut runs = vec![];
-    for _ in 0..2 {
-        arena.upload(tb, &dtable0)?;
-        seg(gpu)?;
-        runs.push(arena.download::<f32>(tb, vu * du)?);
-    }
-    let mut want = dtable0.clone();
-    let len = embedding::segment_len(tokens, segments) as usize;
-    embedding::scatter_add_reference_segmented(&mut want, &dout, &idx, vu, du, len);
-    let repeat = mismatches(&runs[0], &runs[1]) == 0;
-    let us = if opts.bench { Some(median(gpu.time(opts.warmup, opts.reps, || seg(gpu))?)) } else { None };
-    let name = format!("embedding_scatter_add_segmented x{segments}");
-    rows.push(scatter_row(name, compare(&runs[0], &want), repeat, us));
     Ok(rows)
 }
 
@@ -1165,137 +1139,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     rows.extend(delta_heads_checks(gpu, arena, rng)?);
     rows.extend(store_mul_checks(gpu, arena, rng)?);
     rows.extend(gated_checks(gpu, arena, rng)?);
-    rows.extend(persistent_checks(gpu, arena, rng)?);
     rows.extend(chain_epilogue_checks(gpu, arena, rng)?);
-    rows.extend(row_stats_checks(gpu, arena, rng)?);
-    Ok(rows)
-}
-
-/// Blocks the checks launch a persistent product with ([`Extras::blocks`]): few, so that each
-/// walks many tiles.
-const WALK_BLOCKS: u32 = 5;
-
-/// Blocks the checks launch a product of two math groups with ([`GemmSpec::pingpong`]): six
-/// groups, so that their tile counts differ.
-const PINGPONG_BLOCKS: u32 = 3;
-
-/// The blocks the checks launch `spec` with ([`Extras::blocks`]): a few where it walks tiles,
-/// else the grid's.
-fn walk_blocks(spec: &GemmSpec) -> Option<u32> {
-    spec.persistent.then_some(if spec.pingpong { PINGPONG_BLOCKS } else { WALK_BLOCKS })
-}
-
-/// Persistent products ([`GemmSpec::persistent`]) against a block a tile, bit for bit: five
-/// blocks walk the 88 tiles of a ragged product, with the epilogues a step takes there — a
-/// plain store on the fragments and through shared memory, and the residual add and the
-/// accumulation through shared memory (whose producer waits for the ring) — the output's old
-/// values the same before each.
-fn persistent_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    let (m, n, k) = (1000u32, 1408u32, 512u32);
-    let mut rows = vec![];
-    let base = GemmSpec { stages: 3, ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma() };
-    let cases = [
-        GemmSpec { epilogue: Epilogue::Store, ..base },
-        GemmSpec { epilogue: Epilogue::Store, staged_store: true, ..base },
-        GemmSpec { epilogue: Epilogue::AddResidual, ..base },
-        GemmSpec { epilogue: Epilogue::Accumulate, ..base },
-    ];
-    for one in cases {
-        arena.reset();
-        let walk = GemmSpec { persistent: true, ..one };
-        let pingpong = GemmSpec { pingpong: true, ..walk };
-        let sh = GemmShape::packed(&one, m, n, k);
-        let GemmCase { ab, bb, cb, rb, nc, .. } = gemm_case(arena, rng, &one, &sh)?;
-        let maps = tma_maps(arena, &one, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
-        let old = rng.vec(nc, 1.0);
-        let mut outs: Vec<Vec<u32>> = vec![];
-        // Two math groups where the epilogue leaves the ring alone.
-        let mut variants = vec![one, walk];
-        if !crate::gemm_tma::epilogue_in_ring(&one) {
-            variants.push(pingpong);
-        }
-        for spec in &variants {
-            arena.upload(cb, &old)?;
-            let f = gpu.load(&spec.kernel())?;
-            let extras = Extras { maps: Some(maps), blocks: walk_blocks(spec), ..Extras::default() };
-            gemm::launch_with(gpu, &f, spec, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
-            outs.push(arena.download(cb, nc)?);
-        }
-        for (spec, out) in variants[1..].iter().zip(&outs[1..]) {
-            let differ = outs[0].iter().zip(out).filter(|(x, y)| x != y).count();
-            rows.push(exact_row(
-                "fusion",
-                &format!("{} = {}", spec.name(), one.name()),
-                &format!("m{m} n{n} k{k}"),
-                differ,
-                nc,
-            ));
-        }
-    }
-    Ok(rows)
-}
-
-/// A staged plain store writing the cross-entropy's per-row statistics
-/// ([`GemmSpec::row_stats`]) against the same product without them, and the loss combined from
-/// them ([`cross_entropy::forward_from_stats_kernel`]) against the f64 reference on that
-/// product: a ragged M and N (the last tile's 104 columns), a target out of range. The product
-/// bit for bit; loss and log-sum-exp within the cross-entropy forward's own tolerance (1e-5
-/// relative, [`cross_entropy_checks`]).
-fn row_stats_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
-    let (m, n, k) = (1000u32, 1000u32, 512u32);
-    arena.reset();
-    let plain = GemmSpec {
-        stages: 3,
-        staged_store: true,
-        ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma()
-    };
-    let stats_spec = GemmSpec { row_stats: true, ..plain };
-    let sh = GemmShape::packed(&plain, m, n, k);
-    let GemmCase { ab, bb, cb, rb, nc, .. } = gemm_case(arena, rng, &plain, &sh)?;
-    let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
-    let f = gpu.load(&plain.kernel())?;
-    let extras = Extras { maps: Some(maps), ..Extras::default() };
-    gemm::launch_with(gpu, &f, &plain, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
-    let want: Vec<u32> = arena.download(cb, nc)?;
-    let tiles = stats_spec.tiles(&sh).0;
-    let stats = arena.alloc_n::<f32>((m * tiles * 2) as usize)?;
-    arena.fill_u32(stats, NAN_BITS)?;
-    arena.fill_u32(cb, NAN_BITS)?;
-    let f = gpu.load(&stats_spec.kernel())?;
-    let extras = Extras { maps: Some(maps), u: Some(stats.ptr), ..Extras::default() };
-    gemm::launch_with(gpu, &f, &stats_spec, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
-    let got: Vec<u32> = arena.download(cb, nc)?;
-    let differ = got.iter().zip(&want).filter(|(x, y)| x != y).count();
-    let shape = format!("m{m} n{n} k{k}");
-    let mut rows = vec![exact_row("fusion", &format!("{} = {}", stats_spec.name(), plain.name()), &shape, differ, nc)];
-    // The loss from the statistics.
-    let logits: Vec<f32> = got.iter().map(|&b| f32::from_bits(b)).collect();
-    let mut targets: Vec<i32> = (0..m).map(|_| rng.below(n) as i32).collect();
-    targets[7] = -1;
-    let tb = arena.alloc_n::<i32>(m as usize)?;
-    arena.upload(tb, &targets)?;
-    let (loss, lse) = (arena.alloc_n::<f32>(m as usize)?, arena.alloc_n::<f32>(m as usize)?);
-    let fk = gpu.load(&cross_entropy::forward_from_stats_kernel())?;
-    let cfg = LaunchConfig::linear(m.div_ceil(cross_entropy::STATS_ROWS), cross_entropy::THREADS);
-    let args = [loss.ptr, lse.ptr, cb.ptr, tb.ptr, stats.ptr].map(Arg::U64);
-    let mut args = args.to_vec();
-    args.extend([Arg::U32(n), Arg::U32(tiles), Arg::U32(m)]);
-    gpu.launch(&fk, cfg, &args)?;
-    let (wl, wlse) = cross_entropy::forward_reference(&logits, &targets, n as usize);
-    let (la, lr) = compare(&arena.download::<f32>(loss, m as usize)?, &wl);
-    let (sa, sr) = compare(&arena.download::<f32>(lse, m as usize)?, &wlse);
-    rows.push(Row {
-        family: "fusion".into(),
-        name: "cross_entropy_fwd_stats loss, lse".into(),
-        shape,
-        max_abs: la.max(sa),
-        rel: lr.max(sr),
-        tol: 1e-5,
-        pass: lr.max(sr) <= 1e-5,
-        median_us: None,
-        rate: String::new(),
-    });
     Ok(rows)
 }
 
@@ -1312,18 +1156,14 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
     let read_act = Chain { bf16: vec![false, false], ..Chain::gated_gelu_backward(nc) };
     let recomputing = Chain::gated_gelu_backward_recomputing(nc);
     let mut rows = vec![];
-    // (chain, tile, ring depth, persistent: five blocks walking the tiles)
-    let cases = [
-        (read_act, Tile::T128x128, 3, false),
-        (recomputing.clone(), Tile::T128x128, 3, false),
-        (recomputing.clone(), Tile::T128x128, 3, true),
-        (recomputing, Tile::T128x64, 0, false),
-    ];
-    for (chain, tile, stages, persistent) in cases {
+    // (chain, tile, ring depth)
+    let cases =
+        [(read_act, Tile::T128x128, 3), (recomputing.clone(), Tile::T128x128, 3), (recomputing, Tile::T128x64, 0)];
+    for (chain, tile, stages) in cases {
         arena.reset();
         let plain = GemmSpec { tile, stages, ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma() };
         let epilogue = gemm::ChainEpilogue::new(&chain, 0).expect("the chain fits an epilogue");
-        let fused = GemmSpec { chain: Some(epilogue), persistent, ..plain };
+        let fused = GemmSpec { chain: Some(epilogue), ..plain };
         let sh = GemmShape::packed(&plain, m, n, k);
         let GemmCase { ab, bb, cb, .. } = gemm_case(arena, rng, &plain, &sh)?;
         let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
@@ -1362,7 +1202,7 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
             *slot = Some(p);
         }
         let f = gpu.load(&fused.kernel())?;
-        let extras = Extras { maps: Some(maps), chain: chain_ptrs, blocks: walk_blocks(&fused), ..Extras::default() };
+        let extras = Extras { maps: Some(maps), chain: chain_ptrs, ..Extras::default() };
         gemm::launch_with(gpu, &f, &fused, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], extras)?;
         let mut differ = 0;
         for (j, (&w, &g)) in want.iter().zip(&got).enumerate() {
@@ -1486,23 +1326,15 @@ fn gated_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row
         let extras = Extras { u: Some(u.ptr), maps: Some(up_maps), ..Extras::default() };
         gemm::launch_with(gpu, &f, &mul, &sh, [ab.ptr, bub.ptr, c.ptr, g.ptr], extras)?;
         let words = |b: crate::driver::Buf, n: usize| arena.download::<u32>(b, n);
-        // The gated block, then (three-stage ring) five persistent blocks walking its tiles.
-        let walk = GemmSpec { persistent: true, ..gated };
-        let pingpong = GemmSpec { pingpong: true, ..walk };
-        let variants: &[GemmSpec] = if stages == 3 { &[gated, walk, pingpong] } else { &[gated] };
-        for spec in variants {
+        // The gated block.
+        for spec in [&gated] {
             let (g2, c2, u2) = outs[1];
             for b in [g2, c2, u2] {
                 arena.fill_u32(b, NAN_BITS)?;
             }
             let f = gpu.load(&spec.kernel())?;
-            let extras = Extras {
-                u: Some(u2.ptr),
-                maps: Some(up_maps),
-                gate_map: Some(gate_maps.1),
-                blocks: walk_blocks(spec),
-                ..Extras::default()
-            };
+            let extras =
+                Extras { u: Some(u2.ptr), maps: Some(up_maps), gate_map: Some(gate_maps.1), ..Extras::default() };
             gemm::launch_with(gpu, &f, spec, &sh, [ab.ptr, bub.ptr, c2.ptr, g2.ptr], extras)?;
             let mut differ = 0;
             for (w, got, n) in [(g, g2, nc), (c, c2, nc), (u, u2, nc / 2)] {
@@ -1571,16 +1403,9 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
             let plane = (b * h * t * d) as usize;
             let mut want16: Vec<u16> = rotated_bf16(&want[..2 * plane], &table, t as usize, d as usize);
             want16.extend(want[2 * plane..].iter().map(|&x| half::bf16::from_f32(x).to_bits()));
-            let turned_walk = [
-                (Tile::T128x64, false, false),
-                (Tile::T128x128, false, false),
-                (Tile::T128x128, true, false),
-                (Tile::T128x128, true, true),
-            ];
-            for (tile, persistent, pingpong) in turned_walk {
+            for tile in [Tile::T128x64, Tile::T128x128] {
                 let turned = gemm::Heads { bf16_turned: true, ..heads };
-                let stages = if persistent { 3 } else { 0 };
-                let spec = GemmSpec { tile, stages, persistent, pingpong, heads: Some(turned), ..plain.tma() };
+                let spec = GemmSpec { tile, heads: Some(turned), ..plain.tma() };
                 let out = arena.alloc_n::<u16>(nc)?;
                 arena.fill_u32(out, NAN_BITS)?;
                 let f = gpu.load(&spec.kernel())?;
@@ -1591,7 +1416,7 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                     &spec,
                     &sh,
                     [ab.ptr, bb.ptr, out.ptr, out.ptr],
-                    Extras { maps: Some(maps), rot_tab: Some(tab), blocks: walk_blocks(&spec), ..Extras::default() },
+                    Extras { maps: Some(maps), rot_tab: Some(tab), ..Extras::default() },
                 )?;
                 let got16: Vec<u16> = arena.download(out, nc)?;
                 let differ = got16.iter().zip(&want16).filter(|(x, y)| x != y).count();
@@ -2158,134 +1983,6 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
                 },
             });
         }
-    }
-    Ok(rows)
-}
-
-/// Split-K parts summed by a thread-block cluster ([`GemmSpec::cluster_splits`]) against the
-/// parts stored to scratch and summed by the reduction launch (see `split_sum_checks`).
-pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
-    split_sum_checks(gpu, arena, rng, opts, SplitSum::Cluster)
-}
-
-/// Split-K parts summed by each tile's last part to finish ([`GemmSpec::fixup_splits`])
-/// against the parts summed by the reduction launch (see `split_sum_checks`); the second run
-/// finds the counters the first left, so it shows they were set back to zero.
-pub fn gemm_fixup_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
-    split_sum_checks(gpu, arena, rng, opts, SplitSum::LastPart)
-}
-
-/// Which one-launch way of summing split-K parts [`split_sum_checks`] checks.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum SplitSum {
-    Cluster,
-    LastPart,
-}
-
-/// A one-launch split-K sum against the parts stored to scratch and summed by the reduction
-/// launch, on the TMA engine: every output bit for bit, both ways repeating, 256 sampled outputs
-/// against the f64 reference. Coppelius's weight gradients at one and sixteen contexts (sixteen
-/// contexts' in parts that differ by a K step where the way allows them), and products with
-/// partial tiles under each epilogue. With `opts.bench`, µs of each way.
-fn split_sum_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options, way: SplitSum) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    let uneven = way == SplitSum::LastPart;
-    let cases: &[(&str, u32, u32, u32, u32, Epilogue, bool)] = &[
-        ("cr", 512, 1408, 16384, 8, Epilogue::Store, false),
-        ("cr", 1408, 512, 16384, 8, Epilogue::Store, false),
-        ("cr", 512, 1536, 16384, 8, Epilogue::Store, false),
-        ("cr", 512, 512, 16384, 8, Epilogue::Store, false),
-        ("cr", 512, 1408, 16384, 3, Epilogue::Store, uneven),
-        ("cr", 1408, 512, 16384, 3, Epilogue::Store, uneven),
-        ("cr", 512, 1408, 1024, 2, Epilogue::Store, false),
-        ("cr", 512, 512, 1024, 4, Epilogue::Store, false),
-        ("cr", 200, 136, 1024, 8, Epilogue::Accumulate, false),
-        ("cr", 200, 136, 4096, 5, Epilogue::Accumulate, uneven),
-        ("rr", 136, 200, 512, 2, Epilogue::AddResidual, false),
-        ("rc", 264, 72, 1024, 4, Epilogue::Store, false),
-    ];
-    for &(lay, m, n, k, splits, epilogue, uneven_split) in cases {
-        if !uneven_split && !k.is_multiple_of(crate::gemm_wgmma::BK * splits) {
-            continue;
-        }
-        arena.reset();
-        let base = GemmSpec { epilogue, uneven_split, ..spec_of(lay, Input::Bf16).tma() };
-        let parts = GemmSpec { epilogue: Epilogue::Store, ..base };
-        let one = match way {
-            SplitSum::Cluster => GemmSpec { cluster_splits: splits, ..base },
-            SplitSum::LastPart => GemmSpec { fixup_splits: splits, ..base },
-        };
-        let sh = GemmShape::packed(&base, m, n, k);
-        let part = if uneven_split { sh.split_uneven(splits) } else { sh.split(&parts, splits) };
-        let os = match way {
-            SplitSum::Cluster => sh.split_in_cluster(&one, splits),
-            SplitSum::LastPart => part,
-        };
-        let (na, nb, nc) = sh.extents(&base);
-        let (a, b, r) = (rng.vec(na, 1.0), rng.vec(nb, 1.0), rng.vec(nc, 1.0));
-        let (ab, bb) = (upload_operand(arena, Input::Bf16, &a)?, upload_operand(arena, Input::Bf16, &b)?);
-        let c0 = rng.vec(nc, 1.0);
-        let (cb, rb) = (arena.alloc_n::<f32>(nc)?, arena.alloc_n::<f32>(nc)?);
-        arena.upload(rb, &r)?;
-        let partials = arena.alloc_n::<f32>(nc * splits as usize)?;
-        let counters = arena.alloc_n::<u32>(gemm::FIXUP_COUNTERS as usize)?;
-        arena.upload(counters, &vec![0u32; gemm::FIXUP_COUNTERS as usize])?;
-        let (f_parts, f_one) = (gpu.load(&parts.kernel())?, gpu.load(&one.kernel())?);
-        let width = gemm::splitk_reduce_width(m * n, true);
-        let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n, width))?;
-        let part_maps = Extras { maps: tma_maps(arena, &parts, &part, ab.ptr, bb.ptr)?, ..Extras::default() };
-        let one_extras = Extras {
-            maps: tma_maps(arena, &one, &os, ab.ptr, bb.ptr)?,
-            fixup: (way == SplitSum::LastPart).then_some((cb.ptr, counters.ptr)),
-            ..Extras::default()
-        };
-        let reduced = || -> Result<()> {
-            gemm::launch_with(gpu, &f_parts, &parts, &part, [ab.ptr, bb.ptr, partials.ptr, partials.ptr], part_maps)?;
-            gemm::launch_splitk_reduce(gpu, &f_reduce, m * n, width, [cb.ptr, rb.ptr, partials.ptr])
-        };
-        let summed = || {
-            let c = if way == SplitSum::LastPart { partials.ptr } else { cb.ptr };
-            gemm::launch_with(gpu, &f_one, &one, &os, [ab.ptr, bb.ptr, c, rb.ptr], one_extras)
-        };
-        // Each way twice from the same C (what Accumulate adds to).
-        let mut outs: Vec<Vec<f32>> = Vec::new();
-        for run in [&reduced as &dyn Fn() -> Result<()>, &reduced, &summed, &summed] {
-            arena.upload(cb, &c0)?;
-            run()?;
-            outs.push(arena.download(cb, nc)?);
-        }
-        let repeat = mismatches(&outs[0], &outs[1]) + mismatches(&outs[2], &outs[3]);
-        let differ = mismatches(&outs[0], &outs[2]);
-        let worst = worst_sampled(rng, m, n, &outs[2], |i, j| {
-            let (acc, mag) = gemm::reference_at(&base, &sh, &a, &b, 0, i, j);
-            let old = match epilogue {
-                Epilogue::Accumulate => c0[i * n as usize + j] as f64,
-                Epilogue::AddResidual => r[i * n as usize + j] as f64,
-                _ => 0.0,
-            };
-            (acc + old, mag + old.abs())
-        });
-        let timing = if opts.bench {
-            let t_reduced = median(gpu.time(opts.warmup, opts.reps, reduced)?);
-            let t_summed = median(gpu.time(opts.warmup, opts.reps, summed)?);
-            Some((t_summed, format!("parts + reduction {t_reduced:.1}us")))
-        } else {
-            None
-        };
-        rows.push(Row {
-            family: if way == SplitSum::Cluster { "gemm-cluster" } else { "gemm-fixup" }.into(),
-            name: format!("{} = parts + {}", one.name(), gemm::splitk_reduce_kernel(&base, splits, m * n, width).name),
-            shape: format!("m{m} n{n} k{k}"),
-            max_abs: differ as f64,
-            rel: worst,
-            tol: 1e-5,
-            pass: differ == 0 && repeat == 0 && worst <= 1e-5,
-            median_us: timing.as_ref().map(|t| t.0),
-            rate: match timing {
-                Some((_, t)) => t,
-                None => format!("{differ} outputs differ, {repeat} differ between runs"),
-            },
-        });
     }
     Ok(rows)
 }
@@ -2922,7 +2619,6 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             let grads = [mine[3], mine[4], mine[5]];
             rows.extend(wgmma_backward_checks(arena, &bf, &joint_bf16[1], stats, grads, &got, &shape, bench, opts)?);
         }
-        rows.push(onepass_check(arena, &bf, &got, [mine[0].ptr, mine[1].ptr, mine[2].ptr, do16], &shape, bench, opts)?);
         // The forward storing o's permuted bf16 copy too: o and lse as before, the copy as o
         // permuted to [B, T, H, 64] and rounded on the host.
         let copying = gpu.load(&attention_mma::forward_kernel_bf16_copying(d))?;
@@ -3084,84 +2780,6 @@ fn wgmma_backward_checks(
     let merged_differ = got.iter().zip(merged).filter(|(a, b)| a != b).count();
     let merged_row = exact_row("attention-bf16", "wgmma bwd merged = mma.sync merged", shape, merged_differ, 3 * nq);
     Ok(vec![row, merged_row])
-}
-
-/// The one-pass backward ([`attention_mma::backward_kernel_onepass`], merged bf16 output)
-/// against the joint kernel's merged output `joint` on the same o, lse, delta and dO copy
-/// (`[o, lse, delta, do16]`): dk and dv the same bits (the same dK/dV pass), dq within 1% of
-/// its largest entry (its shares summed in another order, then rounded to bf16), and a second
-/// launch the same bits as the first (the counters reset themselves). With `bench`, both
-/// timed.
-fn onepass_check(
-    arena: &DeviceArena,
-    bf: &AttnRun,
-    joint: &[u16],
-    [o, lse, delta, do16]: [u64; 4],
-    shape: &str,
-    bench: bool,
-    opts: &Options,
-) -> Result<Row> {
-    let (d, gpu) = (&bf.case.dims, bf.gpu);
-    let nq = d.b * d.h * d.t * d.d;
-    let kernel = gpu.load(&attention_mma::backward_kernel_onepass(d, [true, true], true))?;
-    let acc = arena.alloc_n::<f32>(attention_mma::onepass_scratch_bytes(d) / 4)?;
-    let counters = arena.alloc_n::<u32>(attention_mma::onepass_counters(d))?;
-    arena.fill_u32(counters, 0)?;
-    let out = arena.alloc_n::<u16>(3 * nq)?;
-    let launch = || -> Result<()> {
-        let m = out.ptr;
-        let args = [m, m, m, delta, bf.q, bf.k, bf.v, o, lse, bf.dout, do16, acc.ptr, counters.ptr, bf.tab, bf.tab];
-        bf.launch(&kernel, d.grid_q(), attention_mma::block(), &args)
-    };
-    let mut runs: Vec<Vec<u16>> = vec![];
-    for _ in 0..2 {
-        arena.fill_u32(out, NAN_BITS)?;
-        launch()?;
-        runs.push(arena.download(out, 3 * nq)?);
-    }
-    let repeat_differ = runs[0].iter().zip(&runs[1]).filter(|(a, b)| a != b).count();
-    let (h, dd) = (d.h, d.d);
-    let (mut kv_differ, mut dq_differ, mut dq_max, mut dq_diff) = (0usize, 0usize, 0f64, 0f64);
-    for (at, (&a, &b)) in runs[0].iter().zip(joint).enumerate() {
-        let sec = (at / (h * dd)) % 3;
-        if sec > 0 {
-            kv_differ += usize::from(a != b);
-            continue;
-        }
-        let (x, y) = (half::bf16::from_bits(a).to_f64(), half::bf16::from_bits(b).to_f64());
-        dq_differ += usize::from(a != b);
-        dq_max = dq_max.max(y.abs());
-        dq_diff = if (x - y).is_nan() { f64::INFINITY } else { dq_diff.max((x - y).abs()) };
-    }
-    let rel = dq_diff / dq_max.max(f64::MIN_POSITIVE);
-    let tol = 1e-2;
-    let mut rate = format!(
-        "dk|dv differ at {kv_differ}, dq at {dq_differ} of {} (largest {dq_diff:.3e} of {dq_max:.3e}); a second launch differs at {repeat_differ}",
-        nq
-    );
-    let mut median_us = None;
-    if bench {
-        let joint_kernel = gpu.load(&attention_mma::backward_kernel_bf16_merged(d, [true, true]))?;
-        let j = median(gpu.time(opts.warmup, opts.reps, || {
-            let m = out.ptr;
-            let args = [m, m, m, delta, bf.q, bf.k, bf.v, o, lse, bf.dout, do16, bf.tab, bf.tab];
-            bf.launch(&joint_kernel, d.grid_q(), attention_mma::block(), &args)
-        })?);
-        let one = median(gpu.time(opts.warmup, opts.reps, launch)?);
-        median_us = Some(one);
-        rate = format!("one pass {one:.1} us against the joint kernel's {j:.1}; {rate}");
-    }
-    Ok(Row {
-        family: "attention-bf16".into(),
-        name: "one-pass bwd: dk|dv = joint, dq ~ joint, repeats".into(),
-        shape: shape.into(),
-        max_abs: dq_diff,
-        rel,
-        tol,
-        pass: kv_differ == 0 && repeat_differ == 0 && rel <= tol,
-        median_us,
-        rate,
-    })
 }
 
 /// [`crate::pointwise::tanh`] against [`crate::pointwise::tanh_dividing`] (the quotient from

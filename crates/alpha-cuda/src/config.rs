@@ -7,7 +7,9 @@
 //! Why switches at all: each one turns off (or forces) one measured choice, so that two variants
 //! can be timed from the same binary on the same GPU. Every default is the measured choice
 //! (`bench/results/`). [`CudaConfig::from_env`] reads them from `ALPHA_*` variables; only the
-//! command line's backend constructor calls it.
+//! command line's backend constructor calls it. Paths measured slower were taken out of the
+//! product (`bench/results/2026-12-01-retired-cuda-paths.md` names the commit where each last
+//! lived); their variables are refused with that pointer ([`RETIRED`]).
 //!
 //! | variable | field | effect |
 //! |---|---|---|
@@ -16,7 +18,6 @@
 //! | `ALPHA_GEMM_SPLITK=off` | [`CudaConfig::split_k`] | no split-K |
 //! | `ALPHA_FUSE_HEADS=on\|off` | [`CudaConfig::head_split`] | no head-split stores (the permutes after the q/k/v projection and the output gradient run) |
 //! | `ALPHA_PDL=off` | [`CudaConfig::dependent_launch`] | plain launches instead of programmatic dependent launches |
-//! | `ALPHA_PDL_TRIGGER=start\|epilogue` | [`CudaConfig::early_trigger`], [`crate::gemm::GemmTuning::epilogue_trigger`] | kernels let the next kernel launch as they start, or (TMA products) as each block's products are done and its epilogue begins, not as they exit (both measured slower; `epilogue`, g96: one context 3.74 against 3.67 ms, sixteen 22.24 against 22.07 ms) |
 //! | `ALPHA_PW_VECTOR=off` | [`CudaConfig::pointwise_vector`] | pointwise kernels one element a thread |
 //! | `ALPHA_LN_FOLD=beside\|separate` | [`CudaConfig::ln_fold`] | LayerNorm's band fold beside the input gradient's rows, or a launch of its own, at every size |
 //! | `ALPHA_CAST_INTO_GEMM=on\|off` | [`CudaConfig::fold_casts_into_gemms`] | bf16 casts read only by GEMMs folded into their loads (the GEMMs then read f32 on the `cp.async` ring), or (default) launched (the GEMMs read bf16 on the TMA engine) |
@@ -33,20 +34,13 @@
 //! | `ALPHA_MUL_RECOMPUTE=off` | [`CudaConfig::mul_recompute`] | a StoreMul epilogue reads the stored activation (`gelu(gate)`) instead of computing it from the gate, and that activation is stored |
 //! | `ALPHA_WIDE_STORES=off` | [`crate::gemm::GemmTuning::wide_stores`] | GEMM epilogues store each fragment's two values (8 bytes a thread) instead of four consecutive ones after a quad exchange (16 bytes) |
 //! | `ALPHA_LN_FOLD_TOGETHER=off` | [`CudaConfig::ln_fold_together`] | each LayerNorm backward over many bands runs its gain and bias pass 2 as its own launch, instead of one launch for all of them after the last |
-//! | `ALPHA_CLUSTER_SPLITK=on\|shallow` | [`CudaConfig::cluster_split_waves`] | a thread-block cluster sums split-K parts in distributed shared memory at every grid (`shallow`: grids of one wave), instead of scratch and a reduction launch (measured slower, g56) |
-//! | `ALPHA_SPLITK_FIXUP=on` | [`CudaConfig::split_fixup`] | split-K parts summed by the last part of each tile to finish ([`crate::gemm::GemmSpec::fixup_splits`]) instead of by a reduction launch after the parts (bit for bit the same; measured slower in the step, g73: one context's 3.665 → 4.00 ms with 145 launches fewer, sixteen contexts' 22.04 → 22.46 ms with 80 fewer) |
 //! | `ALPHA_GATED=off` | [`CudaConfig::gated_products`] | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::gemm::GemmSpec::gated`]) |
 //! | `ALPHA_SPLITK_UNEVEN=off` | [`CudaConfig::uneven_split`] | split-K over long K in power-of-two parts only, instead of any count up to 8 whose parts may differ by a K step (TMA engine) |
 //! | `ALPHA_PAIRED=off` | [`CudaConfig::paired_products`] | a residual-adding product and the plain product whose output it adds in two launches, instead of one launch summing both in one accumulator |
-//! | `ALPHA_STAGED_EPILOGUE=off\|chains\|adds\|all` | [`crate::gemm::GemmTuning::staged_epilogues`] | which TMA epilogues run through shared memory a row a warp ([`crate::gemm_tma::staged`]) instead of on the accumulator fragments: none, chains only, chains and residual or accumulating adds, or plain f32 stores too (default: chains, adds, and the plain stores of tall outputs, [`crate::gemm::GemmSpec::staged_store`]; every plain store measured 0.05–0.07 ms slower at one context, g69) |
+//! | `ALPHA_STAGED_EPILOGUE=off\|chains\|adds\|tall` | [`crate::gemm::GemmTuning::staged_epilogues`] | which TMA epilogues run through shared memory a row a warp ([`crate::gemm_tma::staged`]) instead of on the accumulator fragments: none, chains only, chains and residual or accumulating adds, or (default) those and the plain f32 stores of tall outputs ([`crate::gemm::GemmSpec::staged_store`]) |
 //! | `ALPHA_DELTA_EPILOGUE=off` | [`CudaConfig::delta_epilogue`] | attention's delta (and its bf16 dO) computed by a launch of its own from the f32 dO, instead of by the epilogue of the product that computes dO ([`crate::gemm::Heads::delta`]) |
-//! | `ALPHA_PERSISTENT=fragments\|rings` | [`CudaConfig::persistent`] | TMA products over more than one wave of blocks in persistent blocks walking the tiles ([`crate::gemm::GemmSpec::persistent`]) where the epilogue does not work in the ring, or (`rings`) at every epilogue, instead of a block a tile (measured slower, g83: sixteen contexts' step 21.96 / 22.16 / 21.89 ms a block a tile, 22.05 / 22.33 / 22.02 `fragments`, 22.60 / 22.59 / 22.50 `rings`) |
 //! | `ALPHA_SYNC_RUN=on` | [`CudaConfig::sync_each_run`] | each run of a phase waits for the device before returning, instead of leaving the wait to the next read or copy |
-//! | `ALPHA_PINGPONG=on` | [`CudaConfig::pingpong`] | persistent products (`ALPHA_PERSISTENT`) in blocks of two math groups taking turns at the products ([`crate::gemm::GemmSpec::pingpong`]), one block an SM |
 //! | `ALPHA_ATTN_JOINT=off` | [`CudaConfig::joint_attention_backward`] | attention's dQ and dK/dV passes in two launches, one after the other |
-//! | `ALPHA_CE_STATS=on` | [`CudaConfig::ce_stats`] | the logits' product also writes per-tile row statistics where it stores through shared memory ([`crate::gemm::GemmSpec::row_stats`]) and the cross-entropy forward combines them instead of re-reading the logits (g107, sixteen contexts: the forward 0.186 → 0.010 ms but the product 445 → 518 µs, the step 21.50 / 21.51 against 21.51 / 21.64 ms; the gradient gate, forced on at one context, 1.06e-2 against its 1e-2) |
-//! | `ALPHA_SCATTER_SEGMENTS=n` | [`CudaConfig::scatter_segments`] | the embedding gradient's scatter-add over n segments of the tokens, added in turn ([`crate::embedding::scatter_add_kernel_segmented`]), instead of one pass (g105: sixteen contexts' scatter-add 0.212 → 0.150 ms with 4, within the step's noise) |
-//! | `ALPHA_ATTN_ONEPASS=on` | [`CudaConfig::onepass_attention`] | the bf16 attention backward in one pass summing dQ in a fixed order ([`crate::attention_mma::backward_kernel_onepass`]) instead of the joint kernel (measured slower, g101: 273 against 256 µs alone at sixteen contexts) |
 //! | `ALPHA_ATTN_WGMMA=off` | [`CudaConfig::wgmma_attention`] | the bf16 attention forward on `mma.sync` ([`crate::attention_mma::forward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma`]; the same bits, g108: sixteen contexts' forward 103.2 → 77.2 µs alone, the step 21.75 / 21.75 → 21.54 / 21.28 ms) |
 //! | `ALPHA_ATTN_WGMMA_BWD=off` | [`CudaConfig::wgmma_attention_backward`] | the bf16 joint attention backward on `mma.sync` ([`crate::attention_mma::backward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma::backward_kernel`]; the same bits, g109: sixteen contexts' backward 253.9 → 193.8 µs alone, the step 21.27 / 21.97 → 20.43 / 20.49 ms) |
 //! | `ALPHA_CUDA_PTX_DIR=dir` | [`CudaConfig::ptx_dir`] | every kernel's PTX written to `dir` at compile time (for `ptxas`) |
@@ -68,16 +62,17 @@ pub enum ChainEpilogues {
     Everywhere,
 }
 
-/// Which products are persistent ([`CudaConfig::persistent`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Persistent {
-    /// None (the default).
-    None,
-    /// Deep grids whose epilogue does not work in the ring.
-    FragmentEpilogues,
-    /// Deep grids, every epilogue.
-    All,
-}
+/// Variables of paths taken out of the product because they measured slower.
+pub const RETIRED: [&str; 8] = [
+    "ALPHA_PDL_TRIGGER",
+    "ALPHA_CLUSTER_SPLITK",
+    "ALPHA_SPLITK_FIXUP",
+    "ALPHA_PERSISTENT",
+    "ALPHA_PINGPONG",
+    "ALPHA_CE_STATS",
+    "ALPHA_SCATTER_SEGMENTS",
+    "ALPHA_ATTN_ONEPASS",
+];
 
 /// The backend's choices, each defaulting to the measured one (the module's table).
 #[derive(Clone, Debug, PartialEq)]
@@ -94,9 +89,6 @@ pub struct CudaConfig {
     pub head_split: Option<bool>,
     /// Programmatic dependent launches.
     pub dependent_launch: bool,
-    /// Kernels execute `griddepcontrol.launch_dependents` as they start (else the next kernel
-    /// launches as their blocks exit).
-    pub early_trigger: bool,
     /// Pointwise kernels four elements a thread where they can.
     pub pointwise_vector: bool,
     /// A forced choice of LayerNorm's band fold in the input-gradient launch (None: by size).
@@ -121,13 +113,6 @@ pub struct CudaConfig {
     pub recompute_unary: bool,
     /// Attention's two backward passes in one launch where the plan allows.
     pub joint_attention_backward: bool,
-    /// The one-pass attention backward (opt-in: measured slower).
-    pub onepass_attention: bool,
-    /// Segments of the scatter-add's tokens (1: the plain kernel).
-    pub scatter_segments: u32,
-    /// The logits' product writes per-row statistics for the cross-entropy where it can
-    /// (opt-in).
-    pub ce_stats: bool,
     /// The bf16 attention forward on `wgmma` ([`crate::attention_wgmma`]) where it applies.
     pub wgmma_attention: bool,
     /// The bf16 joint attention backward on `wgmma` ([`crate::attention_wgmma::backward_kernel`]).
@@ -145,23 +130,14 @@ pub struct CudaConfig {
     /// Waves of blocks from which bf16 products take the three-stage ring
     /// ([`crate::gemm_wgmma::stages_for`]).
     pub ring_waves: u32,
-    /// Split-K parts summed in a thread-block cluster over grids of at most this many waves
-    /// (None: nowhere).
-    pub cluster_split_waves: Option<u32>,
     /// Attention's delta and bf16 dO stored by the product computing dO.
     pub delta_epilogue: bool,
-    /// Split-K parts summed by each tile's last part to finish, not a reduction launch.
-    pub split_fixup: bool,
     /// A gated unit's gate and up products in one launch where the plan allows.
     pub gated_products: bool,
     /// Split-K over long K in any count of parts up to 8 (parts may differ by a K step).
     pub uneven_split: bool,
     /// A residual-adding product and the product it adds in one launch where the plan allows.
     pub paired_products: bool,
-    /// Which TMA products walk their tiles in persistent blocks.
-    pub persistent: Persistent,
-    /// Persistent products in blocks of two math groups taking turns.
-    pub pingpong: bool,
     /// The build choices every GEMM kernel of the lowering takes.
     pub gemm_tuning: GemmTuning,
     /// Each run of a phase waits for the device before returning.
@@ -180,7 +156,6 @@ impl Default for CudaConfig {
             split_k: true,
             head_split: None,
             dependent_launch: true,
-            early_trigger: false,
             pointwise_vector: true,
             ln_fold: None,
             fold_casts_into_gemms: false,
@@ -191,9 +166,6 @@ impl Default for CudaConfig {
             output_copy: true,
             recompute_unary: true,
             joint_attention_backward: true,
-            onepass_attention: false,
-            scatter_segments: 1,
-            ce_stats: false,
             wgmma_attention: true,
             wgmma_attention_backward: true,
             chain_epilogues: ChainEpilogues::DeepGrids,
@@ -201,14 +173,10 @@ impl Default for CudaConfig {
             mul_recompute: true,
             ln_fold_together: true,
             ring_waves: crate::gemm_wgmma::SHALLOW_RING_WAVES,
-            cluster_split_waves: None,
             delta_epilogue: true,
-            split_fixup: false,
             gated_products: true,
             uneven_split: true,
             paired_products: true,
-            persistent: Persistent::None,
-            pingpong: false,
             gemm_tuning: GemmTuning::default(),
             sync_each_run: false,
             check_launches: false,
@@ -229,6 +197,12 @@ impl CudaConfig {
         let mut c = CudaConfig::default();
         // An empty variable counts as unset.
         let var = |name: &str| var(name).filter(|v| !v.is_empty());
+        if let Some(name) = RETIRED.iter().find(|n| var(n).is_some()) {
+            bail!(
+                "{name} switched a path that measured slower and was taken out of the CUDA backend \
+                 (bench/results/2026-12-01-retired-cuda-paths.md names the commit where it last lived)"
+            );
+        }
         // One of `choices` (by name) or unset.
         let pick = |name: &str, choices: &[&str]| -> Result<Option<usize>> {
             match var(name) {
@@ -260,11 +234,6 @@ impl CudaConfig {
         c.split_k = switch("ALPHA_GEMM_SPLITK", c.split_k)?;
         c.head_split = forced("ALPHA_FUSE_HEADS", "on", "off")?;
         c.dependent_launch = switch("ALPHA_PDL", c.dependent_launch)?;
-        match pick("ALPHA_PDL_TRIGGER", &["exit", "start", "epilogue"])? {
-            Some(1) => c.early_trigger = true,
-            Some(2) => c.gemm_tuning.epilogue_trigger = true,
-            _ => {}
-        }
         c.pointwise_vector = switch("ALPHA_PW_VECTOR", c.pointwise_vector)?;
         c.ln_fold = forced("ALPHA_LN_FOLD", "beside", "separate")?;
         c.fold_casts_into_gemms = forced("ALPHA_CAST_INTO_GEMM", "on", "off")?.unwrap_or(c.fold_casts_into_gemms);
@@ -275,9 +244,6 @@ impl CudaConfig {
         c.output_copy = switch("ALPHA_ATTN_OCOPY", c.output_copy)?;
         c.recompute_unary = switch("ALPHA_RECOMPUTE", c.recompute_unary)?;
         c.joint_attention_backward = switch("ALPHA_ATTN_JOINT", c.joint_attention_backward)?;
-        c.onepass_attention = switch("ALPHA_ATTN_ONEPASS", c.onepass_attention)?;
-        c.scatter_segments = count("ALPHA_SCATTER_SEGMENTS")?.unwrap_or(c.scatter_segments);
-        c.ce_stats = switch("ALPHA_CE_STATS", c.ce_stats)?;
         c.wgmma_attention = switch("ALPHA_ATTN_WGMMA", c.wgmma_attention)?;
         c.wgmma_attention_backward = switch("ALPHA_ATTN_WGMMA_BWD", c.wgmma_attention_backward)?;
         if let Some(i) = pick("ALPHA_CHAIN_EPILOGUE", &["on", "off", "deep"])? {
@@ -289,29 +255,14 @@ impl CudaConfig {
         c.gemm_tuning.wide_stores = switch("ALPHA_WIDE_STORES", c.gemm_tuning.wide_stores)?;
         c.ln_fold_together = switch("ALPHA_LN_FOLD_TOGETHER", c.ln_fold_together)?;
         c.ring_waves = count("ALPHA_RING_WAVES")?.unwrap_or(c.ring_waves);
-        match pick("ALPHA_CLUSTER_SPLITK", &["off", "on", "shallow"])? {
-            Some(1) => c.cluster_split_waves = Some(u32::MAX),
-            Some(2) => c.cluster_split_waves = Some(1),
-            _ => {}
-        }
         c.delta_epilogue = switch("ALPHA_DELTA_EPILOGUE", c.delta_epilogue)?;
-        c.split_fixup = switch("ALPHA_SPLITK_FIXUP", c.split_fixup)?;
         c.gated_products = switch("ALPHA_GATED", c.gated_products)?;
         c.uneven_split = switch("ALPHA_SPLITK_UNEVEN", c.uneven_split)?;
         c.paired_products = switch("ALPHA_PAIRED", c.paired_products)?;
-        if let Some(i) = pick("ALPHA_PERSISTENT", &["off", "fragments", "rings"])? {
-            c.persistent = [Persistent::None, Persistent::FragmentEpilogues, Persistent::All][i];
-        }
-        c.pingpong = switch("ALPHA_PINGPONG", c.pingpong)?;
         c.sync_each_run = switch("ALPHA_SYNC_RUN", c.sync_each_run)?;
-        if let Some(i) = pick("ALPHA_STAGED_EPILOGUE", &["off", "chains", "adds", "tall", "all"])? {
-            c.gemm_tuning.staged_epilogues = [
-                StagedEpilogues::None,
-                StagedEpilogues::Chains,
-                StagedEpilogues::Adds,
-                StagedEpilogues::Tall,
-                StagedEpilogues::All,
-            ][i];
+        if let Some(i) = pick("ALPHA_STAGED_EPILOGUE", &["off", "chains", "adds", "tall"])? {
+            c.gemm_tuning.staged_epilogues =
+                [StagedEpilogues::None, StagedEpilogues::Chains, StagedEpilogues::Adds, StagedEpilogues::Tall][i];
         }
         c.check_launches = switch("ALPHA_CUDA_CHECK_LAUNCHES", c.check_launches)?;
         c.ptx_dir = var("ALPHA_CUDA_PTX_DIR").map(std::path::PathBuf::from);
@@ -358,5 +309,12 @@ mod tests {
         assert!(e.contains("ALPHA_PDL=of") && e.contains("off, on, 0, 1"), "{e}");
         let e = from(&[("ALPHA_RING_WAVES", "three")]).unwrap_err().to_string();
         assert!(e.contains("ALPHA_RING_WAVES=three"), "{e}");
+    }
+
+    #[test]
+    fn a_retired_variable_is_refused_with_where_it_went() {
+        let e = from(&[("ALPHA_PERSISTENT", "rings")]).unwrap_err().to_string();
+        assert!(e.contains("ALPHA_PERSISTENT") && e.contains("retired-cuda-paths"), "{e}");
+        assert!(from(&[("ALPHA_PERSISTENT", "")]).is_ok(), "an empty variable is unset");
     }
 }

@@ -282,10 +282,6 @@ pub(crate) struct Products {
     scale_d: Reg,
     /// Byte offset of B's tile within a stage.
     b_off: u32,
-    /// Keep only the descriptors' 14 address bits: in a cluster, a block's shared addresses
-    /// carry its rank above them, which would spill into the leading-byte-offset field (and B's
-    /// second 64 columns, MN-major, would be read from elsewhere).
-    in_cluster: bool,
     shape: String,
     trans: (u32, u32),
 }
@@ -315,7 +311,6 @@ impl Products {
             b_hi,
             scale_d,
             b_off: spec.tile.rows() * LINE,
-            in_cluster: spec.cluster_splits > 1,
             shape: format!("wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16"),
             trans: (u32::from(!a_km), u32::from(!b_km)),
         };
@@ -328,12 +323,8 @@ impl Products {
         let a_st = k.bin("add.u32", RegKind::B32, a_wg, stage);
         let b_st0 = k.bin("add.u32", RegKind::B32, ring, stage);
         let b_st = k.bin("add.u32", RegKind::B32, b_st0, self.b_off);
-        let mut a_lo0 = k.bin("shr.u32", RegKind::B32, a_st, 4u32);
-        let mut b_lo0 = k.bin("shr.u32", RegKind::B32, b_st, 4u32);
-        if self.in_cluster {
-            a_lo0 = k.bin("and.b32", RegKind::B32, a_lo0, 0x3FFFu32);
-            b_lo0 = k.bin("and.b32", RegKind::B32, b_lo0, 0x3FFFu32);
-        }
+        let a_lo0 = k.bin("shr.u32", RegKind::B32, a_st, 4u32);
+        let b_lo0 = k.bin("shr.u32", RegKind::B32, b_st, 4u32);
         let a_lo = k.bin("add.u32", RegKind::B32, a_lo0, self.a_lbo << 16);
         let b_lo = k.bin("add.u32", RegKind::B32, b_lo0, self.b_lbo << 16);
         for ks in 0..BK / 16 {

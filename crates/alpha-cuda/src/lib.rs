@@ -95,7 +95,6 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     v.push(attention_wgmma::backward_kernel(&dims, [true, true], true));
     v.push(attention_mma::backward_delta_kernel_bf16(&dims));
     v.push(attention_mma::backward_kernel_bf16(&dims, [true, true]));
-    v.push(attention_mma::backward_kernel_onepass(&dims, [true, true], true));
     // The q/k/v projection stored split into heads (Coppelius's shape at one context).
     let heads = gemm::Heads { batch: 1, t: 1024, heads: 8, d: 64, bf16_turned: false, delta: false };
     v.push(

@@ -168,15 +168,14 @@ fn arg_span(l: &Pending, j: usize, bytes: usize) -> Option<(usize, usize)> {
 }
 
 /// A product a merge pass may fold into one launch with another: on the TMA engine in
-/// 128 × 128 tiles, A row-major, B in `b`'s layout, storing its tile whole (no heads, chain or
-/// cluster).
+/// 128 × 128 tiles, A row-major, B in `b`'s layout, storing its tile whole (no heads or
+/// chain).
 fn mergeable_tile(s: &GemmSpec, b: Layout) -> bool {
     s.engine == gemm::Engine::Tma
         && s.tile == gemm::Tile::T128x128
         && (s.a, s.b) == (Layout::RowMajor, b)
         && s.heads.is_none()
         && s.chain.is_none()
-        && s.cluster_splits == 0
 }
 
 /// Every pointer among `args` 16-byte aligned (the arena and the scratch region start aligned),
@@ -240,19 +239,11 @@ struct Lowerer<'p> {
     deferred_folds: std::collections::HashSet<u32>,
     fold_flush_after: Option<u32>,
     pending_folds: Vec<(Norm, [usize; 3])>,
-    /// The zeroed tile counters every last-part-sums split shares ([`Lowerer::fixup_split`]).
-    fixup_counters: Option<usize>,
     /// Held regions for a delta-heads product's bf16 dO and delta ([`delta_heads`]), by their
     /// sizes in bytes: (dO's offset, delta's), shared by every such product of those sizes.
     delta_regions: HashMap<(usize, usize), (usize, usize)>,
     /// AttentionBackward → where its delta-heads product put (dO, delta).
     delta_at: HashMap<u32, (usize, usize)>,
-    /// The logits every CrossEntropy reads: a product storing them may write their per-row
-    /// statistics too ([`GemmSpec::row_stats`]).
-    ce_logits: std::collections::HashSet<Value>,
-    /// Logits → (the held offset of their per-tile row statistics, tiles a row), where the
-    /// product wrote them.
-    ce_stats: HashMap<Value, (usize, u32)>,
 }
 
 /// A tiled product as `lower_node` lowered it.
@@ -347,8 +338,7 @@ fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
 }
 
 impl Lowerer<'_> {
-    fn kernel(&mut self, mut k: Kernel) -> Result<usize> {
-        k.early_trigger = self.config.early_trigger;
+    fn kernel(&mut self, k: Kernel) -> Result<usize> {
         k.check_budget()?;
         let text = k.render();
         if let Some(&i) = self.index.get(&text) {
@@ -380,94 +370,6 @@ impl Lowerer<'_> {
         gemm_tma::check_shape(spec, shape)?;
         let (ma, mb) = gemm_tma::map_specs(spec, shape);
         Ok(vec![self.tensor_map(self.ptr(a), ma)?, self.tensor_map(self.ptr(b), mb)?])
-    }
-
-    /// The split-K launch whose parts a cluster sums ([`GemmSpec::cluster_splits`]), where the
-    /// knob, the part count and the product allow: the epilogue stores, adds or accumulates
-    /// (no activation), the rows take 16-byte stores, and the parts run on the TMA engine.
-    /// Else None (the parts go to scratch and a reduction launch sums them).
-    /// Why: sixteen contexts' step ran 80 reductions of a few microseconds each. Measured on the
-    /// H200 (g56), the step was slower with clusters — one context's 3.68 → 3.75 ms over grids
-    /// of one wave, sixteen contexts' 24.0 → 25.2 ms everywhere — so only a knob asks for them.
-    #[allow(clippy::too_many_arguments)]
-    fn cluster_split(
-        &mut self,
-        spec: &GemmSpec,
-        pspec: GemmSpec,
-        shape: &GemmShape,
-        splits: u32,
-        (a, b, c, r): (Value, Value, Value, Value),
-        node: Option<u32>,
-    ) -> Result<Option<Pending>> {
-        let (gx, gy, gz) = pspec.grid(&shape.split(&pspec, splits));
-        let waves = (gx * gy * gz).div_ceil(gemm::SMS);
-        let wanted = self.config.cluster_split_waves.is_some_and(|w| waves <= w);
-        let fits = wanted
-            && gemm_tma::CLUSTER_SPLITS.contains(&splits)
-            && pspec.engine == gemm::Engine::Tma
-            && !pspec.uneven_split
-            && spec.activation.is_none()
-            && matches!(spec.epilogue, Epilogue::Store | Epilogue::Accumulate | Epilogue::AddResidual)
-            && shape.n.is_multiple_of(4)
-            && shape.ldc.is_multiple_of(4)
-            && aligned16(&[self.ptr(c), self.ptr(r)]);
-        if !fits {
-            return Ok(None);
-        }
-        let cspec = GemmSpec { cluster_splits: splits, epilogue: spec.epilogue, ..pspec };
-        let kernel = self.kernel(cspec.kernel())?;
-        let cs = shape.split_in_cluster(&cspec, splits);
-        let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
-        args.extend(shape_args(&cs));
-        args.extend(self.maps_for(&cspec, &cs, a, b)?);
-        Ok(Some(Pending { kernel, grid: cspec.grid(&cs), block: (cspec.threads(), 1, 1), args, node }))
-    }
-
-    /// The split-K launch whose parts the last of each tile sums ([`GemmSpec::fixup_splits`]),
-    /// where the knob and the product allow: TMA parts, an epilogue that stores, adds or
-    /// accumulates (no activation), rows of 16-byte stores, and few enough tiles for the shared
-    /// counters. Else None (a reduction launch sums the parts). The parts go to scratch as
-    /// before; `part` is their launch shape. Why only on `ALPHA_SPLITK_FIXUP=on`: on the H200
-    /// (g73) the step was slower with it although every reduction launch went — one context's
-    /// 3.665 → 4.00 ms — the fences, the count and one block's serial sum of the tile at the end
-    /// of the launch cost more than the reduction launch spread over every SM.
-    #[allow(clippy::too_many_arguments)]
-    fn fixup_split(
-        &mut self,
-        spec: &GemmSpec,
-        pspec: GemmSpec,
-        part: &GemmShape,
-        splits: u32,
-        (a, b, c, r): (Value, Value, Value, Value),
-        node: Option<u32>,
-    ) -> Result<Option<Pending>> {
-        let fspec = GemmSpec { fixup_splits: splits, epilogue: spec.epilogue, ..pspec };
-        let (gx, gy, _) = fspec.grid(part);
-        let fits = self.config.split_fixup
-            && pspec.engine == gemm::Engine::Tma
-            && spec.activation.is_none()
-            && matches!(spec.epilogue, Epilogue::Store | Epilogue::Accumulate | Epilogue::AddResidual)
-            && part.n.is_multiple_of(4)
-            && part.ldc == part.n
-            && gx * gy <= gemm::FIXUP_COUNTERS
-            && aligned16(&[self.ptr(c), self.ptr(r)]);
-        if !fits {
-            return Ok(None);
-        }
-        let counters = match self.fixup_counters {
-            Some(at) => at,
-            None => {
-                let at = self.constant(vec![0; gemm::FIXUP_COUNTERS as usize * 4]);
-                self.fixup_counters = Some(at);
-                at
-            }
-        };
-        let kernel = self.kernel(fspec.kernel())?;
-        let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), self.ptr(r)];
-        args.extend(shape_args(part));
-        args.extend(self.maps_for(&fspec, part, a, b)?);
-        args.extend([self.ptr(c), A::Ptr(counters)]);
-        Ok(Some(Pending { kernel, grid: fspec.grid(part), block: (fspec.threads(), 1, 1), args, node }))
     }
 
     fn need_scratch(&mut self, bytes: usize) {
@@ -816,7 +718,7 @@ impl Lowerer<'_> {
             if !(dests_clear && others_unwritten) {
                 continue;
             }
-            let spec = with_turns(GemmSpec { chain: Some(ce), staged_store: false, ..spec });
+            let spec = GemmSpec { chain: Some(ce), staged_store: false, ..spec };
             let kernel = self.kernel(spec.kernel())?;
             let p = &mut launches[li];
             // (Two math groups a block give way to one where the chain works in the ring.)
@@ -974,12 +876,7 @@ impl Lowerer<'_> {
             let clear = c2.is_some_and(|w| clear_of(w, kept))
                 && written.into_iter().all(|w| w.is_some_and(|w| clear_of(w, kept)));
             if maps && between_plain && clear {
-                pairs.push((
-                    l1,
-                    l2,
-                    settled(self.config, GemmSpec { epilogue: Epilogue::Store, k_pair: true, ..s2 }, &sh2),
-                    sh2,
-                ));
+                pairs.push((l1, l2, settled(GemmSpec { epilogue: Epilogue::Store, k_pair: true, ..s2 }, &sh2), sh2));
             }
         }
         pairs.sort_unstable_by_key(|p| p.0);
@@ -1410,18 +1307,8 @@ impl Lowerer<'_> {
                             uneven_split: uneven,
                             ..with_ring(self.config, on_tma(self.config, pspec), &part)
                         };
-                        if let Some(v2) = self.cluster_split(&spec, pspec, &shape, splits, (a, b, c, r), some)? {
-                            v.push(v2);
-                            self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: false, plain });
-                            return Ok(v);
-                        }
                         let mn = shape.m * shape.n;
                         self.need_scratch(mn as usize * splits as usize * 4);
-                        if let Some(v2) = self.fixup_split(&spec, pspec, &part, splits, (a, b, c, r), some)? {
-                            v.push(v2);
-                            self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: false, plain });
-                            return Ok(v);
-                        }
                         let kernel = self.kernel(pspec.kernel())?;
                         let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), A::Scratch(0)];
                         args.extend(shape_args(&part));
@@ -1440,21 +1327,7 @@ impl Lowerer<'_> {
                         v.push(Pending { kernel, grid: (blocks, 1, 1), block, args, node: some });
                         return Ok(v);
                     }
-                    let spec = settled(self.config, with_ring(self.config, on_tma(self.config, spec), &shape), &shape);
-                    // Logits stored through shared memory a row a warp: their cross-entropy's
-                    // per-row statistics too, into held memory its launch reads.
-                    let stats = plain
-                        && delta.is_none()
-                        && self.ce_logits.contains(&c)
-                        && gemm_tma::staged(&spec) == Some(gemm_tma::Staged::Store)
-                        && shape.n.is_multiple_of(4);
-                    let spec = GemmSpec { row_stats: stats, ..spec };
-                    let stats_arg = stats.then(|| {
-                        let tiles = spec.tiles(&shape).0;
-                        let at = self.held(shape.m as usize * tiles as usize * 8);
-                        self.ce_stats.insert(c, (at, tiles));
-                        A::Ptr(at)
-                    });
+                    let spec = settled(with_ring(self.config, on_tma(self.config, spec), &shape), &shape);
                     self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
                     if delta.is_some() && !(spec.engine == gemm::Engine::Tma && gemm_tma::ring_holds_tile(&spec)) {
                         return Err(node_error(&node, id, format!("{}: no delta-heads store", spec.name())));
@@ -1468,7 +1341,6 @@ impl Lowerer<'_> {
                     let mut args = vec![self.ptr(a), self.ptr(b), c_arg, r_arg];
                     args.extend(shape_args(&shape));
                     args.extend(u_delta);
-                    args.extend(stats_arg);
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
                     }
@@ -1554,9 +1426,8 @@ impl Lowerer<'_> {
                     body: Body::Fill(0.0),
                 };
                 v.push(self.pointwise(fill, vec![self.ptr(out(0))], some)?);
-                let segments = embedding::scatter_add_segments(tokens as u32, self.config.scatter_segments);
                 let blocks = embedding::scatter_add_blocks(*rows as u32);
-                let mut args = vec![
+                let args = vec![
                     self.ptr(out(0)),
                     self.ptr(ins[0]),
                     self.ptr(ins[1]),
@@ -1564,21 +1435,8 @@ impl Lowerer<'_> {
                     A::U32(*rows as u32),
                     A::U32(d as u32),
                 ];
-                let kernel = if segments > 1 {
-                    // Segments of the tokens added in turn through a counter a row block.
-                    let counters = self.constant(vec![0; blocks as usize * 4]);
-                    args.extend([A::U32(embedding::segment_len(tokens as u32, segments)), A::Ptr(counters)]);
-                    self.kernel(embedding::scatter_add_kernel_segmented())?
-                } else {
-                    self.kernel(embedding::scatter_add_kernel())?
-                };
-                v.push(Pending {
-                    kernel,
-                    grid: (blocks, segments, 1),
-                    block: (embedding::THREADS, 1, 1),
-                    args,
-                    node: some,
-                });
+                let kernel = self.kernel(embedding::scatter_add_kernel())?;
+                v.push(Pending { kernel, grid: (blocks, 1, 1), block: (embedding::THREADS, 1, 1), args, node: some });
             }
             Op::LayerNorm { eps } => {
                 self.want_f32(&node, id, ins)?;
@@ -1713,10 +1571,8 @@ impl Lowerer<'_> {
                         };
                         let inverse = [rot[0].is_some(), rot[1].is_some()];
                         let merged = self.more.merged_grads.get(&id).copied();
-                        let onepass = bf16_at.is_some() && do16.is_some() && self.config.onepass_attention;
                         let wgmma = self.config.wgmma_attention_backward && crate::attention_wgmma::applies(&dims);
                         let kb = self.kernel(match (bf16_at, merged) {
-                            _ if onepass => mma::backward_kernel_onepass(&dims, inverse, merged.is_some()),
                             (Some(_), m) if wgmma => {
                                 crate::attention_wgmma::backward_kernel(&dims, inverse, m.is_some())
                             }
@@ -1732,14 +1588,6 @@ impl Lowerer<'_> {
                         args.extend([qa, ka, va]);
                         args.extend([ov, lse, dov].iter().map(|&a| self.ptr(a)));
                         args.extend(do16);
-                        if onepass {
-                            // dQ summed in the dK/dV pass: its f32 partial sums after what the
-                            // scratch region holds for delta and dO, its counters zeroed once.
-                            let (acc_at, end) = attention_scratch(&dims).dq_sums;
-                            self.need_scratch(end);
-                            let counters = self.constant(vec![0; mma::onepass_counters(&dims) * 4]);
-                            args.extend([A::Scratch(acc_at), A::Ptr(counters)]);
-                        }
                         for r in rot.iter().flatten() {
                             args.push(A::Ptr(self.rotary_table(dims.t, dims.d, r.1)));
                         }
@@ -1777,21 +1625,6 @@ impl Lowerer<'_> {
             Op::CrossEntropy => {
                 self.want_f32(&node, id, &ins[..1])?;
                 let s = ishape(0);
-                if let Some(&(at, tiles)) = self.ce_stats.get(&ins[0]) {
-                    // The product left each row's per-tile statistics: combine those.
-                    let kernel = self.kernel(cross_entropy::forward_from_stats_kernel())?;
-                    let rows = s[0] as u32;
-                    let mut args: Vec<A> = [out(0), out(1), ins[0], ins[1]].iter().map(|&a| self.ptr(a)).collect();
-                    args.extend([A::Ptr(at), A::U32(s[1] as u32), A::U32(tiles), A::U32(rows)]);
-                    v.push(Pending {
-                        kernel,
-                        grid: (rows.div_ceil(cross_entropy::STATS_ROWS), 1, 1),
-                        block: (cross_entropy::THREADS, 1, 1),
-                        args,
-                        node: some,
-                    });
-                    return Ok(v);
-                }
                 let vocab = u32::try_from(s[s.len() - 1]).ok();
                 let kernel = self.kernel(cross_entropy::forward_kernel_for(vocab))?;
                 v.push(Pending {
@@ -1934,39 +1767,10 @@ fn tiled_gemm(cfg: &CudaConfig, g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpe
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
 }
 
-/// The store, walk and math groups of a product launched alone or paired (`spec`, on its
-/// engine and ring) over `shape`: plain f32 stores of tall outputs through shared memory
-/// ([`tall_store`]), persistent blocks ([`walks_tiles`]) and two math groups a block
-/// ([`with_turns`]) as far as the configuration allows.
-fn settled(cfg: &CudaConfig, spec: GemmSpec, shape: &GemmShape) -> GemmSpec {
-    let spec = GemmSpec { staged_store: tall_store(&spec, shape), ..spec };
-    let spec = GemmSpec { persistent: walks_tiles(cfg, &spec, shape), ..spec };
-    with_turns(GemmSpec { pingpong: cfg.pingpong, ..spec })
-}
-
-/// Whether the product `spec` (settled but for a chain epilogue or a gate merged in, which
-/// keep the choice) over `shape` runs in persistent blocks
-/// ([`GemmSpec::persistent`]): TMA products on the three-stage ring (two blocks an SM) over more
-/// tiles than the two blocks an SM take at once, as far as `ALPHA_PERSISTENT` allows.
-fn walks_tiles(cfg: &CudaConfig, spec: &GemmSpec, shape: &GemmShape) -> bool {
-    use crate::config::Persistent;
-    let allow = cfg.persistent;
-    let (x, y) = spec.tiles(shape);
-    let deep = x * y > gemm::persistent_blocks(x * y, false);
-    let kind = spec.engine == gemm::Engine::Tma
-        && gemm_wgmma::stages(spec) == 3
-        && spec.cluster_splits == 0
-        && spec.fixup_splits == 0;
-    let ring = gemm_tma::epilogue_in_ring(spec);
-    kind && deep && (allow == Persistent::All || (allow == Persistent::FragmentEpilogues && !ring))
-}
-
-/// `spec` with two math groups a block ([`GemmSpec::pingpong`]) only where it walks its tiles
-/// and its epilogue leaves the ring alone (the groups share the ring); a product settled with
-/// them keeps them until a fusion moves its epilogue into the ring.
-fn with_turns(spec: GemmSpec) -> GemmSpec {
-    let pingpong = spec.pingpong && spec.persistent && !gemm_tma::epilogue_in_ring(&spec);
-    GemmSpec { pingpong, ..spec }
+/// The store of a product launched alone or paired (`spec`, on its engine and ring) over
+/// `shape`: plain f32 stores of tall outputs through shared memory ([`tall_store`]).
+fn settled(spec: GemmSpec, shape: &GemmShape) -> GemmSpec {
+    GemmSpec { staged_store: tall_store(&spec, shape), ..spec }
 }
 
 /// Rows (tokens) from which a product's plain f32 store runs through shared memory
@@ -1994,26 +1798,19 @@ fn tall_store(spec: &GemmSpec, shape: &GemmShape) -> bool {
 }
 
 /// Where an attention backward's values lie in the scratch region, each as (offset, end):
-/// delta (f32 a query row) from 0, dO as bf16 after it, and the one-pass backward's dQ partial
-/// sums ([`crate::attention_mma::backward_kernel_onepass`]) after that.
+/// delta (f32 a query row) from 0, dO as bf16 after it.
 struct AttentionScratch {
     do16: (usize, usize),
-    dq_sums: (usize, usize),
 }
 
 fn attention_scratch(dims: &Dims) -> AttentionScratch {
     let rows = dims.scratch_floats();
     let do16 = (rows * 4).div_ceil(ALIGN) * ALIGN;
-    let do16_end = do16 + rows * dims.d * 2;
-    let sums = do16_end.div_ceil(ALIGN) * ALIGN;
-    AttentionScratch {
-        do16: (do16, do16_end),
-        dq_sums: (sums, sums + crate::attention_mma::onepass_scratch_bytes(dims)),
-    }
+    AttentionScratch { do16: (do16, do16 + rows * dims.d * 2) }
 }
 
 /// Whether a launch of `spec` on `shape` spans [`gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of
-/// blocks a tile (tiles, where its blocks walk them): deep enough for a fused epilogue's extra
+/// blocks a tile: deep enough for a fused epilogue's extra
 /// work to pay.
 fn deep_epilogue_grid(spec: &GemmSpec, shape: &GemmShape) -> bool {
     let (gx, gy) = spec.tiles(shape);
@@ -3157,17 +2954,8 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         deferred_folds: std::collections::HashSet::new(),
         fold_flush_after: None,
         pending_folds: vec![],
-        fixup_counters: None,
         delta_regions: HashMap::new(),
         delta_at: HashMap::new(),
-        ce_logits: match config.ce_stats {
-            true => {
-                let nodes = plan.program.graph.nodes.iter();
-                nodes.filter(|n| matches!(n.op, Op::CrossEntropy)).map(|n| n.inputs[0]).collect()
-            }
-            false => std::collections::HashSet::new(),
-        },
-        ce_stats: HashMap::new(),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {

@@ -55,27 +55,6 @@ fn split_k_products_match_reference_and_repeat() {
     assert_all(&check::gemm_split_checks(&gpu, &arena, &mut Rng::new(6), &quick()).unwrap());
 }
 
-/// Split-K parts summed by a thread-block cluster equal the parts summed by the reduction
-/// launch, bit for bit, under each epilogue and at partial tiles.
-#[test]
-fn cluster_summed_split_k_matches_the_reduction_launch() {
-    let Some(gpu) = Gpu::open_or_skip() else { return };
-    gpu.set_checked(true);
-    let arena = gpu.arena(1 << 30).unwrap();
-    assert_all(&check::gemm_cluster_split_checks(&gpu, &arena, &mut Rng::new(17), &quick()).unwrap());
-}
-
-/// Split-K parts summed by the last part of each tile to finish equal the parts summed by the
-/// reduction launch, bit for bit, under each epilogue, at partial tiles and in uneven parts;
-/// a second launch finds the tile counters set back to zero.
-#[test]
-fn last_part_summed_split_k_matches_the_reduction_launch() {
-    let Some(gpu) = Gpu::open_or_skip() else { return };
-    gpu.set_checked(true);
-    let arena = gpu.arena(1 << 30).unwrap();
-    assert_all(&check::gemm_fixup_split_checks(&gpu, &arena, &mut Rng::new(19), &quick()).unwrap());
-}
-
 /// Split-K in parts that may differ by a K step matches the reference and repeats bit for bit.
 #[test]
 fn uneven_split_k_parts_match_reference_and_repeat() {

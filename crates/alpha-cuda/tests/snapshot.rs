@@ -159,7 +159,7 @@ fn lowering_matches_the_golden_snapshot() {
 /// Each switch of the configuration, set against its default, as the lowering sees it: the
 /// switch's name and the configuration with it set.
 fn switched() -> Vec<(&'static str, CudaConfig)> {
-    use alpha_cuda::config::{ChainEpilogues, Persistent};
+    use alpha_cuda::config::ChainEpilogues;
     use alpha_cuda::gemm::{Engine, GemmTuning, StagedEpilogues};
     let d = CudaConfig::default;
     let tuning = |t: GemmTuning| CudaConfig { gemm_tuning: t, ..d() };
@@ -170,7 +170,6 @@ fn switched() -> Vec<(&'static str, CudaConfig)> {
         ("ring_stages 4", CudaConfig { ring_stages: 4, ..d() }),
         ("split_k off", CudaConfig { split_k: false, ..d() }),
         ("head_split off", CudaConfig { head_split: Some(false), ..d() }),
-        ("early_trigger", CudaConfig { early_trigger: true, ..d() }),
         ("pointwise_vector off", CudaConfig { pointwise_vector: false, ..d() }),
         ("ln_fold separate", CudaConfig { ln_fold: Some(false), ..d() }),
         ("fold_casts_into_gemms", CudaConfig { fold_casts_into_gemms: true, ..d() }),
@@ -181,9 +180,6 @@ fn switched() -> Vec<(&'static str, CudaConfig)> {
         ("output_copy off", CudaConfig { output_copy: false, ..d() }),
         ("recompute_unary off", CudaConfig { recompute_unary: false, ..d() }),
         ("joint_attention_backward off", CudaConfig { joint_attention_backward: false, ..d() }),
-        ("onepass_attention", CudaConfig { onepass_attention: true, ..d() }),
-        ("scatter_segments 4", CudaConfig { scatter_segments: 4, ..d() }),
-        ("ce_stats", CudaConfig { ce_stats: true, ..d() }),
         ("wgmma_attention off", CudaConfig { wgmma_attention: false, ..d() }),
         ("wgmma_attention_backward off", CudaConfig { wgmma_attention_backward: false, ..d() }),
         ("chain_epilogues never", CudaConfig { chain_epilogues: ChainEpilogues::Never, ..d() }),
@@ -192,22 +188,15 @@ fn switched() -> Vec<(&'static str, CudaConfig)> {
         ("mul_recompute off", CudaConfig { mul_recompute: false, ..d() }),
         ("ln_fold_together off", CudaConfig { ln_fold_together: false, ..d() }),
         ("ring_waves 100", CudaConfig { ring_waves: 100, ..d() }),
-        ("cluster_split_waves all", CudaConfig { cluster_split_waves: Some(u32::MAX), ..d() }),
         ("delta_epilogue off", CudaConfig { delta_epilogue: false, ..d() }),
-        ("split_fixup", CudaConfig { split_fixup: true, ..d() }),
         ("gated_products off", CudaConfig { gated_products: false, ..d() }),
         ("uneven_split off", CudaConfig { uneven_split: false, ..d() }),
         ("paired_products off", CudaConfig { paired_products: false, ..d() }),
-        ("persistent fragments", CudaConfig { persistent: Persistent::FragmentEpilogues, ..d() }),
-        ("persistent all", CudaConfig { persistent: Persistent::All, ..d() }),
-        ("pingpong", CudaConfig { persistent: Persistent::FragmentEpilogues, pingpong: true, ..d() }),
         ("wide_stores off", tuning(GemmTuning { wide_stores: false, ..t })),
         ("two_blocks off", tuning(GemmTuning { two_blocks: false, ..t })),
-        ("epilogue_trigger", tuning(GemmTuning { epilogue_trigger: true, ..t })),
         ("staged_epilogues none", tuning(GemmTuning { staged_epilogues: StagedEpilogues::None, ..t })),
         ("staged_epilogues chains", tuning(GemmTuning { staged_epilogues: StagedEpilogues::Chains, ..t })),
         ("staged_epilogues adds", tuning(GemmTuning { staged_epilogues: StagedEpilogues::Adds, ..t })),
-        ("staged_epilogues all", tuning(GemmTuning { staged_epilogues: StagedEpilogues::All, ..t })),
     ]
 }
 
