@@ -186,4 +186,40 @@ fn backend_runs_bobs_step_like_the_cpu_reference() {
     let (lg2, pg2) = step(&mut gpu);
     assert_eq!(lg.to_bits(), lg2.to_bits());
     assert!(pg.iter().zip(&pg2).all(|(a, b)| a.to_bits() == b.to_bits()), "two GPU runs differ");
+    // The runtime's switches change how the launches run, not what they compute: plain launches,
+    // one by one with a synchronisation after each, waiting at the end of every run.
+    let config = alpha_cuda::CudaConfig {
+        dependent_launch: false,
+        check_launches: true,
+        sync_each_run: true,
+        ..alpha_cuda::CudaConfig::default()
+    };
+    let mut plain = CudaBackend::compile(&program, &config).unwrap();
+    let (lp, pp) = step(&mut plain);
+    assert_eq!(lp.to_bits(), lg.to_bits(), "plain, checked launches change the loss");
+    assert!(pp.iter().zip(&pg).all(|(a, b)| a.to_bits() == b.to_bits()), "plain, checked launches change the table");
+}
+
+/// With a PTX folder configured, compiling writes every kernel of the lowering there (before
+/// the GPU is opened, so also where there is none).
+#[test]
+fn compile_writes_every_kernels_ptx_to_the_configured_folder() {
+    use alpha_cuda::lower::lower_program;
+    use alpha_cuda::{CudaBackend, CudaConfig};
+    use alpha_systems::System;
+
+    let bob = alpha_systems::bob::Bob;
+    let program = bob.learner(10).training_program(bob.model(2).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = CudaConfig { ptx_dir: Some(dir.path().to_path_buf()), ..CudaConfig::default() };
+    if let Err(e) = CudaBackend::compile(&program, &config) {
+        assert!(format!("{e:#}").contains("needs an NVIDIA GPU"), "{e:#}");
+    }
+    let kernels = lower_program(&program, &config).unwrap().kernels;
+    let mut written: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap()).collect();
+    let mut want: Vec<String> = kernels.iter().map(|k| k.render()).collect();
+    written.sort();
+    want.sort();
+    assert_eq!(written, want);
 }
