@@ -49,7 +49,7 @@
 //!   ([`crate::gemm::Heads::delta`]), and this launch does not run. The forward can store its output's
 //!   permuted bf16 copy too, and the backward the permuted bf16 gradient `[B, T, 3, H, 64]`, the
 //!   tensors the projections around attention read. Every variant gives the same bits as the
-//!   f32 kernels turning on load (`check::attention_bf16_checks`).
+//!   f32 kernels turning on load (alpha-cuda-lab's `check::attention_bf16_checks`).
 //!
 //! Forward and dQ blocks take their query tiles in reverse order (the longest causal rows start
 //! first); the dK/dV blocks' natural order already starts with the longest. Rows past T are read
@@ -58,9 +58,9 @@
 //! pre-rotary k): a block reads the rows it will write (q, o, dO in dQ; k, v in dK/dV) only in
 //! its prologue, and no other block reads them.
 //!
-//! On an H200 (`check::attention_checks` with bench), B = 1, H = 8, T = 1024: forward 21 µs
-//! against the fp32 kernel's 224, backward (dQ + dK/dV) 48 µs against 825 (54 with Coppelius's
-//! rotary options); B = 16: 125 µs and 329 µs, about 130 TFLOP/s of causal work. Issuing the
+//! On an H200 (alpha-cuda-lab's `check::attention_checks` with bench), B = 1, H = 8,
+//! T = 1024: forward 21 µs against the fp32 kernel's 224, backward (dQ + dK/dV) 48 µs against
+//! 825 (54 with Coppelius's rotary options); B = 16: 125 µs and 329 µs, about 130 TFLOP/s of causal work. Issuing the
 //! next tile's loads in two halves (fewer registers in flight) measured up to 13% slower, so
 //! each tile's loads are issued at once; ptxas then uses up to 255 registers, without spilling.
 

@@ -14,7 +14,6 @@
 use anyhow::Result;
 
 use crate::driver::{Arg, Function, Gpu, LaunchConfig};
-use crate::elementwise::emit_exp;
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 pub const THREADS: u32 = 256;
@@ -293,6 +292,12 @@ pub fn backward_reference(logits: &[f32], targets: &[i32], dloss: &[f32], v: usi
 
 pub fn kernels() -> Vec<Kernel> {
     vec![forward_kernel(), backward_kernel()]
+}
+
+/// `e^x` as `2^(x·log2 e)` (`ex2.approx`, relative error about 2⁻²²).
+pub(crate) fn emit_exp(k: &mut Kernel, x: Reg) -> Reg {
+    let t = k.bin("mul.rn.f32", RegKind::F32, x, std::f32::consts::LOG2_E);
+    k.un("ex2.approx.ftz.f32", RegKind::F32, t)
 }
 
 #[cfg(test)]

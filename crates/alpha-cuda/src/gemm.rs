@@ -323,10 +323,10 @@ pub struct GemmSpec {
     /// half of the K steps reads the maps of A₁ and B₁ (the last two tensor maps), the second
     /// those of A and B ([`crate::gemm_tma`]). Both operands K-major; TMA engine, unbatched.
     pub k_pair: bool,
-    /// A timing probe, for measurement only ([`crate::check::gemm_trace`]): a plain store that
-    /// also writes, for each tile, its SM and the global timer as its consumers start, see
-    /// its first stage, finish its products and finish its epilogue ([`TRACE_WORDS`] u64s a
-    /// tile at `r`). Never chosen by the lowering.
+    /// A timing probe, for measurement only (alpha-cuda-lab's `check::gemm_trace`): a plain
+    /// store that also writes, for each tile, its SM and the global timer as its consumers
+    /// start, see its first stage, finish its products and finish its epilogue
+    /// ([`TRACE_WORDS`] u64s a tile at `r`). Never chosen by the lowering.
     pub trace: bool,
     /// Build choices from the configuration ([`GemmTuning`]).
     pub tuning: GemmTuning,

@@ -27,10 +27,8 @@ pub mod attention;
 pub mod attention_mma;
 pub mod attention_wgmma;
 pub mod backend;
-pub mod check;
 pub mod config;
 pub mod cross_entropy;
-pub mod elementwise;
 pub mod embedding;
 pub mod fused;
 pub mod gemm;
@@ -51,7 +49,6 @@ pub use config::CudaConfig;
 /// Every kernel the crate can build, as the check harness and `ptxas` see them.
 pub fn catalog() -> Vec<ptx::Kernel> {
     let mut v: Vec<ptx::Kernel> = gemm::GemmSpec::all().iter().map(|s| s.kernel()).collect();
-    v.extend(elementwise::kernels());
     v.extend(embedding::kernels());
     v.extend(cross_entropy::kernels());
     v.extend(adamw::kernels());

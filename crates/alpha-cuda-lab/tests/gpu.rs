@@ -1,8 +1,8 @@
 //! GPU checks of every kernel family against its CPU reference (quick sizes, no timing).
 //! On a machine without a CUDA device each test prints "skipped: no CUDA device" and passes.
 
-use alpha_cuda::check::{self, Options, Rng, Row};
 use alpha_cuda::Gpu;
+use alpha_cuda_lab::check::{self, Options, Rng, Row};
 
 fn quick() -> Options {
     Options { bench: false, ..Options::default() }
@@ -122,13 +122,12 @@ fn fused_elementwise_chain_matches_its_launches_bit_for_bit() {
 }
 
 #[test]
-fn elementwise_embedding_cross_entropy_match_reference() {
+fn embedding_and_cross_entropy_match_reference() {
     let Some(gpu) = Gpu::open_or_skip() else { return };
     gpu.set_checked(true);
     let arena = gpu.arena(256 << 20).unwrap();
     let mut rng = Rng::new(2);
     let o = quick();
-    assert_all(&check::elementwise_checks(&gpu, &arena, &mut rng, 100_003, &o).unwrap());
     assert_all(&check::embedding_checks(&gpu, &arena, &mut rng, (300, 68, 700), &o).unwrap());
     assert_all(&check::cross_entropy_checks(&gpu, &arena, &mut rng, (37, 256), &o).unwrap());
 }
