@@ -41,8 +41,8 @@
 //! | `ALPHA_DELTA_EPILOGUE=off` | [`CudaConfig::delta_epilogue`] | attention's delta (and its bf16 dO) computed by a launch of its own from the f32 dO, instead of by the epilogue of the product that computes dO ([`crate::gemm::Heads::delta`]) |
 //! | `ALPHA_SYNC_RUN=on` | [`CudaConfig::sync_each_run`] | each run of a phase waits for the device before returning, instead of leaving the wait to the next read or copy |
 //! | `ALPHA_ATTN_JOINT=off` | [`CudaConfig::joint_attention_backward`] | attention's dQ and dK/dV passes in two launches, one after the other |
-//! | `ALPHA_ATTN_WGMMA=off` | [`CudaConfig::wgmma_attention`] | the bf16 attention forward on `mma.sync` ([`crate::attention_mma::forward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma`]; the same bits, g108: sixteen contexts' forward 103.2 → 77.2 µs alone, the step 21.75 / 21.75 → 21.54 / 21.28 ms) |
-//! | `ALPHA_ATTN_WGMMA_BWD=off` | [`CudaConfig::wgmma_attention_backward`] | the bf16 joint attention backward on `mma.sync` ([`crate::attention_mma::backward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma::backward_kernel`]; the same bits, g109: sixteen contexts' backward 253.9 → 193.8 µs alone, the step 21.27 / 21.97 → 20.43 / 20.49 ms) |
+//! | `ALPHA_ATTN_WGMMA=off` | [`CudaConfig::wgmma_attention`] | the bf16 attention forward on `mma.sync` ([`crate::attention_mma::forward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma`]; the same bits; sixteen contexts' forward 103.2 → 77.2 µs alone, the step 21.75 / 21.75 → 21.54 / 21.28 ms) |
+//! | `ALPHA_ATTN_WGMMA_BWD=off` | [`CudaConfig::wgmma_attention_backward`] | the bf16 joint attention backward on `mma.sync` ([`crate::attention_mma::backward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma::backward_kernel`]; the same bits; sixteen contexts' backward 253.9 → 193.8 µs alone, the step 21.27 / 21.97 → 20.43 / 20.49 ms) |
 //! | `ALPHA_CUDA_PTX_DIR=dir` | [`CudaConfig::ptx_dir`] | every kernel's PTX written to `dir` at compile time (for `ptxas`) |
 //! | `ALPHA_CUDA_CHECK_LAUNCHES=1` | [`CudaConfig::check_launches`] | phases run launch by launch with a synchronisation after each, so a fault names its launch |
 
@@ -55,7 +55,7 @@ use crate::gemm::{Engine, GemmTuning, StagedEpilogues};
 pub enum ChainEpilogues {
     Never,
     /// Over deep grids only (at least [`crate::gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of
-    /// blocks), the default. Measured on the H200 (g55, wide stores): sixteen contexts' step
+    /// blocks), the default. Measured on the H200 (wide stores): sixteen contexts' step
     /// 24.24 / 24.25 → 24.11 / 24.13 ms with the gated GELU's backward in the dh product's
     /// epilogue; one context's (a shallow grid) 3.706 / 3.711 → 3.721 / 3.721 ms, so not there.
     DeepGrids,
@@ -95,7 +95,7 @@ pub struct CudaConfig {
     pub ln_fold: Option<bool>,
     /// Fold bf16 casts read only by GEMMs into the GEMMs' loads (f32 operands rounded by the
     /// `cp.async` ring) instead of launching them. Off by default: with the casts launched the
-    /// GEMMs read bf16 on the TMA engine, and on the H200 the step was faster (g33: one context
+    /// GEMMs read bf16 on the TMA engine, and on the H200 the step was faster (one context
     /// 4.19 → 4.07 ms, sixteen 32.3 → 30.5 ms) though the casts cost 34 launches.
     pub fold_casts_into_gemms: bool,
     /// Attention reads q, k and v as bf16, stored (q and k turned by the rotary) by the

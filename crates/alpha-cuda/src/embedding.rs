@@ -14,7 +14,7 @@
 //! [`BATCH`] hits loaded before any is added: a frequent token's row waits out one load latency
 //! per batch, not per hit). A round of indices that hits none of the block's rows — most rounds
 //! of most blocks — ends at its barrier, which ORs the threads' hits (`bar.red.or.pred`): at
-//! sixteen contexts the walk of empty slots took most of the 0.30 ms (g104: 0.21 ms without
+//! sixteen contexts the walk of empty slots took most of the 0.30 ms (0.21 ms without
 //! it). Rows that no token uses are not touched. The result is
 //! `dtable[v] += Σ_{n: idx[n]=v, n ascending} dout[n]`, the same sum in the same order as
 //! [`scatter_add_reference`], so the two agree bit for bit. Cost:
@@ -76,7 +76,7 @@ pub const ROWS: u32 = 8;
 const CHUNK: u32 = 4 * THREADS;
 /// Hits whose gradients a scatter-add thread loads before adding them (a batch stops at the
 /// first slot without a hit). 16 against 8: sixteen contexts' scatter-add 0.212 against 0.250
-/// ms (g104); 32 took 239 registers and was slower (g103).
+/// ms; 32 took 239 registers and was slower.
 const BATCH: usize = 16;
 
 /// Blocks of the scatter-add over a vocabulary of `v` rows.

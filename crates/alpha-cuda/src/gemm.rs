@@ -195,9 +195,9 @@ pub const CHAIN_PTRS: usize = 4;
 /// wrote it. Unbatched products only. Fixed capacity keeps [`GemmSpec`] `Copy`.
 ///
 /// Taken over deep grids only (`crate::lower::ChainEpilogues`). On the H200, with 8-byte
-/// loads and stores a thread it was slower everywhere (g48: sixteen contexts' step 26.53 →
+/// loads and stores a thread it was slower everywhere (sixteen contexts' step 26.53 →
 /// 27.16 ms, one context's 3.740 → 3.79 ms); with the quad exchange's 16-byte ones it pays over
-/// sixteen contexts' deep grid (g55: 24.24 → 24.11 ms) but not over one context's shallow one
+/// sixteen contexts' deep grid (24.24 → 24.11 ms) but not over one context's shallow one
 /// (3.706 → 3.721 ms), where the epilogue's loads and GELU arithmetic, run while that block's
 /// tensor cores idle, cost more than the traffic they save.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1464,7 +1464,7 @@ pub(crate) fn store_tile_with(
     // Each thread stores W consecutive values a unit: the fragment's own two (W = 2, a unit a
     // column group), or four after a quad exchange (W = 4, a unit two column groups; see
     // `quad_exchange`), so that a warp's store covers 64 bytes of each of its eight rows instead
-    // of 32. Measured on the H200 (g53): sixteen contexts' step 24.69 / 24.73 → 24.01 / 24.05
+    // of 32. Measured on the H200: sixteen contexts' step 24.69 / 24.73 → 24.01 / 24.05
     // ms, one context's 3.775 / 3.767 → 3.722 / 3.719 ms.
     let su = StoreUnits::of(ni_n, spec.tuning.wide_stores);
     let col0 = if su.wide() { k.tri("mad.lo.u32", RegKind::B32, tq, 4u32, c0a) } else { col0 };

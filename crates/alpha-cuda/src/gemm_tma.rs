@@ -139,7 +139,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     // The three-stage ring is chosen so that two blocks share an SM, each hiding the other's
     // epilogue ([`gemm_wgmma::stages_for`]): ptxas is held to two blocks' registers (96 for
     // nine warps), or an epilogue that reads a second tensor (144 registers) or turns heads
-    // (106) leaves one. Measured on the H200 (g50): sixteen contexts' step 26.06 → 25.78 ms.
+    // (106) leaves one. Measured on the H200: sixteen contexts' step 26.06 → 25.78 ms.
     if stages == 3 && spec.tuning.two_blocks {
         k.min_blocks_per_sm = Some(2);
     }
@@ -669,7 +669,7 @@ const STAGED_BATCH: u32 = 8;
 /// [`STAGED_BATCH`] rows issued before any is used. Why: run on the fragments, the epilogue
 /// held the accumulators beside its loads and could keep only two 16-byte loads an input in
 /// flight a thread; at sixteen contexts the gated GELU's backward (two f32 inputs, 184 MB)
-/// then read at under 2 TB/s while the tensor cores waited (g68: that product 165 → 115 µs).
+/// then read at under 2 TB/s while the tensor cores waited (that product 165 → 115 µs).
 /// Each element's arithmetic is the fragment epilogue's on the same values, so the bits are
 /// the same. Needs n a multiple of 4 (each lane's four columns in or out together), as the
 /// fragment epilogue's 16-byte units do.

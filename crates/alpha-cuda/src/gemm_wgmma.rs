@@ -47,8 +47,8 @@ pub fn stages(spec: &GemmSpec) -> u32 {
     }
 }
 
-/// Waves of blocks from which a bf16 product takes the three-stage ring. Measured on the H200
-/// (g50): from 3 waves instead of 8 — sixteen contexts' 16384 × 512 products (512 blocks) too —
+/// Waves of blocks from which a bf16 product takes the three-stage ring. Measured on the H200:
+/// from 3 waves instead of 8 — sixteen contexts' 16384 × 512 products (512 blocks) too —
 /// the step took 25.77 → 25.49 ms, one context's unchanged (3.758 → 3.762 ms).
 pub const SHALLOW_RING_WAVES: u32 = 3;
 

@@ -1025,7 +1025,7 @@ impl Lowerer<'_> {
         }
         // Up to FOLD_BESIDE_ROWS_MAX_BANDS bands, the fold runs in blocks after the rows' (it
         // reads only pass 1's partials and writes the gain and bias gradients, which the rows
-        // never touch): one launch fewer. Measured on the H200 (g30): one context's 64 bands
+        // never touch): one launch fewer. Measured on the H200: one context's 64 bands
         // 4.341 → 4.307 ms a step; sixteen contexts' 1,024 bands 34.30 → 34.75 ms, their fold
         // running after the rows as a serial tail — so there it keeps its own launch.
         if self.config.ln_fold.unwrap_or(nm.bands() <= FOLD_BESIDE_ROWS_MAX_BANDS) {
@@ -1782,7 +1782,7 @@ const TALL_ROWS: u32 = 8192;
 /// row-major A (rows are tokens: not a weight gradient's `Xᵀ·dY`) on the TMA engine, where
 /// the configuration leaves it to the lowering. Why: whole 512-byte rows a warp write sixteen
 /// contexts' large outputs (the logits' 805 MB, the 32 MB input gradients) faster than the
-/// fragments' scattered 16-byte pieces (g69: every plain store staged, sixteen contexts' step
+/// fragments' scattered 16-byte pieces (every plain store staged, sixteen contexts' step
 /// 0.2 ms faster), while one context's outputs sit in L2 and the staging's barriers showed
 /// (0.05–0.07 ms slower).
 fn tall_store(spec: &GemmSpec, shape: &GemmShape) -> bool {
@@ -2876,7 +2876,7 @@ fn mul_epilogues(
         let gid = ph.nodes[i];
         let Some((spec, shape)) = tiled_gemm(cfg, g, gid) else { continue };
         let whole = !cfg.split_k || shape.split_k(spec.bk) == 1;
-        // Deep grids only: measured on the H200 (g41), sixteen contexts' step 26.89 -> 26.79 /
+        // Deep grids only: measured on the H200, sixteen contexts' step 26.89 -> 26.79 /
         // 26.84 ms with the fusion, one context's 3.853 -> 3.869 / 3.866 ms (its shallow grid
         // leaves the epilogue's extra traffic exposed).
         let deep = deep_epilogue_grid(&spec, &shape);
