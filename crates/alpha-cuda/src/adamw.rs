@@ -23,8 +23,23 @@
 use anyhow::{bail, Result};
 
 use crate::driver::{Arg, Function, Gpu, LaunchConfig};
-use crate::elementwise::{grid_for, grid_stride_begin, grid_stride_end, THREADS};
+use crate::pointwise::grid_stride_end;
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+
+/// Threads per block of the grid-stride kernels here.
+pub const THREADS: u32 = 256;
+
+/// Blocks for a grid-stride loop over `n` elements: enough to fill the GPU, no more.
+fn grid_for(gpu: &Gpu, n: u32) -> LaunchConfig {
+    let want = n.div_ceil(THREADS).max(1);
+    let cap = gpu.info().multiprocessors.max(1) * 8;
+    LaunchConfig::linear(want.min(cap), THREADS)
+}
+
+/// Opens a grid-stride loop over `n` for this family's fixed block of [`THREADS`].
+fn grid_stride_begin(k: &mut Kernel, n: Reg) -> (Reg, Reg, String, String) {
+    crate::pointwise::grid_stride_begin_with(k, n, Some(THREADS))
+}
 
 /// Most segments the table may hold (shared memory: 8 bytes each).
 pub const MAX_SEGMENTS: usize = 1024;

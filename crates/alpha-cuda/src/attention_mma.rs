@@ -49,7 +49,7 @@
 //!   ([`crate::gemm::Heads::delta`]), and this launch does not run. The forward can store its output's
 //!   permuted bf16 copy too, and the backward the permuted bf16 gradient `[B, T, 3, H, 64]`, the
 //!   tensors the projections around attention read. Every variant gives the same bits as the
-//!   f32 kernels turning on load (`check::attention_bf16_checks`).
+//!   f32 kernels turning on load (alpha-cuda-lab's `check::attention_bf16_checks`).
 //!
 //! Forward and dQ blocks take their query tiles in reverse order (the longest causal rows start
 //! first); the dK/dV blocks' natural order already starts with the longest. Rows past T are read
@@ -58,9 +58,9 @@
 //! pre-rotary k): a block reads the rows it will write (q, o, dO in dQ; k, v in dK/dV) only in
 //! its prologue, and no other block reads them.
 //!
-//! On an H200 (`check::attention_checks` with bench), B = 1, H = 8, T = 1024: forward 21 µs
-//! against the fp32 kernel's 224, backward (dQ + dK/dV) 48 µs against 825 (54 with Coppelius's
-//! rotary options); B = 16: 125 µs and 329 µs, about 130 TFLOP/s of causal work. Issuing the
+//! On an H200 (alpha-cuda-lab's `check::attention_checks` with bench), B = 1, H = 8,
+//! T = 1024: forward 21 µs against the fp32 kernel's 224, backward (dQ + dK/dV) 48 µs against
+//! 825 (54 with Coppelius's rotary options); B = 16: 125 µs and 329 µs, about 130 TFLOP/s of causal work. Issuing the
 //! next tile's loads in two halves (fewer registers in flight) measured up to 13% slower, so
 //! each tile's loads are issued at once; ptxas then uses up to 255 registers, without spilling.
 
@@ -1219,7 +1219,7 @@ fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2],
     let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
     let last = (dims.t as u32).div_ceil(ROWS) - 1;
     let cx = k.sreg("%ctaid.x");
-    let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16, merged, dq_sum: None };
+    let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16, merged };
     dkv_body(&mut k, dims, &dkv, cx);
     k.comment("the same tile's dQ pass (its shared memory reused)");
     k.barrier();
@@ -1228,102 +1228,6 @@ fn backward_kernel_with(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2],
     dq_body(&mut k, dims, &dqr, from_last, false);
     k.ret();
     k
-}
-
-/// The backward in one pass over each key tile, for deep grids: block x runs the dK/dV pass of
-/// key tile x and, from each query tile's dS (staged in shared memory as bf16), adds that key
-/// tile's share dS·K of the tile's dQ into an f32 accumulator — instead of a dQ pass that
-/// computes S and dP a second time. Seven products a (query tile, key tile) pair become five,
-/// and each probability is exponentiated once.
-///
-/// Determinism: each query tile's dQ is summed in one fixed order, key tiles from the diagonal
-/// down (x = q, q − 1, …, 0), through a counter per (head, query tile) that block x waits to read
-/// q − x before it adds its share and sets to q − x + 1. Block x reaches query tile q at its
-/// (q − x)-th step and block x + 1 at its (q − x − 1)-th, so blocks started together never wait
-/// on one another; the counters only order them. The diagonal's share is stored, the others
-/// read, added and stored (`ld.global.cg`, past the block's L1), and key tile 0's — the last —
-/// scales, turns back by the rotary when asked and stores dq, and resets the counter to 0 for
-/// the next launch. A block waits only on a block of the same head with a larger `%ctaid.x`,
-/// which starts no later (blocks start in order), so the wait cannot hold forever.
-///
-/// Measured slower than the joint kernel, so opt-in (`ALPHA_ATTN_ONEPASS=on`): on the H200
-/// (g101) 273 against 256 µs at sixteen contexts, 67 against 33 at one. Its products and
-/// exponentials alone take 184 µs (g100, the partial sums neither read nor written); reading
-/// and writing them costs the rest, with key tile 0's blocks — the longest, started last in
-/// the last heads — also storing every dq tile (19 µs, g102). Adding the shares in L2 instead
-/// (`red.global.add`, or one bulk `cp.reduce.async.bulk` a tile) was slower (g99, g102).
-/// Params (dq, dk, dv, delta, q, k, v, o, lse, do, do16, dq_acc, dq_sem),
-/// then `dq_tab` and `dk_tab` with the inverse rotaries: `dq_acc` f32 scratch of
-/// [`onepass_scratch_bytes`],
-/// `dq_sem` B·H·⌈T/64⌉ counters, zero before the first launch. Grid [`Dims::grid_q`], block
-/// [`block`]; q, k, v, dO bf16 and delta as for [`backward_kernel_bf16`]; H = G.
-pub fn backward_kernel_onepass(dims: &Dims, inverse_rotary: [bool; 2], merged: bool) -> Kernel {
-    use crate::ptx::ParamTy;
-    debug_assert_eq!(dims.d, D);
-    debug_assert_eq!(dims.g, dims.h, "one query head a key head");
-    let rot = rotary_suffix(inverse_rotary);
-    let merge = if merged { "_merged" } else { "" };
-    let name = format!("{}{rot}{merge}", kernel_name(BF16_FAMILY, "bwd_onepass", [false, false], false));
-    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
-    // Three blocks an SM, as the joint kernel gets (168 registers; left alone, ptxas takes 251).
-    k.min_blocks_per_sm = Some(ONEPASS_BLOCKS_PER_SM);
-    let [dq, dk, dv, delta, q, kk, v, _o, lse, _dout, do16, acc, sem] =
-        ["dq", "dk", "dv", "delta", "q", "k", "v", "o", "lse", "do", "do16", "dq_acc", "dq_sem"]
-            .map(|n| k.param_reg(n, ParamTy::U64));
-    let dq_tab = inverse_rotary[0].then(|| k.param_reg("dq_tab", ParamTy::U64));
-    let dk_tab = inverse_rotary[1].then(|| k.param_reg("dk_tab", ParamTy::U64));
-    let cx = k.sreg("%ctaid.x");
-    let sum = DqSum { acc, sem, dq, dq_tab };
-    let dkv = DkvRegs {
-        dk,
-        dv,
-        q,
-        k: kk,
-        v,
-        lse,
-        delta,
-        dout: do16,
-        dk_tab,
-        q_tab: None,
-        k_tab: None,
-        bf16: true,
-        do16: Some(do16),
-        merged,
-        dq_sum: Some(sum),
-    };
-    dkv_body(&mut k, dims, &dkv, cx);
-    k.ret();
-    k
-}
-
-/// Blocks of the one-pass backward an SM holds (its registers kept to their share).
-const ONEPASS_BLOCKS_PER_SM: u32 = 3;
-
-/// Bytes of one query tile's dQ partial sums (64 rows of 64 f32) in the one-pass backward.
-pub const DQ_TILE_BYTES: u32 = ROWS * D as u32 * 4;
-
-/// The one-pass backward's counters at `dims` ([`backward_kernel_onepass`]): one a (head,
-/// query tile).
-pub fn onepass_counters(dims: &Dims) -> usize {
-    dims.b * dims.h * dims.t.div_ceil(ROWS as usize)
-}
-
-/// Bytes of the one-pass backward's dQ partial sums at `dims` ([`backward_kernel_onepass`]):
-/// a whole tile for every query tile, the last one's rows past T included.
-pub fn onepass_scratch_bytes(dims: &Dims) -> usize {
-    onepass_counters(dims) * DQ_TILE_BYTES as usize
-}
-
-/// Where the one-pass backward sums dQ ([`backward_kernel_onepass`]).
-#[derive(Clone, Copy)]
-struct DqSum {
-    /// f32 partial sums, [`DQ_TILE_BYTES`] a (head, query tile) in fragment order.
-    acc: Reg,
-    /// u32 `[B·H, ⌈T/64⌉]` counters of the shares added.
-    sem: Reg,
-    /// The output dq (merged bf16 or f32, as dk and dv).
-    dq: Reg,
-    dq_tab: Option<Reg>,
 }
 
 /// The name suffix of a one-launch backward turning dq and dk back by the rotary as asked.
@@ -1398,23 +1302,7 @@ fn dkv_kernel_with(dims: &Dims, inverse_rotary: bool, load: [bool; 2], bf16: boo
     let mut k = Kernel::new(&kernel_name(family, "bwd_dkv", load, inverse_rotary)).with_block(THREADS, 1, 1);
     let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DkvRegs {
-        dk,
-        dv,
-        q,
-        k: kk,
-        v,
-        lse,
-        delta,
-        dout,
-        dk_tab,
-        q_tab,
-        k_tab,
-        bf16,
-        do16: None,
-        merged: false,
-        dq_sum: None,
-    };
+    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16: None, merged: false };
     dkv_body(&mut k, dims, &regs, cx);
     k.ret();
     k
@@ -1440,8 +1328,6 @@ struct DkvRegs {
     do16: Option<Reg>,
     /// dk and dv stored into the merged bf16 gradient ([`grad_base`]).
     merged: bool,
-    /// dQ summed here too ([`backward_kernel_onepass`]).
-    dq_sum: Option<DqSum>,
 }
 
 /// The dK/dV pass of the block whose key tile is `tile` (delta read from `delta`).
@@ -1449,7 +1335,7 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let t = dims.t as u32;
     let per = (dims.h / dims.g) as u32;
     let ntiles = t.div_ceil(ROWS);
-    let DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16, merged, dq_sum } = *r;
+    let DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16, merged } = *r;
     // dO: bf16 copies from `do16`, or f32 converted on the way.
     let (dout, do_row) = match do16 {
         Some(d16) => (d16, BF16_ROW_BYTES),
@@ -1460,10 +1346,6 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     // [lse0][delta0][lse1][delta1], 64 f32 each.
     let smem = k.shared("attn_smem", 4 * TILE, 16);
     let stsm = k.shared("attn_stats", 4 * ROWS * 4, 16);
-    debug_assert!(dq_sum.is_none() || per == 1, "dQ is summed for one query head a key head");
-    // Summing dQ: K stays staged (the B operand of dS·K) beside the dS tile `[key][query]`,
-    // in dynamic shared memory (past the 48 KB a block's static arrays may take).
-    let sdq = dq_sum.map(|_| k.dynamic_shared_array("attn_dq", 2 * TILE, 16));
     let ln = lanes(k);
     let bg = k.sreg("%ctaid.y");
     let b = k.bin("div.u32", RegKind::B32, bg, dims.g as u32);
@@ -1477,11 +1359,8 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
     let st = k.un("mov.u32", RegKind::B32, Opnd::S(stsm));
     let small = k.setp("lt.u32", ln.tid, ROWS);
-    // Where K is staged: its own tile when summing dQ, else stage 1 (then reused by the loop).
-    let k_tile = |k: &mut Kernel| match &sdq {
-        Some(name) => k.un("mov.u32", RegKind::B32, Opnd::S(name.clone())),
-        None => k.bin("add.u32", RegKind::B32, sm, 2 * TILE),
-    };
+    // Where K is staged: stage 1 (then reused by the loop).
+    let k_tile = |k: &mut Kernel| k.bin("add.u32", RegKind::B32, sm, 2 * TILE);
     let mk = mover_of(k, &ln, k_tab, t, bf16);
     let mv = mover_of(k, &ln, None, t, bf16);
     let mp = mover_of(k, &ln, None, t, do16.is_some());
@@ -1519,13 +1398,6 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     let stage = k.imm_u32(0);
     let sstage = k.imm_u32(0);
     let stat_lane = k.tri("mad.lo.u32", RegKind::B32, ln.tq, 8u32, st);
-    // This lane's dSᵀ word: key row wrow + g, query column pair 2t, in the dS tile.
-    let ds_tile = sdq.as_ref().map(|_| k.bin("add.u32", RegKind::B32, kdest, TILE));
-    let ds_lane = ds_tile.map(|d| {
-        let rg = k.bin("add.u32", RegKind::B32, ln.wrow, ln.g);
-        let at = k.tri("mad.lo.u32", RegKind::B32, rg, PITCH, d);
-        k.tri("mad.lo.u32", RegKind::B32, ln.tq, 4u32, at)
-    });
     let top = k.label("qtile");
     let skip_load = k.label("skip_load");
     let skip_store = k.label("skip_store");
@@ -1573,23 +1445,13 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
         mma_ab(k, &dva, &pa, db_t, kc * 16);
         let da = a_frag(k, &dsc[0], &dsc[1]);
         mma_ab(k, &dka, &da, qb_t, kc * 16);
-        if let Some(ds_lane) = ds_lane {
-            // dSᵀ rows g, g + 8 (keys) at queries 16kc + 2t (+ 8): the A fragment's own layout.
-            for (i, off) in [0, 8 * PITCH, 16, 8 * PITCH + 16].into_iter().enumerate() {
-                k.op("st.shared.b32", [addr(ds_lane, (kc * 32 + off) as i64), da[i].into()]);
-            }
-        }
     }
     store_next_stage(k, has_next, &skip_store, [(&mq, &fq), (&mp, &fdo)], |k| {
         let so = k.bin("xor.b32", RegKind::B32, sstage, 2 * ROWS * 4);
         let sb = k.bin("add.u32", RegKind::B32, st, so);
         stats_store(k, &sts, ln.tid, small, sb);
     });
-    if let (Some(sum), Some(ds_tile)) = (dq_sum, ds_tile) {
-        dq_share(k, dims, &ln, sum, DqTile { bh: bg, key: tile, query: qt, diag, k_tile: kdest, ds_tile }, merged);
-    } else {
-        k.barrier();
-    }
+    k.barrier();
     k.op("xor.b32", [stage.into(), stage.into(), (2 * TILE).into()]);
     k.op("xor.b32", [sstage.into(), sstage.into(), (2 * ROWS * 4).into()]);
     k.op("mov.u32", [hh.into(), nh.into()]);
@@ -1602,98 +1464,6 @@ fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
     store_rows(k, &ln, dkb, krow0, t, &dka, [Some(sc), Some(sc)], dk_tab, stride);
     let (dvb, stride) = grad_base(k, dims, dv, bg, 2, merged);
     store_rows(k, &ln, dvb, krow0, t, &dva, [None, None], None, stride);
-}
-
-/// The tiles of one step of the one-pass backward ([`dq_share`]).
-struct DqTile {
-    /// Head (`%ctaid.y`), key tile, query tile, and whether they meet on the diagonal.
-    bh: Reg,
-    key: Reg,
-    query: Reg,
-    diag: Reg,
-    /// The staged K tile `[key][d]` and the dS tile `[key][query]` (bf16, [`PITCH`] rows).
-    k_tile: Reg,
-    ds_tile: Reg,
-}
-
-/// The key tile's share of the query tile's dQ ([`backward_kernel_onepass`]), once every warp
-/// has staged its dSᵀ rows: thread 0 waits for the shares before it (the block's barrier then
-/// holds everyone), each warp computes dS·K for its 16 queries over the tile's 64 keys, adds
-/// the partial sum (unless first) and stores it — or, as the last share, dq itself — and after
-/// a second barrier (the dS tile is free again) thread 0 counts the share.
-fn dq_share(k: &mut Kernel, dims: &Dims, ln: &Lanes, sum: DqSum, tile: DqTile, merged: bool) {
-    let t = dims.t as u32;
-    let ntiles = t.div_ceil(ROWS);
-    let DqTile { bh, key, query, diag, k_tile, ds_tile } = tile;
-    // The (head, query tile)'s index: of its counter and of its partial sums' tile.
-    let slot = k.tri("mad.lo.u32", RegKind::B32, bh, ntiles, query);
-    let sem_at = k.addr_of(sum.sem, slot, 4);
-    let before = k.bin("sub.u32", RegKind::B32, query, key);
-    k.comment("wait for the shares of the key tiles above this one (thread 0)");
-    let first_thread = k.setp("eq.u32", ln.tid, 0u32);
-    let waits = k.reg(RegKind::Pred);
-    k.op("not.pred", [waits.into(), diag.into()]);
-    k.op("and.pred", [waits.into(), waits.into(), first_thread.into()]);
-    k.wait_for_count(waits, sem_at, before);
-    k.comment("dQ share = dS K over the tile's 64 keys, the warp's 16 queries");
-    let acc: Vec<Vec<Reg>> = (0..8).map(|_| zeros(k, 4)).collect();
-    let col = k.bin("shl.b32", RegKind::B32, ln.wrow, 1u32);
-    let a_row = k.bin("add.u32", RegKind::B32, ds_tile, ln.b_off);
-    let a_base = k.bin("add.u32", RegKind::B32, a_row, col);
-    let b_base = k.bin("add.u32", RegKind::B32, k_tile, ln.a_off);
-    for kc in 0..4u32 {
-        // A = dS (queries × keys) from the [key][query] tile: transposed 8×8 matrices.
-        let a = ldsm(k, a_base, kc * 16 * PITCH, true);
-        mma_ab(k, &acc, &a, b_base, kc * 16);
-    }
-    // The partial sums in fragment order, so that each access of a warp is 256 contiguous
-    // bytes: the tile's 16 KB at (bh·⌈T/64⌉ + query)·16 KB, then per warp 16 pieces of 256
-    // bytes (rows g and g + 8 r of the accumulator's n8 tile n: piece 2n + r), lane 4g + t's
-    // pair at 8·lane in each. Every block maps fragments alike, so the layout is private.
-    let row0 = k.bin("mul.lo.u32", RegKind::B32, query, ROWS);
-    let off = k.reg(RegKind::B64);
-    k.op("mul.wide.u32", [off.into(), slot.into(), DQ_TILE_BYTES.into()]);
-    let tile_base = k.bin("add.s64", RegKind::B64, sum.acc, off);
-    let lane = k.bin("and.b32", RegKind::B32, ln.tid, 31u32);
-    let lane_b = k.bin("shl.b32", RegKind::B32, lane, 3u32);
-    let frag_at = k.tri("mad.lo.u32", RegKind::B32, ln.wrow, 256u32, lane_b);
-    let part = k.addr_of(tile_base, frag_at, 1);
-    let piece = |r: usize, n: usize| ((2 * n + r) * 256) as i64;
-    let added = k.label("dq_added");
-    let stored = k.label("dq_stored");
-    k.bra_if(diag, false, &added);
-    k.comment("add the partial sum of the shares before (read past L1: other blocks wrote it)");
-    for r in 0..2 {
-        for (n, a) in acc.iter().enumerate() {
-            let old = k.regs(RegKind::F32, 2);
-            k.op("ld.global.cg.v2.f32", [Opnd::V(old.clone()), addr(part, piece(r, n))]);
-            for e in 0..2 {
-                let x = a[2 * r + e];
-                k.op("add.rn.f32", [x.into(), old[e].into(), x.into()]);
-            }
-        }
-    }
-    k.place(&added);
-    let last = k.setp("eq.u32", key, 0u32);
-    let partial = k.label("dq_partial");
-    k.bra_if(last, true, &partial);
-    k.comment("the last share: dq = scale dQ (turned back by the rotary when asked)");
-    let sc = k.imm_f32(dims.scale);
-    let (dqb, stride) = grad_base(k, dims, sum.dq, bh, 0, merged);
-    store_rows(k, ln, dqb, row0, t, &acc, [Some(sc), Some(sc)], sum.dq_tab, stride);
-    k.bra(&stored);
-    k.place(&partial);
-    for r in 0..2 {
-        for (n, a) in acc.iter().enumerate() {
-            let pair = vec![a[2 * r], a[2 * r + 1]];
-            k.op("st.global.v2.f32", [addr(part, piece(r, n)), Opnd::V(pair)]);
-        }
-    }
-    k.place(&stored);
-    k.comment("count the share (the last resets the counter for the next launch)");
-    let next = k.bin("add.u32", RegKind::B32, before, 1u32);
-    let count = k.tri("selp.b32", RegKind::B32, 0u32, next, last);
-    k.publish_count(first_thread, sem_at, count);
 }
 
 /// Where head `bh` of gradient `section` (0 dq, 1 dk, 2 dv) of the tensor at `base` starts, and
@@ -1755,10 +1525,6 @@ mod tests {
                 v.push(backward_kernel_bf16(dims, r));
             }
             v.push(backward_kernel_bf16_merged(dims, [true, true]));
-            for merged in [false, true] {
-                v.push(backward_kernel_onepass(dims, [true, true], merged));
-            }
-            v.push(backward_kernel_onepass(dims, [false, false], false));
         }
         v
     }
@@ -1772,15 +1538,12 @@ mod tests {
         for d in [dims, Dims { h: 4, g: 2, t: 200, softcap: Some(30.0), ..dims }] {
             for k in all(&d) {
                 k.check_budget().unwrap();
-                // The one-pass backward also keeps K and the dS tile staged.
-                let onepass = k.name.contains("bwd_onepass");
                 assert!(k.static_shared_bytes() <= 4 * TILE + 5 * ROWS * 4, "{}", k.name);
-                assert_eq!(k.dynamic_shared, if onepass { 2 * TILE } else { 0 }, "{}", k.name);
+                assert_eq!(k.dynamic_shared, 0, "{}", k.name);
                 let text = k.render();
                 assert!(text.contains(".reqntid 128, 1, 1"));
                 let mmas = text.matches(MMA).count();
-                // fwd: 32 (S) + 32 (PV); dq: 4 chunks × (8 + 8 + 8); dkv: 4 × (8 + 8 + 8 + 8);
-                // one pass: dkv and a dQ share of 4 key chunks × 8.
+                // fwd: 32 (S) + 32 (PV); dq: 4 chunks × (8 + 8 + 8); dkv: 4 × (8 + 8 + 8 + 8).
                 let name = k.name.replace("attention_mma_bf16", "attention_mma");
                 let pass = |p: &str| name.starts_with(&format!("attention_mma_{p}"));
                 // bf16 inputs are copied, never converted; f32 ones never copied.
@@ -1794,8 +1557,6 @@ mod tests {
                     128
                 } else if pass("bwd_delta") {
                     0
-                } else if onepass {
-                    128 + 32
                 } else {
                     96 + 128
                 };

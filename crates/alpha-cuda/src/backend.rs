@@ -13,8 +13,9 @@
 //! zeroes it, writes constants and rotary tables, loads each distinct kernel module once, and
 //! captures one graph per phase. `run` replays and waits, so a fault is reported at the phase
 //! that caused it; [`CudaBackend::set_checked`] instead runs the launches one by one with a
-//! synchronisation after each, so a fault names its kernel and node. With `ALPHA_CUDA_PTX_DIR`
-//! set, every kernel's PTX is written there at compile time (for `ptxas`).
+//! synchronisation after each, so a fault names its kernel and node. With
+//! [`CudaConfig::ptx_dir`] set, every kernel's PTX is written there at compile time (for
+//! `ptxas`).
 
 use std::collections::HashMap;
 
@@ -22,6 +23,7 @@ use alpha_ir::{DType, Op, Program, Value};
 use alpha_plan::{kernel_info, Backend, LaunchTime};
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::config::CudaConfig;
 use crate::driver::{Arg, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
 use crate::lower::{lower_program, LArg, Launch, Lowered};
 
@@ -55,9 +57,10 @@ pub fn use_carried_ptx(ptx: HashMap<String, Vec<String>>) {
     let _ = CARRIED_PTX.set(ptx);
 }
 
-/// The PTX of every kernel of `program`, in lowering order (what a built executable carries).
-pub fn program_ptx(program: &Program) -> Result<Vec<String>> {
-    Ok(lower_program(program)?.kernels.iter().map(|k| k.render()).collect())
+/// The PTX of every kernel of `program` lowered with `config`, in lowering order (what a built
+/// executable carries).
+pub fn program_ptx(program: &Program, config: &CudaConfig) -> Result<Vec<String>> {
+    Ok(lower_program(program, config)?.kernels.iter().map(|k| k.render()).collect())
 }
 
 /// A program compiled for the GPU.
@@ -69,6 +72,8 @@ pub struct CudaBackend {
     lowered: Lowered,
     names: HashMap<String, Value>,
     checked: bool,
+    /// Each run waits for the device before returning ([`CudaConfig::sync_each_run`]).
+    sync_each_run: bool,
     /// The phase last launched and not yet waited for ([`Backend::run`] returns once the
     /// graph is launched; the next read or copy waits, and names it if it faulted).
     unsettled: Option<String>,
@@ -92,17 +97,19 @@ fn launch_one(gpu: &Gpu, functions: &[Function], lowered: &Lowered, base: u64, l
 }
 
 impl CudaBackend {
-    /// Lowers `program`, opens the GPU, allocates and fills the arena, loads the kernels and
-    /// captures one graph per phase.
-    pub fn compile(program: &Program) -> Result<CudaBackend> {
-        let lowered = lower_program(program).with_context(|| format!("compiling {} for CUDA", program.graph.system))?;
-        if let Ok(dir) = std::env::var("ALPHA_CUDA_PTX_DIR") {
-            lowered.dump_ptx(std::path::Path::new(&dir))?;
+    /// Lowers `program` with `config`, opens the GPU, allocates and fills the arena, loads the
+    /// kernels and captures one graph per phase.
+    pub fn compile(program: &Program, config: &CudaConfig) -> Result<CudaBackend> {
+        let lowered =
+            lower_program(program, config).with_context(|| format!("compiling {} for CUDA", program.graph.system))?;
+        if let Some(dir) = &config.ptx_dir {
+            lowered.dump_ptx(dir)?;
         }
         let gpu = Box::new(
             Gpu::new(0)
                 .context("the CUDA backend needs an NVIDIA GPU and its driver (use --device cpu without one)")?,
         );
+        gpu.set_dependent_launch(config.dependent_launch);
         // SAFETY: the Gpu lives in a Box that this struct owns and never moves out of or
         // replaces; the arena and graphs borrowing it are fields declared (so dropped) before it.
         let g: &'static Gpu = unsafe { &*(gpu.as_ref() as *const Gpu) };
@@ -154,10 +161,11 @@ impl CudaBackend {
                 names.insert(name.clone(), Value { node: i as u32, index: 0 });
             }
         }
-        // ALPHA_CUDA_CHECK_LAUNCHES=1 runs launch by launch with a synchronisation after each,
-        // so a kernel fault names its launch (a fault inside a replayed graph cannot).
-        let checked = std::env::var("ALPHA_CUDA_CHECK_LAUNCHES").is_ok_and(|v| v != "0" && !v.is_empty());
-        Ok(CudaBackend { graphs, arena, functions, lowered, names, checked, unsettled: None, gpu })
+        // Checked launches run one by one with a synchronisation after each, so a kernel fault
+        // names its launch (a fault inside a replayed graph cannot).
+        let checked = config.check_launches;
+        let sync_each_run = config.sync_each_run;
+        Ok(CudaBackend { graphs, arena, functions, lowered, names, checked, sync_each_run, unsettled: None, gpu })
     }
 
     pub fn info(&self) -> &GpuInfo {
@@ -378,7 +386,7 @@ impl Backend for CudaBackend {
             });
         }
         self.unsettled = Some(phase.to_string());
-        if crate::knobs::knobs().sync_each_run {
+        if self.sync_each_run {
             return self.settle();
         }
         Ok(())

@@ -14,7 +14,6 @@
 use anyhow::Result;
 
 use crate::driver::{Arg, Function, Gpu, LaunchConfig};
-use crate::elementwise::emit_exp;
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 pub const THREADS: u32 = 256;
@@ -112,68 +111,6 @@ fn lse_and_loss(
     let sa = k.addr_of(lse_out, row, 4);
     k.op("st.global.f32", [addr(sa, 0), lse.into()]);
     k.place(&end);
-}
-
-/// Rows of [`forward_from_stats_kernel`] a block: a warp each.
-pub const STATS_ROWS: u32 = THREADS / 32;
-
-/// The forward from per-tile row statistics: the logits' product wrote, for each row and
-/// 128-column tile t, its maximum m_t and `s_t = Σ exp(x − m_t)` ([`crate::gemm::GemmSpec::row_stats`]);
-/// a warp a row combines them, `M = max m_t`, `S = Σ s_t·exp(m_t − M)` (each lane its tiles in
-/// order, then butterflies), `lse = M + ln S`, and picks the target's logit for the loss — 8
-/// bytes a tile instead of the whole row. Params (loss, lse, logits, targets, stats, v, tiles,
-/// rows); grid ⌈rows / [`STATS_ROWS`]⌉, [`THREADS`] threads. The same outputs as
-/// [`forward_kernel`], to rounding (the sum is split by tiles).
-pub fn forward_from_stats_kernel() -> Kernel {
-    let mut k = Kernel::new("cross_entropy_fwd_stats").with_block(THREADS, 1, 1);
-    let [loss, lse_out, logits, targets, stats] =
-        ["loss", "lse", "logits", "targets", "stats"].map(|n| k.param_reg(n, ParamTy::U64));
-    let [v, tiles, rows] = ["v", "tiles", "rows"].map(|n| k.param_reg(n, ParamTy::U32));
-    let tid = k.sreg("%tid.x");
-    let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
-    let warp = k.bin("shr.u32", RegKind::B32, tid, 5u32);
-    let block = k.sreg("%ctaid.x");
-    let row = k.tri("mad.lo.u32", RegKind::B32, block, STATS_ROWS, warp);
-    let past = k.label("past_rows");
-    let inside = k.setp("lt.u32", row, rows);
-    k.bra_if(inside, true, &past);
-    let first = k.bin("mul.lo.u32", RegKind::B32, row, tiles);
-    let row_stats = k.addr_of(stats, first, 8);
-    // The lane's tiles lane, lane + 32, … in order, one pass for the maximum, one for the sum.
-    let each_tile = |k: &mut Kernel, labels: (&str, &str), body: &mut dyn FnMut(&mut Kernel, Reg, Reg)| {
-        let t = k.un("mov.u32", RegKind::B32, lane);
-        let top = k.label(labels.0);
-        let done = k.label(labels.1);
-        k.place(&top);
-        let more = k.setp("lt.u32", t, tiles);
-        k.bra_if(more, true, &done);
-        let at = k.addr_of(row_stats, t, 8);
-        let ms = k.regs(RegKind::F32, 2);
-        k.op("ld.global.v2.f32", [Opnd::V(ms.clone()), addr(at, 0)]);
-        body(k, ms[0], ms[1]);
-        k.op("add.u32", [t.into(), t.into(), 32u32.into()]);
-        k.bra(&top);
-        k.place(&done);
-    };
-    let mx = k.imm_f32(f32::NEG_INFINITY);
-    each_tile(&mut k, ("max_tile", "max_done"), &mut |k, m, _| {
-        k.op("max.f32", [mx.into(), mx.into(), m.into()]);
-    });
-    let mx = k.warp_reduce_f32(mx, "max.f32");
-    let s = k.imm_f32(0.0);
-    each_tile(&mut k, ("sum_tile", "sum_done"), &mut |k, m, st| {
-        let d = k.bin("sub.rn.f32", RegKind::F32, m, mx);
-        let e = emit_exp(k, d);
-        k.op("fma.rn.f32", [s.into(), st.into(), e.into(), s.into()]);
-    });
-    let s = k.warp_reduce_f32(s, "add.rn.f32");
-    // The row's logits, row·v elements in.
-    let re = k.bin("mul.lo.u32", RegKind::B32, row, v);
-    let logit_row = k.addr_of(logits, re, 4);
-    lse_and_loss(&mut k, (mx, s), lane, logit_row, (targets, row, v), (loss, lse_out));
-    k.place(&past);
-    k.ret();
-    k
 }
 
 /// Backward: params (dlogits, logits, lse, targets, dloss, v). Grid: one block per row.
@@ -354,7 +291,13 @@ pub fn backward_reference(logits: &[f32], targets: &[i32], dloss: &[f32], v: usi
 }
 
 pub fn kernels() -> Vec<Kernel> {
-    vec![forward_kernel(), backward_kernel(), forward_from_stats_kernel()]
+    vec![forward_kernel(), backward_kernel()]
+}
+
+/// `e^x` as `2^(x·log2 e)` (`ex2.approx`, relative error about 2⁻²²).
+pub(crate) fn emit_exp(k: &mut Kernel, x: Reg) -> Reg {
+    let t = k.bin("mul.rn.f32", RegKind::F32, x, std::f32::consts::LOG2_E);
+    k.un("ex2.approx.ftz.f32", RegKind::F32, t)
 }
 
 #[cfg(test)]

@@ -190,8 +190,10 @@ pub struct Gpu {
     checked: Cell<bool>,
     capturing: Cell<bool>,
     /// Launch with programmatic stream serialization (each kernel scheduled while its
-    /// predecessor finishes; kernels open with `griddepcontrol.wait`); see [`crate::knobs`].
-    dependent_launch: bool,
+    /// predecessor finishes; kernels open with `griddepcontrol.wait`); on unless
+    /// [`Gpu::set_dependent_launch`] turns it off
+    /// ([`crate::config::CudaConfig::dependent_launch`]).
+    dependent_launch: Cell<bool>,
     recent: RefCell<VecDeque<String>>,
     captured: RefCell<Vec<String>>,
 }
@@ -239,7 +241,7 @@ impl Gpu {
             info,
             checked: Cell::new(false),
             capturing: Cell::new(false),
-            dependent_launch: crate::knobs::knobs().dependent_launch,
+            dependent_launch: Cell::new(true),
             recent: RefCell::new(VecDeque::new()),
             captured: RefCell::new(Vec::new()),
         })
@@ -247,6 +249,11 @@ impl Gpu {
 
     pub fn info(&self) -> &GpuInfo {
         &self.info
+    }
+
+    /// Launch with programmatic stream serialization (the default), or plainly.
+    pub fn set_dependent_launch(&self, on: bool) {
+        self.dependent_launch.set(on);
     }
 
     /// In checked mode every launch outside a capture is followed by a synchronisation, so a
@@ -406,7 +413,7 @@ impl Gpu {
         // Each parameter's bytes start at its slot; little-endian keeps 4-byte values in place.
         let mut ptrs: Vec<*mut c_void> = store.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
         let shared = cfg.shared_bytes.max(f.dynamic_shared);
-        let launched = if self.dependent_launch {
+        let launched = if self.dependent_launch.get() {
             // SAFETY: a zeroed attribute value is valid; we set the one field the id names.
             let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
             attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;

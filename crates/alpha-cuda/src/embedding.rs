@@ -14,7 +14,7 @@
 //! [`BATCH`] hits loaded before any is added: a frequent token's row waits out one load latency
 //! per batch, not per hit). A round of indices that hits none of the block's rows — most rounds
 //! of most blocks — ends at its barrier, which ORs the threads' hits (`bar.red.or.pred`): at
-//! sixteen contexts the walk of empty slots took most of the 0.30 ms (g104: 0.21 ms without
+//! sixteen contexts the walk of empty slots took most of the 0.30 ms (0.21 ms without
 //! it). Rows that no token uses are not touched. The result is
 //! `dtable[v] += Σ_{n: idx[n]=v, n ascending} dout[n]`, the same sum in the same order as
 //! [`scatter_add_reference`], so the two agree bit for bit. Cost:
@@ -76,7 +76,7 @@ pub const ROWS: u32 = 8;
 const CHUNK: u32 = 4 * THREADS;
 /// Hits whose gradients a scatter-add thread loads before adding them (a batch stops at the
 /// first slot without a hit). 16 against 8: sixteen contexts' scatter-add 0.212 against 0.250
-/// ms (g104); 32 took 239 registers and was slower (g103).
+/// ms; 32 took 239 registers and was slower.
 const BATCH: usize = 16;
 
 /// Blocks of the scatter-add over a vocabulary of `v` rows.
@@ -86,37 +86,7 @@ pub fn scatter_add_blocks(v: u32) -> u32 {
 
 /// Scatter-add: params (dtable, dout, idx, n, v, d); grid [`scatter_add_blocks`].
 pub fn scatter_add_kernel() -> Kernel {
-    scatter_add_kernel_with(false)
-}
-
-/// Segments of the token range the lowering cuts the scatter-add into: one (the plain kernel)
-/// unless `ALPHA_SCATTER_SEGMENTS` asks for more (at most 8, and no more than the tokens'
-/// rounds of indices). Why not more by default: at sixteen contexts four segments took the
-/// scatter-add from 0.212 to 0.150 ms (g105), within the step's noise, and a segment's wait
-/// relies on blocks starting in `%ctaid.y` order, which CUDA does not promise.
-pub fn scatter_add_segments(tokens: u32) -> u32 {
-    crate::knobs::knobs().scatter_segments.unwrap_or(1).clamp(1, 8).min(tokens.div_ceil(CHUNK).max(1))
-}
-
-/// Tokens of each segment when `tokens` are cut into `segments`: whole rounds of indices.
-pub fn segment_len(tokens: u32, segments: u32) -> u32 {
-    tokens.div_ceil(segments).div_ceil(CHUNK) * CHUNK
-}
-
-/// The scatter-add over segments of the tokens: block (b, s) sums its rows' hits among tokens
-/// `s·len .. (s + 1)·len` and adds them to dtable after segment s − 1's block of the same rows
-/// (a counter per row block, waited for at `s` and set to s + 1, reset by the last segment):
-/// `dtable[v] += Σ_s (Σ_{n in s: idx[n]=v} dout[n])`, the segments in order. Why: a frequent
-/// token's rows make one block take every one of its hits in turn — about 1,500 at sixteen
-/// contexts of Gutenberg text, while the mean block takes 11 — and the segments cut that
-/// block's share. A segment waits only for blocks of a smaller `%ctaid.y`, which start first.
-/// Params (dtable, dout, idx, n, v, d, len, counters); grid ([`scatter_add_blocks`], segments).
-pub fn scatter_add_kernel_segmented() -> Kernel {
-    scatter_add_kernel_with(true)
-}
-
-fn scatter_add_kernel_with(segmented: bool) -> Kernel {
-    let name = if segmented { "embedding_scatter_add_segmented" } else { "embedding_scatter_add" };
+    let name = "embedding_scatter_add";
     let mut k = Kernel::new(name).with_block(THREADS, 1, 1);
     let dtable = k.param_reg("dtable", ParamTy::U64);
     let dout = k.param_reg("dout", ParamTy::U64);
@@ -124,19 +94,6 @@ fn scatter_add_kernel_with(segmented: bool) -> Kernel {
     let n = k.param_reg("n", ParamTy::U32);
     let vocab = k.param_reg("v", ParamTy::U32);
     let d = k.param_reg("d", ParamTy::U32);
-    // The segment's tokens `start .. end` and its row block's counter (else every token).
-    let (start, n, counter) = if segmented {
-        let len = k.param_reg("len", ParamTy::U32);
-        let counters = k.param_reg("counters", ParamTy::U64);
-        let seg = k.sreg("%ctaid.y");
-        let start = k.bin("mul.lo.u32", RegKind::B32, seg, len);
-        let stop = k.bin("add.u32", RegKind::B32, start, len);
-        let end = k.bin("min.u32", RegKind::B32, stop, n);
-        let bx = k.sreg("%ctaid.x");
-        (Some(start), end, Some((k.addr_of(counters, bx, 4), seg, k.imm_u32(0))))
-    } else {
-        (None, n, None)
-    };
     // Per round: a ballot per (index group j, warp w), j-major, and each index's row in the
     // block (or ROWS where it is none of the block's).
     let groups = CHUNK / 32;
@@ -169,10 +126,7 @@ fn scatter_add_kernel_with(segmented: bool) -> Kernel {
     // Bit r: some token hit row v0 + r (block-uniform: every thread walks the same ballots).
     let used = k.imm_u32(0);
     let one = k.imm_u32(1);
-    let chunk = match start {
-        Some(s) => k.un("mov.u32", RegKind::B32, s),
-        None => k.imm_u32(0),
-    };
+    let chunk = k.imm_u32(0);
     let ctop = k.label("chunk");
     let cend = k.label("chunk_end");
     k.place(&ctop);
@@ -278,19 +232,8 @@ fn scatter_add_kernel_with(segmented: bool) -> Kernel {
     k.op("add.u32", [chunk.into(), chunk.into(), CHUNK.into()]);
     k.bra(&ctop);
     k.place(&cend);
-    if let Some((at, seg, waited)) = counter {
-        // Once, before the first write-back: the segments before this one have added theirs.
-        let go = k.label("waited");
-        let first_pass = k.setp("eq.u32", waited, 0u32);
-        k.bra_if(first_pass, true, &go);
-        k.op("mov.u32", [waited.into(), 1u32.into()]);
-        let t0 = k.setp("eq.u32", tid, 0u32);
-        k.wait_for_count(t0, at, seg);
-        k.place(&go);
-    }
-    // Write back only rows some token used (past L1 when segments add in turn: other blocks
-    // wrote them).
-    let load = if counter.is_some() { "ld.global.cg.v4.f32" } else { "ld.global.v4.f32" };
+    // Write back only rows some token used.
+    let load = "ld.global.v4.f32";
     for (r, acc_r) in acc.iter().enumerate() {
         let bit = k.bin("and.b32", RegKind::B32, used, 1u32 << r);
         let hit = k.setp("ne.u32", bit, 0u32);
@@ -309,15 +252,6 @@ fn scatter_add_kernel_with(segmented: bool) -> Kernel {
     k.op("add.u32", [col.into(), col.into(), (4 * THREADS).into()]);
     k.bra(&dtop);
     k.place(&dend);
-    if let Some((at, seg, _)) = counter {
-        k.comment("the next segment's turn (the last resets the counter for the next launch)");
-        let t0 = k.setp("eq.u32", tid, 0u32);
-        let segs = k.sreg("%nctaid.y");
-        let next = k.bin("add.u32", RegKind::B32, seg, 1u32);
-        let last = k.setp("eq.u32", next, segs);
-        let value = k.tri("selp.b32", RegKind::B32, 0u32, next, last);
-        k.publish_count(t0, at, value);
-    }
     k.ret();
     k
 }
@@ -360,37 +294,6 @@ pub fn scatter_add(
     )
 }
 
-/// [`scatter_add`] over `segments` segments of the tokens ([`scatter_add_kernel_segmented`]);
-/// `counters` one zeroed u32 a row block ([`scatter_add_blocks`]), left zeroed.
-#[allow(clippy::too_many_arguments)]
-pub fn scatter_add_segmented(
-    gpu: &Gpu,
-    f: &Function,
-    (dtable, dout, idx, counters): (u64, u64, u64, u64),
-    tokens: u32,
-    segments: u32,
-    v: u32,
-    d: u32,
-) -> Result<()> {
-    check_d(d)?;
-    let cfg = LaunchConfig { grid: (scatter_add_blocks(v), segments, 1), block: (THREADS, 1, 1), shared_bytes: 0 };
-    let len = segment_len(tokens, segments);
-    gpu.launch(
-        f,
-        cfg,
-        &[
-            Arg::U64(dtable),
-            Arg::U64(dout),
-            Arg::U64(idx),
-            Arg::U32(tokens),
-            Arg::U32(v),
-            Arg::U32(d),
-            Arg::U32(len),
-            Arg::U64(counters),
-        ],
-    )
-}
-
 /// CPU reference of the gather.
 pub fn gather_reference(table: &[f32], idx: &[i32], v: usize, d: usize) -> Vec<f32> {
     let mut out = vec![0.0; idx.len() * d];
@@ -403,38 +306,30 @@ pub fn gather_reference(table: &[f32], idx: &[i32], v: usize, d: usize) -> Vec<f
 }
 
 /// CPU reference of the scatter-add: same order of additions as the kernel.
+/// Each row's sum is formed over its tokens in order, then added to the row once.
 pub fn scatter_add_reference(dtable: &mut [f32], dout: &[f32], idx: &[i32], v: usize, d: usize) {
-    scatter_add_reference_segmented(dtable, dout, idx, v, d, idx.len().max(1));
-}
-
-/// CPU reference of the segmented scatter-add with segments of `len` tokens: each segment's
-/// sums (tokens in order) added to dtable in turn, as [`scatter_add_kernel_segmented`] does.
-pub fn scatter_add_reference_segmented(dtable: &mut [f32], dout: &[f32], idx: &[i32], v: usize, d: usize, len: usize) {
-    for (s, seg) in idx.chunks(len).enumerate() {
-        let mut acc = vec![0.0f32; v * d];
-        let mut used = vec![false; v];
-        for (i, &t) in seg.iter().enumerate() {
-            let n = s * len + i;
-            if t >= 0 && (t as usize) < v {
-                let t = t as usize;
-                used[t] = true;
-                for j in 0..d {
-                    acc[t * d + j] += dout[n * d + j];
-                }
+    let mut acc = vec![0.0f32; v * d];
+    let mut used = vec![false; v];
+    for (n, &t) in idx.iter().enumerate() {
+        if t >= 0 && (t as usize) < v {
+            let t = t as usize;
+            used[t] = true;
+            for j in 0..d {
+                acc[t * d + j] += dout[n * d + j];
             }
         }
-        for r in 0..v {
-            if used[r] {
-                for j in 0..d {
-                    dtable[r * d + j] += acc[r * d + j];
-                }
+    }
+    for r in 0..v {
+        if used[r] {
+            for j in 0..d {
+                dtable[r * d + j] += acc[r * d + j];
             }
         }
     }
 }
 
 pub fn kernels() -> Vec<Kernel> {
-    vec![gather_kernel(), scatter_add_kernel(), scatter_add_kernel_segmented()]
+    vec![gather_kernel(), scatter_add_kernel()]
 }
 
 #[cfg(test)]
@@ -463,37 +358,5 @@ mod tests {
         assert_eq!(&dt[0..4], &[5.0, 6.0, 7.0, 8.0]);
         assert_eq!(&dt[4..8], &[1.0; 4]);
         assert_eq!(&dt[8..12], &[1.0 + 0.0 + 8.0, 1.0 + 1.0 + 9.0, 1.0 + 2.0 + 10.0, 1.0 + 3.0 + 11.0]);
-    }
-
-    #[test]
-    fn segmented_reference_adds_each_segment_in_turn() {
-        // Row 0 gets 2^24 from the first half, then 1 and 1 from the second: that segment adds
-        // its sum (2) to 2^24 once, where one pass (or segments of one) adds 1 twice, losing both.
-        let big = 16_777_216.0f32;
-        let dout = [big, 5.0, 1.0, 1.0];
-        let idx = [0, 1, 0, 0];
-        let mut whole = vec![0.0f32; 2];
-        scatter_add_reference(&mut whole, &dout, &idx, 2, 1);
-        assert_eq!(whole, [big, 5.0]);
-        let mut cut = vec![0.0f32; 2];
-        scatter_add_reference_segmented(&mut cut, &dout, &idx, 2, 1, 1);
-        assert_eq!(cut, [big, 5.0]);
-        let mut halves = vec![0.0f32; 2];
-        scatter_add_reference_segmented(&mut halves, &dout, &idx, 2, 1, 2);
-        assert_eq!(halves, [big + 2.0, 5.0]);
-        // A segment as long as the tokens is the plain kernel's order.
-        let mut same = vec![0.0f32; 2];
-        scatter_add_reference_segmented(&mut same, &dout, &idx, 2, 1, 4);
-        assert_eq!(same, whole);
-    }
-
-    #[test]
-    fn segments_are_whole_rounds() {
-        assert_eq!(segment_len(16384, 4), 4096);
-        // Whole rounds of 512 indices: 1000 tokens in 3 segments of 512.
-        assert_eq!(segment_len(1000, 3), 512);
-        let t = scatter_add_kernel_segmented().render();
-        assert!(t.contains("ld.acquire.gpu.global.u32") && t.contains("fence.acq_rel.gpu"));
-        assert!(t.contains("ld.global.cg.v4.f32"));
     }
 }

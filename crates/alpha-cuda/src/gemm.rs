@@ -195,9 +195,9 @@ pub const CHAIN_PTRS: usize = 4;
 /// wrote it. Unbatched products only. Fixed capacity keeps [`GemmSpec`] `Copy`.
 ///
 /// Taken over deep grids only (`crate::lower::ChainEpilogues`). On the H200, with 8-byte
-/// loads and stores a thread it was slower everywhere (g48: sixteen contexts' step 26.53 →
+/// loads and stores a thread it was slower everywhere (sixteen contexts' step 26.53 →
 /// 27.16 ms, one context's 3.740 → 3.79 ms); with the quad exchange's 16-byte ones it pays over
-/// sixteen contexts' deep grid (g55: 24.24 → 24.11 ms) but not over one context's shallow one
+/// sixteen contexts' deep grid (24.24 → 24.11 ms) but not over one context's shallow one
 /// (3.706 → 3.721 ms), where the epilogue's loads and GELU arithmetic, run while that block's
 /// tensor cores idle, cost more than the traffic they save.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -305,21 +305,6 @@ pub struct GemmSpec {
     /// An elementwise chain run on the product instead of storing it ([`ChainEpilogue`]); store
     /// epilogue, no activation, no heads, unbatched.
     pub chain: Option<ChainEpilogue>,
-    /// Split-K parts summed within a thread-block cluster (0: none): the launch's batch entries
-    /// are the K-slices of one product, one cluster of this many blocks a tile, and the parts
-    /// meet in distributed shared memory instead of a scratch buffer and a reduction launch
-    /// ([`crate::gemm_tma::CLUSTER_SPLITS`]). TMA engine, 128 × 128 tile, no activation,
-    /// heads or chain.
-    pub cluster_splits: u32,
-    /// Split-K parts summed by the last part of each tile to finish (0: none): the launch's
-    /// batch entries are the K-slices of one product, each part stores its partial tile to C
-    /// (scratch, `stride_c` apart) as a split launch does, then counts itself in at its tile's
-    /// counter (param `counters`); the part that makes the count whole reads every part's
-    /// tile in order from the first — the reduction launch's sum, bit for bit — applies the
-    /// epilogue into the product's own output (param `out`) and sets the counter back to
-    /// zero ([`crate::gemm_tma`]). TMA engine, 128 × 128 tile, no activation, heads, chain,
-    /// gate or cluster.
-    pub fixup_splits: u32,
     /// [`Epilogue::StoreMul`] with its multiplier's product computed in the same block: a
     /// second B (the gate's weight, the last tensor map) gives the tile's first 64 columns, B
     /// the other 64, both for the same 64 output columns; the gate is stored at R as it is
@@ -331,55 +316,58 @@ pub struct GemmSpec {
     /// ⌊z·S/Z⌋ … ⌊(z+1)·S/Z⌋ (S of them in all). TMA engine.
     pub uneven_split: bool,
     /// A plain f32 store run through shared memory a row a warp ([`crate::gemm_tma::staged`]),
-    /// where `ALPHA_STAGED_EPILOGUE` leaves it to the lowering (which asks for it over tall
+    /// where [`GemmTuning::staged_epilogues`] leaves it to the lowering (which asks for it over tall
     /// outputs, `crate::lower`). TMA engine, 128 × 128 tiles.
     pub staged_store: bool,
     /// Two products summed in one accumulator, `A₁·B₁ + A₂·B₂` over K₁ = K₂ = K/2: the first
     /// half of the K steps reads the maps of A₁ and B₁ (the last two tensor maps), the second
     /// those of A and B ([`crate::gemm_tma`]). Both operands K-major; TMA engine, unbatched.
     pub k_pair: bool,
-    /// Blocks that each walk tiles ctaid.x, + nctaid.x, … of the grid's tiles instead of one
-    /// ([`persistent_blocks`] of them): the producer loads a tile's first stages while the
-    /// consumers store the one before (an epilogue working in the ring waits for it), and the
-    /// launch and set-up of one block a tile go. TMA engine, no cluster or last-part sums.
-    pub persistent: bool,
-    /// A timing probe, for measurement only ([`crate::check::gemm_trace`]): a plain store that
-    /// also writes, for each tile, its SM and the global timer as its consumers start, see
-    /// its first stage, finish its products and finish its epilogue ([`TRACE_WORDS`] u64s a
-    /// tile at `r`). Never chosen by the lowering.
+    /// A timing probe, for measurement only (alpha-cuda-lab's `check::gemm_trace`): a plain
+    /// store that also writes, for each tile, its SM and the global timer as its consumers
+    /// start, see its first stage, finish its products and finish its epilogue
+    /// ([`TRACE_WORDS`] u64s a tile at `r`). Never chosen by the lowering.
     pub trace: bool,
-    /// Two math groups a persistent block ([`GemmSpec::persistent`]), each the consumer
-    /// warpgroups of a plain block, taking turns at the products tile by tile on one ring of
-    /// both groups' stages that one producer fills in turn order, so that one group's epilogue
-    /// runs under the other's products (one block an SM; epilogues out of the ring only).
-    pub pingpong: bool,
-    /// With a staged plain store ([`crate::gemm_tma::Staged::Store`]): each row's maximum m
-    /// and `Σ exp(x − m)` over the tile's columns, written as an f32 pair at
-    /// `u + 8·(row·⌈N/128⌉ + tile column)` — the cross-entropy's per-row statistics, one pair a
-    /// tile, so that the loss reads 12.6 MB of them instead of sixteen contexts' 805 MB of
-    /// logits ([`crate::cross_entropy::forward_from_stats_kernel`]). Opt-in
-    /// (`ALPHA_CE_STATS=on`): at sixteen contexts the butterflies cost the product 73 µs of the
-    /// forward's 176 (g107), within the step's noise.
-    pub row_stats: bool,
+    /// Build choices from the configuration ([`GemmTuning`]).
+    pub tuning: GemmTuning,
+}
+
+/// Build choices of a GEMM kernel that the lowering takes from its configuration
+/// ([`crate::config::CudaConfig::gemm_tuning`]), so that the PTX is a function of the spec.
+/// Every default is the measured choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmTuning {
+    /// Epilogues store four consecutive values a thread after a quad exchange (16 bytes), not
+    /// each fragment's two (8 bytes).
+    pub wide_stores: bool,
+    /// The TMA engine's three-stage kernels are held to two blocks' registers an SM
+    /// (`.minnctapersm 2`).
+    pub two_blocks: bool,
+    /// Which TMA epilogues run through shared memory, a row a warp ([`crate::gemm_tma::staged`]).
+    pub staged_epilogues: StagedEpilogues,
+}
+
+impl Default for GemmTuning {
+    fn default() -> GemmTuning {
+        GemmTuning { wide_stores: true, two_blocks: true, staged_epilogues: StagedEpilogues::Tall }
+    }
+}
+
+/// Which TMA epilogues run through shared memory ([`GemmTuning::staged_epilogues`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StagedEpilogues {
+    None,
+    /// Chain epilogues only.
+    Chains,
+    /// Chains, and residual or accumulating adds.
+    Adds,
+    /// Those, and the plain f32 stores the lowering marks ([`GemmSpec::staged_store`]: tall
+    /// outputs) (the default).
+    Tall,
 }
 
 /// u64 words a traced tile writes ([`GemmSpec::trace`]).
 pub const TRACE_WORDS: u32 = 8;
-
-/// Tile counters of the last-part-sums splits ([`GemmSpec::fixup_splits`]): one per output tile
-/// of a launch, shared by every such launch (each leaves them zero).
-pub const FIXUP_COUNTERS: u32 = 4096;
-
-/// Blocks of a persistent launch ([`GemmSpec::persistent`]) over `tiles`: two an SM (the
-/// three-stage ring's occupancy), at most one a tile — or, two math groups a block
-/// ([`GemmSpec::pingpong`]), one an SM, at most one a pair of tiles.
-pub fn persistent_blocks(tiles: u32, pingpong: bool) -> u32 {
-    if pingpong {
-        tiles.div_ceil(2).min(SMS)
-    } else {
-        tiles.min(2 * SMS)
-    }
-}
 
 impl GemmSpec {
     /// The plain product: both operands of one element type, the store epilogue, the largest
@@ -398,16 +386,12 @@ impl GemmSpec {
             stages: 0,
             heads: None,
             chain: None,
-            cluster_splits: 0,
-            fixup_splits: 0,
             gated: false,
             uneven_split: false,
             staged_store: false,
             k_pair: false,
-            persistent: false,
             trace: false,
-            pingpong: false,
-            row_stats: false,
+            tuning: GemmTuning::default(),
         }
     }
 
@@ -422,13 +406,9 @@ impl GemmSpec {
     }
 
     /// Whether the kernel takes a second output `u` ([`Extras::u`]): an activation's, a
-    /// StoreMul's bf16 product, a delta-heads store's delta ([`Heads::delta`]), or the row
-    /// statistics ([`GemmSpec::row_stats`]).
+    /// StoreMul's bf16 product, or a delta-heads store's delta ([`Heads::delta`]).
     pub fn takes_u(&self) -> bool {
-        self.activation.is_some()
-            || self.epilogue == Epilogue::StoreMul
-            || self.heads.is_some_and(|h| h.delta)
-            || self.row_stats
+        self.activation.is_some() || self.epilogue == Epilogue::StoreMul || self.heads.is_some_and(|h| h.delta)
     }
 
     /// Threads per block.
@@ -468,12 +448,6 @@ impl GemmSpec {
             if self.stages != 0 {
                 tile.push_str(&format!("_s{}", self.stages));
             }
-            if self.cluster_splits > 1 {
-                tile.push_str(&format!("_splitk{}", self.cluster_splits));
-            }
-            if self.fixup_splits > 1 {
-                tile.push_str(&format!("_fixup{}", self.fixup_splits));
-            }
             if self.gated {
                 tile.push_str("_gated");
             }
@@ -486,17 +460,8 @@ impl GemmSpec {
             if self.staged_store {
                 tile.push_str("_rows");
             }
-            if self.persistent {
-                tile.push_str("_walk");
-            }
-            if self.pingpong {
-                tile.push_str("_pingpong");
-            }
             if self.trace {
                 tile.push_str("_trace");
-            }
-            if self.row_stats {
-                tile.push_str("_rowstats");
             }
         }
         format!(
@@ -588,11 +553,7 @@ impl GemmSpec {
     /// The launch grid for `shape`.
     pub fn grid(&self, shape: &GemmShape) -> (u32, u32, u32) {
         let (x, y) = self.tiles(shape);
-        if self.persistent {
-            (persistent_blocks(x * y, self.pingpong), 1, shape.batch)
-        } else {
-            (x, y, shape.batch)
-        }
+        (x, y, shape.batch)
     }
 
     /// Builds the kernel description.
@@ -768,13 +729,6 @@ impl GemmShape {
         }
     }
 
-    /// The shape of a split-K launch whose cluster sums the parts ([`GemmSpec::cluster_splits`]):
-    /// [`GemmShape::split`]'s K-slices storing into the product's own output (its `ldc`, no
-    /// batch step).
-    pub fn split_in_cluster(&self, spec: &GemmSpec, splits: u32) -> GemmShape {
-        GemmShape { ldc: self.ldc, stride_c: 0, ..self.split(spec, splits) }
-    }
-
     /// The largest tile that still gives every SM a block; the smallest when none does.
     pub fn tile(&self) -> Tile {
         let blocks = |t: Tile| self.m.div_ceil(t.rows()) * self.n.div_ceil(t.cols()) * self.batch;
@@ -800,11 +754,6 @@ pub struct Extras {
     pub gate_map: Option<u64>,
     /// A paired product's maps of the first product's A and B ([`GemmSpec::k_pair`]).
     pub first_maps: Option<(u64, u64)>,
-    /// A last-part-sums split's output and tile counters ([`GemmSpec::fixup_splits`]).
-    pub fixup: Option<(u64, u64)>,
-    /// A persistent launch's blocks instead of [`persistent_blocks`]: checks take a few, so that
-    /// each walks many tiles.
-    pub blocks: Option<u32>,
 }
 
 /// Launches `f` (built from `spec`) on device addresses `a`, `b`, `c` and residual `r` (ignored
@@ -843,12 +792,6 @@ pub fn launch_with(
     if extras.first_maps.is_some() != spec.k_pair {
         bail!("{}: a first product's tensor maps go with a paired product alone, given {extras:?}", spec.name());
     }
-    if extras.fixup.is_some() != (spec.fixup_splits > 1) {
-        bail!("{}: an output and tile counters go with a last-part-sums split alone, given {extras:?}", spec.name());
-    }
-    if spec.fixup_splits > 1 && shape.batch != spec.fixup_splits {
-        bail!("{}: {} parts launched as {} batch entries", spec.name(), spec.fixup_splits, shape.batch);
-    }
     let chain_ptrs = spec.chain.map_or(0, |c| c.outputs().len() + c.others().len());
     if extras.chain.iter().flatten().count() != chain_ptrs || extras.chain[..chain_ptrs].iter().any(Option::is_none) {
         bail!("{}: takes {chain_ptrs} chain pointers, given {:?}", spec.name(), extras.chain);
@@ -870,11 +813,7 @@ pub fn launch_with(
             bail!("{}: {what} at {p:#x} is not 16-byte aligned", spec.name());
         }
     }
-    if extras.blocks.is_some() && !spec.persistent {
-        bail!("{}: a block count goes with a persistent product alone", spec.name());
-    }
     let grid = spec.grid(shape);
-    let grid = (extras.blocks.unwrap_or(grid.0), grid.1, grid.2);
     let cfg = LaunchConfig { grid, block: (spec.threads(), 1, 1), shared_bytes: 0 };
     let mut args = vec![
         Arg::U64(a),
@@ -898,7 +837,6 @@ pub fn launch_with(
     args.extend(extras.gate_map.map(Arg::U64));
     args.extend(extras.first_maps.into_iter().flat_map(|(ma, mb)| [Arg::U64(ma), Arg::U64(mb)]));
     args.extend(extras.rot_tab.map(Arg::U64));
-    args.extend(extras.fixup.into_iter().flat_map(|(out, counters)| [Arg::U64(out), Arg::U64(counters)]));
     gpu.launch(f, cfg, &args)
 }
 
@@ -998,8 +936,8 @@ pub fn splitk_reduce_kernel(spec: &GemmSpec, splits: u32, mn: u32, width: u32) -
 
 /// The split-K sum of each element: `parts` in order from the first, one f32 add at a time,
 /// then `old` (the residual or the output accumulated into) where given. Every way of summing
-/// the parts (the reduction launch, a cluster's) emits this, so they agree bit for bit.
-pub(crate) fn sum_parts(k: &mut Kernel, parts: &[Vec<Reg>], old: Option<&[Reg]>) -> Vec<Reg> {
+/// the parts emits this, so they agree bit for bit.
+fn sum_parts(k: &mut Kernel, parts: &[Vec<Reg>], old: Option<&[Reg]>) -> Vec<Reg> {
     (0..parts[0].len())
         .map(|e| {
             let acc = k.un("mov.f32", RegKind::F32, parts[0][e]);
@@ -1308,10 +1246,8 @@ pub(crate) struct Head {
     pub c_base: Reg,
     pub r_base: Reg,
     pub u_base: Option<Reg>,
-    /// C and R as passed (entry 0), and C's batch step in elements.
-    pub c_param: Reg,
+    /// R as passed (entry 0).
     pub r_param: Reg,
-    pub stride_c: Reg,
     /// A chain epilogue's pointers: its outputs, then its inputs beside the product.
     pub chain: [Option<Reg>; 2 * CHAIN_PTRS],
 }
@@ -1362,26 +1298,7 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let c_base = offset_by(k, pc, sc, 4);
     let r_base = offset_by(k, pr, sc, 4);
     let u_base = pu.map(|pu| offset_by(k, pu, sc, 4));
-    Head {
-        tid,
-        m0,
-        n0,
-        m,
-        n,
-        kdim,
-        lda,
-        ldb,
-        ldc,
-        a_base,
-        b_base,
-        c_base,
-        r_base,
-        u_base,
-        c_param: pc,
-        r_param: pr,
-        stride_c: sc,
-        chain,
-    }
+    Head { tid, m0, n0, m, n, kdim, lda, ldb, ldc, a_base, b_base, c_base, r_base, u_base, r_param: pr, chain }
 }
 
 fn build(spec: &GemmSpec) -> Kernel {
@@ -1547,9 +1464,9 @@ pub(crate) fn store_tile_with(
     // Each thread stores W consecutive values a unit: the fragment's own two (W = 2, a unit a
     // column group), or four after a quad exchange (W = 4, a unit two column groups; see
     // `quad_exchange`), so that a warp's store covers 64 bytes of each of its eight rows instead
-    // of 32. Measured on the H200 (g53): sixteen contexts' step 24.69 / 24.73 → 24.01 / 24.05
+    // of 32. Measured on the H200: sixteen contexts' step 24.69 / 24.73 → 24.01 / 24.05
     // ms, one context's 3.775 / 3.767 → 3.722 / 3.719 ms.
-    let su = StoreUnits::of(ni_n);
+    let su = StoreUnits::of(ni_n, spec.tuning.wide_stores);
     let col0 = if su.wide() { k.tri("mad.lo.u32", RegKind::B32, tq, 4u32, c0a) } else { col0 };
     let (width, units, unit_cols) = (su.width, su.units, su.cols());
     let e0 = k.tri("mad.lo.u32", RegKind::B32, row0, ldc, col0);
@@ -1669,8 +1586,8 @@ struct StoreUnits {
 
 impl StoreUnits {
     /// For a warp fragment of `groups` column groups of 8.
-    fn of(groups: usize) -> StoreUnits {
-        let width = if crate::knobs::knobs().wide_stores && groups.is_multiple_of(2) { 4 } else { 2 };
+    fn of(groups: usize, wide_stores: bool) -> StoreUnits {
+        let width = if wide_stores && groups.is_multiple_of(2) { 4 } else { 2 };
         StoreUnits { width, units: groups * 2 / width }
     }
 
@@ -1770,7 +1687,7 @@ fn store_chain(
     let others = chain.others();
     let ptr = |j: usize| h.chain[j].expect("a chain pointer per output and input");
     // Units of W consecutive values a thread, as in `store_tile`.
-    let su = StoreUnits::of(acc[0].len());
+    let su = StoreUnits::of(acc[0].len(), spec.tuning.wide_stores);
     let (width, units, unit_cols) = (su.width, su.units, su.cols());
     let col0 = k.tri("mad.lo.u32", RegKind::B32, tq, width as u32, c0a);
     let parity = su.wide().then(|| quad_parity(k, tq));

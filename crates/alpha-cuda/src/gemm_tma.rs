@@ -27,23 +27,10 @@
 //! output) run through shared memory (`store_staged`): the tile goes to the ring, then each
 //! warp takes whole rows, with several rows' loads in flight.
 //!
-//! Two variants change the block's ends, not its main loop. A gated block
-//! ([`GemmSpec::gated`]) takes its B tile's two 64-column halves from two maps — a gated
-//! unit's gate weight and its up weight — so one launch computes both products for 64 output
-//! columns and multiplies them on registers. A cluster-summed split-K part
-//! ([`GemmSpec::cluster_splits`]) leaves its partial tile in its ring and the cluster's blocks
-//! sum their band of rows over every part through distributed shared memory.
-//!
-//! A persistent block ([`GemmSpec::persistent`], off by default: measured slower) wraps both
-//! paths in a walk over tiles; the ring's cursors run on across tiles, and the consumers give
-//! a tile's last stage back before its epilogue (after it, and through one more barrier the
-//! producer waits on, where the epilogue works in the ring).
-//!
-//! A block of two math groups ([`GemmSpec::pingpong`], opt-in: measured no faster in the step)
-//! is a persistent block whose two groups of consumer warpgroups take turns at the products,
-//! tile by tile, through two turn barriers: one producer fills one ring of both groups' stages
-//! in the order the groups use them, so the group at its turn has six stages ahead, and the
-//! other group's epilogue runs meanwhile. Epilogues that work in the ring are excluded.
+//! A gated block ([`GemmSpec::gated`]) changes the block's ends, not its main loop: it takes
+//! its B tile's two 64-column halves from two maps — a gated unit's gate weight and its up
+//! weight — so one launch computes both products for 64 output columns and multiplies them on
+//! registers.
 //!
 //! Shape contract: as the `wgmma` engine's, bf16 operands only, and batch entries are the
 //! K-slices of one product (split-K, [`GemmShape::split`]): entry z starts at K = z·k.
@@ -59,16 +46,7 @@ const LINE: u32 = 128;
 
 /// Threads per block: the consumer warpgroups and one producer warp.
 pub fn threads(spec: &GemmSpec) -> u32 {
-    groups(spec) * (consumer_threads(spec) + 32)
-}
-
-/// Math groups of a block: two taking turns ([`GemmSpec::pingpong`]), else one.
-fn groups(spec: &GemmSpec) -> u32 {
-    if spec.pingpong {
-        2
-    } else {
-        1
-    }
+    consumer_threads(spec) + 32
 }
 
 fn consumer_threads(spec: &GemmSpec) -> u32 {
@@ -81,14 +59,10 @@ fn stage_bytes(spec: &GemmSpec) -> u32 {
 }
 
 /// Dynamic shared memory: the ring plus slack to align it to 1,024 bytes (the swizzle is a
-/// function of the address bits). A cluster-summed part's tile reuses the ring.
+/// function of the address bits).
 pub fn shared_bytes(spec: &GemmSpec) -> u32 {
-    groups(spec) * gemm_wgmma::stages(spec) * stage_bytes(spec) + 1024
+    gemm_wgmma::stages(spec) * stage_bytes(spec) + 1024
 }
-
-/// Split-K part counts a cluster can sum ([`GemmSpec::cluster_splits`]): powers of two up to
-/// the portable cluster size of 8, so each block takes an equal band of the tile's 128 rows.
-pub const CLUSTER_SPLITS: [u32; 3] = [2, 4, 8];
 
 /// A 2-D bf16 tensor map over one operand as stored: `inner` contiguous elements a line,
 /// `outer` lines `stride_bytes` apart, read in boxes of `box_inner × box_outer`, 128-byte swizzle.
@@ -158,62 +132,18 @@ fn wait(k: &mut Kernel, bar: Reg, parity: Reg) {
 /// Builds the kernel for `spec` (bf16 operands, K step [`BK`]).
 pub fn build(spec: &GemmSpec) -> Kernel {
     let (bm, bn) = (spec.tile.rows(), spec.tile.cols());
-    // Two math groups share one ring of both groups' stages ([`GemmSpec::pingpong`]).
-    let stages = groups(spec) * gemm_wgmma::stages(spec);
+    let stages = gemm_wgmma::stages(spec);
     let consumers = consumer_threads(spec);
     let consumer_warps = consumers / 32;
     let mut k = Kernel::new(&spec.name()).with_block(threads(spec), 1, 1);
     // The three-stage ring is chosen so that two blocks share an SM, each hiding the other's
     // epilogue ([`gemm_wgmma::stages_for`]): ptxas is held to two blocks' registers (96 for
     // nine warps), or an epilogue that reads a second tensor (144 registers) or turns heads
-    // (106) leaves one. Measured on the H200 (g50): sixteen contexts' step 26.06 → 25.78 ms.
-    if spec.pingpong {
-        // Two groups of nine warps, one block an SM: the same registers a thread.
-        assert!(
-            spec.persistent && gemm_wgmma::stages(spec) == 3 && !epilogue_in_ring(spec),
-            "{}: two math groups walk tiles on a six-stage ring, their epilogues out of it",
-            spec.name()
-        );
-        k.min_blocks_per_sm = Some(1);
-    } else if stages == 3 && crate::knobs::knobs().two_blocks {
+    // (106) leaves one. Measured on the H200: sixteen contexts' step 26.06 → 25.78 ms.
+    if stages == 3 && spec.tuning.two_blocks {
         k.min_blocks_per_sm = Some(2);
     }
-    let splits = spec.cluster_splits;
-    if splits > 1 {
-        assert!(
-            CLUSTER_SPLITS.contains(&splits)
-                && spec.tile == crate::gemm::Tile::T128x128
-                && stages * stage_bytes(spec) >= bm * PART_PITCH * 4,
-            "{}: a cluster sums 2, 4 or 8 parts of 128 × 128 tiles, each part held in the ring",
-            spec.name()
-        );
-        assert!(
-            spec.activation.is_none() && spec.heads.is_none() && spec.chain.is_none(),
-            "{}: a cluster-summed product stores, adds or accumulates only",
-            spec.name()
-        );
-        k.cluster = Some((1, 1, splits));
-    }
     let mut h = head(&mut k, spec);
-    let tid_in_block = h.tid;
-    // Two math groups: both groups' consumers first (warpgroups must start at a warp rank
-    // that is a multiple of four), then group 0's producer warp and group 1's. Everything
-    // below works on the thread's index within its group (consumers, then the producer).
-    let group = spec.pingpong.then(|| {
-        let producers = k.setp("ge.u32", h.tid, 2 * consumers);
-        let g_consumer = k.bin("div.u32", RegKind::B32, h.tid, consumers);
-        let past = k.bin("sub.u32", RegKind::B32, h.tid, 2 * consumers);
-        let g_producer = k.bin("shr.u32", RegKind::B32, past, 5u32);
-        let g = k.reg(RegKind::B32);
-        k.op("selp.u32", [g.into(), g_producer.into(), g_consumer.into(), producers.into()]);
-        let consumer_local = k.bin("rem.u32", RegKind::B32, h.tid, consumers);
-        let lane = k.bin("and.b32", RegKind::B32, past, 31u32);
-        let producer_local = k.bin("add.u32", RegKind::B32, lane, consumers);
-        let local = k.reg(RegKind::B32);
-        k.op("selp.u32", [local.into(), producer_local.into(), consumer_local.into(), producers.into()]);
-        h.tid = local;
-        g
-    });
     let map_a = k.param_reg("tmap_a", ParamTy::U64);
     let map_b = k.param_reg("tmap_b", ParamTy::U64);
     // A gated block: the gate's B (this map) fills the tile's first 64 columns, B the rest,
@@ -224,8 +154,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
                 && spec.tile == crate::gemm::Tile::T128x128
                 && spec.epilogue == crate::gemm::Epilogue::StoreMul
                 && spec.heads.is_none()
-                && spec.chain.is_none()
-                && spec.cluster_splits == 0,
+                && spec.chain.is_none(),
             "{}: a gated product is a StoreMul of a row-major B in 128 × 128 tiles",
             spec.name()
         );
@@ -236,62 +165,20 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     // A paired block: the first half of its K steps from the first product's maps.
     let first_maps = spec.k_pair.then(|| {
         assert!(
-            spec.a == Layout::RowMajor
-                && spec.b == Layout::ColMajor
-                && !spec.gated
-                && !spec.uneven_split
-                && spec.cluster_splits == 0,
+            spec.a == Layout::RowMajor && spec.b == Layout::ColMajor && !spec.gated && !spec.uneven_split,
             "{}: a paired product reads two K-major operands, unsplit",
             spec.name()
         );
         (k.param_reg("tmap_a1", ParamTy::U64), k.param_reg("tmap_b1", ParamTy::U64))
     });
-    // A last-part-sums split: the product's own output and the tiles' counters.
-    let fixup = (spec.fixup_splits > 1).then(|| {
-        use crate::gemm::Epilogue;
-        assert!(
-            spec.tile == crate::gemm::Tile::T128x128
-                && spec.activation.is_none()
-                && spec.heads.is_none()
-                && spec.chain.is_none()
-                && !spec.gated
-                && !spec.k_pair
-                && spec.cluster_splits == 0
-                && matches!(spec.epilogue, Epilogue::Store | Epilogue::Accumulate | Epilogue::AddResidual),
-            "{}: the last part sums 128 × 128 tiles that store, add or accumulate",
-            spec.name()
-        );
-        (k.param_reg("out", ParamTy::U64), k.param_reg("counters", ParamTy::U64))
-    });
     let smem = k.dynamic_shared_array("gemm_ring", shared_bytes(spec), 1024);
     // Per stage: the full barrier at 8·s, the empty one at 8·(stages + s).
-    // A persistent block's tiles ([`GemmSpec::persistent`]): an epilogue that works in the
-    // ring lets the producer refill it through one more barrier (one arrival per consumer warp,
-    // after the epilogue), at 16·stages.
-    let ring_epilogue = epilogue_in_ring(spec);
-    let persistent = spec.persistent;
-    assert!(
-        !persistent || (splits <= 1 && fixup.is_none()),
-        "{}: a persistent block walks whole tiles of one part, no cluster or last-part sums",
-        spec.name()
-    );
-    let epi_wait = persistent && ring_epilogue;
-    // Two math groups' turn barriers (one arrival per consumer warp of the other group), group
-    // g's at 16·stages + 8·g.
-    let turn_off = 16 * stages + if epi_wait { 8 } else { 0 };
-    let bars_sym = k.shared("gemm_bars", turn_off + if spec.pingpong { 16 } else { 0 }, 8);
+    let bars_sym = k.shared("gemm_bars", 16 * stages, 8);
     let stage = stage_bytes(spec);
     let b_off = bm * LINE;
 
     let ring = gemm_wgmma::ring_base(&mut k, smem);
     let bars = k.un("mov.u32", RegKind::B32, Opnd::S(bars_sym));
-    // A group's own turn barrier and the other group's.
-    let turn_bars = group.map(|g| {
-        let own = k.tri("mad.lo.u32", RegKind::B32, g, 8u32, bars);
-        let other = k.bin("xor.b32", RegKind::B32, g, 1u32);
-        let theirs = k.tri("mad.lo.u32", RegKind::B32, other, 8u32, bars);
-        (k.bin("add.u32", RegKind::B32, own, turn_off), k.bin("add.u32", RegKind::B32, theirs, turn_off))
-    });
     let ktiles = k.bin("shr.u32", RegKind::B32, h.kdim, BK.trailing_zeros());
     // Parts that may differ by a K step: part z of Z takes steps ⌊z·S/Z⌋ … ⌊(z+1)·S/Z⌋.
     let part_steps = spec.uneven_split.then(|| {
@@ -307,21 +194,12 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
 
     k.comment("barriers: full (one arrival + the stage's bytes), empty (one per consumer warp)");
-    // (Group 0's first thread where a block has two math groups.)
-    let not_first = k.setp("ne.u32", tid_in_block, 0u32);
+    let not_first = k.setp("ne.u32", h.tid, 0u32);
     let inited = k.label("inited");
     k.bra_if(not_first, false, &inited);
     for s in 0..stages {
         k.op("mbarrier.init.shared::cta.b64", [addr(bars, 8 * s as i64), 1u32.into()]);
         k.op("mbarrier.init.shared::cta.b64", [addr(bars, 8 * (stages + s) as i64), consumer_warps.into()]);
-    }
-    if epi_wait {
-        k.op("mbarrier.init.shared::cta.b64", [addr(bars, 16 * stages as i64), consumer_warps.into()]);
-    }
-    if group.is_some() {
-        for g in 0..2 {
-            k.op("mbarrier.init.shared::cta.b64", [addr(bars, (turn_off + 8 * g) as i64), consumer_warps.into()]);
-        }
     }
     k.op("fence.mbarrier_init.release.cluster", []);
     k.place(&inited);
@@ -337,77 +215,15 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         k.op_if(wrap, false, "mov.u32", [off.into(), 0u32.into()]);
         k.op_if(wrap, false, "xor.b32", [parity.into(), parity.into(), 1u32.into()]);
     };
-    // Moves a cursor on by `n` stages (two math groups: past the other group's tile).
-    let skip_stages = |k: &mut Kernel, (idx, off, parity): (Reg, Reg, Reg), n: Reg| {
-        let total = k.bin("add.u32", RegKind::B32, idx, n);
-        let wraps = k.bin("div.u32", RegKind::B32, total, stages);
-        k.op("rem.u32", [idx.into(), total.into(), stages.into()]);
-        k.op("mul.lo.u32", [off.into(), idx.into(), stage.into()]);
-        let flip = k.bin("and.b32", RegKind::B32, wraps, 1u32);
-        k.op("xor.b32", [parity.into(), parity.into(), flip.into()]);
-    };
     let full_bar = |k: &mut Kernel, idx: Reg| k.tri("mad.lo.u32", RegKind::B32, idx, 8u32, bars);
     let empty_bar = |k: &mut Kernel, idx: Reg| {
         let b = k.tri("mad.lo.u32", RegKind::B32, idx, 8u32, bars);
         k.bin("add.u32", RegKind::B32, b, 8 * stages)
     };
-    // A persistent block's epilogue-done barrier (`epi_wait`).
-    let epi_bar = |k: &mut Kernel| k.bin("add.u32", RegKind::B32, bars, 16 * stages);
     // One arrival at `bar` from each thread where `who` holds (a consumer warp's lane 0).
     let arrive = |k: &mut Kernel, who: Reg, bar: Reg| {
         let token = k.reg(RegKind::B64);
         k.op_if(who, false, "mbarrier.arrive.shared::cta.b64", [token.into(), addr(bar, 0)]);
-    };
-
-    // A persistent block takes tiles ctaid.x, + nctaid.x, … of the grid's tiles in order
-    // (columns fastest, as the blocks of a plain launch are numbered), each path with its own
-    // counter; `h.m0` and `h.n0` are set for each.
-    let cols = if spec.gated { bn / 2 } else { bn };
-    let tiles = persistent.then(|| {
-        let tx = k.bin("add.u32", RegKind::B32, h.n, cols - 1);
-        let tiles_x = k.bin("div.u32", RegKind::B32, tx, cols);
-        let ty = k.bin("add.u32", RegKind::B32, h.m, bm - 1);
-        let tiles_y = k.bin("div.u32", RegKind::B32, ty, bm);
-        let total = k.bin("mul.lo.u32", RegKind::B32, tiles_x, tiles_y);
-        (tiles_x, total)
-    });
-    // Opens a path's tile loop: the counter, the loop's top (leaving for `exit` past the last
-    // tile) and the tile's origin. Returns (counter, top label). Two math groups: group g
-    // takes tiles 2·ctaid.x + g, then on by twice the blocks; the one producer both groups'
-    // tiles in turn (`both`).
-    let open_tiles = |k: &mut Kernel, h: &Head, exit: &str, both: bool| -> Option<(Reg, String)> {
-        let (tiles_x, total) = tiles?;
-        let tile = k.sreg("%ctaid.x");
-        let tile = match group {
-            Some(_) if both => k.bin("shl.b32", RegKind::B32, tile, 1u32),
-            Some(g) => k.tri("mad.lo.u32", RegKind::B32, tile, 2u32, g),
-            None => k.un("mov.u32", RegKind::B32, tile),
-        };
-        let top = k.label("tile");
-        k.place(&top);
-        let past = k.setp("ge.u32", tile, total);
-        k.bra_if(past, false, exit);
-        let tx = k.bin("rem.u32", RegKind::B32, tile, tiles_x);
-        let ty = k.bin("div.u32", RegKind::B32, tile, tiles_x);
-        k.op("mul.lo.u32", [h.n0.into(), tx.into(), cols.into()]);
-        k.op("mul.lo.u32", [h.m0.into(), ty.into(), bm.into()]);
-        Some((tile, top))
-    };
-    let next_tile = |k: &mut Kernel, (tile, top): &(Reg, String), both: bool| {
-        let step = k.sreg("%nctaid.x");
-        let step = if group.is_some() { k.bin("shl.b32", RegKind::B32, step, 1u32) } else { step };
-        if both {
-            // Group 0's tile (even), then group 1's (odd, + 1), then group 0's next.
-            let odd = k.bin("and.b32", RegKind::B32, *tile, 1u32);
-            let to_next = k.bin("sub.u32", RegKind::B32, step, 1u32);
-            let even = k.setp("eq.u32", odd, 0u32);
-            let by = k.reg(RegKind::B32);
-            k.op("selp.u32", [by.into(), 1u32.into(), to_next.into(), even.into()]);
-            k.op("add.u32", [(*tile).into(), (*tile).into(), by.into()]);
-        } else {
-            k.op("add.u32", [(*tile).into(), (*tile).into(), step.into()]);
-        }
-        k.bra(top);
     };
 
     let consumer = k.setp("lt.u32", warp, consumer_warps);
@@ -418,11 +234,6 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let exit = k.label("exit");
     let idle = k.setp("ne.u32", lane, 0u32);
     k.bra_if(idle, false, &exit);
-    if let Some(g) = group {
-        // Group 0's producer fills the one ring for both groups.
-        let second = k.setp("ne.u32", g, 0u32);
-        k.bra_if(second, false, &exit);
-    }
     k.op("prefetch.tensormap", [addr(map_a, 0)]);
     k.op("prefetch.tensormap", [addr(map_b, 0)]);
     if let Some(mg) = map_gate {
@@ -448,21 +259,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let pc = cursor(&mut k);
     let kt = k.reg(RegKind::B32);
     let token = k.reg(RegKind::B64);
-    let done_tiles = persistent.then(|| k.imm_u32(0));
-    // (A persistent block's tile loop starts here: the K step counts from 0 each tile.)
-    let walk = open_tiles(&mut k, &h, &exit, group.is_some());
     k.op("mov.u32", [kt.into(), 0u32.into()]);
-    if let (true, Some(done_tiles)) = (epi_wait, done_tiles) {
-        // After the first tile: the ring is free once the last tile's epilogue is done.
-        let later = k.setp("ne.u32", done_tiles, 0u32);
-        let go = k.label("ring_free");
-        k.bra_if(later, true, &go);
-        let before = k.bin("sub.u32", RegKind::B32, done_tiles, 1u32);
-        let parity = k.bin("and.b32", RegKind::B32, before, 1u32);
-        let epi = epi_bar(&mut k);
-        wait(&mut k, epi, parity);
-        k.place(&go);
-    }
     let fill = k.label("fill");
     k.place(&fill);
     let empty = empty_bar(&mut k, pc.0);
@@ -516,10 +313,6 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
     let more = k.setp("lt.u32", kt, ktiles);
     k.bra_if(more, false, &fill);
-    if let (Some(w), Some(done_tiles)) = (&walk, done_tiles) {
-        k.op("add.u32", [done_tiles.into(), done_tiles.into(), 1u32.into()]);
-        next_tile(&mut k, w, group.is_some());
-    }
     k.bra(&exit);
 
     k.place(&math);
@@ -531,32 +324,8 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let cc = cursor(&mut k);
     let prev = k.imm_u32(0);
     let kt = k.reg(RegKind::B32);
-    // A math group's tiles so far (its turn's phase).
-    let turn_count = group.map(|_| k.imm_u32(0));
-    if let Some(g) = group {
-        // Group 1's first stages come after group 0's first tile's.
-        let skip = k.bin("mul.lo.u32", RegKind::B32, g, ktiles);
-        skip_stages(&mut k, cc, skip);
-    }
-    let walk = open_tiles(&mut k, &h, &exit, false);
-    let probe = spec.trace.then(|| Probe::start(&mut k, spec, walk.as_ref().map(|w| w.0)));
-    // Two groups take turns at the products: group 0's j-th tile after group 1's (j − 1)-th,
-    // group 1's j-th after group 0's j-th: the turn barrier's phase j − 1 or j, so parity
-    // (j mod 2) xor (1 − g) (the phase before a barrier's first counts as complete).
-    let turns = group.zip(turn_count).zip(turn_bars).map(|((g, j), (own_turn, _))| {
-        let first_other = k.bin("xor.b32", RegKind::B32, g, 1u32);
-        let odd = k.bin("and.b32", RegKind::B32, j, 1u32);
-        let parity = k.bin("xor.b32", RegKind::B32, odd, first_other);
-        wait(&mut k, own_turn, parity);
-        j
-    });
+    let probe = spec.trace.then(|| Probe::start(&mut k, spec));
     k.op("mov.u32", [kt.into(), 0u32.into()]);
-    if walk.is_some() {
-        // Each tile's products start from zero (`Products::new` zeroed them for the first).
-        for &r in &acc {
-            k.op("mov.f32", [r.into(), 0.0f32.into()]);
-        }
-    }
     let top = k.label("kstep");
     k.place(&top);
     let full = full_bar(&mut k, cc.0);
@@ -579,46 +348,14 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     k.op("add.u32", [kt.into(), kt.into(), 1u32.into()]);
     let more = k.setp("lt.u32", kt, ktiles);
     k.bra_if(more, false, &top);
-    if let (Some(j), Some((_, theirs))) = (turns, turn_bars) {
-        // Every product of the tile is issued: the other group's turn; its tile's stages
-        // come next in the ring.
-        arrive(&mut k, lane0, theirs);
-        k.op("add.u32", [j.into(), j.into(), 1u32.into()]);
-        skip_stages(&mut k, cc, ktiles);
-    }
     k.op("wgmma.wait_group.sync.aligned", [0u32.into()]);
     if let Some(p) = &probe {
         k.op("mov.u64", [p.stamps[2].into(), Opnd::S("%globaltimer".into())]);
     }
-    if crate::knobs::knobs().epilogue_trigger && !persistent {
-        // The next kernel may launch once every block is at its epilogue (it still waits for
-        // this one's memory in its `griddepcontrol.wait`).
-        k.op("griddepcontrol.launch_dependents", []);
-    }
-
-    // A persistent block gives the tile's last stage back now, or (an epilogue working in
-    // the ring) after the epilogue.
-    let give_back = |k: &mut Kernel| {
-        let back = empty_bar(k, prev);
-        arrive(k, lane0, back);
-    };
-    if persistent && !ring_epilogue {
-        give_back(&mut k);
-    }
     // Warp w of warpgroup wg holds rows wg·64 + 16·w of the tile, every column.
     let wrow = k.bin("mul.lo.u32", RegKind::B32, warp, 16u32);
     let frags = acc.chunks(4).map(|c| c.to_vec()).collect::<Vec<_>>();
-    if splits > 1 {
-        // The part goes into the ring, free once both warpgroups' last products are done.
-        k.op("bar.sync", [1u32.into(), consumers.into()]);
-        sum_in_cluster(&mut k, spec, &frags, lane, wrow, ring, &h);
-    } else if let Some((out, counters)) = fixup {
-        // The part to scratch as any split part stores it, then the tile's last part sums.
-        let part = GemmSpec { epilogue: crate::gemm::Epilogue::Store, fixup_splits: 0, ..*spec };
-        let wcol = k.imm_u32(0);
-        store_tile(&mut k, &part, &[frags], lane, wrow, wcol, &h);
-        sum_in_last_part(&mut k, spec, &h, [out, counters], consumers, &exit);
-    } else if spec.gated {
+    if spec.gated {
         // The gate (the first 64 columns) stored at R as computed, then the multiply on it.
         let (gate, up) = frags.split_at(frags.len() / 2);
         let (gate, up) = ([gate.to_vec()], [up.to_vec()]);
@@ -629,23 +366,13 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     } else if let Some(hs) = spec.heads.filter(|hs| hs.delta) {
         store_heads_delta(&mut k, spec, hs, &frags, lane, wrow, ring, &h, consumers);
     } else if let Some(work) = staged(spec) {
-        assert!(!spec.row_stats || work == Staged::Store, "{}: row statistics need a staged plain store", spec.name());
         store_staged(&mut k, spec, work, &frags, lane, wrow, ring, &h, consumers);
     } else {
-        assert!(!spec.row_stats, "{}: row statistics need a staged plain store", spec.name());
         let wcol = k.imm_u32(0);
         store_tile(&mut k, spec, &[frags], lane, wrow, wcol, &h);
     }
     if let Some(p) = &probe {
         p.finish(&mut k, &h);
-    }
-    if let Some(w) = &walk {
-        if epi_wait {
-            give_back(&mut k);
-            let epi = epi_bar(&mut k);
-            arrive(&mut k, lane0, epi);
-        }
-        next_tile(&mut k, w, false);
     }
     k.place(&exit);
     k.ret();
@@ -661,23 +388,21 @@ struct Probe {
 }
 
 impl Probe {
-    fn start(k: &mut Kernel, spec: &GemmSpec, walk_tile: Option<Reg>) -> Probe {
+    fn start(k: &mut Kernel, spec: &GemmSpec) -> Probe {
         assert!(
             spec.epilogue == crate::gemm::Epilogue::Store
                 && spec.chain.is_none()
                 && spec.heads.is_none()
                 && spec.activation.is_none()
                 && !spec.gated
-                && !spec.k_pair
-                && spec.cluster_splits == 0
-                && spec.fixup_splits <= 1,
+                && !spec.k_pair,
             "{}: a traced product is a plain store (its stamps go where a residual would be read)",
             spec.name()
         );
         let stamps = [0; 4].map(|_| k.reg(RegKind::B64));
         k.op("mov.u64", [stamps[0].into(), Opnd::S("%globaltimer".into())]);
         let smid = k.sreg("%smid");
-        let tile = walk_tile.unwrap_or_else(|| block_tile(k));
+        let tile = block_tile(k);
         Probe { stamps, smid, tile }
     }
 
@@ -730,7 +455,7 @@ fn fragments_to_shared(k: &mut Kernel, frags: &[Vec<Reg>], lane: Reg, wrow: Reg,
 
 /// A 128-row tile walked a row a warp: warp w takes the tile's rows w, w + warps, …, and lane l
 /// its columns 4l … 4l + 3, so each warp's loads and stores are whole 512-byte rows. The
-/// epilogues through shared memory and the last part's split-K sum walk the tile this way.
+/// epilogues through shared memory walk the tile this way.
 struct RowWalk {
     warps: u32,
     warp: Reg,
@@ -807,153 +532,6 @@ fn stage_tile(k: &mut Kernel, frags: &[Vec<Reg>], lane: Reg, wrow: Reg, tile: Re
     k.op("bar.sync", [1u32.into(), consumers.into()]);
 }
 
-/// The epilogue of a cluster-summed split-K part ([`GemmSpec::cluster_splits`]): each block
-/// puts its part of the tile in its shared memory (`part`, rows [`PART_PITCH`] apart), the
-/// cluster meets, and the block of rank r sums band r of the tile's rows over every block's part
-/// through distributed shared memory, in rank order from the first (the split-K reduction's
-/// order, so the sums are the same bit for bit), adds the old output or the residual where the
-/// epilogue says, and stores 16 bytes a thread. The cluster meets again before any block exits,
-/// so no part is read after its block has gone. `frags`: the warp's `m16n8` fragments, every
-/// column; `wrow`: the warp's first row in the tile.
-fn sum_in_cluster(k: &mut Kernel, spec: &GemmSpec, frags: &[Vec<Reg>], lane: Reg, wrow: Reg, part: Reg, h: &Head) {
-    use crate::gemm::Epilogue;
-    k.comment("epilogue: the part to shared memory, summed over the cluster");
-    let splits = spec.cluster_splits;
-    let row_bytes = PART_PITCH * 4;
-    fragments_to_shared(k, frags, lane, wrow, part);
-    k.op("barrier.cluster.arrive.release", []);
-    k.op("barrier.cluster.wait.acquire", []);
-
-    // Rank r sums rows r·band … of the tile: thread i takes columns 4·(i mod 32) of rows
-    // i/32 + 8·j.
-    let band = spec.tile.rows() / splits;
-    let rank = k.sreg("%cluster_ctarank");
-    let warp = k.bin("shr.u32", RegKind::B32, h.tid, 5u32);
-    let first = k.tri("mad.lo.u32", RegKind::B32, rank, band, warp);
-    let local = k.tri("mad.lo.u32", RegKind::B32, first, row_bytes, part);
-    let local = k.tri("mad.lo.u32", RegKind::B32, lane, 16u32, local);
-    let grow = k.bin("add.u32", RegKind::B32, h.m0, first);
-    let gcol = k.tri("mad.lo.u32", RegKind::B32, lane, 4u32, h.n0);
-    let col_in = k.setp("lt.u32", gcol, h.n);
-    for j in 0..band / 8 {
-        let sums: Vec<Vec<Reg>> = (0..splits)
-            .map(|s| {
-                let mine = k.bin("add.u32", RegKind::B32, local, 8 * j * row_bytes);
-                let theirs = k.bin("mapa.shared::cluster.u32", RegKind::B32, mine, s);
-                let v = k.regs(RegKind::F32, 4);
-                k.op("ld.shared::cluster.v4.f32", [Opnd::V(v.clone()), addr(theirs, 0)]);
-                v
-            })
-            .collect();
-        let r = k.bin("add.u32", RegKind::B32, grow, 8 * j);
-        let row_in = k.setp("lt.u32", r, h.m);
-        let inside = k.bin("and.pred", RegKind::Pred, row_in, col_in);
-        let skip = k.label("part_outside");
-        k.bra_if(inside, true, &skip);
-        let e = k.tri("mad.lo.u32", RegKind::B32, r, h.ldc, gcol);
-        let cptr = k.addr_of(h.c_base, e, 4);
-        let old = match spec.epilogue {
-            Epilogue::Store => None,
-            Epilogue::Accumulate => Some(cptr),
-            Epilogue::AddResidual => Some(k.addr_of(h.r_base, e, 4)),
-            Epilogue::StoreMul => unreachable!("no StoreMul cluster sums"),
-        }
-        .map(|p| {
-            let o = k.regs(RegKind::F32, 4);
-            k.op("ld.global.v4.f32", [Opnd::V(o.clone()), addr(p, 0)]);
-            o
-        });
-        let out = crate::gemm::sum_parts(k, &sums, old.as_deref());
-        k.op("st.global.v4.f32", [addr(cptr, 0), Opnd::V(out)]);
-        k.place(&skip);
-    }
-    k.op("barrier.cluster.arrive.release", []);
-    k.op("barrier.cluster.wait.acquire", []);
-}
-
-/// The split-K sum of a last-part-sums split ([`GemmSpec::fixup_splits`]), after this part's
-/// tile is stored: every consumer thread fences its stores, the consumers meet, one thread counts
-/// the part in at the tile's counter (`atom.acq_rel.gpu`), and only the part that makes the count
-/// whole goes on: it fences again, sets the counter back to zero for the next launch, and sums
-/// the tile a row a warp (four columns a lane, [`FIXUP_ROWS`] rows' loads in flight) over every
-/// part's partial in order from the first ([`crate::gemm::sum_parts`], as the reduction launch
-/// does, so the bits are its bits), adds the old output or the residual, and stores at `out`.
-/// The partials are read through L2 (`.cg`): other SMs wrote them during this launch. Why: one
-/// context's step ran 145 reduction launches and sixteen contexts' 80, each a few microseconds
-/// plus a launch; which part finishes last does not change the order of the sum.
-fn sum_in_last_part(k: &mut Kernel, spec: &GemmSpec, h: &Head, [out, counters]: [Reg; 2], consumers: u32, exit: &str) {
-    use crate::gemm::Epilogue;
-    k.comment("epilogue: the tile's last part to finish sums every part");
-    let splits = spec.fixup_splits;
-    let flag = k.shared("fixup_last", 4, 4);
-    let flag = k.un("mov.u32", RegKind::B32, Opnd::S(flag));
-    k.op("fence.acq_rel.gpu", []);
-    k.op("bar.sync", [1u32.into(), consumers.into()]);
-    let tile = block_tile(k);
-    let counter = k.addr_of(counters, tile, 4);
-    let leader = k.setp("eq.u32", h.tid, 0u32);
-    let counted = k.label("fixup_counted");
-    k.bra_if(leader, true, &counted);
-    let before = k.reg(RegKind::B32);
-    k.op("atom.acq_rel.gpu.global.add.u32", [before.into(), addr(counter, 0), 1u32.into()]);
-    let last = k.setp("eq.u32", before, splits - 1);
-    let word = k.reg(RegKind::B32);
-    k.op("selp.u32", [word.into(), 1u32.into(), 0u32.into(), last.into()]);
-    k.op("st.shared.u32", [addr(flag, 0), word.into()]);
-    // Every part has counted in: no other block touches this counter in this launch.
-    k.op_if(last, false, "st.relaxed.gpu.global.u32", [addr(counter, 0), 0u32.into()]);
-    k.place(&counted);
-    k.op("bar.sync", [1u32.into(), consumers.into()]);
-    let word = k.reg(RegKind::B32);
-    k.op("ld.shared.u32", [word.into(), addr(flag, 0)]);
-    let not_last = k.setp("eq.u32", word, 0u32);
-    k.bra_if(not_last, false, exit);
-    k.op("fence.acq_rel.gpu", []);
-
-    // Part s's tile at c + s·stride_c; warp w sums rows w, w + warps, …; lane l columns 4l ….
-    let step = k.bin("shl.b64", RegKind::B64, h.stride_c, 2u32);
-    let mut part = h.c_param;
-    let bases: Vec<Reg> = (0..splits)
-        .map(|s| {
-            if s > 0 {
-                part = k.bin("add.s64", RegKind::B64, part, step);
-            }
-            part
-        })
-        .collect();
-    let lane = k.bin("and.b32", RegKind::B32, h.tid, 31u32);
-    let walk = RowWalk::new(k, h, lane, consumers);
-    let old = match spec.epilogue {
-        Epilogue::Store => None,
-        Epilogue::Accumulate => Some(out),
-        Epilogue::AddResidual => Some(h.r_param),
-        Epilogue::StoreMul => unreachable!("no StoreMul split"),
-    };
-    walk.each(
-        k,
-        h,
-        (FIXUP_ROWS / splits).max(1),
-        |k, w| {
-            // Every part's four values, and the old four.
-            let e = k.tri("mad.lo.u32", RegKind::B32, w.r, h.ldc, walk.col);
-            let ld = |k: &mut Kernel, base: Reg, op: &str| {
-                let p = k.addr_of(base, e, 4);
-                k.load_f32s_if(w.ok, op, 4, addr(p, 0))
-            };
-            let parts: Vec<Vec<Reg>> = bases.iter().map(|&base| ld(k, base, "ld.global.cg.v4.f32")).collect();
-            (e, parts, old.map(|base| ld(k, base, "ld.global.v4.f32")))
-        },
-        |k, w, (e, parts, old)| {
-            let sum = crate::gemm::sum_parts(k, &parts, old.as_deref());
-            let p = k.addr_of(out, e, 4);
-            k.op_if(w.ok, false, "st.global.v4.f32", [addr(p, 0), Opnd::V(sum)]);
-        },
-    );
-}
-
-/// Partial tiles' rows (over all parts) whose loads [`sum_in_last_part`] keeps in flight a lane.
-const FIXUP_ROWS: u32 = 8;
-
 /// What an epilogue run through shared memory (`store_staged`) does with each element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Staged {
@@ -974,8 +552,7 @@ pub fn ring_holds_tile(spec: &GemmSpec) -> bool {
         && gemm_wgmma::stages(spec) * stage_bytes(spec) >= spec.tile.rows() * PART_PITCH * 4
 }
 
-/// Whether `spec`'s epilogue works in the ring (a staged epilogue, the delta-heads store):
-/// a persistent block's producer then waits for it before refilling the ring.
+/// Whether `spec`'s epilogue works in the ring (a staged epilogue, the delta-heads store).
 pub fn epilogue_in_ring(spec: &GemmSpec) -> bool {
     staged(spec).is_some() || spec.heads.is_some_and(|hs| hs.delta)
 }
@@ -1015,9 +592,7 @@ pub(crate) fn store_heads_delta(
             && spec.epilogue == crate::gemm::Epilogue::Store
             && spec.activation.is_none()
             && spec.chain.is_none()
-            && !spec.gated
-            && spec.cluster_splits == 0
-            && spec.fixup_splits == 0,
+            && !spec.gated,
         "{}: a delta-heads store is a plain store of heads of 64 in 128 × 128 tiles",
         spec.name()
     );
@@ -1065,16 +640,12 @@ pub(crate) fn store_heads_delta(
 
 /// The staged epilogue `spec` takes, if any: 128 × 128 tiles whose ring holds the padded f32
 /// tile, a chain, a residual or accumulation, or a plain f32 store (no activation, heads,
-/// multiply, gate or cluster), as far as `ALPHA_STAGED_EPILOGUE` allows.
+/// multiply or gate), as far as [`crate::gemm::GemmTuning::staged_epilogues`] allows.
 pub fn staged(spec: &GemmSpec) -> Option<Staged> {
     use crate::gemm::Epilogue;
-    use crate::knobs::StagedEpilogues as Allow;
-    let allow = crate::knobs::knobs().staged_epilogues;
-    let fits = ring_holds_tile(spec)
-        && spec.activation.is_none()
-        && spec.heads.is_none()
-        && !spec.gated
-        && spec.cluster_splits == 0;
+    use crate::gemm::StagedEpilogues as Allow;
+    let allow = spec.tuning.staged_epilogues;
+    let fits = ring_holds_tile(spec) && spec.activation.is_none() && spec.heads.is_none() && !spec.gated;
     if !fits || allow == Allow::None {
         return None;
     }
@@ -1083,9 +654,7 @@ pub fn staged(spec: &GemmSpec) -> Option<Staged> {
         (None, e @ (Epilogue::AddResidual | Epilogue::Accumulate)) if allow != Allow::Chains => {
             Some(Staged::Add { accumulate: e == Epilogue::Accumulate })
         }
-        (None, Epilogue::Store) if allow == Allow::All || (allow == Allow::Tall && spec.staged_store) => {
-            Some(Staged::Store)
-        }
+        (None, Epilogue::Store) if allow == Allow::Tall && spec.staged_store => Some(Staged::Store),
         _ => None,
     }
 }
@@ -1100,7 +669,7 @@ const STAGED_BATCH: u32 = 8;
 /// [`STAGED_BATCH`] rows issued before any is used. Why: run on the fragments, the epilogue
 /// held the accumulators beside its loads and could keep only two 16-byte loads an input in
 /// flight a thread; at sixteen contexts the gated GELU's backward (two f32 inputs, 184 MB)
-/// then read at under 2 TB/s while the tensor cores waited (g68: that product 165 → 115 µs).
+/// then read at under 2 TB/s while the tensor cores waited (that product 165 → 115 µs).
 /// Each element's arithmetic is the fragment epilogue's on the same values, so the bits are
 /// the same. Needs n a multiple of 4 (each lane's four columns in or out together), as the
 /// fragment epilogue's 16-byte units do.
@@ -1135,7 +704,6 @@ fn store_staged(
     };
     let walk = RowWalk::new(k, h, lane, consumers);
     let s_row0 = walk.staged_row0(k, lane, tile);
-    let stats = spec.row_stats.then(|| RowStats::new(k, spec, h, lane));
     walk.each(
         k,
         h,
@@ -1169,9 +737,6 @@ fn store_staged(
                     .collect()],
                 Staged::Store => vec![product.clone()],
             };
-            if let Some(st) = &stats {
-                st.row(k, &walk, w, &product);
-            }
             for (&(base, bf16), vs) in writes.iter().zip(values) {
                 if bf16 {
                     store_bf16x4_if(k, w.ok, base, e, &vs);
@@ -1182,55 +747,6 @@ fn store_staged(
             }
         },
     );
-}
-
-/// The per-row statistics a staged plain store also writes ([`GemmSpec::row_stats`]).
-struct RowStats {
-    /// Where this tile's pair of row 0 would go: `u + 8·tile column`.
-    at0: Reg,
-    /// Bytes from one row's pair to the next: 8·⌈N/128⌉.
-    row_bytes: Reg,
-    lane0: Reg,
-}
-
-impl RowStats {
-    fn new(k: &mut Kernel, spec: &GemmSpec, h: &Head, lane: Reg) -> RowStats {
-        debug_assert_eq!(spec.tile.cols(), 128, "one pair a 128-column tile");
-        let u = h.u_base.expect("row statistics go to u");
-        let tcol = k.bin("shr.u32", RegKind::B32, h.n0, 7u32);
-        let at0 = k.addr_of(u, tcol, 8);
-        let n127 = k.bin("add.u32", RegKind::B32, h.n, 127u32);
-        let tiles = k.bin("shr.u32", RegKind::B32, n127, 7u32);
-        let row_bytes = k.bin("shl.b32", RegKind::B32, tiles, 3u32);
-        let lane0 = k.setp("eq.u32", lane, 0u32);
-        RowStats { at0, row_bytes, lane0 }
-    }
-
-    /// Row `w`'s maximum over the tile's columns and its sum of `exp(x − max)` (`ex2.approx` of
-    /// `(x − max)·log2 e`, as the cross-entropy kernels take exponentials): each lane its four
-    /// columns in order, then butterflies over the warp, a fixed order. Columns past N count as
-    /// −∞ and 0. Lane 0 stores the pair (rows past M store nothing).
-    fn row(&self, k: &mut Kernel, walk: &RowWalk, w: WalkRow, v: &[Reg]) {
-        let m01 = k.bin("max.f32", RegKind::F32, v[0], v[1]);
-        let m23 = k.bin("max.f32", RegKind::F32, v[2], v[3]);
-        let m = k.bin("max.f32", RegKind::F32, m01, m23);
-        let m = k.tri("selp.f32", RegKind::F32, m, f32::NEG_INFINITY, walk.col_ok);
-        let m = k.warp_reduce_f32(m, "max.f32");
-        let mut sum = k.imm_f32(0.0);
-        for &x in v {
-            let d = k.bin("sub.rn.f32", RegKind::F32, x, m);
-            let e = crate::elementwise::emit_exp(k, d);
-            sum = k.bin("add.rn.f32", RegKind::F32, sum, e);
-        }
-        let sum = k.tri("selp.f32", RegKind::F32, sum, 0.0f32, walk.col_ok);
-        let sum = k.warp_reduce_f32(sum, "add.rn.f32");
-        // w.ok holds the lane's columns too; lane 0's columns are inside N on every tile.
-        let store = k.bin("and.pred", RegKind::Pred, w.ok, self.lane0);
-        let off = k.reg(RegKind::B64);
-        k.op("mul.wide.u32", [off.into(), w.r.into(), self.row_bytes.into()]);
-        let at = k.bin("add.s64", RegKind::B64, self.at0, off);
-        k.op_if(store, false, "st.global.v2.f32", [addr(at, 0), Opnd::V(vec![m, sum])]);
-    }
 }
 
 /// Encodes `map` over the operand at device address `base` (bf16, 128-byte swizzle, rows past

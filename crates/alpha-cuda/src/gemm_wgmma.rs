@@ -47,8 +47,8 @@ pub fn stages(spec: &GemmSpec) -> u32 {
     }
 }
 
-/// Waves of blocks from which a bf16 product takes the three-stage ring. Measured on the H200
-/// (g50): from 3 waves instead of 8 — sixteen contexts' 16384 × 512 products (512 blocks) too —
+/// Waves of blocks from which a bf16 product takes the three-stage ring. Measured on the H200:
+/// from 3 waves instead of 8 — sixteen contexts' 16384 × 512 products (512 blocks) too —
 /// the step took 25.77 → 25.49 ms, one context's unchanged (3.758 → 3.762 ms).
 pub const SHALLOW_RING_WAVES: u32 = 3;
 
@@ -59,13 +59,13 @@ pub const SHALLOW_RING_WAVES: u32 = 3;
 pub const DEEP_EPILOGUE_WAVES: u32 = 8;
 
 /// The ring depth the lowering gives a product of `blocks` blocks: three stages for bf16
-/// operands in 128 × 128 tiles over a deep grid — two blocks then fit an SM and each hides the
+/// operands in 128 × 128 tiles over a deep grid (at least `waves` waves of blocks,
+/// [`SHALLOW_RING_WAVES`] by default) — two blocks then fit an SM and each hides the
 /// other's epilogue (measured on the H200: 16 contexts' step 39.75 → 39.05 ms with every bf16
 /// product at three stages, one context's 5.20 → 5.72 ms, whose grids are shallow) — else the
 /// default (0). The TMA engine holds such kernels to two blocks' registers (`.minnctapersm 2`).
-pub fn stages_for(spec: &GemmSpec, blocks: u32) -> u32 {
+pub fn stages_for(spec: &GemmSpec, blocks: u32, waves: u32) -> u32 {
     let bf16 = spec.a_input == Input::Bf16 && spec.b_input == Input::Bf16;
-    let waves = crate::knobs::knobs().ring_waves.unwrap_or(SHALLOW_RING_WAVES);
     let deep = blocks >= waves * crate::gemm::SMS;
     if bf16 && deep && spec.tile == crate::gemm::Tile::T128x128 {
         3
@@ -282,10 +282,6 @@ pub(crate) struct Products {
     scale_d: Reg,
     /// Byte offset of B's tile within a stage.
     b_off: u32,
-    /// Keep only the descriptors' 14 address bits: in a cluster, a block's shared addresses
-    /// carry its rank above them, which would spill into the leading-byte-offset field (and B's
-    /// second 64 columns, MN-major, would be read from elsewhere).
-    in_cluster: bool,
     shape: String,
     trans: (u32, u32),
 }
@@ -315,7 +311,6 @@ impl Products {
             b_hi,
             scale_d,
             b_off: spec.tile.rows() * LINE,
-            in_cluster: spec.cluster_splits > 1,
             shape: format!("wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16"),
             trans: (u32::from(!a_km), u32::from(!b_km)),
         };
@@ -328,12 +323,8 @@ impl Products {
         let a_st = k.bin("add.u32", RegKind::B32, a_wg, stage);
         let b_st0 = k.bin("add.u32", RegKind::B32, ring, stage);
         let b_st = k.bin("add.u32", RegKind::B32, b_st0, self.b_off);
-        let mut a_lo0 = k.bin("shr.u32", RegKind::B32, a_st, 4u32);
-        let mut b_lo0 = k.bin("shr.u32", RegKind::B32, b_st, 4u32);
-        if self.in_cluster {
-            a_lo0 = k.bin("and.b32", RegKind::B32, a_lo0, 0x3FFFu32);
-            b_lo0 = k.bin("and.b32", RegKind::B32, b_lo0, 0x3FFFu32);
-        }
+        let a_lo0 = k.bin("shr.u32", RegKind::B32, a_st, 4u32);
+        let b_lo0 = k.bin("shr.u32", RegKind::B32, b_st, 4u32);
         let a_lo = k.bin("add.u32", RegKind::B32, a_lo0, self.a_lbo << 16);
         let b_lo = k.bin("add.u32", RegKind::B32, b_lo0, self.b_lbo << 16);
         for ks in 0..BK / 16 {
@@ -493,16 +484,16 @@ mod tests {
         };
         // 16 contexts' FFN product: 128 × 11 blocks, over 10 waves; their 512-wide products,
         // 128 × 4 blocks; one context's logits, 8 × 96 blocks, under 6 waves.
-        assert_eq!(stages_for(&spec, blocks(16384, 1408)), 3);
-        assert_eq!(stages_for(&spec, blocks(16384, 512)), 3);
-        assert_eq!(stages_for(&spec, blocks(1024, 12288)), 3);
+        assert_eq!(stages_for(&spec, blocks(16384, 1408), SHALLOW_RING_WAVES), 3);
+        assert_eq!(stages_for(&spec, blocks(16384, 512), SHALLOW_RING_WAVES), 3);
+        assert_eq!(stages_for(&spec, blocks(1024, 12288), SHALLOW_RING_WAVES), 3);
         // One context's FFN product: 8 × 11 blocks, under one wave.
-        assert_eq!(stages_for(&spec, blocks(1024, 1408)), 0);
+        assert_eq!(stages_for(&spec, blocks(1024, 1408), SHALLOW_RING_WAVES), 0);
         // fp32 operands and smaller tiles keep the default ring.
         let f32_b = GemmSpec { b_input: Input::F32, ..spec };
-        assert_eq!(stages_for(&f32_b, blocks(16384, 1408)), 0);
+        assert_eq!(stages_for(&f32_b, blocks(16384, 1408), SHALLOW_RING_WAVES), 0);
         let narrow = GemmSpec { tile: Tile::T128x64, ..spec };
-        assert_eq!(stages_for(&narrow, 10_000), 0);
+        assert_eq!(stages_for(&narrow, 10_000, SHALLOW_RING_WAVES), 0);
         // Two three-stage blocks fit an SM's 227 KB; a four-stage one alone.
         let s3 = GemmSpec { stages: 3, ..spec };
         assert!(2 * shared_bytes(&s3) <= crate::ptx::MAX_SHARED_PER_BLOCK);

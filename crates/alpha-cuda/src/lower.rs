@@ -18,7 +18,8 @@
 //! Fusions, each checked against the plan's slots so that a moved read or write meets nothing
 //! live: bf16 casts stored by the kernel producing their source (`casts_into_producers`:
 //! elementwise ops, permutes, LayerNorm, the cross-entropy backward), by the LayerNorm backward
-//! adding the residual gradient (`Lowerer::cast_of_sum`), or (with `LowerOptions`) folded into
+//! adding the residual gradient (`Lowerer::cast_of_sum`), or (with
+//! [`CudaConfig::fold_casts_into_gemms`]) folded into
 //! GEMM operand loads (`fuse`); residual Adds as GEMM epilogues and in the LayerNorm backward's
 //! store; activations as GEMM epilogues and rotaries into attention's loads and stores
 //! (`fuse_more`); the q/k/v projection storing bf16 heads turned by the rotary for attention to
@@ -32,7 +33,7 @@
 //! product it alone reads (`Lowerer::chain_into_product`); a LayerNorm backward's gain and bias
 //! pass 1 in its input gradient's launch over many bands, and their pass 2 folds as one launch
 //! after the last (`deferred_folds`); every AdamW of a step as one launch. Each has
-//! a knob ([`crate::knobs`]) to measure it against its absence. The plan is made with lifetime
+//! a switch ([`CudaConfig`]) to measure it against its absence. The plan is made with lifetime
 //! hints ([`lower_program`]) so these fusions find what they need still in place.
 
 use std::collections::HashMap;
@@ -43,11 +44,11 @@ use alpha_plan::Plan;
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::attention::{self, Dims};
+use crate::config::{ChainEpilogues, CudaConfig};
 use crate::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
 use crate::gemm_simple::Product;
 use crate::gemm_tma;
 use crate::gemm_wgmma;
-use crate::knobs::knobs;
 use crate::layernorm::{self, Norm};
 use crate::pointwise::{broadcast_strides, contiguous_strides, grid_blocks, Body, Operand, Pointwise};
 use crate::ptx::Kernel;
@@ -167,15 +168,14 @@ fn arg_span(l: &Pending, j: usize, bytes: usize) -> Option<(usize, usize)> {
 }
 
 /// A product a merge pass may fold into one launch with another: on the TMA engine in
-/// 128 × 128 tiles, A row-major, B in `b`'s layout, storing its tile whole (no heads, chain or
-/// cluster).
+/// 128 × 128 tiles, A row-major, B in `b`'s layout, storing its tile whole (no heads or
+/// chain).
 fn mergeable_tile(s: &GemmSpec, b: Layout) -> bool {
     s.engine == gemm::Engine::Tma
         && s.tile == gemm::Tile::T128x128
         && (s.a, s.b) == (Layout::RowMajor, b)
         && s.heads.is_none()
         && s.chain.is_none()
-        && s.cluster_splits == 0
 }
 
 /// Every pointer among `args` 16-byte aligned (the arena and the scratch region start aligned),
@@ -205,6 +205,7 @@ impl Pending {
 
 struct Lowerer<'p> {
     plan: &'p Plan,
+    config: &'p CudaConfig,
     kernels: Vec<Kernel>,
     index: HashMap<String, usize>,
     /// End of the constant region appended after the plan's arena.
@@ -238,21 +239,11 @@ struct Lowerer<'p> {
     deferred_folds: std::collections::HashSet<u32>,
     fold_flush_after: Option<u32>,
     pending_folds: Vec<(Norm, [usize; 3])>,
-    /// Where chain epilogues are taken ([`LowerOptions::chain_epilogues`]).
-    chain_epilogues: ChainEpilogues,
-    /// The zeroed tile counters every last-part-sums split shares ([`Lowerer::fixup_split`]).
-    fixup_counters: Option<usize>,
     /// Held regions for a delta-heads product's bf16 dO and delta ([`delta_heads`]), by their
     /// sizes in bytes: (dO's offset, delta's), shared by every such product of those sizes.
     delta_regions: HashMap<(usize, usize), (usize, usize)>,
     /// AttentionBackward → where its delta-heads product put (dO, delta).
     delta_at: HashMap<u32, (usize, usize)>,
-    /// The logits every CrossEntropy reads: a product storing them may write their per-row
-    /// statistics too ([`GemmSpec::row_stats`]).
-    ce_logits: std::collections::HashSet<Value>,
-    /// Logits → (the held offset of their per-tile row statistics, tiles a row), where the
-    /// product wrote them.
-    ce_stats: HashMap<Value, (usize, u32)>,
 }
 
 /// A tiled product as `lower_node` lowered it.
@@ -381,101 +372,13 @@ impl Lowerer<'_> {
         Ok(vec![self.tensor_map(self.ptr(a), ma)?, self.tensor_map(self.ptr(b), mb)?])
     }
 
-    /// The split-K launch whose parts a cluster sums ([`GemmSpec::cluster_splits`]), where the
-    /// knob, the part count and the product allow: the epilogue stores, adds or accumulates
-    /// (no activation), the rows take 16-byte stores, and the parts run on the TMA engine.
-    /// Else None (the parts go to scratch and a reduction launch sums them).
-    /// Why: sixteen contexts' step ran 80 reductions of a few microseconds each. Measured on the
-    /// H200 (g56), the step was slower with clusters — one context's 3.68 → 3.75 ms over grids
-    /// of one wave, sixteen contexts' 24.0 → 25.2 ms everywhere — so only a knob asks for them.
-    #[allow(clippy::too_many_arguments)]
-    fn cluster_split(
-        &mut self,
-        spec: &GemmSpec,
-        pspec: GemmSpec,
-        shape: &GemmShape,
-        splits: u32,
-        (a, b, c, r): (Value, Value, Value, Value),
-        node: Option<u32>,
-    ) -> Result<Option<Pending>> {
-        let (gx, gy, gz) = pspec.grid(&shape.split(&pspec, splits));
-        let waves = (gx * gy * gz).div_ceil(gemm::SMS);
-        let wanted = knobs().cluster_split_waves.is_some_and(|w| waves <= w);
-        let fits = wanted
-            && gemm_tma::CLUSTER_SPLITS.contains(&splits)
-            && pspec.engine == gemm::Engine::Tma
-            && !pspec.uneven_split
-            && spec.activation.is_none()
-            && matches!(spec.epilogue, Epilogue::Store | Epilogue::Accumulate | Epilogue::AddResidual)
-            && shape.n.is_multiple_of(4)
-            && shape.ldc.is_multiple_of(4)
-            && aligned16(&[self.ptr(c), self.ptr(r)]);
-        if !fits {
-            return Ok(None);
-        }
-        let cspec = GemmSpec { cluster_splits: splits, epilogue: spec.epilogue, ..pspec };
-        let kernel = self.kernel(cspec.kernel())?;
-        let cs = shape.split_in_cluster(&cspec, splits);
-        let mut args = vec![self.ptr(a), self.ptr(b), self.ptr(c), self.ptr(r)];
-        args.extend(shape_args(&cs));
-        args.extend(self.maps_for(&cspec, &cs, a, b)?);
-        Ok(Some(Pending { kernel, grid: cspec.grid(&cs), block: (cspec.threads(), 1, 1), args, node }))
-    }
-
-    /// The split-K launch whose parts the last of each tile sums ([`GemmSpec::fixup_splits`]),
-    /// where the knob and the product allow: TMA parts, an epilogue that stores, adds or
-    /// accumulates (no activation), rows of 16-byte stores, and few enough tiles for the shared
-    /// counters. Else None (a reduction launch sums the parts). The parts go to scratch as
-    /// before; `part` is their launch shape. Why only on `ALPHA_SPLITK_FIXUP=on`: on the H200
-    /// (g73) the step was slower with it although every reduction launch went — one context's
-    /// 3.665 → 4.00 ms — the fences, the count and one block's serial sum of the tile at the end
-    /// of the launch cost more than the reduction launch spread over every SM.
-    #[allow(clippy::too_many_arguments)]
-    fn fixup_split(
-        &mut self,
-        spec: &GemmSpec,
-        pspec: GemmSpec,
-        part: &GemmShape,
-        splits: u32,
-        (a, b, c, r): (Value, Value, Value, Value),
-        node: Option<u32>,
-    ) -> Result<Option<Pending>> {
-        let fspec = GemmSpec { fixup_splits: splits, epilogue: spec.epilogue, ..pspec };
-        let (gx, gy, _) = fspec.grid(part);
-        let fits = knobs().split_fixup
-            && pspec.engine == gemm::Engine::Tma
-            && spec.activation.is_none()
-            && matches!(spec.epilogue, Epilogue::Store | Epilogue::Accumulate | Epilogue::AddResidual)
-            && part.n.is_multiple_of(4)
-            && part.ldc == part.n
-            && gx * gy <= gemm::FIXUP_COUNTERS
-            && aligned16(&[self.ptr(c), self.ptr(r)]);
-        if !fits {
-            return Ok(None);
-        }
-        let counters = match self.fixup_counters {
-            Some(at) => at,
-            None => {
-                let at = self.constant(vec![0; gemm::FIXUP_COUNTERS as usize * 4]);
-                self.fixup_counters = Some(at);
-                at
-            }
-        };
-        let kernel = self.kernel(fspec.kernel())?;
-        let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), self.ptr(r)];
-        args.extend(shape_args(part));
-        args.extend(self.maps_for(&fspec, part, a, b)?);
-        args.extend([self.ptr(c), A::Ptr(counters)]);
-        Ok(Some(Pending { kernel, grid: fspec.grid(part), block: (fspec.threads(), 1, 1), args, node }))
-    }
-
     fn need_scratch(&mut self, bytes: usize) {
         self.scratch = self.scratch.max(bytes);
     }
 
     fn pointwise(&mut self, pw: Pointwise, args: Vec<A>, node: Option<u32>) -> Result<Pending> {
         // Four elements a thread where the layout allows and every pointer is 16-byte aligned.
-        let vector = aligned16(&args) && knobs().pointwise_vector && pw.vectorizable();
+        let vector = aligned16(&args) && self.config.pointwise_vector && pw.vectorizable();
         let (blocks, threads) = pw.grid_with(vector);
         let kernel = self.kernel(pw.kernel_with(vector)?)?;
         Ok(Pending { kernel, grid: (blocks, 1, 1), block: (threads, 1, 1), args, node })
@@ -684,7 +587,7 @@ impl Lowerer<'_> {
                 let dests: Vec<(Value, DType)> = out_values.iter().map(|&v| self.destination(v)).collect();
                 let bf16 = dests.iter().map(|d| d.1 == DType::BF16).collect();
                 let read = inputs.clone();
-                let (inputs, steps, outputs) = if knobs().recompute_unary {
+                let (inputs, steps, outputs) = if self.config.recompute_unary {
                     recompute_unary_inputs(g, inputs, steps, outputs)
                 } else {
                     (inputs, steps, outputs)
@@ -762,7 +665,7 @@ impl Lowerer<'_> {
         products: &LaunchedProducts,
         uses: &HashMap<Value, usize>,
     ) -> Result<bool> {
-        let grids = self.chain_epilogues;
+        let grids = self.config.chain_epilogues;
         let g = &self.plan.program.graph;
         let operands = |id: u32| {
             let n = &g.nodes[id as usize];
@@ -815,7 +718,7 @@ impl Lowerer<'_> {
             if !(dests_clear && others_unwritten) {
                 continue;
             }
-            let spec = with_turns(GemmSpec { chain: Some(ce), staged_store: false, ..spec });
+            let spec = GemmSpec { chain: Some(ce), staged_store: false, ..spec };
             let kernel = self.kernel(spec.kernel())?;
             let p = &mut launches[li];
             // (Two math groups a block give way to one where the chain works in the ring.)
@@ -1074,7 +977,7 @@ impl Lowerer<'_> {
         let dst = add.map_or(out(0), |(a, _)| Value { node: a, index: 0 });
         // Over many bands, pass 1 runs in the input gradient's launch (reading x and dy once),
         // a block a band, then pass 2 ([`layernorm::backward_dx_partials_kernel`]).
-        if partials_in_rows(nm) {
+        if partials_in_rows(self.config, nm) {
             let mut args: Vec<A> = [dst, x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect();
             args.extend(add.map(|(_, r)| self.ptr(r)));
             args.extend(copy.map(|c| self.ptr(c)));
@@ -1122,10 +1025,10 @@ impl Lowerer<'_> {
         }
         // Up to FOLD_BESIDE_ROWS_MAX_BANDS bands, the fold runs in blocks after the rows' (it
         // reads only pass 1's partials and writes the gain and bias gradients, which the rows
-        // never touch): one launch fewer. Measured on the H200 (g30): one context's 64 bands
+        // never touch): one launch fewer. Measured on the H200: one context's 64 bands
         // 4.341 → 4.307 ms a step; sixteen contexts' 1,024 bands 34.30 → 34.75 ms, their fold
         // running after the rows as a serial tail — so there it keeps its own launch.
-        if knobs().ln_fold.unwrap_or(nm.bands() <= FOLD_BESIDE_ROWS_MAX_BANDS) {
+        if self.config.ln_fold.unwrap_or(nm.bands() <= FOLD_BESIDE_ROWS_MAX_BANDS) {
             let k1 = self.kernel(match copy {
                 Some(_) => layernorm::backward_dx_kernel_copying(nm, add.is_some(), true),
                 None => layernorm::backward_dx_kernel_folding(nm, add.is_some()),
@@ -1324,7 +1227,7 @@ impl Lowerer<'_> {
                 let nn = os[os.len() - 1];
                 let batch: usize = sa[..ra - 2].iter().product();
                 let b_batched = sb.len() > 2;
-                if let Some((mut spec, shape)) = tiled_gemm(g, id) {
+                if let Some((mut spec, shape)) = tiled_gemm(self.config, g, id) {
                     // Fusions decided per phase by `fuse`: f32 sources read with convert-on-load
                     // (the skipped casts' exact rounding), the following Add as the epilogue.
                     let (a, b) = self.f32_gemm.get(&id).copied().unwrap_or((ins[0], ins[1]));
@@ -1377,8 +1280,8 @@ impl Lowerer<'_> {
                     }
                     // Parts of whole K steps that may differ by one where the parts run on the
                     // TMA engine ([`GemmShape::split_k_uneven`]); else equal parts.
-                    let uneven_ok = knobs().uneven_split && on_tma(spec).engine == gemm::Engine::Tma;
-                    let splits = match (knobs().split_k, uneven_ok) {
+                    let uneven_ok = self.config.uneven_split && on_tma(self.config, spec).engine == gemm::Engine::Tma;
+                    let splits = match (self.config.split_k, uneven_ok) {
                         (false, _) => 1,
                         (true, true) => shape.split_k_uneven(spec.bk),
                         (true, false) => shape.split_k(spec.bk),
@@ -1400,19 +1303,12 @@ impl Lowerer<'_> {
                             tile: gemm::Tile::T128x128,
                             ..spec
                         };
-                        let pspec = GemmSpec { uneven_split: uneven, ..with_ring(on_tma(pspec), &part) };
-                        if let Some(v2) = self.cluster_split(&spec, pspec, &shape, splits, (a, b, c, r), some)? {
-                            v.push(v2);
-                            self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: false, plain });
-                            return Ok(v);
-                        }
+                        let pspec = GemmSpec {
+                            uneven_split: uneven,
+                            ..with_ring(self.config, on_tma(self.config, pspec), &part)
+                        };
                         let mn = shape.m * shape.n;
                         self.need_scratch(mn as usize * splits as usize * 4);
-                        if let Some(v2) = self.fixup_split(&spec, pspec, &part, splits, (a, b, c, r), some)? {
-                            v.push(v2);
-                            self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: false, plain });
-                            return Ok(v);
-                        }
                         let kernel = self.kernel(pspec.kernel())?;
                         let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), A::Scratch(0)];
                         args.extend(shape_args(&part));
@@ -1431,21 +1327,7 @@ impl Lowerer<'_> {
                         v.push(Pending { kernel, grid: (blocks, 1, 1), block, args, node: some });
                         return Ok(v);
                     }
-                    let spec = settled(with_ring(on_tma(spec), &shape), &shape);
-                    // Logits stored through shared memory a row a warp: their cross-entropy's
-                    // per-row statistics too, into held memory its launch reads.
-                    let stats = plain
-                        && delta.is_none()
-                        && self.ce_logits.contains(&c)
-                        && gemm_tma::staged(&spec) == Some(gemm_tma::Staged::Store)
-                        && shape.n.is_multiple_of(4);
-                    let spec = GemmSpec { row_stats: stats, ..spec };
-                    let stats_arg = stats.then(|| {
-                        let tiles = spec.tiles(&shape).0;
-                        let at = self.held(shape.m as usize * tiles as usize * 8);
-                        self.ce_stats.insert(c, (at, tiles));
-                        A::Ptr(at)
-                    });
+                    let spec = settled(with_ring(self.config, on_tma(self.config, spec), &shape), &shape);
                     self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
                     if delta.is_some() && !(spec.engine == gemm::Engine::Tma && gemm_tma::ring_holds_tile(&spec)) {
                         return Err(node_error(&node, id, format!("{}: no delta-heads store", spec.name())));
@@ -1459,7 +1341,6 @@ impl Lowerer<'_> {
                     let mut args = vec![self.ptr(a), self.ptr(b), c_arg, r_arg];
                     args.extend(shape_args(&shape));
                     args.extend(u_delta);
-                    args.extend(stats_arg);
                     if let Some((u, _)) = act {
                         args.push(self.ptr(Value { node: u, index: 0 }));
                     }
@@ -1545,9 +1426,8 @@ impl Lowerer<'_> {
                     body: Body::Fill(0.0),
                 };
                 v.push(self.pointwise(fill, vec![self.ptr(out(0))], some)?);
-                let segments = embedding::scatter_add_segments(tokens as u32);
                 let blocks = embedding::scatter_add_blocks(*rows as u32);
-                let mut args = vec![
+                let args = vec![
                     self.ptr(out(0)),
                     self.ptr(ins[0]),
                     self.ptr(ins[1]),
@@ -1555,21 +1435,8 @@ impl Lowerer<'_> {
                     A::U32(*rows as u32),
                     A::U32(d as u32),
                 ];
-                let kernel = if segments > 1 {
-                    // Segments of the tokens added in turn through a counter a row block.
-                    let counters = self.constant(vec![0; blocks as usize * 4]);
-                    args.extend([A::U32(embedding::segment_len(tokens as u32, segments)), A::Ptr(counters)]);
-                    self.kernel(embedding::scatter_add_kernel_segmented())?
-                } else {
-                    self.kernel(embedding::scatter_add_kernel())?
-                };
-                v.push(Pending {
-                    kernel,
-                    grid: (blocks, segments, 1),
-                    block: (embedding::THREADS, 1, 1),
-                    args,
-                    node: some,
-                });
+                let kernel = self.kernel(embedding::scatter_add_kernel())?;
+                v.push(Pending { kernel, grid: (blocks, 1, 1), block: (embedding::THREADS, 1, 1), args, node: some });
             }
             Op::LayerNorm { eps } => {
                 self.want_f32(&node, id, ins)?;
@@ -1651,7 +1518,7 @@ impl Lowerer<'_> {
                 let [qa, ka, va] = [0, 1, 2].map(|k| qkv(self, k));
                 if matches!(node.op, Op::Attention { .. }) {
                     let copy = self.more.output_copy.get(&id).copied();
-                    let wgmma = knobs().wgmma_attention && crate::attention_wgmma::applies(&dims);
+                    let wgmma = self.config.wgmma_attention && crate::attention_wgmma::applies(&dims);
                     let kernel = self.kernel(match (tc, bf16_at, copy) {
                         (true, Some(_), c) if wgmma => crate::attention_wgmma::forward_kernel(&dims, c.is_some()),
                         (true, Some(_), Some(_)) => mma::forward_kernel_bf16_copying(&dims),
@@ -1680,7 +1547,7 @@ impl Lowerer<'_> {
                             "its product stored dO and delta, but it runs in two passes",
                         ));
                     }
-                    if tc && dims.g == dims.h && apart && knobs().joint_attention_backward {
+                    if tc && dims.g == dims.h && apart && self.config.joint_attention_backward {
                         // With bf16 q, k, v the delta kernel also writes dO as bf16 (after delta
                         // in the scratch region), which the passes then copy as they copy q, k, v
                         // — or the output gradient's product wrote both ([`delta_heads`]).
@@ -1704,10 +1571,8 @@ impl Lowerer<'_> {
                         };
                         let inverse = [rot[0].is_some(), rot[1].is_some()];
                         let merged = self.more.merged_grads.get(&id).copied();
-                        let onepass = bf16_at.is_some() && do16.is_some() && knobs().onepass_attention;
-                        let wgmma = knobs().wgmma_attention_backward && crate::attention_wgmma::applies(&dims);
+                        let wgmma = self.config.wgmma_attention_backward && crate::attention_wgmma::applies(&dims);
                         let kb = self.kernel(match (bf16_at, merged) {
-                            _ if onepass => mma::backward_kernel_onepass(&dims, inverse, merged.is_some()),
                             (Some(_), m) if wgmma => {
                                 crate::attention_wgmma::backward_kernel(&dims, inverse, m.is_some())
                             }
@@ -1723,14 +1588,6 @@ impl Lowerer<'_> {
                         args.extend([qa, ka, va]);
                         args.extend([ov, lse, dov].iter().map(|&a| self.ptr(a)));
                         args.extend(do16);
-                        if onepass {
-                            // dQ summed in the dK/dV pass: its f32 partial sums after what the
-                            // scratch region holds for delta and dO, its counters zeroed once.
-                            let (acc_at, end) = attention_scratch(&dims).dq_sums;
-                            self.need_scratch(end);
-                            let counters = self.constant(vec![0; mma::onepass_counters(&dims) * 4]);
-                            args.extend([A::Scratch(acc_at), A::Ptr(counters)]);
-                        }
                         for r in rot.iter().flatten() {
                             args.push(A::Ptr(self.rotary_table(dims.t, dims.d, r.1)));
                         }
@@ -1768,21 +1625,6 @@ impl Lowerer<'_> {
             Op::CrossEntropy => {
                 self.want_f32(&node, id, &ins[..1])?;
                 let s = ishape(0);
-                if let Some(&(at, tiles)) = self.ce_stats.get(&ins[0]) {
-                    // The product left each row's per-tile statistics: combine those.
-                    let kernel = self.kernel(cross_entropy::forward_from_stats_kernel())?;
-                    let rows = s[0] as u32;
-                    let mut args: Vec<A> = [out(0), out(1), ins[0], ins[1]].iter().map(|&a| self.ptr(a)).collect();
-                    args.extend([A::Ptr(at), A::U32(s[1] as u32), A::U32(tiles), A::U32(rows)]);
-                    v.push(Pending {
-                        kernel,
-                        grid: (rows.div_ceil(cross_entropy::STATS_ROWS), 1, 1),
-                        block: (cross_entropy::THREADS, 1, 1),
-                        args,
-                        node: some,
-                    });
-                    return Ok(v);
-                }
                 let vocab = u32::try_from(s[s.len() - 1]).ok();
                 let kernel = self.kernel(cross_entropy::forward_kernel_for(vocab))?;
                 v.push(Pending {
@@ -1893,7 +1735,7 @@ impl Lowerer<'_> {
 
 /// The tiled GEMM's spec (bf16 inputs, store epilogue) and shape for MatMul node `id`, when
 /// its operands are bf16 and the shape meets the tiled kernel's contract.
-fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
+fn tiled_gemm(cfg: &CudaConfig, g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
     let node = &g.nodes[id as usize];
     let Op::MatMul { ta, tb } = node.op else { return None };
     let (sa, sb) = (g.shape(node.inputs[0]), g.shape(node.inputs[1]));
@@ -1918,46 +1760,17 @@ fn tiled_gemm(g: &alpha_ir::Graph, id: u32) -> Option<(GemmSpec, GemmShape)> {
         stride_c: (m * nn) as u64,
     };
     let bf16 = g.dtype(node.inputs[0]) == DType::BF16 && g.dtype(node.inputs[1]) == DType::BF16;
-    let spec = GemmSpec { tile: shape.tile(), ..spec };
+    let spec = GemmSpec { tile: shape.tile(), tuning: cfg.gemm_tuning, ..spec };
     // The wgmma engine wherever K allows it.
-    let wgmma = !knobs().mma_engine && shape.k.is_multiple_of(gemm_wgmma::BK);
+    let wgmma = cfg.gemm_engine != gemm::Engine::Mma && shape.k.is_multiple_of(gemm_wgmma::BK);
     let spec = if wgmma { spec.wgmma() } else { spec };
     (bf16 && node.outputs[0].dtype == DType::F32 && shape.check(&spec).is_ok()).then_some((spec, shape))
 }
 
-/// The store, walk and math groups of a product launched alone or paired (`spec`, on its
-/// engine and ring) over `shape`: plain f32 stores of tall outputs through shared memory
-/// ([`tall_store`]), persistent blocks ([`walks_tiles`]) and two math groups a block
-/// ([`with_turns`]) as far as the knobs allow.
+/// The store of a product launched alone or paired (`spec`, on its engine and ring) over
+/// `shape`: plain f32 stores of tall outputs through shared memory ([`tall_store`]).
 fn settled(spec: GemmSpec, shape: &GemmShape) -> GemmSpec {
-    let spec = GemmSpec { staged_store: tall_store(&spec, shape), ..spec };
-    let spec = GemmSpec { persistent: walks_tiles(&spec, shape), ..spec };
-    with_turns(GemmSpec { pingpong: knobs().pingpong, ..spec })
-}
-
-/// Whether the product `spec` (settled but for a chain epilogue or a gate merged in, which
-/// keep the choice) over `shape` runs in persistent blocks
-/// ([`GemmSpec::persistent`]): TMA products on the three-stage ring (two blocks an SM) over more
-/// tiles than the two blocks an SM take at once, as far as `ALPHA_PERSISTENT` allows.
-fn walks_tiles(spec: &GemmSpec, shape: &GemmShape) -> bool {
-    use crate::knobs::Persistent;
-    let allow = knobs().persistent;
-    let (x, y) = spec.tiles(shape);
-    let deep = x * y > gemm::persistent_blocks(x * y, false);
-    let kind = spec.engine == gemm::Engine::Tma
-        && gemm_wgmma::stages(spec) == 3
-        && spec.cluster_splits == 0
-        && spec.fixup_splits == 0;
-    let ring = gemm_tma::epilogue_in_ring(spec);
-    kind && deep && (allow == Persistent::All || (allow == Persistent::FragmentEpilogues && !ring))
-}
-
-/// `spec` with two math groups a block ([`GemmSpec::pingpong`]) only where it walks its tiles
-/// and its epilogue leaves the ring alone (the groups share the ring); a product settled with
-/// them keeps them until a fusion moves its epilogue into the ring.
-fn with_turns(spec: GemmSpec) -> GemmSpec {
-    let pingpong = spec.pingpong && spec.persistent && !gemm_tma::epilogue_in_ring(&spec);
-    GemmSpec { pingpong, ..spec }
+    GemmSpec { staged_store: tall_store(&spec, shape), ..spec }
 }
 
 /// Rows (tokens) from which a product's plain f32 store runs through shared memory
@@ -1967,13 +1780,13 @@ const TALL_ROWS: u32 = 8192;
 /// Whether a plain f32 store of `spec` over `shape` runs through shared memory a row a warp
 /// ([`GemmSpec::staged_store`]): unbatched products over at least [`TALL_ROWS`] rows of a
 /// row-major A (rows are tokens: not a weight gradient's `Xᵀ·dY`) on the TMA engine, where
-/// the knob leaves it to the lowering. Why: whole 512-byte rows a warp write sixteen
+/// the configuration leaves it to the lowering. Why: whole 512-byte rows a warp write sixteen
 /// contexts' large outputs (the logits' 805 MB, the 32 MB input gradients) faster than the
-/// fragments' scattered 16-byte pieces (g69: every plain store staged, sixteen contexts' step
+/// fragments' scattered 16-byte pieces (every plain store staged, sixteen contexts' step
 /// 0.2 ms faster), while one context's outputs sit in L2 and the staging's barriers showed
 /// (0.05–0.07 ms slower).
 fn tall_store(spec: &GemmSpec, shape: &GemmShape) -> bool {
-    knobs().staged_epilogues == crate::knobs::StagedEpilogues::Tall
+    spec.tuning.staged_epilogues == gemm::StagedEpilogues::Tall
         && spec.engine == gemm::Engine::Tma
         && spec.epilogue == Epilogue::Store
         && spec.activation.is_none()
@@ -1985,37 +1798,30 @@ fn tall_store(spec: &GemmSpec, shape: &GemmShape) -> bool {
 }
 
 /// Where an attention backward's values lie in the scratch region, each as (offset, end):
-/// delta (f32 a query row) from 0, dO as bf16 after it, and the one-pass backward's dQ partial
-/// sums ([`crate::attention_mma::backward_kernel_onepass`]) after that.
+/// delta (f32 a query row) from 0, dO as bf16 after it.
 struct AttentionScratch {
     do16: (usize, usize),
-    dq_sums: (usize, usize),
 }
 
 fn attention_scratch(dims: &Dims) -> AttentionScratch {
     let rows = dims.scratch_floats();
     let do16 = (rows * 4).div_ceil(ALIGN) * ALIGN;
-    let do16_end = do16 + rows * dims.d * 2;
-    let sums = do16_end.div_ceil(ALIGN) * ALIGN;
-    AttentionScratch {
-        do16: (do16, do16_end),
-        dq_sums: (sums, sums + crate::attention_mma::onepass_scratch_bytes(dims)),
-    }
+    AttentionScratch { do16: (do16, do16 + rows * dims.d * 2) }
 }
 
 /// Whether a launch of `spec` on `shape` spans [`gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of
-/// blocks a tile (tiles, where its blocks walk them): deep enough for a fused epilogue's extra
+/// blocks a tile: deep enough for a fused epilogue's extra
 /// work to pay.
 fn deep_epilogue_grid(spec: &GemmSpec, shape: &GemmShape) -> bool {
     let (gx, gy) = spec.tiles(shape);
     gx * gy * shape.batch >= gemm_wgmma::DEEP_EPILOGUE_WAVES * gemm::SMS
 }
 
-/// `spec` on the TMA-fed engine where it runs on `wgmma` with bf16 operands (unless the knob
-/// keeps the `cp.async` ring).
-fn on_tma(spec: GemmSpec) -> GemmSpec {
+/// `spec` on the TMA-fed engine where it runs on `wgmma` with bf16 operands (unless the
+/// configuration keeps the `cp.async` ring).
+fn on_tma(cfg: &CudaConfig, spec: GemmSpec) -> GemmSpec {
     let bf16 = spec.a_input == Input::Bf16 && spec.b_input == Input::Bf16;
-    if spec.engine == gemm::Engine::Wgmma && bf16 && knobs().tma_engine {
+    if spec.engine == gemm::Engine::Wgmma && bf16 && cfg.gemm_engine == gemm::Engine::Tma {
         spec.tma()
     } else {
         spec
@@ -2024,15 +1830,15 @@ fn on_tma(spec: GemmSpec) -> GemmSpec {
 
 /// `spec` (inputs, tile and epilogue settled) with the `wgmma` ring depth for a launch of
 /// `shape`: [`gemm_wgmma::stages_for`] its grid, or the forced depth where it is allowed.
-fn with_ring(spec: GemmSpec, shape: &GemmShape) -> GemmSpec {
+fn with_ring(cfg: &CudaConfig, spec: GemmSpec, shape: &GemmShape) -> GemmSpec {
     if spec.engine == gemm::Engine::Mma {
         return spec;
     }
     let f32_operand = spec.a_input == Input::F32 || spec.b_input == Input::F32;
     let (gx, gy, gz) = spec.grid(shape);
-    let stages = match knobs().ring_stages {
+    let stages = match cfg.ring_stages {
         n if n >= 4 || (n == 3 && !f32_operand) => n,
-        _ => gemm_wgmma::stages_for(&spec, gx * gy * gz),
+        _ => gemm_wgmma::stages_for(&spec, gx * gy * gz, cfg.ring_waves),
     };
     GemmSpec { stages, ..spec }
 }
@@ -2042,6 +1848,7 @@ fn with_ring(spec: GemmSpec, shape: &GemmShape) -> GemmSpec {
 /// permuted to `[S, B, H, T, D]`, or to `[B, T, H, D]` and permuted to `[B, H, T, D]`; an
 /// unbatched f32 tiled product that split-K leaves whole, D a multiple of 8.
 fn head_split(
+    cfg: &CudaConfig,
     g: &alpha_ir::Graph,
     uses: &HashMap<Value, usize>,
     p: &Node,
@@ -2057,7 +1864,7 @@ fn head_split(
         x = g.nodes[x.node as usize].inputs[0];
     }
     let mm = x.node;
-    let (spec, shape) = tiled_gemm(g, mm)?;
+    let (spec, shape) = tiled_gemm(cfg, g, mm)?;
     let whole = shape.batch == 1 && shape.split_k(spec.bk) == 1;
     let ok = x.index == 0
         && uses.get(&x) == Some(&1)
@@ -2096,6 +1903,7 @@ fn overlap(a: (usize, usize), b: (usize, usize)) -> bool {
 /// Casts among `producer_casts` ([`producer_cast_candidates`]) are left to their producers.
 /// Returns the nodes not to launch (fused casts and Adds); fills `f32_gemm` and `gemm_add`.
 fn fuse(
+    cfg: &CudaConfig,
     plan: &Plan,
     nodes: &[u32],
     producer_casts: &HashMap<Value, u32>,
@@ -2175,7 +1983,7 @@ fn fuse(
         let rs = readers.get(&v).cloned().unwrap_or_default();
         let ok = !rs.is_empty()
             && uses.get(&v) == Some(&rs.len())
-            && rs.iter().all(|r| pos.contains_key(r) && tiled_gemm(g, *r).is_some());
+            && rs.iter().all(|r| pos.contains_key(r) && tiled_gemm(cfg, g, *r).is_some());
         ok.then_some(rs)
     };
     // Casts a producer may store itself (bf16, half the GEMMs' bytes) are left to it, and so are
@@ -2209,7 +2017,7 @@ fn fuse(
         };
         eligible = HashMap::new();
         for (i, &id) in nodes.iter().enumerate() {
-            if tiled_gemm(g, id).is_none() {
+            if tiled_gemm(cfg, g, id).is_none() {
                 continue;
             }
             let ins = &g.nodes[id as usize].inputs;
@@ -2240,7 +2048,7 @@ fn fuse(
     }
     // Each operand reads the f32 source of a skipped cast, or what the program gives it.
     for &id in nodes {
-        if tiled_gemm(g, id).is_none() {
+        if tiled_gemm(cfg, g, id).is_none() {
             continue;
         }
         let ins = &g.nodes[id as usize].inputs;
@@ -2257,7 +2065,7 @@ fn fuse(
     let mut between_products: std::collections::HashSet<u32> = std::collections::HashSet::new();
     for i in 0..nodes.len() {
         let id = nodes[i];
-        if tiled_gemm(g, id).is_none() || between_products.contains(&id) {
+        if tiled_gemm(cfg, g, id).is_none() || between_products.contains(&id) {
             continue;
         }
         let Some((j, add, r)) = add_partner(i) else { continue };
@@ -2411,6 +2219,7 @@ struct Moved {
 ///   against the backward's own (dk may still coincide exactly with the pre-rotary k: the
 ///   dK/dV kernel's thread j reads k row j only, before it writes dk row j).
 fn fuse_more(
+    cfg: &CudaConfig,
     plan: &Plan,
     nodes: &[u32],
     skip: &std::collections::HashSet<u32>,
@@ -2460,12 +2269,12 @@ fn fuse_more(
             // A product split into heads by the Permute after it (through reshapes, each value
             // read once): the product's epilogue stores the Permute's output.
             Op::Permute { perm } => {
-                let Some((mm, heads)) = head_split(g, &uses, node, perm) else { continue };
+                let Some((mm, heads)) = head_split(cfg, g, &uses, node, perm) else { continue };
                 // Measured on the H200 (bench/results/2026-11-29-h200-coppelius-speedups.md):
                 // 16 contexts' step 35.31 → 34.23 ms with the split stores, one context's 4.81
                 // → 4.72 ms (slower there, 5.18 → 5.37 ms, while kernels let their dependents
-                // launch as they started). The knob ALPHA_FUSE_HEADS=off turns them off.
-                if !knobs().head_split.unwrap_or(true) {
+                // launch as they started). `CudaConfig::head_split` turns them off.
+                if !cfg.head_split.unwrap_or(true) {
                     continue;
                 }
                 let Some(&pm) = pos.get(&mm) else { continue };
@@ -2487,7 +2296,7 @@ fn fuse_more(
             }
             // Activation epilogue: the first f32 Unary (in launch order) reading the product.
             Op::MatMul { .. } => {
-                if tiled_gemm(g, id).is_none() || gemm_add.contains_key(&id) {
+                if tiled_gemm(cfg, g, id).is_none() || gemm_add.contains_key(&id) {
                     continue;
                 }
                 let prod = val(id, 0);
@@ -2914,7 +2723,13 @@ fn joint_backward_apart(plan: &Plan, more: &More, id: u32, node: &Node) -> bool 
 /// operands in 128 × 128 tiles whose ring holds the f32 tile, and the backward's joint-launch
 /// conditions. Why: at sixteen contexts the product stored dO as f32 (34 MB) for the delta
 /// launch to read back with O.
-fn delta_heads(ph: &PhaseView, uses: &HashMap<Value, usize>, f32_gemm: &HashMap<u32, (Value, Value)>, more: &mut More) {
+fn delta_heads(
+    cfg: &CudaConfig,
+    ph: &PhaseView,
+    uses: &HashMap<Value, usize>,
+    f32_gemm: &HashMap<u32, (Value, Value)>,
+    more: &mut More,
+) {
     let g = ph.g;
     let mut found = vec![];
     for (&mm, &(p, heads)) in &more.gemm_heads {
@@ -2923,9 +2738,9 @@ fn delta_heads(ph: &PhaseView, uses: &HashMap<Value, usize>, f32_gemm: &HashMap<
         let n = &g.nodes[attn as usize];
         let Op::AttentionBackward { bf16: true, .. } = n.op else { continue };
         let o = n.inputs[3];
-        let Some((spec, shape)) = tiled_gemm(g, mm) else { continue };
+        let Some((spec, shape)) = tiled_gemm(cfg, g, mm) else { continue };
         let spec = GemmSpec { heads: Some(gemm::Heads { delta: true, ..heads }), ..spec };
-        let spec = with_ring(on_tma(spec), &shape);
+        let spec = with_ring(cfg, on_tma(cfg, spec), &shape);
         let (q_heads, kv_heads) = (g.shape(n.inputs[0]), g.shape(n.inputs[1]));
         let fits = ph.pos.contains_key(&mm)
             && ph.pos.contains_key(&attn)
@@ -3040,6 +2855,7 @@ fn forward_copies(
 /// The cast's slot must be clear of the product's operands, the product and the other operand
 /// (it is written while they are read).
 fn mul_epilogues(
+    cfg: &CudaConfig,
     ph: &PhaseView,
     skip: &std::collections::HashSet<u32>,
     store_as: &HashMap<Value, Value>,
@@ -3058,9 +2874,9 @@ fn mul_epilogues(
         let Some(&cast) = store_as.get(&Value { node: m, index: 0 }) else { continue };
         let Some(i) = (0..j).rev().find(|&i| launched(ph.nodes[i])) else { continue };
         let gid = ph.nodes[i];
-        let Some((spec, shape)) = tiled_gemm(g, gid) else { continue };
-        let whole = !knobs().split_k || shape.split_k(spec.bk) == 1;
-        // Deep grids only: measured on the H200 (g41), sixteen contexts' step 26.89 -> 26.79 /
+        let Some((spec, shape)) = tiled_gemm(cfg, g, gid) else { continue };
+        let whole = !cfg.split_k || shape.split_k(spec.bk) == 1;
+        // Deep grids only: measured on the H200, sixteen contexts' step 26.89 -> 26.79 /
         // 26.84 ms with the fusion, one context's 3.853 -> 3.869 / 3.866 ms (its shallow grid
         // leaves the epilogue's extra traffic exposed).
         let deep = deep_epilogue_grid(&spec, &shape);
@@ -3086,7 +2902,7 @@ fn mul_epilogues(
         // is not (a forward alone), the activation is read as stored.
         let alive = |v: Value| ph.readers(v).iter().any(|r| ph.pos.get(r).is_some_and(|&p| p >= i));
         let (other, act) = match host {
-            Some((h, u)) if knobs().mul_recompute && alive(Value { node: h, index: 0 }) => {
+            Some((h, u)) if cfg.mul_recompute && alive(Value { node: h, index: 0 }) => {
                 (Value { node: h, index: 0 }, Some(u))
             }
             _ => (other, None),
@@ -3114,59 +2930,12 @@ fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
     Ok(one.repeat(n))
 }
 
-/// Choices of the lowering that are not forced by the program.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LowerOptions {
-    /// Fold bf16 casts read only by GEMMs into the GEMMs' loads (f32 operands rounded by the
-    /// `cp.async` ring) instead of launching them. Off by default: with the casts launched the
-    /// GEMMs read bf16 on the TMA engine, and on the H200 the step was faster (g33: one context
-    /// 4.19 → 4.07 ms, sixteen 32.3 → 30.5 ms) though the casts cost 34 launches.
-    pub fold_casts_into_gemms: bool,
-    /// Attention reads q, k and v as bf16, stored (q and k turned by the rotary) by the
-    /// projection's head-split epilogue, where the plan allows (`turned_heads`).
-    pub bf16_attention: bool,
-    /// Where a fused chain that alone reads a plain product runs in the product's epilogue
-    /// ([`gemm::ChainEpilogue`], `Lowerer::chain_into_product`).
-    pub chain_epilogues: ChainEpilogues,
-}
-
-/// Which products take a chain epilogue ([`LowerOptions::chain_epilogues`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChainEpilogues {
-    Never,
-    /// Over deep grids only (at least [`gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of blocks), the
-    /// default. Measured on the H200 (g55, wide stores): sixteen contexts' step 24.24 / 24.25 →
-    /// 24.11 / 24.13 ms with the gated GELU's backward in the dh product's epilogue; one
-    /// context's (a shallow grid) 3.706 / 3.711 → 3.721 / 3.721 ms, so not there.
-    DeepGrids,
-    Everywhere,
-}
-
-impl LowerOptions {
-    /// The defaults, with what the knobs force ([`crate::knobs`]).
-    pub fn from_knobs() -> LowerOptions {
-        LowerOptions {
-            fold_casts_into_gemms: knobs().cast_into_gemm.unwrap_or(false),
-            bf16_attention: knobs().bf16_attention,
-            chain_epilogues: match knobs().chain_epilogue {
-                Some(true) => ChainEpilogues::Everywhere,
-                Some(false) => ChainEpilogues::Never,
-                None => ChainEpilogues::DeepGrids,
-            },
-        }
-    }
-}
-
-/// Lowers a plan made with byte units (`alpha_plan::bytes`).
-pub fn lower(plan: Plan) -> Result<Lowered> {
-    lower_with(plan, LowerOptions::from_knobs())
-}
-
-/// [`lower`] with explicit options.
-pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
+/// Lowers a plan made with byte units (`alpha_plan::bytes`) with `config`.
+pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
     let consts_start = plan.arena.div_ceil(ALIGN) * ALIGN;
     let mut lw = Lowerer {
         plan: &plan,
+        config,
         kernels: vec![],
         index: HashMap::new(),
         consts_end: consts_start,
@@ -3185,18 +2954,8 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         deferred_folds: std::collections::HashSet::new(),
         fold_flush_after: None,
         pending_folds: vec![],
-        chain_epilogues: options.chain_epilogues,
-        fixup_counters: None,
         delta_regions: HashMap::new(),
         delta_at: HashMap::new(),
-        ce_logits: match knobs().ce_stats {
-            true => {
-                let nodes = plan.program.graph.nodes.iter();
-                nodes.filter(|n| matches!(n.op, Op::CrossEntropy)).map(|n| n.inputs[0]).collect()
-            }
-            false => std::collections::HashSet::new(),
-        },
-        ce_stats: HashMap::new(),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -3214,36 +2973,44 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         let mut launches = vec![];
         let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
         let view = PhaseView::new(&plan, &nodes, &readers);
-        let mut skip =
-            fuse(&plan, &nodes, &lw.cast_candidates, options.fold_casts_into_gemms, &mut lw.f32_gemm, &mut lw.gemm_add);
-        let more = fuse_more(&plan, &nodes, &skip, &lw.f32_gemm, &lw.gemm_add, &mut lw.more);
+        let mut skip = fuse(
+            config,
+            &plan,
+            &nodes,
+            &lw.cast_candidates,
+            config.fold_casts_into_gemms,
+            &mut lw.f32_gemm,
+            &mut lw.gemm_add,
+        );
+        let more = fuse_more(config, &plan, &nodes, &skip, &lw.f32_gemm, &lw.gemm_add, &mut lw.more);
         skip.extend(more);
-        if options.bf16_attention {
+        // Turned heads need every column of a row in one thread: the wgmma engines only.
+        if config.bf16_attention && config.gemm_engine != gemm::Engine::Mma {
             turned_heads(&view, &skip, &mut lw.more);
         }
         for (producer_out, cast) in casts_into_producers(&plan, &nodes, &skip, &lw.cast_candidates) {
             skip.insert(cast.node);
             lw.store_as.insert(producer_out, cast);
         }
-        if options.bf16_attention && knobs().merged_gradients {
+        if config.bf16_attention && config.merged_gradients {
             for permute in merged_gradients(&view, &skip, &lw.store_as, &mut lw.more) {
                 skip.insert(permute);
             }
         }
-        if options.bf16_attention && knobs().output_copy {
+        if config.bf16_attention && config.output_copy {
             for permute in forward_copies(&view, &skip, &lw.store_as, &mut lw.more) {
                 skip.insert(permute);
             }
         }
-        if options.bf16_attention && knobs().joint_attention_backward && knobs().delta_epilogue {
-            delta_heads(&view, &uses, &lw.f32_gemm, &mut lw.more);
+        if config.bf16_attention && config.joint_attention_backward && config.delta_epilogue {
+            delta_heads(config, &view, &uses, &lw.f32_gemm, &mut lw.more);
         }
-        if knobs().mul_epilogue {
-            for mul in mul_epilogues(&view, &skip, &lw.store_as, &lw.f32_gemm, &lw.gemm_add, &mut lw.more) {
+        if config.mul_epilogue {
+            for mul in mul_epilogues(config, &view, &skip, &lw.store_as, &lw.f32_gemm, &lw.gemm_add, &mut lw.more) {
                 skip.insert(mul);
             }
         }
-        (lw.deferred_folds, lw.fold_flush_after) = deferred_folds(&view);
+        (lw.deferred_folds, lw.fold_flush_after) = deferred_folds(config, &view);
         let mut products = LaunchedProducts::default();
         let mut i = 0;
         while i < nodes.len() {
@@ -3253,7 +3020,7 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             }
             if let Some(add) = lw.layernorm_residual(&nodes, i, &skip, &uses) {
                 // The cast right after it, of the residual gradient, stored by it as well.
-                let copy = if knobs().layernorm_copy { lw.cast_of_sum(&nodes, i, add, &skip) } else { None };
+                let copy = if config.layernorm_copy { lw.cast_of_sum(&nodes, i, add, &skip) } else { None };
                 launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add), copy)?);
                 if let Some(c) = copy {
                     skip.insert(c.node);
@@ -3266,7 +3033,7 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
             }
             if let Some(cl) = lw.elementwise_chain(&nodes, i, &mut skip, &uses)? {
                 let end = cl.end;
-                let taken = options.chain_epilogues != ChainEpilogues::Never
+                let taken = config.chain_epilogues != ChainEpilogues::Never
                     && lw.chain_into_product(&view, i, &cl, &mut launches, &products, &uses)?;
                 if !taken {
                     launches.push(cl.pending);
@@ -3314,10 +3081,10 @@ pub fn lower_with(plan: Plan, options: LowerOptions) -> Result<Lowered> {
         lw.dead_activation_stores(&view, &uses, &products, &mut launches)?;
         // Launches merged into others; removed once every merge has found its indices.
         let mut dead = std::collections::HashSet::new();
-        if knobs().gated_products {
+        if config.gated_products {
             lw.gated_products(&products, &mut launches, &mut dead)?;
         }
-        if knobs().paired_products {
+        if config.paired_products {
             lw.paired_products(&products, &uses, &mut launches, &mut dead)?;
         }
         let mut launches: Vec<Pending> =
@@ -3394,12 +3161,7 @@ fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<
 /// them exactly there). The f32 sources of the bf16 casts that only GEMMs read are kept alive
 /// through those GEMMs (`cast_sources_through_their_gemms`), so that every such cast folds
 /// into the GEMMs' loads.
-pub fn lower_program(program: &alpha_ir::Program) -> Result<Lowered> {
-    lower_program_with(program, LowerOptions::from_knobs())
-}
-
-/// [`lower_program`] with explicit options.
-pub fn lower_program_with(program: &alpha_ir::Program, options: LowerOptions) -> Result<Lowered> {
+pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result<Lowered> {
     let plan_with = |keep: &[(Value, u32)]| {
         alpha_plan::plan_keeping(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
     };
@@ -3420,7 +3182,9 @@ pub fn lower_program_with(program: &alpha_ir::Program, options: LowerOptions) ->
     // (Kept with the casts launched too: the plan that results keeps every add-epilogue fusion,
     // a plain one lost 14 of them at one context.)
     keep.extend(
-        cast_sources_through_their_gemms(program).into_iter().filter(|(src, _)| !into_producers.contains_key(src)),
+        cast_sources_through_their_gemms(config, program)
+            .into_iter()
+            .filter(|(src, _)| !into_producers.contains_key(src)),
     );
     // A producer storing into its cast's slot writes it from its own launch (or its chain's,
     // which may start a few elementwise nodes earlier) on: what those read must not lie there.
@@ -3438,7 +3202,7 @@ pub fn lower_program_with(program: &alpha_ir::Program, options: LowerOptions) ->
             keep.extend(vals.into_iter().filter(|v| phase(v.node) == phase(cast)).map(|v| (v, cast)));
         }
     }
-    lower_with(plan_with(&keep)?, options)
+    lower(plan_with(&keep)?, config)
 }
 
 /// LayerNorm backwards of up to this many bands of rows run their band fold beside the input
@@ -3450,10 +3214,10 @@ const FOLD_BESIDE_ROWS_MAX_BANDS: usize = 64;
 /// ([`layernorm::backward_finish_multi_kernel`]), and that last one: those whose pass 1 runs in
 /// the input gradient's launch (many bands) and whose gain and bias gradients nothing in the
 /// phase reads before that last one (the optimizer reads them at the end of a step).
-fn deferred_folds(view: &PhaseView) -> (std::collections::HashSet<u32>, Option<u32>) {
+fn deferred_folds(cfg: &CudaConfig, view: &PhaseView) -> (std::collections::HashSet<u32>, Option<u32>) {
     let g = view.g;
     let none = (std::collections::HashSet::new(), None);
-    if !knobs().ln_fold_together {
+    if !cfg.ln_fold_together {
         return none;
     }
     let deep: Vec<u32> = view
@@ -3462,7 +3226,7 @@ fn deferred_folds(view: &PhaseView) -> (std::collections::HashSet<u32>, Option<u
         .copied()
         .filter(|&id| {
             let n = &g.nodes[id as usize];
-            n.op == Op::LayerNormBackward && partials_in_rows(norm_of(g, n))
+            n.op == Op::LayerNormBackward && partials_in_rows(cfg, norm_of(g, n))
         })
         .collect();
     let Some(&last) = deep.last() else { return none };
@@ -3486,8 +3250,8 @@ fn norm_of(g: &alpha_ir::Graph, node: &Node) -> Norm {
 }
 
 /// Whether a LayerNorm backward of shape `n` runs pass 1 in its input gradient's launch.
-fn partials_in_rows(n: Norm) -> bool {
-    knobs().ln_partials && n.bands() >= PARTIALS_IN_ROWS_MIN_BANDS
+fn partials_in_rows(cfg: &CudaConfig, n: Norm) -> bool {
+    cfg.ln_partials && n.bands() >= PARTIALS_IN_ROWS_MIN_BANDS
 }
 
 /// Bands from which a LayerNorm backward's pass 1 runs in its input gradient's launch: two
@@ -3591,7 +3355,7 @@ fn casts_into_producers(
 /// Why: a plain plan frees an activation once its forward readers are done, so the backward's
 /// GEMMs would read the bf16 copy and every such cast would stay a launch (196 in Coppelius's
 /// step); an f32 source kept instead of a bf16 copy costs 2 bytes an element of memory.
-fn cast_sources_through_their_gemms(program: &alpha_ir::Program) -> Vec<(Value, u32)> {
+fn cast_sources_through_their_gemms(cfg: &CudaConfig, program: &alpha_ir::Program) -> Vec<(Value, u32)> {
     let g = &program.graph;
     let (uses, readers) = readers_of(program);
     let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
@@ -3605,7 +3369,7 @@ fn cast_sources_through_their_gemms(program: &alpha_ir::Program) -> Vec<(Value, 
         let rs = readers.get(&v).cloned().unwrap_or_default();
         let only_gemms = !rs.is_empty()
             && uses.get(&v) == Some(&rs.len())
-            && rs.iter().all(|&r| phase(r) == phase(id) && tiled_gemm(g, r).is_some());
+            && rs.iter().all(|&r| phase(r) == phase(id) && tiled_gemm(cfg, g, r).is_some());
         if !only_gemms {
             continue;
         }
@@ -3642,18 +3406,18 @@ mod tests {
 
     /// Lowers `g` as a one-phase forward program whose output "s" is `s`.
     fn lower_forward(g: Graph, s: Value) -> Lowered {
-        lower_forward_with(g, s, LowerOptions { fold_casts_into_gemms: false, ..LowerOptions::from_knobs() })
+        lower_forward_with(g, s, CudaConfig { fold_casts_into_gemms: false, ..CudaConfig::default() })
     }
 
     /// [`lower_forward`] folding casts into the GEMMs' loads.
     fn lower_forward_folding(g: Graph, s: Value) -> Lowered {
-        lower_forward_with(g, s, LowerOptions { fold_casts_into_gemms: true, ..LowerOptions::from_knobs() })
+        lower_forward_with(g, s, CudaConfig { fold_casts_into_gemms: true, ..CudaConfig::default() })
     }
 
-    fn lower_forward_with(g: Graph, s: Value, options: LowerOptions) -> Lowered {
+    fn lower_forward_with(g: Graph, s: Value, config: CudaConfig) -> Lowered {
         let mut outs = BTreeMap::new();
         outs.insert("s".to_string(), s);
-        lower_program_with(&Program::single(g.finish().unwrap(), "forward", outs), options).unwrap()
+        lower_program(&Program::single(g.finish().unwrap(), "forward", outs), &config).unwrap()
     }
 
     /// x [64, 64] · w [64, n], both cast to bf16 first: (graph, [x, w, x16, w16, product]).
@@ -3877,7 +3641,7 @@ mod tests {
                 s = g.add(s, t);
             }
         }
-        let l = lower_forward_with(g, s, LowerOptions::from_knobs());
+        let l = lower_forward_with(g, s, CudaConfig::default());
         launch_names(&l).into_iter().map(String::from).collect()
     }
 
@@ -3935,7 +3699,7 @@ mod tests {
             let t = g.sum_all(v);
             s = g.add(s, t);
         }
-        let l = lower_forward_with(g, s, LowerOptions::from_knobs());
+        let l = lower_forward_with(g, s, CudaConfig::default());
         let names = launch_names(&l);
         let at = |name: &str| names.iter().position(|n| *n == name);
         let (partials, finish, multi) = (
@@ -3956,12 +3720,12 @@ mod tests {
     #[test]
     fn a_chain_read_alone_runs_in_the_products_epilogue() {
         let (g, [y0, _, h, s]) = relu_times_product();
-        let options = LowerOptions {
+        let config = CudaConfig {
             fold_casts_into_gemms: true,
             chain_epilogues: ChainEpilogues::Everywhere,
-            ..LowerOptions::from_knobs()
+            ..CudaConfig::default()
         };
-        let l = lower_forward_with(g, s, options);
+        let l = lower_forward_with(g, s, config);
         let names = launch_names(&l);
         assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64_then_relui0_muls0i0_out1f_p0_wg", "reduce_sum"]);
         let (hs, ys) = (l.plan.slot(h), l.plan.slot(y0));
@@ -4026,7 +3790,7 @@ mod tests {
     fn inverse_rotaries_of_dq_and_dk_fold_into_the_attention_backward_stores() {
         // lse kept alive (an output), so the plan puts neither turned-back gradient on it.
         let (p, [rq, rk, dv, _, _]) = attention_backward_program(false, true);
-        let l = lower_program(&p).unwrap();
+        let l = lower_program(&p, &CudaConfig::default()).unwrap();
         let names = launch_names(&l);
         assert_eq!(names, ["attention_fwd", "attention_bwd_dq_rotary", "attention_bwd_dkv_rotary"]);
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
@@ -4060,7 +3824,7 @@ mod tests {
         // after the backward): writing it from the dK/dV kernel would clobber lse while it is
         // read. dq's lies exactly on o, which only the dQ kernel's own thread reads: allowed.
         let (p, [rq, rk, _, _, _]) = attention_backward_program(false, false);
-        let l = lower_program(&p).unwrap();
+        let l = lower_program(&p, &CudaConfig::default()).unwrap();
         let g = &l.plan.program.graph;
         let attn = (0..g.nodes.len() as u32).find(|&i| matches!(g.nodes[i as usize].op, Op::Attention { .. })).unwrap();
         let (o, lse) = (Value { node: attn, index: 0 }, Value { node: attn, index: 1 });
@@ -4106,7 +3870,7 @@ mod tests {
     #[test]
     fn forward_rotaries_are_turned_on_load_by_the_attention_kernels() {
         let (p, [q, k, _, _]) = rotary_attention_program(false);
-        let l = lower_program(&p).unwrap();
+        let l = lower_program(&p, &CudaConfig::default()).unwrap();
         let names = launch_names(&l);
         assert_eq!(
             names,
@@ -4137,7 +3901,7 @@ mod tests {
     #[test]
     fn a_rotated_tensor_read_elsewhere_keeps_its_rotary() {
         let (p, [q, k, rq, _]) = rotary_attention_program(true);
-        let l = lower_program(&p).unwrap();
+        let l = lower_program(&p, &CudaConfig::default()).unwrap();
         let names = launch_names(&l);
         assert_eq!(
             names,
@@ -4168,7 +3932,7 @@ mod tests {
     #[test]
     fn a_gradient_read_elsewhere_keeps_its_inverse_rotary() {
         let (p, [_, rk, _, dq, _]) = attention_backward_program(true, true);
-        let l = lower_program(&p).unwrap();
+        let l = lower_program(&p, &CudaConfig::default()).unwrap();
         let names = launch_names(&l);
         assert_eq!(names, ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkv_rotary", "rotary_inverse"]);
         let slot = |v| LArg::Ptr(l.plan.slot(v).offset);

@@ -412,7 +412,7 @@ pub fn ln(k: &mut Kernel, x: Reg) -> Reg {
 
 /// `tanh x` as `1 − 2/(e^{2x} + 1)` (saturates correctly at ±∞), the quotient correctly
 /// rounded (`two_over`): the same bits as [`tanh_dividing`] for every f32 input
-/// (`check::tanh_exhaustive`).
+/// (alpha-cuda-lab's `check::tanh_exhaustive`).
 pub fn tanh(k: &mut Kernel, x: Reg) -> Reg {
     tanh_with(k, x, two_over)
 }

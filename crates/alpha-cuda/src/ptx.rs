@@ -26,8 +26,6 @@ pub const PTX_VERSION: &str = "8.0";
 pub const PTX_TARGET: &str = "sm_90a";
 /// Most threads a block may have.
 pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
-/// Nanoseconds a thread waiting on a counter sleeps between reads ([`Kernel::wait_for_count`]).
-const COUNT_SLEEP_NS: u32 = 32;
 
 /// Most statically declared shared memory a kernel may have (bytes).
 pub const MAX_STATIC_SHARED: u32 = 48 * 1024;
@@ -515,39 +513,6 @@ impl Kernel {
         cur
     }
 
-    // ---- counters ordering blocks ------------------------------------------------------------
-
-    /// Where `waiter` holds (one thread), spins until the u32 counter at `at` reads `want`
-    /// (`ld.acquire.gpu`, sleeping between reads); then the block meets at a barrier, so every
-    /// thread may read what the blocks counted before wrote (past L1: `ld.global.cg`). Blocks
-    /// wait this way only on blocks that start before them. [`Kernel::publish_count`] sets it.
-    pub fn wait_for_count(&mut self, waiter: Reg, at: Reg, want: Reg) {
-        let spin = self.label("count_spin");
-        let seen = self.label("count_seen");
-        self.bra_if(waiter, true, &seen);
-        self.place(&spin);
-        let now = self.reg(RegKind::B32);
-        self.op("ld.acquire.gpu.global.u32", [now.into(), addr(at, 0)]);
-        let ready = self.setp("eq.u32", now, want);
-        self.bra_if(ready, false, &seen);
-        self.op("nanosleep.u32", [COUNT_SLEEP_NS.into()]);
-        self.bra(&spin);
-        self.place(&seen);
-        self.barrier();
-    }
-
-    /// Once the block's writes are done (a barrier first), `writer` (one thread) sets the u32
-    /// counter at `at` to `value`, after a fence that makes those writes visible at GPU scope
-    /// to whoever reads the new value ([`Kernel::wait_for_count`]).
-    pub fn publish_count(&mut self, writer: Reg, at: Reg, value: Reg) {
-        self.barrier();
-        let done = self.label("count_published");
-        self.bra_if(writer, true, &done);
-        self.op("fence.acq_rel.gpu", []);
-        self.op("st.relaxed.gpu.global.u32", [addr(at, 0), value.into()]);
-        self.place(&done);
-    }
-
     // ---- checks and rendering ----------------------------------------------------------------
 
     /// The launch limits every kernel must respect.
@@ -615,9 +580,6 @@ impl Kernel {
         // had its blocks taken early onto whichever SMs had room, several to an SM, while
         // others idled (one context's step 4.83 → 5.55 ms, sixteen's 33.8 → 34.5 ms on the H200).
         let _ = writeln!(s, "\tgriddepcontrol.wait;");
-        if crate::knobs::knobs().early_trigger {
-            let _ = writeln!(s, "\tgriddepcontrol.launch_dependents;");
-        }
         for line in &self.lines {
             match line {
                 Line::Label(l) => {

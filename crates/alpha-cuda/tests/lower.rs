@@ -2,7 +2,8 @@
 //! lower to launches whose kernels fit the launch budget, whose every pointer lies inside the
 //! arena, and whose modules are shared across Coppelius's 16 identical blocks.
 
-use alpha_cuda::lower::{lower_program, lower_program_with, ChainEpilogues, LArg, LowerOptions, Lowered};
+use alpha_cuda::config::{ChainEpilogues, CudaConfig};
+use alpha_cuda::lower::{lower_program, LArg, Lowered};
 use alpha_ir::Op;
 use alpha_systems::System;
 
@@ -30,12 +31,14 @@ fn check_pointers(l: &Lowered) {
 #[test]
 fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     let bob = alpha_systems::bob::Bob;
-    let l = lower_program(&bob.learner(10).training_program(bob.model(4).unwrap()).unwrap()).unwrap();
+    let l = lower_program(&bob.learner(10).training_program(bob.model(4).unwrap()).unwrap(), &CudaConfig::default())
+        .unwrap();
     check_pointers(&l);
     assert_eq!(l.phases.len(), 1);
 
     let c = alpha_systems::coppelius::Coppelius::default();
-    let l = lower_program(&c.learner(10).training_program(c.model(1).unwrap()).unwrap()).unwrap();
+    let l =
+        lower_program(&c.learner(10).training_program(c.model(1).unwrap()).unwrap(), &CudaConfig::default()).unwrap();
     check_pointers(&l);
     let launches = l.launch_count(0);
     assert!(launches > 500, "{launches} launches");
@@ -97,7 +100,7 @@ fn bob_and_coppelius_lower_within_the_arena_and_share_kernels() {
     assert_eq!(l.phases[0].iter().filter(|x| l.kernels[x.kernel].name == "layernorm_fwd_bf16").count(), 33);
 
     let inf = alpha_learn::inference_program(c.model(1).unwrap()).unwrap();
-    check_pointers(&lower_program(&inf).unwrap());
+    check_pointers(&lower_program(&inf, &CudaConfig::default()).unwrap());
 }
 
 #[test]
@@ -105,7 +108,7 @@ fn accumulation_phases_lower_with_their_copies() {
     let bob = alpha_systems::bob::Bob;
     let mut learner = bob.learner(10);
     learner.accumulation = 2;
-    let l = lower_program(&learner.training_program(bob.model(2).unwrap()).unwrap()).unwrap();
+    let l = lower_program(&learner.training_program(bob.model(2).unwrap()).unwrap(), &CudaConfig::default()).unwrap();
     assert_eq!(l.phases.len(), 2);
     check_pointers(&l);
     // The accumulate phase ends by copying the summed gradient into its accumulator.
@@ -116,11 +119,13 @@ fn training(system: &str) -> Lowered {
     match system {
         "bob" => {
             let bob = alpha_systems::bob::Bob;
-            lower_program(&bob.learner(10).training_program(bob.model(4).unwrap()).unwrap()).unwrap()
+            lower_program(&bob.learner(10).training_program(bob.model(4).unwrap()).unwrap(), &CudaConfig::default())
+                .unwrap()
         }
         _ => {
             let c = alpha_systems::coppelius::Coppelius::default();
-            lower_program(&c.learner(10).training_program(c.model(1).unwrap()).unwrap()).unwrap()
+            lower_program(&c.learner(10).training_program(c.model(1).unwrap()).unwrap(), &CudaConfig::default())
+                .unwrap()
         }
     }
 }
@@ -199,8 +204,8 @@ const COPPELIUS_LAUNCHES: usize = 598;
 fn chain_epilogues_take_the_gated_gelu_backward_into_the_dh_products() {
     let c = alpha_systems::coppelius::Coppelius::default();
     let program = c.learner(10).training_program(c.model(1).unwrap()).unwrap();
-    let options = LowerOptions { chain_epilogues: ChainEpilogues::Everywhere, ..LowerOptions::from_knobs() };
-    let l = lower_program_with(&program, options).unwrap();
+    let config = CudaConfig { chain_epilogues: ChainEpilogues::Everywhere, ..CudaConfig::default() };
+    let l = lower_program(&program, &config).unwrap();
     check_pointers(&l);
     let by = alpha_cuda::lower::launches_by_kernel(&l, 0);
     let chained: usize = by
@@ -220,7 +225,8 @@ fn chain_epilogues_take_the_gated_gelu_backward_into_the_dh_products() {
 #[test]
 fn sixteen_contexts_multiply_the_gated_halves_in_the_up_products() {
     let c = alpha_systems::coppelius::Coppelius::default();
-    let l = lower_program(&c.learner(10).training_program(c.model(16).unwrap()).unwrap()).unwrap();
+    let l =
+        lower_program(&c.learner(10).training_program(c.model(16).unwrap()).unwrap(), &CudaConfig::default()).unwrap();
     check_pointers(&l);
     let names: Vec<&str> = l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();
     let fused: Vec<usize> = (0..names.len()).filter(|&i| names[i].contains("_storemul")).collect();
@@ -285,8 +291,8 @@ fn forward_rotaries_are_turned_on_load_from_kept_pre_rotary_tensors() {
     // (With the attention reading f32 q, k, v: the bf16 path is `the_projection_stores_...`.)
     let c = alpha_systems::coppelius::Coppelius::default();
     let program = c.learner(10).training_program(c.model(1).unwrap()).unwrap();
-    let options = LowerOptions { bf16_attention: false, ..LowerOptions::from_knobs() };
-    let l = lower_program_with(&program, options).unwrap();
+    let config = CudaConfig { bf16_attention: false, ..CudaConfig::default() };
+    let l = lower_program(&program, &config).unwrap();
     let plan = &l.plan;
     let g = &plan.program.graph;
     let nodes: Vec<u32> = plan.phases[0].kernels.iter().map(|k| k.node).collect();
@@ -596,7 +602,9 @@ fn layernorm_bands_are_the_references() {
 fn the_projections_store_the_head_split_from_the_products() {
     let c = alpha_systems::coppelius::Coppelius::default();
     for batch in [1usize, 16] {
-        let l = lower_program(&c.learner(10).training_program(c.model(batch).unwrap()).unwrap()).unwrap();
+        let l =
+            lower_program(&c.learner(10).training_program(c.model(batch).unwrap()).unwrap(), &CudaConfig::default())
+                .unwrap();
         check_pointers(&l);
         let by = alpha_cuda::lower::launches_by_kernel(&l, 0);
         let tag = format!("_heads_b{batch}t1024h8d64");
@@ -614,7 +622,9 @@ fn the_projections_store_the_head_split_from_the_products() {
 fn the_output_gradients_product_stores_attentions_delta_at_sixteen_contexts() {
     let c = alpha_systems::coppelius::Coppelius::default();
     for (batch, fused) in [(16, 16), (1, 0)] {
-        let l = lower_program(&c.learner(10).training_program(c.model(batch).unwrap()).unwrap()).unwrap();
+        let l =
+            lower_program(&c.learner(10).training_program(c.model(batch).unwrap()).unwrap(), &CudaConfig::default())
+                .unwrap();
         check_pointers(&l);
         let launches = &l.phases[0];
         let names: Vec<&str> = launches.iter().map(|x| l.kernels[x.kernel].name.as_str()).collect();

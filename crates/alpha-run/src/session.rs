@@ -51,7 +51,11 @@ pub fn backend_for(device: Device, program: &Program) -> Result<Box<dyn Backend>
     }
     match device {
         Device::Cpu => Ok(Box::new(CpuBackend::compile(program)?)),
-        Device::Cuda => Ok(Box::new(alpha_cuda::CudaBackend::compile(program)?)),
+        // The CUDA backend's measurement switches are read here, at the command line's boundary.
+        Device::Cuda => {
+            let config = alpha_cuda::CudaConfig::from_env()?;
+            Ok(Box::new(alpha_cuda::CudaBackend::compile(program, &config)?))
+        }
     }
 }
 

@@ -644,10 +644,14 @@ fn build(a: BuildArgs) -> Result<()> {
     };
     let mut plans = vec![];
     let mut ptx = std::collections::HashMap::new();
+    let cuda = match a.device {
+        Device::Cuda => Some(alpha_cuda::CudaConfig::from_env()?),
+        Device::Cpu => None,
+    };
     for p in &programs {
         plans.push(alpha_plan::plan(p, unit, align)?);
-        if a.device == Device::Cuda {
-            ptx.insert(p.key(), alpha_cuda::backend::program_ptx(p)?);
+        if let Some(config) = &cuda {
+            ptx.insert(p.key(), alpha_cuda::backend::program_ptx(p, config)?);
         }
     }
     let kernels: usize = ptx.values().map(Vec::len).sum();

@@ -7,8 +7,8 @@
 
 use std::time::Instant;
 
-use alpha_cuda::check::{self, Options, Rng, Row};
 use alpha_cuda::Gpu;
+use alpha_cuda_lab::check::{self, Options, Rng, Row};
 use anyhow::Result;
 
 fn main() -> Result<()> {
@@ -80,12 +80,6 @@ fn main() -> Result<()> {
     if wanted("gemm-kparts") {
         step("gemm-kparts", check::gemm_uneven_split_checks(&gpu, &arena, &mut rng, &opts));
     }
-    if wanted("gemm-cluster") {
-        step("gemm-cluster", check::gemm_cluster_split_checks(&gpu, &arena, &mut rng, &opts));
-    }
-    if wanted("gemm-fixup") {
-        step("gemm-fixup", check::gemm_fixup_split_checks(&gpu, &arena, &mut rng, &opts));
-    }
     if wanted("layernorm") {
         step("layernorm", check::layernorm_param_checks(&gpu, &arena, &mut rng, &opts));
     }
@@ -97,10 +91,6 @@ fn main() -> Result<()> {
     }
     if wanted("attention") {
         step("attention", check::attention_checks(&gpu, &arena, &mut rng, &Options { bench: false, ..opts }));
-    }
-    let n_ew = if quick { 1 << 20 } else { 1 << 25 };
-    if wanted("elementwise") {
-        step("elementwise", check::elementwise_checks(&gpu, &arena, &mut rng, n_ew, &opts));
     }
     if wanted("embedding") {
         step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (12288, 512, 1024), &opts));

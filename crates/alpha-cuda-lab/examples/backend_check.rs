@@ -257,7 +257,7 @@ fn cases() -> Vec<Case> {
 
 fn run_case(c: &Case, seed: u64, checked: bool) -> Result<Vec<(String, f64, f64, bool)>> {
     let mut cpu = CpuBackend::compile(&c.program)?;
-    let mut gpu = CudaBackend::compile(&c.program)?;
+    let mut gpu = CudaBackend::compile(&c.program, &alpha_cuda::CudaConfig::from_env()?)?;
     gpu.set_checked(checked);
     for (name, values) in alpha_learn::init::initial_leaves(&c.program.graph, seed) {
         cpu.write(&name, &values)?;
@@ -353,7 +353,7 @@ fn check_system(name: &str, seed: u64, steps: u64, checked: bool, summary: &mut 
     let (sys, program) = system_program(name, None)?;
     let sys = sys.as_ref();
     let t0 = Instant::now();
-    let mut gpu = CudaBackend::compile(&program)?;
+    let mut gpu = CudaBackend::compile(&program, &alpha_cuda::CudaConfig::from_env()?)?;
     gpu.set_checked(checked);
     let compile_s = t0.elapsed().as_secs_f64();
     let phase = program.phases[0].name.clone();
@@ -505,14 +505,16 @@ fn main() -> Result<()> {
     let seed: u64 = value("--seed").and_then(|s| s.parse().ok()).unwrap_or(7);
     let checked = flag("--checked");
     if let Some(dir) = value("--ptx-dir") {
+        let config = alpha_cuda::CudaConfig::from_env()?;
         let dir = std::path::PathBuf::from(dir);
         let mut count = 0;
         for c in cases() {
-            count += alpha_cuda::lower::lower_program(&c.program)?.dump_ptx(&dir.join("ops").join(c.name))?.len();
+            count +=
+                alpha_cuda::lower::lower_program(&c.program, &config)?.dump_ptx(&dir.join("ops").join(c.name))?.len();
         }
         for s in ["bob", "coppelius"] {
             let (sys, program) = system_program(s, None)?;
-            let l = alpha_cuda::lower::lower_program(&program)?;
+            let l = alpha_cuda::lower::lower_program(&program, &config)?;
             count += l.dump_ptx(&dir.join(s))?.len();
             println!(
                 "{s}: training step lowers to {} launches of {} distinct kernels",
@@ -524,7 +526,8 @@ fn main() -> Result<()> {
             println!("{s}: {}", by.join(", "));
             println!("{s}: arena {} bytes (plan {})", l.arena, l.plan.arena);
             let inf = alpha_learn::inference_program(sys.model(sys.default_batch())?)?;
-            count += alpha_cuda::lower::lower_program(&inf)?.dump_ptx(&dir.join(format!("{s}-forward")))?.len();
+            count +=
+                alpha_cuda::lower::lower_program(&inf, &config)?.dump_ptx(&dir.join(format!("{s}-forward")))?.len();
         }
         println!("wrote {count} PTX files under {}", dir.display());
         if flag("--ptx-only") {

@@ -12,13 +12,12 @@
 
 use anyhow::Result;
 
-use crate::adamw::{self, AdamwScalars, Segment};
-use crate::cross_entropy;
-use crate::driver::{DeviceArena, Function, Gpu};
-use crate::elementwise;
-use crate::embedding;
-use crate::gemm::{self, Epilogue, Extras, GemmShape, GemmSpec, Input, Layout, Tile};
-use crate::{attention, attention_mma, rotary};
+use alpha_cuda::adamw::{self, AdamwScalars, Segment};
+use alpha_cuda::cross_entropy;
+use alpha_cuda::driver::{DeviceArena, Function, Gpu};
+use alpha_cuda::embedding;
+use alpha_cuda::gemm::{self, Epilogue, Extras, GemmShape, GemmSpec, Input, Layout, Tile};
+use alpha_cuda::{attention, attention_mma, rotary};
 
 /// One line of the report.
 #[derive(Clone, Debug)]
@@ -82,7 +81,7 @@ const NAN_BITS: u32 = 0x7FC0_0000;
 
 /// f32 buffers of the given lengths, each filled with [`NAN_BITS`] (what a kernel under test
 /// must overwrite).
-fn poisoned<const N: usize>(arena: &DeviceArena, lens: [usize; N]) -> Result<[crate::driver::Buf; N]> {
+fn poisoned<const N: usize>(arena: &DeviceArena, lens: [usize; N]) -> Result<[alpha_cuda::driver::Buf; N]> {
     let mut bufs = Vec::with_capacity(N);
     for len in lens {
         let b = arena.alloc_n::<f32>(len)?;
@@ -132,7 +131,7 @@ fn bf16_bits(x: &[f32]) -> Vec<u16> {
     x.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect()
 }
 
-fn upload_operand(arena: &DeviceArena, input: Input, x: &[f32]) -> Result<crate::driver::Buf> {
+fn upload_operand(arena: &DeviceArena, input: Input, x: &[f32]) -> Result<alpha_cuda::driver::Buf> {
     Ok(match input {
         Input::F32 => {
             let b = arena.alloc_n::<f32>(x.len())?;
@@ -153,10 +152,10 @@ struct GemmCase {
     a: Vec<f32>,
     b: Vec<f32>,
     r: Vec<f32>,
-    ab: crate::driver::Buf,
-    bb: crate::driver::Buf,
-    cb: crate::driver::Buf,
-    rb: crate::driver::Buf,
+    ab: alpha_cuda::driver::Buf,
+    bb: alpha_cuda::driver::Buf,
+    cb: alpha_cuda::driver::Buf,
+    rb: alpha_cuda::driver::Buf,
     nc: usize,
 }
 
@@ -178,10 +177,10 @@ fn tma_maps(arena: &DeviceArena, spec: &GemmSpec, sh: &GemmShape, a: u64, b: u64
     if spec.engine != gemm::Engine::Tma {
         return Ok(None);
     }
-    let (ma, mb) = crate::gemm_tma::map_specs(spec, sh);
+    let (ma, mb) = alpha_cuda::gemm_tma::map_specs(spec, sh);
     let buf = arena.alloc(256)?;
-    let mut bytes = crate::gemm_tma::encode(a, &ma)?.to_vec();
-    bytes.extend(crate::gemm_tma::encode(b, &mb)?);
+    let mut bytes = alpha_cuda::gemm_tma::encode(a, &ma)?.to_vec();
+    bytes.extend(alpha_cuda::gemm_tma::encode(b, &mb)?);
     arena.upload(buf, &bytes)?;
     Ok(Some((buf.ptr, buf.ptr + 128)))
 }
@@ -379,9 +378,8 @@ pub fn gemm_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
 
 /// Where the time of a short-K product goes, tile by tile: sixteen contexts' q/k/v projection
 /// shape (16384 × 1536, bf16, row-major operands, the TMA engine's 128 × 128 tiles on the
-/// lowering's ring), timed at K = 512 … 4096 a block a tile and in blocks of two math groups
-/// ([`GemmSpec::pingpong`]), and at K = 512 traced ([`GemmSpec::trace`]) a block a tile,
-/// persistent, and in two math groups. Each trace's rows (tile, SM, and the four stamps in ns from
+/// lowering's ring), timed at K = 512 … 4096 a block a tile, and at K = 512 traced
+/// ([`GemmSpec::trace`]). Each trace's rows (tile, SM, and the four stamps in ns from
 /// the launch's first) go to `trace-<kernel>.csv` under `ALPHA_TRACE_DIR` when set; each row
 /// here gives the mean phases.
 pub fn gemm_trace(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
@@ -390,18 +388,19 @@ pub fn gemm_trace(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
     let plain = spec_of("rr", Input::Bf16).tma();
     let ring = |k: u32| {
         let (x, y) = plain.tiles(&GemmShape::packed(&plain, m, n, k));
-        GemmSpec { stages: crate::gemm_wgmma::stages_for(&plain, x * y), ..plain }
+        GemmSpec {
+            stages: alpha_cuda::gemm_wgmma::stages_for(&plain, x * y, alpha_cuda::gemm_wgmma::SHALLOW_RING_WAVES),
+            ..plain
+        }
     };
     for k in [512u32, 1024, 2048, 4096] {
         let spec = ring(k);
         rows.push(gemm_bench_one(gpu, arena, rng, spec, m, n, k, opts, &mut Vec::new(), Some(Tile::T128x128))?);
-        let pingpong = GemmSpec { persistent: true, pingpong: true, ..spec };
-        rows.push(gemm_bench_one(gpu, arena, rng, pingpong, m, n, k, opts, &mut Vec::new(), Some(Tile::T128x128))?);
     }
     let k = 512u32;
-    for (persistent, pingpong) in [(false, false), (true, false), (true, true)] {
+    {
         arena.reset();
-        let spec = GemmSpec { trace: true, persistent, pingpong, ..ring(k) };
+        let spec = GemmSpec { trace: true, ..ring(k) };
         let f = gpu.load(&spec.kernel())?;
         let sh = GemmShape::packed(&spec, m, n, k);
         let GemmCase { ab, bb, cb, rb, .. } = gemm_case(arena, rng, &spec, &sh)?;
@@ -452,98 +451,6 @@ pub fn gemm_trace(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
                 mean(2)
             ),
         ));
-    }
-    Ok(rows)
-}
-
-/// Cast and the fused elementwise chains over `n` elements.
-pub fn elementwise_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, n: usize, opts: &Options) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    arena.reset();
-    // Cast: bit-exact.
-    let f = gpu.load(&elementwise::cast_kernel())?;
-    let mut x = rng.vec(n, 3.0);
-    x[0] = 1.0 + 1.0 / 256.0; // a tie
-    x[1] = f32::MAX;
-    let xb = arena.alloc_n::<f32>(n)?;
-    let ob = arena.alloc_n::<u16>(n)?;
-    arena.upload(xb, &x)?;
-    arena.fill_u32(ob, 0xFFFF_FFFF)?;
-    elementwise::cast(gpu, &f, ob.ptr, xb.ptr, n as u32)?;
-    let got: Vec<u16> = arena.download(ob, n)?;
-    let want = elementwise::cast_reference(&x);
-    let mism = got.iter().zip(&want).filter(|(a, b)| a != b).count();
-    let us = if opts.bench {
-        Some(median(gpu.time(opts.warmup, opts.reps, || elementwise::cast(gpu, &f, ob.ptr, xb.ptr, n as u32))?))
-    } else {
-        None
-    };
-    rows.push(Row {
-        family: "cast".into(),
-        name: "cast_f32_bf16".into(),
-        shape: format!("n{n}"),
-        max_abs: mism as f64,
-        rel: mism as f64 / n as f64,
-        tol: 0.0,
-        pass: mism == 0,
-        median_us: us,
-        rate: us.map_or(String::new(), |t| format!("{:.2} TB/s", 6.0 * n as f64 / t / 1e6)),
-    });
-    for ew in [
-        elementwise::add(),
-        elementwise::axpby(0.5, -2.0),
-        elementwise::gated_gelu_forward(),
-        elementwise::gated_gelu_backward(),
-    ] {
-        arena.reset();
-        let f = gpu.load(&ew.kernel())?;
-        let ins: Vec<Vec<f32>> = (0..ew.inputs).map(|_| rng.vec(n, 4.0)).collect();
-        let in_bufs: Vec<_> = ins
-            .iter()
-            .map(|v| {
-                let b = arena.alloc_n::<f32>(n)?;
-                arena.upload(b, v)?;
-                Ok(b)
-            })
-            .collect::<Result<_>>()?;
-        let out_bufs: Vec<_> = (0..ew.outputs.len())
-            .map(|_| {
-                let b = arena.alloc_n::<f32>(n)?;
-                arena.fill_u32(b, NAN_BITS)?;
-                Ok(b)
-            })
-            .collect::<Result<_>>()?;
-        let outs: Vec<u64> = out_bufs.iter().map(|b| b.ptr).collect();
-        let inp: Vec<u64> = in_bufs.iter().map(|b| b.ptr).collect();
-        ew.launch(gpu, &f, &outs, &inp, n as u32)?;
-        let mut want = vec![vec![0.0f32; n]; ew.outputs.len()];
-        let slices: Vec<&[f32]> = ins.iter().map(|v| v.as_slice()).collect();
-        ew.reference(&slices, &mut want);
-        let (mut max_abs, mut rel) = (0.0f64, 0.0f64);
-        for (j, b) in out_bufs.iter().enumerate() {
-            let got: Vec<f32> = arena.download(*b, n)?;
-            let (a, r) = compare(&got, &want[j]);
-            max_abs = max_abs.max(a);
-            rel = rel.max(r);
-        }
-        let us = if opts.bench {
-            Some(median(gpu.time(opts.warmup, opts.reps, || ew.launch(gpu, &f, &outs, &inp, n as u32))?))
-        } else {
-            None
-        };
-        let bytes = 4.0 * n as f64 * (ew.inputs + ew.outputs.len()) as f64;
-        let tol = 1e-5;
-        rows.push(Row {
-            family: "elementwise".into(),
-            name: ew.name.clone(),
-            shape: format!("n{n}"),
-            max_abs,
-            rel,
-            tol,
-            pass: rel <= tol,
-            median_us: us,
-            rate: us.map_or(String::new(), |t| format!("{:.2} TB/s", bytes / t / 1e6)),
-        });
     }
     Ok(rows)
 }
@@ -630,29 +537,6 @@ pub fn embedding_checks(
         rate: if repeat { "bitwise repeatable".into() } else { "NOT repeatable".into() },
     };
     rows.push(scatter_row("embedding_scatter_add".into(), (sa, sr), repeat, us));
-    // The segmented kernel, one segment a 4,096 tokens (at least two), the same way: bit-exact
-    // against the segmented reference, twice from the same start.
-    let fseg = gpu.load(&embedding::scatter_add_kernel_segmented())?;
-    let segments = (tokens / 4096).clamp(2, 8);
-    let counters = arena.alloc_n::<u32>(embedding::scatter_add_blocks(v) as usize)?;
-    arena.fill_u32(counters, 0)?;
-    let seg = |gpu: &Gpu| {
-        let ptrs = (tb.ptr, gb.ptr, ib.ptr, counters.ptr);
-        embedding::scatter_add_segmented(gpu, &fseg, ptrs, tokens, segments, v, d)
-    };
-    let mut runs = vec![];
-    for _ in 0..2 {
-        arena.upload(tb, &dtable0)?;
-        seg(gpu)?;
-        runs.push(arena.download::<f32>(tb, vu * du)?);
-    }
-    let mut want = dtable0.clone();
-    let len = embedding::segment_len(tokens, segments) as usize;
-    embedding::scatter_add_reference_segmented(&mut want, &dout, &idx, vu, du, len);
-    let repeat = mismatches(&runs[0], &runs[1]) == 0;
-    let us = if opts.bench { Some(median(gpu.time(opts.warmup, opts.reps, || seg(gpu))?)) } else { None };
-    let name = format!("embedding_scatter_add_segmented x{segments}");
-    rows.push(scatter_row(name, compare(&runs[0], &want), repeat, us));
     Ok(rows)
 }
 
@@ -975,8 +859,8 @@ fn mismatches(a: &[f32], b: &[f32]) -> usize {
 ///   exactly over the pre-rotary k) against two `rotary` launches and the kernels reading the
 ///   rotated q and k: o, lse, dq, dk, dv.
 pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
-    use crate::pointwise::{Body, Operand, Pointwise};
+    use alpha_cuda::driver::{Arg, LaunchConfig};
+    use alpha_cuda::pointwise::{Body, Operand, Pointwise};
     let mut rows = Vec::new();
     let launch = |f: &Function, grid: (u32, u32, u32), block: (u32, u32, u32), args: &[u64]| {
         let args: Vec<Arg> = args.iter().map(|&p| Arg::U64(p)).collect();
@@ -1044,12 +928,12 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     arena.reset();
     let dims = attention::Dims { b: 1, h: 4, g: 2, t: 200, d: 64, scale: 0.125, softcap: None };
     let (nq, nk, nl) = (dims.b * dims.h * dims.t * dims.d, dims.b * dims.g * dims.t * dims.d, dims.b * dims.h * dims.t);
-    let up = |v: &[f32]| -> Result<crate::driver::Buf> {
+    let up = |v: &[f32]| -> Result<alpha_cuda::driver::Buf> {
         let b = arena.alloc_n::<f32>(v.len())?;
         arena.upload(b, v)?;
         Ok(b)
     };
-    let blank = |n: usize| -> Result<crate::driver::Buf> {
+    let blank = |n: usize| -> Result<alpha_cuda::driver::Buf> {
         let b = arena.alloc_n::<f32>(n)?;
         arena.fill_u32(b, NAN_BITS)?;
         Ok(b)
@@ -1071,7 +955,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     launch(&fdkv, dims.grid_kv(), block, &[dk.ptr, dv.ptr, q.ptr, k.ptr, v.ptr, lse.ptr, delta.ptr, dout.ptr])?;
     for (out, x, rows_) in [(rq, dq, nq / dims.d), (rk, dk, nk / dims.d)] {
         let fr = gpu.load(&rotary::kernel(rows_, dims.t, dims.d, true))?;
-        let (blocks, threads) = crate::pointwise::grid_blocks(rows_ * dims.d / 2);
+        let (blocks, threads) = alpha_cuda::pointwise::grid_blocks(rows_ * dims.d / 2);
         launch(&fr, (blocks, 1, 1), (threads, 1, 1), &[out.ptr, x.ptr, tab.ptr])?;
     }
     // Fused, dq written over (a copy of) o and dk over (a copy of) k, as in Coppelius's plan.
@@ -1107,7 +991,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     let (qr, kr) = (blank(nq)?, blank(nk)?);
     for (out, x, rows_) in [(qr, q, nq / dims.d), (kr, k, nk / dims.d)] {
         let fr = gpu.load(&rotary::kernel(rows_, dims.t, dims.d, false))?;
-        let (blocks, threads) = crate::pointwise::grid_blocks(rows_ * dims.d / 2);
+        let (blocks, threads) = alpha_cuda::pointwise::grid_blocks(rows_ * dims.d / 2);
         launch(&fr, (blocks, 1, 1), (threads, 1, 1), &[out.ptr, x.ptr, tab.ptr])?;
     }
     let (o_u, lse_u, dq_u, dk_u, dv_u, delta_u) =
@@ -1162,165 +1046,31 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     rows.extend(delta_heads_checks(gpu, arena, rng)?);
     rows.extend(store_mul_checks(gpu, arena, rng)?);
     rows.extend(gated_checks(gpu, arena, rng)?);
-    rows.extend(persistent_checks(gpu, arena, rng)?);
     rows.extend(chain_epilogue_checks(gpu, arena, rng)?);
-    rows.extend(row_stats_checks(gpu, arena, rng)?);
-    Ok(rows)
-}
-
-/// Blocks the checks launch a persistent product with ([`Extras::blocks`]): few, so that each
-/// walks many tiles.
-const WALK_BLOCKS: u32 = 5;
-
-/// Blocks the checks launch a product of two math groups with ([`GemmSpec::pingpong`]): six
-/// groups, so that their tile counts differ.
-const PINGPONG_BLOCKS: u32 = 3;
-
-/// The blocks the checks launch `spec` with ([`Extras::blocks`]): a few where it walks tiles,
-/// else the grid's.
-fn walk_blocks(spec: &GemmSpec) -> Option<u32> {
-    spec.persistent.then_some(if spec.pingpong { PINGPONG_BLOCKS } else { WALK_BLOCKS })
-}
-
-/// Persistent products ([`GemmSpec::persistent`]) against a block a tile, bit for bit: five
-/// blocks walk the 88 tiles of a ragged product, with the epilogues a step takes there — a
-/// plain store on the fragments and through shared memory, and the residual add and the
-/// accumulation through shared memory (whose producer waits for the ring) — the output's old
-/// values the same before each.
-fn persistent_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    let (m, n, k) = (1000u32, 1408u32, 512u32);
-    let mut rows = vec![];
-    let base = GemmSpec { stages: 3, ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma() };
-    let cases = [
-        GemmSpec { epilogue: Epilogue::Store, ..base },
-        GemmSpec { epilogue: Epilogue::Store, staged_store: true, ..base },
-        GemmSpec { epilogue: Epilogue::AddResidual, ..base },
-        GemmSpec { epilogue: Epilogue::Accumulate, ..base },
-    ];
-    for one in cases {
-        arena.reset();
-        let walk = GemmSpec { persistent: true, ..one };
-        let pingpong = GemmSpec { pingpong: true, ..walk };
-        let sh = GemmShape::packed(&one, m, n, k);
-        let GemmCase { ab, bb, cb, rb, nc, .. } = gemm_case(arena, rng, &one, &sh)?;
-        let maps = tma_maps(arena, &one, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
-        let old = rng.vec(nc, 1.0);
-        let mut outs: Vec<Vec<u32>> = vec![];
-        // Two math groups where the epilogue leaves the ring alone.
-        let mut variants = vec![one, walk];
-        if !crate::gemm_tma::epilogue_in_ring(&one) {
-            variants.push(pingpong);
-        }
-        for spec in &variants {
-            arena.upload(cb, &old)?;
-            let f = gpu.load(&spec.kernel())?;
-            let extras = Extras { maps: Some(maps), blocks: walk_blocks(spec), ..Extras::default() };
-            gemm::launch_with(gpu, &f, spec, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
-            outs.push(arena.download(cb, nc)?);
-        }
-        for (spec, out) in variants[1..].iter().zip(&outs[1..]) {
-            let differ = outs[0].iter().zip(out).filter(|(x, y)| x != y).count();
-            rows.push(exact_row(
-                "fusion",
-                &format!("{} = {}", spec.name(), one.name()),
-                &format!("m{m} n{n} k{k}"),
-                differ,
-                nc,
-            ));
-        }
-    }
-    Ok(rows)
-}
-
-/// A staged plain store writing the cross-entropy's per-row statistics
-/// ([`GemmSpec::row_stats`]) against the same product without them, and the loss combined from
-/// them ([`cross_entropy::forward_from_stats_kernel`]) against the f64 reference on that
-/// product: a ragged M and N (the last tile's 104 columns), a target out of range. The product
-/// bit for bit; loss and log-sum-exp within the cross-entropy forward's own tolerance (1e-5
-/// relative, [`cross_entropy_checks`]).
-fn row_stats_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
-    let (m, n, k) = (1000u32, 1000u32, 512u32);
-    arena.reset();
-    let plain = GemmSpec {
-        stages: 3,
-        staged_store: true,
-        ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma()
-    };
-    let stats_spec = GemmSpec { row_stats: true, ..plain };
-    let sh = GemmShape::packed(&plain, m, n, k);
-    let GemmCase { ab, bb, cb, rb, nc, .. } = gemm_case(arena, rng, &plain, &sh)?;
-    let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
-    let f = gpu.load(&plain.kernel())?;
-    let extras = Extras { maps: Some(maps), ..Extras::default() };
-    gemm::launch_with(gpu, &f, &plain, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
-    let want: Vec<u32> = arena.download(cb, nc)?;
-    let tiles = stats_spec.tiles(&sh).0;
-    let stats = arena.alloc_n::<f32>((m * tiles * 2) as usize)?;
-    arena.fill_u32(stats, NAN_BITS)?;
-    arena.fill_u32(cb, NAN_BITS)?;
-    let f = gpu.load(&stats_spec.kernel())?;
-    let extras = Extras { maps: Some(maps), u: Some(stats.ptr), ..Extras::default() };
-    gemm::launch_with(gpu, &f, &stats_spec, &sh, [ab.ptr, bb.ptr, cb.ptr, rb.ptr], extras)?;
-    let got: Vec<u32> = arena.download(cb, nc)?;
-    let differ = got.iter().zip(&want).filter(|(x, y)| x != y).count();
-    let shape = format!("m{m} n{n} k{k}");
-    let mut rows = vec![exact_row("fusion", &format!("{} = {}", stats_spec.name(), plain.name()), &shape, differ, nc)];
-    // The loss from the statistics.
-    let logits: Vec<f32> = got.iter().map(|&b| f32::from_bits(b)).collect();
-    let mut targets: Vec<i32> = (0..m).map(|_| rng.below(n) as i32).collect();
-    targets[7] = -1;
-    let tb = arena.alloc_n::<i32>(m as usize)?;
-    arena.upload(tb, &targets)?;
-    let (loss, lse) = (arena.alloc_n::<f32>(m as usize)?, arena.alloc_n::<f32>(m as usize)?);
-    let fk = gpu.load(&cross_entropy::forward_from_stats_kernel())?;
-    let cfg = LaunchConfig::linear(m.div_ceil(cross_entropy::STATS_ROWS), cross_entropy::THREADS);
-    let args = [loss.ptr, lse.ptr, cb.ptr, tb.ptr, stats.ptr].map(Arg::U64);
-    let mut args = args.to_vec();
-    args.extend([Arg::U32(n), Arg::U32(tiles), Arg::U32(m)]);
-    gpu.launch(&fk, cfg, &args)?;
-    let (wl, wlse) = cross_entropy::forward_reference(&logits, &targets, n as usize);
-    let (la, lr) = compare(&arena.download::<f32>(loss, m as usize)?, &wl);
-    let (sa, sr) = compare(&arena.download::<f32>(lse, m as usize)?, &wlse);
-    rows.push(Row {
-        family: "fusion".into(),
-        name: "cross_entropy_fwd_stats loss, lse".into(),
-        shape,
-        max_abs: la.max(sa),
-        rel: lr.max(sr),
-        tol: 1e-5,
-        pass: lr.max(sr) <= 1e-5,
-        median_us: None,
-        rate: String::new(),
-    });
     Ok(rows)
 }
 
 /// Chain epilogues ([`gemm::ChainEpilogue`]) against the plain product followed by the chain's
 /// own kernel, bit for bit: the gated GELU's backward reading `gelu(gate)` (f32 outputs, three
 /// other inputs, 128 × 128 tiles on the three-stage ring) and recomputing it (bf16 outputs, the
-/// lowering's form, in 128 × 128 tiles through shared memory — [`crate::gemm_tma::staged`]
+/// lowering's form, in 128 × 128 tiles through shared memory — [`alpha_cuda::gemm_tma::staged`]
 /// — and in 128 × 64 tiles on the fragments), a ragged M.
 fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
-    use crate::fused::Chain;
+    use alpha_cuda::driver::{Arg, LaunchConfig};
+    use alpha_cuda::fused::Chain;
     let (m, n, k) = (1000u32, 1408u32, 512u32);
     let nc = (m * n) as usize;
     let read_act = Chain { bf16: vec![false, false], ..Chain::gated_gelu_backward(nc) };
     let recomputing = Chain::gated_gelu_backward_recomputing(nc);
     let mut rows = vec![];
-    // (chain, tile, ring depth, persistent: five blocks walking the tiles)
-    let cases = [
-        (read_act, Tile::T128x128, 3, false),
-        (recomputing.clone(), Tile::T128x128, 3, false),
-        (recomputing.clone(), Tile::T128x128, 3, true),
-        (recomputing, Tile::T128x64, 0, false),
-    ];
-    for (chain, tile, stages, persistent) in cases {
+    // (chain, tile, ring depth)
+    let cases =
+        [(read_act, Tile::T128x128, 3), (recomputing.clone(), Tile::T128x128, 3), (recomputing, Tile::T128x64, 0)];
+    for (chain, tile, stages) in cases {
         arena.reset();
         let plain = GemmSpec { tile, stages, ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma() };
         let epilogue = gemm::ChainEpilogue::new(&chain, 0).expect("the chain fits an epilogue");
-        let fused = GemmSpec { chain: Some(epilogue), persistent, ..plain };
+        let fused = GemmSpec { chain: Some(epilogue), ..plain };
         let sh = GemmShape::packed(&plain, m, n, k);
         let GemmCase { ab, bb, cb, .. } = gemm_case(arena, rng, &plain, &sh)?;
         let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
@@ -1332,7 +1082,7 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
             })
             .collect::<Result<_>>()?;
         let bytes = |j: usize| if chain.bf16[j] { 2 } else { 4 };
-        let outputs = |arena: &DeviceArena| -> Result<Vec<crate::driver::Buf>> {
+        let outputs = |arena: &DeviceArena| -> Result<Vec<alpha_cuda::driver::Buf>> {
             (0..chain.outputs.len())
                 .map(|j| {
                     let b = arena.alloc(nc * bytes(j))?;
@@ -1350,7 +1100,7 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
         let mut args: Vec<Arg> = want.iter().map(|b| Arg::U64(b.ptr)).collect();
         args.push(Arg::U64(cb.ptr));
         args.extend(others.iter().map(|&p| Arg::U64(p)));
-        let (blocks, threads) = crate::pointwise::grid_blocks(nc);
+        let (blocks, threads) = alpha_cuda::pointwise::grid_blocks(nc);
         gpu.launch(&fc, LaunchConfig::linear(blocks, threads), &args)?;
         // The product with the chain in its epilogue.
         let got = outputs(arena)?;
@@ -1359,7 +1109,7 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
             *slot = Some(p);
         }
         let f = gpu.load(&fused.kernel())?;
-        let extras = Extras { maps: Some(maps), chain: chain_ptrs, blocks: walk_blocks(&fused), ..Extras::default() };
+        let extras = Extras { maps: Some(maps), chain: chain_ptrs, ..Extras::default() };
         gemm::launch_with(gpu, &f, &fused, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], extras)?;
         let mut differ = 0;
         for (j, (&w, &g)) in want.iter().zip(&got).enumerate() {
@@ -1377,7 +1127,7 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
 /// against the plain product and the multiply and rounding on the host, bit for bit: C and U,
 /// a ragged M, both tile widths of the TMA engine.
 fn store_mul_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use crate::pointwise::{Body, Operand, Pointwise};
+    use alpha_cuda::pointwise::{Body, Operand, Pointwise};
     let mut rows = vec![];
     let gelu = Some(alpha_ir::Unary::Gelu);
     for (tile, stages, activation) in [(Tile::T128x128, 3, None), (Tile::T128x64, 0, None), (Tile::T128x128, 3, gelu)] {
@@ -1424,8 +1174,8 @@ fn store_mul_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec
                 let act = arena.alloc_n::<f32>(nc)?;
                 let (blocks, threads) = pw.grid();
                 let fp = gpu.load(&pw.kernel()?)?;
-                let cfg = crate::driver::LaunchConfig::linear(blocks, threads);
-                gpu.launch(&fp, cfg, &[crate::driver::Arg::U64(act.ptr), crate::driver::Arg::U64(rb.ptr)])?;
+                let cfg = alpha_cuda::driver::LaunchConfig::linear(blocks, threads);
+                gpu.launch(&fp, cfg, &[alpha_cuda::driver::Arg::U64(act.ptr), alpha_cuda::driver::Arg::U64(rb.ptr)])?;
                 arena.download(act, nc)?
             }
         };
@@ -1482,24 +1232,16 @@ fn gated_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row
         let f = gpu.load(&mul.kernel())?;
         let extras = Extras { u: Some(u.ptr), maps: Some(up_maps), ..Extras::default() };
         gemm::launch_with(gpu, &f, &mul, &sh, [ab.ptr, bub.ptr, c.ptr, g.ptr], extras)?;
-        let words = |b: crate::driver::Buf, n: usize| arena.download::<u32>(b, n);
-        // The gated block, then (three-stage ring) five persistent blocks walking its tiles.
-        let walk = GemmSpec { persistent: true, ..gated };
-        let pingpong = GemmSpec { pingpong: true, ..walk };
-        let variants: &[GemmSpec] = if stages == 3 { &[gated, walk, pingpong] } else { &[gated] };
-        for spec in variants {
+        let words = |b: alpha_cuda::driver::Buf, n: usize| arena.download::<u32>(b, n);
+        // The gated block.
+        for spec in [&gated] {
             let (g2, c2, u2) = outs[1];
             for b in [g2, c2, u2] {
                 arena.fill_u32(b, NAN_BITS)?;
             }
             let f = gpu.load(&spec.kernel())?;
-            let extras = Extras {
-                u: Some(u2.ptr),
-                maps: Some(up_maps),
-                gate_map: Some(gate_maps.1),
-                blocks: walk_blocks(spec),
-                ..Extras::default()
-            };
+            let extras =
+                Extras { u: Some(u2.ptr), maps: Some(up_maps), gate_map: Some(gate_maps.1), ..Extras::default() };
             gemm::launch_with(gpu, &f, spec, &sh, [ab.ptr, bub.ptr, c2.ptr, g2.ptr], extras)?;
             let mut differ = 0;
             for (w, got, n) in [(g, g2, nc), (c, c2, nc), (u, u2, nc / 2)] {
@@ -1568,16 +1310,9 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
             let plane = (b * h * t * d) as usize;
             let mut want16: Vec<u16> = rotated_bf16(&want[..2 * plane], &table, t as usize, d as usize);
             want16.extend(want[2 * plane..].iter().map(|&x| half::bf16::from_f32(x).to_bits()));
-            let turned_walk = [
-                (Tile::T128x64, false, false),
-                (Tile::T128x128, false, false),
-                (Tile::T128x128, true, false),
-                (Tile::T128x128, true, true),
-            ];
-            for (tile, persistent, pingpong) in turned_walk {
+            for tile in [Tile::T128x64, Tile::T128x128] {
                 let turned = gemm::Heads { bf16_turned: true, ..heads };
-                let stages = if persistent { 3 } else { 0 };
-                let spec = GemmSpec { tile, stages, persistent, pingpong, heads: Some(turned), ..plain.tma() };
+                let spec = GemmSpec { tile, heads: Some(turned), ..plain.tma() };
                 let out = arena.alloc_n::<u16>(nc)?;
                 arena.fill_u32(out, NAN_BITS)?;
                 let f = gpu.load(&spec.kernel())?;
@@ -1588,7 +1323,7 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
                     &spec,
                     &sh,
                     [ab.ptr, bb.ptr, out.ptr, out.ptr],
-                    Extras { maps: Some(maps), rot_tab: Some(tab), blocks: walk_blocks(&spec), ..Extras::default() },
+                    Extras { maps: Some(maps), rot_tab: Some(tab), ..Extras::default() },
                 )?;
                 let got16: Vec<u16> = arena.download(out, nc)?;
                 let differ = got16.iter().zip(&want16).filter(|(x, y)| x != y).count();
@@ -1605,7 +1340,7 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
 /// output projection's input gradient at sixteen contexts, and two contexts of T = 200 (tiles
 /// across a context's end, a partial last tile).
 fn delta_heads_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
+    use alpha_cuda::driver::{Arg, LaunchConfig};
     let mut rows = Vec::new();
     for (b, t) in [(16u32, 1024u32), (2, 200)] {
         arena.reset();
@@ -1777,7 +1512,7 @@ impl AttnRun<'_> {
     }
 
     fn launch(&self, f: &Function, grid: (u32, u32, u32), block: (u32, u32, u32), args: &[u64]) -> Result<()> {
-        use crate::driver::{Arg, LaunchConfig};
+        use alpha_cuda::driver::{Arg, LaunchConfig};
         let args: Vec<Arg> = args.iter().map(|&p| Arg::U64(p)).collect();
         self.gpu.launch(f, LaunchConfig { grid, block, shared_bytes: 0 }, &args)
     }
@@ -1871,7 +1606,7 @@ fn attention_case(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, case: &AttnCase
     let tab = upload_f32(arena, &rotary::table(d.t, d.d, 10000.0))?;
     let (v, dout) = (upload_f32(arena, &vh)?, upload_f32(arena, &doh)?);
     let run = AttnRun { gpu, case, q: upload_f32(arena, &qh)?, k: upload_f32(arena, &kh)?, v, dout, tab };
-    let blank = |n: usize| -> Result<crate::driver::Buf> {
+    let blank = |n: usize| -> Result<alpha_cuda::driver::Buf> {
         let b = arena.alloc_n::<f32>(n)?;
         arena.fill_u32(b, NAN_BITS)?;
         Ok(b)
@@ -1882,7 +1617,7 @@ fn attention_case(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, case: &AttnCase
     let mut outs: Vec<Vec<Vec<f32>>> = vec![];
     for mma in [false, true, true] {
         let ks = run.kernels(mma)?;
-        let bufs: Vec<crate::driver::Buf> = sizes.iter().map(|&n| blank(n)).collect::<Result<_>>()?;
+        let bufs: Vec<alpha_cuda::driver::Buf> = sizes.iter().map(|&n| blank(n)).collect::<Result<_>>()?;
         let p: Vec<u64> = bufs.iter().map(|b| b.ptr).collect();
         run.forward(&ks, p[0], p[1])?;
         run.backward(&ks, p[0], p[1], [p[2], p[3], p[4], p[5]])?;
@@ -1923,7 +1658,7 @@ fn attention_case(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, case: &AttnCase
     rows.push(exact_row("attention-mma", "second run bit for bit", &shape, mism, total));
     if d.g == d.h {
         // Both backward passes in one launch: the same bits as the two launches.
-        let bufs: Vec<crate::driver::Buf> = sizes.iter().map(|&n| blank(n)).collect::<Result<_>>()?;
+        let bufs: Vec<alpha_cuda::driver::Buf> = sizes.iter().map(|&n| blank(n)).collect::<Result<_>>()?;
         let p: Vec<u64> = bufs.iter().map(|b| b.ptr).collect();
         run.forward(&run.kernels(true)?, p[0], p[1])?;
         run.backward_joint(&run.joint_kernels()?, p[0], p[1], [p[2], p[3], p[4], p[5]])?;
@@ -1984,12 +1719,12 @@ fn attention_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, case: &AttnCas
     Ok(rows)
 }
 
-/// The gated GELU's backward as one [`crate::fused::Chain`] against the four pointwise launches
+/// The gated GELU's backward as one [`alpha_cuda::fused::Chain`] against the four pointwise launches
 /// it replaces (`dh·up`, `dh·act`, `gelu'(gate)`, their product): both outputs bit for bit.
 pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
-    use crate::fused::Chain;
-    use crate::pointwise::{Body, Operand, Pointwise};
+    use alpha_cuda::driver::{Arg, LaunchConfig};
+    use alpha_cuda::fused::Chain;
+    use alpha_cuda::pointwise::{Body, Operand, Pointwise};
     use alpha_ir::{Binary, Unary};
     arena.reset();
     let n = 1000 * 1408 + 3;
@@ -2009,7 +1744,7 @@ pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resu
             Ok(b)
         })
         .collect::<Result<Vec<_>>>()?;
-    let (blocks, threads) = crate::pointwise::grid_blocks(n);
+    let (blocks, threads) = alpha_cuda::pointwise::grid_blocks(n);
     let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), shared_bytes: 0 };
     let chain = Chain::gated_gelu_backward(n);
     let f = gpu.load(&chain.kernel()?)?;
@@ -2155,134 +1890,6 @@ pub fn gemm_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &O
                 },
             });
         }
-    }
-    Ok(rows)
-}
-
-/// Split-K parts summed by a thread-block cluster ([`GemmSpec::cluster_splits`]) against the
-/// parts stored to scratch and summed by the reduction launch (see `split_sum_checks`).
-pub fn gemm_cluster_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
-    split_sum_checks(gpu, arena, rng, opts, SplitSum::Cluster)
-}
-
-/// Split-K parts summed by each tile's last part to finish ([`GemmSpec::fixup_splits`])
-/// against the parts summed by the reduction launch (see `split_sum_checks`); the second run
-/// finds the counters the first left, so it shows they were set back to zero.
-pub fn gemm_fixup_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
-    split_sum_checks(gpu, arena, rng, opts, SplitSum::LastPart)
-}
-
-/// Which one-launch way of summing split-K parts [`split_sum_checks`] checks.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum SplitSum {
-    Cluster,
-    LastPart,
-}
-
-/// A one-launch split-K sum against the parts stored to scratch and summed by the reduction
-/// launch, on the TMA engine: every output bit for bit, both ways repeating, 256 sampled outputs
-/// against the f64 reference. Coppelius's weight gradients at one and sixteen contexts (sixteen
-/// contexts' in parts that differ by a K step where the way allows them), and products with
-/// partial tiles under each epilogue. With `opts.bench`, µs of each way.
-fn split_sum_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options, way: SplitSum) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    let uneven = way == SplitSum::LastPart;
-    let cases: &[(&str, u32, u32, u32, u32, Epilogue, bool)] = &[
-        ("cr", 512, 1408, 16384, 8, Epilogue::Store, false),
-        ("cr", 1408, 512, 16384, 8, Epilogue::Store, false),
-        ("cr", 512, 1536, 16384, 8, Epilogue::Store, false),
-        ("cr", 512, 512, 16384, 8, Epilogue::Store, false),
-        ("cr", 512, 1408, 16384, 3, Epilogue::Store, uneven),
-        ("cr", 1408, 512, 16384, 3, Epilogue::Store, uneven),
-        ("cr", 512, 1408, 1024, 2, Epilogue::Store, false),
-        ("cr", 512, 512, 1024, 4, Epilogue::Store, false),
-        ("cr", 200, 136, 1024, 8, Epilogue::Accumulate, false),
-        ("cr", 200, 136, 4096, 5, Epilogue::Accumulate, uneven),
-        ("rr", 136, 200, 512, 2, Epilogue::AddResidual, false),
-        ("rc", 264, 72, 1024, 4, Epilogue::Store, false),
-    ];
-    for &(lay, m, n, k, splits, epilogue, uneven_split) in cases {
-        if !uneven_split && !k.is_multiple_of(crate::gemm_wgmma::BK * splits) {
-            continue;
-        }
-        arena.reset();
-        let base = GemmSpec { epilogue, uneven_split, ..spec_of(lay, Input::Bf16).tma() };
-        let parts = GemmSpec { epilogue: Epilogue::Store, ..base };
-        let one = match way {
-            SplitSum::Cluster => GemmSpec { cluster_splits: splits, ..base },
-            SplitSum::LastPart => GemmSpec { fixup_splits: splits, ..base },
-        };
-        let sh = GemmShape::packed(&base, m, n, k);
-        let part = if uneven_split { sh.split_uneven(splits) } else { sh.split(&parts, splits) };
-        let os = match way {
-            SplitSum::Cluster => sh.split_in_cluster(&one, splits),
-            SplitSum::LastPart => part,
-        };
-        let (na, nb, nc) = sh.extents(&base);
-        let (a, b, r) = (rng.vec(na, 1.0), rng.vec(nb, 1.0), rng.vec(nc, 1.0));
-        let (ab, bb) = (upload_operand(arena, Input::Bf16, &a)?, upload_operand(arena, Input::Bf16, &b)?);
-        let c0 = rng.vec(nc, 1.0);
-        let (cb, rb) = (arena.alloc_n::<f32>(nc)?, arena.alloc_n::<f32>(nc)?);
-        arena.upload(rb, &r)?;
-        let partials = arena.alloc_n::<f32>(nc * splits as usize)?;
-        let counters = arena.alloc_n::<u32>(gemm::FIXUP_COUNTERS as usize)?;
-        arena.upload(counters, &vec![0u32; gemm::FIXUP_COUNTERS as usize])?;
-        let (f_parts, f_one) = (gpu.load(&parts.kernel())?, gpu.load(&one.kernel())?);
-        let width = gemm::splitk_reduce_width(m * n, true);
-        let f_reduce = gpu.load(&gemm::splitk_reduce_kernel(&base, splits, m * n, width))?;
-        let part_maps = Extras { maps: tma_maps(arena, &parts, &part, ab.ptr, bb.ptr)?, ..Extras::default() };
-        let one_extras = Extras {
-            maps: tma_maps(arena, &one, &os, ab.ptr, bb.ptr)?,
-            fixup: (way == SplitSum::LastPart).then_some((cb.ptr, counters.ptr)),
-            ..Extras::default()
-        };
-        let reduced = || -> Result<()> {
-            gemm::launch_with(gpu, &f_parts, &parts, &part, [ab.ptr, bb.ptr, partials.ptr, partials.ptr], part_maps)?;
-            gemm::launch_splitk_reduce(gpu, &f_reduce, m * n, width, [cb.ptr, rb.ptr, partials.ptr])
-        };
-        let summed = || {
-            let c = if way == SplitSum::LastPart { partials.ptr } else { cb.ptr };
-            gemm::launch_with(gpu, &f_one, &one, &os, [ab.ptr, bb.ptr, c, rb.ptr], one_extras)
-        };
-        // Each way twice from the same C (what Accumulate adds to).
-        let mut outs: Vec<Vec<f32>> = Vec::new();
-        for run in [&reduced as &dyn Fn() -> Result<()>, &reduced, &summed, &summed] {
-            arena.upload(cb, &c0)?;
-            run()?;
-            outs.push(arena.download(cb, nc)?);
-        }
-        let repeat = mismatches(&outs[0], &outs[1]) + mismatches(&outs[2], &outs[3]);
-        let differ = mismatches(&outs[0], &outs[2]);
-        let worst = worst_sampled(rng, m, n, &outs[2], |i, j| {
-            let (acc, mag) = gemm::reference_at(&base, &sh, &a, &b, 0, i, j);
-            let old = match epilogue {
-                Epilogue::Accumulate => c0[i * n as usize + j] as f64,
-                Epilogue::AddResidual => r[i * n as usize + j] as f64,
-                _ => 0.0,
-            };
-            (acc + old, mag + old.abs())
-        });
-        let timing = if opts.bench {
-            let t_reduced = median(gpu.time(opts.warmup, opts.reps, reduced)?);
-            let t_summed = median(gpu.time(opts.warmup, opts.reps, summed)?);
-            Some((t_summed, format!("parts + reduction {t_reduced:.1}us")))
-        } else {
-            None
-        };
-        rows.push(Row {
-            family: if way == SplitSum::Cluster { "gemm-cluster" } else { "gemm-fixup" }.into(),
-            name: format!("{} = parts + {}", one.name(), gemm::splitk_reduce_kernel(&base, splits, m * n, width).name),
-            shape: format!("m{m} n{n} k{k}"),
-            max_abs: differ as f64,
-            rel: worst,
-            tol: 1e-5,
-            pass: differ == 0 && repeat == 0 && worst <= 1e-5,
-            median_us: timing.as_ref().map(|t| t.0),
-            rate: match timing {
-                Some((_, t)) => t,
-                None => format!("{differ} outputs differ, {repeat} differ between runs"),
-            },
-        });
     }
     Ok(rows)
 }
@@ -2457,12 +2064,12 @@ pub fn gemm_pair_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Op
     Ok(rows)
 }
 
-/// The multi-tensor cast ([`crate::multi::cast_kernel`]) over tensors of awkward lengths at
+/// The multi-tensor cast ([`alpha_cuda::multi::cast_kernel`]) over tensors of awkward lengths at
 /// scattered offsets: every element the host's round-to-nearest-even bf16, bit for bit, and
 /// nothing outside the destinations written.
 pub fn cast_multi_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
-    use crate::multi;
+    use alpha_cuda::driver::{Arg, LaunchConfig};
+    use alpha_cuda::multi;
     arena.reset();
     let lens = [1usize, 8191, 8192, 8193, 100_003, 512 * 1536];
     // Each tensor starts 16-byte aligned (as the planner places parameters); a destination is
@@ -2522,8 +2129,8 @@ pub fn cast_multi_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
 /// Shapes: 16 contexts of Coppelius (1,024 bands, sixteen rounds of pass 2), a ragged one (63
 /// bands, a last band of 8 rows, 100 columns: partial blocks and warps), one band.
 pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
-    use crate::layernorm::{self, Norm};
+    use alpha_cuda::driver::{Arg, LaunchConfig};
+    use alpha_cuda::layernorm::{self, Norm};
     let mut rows = vec![];
     for (r, c) in [(16384usize, 512usize), (1000, 100), (16, 512)] {
         arena.reset();
@@ -2703,8 +2310,8 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
 /// the q/k/v gradients' permute-and-cast back, a bf16 → f32 permute, and the gated product
 /// stored as bf16. Inputs include a rounding tie and the largest finite f32. Timed with `bench`.
 pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
-    use crate::pointwise::{contiguous_strides, Body, Operand, Pointwise};
+    use alpha_cuda::driver::{Arg, LaunchConfig};
+    use alpha_cuda::pointwise::{contiguous_strides, Body, Operand, Pointwise};
     use alpha_ir::{Binary, DType};
     let (b, t) = if opts.bench { (16usize, 1024usize) } else { (2, 64) };
     let (h, d) = (8usize, 64usize);
@@ -2743,7 +2350,7 @@ pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, op
         }
         let n = pw.numel();
         let words = |dt: DType| (n * dt.size()).div_ceil(4);
-        let ins: Vec<crate::driver::Buf> = pw
+        let ins: Vec<alpha_cuda::driver::Buf> = pw
             .ins
             .iter()
             .map(|o| {
@@ -2838,7 +2445,7 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
         let bf = AttnRun { gpu, case: &bcase, q: qb, k: kb, v: vb, dout, tab };
         // Outputs: (o, lse, delta, dq, dk, dv), once per way.
         let sizes = [nq, nl, nl, nq, nk, nk];
-        let bufs = |arena: &DeviceArena| -> Result<Vec<crate::driver::Buf>> {
+        let bufs = |arena: &DeviceArena| -> Result<Vec<alpha_cuda::driver::Buf>> {
             sizes
                 .iter()
                 .map(|&n| {
@@ -2865,12 +2472,12 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             let args = [dq, dk, dv, delta, r.q, r.k, r.v, o, lse, r.dout, do16, r.tab, r.tab];
             r.launch(&joint_bf16[1], d.grid_q(), attention_mma::block(), &args)
         };
-        let forward = |r: &AttnRun, fwd: &Function, b: &[crate::driver::Buf]| -> Result<()> {
+        let forward = |r: &AttnRun, fwd: &Function, b: &[alpha_cuda::driver::Buf]| -> Result<()> {
             let mut a = vec![b[0].ptr, b[1].ptr, r.q, r.k, r.v];
             a.extend(r.tabs());
             r.launch(fwd, d.grid_q(), attention_mma::block(), &a)
         };
-        let outs = |b: &[crate::driver::Buf]| [b[2].ptr, b[3].ptr, b[4].ptr, b[5].ptr];
+        let outs = |b: &[alpha_cuda::driver::Buf]| [b[2].ptr, b[3].ptr, b[4].ptr, b[5].ptr];
         forward(&run, &fwd_f32, &theirs)?;
         run.backward_joint(&joint_f32, theirs[0].ptr, theirs[1].ptr, outs(&theirs))?;
         forward(&bf, &fwd_bf16, &mine)?;
@@ -2914,12 +2521,11 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             merged_differ,
             3 * nq,
         ));
-        if crate::attention_wgmma::applies(d) {
+        if alpha_cuda::attention_wgmma::applies(d) {
             let stats = [mine[0].ptr, mine[1].ptr, mine[2].ptr, do16];
             let grads = [mine[3], mine[4], mine[5]];
             rows.extend(wgmma_backward_checks(arena, &bf, &joint_bf16[1], stats, grads, &got, &shape, bench, opts)?);
         }
-        rows.push(onepass_check(arena, &bf, &got, [mine[0].ptr, mine[1].ptr, mine[2].ptr, do16], &shape, bench, opts)?);
         // The forward storing o's permuted bf16 copy too: o and lse as before, the copy as o
         // permuted to [B, T, H, 64] and rounded on the host.
         let copying = gpu.load(&attention_mma::forward_kernel_bf16_copying(d))?;
@@ -2946,7 +2552,7 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             copy_differ,
             2 * nq + nl,
         ));
-        if crate::attention_wgmma::applies(d) {
+        if alpha_cuda::attention_wgmma::applies(d) {
             rows.push(wgmma_forward_check(arena, &bf, [o2, lse2, o16], &copying, &shape, bench, opts)?);
         }
         let mut rate = format!("{differ} outputs differ from the f32 kernels turning on load");
@@ -2981,13 +2587,13 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
     Ok(rows)
 }
 
-/// The `wgmma` forward ([`crate::attention_wgmma::forward_kernel`], copying form) against the
+/// The `wgmma` forward ([`alpha_cuda::attention_wgmma::forward_kernel`], copying form) against the
 /// `mma.sync` one's outputs `[o, lse, o16]` on the same bf16 inputs: the same bits. With
 /// `bench`, both timed.
 fn wgmma_forward_check(
     arena: &DeviceArena,
     bf: &AttnRun,
-    [o, lse, o16]: [crate::driver::Buf; 3],
+    [o, lse, o16]: [alpha_cuda::driver::Buf; 3],
     mma_copying: &Function,
     shape: &str,
     bench: bool,
@@ -2995,7 +2601,7 @@ fn wgmma_forward_check(
 ) -> Result<Row> {
     let d = &bf.case.dims;
     let (nq, nl) = (d.b * d.h * d.t * d.d, d.b * d.h * d.t);
-    let kernel = bf.gpu.load(&crate::attention_wgmma::forward_kernel(d, true))?;
+    let kernel = bf.gpu.load(&alpha_cuda::attention_wgmma::forward_kernel(d, true))?;
     let (o2, lse2, o16b) = (arena.alloc_n::<f32>(nq)?, arena.alloc_n::<f32>(nl)?, arena.alloc_n::<u16>(nq)?);
     for b in [o2, lse2, o16b] {
         arena.fill_u32(b, NAN_BITS)?;
@@ -3028,7 +2634,7 @@ fn wgmma_forward_check(
     Ok(row)
 }
 
-/// The `wgmma` backward ([`crate::attention_wgmma::backward_kernel`]) against the `mma.sync`
+/// The `wgmma` backward ([`alpha_cuda::attention_wgmma::backward_kernel`]) against the `mma.sync`
 /// joint kernel's outputs on the same o, lse, delta and dO copy (`[o, lse, delta, do16]`): dq,
 /// dk and dv (f32, `grads`) and the merged bf16 gradient (`merged`) the same bits. With
 /// `bench`, both kernels timed (delta not included).
@@ -3038,7 +2644,7 @@ fn wgmma_backward_checks(
     bf: &AttnRun,
     mma_joint: &Function,
     [o, lse, delta, do16]: [u64; 4],
-    grads: [crate::driver::Buf; 3],
+    grads: [alpha_cuda::driver::Buf; 3],
     merged: &[u16],
     shape: &str,
     bench: bool,
@@ -3046,8 +2652,8 @@ fn wgmma_backward_checks(
 ) -> Result<Vec<Row>> {
     let d = &bf.case.dims;
     let nq = d.b * d.h * d.t * d.d;
-    let plain = bf.gpu.load(&crate::attention_wgmma::backward_kernel(d, [true, true], false))?;
-    let mine: Vec<crate::driver::Buf> = (0..3).map(|_| arena.alloc_n::<f32>(nq)).collect::<Result<_>>()?;
+    let plain = bf.gpu.load(&alpha_cuda::attention_wgmma::backward_kernel(d, [true, true], false))?;
+    let mine: Vec<alpha_cuda::driver::Buf> = (0..3).map(|_| arena.alloc_n::<f32>(nq)).collect::<Result<_>>()?;
     for b in &mine {
         arena.fill_u32(*b, NAN_BITS)?;
     }
@@ -3073,7 +2679,7 @@ fn wgmma_backward_checks(
             flop / (b0 * 1e-6) / 1e12
         );
     }
-    let merged_kernel = bf.gpu.load(&crate::attention_wgmma::backward_kernel(d, [true, true], true))?;
+    let merged_kernel = bf.gpu.load(&alpha_cuda::attention_wgmma::backward_kernel(d, [true, true], true))?;
     let out = arena.alloc_n::<u16>(3 * nq)?;
     arena.fill_u32(out, NAN_BITS)?;
     run(&merged_kernel, [out.ptr; 3])?;
@@ -3083,91 +2689,13 @@ fn wgmma_backward_checks(
     Ok(vec![row, merged_row])
 }
 
-/// The one-pass backward ([`attention_mma::backward_kernel_onepass`], merged bf16 output)
-/// against the joint kernel's merged output `joint` on the same o, lse, delta and dO copy
-/// (`[o, lse, delta, do16]`): dk and dv the same bits (the same dK/dV pass), dq within 1% of
-/// its largest entry (its shares summed in another order, then rounded to bf16), and a second
-/// launch the same bits as the first (the counters reset themselves). With `bench`, both
-/// timed.
-fn onepass_check(
-    arena: &DeviceArena,
-    bf: &AttnRun,
-    joint: &[u16],
-    [o, lse, delta, do16]: [u64; 4],
-    shape: &str,
-    bench: bool,
-    opts: &Options,
-) -> Result<Row> {
-    let (d, gpu) = (&bf.case.dims, bf.gpu);
-    let nq = d.b * d.h * d.t * d.d;
-    let kernel = gpu.load(&attention_mma::backward_kernel_onepass(d, [true, true], true))?;
-    let acc = arena.alloc_n::<f32>(attention_mma::onepass_scratch_bytes(d) / 4)?;
-    let counters = arena.alloc_n::<u32>(attention_mma::onepass_counters(d))?;
-    arena.fill_u32(counters, 0)?;
-    let out = arena.alloc_n::<u16>(3 * nq)?;
-    let launch = || -> Result<()> {
-        let m = out.ptr;
-        let args = [m, m, m, delta, bf.q, bf.k, bf.v, o, lse, bf.dout, do16, acc.ptr, counters.ptr, bf.tab, bf.tab];
-        bf.launch(&kernel, d.grid_q(), attention_mma::block(), &args)
-    };
-    let mut runs: Vec<Vec<u16>> = vec![];
-    for _ in 0..2 {
-        arena.fill_u32(out, NAN_BITS)?;
-        launch()?;
-        runs.push(arena.download(out, 3 * nq)?);
-    }
-    let repeat_differ = runs[0].iter().zip(&runs[1]).filter(|(a, b)| a != b).count();
-    let (h, dd) = (d.h, d.d);
-    let (mut kv_differ, mut dq_differ, mut dq_max, mut dq_diff) = (0usize, 0usize, 0f64, 0f64);
-    for (at, (&a, &b)) in runs[0].iter().zip(joint).enumerate() {
-        let sec = (at / (h * dd)) % 3;
-        if sec > 0 {
-            kv_differ += usize::from(a != b);
-            continue;
-        }
-        let (x, y) = (half::bf16::from_bits(a).to_f64(), half::bf16::from_bits(b).to_f64());
-        dq_differ += usize::from(a != b);
-        dq_max = dq_max.max(y.abs());
-        dq_diff = if (x - y).is_nan() { f64::INFINITY } else { dq_diff.max((x - y).abs()) };
-    }
-    let rel = dq_diff / dq_max.max(f64::MIN_POSITIVE);
-    let tol = 1e-2;
-    let mut rate = format!(
-        "dk|dv differ at {kv_differ}, dq at {dq_differ} of {} (largest {dq_diff:.3e} of {dq_max:.3e}); a second launch differs at {repeat_differ}",
-        nq
-    );
-    let mut median_us = None;
-    if bench {
-        let joint_kernel = gpu.load(&attention_mma::backward_kernel_bf16_merged(d, [true, true]))?;
-        let j = median(gpu.time(opts.warmup, opts.reps, || {
-            let m = out.ptr;
-            let args = [m, m, m, delta, bf.q, bf.k, bf.v, o, lse, bf.dout, do16, bf.tab, bf.tab];
-            bf.launch(&joint_kernel, d.grid_q(), attention_mma::block(), &args)
-        })?);
-        let one = median(gpu.time(opts.warmup, opts.reps, launch)?);
-        median_us = Some(one);
-        rate = format!("one pass {one:.1} us against the joint kernel's {j:.1}; {rate}");
-    }
-    Ok(Row {
-        family: "attention-bf16".into(),
-        name: "one-pass bwd: dk|dv = joint, dq ~ joint, repeats".into(),
-        shape: shape.into(),
-        max_abs: dq_diff,
-        rel,
-        tol,
-        pass: kv_differ == 0 && repeat_differ == 0 && rel <= tol,
-        median_us,
-        rate,
-    })
-}
-
-/// [`crate::pointwise::tanh`] against [`crate::pointwise::tanh_dividing`] (the quotient from
+/// [`alpha_cuda::pointwise::tanh`] against [`alpha_cuda::pointwise::tanh_dividing`] (the quotient from
 /// `div.rn.f32`) on every one of the 2³² f32 bit patterns: each thread of 2¹⁸ counts the inputs
 /// on which the two differ (bits; two NaNs agree) and keeps the last, and the host sums. The
 /// claim that replacing the division changed no bit anywhere, checked rather than argued.
 pub fn tanh_exhaustive(gpu: &Gpu, arena: &DeviceArena) -> Result<Vec<Row>> {
-    use crate::driver::{Arg, LaunchConfig};
-    use crate::ptx::{addr, Kernel, ParamTy, RegKind};
+    use alpha_cuda::driver::{Arg, LaunchConfig};
+    use alpha_cuda::ptx::{addr, Kernel, ParamTy, RegKind};
     const BLOCKS: u32 = 1024;
     const THREADS: u32 = 256;
     let threads = (BLOCKS * THREADS) as usize;
@@ -3181,7 +2709,7 @@ pub fn tanh_exhaustive(gpu: &Gpu, arena: &DeviceArena) -> Result<Vec<Row>> {
     k.place(&top);
     let bits = k.tri("mad.lo.u32", RegKind::B32, it, BLOCKS * THREADS, gid);
     let x = k.un("mov.b32", RegKind::F32, bits);
-    let (a, b) = (crate::pointwise::tanh(&mut k, x), crate::pointwise::tanh_dividing(&mut k, x));
+    let (a, b) = (alpha_cuda::pointwise::tanh(&mut k, x), alpha_cuda::pointwise::tanh_dividing(&mut k, x));
     let (ab, bb) = (k.un("mov.b32", RegKind::B32, a), k.un("mov.b32", RegKind::B32, b));
     let same_bits = k.setp("eq.u32", ab, bb);
     let (a_nan, b_nan) = (k.setp("nan.f32", a, a), k.setp("nan.f32", b, b));
