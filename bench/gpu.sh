@@ -2,15 +2,16 @@
 # The GPU measurements of bench/results/, one mode at a time, on a machine with the NVIDIA
 # driver and no Rust toolchain: it runs prebuilt binaries and writes its logs under $OUT.
 #
-#   ALPHA=./alpha DATA=./gut-bpe-small bench/gpu.sh MODE [ARGS]
+#   ALPHA=./alpha DATA=./tiny-bpe bench/gpu.sh MODE [ARGS]
 #
 # Modes:
 #   check            the four gates at initial and perturbed weights (8 PASS lines) for Bob
 #                    (batch 4) and Coppelius (batch 1; GATE_SYSTEMS for others) against the
 #                    CPU reference; the GPU tests (TEST_GPU); the kernel checks
 #                    (KERNEL_CHECK, BACKEND_CHECK) when given
-#   hashes           Coppelius's checkpoint SHA-256 after 30 steps at batch 1 and 4 steps at
-#                    batch 16 from the default seed, against the expected values below
+#   hashes           the digest of Coppelius's trained tensors (bench/checkpoint_tensors.py:
+#                    names, shapes and bytes; metadata left out) after 30 steps at batch 1 and
+#                    4 steps at batch 16 from the default seed, against the expected values below
 #   bench [SYSTEM]   `alpha bench SYSTEM` (default coppelius) at batch 1 and 16; for Coppelius
 #                    against PyTorch's settings in the same invocation (bench/coppelius_torch.py,
 #                    torch.compile's default mode inside the whole-step graph)
@@ -25,10 +26,10 @@
 # Environment:
 #   ALPHA          the alpha binary (required)
 #   DATA           a prepared BPE-12288 token directory (hashes, profile, train, all). The
-#                  expected hashes are those of the Gutenberg subset the results used (12 MB of
-#                  training text, 1.5 MB held out); another directory gives other hashes: set
-#                  EXPECT_B1 and EXPECT_B16 to check against those
-#   TEST_GPU       the alpha-cuda GPU test binary (`cargo test --release -p alpha-cuda --test gpu
+#                  expected digests are those of tiny-shakespeare prepared by `alpha data prepare
+#                  --corpus shared/data/tinyshakespeare.txt --tokenizer bpe:12288`; another
+#                  directory gives other digests: set EXPECT_B1 and EXPECT_B16 to check those
+#   TEST_GPU       the alpha-cuda GPU test binary (`cargo test --release -p alpha-cuda-lab --test gpu
 #                  --no-run` prints its path); skipped when unset
 #   KERNEL_CHECK   the kernel_check example binary; skipped when unset (run --quick)
 #   BACKEND_CHECK  the backend_check example binary; skipped when unset (run --ops)
@@ -41,10 +42,11 @@
 # any result failed, 2 on a usage error.
 set -uo pipefail
 
-# Coppelius's checkpoint after 30 steps at batch 1 and after 4 steps at batch 16 on the results'
-# token directory: every change that keeps the arithmetic keeps these.
-EXPECT_B1=${EXPECT_B1:-6271d3fb12fc1184bfb727ae07739f8123252e8eea5dd207d222352ab066e30d}
-EXPECT_B16=${EXPECT_B16:-8029d135e8a6a602ab9109083ce1bc8c6fcee857ddb7482483ebf524492757e9}
+# The digest of Coppelius's tensors after 30 steps at batch 1 and after 4 steps at batch 16 on
+# tiny-shakespeare in BPE-12288 (measured on the H200 on 2026-12-01, the same from e05e01a's build
+# and 562ea0e's): every change that keeps the arithmetic keeps these.
+EXPECT_B1=${EXPECT_B1:-4c98d99cb67a532f}
+EXPECT_B16=${EXPECT_B16:-4e148cc7016ef20d}
 
 usage() {
   sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
@@ -160,12 +162,14 @@ mode_check() {
   fi
 }
 
-# train_hash BATCH STEPS: the checkpoint SHA-256 of a fresh Coppelius run.
+# train_hash BATCH STEPS: the tensor digest of a fresh Coppelius run's checkpoint.
 train_hash() {
   local log="$OUT/train-b$1-$2.txt"
   timeout 120 "$ALPHA" train coppelius --device cuda --batch "$1" --data "$DATA" --steps "$2" \
     --heldout-windows 0 --sample-tokens 0 --run-dir "$RUNS/hash-b$1-$2" --quiet >"$log" 2>&1
-  grep -o "sha256 [0-9a-f]*" "$log" | tail -1 | cut -d' ' -f2
+  local ckpt
+  ckpt=$(printf '%s/hash-b%s-%s/checkpoints/step-%06d.safetensors' "$RUNS" "$1" "$2" "$2")
+  [ -f "$ckpt" ] && python3 bench/checkpoint_tensors.py "$ckpt" | cut -d' ' -f1
 }
 
 check_hash() {
@@ -174,9 +178,9 @@ check_hash() {
   if [ -z "$got" ]; then
     record "hash B=$batch $steps steps" FAIL "no checkpoint: $(tail -1 "$OUT/train-b$batch-$steps.txt" | cut -c1-120)"
   elif [ "$got" = "$expect" ]; then
-    record "hash B=$batch $steps steps" PASS "${got:0:16}…"
+    record "hash B=$batch $steps steps" PASS "$got"
   else
-    record "hash B=$batch $steps steps" FAIL "${got:0:16}… against ${expect:0:16}…"
+    record "hash B=$batch $steps steps" FAIL "$got against $expect"
   fi
 }
 
