@@ -844,16 +844,20 @@ fn bench(a: BenchArgs) -> Result<()> {
         let t = time_alpha(system.as_ref(), a.device, b, a.warmup, a.steps)?;
         let base =
             if a.baseline.as_os_str() == "none" { None } else { Some(time_pytorch(&a.baseline, b, &a.baseline_args)?) };
-        let (name, ms) = base.as_ref().and_then(|r| r.first().cloned()).unwrap_or(("-".into(), f64::NAN));
+        // Without a baseline the PyTorch columns say so ("-"), not NaN.
+        let (name, ms, ratio) = match base.as_ref().and_then(|r| r.first().cloned()) {
+            Some((name, ms)) => (name, format!("{ms:.3}"), format!("{:.2}×", ms / t.ms_per_step)),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
         outln!(
-            "{:>5}  {:>12.3} {:>14.0} {:>9}  {:>22} {:>12.3}  {:>6.2}×",
+            "{:>5}  {:>12.3} {:>14.0} {:>9}  {:>22} {:>12}  {:>7}",
             b,
             t.ms_per_step,
             t.tokens_per_s,
             t.launches,
             name,
             ms,
-            ms / t.ms_per_step
+            ratio
         )?;
         if let Some(rows) = base {
             let all: Vec<String> = rows.iter().map(|(n, ms)| format!("{n} {ms:.3} ms")).collect();
