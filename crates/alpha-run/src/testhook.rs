@@ -8,9 +8,8 @@
 //! - `checkpoint-full:N` — writing checkpoint N fails half way as on a full disk (an error, no
 //!   abort);
 //! - `after-step:N` — step N recorded, then it aborts (a `kill -9` between steps).
-//! - `non-finite-loss:N` — step N's loss reads as NaN (the trainer stops, keeping the last good
-//!   checkpoint).
-//! - `non-finite-loss:N` — step N's loss reads as NaN, as a diverging run's would (no abort).
+//! - `non-finite-loss:N` — step N's loss reads as NaN, as a diverging run's would (no abort: the
+//!   trainer stops, keeping the last good checkpoint).
 //!
 //! Aborting skips every destructor and handler, as `kill -9` does.
 
