@@ -432,3 +432,28 @@ fn scalars_are_named_by_group_and_computed_in_f64() {
     assert!(!s.contains_key("bc1:muon"));
     assert_eq!(learner.with_peak(0.1).groups.iter().map(|g| g.peak).collect::<Vec<_>>(), vec![0.1, 0.08, 0.006]);
 }
+
+#[test]
+fn one_adamw_group_describes_itself_as_the_schedule_alone() {
+    // Checkpoints carry this line in their digest: a single AdamW group keeps the line it had
+    // before groups existed, so those systems' checkpoints are byte-identical to before.
+    let adamw = AdamW { beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay: 0.0, decay: Decay::None };
+    let l = Learner::single(
+        Optimizer::AdamW(adamw),
+        0.1,
+        Schedule::WarmupCosine { warmup: 20, total: 600, floor: 0.1 },
+        None,
+    );
+    assert_eq!(l.describe(), "warm-up 20 to 0.1, cosine to 0.1×peak at 600");
+    let two = Learner {
+        groups: vec![
+            Group::new("muon", &["m"], Optimizer::Muon(Muon::standard(Rows::Inputs)), 0.02),
+            Group::new("adam", &["*"], adam(), 0.003),
+        ],
+        ..l
+    };
+    assert_eq!(
+        two.describe(),
+        "muon (Muon): warm-up 20 to 0.02, cosine to 0.1×peak at 600; adam (Adam): warm-up 20 to 0.003, cosine to 0.1×peak at 600"
+    );
+}
