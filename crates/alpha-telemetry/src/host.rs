@@ -92,7 +92,8 @@ mod tests {
         }
         std::hint::black_box(x);
         let pct = p.sample(crate::unix_now()).cpu_pct.unwrap();
-        // A spinning thread is near 100% of a core; a shared 2-core machine may steal some.
-        assert!(pct > 30.0 && pct < 250.0, "{pct}");
+        // A spinning thread is near 100% of a core on an idle machine, but a 2-core machine
+        // busy with builds gave it 10% (measured): the probe must see the work, not its share.
+        assert!(pct > 1.0 && pct < 250.0, "{pct}");
     }
 }
