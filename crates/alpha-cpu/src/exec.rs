@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use alpha_ir::{Op, Value};
 use alpha_plan::{plan, Plan, PlanError};
 
-use crate::kernels::{adamw, attention, elementwise as ew, index, layout, loss, matmul, norms, recurrence, rotary};
+use crate::kernels::{
+    adamw, attention, delta_rule, elementwise as ew, index, layout, loss, matmul, norms, recurrence, rotary,
+};
 use crate::real::Real;
 
 pub struct Cpu<T: Real> {
@@ -216,6 +218,19 @@ impl<T: Real> Cpu<T> {
             Op::Recurrence { reverse } => {
                 let s = shape(0);
                 recurrence::recurrence(ins[0], ins[1], s[0], s[1], *reverse, o0);
+            }
+            Op::DeltaRule => {
+                let dims = delta_rule::Dims::of(shape(0), shape(2));
+                delta_rule::forward(ins[0], ins[1], ins[2], ins[3], ins[4], &dims, o0);
+            }
+            Op::DeltaRuleBackward => {
+                // SAFETY: five distinct outputs of this kernel (see above).
+                let (o1, o2, o3, o4) = unsafe {
+                    (self.slice_mut(out(1)), self.slice_mut(out(2)), self.slice_mut(out(3)), self.slice_mut(out(4)))
+                };
+                let dims = delta_rule::Dims::of(shape(0), shape(2));
+                let grads = delta_rule::Grads { dq: o0, dk: o1, dv: o2, dbeta: o3, dm0: o4 };
+                delta_rule::backward(ins[0], ins[1], ins[2], ins[3], ins[4], ins[5], &dims, grads);
             }
             Op::SumSquares => o0[0] = T::of(layout::sum_squares(&ins)),
             Op::AdamW { .. }

@@ -1725,6 +1725,9 @@ impl Lowerer<'_> {
             Op::RmsNorm { .. } | Op::RmsNormBackward => {
                 return Err(node_error(&node, id, "RMSNorm has no GPU kernel yet (no system on the GPU uses it)"));
             }
+            Op::DeltaRule | Op::DeltaRuleBackward => {
+                return Err(node_error(&node, id, "the delta rule has no GPU kernel yet (it runs on the CPU)"));
+            }
             Op::Param { .. } | Op::State { .. } | Op::Input { .. } | Op::HostScalar { .. } | Op::Constant { .. } => {
                 return Err(node_error(&node, id, "a leaf is not a kernel"));
             }

@@ -416,7 +416,12 @@ fn pullback(
             let dgamma = g.sum(prod, &[0, 1], false);
             vec![Some(du), Some(dgamma)]
         }
+        Op::DeltaRule => {
+            let outs = g.push(Op::DeltaRuleBackward, &[x(0), x(1), x(2), x(3), x(4), dy]);
+            outs.into_iter().map(Some).collect()
+        }
         Op::LayerNormBackward
+        | Op::DeltaRuleBackward
         | Op::RmsNormBackward
         | Op::AttentionBackward { .. }
         | Op::CrossEntropyBackward

@@ -413,3 +413,24 @@ fn tiling_slices_settle_as_one_concat() {
     assert_eq!(added.iter().filter(|n| matches!(n.op, Op::Concat { .. })).count(), 1);
     assert!(!added.iter().any(|n| matches!(n.op, Op::Constant { .. }) && n.outputs[0].shape == [4, 4]));
 }
+
+#[test]
+fn delta_rule() {
+    for seed in SEEDS {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        // At least five positions: the backward recomputes in chunks of ⌈√T⌉, so several chunks.
+        let (b, t, k, v) = (dim(&mut rng, 1, 2), dim(&mut rng, 5, 11), dim(&mut rng, 1, 4), dim(&mut rng, 1, 5));
+        let mut c = case(&format!("delta-rule {b}×{t}, K {k}, V {v}"));
+        let q = c.p(&[b, t, k], Dist::Normal);
+        let keys = c.p(&[b, t, k], Dist::Normal);
+        let values = c.p(&[b, t, v], Dist::Normal);
+        // Strengths in (0.2, 0.95) and keys of about unit size keep the memory contracting,
+        // as a system keeps it (unit keys, β from a sigmoid).
+        let beta = c.p(&[b, t], Dist::Unit);
+        let m0 = c.p(&[v, k], Dist::Normal);
+        let g = &mut c.g;
+        let scaled = g.scale(keys, 0.5);
+        c.out = g.delta_rule(q, scaled, values, beta, m0);
+        check(c, seed);
+    }
+}

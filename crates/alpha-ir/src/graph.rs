@@ -342,6 +342,12 @@ impl Graph {
         self.push1(Op::Recurrence { reverse: false }, &[u, gamma])
     }
 
+    /// The delta-rule memory: q, k `[B, T, K]`, v `[B, T, V]`, β `[B, T]`, m0 `[V, K]` →
+    /// o `[B, T, V]` (see [`Op::DeltaRule`]).
+    pub fn delta_rule(&mut self, q: Value, k: Value, v: Value, beta: Value, m0: Value) -> Value {
+        self.push1(Op::DeltaRule, &[q, k, v, beta, m0])
+    }
+
     /// Every parameter: (value, name), in build order.
     pub fn params(&self) -> Vec<(Value, String)> {
         self.nodes

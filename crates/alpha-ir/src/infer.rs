@@ -62,6 +62,26 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     Some(out)
 }
 
+/// (B, T, K, V) of the delta rule's q `[B, T, K]`, k `[B, T, K]`, v `[B, T, V]`, β `[B, T]`,
+/// m0 `[V, K]`, all of one float dtype.
+fn delta_rule_dims(inputs: &[TensorType]) -> Result<(usize, usize, usize, usize), String> {
+    let (q, k, v, beta, m0) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]);
+    want_float(q, "q")?;
+    for x in [k, v, beta, m0] {
+        want_same_dtype(q, x)?;
+    }
+    if q.shape.len() != 3 || v.shape.len() != 3 {
+        return Err(format!("the delta rule needs q as [B, T, K] and v as [B, T, V], got {q} and {v}"));
+    }
+    let (b, t, kd) = (q.shape[0], q.shape[1], q.shape[2]);
+    want_shape(k, &[b, t, kd], "k")?;
+    let vd = v.shape[2];
+    want_shape(v, &[b, t, vd], "v")?;
+    want_shape(beta, &[b, t], "β")?;
+    want_shape(m0, &[vd, kd], "m0")?;
+    Ok((b, t, kd, vd))
+}
+
 /// The output types of `op` applied to `inputs`, or a message saying what is wrong.
 pub fn infer(op: &Op, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
     match op {
@@ -317,6 +337,18 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> 
                 return Err(format!("recurrence needs u as [B, T, C…] and γ as [C…], got {u} and {gamma}"));
             }
             Ok(vec![u.clone()])
+        }
+        Op::DeltaRule => {
+            want_arity(op, inputs, 5)?;
+            let (b, t, _, v) = delta_rule_dims(inputs)?;
+            Ok(vec![tt(vec![b, t, v], inputs[0].dtype)])
+        }
+        Op::DeltaRuleBackward => {
+            want_arity(op, inputs, 6)?;
+            let (b, t, _, v) = delta_rule_dims(&inputs[..5])?;
+            want_shape(&inputs[5], &[b, t, v], "do")?;
+            want_same_dtype(&inputs[0], &inputs[5])?;
+            Ok(inputs[..5].to_vec())
         }
         Op::AdamW { .. } => {
             want_arity(op, inputs, 8)?;

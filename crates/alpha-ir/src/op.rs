@@ -1,6 +1,6 @@
 //! The op set. One enum carries every system in SYSTEMS.md: primitives (elementwise,
 //! reductions, layout, matmul, gather/scatter) and composites kept whole (norms, rotary,
-//! attention, cross-entropy, the linear recurrence, AdamW) so that a backend can give each a
+//! attention, cross-entropy, the linear recurrence, the delta rule, AdamW) so that a backend can give each a
 //! dedicated kernel and autodiff a dedicated pullback. Backward composites are ops of their own.
 
 use serde::{Deserialize, Serialize};
@@ -186,6 +186,14 @@ pub enum Op {
     Recurrence {
         reverse: bool,
     },
+    /// The delta-rule memory along axis 1, started afresh from `m0` in every window: q, k
+    /// `[B, T, K]`, v `[B, T, V]`, β `[B, T]`, m0 `[V, K]` → o `[B, T, V]`, where
+    /// M_t = M_{t−1} + β_t (v_t − M_{t−1} k_t) k_tᵀ from M_{−1} = m0, and o_t = M_t q_t.
+    /// Kept whole so the state (V×K a window) never goes to memory: the kernel steps it.
+    DeltaRule,
+    /// q, k, v, β, m0, do → dq, dk, dv, dβ, dm0 (summed over the batch). The backward
+    /// recomputes the states it needs rather than reading stored ones (see the CPU kernel).
+    DeltaRuleBackward,
     /// One decoupled AdamW update. p, g, m, v, lr, bc1 = 1−β1ᵗ, bc2 = 1−β2ᵗ, gscale
     /// (clip factor) → p', m', v'. The outputs overwrite p, m, v in place.
     AdamW {
@@ -231,6 +239,8 @@ impl Op {
             Op::CrossEntropy => "cross-entropy",
             Op::CrossEntropyBackward => "cross-entropy-backward",
             Op::Recurrence { .. } => "recurrence",
+            Op::DeltaRule => "delta-rule-forward",
+            Op::DeltaRuleBackward => "delta-rule-backward",
             Op::AdamW { .. } => "adamw",
             Op::SumSquares => "sum-squares",
         }

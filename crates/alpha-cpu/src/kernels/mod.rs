@@ -2,6 +2,7 @@
 
 pub mod adamw;
 pub mod attention;
+pub mod delta_rule;
 pub mod elementwise;
 pub mod index;
 pub mod layout;
