@@ -43,6 +43,7 @@ pub fn entry(cache_root: &Path, corpus: &Path, spec: &TokenizerSpec) -> Result<C
     let label = match spec {
         TokenizerSpec::Bytes => "bytes".to_string(),
         TokenizerSpec::TrainBpe { vocab_size } => format!("bpe{vocab_size}"),
+        TokenizerSpec::Gpt2 => "gpt2".to_string(),
         TokenizerSpec::File(path) => {
             key.update(crate::shard::sha256_file(path)?);
             "tokenizer".to_string()
@@ -92,6 +93,7 @@ pub fn prepared(cache_root: &Path, corpus: &Path, spec: &TokenizerSpec) -> Resul
     eprintln!("preparing {} into {}", corpus.display(), dir.display());
     let mut opts = PrepareOptions::new(corpus, spec.clone(), &staging);
     opts.limits = CorpusLimits::TRAINING;
+    opts.downloads = cache_root.to_path_buf();
     if let Err(e) = prepare(&opts) {
         let _ = std::fs::remove_dir_all(&staging);
         return Err(e.context(format!("preparing {}", corpus.display())));
@@ -151,6 +153,14 @@ pub fn check(entry: &CacheEntry, spec: &TokenizerSpec) -> Result<()> {
             m.tokenizer.vocab_size
         ),
         TokenizerSpec::File(_) => ensure!(m.tokenizer.kind == "bpe", "it holds {} tokens", m.tokenizer.kind),
+        TokenizerSpec::Gpt2 => ensure!(
+            m.tokenizer.kind == "bpe"
+                && m.tokenizer.vocab_size == crate::gpt2::VOCAB
+                && m.tokenizer.eot_id == crate::gpt2::EOT,
+            "it holds {} tokens of a vocabulary of {}, not GPT-2's",
+            m.tokenizer.kind,
+            m.tokenizer.vocab_size
+        ),
     }
     m.tokenizer(dir)?;
     m.verify_shards(dir)

