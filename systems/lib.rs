@@ -4,6 +4,7 @@
 pub mod bob;
 pub mod coppelius;
 pub mod gpt2;
+pub mod kickdelta;
 pub mod layers;
 pub mod mini;
 
@@ -50,6 +51,7 @@ pub fn catalogue() -> Vec<Box<dyn System>> {
         Box::new(mini::Mini::new(mini::Roles::AdamW)),
         Box::new(mini::Mini::new(mini::Roles::MuonAdam)),
         Box::new(mini::Mini::new(mini::Roles::Mixed)),
+        Box::new(kickdelta::KickDelta),
     ]
 }
 
