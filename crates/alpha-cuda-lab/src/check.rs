@@ -12,12 +12,13 @@
 
 use anyhow::Result;
 
-use alpha_cuda::adamw::{self, AdamwScalars, Segment};
-use alpha_cuda::cross_entropy;
-use alpha_cuda::driver::{DeviceArena, Function, Gpu};
-use alpha_cuda::embedding;
-use alpha_cuda::gemm::{self, Epilogue, Extras, GemmShape, GemmSpec, Input, Layout, Tile};
-use alpha_cuda::{attention, attention_mma, rotary};
+use alpha_cuda::kernels::adamw::{self, AdamwScalars, Segment};
+use alpha_cuda::kernels::attention::{self, mma as attention_mma};
+use alpha_cuda::kernels::cross_entropy;
+use alpha_cuda::kernels::embedding;
+use alpha_cuda::kernels::gemm::{self, Epilogue, Extras, GemmShape, GemmSpec, Input, Layout, Tile};
+use alpha_cuda::kernels::rotary;
+use alpha_cuda::runtime::driver::{DeviceArena, Function, Gpu};
 
 /// One line of the report.
 #[derive(Clone, Debug)]
@@ -81,7 +82,7 @@ const NAN_BITS: u32 = 0x7FC0_0000;
 
 /// f32 buffers of the given lengths, each filled with [`NAN_BITS`] (what a kernel under test
 /// must overwrite).
-fn poisoned<const N: usize>(arena: &DeviceArena, lens: [usize; N]) -> Result<[alpha_cuda::driver::Buf; N]> {
+fn poisoned<const N: usize>(arena: &DeviceArena, lens: [usize; N]) -> Result<[alpha_cuda::runtime::driver::Buf; N]> {
     let mut bufs = Vec::with_capacity(N);
     for len in lens {
         let b = arena.alloc_n::<f32>(len)?;
@@ -131,7 +132,7 @@ fn bf16_bits(x: &[f32]) -> Vec<u16> {
     x.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect()
 }
 
-fn upload_operand(arena: &DeviceArena, input: Input, x: &[f32]) -> Result<alpha_cuda::driver::Buf> {
+fn upload_operand(arena: &DeviceArena, input: Input, x: &[f32]) -> Result<alpha_cuda::runtime::driver::Buf> {
     Ok(match input {
         Input::F32 => {
             let b = arena.alloc_n::<f32>(x.len())?;
@@ -152,10 +153,10 @@ struct GemmCase {
     a: Vec<f32>,
     b: Vec<f32>,
     r: Vec<f32>,
-    ab: alpha_cuda::driver::Buf,
-    bb: alpha_cuda::driver::Buf,
-    cb: alpha_cuda::driver::Buf,
-    rb: alpha_cuda::driver::Buf,
+    ab: alpha_cuda::runtime::driver::Buf,
+    bb: alpha_cuda::runtime::driver::Buf,
+    cb: alpha_cuda::runtime::driver::Buf,
+    rb: alpha_cuda::runtime::driver::Buf,
     nc: usize,
 }
 
@@ -177,10 +178,10 @@ fn tma_maps(arena: &DeviceArena, spec: &GemmSpec, sh: &GemmShape, a: u64, b: u64
     if spec.engine != gemm::Engine::Tma {
         return Ok(None);
     }
-    let (ma, mb) = alpha_cuda::gemm_tma::map_specs(spec, sh);
+    let (ma, mb) = alpha_cuda::kernels::gemm::tma::map_specs(spec, sh);
     let buf = arena.alloc(256)?;
-    let mut bytes = alpha_cuda::gemm_tma::encode(a, &ma)?.to_vec();
-    bytes.extend(alpha_cuda::gemm_tma::encode(b, &mb)?);
+    let mut bytes = alpha_cuda::kernels::gemm::tma::encode(a, &ma)?.to_vec();
+    bytes.extend(alpha_cuda::kernels::gemm::tma::encode(b, &mb)?);
     arena.upload(buf, &bytes)?;
     Ok(Some((buf.ptr, buf.ptr + 128)))
 }
@@ -389,7 +390,11 @@ pub fn gemm_trace(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options)
     let ring = |k: u32| {
         let (x, y) = plain.tiles(&GemmShape::packed(&plain, m, n, k));
         GemmSpec {
-            stages: alpha_cuda::gemm_wgmma::stages_for(&plain, x * y, alpha_cuda::gemm_wgmma::SHALLOW_RING_WAVES),
+            stages: alpha_cuda::kernels::gemm::wgmma::stages_for(
+                &plain,
+                x * y,
+                alpha_cuda::kernels::gemm::wgmma::SHALLOW_RING_WAVES,
+            ),
             ..plain
         }
     };
@@ -859,8 +864,8 @@ fn mismatches(a: &[f32], b: &[f32]) -> usize {
 ///   exactly over the pre-rotary k) against two `rotary` launches and the kernels reading the
 ///   rotated q and k: o, lse, dq, dk, dv.
 pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use alpha_cuda::driver::{Arg, LaunchConfig};
-    use alpha_cuda::pointwise::{Body, Operand, Pointwise};
+    use alpha_cuda::kernels::pointwise::{Body, Operand, Pointwise};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
     let mut rows = Vec::new();
     let launch = |f: &Function, grid: (u32, u32, u32), block: (u32, u32, u32), args: &[u64]| {
         let args: Vec<Arg> = args.iter().map(|&p| Arg::U64(p)).collect();
@@ -928,12 +933,12 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     arena.reset();
     let dims = attention::Dims { b: 1, h: 4, g: 2, t: 200, d: 64, scale: 0.125, softcap: None };
     let (nq, nk, nl) = (dims.b * dims.h * dims.t * dims.d, dims.b * dims.g * dims.t * dims.d, dims.b * dims.h * dims.t);
-    let up = |v: &[f32]| -> Result<alpha_cuda::driver::Buf> {
+    let up = |v: &[f32]| -> Result<alpha_cuda::runtime::driver::Buf> {
         let b = arena.alloc_n::<f32>(v.len())?;
         arena.upload(b, v)?;
         Ok(b)
     };
-    let blank = |n: usize| -> Result<alpha_cuda::driver::Buf> {
+    let blank = |n: usize| -> Result<alpha_cuda::runtime::driver::Buf> {
         let b = arena.alloc_n::<f32>(n)?;
         arena.fill_u32(b, NAN_BITS)?;
         Ok(b)
@@ -955,7 +960,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     launch(&fdkv, dims.grid_kv(), block, &[dk.ptr, dv.ptr, q.ptr, k.ptr, v.ptr, lse.ptr, delta.ptr, dout.ptr])?;
     for (out, x, rows_) in [(rq, dq, nq / dims.d), (rk, dk, nk / dims.d)] {
         let fr = gpu.load(&rotary::kernel(rows_, dims.t, dims.d, true))?;
-        let (blocks, threads) = alpha_cuda::pointwise::grid_blocks(rows_ * dims.d / 2);
+        let (blocks, threads) = alpha_cuda::kernels::pointwise::grid_blocks(rows_ * dims.d / 2);
         launch(&fr, (blocks, 1, 1), (threads, 1, 1), &[out.ptr, x.ptr, tab.ptr])?;
     }
     // Fused, dq written over (a copy of) o and dk over (a copy of) k, as in Coppelius's plan.
@@ -991,7 +996,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     let (qr, kr) = (blank(nq)?, blank(nk)?);
     for (out, x, rows_) in [(qr, q, nq / dims.d), (kr, k, nk / dims.d)] {
         let fr = gpu.load(&rotary::kernel(rows_, dims.t, dims.d, false))?;
-        let (blocks, threads) = alpha_cuda::pointwise::grid_blocks(rows_ * dims.d / 2);
+        let (blocks, threads) = alpha_cuda::kernels::pointwise::grid_blocks(rows_ * dims.d / 2);
         launch(&fr, (blocks, 1, 1), (threads, 1, 1), &[out.ptr, x.ptr, tab.ptr])?;
     }
     let (o_u, lse_u, dq_u, dk_u, dv_u, delta_u) =
@@ -1053,11 +1058,11 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
 /// Chain epilogues ([`gemm::ChainEpilogue`]) against the plain product followed by the chain's
 /// own kernel, bit for bit: the gated GELU's backward reading `gelu(gate)` (f32 outputs, three
 /// other inputs, 128 × 128 tiles on the three-stage ring) and recomputing it (bf16 outputs, the
-/// lowering's form, in 128 × 128 tiles through shared memory — [`alpha_cuda::gemm_tma::staged`]
+/// lowering's form, in 128 × 128 tiles through shared memory — [`alpha_cuda::kernels::gemm::tma::staged`]
 /// — and in 128 × 64 tiles on the fragments), a ragged M.
 fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use alpha_cuda::driver::{Arg, LaunchConfig};
-    use alpha_cuda::fused::Chain;
+    use alpha_cuda::kernels::fused::Chain;
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
     let (m, n, k) = (1000u32, 1408u32, 512u32);
     let nc = (m * n) as usize;
     let read_act = Chain { bf16: vec![false, false], ..Chain::gated_gelu_backward(nc) };
@@ -1082,7 +1087,7 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
             })
             .collect::<Result<_>>()?;
         let bytes = |j: usize| if chain.bf16[j] { 2 } else { 4 };
-        let outputs = |arena: &DeviceArena| -> Result<Vec<alpha_cuda::driver::Buf>> {
+        let outputs = |arena: &DeviceArena| -> Result<Vec<alpha_cuda::runtime::driver::Buf>> {
             (0..chain.outputs.len())
                 .map(|j| {
                     let b = arena.alloc(nc * bytes(j))?;
@@ -1100,7 +1105,7 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
         let mut args: Vec<Arg> = want.iter().map(|b| Arg::U64(b.ptr)).collect();
         args.push(Arg::U64(cb.ptr));
         args.extend(others.iter().map(|&p| Arg::U64(p)));
-        let (blocks, threads) = alpha_cuda::pointwise::grid_blocks(nc);
+        let (blocks, threads) = alpha_cuda::kernels::pointwise::grid_blocks(nc);
         gpu.launch(&fc, LaunchConfig::linear(blocks, threads), &args)?;
         // The product with the chain in its epilogue.
         let got = outputs(arena)?;
@@ -1127,7 +1132,7 @@ fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
 /// against the plain product and the multiply and rounding on the host, bit for bit: C and U,
 /// a ragged M, both tile widths of the TMA engine.
 fn store_mul_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use alpha_cuda::pointwise::{Body, Operand, Pointwise};
+    use alpha_cuda::kernels::pointwise::{Body, Operand, Pointwise};
     let mut rows = vec![];
     let gelu = Some(alpha_ir::Unary::Gelu);
     for (tile, stages, activation) in [(Tile::T128x128, 3, None), (Tile::T128x64, 0, None), (Tile::T128x128, 3, gelu)] {
@@ -1174,8 +1179,12 @@ fn store_mul_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec
                 let act = arena.alloc_n::<f32>(nc)?;
                 let (blocks, threads) = pw.grid();
                 let fp = gpu.load(&pw.kernel()?)?;
-                let cfg = alpha_cuda::driver::LaunchConfig::linear(blocks, threads);
-                gpu.launch(&fp, cfg, &[alpha_cuda::driver::Arg::U64(act.ptr), alpha_cuda::driver::Arg::U64(rb.ptr)])?;
+                let cfg = alpha_cuda::runtime::driver::LaunchConfig::linear(blocks, threads);
+                gpu.launch(
+                    &fp,
+                    cfg,
+                    &[alpha_cuda::runtime::driver::Arg::U64(act.ptr), alpha_cuda::runtime::driver::Arg::U64(rb.ptr)],
+                )?;
                 arena.download(act, nc)?
             }
         };
@@ -1232,7 +1241,7 @@ fn gated_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row
         let f = gpu.load(&mul.kernel())?;
         let extras = Extras { u: Some(u.ptr), maps: Some(up_maps), ..Extras::default() };
         gemm::launch_with(gpu, &f, &mul, &sh, [ab.ptr, bub.ptr, c.ptr, g.ptr], extras)?;
-        let words = |b: alpha_cuda::driver::Buf, n: usize| arena.download::<u32>(b, n);
+        let words = |b: alpha_cuda::runtime::driver::Buf, n: usize| arena.download::<u32>(b, n);
         // The gated block.
         for spec in [&gated] {
             let (g2, c2, u2) = outs[1];
@@ -1340,7 +1349,7 @@ fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
 /// output projection's input gradient at sixteen contexts, and two contexts of T = 200 (tiles
 /// across a context's end, a partial last tile).
 fn delta_heads_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use alpha_cuda::driver::{Arg, LaunchConfig};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
     let mut rows = Vec::new();
     for (b, t) in [(16u32, 1024u32), (2, 200)] {
         arena.reset();
@@ -1512,7 +1521,7 @@ impl AttnRun<'_> {
     }
 
     fn launch(&self, f: &Function, grid: (u32, u32, u32), block: (u32, u32, u32), args: &[u64]) -> Result<()> {
-        use alpha_cuda::driver::{Arg, LaunchConfig};
+        use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
         let args: Vec<Arg> = args.iter().map(|&p| Arg::U64(p)).collect();
         self.gpu.launch(f, LaunchConfig { grid, block, shared_bytes: 0 }, &args)
     }
@@ -1606,7 +1615,7 @@ fn attention_case(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, case: &AttnCase
     let tab = upload_f32(arena, &rotary::table(d.t, d.d, 10000.0))?;
     let (v, dout) = (upload_f32(arena, &vh)?, upload_f32(arena, &doh)?);
     let run = AttnRun { gpu, case, q: upload_f32(arena, &qh)?, k: upload_f32(arena, &kh)?, v, dout, tab };
-    let blank = |n: usize| -> Result<alpha_cuda::driver::Buf> {
+    let blank = |n: usize| -> Result<alpha_cuda::runtime::driver::Buf> {
         let b = arena.alloc_n::<f32>(n)?;
         arena.fill_u32(b, NAN_BITS)?;
         Ok(b)
@@ -1617,7 +1626,7 @@ fn attention_case(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, case: &AttnCase
     let mut outs: Vec<Vec<Vec<f32>>> = vec![];
     for mma in [false, true, true] {
         let ks = run.kernels(mma)?;
-        let bufs: Vec<alpha_cuda::driver::Buf> = sizes.iter().map(|&n| blank(n)).collect::<Result<_>>()?;
+        let bufs: Vec<alpha_cuda::runtime::driver::Buf> = sizes.iter().map(|&n| blank(n)).collect::<Result<_>>()?;
         let p: Vec<u64> = bufs.iter().map(|b| b.ptr).collect();
         run.forward(&ks, p[0], p[1])?;
         run.backward(&ks, p[0], p[1], [p[2], p[3], p[4], p[5]])?;
@@ -1658,7 +1667,7 @@ fn attention_case(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, case: &AttnCase
     rows.push(exact_row("attention-mma", "second run bit for bit", &shape, mism, total));
     if d.g == d.h {
         // Both backward passes in one launch: the same bits as the two launches.
-        let bufs: Vec<alpha_cuda::driver::Buf> = sizes.iter().map(|&n| blank(n)).collect::<Result<_>>()?;
+        let bufs: Vec<alpha_cuda::runtime::driver::Buf> = sizes.iter().map(|&n| blank(n)).collect::<Result<_>>()?;
         let p: Vec<u64> = bufs.iter().map(|b| b.ptr).collect();
         run.forward(&run.kernels(true)?, p[0], p[1])?;
         run.backward_joint(&run.joint_kernels()?, p[0], p[1], [p[2], p[3], p[4], p[5]])?;
@@ -1719,12 +1728,12 @@ fn attention_bench(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, case: &AttnCas
     Ok(rows)
 }
 
-/// The gated GELU's backward as one [`alpha_cuda::fused::Chain`] against the four pointwise launches
+/// The gated GELU's backward as one [`alpha_cuda::kernels::fused::Chain`] against the four pointwise launches
 /// it replaces (`dh·up`, `dh·act`, `gelu'(gate)`, their product): both outputs bit for bit.
 pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use alpha_cuda::driver::{Arg, LaunchConfig};
-    use alpha_cuda::fused::Chain;
-    use alpha_cuda::pointwise::{Body, Operand, Pointwise};
+    use alpha_cuda::kernels::fused::Chain;
+    use alpha_cuda::kernels::pointwise::{Body, Operand, Pointwise};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
     use alpha_ir::{Binary, Unary};
     arena.reset();
     let n = 1000 * 1408 + 3;
@@ -1744,7 +1753,7 @@ pub fn fused_chain_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resu
             Ok(b)
         })
         .collect::<Result<Vec<_>>>()?;
-    let (blocks, threads) = alpha_cuda::pointwise::grid_blocks(n);
+    let (blocks, threads) = alpha_cuda::kernels::pointwise::grid_blocks(n);
     let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), shared_bytes: 0 };
     let chain = Chain::gated_gelu_backward(n);
     let f = gpu.load(&chain.kernel()?)?;
@@ -2064,12 +2073,12 @@ pub fn gemm_pair_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Op
     Ok(rows)
 }
 
-/// The multi-tensor cast ([`alpha_cuda::multi::cast_kernel`]) over tensors of awkward lengths at
+/// The multi-tensor cast ([`alpha_cuda::kernels::multi::cast_kernel`]) over tensors of awkward lengths at
 /// scattered offsets: every element the host's round-to-nearest-even bf16, bit for bit, and
 /// nothing outside the destinations written.
 pub fn cast_multi_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use alpha_cuda::driver::{Arg, LaunchConfig};
-    use alpha_cuda::multi;
+    use alpha_cuda::kernels::multi;
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
     arena.reset();
     let lens = [1usize, 8191, 8192, 8193, 100_003, 512 * 1536];
     // Each tensor starts 16-byte aligned (as the planner places parameters); a destination is
@@ -2129,8 +2138,8 @@ pub fn cast_multi_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
 /// Shapes: 16 contexts of Coppelius (1,024 bands, sixteen rounds of pass 2), a ragged one (63
 /// bands, a last band of 8 rows, 100 columns: partial blocks and warps), one band.
 pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
-    use alpha_cuda::driver::{Arg, LaunchConfig};
-    use alpha_cuda::layernorm::{self, Norm};
+    use alpha_cuda::kernels::layernorm::{self, Norm};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
     let mut rows = vec![];
     for (r, c) in [(16384usize, 512usize), (1000, 100), (16, 512)] {
         arena.reset();
@@ -2310,8 +2319,8 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
 /// the q/k/v gradients' permute-and-cast back, a bf16 → f32 permute, and the gated product
 /// stored as bf16. Inputs include a rounding tie and the largest finite f32. Timed with `bench`.
 pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
-    use alpha_cuda::driver::{Arg, LaunchConfig};
-    use alpha_cuda::pointwise::{contiguous_strides, Body, Operand, Pointwise};
+    use alpha_cuda::kernels::pointwise::{contiguous_strides, Body, Operand, Pointwise};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
     use alpha_ir::{Binary, DType};
     let (b, t) = if opts.bench { (16usize, 1024usize) } else { (2, 64) };
     let (h, d) = (8usize, 64usize);
@@ -2350,7 +2359,7 @@ pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, op
         }
         let n = pw.numel();
         let words = |dt: DType| (n * dt.size()).div_ceil(4);
-        let ins: Vec<alpha_cuda::driver::Buf> = pw
+        let ins: Vec<alpha_cuda::runtime::driver::Buf> = pw
             .ins
             .iter()
             .map(|o| {
@@ -2445,7 +2454,7 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
         let bf = AttnRun { gpu, case: &bcase, q: qb, k: kb, v: vb, dout, tab };
         // Outputs: (o, lse, delta, dq, dk, dv), once per way.
         let sizes = [nq, nl, nl, nq, nk, nk];
-        let bufs = |arena: &DeviceArena| -> Result<Vec<alpha_cuda::driver::Buf>> {
+        let bufs = |arena: &DeviceArena| -> Result<Vec<alpha_cuda::runtime::driver::Buf>> {
             sizes
                 .iter()
                 .map(|&n| {
@@ -2472,12 +2481,12 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             let args = [dq, dk, dv, delta, r.q, r.k, r.v, o, lse, r.dout, do16, r.tab, r.tab];
             r.launch(&joint_bf16[1], d.grid_q(), attention_mma::block(), &args)
         };
-        let forward = |r: &AttnRun, fwd: &Function, b: &[alpha_cuda::driver::Buf]| -> Result<()> {
+        let forward = |r: &AttnRun, fwd: &Function, b: &[alpha_cuda::runtime::driver::Buf]| -> Result<()> {
             let mut a = vec![b[0].ptr, b[1].ptr, r.q, r.k, r.v];
             a.extend(r.tabs());
             r.launch(fwd, d.grid_q(), attention_mma::block(), &a)
         };
-        let outs = |b: &[alpha_cuda::driver::Buf]| [b[2].ptr, b[3].ptr, b[4].ptr, b[5].ptr];
+        let outs = |b: &[alpha_cuda::runtime::driver::Buf]| [b[2].ptr, b[3].ptr, b[4].ptr, b[5].ptr];
         forward(&run, &fwd_f32, &theirs)?;
         run.backward_joint(&joint_f32, theirs[0].ptr, theirs[1].ptr, outs(&theirs))?;
         forward(&bf, &fwd_bf16, &mine)?;
@@ -2521,7 +2530,7 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             merged_differ,
             3 * nq,
         ));
-        if alpha_cuda::attention_wgmma::applies(d) {
+        if alpha_cuda::kernels::attention::wgmma::applies(d) {
             let stats = [mine[0].ptr, mine[1].ptr, mine[2].ptr, do16];
             let grads = [mine[3], mine[4], mine[5]];
             rows.extend(wgmma_backward_checks(arena, &bf, &joint_bf16[1], stats, grads, &got, &shape, bench, opts)?);
@@ -2552,7 +2561,7 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             copy_differ,
             2 * nq + nl,
         ));
-        if alpha_cuda::attention_wgmma::applies(d) {
+        if alpha_cuda::kernels::attention::wgmma::applies(d) {
             rows.push(wgmma_forward_check(arena, &bf, [o2, lse2, o16], &copying, &shape, bench, opts)?);
         }
         let mut rate = format!("{differ} outputs differ from the f32 kernels turning on load");
@@ -2587,13 +2596,13 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
     Ok(rows)
 }
 
-/// The `wgmma` forward ([`alpha_cuda::attention_wgmma::forward_kernel`], copying form) against the
+/// The `wgmma` forward ([`alpha_cuda::kernels::attention::wgmma::forward_kernel`], copying form) against the
 /// `mma.sync` one's outputs `[o, lse, o16]` on the same bf16 inputs: the same bits. With
 /// `bench`, both timed.
 fn wgmma_forward_check(
     arena: &DeviceArena,
     bf: &AttnRun,
-    [o, lse, o16]: [alpha_cuda::driver::Buf; 3],
+    [o, lse, o16]: [alpha_cuda::runtime::driver::Buf; 3],
     mma_copying: &Function,
     shape: &str,
     bench: bool,
@@ -2601,7 +2610,7 @@ fn wgmma_forward_check(
 ) -> Result<Row> {
     let d = &bf.case.dims;
     let (nq, nl) = (d.b * d.h * d.t * d.d, d.b * d.h * d.t);
-    let kernel = bf.gpu.load(&alpha_cuda::attention_wgmma::forward_kernel(d, true))?;
+    let kernel = bf.gpu.load(&alpha_cuda::kernels::attention::wgmma::forward_kernel(d, true))?;
     let (o2, lse2, o16b) = (arena.alloc_n::<f32>(nq)?, arena.alloc_n::<f32>(nl)?, arena.alloc_n::<u16>(nq)?);
     for b in [o2, lse2, o16b] {
         arena.fill_u32(b, NAN_BITS)?;
@@ -2634,7 +2643,7 @@ fn wgmma_forward_check(
     Ok(row)
 }
 
-/// The `wgmma` backward ([`alpha_cuda::attention_wgmma::backward_kernel`]) against the `mma.sync`
+/// The `wgmma` backward ([`alpha_cuda::kernels::attention::wgmma::backward_kernel`]) against the `mma.sync`
 /// joint kernel's outputs on the same o, lse, delta and dO copy (`[o, lse, delta, do16]`): dq,
 /// dk and dv (f32, `grads`) and the merged bf16 gradient (`merged`) the same bits. With
 /// `bench`, both kernels timed (delta not included).
@@ -2644,7 +2653,7 @@ fn wgmma_backward_checks(
     bf: &AttnRun,
     mma_joint: &Function,
     [o, lse, delta, do16]: [u64; 4],
-    grads: [alpha_cuda::driver::Buf; 3],
+    grads: [alpha_cuda::runtime::driver::Buf; 3],
     merged: &[u16],
     shape: &str,
     bench: bool,
@@ -2652,8 +2661,9 @@ fn wgmma_backward_checks(
 ) -> Result<Vec<Row>> {
     let d = &bf.case.dims;
     let nq = d.b * d.h * d.t * d.d;
-    let plain = bf.gpu.load(&alpha_cuda::attention_wgmma::backward_kernel(d, [true, true], false))?;
-    let mine: Vec<alpha_cuda::driver::Buf> = (0..3).map(|_| arena.alloc_n::<f32>(nq)).collect::<Result<_>>()?;
+    let plain = bf.gpu.load(&alpha_cuda::kernels::attention::wgmma::backward_kernel(d, [true, true], false))?;
+    let mine: Vec<alpha_cuda::runtime::driver::Buf> =
+        (0..3).map(|_| arena.alloc_n::<f32>(nq)).collect::<Result<_>>()?;
     for b in &mine {
         arena.fill_u32(*b, NAN_BITS)?;
     }
@@ -2679,7 +2689,7 @@ fn wgmma_backward_checks(
             flop / (b0 * 1e-6) / 1e12
         );
     }
-    let merged_kernel = bf.gpu.load(&alpha_cuda::attention_wgmma::backward_kernel(d, [true, true], true))?;
+    let merged_kernel = bf.gpu.load(&alpha_cuda::kernels::attention::wgmma::backward_kernel(d, [true, true], true))?;
     let out = arena.alloc_n::<u16>(3 * nq)?;
     arena.fill_u32(out, NAN_BITS)?;
     run(&merged_kernel, [out.ptr; 3])?;
@@ -2689,13 +2699,13 @@ fn wgmma_backward_checks(
     Ok(vec![row, merged_row])
 }
 
-/// [`alpha_cuda::pointwise::tanh`] against [`alpha_cuda::pointwise::tanh_dividing`] (the quotient from
+/// [`alpha_cuda::kernels::pointwise::tanh`] against [`alpha_cuda::kernels::pointwise::tanh_dividing`] (the quotient from
 /// `div.rn.f32`) on every one of the 2³² f32 bit patterns: each thread of 2¹⁸ counts the inputs
 /// on which the two differ (bits; two NaNs agree) and keeps the last, and the host sums. The
 /// claim that replacing the division changed no bit anywhere, checked rather than argued.
 pub fn tanh_exhaustive(gpu: &Gpu, arena: &DeviceArena) -> Result<Vec<Row>> {
-    use alpha_cuda::driver::{Arg, LaunchConfig};
     use alpha_cuda::ptx::{addr, Kernel, ParamTy, RegKind};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
     const BLOCKS: u32 = 1024;
     const THREADS: u32 = 256;
     let threads = (BLOCKS * THREADS) as usize;
@@ -2709,7 +2719,8 @@ pub fn tanh_exhaustive(gpu: &Gpu, arena: &DeviceArena) -> Result<Vec<Row>> {
     k.place(&top);
     let bits = k.tri("mad.lo.u32", RegKind::B32, it, BLOCKS * THREADS, gid);
     let x = k.un("mov.b32", RegKind::F32, bits);
-    let (a, b) = (alpha_cuda::pointwise::tanh(&mut k, x), alpha_cuda::pointwise::tanh_dividing(&mut k, x));
+    let (a, b) =
+        (alpha_cuda::kernels::pointwise::tanh(&mut k, x), alpha_cuda::kernels::pointwise::tanh_dividing(&mut k, x));
     let (ab, bb) = (k.un("mov.b32", RegKind::B32, a), k.un("mov.b32", RegKind::B32, b));
     let same_bits = k.setp("eq.u32", ab, bb);
     let (a_nan, b_nan) = (k.setp("nan.f32", a, a), k.setp("nan.f32", b, b));

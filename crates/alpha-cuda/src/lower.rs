@@ -43,17 +43,17 @@ use alpha_ir::{DType, Node, Op, Value};
 use alpha_plan::Plan;
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::attention::{self, Dims};
 use crate::config::{ChainEpilogues, CudaConfig};
-use crate::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
-use crate::gemm_simple::Product;
-use crate::gemm_tma;
-use crate::gemm_wgmma;
-use crate::layernorm::{self, Norm};
-use crate::pointwise::{broadcast_strides, contiguous_strides, grid_blocks, Body, Operand, Pointwise};
+use crate::kernels::attention::{self, Dims};
+use crate::kernels::gemm::simple::Product;
+use crate::kernels::gemm::tma as gemm_tma;
+use crate::kernels::gemm::wgmma as gemm_wgmma;
+use crate::kernels::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
+use crate::kernels::layernorm::{self, Norm};
+use crate::kernels::pointwise::{broadcast_strides, contiguous_strides, grid_blocks, Body, Operand, Pointwise};
+use crate::kernels::reduce::Reduction;
+use crate::kernels::{adamw, cross_entropy, embedding, fused, multi, recurrence, rotary};
 use crate::ptx::Kernel;
-use crate::reduce::Reduction;
-use crate::{adamw, cross_entropy, embedding, fused, multi, recurrence, rotary};
 
 /// Alignment of the regions appended after the plan's arena.
 const ALIGN: usize = 256;
@@ -447,7 +447,7 @@ impl Lowerer<'_> {
     }
 
     /// A run of AdamW nodes sharing β₁, β₂, ε and their scalar inputs (lr, bc1, bc2, gscale):
-    /// one multi-tensor launch driven by a chunk table (see [`crate::multi`]).
+    /// one multi-tensor launch driven by a chunk table (see [`crate::kernels::multi`]).
     fn lower_adamw_group(&mut self, ids: &[u32]) -> Result<Pending> {
         let g = self.g();
         let first = &g.nodes[ids[0] as usize];
@@ -1204,7 +1204,7 @@ impl Lowerer<'_> {
                 v.push(Pending {
                     kernel: k1,
                     grid: (r.outputs() as u32, chunks as u32, 1),
-                    block: (crate::reduce::THREADS, 1, 1),
+                    block: (crate::kernels::reduce::THREADS, 1, 1),
                     args: vec![self.ptr(out(0)), self.ptr(ins[0]), partials],
                     node: some,
                 });
@@ -1214,7 +1214,7 @@ impl Lowerer<'_> {
                     v.push(Pending {
                         kernel: k2,
                         grid: (r.outputs() as u32, 1, 1),
-                        block: (crate::reduce::THREADS, 1, 1),
+                        block: (crate::kernels::reduce::THREADS, 1, 1),
                         args: vec![self.ptr(out(0)), A::Scratch(0)],
                         node: some,
                     });
@@ -1490,7 +1490,7 @@ impl Lowerer<'_> {
                 // bf16 operands at head dimension 64: the tensor-core kernels (same parameters
                 // and grids). Otherwise the fp32 kernels, which round nothing: a bf16 attention
                 // of another head size runs more precisely than it asks.
-                use crate::attention_mma as mma;
+                use crate::kernels::attention::mma;
                 let tc = *bf16 && mma::applies(&dims);
                 let block = if tc { mma::block() } else { (attention::ROWS, 1, 1) };
                 // Forward rotary fused: q (k) read before its Rotary and turned on load.
@@ -1518,9 +1518,11 @@ impl Lowerer<'_> {
                 let [qa, ka, va] = [0, 1, 2].map(|k| qkv(self, k));
                 if matches!(node.op, Op::Attention { .. }) {
                     let copy = self.more.output_copy.get(&id).copied();
-                    let wgmma = self.config.wgmma_attention && crate::attention_wgmma::applies(&dims);
+                    let wgmma = self.config.wgmma_attention && crate::kernels::attention::wgmma::applies(&dims);
                     let kernel = self.kernel(match (tc, bf16_at, copy) {
-                        (true, Some(_), c) if wgmma => crate::attention_wgmma::forward_kernel(&dims, c.is_some()),
+                        (true, Some(_), c) if wgmma => {
+                            crate::kernels::attention::wgmma::forward_kernel(&dims, c.is_some())
+                        }
                         (true, Some(_), Some(_)) => mma::forward_kernel_bf16_copying(&dims),
                         (true, Some(_), None) => mma::forward_kernel_bf16(&dims),
                         (true, None, _) => mma::forward_kernel_rotating(&dims, turned),
@@ -1571,10 +1573,11 @@ impl Lowerer<'_> {
                         };
                         let inverse = [rot[0].is_some(), rot[1].is_some()];
                         let merged = self.more.merged_grads.get(&id).copied();
-                        let wgmma = self.config.wgmma_attention_backward && crate::attention_wgmma::applies(&dims);
+                        let wgmma =
+                            self.config.wgmma_attention_backward && crate::kernels::attention::wgmma::applies(&dims);
                         let kb = self.kernel(match (bf16_at, merged) {
                             (Some(_), m) if wgmma => {
-                                crate::attention_wgmma::backward_kernel(&dims, inverse, m.is_some())
+                                crate::kernels::attention::wgmma::backward_kernel(&dims, inverse, m.is_some())
                             }
                             (Some(_), Some(_)) => mma::backward_kernel_bf16_merged(&dims, inverse),
                             (Some(_), None) => mma::backward_kernel_bf16(&dims, inverse),
@@ -2770,7 +2773,7 @@ fn delta_heads(
 /// dq and dk as their fused inverse rotaries leave them, and dv — reach the q/k/v projection's
 /// backward only as one Concat, permuted to `[B, T, 3, H, D]` and cast to bf16 (the permute
 /// launched storing the cast): the backward then stores that bf16 tensor itself
-/// ([`crate::attention_mma::backward_kernel_bf16_merged`]) and the permute does not run.
+/// ([`crate::kernels::attention::mma::backward_kernel_bf16_merged`]) and the permute does not run.
 /// Records them in `more.merged_grads`; returns the permutes to skip.
 ///
 /// Conditions: the chain through single-reader reshapes exactly so; nothing launched between
@@ -2815,7 +2818,7 @@ fn merged_gradients(
 
 /// The bf16 attention forwards whose output reaches the output projection through a permute to
 /// `[B, T, H, D]` launched right after it, storing its bf16 cast: the forward stores that cast
-/// itself as well ([`crate::attention_mma::forward_kernel_bf16_copying`]) and the permute does
+/// itself as well ([`crate::kernels::attention::mma::forward_kernel_bf16_copying`]) and the permute does
 /// not run. The cast's slot must be clear of what the forward reads and writes. Records them in
 /// `more.output_copy`; returns the permutes to skip.
 fn forward_copies(
@@ -3510,7 +3513,7 @@ mod tests {
     /// inputs lose it, every step and output moves up one, and its readers read step 0.
     #[test]
     fn a_unary_of_an_input_is_recomputed_not_read() {
-        use crate::fused::{Src, Step};
+        use crate::kernels::fused::{Src, Step};
         use alpha_ir::{Binary, Unary};
         let mut g = Graph::new("t");
         let gate = g.param("gate", &[4, 8], Init::Zeros);
@@ -3574,7 +3577,7 @@ mod tests {
         // The same GELU instruction sequence as the pointwise kernel's.
         let mut k = Kernel::new("probe");
         let r = k.reg(crate::ptx::RegKind::F32);
-        crate::pointwise::emit_unary(&mut k, alpha_ir::Unary::Gelu, r);
+        crate::kernels::pointwise::emit_unary(&mut k, alpha_ir::Unary::Gelu, r);
         let body = mnemonics(&k.render());
         let body: Vec<String> = body.into_iter().filter(|m| m != "ret" && !m.starts_with("griddepcontrol")).collect();
         assert!(body.len() > 10, "{body:?}");

@@ -23,9 +23,9 @@
 //!
 //! Three engines share the specs, the launch interface and the epilogues (`store_tile`): this
 //! module's `mma.sync` kernels ([`Engine::Mma`]), Hopper's `wgmma` on a `cp.async` ring
-//! ([`Engine::Wgmma`], [`crate::gemm_wgmma`]), which the lowering takes wherever K is a multiple
+//! ([`Engine::Wgmma`], [`crate::kernels::gemm::wgmma`]), which the lowering takes wherever K is a multiple
 //! of 64 (about twice as fast on the H200), and the same `wgmma` fed by the tensor memory
-//! accelerator from a producer warp ([`Engine::Tma`], [`crate::gemm_tma`]), taken where both
+//! accelerator from a producer warp ([`Engine::Tma`], [`crate::kernels::gemm::tma`]), taken where both
 //! operands are bf16. Epilogue options beside the three above: an activation's second output,
 //! a gated product's bf16 second output ([`Epilogue::StoreMul`]), and a store split into
 //! attention heads ([`Heads`]), optionally bf16 with q and k turned by the rotary.
@@ -39,9 +39,13 @@ use anyhow::{bail, Result};
 
 use alpha_ir::Unary;
 
-use crate::driver::{Arg, Function, Gpu, LaunchConfig};
-use crate::fused::{Chain, Src, Step};
+use crate::kernels::fused::{Chain, Src, Step};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+use crate::runtime::driver::{Arg, Function, Gpu, LaunchConfig};
+
+pub mod simple;
+pub mod tma;
+pub mod wgmma;
 
 /// The K step of the usual kernels (see [`GemmSpec::bk`]).
 pub const BK: u32 = 32;
@@ -149,9 +153,9 @@ pub enum Epilogue {
 pub enum Engine {
     /// `mma.sync` fed by `ldmatrix` from a two-stage shared tile (this module).
     Mma,
-    /// Hopper's warpgroup `wgmma` on a four-stage `cp.async` ring ([`crate::gemm_wgmma`]).
+    /// Hopper's warpgroup `wgmma` on a four-stage `cp.async` ring ([`crate::kernels::gemm::wgmma`]).
     Wgmma,
-    /// `wgmma` fed by the tensor memory accelerator from a producer warp ([`crate::gemm_tma`]);
+    /// `wgmma` fed by the tensor memory accelerator from a producer warp ([`crate::kernels::gemm::tma`]);
     /// bf16 operands only; launched with two tensor maps ([`launch_with`]).
     Tma,
 }
@@ -167,14 +171,14 @@ pub struct Heads {
     pub heads: u32,
     pub d: u32,
     /// Stored as bf16, the first two sections (q and k) turned by the rotary at each row's
-    /// position on the way (param `rot_tab`, last: the table of [`crate::rotary::table`]), the
-    /// third (v) as it is — what [`crate::attention_mma::forward_kernel_bf16`] reads. The same
+    /// position on the way (param `rot_tab`, last: the table of [`crate::kernels::rotary::table`]), the
+    /// third (v) as it is — what [`crate::kernels::attention::mma::forward_kernel_bf16`] reads. The same
     /// f32 arithmetic and rounding as the attention kernels turning f32 on load, so the same
     /// bits reach the tensor cores. Heads of 64 only, S = 3.
     pub bf16_turned: bool,
     /// Stored as bf16 (C: `[B, H, T, D]` bf16), with attention's backward delta beside it: R
     /// is the attention output O (f32, C's layout) and U gets `delta = Σ_d dO·O` per row
-    /// (`[B·H·T]` f32) — what [`crate::attention_mma::backward_delta_kernel_bf16`] computes
+    /// (`[B·H·T]` f32) — what [`crate::kernels::attention::mma::backward_delta_kernel_bf16`] computes
     /// from the f32 product and O, in its order, so the same bits. The f32 product is never
     /// stored. Heads of 64, S = 1, TMA engine, 128 × 128 tiles whose ring holds the f32 tile
     /// (`gemm_tma::store_heads_delta`).
@@ -186,11 +190,11 @@ pub const CHAIN_STEPS: usize = 8;
 /// Outputs, and inputs beside the product, a [`ChainEpilogue`] takes at most.
 pub const CHAIN_PTRS: usize = 4;
 
-/// An elementwise chain ([`crate::fused::Chain`]) the epilogue runs on the product instead of
+/// An elementwise chain ([`crate::kernels::fused::Chain`]) the epilogue runs on the product instead of
 /// storing it: the chain's input `product` is the accumulator, its other inputs are read at the
 /// product's element (f32, the product's shape and row-major layout), and its outputs are stored
 /// (f32, or bf16 where the chain stores bf16) where the chain's kernel would store them. The
-/// steps are [`crate::fused::emit_steps`], so the bits are the chain kernel's. Why: a gated
+/// steps are [`crate::kernels::fused::emit_steps`], so the bits are the chain kernel's. Why: a gated
 /// unit's backward read the product (dh, 92 MB at sixteen contexts) back right after the product
 /// wrote it. Unbatched products only. Fixed capacity keeps [`GemmSpec`] `Copy`.
 ///
@@ -289,16 +293,16 @@ pub struct GemmSpec {
     pub b_input: Input,
     pub epilogue: Epilogue,
     /// With [`Epilogue::Store`]: the kernel also writes `u(acc)` to a second output (param `u`,
-    /// after the others), computed by [`crate::pointwise::emit_unary`], the pointwise kernel's
+    /// after the others), computed by [`crate::kernels::pointwise::emit_unary`], the pointwise kernel's
     /// own instruction sequence, so it equals the separate `Unary` launch bit for bit. With
     /// [`Epilogue::StoreMul`]: the multiplier is `u(R)`, computed the same way (a gated unit's
     /// `gelu(gate)` from the gate, which then needs no stored copy).
     pub activation: Option<Unary>,
     pub tile: Tile,
-    /// K consumed per pipeline step: [`BK`] on `mma.sync`, [`crate::gemm_wgmma::BK`] on `wgmma`.
+    /// K consumed per pipeline step: [`BK`] on `mma.sync`, [`crate::kernels::gemm::wgmma::BK`] on `wgmma`.
     pub bk: u32,
     /// [`Engine::Wgmma`]: stages of the shared-memory ring (0: the engine's default for the
-    /// tile, [`crate::gemm_wgmma::stages`]).
+    /// tile, [`crate::kernels::gemm::wgmma::stages`]).
     pub stages: u32,
     /// Store split into heads ([`Heads`]); store epilogue, no activation, unbatched.
     pub heads: Option<Heads>,
@@ -309,19 +313,19 @@ pub struct GemmSpec {
     /// second B (the gate's weight, the last tensor map) gives the tile's first 64 columns, B
     /// the other 64, both for the same 64 output columns; the gate is stored at R as it is
     /// computed, then the multiply runs on registers instead of reading it back
-    /// ([`crate::gemm_tma`]). TMA engine, B row-major, 128 × 128 tile, unbatched.
+    /// ([`crate::kernels::gemm::tma`]). TMA engine, B row-major, 128 × 128 tile, unbatched.
     pub gated: bool,
     /// Split-K parts of whole K steps that may differ by one ([`GemmShape::split_uneven`]):
     /// the launch's K is the product's, and part z of the grid's Z takes K steps
     /// ⌊z·S/Z⌋ … ⌊(z+1)·S/Z⌋ (S of them in all). TMA engine.
     pub uneven_split: bool,
-    /// A plain f32 store run through shared memory a row a warp ([`crate::gemm_tma::staged`]),
+    /// A plain f32 store run through shared memory a row a warp ([`crate::kernels::gemm::tma::staged`]),
     /// where [`GemmTuning::staged_epilogues`] leaves it to the lowering (which asks for it over tall
     /// outputs, `crate::lower`). TMA engine, 128 × 128 tiles.
     pub staged_store: bool,
     /// Two products summed in one accumulator, `A₁·B₁ + A₂·B₂` over K₁ = K₂ = K/2: the first
     /// half of the K steps reads the maps of A₁ and B₁ (the last two tensor maps), the second
-    /// those of A and B ([`crate::gemm_tma`]). Both operands K-major; TMA engine, unbatched.
+    /// those of A and B ([`crate::kernels::gemm::tma`]). Both operands K-major; TMA engine, unbatched.
     pub k_pair: bool,
     /// A timing probe, for measurement only (alpha-cuda-lab's `check::gemm_trace`): a plain
     /// store that also writes, for each tile, its SM and the global timer as its consumers
@@ -343,7 +347,7 @@ pub struct GemmTuning {
     /// The TMA engine's three-stage kernels are held to two blocks' registers an SM
     /// (`.minnctapersm 2`).
     pub two_blocks: bool,
-    /// Which TMA epilogues run through shared memory, a row a warp ([`crate::gemm_tma::staged`]).
+    /// Which TMA epilogues run through shared memory, a row a warp ([`crate::kernels::gemm::tma::staged`]).
     pub staged_epilogues: StagedEpilogues,
 }
 
@@ -395,14 +399,14 @@ impl GemmSpec {
         }
     }
 
-    /// The same product on the `wgmma` engine (K step [`crate::gemm_wgmma::BK`]).
+    /// The same product on the `wgmma` engine (K step [`crate::kernels::gemm::wgmma::BK`]).
     pub fn wgmma(self) -> GemmSpec {
-        GemmSpec { engine: Engine::Wgmma, bk: crate::gemm_wgmma::BK, ..self }
+        GemmSpec { engine: Engine::Wgmma, bk: crate::kernels::gemm::wgmma::BK, ..self }
     }
 
     /// The same product on the TMA-fed `wgmma` engine (bf16 operands).
     pub fn tma(self) -> GemmSpec {
-        GemmSpec { engine: Engine::Tma, bk: crate::gemm_wgmma::BK, ..self }
+        GemmSpec { engine: Engine::Tma, bk: crate::kernels::gemm::wgmma::BK, ..self }
     }
 
     /// Whether the kernel takes a second output `u` ([`Extras::u`]): an activation's, a
@@ -415,8 +419,8 @@ impl GemmSpec {
     pub fn threads(&self) -> u32 {
         match self.engine {
             Engine::Mma => THREADS,
-            Engine::Wgmma => crate::gemm_wgmma::threads(self),
-            Engine::Tma => crate::gemm_tma::threads(self),
+            Engine::Wgmma => crate::kernels::gemm::wgmma::threads(self),
+            Engine::Tma => crate::kernels::gemm::tma::threads(self),
         }
     }
 
@@ -560,8 +564,8 @@ impl GemmSpec {
     pub fn kernel(&self) -> Kernel {
         match self.engine {
             Engine::Mma => build(self),
-            Engine::Wgmma => crate::gemm_wgmma::build(self),
-            Engine::Tma => crate::gemm_tma::build(self),
+            Engine::Wgmma => crate::kernels::gemm::wgmma::build(self),
+            Engine::Tma => crate::kernels::gemm::tma::build(self),
         }
     }
 }
@@ -742,7 +746,7 @@ impl GemmShape {
 
 /// The pointers a kernel of a spec takes after its shape: its second output `u` (an
 /// activation's, or [`Epilogue::StoreMul`]'s bf16 product), the TMA engine's tensor maps of A
-/// and B (encoded from [`crate::gemm_tma::map_specs`]), the turned heads' rotary table.
+/// and B (encoded from [`crate::kernels::gemm::tma::map_specs`]), the turned heads' rotary table.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Extras {
     pub u: Option<u64>,
@@ -800,7 +804,7 @@ pub fn launch_with(
         bail!("{}: a chain epilogue takes an unbatched product, not {} entries", spec.name(), shape.batch);
     }
     if let Some(maps) = extras.maps {
-        crate::gemm_tma::check_shape(spec, shape)?;
+        crate::kernels::gemm::tma::check_shape(spec, shape)?;
         for p in [maps.0, maps.1] {
             if p % 64 != 0 {
                 bail!("{}: a tensor map at {p:#x} is not 64-byte aligned", spec.name());
@@ -871,7 +875,7 @@ pub fn splitk_reduce_width(mn: u32, aligned: bool) -> u32 {
 
 /// Blocks of the split-K reduction over `mn` elements, `width` a thread.
 pub fn splitk_reduce_blocks(mn: u32, width: u32) -> u32 {
-    (mn / width).div_ceil(REDUCE_THREADS).min(crate::pointwise::MAX_BLOCKS)
+    (mn / width).div_ceil(REDUCE_THREADS).min(crate::kernels::pointwise::MAX_BLOCKS)
 }
 
 /// Sums the `splits` partial products of a split-K GEMM (`partials[s·mn + i]`, in order of s)
@@ -896,7 +900,7 @@ pub fn splitk_reduce_kernel(spec: &GemmSpec, splits: u32, mn: u32, width: u32) -
     let partials = k.param_reg("partials", ParamTy::U64);
     let u = spec.activation.map(|_| k.param_reg("u", ParamTy::U64));
     let n = k.imm_u32(mn / vw);
-    let (i, stride, top, end) = crate::pointwise::grid_stride_begin_with(&mut k, n, Some(REDUCE_THREADS));
+    let (i, stride, top, end) = crate::kernels::pointwise::grid_stride_begin_with(&mut k, n, Some(REDUCE_THREADS));
     let bytes = 4 * vw;
     // Loads `vw` f32 at `base + i·bytes + off`.
     let load = |k: &mut Kernel, base: Reg, off: i64| -> Vec<Reg> {
@@ -926,11 +930,11 @@ pub fn splitk_reduce_kernel(spec: &GemmSpec, splits: u32, mn: u32, width: u32) -
     };
     let out = sum_parts(&mut k, &parts, old.as_deref());
     if let (Some(f), Some(u)) = (spec.activation, u) {
-        let y = out.iter().map(|&x| crate::pointwise::emit_unary(&mut k, f, x)).collect();
+        let y = out.iter().map(|&x| crate::kernels::pointwise::emit_unary(&mut k, f, x)).collect();
         store(&mut k, u, y);
     }
     store(&mut k, c, out);
-    crate::pointwise::grid_stride_end(&mut k, i, stride, n, &top, &end);
+    crate::kernels::pointwise::grid_stride_end(&mut k, i, stride, n, &top, &end);
     k
 }
 
@@ -1549,7 +1553,7 @@ pub(crate) fn store_tile_with(
                         let r: Vec<Reg> = old
                             .iter()
                             .map(|&r| match spec.activation {
-                                Some(f) => crate::pointwise::emit_unary(k, f, r),
+                                Some(f) => crate::kernels::pointwise::emit_unary(k, f, r),
                                 None => r,
                             })
                             .collect();
@@ -1558,7 +1562,7 @@ pub(crate) fn store_tile_with(
                         su.store_bf16(k, ok, up, u, &p);
                     }
                     if let (Some(f), Some(up), false) = (spec.activation, uptr, mul) {
-                        let act = out.iter().map(|&x| crate::pointwise::emit_unary(k, f, x)).collect();
+                        let act = out.iter().map(|&x| crate::kernels::pointwise::emit_unary(k, f, x)).collect();
                         k.op_if(ok, false, &format!("st.global.{f32s}"), [addr(up, off), Opnd::V(act)]);
                     }
                     k.op_if(ok, false, &format!("st.global.{f32s}"), [addr(cptr, off), Opnd::V(out)]);
@@ -1782,7 +1786,7 @@ pub(crate) fn chain_results(
                     }
                 })
                 .collect();
-            crate::fused::emit_steps(k, steps, &vals)
+            crate::kernels::fused::emit_steps(k, steps, &vals)
         })
         .collect()
 }
@@ -1916,7 +1920,7 @@ fn store_heads(k: &mut Kernel, spec: &GemmSpec, hs: Heads, acc: &[Vec<Vec<Reg>>]
 /// next) turned by the rotary at position `pos` where `rotate` holds: each d < 32 with its partner
 /// d + 32, four column groups on, in the same thread. The cosines and sines of the row's
 /// position come from `tab` (`t` positions, cosines then sines, 32 a position); the arithmetic
-/// is [`crate::attention::rotate_pairs`]'s, the attention kernels' own.
+/// is [`crate::kernels::attention::rotate_pairs`]'s, the attention kernels' own.
 fn turn_pairs(k: &mut Kernel, vals: &[[Reg; 2]], tab: Reg, pos: Reg, t: u32, col0: Reg, rotate: Reg) -> Vec<[Reg; 2]> {
     let d0 = k.bin("and.b32", RegKind::B32, col0, 63u32);
     let row = k.tri("mad.lo.u32", RegKind::B32, pos, 32u32, d0);
@@ -1935,7 +1939,7 @@ fn turn_pairs(k: &mut Kernel, vals: &[[Reg; 2]], tab: Reg, pos: Reg, t: u32, col
             table[j] = Some((c, s));
         }
         let (c, s) = table[j].clone().expect("loaded above");
-        let (o1, o2) = crate::attention::rotate_pairs(k, &vals[ni], &vals[ni + 4], &c, &s, false);
+        let (o1, o2) = crate::kernels::attention::rotate_pairs(k, &vals[ni], &vals[ni + 4], &c, &s, false);
         for e in 0..2 {
             out[ni][e] = k.tri("selp.f32", RegKind::F32, o1[e], vals[ni][e], rotate);
             out[ni + 4][e] = k.tri("selp.f32", RegKind::F32, o2[e], vals[ni + 4][e], rotate);
@@ -1963,7 +1967,7 @@ mod tests {
                 // The consumer warpgroups and one producer warp; per stage one bulk copy of a
                 // K-major operand or tile/64 of an MN-major one; no cp.async, no proxy fence.
                 assert_eq!(spec.threads(), 2 * bm + 32);
-                assert_eq!(k.dynamic_shared, crate::gemm_tma::shared_bytes(&spec));
+                assert_eq!(k.dynamic_shared, crate::kernels::gemm::tma::shared_bytes(&spec));
                 let boxes = |k_major: bool, rows: u32| if k_major { 1 } else { rows / 64 };
                 let copies = boxes(spec.a == Layout::RowMajor, bm) + boxes(spec.b == Layout::ColMajor, bn);
                 assert_eq!(text.matches("cp.async.bulk.tensor.2d").count() as u32, copies, "{}", spec.name());
@@ -1976,7 +1980,7 @@ mod tests {
                 // dynamic shared memory; operands stored as not K-contiguous are read transposed.
                 assert_eq!(spec.threads(), 2 * bm);
                 assert_eq!(k.static_shared_bytes(), 0);
-                assert_eq!(k.dynamic_shared, crate::gemm_wgmma::shared_bytes(&spec));
+                assert_eq!(k.dynamic_shared, crate::kernels::gemm::wgmma::shared_bytes(&spec));
                 let wgmma: Vec<&str> = text.lines().filter(|l| l.contains("wgmma.mma_async")).collect();
                 assert_eq!(wgmma.len() as u32, spec.bk / 16, "{}", spec.name());
                 let trans = (u32::from(spec.a == Layout::ColMajor), u32::from(spec.b == Layout::RowMajor));

@@ -17,7 +17,7 @@
 use alpha_ir::{DType, Reduce};
 use anyhow::{bail, Result};
 
-use crate::pointwise::{contiguous_strides, element_offsets, load_f32, store_f32};
+use crate::kernels::pointwise::{contiguous_strides, element_offsets, load_f32, store_f32};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, RegKind};
 
 /// Threads per block.

@@ -1,5 +1,5 @@
 //! The causal attention forward on Hopper's warpgroup `wgmma`, for bf16 q, k and v with heads
-//! of 64: a drop-in for [`crate::attention_mma::forward_kernel_bf16`] (and its copying form).
+//! of 64: a drop-in for [`crate::kernels::attention::mma::forward_kernel_bf16`] (and its copying form).
 //!
 //! Why: the `mma.sync` forward spends its issue slots on `ldmatrix` and 16×8×16 products — 64
 //! products and 32 `ldmatrix` a warp a key tile — beside the softmax's arithmetic on the same
@@ -9,7 +9,7 @@
 //!
 //! How: a block is one warpgroup (128 threads) owning 64 query rows, the `mma.sync` kernel's
 //! grid and block. Q, and two stages of K and V tiles, are copied by `cp.async` into the
-//! 128-byte-swizzled layout `wgmma` reads ([`crate::gemm_wgmma`]'s: a 64-row tile is 64 lines
+//! 128-byte-swizzled layout `wgmma` reads ([`crate::kernels::gemm::wgmma`]'s: a 64-row tile is 64 lines
 //! of 128 bytes, the 16-byte chunk c of line L at chunk c ^ (L mod 8)). S = Q·Kᵀ reads both
 //! from shared memory K-major (a line is a row's 64 of D); O += P·V takes P from registers —
 //! the S accumulators rounded to bf16 pairs are exactly the A fragments of the next product, as
@@ -18,12 +18,12 @@
 //! so the softmax and the epilogue are that kernel's own (`attention_mma::online_softmax`,
 //! `attention_mma::forward_epilogue`), and every sum runs in the same order.
 
-use crate::attention::{forward_params, kernel_name, kv_head, Dims};
-use crate::attention_mma::{
+use crate::kernels::attention::mma::{
     self as mma, a_frag, delta_to_shared, dkv_chunk, dq_chunk, dq_row_stats, forward_epilogue, forward_state,
     grad_base, head_base, lanes, mover_bf16_swizzled, next_stage_of, online_softmax, reversed_tile, rotary_suffix,
     stats_issue, stats_store, store_rows, zeros, Lanes, Mover, BF16_ROW_BYTES, ROWS,
 };
+use crate::kernels::attention::{forward_params, kernel_name, kv_head, Dims};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 /// Bytes of one swizzled 64-row tile: 64 lines of 128 bytes.
@@ -40,10 +40,10 @@ pub fn applies(dims: &Dims) -> bool {
     mma::applies(dims) && dims.g == dims.h && dims.softcap.is_none()
 }
 
-/// The forward: params (o, lse, q, k, v) as [`crate::attention_mma::forward_kernel_bf16`], then
+/// The forward: params (o, lse, q, k, v) as [`crate::kernels::attention::mma::forward_kernel_bf16`], then
 /// `o16` with `copy` (o rounded to bf16 as `[B, T, H, 64]`, as
-/// [`crate::attention_mma::forward_kernel_bf16_copying`]). Grid [`Dims::grid_q`], block
-/// [`crate::attention_mma::block`].
+/// [`crate::kernels::attention::mma::forward_kernel_bf16_copying`]). Grid [`Dims::grid_q`], block
+/// [`crate::kernels::attention::mma::block`].
 pub fn forward_kernel(dims: &Dims, copy: bool) -> Kernel {
     debug_assert!(applies(dims));
     let t = dims.t as u32;
@@ -153,7 +153,7 @@ fn copy_next_stage(k: &mut Kernel, mover: &Mover, heads: [Reg; 2], row0: Reg, ri
 }
 
 /// A `wgmma` shared-memory descriptor's fixed parts for a swizzled 64-line tile, K-major or
-/// MN-major: [`crate::gemm_wgmma`]'s, whose 64-wide K-steps are these tiles.
+/// MN-major: [`crate::kernels::gemm::wgmma`]'s, whose 64-wide K-steps are these tiles.
 struct Desc {
     /// Leading byte offset, encoded and placed at bits 16–29 of the low word.
     lbo: u32,
@@ -168,7 +168,7 @@ struct Desc {
 
 impl Desc {
     fn new(k: &mut Kernel, k_major: bool) -> Desc {
-        let (lbo, hi, k16) = crate::gemm_wgmma::descriptor_parts(k_major);
+        let (lbo, hi, k16) = crate::kernels::gemm::wgmma::descriptor_parts(k_major);
         let hi = k.imm_u32(hi);
         let zero = k.imm_u32(0);
         let accumulate = k.setp("eq.u32", zero, 0u32);
@@ -209,8 +209,8 @@ fn product_rs(k: &mut Kernel, n: u32, acc: &[Reg], a: &[Reg], b: Reg, desc: &Des
 
 // ---- backward --------------------------------------------------------------------------------
 
-/// The joint backward on `wgmma`: a drop-in for [`crate::attention_mma::backward_kernel_bf16`] (and,
-/// with `merged`, [`crate::attention_mma::backward_kernel_bf16_merged`]) — the same params (dq, dk,
+/// The joint backward on `wgmma`: a drop-in for [`crate::kernels::attention::mma::backward_kernel_bf16`] (and,
+/// with `merged`, [`crate::kernels::attention::mma::backward_kernel_bf16_merged`]) — the same params (dq, dk,
 /// dv, delta, q, k, v, o, lse, do, do16, then `dq_tab` and `dk_tab` with the inverse rotaries),
 /// grid and block. Block x runs the dK/dV pass of key tile x, then the dQ pass of query tile x
 /// counted from the last, as the `mma.sync` kernel does, with every product in the same order:
@@ -320,7 +320,7 @@ fn pipelined_chunks(
     }
 }
 
-/// The dK/dV pass of key tile `tile` ([`crate::attention_mma`]'s, one query head a key head): K and V
+/// The dK/dV pass of key tile `tile` ([`crate::kernels::attention::mma`]'s, one query head a key head): K and V
 /// kept as A fragments, each query tile from the diagonal on (Q and dO, two stages, with lse
 /// and delta) walked 16 queries at a time.
 #[allow(clippy::too_many_arguments)]
@@ -430,7 +430,7 @@ fn dkv_pass(
     store_rows(k, ln, dvb, krow0, t, &dva, [None, None], None, stride);
 }
 
-/// The dQ pass of query tile `tile` of head `bh` ([`crate::attention_mma`]'s, delta and dO as bf16
+/// The dQ pass of query tile `tile` of head `bh` ([`crate::kernels::attention::mma`]'s, delta and dO as bf16
 /// read from global): Q and dO kept as A fragments, each key tile up to the diagonal (K and V,
 /// two stages) walked 16 keys at a time.
 #[allow(clippy::too_many_arguments)]

@@ -10,7 +10,7 @@
 //! How: a [`Chain`] lists its external inputs, its steps (a unary or binary function of earlier
 //! steps or inputs) and which steps it stores. The kernel is a grid-stride loop over the
 //! elements (all operands contiguous f32 of the same length): load every input, compute the
-//! steps with the pointwise kernel's own instruction sequences ([`crate::pointwise::emit_unary`],
+//! steps with the pointwise kernel's own instruction sequences ([`crate::kernels::pointwise::emit_unary`],
 //! [`emit_binary`]), store the outputs. Each step is the same arithmetic as its separate launch,
 //! so results are bit-identical; loads all precede stores, so an output may share its slot
 //! with an input exactly.
@@ -18,7 +18,7 @@
 use alpha_ir::{Binary, Unary};
 use anyhow::{bail, Result};
 
-use crate::pointwise::{
+use crate::kernels::pointwise::{
     emit_binary, emit_unary_sharing, grid_stride_begin_with, grid_stride_end, SharedTerms, THREADS,
 };
 use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind};
@@ -161,7 +161,7 @@ impl Chain {
 }
 
 /// Emits `steps` over `vals` (one register a chain input) and returns each step's register:
-/// the pointwise kernels' own instruction sequences ([`crate::pointwise::emit_unary`], [`emit_binary`]), so a
+/// the pointwise kernels' own instruction sequences ([`crate::kernels::pointwise::emit_unary`], [`emit_binary`]), so a
 /// chain computes the same bits wherever it runs (its own kernel, or a GEMM's epilogue).
 pub fn emit_steps(k: &mut Kernel, steps: &[Step], vals: &[Reg]) -> Vec<Reg> {
     let mut out: Vec<Reg> = vec![];
@@ -191,7 +191,7 @@ pub fn emit_steps(k: &mut Kernel, steps: &[Step], vals: &[Reg]) -> Vec<Reg> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pointwise::emit_unary;
+    use crate::kernels::pointwise::emit_unary;
 
     /// The gated GELU's backward as one chain: one load per input, one store per output, and
     /// each step's instructions exactly those of its own pointwise kernel.

@@ -1,7 +1,7 @@
 //! Causal grouped-query attention on the tensor cores: forward, dQ (with delta) and dK/dV, as
-//! drop-in replacements for [`crate::attention`]'s kernels when the head dimension is 64.
+//! drop-in replacements for [`crate::kernels::attention`]'s kernels when the head dimension is 64.
 //!
-//! Why: the fp32 kernels of [`crate::attention`] give one thread a whole query (or key) row and
+//! Why: the fp32 kernels of [`crate::kernels::attention`] give one thread a whole query (or key) row and
 //! walk the keys one at a time on the CUDA cores; at Coppelius's shape (T = 1024, 8 heads of 64)
 //! they take about half of a training step. The same arithmetic as 16×8×16 bf16 `mma.sync` tiles
 //! with fp32 accumulation — FlashAttention-2's schedule, the precision PyTorch's bf16 flash
@@ -46,7 +46,7 @@
 //!   250). [`backward_delta_kernel_bf16`] also writes dO as bf16 for the one-launch backward to
 //!   copy the same way, with delta read instead of recomputed — or, where the product computing
 //!   dO runs in 128 × 128 tiles, that product's epilogue writes both, the same bits
-//!   ([`crate::gemm::Heads::delta`]), and this launch does not run. The forward can store its output's
+//!   ([`crate::kernels::gemm::Heads::delta`]), and this launch does not run. The forward can store its output's
 //!   permuted bf16 copy too, and the backward the permuted bf16 gradient `[B, T, 3, H, 64]`, the
 //!   tensors the projections around attention read. Every variant gives the same bits as the
 //!   f32 kernels turning on load (alpha-cuda-lab's `check::attention_bf16_checks`).
@@ -64,7 +64,7 @@
 //! next tile's loads in two halves (fewer registers in flight) measured up to 13% slower, so
 //! each tile's loads are issued at once; ptxas then uses up to 255 registers, without spilling.
 
-use crate::attention::{
+use crate::kernels::attention::{
     dkv_params, dq_params, forward_params, kernel_name, kv_head, pointer_params, rotate_pairs, Dims,
 };
 use crate::ptx::{addr, Kernel, Opnd, Reg, RegKind};
@@ -72,7 +72,7 @@ use crate::ptx::{addr, Kernel, Opnd, Reg, RegKind};
 /// The head dimension these kernels are written for.
 pub const D: usize = 64;
 /// Rows per block and per tile (queries in forward and dQ, keys in dK/dV; and the tiles they
-/// walk). Equal to [`crate::attention::ROWS`], so [`Dims::grid_q`] and [`Dims::grid_kv`] apply.
+/// walk). Equal to [`crate::kernels::attention::ROWS`], so [`Dims::grid_q`] and [`Dims::grid_kv`] apply.
 pub const ROWS: u32 = 64;
 /// The family name of the kernels taking q, k and v as bf16.
 const BF16_FAMILY: &str = "attention_mma_bf16";
@@ -89,7 +89,7 @@ const TAB_ROW: u32 = (D * 2) as u32;
 const MMA: &str = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 
-/// Whether these kernels can replace [`crate::attention`]'s for `dims`: head dimension 64 (any
+/// Whether these kernels can replace [`crate::kernels::attention`]'s for `dims`: head dimension 64 (any
 /// T ≥ 1, GQA, soft-cap and rotary options all supported).
 pub fn applies(dims: &Dims) -> bool {
     dims.d == D && dims.check().is_ok()
@@ -260,7 +260,7 @@ fn mover_bf16(k: &mut Kernel, ln: &Lanes, t: u32) -> Mover {
 
 /// [`mover_bf16`] into the 128-byte-swizzled tile `wgmma` reads (64 lines of 128 bytes, the
 /// 16-byte chunk c of line L at chunk c ^ (L mod 8); passes are 16 lines apart, so each keeps
-/// its first line's swizzle): [`crate::attention_wgmma`]'s copies.
+/// its first line's swizzle): [`crate::kernels::attention::wgmma`]'s copies.
 pub(crate) fn mover_bf16_swizzled(k: &mut Kernel, ln: &Lanes, t: u32) -> Mover {
     let row_in = k.bin("shr.u32", RegKind::B32, ln.tid, 3u32);
     let c8 = k.bin("and.b32", RegKind::B32, ln.tid, 7u32);
@@ -556,7 +556,7 @@ pub fn forward_kernel(dims: &Dims) -> Kernel {
 }
 
 /// Forward with `load` = (q, k) read before their forward rotary and turned on load, as
-/// [`crate::attention::forward_kernel_rotating`]: params (o, lse, q, k, v), then `q_tab` and
+/// [`crate::kernels::attention::forward_kernel_rotating`]: params (o, lse, q, k, v), then `q_tab` and
 /// `k_tab` for those turned. Grid [`Dims::grid_q`], block [`block`].
 pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     forward_kernel_with(dims, load, false, false)
@@ -920,7 +920,7 @@ pub(crate) fn dkv_chunk(
 // ---- backward: dQ --------------------------------------------------------------------------------
 
 /// dQ and delta: params (dq, delta, q, k, v, o, lse, do), then `dq_tab` with `inverse_rotary`
-/// (dq stored turned back by the rotary), as [`crate::attention::backward_dq_kernel`].
+/// (dq stored turned back by the rotary), as [`crate::kernels::attention::backward_dq_kernel`].
 pub fn backward_dq_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
     backward_dq_kernel_rotating(dims, inverse_rotary, [false, false])
 }
@@ -1280,7 +1280,7 @@ pub(crate) fn stats_store(k: &mut Kernel, st: &Stats, tid: Reg, small: Reg, buf:
 }
 
 /// dK and dV: params (dk, dv, q, k, v, lse, delta, do), then `dk_tab` with `inverse_rotary`
-/// (dk stored turned back by the rotary), as [`crate::attention::backward_dkv_kernel`].
+/// (dk stored turned back by the rotary), as [`crate::kernels::attention::backward_dkv_kernel`].
 pub fn backward_dkv_kernel(dims: &Dims, inverse_rotary: bool) -> Kernel {
     backward_dkv_kernel_rotating(dims, inverse_rotary, [false, false])
 }
@@ -1584,15 +1584,15 @@ mod tests {
         for (a, b) in [
             (
                 forward_kernel_rotating(&dims, [true, false]),
-                crate::attention::forward_kernel_rotating(&dims, [true, false]),
+                crate::kernels::attention::forward_kernel_rotating(&dims, [true, false]),
             ),
             (
                 backward_dq_kernel_rotating(&dims, true, [false, true]),
-                crate::attention::backward_dq_kernel_rotating(&dims, true, [false, true]),
+                crate::kernels::attention::backward_dq_kernel_rotating(&dims, true, [false, true]),
             ),
             (
                 backward_dkv_kernel_rotating(&dims, true, [true, true]),
-                crate::attention::backward_dkv_kernel_rotating(&dims, true, [true, true]),
+                crate::kernels::attention::backward_dkv_kernel_rotating(&dims, true, [true, true]),
             ),
         ] {
             assert_eq!(a.params, b.params);

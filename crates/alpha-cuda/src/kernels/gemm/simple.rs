@@ -1,6 +1,6 @@
 //! A plain matrix product for what the tiled GEMM does not take.
 //!
-//! Why: the tensor-core GEMM ([`crate::gemm`]) rounds its operands to bf16 and asks for K a
+//! Why: the tensor-core GEMM ([`crate::kernels::gemm`]) rounds its operands to bf16 and asks for K a
 //! multiple of 32 and M, N multiples of 8. A plan can hold products outside that contract — f32
 //! operands (whose IR semantics is an f32 product, not a bf16 one), odd shapes from small
 //! systems and tests — and they must still run, correctly, without a second GEMM to maintain.
@@ -13,7 +13,7 @@
 
 use alpha_ir::DType;
 
-use crate::pointwise::load_f32;
+use crate::kernels::pointwise::load_f32;
 use crate::ptx::{addr, Kernel, ParamTy, RegKind};
 
 /// One product's shape.

@@ -11,7 +11,7 @@
 //! How: one thread per (row, pair): `(x₁, x₂) → (x₁cos − x₂sin, x₁sin + x₂cos)` with
 //! `x₁ = x[i]`, `x₂ = x[i + D/2]`.
 
-use crate::pointwise::{grid_stride_begin, grid_stride_end};
+use crate::kernels::pointwise::{grid_stride_begin, grid_stride_end};
 use crate::ptx::{addr, Kernel, ParamTy, RegKind};
 
 /// The angle table for `t` positions and head dimension `d`: cosines `[t][d/2]`, then sines.

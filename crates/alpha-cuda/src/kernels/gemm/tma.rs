@@ -1,6 +1,6 @@
 //! The Hopper GEMM engine fed by the tensor memory accelerator (TMA), warp-specialized.
 //!
-//! Why: the `cp.async` ring of [`crate::gemm_wgmma`] makes every thread issue eight 16-byte
+//! Why: the `cp.async` ring of [`crate::kernels::gemm::wgmma`] makes every thread issue eight 16-byte
 //! copies, wait for them, fence the generic proxy against the tensor cores' async proxy and meet
 //! a block-wide barrier each K-step; on the H200 it reached 500 TFLOP/s on 8192³ and 230–430 on
 //! sixteen contexts' products. Here one thread of a producer warp issues each stage as one or
@@ -37,8 +37,8 @@
 
 use anyhow::{bail, Result};
 
-use crate::gemm::{head, store_tile, store_tile_with, GemmShape, GemmSpec, Head, Input, Layout};
-use crate::gemm_wgmma::{self, BK};
+use crate::kernels::gemm::wgmma::{self as gemm_wgmma, BK};
+use crate::kernels::gemm::{head, store_tile, store_tile_with, GemmShape, GemmSpec, Head, Input, Layout};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 /// Bytes of one swizzled line: 64 bf16.
@@ -151,8 +151,8 @@ pub fn build(spec: &GemmSpec) -> Kernel {
     let map_gate = spec.gated.then(|| {
         assert!(
             spec.b == Layout::RowMajor
-                && spec.tile == crate::gemm::Tile::T128x128
-                && spec.epilogue == crate::gemm::Epilogue::StoreMul
+                && spec.tile == crate::kernels::gemm::Tile::T128x128
+                && spec.epilogue == crate::kernels::gemm::Epilogue::StoreMul
                 && spec.heads.is_none()
                 && spec.chain.is_none(),
             "{}: a gated product is a StoreMul of a row-major B in 128 × 128 tiles",
@@ -360,7 +360,8 @@ pub fn build(spec: &GemmSpec) -> Kernel {
         let (gate, up) = frags.split_at(frags.len() / 2);
         let (gate, up) = ([gate.to_vec()], [up.to_vec()]);
         let wcol = k.imm_u32(0);
-        let store = GemmSpec { epilogue: crate::gemm::Epilogue::Store, activation: None, gated: false, ..*spec };
+        let store =
+            GemmSpec { epilogue: crate::kernels::gemm::Epilogue::Store, activation: None, gated: false, ..*spec };
         store_tile(&mut k, &store, &gate, lane, wrow, wcol, &Head { c_base: h.r_base, u_base: None, ..h });
         store_tile_with(&mut k, spec, &up, Some(&gate), lane, wrow, wcol, &h);
     } else if let Some(hs) = spec.heads.filter(|hs| hs.delta) {
@@ -390,7 +391,7 @@ struct Probe {
 impl Probe {
     fn start(k: &mut Kernel, spec: &GemmSpec) -> Probe {
         assert!(
-            spec.epilogue == crate::gemm::Epilogue::Store
+            spec.epilogue == crate::kernels::gemm::Epilogue::Store
                 && spec.chain.is_none()
                 && spec.heads.is_none()
                 && spec.activation.is_none()
@@ -413,7 +414,7 @@ impl Probe {
         let not_first = k.setp("ne.u32", h.tid, 0u32);
         k.bra_if(not_first, false, &skip);
         let row = k.un("cvt.u64.u32", RegKind::B64, self.tile);
-        let off = k.bin("mul.lo.u64", RegKind::B64, row, (crate::gemm::TRACE_WORDS * 8) as i64);
+        let off = k.bin("mul.lo.u64", RegKind::B64, row, (crate::kernels::gemm::TRACE_WORDS * 8) as i64);
         let at = k.bin("add.s64", RegKind::B64, h.r_param, off);
         let sm = k.un("cvt.u64.u32", RegKind::B64, self.smid);
         let tile = k.un("cvt.u64.u32", RegKind::B64, self.tile);
@@ -535,11 +536,11 @@ fn stage_tile(k: &mut Kernel, frags: &[Vec<Reg>], lane: Reg, wrow: Reg, tile: Re
 /// What an epilogue run through shared memory (`store_staged`) does with each element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Staged {
-    /// The spec's chain ([`crate::gemm::ChainEpilogue`]): its other inputs read, its outputs
+    /// The spec's chain ([`crate::kernels::gemm::ChainEpilogue`]): its other inputs read, its outputs
     /// stored.
     Chain,
-    /// The product plus R ([`crate::gemm::Epilogue::AddResidual`]) or, `accumulate`, plus C's
-    /// old value ([`crate::gemm::Epilogue::Accumulate`]), stored at C.
+    /// The product plus R ([`crate::kernels::gemm::Epilogue::AddResidual`]) or, `accumulate`, plus C's
+    /// old value ([`crate::kernels::gemm::Epilogue::Accumulate`]), stored at C.
     Add { accumulate: bool },
     /// The product stored at C.
     Store,
@@ -548,7 +549,7 @@ pub enum Staged {
 /// Whether `spec`'s ring holds its f32 product tile at `PART_PITCH` (what the epilogues
 /// through shared memory need): 128 × 128 tiles.
 pub fn ring_holds_tile(spec: &GemmSpec) -> bool {
-    spec.tile == crate::gemm::Tile::T128x128
+    spec.tile == crate::kernels::gemm::Tile::T128x128
         && gemm_wgmma::stages(spec) * stage_bytes(spec) >= spec.tile.rows() * PART_PITCH * 4
 }
 
@@ -561,11 +562,11 @@ pub fn epilogue_in_ring(spec: &GemmSpec) -> bool {
 /// `base`, where `ok` holds.
 fn store_bf16x4_if(k: &mut Kernel, ok: Reg, base: Reg, e: Reg, vals: &[Reg]) {
     let p = k.addr_of(base, e, 2);
-    let pairs = crate::gemm::bf16_pairs(k, vals);
+    let pairs = crate::kernels::gemm::bf16_pairs(k, vals);
     k.op_if(ok, false, "st.global.v2.b32", [addr(p, 0), Opnd::V(pairs)]);
 }
 
-/// The epilogue of a delta-heads product ([`crate::gemm::Heads::delta`]): the output gradient of
+/// The epilogue of a delta-heads product ([`crate::kernels::gemm::Heads::delta`]): the output gradient of
 /// attention dO (the product) goes to the ring, and then, a row a warp, lane l takes columns
 /// 4l … 4l + 3 — sixteen lanes a head of 64, as attention's delta kernel lays a row out — reads
 /// O's four values at the same place, and forms `dO·O` as that kernel does (a multiply, three
@@ -577,7 +578,7 @@ fn store_bf16x4_if(k: &mut Kernel, ok: Reg, base: Reg, e: Reg, vals: &[Reg]) {
 pub(crate) fn store_heads_delta(
     k: &mut Kernel,
     spec: &GemmSpec,
-    hs: crate::gemm::Heads,
+    hs: crate::kernels::gemm::Heads,
     frags: &[Vec<Reg>],
     lane: Reg,
     wrow: Reg,
@@ -589,7 +590,7 @@ pub(crate) fn store_heads_delta(
         hs.d == 64
             && !hs.bf16_turned
             && ring_holds_tile(spec)
-            && spec.epilogue == crate::gemm::Epilogue::Store
+            && spec.epilogue == crate::kernels::gemm::Epilogue::Store
             && spec.activation.is_none()
             && spec.chain.is_none()
             && !spec.gated,
@@ -640,10 +641,10 @@ pub(crate) fn store_heads_delta(
 
 /// The staged epilogue `spec` takes, if any: 128 × 128 tiles whose ring holds the padded f32
 /// tile, a chain, a residual or accumulation, or a plain f32 store (no activation, heads,
-/// multiply or gate), as far as [`crate::gemm::GemmTuning::staged_epilogues`] allows.
+/// multiply or gate), as far as [`crate::kernels::gemm::GemmTuning::staged_epilogues`] allows.
 pub fn staged(spec: &GemmSpec) -> Option<Staged> {
-    use crate::gemm::Epilogue;
-    use crate::gemm::StagedEpilogues as Allow;
+    use crate::kernels::gemm::Epilogue;
+    use crate::kernels::gemm::StagedEpilogues as Allow;
     let allow = spec.tuning.staged_epilogues;
     let fits = ring_holds_tile(spec) && spec.activation.is_none() && spec.heads.is_none() && !spec.gated;
     if !fits || allow == Allow::None {
@@ -726,7 +727,7 @@ fn store_staged(
             let values: Vec<Vec<Reg>> = match work {
                 Staged::Chain => {
                     let c = chain();
-                    let results = crate::gemm::chain_results(k, &c, &steps, &product, &vals_in);
+                    let results = crate::kernels::gemm::chain_results(k, &c, &steps, &product, &vals_in);
                     c.outputs().iter().map(|&(step, _)| results.iter().map(|r| r[step]).collect()).collect()
                 }
                 // The fragment epilogue's addition: the product's value plus the old one.

@@ -22,9 +22,9 @@
 
 use anyhow::{bail, Result};
 
-use crate::driver::{Arg, Function, Gpu, LaunchConfig};
-use crate::pointwise::grid_stride_end;
+use crate::kernels::pointwise::grid_stride_end;
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+use crate::runtime::driver::{Arg, Function, Gpu, LaunchConfig};
 
 /// Threads per block of the grid-stride kernels here.
 pub const THREADS: u32 = 256;
@@ -38,7 +38,7 @@ fn grid_for(gpu: &Gpu, n: u32) -> LaunchConfig {
 
 /// Opens a grid-stride loop over `n` for this family's fixed block of [`THREADS`].
 fn grid_stride_begin(k: &mut Kernel, n: Reg) -> (Reg, Reg, String, String) {
-    crate::pointwise::grid_stride_begin_with(k, n, Some(THREADS))
+    crate::kernels::pointwise::grid_stride_begin_with(k, n, Some(THREADS))
 }
 
 /// Most segments the table may hold (shared memory: 8 bytes each).
@@ -440,7 +440,7 @@ pub fn step_kernel(beta1: f64, beta2: f64, eps: f64, weight_decay: f64, n: usize
     let v = k.param_reg("v", ParamTy::U64);
     let scalars = step_scalars(&mut k, beta1, beta2, eps);
     let nr = k.imm_u32(n as u32);
-    let (i, stride, top, end) = crate::pointwise::grid_stride_begin(&mut k, nr);
+    let (i, stride, top, end) = crate::kernels::pointwise::grid_stride_begin(&mut k, nr);
     let pa = k.addr_of(p, i, 4);
     let ga = k.addr_of(g, i, 4);
     let ma = k.addr_of(m, i, 4);
@@ -450,7 +450,7 @@ pub fn step_kernel(beta1: f64, beta2: f64, eps: f64, weight_decay: f64, n: usize
     k.op("st.global.f32", [addr(pa, 0), p2.into()]);
     k.op("st.global.f32", [addr(ma, 0), m2.into()]);
     k.op("st.global.f32", [addr(va, 0), v2.into()]);
-    crate::pointwise::grid_stride_end(&mut k, i, stride, nr, &top, &end);
+    crate::kernels::pointwise::grid_stride_end(&mut k, i, stride, nr, &top, &end);
     k
 }
 

@@ -24,8 +24,8 @@
 
 use anyhow::{bail, Result};
 
-use crate::driver::{Arg, Function, Gpu, LaunchConfig};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+use crate::runtime::driver::{Arg, Function, Gpu, LaunchConfig};
 
 /// Threads per block; each handles 4 consecutive columns, so 512 columns per pass.
 pub const THREADS: u32 = 128;

@@ -13,8 +13,8 @@
 
 use anyhow::Result;
 
-use crate::driver::{Arg, Function, Gpu, LaunchConfig};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+use crate::runtime::driver::{Arg, Function, Gpu, LaunchConfig};
 
 pub const THREADS: u32 = 256;
 

@@ -27,8 +27,11 @@
 
 use anyhow::{bail, Result};
 
-use crate::pointwise::tanh;
+use crate::kernels::pointwise::tanh;
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+
+pub mod mma;
+pub mod wgmma;
 
 /// Query rows per block (forward, dQ) and key rows per block (dK/dV).
 pub const ROWS: u32 = 64;
@@ -253,7 +256,7 @@ fn logit(k: &mut Kernel, dot: Reg, dims: &Dims) -> Reg {
 
 /// `e^x`.
 fn exp(k: &mut Kernel, x: Reg) -> Reg {
-    crate::pointwise::exp(k, x)
+    crate::kernels::pointwise::exp(k, x)
 }
 
 /// Loads a `d`-float global row at element index `e` of `base` into fresh registers (zeros when
@@ -302,7 +305,7 @@ fn table_row(k: &mut Kernel, tab: Reg, pos: Reg, t: u32, d: usize, ok: Reg) -> (
 }
 
 /// `(x₁, x₂) → (x₁cos − x₂sin, x₁sin + x₂cos)` for the pairs `(x1[i], x2[i])`, the sine negated
-/// for the inverse: exactly [`crate::rotary::kernel`]'s arithmetic. Returns (o₁, o₂).
+/// for the inverse: exactly [`crate::kernels::rotary::kernel`]'s arithmetic. Returns (o₁, o₂).
 pub(crate) fn rotate_pairs(
     k: &mut Kernel,
     x1: &[Reg],
@@ -527,7 +530,7 @@ pub fn forward_kernel_rotating(dims: &Dims, load: [bool; 2]) -> Kernel {
     let inv = k.bin("div.rn.f32", RegKind::F32, 1.0f32, l);
     let out: Vec<Reg> = acc.iter().map(|&a| k.bin("mul.rn.f32", RegKind::F32, a, inv)).collect();
     store_row(&mut k, o, qe, &out, ok);
-    let lnl = crate::pointwise::ln(&mut k, l);
+    let lnl = crate::kernels::pointwise::ln(&mut k, l);
     let lv = k.bin("add.rn.f32", RegKind::F32, m, lnl);
     let la = k.addr_of(lse, qrow, 4);
     k.op_if(ok, false, "st.global.f32", [addr(la, 0), lv.into()]);

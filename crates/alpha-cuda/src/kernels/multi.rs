@@ -15,7 +15,7 @@
 //! (`alpha-cpu`'s `sum_squares`) also sums in f64, so the two differ only by f64 rounding of a
 //! different association before the final f32 rounding.
 //!
-//! AdamW's arithmetic is the single-tensor kernel's ([`crate::adamw::step_kernel`]), operation for
+//! AdamW's arithmetic is the single-tensor kernel's ([`crate::kernels::adamw::step_kernel`]), operation for
 //! operation in f32 with round-to-nearest and no contraction, so it stays bit-identical to the
 //! CPU reference (`alpha-cpu/src/kernels/adamw.rs`); only the weight decay moves from an
 //! immediate into the table (the same f32 value).
@@ -295,8 +295,8 @@ pub fn adamw_kernel(beta1: f64, beta2: f64, eps: f64) -> Kernel {
     let mut k = Kernel::new("adamw_multi").with_block(THREADS, 1, 1);
     let base = k.param_reg("base", ParamTy::U64);
     let table = k.param_reg("table", ParamTy::U64);
-    let scalars = crate::adamw::step_scalars(&mut k, beta1, beta2, eps);
-    let ld = crate::adamw::ld;
+    let scalars = crate::kernels::adamw::step_scalars(&mut k, beta1, beta2, eps);
+    let ld = crate::kernels::adamw::ld;
     let tid = k.sreg("%tid.x");
     let b = k.sreg("%ctaid.x");
     let e = k.addr_of(table, b, ADAMW_ENTRY as u32);
@@ -318,7 +318,7 @@ pub fn adamw_kernel(beta1: f64, beta2: f64, eps: f64) -> Kernel {
         let va = k.addr_of(ptrs[3], j, 4);
         let (pv, gv, mv, vv) = (ld(k, pa, 0), ld(k, ga, 0), ld(k, ma, 0), ld(k, va, 0));
         // Exactly `adamw::step_kernel`'s sequence (the CPU reference's order).
-        let (p2, m2, v2) = crate::adamw::emit_update(k, [pv, gv, mv, vv], &scalars, wd);
+        let (p2, m2, v2) = crate::kernels::adamw::emit_update(k, [pv, gv, mv, vv], &scalars, wd);
         k.op("st.global.f32", [addr(pa, 0), p2.into()]);
         k.op("st.global.f32", [addr(ma, 0), m2.into()]);
         k.op("st.global.f32", [addr(va, 0), v2.into()]);
@@ -372,7 +372,7 @@ mod tests {
                 .map(|l| l.split_whitespace().next().unwrap().to_string())
                 .collect()
         };
-        assert_eq!(ops(&t), ops(&crate::adamw::step_kernel(0.9, 0.95, 1e-8, 0.1, 1000).render()));
+        assert_eq!(ops(&t), ops(&crate::kernels::adamw::step_kernel(0.9, 0.95, 1e-8, 0.1, 1000).render()));
         assert!(!sumsq_chunks_kernel().render().contains("atom"));
     }
 }

@@ -17,7 +17,7 @@ pub fn kernel(b: usize, t: usize, c: usize, reverse: bool) -> Kernel {
     let u = k.param_reg("u", ParamTy::U64);
     let gamma = k.param_reg("gamma", ParamTy::U64);
     let n = k.imm_u32((b * c) as u32);
-    let (idx, stride, top, end) = crate::pointwise::grid_stride_begin(&mut k, n);
+    let (idx, stride, top, end) = crate::kernels::pointwise::grid_stride_begin(&mut k, n);
     let bi = k.bin("div.u32", RegKind::B32, idx, c as u32);
     let ci = k.bin("rem.u32", RegKind::B32, idx, c as u32);
     let ga = k.addr_of(gamma, ci, 4);
@@ -49,7 +49,7 @@ pub fn kernel(b: usize, t: usize, c: usize, reverse: bool) -> Kernel {
     k.op("add.u32", [step.into(), step.into(), 1u32.into()]);
     k.bra(&ltop);
     k.place(&lend);
-    crate::pointwise::grid_stride_end(&mut k, idx, stride, n, &top, &end);
+    crate::kernels::pointwise::grid_stride_end(&mut k, idx, stride, n, &top, &end);
     k
 }
 

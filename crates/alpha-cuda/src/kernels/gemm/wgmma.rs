@@ -1,7 +1,7 @@
 //! The Hopper GEMM engine: warpgroup `wgmma` reading both operands from swizzled shared memory,
 //! fed by a ring of `cp.async` copies.
 //!
-//! Why: the `mma.sync` engine ([`crate::gemm`]) moves every operand through registers with
+//! Why: the `mma.sync` engine ([`crate::kernels::gemm`]) moves every operand through registers with
 //! `ldmatrix` and issues one 16×8×16 product per instruction, so its warps spend more issue slots
 //! feeding the tensor cores than the tensor cores spend multiplying; on the H200 it reached 70–180
 //! TFLOP/s on Coppelius's products. `wgmma` multiplies a 64×N×16 block per instruction straight
@@ -29,7 +29,7 @@
 //!
 //! Shape contract: as the `mma.sync` engine's, with K a multiple of 64.
 
-use crate::gemm::{head, store_tile, walk, GemmSpec, Input, Layout, Walk};
+use crate::kernels::gemm::{head, store_tile, walk, GemmSpec, Input, Layout, Walk};
 use crate::ptx::{addr, Kernel, Opnd, Reg, RegKind};
 
 /// K consumed per pipeline step.
@@ -53,8 +53,8 @@ pub fn stages(spec: &GemmSpec) -> u32 {
 pub const SHALLOW_RING_WAVES: u32 = 3;
 
 /// Waves of blocks from which the lowering fuses work that reads or computes more into a
-/// product's epilogue (a gated unit's multiply, [`crate::gemm::Epilogue::StoreMul`]; a chain,
-/// [`crate::gemm::ChainEpilogue`]): over shallower grids the extra epilogue work stays exposed.
+/// product's epilogue (a gated unit's multiply, [`crate::kernels::gemm::Epilogue::StoreMul`]; a chain,
+/// [`crate::kernels::gemm::ChainEpilogue`]): over shallower grids the extra epilogue work stays exposed.
 /// Measured at 8 waves, where each first paid.
 pub const DEEP_EPILOGUE_WAVES: u32 = 8;
 
@@ -66,8 +66,8 @@ pub const DEEP_EPILOGUE_WAVES: u32 = 8;
 /// default (0). The TMA engine holds such kernels to two blocks' registers (`.minnctapersm 2`).
 pub fn stages_for(spec: &GemmSpec, blocks: u32, waves: u32) -> u32 {
     let bf16 = spec.a_input == Input::Bf16 && spec.b_input == Input::Bf16;
-    let deep = blocks >= waves * crate::gemm::SMS;
-    if bf16 && deep && spec.tile == crate::gemm::Tile::T128x128 {
+    let deep = blocks >= waves * crate::kernels::gemm::SMS;
+    if bf16 && deep && spec.tile == crate::kernels::gemm::Tile::T128x128 {
         3
     } else {
         0
@@ -271,7 +271,7 @@ pub(crate) fn descriptor_parts(k_major: bool) -> (u32, u32, u32) {
 }
 
 /// The `wgmma` products of one ring stage, shared by this engine and the TMA-fed one
-/// ([`crate::gemm_tma`]): the descriptors' fixed parts, made once before the K loop.
+/// ([`crate::kernels::gemm::tma`]): the descriptors' fixed parts, made once before the K loop.
 pub(crate) struct Products {
     a_lbo: u32,
     b_lbo: u32,
@@ -473,7 +473,7 @@ pub fn build(spec: &GemmSpec) -> Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gemm::{GemmShape, Layout, Tile};
+    use crate::kernels::gemm::{GemmShape, Layout, Tile};
 
     #[test]
     fn the_shallow_ring_is_for_deep_bf16_grids() {

@@ -1,0 +1,29 @@
+//! Kernel families: each module builds one family's PTX from its spec, and carries a host
+//! launcher taking raw device addresses and a CPU reference for checking.
+//!
+//! Why this layer knows nothing of plans: a kernel's PTX is a function of its spec alone, so
+//! the lowering, the snapshot test and the lab's checks all build the same kernel from the same
+//! value. The generic families follow the CPU reference's order of operations so the two
+//! compare tightly.
+//!
+//! Matrix products: [`gemm`] on `mma.sync`, [`gemm::wgmma`] (Hopper's `wgmma` fed by a
+//! `cp.async` ring, wherever K allows) and [`gemm::tma`] (`wgmma` fed by the tensor memory
+//! accelerator from a producer warp, where both operands are bf16: what the lowering chooses
+//! for nearly every product), [`gemm::simple`] for shapes the tiled kernels do not take.
+//! Attention: [`attention`] in fp32, [`attention::mma`] on `mma.sync` and [`attention::wgmma`]
+//! on `wgmma` for bf16 q, k and v (the same bits). The rest: [`pointwise`], [`fused`] (runs of
+//! elementwise ops as one kernel), [`reduce`], [`layernorm`], [`rotary`], [`recurrence`],
+//! [`embedding`], [`cross_entropy`], [`adamw`] and [`multi`] (multi-tensor optimizer kernels).
+
+pub mod adamw;
+pub mod attention;
+pub mod cross_entropy;
+pub mod embedding;
+pub mod fused;
+pub mod gemm;
+pub mod layernorm;
+pub mod multi;
+pub mod pointwise;
+pub mod recurrence;
+pub mod reduce;
+pub mod rotary;
