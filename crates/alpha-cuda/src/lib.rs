@@ -15,9 +15,10 @@
 //!    (`lower/matmul.rs`, `lower/attention.rs`, …), each choosing the kernel and building its
 //!    launch from the kernel family's spec. [`config`] ([`CudaConfig`]) is the one value of
 //!    switches and tunings the lowering is given.
-//! 3. `lower/fusion/`: the fusion passes, one file per pass, each deciding from the plan's
-//!    slots what a launch may fuse (an epilogue, heads, a rotary on load, a gated pair, …). The
-//!    lowering reads their decisions; a pass never launches anything.
+//! 3. `fusion/` (crate-private): the fusion passes, one file per pass, each deciding from the
+//!    plan's slots what a launch may fuse (an epilogue, heads, a rotary on load, …), and the
+//!    tiled product spec a MatMul runs as, which the passes judge fusions against. The lowering
+//!    reads their decisions; a pass never launches anything.
 //! 4. [`kernels`]: one module per kernel family (GEMM and its engines, attention and its
 //!    tensor-core forms, LayerNorm, pointwise, reductions, …), each with its spec, its PTX
 //!    builder, a host launcher and a CPU reference for checking. Kernels know nothing of plans.
@@ -26,11 +27,12 @@
 //!
 //! Where things go: a new kernel (or a variant of one) goes into its family under
 //! `kernels/`; a new op's lowering into `lower/<family>.rs`, dispatched from `lower_node`; a
-//! new fusion into a pass file under `lower/fusion/`, its decision recorded for the family's
+//! new fusion into a pass file under `fusion/`, its decision recorded for the family's
 //! lowering to read; a switch to measure it against its absence into [`CudaConfig`].
 
 pub mod backend;
 pub mod config;
+mod fusion;
 pub mod kernels;
 pub mod lower;
 pub mod ptx;

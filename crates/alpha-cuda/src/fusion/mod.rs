@@ -1,0 +1,186 @@
+//! The fusion passes: for each phase, before it is lowered, what each launch fuses.
+//!
+//! Why apart from the lowering: a fusion is a decision about the plan (which write or read
+//! moves from one launch to another, checked against the plan's slots so that it meets nothing
+//! live); the lowering only reads the decisions. One file per pass; this module holds what
+//! they share: the phase's view of the plan and the decisions they record.
+
+use std::collections::HashMap;
+
+use alpha_ir::{DType, Node, Op, Value};
+use alpha_plan::Plan;
+
+use crate::config::CudaConfig;
+use crate::kernels::attention;
+use crate::kernels::fused;
+use crate::kernels::gemm::tma as gemm_tma;
+use crate::kernels::gemm::wgmma as gemm_wgmma;
+use crate::kernels::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
+use crate::kernels::layernorm::Norm;
+
+mod casts_into_producers;
+mod deferred_folds;
+mod delta_heads;
+mod epilogues;
+mod forward_copies;
+mod gemm_loads_and_adds;
+mod gemm_spec;
+mod merged_gradients;
+mod mul_epilogues;
+mod recompute;
+mod rotaries;
+mod turned_heads;
+
+pub(crate) use casts_into_producers::*;
+pub(crate) use deferred_folds::*;
+pub(crate) use delta_heads::*;
+pub(crate) use epilogues::*;
+pub(crate) use forward_copies::*;
+pub(crate) use gemm_loads_and_adds::*;
+pub(crate) use gemm_spec::*;
+pub(crate) use merged_gradients::*;
+pub(crate) use mul_epilogues::*;
+pub(crate) use recompute::*;
+pub(crate) use rotaries::*;
+pub(crate) use turned_heads::*;
+
+/// Per q (dq), k (dk): the tensor a fused rotary reads or writes instead, and its base.
+pub(crate) type Turned = [Option<(Value, f64)>; 2];
+
+/// The fusions decided by [`fuse_more`].
+#[derive(Default)]
+pub(crate) struct More {
+    /// MatMul → the Unary node whose `u(product)` its epilogue also writes.
+    pub(crate) gemm_act: HashMap<u32, (u32, alpha_ir::Unary)>,
+    /// AttentionBackward → per dq, dk: (the inverse Rotary's output it writes instead, base).
+    pub(crate) attnb_rot: HashMap<u32, Turned>,
+    /// Attention and AttentionBackward → per q, k: (the forward Rotary's input it reads and
+    /// turns on load instead of the Rotary's output, base).
+    pub(crate) attn_load: HashMap<u32, Turned>,
+    /// MatMul → the Permute whose output it stores split into heads instead of its own.
+    pub(crate) gemm_heads: HashMap<u32, (u32, gemm::Heads)>,
+    /// Head-split MatMuls storing q and k turned and everything bf16 ([`turned_heads`]): the
+    /// rotary base of their table.
+    pub(crate) turned_base: HashMap<u32, f64>,
+    /// Attention and AttentionBackward reading those bf16 q, k and v: the heads tensor's f32
+    /// slot (the bf16 values lie at half their views' offsets from its start).
+    pub(crate) bf16_attention: HashMap<u32, (usize, usize)>,
+    /// AttentionBackward → the bf16 cast of its permuted, concatenated gradients, which it
+    /// stores itself ([`merged_gradients`]).
+    pub(crate) merged_grads: HashMap<u32, Value>,
+    /// MatMul → (the multiply after it, the value its epilogue reads as R, the bf16 cast the
+    /// multiply stores, the activation applied to R): the product's epilogue writes that cast
+    /// too ([`mul_epilogues`]).
+    pub(crate) gemm_mul: HashMap<u32, (u32, Value, Value, Option<alpha_ir::Unary>)>,
+    /// Attention → the bf16 cast of its permuted output, which it stores too
+    /// ([`forward_copies`]).
+    pub(crate) output_copy: HashMap<u32, Value>,
+    /// Head-split MatMul → (the bf16 AttentionBackward whose dO it is, its O): the product
+    /// stores dO as bf16 with delta instead of the f32 dO ([`delta_heads`]).
+    pub(crate) delta_heads: HashMap<u32, (u32, Value)>,
+}
+
+/// Byte range of `v`'s slot, if it has one.
+pub(crate) fn range(plan: &Plan, v: Value) -> Option<(usize, usize)> {
+    let s = plan.slots.get(v.node as usize)?.get(v.index as usize).copied().flatten()?;
+    let bytes = plan.program.graph.ty(v).numel() * plan.program.graph.dtype(v).size();
+    Some((s.offset, s.offset + bytes))
+}
+
+pub(crate) fn overlap(a: (usize, usize), b: (usize, usize)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+/// How often each value is read (by nodes, program outputs and phase-end assignments), and which
+/// nodes read it: a fusion may hide an intermediate only when its fused reader is its only use.
+pub(crate) fn readers_of(program: &alpha_ir::Program) -> (HashMap<Value, usize>, HashMap<Value, Vec<u32>>) {
+    let mut uses: HashMap<Value, usize> = HashMap::new();
+    let mut readers: HashMap<Value, Vec<u32>> = HashMap::new();
+    for (i, n) in program.graph.nodes.iter().enumerate() {
+        for &x in &n.inputs {
+            *uses.entry(x).or_default() += 1;
+            readers.entry(x).or_default().push(i as u32);
+        }
+    }
+    for &x in program.outputs.values() {
+        *uses.entry(x).or_default() += 1;
+    }
+    for ph in &program.phases {
+        for &(_, x) in &ph.assign {
+            *uses.entry(x).or_default() += 1;
+        }
+    }
+    (uses, readers)
+}
+
+/// One phase as the fusion passes that run after `fuse_more` see it: the plan, the phase's nodes
+/// in launch order and their positions, and every value's readers (computed once for the
+/// program).
+pub(crate) struct PhaseView<'a> {
+    pub(crate) plan: &'a Plan,
+    pub(crate) g: &'a alpha_ir::Graph,
+    pub(crate) nodes: &'a [u32],
+    pub(crate) pos: HashMap<u32, usize>,
+    pub(crate) readers: &'a HashMap<Value, Vec<u32>>,
+}
+
+impl<'a> PhaseView<'a> {
+    pub(crate) fn new(plan: &'a Plan, nodes: &'a [u32], readers: &'a HashMap<Value, Vec<u32>>) -> Self {
+        let pos = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        PhaseView { plan, g: &plan.program.graph, nodes, pos, readers }
+    }
+
+    pub(crate) fn range(&self, v: Value) -> Option<(usize, usize)> {
+        range(self.plan, v)
+    }
+
+    pub(crate) fn readers(&self, v: Value) -> &[u32] {
+        self.readers.get(&v).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The node reading `v` through single-reader reshapes, and the value it reads.
+    pub(crate) fn through_reshapes(&self, mut v: Value) -> Option<(u32, Value)> {
+        loop {
+            let &[r] = self.readers(v) else { return None };
+            if !matches!(self.g.nodes[r as usize].op, Op::Reshape { .. }) {
+                return Some((r, v));
+            }
+            v = Value { node: r, index: 0 };
+        }
+    }
+
+    /// Whether no kernel runs strictly between launch positions `from` and `to` (each node
+    /// between skipped, a reshape, or a placed Concat), with `from` before `to`: a store moved
+    /// from `to` to `from` then passes nothing.
+    pub(crate) fn nothing_launched(&self, from: usize, to: usize, skip: &std::collections::HashSet<u32>) -> bool {
+        from < to
+            && self.nodes[from + 1..to].iter().all(|&x| {
+                skip.contains(&x) || matches!(self.g.nodes[x as usize].op, Op::Reshape { .. } | Op::Concat { .. })
+            })
+    }
+
+    /// The bf16 cast that the permute `p` (by `perm`) stores, where the kernel at launch
+    /// position `at` may store it itself instead: `p` launched after it with nothing between,
+    /// and the cast's slot clear of `touched` (what that kernel reads and writes).
+    pub(crate) fn permute_cast_for(
+        &self,
+        at: usize,
+        p: u32,
+        perm: &[usize],
+        skip: &std::collections::HashSet<u32>,
+        store_as: &HashMap<Value, Value>,
+        touched: impl IntoIterator<Item = Option<(usize, usize)>>,
+    ) -> Option<Value> {
+        let Op::Permute { perm: pp } = &self.g.nodes[p as usize].op else { return None };
+        let &cast = store_as.get(&Value { node: p, index: 0 })?;
+        let (&pos, cr) = (self.pos.get(&p)?, self.range(cast)?);
+        let ok = pp.as_slice() == perm && !skip.contains(&p) && self.nothing_launched(at, pos, skip);
+        (ok && clear_of(cr, touched)).then_some(cast)
+    }
+}
+
+/// Whether `slot` meets none of `ranges` (a value without a slot counts as meeting it): where a
+/// moved store may land while those are read or written.
+pub(crate) fn clear_of(slot: (usize, usize), ranges: impl IntoIterator<Item = Option<(usize, usize)>>) -> bool {
+    ranges.into_iter().all(|r| r.is_some_and(|r| !overlap(r, slot)))
+}
