@@ -6,10 +6,10 @@ use super::*;
 /// lie clear of its inputs (where fused forward rotaries read q and k): the condition for its
 /// two passes to run in one launch, where a block's dQ pass reads what others' dK/dV passes
 /// have written.
-pub(crate) fn joint_backward_apart(plan: &Plan, more: &More, id: u32, node: &Node) -> bool {
+pub(crate) fn joint_backward_apart(plan: &Plan, fp: &FusionPlan, id: u32, node: &Node) -> bool {
     let out = |k: u16| Value { node: id, index: k };
-    let rot = more.attnb_rot.get(&id).copied().unwrap_or_default();
-    let load = more.attn_load.get(&id).copied().unwrap_or_default();
+    let rot = fp.store_rotary(id).copied().unwrap_or_default();
+    let load = fp.load_rotary(id).copied().unwrap_or_default();
     let dst = |k: usize| rot[k].map_or(out(k as u16), |x| x.0);
     let src = |k: usize| load[k].map_or(node.inputs[k], |x| x.0);
     let writes = [dst(0), dst(1), out(2)].map(|x| range(plan, x));
@@ -26,16 +26,10 @@ pub(crate) fn joint_backward_apart(plan: &Plan, more: &More, id: u32, node: &Nod
 /// operands in 128 × 128 tiles whose ring holds the f32 tile, and the backward's joint-launch
 /// conditions. Why: at sixteen contexts the product stored dO as f32 (34 MB) for the delta
 /// launch to read back with O.
-pub(crate) fn delta_heads(
-    cfg: &CudaConfig,
-    ph: &PhaseView,
-    uses: &HashMap<Value, usize>,
-    f32_gemm: &HashMap<u32, (Value, Value)>,
-    more: &mut More,
-) {
+pub(crate) fn delta_heads(cfg: &CudaConfig, ph: &PhaseView, uses: &HashMap<Value, usize>, fp: &mut FusionPlan) {
     let g = ph.g;
     let mut found = vec![];
-    for (&mm, &(p, heads)) in &more.gemm_heads {
+    for (mm, (p, heads)) in fp.head_splits() {
         let dov = Value { node: p, index: 0 };
         let Some(&[attn]) = ph.readers.get(&dov).map(Vec::as_slice) else { continue };
         let n = &g.nodes[attn as usize];
@@ -55,16 +49,16 @@ pub(crate) fn delta_heads(
             && g.shape(o) == g.shape(dov)
             && g.dtype(o) == DType::F32
             && q_heads.get(1) == kv_heads.get(1)
-            && !f32_gemm.contains_key(&mm)
+            && fp.f32_operands(mm).is_none()
             && spec.engine == gemm::Engine::Tma
             && gemm_tma::ring_holds_tile(&spec)
-            && more.bf16_attention.contains_key(&attn)
-            && joint_backward_apart(ph.plan, more, attn, n);
+            && fp.bf16_heads(attn).is_some()
+            && joint_backward_apart(ph.plan, fp, attn, n);
         if fits {
             found.push((mm, attn, o));
         }
     }
     for (mm, attn, o) in found {
-        more.delta_heads.insert(mm, (attn, o));
+        fp.product_mut(mm).delta = Some((attn, o));
     }
 }

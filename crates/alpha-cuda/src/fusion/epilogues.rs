@@ -47,9 +47,7 @@ pub(crate) fn fuse_more(
     plan: &Plan,
     nodes: &[u32],
     skip: &std::collections::HashSet<u32>,
-    f32_gemm: &HashMap<u32, (Value, Value)>,
-    gemm_add: &HashMap<u32, (u32, Value)>,
-    more: &mut More,
+    fp: &mut FusionPlan,
 ) -> std::collections::HashSet<u32> {
     let g = &plan.program.graph;
     let p = &plan.program;
@@ -102,7 +100,7 @@ pub(crate) fn fuse_more(
                     continue;
                 }
                 let Some(&pm) = pos.get(&mm) else { continue };
-                let taken = gemm_add.contains_key(&mm) || more.gemm_act.contains_key(&mm) || skip.contains(&id);
+                let taken = fp.residual_add(mm).is_some() || fp.activation(mm).is_some() || skip.contains(&id);
                 let reads_cast = readers
                     .get(&val(id, 0))
                     .is_some_and(|rs| rs.iter().any(|&r| matches!(g.nodes[r as usize].op, Op::Cast { .. })));
@@ -110,17 +108,17 @@ pub(crate) fn fuse_more(
                     continue;
                 }
                 let mn = &g.nodes[mm as usize];
-                let (a, b) = f32_gemm.get(&mm).copied().unwrap_or((mn.inputs[0], mn.inputs[1]));
+                let (a, b) = fp.f32_operands(mm).copied().unwrap_or((mn.inputs[0], mn.inputs[1]));
                 if !disjoint(&[val(id, 0)], &[a, b]) {
                     continue;
                 }
                 let Some(pr) = rng(val(id, 0)) else { continue };
-                more.gemm_heads.insert(mm, (id, heads));
+                fp.product_mut(mm).heads = Some((id, heads));
                 cands.push(Moved { host: mm, skipped: vec![id], moved: vec![(pr, pm, i)] });
             }
             // Activation epilogue: the first f32 Unary (in launch order) reading the product.
             Op::MatMul { .. } => {
-                if tiled_gemm(cfg, g, id).is_none() || gemm_add.contains_key(&id) {
+                if tiled_gemm(cfg, g, id).is_none() || fp.residual_add(id).is_some() {
                     continue;
                 }
                 let prod = val(id, 0);
@@ -138,12 +136,12 @@ pub(crate) fn fuse_more(
                 else {
                     continue;
                 };
-                let (a, b) = f32_gemm.get(&id).copied().unwrap_or((node.inputs[0], node.inputs[1]));
+                let (a, b) = fp.f32_operands(id).copied().unwrap_or((node.inputs[0], node.inputs[1]));
                 if !disjoint(&[val(u, 0), prod], &[a, b]) {
                     continue;
                 }
                 let Some(ur) = rng(val(u, 0)) else { continue };
-                more.gemm_act.insert(id, (u, un));
+                fp.product_mut(id).activation = Some((u, un));
                 cands.push(Moved { host: id, skipped: vec![u], moved: vec![(ur, i, j)] });
             }
             Op::AttentionBackward { .. } => {
@@ -217,7 +215,7 @@ pub(crate) fn fuse_more(
                 }
                 let Some(a) = pick(&assumed) else { continue };
                 let (rot, m) = fusion(a);
-                more.attnb_rot.insert(id, rot);
+                fp.attention_mut(id).store_rotary = Some(rot);
                 cands.push(m);
             }
             _ => {}
@@ -232,16 +230,16 @@ pub(crate) fn fuse_more(
         let id = nodes[q];
         let mut vs: Vec<Value> = (0..g.nodes[id as usize].outputs.len()).map(|k| val(id, k as u16)).collect();
         if with_hosted {
-            if let Some(&(add, _)) = gemm_add.get(&id) {
+            if let Some(&(add, _)) = fp.residual_add(id) {
                 vs.push(val(add, 0));
             }
-            if let Some(&(u, _)) = more.gemm_act.get(&id) {
+            if let Some(&(u, _)) = fp.activation(id) {
                 vs.push(val(u, 0));
             }
-            if let Some(&(pm, _)) = more.gemm_heads.get(&id) {
+            if let Some(&(pm, _)) = fp.heads(id) {
                 vs.push(val(pm, 0));
             }
-            if let Some(rot) = more.attnb_rot.get(&id) {
+            if let Some(rot) = fp.store_rotary(id) {
                 vs.extend(rot.iter().flatten().map(|r| r.0));
             }
         }
@@ -259,17 +257,17 @@ pub(crate) fn fuse_more(
         if !clean {
             // The backward's fused stores were checked assuming this fusion: check them against
             // the pre-rotary and the rotated tensors both instead.
-            if more.attnb_rot.remove(&f.backward).is_some() {
+            if fp.attention_mut(f.backward).store_rotary.take().is_some() {
                 cands.retain(|m| m.host != f.backward);
                 if let Some((rot, m)) = fallback.remove(&f.backward) {
-                    more.attnb_rot.insert(f.backward, rot);
+                    fp.attention_mut(f.backward).store_rotary = Some(rot);
                     cands.push(m);
                 }
             }
             continue;
         }
         for host in [f.attention, f.backward] {
-            more.attn_load.entry(host).or_default()[f.operand] = Some((f.input, f.base));
+            fp.attention_mut(host).load_rotary.get_or_insert_with(Turned::default)[f.operand] = Some((f.input, f.base));
         }
         fused_rotaries.push(f.rotary);
     }
@@ -278,7 +276,7 @@ pub(crate) fn fuse_more(
     // hosts read and write; nothing for a node that is not launched (every effect of a fused
     // node is at its host: a skipped cast's read moves to its GEMM, a fused Add's to its
     // GEMM, a fused Unary's or Rotary's write to its host, and their reads disappear).
-    let touched = |more: &More, gone: &std::collections::HashSet<u32>| -> Vec<Vec<(usize, usize)>> {
+    let touched = |fp: &FusionPlan, gone: &std::collections::HashSet<u32>| -> Vec<Vec<(usize, usize)>> {
         nodes
             .iter()
             .map(|&id| {
@@ -288,24 +286,24 @@ pub(crate) fn fuse_more(
                 let n = &g.nodes[id as usize];
                 let mut vs: Vec<Value> = n.inputs.clone();
                 vs.extend((0..n.outputs.len()).map(|k| val(id, k as u16)));
-                if let Some(&(a, b)) = f32_gemm.get(&id) {
+                if let Some(&(a, b)) = fp.f32_operands(id) {
                     vs.extend([a, b]);
                 }
-                if let Some(&(add, _)) = gemm_add.get(&id) {
+                if let Some(&(add, _)) = fp.residual_add(id) {
                     let an = &g.nodes[add as usize];
                     vs.extend(an.inputs.iter().copied());
                     vs.push(val(add, 0));
                 }
-                if let Some(&(u, _)) = more.gemm_act.get(&id) {
+                if let Some(&(u, _)) = fp.activation(id) {
                     vs.push(val(u, 0));
                 }
-                if let Some(&(pm, _)) = more.gemm_heads.get(&id) {
+                if let Some(&(pm, _)) = fp.heads(id) {
                     vs.push(val(pm, 0));
                 }
-                if let Some(rot) = more.attnb_rot.get(&id) {
+                if let Some(rot) = fp.store_rotary(id) {
                     vs.extend(rot.iter().flatten().map(|r| r.0));
                 }
-                if let Some(load) = more.attn_load.get(&id) {
+                if let Some(load) = fp.load_rotary(id) {
                     vs.extend(load.iter().flatten().map(|r| r.0));
                 }
                 vs.into_iter().filter_map(rng).collect()
@@ -315,7 +313,7 @@ pub(crate) fn fuse_more(
     loop {
         let gone: std::collections::HashSet<u32> =
             cands.iter().flat_map(|m| m.skipped.iter().copied()).chain(fused_rotaries.iter().copied()).collect();
-        let t = touched(more, &gone);
+        let t = touched(fp, &gone);
         let bad: Vec<usize> = (0..cands.len())
             .filter(|&c| {
                 cands[c].moved.iter().any(|&(r, lo, hi)| (lo + 1..hi).any(|q| t[q].iter().any(|&x| overlap(x, r))))
@@ -326,9 +324,9 @@ pub(crate) fn fuse_more(
         }
         for &c in bad.iter().rev() {
             let m = cands.remove(c);
-            more.gemm_act.remove(&m.host);
-            more.gemm_heads.remove(&m.host);
-            more.attnb_rot.remove(&m.host);
+            fp.product_mut(m.host).activation.take();
+            fp.product_mut(m.host).heads.take();
+            fp.attention_mut(m.host).store_rotary.take();
         }
     }
     cands.into_iter().flat_map(|m| m.skipped).chain(fused_rotaries).collect()

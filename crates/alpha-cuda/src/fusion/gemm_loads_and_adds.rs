@@ -22,8 +22,7 @@ pub(crate) fn fuse(
     nodes: &[u32],
     producer_casts: &HashMap<Value, u32>,
     fold_casts: bool,
-    f32_gemm: &mut HashMap<u32, (Value, Value)>,
-    gemm_add: &mut HashMap<u32, (u32, Value)>,
+    fp: &mut FusionPlan,
 ) -> std::collections::HashSet<u32> {
     let g = &plan.program.graph;
     let p = &plan.program;
@@ -169,7 +168,7 @@ pub(crate) fn fuse(
         let read = |k: usize| if skip.contains(&ins[k].node) { eligible[&(id, k)] } else { ins[k] };
         let (a, b) = (read(0), read(1));
         if (a, b) != (ins[0], ins[1]) {
-            f32_gemm.insert(id, (a, b));
+            fp.product_mut(id).f32_operands = Some((a, b));
         }
     }
 
@@ -184,7 +183,7 @@ pub(crate) fn fuse(
         }
         let Some((j, add, r)) = add_partner(i) else { continue };
         let ins = &g.nodes[id as usize].inputs;
-        let (a, b) = f32_gemm.get(&id).copied().unwrap_or((ins[0], ins[1]));
+        let (a, b) = fp.f32_operands(id).copied().unwrap_or((ins[0], ins[1]));
         let (Some(c), Some(ra), Some(rb), Some(rr)) =
             (range(plan, Value { node: add, index: 0 }), range(plan, a), range(plan, b), range(plan, r))
         else {
@@ -200,7 +199,7 @@ pub(crate) fn fuse(
         let between_ok = nodes[i + 1..j].iter().all(|&x| {
             if is_matmul(x) {
                 let xi = &g.nodes[x as usize].inputs;
-                let (xa, xb) = f32_gemm.get(&x).copied().unwrap_or((xi[0], xi[1]));
+                let (xa, xb) = fp.f32_operands(x).copied().unwrap_or((xi[0], xi[1]));
                 let reads_ok = [xa, xb].iter().all(|&v| range(plan, v).is_some_and(|vr| !overlap(c, vr)));
                 let writes_ok = outs(x).iter().all(|&w| !overlap(c, w) && !overlap(rr, w));
                 return reads_ok && writes_ok && !skip.contains(&x);
@@ -211,7 +210,7 @@ pub(crate) fn fuse(
             continue;
         }
         between_products.extend(nodes[i + 1..j].iter().copied().filter(|&x| is_matmul(x)));
-        gemm_add.insert(id, (add, r));
+        fp.product_mut(id).residual_add = Some((add, r));
         skip.insert(add);
     }
     skip

@@ -27,6 +27,7 @@ mod gemm_loads_and_adds;
 mod gemm_spec;
 mod merged_gradients;
 mod mul_epilogues;
+mod plan;
 mod recompute;
 mod rotaries;
 mod turned_heads;
@@ -40,45 +41,13 @@ pub(crate) use gemm_loads_and_adds::*;
 pub(crate) use gemm_spec::*;
 pub(crate) use merged_gradients::*;
 pub(crate) use mul_epilogues::*;
+pub(crate) use plan::*;
 pub(crate) use recompute::*;
 pub(crate) use rotaries::*;
 pub(crate) use turned_heads::*;
 
 /// Per q (dq), k (dk): the tensor a fused rotary reads or writes instead, and its base.
 pub(crate) type Turned = [Option<(Value, f64)>; 2];
-
-/// The fusions decided by [`fuse_more`].
-#[derive(Default)]
-pub(crate) struct More {
-    /// MatMul → the Unary node whose `u(product)` its epilogue also writes.
-    pub(crate) gemm_act: HashMap<u32, (u32, alpha_ir::Unary)>,
-    /// AttentionBackward → per dq, dk: (the inverse Rotary's output it writes instead, base).
-    pub(crate) attnb_rot: HashMap<u32, Turned>,
-    /// Attention and AttentionBackward → per q, k: (the forward Rotary's input it reads and
-    /// turns on load instead of the Rotary's output, base).
-    pub(crate) attn_load: HashMap<u32, Turned>,
-    /// MatMul → the Permute whose output it stores split into heads instead of its own.
-    pub(crate) gemm_heads: HashMap<u32, (u32, gemm::Heads)>,
-    /// Head-split MatMuls storing q and k turned and everything bf16 ([`turned_heads`]): the
-    /// rotary base of their table.
-    pub(crate) turned_base: HashMap<u32, f64>,
-    /// Attention and AttentionBackward reading those bf16 q, k and v: the heads tensor's f32
-    /// slot (the bf16 values lie at half their views' offsets from its start).
-    pub(crate) bf16_attention: HashMap<u32, (usize, usize)>,
-    /// AttentionBackward → the bf16 cast of its permuted, concatenated gradients, which it
-    /// stores itself ([`merged_gradients`]).
-    pub(crate) merged_grads: HashMap<u32, Value>,
-    /// MatMul → (the multiply after it, the value its epilogue reads as R, the bf16 cast the
-    /// multiply stores, the activation applied to R): the product's epilogue writes that cast
-    /// too ([`mul_epilogues`]).
-    pub(crate) gemm_mul: HashMap<u32, (u32, Value, Value, Option<alpha_ir::Unary>)>,
-    /// Attention → the bf16 cast of its permuted output, which it stores too
-    /// ([`forward_copies`]).
-    pub(crate) output_copy: HashMap<u32, Value>,
-    /// Head-split MatMul → (the bf16 AttentionBackward whose dO it is, its O): the product
-    /// stores dO as bf16 with delta instead of the f32 dO ([`delta_heads`]).
-    pub(crate) delta_heads: HashMap<u32, (u32, Value)>,
-}
 
 /// Byte range of `v`'s slot, if it has one.
 pub(crate) fn range(plan: &Plan, v: Value) -> Option<(usize, usize)> {

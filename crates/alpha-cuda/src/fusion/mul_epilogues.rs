@@ -8,7 +8,7 @@ use super::*;
 /// product's epilogue writes the bf16 product too ([`gemm::Epilogue::StoreMul`], the same f32
 /// multiply and rounding), and the multiply does not run — a gated unit's `gelu(gate) · up`,
 /// which read both halves again. Over deep grids only (see below). Records them in
-/// `more.gemm_mul`; returns the multiplies.
+/// `fp.gemm_mul`; returns the multiplies.
 ///
 /// The cast's slot must be clear of the product's operands, the product and the other operand
 /// (it is written while they are read).
@@ -16,10 +16,7 @@ pub(crate) fn mul_epilogues(
     cfg: &CudaConfig,
     ph: &PhaseView,
     skip: &std::collections::HashSet<u32>,
-    store_as: &HashMap<Value, Value>,
-    f32_gemm: &HashMap<u32, (Value, Value)>,
-    gemm_add: &HashMap<u32, (u32, Value)>,
-    more: &mut More,
+    fp: &mut FusionPlan,
 ) -> Vec<u32> {
     let g = ph.g;
     let launched = |id: u32| !skip.contains(&id) && !matches!(g.nodes[id as usize].op, Op::Reshape { .. });
@@ -29,7 +26,7 @@ pub(crate) fn mul_epilogues(
         if skip.contains(&m) || mn.op != Op::Binary(alpha_ir::Binary::Mul) {
             continue;
         }
-        let Some(&cast) = store_as.get(&Value { node: m, index: 0 }) else { continue };
+        let Some(&cast) = fp.store_as.get(&Value { node: m, index: 0 }) else { continue };
         let Some(i) = (0..j).rev().find(|&i| launched(ph.nodes[i])) else { continue };
         let gid = ph.nodes[i];
         let Some((spec, shape)) = tiled_gemm(cfg, g, gid) else { continue };
@@ -38,10 +35,10 @@ pub(crate) fn mul_epilogues(
         // 26.84 ms with the fusion, one context's 3.853 -> 3.869 / 3.866 ms (its shallow grid
         // leaves the epilogue's extra traffic exposed).
         let deep = deep_epilogue_grid(&spec, &shape);
-        let plain = !gemm_add.contains_key(&gid)
-            && !more.gemm_act.contains_key(&gid)
-            && !more.gemm_heads.contains_key(&gid)
-            && !more.gemm_mul.contains_key(&gid);
+        let plain = fp.residual_add(gid).is_none()
+            && fp.activation(gid).is_none()
+            && fp.heads(gid).is_none()
+            && fp.mul(gid).is_none();
         let prod = Value { node: gid, index: 0 };
         let other = match (mn.inputs[0] == prod, mn.inputs[1] == prod) {
             (true, false) => mn.inputs[1],
@@ -53,7 +50,7 @@ pub(crate) fn mul_epilogues(
         // the earlier product (`gelu(gate)` from the gate) instead of read: its value, which the
         // gated unit's backward recomputes too, then need not be stored at all
         // (`dead_activation_stores`).
-        let host = more.gemm_act.iter().find(|(_, &(u, _))| u == other.node).map(|(&host, &(_, u))| (host, u));
+        let host = fp.activations().into_iter().find(|&(_, (u, _))| u == other.node).map(|(host, (_, u))| (host, u));
         let writer = host.map_or(other.node, |(h, _)| h);
         let before = ph.pos.get(&writer).is_none_or(|&p| p < i);
         // The earlier product must still be alive here (read again at or after it); where it
@@ -67,10 +64,10 @@ pub(crate) fn mul_epilogues(
         };
         let same = g.ty(other) == g.ty(prod) && mn.outputs[0] == *g.ty(prod) && g.dtype(prod) == DType::F32;
         let gn = &g.nodes[gid as usize];
-        let (a, b) = f32_gemm.get(&gid).copied().unwrap_or((gn.inputs[0], gn.inputs[1]));
+        let (a, b) = fp.f32_operands(gid).copied().unwrap_or((gn.inputs[0], gn.inputs[1]));
         let clear = ph.range(cast).is_some_and(|cr| clear_of(cr, [a, b, prod, other].map(|v| ph.range(v))));
         if whole && deep && plain && before && same && clear {
-            more.gemm_mul.insert(gid, (m, other, cast, act));
+            fp.product_mut(gid).mul = Some((m, other, cast, act));
             found.push(m);
         }
     }

@@ -5,18 +5,18 @@ use super::*;
 /// The head-split q/k/v projections whose tensor only attention reads, through fused forward
 /// rotaries for q and k: their epilogue then stores q and k turned and all three as bf16 (the
 /// values the attention kernels would round on load, [`gemm::Heads::bf16_turned`]), and the
-/// attention kernels copy them straight into shared memory. Records both in `more`.
+/// attention kernels copy them straight into shared memory. Records both in the fusion plan.
 ///
 /// Conditions: heads of 64, three sections; every reader of the tensor (through slices and
 /// reshapes) a fused forward Rotary of q or k, or the v of an attention host; every host of this
 /// phase turning both q and k on load with one base; and no host writing into the tensor's slot
 /// (the bf16 values sit at half their f32 offsets, so the slots the plan gives the f32 views
 /// no longer say where each one is).
-pub(crate) fn turned_heads(ph: &PhaseView, skip: &std::collections::HashSet<u32>, more: &mut More) {
+pub(crate) fn turned_heads(ph: &PhaseView, skip: &std::collections::HashSet<u32>, fp: &mut FusionPlan) {
     let (g, plan) = (ph.g, ph.plan);
     let val = |node: u32| Value { node, index: 0 };
     let mut found = vec![];
-    'gemms: for (&mm, &(p, heads)) in &more.gemm_heads {
+    'gemms: for (mm, (p, heads)) in fp.head_splits() {
         let pv = val(p);
         let shape = g.shape(pv);
         if !ph.pos.contains_key(&mm) || heads.d != 64 || shape.len() != 5 || shape[0] != 3 {
@@ -54,11 +54,11 @@ pub(crate) fn turned_heads(ph: &PhaseView, skip: &std::collections::HashSet<u32>
         for &h in &hosts {
             let n = &g.nodes[h as usize];
             let host = matches!(n.op, Op::Attention { bf16: true, .. } | Op::AttentionBackward { bf16: true, .. });
-            let Some([Some(q), Some(k)]) = more.attn_load.get(&h).copied() else { continue 'gemms };
+            let Some([Some(q), Some(k)]) = fp.load_rotary(h).copied() else { continue 'gemms };
             let one_base = q.1 == k.1 && base.is_none_or(|b| b == q.1);
             let sections = (sec(q.0), sec(k.0), sec(n.inputs[2])) == (Some(0), Some(1), Some(2));
             // Outputs (as relocated by fused inverse rotaries) clear of the tensor.
-            let rot = more.attnb_rot.get(&h).copied().unwrap_or_default();
+            let rot = fp.store_rotary(h).copied().unwrap_or_default();
             let outs = (0..n.outputs.len() as u16)
                 .map(|k| rot.get(k as usize).copied().flatten().map_or(Value { node: h, index: k }, |r| r.0));
             let clear = clear_of(pr, outs.map(|o| ph.range(o)));
@@ -71,12 +71,12 @@ pub(crate) fn turned_heads(ph: &PhaseView, skip: &std::collections::HashSet<u32>
         found.push((mm, base, pr, hosts));
     }
     for (mm, base, tensor, hosts) in found {
-        if let Some(h) = more.gemm_heads.get_mut(&mm) {
+        if let Some(h) = fp.product_mut(mm).heads.as_mut() {
             h.1.bf16_turned = true;
         }
-        more.turned_base.insert(mm, base);
+        fp.product_mut(mm).turned_base = Some(base);
         for h in hosts {
-            more.bf16_attention.insert(h, tensor);
+            fp.attention_mut(h).bf16_heads = Some(tensor);
         }
     }
 }

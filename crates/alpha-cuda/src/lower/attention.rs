@@ -83,11 +83,11 @@ impl Lowerer<'_> {
                 let tc = *bf16 && mma::applies(&dims);
                 let block = if tc { mma::block() } else { (attention::ROWS, 1, 1) };
                 // Forward rotary fused: q (k) read before its Rotary and turned on load.
-                let load = self.more.attn_load.get(&id).copied().unwrap_or_default();
+                let load = self.fusion.load_rotary(id).copied().unwrap_or_default();
                 let src = |k: usize| load[k].map_or(ins[k], |x| x.0);
                 // q, k and v as bf16 (turned by the projection's epilogue) where `turned_heads`
                 // chose it: at half their f32 offsets within the heads tensor.
-                let bf16_at = self.more.bf16_attention.get(&id).map(|t| t.0);
+                let bf16_at = self.fusion.bf16_heads(id).map(|t| t.0);
                 if bf16_at.is_some() && !tc {
                     return Err(node_error(&node, id, "bf16 q, k, v need the tensor-core kernels"));
                 }
@@ -106,7 +106,7 @@ impl Lowerer<'_> {
                     load.iter().flatten().map(|&(_, base)| A::Ptr(self.rotary_table(dims.t, dims.d, base))).collect();
                 let [qa, ka, va] = [0, 1, 2].map(|k| qkv(self, k));
                 if matches!(node.op, Op::Attention { .. }) {
-                    let copy = self.more.output_copy.get(&id).copied();
+                    let copy = self.fusion.output_copy(id).copied();
                     let wgmma = self.config.wgmma_attention && crate::kernels::attention::wgmma::applies(&dims);
                     let kernel = self.kernel(match (tc, bf16_at, copy) {
                         (true, Some(_), c) if wgmma => {
@@ -124,12 +124,12 @@ impl Lowerer<'_> {
                 } else {
                     self.need_scratch(dims.scratch_floats() * 4);
                     // Inverse rotary fused: dq (dk) stored turned back, into the Rotary's slot.
-                    let rot = self.more.attnb_rot.get(&id).copied().unwrap_or_default();
+                    let rot = self.fusion.store_rotary(id).copied().unwrap_or_default();
                     let dst = |k: usize| rot[k].map_or(out(k as u16), |x| x.0);
                     let (ov, lse, dov) = (ins[3], ins[4], ins[5]);
                     // Both passes in one launch (after delta alone) where their grids agree and
                     // no output lies on an input: the passes then run side by side.
-                    let apart = joint_backward_apart(self.plan, &self.more, id, &node);
+                    let apart = joint_backward_apart(self.plan, &self.fusion, id, &node);
                     let fused_delta = self.delta_at.get(&id).copied();
                     if fused_delta.is_some() && !(tc && bf16_at.is_some() && dims.g == dims.h && apart) {
                         return Err(node_error(
@@ -161,7 +161,7 @@ impl Lowerer<'_> {
                             }
                         };
                         let inverse = [rot[0].is_some(), rot[1].is_some()];
-                        let merged = self.more.merged_grads.get(&id).copied();
+                        let merged = self.fusion.merged_gradients(id).copied();
                         let wgmma =
                             self.config.wgmma_attention_backward && crate::kernels::attention::wgmma::applies(&dims);
                         let kb = self.kernel(match (bf16_at, merged) {

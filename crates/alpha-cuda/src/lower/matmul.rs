@@ -46,20 +46,20 @@ impl Lowerer<'_> {
                 if let Some((mut spec, shape)) = tiled_gemm(self.config, g, id) {
                     // Fusions decided per phase by `fuse`: f32 sources read with convert-on-load
                     // (the skipped casts' exact rounding), the following Add as the epilogue.
-                    let (a, b) = self.f32_gemm.get(&id).copied().unwrap_or((ins[0], ins[1]));
+                    let (a, b) = self.fusion.f32_operands(id).copied().unwrap_or((ins[0], ins[1]));
                     let input = |v: Value| if g.dtype(v) == DType::F32 { Input::F32 } else { Input::Bf16 };
                     (spec.a_input, spec.b_input) = (input(a), input(b));
-                    let (c, r) = match self.gemm_add.get(&id) {
+                    let (c, r) = match self.fusion.residual_add(id) {
                         Some(&(add, r)) => {
                             spec.epilogue = Epilogue::AddResidual;
                             (Value { node: add, index: 0 }, r)
                         }
                         None => (out(0), out(0)),
                     };
-                    let act = self.more.gemm_act.get(&id).copied();
+                    let act = self.fusion.activation(id).copied();
                     spec.activation = act.map(|x| x.1);
                     // A multiply after it as its epilogue: R = its other operand, U = its cast.
-                    let mul = self.more.gemm_mul.get(&id).copied();
+                    let mul = self.fusion.mul(id).copied();
                     let (c, r) = match mul {
                         Some((_, rv, _, u)) => {
                             spec.epilogue = Epilogue::StoreMul;
@@ -69,7 +69,7 @@ impl Lowerer<'_> {
                         None => (c, r),
                     };
                     // Stored split into heads where the Permute after it was fused.
-                    let (c, r) = match self.more.gemm_heads.get(&id) {
+                    let (c, r) = match self.fusion.heads(id) {
                         Some(&(p, heads)) => {
                             spec.heads = Some(heads);
                             (Value { node: p, index: 0 }, Value { node: p, index: 0 })
@@ -79,7 +79,7 @@ impl Lowerer<'_> {
                     // dO as bf16 with attention's delta, into held memory the backward reads:
                     // (O, and the held offsets of dO and delta).
                     let mut delta = None;
-                    if let (Some(&(attn, o)), Some(h)) = (self.more.delta_heads.get(&id), spec.heads.as_mut()) {
+                    if let (Some(&(attn, o)), Some(h)) = (self.fusion.delta(id), spec.heads.as_mut()) {
                         h.delta = true;
                         let rows = (h.batch * h.heads * h.t) as usize;
                         let sizes = (rows * h.d as usize * 2, rows * 4);
@@ -165,7 +165,9 @@ impl Lowerer<'_> {
                     }
                     args.extend(self.maps_for(&spec, &shape, a, b)?);
                     if spec.heads.is_some_and(|h| h.bf16_turned) {
-                        let base = self.more.turned_base[&id];
+                        let Some(base) = self.fusion.turned_base(id) else {
+                            return Err(node_error(&node, id, "turned heads without their rotary base"));
+                        };
                         let t = spec.heads.map_or(0, |h| h.t as usize);
                         args.push(A::Ptr(self.rotary_table(t, 64, base)));
                     }
@@ -220,13 +222,13 @@ impl Lowerer<'_> {
         launches: &mut [Pending],
     ) -> Result<()> {
         // In node order, so that the catalog's order does not follow the map's.
-        let mut acts: Vec<(u32, u32)> = self.more.gemm_act.iter().map(|(&host, &(u, _))| (host, u)).collect();
+        let mut acts: Vec<(u32, u32)> = self.fusion.activations().into_iter().map(|(host, (u, _))| (host, u)).collect();
         acts.sort_unstable();
         for (host, u) in acts {
             let Some(&(li, spec, _)) = products.one_launch.get(&host) else { continue };
             let act = Value { node: u, index: 0 };
             let readers = view.readers(act);
-            let multiplied = |r: u32| self.more.gemm_mul.values().any(|&(m, _, _, a)| m == r && a.is_some());
+            let multiplied = |r: u32| self.fusion.muls().iter().any(|&(_, (m, _, _, a))| m == r && a.is_some());
             let unread = uses.get(&act).copied() == Some(readers.len())
                 && readers.iter().all(|&r| multiplied(r) || self.recomputed_reads.contains(&(act, r)));
             if !unread || spec.activation.is_none() || spec.epilogue != Epilogue::Store {
@@ -263,11 +265,11 @@ impl Lowerer<'_> {
         let g = &self.plan.program.graph;
         let operands = |id: u32| {
             let n = &g.nodes[id as usize];
-            self.f32_gemm.get(&id).copied().unwrap_or((n.inputs[0], n.inputs[1]))
+            self.fusion.f32_operands(id).copied().unwrap_or((n.inputs[0], n.inputs[1]))
         };
         // A plain product launched as it is: no fusion writes anything else from its launch.
         let plain =
-            |id: u32| products.plain.contains(&id) && !self.writes_beside(id) && !self.more.gemm_act.contains_key(&id);
+            |id: u32| products.plain.contains(&id) && !self.writes_beside(id) && self.fusion.activation(id).is_none();
         for (j, &x) in cl.inputs.iter().enumerate() {
             let Some((li, spec, shape)) = products.plain_one_launch(x.node) else { continue };
             let Some(&pg) = view.pos.get(&x.node) else { continue };
@@ -331,10 +333,10 @@ impl Lowerer<'_> {
     /// Whether a fusion has MatMul `id`'s launch write something beside its product, or store
     /// its product elsewhere: a residual added, a multiply, heads, a cast.
     pub(super) fn writes_beside(&self, id: u32) -> bool {
-        self.gemm_add.contains_key(&id)
-            || self.more.gemm_mul.contains_key(&id)
-            || self.more.gemm_heads.contains_key(&id)
-            || self.store_as.contains_key(&Value { node: id, index: 0 })
+        self.fusion.residual_add(id).is_some()
+            || self.fusion.mul(id).is_some()
+            || self.fusion.heads(id).is_some()
+            || self.fusion.store_as.contains_key(&Value { node: id, index: 0 })
     }
 
     /// Merges each StoreMul product into the launch right before it where that launch computes
@@ -355,7 +357,7 @@ impl Lowerer<'_> {
     ) -> Result<()> {
         let tiled = |s: &GemmSpec| mergeable_tile(s, Layout::RowMajor);
         let mut merges = vec![];
-        for (&up_id, &(_, gate, _, _)) in &self.more.gemm_mul {
+        for (up_id, (_, gate, _, _)) in self.fusion.muls() {
             let (Some(&(ui, uspec, ushape)), Some(&(gi, gspec, gshape))) =
                 (products.one_launch.get(&up_id), products.one_launch.get(&gate.node))
             else {
@@ -430,7 +432,7 @@ impl Lowerer<'_> {
     ) -> Result<()> {
         let paired_kind =
             |s: &GemmSpec| mergeable_tile(s, Layout::ColMajor) && s.activation.is_none() && !s.gated && !s.uneven_split;
-        let fused = |id: u32| self.writes_beside(id) || self.more.gemm_act.contains_key(&id);
+        let fused = |id: u32| self.writes_beside(id) || self.fusion.activation(id).is_some();
         let mut pairs = vec![];
         for (&first, &(l1, s1, sh1)) in &products.one_launch {
             if !paired_kind(&s1) || s1.epilogue != Epilogue::Store || sh1.batch != 1 || fused(first) {
@@ -444,7 +446,7 @@ impl Lowerer<'_> {
             let (m, n, c_bytes) = (sh1.m as usize, sh1.n as usize, sh1.m as usize * sh1.ldc as usize * 4);
             let c1 = arg_span(&launches[l1], 2, c_bytes);
             let second = products.one_launch.iter().find(|(id, &(l2, s2, sh2))| {
-                self.gemm_add.get(id).is_some_and(|&(_, r)| r == out1)
+                self.fusion.residual_add(**id).is_some_and(|&(_, r)| r == out1)
                     && l2 > l1
                     && s2.epilogue == Epilogue::AddResidual
                     && paired_kind(&s2)

@@ -208,14 +208,8 @@ struct Lowerer<'p> {
     inits: Vec<(usize, Vec<u8>)>,
     tables: HashMap<(usize, usize, u64), usize>,
     scratch: usize,
-    /// MatMuls that read their operands' f32 sources (convert-on-load) instead of bf16 casts.
-    f32_gemm: HashMap<u32, (Value, Value)>,
-    /// MatMuls whose following Add is fused into the add epilogue: (add node, residual).
-    gemm_add: HashMap<u32, (u32, Value)>,
-    /// Further fusions (activation epilogues, rotary into attention).
-    more: More,
-    /// Producer output → the bf16 cast it stores instead (see [`casts_into_producers`]).
-    store_as: HashMap<Value, Value>,
+    /// What each launch fuses, as the fusion passes decided it phase by phase.
+    fusion: FusionPlan,
     /// [`producer_cast_candidates`] of the program.
     cast_candidates: HashMap<Value, u32>,
     /// [`grouped_param_casts`] of the program.
@@ -319,10 +313,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         inits: vec![],
         tables: HashMap::new(),
         scratch: 0,
-        f32_gemm: HashMap::new(),
-        gemm_add: HashMap::new(),
-        more: More::default(),
-        store_as: HashMap::new(),
+        fusion: FusionPlan::default(),
         cast_candidates: producer_cast_candidates(&plan.program),
         param_casts: grouped_param_casts(&plan.program),
         tensor_maps: vec![],
@@ -350,40 +341,32 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         let mut launches = vec![];
         let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
         let view = PhaseView::new(&plan, &nodes, &readers);
-        let mut skip = fuse(
-            config,
-            &plan,
-            &nodes,
-            &lw.cast_candidates,
-            config.fold_casts_into_gemms,
-            &mut lw.f32_gemm,
-            &mut lw.gemm_add,
-        );
-        let more = fuse_more(config, &plan, &nodes, &skip, &lw.f32_gemm, &lw.gemm_add, &mut lw.more);
+        let mut skip = fuse(config, &plan, &nodes, &lw.cast_candidates, config.fold_casts_into_gemms, &mut lw.fusion);
+        let more = fuse_more(config, &plan, &nodes, &skip, &mut lw.fusion);
         skip.extend(more);
         // Turned heads need every column of a row in one thread: the wgmma engines only.
         if config.bf16_attention && config.gemm_engine != gemm::Engine::Mma {
-            turned_heads(&view, &skip, &mut lw.more);
+            turned_heads(&view, &skip, &mut lw.fusion);
         }
         for (producer_out, cast) in casts_into_producers(&plan, &nodes, &skip, &lw.cast_candidates) {
             skip.insert(cast.node);
-            lw.store_as.insert(producer_out, cast);
+            lw.fusion.store_as.insert(producer_out, cast);
         }
         if config.bf16_attention && config.merged_gradients {
-            for permute in merged_gradients(&view, &skip, &lw.store_as, &mut lw.more) {
+            for permute in merged_gradients(&view, &skip, &mut lw.fusion) {
                 skip.insert(permute);
             }
         }
         if config.bf16_attention && config.output_copy {
-            for permute in forward_copies(&view, &skip, &lw.store_as, &mut lw.more) {
+            for permute in forward_copies(&view, &skip, &mut lw.fusion) {
                 skip.insert(permute);
             }
         }
         if config.bf16_attention && config.joint_attention_backward && config.delta_epilogue {
-            delta_heads(config, &view, &uses, &lw.f32_gemm, &mut lw.more);
+            delta_heads(config, &view, &uses, &mut lw.fusion);
         }
         if config.mul_epilogue {
-            for mul in mul_epilogues(config, &view, &skip, &lw.store_as, &lw.f32_gemm, &lw.gemm_add, &mut lw.more) {
+            for mul in mul_epilogues(config, &view, &skip, &mut lw.fusion) {
                 skip.insert(mul);
             }
         }
@@ -672,7 +655,7 @@ impl Lowerer<'_> {
     /// Where `v` is stored, and as what: its own slot in its dtype, or the slot of the bf16
     /// cast that alone reads it (see [`casts_into_producers`]).
     fn destination(&self, v: Value) -> (Value, DType) {
-        match self.store_as.get(&v) {
+        match self.fusion.store_as.get(&v) {
             Some(&cast) => (cast, DType::BF16),
             None => (v, self.g().dtype(v)),
         }

@@ -179,7 +179,7 @@ impl Lowerer<'_> {
             for &v in &out_values {
                 let Some(&cast) = self.cast_candidates.get(&v) else { continue };
                 let Some(pc) = nodes.iter().position(|&n| n == cast) else { continue };
-                if self.store_as.contains_key(&v) || skip.contains(&cast) || pc < end {
+                if self.fusion.store_as.contains_key(&v) || skip.contains(&cast) || pc < end {
                     continue;
                 }
                 let cv = Value { node: cast, index: 0 };
@@ -197,7 +197,7 @@ impl Lowerer<'_> {
                 }
             }
             for &(v, cv) in &into_casts {
-                self.store_as.insert(v, cv);
+                self.fusion.store_as.insert(v, cv);
             }
             // A bf16 store (into a cast's slot) may not meet an input at all: its elements are
             // half the size, so even the same start is a different element.
@@ -211,7 +211,7 @@ impl Lowerer<'_> {
             });
             if clash {
                 for (v, _) in &into_casts {
-                    self.store_as.remove(v);
+                    self.fusion.store_as.remove(v);
                 }
             } else {
                 skip.extend(into_casts.iter().map(|&(_, cv)| cv.node));
