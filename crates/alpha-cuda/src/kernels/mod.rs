@@ -15,6 +15,27 @@
 //! elementwise ops as one kernel), [`reduce`], [`layernorm`], [`rotary`], [`recurrence`],
 //! [`embedding`], [`cross_entropy`], [`adamw`] and [`multi`] (multi-tensor optimizer kernels).
 
+use crate::runtime::driver::Arg;
+
+/// A launch argument as a family's argument builder makes it: pointers come in as the caller
+/// has them (device addresses on a GPU, arena offsets in the lowering), and scalars are made
+/// here. Why: each family builds its argument list in one function, in its kernel's parameter
+/// order, which both the lowering and the host launchers (and so the lab's checks) call.
+pub trait ScalarArg: Copy {
+    fn u32(x: u32) -> Self;
+    fn u64(x: u64) -> Self;
+}
+
+impl ScalarArg for Arg {
+    fn u32(x: u32) -> Self {
+        Arg::U32(x)
+    }
+
+    fn u64(x: u64) -> Self {
+        Arg::U64(x)
+    }
+}
+
 pub mod adamw;
 pub mod attention;
 pub mod cross_entropy;

@@ -5,12 +5,6 @@
 
 use super::*;
 
-/// A product launch's shape arguments after A, B, C and R ([`gemm::SHAPE_ARGS`] in all): m, n,
-/// k, the leading dimensions, the batch strides.
-pub(super) fn shape_args(s: &GemmShape) -> impl Iterator<Item = A> {
-    [s.m, s.n, s.k, s.lda, s.ldb, s.ldc].map(A::U32).into_iter().chain([s.stride_a, s.stride_b, s.stride_c].map(A::U64))
-}
-
 /// A product a merge pass may fold into one launch with another: on the TMA engine in
 /// 128 × 128 tiles, A row-major, B in `b`'s layout, storing its tile whole (no heads or
 /// chain).
@@ -126,16 +120,16 @@ impl Lowerer<'_> {
                         let mn = shape.m * shape.n;
                         self.need_scratch(mn as usize * splits as usize * 4);
                         let kernel = self.kernel(pspec.kernel())?;
-                        let mut args = vec![self.ptr(a), self.ptr(b), A::Scratch(0), A::Scratch(0)];
-                        args.extend(shape_args(&part));
-                        args.extend(self.maps_for(&pspec, &part, a, b)?);
+                        let ops = gemm::Operands {
+                            maps: self.maps_for(&pspec, &part, a, b)?,
+                            ..gemm::Operands::new([self.ptr(a), self.ptr(b), A::Scratch(0), A::Scratch(0)])
+                        };
+                        let args = gemm::arguments(&part, ops);
                         let block = (pspec.threads(), 1, 1);
                         v.push(Pending { kernel, grid: pspec.grid(&part), block, args, node: some });
                         self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: false, plain });
-                        let mut args = vec![self.ptr(c), self.ptr(r), A::Scratch(0)];
-                        if let Some((u, _)) = act {
-                            args.push(self.ptr(Value { node: u, index: 0 }));
-                        }
+                        let u = act.map(|(u, _)| self.ptr(Value { node: u, index: 0 }));
+                        let args = gemm::splitk_reduce_arguments([self.ptr(c), self.ptr(r), A::Scratch(0)], u);
                         let width = gemm::splitk_reduce_width(mn, aligned16(&args));
                         let kernel = self.kernel(gemm::splitk_reduce_kernel(&spec, splits, mn, width))?;
                         let blocks = gemm::splitk_reduce_blocks(mn, width);
@@ -154,23 +148,35 @@ impl Lowerer<'_> {
                         Some((o, (do16, dl))) => (A::Ptr(do16), self.ptr(o), Some(A::Ptr(dl))),
                         None => (self.ptr(c), self.ptr(r), None),
                     };
-                    let mut args = vec![self.ptr(a), self.ptr(b), c_arg, r_arg];
-                    args.extend(shape_args(&shape));
-                    args.extend(u_delta);
-                    if let Some((u, _)) = act {
-                        args.push(self.ptr(Value { node: u, index: 0 }));
-                    }
-                    if let Some((_, _, cast, _)) = mul {
-                        args.push(self.ptr(cast));
-                    }
-                    args.extend(self.maps_for(&spec, &shape, a, b)?);
-                    if spec.heads.is_some_and(|h| h.bf16_turned) {
-                        let Some(base) = self.fusion.turned_base(id) else {
-                            return Err(node_error(&node, id, "turned heads without their rotary base"));
-                        };
-                        let t = spec.heads.map_or(0, |h| h.t as usize);
-                        args.push(A::Ptr(self.rotary_table(t, 64, base)));
-                    }
+                    // The second output: delta, the activation's or the multiply's cast (the
+                    // fusion passes give a product one at most).
+                    let act_u = act.map(|(u, _)| self.ptr(Value { node: u, index: 0 }));
+                    let mul_u = mul.map(|(_, _, cast, _)| self.ptr(cast));
+                    let u = match [u_delta, act_u, mul_u] {
+                        [None, None, None] => None,
+                        [Some(u), None, None] | [None, Some(u), None] | [None, None, Some(u)] => Some(u),
+                        _ => return Err(node_error(&node, id, "two second outputs fused into one product")),
+                    };
+                    // Tensor maps before the rotary table: both take their place in the constant
+                    // region in this order.
+                    let maps = self.maps_for(&spec, &shape, a, b)?;
+                    let rot_tab = match spec.heads.is_some_and(|h| h.bf16_turned) {
+                        false => None,
+                        true => {
+                            let Some(base) = self.fusion.turned_base(id) else {
+                                return Err(node_error(&node, id, "turned heads without their rotary base"));
+                            };
+                            let t = spec.heads.map_or(0, |h| h.t as usize);
+                            Some(A::Ptr(self.rotary_table(t, 64, base)))
+                        }
+                    };
+                    let ops = gemm::Operands {
+                        u,
+                        maps,
+                        rot_tab,
+                        ..gemm::Operands::new([self.ptr(a), self.ptr(b), c_arg, r_arg])
+                    };
+                    let args = gemm::arguments(&shape, ops);
                     v.push(Pending {
                         kernel,
                         grid: spec.grid(&shape),
@@ -200,13 +206,19 @@ impl Lowerer<'_> {
 
     /// The TMA engine's two tensor-map arguments for a launch of `spec` on `shape` reading
     /// `a` and `b` (none on the other engines).
-    pub(super) fn maps_for(&mut self, spec: &GemmSpec, shape: &GemmShape, a: Value, b: Value) -> Result<Vec<A>> {
+    pub(super) fn maps_for(
+        &mut self,
+        spec: &GemmSpec,
+        shape: &GemmShape,
+        a: Value,
+        b: Value,
+    ) -> Result<Option<(A, A)>> {
         if spec.engine != gemm::Engine::Tma {
-            return Ok(vec![]);
+            return Ok(None);
         }
         gemm_tma::check_shape(spec, shape)?;
         let (ma, mb) = gemm_tma::map_specs(spec, shape);
-        Ok(vec![self.tensor_map(self.ptr(a), ma)?, self.tensor_map(self.ptr(b), mb)?])
+        Ok(Some((self.tensor_map(self.ptr(a), ma)?, self.tensor_map(self.ptr(b), mb)?)))
     }
 
     /// Products whose activation epilogue ([`gemm::GemmSpec::activation`], `u(product)` as a

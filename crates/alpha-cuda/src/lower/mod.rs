@@ -52,6 +52,7 @@ use crate::kernels::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
 use crate::kernels::layernorm::Norm;
 use crate::kernels::pointwise::{broadcast_strides, contiguous_strides, grid_blocks, Body, Operand, Pointwise};
 use crate::kernels::reduce::Reduction;
+use crate::kernels::ScalarArg;
 use crate::kernels::{adamw, cross_entropy, fused, multi, rotary};
 use crate::ptx::Kernel;
 
@@ -157,6 +158,16 @@ enum A {
     Scratch(usize),
     U32(u32),
     U64(u64),
+}
+
+impl ScalarArg for A {
+    fn u32(x: u32) -> Self {
+        A::U32(x)
+    }
+
+    fn u64(x: u64) -> Self {
+        A::U64(x)
+    }
 }
 
 /// The arena offset an argument points at (None: a scalar, or the scratch region).

@@ -19,6 +19,54 @@ pub struct Extras {
     pub first_maps: Option<(u64, u64)>,
 }
 
+/// The pointers of one product launch, each in whatever stands for a device address where the
+/// arguments are built.
+#[derive(Clone, Debug)]
+pub struct Operands<T> {
+    pub a: T,
+    pub b: T,
+    pub c: T,
+    /// The residual (read by [`Epilogue::AddResidual`]; otherwise any pointer, C by custom).
+    pub r: T,
+    /// The second output ([`GemmSpec::takes_u`]): an activation's, [`Epilogue::StoreMul`]'s
+    /// bf16 product, or a delta-heads store's delta.
+    pub u: Option<T>,
+    /// A chain epilogue's outputs, then its inputs beside the product ([`ChainEpilogue`]).
+    pub chain: Vec<T>,
+    /// The TMA engine's tensor maps of A and B.
+    pub maps: Option<(T, T)>,
+    /// A gated product's tensor map of the gate's B ([`GemmSpec::gated`]).
+    pub gate_map: Option<T>,
+    /// A paired product's maps of the first product's A and B ([`GemmSpec::k_pair`]).
+    pub first_maps: Option<(T, T)>,
+    /// The turned heads' rotary table.
+    pub rot_tab: Option<T>,
+}
+
+impl<T> Operands<T> {
+    /// A, B, C and R with no extras.
+    pub fn new([a, b, c, r]: [T; 4]) -> Self {
+        Operands { a, b, c, r, u: None, chain: vec![], maps: None, gate_map: None, first_maps: None, rot_tab: None }
+    }
+}
+
+/// Every argument of a product launch over `shape`, in its kernel's parameter order: A, B, C,
+/// R, the six dimensions and three batch strides ([`SHAPE_ARGS`] in all), then each extra
+/// present.
+pub fn arguments<T: ScalarArg>(shape: &GemmShape, ops: Operands<T>) -> Vec<T> {
+    let mut args = vec![ops.a, ops.b, ops.c, ops.r];
+    args.extend([shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc].map(T::u32));
+    args.extend([shape.stride_a, shape.stride_b, shape.stride_c].map(T::u64));
+    debug_assert_eq!(args.len(), SHAPE_ARGS);
+    args.extend(ops.u);
+    args.extend(ops.chain);
+    args.extend(ops.maps.into_iter().flat_map(|(x, y)| [x, y]));
+    args.extend(ops.gate_map);
+    args.extend(ops.first_maps.into_iter().flat_map(|(x, y)| [x, y]));
+    args.extend(ops.rot_tab);
+    args
+}
+
 /// Launches `f` (built from `spec`) on device addresses `a`, `b`, `c` and residual `r` (ignored
 /// unless the epilogue is [`Epilogue::AddResidual`]; pass `c` for in-place `C += A·B` style).
 #[allow(clippy::too_many_arguments)]
@@ -78,29 +126,17 @@ pub fn launch_with(
     }
     let grid = spec.grid(shape);
     let cfg = LaunchConfig { grid, block: (spec.threads(), 1, 1), shared_bytes: 0 };
-    let mut args = vec![
-        Arg::U64(a),
-        Arg::U64(b),
-        Arg::U64(c),
-        Arg::U64(r),
-        Arg::U32(shape.m),
-        Arg::U32(shape.n),
-        Arg::U32(shape.k),
-        Arg::U32(shape.lda),
-        Arg::U32(shape.ldb),
-        Arg::U32(shape.ldc),
-        Arg::U64(shape.stride_a),
-        Arg::U64(shape.stride_b),
-        Arg::U64(shape.stride_c),
-    ];
-    debug_assert_eq!(args.len(), SHAPE_ARGS);
-    args.extend(extras.u.map(Arg::U64));
-    args.extend(extras.chain.iter().flatten().map(|&p| Arg::U64(p)));
-    args.extend(extras.maps.into_iter().flat_map(|(ma, mb)| [Arg::U64(ma), Arg::U64(mb)]));
-    args.extend(extras.gate_map.map(Arg::U64));
-    args.extend(extras.first_maps.into_iter().flat_map(|(ma, mb)| [Arg::U64(ma), Arg::U64(mb)]));
-    args.extend(extras.rot_tab.map(Arg::U64));
-    gpu.launch(f, cfg, &args)
+    let pair = |(x, y): (u64, u64)| (Arg::U64(x), Arg::U64(y));
+    let ops = Operands {
+        u: extras.u.map(Arg::U64),
+        chain: extras.chain.iter().flatten().map(|&p| Arg::U64(p)).collect(),
+        maps: extras.maps.map(pair),
+        gate_map: extras.gate_map.map(Arg::U64),
+        first_maps: extras.first_maps.map(pair),
+        rot_tab: extras.rot_tab.map(Arg::U64),
+        ..Operands::new([a, b, c, r].map(Arg::U64))
+    };
+    gpu.launch(f, cfg, &arguments(shape, ops))
 }
 
 /// The shortest K split into parts that may differ by a K step ([`GemmShape::split_k_uneven`]):
@@ -113,5 +149,5 @@ pub const UNEVEN_MIN_K: u32 = 4096;
 pub fn launch_splitk_reduce(gpu: &Gpu, f: &Function, mn: u32, width: u32, [c, r, partials]: [u64; 3]) -> Result<()> {
     let cfg =
         LaunchConfig { grid: (splitk_reduce_blocks(mn, width), 1, 1), block: (REDUCE_THREADS, 1, 1), shared_bytes: 0 };
-    gpu.launch(f, cfg, &[Arg::U64(c), Arg::U64(r), Arg::U64(partials)])
+    gpu.launch(f, cfg, &splitk_reduce_arguments([c, r, partials].map(Arg::U64), None))
 }

@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// The split-K sum's arguments: C, R, the partials, and the activation's second output where
+/// the product has one.
+pub fn splitk_reduce_arguments<T>([c, r, partials]: [T; 3], u: Option<T>) -> Vec<T> {
+    let mut args = vec![c, r, partials];
+    args.extend(u);
+    args
+}
+
 /// Threads per block of the split-K reduction.
 pub const REDUCE_THREADS: u32 = 256;
 

@@ -111,3 +111,59 @@ fn reference_matches_naive_on_bf16_exact_values() {
         }
     }
 }
+
+/// Whatever a spec's kernel takes, `arguments` (the one list both the lowering and the host
+/// launchers build) gives exactly its parameters, in order and of their types; with one extra
+/// too many or too few it would not.
+#[test]
+fn arguments_match_every_kernels_parameters() {
+    let shape = GemmShape {
+        m: 128,
+        n: 256,
+        k: 64,
+        batch: 1,
+        lda: 64,
+        ldb: 256,
+        ldc: 256,
+        stride_a: 0,
+        stride_b: 0,
+        stride_c: 0,
+    };
+    let mut specs = GemmSpec::all();
+    let heads = Heads { batch: 1, t: 128, heads: 2, d: 64, bf16_turned: true, delta: false };
+    let base = GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::Bf16).wgmma().tma();
+    specs.push(GemmSpec { heads: Some(heads), tile: Tile::T128x64, ..base });
+    specs.push(GemmSpec { gated: true, epilogue: Epilogue::StoreMul, activation: Some(Unary::Gelu), ..base });
+    let k_major = GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).wgmma().tma();
+    specs.push(GemmSpec { k_pair: true, ..k_major });
+    let mut kinds_seen = std::collections::HashSet::new();
+    for spec in specs {
+        let kernel = spec.kernel();
+        let p = |x: u64| Arg::U64(x);
+        let chain = spec.chain.map_or(0, |c| c.outputs().len() + c.others().len());
+        let ops = Operands {
+            u: spec.takes_u().then_some(p(1)),
+            chain: (0..chain as u64).map(p).collect(),
+            maps: (spec.engine == Engine::Tma).then_some((p(2), p(3))),
+            gate_map: spec.gated.then_some(p(4)),
+            first_maps: spec.k_pair.then_some((p(5), p(6))),
+            rot_tab: spec.heads.is_some_and(|h| h.bf16_turned).then_some(p(7)),
+            ..Operands::new([p(8), p(9), p(10), p(11)])
+        };
+        let args = arguments(&shape, ops);
+        let kinds: Vec<ParamTy> = args
+            .iter()
+            .map(|a| match a {
+                Arg::U64(_) => ParamTy::U64,
+                Arg::U32(_) => ParamTy::U32,
+                Arg::I32(_) => ParamTy::S32,
+                Arg::F32(_) => ParamTy::F32,
+            })
+            .collect();
+        let params: Vec<ParamTy> = kernel.params.iter().map(|p| p.ty).collect();
+        assert_eq!(kinds, params, "{}", spec.name());
+        kinds_seen.insert(args.len());
+    }
+    // The extras were exercised: lists of several lengths beyond the thirteen every launch has.
+    assert!(kinds_seen.len() >= 4, "{kinds_seen:?}");
+}
