@@ -1533,25 +1533,18 @@ impl AttnRun<'_> {
 
     /// Forward into `o`, `lse`.
     fn forward(&self, ks: &AttnKernels, o: u64, lse: u64) -> Result<()> {
-        let mut args = vec![o, lse, self.q, self.k, self.v];
-        args.extend(self.tabs());
+        let args = attention::forward_arguments([o, lse, self.q, self.k, self.v], self.tabs(), None);
         self.launch(&ks.fwd, self.case.dims.grid_q(), ks.block, &args)
     }
 
     /// Backward from `o`, `lse`: dQ (and delta), then dK/dV; `out` = (delta, dq, dk, dv).
     fn backward(&self, ks: &AttnKernels, o: u64, lse: u64, [delta, dq, dk, dv]: [u64; 4]) -> Result<()> {
         let c = self.case;
-        let mut args = vec![dq, delta, self.q, self.k, self.v, o, lse, self.dout];
-        if c.inverse[0] {
-            args.push(self.tab);
-        }
-        args.extend(self.tabs());
+        let tensors = [dq, delta, self.q, self.k, self.v, o, lse, self.dout];
+        let args = attention::dq_arguments(tensors, c.inverse[0].then_some(self.tab), self.tabs());
         self.launch(&ks.dq, c.dims.grid_q(), ks.block, &args)?;
-        let mut args = vec![dk, dv, self.q, self.k, self.v, lse, delta, self.dout];
-        if c.inverse[1] {
-            args.push(self.tab);
-        }
-        args.extend(self.tabs());
+        let tensors = [dk, dv, self.q, self.k, self.v, lse, delta, self.dout];
+        let args = attention::dkv_arguments(tensors, c.inverse[1].then_some(self.tab), self.tabs());
         self.launch(&ks.dkv, c.dims.grid_kv(), ks.block, &args)
     }
 
@@ -1560,10 +1553,10 @@ impl AttnRun<'_> {
     fn backward_joint(&self, [fd, fb]: &[Function; 2], o: u64, lse: u64, [delta, dq, dk, dv]: [u64; 4]) -> Result<()> {
         let c = self.case;
         let d = &c.dims;
-        self.launch(fd, d.grid_q(), attention_mma::block(), &[delta, o, self.dout])?;
-        let mut args = vec![dq, dk, dv, delta, self.q, self.k, self.v, o, lse, self.dout];
-        args.extend(c.inverse.iter().filter(|&&x| x).map(|_| self.tab));
-        args.extend(self.tabs());
+        self.launch(fd, d.grid_q(), attention_mma::block(), &attention::delta_arguments([delta, o, self.dout], None))?;
+        let tensors = [dq, dk, dv, delta, self.q, self.k, self.v, o, lse, self.dout];
+        let inverse_tables = c.inverse.iter().filter(|&&x| x).map(|_| self.tab).collect();
+        let args = attention::backward_arguments(tensors, None, inverse_tables, self.tabs());
         self.launch(fb, d.grid_q(), attention_mma::block(), &args)
     }
 
@@ -2477,13 +2470,14 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
         // The bf16 way: delta (and dO's copy), then both passes.
         let backward_bf16 = |o: u64, lse: u64, [delta, dq, dk, dv]: [u64; 4]| -> Result<()> {
             let r = &bf;
-            r.launch(&joint_bf16[0], d.grid_q(), attention_mma::block(), &[delta, o, r.dout, do16])?;
-            let args = [dq, dk, dv, delta, r.q, r.k, r.v, o, lse, r.dout, do16, r.tab, r.tab];
+            let args = attention::delta_arguments([delta, o, r.dout], Some(do16));
+            r.launch(&joint_bf16[0], d.grid_q(), attention_mma::block(), &args)?;
+            let tensors = [dq, dk, dv, delta, r.q, r.k, r.v, o, lse, r.dout];
+            let args = attention::backward_arguments(tensors, Some(do16), vec![r.tab, r.tab], vec![]);
             r.launch(&joint_bf16[1], d.grid_q(), attention_mma::block(), &args)
         };
         let forward = |r: &AttnRun, fwd: &Function, b: &[alpha_cuda::runtime::driver::Buf]| -> Result<()> {
-            let mut a = vec![b[0].ptr, b[1].ptr, r.q, r.k, r.v];
-            a.extend(r.tabs());
+            let a = attention::forward_arguments([b[0].ptr, b[1].ptr, r.q, r.k, r.v], r.tabs(), None);
             r.launch(fwd, d.grid_q(), attention_mma::block(), &a)
         };
         let outs = |b: &[alpha_cuda::runtime::driver::Buf]| [b[2].ptr, b[3].ptr, b[4].ptr, b[5].ptr];
@@ -2505,9 +2499,11 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
         {
             let r = &bf;
             let (o, lse, delta) = (mine[0].ptr, mine[1].ptr, mine[2].ptr);
-            r.launch(&joint_bf16[0], d.grid_q(), attention_mma::block(), &[delta, o, r.dout, do16])?;
+            let args = attention::delta_arguments([delta, o, r.dout], Some(do16));
+            r.launch(&joint_bf16[0], d.grid_q(), attention_mma::block(), &args)?;
             let m = merged.ptr;
-            let args = [m, m, m, delta, r.q, r.k, r.v, o, lse, r.dout, do16, r.tab, r.tab];
+            let tensors = [m, m, m, delta, r.q, r.k, r.v, o, lse, r.dout];
+            let args = attention::backward_arguments(tensors, Some(do16), vec![r.tab, r.tab], vec![]);
             r.launch(&merged_kernel, d.grid_q(), attention_mma::block(), &args)?;
         }
         let got: Vec<u16> = arena.download(merged, 3 * nq)?;

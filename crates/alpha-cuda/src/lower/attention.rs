@@ -117,9 +117,8 @@ impl Lowerer<'_> {
                         (true, None, _) => mma::forward_kernel_rotating(&dims, turned),
                         _ => attention::forward_kernel_rotating(&dims, turned),
                     })?;
-                    let mut args: Vec<A> = vec![self.ptr(out(0)), self.ptr(out(1)), qa, ka, va];
-                    args.extend(tabs);
-                    args.extend(copy.map(|c| self.ptr(c)));
+                    let tensors = [self.ptr(out(0)), self.ptr(out(1)), qa, ka, va];
+                    let args = attention::forward_arguments(tensors, tabs, copy.map(|c| self.ptr(c)));
                     v.push(Pending { kernel, grid: dims.grid_q(), block, args, node: some });
                 } else {
                     self.need_scratch(dims.scratch_floats() * 4);
@@ -154,8 +153,8 @@ impl Lowerer<'_> {
                                     Some(_) => mma::backward_delta_kernel_bf16(&dims),
                                     None => mma::backward_delta_kernel(&dims),
                                 })?;
-                                let mut args = vec![A::Scratch(0), self.ptr(ov), self.ptr(dov)];
-                                args.extend(do16);
+                                let args =
+                                    attention::delta_arguments([A::Scratch(0), self.ptr(ov), self.ptr(dov)], do16);
                                 v.push(Pending { kernel: kd, grid: dims.grid_q(), block, args, node: some });
                                 (A::Scratch(0), do16)
                             }
@@ -172,18 +171,15 @@ impl Lowerer<'_> {
                             (Some(_), None) => mma::backward_kernel_bf16(&dims, inverse),
                             _ => mma::backward_kernel_rotating(&dims, inverse, turned),
                         })?;
-                        let mut args: Vec<A> = match merged {
-                            Some(cast) => vec![self.ptr(cast); 3],
-                            None => [dst(0), dst(1), out(2)].iter().map(|&a| self.ptr(a)).collect(),
+                        let [dq, dk, dv] = match merged {
+                            Some(cast) => [self.ptr(cast); 3],
+                            None => [dst(0), dst(1), out(2)].map(|a| self.ptr(a)),
                         };
-                        args.push(delta);
-                        args.extend([qa, ka, va]);
-                        args.extend([ov, lse, dov].iter().map(|&a| self.ptr(a)));
-                        args.extend(do16);
-                        for r in rot.iter().flatten() {
-                            args.push(A::Ptr(self.rotary_table(dims.t, dims.d, r.1)));
-                        }
-                        args.extend(tabs);
+                        let inverse_tables =
+                            rot.iter().flatten().map(|r| A::Ptr(self.rotary_table(dims.t, dims.d, r.1))).collect();
+                        let [o, l, d_o] = [ov, lse, dov].map(|a| self.ptr(a));
+                        let tensors = [dq, dk, dv, delta, qa, ka, va, o, l, d_o];
+                        let args = attention::backward_arguments(tensors, do16, inverse_tables, tabs);
                         v.push(Pending { kernel: kb, grid: dims.grid_q(), block, args, node: some });
                         return Ok(v);
                     }
@@ -192,25 +188,20 @@ impl Lowerer<'_> {
                         (true, None) => mma::backward_dq_kernel_rotating(&dims, rot[0].is_some(), turned),
                         _ => attention::backward_dq_kernel_rotating(&dims, rot[0].is_some(), turned),
                     })?;
-                    let mut args = vec![self.ptr(dst(0)), A::Scratch(0), qa, ka, va];
-                    args.extend([ov, lse, dov].iter().map(|&a| self.ptr(a)));
-                    if let Some((_, base)) = rot[0] {
-                        args.push(A::Ptr(self.rotary_table(dims.t, dims.d, base)));
-                    }
-                    args.extend(tabs.iter().copied());
+                    let [o, l, d_o] = [ov, lse, dov].map(|a| self.ptr(a));
+                    let tensors = [self.ptr(dst(0)), A::Scratch(0), qa, ka, va, o, l, d_o];
+                    let inverse_table = rot[0].map(|(_, base)| A::Ptr(self.rotary_table(dims.t, dims.d, base)));
+                    let args = attention::dq_arguments(tensors, inverse_table, tabs.clone());
                     v.push(Pending { kernel: k1, grid: dims.grid_q(), block, args, node: some });
                     let k2 = self.kernel(match (tc, bf16_at) {
                         (true, Some(_)) => mma::backward_dkv_kernel_bf16(&dims, rot[1].is_some()),
                         (true, None) => mma::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned),
                         _ => attention::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned),
                     })?;
-                    let mut args: Vec<A> = vec![self.ptr(dst(1)), self.ptr(out(2)), qa, ka, va, self.ptr(lse)];
-                    args.push(A::Scratch(0));
-                    args.push(self.ptr(dov));
-                    if let Some((_, base)) = rot[1] {
-                        args.push(A::Ptr(self.rotary_table(dims.t, dims.d, base)));
-                    }
-                    args.extend(tabs);
+                    let tensors =
+                        [self.ptr(dst(1)), self.ptr(out(2)), qa, ka, va, self.ptr(lse), A::Scratch(0), self.ptr(dov)];
+                    let inverse_table = rot[1].map(|(_, base)| A::Ptr(self.rotary_table(dims.t, dims.d, base)));
+                    let args = attention::dkv_arguments(tensors, inverse_table, tabs);
                     v.push(Pending { kernel: k2, grid: dims.grid_kv(), block, args, node: some });
                 }
             }

@@ -30,8 +30,11 @@ use anyhow::{bail, Result};
 use crate::kernels::pointwise::tanh;
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
+mod launch;
 pub mod mma;
 pub mod wgmma;
+
+pub use launch::*;
 
 /// Query rows per block (forward, dQ) and key rows per block (dK/dV).
 pub const ROWS: u32 = 64;
