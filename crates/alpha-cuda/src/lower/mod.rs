@@ -15,26 +15,24 @@
 //! attention's delta, split-K partial products): launches run in order on one stream, so one
 //! region sized for the largest need suffices. Constant nodes are filled once, at load.
 //!
-//! Fusions, each checked against the plan's slots so that a moved read or write meets nothing
-//! live: bf16 casts stored by the kernel producing their source (`casts_into_producers`:
-//! elementwise ops, permutes, LayerNorm, the cross-entropy backward), by the LayerNorm backward
-//! adding the residual gradient (`Lowerer::cast_of_sum`), or (with
-//! [`CudaConfig::fold_casts_into_gemms`]) folded into
-//! GEMM operand loads (`fuse`); residual Adds as GEMM epilogues and in the LayerNorm backward's
-//! store; activations as GEMM epilogues and rotaries into attention's loads and stores
-//! (`fuse_more`); the q/k/v projection storing bf16 heads turned by the rotary for attention to
-//! copy (`turned_heads`), the attention kernels storing the permuted bf16 tensors the
-//! projections around them read (`forward_copies`, `merged_gradients`), a gated unit's multiply
-//! as the up product's epilogue, computing `gelu(gate)` from the gate product
-//! (`mul_epilogues`), the gate and up products then in one launch that multiplies on
-//! registers (`Lowerer::gated_products`), and an activation output nothing then reads left
-//! unstored (`Lowerer::dead_activation_stores`); runs of elementwise ops as one kernel, a unary of an
-//! input recomputed rather than read, and over deep grids such a run in the epilogue of the
-//! product it alone reads (`Lowerer::chain_into_product`); a LayerNorm backward's gain and bias
-//! pass 1 in its input gradient's launch over many bands, and their pass 2 folds as one launch
-//! after the last (`deferred_folds`); every AdamW of a step as one launch. Each has
+//! Fusions: most are decided before a phase is lowered, by the passes of `crate::fusion`,
+//! and recorded in its `FusionPlan`, which each family's lowering reads. Those that need the
+//! launches as lowered (the spec a product settled on, launch positions) are merged here once a
+//! phase's launches are built: a run of elementwise ops as one kernel, and over deep grids in
+//! the epilogue of the product it alone reads (`Lowerer::elementwise_chain`,
+//! `Lowerer::chain_into_product`); the LayerNorm backward adding the residual gradient and
+//! storing its bf16 cast (`Lowerer::layernorm_residual`, `Lowerer::cast_of_sum`); activation
+//! outputs nothing reads left unstored (`Lowerer::dead_activation_stores`); the gate and up
+//! products as one gated launch (`Lowerer::gated_products`) and paired products
+//! (`Lowerer::paired_products`); runs of parameter casts and of AdamWs as one launch. Each has
 //! a switch ([`CudaConfig`]) to measure it against its absence. The plan is made with lifetime
 //! hints ([`lower_program`]) so these fusions find what they need still in place.
+//!
+//! Files: this one is the driver (the arena's constant and scratch regions, kernels
+//! deduplicated, the phase loop, and `lower_node`, which dispatches each node to its family);
+//! one file per op family's lowering: `matmul.rs`, `attention.rs` (and rotaries), `layernorm.rs`,
+//! `pointwise.rs` (elementwise and layout ops, fused chains, parameter casts), `reduce.rs`,
+//! `embedding.rs`, `loss.rs`, `optimizer.rs`, `recurrence.rs`; `tests.rs`.
 
 use std::collections::HashMap;
 use std::fmt;
