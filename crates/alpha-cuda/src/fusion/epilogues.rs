@@ -1,5 +1,8 @@
-//! Activation epilogues, head-split stores and rotaries fused into attention's loads and
-//! stores, checked together against the plan's slots.
+//! The fusions that move a whole tensor's write or read from one launch to another, checked
+//! together against the plan's slots ([`fuse_more`]). Each kind's candidates are found in its
+//! own file: activation epilogues (`activation.rs`), head-split stores (`heads.rs`), inverse
+//! rotaries into attention's stores (`inverse_rotary.rs`), forward rotaries into its loads
+//! (`rotaries.rs`).
 
 use super::*;
 
@@ -10,6 +13,41 @@ pub(crate) struct Moved {
     pub(crate) host: u32,
     pub(crate) skipped: Vec<u32>,
     pub(crate) moved: Vec<((usize, usize), usize, usize)>,
+}
+
+/// One phase as [`fuse_more`]'s candidate finders see it.
+#[derive(Clone, Copy)]
+pub(crate) struct Phase<'a> {
+    pub(crate) cfg: &'a CudaConfig,
+    pub(crate) plan: &'a Plan,
+    pub(crate) g: &'a alpha_ir::Graph,
+    pub(crate) skip: &'a std::collections::HashSet<u32>,
+    pub(crate) uses: &'a HashMap<Value, usize>,
+    pub(crate) readers: &'a HashMap<Value, Vec<u32>>,
+    /// Each node's launch position.
+    pub(crate) pos: &'a HashMap<u32, usize>,
+    /// Forward Rotaries that may be turned on load: (candidate, its position, the Attention's,
+    /// the backward's).
+    pub(crate) fwd: &'a [(ForwardRotary, usize, usize, usize)],
+}
+
+impl Phase<'_> {
+    pub(crate) fn rng(&self, v: Value) -> Option<(usize, usize)> {
+        range(self.plan, v)
+    }
+
+    /// Pairwise: writes disjoint from each other and from reads. False if a range is missing.
+    pub(crate) fn disjoint(&self, writes: &[Value], reads: &[Value]) -> bool {
+        let (Some(w), Some(r)) = (
+            writes.iter().map(|&x| self.rng(x)).collect::<Option<Vec<_>>>(),
+            reads.iter().map(|&x| self.rng(x)).collect::<Option<Vec<_>>>(),
+        ) else {
+            return false;
+        };
+        w.iter()
+            .enumerate()
+            .all(|(i, a)| w[i + 1..].iter().all(|b| !overlap(*a, *b)) && r.iter().all(|b| !overlap(*a, *b)))
+    }
 }
 
 /// Fusions decided after [`fuse`] (whose choices they respect), each moving a write or a read
@@ -55,22 +93,6 @@ pub(crate) fn fuse_more(
     let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let val = |node: u32, index: u16| Value { node, index };
     let rng = |v: Value| range(plan, v);
-    // Pairwise: writes disjoint from each other and from reads. None if a range is missing.
-    let disjoint = |writes: &[Value], reads: &[Value]| -> bool {
-        let (Some(w), Some(r)) = (
-            writes.iter().map(|&x| rng(x)).collect::<Option<Vec<_>>>(),
-            reads.iter().map(|&x| rng(x)).collect::<Option<Vec<_>>>(),
-        ) else {
-            return false;
-        };
-        w.iter()
-            .enumerate()
-            .all(|(i, a)| w[i + 1..].iter().all(|b| !overlap(*a, *b)) && r.iter().all(|b| !overlap(*a, *b)))
-    };
-    let rotary = |id: u32| match g.nodes[id as usize].op {
-        Op::Rotary { base, inverse } => Some((base, inverse)),
-        _ => None,
-    };
     let mut cands: Vec<Moved> = vec![];
     // AttentionBackward → its inverse-rotary fusion checked against pre-rotary and rotated q, k.
     let mut fallback: HashMap<u32, (Turned, Moved)> = HashMap::new();
@@ -85,139 +107,13 @@ pub(crate) fn fuse_more(
         })
         .collect();
 
+    let cx = Phase { cfg, plan, g, skip, uses: &uses, readers: &readers, pos: &pos, fwd: &fwd };
     for (i, &id) in nodes.iter().enumerate() {
         let node = &g.nodes[id as usize];
         match &node.op {
-            // A product split into heads by the Permute after it (through reshapes, each value
-            // read once): the product's epilogue stores the Permute's output.
-            Op::Permute { perm } => {
-                let Some((mm, heads)) = head_split(cfg, g, &uses, node, perm) else { continue };
-                // Measured on the H200 (bench/results/2026-11-29-h200-coppelius-speedups.md):
-                // 16 contexts' step 35.31 → 34.23 ms with the split stores, one context's 4.81
-                // → 4.72 ms (slower there, 5.18 → 5.37 ms, while kernels let their dependents
-                // launch as they started). `CudaConfig::head_split` turns them off.
-                if !cfg.head_split.unwrap_or(true) {
-                    continue;
-                }
-                let Some(&pm) = pos.get(&mm) else { continue };
-                let taken = fp.residual_add(mm).is_some() || fp.activation(mm).is_some() || skip.contains(&id);
-                let reads_cast = readers
-                    .get(&val(id, 0))
-                    .is_some_and(|rs| rs.iter().any(|&r| matches!(g.nodes[r as usize].op, Op::Cast { .. })));
-                if taken || reads_cast || pm >= i {
-                    continue;
-                }
-                let mn = &g.nodes[mm as usize];
-                let (a, b) = fp.f32_operands(mm).copied().unwrap_or((mn.inputs[0], mn.inputs[1]));
-                if !disjoint(&[val(id, 0)], &[a, b]) {
-                    continue;
-                }
-                let Some(pr) = rng(val(id, 0)) else { continue };
-                fp.product_mut(mm).heads = Some((id, heads));
-                cands.push(Moved { host: mm, skipped: vec![id], moved: vec![(pr, pm, i)] });
-            }
-            // Activation epilogue: the first f32 Unary (in launch order) reading the product.
-            Op::MatMul { .. } => {
-                if tiled_gemm(cfg, g, id).is_none() || fp.residual_add(id).is_some() {
-                    continue;
-                }
-                let prod = val(id, 0);
-                let Some(rs) = readers.get(&prod) else { continue };
-                let Some((j, u, un)) = rs
-                    .iter()
-                    .filter_map(|&r| {
-                        let rn = &g.nodes[r as usize];
-                        let Op::Unary(un) = rn.op else { return None };
-                        let j = *pos.get(&r)?;
-                        let ok = j > i && rn.outputs[0] == *g.ty(prod) && rn.outputs[0].dtype == DType::F32;
-                        ok.then_some((j, r, un))
-                    })
-                    .min_by_key(|x| x.0)
-                else {
-                    continue;
-                };
-                let (a, b) = fp.f32_operands(id).copied().unwrap_or((node.inputs[0], node.inputs[1]));
-                if !disjoint(&[val(u, 0), prod], &[a, b]) {
-                    continue;
-                }
-                let Some(ur) = rng(val(u, 0)) else { continue };
-                fp.product_mut(id).activation = Some((u, un));
-                cands.push(Moved { host: id, skipped: vec![u], moved: vec![(ur, i, j)] });
-            }
-            Op::AttentionBackward { .. } => {
-                let qs = g.shape(node.inputs[0]);
-                if qs.len() != 4 || !attention::rotary_fits(qs[3]) {
-                    continue;
-                }
-                // Per dq, dk: (the inverse Rotary's output, base, its position, its node).
-                let mut found: [Option<(Value, f64, usize, u32)>; 2] = [None, None];
-                for kk in 0..2u16 {
-                    let dx = val(id, kk);
-                    let Some(rs) = readers.get(&dx) else { continue };
-                    if rs.len() != 1 || uses.get(&dx) != Some(&1) {
-                        continue;
-                    }
-                    let r = rs[0];
-                    let Some((base, true)) = rotary(r) else { continue };
-                    let Some(&pr) = pos.get(&r) else { continue };
-                    let ro = val(r, 0);
-                    if pr <= i || g.ty(ro) != g.ty(dx) || g.dtype(dx) != DType::F32 || rng(ro).is_none() {
-                        continue;
-                    }
-                    found[kk as usize] = Some((ro, base, pr, r));
-                }
-                // Exactly coinciding is safe for a row that only its writer reads, and only in
-                // the launch that writes it: dq with o (the dQ kernel's thread i reads o row i,
-                // then writes dq row i; the dK/dV kernel does not read o), dk with k and dv with
-                // v (the dK/dV kernel's thread j reads k and v row j, then writes dk and dv row
-                // j; the dQ kernel, which reads every k and v row, has finished); so may dk with
-                // v, and with the pre-rotary k where the dK/dV kernel reads that instead.
-                // Where the forward Rotary of q (k) is a candidate, the kernels read its input
-                // instead of its output, which nothing reads after them: `assumed` checks
-                // against what they read if every candidate fuses, `union` against both
-                // tensors, for whatever mix fuses (used where a forward fusion fails below).
-                let mut assumed = node.inputs.clone();
-                let mut union = node.inputs.clone();
-                for (f, ..) in fwd.iter().filter(|x| x.0.backward == id) {
-                    assumed[f.operand] = f.input;
-                    union.push(f.input);
-                }
-                let k_pre = fwd.iter().find(|x| x.0.backward == id && x.0.operand == 1).map(|x| x.0.input);
-                let (k_, v_, o_) = (node.inputs[1], node.inputs[2], node.inputs[3]);
-                // Which write (dq, dk, dv) may coincide exactly with which tensor read.
-                let exact_ok = |a: usize, x: Value| match a {
-                    0 => x == o_,
-                    1 => x == k_ || Some(x) == k_pre || x == v_,
-                    _ => x == v_,
-                };
-                let safe = |rot: &[Option<(Value, f64, usize, u32)>; 2], reads: &[Value]| -> bool {
-                    let Some(rr) = reads.iter().map(|&x| rng(x)).collect::<Option<Vec<_>>>() else { return false };
-                    let writes: Vec<Value> =
-                        (0..2).map(|kk| rot[kk].map_or(val(id, kk as u16), |r| r.0)).chain([val(id, 2)]).collect();
-                    let Some(wr) = writes.iter().map(|&x| rng(x)).collect::<Option<Vec<_>>>() else { return false };
-                    wr.iter().enumerate().all(|(a, &wa)| {
-                        wr[a + 1..].iter().all(|&wb| !overlap(wa, wb))
-                            && reads.iter().zip(&rr).all(|(&x, &xr)| !overlap(wa, xr) || (wa == xr && exact_ok(a, x)))
-                    })
-                };
-                // Both if safe, else whichever one is.
-                let choices = [found, [found[0], None], [None, found[1]]];
-                let pick =
-                    |reads: &[Value]| choices.iter().copied().find(|c| c.iter().any(Option::is_some) && safe(c, reads));
-                let fusion = |pick: [Option<(Value, f64, usize, u32)>; 2]| {
-                    let rot: Turned = pick.map(|x| x.map(|(ro, base, _, _)| (ro, base)));
-                    let moved = pick.iter().flatten().map(|&(ro, _, pr, _)| (rng(ro).unwrap(), i, pr)).collect();
-                    let skipped = pick.iter().flatten().map(|x| x.3).collect();
-                    (rot, Moved { host: id, skipped, moved })
-                };
-                if let Some(u) = pick(&union) {
-                    fallback.insert(id, fusion(u));
-                }
-                let Some(a) = pick(&assumed) else { continue };
-                let (rot, m) = fusion(a);
-                fp.attention_mut(id).store_rotary = Some(rot);
-                cands.push(m);
-            }
+            Op::Permute { perm } => heads_candidate(&cx, fp, &mut cands, perm, i, id, node),
+            Op::MatMul { .. } => activation_candidate(&cx, fp, &mut cands, i, id, node),
+            Op::AttentionBackward { .. } => inverse_rotary_candidate(&cx, fp, &mut cands, &mut fallback, i, id, node),
             _ => {}
         }
     }
@@ -330,38 +226,4 @@ pub(crate) fn fuse_more(
         }
     }
     cands.into_iter().flat_map(|m| m.skipped).chain(fused_rotaries).collect()
-}
-
-/// The MatMul whose product Permute `p` (with `perm`) splits into attention heads, and the
-/// split: the product `[B·T, S·H·D]` reshaped (each link read once) to `[B, T, S, H, D]` and
-/// permuted to `[S, B, H, T, D]`, or to `[B, T, H, D]` and permuted to `[B, H, T, D]`; an
-/// unbatched f32 tiled product that split-K leaves whole, D a multiple of 8.
-pub(crate) fn head_split(
-    cfg: &CudaConfig,
-    g: &alpha_ir::Graph,
-    uses: &HashMap<Value, usize>,
-    p: &Node,
-    perm: &[usize],
-) -> Option<(u32, gemm::Heads)> {
-    let mut x = p.inputs[0];
-    let shape = g.shape(x).to_vec();
-    let (b, t, h, d) = match (perm, shape.as_slice()) {
-        ([2, 0, 3, 1, 4], &[b, t, _, h, d]) | ([0, 2, 1, 3], &[b, t, h, d]) => (b, t, h, d),
-        _ => return None,
-    };
-    while matches!(g.nodes[x.node as usize].op, Op::Reshape { .. }) && uses.get(&x) == Some(&1) {
-        x = g.nodes[x.node as usize].inputs[0];
-    }
-    let mm = x.node;
-    let (spec, shape) = tiled_gemm(cfg, g, mm)?;
-    let whole = shape.batch == 1 && shape.split_k(spec.bk) == 1;
-    let ok = x.index == 0
-        && uses.get(&x) == Some(&1)
-        && whole
-        && shape.m as usize == b * t
-        && d.is_multiple_of(8)
-        && p.outputs[0].dtype == DType::F32;
-    let heads =
-        gemm::Heads { batch: b as u32, t: t as u32, heads: h as u32, d: d as u32, bf16_turned: false, delta: false };
-    ok.then_some((mm, heads))
 }

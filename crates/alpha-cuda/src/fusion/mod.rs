@@ -10,7 +10,7 @@
 //! loads (with [`CudaConfig::fold_casts_into_gemms`]) and residual Adds as GEMM epilogues
 //! (`gemm_loads_and_adds.rs`: [`fuse`]); activations as GEMM epilogues, head-split stores and
 //! rotaries into attention's loads and stores (`epilogues.rs`: [`fuse_more`], with
-//! `rotaries.rs`); the q/k/v projection storing bf16 heads turned by the rotary for attention to
+//! `activation.rs`, `heads.rs`, `inverse_rotary.rs` and `rotaries.rs`); the q/k/v projection storing bf16 heads turned by the rotary for attention to
 //! copy (`turned_heads.rs`); bf16 casts stored by the kernel producing their source
 //! (`casts_into_producers.rs`: elementwise ops, permutes, LayerNorm, the cross-entropy
 //! backward); the attention kernels storing the permuted bf16 tensors the projections around
@@ -36,6 +36,7 @@ use crate::kernels::gemm::wgmma as gemm_wgmma;
 use crate::kernels::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
 use crate::kernels::layernorm::Norm;
 
+mod activation;
 mod casts_into_producers;
 mod deferred_folds;
 mod delta_heads;
@@ -43,6 +44,8 @@ mod epilogues;
 mod forward_copies;
 mod gemm_loads_and_adds;
 mod gemm_spec;
+mod heads;
+mod inverse_rotary;
 mod merged_gradients;
 mod mul_epilogues;
 mod plan;
@@ -50,6 +53,7 @@ mod recompute;
 mod rotaries;
 mod turned_heads;
 
+pub(crate) use activation::*;
 pub(crate) use casts_into_producers::*;
 pub(crate) use deferred_folds::*;
 pub(crate) use delta_heads::*;
@@ -57,6 +61,8 @@ pub(crate) use epilogues::*;
 pub(crate) use forward_copies::*;
 pub(crate) use gemm_loads_and_adds::*;
 pub(crate) use gemm_spec::*;
+pub(crate) use heads::*;
+pub(crate) use inverse_rotary::*;
 pub(crate) use merged_gradients::*;
 pub(crate) use mul_epilogues::*;
 pub(crate) use plan::*;
