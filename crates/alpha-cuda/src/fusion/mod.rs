@@ -5,23 +5,22 @@
 //! live); the lowering only reads the decisions. One file per pass; this module holds what
 //! they share: the phase's view of the plan and the decisions they record.
 //!
-//! The passes, in the order the lowering runs them for each phase, each checked against the
-//! plan's slots so that a moved read or write meets nothing live: casts folded into GEMM operand
-//! loads (with [`CudaConfig::fold_casts_into_gemms`]) and residual Adds as GEMM epilogues
+//! The passes, in the order the lowering runs them for each phase, each checked against the plan's
+//! slots so that a moved read or write meets nothing live: casts folded into GEMM operand loads
+//! (with [`CudaConfig::fold_casts_into_gemms`]) and residual Adds as GEMM epilogues
 //! (`gemm_loads_and_adds.rs`: [`fuse`]); activations as GEMM epilogues, head-split stores and
-//! rotaries into attention's loads and stores (`epilogues.rs`: [`fuse_more`], with
-//! `activation.rs`, `heads.rs`, `inverse_rotary.rs` and `rotaries.rs`); the q/k/v projection storing bf16 heads turned by the rotary for attention to
-//! copy (`turned_heads.rs`); bf16 casts stored by the kernel producing their source
-//! (`casts_into_producers.rs`: elementwise ops, permutes, LayerNorm, the cross-entropy
-//! backward); the attention kernels storing the permuted bf16 tensors the projections around
-//! them read (`merged_gradients.rs`, `forward_copies.rs`); the output gradient's product
+//! rotaries into attention's loads and stores (`epilogues.rs`: [`fuse_more`], with `activation.rs`,
+//! `heads.rs`, `inverse_rotary.rs` and `rotaries.rs`); the q/k/v projection storing bf16 heads
+//! turned by the rotary for attention to copy (`turned_heads.rs`); bf16 casts stored by the kernel
+//! producing their source (`casts_into_producers.rs`: elementwise ops, permutes, LayerNorm, the
+//! cross-entropy backward); the attention kernels storing the permuted bf16 tensors the projections
+//! around them read (`merged_gradients.rs`, `forward_copies.rs`); the output gradient's product
 //! storing dO as bf16 with delta (`delta_heads.rs`); a gated unit's multiply as the up product's
-//! epilogue, computing `gelu(gate)` from the gate product (`mul_epilogues.rs`); LayerNorm
-//! backwards whose gain and bias folds wait for one launch after the last (`deferred_folds.rs`).
+//! epilogue, computing `gelu(gate)` from the gate product (`mul_epilogues.rs`); LayerNorm backwards
+//! whose gain and bias folds wait for one launch after the last (`deferred_folds.rs`).
 //! `recompute.rs` is the chain rule the lowering's fused chains apply (a unary of an input
-//! recomputed rather than read), and `gemm_spec.rs` the tiled product spec a MatMul runs as.
-//! Where a fusion needs the launches as lowered, the lowering merges them itself (see
-//! [`crate::lower`]).
+//! recomputed rather than read), and `gemm_spec.rs` the tiled product spec a MatMul runs as. Where
+//! a fusion needs the launches as lowered, the lowering merges them itself (see [`crate::lower`]).
 
 use std::collections::HashMap;
 
