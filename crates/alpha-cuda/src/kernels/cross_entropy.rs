@@ -13,6 +13,7 @@
 
 use anyhow::Result;
 
+use crate::kernels::ScalarArg;
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 use crate::runtime::driver::{Arg, Function, Gpu, LaunchConfig};
 
@@ -221,6 +222,18 @@ fn strided(k: &mut Kernel, tid: Reg, v: Reg, body: impl FnOnce(&mut Kernel, Reg)
     k.strided_loop(tid, v, THREADS, ("row", "row_end"), body);
 }
 
+/// The forward's arguments: loss, lse, logits, targets, then the vocabulary v.
+pub fn forward_arguments<T: ScalarArg>([loss, lse, logits, targets]: [T; 4], v: u32) -> Vec<T> {
+    vec![loss, lse, logits, targets, T::u32(v)]
+}
+
+/// The backward's arguments: dlogits, logits, lse, targets, dloss, then the vocabulary v.
+pub fn backward_arguments<T: ScalarArg>(tensors: [T; 5], v: u32) -> Vec<T> {
+    let mut args = Vec::from(tensors);
+    args.push(T::u32(v));
+    args
+}
+
 /// Forward over `rows` rows of `v` logits: writes per-row loss and log-sum-exp.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
@@ -236,7 +249,7 @@ pub fn forward(
     gpu.launch(
         f,
         LaunchConfig::linear(rows, THREADS),
-        &[Arg::U64(loss), Arg::U64(lse), Arg::U64(logits), Arg::U64(targets), Arg::U32(v)],
+        &forward_arguments([loss, lse, logits, targets].map(Arg::U64), v),
     )
 }
 
@@ -256,7 +269,7 @@ pub fn backward(
     gpu.launch(
         f,
         LaunchConfig::linear(rows, THREADS),
-        &[Arg::U64(dlogits), Arg::U64(logits), Arg::U64(lse), Arg::U64(targets), Arg::U64(dloss), Arg::U32(v)],
+        &backward_arguments([dlogits, logits, lse, targets, dloss].map(Arg::U64), v),
     )
 }
 
@@ -302,6 +315,19 @@ pub(crate) fn emit_exp(k: &mut Kernel, x: Reg) -> Reg {
 
 #[cfg(test)]
 mod tests {
+    /// Each builder fills exactly its kernels' parameters, in order and of their types.
+    #[test]
+    fn arguments_match_the_kernels_parameters() {
+        use crate::kernels::arg_types;
+        let types = |k: Kernel| k.params.iter().map(|p| p.ty).collect::<Vec<_>>();
+        let fwd = arg_types(&forward_arguments([Arg::U64(0); 4], 64));
+        assert_eq!(fwd, types(forward_kernel()));
+        assert_eq!(fwd, types(forward_kernel_for(Some(64))));
+        let bwd = arg_types(&backward_arguments([Arg::U64(0); 5], 64));
+        assert_eq!(bwd, types(backward_kernel()));
+        assert_eq!(bwd, types(backward_kernel_bf16()));
+    }
+
     use super::*;
 
     #[test]

@@ -24,6 +24,7 @@
 
 use anyhow::{bail, Result};
 
+use crate::kernels::ScalarArg;
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 use crate::runtime::driver::{Arg, Function, Gpu, LaunchConfig};
 
@@ -263,15 +264,21 @@ fn check_d(d: u32) -> Result<()> {
     Ok(())
 }
 
+/// The gather's arguments: out, the table `[v, d]`, the ids, then v and d.
+pub fn gather_arguments<T: ScalarArg>([out, table, idx]: [T; 3], v: u32, d: u32) -> Vec<T> {
+    vec![out, table, idx, T::u32(v), T::u32(d)]
+}
+
+/// The scatter-add's arguments: the table's gradient, dout, the ids, then tokens, v and d.
+pub fn scatter_add_arguments<T: ScalarArg>([dtable, dout, idx]: [T; 3], tokens: u32, v: u32, d: u32) -> Vec<T> {
+    vec![dtable, dout, idx, T::u32(tokens), T::u32(v), T::u32(d)]
+}
+
 /// `out[n] = table[idx[n]]` for `n < tokens`; table `[v, d]` f32, idx i32.
 #[allow(clippy::too_many_arguments)]
 pub fn gather(gpu: &Gpu, f: &Function, out: u64, table: u64, idx: u64, tokens: u32, v: u32, d: u32) -> Result<()> {
     check_d(d)?;
-    gpu.launch(
-        f,
-        LaunchConfig::linear(tokens, THREADS),
-        &[Arg::U64(out), Arg::U64(table), Arg::U64(idx), Arg::U32(v), Arg::U32(d)],
-    )
+    gpu.launch(f, LaunchConfig::linear(tokens, THREADS), &gather_arguments([out, table, idx].map(Arg::U64), v, d))
 }
 
 /// `dtable[v] += Σ dout[n]` over tokens with `idx[n] = v`, deterministically.
@@ -290,7 +297,7 @@ pub fn scatter_add(
     gpu.launch(
         f,
         LaunchConfig::linear(scatter_add_blocks(v), THREADS),
-        &[Arg::U64(dtable), Arg::U64(dout), Arg::U64(idx), Arg::U32(tokens), Arg::U32(v), Arg::U32(d)],
+        &scatter_add_arguments([dtable, dout, idx].map(Arg::U64), tokens, v, d),
     )
 }
 
@@ -334,6 +341,15 @@ pub fn kernels() -> Vec<Kernel> {
 
 #[cfg(test)]
 mod tests {
+    /// Each builder fills exactly its kernel's parameters, in order and of their types.
+    #[test]
+    fn arguments_match_the_kernels_parameters() {
+        use crate::kernels::arg_types;
+        let types = |k: Kernel| k.params.iter().map(|p| p.ty).collect::<Vec<_>>();
+        assert_eq!(arg_types(&gather_arguments([Arg::U64(0); 3], 8, 4)), types(gather_kernel()));
+        assert_eq!(arg_types(&scatter_add_arguments([Arg::U64(0); 3], 2, 8, 4)), types(scatter_add_kernel()));
+    }
+
     use super::*;
 
     #[test]

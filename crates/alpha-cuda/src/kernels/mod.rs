@@ -36,6 +36,21 @@ impl ScalarArg for Arg {
     }
 }
 
+/// The parameter types a list of device arguments fills: what a test compares with a
+/// kernel's parameters to check an argument builder.
+#[cfg(test)]
+pub(crate) fn arg_types(args: &[Arg]) -> Vec<crate::ptx::ParamTy> {
+    use crate::ptx::ParamTy;
+    args.iter()
+        .map(|a| match a {
+            Arg::U64(_) => ParamTy::U64,
+            Arg::U32(_) => ParamTy::U32,
+            Arg::I32(_) => ParamTy::S32,
+            Arg::F32(_) => ParamTy::F32,
+        })
+        .collect()
+}
+
 pub mod adamw;
 pub mod attention;
 pub mod cross_entropy;

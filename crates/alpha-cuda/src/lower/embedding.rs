@@ -37,13 +37,11 @@ impl Lowerer<'_> {
                     kernel,
                     grid: (tokens as u32, 1, 1),
                     block: (embedding::THREADS, 1, 1),
-                    args: vec![
-                        self.ptr(out(0)),
-                        self.ptr(ins[0]),
-                        self.ptr(ins[1]),
-                        A::U32(rows as u32),
-                        A::U32(d as u32),
-                    ],
+                    args: embedding::gather_arguments(
+                        [self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
+                        rows as u32,
+                        d as u32,
+                    ),
                     node: some,
                 });
             }
@@ -69,14 +67,12 @@ impl Lowerer<'_> {
                 };
                 v.push(self.pointwise(fill, vec![self.ptr(out(0))], some)?);
                 let blocks = embedding::scatter_add_blocks(*rows as u32);
-                let args = vec![
-                    self.ptr(out(0)),
-                    self.ptr(ins[0]),
-                    self.ptr(ins[1]),
-                    A::U32(tokens as u32),
-                    A::U32(*rows as u32),
-                    A::U32(d as u32),
-                ];
+                let args = embedding::scatter_add_arguments(
+                    [self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
+                    tokens as u32,
+                    *rows as u32,
+                    d as u32,
+                );
                 let kernel = self.kernel(embedding::scatter_add_kernel())?;
                 v.push(Pending { kernel, grid: (blocks, 1, 1), block: (embedding::THREADS, 1, 1), args, node: some });
             }

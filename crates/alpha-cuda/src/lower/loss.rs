@@ -23,13 +23,10 @@ impl Lowerer<'_> {
                     kernel,
                     grid: (s[0] as u32, 1, 1),
                     block: (cross_entropy::THREADS, 1, 1),
-                    args: vec![
-                        self.ptr(out(0)),
-                        self.ptr(out(1)),
-                        self.ptr(ins[0]),
-                        self.ptr(ins[1]),
-                        A::U32(s[1] as u32),
-                    ],
+                    args: cross_entropy::forward_arguments(
+                        [self.ptr(out(0)), self.ptr(out(1)), self.ptr(ins[0]), self.ptr(ins[1])],
+                        s[1] as u32,
+                    ),
                     node: some,
                 });
             }
@@ -43,8 +40,10 @@ impl Lowerer<'_> {
                 } else {
                     cross_entropy::backward_kernel()
                 })?;
-                let mut args: Vec<A> = [dst, ins[0], ins[1], ins[2], ins[3]].iter().map(|&a| self.ptr(a)).collect();
-                args.push(A::U32(s[1] as u32));
+                let args = cross_entropy::backward_arguments(
+                    [dst, ins[0], ins[1], ins[2], ins[3]].map(|a| self.ptr(a)),
+                    s[1] as u32,
+                );
                 v.push(Pending {
                     kernel,
                     grid: (s[0] as u32, 1, 1),
