@@ -62,6 +62,12 @@ pub(crate) struct FusionPlan {
     /// Producer output → the bf16 cast it stores instead ([`casts_into_producers`]; the
     /// lowering's fused chains add theirs).
     pub(crate) store_as: HashMap<Value, Value>,
+    /// The current phase's LayerNormBackwards whose pass 2 (the fold of the band partials into
+    /// the gain and bias gradients) waits for one launch after the last of them
+    /// ([`deferred_folds`]).
+    pub(crate) deferred_folds: std::collections::HashSet<u32>,
+    /// The current phase's LayerNormBackward after whose launch the waiting folds run.
+    pub(crate) fold_flush_after: Option<u32>,
 }
 
 impl FusionPlan {

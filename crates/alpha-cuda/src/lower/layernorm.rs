@@ -67,7 +67,7 @@ impl Lowerer<'_> {
             args.extend(copy.map(|c| self.ptr(c)));
             let k1 = self.kernel(layernorm::backward_dx_partials_kernel(nm, add.is_some(), copy.is_some()))?;
             let (grid, block) = layernorm::dx_partials_launch(nm);
-            if self.deferred_folds.contains(&id) {
+            if self.fusion.deferred_folds.contains(&id) {
                 // The partials wait in a region of their own for one pass-2 launch later.
                 let held = self.held(nm.scratch_floats() * 4);
                 args.push(A::Ptr(held));

@@ -231,11 +231,9 @@ struct Lowerer<'p> {
     last_product: Option<ProductLaunch>,
     /// (value, reader) pairs where a fused chain recomputes the value instead of reading it.
     recomputed_reads: std::collections::HashSet<(Value, u32)>,
-    /// LayerNormBackwards of this phase whose pass 2 waits for one launch after the last of them
-    /// ([`deferred_folds`]), that last one, and the folds waiting: (shape, byte offsets of the
-    /// gain gradient, the bias gradient and the pass-1 partials).
-    deferred_folds: std::collections::HashSet<u32>,
-    fold_flush_after: Option<u32>,
+    /// The LayerNorm folds waiting for one launch after the last deferred one
+    /// ([`FusionPlan::fold_flush_after`]): (shape, byte offsets of the gain gradient, the bias
+    /// gradient and the pass-1 partials).
     pending_folds: Vec<(Norm, [usize; 3])>,
     /// Held regions for a delta-heads product's bf16 dO and delta ([`delta_heads`]), by their
     /// sizes in bytes: (dO's offset, delta's), shared by every such product of those sizes.
@@ -328,8 +326,6 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         tensor_maps: vec![],
         last_product: None,
         recomputed_reads: std::collections::HashSet::new(),
-        deferred_folds: std::collections::HashSet::new(),
-        fold_flush_after: None,
         pending_folds: vec![],
         delta_regions: HashMap::new(),
         delta_at: HashMap::new(),
@@ -379,7 +375,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 skip.insert(mul);
             }
         }
-        (lw.deferred_folds, lw.fold_flush_after) = deferred_folds(config, &view);
+        (lw.fusion.deferred_folds, lw.fusion.fold_flush_after) = deferred_folds(config, &view);
         let mut products = LaunchedProducts::default();
         let mut i = 0;
         while i < nodes.len() {
@@ -394,7 +390,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 if let Some(c) = copy {
                     skip.insert(c.node);
                 }
-                if lw.fold_flush_after == Some(nodes[i]) {
+                if lw.fusion.fold_flush_after == Some(nodes[i]) {
                     launches.extend(lw.flush_folds(nodes[i])?);
                 }
                 i += 2;
@@ -439,7 +435,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 continue;
             }
             launches.extend(lw.lower_node(nodes[i])?);
-            if lw.fold_flush_after == Some(nodes[i]) {
+            if lw.fusion.fold_flush_after == Some(nodes[i]) {
                 launches.extend(lw.flush_folds(nodes[i])?);
             }
             if let Some(p) = lw.last_product.take() {
