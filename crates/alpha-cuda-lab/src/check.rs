@@ -2160,9 +2160,10 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         };
         let (grid, block) = layernorm::finish_launch(n);
         let cfg2 = LaunchConfig { grid, block, shared_bytes: 0 };
-        let a1 = [xb, mb, rb, dyb].map(|b| Arg::U64(b.ptr));
-        let run1 = || gpu.launch(&p1, cfg1, &[&[Arg::U64(partials.ptr)][..], &a1].concat());
-        let run2 = || gpu.launch(&p2, cfg2, &[Arg::U64(dg.ptr), Arg::U64(db.ptr), Arg::U64(partials.ptr)]);
+        let a1 = layernorm::partials_arguments([partials, xb, mb, rb, dyb].map(|b| Arg::U64(b.ptr)));
+        let a2 = layernorm::finish_arguments([dg, db, partials].map(|b| Arg::U64(b.ptr)));
+        let run1 = || gpu.launch(&p1, cfg1, &a1);
+        let run2 = || gpu.launch(&p2, cfg2, &a2);
         run1()?;
         run2()?;
         let got_g: Vec<f32> = arena.download(dg, c)?;
@@ -2190,15 +2191,20 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         let gain = arena.alloc_n::<f32>(c)?;
         arena.upload(gain, &gain_h)?;
         let [dx_alone, dx_fold, dg2, db2] = poisoned(arena, [r * c, r * c, c, c])?;
-        let rows_args = [xb, gain, mb, rb, dyb].map(|b| Arg::U64(b.ptr));
+        // The input gradient's arguments over these x, gain, mean, rstd and dy.
+        let dx_args = |dx: u64, residual: Option<u64>, copy: Option<u64>, passes: layernorm::DxPasses<u64>| {
+            let passes = passes.map(Arg::U64);
+            let rows = [dx, xb.ptr, gain.ptr, mb.ptr, rb.ptr, dyb.ptr].map(Arg::U64);
+            layernorm::dx_arguments(rows, residual.map(Arg::U64), copy.map(Arg::U64), passes)
+        };
         let alone = gpu.load(&layernorm::backward_dx_kernel(n))?;
         let cfg = LaunchConfig { grid: (r as u32, 1, 1), block: (layernorm::THREADS, 1, 1), shared_bytes: 0 };
-        gpu.launch(&alone, cfg, &[&[Arg::U64(dx_alone.ptr)][..], &rows_args].concat())?;
+        gpu.launch(&alone, cfg, &dx_args(dx_alone.ptr, None, None, layernorm::DxPasses::Apart))?;
         let folding = gpu.load(&layernorm::backward_dx_kernel_folding(n, false))?;
         let (grid, block) = layernorm::dx_fold_launch(n);
-        let fold_args = [dg2, db2, partials].map(|b| Arg::U64(b.ptr));
+        let fold = layernorm::DxPasses::Fold { dgain: dg2.ptr, dbias: db2.ptr, partials: partials.ptr };
         let cfg = LaunchConfig { grid, block, shared_bytes: 0 };
-        gpu.launch(&folding, cfg, &[&[Arg::U64(dx_fold.ptr)][..], &rows_args, &fold_args].concat())?;
+        gpu.launch(&folding, cfg, &dx_args(dx_fold.ptr, None, None, fold))?;
         let [a, b] = [dx_alone, dx_fold].map(|x| arena.download::<f32>(x, r * c).expect("download"));
         wrong += mismatches(&a, &b);
         // With a residual added and the sum's bf16 copy stored too (both grids): the sum as the
@@ -2208,8 +2214,7 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
         let want = arena.alloc_n::<f32>(r * c)?;
         let adding = gpu.load(&layernorm::backward_dx_kernel_adding(n, true))?;
         let cfg_rows = LaunchConfig { grid: (r as u32, 1, 1), block: (layernorm::THREADS, 1, 1), shared_bytes: 0 };
-        let with_r = [&rows_args[..], &[Arg::U64(res.ptr)]].concat();
-        gpu.launch(&adding, cfg_rows, &[&[Arg::U64(want.ptr)][..], &with_r].concat())?;
+        gpu.launch(&adding, cfg_rows, &dx_args(want.ptr, Some(res.ptr), None, layernorm::DxPasses::Apart))?;
         let want_sum: Vec<f32> = arena.download(want, r * c)?;
         // The row kernel's time (with the residual and the copy), beside the fused one's below.
         let mut copying_us = None;
@@ -2218,13 +2223,11 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
             arena.fill_u32(sum, NAN_BITS)?;
             arena.fill_u32(copy, NAN_BITS)?;
             let f = gpu.load(&layernorm::backward_dx_kernel_copying(n, true, fold))?;
-            let mut args = [&[Arg::U64(sum.ptr)][..], &with_r, &[Arg::U64(copy.ptr)]].concat();
-            let cfg = if fold {
-                args.extend(fold_args);
-                LaunchConfig { grid, block, shared_bytes: 0 }
-            } else {
-                cfg_rows
+            let (passes, cfg) = match fold {
+                true => (layernorm::DxPasses::Fold { dgain: dg2.ptr, dbias: db2.ptr, partials: partials.ptr }, cfg),
+                false => (layernorm::DxPasses::Apart, cfg_rows),
             };
+            let args = dx_args(sum.ptr, Some(res.ptr), Some(copy.ptr), passes);
             gpu.launch(&f, cfg, &args)?;
             wrong += mismatches(&arena.download::<f32>(sum, r * c)?, &want_sum);
             let got: Vec<u16> = arena.download(copy, r * c)?;
@@ -2259,18 +2262,11 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
             let copy = arena.alloc_n::<u16>(r * c)?;
             arena.fill_u32(copy, NAN_BITS)?;
             let f = gpu.load(&layernorm::backward_dx_partials_kernel(n, residual, copy16))?;
-            let mut args = vec![Arg::U64(out.ptr)];
-            args.extend(rows_args);
-            if residual {
-                args.push(Arg::U64(res.ptr));
-            }
-            if copy16 {
-                args.push(Arg::U64(copy.ptr));
-            }
-            args.push(Arg::U64(parts.ptr));
+            let passes = layernorm::DxPasses::Partials(parts.ptr);
+            let args = dx_args(out.ptr, residual.then_some(res.ptr), copy16.then_some(copy.ptr), passes);
             let run = || gpu.launch(&f, cfg_p, &args);
             run()?;
-            gpu.launch(&p2, cfg2, &[Arg::U64(dg3.ptr), Arg::U64(db3.ptr), Arg::U64(parts.ptr)])?;
+            gpu.launch(&p2, cfg2, &layernorm::finish_arguments([dg3, db3, parts].map(|b| Arg::U64(b.ptr))))?;
             let got: Vec<f32> = arena.download(out, r * c)?;
             if residual {
                 wrong += mismatches(&got, &want_sum);

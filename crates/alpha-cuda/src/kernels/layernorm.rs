@@ -656,8 +656,95 @@ fn fold_bands(k: &mut Kernel, n: Norm, [dgain, dbias, partials]: [Reg; 3], tid: 
     k.place(&done);
 }
 
+// ---- launch arguments, built once for the lowering and the lab's checks ----------------------
+
+/// The forward's arguments: y, mean, rstd, x, gain, bias.
+pub fn forward_arguments<T>(tensors: [T; 6]) -> Vec<T> {
+    Vec::from(tensors)
+}
+
+/// Pass 1's arguments (the band partials of the gain and bias gradients): the partials, x, mean,
+/// rstd, dy.
+pub fn partials_arguments<T>(tensors: [T; 5]) -> Vec<T> {
+    Vec::from(tensors)
+}
+
+/// Pass 2's arguments (the fold of the partials): the gain gradient, the bias gradient, the
+/// partials.
+pub fn finish_arguments<T>(tensors: [T; 3]) -> Vec<T> {
+    Vec::from(tensors)
+}
+
+/// What an input-gradient launch does beside dx.
+#[derive(Clone, Copy, Debug)]
+pub enum DxPasses<T> {
+    /// Nothing: passes 1 and 2 are launched apart.
+    Apart,
+    /// Pass 2 in blocks after the rows': the gain and bias gradients and pass 1's partials.
+    Fold { dgain: T, dbias: T, partials: T },
+    /// Pass 1 in its rows: the partials it writes.
+    Partials(T),
+}
+
+impl<T> DxPasses<T> {
+    /// The same passes over other pointers (device addresses for offsets, say).
+    pub fn map<U>(self, f: impl Fn(T) -> U) -> DxPasses<U> {
+        match self {
+            DxPasses::Apart => DxPasses::Apart,
+            DxPasses::Fold { dgain, dbias, partials } => {
+                DxPasses::Fold { dgain: f(dgain), dbias: f(dbias), partials: f(partials) }
+            }
+            DxPasses::Partials(p) => DxPasses::Partials(f(p)),
+        }
+    }
+}
+
+/// The input gradient's arguments: dx (or the residual's sum), x, gain, mean, rstd, dy, then
+/// the residual and the sum's bf16 copy where the kernel adds and copies, then its passes'.
+pub fn dx_arguments<T>(tensors: [T; 6], residual: Option<T>, copy: Option<T>, passes: DxPasses<T>) -> Vec<T> {
+    let mut args = Vec::from(tensors);
+    args.extend(residual);
+    args.extend(copy);
+    match passes {
+        DxPasses::Apart => {}
+        DxPasses::Fold { dgain, dbias, partials } => args.extend([dgain, dbias, partials]),
+        DxPasses::Partials(p) => args.push(p),
+    }
+    args
+}
+
 #[cfg(test)]
 mod tests {
+    /// Each builder fills exactly its kernels' parameters (every variant: adding, copying,
+    /// folding, pass 1 in the rows): an argument too many or missing would not match.
+    #[test]
+    fn arguments_match_the_kernels_parameters() {
+        let n = Norm { rows: 256, c: 128 };
+        let count = |k: Kernel| {
+            assert!(k.params.iter().all(|p| p.ty == ParamTy::U64), "{}", k.name);
+            k.params.len()
+        };
+        let t6 = [0u64; 6];
+        let fold = DxPasses::Fold { dgain: 1, dbias: 2, partials: 3 };
+        assert_eq!(count(forward_kernel_storing(n, 1e-5, true)), forward_arguments(t6).len());
+        assert_eq!(count(backward_partials_kernel(n)), partials_arguments([0; 5]).len());
+        assert_eq!(count(backward_finish_kernel(n)), finish_arguments([0; 3]).len());
+        assert_eq!(count(backward_dx_kernel(n)), dx_arguments(t6, None, None, DxPasses::Apart).len());
+        assert_eq!(count(backward_dx_kernel_adding(n, true)), dx_arguments(t6, Some(1), None, DxPasses::Apart).len());
+        assert_eq!(count(backward_dx_kernel_folding(n, true)), dx_arguments(t6, Some(1), None, fold).len());
+        let copying = |fold_too: bool, passes| {
+            (count(backward_dx_kernel_copying(n, true, fold_too)), dx_arguments(t6, Some(1), Some(2), passes).len())
+        };
+        let (k, a) = copying(false, DxPasses::Apart);
+        assert_eq!(k, a);
+        let (k, a) = copying(true, fold);
+        assert_eq!(k, a);
+        for (residual, copy) in [(false, false), (true, false), (false, true), (true, true)] {
+            let args = dx_arguments(t6, residual.then_some(1), copy.then_some(2), DxPasses::Partials(3));
+            assert_eq!(count(backward_dx_partials_kernel(n, residual, copy)), args.len());
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -24,10 +24,10 @@ impl Lowerer<'_> {
                 let nm = norm_of(g, &node);
                 let (dst, ydt) = self.destination(out(0));
                 let kernel = self.kernel(layernorm::forward_kernel_storing(nm, *eps as f32, ydt == DType::BF16))?;
-                let args = vec![self.ptr(dst), self.ptr(out(1)), self.ptr(out(2))]
-                    .into_iter()
-                    .chain(ins.iter().map(|&x| self.ptr(x)))
-                    .collect();
+                let &[x, gain, bias] = ins.as_slice() else {
+                    return Err(node_error(&node, id, "a LayerNorm takes x, its gain and its bias"));
+                };
+                let args = layernorm::forward_arguments([dst, out(1), out(2), x, gain, bias].map(|v| self.ptr(v)));
                 v.push(Pending {
                     kernel,
                     grid: (nm.rows as u32, 1, 1),
@@ -61,21 +61,22 @@ impl Lowerer<'_> {
         let dst = add.map_or(out(0), |(a, _)| Value { node: a, index: 0 });
         // Over many bands, pass 1 runs in the input gradient's launch (reading x and dy once),
         // a block a band, then pass 2 ([`layernorm::backward_dx_partials_kernel`]).
+        let rows = [dst, x, gain, mean, rstd, dy].map(|v| self.ptr(v));
+        let (residual, copy_ptr) = (add.map(|(_, r)| self.ptr(r)), copy.map(|c| self.ptr(c)));
         if partials_in_rows(self.config, nm) {
-            let mut args: Vec<A> = [dst, x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect();
-            args.extend(add.map(|(_, r)| self.ptr(r)));
-            args.extend(copy.map(|c| self.ptr(c)));
             let k1 = self.kernel(layernorm::backward_dx_partials_kernel(nm, add.is_some(), copy.is_some()))?;
             let (grid, block) = layernorm::dx_partials_launch(nm);
             if self.fusion.deferred_folds.contains(&id) {
                 // The partials wait in a region of their own for one pass-2 launch later.
                 let held = self.held(nm.scratch_floats() * 4);
-                args.push(A::Ptr(held));
+                let passes = layernorm::DxPasses::Partials(A::Ptr(held));
+                let args = layernorm::dx_arguments(rows, residual, copy_ptr, passes);
                 let grads = [out(1), out(2)].map(|v| self.plan.slot(v).offset);
                 self.pending_folds.push((nm, [grads[0], grads[1], held]));
                 return Ok(vec![Pending { kernel: k1, grid, block, args, node: Some(id) }]);
             }
-            args.push(A::Scratch(0));
+            let passes = layernorm::DxPasses::Partials(A::Scratch(0));
+            let args = layernorm::dx_arguments(rows, residual, copy_ptr, passes);
             let k3 = self.kernel(layernorm::backward_finish_kernel(nm))?;
             let (grid3, block3) = layernorm::finish_launch(nm);
             return Ok(vec![
@@ -84,15 +85,15 @@ impl Lowerer<'_> {
                     kernel: k3,
                     grid: grid3,
                     block: block3,
-                    args: vec![self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)],
+                    args: layernorm::finish_arguments([self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)]),
                     node: Some(id),
                 },
             ]);
         }
         let cols = (nm.c as u32).div_ceil(layernorm::THREADS);
         let k2 = self.kernel(layernorm::backward_partials_kernel(nm))?;
-        let mut args = vec![A::Scratch(0)];
-        args.extend([x, mean, rstd, dy].iter().map(|&a| self.ptr(a)));
+        let [xp, mp, rp, dyp] = [x, mean, rstd, dy].map(|v| self.ptr(v));
+        let args = layernorm::partials_arguments([A::Scratch(0), xp, mp, rp, dyp]);
         let mut v = vec![Pending {
             kernel: k2,
             grid: (cols, nm.bands() as u32, 1),
@@ -100,13 +101,6 @@ impl Lowerer<'_> {
             args,
             node: Some(id),
         }];
-        let mut args: Vec<A> = [dst, x, gain, mean, rstd, dy].iter().map(|&a| self.ptr(a)).collect();
-        if let Some((_, r)) = add {
-            args.push(self.ptr(r));
-        }
-        if let Some(c) = copy {
-            args.push(self.ptr(c));
-        }
         // Up to FOLD_BESIDE_ROWS_MAX_BANDS bands, the fold runs in blocks after the rows' (it
         // reads only pass 1's partials and writes the gain and bias gradients, which the rows
         // never touch): one launch fewer. Measured on the H200: one context's 64 bands
@@ -117,7 +111,9 @@ impl Lowerer<'_> {
                 Some(_) => layernorm::backward_dx_kernel_copying(nm, add.is_some(), true),
                 None => layernorm::backward_dx_kernel_folding(nm, add.is_some()),
             })?;
-            args.extend([self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)]);
+            let passes =
+                layernorm::DxPasses::Fold { dgain: self.ptr(out(1)), dbias: self.ptr(out(2)), partials: A::Scratch(0) };
+            let args = layernorm::dx_arguments(rows, residual, copy_ptr, passes);
             let (grid, block) = layernorm::dx_fold_launch(nm);
             v.push(Pending { kernel: k1, grid, block, args, node: Some(id) });
             return Ok(v);
@@ -128,9 +124,10 @@ impl Lowerer<'_> {
             kernel: k3,
             grid,
             block,
-            args: vec![self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)],
+            args: layernorm::finish_arguments([self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)]),
             node: Some(id),
         });
+        let args = layernorm::dx_arguments(rows, residual, copy_ptr, layernorm::DxPasses::Apart);
         let k1 = self.kernel(match copy {
             Some(_) => layernorm::backward_dx_kernel_copying(nm, add.is_some(), false),
             None => layernorm::backward_dx_kernel_adding(nm, add.is_some()),
