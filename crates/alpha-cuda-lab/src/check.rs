@@ -949,15 +949,22 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     let (o, lse) = (blank(nq)?, blank(nl)?);
     let block = (attention::ROWS, 1, 1);
     let ffwd = gpu.load(&attention::forward_kernel(&dims))?;
-    launch(&ffwd, dims.grid_q(), block, &[o.ptr, lse.ptr, q.ptr, k.ptr, v.ptr])?;
+    launch(
+        &ffwd,
+        dims.grid_q(),
+        block,
+        &attention::forward_arguments([o.ptr, lse.ptr, q.ptr, k.ptr, v.ptr], vec![], None),
+    )?;
     let oh: Vec<f32> = arena.download(o, nq)?;
     let delta = blank(nl)?;
     // Unfused: dQ, dK/dV, then the two inverse rotaries.
     let (dq, dk, dv, rq, rk) = (blank(nq)?, blank(nk)?, blank(nk)?, blank(nq)?, blank(nk)?);
     let fdq = gpu.load(&attention::backward_dq_kernel(&dims, false))?;
     let fdkv = gpu.load(&attention::backward_dkv_kernel(&dims, false))?;
-    launch(&fdq, dims.grid_q(), block, &[dq.ptr, delta.ptr, q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, dout.ptr])?;
-    launch(&fdkv, dims.grid_kv(), block, &[dk.ptr, dv.ptr, q.ptr, k.ptr, v.ptr, lse.ptr, delta.ptr, dout.ptr])?;
+    let dq_args = attention::dq_arguments([dq, delta, q, k, v, o, lse, dout].map(|b| b.ptr), None, vec![]);
+    launch(&fdq, dims.grid_q(), block, &dq_args)?;
+    let dkv_args = attention::dkv_arguments([dk, dv, q, k, v, lse, delta, dout].map(|b| b.ptr), None, vec![]);
+    launch(&fdkv, dims.grid_kv(), block, &dkv_args)?;
     for (out, x, rows_) in [(rq, dq, nq / dims.d), (rk, dk, nk / dims.d)] {
         let fr = gpu.load(&rotary::kernel(rows_, dims.t, dims.d, true))?;
         let (blocks, threads) = alpha_cuda::kernels::pointwise::grid_blocks(rows_ * dims.d / 2);
@@ -967,18 +974,11 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     let (o2, k2, dv2, delta2) = (up(&oh)?, up(&kh)?, blank(nk)?, blank(nl)?);
     let fdq_r = gpu.load(&attention::backward_dq_kernel(&dims, true))?;
     let fdkv_r = gpu.load(&attention::backward_dkv_kernel(&dims, true))?;
-    launch(
-        &fdq_r,
-        dims.grid_q(),
-        block,
-        &[o2.ptr, delta2.ptr, q.ptr, k2.ptr, v.ptr, o2.ptr, lse.ptr, dout.ptr, tab.ptr],
-    )?;
-    launch(
-        &fdkv_r,
-        dims.grid_kv(),
-        block,
-        &[k2.ptr, dv2.ptr, q.ptr, k2.ptr, v.ptr, lse.ptr, delta2.ptr, dout.ptr, tab.ptr],
-    )?;
+    let dq_args = attention::dq_arguments([o2, delta2, q, k2, v, o2, lse, dout].map(|b| b.ptr), Some(tab.ptr), vec![]);
+    launch(&fdq_r, dims.grid_q(), block, &dq_args)?;
+    let dkv_args =
+        attention::dkv_arguments([k2, dv2, q, k2, v, lse, delta2, dout].map(|b| b.ptr), Some(tab.ptr), vec![]);
+    launch(&fdkv_r, dims.grid_kv(), block, &dkv_args)?;
     let shape = "b1 h4 g2 t200 d64";
     let pairs = [("dq", rq, o2, nq), ("dk", rk, k2, nk), ("dv", dv, dv2, nk)];
     for (what, want, got, n) in pairs {
@@ -1001,34 +1001,26 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     }
     let (o_u, lse_u, dq_u, dk_u, dv_u, delta_u) =
         (blank(nq)?, blank(nl)?, blank(nq)?, blank(nk)?, blank(nk)?, blank(nl)?);
-    launch(&ffwd, dims.grid_q(), block, &[o_u.ptr, lse_u.ptr, qr.ptr, kr.ptr, v.ptr])?;
-    let bwd_u = [
-        &[dq_u.ptr, delta_u.ptr, qr.ptr, kr.ptr, v.ptr, o_u.ptr, lse_u.ptr, dout.ptr, tab.ptr][..],
-        &[dk_u.ptr, dv_u.ptr, qr.ptr, kr.ptr, v.ptr, lse_u.ptr, delta_u.ptr, dout.ptr, tab.ptr][..],
-    ];
-    launch(&fdq_r, dims.grid_q(), block, bwd_u[0])?;
-    launch(&fdkv_r, dims.grid_kv(), block, bwd_u[1])?;
+    let fwd_args = attention::forward_arguments([o_u, lse_u, qr, kr, v].map(|b| b.ptr), vec![], None);
+    launch(&ffwd, dims.grid_q(), block, &fwd_args)?;
+    let tensors = [dq_u, delta_u, qr, kr, v, o_u, lse_u, dout].map(|b| b.ptr);
+    launch(&fdq_r, dims.grid_q(), block, &attention::dq_arguments(tensors, Some(tab.ptr), vec![]))?;
+    let tensors = [dk_u, dv_u, qr, kr, v, lse_u, delta_u, dout].map(|b| b.ptr);
+    launch(&fdkv_r, dims.grid_kv(), block, &attention::dkv_arguments(tensors, Some(tab.ptr), vec![]))?;
     // Fused: the rotating kernels read the pre-rotary q and k (dk stored exactly over a copy of
     // the pre-rotary k, as the plan allows).
     let (o_f, lse_f, dv_f, delta_f, k_f) = (blank(nq)?, blank(nl)?, blank(nk)?, blank(nl)?, up(&kh)?);
     let ffwd_l = gpu.load(&attention::forward_kernel_rotating(&dims, [true, true]))?;
-    launch(&ffwd_l, dims.grid_q(), block, &[o_f.ptr, lse_f.ptr, q.ptr, k_f.ptr, v.ptr, tab.ptr, tab.ptr])?;
+    let fwd_args = attention::forward_arguments([o_f, lse_f, q, k_f, v].map(|b| b.ptr), vec![tab.ptr; 2], None);
+    launch(&ffwd_l, dims.grid_q(), block, &fwd_args)?;
     let o_fh: Vec<f32> = arena.download(o_f, nq)?;
     let dq_f = blank(nq)?;
     let fdq_l = gpu.load(&attention::backward_dq_kernel_rotating(&dims, true, [true, true]))?;
     let fdkv_l = gpu.load(&attention::backward_dkv_kernel_rotating(&dims, true, [true, true]))?;
-    launch(
-        &fdq_l,
-        dims.grid_q(),
-        block,
-        &[dq_f.ptr, delta_f.ptr, q.ptr, k_f.ptr, v.ptr, o_f.ptr, lse_f.ptr, dout.ptr, tab.ptr, tab.ptr, tab.ptr],
-    )?;
-    launch(
-        &fdkv_l,
-        dims.grid_kv(),
-        block,
-        &[k_f.ptr, dv_f.ptr, q.ptr, k_f.ptr, v.ptr, lse_f.ptr, delta_f.ptr, dout.ptr, tab.ptr, tab.ptr, tab.ptr],
-    )?;
+    let tensors = [dq_f, delta_f, q, k_f, v, o_f, lse_f, dout].map(|b| b.ptr);
+    launch(&fdq_l, dims.grid_q(), block, &attention::dq_arguments(tensors, Some(tab.ptr), vec![tab.ptr; 2]))?;
+    let tensors = [k_f, dv_f, q, k_f, v, lse_f, delta_f, dout].map(|b| b.ptr);
+    launch(&fdkv_l, dims.grid_kv(), block, &attention::dkv_arguments(tensors, Some(tab.ptr), vec![tab.ptr; 2]))?;
     let o_uh: Vec<f32> = arena.download(o_u, nq)?;
     let mut row = exact_row("fusion", "attention_fwd_rotload o", shape, mismatches(&o_fh, &o_uh), nq);
     row.pass &= o_uh.iter().all(|x| x.is_finite());
