@@ -5,14 +5,14 @@ use super::*;
 
 /// Activation epilogue: the first f32 Unary (in launch order) reading the product.
 pub(crate) fn activation_candidate(
-    cx: &Phase,
+    cx: &EpilogueView,
     fp: &mut FusionPlan,
     cands: &mut Vec<Moved>,
     i: usize,
     id: u32,
     node: &Node,
 ) {
-    let Phase { cfg, g, readers, pos, .. } = *cx;
+    let EpilogueView { cfg, g, readers, pos, .. } = *cx;
     let val = |node: u32, index: u16| Value { node, index };
     let rng = |v: Value| cx.rng(v);
     let disjoint = |writes: &[Value], reads: &[Value]| cx.disjoint(writes, reads);

@@ -17,7 +17,7 @@ pub(crate) struct Moved {
 
 /// One phase as [`fuse_more`]'s candidate finders see it.
 #[derive(Clone, Copy)]
-pub(crate) struct Phase<'a> {
+pub(crate) struct EpilogueView<'a> {
     pub(crate) cfg: &'a CudaConfig,
     pub(crate) plan: &'a Plan,
     pub(crate) g: &'a alpha_ir::Graph,
@@ -31,7 +31,7 @@ pub(crate) struct Phase<'a> {
     pub(crate) fwd: &'a [(ForwardRotary, usize, usize, usize)],
 }
 
-impl Phase<'_> {
+impl EpilogueView<'_> {
     pub(crate) fn rng(&self, v: Value) -> Option<(usize, usize)> {
         range(self.plan, v)
     }
@@ -107,7 +107,7 @@ pub(crate) fn fuse_more(
         })
         .collect();
 
-    let cx = Phase { cfg, plan, g, skip, uses: &uses, readers: &readers, pos: &pos, fwd: &fwd };
+    let cx = EpilogueView { cfg, plan, g, skip, uses: &uses, readers: &readers, pos: &pos, fwd: &fwd };
     for (i, &id) in nodes.iter().enumerate() {
         let node = &g.nodes[id as usize];
         match &node.op {

@@ -40,7 +40,7 @@ pub(crate) fn head_split(
 /// A product split into heads by Permute `id` after it (through reshapes, each value read
 /// once): the product's epilogue stores the Permute's output ([`head_split`]).
 pub(crate) fn heads_candidate(
-    cx: &Phase,
+    cx: &EpilogueView,
     fp: &mut FusionPlan,
     cands: &mut Vec<Moved>,
     perm: &[usize],
@@ -48,7 +48,7 @@ pub(crate) fn heads_candidate(
     id: u32,
     node: &Node,
 ) {
-    let Phase { cfg, g, uses, readers, pos, skip, .. } = *cx;
+    let EpilogueView { cfg, g, uses, readers, pos, skip, .. } = *cx;
     let val = |node: u32, index: u16| Value { node, index };
     let rng = |v: Value| cx.rng(v);
     let disjoint = |writes: &[Value], reads: &[Value]| cx.disjoint(writes, reads);

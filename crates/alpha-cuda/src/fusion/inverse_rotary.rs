@@ -6,7 +6,7 @@ use super::*;
 /// backward kernel; also its fallback, checked against the pre-rotary and the rotated q, k both
 /// (used where a forward rotary fusion fails).
 pub(crate) fn inverse_rotary_candidate(
-    cx: &Phase,
+    cx: &EpilogueView,
     fp: &mut FusionPlan,
     cands: &mut Vec<Moved>,
     fallback: &mut HashMap<u32, (Turned, Moved)>,
@@ -14,7 +14,7 @@ pub(crate) fn inverse_rotary_candidate(
     id: u32,
     node: &Node,
 ) {
-    let Phase { g, uses, readers, pos, fwd, .. } = *cx;
+    let EpilogueView { g, uses, readers, pos, fwd, .. } = *cx;
     let val = |node: u32, index: u16| Value { node, index };
     let rng = |v: Value| cx.rng(v);
     let rotary = |r: u32| match g.nodes[r as usize].op {
