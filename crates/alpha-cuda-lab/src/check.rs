@@ -968,7 +968,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     for (out, x, rows_) in [(rq, dq, nq / dims.d), (rk, dk, nk / dims.d)] {
         let fr = gpu.load(&rotary::kernel(rows_, dims.t, dims.d, true))?;
         let (blocks, threads) = alpha_cuda::kernels::pointwise::grid_blocks(rows_ * dims.d / 2);
-        launch(&fr, (blocks, 1, 1), (threads, 1, 1), &[out.ptr, x.ptr, tab.ptr])?;
+        launch(&fr, (blocks, 1, 1), (threads, 1, 1), &rotary::arguments([out.ptr, x.ptr, tab.ptr]))?;
     }
     // Fused, dq written over (a copy of) o and dk over (a copy of) k, as in Coppelius's plan.
     let (o2, k2, dv2, delta2) = (up(&oh)?, up(&kh)?, blank(nk)?, blank(nl)?);
@@ -997,7 +997,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     for (out, x, rows_) in [(qr, q, nq / dims.d), (kr, k, nk / dims.d)] {
         let fr = gpu.load(&rotary::kernel(rows_, dims.t, dims.d, false))?;
         let (blocks, threads) = alpha_cuda::kernels::pointwise::grid_blocks(rows_ * dims.d / 2);
-        launch(&fr, (blocks, 1, 1), (threads, 1, 1), &[out.ptr, x.ptr, tab.ptr])?;
+        launch(&fr, (blocks, 1, 1), (threads, 1, 1), &rotary::arguments([out.ptr, x.ptr, tab.ptr]))?;
     }
     let (o_u, lse_u, dq_u, dk_u, dv_u, delta_u) =
         (blank(nq)?, blank(nl)?, blank(nq)?, blank(nk)?, blank(nk)?, blank(nl)?);

@@ -67,8 +67,23 @@ pub fn kernel(rows: usize, t: usize, d: usize, inverse: bool) -> Kernel {
     k
 }
 
+/// A rotary launch's arguments: out, x, the table ([`table`]).
+pub fn arguments<T>([out, x, table]: [T; 3]) -> Vec<T> {
+    vec![out, x, table]
+}
+
 #[cfg(test)]
 mod tests {
+    /// The builder fills the kernel's parameters (three pointers), forward and inverse.
+    #[test]
+    fn arguments_match_the_kernels_parameters() {
+        for inverse in [false, true] {
+            let k = kernel(64, 16, 64, inverse);
+            assert!(k.params.iter().all(|p| p.ty == crate::ptx::ParamTy::U64));
+            assert_eq!(k.params.len(), arguments([0u64; 3]).len());
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -43,7 +43,7 @@ impl Lowerer<'_> {
                     kernel,
                     grid: (blocks, 1, 1),
                     block: (threads, 1, 1),
-                    args: vec![self.ptr(out(0)), self.ptr(ins[0]), A::Ptr(table)],
+                    args: rotary::arguments([self.ptr(out(0)), self.ptr(ins[0]), A::Ptr(table)]),
                     node: some,
                 });
             }
