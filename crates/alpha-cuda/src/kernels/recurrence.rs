@@ -53,12 +53,29 @@ pub fn kernel(b: usize, t: usize, c: usize, reverse: bool) -> Kernel {
     k
 }
 
+/// A recurrence launch's arguments: out, x, a.
+pub fn arguments<T>([out, x, a]: [T; 3]) -> Vec<T> {
+    vec![out, x, a]
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// The builder fills the kernel's parameters (three pointers), both directions.
+    #[test]
+    fn arguments_match_the_kernels_parameters() {
+        for reverse in [false, true] {
+            let k = kernel(2, 16, 8, reverse);
+            assert!(k.params.iter().all(|p| p.ty == ParamTy::U64));
+            assert_eq!(k.params.len(), arguments([0u64; 3]).len());
+        }
+    }
+
     #[test]
     fn renders_both_directions() {
         for rev in [false, true] {
-            let k = super::kernel(2, 5, 3, rev);
+            let k = kernel(2, 5, 3, rev);
             k.check_budget().unwrap();
             assert!(k.render().contains(if rev { "sub.u32" } else { "add.rn.f32" }));
         }

@@ -190,9 +190,30 @@ impl Reduction {
     }
 }
 
+/// The first launch's arguments: out, x, the partials (any pointer with one chunk).
+pub fn arguments<T>([out, x, partials]: [T; 3]) -> Vec<T> {
+    vec![out, x, partials]
+}
+
+/// The finishing launch's arguments (with more than one chunk): out, the partials.
+pub fn finish_arguments<T>([out, partials]: [T; 2]) -> Vec<T> {
+    vec![out, partials]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The builders fill both kernels' parameters (all pointers).
+    #[test]
+    fn arguments_match_the_kernels_parameters() {
+        let r = Reduction::new(Reduce::Sum, &[64, 32], &[0], DType::F32, DType::F32).expect("a valid reduction");
+        for (k, n) in [(r.kernel(), arguments([0u64; 3]).len()), (r.finish_kernel(), finish_arguments([0u64; 2]).len())]
+        {
+            assert!(k.params.iter().all(|p| p.ty == ParamTy::U64), "{}", k.name);
+            assert_eq!(k.params.len(), n, "{}", k.name);
+        }
+    }
 
     #[test]
     fn axes_split_into_kept_and_reduced_and_collapse() {

@@ -27,7 +27,7 @@ impl Lowerer<'_> {
                     kernel,
                     grid: (blocks, 1, 1),
                     block: (threads, 1, 1),
-                    args: vec![self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
+                    args: recurrence::arguments([self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])]),
                     node: some,
                 });
             }

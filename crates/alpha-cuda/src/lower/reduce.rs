@@ -1,6 +1,7 @@
 //! Reductions: one launch of partials per chunk of the reduced axes, and a fixed-order finish.
 
 use super::*;
+use crate::kernels::reduce;
 
 impl Lowerer<'_> {
     /// A Reduce node.
@@ -25,8 +26,8 @@ impl Lowerer<'_> {
                 v.push(Pending {
                     kernel: k1,
                     grid: (r.outputs() as u32, chunks as u32, 1),
-                    block: (crate::kernels::reduce::THREADS, 1, 1),
-                    args: vec![self.ptr(out(0)), self.ptr(ins[0]), partials],
+                    block: (reduce::THREADS, 1, 1),
+                    args: reduce::arguments([self.ptr(out(0)), self.ptr(ins[0]), partials]),
                     node: some,
                 });
                 if chunks > 1 {
@@ -35,8 +36,8 @@ impl Lowerer<'_> {
                     v.push(Pending {
                         kernel: k2,
                         grid: (r.outputs() as u32, 1, 1),
-                        block: (crate::kernels::reduce::THREADS, 1, 1),
-                        args: vec![self.ptr(out(0)), A::Scratch(0)],
+                        block: (reduce::THREADS, 1, 1),
+                        args: reduce::finish_arguments([self.ptr(out(0)), A::Scratch(0)]),
                         node: some,
                     });
                 }
