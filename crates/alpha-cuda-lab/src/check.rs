@@ -2092,7 +2092,7 @@ pub fn cast_multi_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Resul
     arena.upload(table, &words)?;
     let f = gpu.load(&multi::cast_kernel())?;
     let cfg = LaunchConfig { grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), shared_bytes: 0 };
-    gpu.launch(&f, cfg, &[Arg::U64(base), Arg::U64(table.ptr)])?;
+    gpu.launch(&f, cfg, &multi::cast_arguments([base, table.ptr].map(Arg::U64)))?;
     let got: Vec<u16> = arena.download(dst, total_dst)?;
     let (mut wrong, mut s_at, mut d_at) = (0usize, 0usize, 0usize);
     for &l in &lens {

@@ -22,6 +22,7 @@
 
 use anyhow::{bail, Result};
 
+use crate::kernels::ScalarArg;
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 /// Threads per block of every kernel here.
@@ -331,9 +332,45 @@ pub fn kernels() -> Vec<Kernel> {
     vec![sumsq_chunks_kernel(), sumsq_finish_kernel(), adamw_kernel(0.9, 0.95, 1e-8)]
 }
 
+/// The multi-tensor cast's arguments: the base its table's offsets count from, the table.
+pub fn cast_arguments<T>([base, table]: [T; 2]) -> Vec<T> {
+    vec![base, table]
+}
+
+/// The sum of squares' first launch: the f64 partials, the base, the table.
+pub fn sumsq_chunks_arguments<T>([partials, base, table]: [T; 3]) -> Vec<T> {
+    vec![partials, base, table]
+}
+
+/// The sum of squares' finish: out, the partials, then how many chunks there are.
+pub fn sumsq_finish_arguments<T: ScalarArg>([out, partials]: [T; 2], chunks: u32) -> Vec<T> {
+    vec![out, partials, T::u32(chunks)]
+}
+
+/// The multi-tensor AdamW's arguments: the base, the table, then the scalars every tensor of
+/// the launch shares (lr, bias corrections, gradient scale).
+pub fn adamw_arguments<T>([base, table]: [T; 2], scalars: [T; 4]) -> Vec<T> {
+    let mut args = vec![base, table];
+    args.extend(scalars);
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each builder fills its kernel's parameters, in order and of their types.
+    #[test]
+    fn arguments_match_the_kernels_parameters() {
+        use crate::kernels::arg_types;
+        use crate::runtime::driver::Arg;
+        let types = |k: Kernel| k.params.iter().map(|p| p.ty).collect::<Vec<_>>();
+        let p = [Arg::U64(0); 4];
+        assert_eq!(arg_types(&cast_arguments([p[0]; 2])), types(cast_kernel()));
+        assert_eq!(arg_types(&sumsq_chunks_arguments([p[0]; 3])), types(sumsq_chunks_kernel()));
+        assert_eq!(arg_types(&sumsq_finish_arguments([p[0]; 2], 3)), types(sumsq_finish_kernel()));
+        assert_eq!(arg_types(&adamw_arguments([p[0]; 2], p)), types(adamw_kernel(0.9, 0.95, 1e-8)));
+    }
 
     #[test]
     fn tables_cut_tensors_into_chunks_that_never_span_two() {

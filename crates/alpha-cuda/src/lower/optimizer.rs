@@ -49,7 +49,7 @@ impl Lowerer<'_> {
                     kernel: k1,
                     grid: (chunks as u32, 1, 1),
                     block: (multi::THREADS, 1, 1),
-                    args: vec![A::Scratch(0), A::Ptr(0), A::Ptr(table)],
+                    args: multi::sumsq_chunks_arguments([A::Scratch(0), A::Ptr(0), A::Ptr(table)]),
                     node: some,
                 });
                 let k2 = self.kernel(multi::sumsq_finish_kernel())?;
@@ -57,7 +57,7 @@ impl Lowerer<'_> {
                     kernel: k2,
                     grid: (1, 1, 1),
                     block: (multi::THREADS, 1, 1),
-                    args: vec![self.ptr(out(0)), A::Scratch(0), A::U32(chunks as u32)],
+                    args: multi::sumsq_finish_arguments([self.ptr(out(0)), A::Scratch(0)], chunks as u32),
                     node: some,
                 });
             }
@@ -87,12 +87,18 @@ impl Lowerer<'_> {
                 weight_decay: weight_decay as f32,
             });
         }
-        let scalars: Vec<A> = first.inputs[4..8].iter().map(|&x| self.ptr(x)).collect();
+        let Some(&[lr, bc1, bc2, gscale]) = first.inputs.get(4..) else {
+            return Err(node_error(
+                first,
+                ids[0],
+                "an AdamW takes p, g, m, v, lr, two bias corrections and a gradient scale",
+            ));
+        };
+        let scalars = [lr, bc1, bc2, gscale].map(|x| self.ptr(x));
         let (bytes, chunks) = multi::adamw_table(&tensors).map_err(|e| node_error(first, ids[0], e))?;
         let table = self.constant(bytes);
         let kernel = self.kernel(multi::adamw_kernel(beta1, beta2, eps))?;
-        let mut args = vec![A::Ptr(0), A::Ptr(table)];
-        args.extend(scalars);
+        let args = multi::adamw_arguments([A::Ptr(0), A::Ptr(table)], scalars);
         Ok(Pending { kernel, grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), args, node: Some(ids[0]) })
     }
 }

@@ -260,7 +260,7 @@ impl Lowerer<'_> {
         let (bytes, chunks) = multi::cast_table(&tensors).map_err(|e| node_error(first, ids[0], e))?;
         let table = self.constant(bytes);
         let kernel = self.kernel(multi::cast_kernel())?;
-        let args = vec![A::Ptr(0), A::Ptr(table)];
+        let args = multi::cast_arguments([A::Ptr(0), A::Ptr(table)]);
         Ok(Pending { kernel, grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), args, node: Some(ids[0]) })
     }
 }
