@@ -42,7 +42,12 @@ use alpha_plan::Plan;
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::config::{ChainEpilogues, CudaConfig};
-use crate::fusion::*;
+use crate::fusion::{
+    cast_sources_through_their_gemms, casts_into_producers, clear_of, deep_epilogue_grid, deferred_folds, delta_heads,
+    forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart, merged_gradients,
+    mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, producer_cast_candidates, range, readers_of,
+    recompute_unary_inputs, settled, tiled_gemm, turned_heads, with_ring, FusionPlan, PhaseView,
+};
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
 use crate::kernels::gemm::tma as gemm_tma;
