@@ -24,8 +24,8 @@ use alpha_plan::{kernel_info, Backend, LaunchTime};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::config::CudaConfig;
-use crate::driver::{Arg, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
 use crate::lower::{lower_program, LArg, Launch, Lowered};
+use crate::runtime::driver::{Arg, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
 
 /// Writes the device's nanosecond clock into `buf[i]`: the bracket of a profiled launch.
 const STAMP_PTX: &str = ".version 8.0
@@ -122,7 +122,7 @@ impl CudaBackend {
             arena.upload(arena.region(*off, bytes.len())?, bytes)?;
         }
         for (at, operand, map) in &lowered.tensor_maps {
-            let bytes = crate::gemm_tma::encode(arena.base() + *operand as u64, map)?;
+            let bytes = crate::kernels::gemm::tma::encode(arena.base() + *operand as u64, map)?;
             arena.upload(arena.region(*at, bytes.len())?, &bytes)?;
         }
         let carried = CARRIED_PTX.get().and_then(|m| m.get(&program.key()));

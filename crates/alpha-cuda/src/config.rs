@@ -1,6 +1,6 @@
 //! The CUDA backend's configuration: one value, built once and passed to the lowering
 //! ([`crate::lower::lower_program`]), which hands the kernel-level choices to the kernel specs it
-//! builds ([`crate::gemm::GemmTuning`]), and to the runtime ([`crate::CudaBackend::compile`]).
+//! builds ([`crate::kernels::gemm::GemmTuning`]), and to the runtime ([`crate::CudaBackend::compile`]).
 //! No kernel builder, renderer or lowering pass reads the environment: a kernel's PTX is a
 //! function of its spec, and a test sets any switch by building the value it wants.
 //!
@@ -29,32 +29,32 @@
 //! | `ALPHA_RECOMPUTE=off` | [`CudaConfig::recompute_unary`] | fused elementwise chains read a unary function of their inputs instead of recomputing it |
 //! | `ALPHA_CHAIN_EPILOGUE=on\|off` | [`CudaConfig::chain_epilogues`] | a fused elementwise chain that alone reads a plain product runs in the product's epilogue at every grid, or at none (default: over deep grids) |
 //! | `ALPHA_LN_PARTIALS=off` | [`CudaConfig::ln_partials`] | a LayerNorm backward over many bands runs its gain and bias pass 1 as a launch of its own instead of in the input gradient's launch |
-//! | `ALPHA_TWO_BLOCKS=off` | [`crate::gemm::GemmTuning::two_blocks`] | the TMA engine's three-stage kernels without `.minnctapersm 2` (ptxas may then take more registers than two blocks an SM leave) |
+//! | `ALPHA_TWO_BLOCKS=off` | [`crate::kernels::gemm::GemmTuning::two_blocks`] | the TMA engine's three-stage kernels without `.minnctapersm 2` (ptxas may then take more registers than two blocks an SM leave) |
 //! | `ALPHA_RING_WAVES=n` | [`CudaConfig::ring_waves`] | bf16 products of at least n waves of blocks take the three-stage ring (default 3) |
 //! | `ALPHA_MUL_RECOMPUTE=off` | [`CudaConfig::mul_recompute`] | a StoreMul epilogue reads the stored activation (`gelu(gate)`) instead of computing it from the gate, and that activation is stored |
-//! | `ALPHA_WIDE_STORES=off` | [`crate::gemm::GemmTuning::wide_stores`] | GEMM epilogues store each fragment's two values (8 bytes a thread) instead of four consecutive ones after a quad exchange (16 bytes) |
+//! | `ALPHA_WIDE_STORES=off` | [`crate::kernels::gemm::GemmTuning::wide_stores`] | GEMM epilogues store each fragment's two values (8 bytes a thread) instead of four consecutive ones after a quad exchange (16 bytes) |
 //! | `ALPHA_LN_FOLD_TOGETHER=off` | [`CudaConfig::ln_fold_together`] | each LayerNorm backward over many bands runs its gain and bias pass 2 as its own launch, instead of one launch for all of them after the last |
-//! | `ALPHA_GATED=off` | [`CudaConfig::gated_products`] | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::gemm::GemmSpec::gated`]) |
+//! | `ALPHA_GATED=off` | [`CudaConfig::gated_products`] | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::kernels::gemm::GemmSpec::gated`]) |
 //! | `ALPHA_SPLITK_UNEVEN=off` | [`CudaConfig::uneven_split`] | split-K over long K in power-of-two parts only, instead of any count up to 8 whose parts may differ by a K step (TMA engine) |
 //! | `ALPHA_PAIRED=off` | [`CudaConfig::paired_products`] | a residual-adding product and the plain product whose output it adds in two launches, instead of one launch summing both in one accumulator |
-//! | `ALPHA_STAGED_EPILOGUE=off\|chains\|adds\|tall` | [`crate::gemm::GemmTuning::staged_epilogues`] | which TMA epilogues run through shared memory a row a warp ([`crate::gemm_tma::staged`]) instead of on the accumulator fragments: none, chains only, chains and residual or accumulating adds, or (default) those and the plain f32 stores of tall outputs ([`crate::gemm::GemmSpec::staged_store`]) |
-//! | `ALPHA_DELTA_EPILOGUE=off` | [`CudaConfig::delta_epilogue`] | attention's delta (and its bf16 dO) computed by a launch of its own from the f32 dO, instead of by the epilogue of the product that computes dO ([`crate::gemm::Heads::delta`]) |
+//! | `ALPHA_STAGED_EPILOGUE=off\|chains\|adds\|tall` | [`crate::kernels::gemm::GemmTuning::staged_epilogues`] | which TMA epilogues run through shared memory a row a warp ([`crate::kernels::gemm::tma::staged`]) instead of on the accumulator fragments: none, chains only, chains and residual or accumulating adds, or (default) those and the plain f32 stores of tall outputs ([`crate::kernels::gemm::GemmSpec::staged_store`]) |
+//! | `ALPHA_DELTA_EPILOGUE=off` | [`CudaConfig::delta_epilogue`] | attention's delta (and its bf16 dO) computed by a launch of its own from the f32 dO, instead of by the epilogue of the product that computes dO ([`crate::kernels::gemm::Heads::delta`]) |
 //! | `ALPHA_SYNC_RUN=on` | [`CudaConfig::sync_each_run`] | each run of a phase waits for the device before returning, instead of leaving the wait to the next read or copy |
 //! | `ALPHA_ATTN_JOINT=off` | [`CudaConfig::joint_attention_backward`] | attention's dQ and dK/dV passes in two launches, one after the other |
-//! | `ALPHA_ATTN_WGMMA=off` | [`CudaConfig::wgmma_attention`] | the bf16 attention forward on `mma.sync` ([`crate::attention_mma::forward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma`]; the same bits; sixteen contexts' forward 103.2 → 77.2 µs alone, the step 21.75 / 21.75 → 21.54 / 21.28 ms) |
-//! | `ALPHA_ATTN_WGMMA_BWD=off` | [`CudaConfig::wgmma_attention_backward`] | the bf16 joint attention backward on `mma.sync` ([`crate::attention_mma::backward_kernel_bf16`]) instead of `wgmma` ([`crate::attention_wgmma::backward_kernel`]; the same bits; sixteen contexts' backward 253.9 → 193.8 µs alone, the step 21.27 / 21.97 → 20.43 / 20.49 ms) |
+//! | `ALPHA_ATTN_WGMMA=off` | [`CudaConfig::wgmma_attention`] | the bf16 attention forward on `mma.sync` ([`crate::kernels::attention::mma::forward_kernel_bf16`]) instead of `wgmma` ([`crate::kernels::attention::wgmma`]; the same bits; sixteen contexts' forward 103.2 → 77.2 µs alone, the step 21.75 / 21.75 → 21.54 / 21.28 ms) |
+//! | `ALPHA_ATTN_WGMMA_BWD=off` | [`CudaConfig::wgmma_attention_backward`] | the bf16 joint attention backward on `mma.sync` ([`crate::kernels::attention::mma::backward_kernel_bf16`]) instead of `wgmma` ([`crate::kernels::attention::wgmma::backward_kernel`]; the same bits; sixteen contexts' backward 253.9 → 193.8 µs alone, the step 21.27 / 21.97 → 20.43 / 20.49 ms) |
 //! | `ALPHA_CUDA_PTX_DIR=dir` | [`CudaConfig::ptx_dir`] | every kernel's PTX written to `dir` at compile time (for `ptxas`) |
 //! | `ALPHA_CUDA_CHECK_LAUNCHES=1` | [`CudaConfig::check_launches`] | phases run launch by launch with a synchronisation after each, so a fault names its launch |
 
 use anyhow::{bail, Result};
 
-use crate::gemm::{Engine, GemmTuning, StagedEpilogues};
+use crate::kernels::gemm::{Engine, GemmTuning, StagedEpilogues};
 
 /// Which products take a chain epilogue ([`CudaConfig::chain_epilogues`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChainEpilogues {
     Never,
-    /// Over deep grids only (at least [`crate::gemm_wgmma::DEEP_EPILOGUE_WAVES`] waves of
+    /// Over deep grids only (at least [`crate::kernels::gemm::wgmma::DEEP_EPILOGUE_WAVES`] waves of
     /// blocks), the default. Measured on the H200 (wide stores): sixteen contexts' step
     /// 24.24 / 24.25 → 24.11 / 24.13 ms with the gated GELU's backward in the dh product's
     /// epilogue; one context's (a shallow grid) 3.706 / 3.711 → 3.721 / 3.721 ms, so not there.
@@ -113,12 +113,12 @@ pub struct CudaConfig {
     pub recompute_unary: bool,
     /// Attention's two backward passes in one launch where the plan allows.
     pub joint_attention_backward: bool,
-    /// The bf16 attention forward on `wgmma` ([`crate::attention_wgmma`]) where it applies.
+    /// The bf16 attention forward on `wgmma` ([`crate::kernels::attention::wgmma`]) where it applies.
     pub wgmma_attention: bool,
-    /// The bf16 joint attention backward on `wgmma` ([`crate::attention_wgmma::backward_kernel`]).
+    /// The bf16 joint attention backward on `wgmma` ([`crate::kernels::attention::wgmma::backward_kernel`]).
     pub wgmma_attention_backward: bool,
     /// Where a fused chain that alone reads a plain product runs in the product's epilogue
-    /// ([`crate::gemm::ChainEpilogue`]).
+    /// ([`crate::kernels::gemm::ChainEpilogue`]).
     pub chain_epilogues: ChainEpilogues,
     /// A LayerNorm backward over many bands runs pass 1 in its input gradient's launch.
     pub ln_partials: bool,
@@ -128,7 +128,7 @@ pub struct CudaConfig {
     /// The pass 2 folds of LayerNorm backwards over many bands run as one launch after the last.
     pub ln_fold_together: bool,
     /// Waves of blocks from which bf16 products take the three-stage ring
-    /// ([`crate::gemm_wgmma::stages_for`]).
+    /// ([`crate::kernels::gemm::wgmma::stages_for`]).
     pub ring_waves: u32,
     /// Attention's delta and bf16 dO stored by the product computing dO.
     pub delta_epilogue: bool,
@@ -172,7 +172,7 @@ impl Default for CudaConfig {
             ln_partials: true,
             mul_recompute: true,
             ln_fold_together: true,
-            ring_waves: crate::gemm_wgmma::SHALLOW_RING_WAVES,
+            ring_waves: crate::kernels::gemm::wgmma::SHALLOW_RING_WAVES,
             delta_epilogue: true,
             gated_products: true,
             uneven_split: true,

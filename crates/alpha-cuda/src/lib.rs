@@ -1,50 +1,48 @@
-//! alpha-cuda: Alpha's CUDA backend foundation.
+//! alpha-cuda: Alpha's CUDA backend.
 //!
-//! Alpha writes its own PTX ([`ptx`]), loads it through the CUDA driver alone ([`driver`]: no
-//! toolkit, NVRTC or vendor libraries), keeps every tensor of a step in one device arena and
-//! replays the whole step as one CUDA graph. Each kernel family is one module that opens with
-//! why it is built the way it is, and carries a host launcher taking raw device addresses plus a
-//! CPU reference for checking.
+//! Alpha writes its own PTX ([`ptx`]), loads it through the CUDA driver alone
+//! ([`runtime::driver`]: no toolkit, NVRTC or vendor libraries), keeps every tensor of a step in
+//! one device arena and replays the whole step as one CUDA graph.
 //!
-//! Whole programs: [`lower`] turns a plan into launches over one arena (no GPU needed, so PTX can
-//! be checked anywhere) and [`CudaBackend`] runs them, one captured CUDA graph per phase, behind
-//! `alpha_plan::Backend`. Matrix products go to [`gemm`], which builds them on `mma.sync`, on
-//! Hopper's `wgmma` fed by a `cp.async` ring ([`gemm_wgmma`], wherever K allows), or on `wgmma`
-//! fed by the tensor memory accelerator from a producer warp ([`gemm_tma`], where both operands
-//! are bf16: what the lowering chooses for nearly every product). Every kernel
-//! is launched as a programmatic dependent launch ([`driver`]). The generic families it adds — [`pointwise`], [`fused`] (runs of
-//! elementwise ops as one kernel), [`reduce`], [`layernorm`], [`rotary`], [`attention`] (and its
-//! tensor-core forms: [`attention_mma`] on `mma.sync`, and [`attention_wgmma`] on Hopper's
-//! `wgmma` for bf16 q, k and v — the same bits), [`gemm_simple`], [`recurrence`] — follow the CPU
-//! reference's order of operations so the two compare tightly.
+//! # Layers
+//!
+//! The crate reads top to bottom; a module imports only from the layers below it:
+//!
+//! 1. [`backend`]: [`CudaBackend`], `alpha_plan::Backend` over one GPU. It lowers a program and
+//!    hands the result to the runtime: the only module that sees both ends.
+//! 2. [`lower`]: plan → launches. The driver (`lower/mod.rs`: the arena, scratch and constant
+//!    regions, kernel deduplication, the node loop) and one file per op family's lowering
+//!    (`lower/matmul.rs`, `lower/attention.rs`, …), each choosing the kernel and building its
+//!    launch from the kernel family's spec. [`config`] ([`CudaConfig`]) is the one value of
+//!    switches and tunings the lowering is given.
+//! 3. `fusion/` (crate-private): the fusion passes, one file per pass, each deciding from the
+//!    plan's slots what a launch may fuse (an epilogue, heads, a rotary on load, …), and the
+//!    tiled product spec a MatMul runs as, which the passes judge fusions against. The lowering
+//!    reads their decisions; a pass never launches anything.
+//! 4. [`kernels`]: one module per kernel family (GEMM and its engines, attention and its
+//!    tensor-core forms, LayerNorm, pointwise, reductions, …), each with its spec, its PTX
+//!    builder, a host launcher and a CPU reference for checking. Kernels know nothing of plans.
+//! 5. [`runtime`]: the CUDA driver (module loading, the arena, launches, graph capture) and
+//!    [`ptx`], the PTX builder and renderer every kernel is written with.
+//!
+//! Where things go: a new kernel (or a variant of one) goes into its family under
+//! `kernels/`; a new op's lowering into `lower/<family>.rs`, dispatched from `lower_node`; a
+//! new fusion into a pass file under `fusion/`, its decision recorded for the family's
+//! lowering to read; a switch to measure it against its absence into [`CudaConfig`].
 
-pub mod driver;
-pub mod ptx;
-
-pub use driver::{Arg, Buf, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
-pub mod adamw;
-pub mod attention;
-pub mod attention_mma;
-pub mod attention_wgmma;
 pub mod backend;
 pub mod config;
-pub mod cross_entropy;
-pub mod embedding;
-pub mod fused;
-pub mod gemm;
-pub mod gemm_simple;
-pub mod gemm_tma;
-pub mod gemm_wgmma;
-pub mod layernorm;
+mod fusion;
+pub mod kernels;
 pub mod lower;
-pub mod multi;
-pub mod pointwise;
-pub mod recurrence;
-pub mod reduce;
-pub mod rotary;
+pub mod ptx;
+pub mod runtime;
 
 pub use backend::CudaBackend;
 pub use config::CudaConfig;
+pub use runtime::driver::{self, Arg, Buf, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
+
+use kernels::{adamw, attention, cross_entropy, embedding, gemm, layernorm, multi, recurrence, reduce, rotary};
 
 /// Every kernel the crate can build, as the check harness and `ptxas` see them.
 pub fn catalog() -> Vec<ptx::Kernel> {
@@ -74,24 +72,24 @@ pub fn catalog() -> Vec<ptx::Kernel> {
         ]);
     }
     // Their tensor-core replacements for head dimension 64 (what the lowering uses there).
-    v.push(attention_mma::forward_kernel(&dims));
-    v.push(attention_mma::forward_kernel_rotating(&dims, [true, true]));
+    v.push(attention::mma::forward_kernel(&dims));
+    v.push(attention::mma::forward_kernel_rotating(&dims, [true, true]));
     for r in [false, true] {
-        v.extend([attention_mma::backward_dq_kernel(&dims, r), attention_mma::backward_dkv_kernel(&dims, r)]);
+        v.extend([attention::mma::backward_dq_kernel(&dims, r), attention::mma::backward_dkv_kernel(&dims, r)]);
         v.extend([
-            attention_mma::backward_dq_kernel_rotating(&dims, r, [true, true]),
-            attention_mma::backward_dkv_kernel_rotating(&dims, r, [true, true]),
+            attention::mma::backward_dq_kernel_rotating(&dims, r, [true, true]),
+            attention::mma::backward_dkv_kernel_rotating(&dims, r, [true, true]),
         ]);
     }
     // Both backward passes in one launch after delta alone (Coppelius's options).
-    v.push(attention_mma::backward_delta_kernel(&dims));
-    v.push(attention_mma::backward_kernel_rotating(&dims, [true, true], [true, true]));
-    v.push(attention_mma::forward_kernel_bf16(&dims));
-    v.push(attention_wgmma::forward_kernel(&dims, false));
-    v.push(attention_wgmma::forward_kernel(&dims, true));
-    v.push(attention_wgmma::backward_kernel(&dims, [true, true], true));
-    v.push(attention_mma::backward_delta_kernel_bf16(&dims));
-    v.push(attention_mma::backward_kernel_bf16(&dims, [true, true]));
+    v.push(attention::mma::backward_delta_kernel(&dims));
+    v.push(attention::mma::backward_kernel_rotating(&dims, [true, true], [true, true]));
+    v.push(attention::mma::forward_kernel_bf16(&dims));
+    v.push(attention::wgmma::forward_kernel(&dims, false));
+    v.push(attention::wgmma::forward_kernel(&dims, true));
+    v.push(attention::wgmma::backward_kernel(&dims, [true, true], true));
+    v.push(attention::mma::backward_delta_kernel_bf16(&dims));
+    v.push(attention::mma::backward_kernel_bf16(&dims, [true, true]));
     // The q/k/v projection stored split into heads (Coppelius's shape at one context).
     let heads = gemm::Heads { batch: 1, t: 1024, heads: 8, d: 64, bf16_turned: false, delta: false };
     v.push(

@@ -338,7 +338,8 @@ fn forward_rotaries_are_turned_on_load_from_kept_pre_rotary_tensors() {
         // q_tab and k_tab: the rotary table of (T, D, base), written once at load.
         let s = g.shape(q_pre);
         let Op::Rotary { base, .. } = g.nodes[rq as usize].op else { unreachable!() };
-        let want: Vec<u8> = alpha_cuda::rotary::table(s[2], s[3], base).iter().flat_map(|x| x.to_le_bytes()).collect();
+        let want: Vec<u8> =
+            alpha_cuda::kernels::rotary::table(s[2], s[3], base).iter().flat_map(|x| x.to_le_bytes()).collect();
         for a in [launch.args[args_tab], launch.args[args_tab + 1]] {
             let LArg::Ptr(tab) = a else { panic!("table pointer") };
             assert!(tab >= plan.arena && l.inits.iter().any(|(o, b)| *o == tab && *b == want));
@@ -400,7 +401,8 @@ fn the_projection_stores_turned_bf16_heads_that_attention_reads() {
             continue;
         }
         let (LArg::Ptr(c), Some(LArg::Ptr(tab))) = (launch.args[2], launch.args.last().copied()) else { panic!() };
-        let want: Vec<u8> = alpha_cuda::rotary::table(1024, 64, 10000.0).iter().flat_map(|x| x.to_le_bytes()).collect();
+        let want: Vec<u8> =
+            alpha_cuda::kernels::rotary::table(1024, 64, 10000.0).iter().flat_map(|x| x.to_le_bytes()).collect();
         assert!(l.inits.iter().any(|(o, b)| *o == tab && *b == want), "{}", l.describe(launch));
         heads.push(c);
     }
@@ -471,7 +473,7 @@ fn every_training_kernel_assembles_with_ptxas() {
     }
     // The attention kernels at the GPU fusion check's shape (GQA, a partial tile), every way of
     // turning q and k on load.
-    use alpha_cuda::attention::{self, Dims};
+    use alpha_cuda::kernels::attention::{self, Dims};
     let dims = Dims { b: 1, h: 4, g: 2, t: 200, d: 64, scale: 0.125, softcap: None };
     for (i, load) in [[true, true], [true, false], [false, true]].into_iter().enumerate() {
         for r in [false, true] {
@@ -487,7 +489,7 @@ fn every_training_kernel_assembles_with_ptxas() {
         }
     }
     // Their tensor-core forms, every option (and a soft-cap), which must not spill.
-    use alpha_cuda::attention_mma;
+    use alpha_cuda::kernels::attention::mma as attention_mma;
     let capped = Dims { softcap: Some(30.0), ..dims };
     for (i, load) in [[false, false], [true, true], [true, false], [false, true]].into_iter().enumerate() {
         for r in [false, true] {
@@ -590,7 +592,7 @@ fn diagnose() {
 /// reference's operation for operation.
 #[test]
 fn layernorm_bands_are_the_references() {
-    assert_eq!(alpha_cuda::layernorm::BAND, alpha_cpu::kernels::norms::BAND);
+    assert_eq!(alpha_cuda::kernels::layernorm::BAND, alpha_cpu::kernels::norms::BAND);
 }
 
 /// At one context and at sixteen the q/k/v projection and the attention-output gradient store

@@ -160,7 +160,7 @@ fn lowering_matches_the_golden_snapshot() {
 /// switch's name and the configuration with it set.
 fn switched() -> Vec<(&'static str, CudaConfig)> {
     use alpha_cuda::config::ChainEpilogues;
-    use alpha_cuda::gemm::{Engine, GemmTuning, StagedEpilogues};
+    use alpha_cuda::kernels::gemm::{Engine, GemmTuning, StagedEpilogues};
     let d = CudaConfig::default;
     let tuning = |t: GemmTuning| CudaConfig { gemm_tuning: t, ..d() };
     let t = GemmTuning::default();

@@ -1,0 +1,356 @@
+//! Fused full-vocabulary cross-entropy, forward and backward.
+//!
+//! Why: the loss is exact softmax cross-entropy over every vocabulary entry (Bob's 256,
+//! Coppelius's 12,288; SYSTEMS.md §1–2), and the logits row is the largest activation of a step.
+//! Fusing max, sum of exponentials, log and the target pick into one kernel reads each row twice
+//! from cache instead of materialising probabilities; the backward recomputes `softmax` from the
+//! saved log-sum-exp and writes `dlogits = (softmax − onehot)·dloss_row` in one pass.
+//!
+//! How: one block of 256 threads per row. Each thread strides the row (fixed order), then
+//! [`Kernel::block_reduce_f32`] combines warp butterflies and warp partials in a fixed order, so
+//! the result does not depend on scheduling. Exponentials use `ex2.approx` on `(x − max)·log2 e`.
+//! A negative target marks a row to ignore: its loss and gradient are 0.
+
+use anyhow::Result;
+
+use crate::kernels::ScalarArg;
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
+use crate::runtime::driver::{Arg, Function, Gpu, LaunchConfig};
+
+pub const THREADS: u32 = 256;
+
+/// Forward: params (loss, lse, logits, targets, v). Grid: one block per row.
+pub fn forward_kernel() -> Kernel {
+    forward_kernel_for(None)
+}
+
+/// Logits a thread holds at most in [`forward_kernel_for`]'s one-read form.
+const HELD: u32 = 64;
+
+/// [`forward_kernel`], for a vocabulary of `vocab` where it is given, a multiple of
+/// [`THREADS`] and at most 64 logits a thread: then each thread loads its logits once,
+/// all at the start, and both passes run over registers — the same values in the same order,
+/// so the same bits. Why: the strided loop waited out one load latency a logit, twice (16
+/// contexts' 805 MB of logits took 338 µs).
+pub fn forward_kernel_for(vocab: Option<u32>) -> Kernel {
+    let held = vocab.filter(|&n| n.is_multiple_of(THREADS) && n / THREADS <= HELD);
+    let name = match held {
+        Some(n) => format!("cross_entropy_fwd_v{n}"),
+        None => "cross_entropy_fwd".to_string(),
+    };
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
+    let loss = k.param_reg("loss", ParamTy::U64);
+    let lse_out = k.param_reg("lse", ParamTy::U64);
+    let logits = k.param_reg("logits", ParamTy::U64);
+    let targets = k.param_reg("targets", ParamTy::U64);
+    let v = k.param_reg("v", ParamTy::U32);
+    let scratch = k.shared("red", 128, 16);
+    let tid = k.sreg("%tid.x");
+    let row = k.sreg("%ctaid.x");
+    let re = k.bin("mul.lo.u32", RegKind::B32, row, v);
+    let base = k.addr_of(logits, re, 4);
+
+    // This thread's logits j = tid, tid + THREADS, …, loaded once (one-read form).
+    let xs: Option<Vec<Reg>> = held.map(|n| {
+        let mine = k.addr_of(base, tid, 4);
+        (0..n / THREADS)
+            .map(|i| {
+                let x = k.reg(RegKind::F32);
+                k.op("ld.global.f32", [x.into(), addr(mine, (4 * i * THREADS) as i64)]);
+                x
+            })
+            .collect()
+    });
+    // max
+    let mx = k.imm_f32(f32::NEG_INFINITY);
+    each_logit(&mut k, xs.as_deref(), (base, tid, v), |k, x| {
+        k.op("max.f32", [mx.into(), mx.into(), x.into()]);
+    });
+    let mx = k.block_reduce_f32(mx, "max", &scratch, tid, THREADS);
+    // sum of exp(x - max)
+    let s = k.imm_f32(0.0);
+    each_logit(&mut k, xs.as_deref(), (base, tid, v), |k, x| {
+        let d = k.bin("sub.rn.f32", RegKind::F32, x, mx);
+        let e = emit_exp(k, d);
+        k.op("add.rn.f32", [s.into(), s.into(), e.into()]);
+    });
+    let s = k.block_reduce_f32(s, "add", &scratch, tid, THREADS);
+    lse_and_loss(&mut k, (mx, s), tid, base, (targets, row, v), (loss, lse_out));
+    k.ret();
+    k
+}
+
+/// The end of a forward row: `lse = max + ln s` (`s` the sum of `exp(x − max)`), then, in the
+/// thread whose `writer` id is 0, the loss `lse − x[target]` (0 for a target out of range,
+/// the logit read from the row at `row_base`) and lse, stored at `row`.
+fn lse_and_loss(
+    k: &mut Kernel,
+    (mx, s): (Reg, Reg),
+    writer: Reg,
+    row_base: Reg,
+    (targets, row, v): (Reg, Reg, Reg),
+    (loss, lse_out): (Reg, Reg),
+) {
+    let l2 = k.un("lg2.approx.ftz.f32", RegKind::F32, s);
+    let ln = k.bin("mul.rn.f32", RegKind::F32, l2, std::f32::consts::LN_2);
+    let lse = k.bin("add.rn.f32", RegKind::F32, mx, ln);
+    let end = k.label("end");
+    let not0 = k.setp("ne.u32", writer, 0u32);
+    k.bra_if(not0, false, &end);
+    let ta = k.addr_of(targets, row, 4);
+    let t = k.reg(RegKind::B32);
+    k.op("ld.global.u32", [t.into(), addr(ta, 0)]);
+    let ok = k.setp("lt.u32", t, v);
+    let xt = k.imm_f32(0.0);
+    let xa = k.addr_of(row_base, t, 4);
+    k.op_if(ok, false, "ld.global.f32", [xt.into(), addr(xa, 0)]);
+    let l = k.bin("sub.rn.f32", RegKind::F32, lse, xt);
+    let zero = k.imm_f32(0.0);
+    let l = k.tri("selp.f32", RegKind::F32, l, zero, ok);
+    let la = k.addr_of(loss, row, 4);
+    k.op("st.global.f32", [addr(la, 0), l.into()]);
+    let sa = k.addr_of(lse_out, row, 4);
+    k.op("st.global.f32", [addr(sa, 0), lse.into()]);
+    k.place(&end);
+}
+
+/// Backward: params (dlogits, logits, lse, targets, dloss, v). Grid: one block per row.
+pub fn backward_kernel() -> Kernel {
+    backward_kernel_with(false)
+}
+
+/// [`backward_kernel`] storing dlogits rounded to bf16 (the cast that alone reads them, done
+/// here: half the bytes written, and no cast launch), four logits a thread a round (16-byte
+/// loads, 8-byte stores): params as [`backward_kernel`]'s; `v` a multiple of 4. The same f32
+/// arithmetic per logit, then round-to-nearest-even, so the same bits as the cast.
+pub fn backward_kernel_bf16() -> Kernel {
+    backward_kernel_with(true)
+}
+
+fn backward_kernel_with(bf16: bool) -> Kernel {
+    let name = if bf16 { "cross_entropy_bwd_bf16" } else { "cross_entropy_bwd" };
+    let mut k = Kernel::new(name).with_block(THREADS, 1, 1);
+    let dlogits = k.param_reg("dlogits", ParamTy::U64);
+    let logits = k.param_reg("logits", ParamTy::U64);
+    let lse_in = k.param_reg("lse", ParamTy::U64);
+    let targets = k.param_reg("targets", ParamTy::U64);
+    let dloss = k.param_reg("dloss", ParamTy::U64);
+    let v = k.param_reg("v", ParamTy::U32);
+    let tid = k.sreg("%tid.x");
+    let row = k.sreg("%ctaid.x");
+    let re = k.bin("mul.lo.u32", RegKind::B32, row, v);
+    let base = k.addr_of(logits, re, 4);
+    let obase = k.addr_of(dlogits, re, if bf16 { 2 } else { 4 });
+    let lse = k.reg(RegKind::F32);
+    let a = k.addr_of(lse_in, row, 4);
+    k.op("ld.global.f32", [lse.into(), addr(a, 0)]);
+    let dl = k.reg(RegKind::F32);
+    let a = k.addr_of(dloss, row, 4);
+    k.op("ld.global.f32", [dl.into(), addr(a, 0)]);
+    let t = k.reg(RegKind::B32);
+    let a = k.addr_of(targets, row, 4);
+    k.op("ld.global.u32", [t.into(), addr(a, 0)]);
+    let ok = k.setp("lt.u32", t, v);
+    let zero = k.imm_f32(0.0);
+    let scale = k.tri("selp.f32", RegKind::F32, dl, zero, ok);
+    // (softmax − onehot)·scale of the logit whose value is `x` and index `index()`.
+    let grad = |k: &mut Kernel, x: Reg, index: &dyn Fn(&mut Kernel) -> Reg| {
+        let d = k.bin("sub.rn.f32", RegKind::F32, x, lse);
+        let p = emit_exp(k, d);
+        let j = index(k);
+        let is_t = k.setp("eq.u32", j, t);
+        let one = k.imm_f32(1.0);
+        let oh = k.tri("selp.f32", RegKind::F32, one, 0.0f32, is_t);
+        let g = k.bin("sub.rn.f32", RegKind::F32, p, oh);
+        k.bin("mul.rn.f32", RegKind::F32, g, scale)
+    };
+    if !bf16 {
+        strided(&mut k, tid, v, |k, j| {
+            let a = k.addr_of(base, j, 4);
+            let x = k.reg(RegKind::F32);
+            k.op("ld.global.f32", [x.into(), addr(a, 0)]);
+            let g = grad(k, x, &|_| j);
+            let o = k.addr_of(obase, j, 4);
+            k.op("st.global.f32", [addr(o, 0), g.into()]);
+        });
+        k.ret();
+        return k;
+    }
+    let quads = k.bin("shr.u32", RegKind::B32, v, 2u32);
+    strided(&mut k, tid, quads, |k, q| {
+        let a = k.addr_of(base, q, 16);
+        let x = k.regs(RegKind::F32, 4);
+        k.op("ld.global.v4.f32", [Opnd::V(x.clone()), addr(a, 0)]);
+        let j0 = k.bin("shl.b32", RegKind::B32, q, 2u32);
+        let g: Vec<Reg> = x
+            .iter()
+            .enumerate()
+            .map(|(e, &xe)| grad(k, xe, &|k| k.bin("add.u32", RegKind::B32, j0, e as u32)))
+            .collect();
+        let lo = k.reg(RegKind::B32);
+        let hi = k.reg(RegKind::B32);
+        k.op("cvt.rn.bf16x2.f32", [lo.into(), g[1].into(), g[0].into()]);
+        k.op("cvt.rn.bf16x2.f32", [hi.into(), g[3].into(), g[2].into()]);
+        let o = k.addr_of(obase, q, 8);
+        k.op("st.global.v2.b32", [addr(o, 0), Opnd::V(vec![lo, hi])]);
+    });
+    k.ret();
+    k
+}
+
+/// Runs `body` on each of this thread's logits of the row at `base` (columns tid, tid +
+/// THREADS, …, in order): from `held` where the thread holds them in registers, else loaded a
+/// column at a time.
+fn each_logit(k: &mut Kernel, held: Option<&[Reg]>, (base, tid, v): (Reg, Reg, Reg), body: impl Fn(&mut Kernel, Reg)) {
+    match held {
+        Some(xs) => {
+            for &x in xs {
+                body(k, x);
+            }
+        }
+        None => strided(k, tid, v, |k, j| {
+            let a = k.addr_of(base, j, 4);
+            let x = k.reg(RegKind::F32);
+            k.op("ld.global.f32", [x.into(), addr(a, 0)]);
+            body(k, x);
+        }),
+    }
+}
+
+/// `for (j = tid; j < v; j += THREADS) body(j)`.
+fn strided(k: &mut Kernel, tid: Reg, v: Reg, body: impl FnOnce(&mut Kernel, Reg)) {
+    k.strided_loop(tid, v, THREADS, ("row", "row_end"), body);
+}
+
+/// The forward's arguments: loss, lse, logits, targets, then the vocabulary v.
+pub fn forward_arguments<T: ScalarArg>([loss, lse, logits, targets]: [T; 4], v: u32) -> Vec<T> {
+    vec![loss, lse, logits, targets, T::u32(v)]
+}
+
+/// The backward's arguments: dlogits, logits, lse, targets, dloss, then the vocabulary v.
+pub fn backward_arguments<T: ScalarArg>(tensors: [T; 5], v: u32) -> Vec<T> {
+    let mut args = Vec::from(tensors);
+    args.push(T::u32(v));
+    args
+}
+
+/// Forward over `rows` rows of `v` logits: writes per-row loss and log-sum-exp.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(
+    gpu: &Gpu,
+    f: &Function,
+    loss: u64,
+    lse: u64,
+    logits: u64,
+    targets: u64,
+    rows: u32,
+    v: u32,
+) -> Result<()> {
+    gpu.launch(
+        f,
+        LaunchConfig::linear(rows, THREADS),
+        &forward_arguments([loss, lse, logits, targets].map(Arg::U64), v),
+    )
+}
+
+/// Backward: `dlogits = (softmax(logits) − onehot(target))·dloss[row]` (written, not added).
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    gpu: &Gpu,
+    f: &Function,
+    dlogits: u64,
+    logits: u64,
+    lse: u64,
+    targets: u64,
+    dloss: u64,
+    rows: u32,
+    v: u32,
+) -> Result<()> {
+    gpu.launch(
+        f,
+        LaunchConfig::linear(rows, THREADS),
+        &backward_arguments([dlogits, logits, lse, targets, dloss].map(Arg::U64), v),
+    )
+}
+
+/// CPU reference (f64 inside): returns (loss, lse) per row.
+pub fn forward_reference(logits: &[f32], targets: &[i32], v: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut loss = Vec::new();
+    let mut lse = Vec::new();
+    for (r, &t) in targets.iter().enumerate() {
+        let x = &logits[r * v..(r + 1) * v];
+        let mx = x.iter().fold(f64::NEG_INFINITY, |m, &a| m.max(a as f64));
+        let s: f64 = x.iter().map(|&a| (a as f64 - mx).exp()).sum();
+        let l = mx + s.ln();
+        lse.push(l as f32);
+        loss.push(if t >= 0 && (t as usize) < v { (l - x[t as usize] as f64) as f32 } else { 0.0 });
+    }
+    (loss, lse)
+}
+
+/// CPU reference of the backward (f64 inside).
+pub fn backward_reference(logits: &[f32], targets: &[i32], dloss: &[f32], v: usize) -> Vec<f32> {
+    let (_, lse) = forward_reference(logits, targets, v);
+    let mut out = vec![0.0; logits.len()];
+    for (r, &t) in targets.iter().enumerate() {
+        let ok = t >= 0 && (t as usize) < v;
+        for j in 0..v {
+            let p = (logits[r * v + j] as f64 - lse[r] as f64).exp();
+            let oh = if ok && j == t as usize { 1.0 } else { 0.0 };
+            out[r * v + j] = if ok { ((p - oh) * dloss[r] as f64) as f32 } else { 0.0 };
+        }
+    }
+    out
+}
+
+pub fn kernels() -> Vec<Kernel> {
+    vec![forward_kernel(), backward_kernel()]
+}
+
+/// `e^x` as `2^(x·log2 e)` (`ex2.approx`, relative error about 2⁻²²).
+pub(crate) fn emit_exp(k: &mut Kernel, x: Reg) -> Reg {
+    let t = k.bin("mul.rn.f32", RegKind::F32, x, std::f32::consts::LOG2_E);
+    k.un("ex2.approx.ftz.f32", RegKind::F32, t)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each builder fills exactly its kernels' parameters, in order and of their types.
+    #[test]
+    fn arguments_match_the_kernels_parameters() {
+        use crate::kernels::arg_types;
+        let types = |k: Kernel| k.params.iter().map(|p| p.ty).collect::<Vec<_>>();
+        let fwd = arg_types(&forward_arguments([Arg::U64(0); 4], 64));
+        assert_eq!(fwd, types(forward_kernel()));
+        assert_eq!(fwd, types(forward_kernel_for(Some(64))));
+        let bwd = arg_types(&backward_arguments([Arg::U64(0); 5], 64));
+        assert_eq!(bwd, types(backward_kernel()));
+        assert_eq!(bwd, types(backward_kernel_bf16()));
+    }
+
+    use super::*;
+
+    #[test]
+    fn kernels_render() {
+        let t = forward_kernel().render();
+        assert!(t.contains(".entry cross_entropy_fwd("));
+        assert!(t.contains("shfl.sync.bfly.b32"));
+        assert!(t.contains(".shared .align 16 .b8 red[128];"));
+        for k in kernels() {
+            k.check_budget().unwrap();
+        }
+    }
+
+    #[test]
+    fn reference_on_uniform_logits_is_ln_v() {
+        let v = 256;
+        let logits = vec![0.5f32; 2 * v];
+        let (loss, _) = forward_reference(&logits, &[3, -1], v);
+        assert!((loss[0] - (v as f32).ln()).abs() < 1e-5);
+        assert_eq!(loss[1], 0.0);
+        let g = backward_reference(&logits, &[3, -1], &[1.0, 1.0], v);
+        let row: f32 = g[..v].iter().sum();
+        assert!(row.abs() < 1e-5, "softmax − onehot sums to 0");
+        assert!(g[v..].iter().all(|&x| x == 0.0));
+    }
+}

@@ -1,0 +1,215 @@
+//! One kernel for a run of same-shape elementwise ops.
+//!
+//! Why: a transformer's step is full of short chains of elementwise arithmetic over one
+//! activation shape — the gated GELU's backward is `dh·up`, `dh·act`, `gelu'(gate)` and their
+//! product, four launches that each read and write whole `[tokens, 1408]` tensors. Run as one
+//! kernel, every element is read once, the intermediates that nothing else reads stay in
+//! registers, and three launches go. With memory the limit for such ops, the traffic is the
+//! time.
+//!
+//! How: a [`Chain`] lists its external inputs, its steps (a unary or binary function of earlier
+//! steps or inputs) and which steps it stores. The kernel is a grid-stride loop over the
+//! elements (all operands contiguous f32 of the same length): load every input, compute the
+//! steps with the pointwise kernel's own instruction sequences ([`crate::kernels::pointwise::emit_unary`],
+//! [`emit_binary`]), store the outputs. Each step is the same arithmetic as its separate launch,
+//! so results are bit-identical; loads all precede stores, so an output may share its slot
+//! with an input exactly.
+
+use alpha_ir::{Binary, Unary};
+use anyhow::{bail, Result};
+
+use crate::kernels::pointwise::{
+    emit_binary, emit_unary_sharing, grid_stride_begin_with, grid_stride_end, SharedTerms, THREADS,
+};
+use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind};
+
+/// A step's operand: an external input or an earlier step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Src {
+    Input(usize),
+    Step(usize),
+}
+
+/// One elementwise function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    Unary(Unary, Src),
+    Binary(Binary, Src, Src),
+}
+
+/// A run of elementwise ops over `n` contiguous f32 elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chain {
+    pub n: usize,
+    pub inputs: usize,
+    pub steps: Vec<Step>,
+    /// Steps written out, in parameter order.
+    pub outputs: Vec<usize>,
+    /// Per output: stored rounded to bf16 (the cast that alone reads it, done here).
+    pub bf16: Vec<bool>,
+}
+
+impl Chain {
+    /// The gated GELU's backward over `n` elements, the case this module is for: inputs dh, up,
+    /// act, gate; outputs d_up = dh·act and d_gate = (dh·up)·gelu'(gate), both f32.
+    pub fn gated_gelu_backward(n: usize) -> Chain {
+        Chain {
+            n,
+            inputs: 4,
+            steps: vec![
+                Step::Binary(Binary::Mul, Src::Input(0), Src::Input(1)),
+                Step::Binary(Binary::Mul, Src::Input(0), Src::Input(2)),
+                Step::Unary(Unary::GeluGrad, Src::Input(3)),
+                Step::Binary(Binary::Mul, Src::Step(0), Src::Step(2)),
+            ],
+            outputs: vec![1, 3],
+            bf16: vec![false, false],
+        }
+    }
+
+    /// [`Chain::gated_gelu_backward`] as the lowering fuses it: `gelu(gate)` recomputed from
+    /// gate instead of read (inputs dh, up, gate), and both gradients stored as bf16 (the casts
+    /// that alone read them).
+    pub fn gated_gelu_backward_recomputing(n: usize) -> Chain {
+        Chain {
+            n,
+            inputs: 3,
+            steps: vec![
+                Step::Unary(Unary::Gelu, Src::Input(2)),
+                Step::Binary(Binary::Mul, Src::Input(0), Src::Input(1)),
+                Step::Binary(Binary::Mul, Src::Input(0), Src::Step(0)),
+                Step::Unary(Unary::GeluGrad, Src::Input(2)),
+                Step::Binary(Binary::Mul, Src::Step(1), Src::Step(3)),
+            ],
+            outputs: vec![2, 4],
+            bf16: vec![true, true],
+        }
+    }
+
+    /// Entry name: the steps' functions in order, e.g. `ew_mul_mul_gelugrad_mul` (`ewh_…` when
+    /// an output is stored as bf16).
+    pub fn name(&self) -> String {
+        let mut s = String::from(if self.bf16.contains(&true) { "ewh" } else { "ew" });
+        for st in &self.steps {
+            let f = match st {
+                Step::Unary(u, _) => format!("{u:?}"),
+                Step::Binary(b, _, _) => format!("{b:?}"),
+            };
+            s.push('_');
+            s.push_str(&f.to_lowercase());
+        }
+        s
+    }
+
+    /// Checks that every step reads inputs or earlier steps and every output names a step.
+    pub fn validate(&self) -> Result<()> {
+        if self.n > u32::MAX as usize {
+            bail!("{}: {} elements exceed 32-bit indexing", self.name(), self.n);
+        }
+        for (i, st) in self.steps.iter().enumerate() {
+            let srcs = match *st {
+                Step::Unary(_, a) => vec![a],
+                Step::Binary(_, a, b) => vec![a, b],
+            };
+            for s in srcs {
+                let ok = match s {
+                    Src::Input(j) => j < self.inputs,
+                    Src::Step(j) => j < i,
+                };
+                if !ok {
+                    bail!("{}: step {i} reads {s:?}, which does not come before it", self.name());
+                }
+            }
+        }
+        if self.outputs.iter().any(|&o| o >= self.steps.len()) {
+            bail!("{}: an output names no step", self.name());
+        }
+        Ok(())
+    }
+
+    /// The kernel: params `out0…`, then `in0…` (device addresses).
+    pub fn kernel(&self) -> Result<Kernel> {
+        self.validate()?;
+        let mut k = Kernel::new(&self.name()).with_block(THREADS, 1, 1);
+        let outs: Vec<Reg> = (0..self.outputs.len()).map(|j| k.param_reg(&format!("out{j}"), ParamTy::U64)).collect();
+        let ins: Vec<Reg> = (0..self.inputs).map(|j| k.param_reg(&format!("in{j}"), ParamTy::U64)).collect();
+        let n = k.imm_u32(self.n as u32);
+        let (i, stride, top, end) = grid_stride_begin_with(&mut k, n, Some(THREADS));
+        let vals: Vec<Reg> = ins
+            .iter()
+            .map(|&base| {
+                let a = k.addr_of(base, i, 4);
+                let f = k.reg(RegKind::F32);
+                k.op("ld.global.f32", [f.into(), addr(a, 0)]);
+                f
+            })
+            .collect();
+        let steps = emit_steps(&mut k, &self.steps, &vals);
+        for (j, &o) in self.outputs.iter().enumerate() {
+            if self.bf16.get(j).copied().unwrap_or(false) {
+                let a = k.addr_of(outs[j], i, 2);
+                let h = k.un("cvt.rn.bf16.f32", RegKind::B16, steps[o]);
+                k.op("st.global.b16", [addr(a, 0), h.into()]);
+            } else {
+                let a = k.addr_of(outs[j], i, 4);
+                k.op("st.global.f32", [addr(a, 0), steps[o].into()]);
+            }
+        }
+        grid_stride_end(&mut k, i, stride, n, &top, &end);
+        Ok(k)
+    }
+}
+
+/// Emits `steps` over `vals` (one register a chain input) and returns each step's register:
+/// the pointwise kernels' own instruction sequences ([`crate::kernels::pointwise::emit_unary`], [`emit_binary`]), so a
+/// chain computes the same bits wherever it runs (its own kernel, or a GEMM's epilogue).
+pub fn emit_steps(k: &mut Kernel, steps: &[Step], vals: &[Reg]) -> Vec<Reg> {
+    let mut out: Vec<Reg> = vec![];
+    // Steps of one input share their common terms (a gated GELU's backward computes
+    // `tanh` once for `gelu` and `gelu'`; the same bits).
+    let mut shared = SharedTerms::default();
+    for st in steps {
+        let get = |s: Src| match s {
+            Src::Input(j) => vals[j],
+            Src::Step(j) => out[j],
+        };
+        let r = match *st {
+            Step::Unary(u, a) => {
+                let x = get(a);
+                emit_unary_sharing(k, u, x, &mut shared)
+            }
+            Step::Binary(b, x, y) => {
+                let (x, y) = (get(x), get(y));
+                emit_binary(k, b, x, y)
+            }
+        };
+        out.push(r);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::pointwise::emit_unary;
+
+    /// The gated GELU's backward as one chain: one load per input, one store per output, and
+    /// each step's instructions exactly those of its own pointwise kernel.
+    #[test]
+    fn gated_gelu_backward_is_one_kernel_with_the_pointwise_arithmetic() {
+        let chain = Chain::gated_gelu_backward(1024 * 1408);
+        assert_eq!(chain.name(), "ew_mul_mul_gelugrad_mul");
+        let k = chain.kernel().unwrap();
+        k.check_budget().unwrap();
+        let text = k.render();
+        assert_eq!(text.matches("ld.global.f32").count(), 4);
+        assert_eq!(text.matches("st.global.f32").count(), 2);
+        let mut probe = Kernel::new("probe");
+        let x = probe.reg(RegKind::F32);
+        emit_unary(&mut probe, Unary::GeluGrad, x);
+        let tanh_ops = probe.render().matches("ex2.approx.f32").count();
+        assert_eq!(text.matches("ex2.approx.f32").count(), tanh_ops);
+        let bad = Chain { steps: vec![Step::Unary(Unary::Exp, Src::Step(0))], outputs: vec![0], ..chain };
+        assert!(bad.kernel().is_err());
+    }
+}

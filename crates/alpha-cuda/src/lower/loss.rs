@@ -1,0 +1,59 @@
+//! The cross-entropy loss and its backward.
+
+use super::*;
+
+impl Lowerer<'_> {
+    /// A CrossEntropy or CrossEntropyBackward node.
+    pub(super) fn lower_cross_entropy(&mut self, id: u32) -> Result<Vec<Pending>> {
+        let plan = self.plan;
+        let g = &plan.program.graph;
+        let node = g.nodes[id as usize].clone();
+        let out = |k: u16| Value { node: id, index: k };
+        let ins = &node.inputs;
+        let ishape = |k: usize| g.shape(ins[k]).to_vec();
+        let some = Some(id);
+        let mut v = vec![];
+        match &node.op {
+            Op::CrossEntropy => {
+                self.want_f32(&node, id, &ins[..1])?;
+                let s = ishape(0);
+                let vocab = u32::try_from(s[s.len() - 1]).ok();
+                let kernel = self.kernel(cross_entropy::forward_kernel_for(vocab))?;
+                v.push(Pending {
+                    kernel,
+                    grid: (s[0] as u32, 1, 1),
+                    block: (cross_entropy::THREADS, 1, 1),
+                    args: cross_entropy::forward_arguments(
+                        [self.ptr(out(0)), self.ptr(out(1)), self.ptr(ins[0]), self.ptr(ins[1])],
+                        s[1] as u32,
+                    ),
+                    node: some,
+                });
+            }
+            Op::CrossEntropyBackward => {
+                self.want_f32(&node, id, &[ins[0], ins[1], ins[3]])?;
+                let s = ishape(0);
+                // dlogits as bf16 where a cast alone reads them (see `casts_into_producers`).
+                let (dst, dtype) = self.destination(out(0));
+                let kernel = self.kernel(if dtype == DType::BF16 {
+                    cross_entropy::backward_kernel_bf16()
+                } else {
+                    cross_entropy::backward_kernel()
+                })?;
+                let args = cross_entropy::backward_arguments(
+                    [dst, ins[0], ins[1], ins[2], ins[3]].map(|a| self.ptr(a)),
+                    s[1] as u32,
+                );
+                v.push(Pending {
+                    kernel,
+                    grid: (s[0] as u32, 1, 1),
+                    block: (cross_entropy::THREADS, 1, 1),
+                    args,
+                    node: some,
+                });
+            }
+            _ => return Err(node_error(&node, id, "not a cross-entropy")),
+        }
+        Ok(v)
+    }
+}

@@ -1,0 +1,717 @@
+//! Plan → launches: every kernel of every phase becomes one or more GPU launches over one arena.
+//!
+//! Why: the product's promise is that a whole training step is one compiled program, replayed
+//! as one CUDA graph. The plan (`alpha_plan::plan` with byte units) has already placed every
+//! value in one arena; what remains is to choose, for each node, the kernel family that computes
+//! it and the raw arguments (arena byte offsets, sizes) of each launch. Lowering is pure: it
+//! needs no GPU, so the PTX of a whole system can be written out and checked with `ptxas`
+//! anywhere, and the backend ([`crate::backend`]) only loads kernels, resolves offsets to device
+//! addresses and captures the launches.
+//!
+//! How: kernels are deduplicated by their PTX text (a transformer's blocks share shapes, so
+//! Coppelius needs a few dozen modules for thousands of launches). Beyond the plan's arena the
+//! lowering appends a constant region (rotary tables) and one scratch region, reused by every
+//! launch that needs temporary space (reduction partials, LayerNorm parameter partials,
+//! attention's delta, split-K partial products): launches run in order on one stream, so one
+//! region sized for the largest need suffices. Constant nodes are filled once, at load.
+//!
+//! Fusions: most are decided before a phase is lowered, by the passes of `crate::fusion`,
+//! and recorded in its `FusionPlan`, which each family's lowering reads. Those that need the
+//! launches as lowered (the spec a product settled on, launch positions) are merged here once a
+//! phase's launches are built: a run of elementwise ops as one kernel, and over deep grids in
+//! the epilogue of the product it alone reads (`Lowerer::elementwise_chain`,
+//! `Lowerer::chain_into_product`); the LayerNorm backward adding the residual gradient and
+//! storing its bf16 cast (`Lowerer::layernorm_residual`, `Lowerer::cast_of_sum`); activation
+//! outputs nothing reads left unstored (`Lowerer::dead_activation_stores`); the gate and up
+//! products as one gated launch (`Lowerer::gated_products`) and paired products
+//! (`Lowerer::paired_products`); runs of parameter casts and of AdamWs as one launch. Each has
+//! a switch ([`CudaConfig`]) to measure it against its absence. The plan is made with lifetime
+//! hints ([`lower_program`]) so these fusions find what they need still in place.
+//!
+//! Files: this one is the driver (the arena's constant and scratch regions, kernels
+//! deduplicated, the phase loop, and `lower_node`, which dispatches each node to its family);
+//! one file per op family's lowering: `matmul.rs`, `attention.rs` (and rotaries), `layernorm.rs`,
+//! `pointwise.rs` (elementwise and layout ops, fused chains, parameter casts), `reduce.rs`,
+//! `embedding.rs`, `loss.rs`, `optimizer.rs`, `recurrence.rs`; `tests.rs`.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use alpha_ir::{DType, Node, Op, Value};
+use alpha_plan::Plan;
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::config::{ChainEpilogues, CudaConfig};
+use crate::fusion::{
+    cast_sources_through_their_gemms, casts_into_producers, clear_of, deep_epilogue_grid, deferred_folds, delta_heads,
+    forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart, merged_gradients,
+    mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, producer_cast_candidates, range, readers_of,
+    recompute_unary_inputs, settled, tiled_gemm, turned_heads, with_ring, FusionPlan, PhaseView,
+};
+use crate::kernels::attention::Dims;
+use crate::kernels::gemm::simple::Product;
+use crate::kernels::gemm::tma as gemm_tma;
+use crate::kernels::gemm::{self, Epilogue, GemmShape, GemmSpec, Input, Layout};
+use crate::kernels::layernorm::Norm;
+use crate::kernels::pointwise::{broadcast_strides, contiguous_strides, grid_blocks, Body, Operand, Pointwise};
+use crate::kernels::reduce::Reduction;
+use crate::kernels::ScalarArg;
+use crate::kernels::{adamw, cross_entropy, fused, multi, rotary};
+use crate::ptx::Kernel;
+
+mod attention;
+mod embedding;
+mod layernorm;
+mod loss;
+mod matmul;
+mod optimizer;
+mod pointwise;
+mod recurrence;
+mod reduce;
+#[cfg(test)]
+mod tests;
+
+/// Alignment of the regions appended after the plan's arena.
+const ALIGN: usize = 256;
+
+/// One launch argument before the arena's base address is known.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LArg {
+    /// Arena byte offset.
+    Ptr(usize),
+    U32(u32),
+    U64(u64),
+}
+
+/// One launch of a lowered phase.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    /// Index into [`Lowered::kernels`].
+    pub kernel: usize,
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub args: Vec<LArg>,
+    /// The plan node it computes (None for a phase-end copy).
+    pub node: Option<u32>,
+}
+
+/// A plan lowered to launches.
+pub struct Lowered {
+    pub plan: Plan,
+    /// Distinct kernels, in first-use order.
+    pub kernels: Vec<Kernel>,
+    /// Launches per phase, in order (kernels, then the phase's copies).
+    pub phases: Vec<Vec<Launch>>,
+    /// Total arena bytes: the plan's, then constants, then scratch.
+    pub arena: usize,
+    /// Bytes to write once at load: (offset, data).
+    pub inits: Vec<(usize, Vec<u8>)>,
+    /// Tensor maps to encode once the arena's address is known and write at load: (offset of
+    /// the map's 128 bytes, offset of the operand it reads, its shape).
+    pub tensor_maps: Vec<(usize, usize, gemm_tma::MapSpec)>,
+}
+
+impl fmt::Debug for Lowered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Lowered {{ {} kernels, {} launches, arena {} B }}",
+            self.kernels.len(),
+            self.phases.iter().map(|p| p.len()).sum::<usize>(),
+            self.arena
+        )
+    }
+}
+
+impl Lowered {
+    /// A description of launch `l` for errors: node, family, scope.
+    pub fn describe(&self, l: &Launch) -> String {
+        let k = &self.kernels[l.kernel].name;
+        match l.node {
+            Some(n) => {
+                let node = &self.plan.program.graph.nodes[n as usize];
+                format!("kernel {k} for node %{n} ({}, scope '{}')", node.op.family(), node.scope)
+            }
+            None => format!("kernel {k} (phase-end copy)"),
+        }
+    }
+
+    /// Writes every distinct kernel's PTX to `dir` as `NNN_name.ptx`; returns the paths.
+    pub fn dump_ptx(&self, dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut out = vec![];
+        for (i, k) in self.kernels.iter().enumerate() {
+            let p = dir.join(format!("{}_{i:03}_{}.ptx", self.plan.program.graph.system, k.name));
+            std::fs::write(&p, k.render()).with_context(|| format!("writing {}", p.display()))?;
+            out.push(p);
+        }
+        Ok(out)
+    }
+
+    /// Launches in phase `i`.
+    pub fn launch_count(&self, phase: usize) -> usize {
+        self.phases[phase].len()
+    }
+}
+
+/// Scratch offsets are relative to the scratch region until [`lower`] resolves them.
+#[derive(Clone, Copy)]
+enum A {
+    Ptr(usize),
+    Scratch(usize),
+    U32(u32),
+    U64(u64),
+}
+
+impl ScalarArg for A {
+    fn u32(x: u32) -> Self {
+        A::U32(x)
+    }
+
+    fn u64(x: u64) -> Self {
+        A::U64(x)
+    }
+}
+
+/// The arena offset an argument points at (None: a scalar, or the scratch region).
+fn arena_offset(a: &A) -> Option<usize> {
+    match *a {
+        A::Ptr(o) => Some(o),
+        _ => None,
+    }
+}
+
+/// The bytes `[offset, offset + bytes)` that argument `j` of `l` points at in the arena (None:
+/// not an arena pointer): what a merge pass checks a moved read or write against.
+fn arg_span(l: &Pending, j: usize, bytes: usize) -> Option<(usize, usize)> {
+    l.args.get(j).and_then(arena_offset).map(|o| (o, o + bytes))
+}
+
+/// Every pointer among `args` 16-byte aligned (the arena and the scratch region start aligned),
+/// so a kernel may access them 16 bytes at a time.
+fn aligned16(args: &[A]) -> bool {
+    args.iter().all(|a| match a {
+        A::Ptr(o) | A::Scratch(o) => o % 16 == 0,
+        A::U32(_) | A::U64(_) => true,
+    })
+}
+
+struct Pending {
+    kernel: usize,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    args: Vec<A>,
+    node: Option<u32>,
+}
+
+impl Pending {
+    /// Makes this product launch run `kernel`, built from `spec`, with `spec`'s grid and block
+    /// over `shape` (a fusion that changes a launched product's spec changes all three).
+    fn respec(&mut self, kernel: usize, spec: &GemmSpec, shape: &GemmShape) {
+        (self.kernel, self.grid, self.block) = (kernel, spec.grid(shape), (spec.threads(), 1, 1));
+    }
+}
+
+struct Lowerer<'p> {
+    plan: &'p Plan,
+    config: &'p CudaConfig,
+    kernels: Vec<Kernel>,
+    index: HashMap<String, usize>,
+    /// End of the constant region appended after the plan's arena.
+    consts_end: usize,
+    inits: Vec<(usize, Vec<u8>)>,
+    tables: HashMap<(usize, usize, u64), usize>,
+    scratch: usize,
+    /// What each launch fuses, as the fusion passes decided it phase by phase.
+    fusion: FusionPlan,
+    /// [`producer_cast_candidates`] of the program.
+    cast_candidates: HashMap<Value, u32>,
+    /// [`grouped_param_casts`] of the program.
+    param_casts: std::collections::HashSet<u32>,
+    /// Tensor maps of the TMA engine's launches (see [`Lowered::tensor_maps`]), one per
+    /// distinct operand and shape.
+    tensor_maps: Vec<(usize, usize, gemm_tma::MapSpec)>,
+    /// The tiled product `lower_node` just lowered, for the caller to record in
+    /// [`LaunchedProducts`].
+    last_product: Option<ProductLaunch>,
+    /// (value, reader) pairs where a fused chain recomputes the value instead of reading it.
+    recomputed_reads: std::collections::HashSet<(Value, u32)>,
+    /// The LayerNorm folds waiting for one launch after the last deferred one
+    /// ([`FusionPlan::fold_flush_after`]): (shape, byte offsets of the gain gradient, the bias
+    /// gradient and the pass-1 partials).
+    pending_folds: Vec<(Norm, [usize; 3])>,
+    /// Held regions for a delta-heads product's bf16 dO and delta ([`delta_heads`]), by their
+    /// sizes in bytes: (dO's offset, delta's), shared by every such product of those sizes.
+    delta_regions: HashMap<(usize, usize), (usize, usize)>,
+    /// AttentionBackward → where its delta-heads product put (dO, delta).
+    delta_at: HashMap<u32, (usize, usize)>,
+}
+
+/// A tiled product as `lower_node` lowered it.
+#[derive(Clone, Copy)]
+struct ProductLaunch {
+    id: u32,
+    spec: GemmSpec,
+    shape: GemmShape,
+    /// One launch (not split-K).
+    one_launch: bool,
+    /// A store epilogue with nothing fused, unbatched.
+    plain: bool,
+}
+
+/// The products of a phase launched so far (see `Lowerer::last_product`).
+#[derive(Default)]
+struct LaunchedProducts {
+    /// The one-launch ones: node → (launch index, spec, shape).
+    one_launch: HashMap<u32, (usize, GemmSpec, GemmShape)>,
+    /// The plain ones (store epilogue, nothing fused, unbatched), split-K too.
+    plain: std::collections::HashSet<u32>,
+}
+
+impl LaunchedProducts {
+    /// `p`, whose (last) launch is at `index`.
+    fn record(&mut self, p: ProductLaunch, index: usize) {
+        if p.one_launch {
+            self.one_launch.insert(p.id, (index, p.spec, p.shape));
+        }
+        if p.plain {
+            self.plain.insert(p.id);
+        }
+    }
+
+    /// A plain product of one launch: (launch index, spec, shape).
+    fn plain_one_launch(&self, id: u32) -> Option<(usize, GemmSpec, GemmShape)> {
+        self.one_launch.get(&id).copied().filter(|_| self.plain.contains(&id))
+    }
+}
+
+/// A fused elementwise chain as lowered: its launch, and what a product's epilogue needs to run
+/// it instead ([`Lowerer::chain_into_product`]).
+struct ChainLowered {
+    /// The launch position after the chain's run.
+    end: usize,
+    pending: Pending,
+    chain: fused::Chain,
+    inputs: Vec<Value>,
+    /// Where each output is stored (a bf16 cast's slot where it stores the cast).
+    dests: Vec<Value>,
+    run: Vec<u32>,
+}
+
+fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
+    anyhow!("lowering node %{id} ({}, scope '{}') for the GPU: {msg}", node.op.family(), node.scope)
+}
+
+/// The bytes of a constant tensor of `n` elements of `dtype` equal to `value`.
+fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
+    let one: Vec<u8> = match dtype {
+        DType::F32 => (value as f32).to_le_bytes().to_vec(),
+        DType::BF16 => half::bf16::from_f64(value).to_bits().to_le_bytes().to_vec(),
+        DType::I32 => (value.round() as i32).to_le_bytes().to_vec(),
+        other => bail!("constants of dtype {other} are not supported on the GPU"),
+    };
+    Ok(one.repeat(n))
+}
+
+/// Lowers a plan made with byte units (`alpha_plan::bytes`) with `config`.
+pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
+    let consts_start = plan.arena.div_ceil(ALIGN) * ALIGN;
+    let mut lw = Lowerer {
+        plan: &plan,
+        config,
+        kernels: vec![],
+        index: HashMap::new(),
+        consts_end: consts_start,
+        inits: vec![],
+        tables: HashMap::new(),
+        scratch: 0,
+        fusion: FusionPlan::default(),
+        cast_candidates: producer_cast_candidates(&plan.program),
+        param_casts: grouped_param_casts(&plan.program),
+        tensor_maps: vec![],
+        last_product: None,
+        recomputed_reads: std::collections::HashSet::new(),
+        pending_folds: vec![],
+        delta_regions: HashMap::new(),
+        delta_at: HashMap::new(),
+    };
+    // Constant nodes: filled once.
+    for (i, node) in plan.program.graph.nodes.iter().enumerate() {
+        if let Op::Constant { value } = node.op {
+            let v = Value { node: i as u32, index: 0 };
+            let slot = plan.slot(v);
+            let bytes = constant_bytes(value, node.outputs[0].dtype, node.outputs[0].numel())
+                .map_err(|e| node_error(node, i as u32, e))?;
+            lw.inits.push((slot.offset, bytes));
+        }
+    }
+    let (uses, readers) = readers_of(&plan.program);
+    let mut phases = vec![];
+    for ph in &plan.phases {
+        let mut launches = vec![];
+        let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
+        let view = PhaseView::new(&plan, &nodes, &readers);
+        let mut skip = fuse(config, &plan, &nodes, &lw.cast_candidates, config.fold_casts_into_gemms, &mut lw.fusion);
+        let more = fuse_more(config, &plan, &nodes, &skip, &mut lw.fusion);
+        skip.extend(more);
+        // Turned heads need every column of a row in one thread: the wgmma engines only.
+        if config.bf16_attention && config.gemm_engine != gemm::Engine::Mma {
+            turned_heads(&view, &skip, &mut lw.fusion);
+        }
+        for (producer_out, cast) in casts_into_producers(&plan, &nodes, &skip, &lw.cast_candidates) {
+            skip.insert(cast.node);
+            lw.fusion.store_as.insert(producer_out, cast);
+        }
+        if config.bf16_attention && config.merged_gradients {
+            for permute in merged_gradients(&view, &skip, &mut lw.fusion) {
+                skip.insert(permute);
+            }
+        }
+        if config.bf16_attention && config.output_copy {
+            for permute in forward_copies(&view, &skip, &mut lw.fusion) {
+                skip.insert(permute);
+            }
+        }
+        if config.bf16_attention && config.joint_attention_backward && config.delta_epilogue {
+            delta_heads(config, &view, &uses, &mut lw.fusion);
+        }
+        if config.mul_epilogue {
+            for mul in mul_epilogues(config, &view, &skip, &mut lw.fusion) {
+                skip.insert(mul);
+            }
+        }
+        (lw.fusion.deferred_folds, lw.fusion.fold_flush_after) = deferred_folds(config, &view);
+        let mut products = LaunchedProducts::default();
+        let mut i = 0;
+        while i < nodes.len() {
+            if skip.contains(&nodes[i]) {
+                i += 1;
+                continue;
+            }
+            if let Some(add) = lw.layernorm_residual(&nodes, i, &skip, &uses) {
+                // The cast right after it, of the residual gradient, stored by it as well.
+                let copy = if config.layernorm_copy { lw.cast_of_sum(&nodes, i, add, &skip) } else { None };
+                launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add), copy)?);
+                if let Some(c) = copy {
+                    skip.insert(c.node);
+                }
+                if lw.fusion.fold_flush_after == Some(nodes[i]) {
+                    launches.extend(lw.flush_folds(nodes[i])?);
+                }
+                i += 2;
+                continue;
+            }
+            if let Some(cl) = lw.elementwise_chain(&nodes, i, &mut skip, &uses)? {
+                let end = cl.end;
+                let taken = config.chain_epilogues != ChainEpilogues::Never
+                    && lw.chain_into_product(&view, i, &cl, &mut launches, &products, &uses)?;
+                if !taken {
+                    launches.push(cl.pending);
+                }
+                i = end;
+                continue;
+            }
+            // Consecutive casts of parameters (not folded into loads): one launch.
+            let param_cast = |id: u32| lw.param_casts.contains(&id) && !skip.contains(&id);
+            if param_cast(nodes[i]) {
+                let mut j = i + 1;
+                while j < nodes.len() && param_cast(nodes[j]) {
+                    j += 1;
+                }
+                launches.push(lw.lower_param_casts(&nodes[i..j])?);
+                i = j;
+                continue;
+            }
+            // Consecutive AdamWs that share β₁, β₂, ε and their step scalars: one launch.
+            let key = |id: u32| match plan.program.graph.nodes[id as usize].op {
+                Op::AdamW { beta1, beta2, eps, .. } => Some((
+                    [beta1, beta2, eps].map(f64::to_bits),
+                    plan.program.graph.nodes[id as usize].inputs[4..8].to_vec(),
+                )),
+                _ => None,
+            };
+            if let Some(k0) = key(nodes[i]) {
+                let mut j = i + 1;
+                while j < nodes.len() && key(nodes[j]).as_ref() == Some(&k0) {
+                    j += 1;
+                }
+                launches.push(lw.lower_adamw_group(&nodes[i..j])?);
+                i = j;
+                continue;
+            }
+            launches.extend(lw.lower_node(nodes[i])?);
+            if lw.fusion.fold_flush_after == Some(nodes[i]) {
+                launches.extend(lw.flush_folds(nodes[i])?);
+            }
+            if let Some(p) = lw.last_product.take() {
+                products.record(p, launches.len() - 1);
+            }
+            i += 1;
+        }
+        lw.dead_activation_stores(&view, &uses, &products, &mut launches)?;
+        // Launches merged into others; removed once every merge has found its indices.
+        let mut dead = std::collections::HashSet::new();
+        if config.gated_products {
+            lw.gated_products(&products, &mut launches, &mut dead)?;
+        }
+        if config.paired_products {
+            lw.paired_products(&products, &uses, &mut launches, &mut dead)?;
+        }
+        let mut launches: Vec<Pending> =
+            launches.into_iter().enumerate().filter(|(i, _)| !dead.contains(i)).map(|(_, l)| l).collect();
+        for c in &ph.copies {
+            let (d, s) = (plan.slot(c.dst), plan.slot(c.src));
+            if d.offset == s.offset {
+                continue;
+            }
+            let ty = plan.program.graph.ty(c.dst).clone();
+            let n = ty.numel();
+            let pw = Pointwise {
+                shape: vec![n],
+                out: Operand::contiguous(ty.dtype, &[n]),
+                ins: vec![Operand::contiguous(plan.program.graph.dtype(c.src), &[n])],
+                body: Body::Copy,
+            };
+            launches.push(lw.pointwise(pw, vec![A::Ptr(d.offset), A::Ptr(s.offset)], None)?);
+        }
+        phases.push(launches);
+    }
+    let scratch_at = lw.consts_end;
+    let arena = scratch_at + lw.scratch.div_ceil(ALIGN) * ALIGN;
+    let resolve = |p: Pending| Launch {
+        kernel: p.kernel,
+        grid: p.grid,
+        block: p.block,
+        args: p
+            .args
+            .into_iter()
+            .map(|a| match a {
+                A::Ptr(o) => LArg::Ptr(o),
+                A::Scratch(o) => LArg::Ptr(scratch_at + o),
+                A::U32(x) => LArg::U32(x),
+                A::U64(x) => LArg::U64(x),
+            })
+            .collect(),
+        node: p.node,
+    };
+    let phases: Vec<Vec<Launch>> = phases.into_iter().map(|ph| ph.into_iter().map(resolve).collect()).collect();
+    let Lowerer { kernels, inits, tensor_maps, .. } = lw;
+    let (kernels, phases) = launched_kernels(kernels, phases);
+    Ok(Lowered { plan, kernels, phases, arena, inits, tensor_maps })
+}
+
+/// Only the kernels some launch runs, the launches renumbered: a launch patched after it was
+/// lowered (`Lowerer::chain_into_product`, `Lowerer::dead_activation_stores`) leaves its first
+/// kernel in the catalog, which would otherwise be loaded for nothing.
+fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<Kernel>, Vec<Vec<Launch>>) {
+    let mut used = vec![false; kernels.len()];
+    for l in phases.iter().flatten() {
+        used[l.kernel] = true;
+    }
+    let mut index = vec![usize::MAX; kernels.len()];
+    let mut kept = vec![];
+    for (i, k) in kernels.into_iter().enumerate() {
+        if used[i] {
+            index[i] = kept.len();
+            kept.push(k);
+        }
+    }
+    for l in phases.iter_mut().flatten() {
+        l.kernel = index[l.kernel];
+    }
+    (kept, phases)
+}
+
+/// Plans `program` with byte units and lowers it.
+///
+/// The inputs of forward Rotaries that the attention kernels may turn on load are kept alive
+/// through their AttentionBackward (see `fuse_more`), so that the fusion finds them
+/// unwritten, and through the inverse Rotaries of its dq and dk: those fuse into the backward's
+/// stores, which must not land on the pre-rotary tensors the backward reads (a plain plan puts
+/// them exactly there). The f32 sources of the bf16 casts that only GEMMs read are kept alive
+/// through those GEMMs (`cast_sources_through_their_gemms`), so that every such cast folds
+/// into the GEMMs' loads.
+pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result<Lowered> {
+    let plan_with = |keep: &[(Value, u32)]| {
+        alpha_plan::plan_keeping(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
+    };
+    let g = &program.graph;
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    let mut keep: Vec<(Value, u32)> = vec![];
+    for f in forward_rotaries(program) {
+        keep.push((f.input, f.backward));
+        let grads = [Value { node: f.backward, index: 0 }, Value { node: f.backward, index: 1 }];
+        for (i, n) in g.nodes.iter().enumerate() {
+            let inverse = matches!(n.op, Op::Rotary { inverse: true, .. });
+            if inverse && grads.contains(&n.inputs[0]) && phase(i as u32) == phase(f.backward) {
+                keep.push((f.input, i as u32));
+            }
+        }
+    }
+    let into_producers = producer_cast_candidates(program);
+    // (Kept with the casts launched too: the plan that results keeps every add-epilogue fusion,
+    // a plain one lost 14 of them at one context.)
+    keep.extend(
+        cast_sources_through_their_gemms(config, program)
+            .into_iter()
+            .filter(|(src, _)| !into_producers.contains_key(src)),
+    );
+    // A producer storing into its cast's slot writes it from its own launch (or its chain's,
+    // which may start a few elementwise nodes earlier) on: what those read must not lie there.
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    // (Other casts' outputs stored by the same chain among them: all of the window is kept.)
+    for (x, &cast) in &into_producers {
+        let from = x.node.saturating_sub(8);
+        for id in from..cast {
+            let n = &g.nodes[id as usize];
+            if phase(id) != phase(cast) {
+                continue;
+            }
+            let outs = (0..n.outputs.len() as u16).map(|k| Value { node: id, index: k });
+            let vals: Vec<Value> = n.inputs.iter().copied().chain(outs).collect();
+            keep.extend(vals.into_iter().filter(|v| phase(v.node) == phase(cast)).map(|v| (v, cast)));
+        }
+    }
+    lower(plan_with(&keep)?, config)
+}
+
+/// Counts launches by kernel name in phase `i` (for reports).
+pub fn launches_by_kernel(l: &Lowered, phase: usize) -> Vec<(String, usize)> {
+    let mut m: std::collections::BTreeMap<String, usize> = Default::default();
+    for x in &l.phases[phase] {
+        *m.entry(l.kernels[x.kernel].name.clone()).or_default() += 1;
+    }
+    let mut v: Vec<(String, usize)> = m.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+impl Lowerer<'_> {
+    fn kernel(&mut self, k: Kernel) -> Result<usize> {
+        k.check_budget()?;
+        let text = k.render();
+        if let Some(&i) = self.index.get(&text) {
+            return Ok(i);
+        }
+        self.kernels.push(k);
+        self.index.insert(text, self.kernels.len() - 1);
+        Ok(self.kernels.len() - 1)
+    }
+
+    fn g(&self) -> &alpha_ir::Graph {
+        &self.plan.program.graph
+    }
+
+    fn ptr(&self, v: Value) -> A {
+        A::Ptr(self.plan.slot(v).offset)
+    }
+
+    fn ptr_at(&self, v: Value, elements: u64) -> A {
+        A::Ptr(self.plan.slot(v).offset + elements as usize * self.g().dtype(v).size())
+    }
+
+    fn need_scratch(&mut self, bytes: usize) {
+        self.scratch = self.scratch.max(bytes);
+    }
+
+    fn pointwise(&mut self, pw: Pointwise, args: Vec<A>, node: Option<u32>) -> Result<Pending> {
+        // Four elements a thread where the layout allows and every pointer is 16-byte aligned.
+        let vector = aligned16(&args) && self.config.pointwise_vector && pw.vectorizable();
+        let (blocks, threads) = pw.grid_with(vector);
+        let kernel = self.kernel(pw.kernel_with(vector)?)?;
+        Ok(Pending { kernel, grid: (blocks, 1, 1), block: (threads, 1, 1), args, node })
+    }
+
+    fn rotary_table(&mut self, t: usize, d: usize, base: f64) -> usize {
+        if let Some(&o) = self.tables.get(&(t, d, base.to_bits())) {
+            return o;
+        }
+        let data = rotary::table(t, d, base);
+        let off = self.consts_end;
+        self.consts_end = (off + data.len() * 4).div_ceil(ALIGN) * ALIGN;
+        self.inits.push((off, data.iter().flat_map(|x| x.to_le_bytes()).collect()));
+        self.tables.insert((t, d, base.to_bits()), off);
+        off
+    }
+
+    /// A tensor map over operand `v` (a plan value) in the constant region, encoded at load.
+    fn tensor_map(&mut self, v: A, map: gemm_tma::MapSpec) -> Result<A> {
+        let A::Ptr(operand) = v else { bail!("a tensor map over a scratch operand") };
+        if let Some(&(at, _, _)) = self.tensor_maps.iter().find(|(_, o, m)| *o == operand && *m == map) {
+            return Ok(A::Ptr(at));
+        }
+        let at = self.consts_end;
+        self.consts_end = (at + 128).div_ceil(ALIGN) * ALIGN;
+        self.tensor_maps.push((at, operand, map));
+        Ok(A::Ptr(at))
+    }
+
+    /// Appends `data` to the constant region (written once at load); returns its offset.
+    fn constant(&mut self, data: Vec<u8>) -> usize {
+        let off = self.held(data.len());
+        self.inits.push((off, data));
+        off
+    }
+
+    /// `bytes` of the region after the plan's arena that no other launch reuses (unlike the
+    /// scratch region): for values kept from one launch to a later one that the plan does not
+    /// know of.
+    fn held(&mut self, bytes: usize) -> usize {
+        let off = self.consts_end;
+        self.consts_end = (off + bytes).div_ceil(ALIGN) * ALIGN;
+        off
+    }
+
+    /// Where `v` is stored, and as what: its own slot in its dtype, or the slot of the bf16
+    /// cast that alone reads it (see [`casts_into_producers`]).
+    fn destination(&self, v: Value) -> (Value, DType) {
+        match self.fusion.store_as.get(&v) {
+            Some(&cast) => (cast, DType::BF16),
+            None => (v, self.g().dtype(v)),
+        }
+    }
+
+    fn want_f32(&self, node: &Node, id: u32, vals: &[Value]) -> Result<()> {
+        for &v in vals {
+            if self.g().dtype(v) != DType::F32 {
+                return Err(node_error(node, id, format!("{v} is {}, this kernel takes f32", self.g().ty(v))));
+            }
+        }
+        Ok(())
+    }
+
+    /// The launches of node `id`, by its op's family (one file each in this module).
+    fn lower_node(&mut self, id: u32) -> Result<Vec<Pending>> {
+        let plan = self.plan;
+        let node = &plan.program.graph.nodes[id as usize];
+        match &node.op {
+            Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Cast { .. }
+            | Op::Reshape { .. }
+            | Op::Broadcast { .. }
+            | Op::Permute { .. }
+            | Op::Slice { .. }
+            | Op::Concat { .. } => self.lower_elementwise(id),
+            Op::Reduce { .. } => self.lower_reduce(id),
+            Op::MatMul { .. } => self.lower_matmul(id),
+            Op::Gather | Op::ScatterAdd { .. } => self.lower_embedding(id),
+            Op::LayerNorm { .. } => self.lower_layernorm(id),
+            Op::LayerNormBackward => self.lower_layernorm_backward(id, None, None),
+            Op::Rotary { .. } => self.lower_rotary(id),
+            Op::Attention { .. } | Op::AttentionBackward { .. } => self.lower_attention(id),
+            Op::CrossEntropy | Op::CrossEntropyBackward => self.lower_cross_entropy(id),
+            Op::Recurrence { .. } => self.lower_recurrence(id),
+            Op::AdamW { .. } | Op::SumSquares => self.lower_optimizer(id),
+            Op::RmsNorm { .. } | Op::RmsNormBackward => {
+                Err(node_error(node, id, "RMSNorm has no GPU kernel yet (no system on the GPU uses it)"))
+            }
+            Op::DeltaRule | Op::DeltaRuleBackward => {
+                Err(node_error(node, id, "the delta rule has no GPU kernel yet (it runs on the CPU)"))
+            }
+            Op::Param { .. } | Op::State { .. } | Op::Input { .. } | Op::HostScalar { .. } | Op::Constant { .. } => {
+                Err(node_error(node, id, "a leaf is not a kernel"))
+            }
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Elementwise and layout ops (unary, binary, casts, reshapes, broadcasts, permutes, slices,
+//! concatenations) on the pointwise kernel, runs of them as one fused chain, and runs of
+//! parameter casts as one multi-tensor launch.
+
+use super::*;
+
+impl Lowerer<'_> {
+    /// An elementwise or layout node on the pointwise kernel.
+    pub(super) fn lower_elementwise(&mut self, id: u32) -> Result<Vec<Pending>> {
+        let plan = self.plan;
+        let g = &plan.program.graph;
+        let node = g.nodes[id as usize].clone();
+        let out = |k: u16| Value { node: id, index: k };
+        let ins = &node.inputs;
+        let ishape = |k: usize| g.shape(ins[k]).to_vec();
+        let idt = |k: usize| g.dtype(ins[k]);
+        let os = node.outputs[0].shape.clone();
+        let odt = node.outputs[0].dtype;
+        let n = node.outputs[0].numel();
+        let some = Some(id);
+        let mut v = vec![];
+        match &node.op {
+            Op::Unary(u) => {
+                let (dst, odt) = self.destination(out(0));
+                let pw = Pointwise {
+                    shape: vec![n],
+                    out: Operand::contiguous(odt, &[n]),
+                    ins: vec![Operand::contiguous(idt(0), &[n])],
+                    body: Body::Unary(*u),
+                };
+                v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0])], some)?);
+            }
+            Op::Binary(b) => {
+                let (dst, odt) = self.destination(out(0));
+                let pw = Pointwise {
+                    shape: os.clone(),
+                    out: Operand::contiguous(odt, &os),
+                    ins: vec![
+                        Operand { dtype: idt(0), strides: broadcast_strides(&ishape(0), &os) },
+                        Operand { dtype: idt(1), strides: broadcast_strides(&ishape(1), &os) },
+                    ],
+                    body: Body::Binary(*b),
+                };
+                v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0]), self.ptr(ins[1])], some)?);
+            }
+            Op::Cast { .. } | Op::Reshape { .. } => {
+                let pw = Pointwise {
+                    shape: vec![n],
+                    out: Operand::contiguous(odt, &[n]),
+                    ins: vec![Operand::contiguous(idt(0), &[n])],
+                    body: Body::Copy,
+                };
+                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0])], some)?);
+            }
+            Op::Broadcast { .. } => {
+                let pw = Pointwise {
+                    shape: os.clone(),
+                    out: Operand::contiguous(odt, &os),
+                    ins: vec![Operand { dtype: idt(0), strides: broadcast_strides(&ishape(0), &os) }],
+                    body: Body::Copy,
+                };
+                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0])], some)?);
+            }
+            Op::Permute { perm } => {
+                let xs = contiguous_strides(&ishape(0));
+                let (dst, odt) = self.destination(out(0));
+                let pw = Pointwise {
+                    shape: os.clone(),
+                    out: Operand::contiguous(odt, &os),
+                    ins: vec![Operand { dtype: idt(0), strides: perm.iter().map(|&p| xs[p]).collect() }],
+                    body: Body::Copy,
+                };
+                v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0])], some)?);
+            }
+            Op::Slice { axis, start, .. } => {
+                let xs = contiguous_strides(&ishape(0));
+                let pw = Pointwise {
+                    shape: os.clone(),
+                    out: Operand::contiguous(odt, &os),
+                    ins: vec![Operand { dtype: idt(0), strides: xs.clone() }],
+                    body: Body::Copy,
+                };
+                let src = self.ptr_at(ins[0], *start as u64 * xs[*axis]);
+                v.push(self.pointwise(pw, vec![self.ptr(out(0)), src], some)?);
+            }
+            Op::Concat { axis } => {
+                let ost = contiguous_strides(&os);
+                let mut at = 0u64;
+                for (kk, &part) in ins.iter().enumerate() {
+                    let ps = ishape(kk);
+                    let len = ps[*axis] as u64;
+                    if ps.iter().product::<usize>() > 0 {
+                        let pw = Pointwise {
+                            shape: ps.clone(),
+                            out: Operand { dtype: odt, strides: ost.clone() },
+                            ins: vec![Operand::contiguous(idt(kk), &ps)],
+                            body: Body::Copy,
+                        };
+                        let dst = self.ptr_at(out(0), at * ost[*axis]);
+                        v.push(self.pointwise(pw, vec![dst, self.ptr(part)], some)?);
+                    }
+                    at += len;
+                }
+            }
+            _ => return Err(node_error(&node, id, "not an elementwise or layout op")),
+        }
+        Ok(v)
+    }
+
+    /// A run of two or more same-length f32 elementwise nodes (unary, or binary without
+    /// broadcasting) from `nodes[i]`, as one [`fused::Chain`] launch: it stores only the values
+    /// read after the run, and only when no stored value partly overlaps an input (an exact
+    /// overlap is safe: every element is loaded before any is stored). Returns the position
+    /// after the run.
+    pub(super) fn elementwise_chain(
+        &mut self,
+        nodes: &[u32],
+        i: usize,
+        skip: &mut std::collections::HashSet<u32>,
+        uses: &HashMap<Value, usize>,
+    ) -> Result<Option<ChainLowered>> {
+        let g = &self.plan.program.graph;
+        let f32 = |v: Value| g.dtype(v) == DType::F32;
+        let len = |id: u32| {
+            let n = &g.nodes[id as usize];
+            let out = Value { node: id, index: 0 };
+            let ok = match n.op {
+                Op::Unary(_) => f32(n.inputs[0]) && g.ty(n.inputs[0]).numel() == n.outputs[0].numel(),
+                Op::Binary(_) => n.inputs.iter().all(|&x| f32(x) && g.shape(x) == n.outputs[0].shape.as_slice()),
+                _ => false,
+            };
+            (ok && f32(out)).then(|| n.outputs[0].numel())
+        };
+        let Some(n) = len(nodes[i]) else { return Ok(None) };
+        let mut end = i + 1;
+        while end < nodes.len() && !skip.contains(&nodes[end]) && len(nodes[end]) == Some(n) {
+            end += 1;
+        }
+        while end - i >= 2 {
+            let run = &nodes[i..end];
+            let step_of: HashMap<u32, usize> = run.iter().enumerate().map(|(k, &id)| (id, k)).collect();
+            let mut inputs: Vec<Value> = vec![];
+            let mut steps = vec![];
+            let mut inner_uses: HashMap<u32, usize> = HashMap::new();
+            for &id in run {
+                let node = &g.nodes[id as usize];
+                let mut src = |x: Value| match step_of.get(&x.node) {
+                    Some(&k) if x.index == 0 => {
+                        *inner_uses.entry(x.node).or_default() += 1;
+                        fused::Src::Step(k)
+                    }
+                    _ => {
+                        let at = inputs.iter().position(|&v| v == x).unwrap_or_else(|| {
+                            inputs.push(x);
+                            inputs.len() - 1
+                        });
+                        fused::Src::Input(at)
+                    }
+                };
+                steps.push(match node.op {
+                    Op::Unary(u) => fused::Step::Unary(u, src(node.inputs[0])),
+                    Op::Binary(b) => {
+                        let (x, y) = (src(node.inputs[0]), src(node.inputs[1]));
+                        fused::Step::Binary(b, x, y)
+                    }
+                    _ => unreachable!("only elementwise nodes join a run"),
+                });
+            }
+            let outputs: Vec<usize> = (0..run.len())
+                .filter(|&k| {
+                    let v = Value { node: run[k], index: 0 };
+                    uses.get(&v).copied().unwrap_or(0) > inner_uses.get(&run[k]).copied().unwrap_or(0)
+                })
+                .collect();
+            let out_values: Vec<Value> = outputs.iter().map(|&k| Value { node: run[k], index: 0 }).collect();
+            // Outputs that only a later bf16 cast reads go straight into the cast's slot, when
+            // nothing the chain reads or the launches up to the cast read or write meets it.
+            let mut into_casts = vec![];
+            for &v in &out_values {
+                let Some(&cast) = self.cast_candidates.get(&v) else { continue };
+                let Some(pc) = nodes.iter().position(|&n| n == cast) else { continue };
+                if self.fusion.store_as.contains_key(&v) || skip.contains(&cast) || pc < end {
+                    continue;
+                }
+                let cv = Value { node: cast, index: 0 };
+                let Some(slot) = range(self.plan, cv) else { continue };
+                let meets = |x: Value| range(self.plan, x).is_some_and(|r| overlap(r, slot));
+                let chain_reads = inputs.iter().any(|&x| meets(x));
+                let chain_writes = out_values.iter().any(|&o| o != v && meets(self.destination(o).0));
+                let between = nodes[end..pc].iter().any(|&id| {
+                    let n = &g.nodes[id as usize];
+                    n.inputs.iter().any(|&x| meets(x))
+                        || (0..n.outputs.len()).any(|k| meets(Value { node: id, index: k as u16 }))
+                });
+                if !(chain_reads || chain_writes || between) {
+                    into_casts.push((v, cv));
+                }
+            }
+            for &(v, cv) in &into_casts {
+                self.fusion.store_as.insert(v, cv);
+            }
+            // A bf16 store (into a cast's slot) may not meet an input at all: its elements are
+            // half the size, so even the same start is a different element.
+            let clash = out_values.iter().any(|&o| {
+                let (dst, dt) = self.destination(o);
+                let ro = range(self.plan, dst);
+                inputs.iter().any(|&x| match (ro, range(self.plan, x)) {
+                    (Some(a), Some(b)) => overlap(a, b) && (a != b || dt == DType::BF16),
+                    _ => false,
+                })
+            });
+            if clash {
+                for (v, _) in &into_casts {
+                    self.fusion.store_as.remove(v);
+                }
+            } else {
+                skip.extend(into_casts.iter().map(|&(_, cv)| cv.node));
+                let dests: Vec<(Value, DType)> = out_values.iter().map(|&v| self.destination(v)).collect();
+                let bf16 = dests.iter().map(|d| d.1 == DType::BF16).collect();
+                let read = inputs.clone();
+                let (inputs, steps, outputs) = if self.config.recompute_unary {
+                    recompute_unary_inputs(g, inputs, steps, outputs)
+                } else {
+                    (inputs, steps, outputs)
+                };
+                for x in read.into_iter().filter(|x| !inputs.contains(x)) {
+                    for &r in run.iter().filter(|&&r| g.nodes[r as usize].inputs.contains(&x)) {
+                        self.recomputed_reads.insert((x, r));
+                    }
+                }
+                let chain = fused::Chain { n, inputs: inputs.len(), steps, outputs, bf16 };
+                let kernel =
+                    self.kernel(chain.kernel().map_err(|e| node_error(&g.nodes[run[0] as usize], run[0], e))?)?;
+                let mut args: Vec<A> = dests.iter().map(|&(v, _)| self.ptr(v)).collect();
+                args.extend(inputs.iter().map(|&v| self.ptr(v)));
+                let (blocks, threads) = grid_blocks(n);
+                let pending =
+                    Pending { kernel, grid: (blocks, 1, 1), block: (threads, 1, 1), args, node: Some(run[0]) };
+                let dests = dests.into_iter().map(|(v, _)| v).collect();
+                return Ok(Some(ChainLowered { end, pending, chain, inputs, dests, run: run.to_vec() }));
+            }
+            end -= 1;
+        }
+        Ok(None)
+    }
+
+    /// One launch for consecutive parameter casts: a chunk table of (source, destination,
+    /// length) in the constant region.
+    pub(super) fn lower_param_casts(&mut self, ids: &[u32]) -> Result<Pending> {
+        let g = &self.plan.program.graph;
+        let tensors: Vec<(usize, usize, usize)> = ids
+            .iter()
+            .map(|&id| {
+                let n = &g.nodes[id as usize];
+                let out = Value { node: id, index: 0 };
+                (self.plan.slot(n.inputs[0]).offset, self.plan.slot(out).offset, n.outputs[0].numel())
+            })
+            .collect();
+        let first = &g.nodes[ids[0] as usize];
+        let (bytes, chunks) = multi::cast_table(&tensors).map_err(|e| node_error(first, ids[0], e))?;
+        let table = self.constant(bytes);
+        let kernel = self.kernel(multi::cast_kernel())?;
+        let args = multi::cast_arguments([A::Ptr(0), A::Ptr(table)]);
+        Ok(Pending { kernel, grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), args, node: Some(ids[0]) })
+    }
+}
