@@ -12,12 +12,25 @@ use anyhow::{bail, Result};
 /// Where prepared streams and downloads are cached, relative to the working directory.
 pub const CACHE: &str = "data-cache";
 
-fn tokenizer_spec(system: &dyn System) -> Result<TokenizerSpec> {
+/// The tokenizer a raw corpus is prepared with for `system`: bytes, GPT-2's own BPE for a
+/// vocabulary of GPT-2's 50,257 tokens (no learned BPE is trained in its place), else a BPE of
+/// the system's vocabulary trained on the corpus.
+pub fn tokenizer_spec(system: &dyn System) -> Result<TokenizerSpec> {
     let s = match system.tokens() {
         Tokens::Bytes => "bytes".to_string(),
+        Tokens::Bpe(alpha_data::gpt2::VOCAB) => "gpt2".to_string(),
         Tokens::Bpe(v) => format!("bpe:{v}"),
     };
     s.parse::<TokenizerSpec>().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The vocabulary `system`'s token stream must declare: its tokenizer's, which a model may pad
+/// (GPT-2's 50,257 tokens in a 50,304-row embedding) without the data changing.
+pub fn token_vocab(system: &dyn System) -> usize {
+    match system.tokens() {
+        Tokens::Bytes => alpha_data::tokenizer::BYTES_VOCAB,
+        Tokens::Bpe(v) => v,
+    }
 }
 
 /// A prepared directory holds a manifest.
@@ -39,14 +52,17 @@ pub fn resolve(system: &dyn System, data: Option<&Path>) -> Result<PathBuf> {
         None => match system.tokens() {
             Tokens::Bytes => alpha_data::default_corpus::ensure(&cache)?,
             Tokens::Bpe(v) => {
-                let out = cache.join(format!("gutenberg-bpe{v}"));
+                let spec = tokenizer_spec(system)?;
+                let label = if spec == TokenizerSpec::Gpt2 { "gpt2".to_string() } else { format!("bpe{v}") };
+                let out = cache.join(format!("gutenberg-{label}"));
                 if is_prepared(&out) {
                     return Ok(out);
                 }
                 let shared = PathBuf::from("../shared/data/gutenberg");
                 if !shared.is_dir() {
+                    let flag = if spec == TokenizerSpec::Gpt2 { "gpt2".to_string() } else { format!("bpe:{v}") };
                     bail!(
-                        "{} trains on a BPE-{v} stream: prepare one with `alpha data prepare --corpus PATH --tokenizer bpe:{v} --out {}` and pass --data",
+                        "{} trains on a BPE-{v} stream: prepare one with `alpha data prepare --corpus PATH --tokenizer {flag} --out {}` and pass --data",
                         system.name(),
                         out.display()
                     );
@@ -56,4 +72,19 @@ pub fn resolve(system: &dyn System, data: Option<&Path>) -> Result<PathBuf> {
         },
     };
     alpha_data::cache::prepared(&cache, &corpus, &tokenizer_spec(system)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpt2_reads_gpt2s_own_tokenizer_and_the_others_keep_theirs() {
+        let spec = |name: &str| tokenizer_spec(alpha_systems::find(name).unwrap().as_ref()).unwrap();
+        assert_eq!(spec("gpt2"), TokenizerSpec::Gpt2);
+        assert_eq!(spec("coppelius"), TokenizerSpec::TrainBpe { vocab_size: 12288 });
+        assert_eq!(spec("bob"), TokenizerSpec::Bytes);
+        let vocab = |name: &str| token_vocab(alpha_systems::find(name).unwrap().as_ref());
+        assert_eq!((vocab("gpt2"), vocab("coppelius"), vocab("bob")), (50_257, 12_288, 256));
+    }
 }

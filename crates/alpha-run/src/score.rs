@@ -32,7 +32,7 @@ pub fn score(
     }
     let t = system.context();
     let mut stream = TokenStream::open(data, Split::Valid)?;
-    stream.check_vocab(system.vocab())?;
+    stream.check_vocab(crate::data::token_vocab(system))?;
     let windows = stream.heldout_windows(t + 1, max_windows)?;
     let mut nll = 0.0f64;
     let mut tokens = 0u64;

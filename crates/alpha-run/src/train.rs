@@ -179,7 +179,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     // Data first: a bad path should fail before any compiling.
     let mut stream = TokenStream::open(&opts.data, Split::Train)
         .with_context(|| format!("opening the training data at {}", opts.data.display()))?;
-    stream.check_vocab(system.vocab())?;
+    stream.check_vocab(crate::data::token_vocab(system))?;
 
     let resumed = match &opts.resume {
         Some(p) => Some((checkpoint::load(p)?, p.clone())),
