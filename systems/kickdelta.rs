@@ -13,7 +13,7 @@
 //! (§3.2) the encoding is phasors of a byte's symbols; unlike it the frequencies move with
 //! training, each group retuning all its harmonics at once, and the run records show where they
 //! went. The frequency is stored ×16 (f_g = p_g / 16) so an Adam step moves it by a sixteenth of
-//! the learning rate: one step moves the phase of harmonic 6 at x = 255 by at most ~0.06 rad.
+//! the learning rate: at the peak rate one step moves the phase of harmonic 6 at x = 255 by ~0.05 rad.
 //!
 //! **Context, keys, queries (2,880 parameters).** The context at t is the two latest bytes'
 //! encodings, c_t = [e(x_t); e(x_{t−1})] (192 numbers; zeros before the window starts). One map
