@@ -257,7 +257,8 @@ fn cases() -> Vec<Case> {
 
 fn run_case(c: &Case, seed: u64, checked: bool) -> Result<Vec<(String, f64, f64, bool)>> {
     let mut cpu = CpuBackend::compile(&c.program)?;
-    let mut gpu = CudaBackend::compile(&c.program, &alpha_cuda::CudaConfig::from_env()?)?;
+    let mut gpu =
+        CudaBackend::compile(&c.program, &alpha_cuda::CudaConfig::from_vars(|name| std::env::var(name).ok())?)?;
     gpu.set_checked(checked);
     for (name, values) in alpha_learn::init::initial_leaves(&c.program.graph, seed) {
         cpu.write(&name, &values)?;
@@ -353,7 +354,7 @@ fn check_system(name: &str, seed: u64, steps: u64, checked: bool, summary: &mut 
     let (sys, program) = system_program(name, None)?;
     let sys = sys.as_ref();
     let t0 = Instant::now();
-    let mut gpu = CudaBackend::compile(&program, &alpha_cuda::CudaConfig::from_env()?)?;
+    let mut gpu = CudaBackend::compile(&program, &alpha_cuda::CudaConfig::from_vars(|name| std::env::var(name).ok())?)?;
     gpu.set_checked(checked);
     let compile_s = t0.elapsed().as_secs_f64();
     let phase = program.phases[0].name.clone();
@@ -505,7 +506,7 @@ fn main() -> Result<()> {
     let seed: u64 = value("--seed").and_then(|s| s.parse().ok()).unwrap_or(7);
     let checked = flag("--checked");
     if let Some(dir) = value("--ptx-dir") {
-        let config = alpha_cuda::CudaConfig::from_env()?;
+        let config = alpha_cuda::CudaConfig::from_vars(|name| std::env::var(name).ok())?;
         let dir = std::path::PathBuf::from(dir);
         let mut count = 0;
         for c in cases() {

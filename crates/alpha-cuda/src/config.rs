@@ -6,8 +6,8 @@
 //!
 //! Why switches at all: each one turns off (or forces) one measured choice, so that two variants
 //! can be timed from the same binary on the same GPU. Every default is the measured choice
-//! (`bench/results/`). [`CudaConfig::from_env`] reads them from `ALPHA_*` variables; only the
-//! command line's backend constructor calls it. Paths measured slower were taken out of the
+//! (`bench/results/`). [`CudaConfig::from_vars`] reads them from `ALPHA_*` variables handed in
+//! by the caller; only the command line reads the process's environment. Paths measured slower were taken out of the
 //! product (`bench/results/2026-12-01-retired-cuda-paths.md` names the commit where each last
 //! lived); their variables are refused with that pointer ([`RETIRED`]).
 //!
@@ -186,12 +186,6 @@ impl Default for CudaConfig {
 }
 
 impl CudaConfig {
-    /// The defaults with what the `ALPHA_*` variables of this process set (the module's
-    /// table); a value a variable does not take is an error naming it.
-    pub fn from_env() -> Result<CudaConfig> {
-        CudaConfig::from_vars(|name| std::env::var(name).ok())
-    }
-
     /// The defaults with what `var` (a variable's value by name, None when unset) sets.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<CudaConfig> {
         let mut c = CudaConfig::default();

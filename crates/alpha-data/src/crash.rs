@@ -7,12 +7,20 @@
 //! `tokenizer.json`), `shards` (every shard written, no manifest yet), `cache-install` (a cache
 //! preparation complete in its staging folder, not yet renamed into place).
 
-/// The environment variable naming the point to abort at.
+/// The environment variable naming the point to abort at; the command line reads it and calls
+/// [`arm`].
 pub const ENV: &str = "ALPHA_DATA_CRASH_AT";
 
-/// Aborts the process if [`ENV`] names `name`.
+static ARMED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Arms the crash point `name`.
+pub fn arm(name: &str) {
+    let _ = ARMED.set(name.to_string());
+}
+
+/// Aborts the process if [`arm`] named `name`.
 pub fn point(name: &str) {
-    if std::env::var_os(ENV).is_some_and(|v| v == name) {
+    if ARMED.get().is_some_and(|armed| armed == name) {
         eprintln!("{ENV}={name}: aborting here, as a crash would");
         std::process::abort();
     }

@@ -34,6 +34,19 @@ impl std::str::FromStr for Device {
 /// Plans carried by a built executable, keyed by their program's hash.
 static EMBEDDED: OnceLock<Vec<(String, alpha_plan::Plan)>> = OnceLock::new();
 
+static CUDA_CONFIG: OnceLock<alpha_cuda::CudaConfig> = OnceLock::new();
+
+/// The CUDA backend's configuration for this process (the command line reads it from its
+/// environment once); without it, the measured defaults.
+pub fn use_cuda_config(config: alpha_cuda::CudaConfig) {
+    let _ = CUDA_CONFIG.set(config);
+}
+
+/// The configuration [`use_cuda_config`] set, or the defaults.
+pub fn cuda_config() -> alpha_cuda::CudaConfig {
+    CUDA_CONFIG.get().cloned().unwrap_or_default()
+}
+
 /// Use these plans instead of planning again when a program matches one of them.
 pub fn use_embedded_plans(plans: Vec<alpha_plan::Plan>) {
     let _ = EMBEDDED.set(plans.into_iter().map(|p| (p.program.key(), p)).collect());
@@ -51,11 +64,7 @@ pub fn backend_for(device: Device, program: &Program) -> Result<Box<dyn Backend>
     }
     match device {
         Device::Cpu => Ok(Box::new(CpuBackend::compile(program)?)),
-        // The CUDA backend's measurement switches are read here, at the command line's boundary.
-        Device::Cuda => {
-            let config = alpha_cuda::CudaConfig::from_env()?;
-            Ok(Box::new(alpha_cuda::CudaBackend::compile(program, &config)?))
-        }
+        Device::Cuda => Ok(Box::new(alpha_cuda::CudaBackend::compile(program, &cuda_config())?)),
     }
 }
 

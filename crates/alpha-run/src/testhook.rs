@@ -1,5 +1,5 @@
-//! Crash points for the robustness tests. `ALPHA_TEST_CRASH_AT=<point>:<step>` makes the
-//! trainer fail at one chosen write, so a test reproduces a crash there instead of hoping a
+//! Crash points for the robustness tests. `ALPHA_TEST_CRASH_AT=<point>:<step>` (read by the
+//! command line, which arms it here) makes the trainer fail at one chosen write, so a test reproduces a crash there instead of hoping a
 //! timed kill lands in it. Unset (always, outside tests), nothing changes. The points:
 //!
 //! - `points-row:N` — half of step N's `points.jsonl` row written, then the process aborts;
@@ -15,18 +15,21 @@
 
 use std::sync::OnceLock;
 
-/// The variable naming the crash point.
+/// The variable naming the crash point; the command line reads it and calls [`arm`].
 pub const VAR: &str = "ALPHA_TEST_CRASH_AT";
 
+static CHOSEN: OnceLock<(String, u64)> = OnceLock::new();
+
+/// Arms the crash point `spec` (`<point>:<step>`); a spec without a step is an error.
+pub fn arm(spec: &str) -> anyhow::Result<()> {
+    let parsed = spec.rsplit_once(':').and_then(|(point, step)| Some((point.to_string(), step.parse().ok()?)));
+    let Some(chosen) = parsed else { anyhow::bail!("{VAR}={spec}: expected <point>:<step>") };
+    let _ = CHOSEN.set(chosen);
+    Ok(())
+}
+
 fn chosen() -> Option<&'static (String, u64)> {
-    static CHOSEN: OnceLock<Option<(String, u64)>> = OnceLock::new();
-    CHOSEN
-        .get_or_init(|| {
-            let v = std::env::var(VAR).ok()?;
-            let (point, step) = v.rsplit_once(':')?;
-            Some((point.to_string(), step.parse().ok()?))
-        })
-        .as_ref()
+    CHOSEN.get()
 }
 
 /// Whether the test asked for a failure at `point` of `step`.

@@ -662,7 +662,7 @@ fn build(a: BuildArgs) -> Result<()> {
     let mut plans = vec![];
     let mut ptx = std::collections::HashMap::new();
     let cuda = match a.device {
-        Device::Cuda => Some(alpha_cuda::CudaConfig::from_env()?),
+        Device::Cuda => Some(alpha_run::session::cuda_config()),
         Device::Cpu => None,
     };
     for p in &programs {

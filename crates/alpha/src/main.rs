@@ -4,6 +4,7 @@
 
 mod commands;
 mod embedded;
+mod environment;
 mod memory;
 mod validate;
 
@@ -29,6 +30,10 @@ fn main() -> ExitCode {
         }
         None => commands::Cli::parse_from(args),
     };
+    if let Err(e) = environment::apply() {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(2);
+    }
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         // `alpha … | head`: the reader has what it wanted.

@@ -53,7 +53,7 @@ pub fn gpu_training_bytes(
     accumulate: usize,
     heldout_windows: usize,
 ) -> Result<Needs> {
-    let config = alpha_cuda::CudaConfig::from_env()?;
+    let config = alpha_run::session::cuda_config();
     let mut refused = None;
     let mut arena = |program: &alpha_ir::Program| -> Result<u64> {
         match alpha_cuda::lower::lower_program(program, &config) {
