@@ -633,7 +633,8 @@ fn plan(a: PlanArgs) -> Result<()> {
     if let Some(limit) = a.fits {
         let found = crate::memory::largest_batch(limit, validate::MAX_BATCH, |b| {
             crate::memory::gpu_training_bytes(system.as_ref(), b, a.accumulate, a.heldout_windows)
-        })?;
+        })
+        .with_context(|| format!("{} on the GPU", system.name()))?;
         out!("{}", crate::memory::report(system.name(), limit, found)?)?;
     }
     Ok(())

@@ -124,6 +124,11 @@ pub fn largest_batch(
         bail!("the largest batch to try must be at least 1");
     }
     let first = needs(1)?;
+    // A program the backend cannot lower at all (an op without a GPU kernel) is no question of
+    // memory: say so rather than that batch 1 does not fit.
+    if let Some(why) = &first.refused {
+        bail!("the CUDA backend does not run it at any batch: {why}");
+    }
     if !first.fits(limit) {
         return Ok(None);
     }
@@ -221,6 +226,14 @@ mod tests {
         let (fits, next) = largest_batch(u64::MAX / 2, 1 << 20, capped).unwrap().unwrap();
         assert_eq!((fits.batch, next.as_ref().map(|n| n.batch)), (83, Some(84)));
         assert!(report("toy", u64::MAX / 2, Some((fits, next))).unwrap().contains("refuses it (a tensor exceeds"));
+        // A program refused at every batch is an error saying so, not "batch 1 does not fit".
+        let never = |b: usize| -> Result<Needs> {
+            let mut n = linear(b)?;
+            n.refused = Some("the delta rule has no GPU kernel yet".to_string());
+            Ok(n)
+        };
+        let e = largest_batch(u64::MAX / 2, 1 << 20, never).unwrap_err().to_string();
+        assert!(e.contains("does not run it at any batch") && e.contains("no GPU kernel"), "{e}");
         let (fits, next) = largest_batch(u64::MAX / 2, 100, linear).unwrap().unwrap();
         assert_eq!((fits.batch, next.clone()), (100, None));
         assert!(report("toy", u64::MAX / 2, Some((fits, next))).unwrap().contains("100 sequences"));
