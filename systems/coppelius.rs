@@ -109,7 +109,7 @@ impl System for Coppelius {
         let lnf_g = g.param("ln_f.weight", &[c], Init::Ones);
         let lnf_b = g.param("ln_f.bias", &[c], Init::Zeros);
         let hf = g.layer_norm(x, lnf_g, lnf_b, 1e-5);
-        tied_lm_loss(g, hf, embed, targets)
+        tied_lm_loss(g, hf, embed, targets, self.vocab)
     }
 
     fn learner(&self, steps: u64) -> Learner {

@@ -1,6 +1,11 @@
 //! GPT-2 small (SYSTEMS.md §8), llm.c's `d12`: 12 pre-LN blocks of width 768 with 12 heads,
 //! context 1,024, learned positions, biases on every linear, tanh GELU MLP of 4·768, tied
-//! embedding over 50,257 tokens — 124,439,808 parameters. llm.c's recipe: weights N(0, 0.02),
+//! embedding over 50,257 tokens — 124,439,808 parameters, stored as 124,475,904: the embedding
+//! table has 50,304 rows (the vocabulary rounded up to a multiple of 128, as llm.c pads it), so
+//! the head's three products (logits, their input gradient, the table's gradient) take whole
+//! 128-wide tiles on the GPU's fast path instead of a ragged edge. The 47 padded rows are never
+//! gathered (token ids stop at 50,256) and the logits are sliced back to 50,257 columns before the
+//! softmax, so they never enter the loss or a prediction; their gradient is zero. llm.c's recipe: weights N(0, 0.02),
 //! the two residual projections N(0, 0.02/√24), biases 0; AdamW β (0.9, 0.95), ε 1e-8, decay 0.1
 //! on matrices only, peak 6e-4 after 700 warm-up updates, cosine to 0, clip 1.0. Matrix products
 //! take bf16 operands, as in Alpha's other transformers.
@@ -27,6 +32,11 @@ impl Default for Gpt2 {
 }
 
 impl Gpt2 {
+    /// Rows of the embedding table: the vocabulary rounded up to a multiple of 128.
+    pub fn padded_vocab(&self) -> usize {
+        self.vocab.div_ceil(128) * 128
+    }
+
     /// A linear layer with a bias: x·W + b.
     fn linear(&self, g: &mut Graph, x: Value, name: &str, fan_out: usize, std: f64) -> Value {
         let fan_in = g.shape(x)[1];
@@ -89,7 +99,7 @@ impl System for Gpt2 {
         let (c, t, v) = (self.width, self.context, self.vocab);
         let mut g = Graph::new("gpt2");
         let (tokens, targets) = lm_inputs(&mut g, batch, t);
-        let wte = g.param("wte.weight", &[v, c], Init::Normal { std: 0.02 });
+        let wte = g.param("wte.weight", &[self.padded_vocab(), c], Init::Normal { std: 0.02 });
         let wpe = g.param("wpe.weight", &[t, c], Init::Normal { std: 0.02 });
         let x = g.gather(wte, tokens);
         let x = g.add(x, wpe);
@@ -98,7 +108,7 @@ impl System for Gpt2 {
             x = g.scoped(format!("blocks.{i}"), |g| self.block(g, x, batch));
         }
         let hf = self.layer_norm(&mut g, x, "ln_f");
-        tied_lm_loss(g, hf, wte, targets)
+        tied_lm_loss(g, hf, wte, targets, v)
     }
 
     fn learner(&self, steps: u64) -> Learner {
@@ -123,6 +133,11 @@ mod tests {
 
     #[test]
     fn parameter_count_is_llm_c_d12() {
-        assert_eq!(Gpt2::default().model(1).unwrap().graph.parameter_count(), 124_439_808);
+        let m = Gpt2::default().model(1).unwrap();
+        // llm.c's padded count; less the 47 padded rows, SYSTEMS.md's 124,439,808.
+        assert_eq!(m.graph.parameter_count(), 124_475_904);
+        assert_eq!(m.graph.parameter_count() - (50_304 - 50_257) * 768, 124_439_808);
+        // The padded rows never reach the softmax: the logits keep the vocabulary's columns.
+        assert_eq!(m.graph.shape(m.logits), &[1024, 50_257]);
     }
 }

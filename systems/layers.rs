@@ -53,8 +53,13 @@ pub fn lm_inputs(g: &mut Graph, batch: usize, t: usize) -> (Value, Value) {
 
 /// The tied head and loss: logits = h·Eᵀ over the embedding `embed` `[V, C]`, cross-entropy
 /// against `targets` per position, and their mean.
-pub fn tied_lm_loss(mut g: Graph, h: Value, embed: Value, targets: Value) -> Result<Model, IrError> {
-    let logits = bf16_matmul(&mut g, h, embed, true);
+pub fn tied_lm_loss(mut g: Graph, h: Value, embed: Value, targets: Value, vocab: usize) -> Result<Model, IrError> {
+    let mut logits = bf16_matmul(&mut g, h, embed, true);
+    // An embedding padded past the vocabulary: its extra rows' scores are cut off here, before
+    // the softmax (their gradient is then zero).
+    if g.shape(logits)[1] > vocab {
+        logits = g.slice(logits, 1, 0, vocab);
+    }
     let n = g.shape(h)[0];
     let flat = g.reshape(targets, &[n]);
     let losses = g.cross_entropy(logits, flat);
