@@ -97,6 +97,9 @@ fn main() -> Result<()> {
         // Sixteen contexts' tokens (Coppelius at B = 16).
         step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (12288, 512, 16384), &opts));
     }
+    if wanted("reduce") {
+        step("reduce", check::reduce_checks(&gpu, &arena, &mut rng, &opts));
+    }
     if wanted("cross_entropy") {
         step("cross_entropy", check::cross_entropy_checks(&gpu, &arena, &mut rng, (1024, 12288), &opts));
     }

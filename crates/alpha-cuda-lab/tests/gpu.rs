@@ -82,6 +82,15 @@ fn tanh_fast_quotient_is_exact_on_every_input() {
     assert_all(&check::tanh_exhaustive(&gpu, &arena).unwrap());
 }
 
+/// Column sums and means (bias gradients) equal the host's sums, and repeat bit for bit.
+#[test]
+fn column_reductions_match_the_host() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(256 << 20).unwrap();
+    assert_all(&check::reduce_checks(&gpu, &arena, &mut Rng::new(29), &quick()).unwrap());
+}
+
 /// A run of parameter casts in one launch rounds every element as the host does.
 #[test]
 fn multi_tensor_cast_rounds_like_the_host() {

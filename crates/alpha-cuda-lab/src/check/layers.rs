@@ -794,3 +794,92 @@ pub fn tanh_exhaustive(gpu: &Gpu, arena: &DeviceArena) -> Result<Vec<Row>> {
         },
     }])
 }
+
+/// Sums and means over the rows of [rows, width] f32 tensors (bias gradients: the column path
+/// of [`alpha_cuda::kernels::reduce`]) against the host's f64 sums, and a second launch
+/// bit-identical to the first. Shapes: GPT-2's at sixteen contexts ([16384, 768], 32 row
+/// chunks and a finishing pass), a ragged one ([1000, 300]: a partial last tile and chunk), a
+/// small one ([5, 40]: one chunk, most row groups idle); plus a row sum ([300, 1000] over axis 1)
+/// that keeps the strided path. Timed with `bench`.
+pub fn reduce_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use alpha_cuda::kernels::reduce::{self, Reduction};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
+    use alpha_ir::{DType, Reduce};
+    let cases = [
+        ([16384usize, 768usize], 0usize, Reduce::Sum, true),
+        ([16384, 768], 0, Reduce::Mean, true),
+        ([1000, 300], 0, Reduce::Sum, true),
+        ([5, 40], 0, Reduce::Sum, true),
+        ([300, 1000], 1, Reduce::Sum, false),
+    ];
+    let mut rows = vec![];
+    for (shape, axis, kind, columns) in cases {
+        arena.reset();
+        let r = Reduction::new(kind, &shape, &[axis], DType::F32, DType::F32)?;
+        let name = format!("reduce_{kind:?}_axis{axis}").to_lowercase();
+        let label = format!("{shape:?}");
+        if r.columns != columns {
+            rows.push(exact_row(
+                "reduce",
+                &name,
+                &format!("{label}: column path {} (expected {columns})", r.columns),
+                1,
+                1,
+            ));
+            continue;
+        }
+        let [rows_n, width] = shape;
+        let x = rng.vec(rows_n * width, 1.0);
+        let outputs = r.outputs();
+        let want: Vec<f32> = (0..outputs)
+            .map(|o| {
+                let s: f64 = if axis == 0 {
+                    (0..rows_n).map(|i| x[i * width + o] as f64).sum()
+                } else {
+                    x[o * width..(o + 1) * width].iter().map(|&v| v as f64).sum()
+                };
+                (if kind == Reduce::Mean { s / r.count() as f64 } else { s }) as f32
+            })
+            .collect();
+        let xb = arena.alloc_n::<f32>(x.len())?;
+        arena.upload(xb, &x)?;
+        let [ob, pb] = poisoned(arena, [outputs, outputs * r.chunks()])?;
+        let f1 = gpu.load(&r.kernel())?;
+        let f2 = if r.chunks() > 1 { Some(gpu.load(&r.finish_kernel())?) } else { None };
+        let cfg1 = LaunchConfig { grid: r.grid(), block: (reduce::THREADS, 1, 1), shared_bytes: 0 };
+        let cfg2 = LaunchConfig { grid: (outputs as u32, 1, 1), block: (reduce::THREADS, 1, 1), shared_bytes: 0 };
+        let args1 = reduce::arguments([ob.ptr, xb.ptr, pb.ptr].map(Arg::U64));
+        let args2 = reduce::finish_arguments([ob.ptr, pb.ptr].map(Arg::U64));
+        let run = || -> Result<()> {
+            gpu.launch(&f1, cfg1, &args1)?;
+            if let Some(f2) = &f2 {
+                gpu.launch(f2, cfg2, &args2)?;
+            }
+            Ok(())
+        };
+        run()?;
+        let got: Vec<f32> = arena.download(ob, outputs)?;
+        arena.fill_u32(ob, NAN_BITS)?;
+        run()?;
+        let again: Vec<f32> = arena.download(ob, outputs)?;
+        let differing = got.iter().zip(&again).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        let (max_abs, rel) = compare(&got, &want);
+        let tol = 1e-5;
+        rows.push(Row {
+            family: "reduce".into(),
+            name,
+            shape: label,
+            max_abs,
+            rel,
+            tol,
+            pass: rel <= tol && differing == 0,
+            median_us: if opts.bench { Some(median(gpu.time(opts.warmup, opts.reps, run)?)) } else { None },
+            rate: format!(
+                "{} path, {} chunk(s); {differing} outputs differing between two launches",
+                if r.columns { "column" } else { "strided" },
+                r.chunks()
+            ),
+        });
+    }
+    Ok(rows)
+}

@@ -13,6 +13,14 @@
 //! How: the input's axes are split into kept axes (the output's, in order) and reduced axes,
 //! each set collapsed where contiguous; shapes and strides are immediates. `Mean` divides the
 //! final sum by the count (as the CPU reference does); `Max` starts from −∞.
+//!
+//! Column sums (a bias's gradient: the rows of a [rows, width] f32 tensor summed into a
+//! [width] vector) take their own first pass: with the reduced axis outer, one block per output
+//! would have every thread's loads a row apart, uncoalesced. There a block covers a tile of
+//! [`TILE_COLUMNS`] adjacent columns and a chunk of up to [`COLUMN_CHUNK_ROWS`] rows: a warp reads one row's 32
+//! consecutive floats (128 bytes), its [`ROW_GROUPS`] warps take every eighth row, each thread
+//! sums its rows in order, then the block adds the row groups' sums in a fixed tree. The chunk
+//! partials are summed by the same finishing kernel, in chunk order.
 
 use alpha_ir::{DType, Reduce};
 use anyhow::{bail, Result};
@@ -24,6 +32,20 @@ use crate::ptx::{addr, Kernel, Opnd, ParamTy, RegKind};
 pub const THREADS: u32 = 256;
 /// Reduced elements per block.
 pub const CHUNK: usize = 8192;
+/// Adjacent columns per block of the column path (one warp's coalesced 128-byte row segment).
+pub const TILE_COLUMNS: u32 = 32;
+/// Row groups (warps) per block of the column path.
+pub const ROW_GROUPS: u32 = THREADS / TILE_COLUMNS;
+/// Rows per block of the column path, at most: a thread then sums 64 rows.
+pub const COLUMN_CHUNK_ROWS: usize = 512;
+/// Rows per block of the column path, at least (a thread's 8 rows, two unrolled steps).
+pub const MIN_COLUMN_CHUNK_ROWS: usize = 64;
+/// Blocks the column path aims for when the rows are few (two per multiprocessor of an H200),
+/// by shortening its chunks; a function of the shape alone, so results still repeat anywhere.
+pub const COLUMN_BLOCKS: usize = 264;
+/// Rows a thread of the column path loads before adding them (in row order, so the sum is
+/// the same as one at a time): loads in flight to cover the memory's latency.
+pub const COLUMN_UNROLL: u32 = 4;
 
 /// One reduction, as lowered.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,6 +57,9 @@ pub struct Reduction {
     pub reduced: (Vec<u64>, Vec<u64>),
     pub in_dtype: DType,
     pub out_dtype: DType,
+    /// Whether the column path runs (see the module's doc): Sum or Mean of an f32 tensor whose
+    /// kept axes collapse to one contiguous inner axis and reduced axes to one outer axis.
+    pub columns: bool,
 }
 
 fn collapse(shape: &[u64], strides: &[u64]) -> (Vec<u64>, Vec<u64>) {
@@ -67,7 +92,18 @@ impl Reduction {
                 (0..shape.len()).filter(|a| axes.contains(a) != keep).map(|a| (shape[a] as u64, st[a])).unzip();
             collapse(&s, &t)
         };
-        Ok(Reduction { kind, kept: pick(true), reduced: pick(false), in_dtype, out_dtype })
+        let (kept, reduced) = (pick(true), pick(false));
+        let columns = matches!(kind, Reduce::Sum | Reduce::Mean)
+            && in_dtype == DType::F32
+            && kept.1 == [1]
+            && reduced.1 == kept.0;
+        Ok(Reduction { kind, kept, reduced, in_dtype, out_dtype, columns })
+    }
+
+    /// The first pass's grid: (outputs, chunks), or (column tiles, row chunks) on the column path.
+    pub fn grid(&self) -> (u32, u32, u32) {
+        let tiles = if self.columns { self.outputs().div_ceil(TILE_COLUMNS as usize) } else { self.outputs() };
+        (tiles as u32, self.chunks() as u32, 1)
     }
 
     pub fn outputs(&self) -> usize {
@@ -77,7 +113,17 @@ impl Reduction {
         self.reduced.0.iter().product::<u64>() as usize
     }
     pub fn chunks(&self) -> usize {
-        self.count().div_ceil(CHUNK).max(1)
+        let per_block = if self.columns { self.column_chunk_rows() } else { CHUNK };
+        self.count().div_ceil(per_block).max(1)
+    }
+    /// Rows per block on the column path: enough blocks for [`COLUMN_BLOCKS`] when the tensor
+    /// allows, a power of two within [`MIN_COLUMN_CHUNK_ROWS`, `COLUMN_CHUNK_ROWS`].
+    pub fn column_chunk_rows(&self) -> usize {
+        let tiles = self.outputs().div_ceil(TILE_COLUMNS as usize);
+        (self.count() * tiles)
+            .div_ceil(COLUMN_BLOCKS)
+            .next_power_of_two()
+            .clamp(MIN_COLUMN_CHUNK_ROWS, COLUMN_CHUNK_ROWS)
     }
 
     fn op(&self) -> &'static str {
@@ -103,6 +149,9 @@ impl Reduction {
     /// Pass 1: params (out, x, partials). Grid (outputs, chunks). With one chunk it writes the
     /// final values to `out`; otherwise chunk partials (f32) to `partials[o·chunks + c]`.
     pub fn kernel(&self) -> Kernel {
+        if self.columns {
+            return self.column_kernel();
+        }
         let chunks = self.chunks() as u32;
         let mut k =
             Kernel::new(&format!("reduce_{}", format!("{:?}", self.kind).to_lowercase())).with_block(THREADS, 1, 1);
@@ -144,6 +193,102 @@ impl Reduction {
         } else {
             let slot = k.tri("mad.lo.u32", RegKind::B32, o, chunks, c);
             let a = k.addr_of(partials, slot, 4);
+            k.op("st.global.f32", [addr(a, 0), total.into()]);
+        }
+        k.place(&skip);
+        k.ret();
+        k
+    }
+
+    /// Pass 1 of the column path: params (out, x, partials); grid [`Reduction::grid`]. Thread
+    /// `t` of block (tile, c) sums column `tile·32 + t mod 32` over rows `c·chunk_rows + t/32 +
+    /// 8i` in order (loading [`COLUMN_UNROLL`] rows ahead); the eight row groups' sums are then added as a fixed tree. With one
+    /// chunk it writes the final values to `out`; otherwise partials to `partials[col·chunks + c]`.
+    fn column_kernel(&self) -> Kernel {
+        let chunks = self.chunks() as u32;
+        let width = self.outputs() as u32;
+        let rows = self.count() as u32;
+        let mut k = Kernel::new(&format!("reduce_{}_columns", format!("{:?}", self.kind).to_lowercase()))
+            .with_block(THREADS, 1, 1);
+        let out = k.param_reg("out", ParamTy::U64);
+        let x = k.param_reg("x", ParamTy::U64);
+        let partials = k.param_reg("partials", ParamTy::U64);
+        let tile = k.shared("tile", THREADS * 4, 16);
+        let tid = k.sreg("%tid.x");
+        let t = k.sreg("%ctaid.x");
+        let c = k.sreg("%ctaid.y");
+        let lane = k.bin("and.b32", RegKind::B32, tid, TILE_COLUMNS - 1);
+        let group = k.bin("shr.u32", RegKind::B32, tid, TILE_COLUMNS.trailing_zeros());
+        let col = k.tri("mad.lo.u32", RegKind::B32, t, TILE_COLUMNS, lane);
+        let inside = k.setp("lt.u32", col, width);
+        let chunk_rows = self.column_chunk_rows() as u32;
+        let start = k.bin("mul.lo.u32", RegKind::B32, c, chunk_rows);
+        let stop0 = k.bin("add.u32", RegKind::B32, start, chunk_rows);
+        let stop = k.bin("min.u32", RegKind::B32, stop0, rows);
+        let acc = k.imm_f32(0.0);
+        let r = k.bin("add.u32", RegKind::B32, start, group);
+        let wide = k.label("col_wide");
+        let top = k.label("col");
+        let end = k.label("col_end");
+        k.bra_if(inside, true, &end);
+        // While COLUMN_UNROLL rows remain: load them all, then add them in row order.
+        k.place(&wide);
+        let last = k.bin("add.u32", RegKind::B32, r, (COLUMN_UNROLL - 1) * ROW_GROUPS);
+        let short = k.setp("ge.u32", last, stop);
+        k.bra_if(short, false, &top);
+        let first_idx = k.tri("mad.lo.u32", RegKind::B32, r, width, col);
+        let vals: Vec<_> = (0..COLUMN_UNROLL)
+            .map(|i| {
+                let idx = k.bin("add.u32", RegKind::B32, first_idx, i * ROW_GROUPS * width);
+                load_f32(&mut k, self.in_dtype, x, idx)
+            })
+            .collect();
+        for v in vals {
+            k.op("add.rn.f32", [acc.into(), acc.into(), v.into()]);
+        }
+        k.op("add.u32", [r.into(), r.into(), (COLUMN_UNROLL * ROW_GROUPS).into()]);
+        k.bra(&wide);
+        // The remaining rows, one at a time.
+        k.place(&top);
+        let done = k.setp("ge.u32", r, stop);
+        k.bra_if(done, false, &end);
+        let idx = k.tri("mad.lo.u32", RegKind::B32, r, width, col);
+        let v = load_f32(&mut k, self.in_dtype, x, idx);
+        k.op("add.rn.f32", [acc.into(), acc.into(), v.into()]);
+        k.op("add.u32", [r.into(), r.into(), ROW_GROUPS.into()]);
+        k.bra(&top);
+        k.place(&end);
+        // Every thread (those past the last column with +0) leaves its sum at tile[tid].
+        let base = k.un("mov.u32", RegKind::B32, Opnd::S(tile.clone()));
+        let slot = k.tri("mad.lo.u32", RegKind::B32, tid, 4u32, base);
+        k.op("st.shared.f32", [addr(slot, 0), acc.into()]);
+        k.barrier();
+        let skip = k.label("skip");
+        let later = k.setp("ne.u32", group, 0u32);
+        k.bra_if(later, false, &skip);
+        k.bra_if(inside, true, &skip);
+        // Row group 0 adds the groups' sums for its column: pairs, then pairs of pairs.
+        let own = k.tri("mad.lo.u32", RegKind::B32, lane, 4u32, base);
+        let mut level: Vec<_> = (0..ROW_GROUPS)
+            .map(|g| {
+                let s = k.reg(RegKind::F32);
+                k.op("ld.shared.f32", [s.into(), addr(own, (g * TILE_COLUMNS * 4) as i64)]);
+                s
+            })
+            .collect();
+        while level.len() > 1 {
+            level = level
+                .chunks(2)
+                .map(|p| if p.len() == 2 { k.bin("add.rn.f32", RegKind::F32, p[0], p[1]) } else { p[0] })
+                .collect();
+        }
+        let total = level[0];
+        if chunks == 1 {
+            let v = self.finish(&mut k, total);
+            store_f32(&mut k, self.out_dtype, out, col, v);
+        } else {
+            let at = k.tri("mad.lo.u32", RegKind::B32, col, chunks, c);
+            let a = k.addr_of(partials, at, 4);
             k.op("st.global.f32", [addr(a, 0), total.into()]);
         }
         k.place(&skip);
@@ -229,5 +374,40 @@ mod tests {
         assert!(all.kernel().render().contains("st.global.f32"));
         assert!(all.finish_kernel().render().contains("div.rn.f32"));
         assert!(Reduction::new(Reduce::Max, &[3], &[1], DType::F32, DType::F32).is_err());
+    }
+
+    /// Only Sum/Mean of f32 with a contiguous kept axis inside one reduced outer axis take the
+    /// column path; its grid covers the columns by tiles and the rows by chunks.
+    #[test]
+    fn column_path_is_chosen_only_for_column_sums() {
+        let bias = Reduction::new(Reduce::Sum, &[16, 1024, 768], &[0, 1], DType::F32, DType::F32).unwrap();
+        assert!(bias.columns);
+        assert_eq!(bias.grid(), (24, (16 * 1024 / COLUMN_CHUNK_ROWS) as u32, 1));
+        let k = bias.kernel();
+        assert_eq!(k.name, "reduce_sum_columns");
+        assert!(k.render().contains("st.global.f32"));
+        let ragged = Reduction::new(Reduce::Mean, &[1000, 300], &[0], DType::F32, DType::F32).unwrap();
+        assert!(ragged.columns);
+        assert_eq!(ragged.column_chunk_rows(), MIN_COLUMN_CHUNK_ROWS);
+        assert_eq!(ragged.grid(), (10, 1000u32.div_ceil(64), 1));
+        let few_rows = Reduction::new(Reduce::Sum, &[1024, 768], &[0], DType::F32, DType::F32).unwrap();
+        assert_eq!(few_rows.column_chunk_rows(), 128);
+        assert_eq!(few_rows.grid(), (24, 8, 1));
+        assert!(ragged.finish_kernel().render().contains("div.rn.f32"));
+        let small = Reduction::new(Reduce::Mean, &[5, 40], &[0], DType::F32, DType::F32).unwrap();
+        assert_eq!((small.chunks(), small.grid()), (1, (2, 1, 1)));
+        assert!(small.kernel().render().contains("div.rn.f32"));
+        for (kind, shape, axes, dtype) in [
+            (Reduce::Max, &[64usize, 32][..], &[0usize][..], DType::F32),
+            (Reduce::Sum, &[64, 32], &[1], DType::F32),
+            (Reduce::Sum, &[64, 32], &[0], DType::BF16),
+            (Reduce::Sum, &[4, 5, 6], &[1], DType::F32),
+            (Reduce::Sum, &[4, 5, 6], &[0, 2], DType::F32),
+        ] {
+            let r = Reduction::new(kind, shape, axes, dtype, DType::F32).unwrap();
+            assert!(!r.columns, "{kind:?} {shape:?} {axes:?} {dtype:?}");
+            assert_eq!(r.grid(), (r.outputs() as u32, r.chunks() as u32, 1));
+            assert_ne!(r.kernel().name, "reduce_sum_columns");
+        }
     }
 }

@@ -25,7 +25,7 @@ impl Lowerer<'_> {
                 let partials = if chunks > 1 { A::Scratch(0) } else { self.ptr(out(0)) };
                 v.push(Pending {
                     kernel: k1,
-                    grid: (r.outputs() as u32, chunks as u32, 1),
+                    grid: r.grid(),
                     block: (reduce::THREADS, 1, 1),
                     args: reduce::arguments([self.ptr(out(0)), self.ptr(ins[0]), partials]),
                     node: some,
