@@ -40,6 +40,9 @@ pub struct Meta {
     pub schedule: String,
     /// The update count the schedule's horizon was set for.
     pub schedule_total: u64,
+    /// The first group's peak rate (what `--lr` sets), so that a resume without `--lr` goes on
+    /// at the rate the run had; None in checkpoints written before it was recorded.
+    pub peak: Option<f64>,
     pub tokens: u64,
     pub parent: Option<String>,
     /// The prepared token directory the run read (its tokenizer decodes predictions).
@@ -59,6 +62,10 @@ impl Meta {
         m.insert("rng".into(), format!("chacha8 per-tensor streams from seed {}", self.seed));
         m.insert("schedule".into(), self.schedule.clone());
         m.insert("schedule_total".into(), self.schedule_total.to_string());
+        if let Some(peak) = self.peak {
+            // `{:?}` writes the shortest text that parses back to the same f64.
+            m.insert("peak".into(), format!("{peak:?}"));
+        }
         m.insert("tokens".into(), self.tokens.to_string());
         m.insert("parent".into(), self.parent.clone().unwrap_or_default());
         m.insert("data".into(), self.data.clone());
@@ -79,6 +86,12 @@ impl Meta {
             seed: num("seed")?,
             schedule: get("schedule")?,
             schedule_total: num("schedule_total")?,
+            peak: match m.get("peak") {
+                Some(p) => Some(
+                    p.parse().map_err(|_| anyhow!("{}: checkpoint metadata 'peak' is not a number", path.display()))?,
+                ),
+                None => None,
+            },
             tokens: num("tokens")?,
             parent: get("parent").ok().filter(|p| !p.is_empty()),
             data: get("data").unwrap_or_default(),
@@ -343,6 +356,7 @@ mod tests {
             seed: 1,
             schedule: "constant 0.1".into(),
             schedule_total: 10,
+            peak: Some(0.1),
             tokens: 70,
             parent: None,
             data: "data-cache/x".into(),

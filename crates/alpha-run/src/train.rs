@@ -234,7 +234,9 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     }
 
     let horizon = opts.schedule_steps.or(resumed.as_ref().map(|(c, _)| c.meta.schedule_total)).unwrap_or(opts.steps);
-    let mut learner = learner_for(system, horizon, opts.lr);
+    // A resume without --lr goes on at the peak the run had (recorded in its checkpoint).
+    let lr = opts.lr.or(resumed.as_ref().and_then(|(c, _)| c.meta.peak));
+    let mut learner = learner_for(system, horizon, lr);
     learner.accumulation = accumulation;
     let program = learner.training_program(system.model(batch)?)?;
     let mut backend = backend_for(opts.device, &program)?;
@@ -333,6 +335,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 seed,
                 schedule: learner.describe(),
                 schedule_total: horizon,
+                peak: learner.groups.first().map(|g| g.peak),
                 tokens: 0,
                 parent: None,
                 data: data_path,

@@ -419,3 +419,22 @@ fn an_edited_checkpoint_or_sidecar_is_refused() {
     std::fs::write(&sidecar, &recorded).unwrap();
     succeeds(&score());
 }
+
+#[test]
+fn a_resume_without_lr_goes_on_at_the_rate_the_run_had() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = prepared(tmp.path()) else { return };
+    // Four steps at --lr 0.05 in one go, against two and a resume of two with no --lr.
+    let whole = tmp.path().join("whole");
+    succeeds(&train(tmp.path(), &data, &whole, &["--steps", "4", "--lr", "0.05"]));
+    let split = tmp.path().join("split");
+    succeeds(&train(tmp.path(), &data, &split, &["--steps", "2", "--schedule-steps", "4", "--lr", "0.05"]));
+    succeeds(&train(tmp.path(), &data, &split, &["--steps", "2", "--resume", ckpt(&split, 2).to_str().unwrap()]));
+    let (a, b) = (
+        alpha_run::checkpoint::load(&ckpt(&whole, 4)).unwrap(),
+        alpha_run::checkpoint::load(&ckpt(&split, 4)).unwrap(),
+    );
+    assert_eq!(b.meta.peak, Some(0.05));
+    assert_eq!(a.meta.schedule, b.meta.schedule);
+    assert_eq!(a.tensors, b.tensors, "the resumed run's tensors differ from the uninterrupted run's");
+}
