@@ -3,6 +3,7 @@
 
 pub mod bob;
 pub mod coppelius;
+pub mod diakosmos_wire;
 pub mod gpt2;
 pub mod kickdelta;
 pub mod layers;
