@@ -191,11 +191,27 @@ impl Manifest {
 
     /// Recomputes one shard's SHA-256 and compares it with the manifest's.
     pub fn check_sha256(&self, path: &Path, shard: &ShardInfo) -> Result<()> {
+        // A run opens a split more than once (the cache's check, the trainer, the baseline's
+        // counts), so a shard already found to match, unchanged since (same length and
+        // modification time), is not read and hashed again in this process.
+        static MATCHED: std::sync::Mutex<Vec<MatchedShard>> = std::sync::Mutex::new(Vec::new());
+        let stamp = std::fs::metadata(path).and_then(|m| Ok((m.len(), m.modified()?))).ok();
+        let seen = |list: &Vec<MatchedShard>| {
+            stamp.is_some_and(|(len, mtime)| {
+                list.iter().any(|(p, l, t, sha)| p == path && *l == len && *t == mtime && *sha == shard.sha256)
+            })
+        };
+        if seen(&MATCHED.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(());
+        }
         let found = hex::encode(crate::shard::sha256_file(path)?);
         if found != shard.sha256 {
             return Err(
                 DataError::ShaMismatch { path: path.to_path_buf(), expected: shard.sha256.clone(), found }.into()
             );
+        }
+        if let Some((len, mtime)) = stamp {
+            MATCHED.lock().unwrap_or_else(|e| e.into_inner()).push((path.to_path_buf(), len, mtime, found));
         }
         Ok(())
     }
@@ -211,6 +227,9 @@ impl Manifest {
         })
     }
 }
+
+/// A shard whose SHA-256 matched its manifest: path, length, modification time, digest.
+type MatchedShard = (std::path::PathBuf, u64, std::time::SystemTime, String);
 
 /// Whether `name` is one plain file name (no folder, no `..`, not absolute).
 fn is_plain_name(name: &str) -> bool {

@@ -394,21 +394,7 @@ mod tests {
         assert!(e.contains("truncated"), "{e}");
     }
 
-    /// The file with one metadata entry changed and nothing else: the header rewritten and
-    /// padded as safetensors wants, the tensor bytes as they were.
-    fn with_meta(bytes: &[u8], key: &str, value: &str) -> Vec<u8> {
-        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-        header["__metadata__"][key] = serde_json::Value::String(value.into());
-        let mut json = serde_json::to_vec(&header).unwrap();
-        while !json.len().is_multiple_of(8) {
-            json.push(b' ');
-        }
-        let mut out = (json.len() as u64).to_le_bytes().to_vec();
-        out.extend_from_slice(&json);
-        out.extend_from_slice(&bytes[8 + n..]);
-        out
-    }
+    use crate::testhook::with_metadata_entry as with_meta;
 
     #[test]
     fn edited_metadata_is_refused_without_the_sidecar() {

@@ -42,3 +42,20 @@ pub fn crash() -> ! {
     eprintln!("{VAR}: crashing here as the test asked");
     std::process::abort()
 }
+
+/// A checkpoint's bytes with one metadata entry changed and nothing else: the header rewritten
+/// and padded as safetensors wants, the tensor bytes as they were. For the tests that show an
+/// edited checkpoint is refused.
+pub fn with_metadata_entry(bytes: &[u8], key: &str, value: &str) -> Vec<u8> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("a safetensors file")) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("its JSON header");
+    header["__metadata__"][key] = serde_json::Value::String(value.into());
+    let mut json = serde_json::to_vec(&header).expect("JSON");
+    while !json.len().is_multiple_of(8) {
+        json.push(b' ');
+    }
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&bytes[8 + n..]);
+    out
+}

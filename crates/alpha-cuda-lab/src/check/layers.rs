@@ -141,14 +141,14 @@ pub fn cross_entropy_checks(
     let bytes = 4.0 * (r * vu) as f64;
     // The bf16 store: the f32 gradient rounded, bit for bit.
     let fb16 = gpu.load(&cross_entropy::backward_kernel_bf16())?;
-    let g16 = arena.alloc_n::<u16>(r * vu)?;
-    arena.fill_u32(g16, NAN_BITS)?;
-    cross_entropy::backward(gpu, &fb16, g16.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, v)?;
-    let got16: Vec<u16> = arena.download(g16, r * vu)?;
+    let grad_bf16 = arena.alloc_n::<u16>(r * vu)?;
+    arena.fill_u32(grad_bf16, NAN_BITS)?;
+    cross_entropy::backward(gpu, &fb16, grad_bf16.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, v)?;
+    let got16: Vec<u16> = arena.download(grad_bf16, r * vu)?;
     let differ = got16.iter().zip(&grad).filter(|(x, y)| **x != half::bf16::from_f32(**y).to_bits()).count();
     let t16 = if opts.bench {
         Some(median(gpu.time(opts.warmup, opts.reps, || {
-            cross_entropy::backward(gpu, &fb16, g16.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, v)
+            cross_entropy::backward(gpu, &fb16, grad_bf16.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, v)
         })?))
     } else {
         None

@@ -341,14 +341,14 @@ pub(super) fn delta_heads_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) 
         let extras = Extras { maps, u: Some(delta2.ptr), ..Extras::default() };
         gemm::launch_with(gpu, &ff, &fused, &sh, [ab.ptr, bb.ptr, do16b.ptr, o], extras)?;
         let (w, g): (Vec<f32>, Vec<f32>) = (arena.download(delta, rows_bh)?, arena.download(delta2, rows_bh)?);
-        let (w16, g16): (Vec<u16>, Vec<u16>) = (arena.download(do16, nc)?, arena.download(do16b, nc)?);
+        let (want_do_bf16, got_do_bf16): (Vec<u16>, Vec<u16>) = (arena.download(do16, nc)?, arena.download(do16b, nc)?);
         let shape = format!("b{b} t{t} h{h} d{d}");
         let name = fused.name();
         let mut row =
             exact_row("fusion", &format!("{name} delta = gemm + delta kernel"), &shape, mismatches(&g, &w), rows_bh);
         row.pass &= g.iter().all(|x| x.is_finite());
         rows.push(row);
-        let differ = g16.iter().zip(&w16).filter(|(x, y)| x != y).count();
+        let differ = got_do_bf16.iter().zip(&want_do_bf16).filter(|(x, y)| x != y).count();
         rows.push(exact_row("fusion", &format!("{name} dO bf16 = delta kernel's"), &shape, differ, nc));
     }
     Ok(rows)

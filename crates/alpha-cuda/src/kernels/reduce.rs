@@ -146,6 +146,27 @@ impl Reduction {
         }
     }
 
+    /// Pass 1's result for output `o` from chunk `c` of `chunks`: the final value (finished,
+    /// in the output's dtype) when there is one chunk, else the f32 partial at
+    /// `partials[o·chunks + c]`. Shared by the strided and the column kernels.
+    fn store_total(
+        &self,
+        k: &mut Kernel,
+        total: crate::ptx::Reg,
+        [out, partials]: [crate::ptx::Reg; 2],
+        o: crate::ptx::Reg,
+        (c, chunks): (crate::ptx::Reg, u32),
+    ) {
+        if chunks == 1 {
+            let v = self.finish(k, total);
+            store_f32(k, self.out_dtype, out, o, v);
+        } else {
+            let at = k.tri("mad.lo.u32", RegKind::B32, o, chunks, c);
+            let a = k.addr_of(partials, at, 4);
+            k.op("st.global.f32", [addr(a, 0), total.into()]);
+        }
+    }
+
     /// Pass 1: params (out, x, partials). Grid (outputs, chunks). With one chunk it writes the
     /// final values to `out`; otherwise chunk partials (f32) to `partials[o·chunks + c]`.
     pub fn kernel(&self) -> Kernel {
@@ -187,14 +208,7 @@ impl Reduction {
         let first = k.setp("eq.u32", tid, 0u32);
         let skip = k.label("skip");
         k.bra_if(first, true, &skip);
-        if chunks == 1 {
-            let r = self.finish(&mut k, total);
-            store_f32(&mut k, self.out_dtype, out, o, r);
-        } else {
-            let slot = k.tri("mad.lo.u32", RegKind::B32, o, chunks, c);
-            let a = k.addr_of(partials, slot, 4);
-            k.op("st.global.f32", [addr(a, 0), total.into()]);
-        }
+        self.store_total(&mut k, total, [out, partials], o, (c, chunks));
         k.place(&skip);
         k.ret();
         k
@@ -283,14 +297,7 @@ impl Reduction {
                 .collect();
         }
         let total = level[0];
-        if chunks == 1 {
-            let v = self.finish(&mut k, total);
-            store_f32(&mut k, self.out_dtype, out, col, v);
-        } else {
-            let at = k.tri("mad.lo.u32", RegKind::B32, col, chunks, c);
-            let a = k.addr_of(partials, at, 4);
-            k.op("st.global.f32", [addr(a, 0), total.into()]);
-        }
+        self.store_total(&mut k, total, [out, partials], col, (c, chunks));
         k.place(&skip);
         k.ret();
         k

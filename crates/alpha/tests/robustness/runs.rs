@@ -30,6 +30,11 @@ fn train(dir: &Path, data: &Path, run: &Path, extra: &[&str]) -> Output {
     train_with(dir, data, run, extra, &[])
 }
 
+/// An 8-step run checkpointing every 2 steps, made to fail at the crash point `point`.
+fn crashed_at(dir: &Path, data: &Path, run: &Path, point: &str) -> Output {
+    train_with(dir, data, run, &["--steps", "8", "--checkpoint-every", "2"], &[("ALPHA_TEST_CRASH_AT", point)])
+}
+
 /// A long run in the background, stopped by the test.
 fn spawn_long(dir: &Path, data: &Path, run: &Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_alpha"))
@@ -211,13 +216,7 @@ fn a_crash_mid_row_leaves_records_that_read_and_a_run_that_resumes() {
     let Some(data) = prepared(tmp.path()) else { return };
     let run = tmp.path().join("crashed");
     // Half of step 5's points row written, then the process dies.
-    let o = train_with(
-        tmp.path(),
-        &data,
-        &run,
-        &["--steps", "8", "--checkpoint-every", "2"],
-        &[("ALPHA_TEST_CRASH_AT", "points-row:5")],
-    );
+    let o = crashed_at(tmp.path(), &data, &run, "points-row:5");
     assert!(!o.status.success());
     let points = rows::<Point>(&run.join("points.jsonl"));
     assert_eq!(points.rows.iter().map(|p| p.step).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
@@ -241,13 +240,7 @@ fn a_crash_before_the_lineage_row_keeps_the_checkpoint_resumable_and_listed() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(data) = prepared(tmp.path()) else { return };
     let run = tmp.path().join("crashed");
-    let o = train_with(
-        tmp.path(),
-        &data,
-        &run,
-        &["--steps", "8", "--checkpoint-every", "2"],
-        &[("ALPHA_TEST_CRASH_AT", "lineage-row:4")],
-    );
+    let o = crashed_at(tmp.path(), &data, &run, "lineage-row:4");
     assert!(!o.status.success());
     let lineage = rows::<LineageRow>(&run.join("lineage.jsonl"));
     assert_eq!(lineage.rows.len(), 1);
@@ -270,13 +263,7 @@ fn a_crash_before_a_checkpoint_is_renamed_leaves_no_temporary_file_behind() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(data) = prepared(tmp.path()) else { return };
     let run = tmp.path().join("crashed");
-    let o = train_with(
-        tmp.path(),
-        &data,
-        &run,
-        &["--steps", "8", "--checkpoint-every", "2"],
-        &[("ALPHA_TEST_CRASH_AT", "checkpoint-tmp:4")],
-    );
+    let o = crashed_at(tmp.path(), &data, &run, "checkpoint-tmp:4");
     assert!(!o.status.success());
     let tmp_file = run.join("checkpoints/step-000004.safetensors.tmp");
     assert!(tmp_file.exists(), "the hook should leave the temporary file");
@@ -296,13 +283,7 @@ fn a_checkpoint_write_that_fails_removes_its_temporary_file_and_marks_the_run_fa
     let Some(data) = prepared(tmp.path()) else { return };
     let run = tmp.path().join("full");
     // Checkpoint 4's write fails half way, as on a full disk.
-    let o = train_with(
-        tmp.path(),
-        &data,
-        &run,
-        &["--steps", "8", "--checkpoint-every", "2"],
-        &[("ALPHA_TEST_CRASH_AT", "checkpoint-full:4")],
-    );
+    let o = crashed_at(tmp.path(), &data, &run, "checkpoint-full:4");
     fails_with(&o, "No space left");
     assert!(!run.join("checkpoints/step-000004.safetensors.tmp").exists());
     assert!(!ckpt(&run, 4).exists());
@@ -318,13 +299,7 @@ fn a_killed_run_reads_as_interrupted_with_its_last_checkpoint() {
     let Some(data) = prepared(tmp.path()) else { return };
     let run = tmp.path().join("killed");
     // Step 5 recorded, then the process ends as kill -9 ends it.
-    let o = train_with(
-        tmp.path(),
-        &data,
-        &run,
-        &["--steps", "8", "--checkpoint-every", "2"],
-        &[("ALPHA_TEST_CRASH_AT", "after-step:5")],
-    );
+    let o = crashed_at(tmp.path(), &data, &run, "after-step:5");
     assert!(!o.status.success());
     let written = std::fs::read_to_string(run.join("run.json")).unwrap();
     assert!(written.contains("\"running\""), "{written}");
@@ -366,21 +341,7 @@ fn a_step_count_past_u64_is_a_clear_error_and_leaves_run_json_alone() {
     assert_eq!(files_under(&run), before);
 }
 
-/// A checkpoint's bytes with one metadata entry changed: the header rewritten and padded as
-/// safetensors wants, the tensor bytes as they were.
-fn with_meta(bytes: &[u8], key: &str, value: &str) -> Vec<u8> {
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    header["__metadata__"][key] = serde_json::Value::String(value.into());
-    let mut json = serde_json::to_vec(&header).unwrap();
-    while !json.len().is_multiple_of(8) {
-        json.push(b' ');
-    }
-    let mut out = (json.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&json);
-    out.extend_from_slice(&bytes[8 + n..]);
-    out
-}
+use alpha_run::testhook::with_metadata_entry as with_meta;
 
 #[test]
 fn an_edited_checkpoint_or_sidecar_is_refused() {
