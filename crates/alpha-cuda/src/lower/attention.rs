@@ -19,21 +19,17 @@ pub(super) fn attention_scratch(dims: &Dims) -> AttentionScratch {
 impl Lowerer<'_> {
     /// A Rotary launched alone (one the plan did not fuse into attention).
     pub(super) fn lower_rotary(&mut self, id: u32) -> Result<Vec<Pending>> {
-        let plan = self.plan;
-        let g = &plan.program.graph;
-        let node = g.nodes[id as usize].clone();
-        let out = |k: u16| Value { node: id, index: k };
-        let ins = &node.inputs;
-        let ishape = |k: usize| g.shape(ins[k]).to_vec();
-        let n = node.outputs[0].numel();
+        let cx = At::of(self.plan, id);
+        let (node, ins) = (&cx.node, &cx.node.inputs);
+        let n = cx.numel();
         let some = Some(id);
         let mut v = vec![];
         match &node.op {
             Op::Rotary { base, inverse } => {
-                self.want_f32(&node, id, ins)?;
-                let s = ishape(0);
+                self.want_f32(node, id, ins)?;
+                let s = cx.ishape(0);
                 if s.len() != 4 || !s[3].is_multiple_of(2) {
-                    return Err(node_error(&node, id, format!("rotary takes [B, H, T, D] with D even, got {s:?}")));
+                    return Err(node_error(node, id, format!("rotary takes [B, H, T, D] with D even, got {s:?}")));
                 }
                 let (t, d) = (s[2], s[3]);
                 let table = self.rotary_table(t, d, *base);
@@ -43,29 +39,25 @@ impl Lowerer<'_> {
                     kernel,
                     grid: (blocks, 1, 1),
                     block: (threads, 1, 1),
-                    args: rotary::arguments([self.ptr(out(0)), self.ptr(ins[0]), A::Ptr(table)]),
+                    args: rotary::arguments([self.ptr(cx.out(0)), self.ptr(ins[0]), A::Ptr(table)]),
                     node: some,
                 });
             }
-            _ => return Err(node_error(&node, id, "not a rotary")),
+            _ => return Err(node_error(node, id, "not a rotary")),
         }
         Ok(v)
     }
 
     /// An Attention or AttentionBackward node.
     pub(super) fn lower_attention(&mut self, id: u32) -> Result<Vec<Pending>> {
-        let plan = self.plan;
-        let g = &plan.program.graph;
-        let node = g.nodes[id as usize].clone();
-        let out = |k: u16| Value { node: id, index: k };
-        let ins = &node.inputs;
-        let ishape = |k: usize| g.shape(ins[k]).to_vec();
+        let cx = At::of(self.plan, id);
+        let (node, ins) = (&cx.node, &cx.node.inputs);
         let some = Some(id);
         let mut v = vec![];
         match &node.op {
             Op::Attention { scale, softcap, bf16 } | Op::AttentionBackward { scale, softcap, bf16 } => {
-                self.want_f32(&node, id, ins)?;
-                let (q, kv) = (ishape(0), ishape(1));
+                self.want_f32(node, id, ins)?;
+                let (q, kv) = (cx.ishape(0), cx.ishape(1));
                 let dims = Dims {
                     b: q[0],
                     h: q[1],
@@ -75,7 +67,7 @@ impl Lowerer<'_> {
                     scale: *scale as f32,
                     softcap: softcap.map(|c| c as f32),
                 };
-                dims.check().map_err(|e| node_error(&node, id, e))?;
+                dims.check().map_err(|e| node_error(node, id, e))?;
                 // bf16 operands at head dimension 64: the tensor-core kernels (same parameters
                 // and grids). Otherwise the fp32 kernels, which round nothing: a bf16 attention
                 // of another head size runs more precisely than it asks.
@@ -89,7 +81,7 @@ impl Lowerer<'_> {
                 // chose it: at half their f32 offsets within the heads tensor.
                 let bf16_at = self.fusion.bf16_heads(id).map(|t| t.0);
                 if bf16_at.is_some() && !tc {
-                    return Err(node_error(&node, id, "bf16 q, k, v need the tensor-core kernels"));
+                    return Err(node_error(node, id, "bf16 q, k, v need the tensor-core kernels"));
                 }
                 let qkv = |lw: &Self, k: usize| -> A {
                     let x = if k < 2 { src(k) } else { ins[2] };
@@ -117,25 +109,21 @@ impl Lowerer<'_> {
                         (true, None, _) => mma::forward_kernel_rotating(&dims, turned),
                         _ => attention::forward_kernel_rotating(&dims, turned),
                     })?;
-                    let tensors = [self.ptr(out(0)), self.ptr(out(1)), qa, ka, va];
+                    let tensors = [self.ptr(cx.out(0)), self.ptr(cx.out(1)), qa, ka, va];
                     let args = attention::forward_arguments(tensors, tabs, copy.map(|c| self.ptr(c)));
                     v.push(Pending { kernel, grid: dims.grid_q(), block, args, node: some });
                 } else {
                     self.need_scratch(dims.scratch_floats() * 4);
                     // Inverse rotary fused: dq (dk) stored turned back, into the Rotary's slot.
                     let rot = self.fusion.store_rotary(id).copied().unwrap_or_default();
-                    let dst = |k: usize| rot[k].map_or(out(k as u16), |x| x.0);
+                    let dst = |k: usize| rot[k].map_or(cx.out(k as u16), |x| x.0);
                     let (ov, lse, dov) = (ins[3], ins[4], ins[5]);
                     // Both passes in one launch (after delta alone) where their grids agree and
                     // no output lies on an input: the passes then run side by side.
-                    let apart = joint_backward_apart(self.plan, &self.fusion, id, &node);
+                    let apart = joint_backward_apart(self.plan, &self.fusion, id, node);
                     let fused_delta = self.delta_at.get(&id).copied();
                     if fused_delta.is_some() && !(tc && bf16_at.is_some() && dims.g == dims.h && apart) {
-                        return Err(node_error(
-                            &node,
-                            id,
-                            "its product stored dO and delta, but it runs in two passes",
-                        ));
+                        return Err(node_error(node, id, "its product stored dO and delta, but it runs in two passes"));
                     }
                     if tc && dims.g == dims.h && apart && self.config.joint_attention_backward {
                         // With bf16 q, k, v the delta kernel also writes dO as bf16 (after delta
@@ -173,7 +161,7 @@ impl Lowerer<'_> {
                         })?;
                         let [dq, dk, dv] = match merged {
                             Some(cast) => [self.ptr(cast); 3],
-                            None => [dst(0), dst(1), out(2)].map(|a| self.ptr(a)),
+                            None => [dst(0), dst(1), cx.out(2)].map(|a| self.ptr(a)),
                         };
                         let inverse_tables =
                             rot.iter().flatten().map(|r| A::Ptr(self.rotary_table(dims.t, dims.d, r.1))).collect();
@@ -198,14 +186,22 @@ impl Lowerer<'_> {
                         (true, None) => mma::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned),
                         _ => attention::backward_dkv_kernel_rotating(&dims, rot[1].is_some(), turned),
                     })?;
-                    let tensors =
-                        [self.ptr(dst(1)), self.ptr(out(2)), qa, ka, va, self.ptr(lse), A::Scratch(0), self.ptr(dov)];
+                    let tensors = [
+                        self.ptr(dst(1)),
+                        self.ptr(cx.out(2)),
+                        qa,
+                        ka,
+                        va,
+                        self.ptr(lse),
+                        A::Scratch(0),
+                        self.ptr(dov),
+                    ];
                     let inverse_table = rot[1].map(|(_, base)| A::Ptr(self.rotary_table(dims.t, dims.d, base)));
                     let args = attention::dkv_arguments(tensors, inverse_table, tabs);
                     v.push(Pending { kernel: k2, grid: dims.grid_kv(), block, args, node: some });
                 }
             }
-            _ => return Err(node_error(&node, id, "not an attention")),
+            _ => return Err(node_error(node, id, "not an attention")),
         }
         Ok(v)
     }

@@ -6,29 +6,24 @@ use crate::kernels::embedding;
 impl Lowerer<'_> {
     /// A Gather or ScatterAdd node.
     pub(super) fn lower_embedding(&mut self, id: u32) -> Result<Vec<Pending>> {
-        let plan = self.plan;
-        let g = &plan.program.graph;
-        let node = g.nodes[id as usize].clone();
-        let out = |k: u16| Value { node: id, index: k };
-        let ins = &node.inputs;
-        let ishape = |k: usize| g.shape(ins[k]).to_vec();
-        let idt = |k: usize| g.dtype(ins[k]);
-        let n = node.outputs[0].numel();
+        let cx = At::of(self.plan, id);
+        let (g, node, ins) = (cx.g, &cx.node, &cx.node.inputs);
+        let n = cx.numel();
         let some = Some(id);
         let mut v = vec![];
         match &node.op {
             Op::Gather => {
-                self.want_f32(&node, id, &ins[..1])?;
-                let rows = ishape(0)[0];
+                self.want_f32(node, id, &ins[..1])?;
+                let rows = cx.ishape(0)[0];
                 let d = g.ty(ins[0]).numel() / rows.max(1);
                 let tokens = g.ty(ins[1]).numel();
-                if d == 0 || !d.is_multiple_of(4) || idt(1) != DType::I32 {
+                if d == 0 || !d.is_multiple_of(4) || cx.idt(1) != DType::I32 {
                     return Err(node_error(
-                        &node,
+                        node,
                         id,
                         format!(
                             "gather needs rows of a multiple of 4 floats and i32 ids (rows of {d}, ids {})",
-                            idt(1)
+                            cx.idt(1)
                         ),
                     ));
                 }
@@ -38,7 +33,7 @@ impl Lowerer<'_> {
                     grid: (tokens as u32, 1, 1),
                     block: (embedding::THREADS, 1, 1),
                     args: embedding::gather_arguments(
-                        [self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
+                        [self.ptr(cx.out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
                         rows as u32,
                         d as u32,
                     ),
@@ -46,16 +41,16 @@ impl Lowerer<'_> {
                 });
             }
             Op::ScatterAdd { rows } => {
-                self.want_f32(&node, id, &ins[..1])?;
+                self.want_f32(node, id, &ins[..1])?;
                 let d = n / (*rows).max(1);
                 let tokens = g.ty(ins[1]).numel();
-                if d == 0 || !d.is_multiple_of(4) || idt(1) != DType::I32 {
+                if d == 0 || !d.is_multiple_of(4) || cx.idt(1) != DType::I32 {
                     return Err(node_error(
-                        &node,
+                        node,
                         id,
                         format!(
                             "scatter-add needs rows of a multiple of 4 floats and i32 ids (rows of {d}, ids {})",
-                            idt(1)
+                            cx.idt(1)
                         ),
                     ));
                 }
@@ -65,10 +60,10 @@ impl Lowerer<'_> {
                     ins: vec![],
                     body: Body::Fill(0.0),
                 };
-                v.push(self.pointwise(fill, vec![self.ptr(out(0))], some)?);
+                v.push(self.pointwise(fill, vec![self.ptr(cx.out(0))], some)?);
                 let blocks = embedding::scatter_add_blocks(*rows as u32);
                 let args = embedding::scatter_add_arguments(
-                    [self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
+                    [self.ptr(cx.out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
                     tokens as u32,
                     *rows as u32,
                     d as u32,
@@ -76,7 +71,7 @@ impl Lowerer<'_> {
                 let kernel = self.kernel(embedding::scatter_add_kernel())?;
                 v.push(Pending { kernel, grid: (blocks, 1, 1), block: (embedding::THREADS, 1, 1), args, node: some });
             }
-            _ => return Err(node_error(&node, id, "not an embedding op")),
+            _ => return Err(node_error(node, id, "not an embedding op")),
         }
         Ok(v)
     }

@@ -5,18 +5,14 @@ use super::*;
 impl Lowerer<'_> {
     /// A CrossEntropy or CrossEntropyBackward node.
     pub(super) fn lower_cross_entropy(&mut self, id: u32) -> Result<Vec<Pending>> {
-        let plan = self.plan;
-        let g = &plan.program.graph;
-        let node = g.nodes[id as usize].clone();
-        let out = |k: u16| Value { node: id, index: k };
-        let ins = &node.inputs;
-        let ishape = |k: usize| g.shape(ins[k]).to_vec();
+        let cx = At::of(self.plan, id);
+        let (node, ins) = (&cx.node, &cx.node.inputs);
         let some = Some(id);
         let mut v = vec![];
         match &node.op {
             Op::CrossEntropy => {
-                self.want_f32(&node, id, &ins[..1])?;
-                let s = ishape(0);
+                self.want_f32(node, id, &ins[..1])?;
+                let s = cx.ishape(0);
                 let vocab = u32::try_from(s[s.len() - 1]).ok();
                 let kernel = self.kernel(cross_entropy::forward_kernel_for(vocab))?;
                 v.push(Pending {
@@ -24,17 +20,17 @@ impl Lowerer<'_> {
                     grid: (s[0] as u32, 1, 1),
                     block: (cross_entropy::THREADS, 1, 1),
                     args: cross_entropy::forward_arguments(
-                        [self.ptr(out(0)), self.ptr(out(1)), self.ptr(ins[0]), self.ptr(ins[1])],
+                        [self.ptr(cx.out(0)), self.ptr(cx.out(1)), self.ptr(ins[0]), self.ptr(ins[1])],
                         s[1] as u32,
                     ),
                     node: some,
                 });
             }
             Op::CrossEntropyBackward => {
-                self.want_f32(&node, id, &[ins[0], ins[1], ins[3]])?;
-                let s = ishape(0);
+                self.want_f32(node, id, &[ins[0], ins[1], ins[3]])?;
+                let s = cx.ishape(0);
                 // dlogits as bf16 where a cast alone reads them (see `casts_into_producers`).
-                let (dst, dtype) = self.destination(out(0));
+                let (dst, dtype) = self.destination(cx.out(0));
                 let kernel = self.kernel(if dtype == DType::BF16 {
                     cross_entropy::backward_kernel_bf16()
                 } else {
@@ -52,7 +48,7 @@ impl Lowerer<'_> {
                     node: some,
                 });
             }
-            _ => return Err(node_error(&node, id, "not a cross-entropy")),
+            _ => return Err(node_error(node, id, "not a cross-entropy")),
         }
         Ok(v)
     }

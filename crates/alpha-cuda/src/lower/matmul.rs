@@ -19,19 +19,14 @@ pub(super) fn mergeable_tile(s: &GemmSpec, b: Layout) -> bool {
 impl Lowerer<'_> {
     /// A MatMul node: the tiled product with the fusions planned for it, or the simple kernel.
     pub(super) fn lower_matmul(&mut self, id: u32) -> Result<Vec<Pending>> {
-        let plan = self.plan;
-        let g = &plan.program.graph;
-        let node = g.nodes[id as usize].clone();
-        let out = |k: u16| Value { node: id, index: k };
-        let ins = &node.inputs;
-        let ishape = |k: usize| g.shape(ins[k]).to_vec();
-        let idt = |k: usize| g.dtype(ins[k]);
+        let cx = At::of(self.plan, id);
+        let (g, node, ins) = (cx.g, &cx.node, &cx.node.inputs);
         let os = node.outputs[0].shape.clone();
         let some = Some(id);
         let mut v = vec![];
         match &node.op {
             Op::MatMul { ta, tb } => {
-                let (sa, sb) = (ishape(0), ishape(1));
+                let (sa, sb) = (cx.ishape(0), cx.ishape(1));
                 let ra = sa.len();
                 let (m, kd) = if *ta { (sa[ra - 1], sa[ra - 2]) } else { (sa[ra - 2], sa[ra - 1]) };
                 let nn = os[os.len() - 1];
@@ -48,7 +43,7 @@ impl Lowerer<'_> {
                             spec.epilogue = Epilogue::AddResidual;
                             (Value { node: add, index: 0 }, r)
                         }
-                        None => (out(0), out(0)),
+                        None => (cx.out(0), cx.out(0)),
                     };
                     let act = self.fusion.activation(id).copied();
                     spec.activation = act.map(|x| x.1);
@@ -101,7 +96,7 @@ impl Lowerer<'_> {
                         && spec.activation.is_none()
                         && spec.heads.is_none()
                         && shape.batch == 1
-                        && c == out(0);
+                        && c == cx.out(0);
                     if splits > 1 {
                         // K in parts into the scratch region, then the fixed-order sum with the
                         // epilogue (which runs after every operand read: the fusions' slot rules
@@ -140,7 +135,7 @@ impl Lowerer<'_> {
                     let spec = settled(with_ring(self.config, on_tma(self.config, spec), &shape), &shape);
                     self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
                     if delta.is_some() && !(spec.engine == gemm::Engine::Tma && gemm_tma::ring_holds_tile(&spec)) {
-                        return Err(node_error(&node, id, format!("{}: no delta-heads store", spec.name())));
+                        return Err(node_error(node, id, format!("{}: no delta-heads store", spec.name())));
                     }
                     let kernel = self.kernel(spec.kernel())?;
                     // A delta-heads store: C the bf16 dO, R attention's O, U delta.
@@ -155,7 +150,7 @@ impl Lowerer<'_> {
                     let u = match [u_delta, act_u, mul_u] {
                         [None, None, None] => None,
                         [Some(u), None, None] | [None, Some(u), None] | [None, None, Some(u)] => Some(u),
-                        _ => return Err(node_error(&node, id, "two second outputs fused into one product")),
+                        _ => return Err(node_error(node, id, "two second outputs fused into one product")),
                     };
                     // Tensor maps before the rotary table: both take their place in the constant
                     // region in this order.
@@ -164,7 +159,7 @@ impl Lowerer<'_> {
                         false => None,
                         true => {
                             let Some(base) = self.fusion.turned_base(id) else {
-                                return Err(node_error(&node, id, "turned heads without their rotary base"));
+                                return Err(node_error(node, id, "turned heads without their rotary base"));
                             };
                             let t = spec.heads.map_or(0, |h| h.t as usize);
                             Some(A::Ptr(self.rotary_table(t, 64, base)))
@@ -185,21 +180,21 @@ impl Lowerer<'_> {
                         node: some,
                     });
                 } else {
-                    if !matches!(idt(0), DType::F32 | DType::BF16) {
-                        return Err(node_error(&node, id, format!("matmul of {} operands", idt(0))));
+                    if !matches!(cx.idt(0), DType::F32 | DType::BF16) {
+                        return Err(node_error(node, id, format!("matmul of {} operands", cx.idt(0))));
                     }
-                    let p = Product { batch, m, n: nn, k: kd, ta: *ta, tb: *tb, b_batched, dtype: idt(0) };
+                    let p = Product { batch, m, n: nn, k: kd, ta: *ta, tb: *tb, b_batched, dtype: cx.idt(0) };
                     let kernel = self.kernel(p.kernel())?;
                     v.push(Pending {
                         kernel,
                         grid: p.grid(),
                         block: (16, 16, 1),
-                        args: vec![self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
+                        args: vec![self.ptr(cx.out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
                         node: some,
                     });
                 }
             }
-            _ => return Err(node_error(&node, id, "not a matrix product")),
+            _ => return Err(node_error(node, id, "not a matrix product")),
         }
         Ok(v)
     }

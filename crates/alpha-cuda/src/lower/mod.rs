@@ -298,6 +298,35 @@ struct ChainLowered {
     run: Vec<u32>,
 }
 
+/// One node as an op family's lowering reads it: its outputs by index, its inputs' shapes and
+/// dtypes, the size of its first output.
+struct At<'p> {
+    id: u32,
+    g: &'p alpha_ir::Graph,
+    node: Node,
+}
+
+impl At<'_> {
+    /// Node `id` of `plan`'s graph (borrowing the plan, not the lowerer, so the lowering can
+    /// go on mutating itself).
+    fn of(plan: &Plan, id: u32) -> At<'_> {
+        let g = &plan.program.graph;
+        At { id, g, node: g.nodes[id as usize].clone() }
+    }
+    fn out(&self, k: u16) -> Value {
+        Value { node: self.id, index: k }
+    }
+    fn ishape(&self, k: usize) -> Vec<usize> {
+        self.g.shape(self.node.inputs[k]).to_vec()
+    }
+    fn idt(&self, k: usize) -> DType {
+        self.g.dtype(self.node.inputs[k])
+    }
+    fn numel(&self) -> usize {
+        self.node.outputs[0].numel()
+    }
+}
+
 fn node_error(node: &Node, id: u32, msg: impl fmt::Display) -> anyhow::Error {
     anyhow!("lowering node %{id} ({}, scope '{}') for the GPU: {msg}", node.op.family(), node.scope)
 }

@@ -7,37 +7,32 @@ use super::*;
 impl Lowerer<'_> {
     /// An elementwise or layout node on the pointwise kernel.
     pub(super) fn lower_elementwise(&mut self, id: u32) -> Result<Vec<Pending>> {
-        let plan = self.plan;
-        let g = &plan.program.graph;
-        let node = g.nodes[id as usize].clone();
-        let out = |k: u16| Value { node: id, index: k };
-        let ins = &node.inputs;
-        let ishape = |k: usize| g.shape(ins[k]).to_vec();
-        let idt = |k: usize| g.dtype(ins[k]);
+        let cx = At::of(self.plan, id);
+        let (node, ins) = (&cx.node, &cx.node.inputs);
         let os = node.outputs[0].shape.clone();
         let odt = node.outputs[0].dtype;
-        let n = node.outputs[0].numel();
+        let n = cx.numel();
         let some = Some(id);
         let mut v = vec![];
         match &node.op {
             Op::Unary(u) => {
-                let (dst, odt) = self.destination(out(0));
+                let (dst, odt) = self.destination(cx.out(0));
                 let pw = Pointwise {
                     shape: vec![n],
                     out: Operand::contiguous(odt, &[n]),
-                    ins: vec![Operand::contiguous(idt(0), &[n])],
+                    ins: vec![Operand::contiguous(cx.idt(0), &[n])],
                     body: Body::Unary(*u),
                 };
                 v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0])], some)?);
             }
             Op::Binary(b) => {
-                let (dst, odt) = self.destination(out(0));
+                let (dst, odt) = self.destination(cx.out(0));
                 let pw = Pointwise {
                     shape: os.clone(),
                     out: Operand::contiguous(odt, &os),
                     ins: vec![
-                        Operand { dtype: idt(0), strides: broadcast_strides(&ishape(0), &os) },
-                        Operand { dtype: idt(1), strides: broadcast_strides(&ishape(1), &os) },
+                        Operand { dtype: cx.idt(0), strides: broadcast_strides(&cx.ishape(0), &os) },
+                        Operand { dtype: cx.idt(1), strides: broadcast_strides(&cx.ishape(1), &os) },
                     ],
                     body: Body::Binary(*b),
                 };
@@ -47,62 +42,62 @@ impl Lowerer<'_> {
                 let pw = Pointwise {
                     shape: vec![n],
                     out: Operand::contiguous(odt, &[n]),
-                    ins: vec![Operand::contiguous(idt(0), &[n])],
+                    ins: vec![Operand::contiguous(cx.idt(0), &[n])],
                     body: Body::Copy,
                 };
-                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0])], some)?);
+                v.push(self.pointwise(pw, vec![self.ptr(cx.out(0)), self.ptr(ins[0])], some)?);
             }
             Op::Broadcast { .. } => {
                 let pw = Pointwise {
                     shape: os.clone(),
                     out: Operand::contiguous(odt, &os),
-                    ins: vec![Operand { dtype: idt(0), strides: broadcast_strides(&ishape(0), &os) }],
+                    ins: vec![Operand { dtype: cx.idt(0), strides: broadcast_strides(&cx.ishape(0), &os) }],
                     body: Body::Copy,
                 };
-                v.push(self.pointwise(pw, vec![self.ptr(out(0)), self.ptr(ins[0])], some)?);
+                v.push(self.pointwise(pw, vec![self.ptr(cx.out(0)), self.ptr(ins[0])], some)?);
             }
             Op::Permute { perm } => {
-                let xs = contiguous_strides(&ishape(0));
-                let (dst, odt) = self.destination(out(0));
+                let xs = contiguous_strides(&cx.ishape(0));
+                let (dst, odt) = self.destination(cx.out(0));
                 let pw = Pointwise {
                     shape: os.clone(),
                     out: Operand::contiguous(odt, &os),
-                    ins: vec![Operand { dtype: idt(0), strides: perm.iter().map(|&p| xs[p]).collect() }],
+                    ins: vec![Operand { dtype: cx.idt(0), strides: perm.iter().map(|&p| xs[p]).collect() }],
                     body: Body::Copy,
                 };
                 v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0])], some)?);
             }
             Op::Slice { axis, start, .. } => {
-                let xs = contiguous_strides(&ishape(0));
+                let xs = contiguous_strides(&cx.ishape(0));
                 let pw = Pointwise {
                     shape: os.clone(),
                     out: Operand::contiguous(odt, &os),
-                    ins: vec![Operand { dtype: idt(0), strides: xs.clone() }],
+                    ins: vec![Operand { dtype: cx.idt(0), strides: xs.clone() }],
                     body: Body::Copy,
                 };
                 let src = self.ptr_at(ins[0], *start as u64 * xs[*axis]);
-                v.push(self.pointwise(pw, vec![self.ptr(out(0)), src], some)?);
+                v.push(self.pointwise(pw, vec![self.ptr(cx.out(0)), src], some)?);
             }
             Op::Concat { axis } => {
                 let ost = contiguous_strides(&os);
                 let mut at = 0u64;
                 for (kk, &part) in ins.iter().enumerate() {
-                    let ps = ishape(kk);
+                    let ps = cx.ishape(kk);
                     let len = ps[*axis] as u64;
                     if ps.iter().product::<usize>() > 0 {
                         let pw = Pointwise {
                             shape: ps.clone(),
                             out: Operand { dtype: odt, strides: ost.clone() },
-                            ins: vec![Operand::contiguous(idt(kk), &ps)],
+                            ins: vec![Operand::contiguous(cx.idt(kk), &ps)],
                             body: Body::Copy,
                         };
-                        let dst = self.ptr_at(out(0), at * ost[*axis]);
+                        let dst = self.ptr_at(cx.out(0), at * ost[*axis]);
                         v.push(self.pointwise(pw, vec![dst, self.ptr(part)], some)?);
                     }
                     at += len;
                 }
             }
-            _ => return Err(node_error(&node, id, "not an elementwise or layout op")),
+            _ => return Err(node_error(node, id, "not an elementwise or layout op")),
         }
         Ok(v)
     }

@@ -6,19 +6,15 @@ use crate::kernels::recurrence;
 impl Lowerer<'_> {
     /// A Recurrence node.
     pub(super) fn lower_recurrence(&mut self, id: u32) -> Result<Vec<Pending>> {
-        let plan = self.plan;
-        let g = &plan.program.graph;
-        let node = g.nodes[id as usize].clone();
-        let out = |k: u16| Value { node: id, index: k };
-        let ins = &node.inputs;
-        let ishape = |k: usize| g.shape(ins[k]).to_vec();
-        let n = node.outputs[0].numel();
+        let cx = At::of(self.plan, id);
+        let (node, ins) = (&cx.node, &cx.node.inputs);
+        let n = cx.numel();
         let some = Some(id);
         let mut v = vec![];
         match &node.op {
             Op::Recurrence { reverse } => {
-                self.want_f32(&node, id, ins)?;
-                let s = ishape(0);
+                self.want_f32(node, id, ins)?;
+                let s = cx.ishape(0);
                 let (b, t) = (s[0], s[1]);
                 let c = n / (b * t).max(1);
                 let kernel = self.kernel(recurrence::kernel(b, t, c, *reverse))?;
@@ -27,11 +23,11 @@ impl Lowerer<'_> {
                     kernel,
                     grid: (blocks, 1, 1),
                     block: (threads, 1, 1),
-                    args: recurrence::arguments([self.ptr(out(0)), self.ptr(ins[0]), self.ptr(ins[1])]),
+                    args: recurrence::arguments([self.ptr(cx.out(0)), self.ptr(ins[0]), self.ptr(ins[1])]),
                     node: some,
                 });
             }
-            _ => return Err(node_error(&node, id, "not a recurrence")),
+            _ => return Err(node_error(node, id, "not a recurrence")),
         }
         Ok(v)
     }

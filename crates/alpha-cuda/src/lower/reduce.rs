@@ -6,28 +6,23 @@ use crate::kernels::reduce;
 impl Lowerer<'_> {
     /// A Reduce node.
     pub(super) fn lower_reduce(&mut self, id: u32) -> Result<Vec<Pending>> {
-        let plan = self.plan;
-        let g = &plan.program.graph;
-        let node = g.nodes[id as usize].clone();
-        let out = |k: u16| Value { node: id, index: k };
-        let ins = &node.inputs;
-        let ishape = |k: usize| g.shape(ins[k]).to_vec();
-        let idt = |k: usize| g.dtype(ins[k]);
+        let cx = At::of(self.plan, id);
+        let (node, ins) = (&cx.node, &cx.node.inputs);
         let odt = node.outputs[0].dtype;
         let some = Some(id);
         let mut v = vec![];
         match &node.op {
             Op::Reduce { kind, axes, .. } => {
-                let r = Reduction::new(*kind, &ishape(0), axes, idt(0), odt)?;
+                let r = Reduction::new(*kind, &cx.ishape(0), axes, cx.idt(0), odt)?;
                 let chunks = r.chunks();
                 let k1 = self.kernel(r.kernel())?;
                 // With one chunk the partials pointer is unused; it still points into the arena.
-                let partials = if chunks > 1 { A::Scratch(0) } else { self.ptr(out(0)) };
+                let partials = if chunks > 1 { A::Scratch(0) } else { self.ptr(cx.out(0)) };
                 v.push(Pending {
                     kernel: k1,
                     grid: r.grid(),
                     block: (reduce::THREADS, 1, 1),
-                    args: reduce::arguments([self.ptr(out(0)), self.ptr(ins[0]), partials]),
+                    args: reduce::arguments([self.ptr(cx.out(0)), self.ptr(ins[0]), partials]),
                     node: some,
                 });
                 if chunks > 1 {
@@ -37,12 +32,12 @@ impl Lowerer<'_> {
                         kernel: k2,
                         grid: (r.outputs() as u32, 1, 1),
                         block: (reduce::THREADS, 1, 1),
-                        args: reduce::finish_arguments([self.ptr(out(0)), A::Scratch(0)]),
+                        args: reduce::finish_arguments([self.ptr(cx.out(0)), A::Scratch(0)]),
                         node: some,
                     });
                 }
             }
-            _ => return Err(node_error(&node, id, "not a reduction")),
+            _ => return Err(node_error(node, id, "not a reduction")),
         }
         Ok(v)
     }
