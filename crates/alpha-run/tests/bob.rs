@@ -4,27 +4,10 @@
 mod common;
 
 use alpha_run::baseline::bigram_optimum;
-use alpha_run::{train, Device, TrainOptions};
+use alpha_run::{train, TrainOptions};
 
 fn options(data: &std::path::Path, run: &std::path::Path, steps: u64) -> TrainOptions {
-    TrainOptions {
-        system: "bob".into(),
-        device: Device::Cpu,
-        steps,
-        batch: Some(16),
-        data: data.to_path_buf(),
-        run_dir: run.to_path_buf(),
-        resume: None,
-        checkpoint_every: None,
-        seed: 7,
-        schedule_steps: None,
-        lr: None,
-        accumulation: 1,
-        profile: false,
-        save_initial: false,
-        heldout_windows: 256,
-        progress: false,
-    }
+    TrainOptions { heldout_windows: 256, ..common::options("bob", 16, 7, data, run, steps) }
 }
 
 #[test]

@@ -6,7 +6,7 @@
 mod common;
 
 use alpha_data::prepare::{prepare, PrepareOptions, TokenizerSpec};
-use alpha_run::{train, Device, TrainOptions};
+use alpha_run::{train, TrainOptions};
 
 fn bpe_stream(dir: &std::path::Path) -> Option<std::path::PathBuf> {
     let src = common::tinyshakespeare()?;
@@ -18,24 +18,7 @@ fn bpe_stream(dir: &std::path::Path) -> Option<std::path::PathBuf> {
 }
 
 fn options(data: &std::path::Path, run: &std::path::Path, steps: u64) -> TrainOptions {
-    TrainOptions {
-        system: "mini-mixed".into(),
-        device: Device::Cpu,
-        steps,
-        batch: Some(2),
-        data: data.to_path_buf(),
-        run_dir: run.to_path_buf(),
-        resume: None,
-        checkpoint_every: None,
-        seed: 11,
-        schedule_steps: None,
-        lr: None,
-        accumulation: 1,
-        profile: false,
-        save_initial: false,
-        heldout_windows: 0,
-        progress: false,
-    }
+    common::options("mini-mixed", 2, 11, data, run, steps)
 }
 
 #[test]

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use alpha_data::prepare::{prepare, PrepareOptions, TokenizerSpec};
+use alpha_run::{Device, TrainOptions};
 
 /// tiny-shakespeare, beside the repository as CI lays it out.
 pub fn tinyshakespeare() -> Option<PathBuf> {
@@ -23,4 +24,28 @@ pub fn bytes_stream(dir: &Path) -> Option<PathBuf> {
     opts.progress = false;
     prepare(&opts).expect("preparing tiny-shakespeare");
     Some(out)
+}
+
+/// A quiet CPU run of `system` for `steps` updates at `batch` sequences from seed `seed`, no
+/// held-out scoring; tests change the fields they are about.
+#[allow(dead_code)]
+pub fn options(system: &str, batch: usize, seed: u64, data: &Path, run: &Path, steps: u64) -> TrainOptions {
+    TrainOptions {
+        system: system.into(),
+        device: Device::Cpu,
+        steps,
+        batch: Some(batch),
+        data: data.to_path_buf(),
+        run_dir: run.to_path_buf(),
+        resume: None,
+        checkpoint_every: None,
+        seed,
+        schedule_steps: None,
+        lr: None,
+        accumulation: 1,
+        profile: false,
+        save_initial: false,
+        heldout_windows: 0,
+        progress: false,
+    }
 }
