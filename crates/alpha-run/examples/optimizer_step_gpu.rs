@@ -1,11 +1,12 @@
-//! The optimizers on the GPU while the CUDA lowering lacks products batched over independent
-//! matrices: Muon with one group a matrix (so no batch). Prints, on the device against the CPU
+//! The optimizers on the GPU against the CPU reference. Prints, on the device against the CPU
 //! reference from the same state at updates 1 and 200: the update gate for the miniature's three
 //! learners, and per learner the lowest cosine of the two changes of a parameter (the measure
 //! that suits Muon, whose bf16 operands round differently once a product sums in another order),
 //! also for the mixed learner with its rotational group, or its Muon group, made Adam, and for
 //! Coppelius with Muon on its 80 block matrices; then the optimizer step of Coppelius timed on the
-//! device, its own AdamW beside Muon + Adam (mean of 50 runs of the update program after 5).
+//! device: its own AdamW, Muon with each shape's matrices orthogonalised as one batched stack,
+//! and Muon with one group a matrix (no batch), each the mean of 50 runs of the update program
+//! after 5.
 //!
 //! `cargo run --release -p alpha-run --example optimizer_step_gpu [-- --coppelius-gate]`
 //! (`--coppelius-gate` adds the update gate of Coppelius with Muon, a few minutes of CPU).
@@ -77,12 +78,12 @@ fn split(s: &dyn System, mut l: Learner) -> Learner {
     l
 }
 
-fn own_split(s: &dyn System, steps: u64) -> Learner {
-    split(s, s.learner(steps))
+fn own(s: &dyn System, steps: u64) -> Learner {
+    s.learner(steps)
 }
 
-/// Muon on every block matrix, Adam on the embedding and the LayerNorms, one Muon group a matrix.
-fn muon_adam_split(s: &dyn System, steps: u64) -> Learner {
+/// Muon on every block matrix, Adam on the embedding and the LayerNorms.
+fn muon_adam(s: &dyn System, steps: u64) -> Learner {
     let mut l = s.learner(steps);
     l.groups = vec![
         Group::new(
@@ -98,7 +99,12 @@ fn muon_adam_split(s: &dyn System, steps: u64) -> Learner {
             1e-3,
         ),
     ];
-    split(s, l)
+    l
+}
+
+/// [`muon_adam`] with one Muon group a matrix: no batched products.
+fn muon_adam_split(s: &dyn System, steps: u64) -> Learner {
+    split(s, muon_adam(s, steps))
 }
 
 /// The mixed learner with its rotational group made Adam (Muon and Adam alone, in mixed's order).
@@ -109,7 +115,7 @@ fn mixed_without_rotational(s: &dyn System, steps: u64) -> Learner {
             g.optimizer = Optimizer::Adam { beta1: 0.9, beta2: 0.95, eps: 1e-8 };
         }
     }
-    split(s, l)
+    l
 }
 
 /// The mixed learner with its Muon group made Adam (rotational and Adam alone).
@@ -217,7 +223,7 @@ fn main() -> Result<()> {
     let coppelius_gate = std::env::args().any(|a| a == "--coppelius-gate");
     let minis: Vec<Relearned> = ["mini", "mini-muon", "mini-mixed"]
         .into_iter()
-        .map(|n| Relearned { inner: find(n), name: n, roles: own_split })
+        .map(|n| Relearned { inner: find(n), name: n, roles: own })
         .collect();
     let mut passed = true;
     for s in &minis {
@@ -240,7 +246,8 @@ fn main() -> Result<()> {
             agreement(&s, step)?;
         }
     }
-    let cop_muon = Relearned { inner: find("coppelius"), name: "coppelius", roles: muon_adam_split };
+    let cop_muon = Relearned { inner: find("coppelius"), name: "coppelius", roles: muon_adam };
+    let cop_muon_split = Relearned { inner: find("coppelius"), name: "coppelius", roles: muon_adam_split };
     for step in [1, 200] {
         agreement(&cop_muon, step)?;
     }
@@ -252,7 +259,8 @@ fn main() -> Result<()> {
     let cop = find("coppelius");
     for (what, s) in [
         ("AdamW (its own)", cop.as_ref()),
-        ("Muon on 80 matrices, one a group; Adam on the rest", &cop_muon as &dyn System),
+        ("Muon on 80 matrices batched by shape; Adam on the rest", &cop_muon as &dyn System),
+        ("Muon on 80 matrices, one a group; Adam on the rest", &cop_muon_split as &dyn System),
     ] {
         let (launches, ms) = time_step(s)?;
         println!(

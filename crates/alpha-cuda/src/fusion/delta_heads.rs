@@ -37,7 +37,7 @@ pub(crate) fn delta_heads(cfg: &CudaConfig, ph: &PhaseView, uses: &HashMap<Value
         let o = n.inputs[3];
         let Some((spec, shape)) = tiled_gemm(cfg, g, mm) else { continue };
         let spec = GemmSpec { heads: Some(gemm::Heads { delta: true, ..heads }), ..spec };
-        let spec = with_ring(cfg, on_tma(cfg, spec), &shape);
+        let spec = with_ring(cfg, on_tma(cfg, spec, &shape), &shape);
         let (q_heads, kv_heads) = (g.shape(n.inputs[0]), g.shape(n.inputs[1]));
         let fits = ph.pos.contains_key(&mm)
             && ph.pos.contains_key(&attn)

@@ -76,14 +76,19 @@ pub(crate) fn deep_epilogue_grid(spec: &GemmSpec, shape: &GemmShape) -> bool {
 }
 
 /// `spec` on the TMA-fed engine where it runs on `wgmma` with bf16 operands (unless the
-/// configuration keeps the `cp.async` ring).
-pub(crate) fn on_tma(cfg: &CudaConfig, spec: GemmSpec) -> GemmSpec {
+/// configuration keeps the `cp.async` ring). A batch of independent products over `shape`
+/// (Muon's stacks of same-shaped matrices) stays on the `cp.async` ring, which steps each
+/// operand by its batch stride: the TMA engine's two-dimensional maps take only the K-slices
+/// of one product ([`gemm_tma::check_shape`]).
+pub(crate) fn on_tma(cfg: &CudaConfig, spec: GemmSpec, shape: &GemmShape) -> GemmSpec {
     let bf16 = spec.a_input == Input::Bf16 && spec.b_input == Input::Bf16;
     if spec.engine == gemm::Engine::Wgmma && bf16 && cfg.gemm_engine == gemm::Engine::Tma {
-        spec.tma()
-    } else {
-        spec
+        let tma = spec.tma();
+        if gemm_tma::check_shape(&tma, shape).is_ok() {
+            return tma;
+        }
     }
+    spec
 }
 
 /// `spec` (inputs, tile and epilogue settled) with the `wgmma` ring depth for a launch of

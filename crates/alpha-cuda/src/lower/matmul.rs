@@ -85,7 +85,8 @@ impl Lowerer<'_> {
                     }
                     // Parts of whole K steps that may differ by one where the parts run on the
                     // TMA engine ([`GemmShape::split_k_uneven`]); else equal parts.
-                    let uneven_ok = self.config.uneven_split && on_tma(self.config, spec).engine == gemm::Engine::Tma;
+                    let uneven_ok =
+                        self.config.uneven_split && on_tma(self.config, spec, &shape).engine == gemm::Engine::Tma;
                     let splits = match (self.config.split_k, uneven_ok) {
                         (false, _) => 1,
                         (true, true) => shape.split_k_uneven(spec.bk),
@@ -106,12 +107,10 @@ impl Lowerer<'_> {
                             epilogue: Epilogue::Store,
                             activation: None,
                             tile: gemm::Tile::T128x128,
+                            uneven_split: uneven,
                             ..spec
                         };
-                        let pspec = GemmSpec {
-                            uneven_split: uneven,
-                            ..with_ring(self.config, on_tma(self.config, pspec), &part)
-                        };
+                        let pspec = with_ring(self.config, on_tma(self.config, pspec, &part), &part);
                         let mn = shape.m * shape.n;
                         self.need_scratch(mn as usize * splits as usize * 4);
                         let kernel = self.kernel(pspec.kernel())?;
@@ -132,7 +131,7 @@ impl Lowerer<'_> {
                         v.push(Pending { kernel, grid: (blocks, 1, 1), block, args, node: some });
                         return Ok(v);
                     }
-                    let spec = settled(with_ring(self.config, on_tma(self.config, spec), &shape), &shape);
+                    let spec = settled(with_ring(self.config, on_tma(self.config, spec, &shape), &shape), &shape);
                     self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
                     if delta.is_some() && !(spec.engine == gemm::Engine::Tma && gemm_tma::ring_holds_tile(&spec)) {
                         return Err(node_error(node, id, format!("{}: no delta-heads store", spec.name())));

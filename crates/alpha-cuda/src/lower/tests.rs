@@ -104,6 +104,28 @@ fn by_default_casts_launch_and_the_product_reads_bf16_through_tensor_maps() {
     }
 }
 
+/// A product batched over independent matrices (Muon's stacks: `X·Xᵀ` of each of four) runs on
+/// the `cp.async` ring, which steps every operand by its batch stride, as one launch over the
+/// batch; the TMA engine's maps would read the entries as K-slices of one product.
+#[test]
+fn a_batch_of_independent_products_runs_on_the_cp_async_ring() {
+    let mut g = Graph::new("t");
+    let x = g.param("x", &[4, 64, 128], Init::Zeros);
+    let x16 = g.cast(x, DType::BF16);
+    let a = g.matmul_t(x16, x16, false, true);
+    let s = g.sum_all(a);
+    let l = lower_forward(g, s);
+    assert_eq!(
+        launch_names(&l),
+        ["pw_cast_f32_bf16_v4", "gemm_rc_bf16_store_64x64_wg", "reduce_sum", "reduce_sum_finish"]
+    );
+    let args = &l.phases[0][1].args;
+    let batch_strides = &args[gemm::SHAPE_ARGS - 3..gemm::SHAPE_ARGS];
+    assert_eq!(batch_strides, [LArg::U64(64 * 128), LArg::U64(64 * 128), LArg::U64(64 * 64)]);
+    assert_eq!(l.phases[0][1].grid.2, 4);
+    assert!(l.tensor_maps.is_empty());
+}
+
 /// A chain input that is a unary function of another input is recomputed as step 0: the
 /// inputs lose it, every step and output moves up one, and its readers read step 0.
 #[test]
