@@ -61,6 +61,15 @@ pub struct Muon {
     /// Decoupled decay `W ← W·(1 − lr·λ)` before the step; 0 in every seed.
     pub weight_decay: f64,
     pub rows: Rows,
+    /// The iterations' products take bf16 operands (with f32 sums), as every seed trains;
+    /// false runs them in f32 throughout — the exact direction the update gate judges the
+    /// bf16 runs against.
+    #[serde(default = "bf16_operands_by_default")]
+    pub bf16_operands: bool,
+}
+
+fn bf16_operands_by_default() -> bool {
+    true
 }
 
 impl Muon {
@@ -69,7 +78,16 @@ impl Muon {
 
     /// μ 0.95, Nesterov, five iterations, ε 1e-7, no decay.
     pub fn standard(rows: Rows) -> Muon {
-        Muon { momentum: 0.95, ramp: None, nesterov: true, ns_steps: 5, eps: 1e-7, weight_decay: 0.0, rows }
+        Muon {
+            momentum: 0.95,
+            ramp: None,
+            nesterov: true,
+            ns_steps: 5,
+            eps: 1e-7,
+            weight_decay: 0.0,
+            rows,
+            bf16_operands: true,
+        }
     }
 
     /// μ of update `step`.
@@ -222,6 +240,9 @@ pub(crate) fn muon(
         let u = if transposed { g.permute(u, &[1, 0]) } else { u };
         oriented.push((*p, u, transposed));
     }
+    // One rate a distinct shape factor (lr·factor, the same f32 product for every matrix
+    // that shares it).
+    let mut rates: Vec<(u64, Value)> = vec![];
     // Batches of one oriented shape, in first-appearance order.
     let mut shapes: Vec<Vec<usize>> = vec![];
     for (_, u, _) in &oriented {
@@ -241,8 +262,16 @@ pub(crate) fn muon(
             let xi = g.reshape(xi, &[r, c]);
             let xi = if *transposed { g.permute(xi, &[1, 0]) } else { xi };
             let pshape = g.shape(*p).to_vec();
-            let factor = scalar(g, cfg.shape_scale(pshape[0], pshape[1]));
-            let rate = g.mul(s.lr, factor);
+            let scale = cfg.shape_scale(pshape[0], pshape[1]);
+            let rate = match rates.iter().find(|(bits, _)| *bits == scale.to_bits()) {
+                Some(&(_, rate)) => rate,
+                None => {
+                    let factor = scalar(g, scale);
+                    let rate = g.mul(s.lr, factor);
+                    rates.push((scale.to_bits(), rate));
+                    rate
+                }
+            };
             let step = g.mul(xi, rate);
             let w = if cfg.weight_decay != 0.0 {
                 let wd = scalar(g, cfg.weight_decay);
@@ -261,8 +290,8 @@ pub(crate) fn muon(
 }
 
 /// X₀ = U/(‖U‖_F + ε) per matrix of a `[k, r, c]` stack (r ≤ c), then the quintic iterations
-/// X ← a·X + (b·A + c·A²)·X with A = X·Xᵀ, every product's operands rounded to bf16 and its
-/// sums in f32; X itself stays f32 between iterations.
+/// X ← a·X + (b·A + c·A²)·X with A = X·Xᵀ, every product's operands rounded to bf16 (unless
+/// [`Muon::bf16_operands`] is off) and its sums in f32; X itself stays f32 between iterations.
 pub(crate) fn newton_schulz(g: &mut Graph, u: Value, cfg: &Muon) -> Value {
     let (ca, cb, cc) = Muon::NS_COEFFICIENTS;
     let sq = g.square(u);
@@ -271,15 +300,16 @@ pub(crate) fn newton_schulz(g: &mut Graph, u: Value, cfg: &Muon) -> Value {
     let eps = scalar(g, cfg.eps);
     let den = g.add(norm, eps);
     let mut x = g.div(u, den);
+    let operand = |g: &mut Graph, v: Value| if cfg.bf16_operands { g.cast(v, DType::BF16) } else { v };
     for _ in 0..cfg.ns_steps {
-        let xb = g.cast(x, DType::BF16);
+        let xb = operand(g, x);
         let a = g.matmul_t(xb, xb, false, true);
-        let ab = g.cast(a, DType::BF16);
+        let ab = operand(g, a);
         let a2 = g.matmul(ab, ab);
         let ba = g.scale(a, cb);
         let ca2 = g.scale(a2, cc);
         let poly = g.add(ba, ca2);
-        let pb = g.cast(poly, DType::BF16);
+        let pb = operand(g, poly);
         let px = g.matmul(pb, xb);
         let ax = g.scale(x, ca);
         x = g.add(ax, px);

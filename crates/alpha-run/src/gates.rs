@@ -215,6 +215,11 @@ fn update(c: &Case, text: &mut String) -> Result<bool> {
     let learner: Learner = system.learner(system.default_steps());
     let program = learner.update_program(&system.model(1)?)?;
     let (mut dev, mut cpu) = (backend_for(c.device, &program)?, CpuBackend::compile(&program)?);
+    // Muon's matrices are judged against the same update with its iterations in f32.
+    let mut exact = match exact_muon(&learner) {
+        Some(l) => Some(CpuBackend::compile(&l.update_program(&system.model(1)?)?)?),
+        None => None,
+    };
     // Nonzero moments and gradients: every term of the update is exercised.
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 17);
     let base = leaves(&learner.training_program(system.model(1)?)?, seed, w);
@@ -240,14 +245,57 @@ fn update(c: &Case, text: &mut String) -> Result<bool> {
     // same state.
     let mut ok = true;
     for step in [1u64, 200] {
-        ok &= update_at(step, &learner, &all, dev.as_mut(), &mut cpu, text)?;
+        ok &= update_at(step, &learner, &all, dev.as_mut(), &mut cpu, exact.as_mut(), text)?;
     }
     Ok(ok)
 }
 
+/// `learner` with every Muon group's Newton–Schulz run in f32 (none if it has no Muon group).
+fn exact_muon(learner: &Learner) -> Option<Learner> {
+    let mut exact = learner.clone();
+    let mut any = false;
+    for g in &mut exact.groups {
+        if let alpha_learn::Optimizer::Muon(m) = &mut g.optimizer {
+            m.bf16_operands = false;
+            any = true;
+        }
+    }
+    any.then_some(exact)
+}
+
+/// The cosine of two changes from `before` (1 when both are zero; NaN when either is not finite).
+fn change_cosine(a: &[f32], b: &[f32], before: &[f32]) -> f64 {
+    let (mut dot, mut na, mut nb) = (0.0, 0.0, 0.0);
+    for ((x, y), z) in a.iter().zip(b).zip(before) {
+        let (x, y) = (*x as f64 - *z as f64, *y as f64 - *z as f64);
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 && nb == 0.0 {
+        1.0
+    } else {
+        dot / (na * nb).sqrt()
+    }
+}
+
+/// Whether a device's Muon change at cosine `cos` to the f32 iterations' is as accurate as bf16
+/// allows: within 1e-4 of the f32 direction (the bound the reference meets against PyTorch's
+/// f32 Muon), or no more than twice as far from it as the reference's own change (`cos_ref`).
+/// Why the second: the quintic's slope of 3.4 near zero multiplies a small singular value's
+/// rounding about 3.4⁵ ≈ 470 times over five iterations, so for some matrices no bf16 run comes
+/// within 1e-4 (the reference itself reaches 0.99984 on the update gate's random state); the
+/// device then has to be as good as the reference, not better.
+fn muon_close(cos: f64, cos_ref: f64) -> bool {
+    cos >= 0.9999 || 1.0 - cos <= 2.0 * (1.0 - cos_ref)
+}
+
 /// The parameters a Muon group updates: their products take bf16 operands between
 /// Newton–Schulz iterations, so a device summing in another order rounds some of them the
-/// other way and no elementwise bound holds; they are judged by the cosine of the two changes.
+/// other way and no elementwise bound holds. Each is judged by the cosine of its change to the
+/// change of the same update with the iterations in f32 ([`muon_close`]). Two bf16 runs each
+/// that close to the f32 direction can be further from each other (their roundings are
+/// independent), so the device–reference cosine is reported, not gated.
 fn muon_parameters(learner: &Learner, program: &alpha_ir::Program) -> Result<Vec<String>> {
     let params: Vec<(String, Vec<usize>)> =
         program.graph.params().into_iter().map(|(v, n)| (n, program.graph.shape(v).to_vec())).collect();
@@ -266,10 +314,15 @@ fn update_at(
     all: &[(String, Vec<f32>)],
     dev: &mut dyn Backend,
     cpu: &mut CpuBackend,
+    mut exact: Option<&mut CpuBackend>,
     text: &mut String,
 ) -> Result<bool> {
     let muon = muon_parameters(learner, cpu.program())?;
-    for b in [dev as &mut dyn Backend, cpu as &mut dyn Backend] {
+    let mut backends: Vec<&mut dyn Backend> = vec![dev, cpu];
+    if let Some(e) = exact.as_deref_mut() {
+        backends.push(e);
+    }
+    for b in backends {
         for (name, v) in all {
             b.write(name, v)?;
         }
@@ -281,30 +334,34 @@ fn update_at(
     let mut ok = true;
     let mut worst: f64 = 0.0;
     let mut worst_name = String::new();
-    let mut worst_cos = (f64::INFINITY, String::new());
+    // The lowest cosine to the f32 direction: the device's, the reference's; and of the two.
+    let lowest = || (f64::INFINITY, String::new());
+    let (mut dev_cos, mut ref_cos, mut pair_cos) = (lowest(), lowest(), lowest());
+    let keep_lowest = |worst: &mut (f64, String), cos: f64, name: &str| {
+        if cos.is_nan() || cos < worst.0 {
+            *worst = (cos, name.to_string());
+        }
+    };
     for (name, before) in all {
         if name.ends_with(".grad") {
             continue;
         }
         let (d, c) = (dev.read(name)?, cpu.read(name)?);
         if muon.contains(name) {
-            let dd = d.iter().zip(before).map(|(a, b)| *a as f64 - *b as f64);
-            let dc: Vec<f64> = c.iter().zip(before).map(|(a, b)| *a as f64 - *b as f64).collect();
-            let (mut dot, mut nd, mut nc) = (0.0, 0.0, 0.0);
-            for (x, y) in dd.zip(&dc) {
-                dot += x * y;
-                nd += x * x;
-                nc += y * y;
-            }
-            let cos = if nd == 0.0 && nc == 0.0 { 1.0 } else { dot / (nd * nc).sqrt() };
+            let Some(e) = exact.as_deref_mut() else { bail!("Muon's parameters without an f32 reference") };
+            let f = e.read(name)?;
+            let (cos, cos_ref) = (change_cosine(&d, &f, before), change_cosine(&c, &f, before));
             // A non-finite cosine fails too.
-            if cos.is_nan() || cos < 0.9999 {
+            if !muon_close(cos, cos_ref) {
                 ok = false;
-                let _ = writeln!(text, "  {name}: cosine {cos:.7} of its change to the reference's  ✗");
+                let _ = writeln!(
+                    text,
+                    "  {name}: cosine {cos:.7} of its change to the f32 iterations' (the reference's {cos_ref:.7})  ✗"
+                );
             }
-            if cos.is_nan() || cos < worst_cos.0 {
-                worst_cos = (cos, name.clone());
-            }
+            keep_lowest(&mut dev_cos, cos, name);
+            keep_lowest(&mut ref_cos, cos_ref, name);
+            keep_lowest(&mut pair_cos, change_cosine(&d, &c, before), name);
             continue;
         }
         let change = before.iter().zip(&c).fold(0f64, |m, (a, b)| m.max((*a as f64 - *b as f64).abs()));
@@ -326,10 +383,14 @@ fn update_at(
     if !muon.is_empty() {
         let _ = writeln!(
             text,
-            "  update {step}: Muon's {} matrices, lowest cosine of the device's change to the reference's {:.7} ({}) (≥ 0.9999; bf16 operands summed in another order round differently)",
+            "  update {step}: Muon's {} matrices against the f32 iterations, lowest cosine of the change: device {:.7} ({}) (≥ 0.9999 or within twice the reference's distance), reference {:.7} ({}); device to reference {:.7} ({})",
             muon.len(),
-            worst_cos.0,
-            worst_cos.1
+            dev_cos.0,
+            dev_cos.1,
+            ref_cos.0,
+            ref_cos.1,
+            pair_cos.0,
+            pair_cos.1
         );
     }
     Ok(ok)
@@ -383,4 +444,18 @@ fn causality(c: &Case, text: &mut String) -> Result<bool> {
         bail!("causality: even perturbed weights ignore the input; the gate cannot judge this system");
     }
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::muon_close;
+
+    #[test]
+    fn a_muon_change_passes_near_the_f32_direction_or_as_near_as_the_reference() {
+        assert!(muon_close(0.99995, 0.9999));
+        assert!(muon_close(0.99970, 0.99984));
+        assert!(!muon_close(0.99960, 0.99984));
+        assert!(!muon_close(0.9998, 0.99995));
+        assert!(!muon_close(f64::NAN, 0.9998));
+    }
 }

@@ -42,3 +42,17 @@ fn the_cuda_gates_say_plainly_when_there_is_no_gpu() {
         }
     }
 }
+
+/// Muon's matrices are judged against the same update with f32 iterations: on the CPU the
+/// device is the reference, and both sit close to, but not on, the f32 direction (bf16
+/// operands), which the gate reports.
+#[test]
+fn muon_is_judged_against_its_f32_iterations() {
+    let mini = alpha_systems::find("mini-muon").unwrap();
+    let r = check(Gate::Update, mini.as_ref(), Device::Cpu, 1, 1).unwrap();
+    assert!(r.passed, "{}", r.text);
+    let line = r.text.lines().find(|l| l.contains("against the f32 iterations")).expect(&r.text);
+    let reference: f64 = line.split("reference ").nth(1).and_then(|s| s.split(' ').next()).unwrap().parse().unwrap();
+    assert!(reference > 0.999 && reference < 1.0, "{line}");
+    assert!(line.contains("device to reference 1.0000000"), "{line}");
+}

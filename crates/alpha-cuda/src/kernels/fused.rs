@@ -47,6 +47,11 @@ pub struct Chain {
     pub outputs: Vec<usize>,
     /// Per output: stored rounded to bf16 (the cast that alone reads it, done here).
     pub bf16: Vec<bool>,
+    /// Per input: one f32 that every element reads (a broadcast scalar: a learning rate, a
+    /// momentum, a clip's scale), loaded once a thread; missing entries are false. Why: an
+    /// optimizer's per-matrix arithmetic is a chain with such scalars at every step (Muon's
+    /// momentum and Nesterov direction: five ops), and without them each op was a launch.
+    pub scalar: Vec<bool>,
 }
 
 impl Chain {
@@ -64,6 +69,7 @@ impl Chain {
             ],
             outputs: vec![1, 3],
             bf16: vec![false, false],
+            scalar: vec![],
         }
     }
 
@@ -83,11 +89,12 @@ impl Chain {
             ],
             outputs: vec![2, 4],
             bf16: vec![true, true],
+            scalar: vec![],
         }
     }
 
     /// Entry name: the steps' functions in order, e.g. `ew_mul_mul_gelugrad_mul` (`ewh_…` when
-    /// an output is stored as bf16).
+    /// an output is stored as bf16), then `_s` and the scalar inputs' numbers if any.
     pub fn name(&self) -> String {
         let mut s = String::from(if self.bf16.contains(&true) { "ewh" } else { "ew" });
         for st in &self.steps {
@@ -98,7 +105,18 @@ impl Chain {
             s.push('_');
             s.push_str(&f.to_lowercase());
         }
+        if self.scalar.contains(&true) {
+            s.push_str("_s");
+            for j in (0..self.inputs).filter(|&j| self.is_scalar(j)) {
+                s.push_str(&j.to_string());
+            }
+        }
         s
+    }
+
+    /// Whether input `j` is one value every element reads.
+    pub fn is_scalar(&self, j: usize) -> bool {
+        self.scalar.get(j).copied().unwrap_or(false)
     }
 
     /// Checks that every step reads inputs or earlier steps and every output names a step.
@@ -134,14 +152,28 @@ impl Chain {
         let outs: Vec<Reg> = (0..self.outputs.len()).map(|j| k.param_reg(&format!("out{j}"), ParamTy::U64)).collect();
         let ins: Vec<Reg> = (0..self.inputs).map(|j| k.param_reg(&format!("in{j}"), ParamTy::U64)).collect();
         let n = k.imm_u32(self.n as u32);
+        // Scalars once a thread, before the loop.
+        let scalars: Vec<Option<Reg>> = (0..self.inputs)
+            .map(|j| {
+                self.is_scalar(j).then(|| {
+                    let f = k.reg(RegKind::F32);
+                    k.op("ld.global.f32", [f.into(), addr(ins[j], 0)]);
+                    f
+                })
+            })
+            .collect();
         let (i, stride, top, end) = grid_stride_begin_with(&mut k, n, Some(THREADS));
         let vals: Vec<Reg> = ins
             .iter()
-            .map(|&base| {
-                let a = k.addr_of(base, i, 4);
-                let f = k.reg(RegKind::F32);
-                k.op("ld.global.f32", [f.into(), addr(a, 0)]);
-                f
+            .zip(&scalars)
+            .map(|(&base, scalar)| match scalar {
+                Some(f) => *f,
+                None => {
+                    let a = k.addr_of(base, i, 4);
+                    let f = k.reg(RegKind::F32);
+                    k.op("ld.global.f32", [f.into(), addr(a, 0)]);
+                    f
+                }
             })
             .collect();
         let steps = emit_steps(&mut k, &self.steps, &vals);

@@ -267,6 +267,10 @@ impl Lowerer<'_> {
         products: &LaunchedProducts,
         uses: &HashMap<Value, usize>,
     ) -> Result<bool> {
+        // A GEMM's epilogue reads each chain input at its element: no broadcast scalars.
+        if (0..cl.chain.inputs).any(|j| cl.chain.is_scalar(j)) {
+            return Ok(false);
+        }
         let grids = self.config.chain_epilogues;
         let g = &self.plan.program.graph;
         let operands = |id: u32| {

@@ -102,8 +102,9 @@ impl Lowerer<'_> {
         Ok(v)
     }
 
-    /// A run of two or more same-length f32 elementwise nodes (unary, or binary without
-    /// broadcasting) from `nodes[i]`, as one [`fused::Chain`] launch: it stores only the values
+    /// A run of two or more same-length f32 elementwise nodes (unary, or binary whose operands
+    /// are the output's shape or one broadcast value) from `nodes[i]`, as one [`fused::Chain`]
+    /// launch: it stores only the values
     /// read after the run, and only when no stored value partly overlaps an input (an exact
     /// overlap is safe: every element is loaded before any is stored). Returns the position
     /// after the run.
@@ -121,7 +122,10 @@ impl Lowerer<'_> {
             let out = Value { node: id, index: 0 };
             let ok = match n.op {
                 Op::Unary(_) => f32(n.inputs[0]) && g.ty(n.inputs[0]).numel() == n.outputs[0].numel(),
-                Op::Binary(_) => n.inputs.iter().all(|&x| f32(x) && g.shape(x) == n.outputs[0].shape.as_slice()),
+                Op::Binary(_) => n
+                    .inputs
+                    .iter()
+                    .all(|&x| f32(x) && (g.shape(x) == n.outputs[0].shape.as_slice() || g.ty(x).numel() == 1)),
                 _ => false,
             };
             (ok && f32(out)).then(|| n.outputs[0].numel())
@@ -223,7 +227,8 @@ impl Lowerer<'_> {
                         self.recomputed_reads.insert((x, r));
                     }
                 }
-                let chain = fused::Chain { n, inputs: inputs.len(), steps, outputs, bf16 };
+                let scalar = inputs.iter().map(|&x| n > 1 && g.ty(x).numel() == 1).collect();
+                let chain = fused::Chain { n, inputs: inputs.len(), steps, outputs, bf16, scalar };
                 let kernel =
                     self.kernel(chain.kernel().map_err(|e| node_error(&g.nodes[run[0] as usize], run[0], e))?)?;
                 let mut args: Vec<A> = dests.iter().map(|&(v, _)| self.ptr(v)).collect();

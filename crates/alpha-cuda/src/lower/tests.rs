@@ -126,6 +126,28 @@ fn a_batch_of_independent_products_runs_on_the_cp_async_ring() {
     assert!(l.tensor_maps.is_empty());
 }
 
+/// Elementwise ops with a broadcast scalar (a momentum step: `b·μ + g·s`, then `g·s + b'·μ`)
+/// run as one chain that loads each scalar once a thread, not as a launch an op.
+#[test]
+fn elementwise_ops_with_broadcast_scalars_run_as_one_chain() {
+    let mut g = Graph::new("t");
+    let grad = g.param("grad", &[64, 64], Init::Zeros);
+    let buf = g.param("buf", &[64, 64], Init::Zeros);
+    let mu = g.host_scalar("mu", DType::F32);
+    let scale = g.host_scalar("scale", DType::F32);
+    let gr = g.mul(grad, scale);
+    let kept = g.mul(buf, mu);
+    let buf2 = g.add(kept, gr);
+    let ahead = g.mul(buf2, mu);
+    let u = g.add(gr, ahead);
+    let s = g.sum_all(u);
+    let l = lower_forward(g, s);
+    assert_eq!(launch_names(&l), ["ew_mul_mul_add_mul_add_s13", "reduce_sum"]);
+    let text = l.kernels[l.phases[0][0].kernel].render();
+    // Two scalar loads before the loop, two element loads in it.
+    assert_eq!(text.matches("ld.global.f32").count(), 4, "{text}");
+}
+
 /// A chain input that is a unary function of another input is recomputed as step 0: the
 /// inputs lose it, every step and output moves up one, and its readers read step 0.
 #[test]
