@@ -7,8 +7,14 @@
 //! gathered (token ids stop at 50,256) and the logits are sliced back to 50,257 columns before the
 //! softmax, so they never enter the loss or a prediction; their gradient is zero. llm.c's recipe: weights N(0, 0.02),
 //! the two residual projections N(0, 0.02/√24), biases 0; AdamW β (0.9, 0.95), ε 1e-8, decay 0.1
-//! on matrices only, peak 6e-4 after 700 warm-up updates, cosine to 0, clip 1.0. Matrix products
-//! take bf16 operands, as in Alpha's other transformers.
+//! on matrices only, peak 6e-4, cosine to 0, clip 1.0. Matrix products take bf16 operands, as in
+//! Alpha's other transformers.
+//!
+//! The warm-up is llm.c's share of its run rather than its count: 700 of 18,865 updates there
+//! (3.7%), so [`Gpt2::warmup`] of the run's updates here. Why: llm.c's 700 come from a 10B-token
+//! run of 524,288-token updates; the Gutenberg training split is about 100M GPT-2 tokens, which at
+//! the recommended 16 × 1,024 × 4 (65,536 tokens an update: one pass is about 1,550 updates) would
+//! spend 45% of the run warming up at a fixed 700.
 
 use alpha_ir::{Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
@@ -32,6 +38,11 @@ impl Default for Gpt2 {
 }
 
 impl Gpt2 {
+    /// Warm-up updates for a run of `steps`: llm.c's 700 of 18,865, in proportion (at least 1).
+    pub fn warmup(steps: u64) -> u64 {
+        (steps * 700 / 18_865).max(1)
+    }
+
     /// Rows of the embedding table: the vocabulary rounded up to a multiple of 128.
     pub fn padded_vocab(&self) -> usize {
         self.vocab.div_ceil(128) * 128
@@ -121,7 +132,7 @@ impl System for Gpt2 {
                 decay: Decay::MatricesOnly,
             }),
             6e-4,
-            Schedule::WarmupCosine { warmup: 700.min(steps), total: steps.max(1), floor: 0.0 },
+            Schedule::WarmupCosine { warmup: Gpt2::warmup(steps), total: steps.max(1), floor: 0.0 },
             Some(1.0),
         )
     }
@@ -130,6 +141,13 @@ impl System for Gpt2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_warm_up_is_llm_c_share_of_the_run() {
+        assert_eq!(Gpt2::warmup(18_865), 700);
+        assert_eq!(Gpt2::warmup(1_550), 57);
+        assert_eq!(Gpt2::warmup(10), 1);
+    }
 
     #[test]
     fn parameter_count_is_llm_c_d12() {

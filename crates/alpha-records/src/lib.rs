@@ -132,7 +132,12 @@ pub struct LineageRow {
     pub heldout_loss: Option<f64>,
     pub heldout_bpb: Option<f64>,
     pub wall_s: Option<f64>,
+    /// Seconds of training steps from the run's first step to this checkpoint, over every
+    /// invocation of its line: the cost axis of a learning curve.
     pub device_s: Option<f64>,
+    /// Joules the GPU drew from the run's first invocation to this checkpoint (NVML's energy
+    /// counter; compilation and evaluation included), where a GPU trained it.
+    pub energy_j: Option<f64>,
     pub time: Option<String>,
     /// The branch the checkpoint belongs to (0 or absent: the main line, `checkpoints/`;
     /// branch N lives in `checkpoints/branch-N/`).

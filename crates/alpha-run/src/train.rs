@@ -127,6 +127,34 @@ struct Checkpointer {
     started: Instant,
 }
 
+/// What a run has cost up to a checkpoint, from its first step (see [`LineageRow`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Cost {
+    device_s: f64,
+    energy_j: Option<f64>,
+}
+
+impl Cost {
+    /// The cost recorded for the checkpoint `sha` in `run_dir`'s lineage (zero when it is not
+    /// listed there: a run started from another directory's checkpoint counts from itself).
+    fn recorded(run_dir: &Path, sha: &str) -> Cost {
+        let rows = alpha_records::jsonl::read::<LineageRow>(&run_dir.join("lineage.jsonl")).map(|r| r.rows);
+        match rows.ok().and_then(|rows| rows.into_iter().rev().find(|r| r.sha256 == sha)) {
+            Some(r) => Cost { device_s: r.device_s.unwrap_or(0.0), energy_j: r.energy_j },
+            None => Cost::default(),
+        }
+    }
+
+    /// This cost plus an invocation's: `step_ms` of steps and `energy_j` drawn.
+    fn plus(self, step_ms: f64, energy_j: Option<f64>) -> Cost {
+        let energy_j = match (self.energy_j, energy_j) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        Cost { device_s: self.device_s + step_ms / 1e3, energy_j }
+    }
+}
+
 impl Checkpointer {
     /// Checkpoint the backend's state after `step`; returns the file and its SHA-256.
     #[allow(clippy::too_many_arguments)]
@@ -140,6 +168,7 @@ impl Checkpointer {
         parent: Option<String>,
         train_loss: Option<f64>,
         heldout: Option<Score>,
+        cost: Cost,
     ) -> Result<(PathBuf, String)> {
         let meta =
             Meta { step, tokens, cursor: serde_json::to_string(&cursor)?, parent: parent.clone(), ..self.meta.clone() };
@@ -159,7 +188,8 @@ impl Checkpointer {
             heldout_loss: heldout.map(|s| s.loss),
             heldout_bpb: heldout.map(|s| s.bits_per_byte),
             wall_s: Some(self.started.elapsed().as_secs_f64()),
-            device_s: None,
+            device_s: Some(cost.device_s),
+            energy_j: cost.energy_j,
             time: Some(now()),
             branch: Some(self.branch),
         })?;
@@ -345,7 +375,17 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             started,
         };
         if opts.save_initial && resumed.is_none() {
-            let (_, sha) = checkpointer.write(backend.as_mut(), &records, 0, 0, stream.cursor(), None, None, None)?;
+            let (_, sha) = checkpointer.write(
+                backend.as_mut(),
+                &records,
+                0,
+                0,
+                stream.cursor(),
+                None,
+                None,
+                None,
+                Cost::default(),
+            )?;
             parent = Some(sha);
         }
         let bar = progress_bar(opts.progress, opts.steps);
@@ -358,6 +398,8 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         let mut last_ckpt: Option<(PathBuf, String)> = None;
         let mut last_heldout = None;
         let mut step_ms_total = 0.0;
+        // The cost of the run before this invocation: its resumed checkpoint's.
+        let cost_before = parent.as_deref().map_or(Cost::default(), |sha| Cost::recorded(&opts.run_dir, sha));
 
         while step < last_step {
             step += 1;
@@ -454,6 +496,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                     parent.clone(),
                     Some(loss),
                     heldout,
+                    cost_before.plus(step_ms_total, sampler.as_ref().and_then(|s| s.energy_joules_since_start())),
                 )?;
                 parent = Some(sha.clone());
                 info.last_checkpoint = Some(path.display().to_string());

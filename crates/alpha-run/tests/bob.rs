@@ -70,6 +70,14 @@ fn the_same_seed_gives_the_same_bytes_and_resume_is_exact() {
         n,
         2 * n
     );
+    // The lineage carries each checkpoint's held-out score and the training seconds from the
+    // run's first step: the resumed invocation's checkpoint counts the first one's too.
+    let rows: Vec<alpha_records::LineageRow> =
+        alpha_records::jsonl::read(&tmp.path().join("halves/lineage.jsonl")).unwrap().rows;
+    assert_eq!(rows.iter().map(|r| r.step).collect::<Vec<_>>(), [n, 2 * n]);
+    let (s1, s2) = (rows[0].device_s.unwrap(), rows[1].device_s.unwrap());
+    assert!(s1 > 0.0 && s2 > s1 * 1.5, "training seconds {s1} then {s2}");
+    assert!(rows.iter().all(|r| r.heldout_bpb.is_some_and(|b| b > 0.0 && b < 8.0)));
 }
 
 #[test]
