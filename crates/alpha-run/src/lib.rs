@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod baseline;
 pub mod bench;
+pub mod budget;
 pub mod checkpoint;
 pub mod data;
 pub mod gates;

@@ -129,9 +129,17 @@ pub struct TrainArgs {
     pub system: String,
     #[arg(long, default_value = "cpu")]
     pub device: Device,
-    /// Updates to run in this invocation [default: the system's].
+    /// Updates to run in this invocation [default: the system's; under a budget, no cap].
     #[arg(long, value_parser = validate::train_steps, allow_negative_numbers = true)]
     pub steps: Option<u64>,
+    /// Train until this much training time is spent (90s, 10m, 1.5h), the rate warming down to
+    /// 0 at its end; a resume of a budgeted checkpoint goes on spending its budget.
+    #[arg(long, value_parser = validate::budget, allow_negative_numbers = true)]
+    pub budget: Option<f64>,
+    /// The budget's warmdown: this many updates' worth of time at the mean step time
+    /// [default: the checkpoint's on resume, else the system's (1,200)].
+    #[arg(long, value_parser = validate::warmdown_updates, allow_negative_numbers = true)]
+    pub warmdown_updates: Option<u64>,
     /// Sequences a step [default: the system's].
     #[arg(long, value_parser = validate::batch, allow_negative_numbers = true)]
     pub batch: Option<usize>,
@@ -311,7 +319,13 @@ fn fresh_run_dir(system: &str) -> PathBuf {
 
 fn train(a: TrainArgs) -> Result<()> {
     let system = find(&a.system)?;
-    let steps = a.steps.unwrap_or(system.default_steps());
+    if a.warmdown_updates.is_some() && a.budget.is_none() && a.resume.is_none() {
+        bail!("--warmdown-updates shapes a wall-clock budget's end: give --budget too");
+    }
+    // Under a budget (given, or carried by the checkpoint resumed) time ends the run, not a
+    // step count, unless --steps caps it.
+    let budgeted = a.budget.is_some() || a.resume.as_deref().is_some_and(|p| checkpoint::peek_budget(p).is_some());
+    let steps = a.steps.unwrap_or(if budgeted { validate::MAX_STEPS } else { system.default_steps() });
     let batch = a.batch.unwrap_or(system.default_batch());
     // Everything an argument decides is checked before the corpus is read or prepared.
     let tokens_a_step = (a.accumulate as u64)
@@ -363,6 +377,8 @@ fn train(a: TrainArgs) -> Result<()> {
         save_initial: a.save_initial,
         heldout_windows: a.heldout_windows,
         progress: !a.quiet,
+        budget: a.budget,
+        warmdown_updates: a.warmdown_updates,
     };
     // The first Ctrl-C (or SIGTERM, SIGHUP) lets the step in flight finish and checkpoints it;
     // a second one marks run.json "interrupted" and ends the process at once.
@@ -386,6 +402,17 @@ fn train(a: TrainArgs) -> Result<()> {
         r.ms_per_step
     )?;
     outln!("train loss {:.4} nats (last step)", r.last_loss)?;
+    if let Some(b) = &r.budget {
+        outln!(
+            "budget {}: {} of training time spent over {} updates ({:.2} ms each on average); the rate's factor at the last update {:.4} (warmdown over {} updates' worth)",
+            alpha_run::budget::human_seconds(b.budget.seconds),
+            alpha_run::budget::human_seconds(b.elapsed),
+            b.timed_steps,
+            b.mean_step() * 1e3,
+            r.last_factor,
+            b.budget.warmdown_updates
+        )?;
+    }
     if let Some(s) = r.heldout {
         outln!(
             "held-out loss {:.4} nats · {:.4} bits per byte ({} windows, {} bytes)",

@@ -47,5 +47,7 @@ pub fn options(system: &str, batch: usize, seed: u64, data: &Path, run: &Path, s
         save_initial: false,
         heldout_windows: 0,
         progress: false,
+        budget: None,
+        warmdown_updates: None,
     }
 }
