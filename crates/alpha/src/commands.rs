@@ -65,8 +65,12 @@ pub enum Command {
     Train(TrainArgs),
     /// Continue a prompt from a checkpoint.
     Predict(PredictArgs),
-    /// Mean loss and bits per byte of a checkpoint on held-out text.
+    /// Mean loss and bits per byte of a checkpoint, or of an artifact beside its checkpoint, on
+    /// held-out text.
     Score(ScoreArgs),
+    /// Write a checkpoint's parameters as a parameter-golf artifact: int8 rows, fp16, fp32
+    /// controls, zlib level 9.
+    Export(ExportArgs),
     /// The catalogue: each system, its parameter count, its state.
     Systems,
     /// Compile a system's training step and print its plan: kernels, arena by class, peak.
@@ -208,8 +212,13 @@ pub struct PredictArgs {
 #[derive(Args)]
 pub struct ScoreArgs {
     pub system: String,
+    /// The checkpoint to score (with --artifact: to score beside it).
+    #[arg(long, required_unless_present = "artifact")]
+    pub checkpoint: Option<PathBuf>,
+    /// An artifact (`alpha export`) to score, dequantised, beside the checkpoint it was made
+    /// from (where that is still at its recorded path) or --checkpoint.
     #[arg(long)]
-    pub checkpoint: PathBuf,
+    pub artifact: Option<PathBuf>,
     /// A prepared token directory or raw corpus [default: the checkpoint's].
     #[arg(long)]
     pub data: Option<PathBuf>,
@@ -219,6 +228,22 @@ pub struct ScoreArgs {
     pub batch: Option<usize>,
     #[arg(long, default_value = "cpu")]
     pub device: Device,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    pub system: String,
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// The artifact's file.
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
+    /// Replace the file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Bytes the artifact's size is reported against (parameter golf's limit).
+    #[arg(long, default_value_t = alpha_run::artifact::DEFAULT_LIMIT, value_parser = validate::size_limit, allow_negative_numbers = true)]
+    pub limit: u64,
 }
 
 #[derive(Args)]
@@ -283,6 +308,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train(a) => train(a),
         Command::Predict(a) => predict_cmd(a),
         Command::Score(a) => score_cmd(a),
+        Command::Export(a) => export(a),
         Command::Systems => systems(),
         Command::Plan(a) => plan(a),
         Command::Build(a) => build(a),
@@ -611,9 +637,30 @@ fn predict_cmd(a: PredictArgs) -> Result<()> {
 }
 
 fn score_cmd(a: ScoreArgs) -> Result<()> {
+    use alpha_run::artifact;
     let system = find(&a.system)?;
-    let ckpt = checkpoint::load(&a.checkpoint)?;
-    let data = data_of(system.as_ref(), a.data.as_deref(), &ckpt, &a.checkpoint)?;
+    // What is scored, in order: the checkpoint (given, or the artifact's source where it still
+    // is), then the artifact dequantised.
+    let mut scored: Vec<(String, Checkpoint, PathBuf)> = vec![];
+    let art = a.artifact.as_ref().map(|p| artifact::read(p).map(|r| (r, p.clone()))).transpose()?;
+    match (&a.checkpoint, &art) {
+        (Some(p), _) => scored.push((String::new(), checkpoint::load(p)?, p.clone())),
+        (None, Some(((art, _, _), path))) => match artifact::source_checkpoint(art) {
+            Some((c, p)) => scored.push((String::new(), c, p)),
+            None => eprintln!(
+                "the checkpoint {} was made from is not at {} (or has changed): pass --checkpoint to score it beside it",
+                path.display(),
+                art.source.checkpoint
+            ),
+        },
+        (None, None) => bail!("give --checkpoint, --artifact or both"),
+    }
+    if let Some(((art, sha, size), path)) = art {
+        let label = format!(", artifact {} ({} bytes)", path.display(), alpha_plan::group(size as usize));
+        scored.push((label, art.as_checkpoint(sha), path));
+    }
+    let (_, first, first_path) = &scored[0];
+    let data = data_of(system.as_ref(), a.data.as_deref(), first, first_path)?;
     let batch = a.batch.unwrap_or(system.default_batch()).min(a.windows);
     let program = inference_program(system.model(batch)?)?;
     if a.device == Device::Cpu {
@@ -621,18 +668,69 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
         validate::ensure_fits(&what, validate::cpu_arena_bytes(&program)?, "--batch")?;
     }
     let mut backend = backend_for(a.device, &program)?;
-    restore(&ckpt, system.as_ref(), backend.as_mut(), &a.checkpoint.display().to_string())?;
-    let s = score::score(backend.as_mut(), system.as_ref(), batch, &data, a.windows)?;
+    let mut bpb = vec![];
+    for (label, ckpt, path) in &scored {
+        restore(ckpt, system.as_ref(), backend.as_mut(), &path.display().to_string())?;
+        let s = score::score(backend.as_mut(), system.as_ref(), batch, &data, a.windows)?;
+        outln!(
+            "{} step {}{label}: held-out loss {:.4} nats · {:.4} bits per byte over {} windows ({} tokens, {} bytes) of {}",
+            system.name(),
+            ckpt.meta.step,
+            s.loss,
+            s.bits_per_byte,
+            s.windows,
+            s.tokens,
+            s.bytes,
+            data.display()
+        )?;
+        bpb.push(s.bits_per_byte);
+    }
+    if let [checkpoint, artifact] = bpb[..] {
+        outln!("the artifact is {:+.4} bits per byte from its checkpoint", artifact - checkpoint)?;
+    }
+    Ok(())
+}
+
+fn export(a: ExportArgs) -> Result<()> {
+    use alpha_run::artifact::{self, Artifact};
+    let system = find(&a.system)?;
+    if a.output.exists() && !a.force {
+        bail!("{} exists already; pass --force to replace it", a.output.display());
+    }
+    let ckpt = checkpoint::load(&a.checkpoint)?;
+    let art = Artifact::from_checkpoint(system.as_ref(), &ckpt, &a.checkpoint)?;
+    let (bytes, content) = art.encode()?;
+    artifact::write(&a.output, &bytes, a.force)?;
+    let size = bytes.len() as u64;
+    let verdict = if size <= a.limit {
+        format!(
+            "within the limit of {} by {}",
+            alpha_plan::group(a.limit as usize),
+            alpha_plan::group((a.limit - size) as usize)
+        )
+    } else {
+        format!(
+            "OVER the limit of {} by {}",
+            alpha_plan::group(a.limit as usize),
+            alpha_plan::group((size - a.limit) as usize)
+        )
+    };
     outln!(
-        "{} step {}: held-out loss {:.4} nats · {:.4} bits per byte over {} windows ({} tokens, {} bytes) of {}",
+        "wrote {}: {} bytes, {verdict} (zlib level 9 of {} bytes)",
+        a.output.display(),
+        alpha_plan::group(size as usize),
+        alpha_plan::group(content)
+    )?;
+    let kinds: Vec<String> =
+        art.by_dtype().iter().map(|(d, n, b)| format!("{n} {d} ({} bytes)", alpha_plan::group(*b))).collect();
+    outln!("tensors: {}", kinds.join(", "))?;
+    outln!(
+        "from {} ({} step {}); score it with `alpha score {} --artifact {}`",
+        a.checkpoint.display(),
         system.name(),
         ckpt.meta.step,
-        s.loss,
-        s.bits_per_byte,
-        s.windows,
-        s.tokens,
-        s.bytes,
-        data.display()
+        system.name(),
+        a.output.display()
     )?;
     Ok(())
 }

@@ -171,6 +171,10 @@ pub fn budget(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+pub fn size_limit(s: &str) -> Result<u64, String> {
+    at_least(s, 1, "a size in bytes")
+}
+
 pub fn warmdown_updates(s: &str) -> Result<u64, String> {
     whole(s, 1, MAX_STEPS, "the updates' worth of time the budget's warmdown takes")
 }
