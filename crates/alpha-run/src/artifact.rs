@@ -202,21 +202,20 @@ fn is_control(system: &dyn System, name: &str) -> bool {
     system.control_tensors().iter().any(|p| alpha_learn::glob(p, name))
 }
 
-/// Store one tensor as the format says.
-fn store(system: &dyn System, name: &str, shape: &[usize], values: &[f32]) -> Result<Stored> {
+/// Store one tensor as the format says; `control`: the system names it a control tensor.
+fn store(name: &str, shape: &[usize], values: &[f32], control: bool) -> Result<Stored> {
     if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
         bail!("parameter {name} holds {bad}: a checkpoint with non-finite weights cannot be exported");
     }
-    if is_control(system, name) {
+    if control {
         return Ok(Stored::F32(values.to_vec()));
     }
     if values.len() <= SMALL_ELEMENTS {
         let half: Vec<f16> = values.iter().map(|&v| f16::from_f32(v)).collect();
         if let Some(i) = half.iter().position(|h| h.is_infinite()) {
             bail!(
-                "parameter {name} holds {} at index {i}, beyond fp16's range (±65,504): name it among {}'s control tensors to keep it in fp32",
-                values[i],
-                system.name()
+                "parameter {name} holds {} at index {i}, beyond fp16's range (±65,504): name it among the system's control tensors to keep it in fp32",
+                values[i]
             );
         }
         return Ok(Stored::F16(half));
@@ -256,7 +255,7 @@ impl Artifact {
                     system.name()
                 );
             }
-            let stored = store(system, &name, &shape, values)?;
+            let stored = store(&name, &shape, values, is_control(system, &name))?;
             tensors.push(Entry { name, shape, stored });
         }
         let source = Source {
@@ -480,6 +479,68 @@ mod tests {
         let mut w: Vec<f32> = (0..512).map(|i| i as f32).collect();
         let c = quantile(&mut w, CLIP_QUANTILE);
         assert!((c - (510.0 + 0.999_181_6)).abs() < 1e-3, "{c}");
+    }
+
+    /// Values spread over ±`scale` with a few larger outliers, from a fixed sequence.
+    fn spread(n: usize, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let x = ((i as f32 * 0.618_034).fract() - 0.5) * 2.0 * scale;
+                if i % 9973 == 0 {
+                    x * 40.0
+                } else {
+                    x
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tensors_of_any_rank_are_cut_into_rows_by_their_first_axis() {
+        for shape in [vec![70_000], vec![4, 130, 200], vec![300, 300]] {
+            let n: usize = shape.iter().product();
+            let w = spread(n, 0.03);
+            let Stored::Int8Rows { q, scales } = store("t", &shape, &w, false).unwrap() else {
+                panic!("{shape:?} ({n} elements) should be int8");
+            };
+            let rows = if shape.len() == 1 { 1 } else { shape[0] };
+            assert_eq!((q.len(), scales.len()), (n, rows), "{shape:?}");
+            let a = Artifact {
+                source: Source {
+                    system: "x".into(),
+                    config_hash: String::new(),
+                    step: 0,
+                    checkpoint: String::new(),
+                    checkpoint_sha256: String::new(),
+                    data: String::new(),
+                },
+                tensors: vec![Entry { name: "t".into(), shape: shape.clone(), stored: Stored::Int8Rows { q, scales } }],
+            };
+            let (bytes, _) = a.encode().unwrap();
+            let back = Artifact::decode(&bytes, Path::new("t.art")).unwrap();
+            assert_eq!(back, a);
+            let got = &back.dequantise()["t"].1;
+            let Stored::Int8Rows { scales, .. } = &a.tensors[0].stored else { unreachable!() };
+            for (r, (row, got)) in w.chunks(n / rows).zip(got.chunks(n / rows)).enumerate() {
+                let s = scales[r].to_f32();
+                let clip = quantile(&mut row.iter().map(|w| w.abs()).collect::<Vec<_>>(), CLIP_QUANTILE);
+                // Inside the clip, half a step; beyond it (the largest outlier), the clip.
+                let worst = row.iter().zip(got).map(|(a, b)| (a.clamp(-clip, clip) - b).abs()).fold(0f32, f32::max);
+                assert!(worst <= s * 0.5001, "{shape:?} row {r}: error {worst} at scale {s}");
+            }
+        }
+        // Small: fp16, or fp32 when a control tensor.
+        assert!(matches!(store("t", &[256, 256], &spread(65_536, 1.0), false).unwrap(), Stored::F16(_)));
+        assert!(matches!(store("t", &[65_537], &spread(65_537, 1.0), true).unwrap(), Stored::F32(_)));
+    }
+
+    #[test]
+    fn weights_no_format_can_hold_are_refused_by_name() {
+        let e = store("blocks.0.gain", &[3], &[1.0, 1e6, 2.0], false).unwrap_err().to_string();
+        assert!(e.contains("blocks.0.gain") && e.contains("fp16's range") && e.contains("control tensors"), "{e}");
+        assert!(store("blocks.0.gain", &[3], &[1.0, 1e6, 2.0], true).is_ok(), "fp32 holds it");
+        let e = store("w", &[2], &[f32::NAN, 0.0], true).unwrap_err().to_string();
+        assert!(e.contains("non-finite"), "{e}");
     }
 
     #[test]
