@@ -686,7 +686,13 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
         bpb.push(s.bits_per_byte);
     }
     if let [checkpoint, artifact] = bpb[..] {
-        outln!("the artifact is {:+.4} bits per byte from its checkpoint", artifact - checkpoint)?;
+        let d = artifact - checkpoint;
+        // Five decimals, and no "-0.00000" for a difference below them.
+        if d.abs() < 5e-6 {
+            outln!("the artifact is within 0.000005 bits per byte of its checkpoint")?;
+        } else {
+            outln!("the artifact is {d:+.5} bits per byte from its checkpoint")?;
+        }
     }
     Ok(())
 }

@@ -280,8 +280,5 @@ fn a_budgeted_run_exports_an_artifact_that_scores_beside_its_checkpoint() {
     assert!(!lines[0].contains("artifact") && lines[1].contains("artifact"), "{out}");
     let (c, a) = (bpb(lines[0]), bpb(lines[1]));
     assert!(c < 6.0 && (a - c).abs() < 0.01, "checkpoint {c}, artifact {a}");
-    assert!(
-        lines[2].starts_with("the artifact is ") && lines[2].ends_with("bits per byte from its checkpoint"),
-        "{out}"
-    );
+    assert!(lines[2].starts_with("the artifact is ") && lines[2].ends_with(" its checkpoint"), "{out}");
 }
