@@ -454,6 +454,11 @@ mod tests {
         let path = dir.path().join("b.safetensors");
         save(&path, &meta, &t).unwrap();
         assert_eq!(load(&path).unwrap().meta, meta, "times are kept to the bit");
+        assert_eq!(peek_budget(&path), meta.budget, "the header alone gives it");
+        let plain = dir.path().join("plain.safetensors");
+        save(&plain, &sample().0, &t).unwrap();
+        assert_eq!(peek_budget(&plain), None);
+        assert_eq!(peek_budget(&dir.path().join("missing.safetensors")), None);
         fs::remove_file(sidecar(&path)).unwrap();
         let bytes = fs::read(&path).unwrap();
         fs::write(&path, with_meta(&bytes, "budget_elapsed_s", "1.0")).unwrap();

@@ -685,13 +685,15 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
         )?;
         bpb.push(s.bits_per_byte);
     }
-    if let [checkpoint, artifact] = bpb[..] {
+    if let ([checkpoint, artifact], [(_, ckpt, _), (_, art, _)]) = (&bpb[..], &scored[..]) {
         let d = artifact - checkpoint;
+        // The artifact records the SHA-256 of the checkpoint it was made from.
+        let whose = if art.meta.parent.as_ref() == Some(&ckpt.sha256) { "its" } else { "the" };
         // Five decimals, and no "-0.00000" for a difference below them.
         if d.abs() < 5e-6 {
-            outln!("the artifact is within 0.000005 bits per byte of its checkpoint")?;
+            outln!("the artifact is within 0.000005 bits per byte of {whose} checkpoint")?;
         } else {
-            outln!("the artifact is {d:+.5} bits per byte from its checkpoint")?;
+            outln!("the artifact is {d:+.5} bits per byte from {whose} checkpoint")?;
         }
     }
     Ok(())
