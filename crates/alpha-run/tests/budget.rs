@@ -57,7 +57,7 @@ fn a_budgeted_run_stops_at_its_budget_with_the_rate_warmed_down() {
     let before_last = p[n - 2].elapsed_s.unwrap();
     assert!(before_last < seconds, "the update before the last had spent the budget already ({before_last} s)");
     assert!(wall >= b.elapsed, "training time {} counts more than the wall clock {wall}", b.elapsed);
-    assert!(n > 2 * warmdown as usize, "too few updates ({n}) to see the warmdown of {warmdown}");
+    assert!(n > warmdown as usize + 10, "too few updates ({n}) to see the warmdown of {warmdown}");
 
     // The factor: 1 at first, below 1 over about the last `warmdown` updates, near 0 at the end,
     // never negative; the recorded rate is the schedule's times it.
@@ -69,7 +69,12 @@ fn a_budgeted_run_stops_at_its_budget_with_the_rate_warmed_down() {
         warming >= warmdown as usize / 3 && warming <= 3 * warmdown as usize,
         "{warming} updates warmed down, for a warmdown of {warmdown}"
     );
-    assert!(r.last_factor < 0.15, "the last update ran at {} of the peak", r.last_factor);
+    // The last update began with less than its own duration left, so its factor is below that
+    // duration over the warmdown's time: about 1/warmdown at a steady step time.
+    let last_took = b.elapsed - before_last;
+    let mean_before = before_last / (n - 1) as f64;
+    assert!(r.last_factor <= last_took / (warmdown as f64 * mean_before) * 1.01, "last factor {}", r.last_factor);
+    assert!(r.last_factor < 0.25, "the last update ran at {} of the peak", r.last_factor);
     assert!(same(r.last_factor, factors[n - 1]), "{} recorded as {}", r.last_factor, factors[n - 1]);
     // Each factor is the rule's, from the time and steps before its update.
     for w in p.windows(2) {
