@@ -48,8 +48,9 @@ pub trait System: Send + Sync {
     }
     /// Parameters the artifact export keeps in fp32 whatever their size: gains, mixes and
     /// scales whose exact values steer the whole network, so fp16's rounding of them costs more
-    /// than their few bytes save. Path patterns as a learner's groups take them (`*` any run of
-    /// characters); none by default.
+    /// than their few bytes save. Path patterns as a learner's groups take them, matched against
+    /// the whole path (`*` any run of characters: `*resid_mix*` for every path holding
+    /// `resid_mix`); none by default.
     fn control_tensors(&self) -> &'static [&'static str] {
         &[]
     }
