@@ -41,6 +41,19 @@ pub trait System: Send + Sync {
     fn model(&self, batch: usize) -> Result<Model, IrError>;
     /// The learner for a run of `steps` updates.
     fn learner(&self, steps: u64) -> Learner;
+    /// Under a wall-clock budget (`alpha train --budget`), the updates' worth of time over which
+    /// the rate falls to 0 at the end ([`alpha_learn::TimeBudget`]).
+    fn warmdown_updates(&self) -> u64 {
+        alpha_learn::DEFAULT_WARMDOWN_UPDATES
+    }
+    /// Parameters the artifact export keeps in fp32 whatever their size: gains, mixes and
+    /// scales whose exact values steer the whole network, so fp16's rounding of them costs more
+    /// than their few bytes save. Path patterns as a learner's groups take them, matched against
+    /// the whole path (`*` any run of characters: `*resid_mix*` for every path holding
+    /// `resid_mix`); none by default.
+    fn control_tensors(&self) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 /// Every system Alpha knows, in catalogue order.

@@ -161,6 +161,11 @@ impl RunRecords {
             "energy_j": from_summary("energy_j"),
             "energy_per_token_j": from_summary("energy_per_token_j"),
             "checkpoints": self.lineage.rows().len(),
+            // A run to a wall-clock budget: the budget, the training time spent by the newest
+            // step (run.json's is written only at checkpoints) and that step's rate factor.
+            "budget_s": info.and_then(|i| i.budget_s),
+            "elapsed_s": pts.last().and_then(|p| p.elapsed_s).or(info.and_then(|i| i.elapsed_s)),
+            "lr_factor": pts.last().and_then(|p| p.lr_factor),
         })
     }
 

@@ -160,6 +160,39 @@ fn a_port_in_use_is_named() {
     assert!(e.contains(&format!("port {port} is in use")), "{e}");
 }
 
+/// A run to a 10 s budget, 40 steps of 0.2 s in, warming down over its last 4 s: run.json as
+/// its last checkpoint (at 6 s) left it, the points as the trainer writes them.
+fn write_budgeted_run(dir: &Path, name: &str) {
+    let run = write_run(dir, name, 40, "running", false, 0);
+    let mut info: Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    info["budget_s"] = json!(10.0);
+    info["elapsed_s"] = json!(6.0);
+    std::fs::write(run.join("run.json"), info.to_string()).unwrap();
+    let points: String = (1..=40)
+        .map(|step| {
+            let spent = 0.2 * step as f64;
+            let factor = ((10.0 - (spent - 0.2)) / 4.0).min(1.0);
+            format!("{}\n", json!({"step": step, "loss": 3.0, "ms": 200.0, "elapsed_s": spent, "lr_factor": factor}))
+        })
+        .collect();
+    std::fs::write(run.join("points.jsonl"), points).unwrap();
+}
+
+#[tokio::test]
+async fn a_budgeted_run_shows_its_budget_time_spent_and_factor() {
+    let dir = tempfile::tempdir().unwrap();
+    write_budgeted_run(dir.path(), "timed");
+    let (_, r) = get(&app(dir.path(), None), "/api/runs/timed").await;
+    let h = &r["headline"];
+    assert_eq!(h["budget_s"], 10.0);
+    assert_eq!(h["elapsed_s"], 8.0, "the newest point's time, not run.json's older one");
+    assert!((h["lr_factor"].as_f64().unwrap() - 0.55).abs() < 1e-9, "{h}");
+    // A run by steps has none.
+    write_run(dir.path(), "plain", 10, "finished", false, 0);
+    let (_, r) = get(&app(dir.path(), None), "/api/runs/plain").await;
+    assert!(r["headline"]["budget_s"].is_null() && r["headline"]["lr_factor"].is_null());
+}
+
 #[tokio::test]
 async fn the_api_answers_every_record() {
     let dir = tempfile::tempdir().unwrap();
@@ -430,6 +463,7 @@ fn the_pages_draw_the_records_in_a_real_browser() {
     let runs = dir.path().join("runs");
     write_run(&runs, "bob-gpu", 120, "finished", true, 240);
     write_run(&runs, "bob-cpu", 60, "running", false, 40);
+    write_budgeted_run(&runs, "timed");
     let mut opts = ServeOptions::new(&runs);
     opts.port = 0;
     opts.catalogue = vec![SystemInfo {
@@ -471,7 +505,7 @@ fn the_pages_draw_the_records_in_a_real_browser() {
 
     b.resize(1280, 900).unwrap();
     b.goto(&format!("{}/", server.url())).unwrap();
-    b.wait_for("return document.querySelectorAll('#runs-table tbody tr').length === 2", Duration::from_secs(10))
+    b.wait_for("return document.querySelectorAll('#runs-table tbody tr').length === 3", Duration::from_secs(10))
         .unwrap();
     std::fs::write(shots.join("dash-runs.png"), b.screenshot_png().unwrap()).unwrap();
     b.goto(&format!("{}/systems", server.url())).unwrap();
@@ -481,7 +515,15 @@ fn the_pages_draw_the_records_in_a_real_browser() {
     b.wait_for("return document.body.dataset.loaded === '1'", Duration::from_secs(20)).unwrap();
     let note = b.execute("return document.querySelector('#gpu-sub').textContent", vec![]).unwrap();
     assert!(note.as_str().unwrap().contains("No GPU telemetry"), "{note}");
+    let budget = b.execute("return document.querySelector('#stat-budget') === null", vec![]).unwrap();
+    assert_eq!(budget, true, "a run by steps shows no budget");
     std::fs::write(shots.join("dash-run-cpu.png"), b.full_page_png(1280).unwrap()).unwrap();
+    b.goto(&format!("{}/runs/timed", server.url())).unwrap();
+    b.wait_for("return document.body.dataset.loaded === '1'", Duration::from_secs(20)).unwrap();
+    let stat = b.execute("return document.querySelector('#stat-budget').innerText", vec![]).unwrap();
+    let stat = stat.as_str().unwrap();
+    assert!(stat.contains("2.0 s") && stat.contains("of 10.0 s") && stat.contains("×0.550"), "{stat}");
+    std::fs::write(shots.join("dash-card-headline-budget.png"), b.element_png("#headline").unwrap()).unwrap();
 }
 
 #[test]

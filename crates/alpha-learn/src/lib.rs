@@ -28,7 +28,7 @@ use alpha_ir::{Binary, DType, Graph, Init, IrError, Op, Phase, Program, TensorTy
 use serde::{Deserialize, Serialize};
 
 pub use optim::{AdamW, Decay, Muon, Optimizer, Rotational, Rows};
-pub use schedule::{MomentumRamp, Schedule};
+pub use schedule::{MomentumRamp, Schedule, TimeBudget, DEFAULT_WARMDOWN_UPDATES};
 
 /// A named set of parameters sharing one optimizer and one peak learning rate. `select` holds
 /// path patterns: `*` matches any run of characters (dots included), anything else itself;
@@ -54,7 +54,7 @@ impl Group {
 }
 
 /// `pattern` against `text`, where `*` matches any run of characters.
-fn glob(pattern: &str, text: &str) -> bool {
+pub fn glob(pattern: &str, text: &str) -> bool {
     let (p, t) = (pattern.as_bytes(), text.as_bytes());
     let (mut i, mut j) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
@@ -145,7 +145,12 @@ impl Learner {
 
     /// The rate of update `step` of the first group (the one records show).
     pub fn lr(&self, step: u64) -> f64 {
-        self.groups.first().map_or(0.0, |g| self.schedule.lr(g.peak, step))
+        self.lr_scaled(step, 1.0)
+    }
+
+    /// The first group's rate of update `step` with every peak multiplied by `factor`.
+    pub fn lr_scaled(&self, step: u64, factor: f64) -> f64 {
+        self.groups.first().map_or(0.0, |g| self.schedule.lr(g.peak * factor, step))
     }
 
     /// Set the first group's peak to `peak`, scaling every other group's by the same factor so
@@ -174,10 +179,20 @@ impl Learner {
     /// Host scalars for update `step` (from 1), every group's, the first group's rate first.
     /// Computed in binary64; the device reads them as f32.
     pub fn scalars(&self, step: u64) -> Vec<(&'static str, f64)> {
+        self.scalars_scaled(step, 1.0)
+    }
+
+    /// [`Learner::scalars`] with every group's peak multiplied by `factor` (a wall-clock
+    /// budget's warmdown, [`TimeBudget::factor`]) before the schedule shapes it. Every schedule
+    /// is linear in the peak, so this is the schedule's rate times the factor; a factor of 1
+    /// leaves each peak, and so every scalar, bit for bit as [`Learner::scalars`] gives it.
+    /// Rotational AdamW's angle follows the scaled rate; bias corrections and Muon's momentum
+    /// do not depend on it.
+    pub fn scalars_scaled(&self, step: u64, factor: f64) -> Vec<(&'static str, f64)> {
         let t = step as i32;
         let mut out = vec![];
         for g in &self.groups {
-            let lr = self.schedule.lr(g.peak, step);
+            let lr = self.schedule.lr(g.peak * factor, step);
             let name = |role| scalar_name(role, &g.name);
             out.push((name(LR), lr));
             let adam = |b1: f64, b2: f64, out: &mut Vec<_>| {

@@ -1,7 +1,9 @@
 //! Learning-rate schedules and Muon's momentum ramp, computed in binary64 on the host and fed to
 //! the step as scalars. A schedule is a shape: it gives the rate of update `t` for a group's peak,
-//! so one schedule serves every optimizer group, each with its own peak. Everything here is a
-//! function of the update count alone, so a checkpoint's step is all a resume needs.
+//! so one schedule serves every optimizer group, each with its own peak. The schedules and the
+//! momentum ramp are functions of the update count alone, so a checkpoint's step is all a resume
+//! needs; [`TimeBudget`]'s factor is a function of measured time instead, which the checkpoint
+//! carries beside the step.
 
 use serde::{Deserialize, Serialize};
 
@@ -79,9 +81,69 @@ impl MomentumRamp {
     }
 }
 
+/// Training to a wall-clock budget (Polf's rule, SYSTEMS.md §4.2): a factor on every group's
+/// peak that is 1 until the time left falls below `warmdown_updates` × the mean step time, then
+/// time left ÷ (`warmdown_updates` × mean step time), so the rate falls linearly to 0 as the
+/// budget runs out. The warmdown is set in updates but measured in time because the number of
+/// updates a budget holds is known only as the run goes; with a steady step time the factor
+/// falls by 1/`warmdown_updates` an update over the last `warmdown_updates` updates.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TimeBudget {
+    /// Seconds of training time the run may spend.
+    pub seconds: f64,
+    /// Updates' worth of time over which the rate falls to 0.
+    pub warmdown_updates: u64,
+}
+
+/// Polf's warmdown: the last 1,200 updates' worth of time.
+pub const DEFAULT_WARMDOWN_UPDATES: u64 = 1200;
+
+impl TimeBudget {
+    /// The factor for the next update, `elapsed` seconds into the budget, at a mean step time of
+    /// `mean_step` seconds; in [0, 1], and 0 once the budget is spent. Before the first update
+    /// (no mean yet, `mean_step` 0) it is 1, as the reference's is.
+    pub fn factor(&self, elapsed: f64, mean_step: f64) -> f64 {
+        let remaining = (self.seconds - elapsed).max(0.0);
+        let warmdown = self.warmdown_updates as f64 * mean_step.max(0.0);
+        if remaining >= warmdown {
+            1.0
+        } else {
+            // warmdown > remaining ≥ 0 here, so the quotient is finite and below 1.
+            remaining / warmdown
+        }
+    }
+
+    /// Whether `elapsed` seconds have spent the budget.
+    pub fn spent(&self, elapsed: f64) -> bool {
+        elapsed >= self.seconds
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_budget_is_1_until_the_warmdown_then_falls_linearly_to_0() {
+        // 600 s at 50 ms a step: the warmdown is the last 1,200 × 0.05 = 60 s.
+        let b = TimeBudget { seconds: 600.0, warmdown_updates: 1200 };
+        assert_eq!(b.factor(0.0, 0.0), 1.0, "before any step there is no mean: full rate");
+        assert_eq!(b.factor(500.0, 0.05), 1.0);
+        assert_eq!(b.factor(540.0, 0.05), 1.0, "60 s left: the warmdown starts at factor 1");
+        assert!((b.factor(570.0, 0.05) - 0.5).abs() < 1e-12);
+        assert!((b.factor(599.95, 0.05) - 1.0 / 1200.0).abs() < 1e-9, "the last update's worth");
+        assert_eq!(b.factor(600.0, 0.05), 0.0);
+        assert_eq!(b.factor(650.0, 0.05), 0.0, "past the budget: 0, never negative");
+        // A slower step starts the warmdown earlier.
+        assert!(b.factor(500.0, 0.1) < 1.0);
+        let mut last = 1.0;
+        for t in 0..=600 {
+            let f = b.factor(t as f64, 0.05);
+            assert!((0.0..=last).contains(&f), "at {t} s: {f} after {last}");
+            last = f;
+        }
+        assert!(!b.spent(599.999) && b.spent(600.0));
+    }
 
     #[test]
     fn warmup_then_cosine_to_the_floor() {

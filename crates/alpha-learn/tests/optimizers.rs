@@ -407,9 +407,9 @@ fn patterns_match_whole_paths() {
     assert!(Group::new("all", &["*"], adam(), 1.0).selects("anything.at.all"));
 }
 
-#[test]
-fn scalars_are_named_by_group_and_computed_in_f64() {
-    let learner = Learner {
+/// Adam, Muon and rotational AdamW groups under Diakosmos's schedule.
+fn three_groups() -> Learner {
+    Learner {
         groups: vec![
             Group::new("adam", &["a"], adam(), 0.05),
             Group::new("muon", &["m"], Optimizer::Muon(Muon::standard(Rows::Inputs)), 0.04),
@@ -418,7 +418,12 @@ fn scalars_are_named_by_group_and_computed_in_f64() {
         schedule: Schedule::WarmupCosine { warmup: 200, total: 15_259, floor: 0.1 },
         clip: Some(1.0),
         accumulation: 1,
-    };
+    }
+}
+
+#[test]
+fn scalars_are_named_by_group_and_computed_in_f64() {
+    let learner = three_groups();
     let s: std::collections::BTreeMap<&str, f64> = learner.scalars(200).into_iter().collect();
     let (first, lr) = learner.scalars(200)[0];
     assert_eq!(first, "lr:adam");
@@ -431,6 +436,33 @@ fn scalars_are_named_by_group_and_computed_in_f64() {
     assert!((s["angle:rot"] - 1.78e-3).abs() < 5e-6, "{}", s["angle:rot"]);
     assert!(!s.contains_key("bc1:muon"));
     assert_eq!(learner.with_peak(0.1).groups.iter().map(|g| g.peak).collect::<Vec<_>>(), vec![0.1, 0.08, 0.006]);
+}
+
+#[test]
+fn a_budget_factor_scales_every_groups_rate_and_leaves_the_rest() {
+    let learner = three_groups();
+    for step in [1, 57, 200, 9_000, 20_000] {
+        // A factor of 1 is the unscaled learner to the bit.
+        let plain = learner.scalars(step);
+        let one = learner.scalars_scaled(step, 1.0);
+        assert_eq!(plain.len(), one.len());
+        for ((n, a), (m, b)) in plain.iter().zip(&one) {
+            assert_eq!((n, a.to_bits()), (m, b.to_bits()), "step {step}");
+        }
+        let scaled: std::collections::BTreeMap<&str, f64> = learner.scalars_scaled(step, 0.25).into_iter().collect();
+        for (name, v) in &plain {
+            let got = scaled[name];
+            if name.starts_with("lr:") {
+                assert!((got - 0.25 * v).abs() <= 1e-15 * v.abs().max(1e-300), "{name} at {step}: {got} vs {v}");
+            } else if name.starts_with("angle:") {
+                assert!(got < *v && got > 0.0, "{name}: the angle follows the scaled rate ({got} vs {v})");
+            } else {
+                assert_eq!(got.to_bits(), v.to_bits(), "{name} does not depend on the rate");
+            }
+        }
+        assert!(learner.scalars_scaled(step, 0.0).iter().all(|(n, v)| !n.starts_with("lr:") || *v == 0.0));
+    }
+    assert_eq!(learner.lr_scaled(9_000, 1.0), learner.lr(9_000));
 }
 
 #[test]

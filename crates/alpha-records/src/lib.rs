@@ -65,6 +65,18 @@ pub struct RunInfo {
     pub invocation: Option<u64>,
     /// The branch the invocation writes (0 or absent: the main line).
     pub branch: Option<u64>,
+    /// A run to a wall-clock budget: its budget of training time, seconds. Such a run's
+    /// `steps_target` is an estimate while it runs (the steps done plus the budget left at the
+    /// mean step time), and the steps done once it ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_s: Option<f64>,
+    /// Training time of the budget spent, seconds (start-up, compilation, evaluation and
+    /// checkpoint writes not counted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elapsed_s: Option<f64>,
+    /// The updates' worth of time over which the budget's warmdown takes the rate to 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warmdown_updates: Option<u64>,
 }
 
 /// The state a run shows when `run.json` says "running" but its process is gone.
@@ -118,6 +130,13 @@ pub struct Point {
     pub invocation: Option<u64>,
     /// The branch the step belongs to (0 or absent: the main line).
     pub branch: Option<u64>,
+    /// Under a wall-clock budget: the factor the step's rates were multiplied by (the
+    /// warmdown; `lr` already includes it) and the training time spent by the step's end,
+    /// seconds. Absent for a run by steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lr_factor: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elapsed_s: Option<f64>,
 }
 
 /// A row of `lineage.jsonl`: one checkpoint.

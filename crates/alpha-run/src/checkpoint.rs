@@ -18,6 +18,9 @@ use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 use sha2::{Digest, Sha256};
 
+use crate::budget::BudgetState;
+use alpha_learn::TimeBudget;
+
 pub const FORMAT: &str = "alpha-checkpoint-2";
 /// The earlier format, whose digest covered the tensors only: loaded only with a matching
 /// `.sha256` file beside it, since nothing inside it vouches for its metadata.
@@ -47,6 +50,10 @@ pub struct Meta {
     pub parent: Option<String>,
     /// The prepared token directory the run read (its tokenizer decodes predictions).
     pub data: String,
+    /// Under a wall-clock budget: the budget, the training time spent and the updates it was
+    /// spent on, so a resume spends the rest ([`crate::budget`]). None for a run by steps; the
+    /// entries are then absent, so such checkpoints are as they were before budgets existed.
+    pub budget: Option<BudgetState>,
 }
 
 impl Meta {
@@ -69,6 +76,12 @@ impl Meta {
         m.insert("tokens".into(), self.tokens.to_string());
         m.insert("parent".into(), self.parent.clone().unwrap_or_default());
         m.insert("data".into(), self.data.clone());
+        if let Some(b) = &self.budget {
+            m.insert("budget_s".into(), format!("{:?}", b.budget.seconds));
+            m.insert("warmdown_updates".into(), b.budget.warmdown_updates.to_string());
+            m.insert("budget_elapsed_s".into(), format!("{:?}", b.elapsed));
+            m.insert("budget_steps".into(), b.timed_steps.to_string());
+        }
         m
     }
 
@@ -95,6 +108,23 @@ impl Meta {
             tokens: num("tokens")?,
             parent: get("parent").ok().filter(|p| !p.is_empty()),
             data: get("data").unwrap_or_default(),
+            budget: match m.get("budget_s") {
+                Some(_) => {
+                    let real = |k: &str| -> Result<f64> {
+                        get(k)?
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|v| v.is_finite() && *v >= 0.0)
+                            .ok_or_else(|| anyhow!("{}: checkpoint metadata '{k}' is not a time", path.display()))
+                    };
+                    Some(BudgetState {
+                        budget: TimeBudget { seconds: real("budget_s")?, warmdown_updates: num("warmdown_updates")? },
+                        elapsed: real("budget_elapsed_s")?,
+                        timed_steps: num("budget_steps")?,
+                    })
+                }
+                None => None,
+            },
         })
     }
 }
@@ -289,6 +319,22 @@ fn truncate(s: &str, n: usize) -> &str {
     }
 }
 
+/// The budget a checkpoint carries, from its header alone (not verified: [`load`] verifies the
+/// whole when the run starts). None where the file does not read or has no budget. For choosing
+/// defaults before the checkpoint is loaded, without reading its tensors.
+pub fn peek_budget(path: &Path) -> Option<BudgetState> {
+    use std::io::Read;
+    let mut f = File::open(path).ok()?;
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n).ok()?;
+    let n = usize::try_from(u64::from_le_bytes(n)).ok().filter(|&n| n <= 100 << 20)?;
+    let mut header = vec![0u8; n];
+    f.read_exact(&mut header).ok()?;
+    let header: serde_json::Value = serde_json::from_slice(&header).ok()?;
+    let map: HashMap<String, String> = serde_json::from_value(header.get("__metadata__")?.clone()).ok()?;
+    Meta::from_map(&map, path).ok()?.budget
+}
+
 /// Load and verify a checkpoint: it must parse, its metadata and tensors must match the digest
 /// in its metadata, and the file must match the `.sha256` beside it when there is one.
 pub fn load(path: &Path) -> Result<Checkpoint> {
@@ -360,6 +406,7 @@ mod tests {
             tokens: 70,
             parent: None,
             data: "data-cache/x".into(),
+            budget: None,
         };
         let mut t = BTreeMap::new();
         t.insert("logits".to_string(), (vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.5]));
@@ -392,6 +439,30 @@ mod tests {
         fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
         let e = load(&path).unwrap_err().to_string();
         assert!(e.contains("truncated"), "{e}");
+    }
+
+    #[test]
+    fn a_budget_round_trips_exactly_and_its_absence_adds_no_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut meta, t) = sample();
+        assert!(!meta.to_map().keys().any(|k| k.contains("budget") || k.contains("warmdown")));
+        meta.budget = Some(BudgetState {
+            budget: TimeBudget { seconds: 600.0, warmdown_updates: 1200 },
+            elapsed: 123.456_789_012_345_67,
+            timed_steps: 2833,
+        });
+        let path = dir.path().join("b.safetensors");
+        save(&path, &meta, &t).unwrap();
+        assert_eq!(load(&path).unwrap().meta, meta, "times are kept to the bit");
+        assert_eq!(peek_budget(&path), meta.budget, "the header alone gives it");
+        let plain = dir.path().join("plain.safetensors");
+        save(&plain, &sample().0, &t).unwrap();
+        assert_eq!(peek_budget(&plain), None);
+        assert_eq!(peek_budget(&dir.path().join("missing.safetensors")), None);
+        fs::remove_file(sidecar(&path)).unwrap();
+        let bytes = fs::read(&path).unwrap();
+        fs::write(&path, with_meta(&bytes, "budget_elapsed_s", "1.0")).unwrap();
+        assert!(load(&path).unwrap_err().to_string().contains("damaged or edited"));
     }
 
     use crate::testhook::with_metadata_entry as with_meta;

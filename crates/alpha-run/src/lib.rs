@@ -1,9 +1,11 @@
 //! The run policy: train, resume, score and predict a system on a device; checkpoints with
 //! lineage; the records a run leaves for `alpha serve`.
 
+pub mod artifact;
 pub mod backend;
 pub mod baseline;
 pub mod bench;
+pub mod budget;
 pub mod checkpoint;
 pub mod data;
 pub mod gates;

@@ -1,7 +1,8 @@
 //! The training run policy: compile the system's step for a device, start from the seed or a
 //! checkpoint, stream windows in order, run the step, record every point, checkpoint every K
 //! steps (scored on held-out text), and stop cleanly — keeping the last good checkpoint — on a
-//! non-finite loss.
+//! non-finite loss. A run to a wall-clock budget ([`crate::budget`]) stops when its training
+//! time is spent, its rates warmed down to 0 by then, and checkpoints there.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::backend::Backend;
+use crate::budget::{human_seconds, BudgetState};
 use crate::checkpoint::{self, Meta};
 use crate::records::{now, Invocation, LineageRow, Point, Records, RunInfo, Summary};
 use crate::rundir::{self, RunLock};
@@ -50,6 +52,13 @@ pub struct TrainOptions {
     pub heldout_windows: usize,
     /// Show progress: a bar where stderr is a terminal, a line now and then where it is not.
     pub progress: bool,
+    /// Train until this much training time (seconds) is spent, the rates warming down to 0 at
+    /// its end; `steps` then only caps the updates. A resume of a budgeted checkpoint goes on
+    /// spending its budget without it (given, it replaces the budget's total).
+    pub budget: Option<f64>,
+    /// The budget's warmdown in updates' worth of time [default: the checkpoint's on resume,
+    /// else the system's].
+    pub warmdown_updates: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -65,6 +74,10 @@ pub struct TrainResult {
     pub ms_per_step: f64,
     /// Tokens trained on since step 1 (this invocation and those it resumed).
     pub tokens: u64,
+    /// A budgeted run's budget as it ended: the training time spent and the updates it took.
+    pub budget: Option<BudgetState>,
+    /// The factor on every peak of the last update (1 for a run by steps).
+    pub last_factor: f64,
 }
 
 /// Set by an interrupt (Ctrl-C): the run finishes its step, checkpoints and stops.
@@ -168,10 +181,17 @@ impl Checkpointer {
         parent: Option<String>,
         train_loss: Option<f64>,
         heldout: Option<Score>,
+        budget: Option<BudgetState>,
         cost: Cost,
     ) -> Result<(PathBuf, String)> {
-        let meta =
-            Meta { step, tokens, cursor: serde_json::to_string(&cursor)?, parent: parent.clone(), ..self.meta.clone() };
+        let meta = Meta {
+            step,
+            tokens,
+            cursor: serde_json::to_string(&cursor)?,
+            parent: parent.clone(),
+            budget,
+            ..self.meta.clone()
+        };
         let rel = rundir::checkpoint_rel(self.branch, step);
         let path = self.run_dir.join(&rel);
         // The branch rule keeps every target new; an existing file here is never replaced.
@@ -236,6 +256,8 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             opts.steps
         )
     })?;
+
+    let budget = budget_state(opts, system, resumed.as_ref().map(|(c, _)| c))?;
 
     // The run directory: one process at a time, one run a directory; a resume from an older
     // checkpoint writes a branch. Refusals here leave the directory as it was.
@@ -332,7 +354,13 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         last_checkpoint: opts.resume.as_ref().map(|p| p.display().to_string()),
         invocation: Some(invocation),
         branch: Some(branch),
+        budget_s: budget.map(|b| b.budget.seconds),
+        elapsed_s: budget.map(|b| b.elapsed),
+        warmdown_updates: budget.map(|b| b.budget.warmdown_updates),
     };
+    if let Some(b) = &budget {
+        info.steps_target = budget_target(step, b, last_step);
+    }
     records.run_info(&info)?;
     // From here on an error leaves run.json "failed" with its message, not "running".
     let outcome = (|| -> Result<TrainResult> {
@@ -369,6 +397,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 tokens: 0,
                 parent: None,
                 data: data_path,
+                budget: None,
             },
             run_dir: opts.run_dir.clone(),
             branch,
@@ -384,12 +413,14 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 None,
                 None,
                 None,
+                budget,
                 Cost::default(),
             )?;
             parent = Some(sha);
         }
-        let bar = progress_bar(opts.progress, opts.steps);
-        let mut step_lines = crate::progress::StepLines::new(opts.progress, opts.steps);
+        let mut budget = budget;
+        let bar = progress_bar(opts.progress, opts.steps, budget.as_ref());
+        let mut step_lines = crate::progress::StepLines::new(opts.progress, opts.steps, budget.as_ref());
         let mut inputs = vec![0u32; batch * t];
         let mut targets = vec![0u32; batch * t];
         let mut window = vec![0u32; t + 1];
@@ -400,12 +431,15 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         let mut step_ms_total = 0.0;
         // The cost of the run before this invocation: its resumed checkpoint's.
         let cost_before = parent.as_deref().map_or(Cost::default(), |sha| Cost::recorded(&opts.run_dir, sha));
+        let mut factor = 1.0;
 
         while step < last_step {
             step += 1;
             let t0 = Instant::now();
             let epoch = stream.cursor().epoch;
-            for (name, value) in learner.scalars(step) {
+            // The budget's warmdown, from the time spent before this update (1 without one).
+            factor = budget.as_ref().map_or(1.0, BudgetState::factor);
+            for (name, value) in learner.scalars_scaled(step, factor) {
                 backend.write(name, &[value as f32])?;
             }
             // One micro-batch a pass; with accumulation the last pass is followed by the update.
@@ -463,7 +497,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             records.point(&Point {
                 step,
                 loss: Some(loss),
-                lr: Some(learner.lr(step)),
+                lr: Some(learner.lr_scaled(step, factor)),
                 tokens: Some(tokens),
                 ms: Some(ms),
                 unseen: epoch == 0,
@@ -472,17 +506,33 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 grad_norm,
                 invocation: Some(invocation),
                 branch: Some(branch),
+                lr_factor: budget.is_some().then_some(factor),
+                elapsed_s: budget.map(|b| b.elapsed + t0.elapsed().as_secs_f64()),
             })?;
             if testhook::crash_at("after-step", step) {
                 testhook::crash();
             }
-            bar.set_position(step - first_step + 1);
             let tok_s = (accumulation * batch * t) as f64 / (ms / 1e3);
-            bar.set_message(format!("loss {loss:.4} · {:.0} tok/s", tok_s));
-            step_lines.step(step, step - first_step + 1, last_step, loss, tok_s);
-
-            let stopping = stop_requested() && step < last_step;
-            if opts.checkpoint_every.is_some_and(|k| k > 0 && step % k == 0) || step == last_step || stopping {
+            match budget.as_mut() {
+                Some(b) => {
+                    // The update's training time: everything since it began, up to here.
+                    b.add(t0.elapsed());
+                    bar.set_position((b.elapsed * 10.0) as u64);
+                    bar.set_message(format!(
+                        "step {step} · loss {loss:.4} · {tok_s:.0} tok/s · lr ×{factor:.3} · {} left",
+                        human_seconds(b.left())
+                    ));
+                    step_lines.budgeted(step, step - first_step + 1, loss, tok_s, b, factor);
+                }
+                None => {
+                    bar.set_position(step - first_step + 1);
+                    bar.set_message(format!("loss {loss:.4} · {:.0} tok/s", tok_s));
+                    step_lines.step(step, step - first_step + 1, last_step, loss, tok_s);
+                }
+            }
+            let finished = step == last_step || budget.as_ref().is_some_and(BudgetState::spent);
+            let stopping = stop_requested() && !finished;
+            if opts.checkpoint_every.is_some_and(|k| k > 0 && step % k == 0) || finished || stopping {
                 let heldout = match evaluator.as_mut() {
                     Some(ev) => Some(ev.score(backend.as_mut(), system, &opts.data, opts.heldout_windows)?),
                     None => None,
@@ -496,6 +546,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                     parent.clone(),
                     Some(loss),
                     heldout,
+                    budget,
                     cost_before.plus(step_ms_total, sampler.as_ref().and_then(|s| s.energy_joules_since_start())),
                 )?;
                 parent = Some(sha.clone());
@@ -503,6 +554,10 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 last_ckpt = Some((path, sha));
                 last_heldout = heldout.or(last_heldout);
                 info.steps_done = step;
+                if let Some(b) = &budget {
+                    info.elapsed_s = Some(b.elapsed);
+                    info.steps_target = if finished { step } else { budget_target(step, b, last_step) };
+                }
                 info.updated_at = Some(now());
                 records.run_info(&info)?;
             }
@@ -530,10 +585,15 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 records.run_info(&info)?;
                 bail!(msg);
             }
+            if finished {
+                break;
+            }
         }
         bar.finish_and_clear();
+        // A budgeted run may end before `last_step`: what ran is what counts from here.
+        let last_step = step;
         let wall = started.elapsed().as_secs_f64();
-        let steps_run = opts.steps as f64;
+        let steps_run = (last_step - first_step + 1) as f64;
         let tokens_run = steps_run * (accumulation * batch * t) as f64;
         let energy = sampler.as_ref().and_then(|s| s.energy_joules_since_start());
         drop(sampler);
@@ -574,6 +634,8 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             tokens_per_s: result_tok_s,
             ms_per_step: step_ms_total / steps_run,
             tokens,
+            budget,
+            last_factor: factor,
         })
     })();
     if let Err(e) = &outcome {
@@ -587,9 +649,59 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     outcome
 }
 
-fn progress_bar(show: bool, steps: u64) -> ProgressBar {
+/// The budget a run trains to: the one given (its warmdown from the flag, the checkpoint or the
+/// system), or the resumed checkpoint's, with the time already spent; None for a run by steps.
+/// A budget already spent is refused, before anything is written.
+fn budget_state(
+    opts: &TrainOptions,
+    system: &dyn System,
+    resumed: Option<&checkpoint::Checkpoint>,
+) -> Result<Option<BudgetState>> {
+    let carried = resumed.and_then(|c| c.meta.budget);
+    let Some(seconds) = opts.budget.or(carried.map(|c| c.budget.seconds)) else {
+        if opts.warmdown_updates.is_some() {
+            bail!("--warmdown-updates shapes a wall-clock budget's end: give --budget too");
+        }
+        return Ok(None);
+    };
+    if !(seconds.is_finite() && seconds > 0.0) {
+        bail!("the budget must be a positive time, not {seconds} s");
+    }
+    let warmdown_updates = opts
+        .warmdown_updates
+        .or(carried.map(|c| c.budget.warmdown_updates))
+        .unwrap_or_else(|| system.warmdown_updates());
+    let mut state = carried.unwrap_or(BudgetState::new(alpha_learn::TimeBudget { seconds, warmdown_updates }));
+    state.budget = alpha_learn::TimeBudget { seconds, warmdown_updates };
+    if state.spent() {
+        bail!(
+            "the budget of {} is spent: the checkpoint has trained for {} already; give a larger --budget to train on",
+            human_seconds(seconds),
+            human_seconds(state.elapsed)
+        );
+    }
+    Ok(Some(state))
+}
+
+/// `run.json`'s `steps_target` for a budgeted run after `step`: the steps the rest of the budget
+/// holds at the mean step time, within the run's cap; 0 (unknown) before the first update.
+fn budget_target(step: u64, b: &BudgetState, cap: u64) -> u64 {
+    b.updates_left().map_or(0, |left| step.saturating_add(left).min(cap))
+}
+
+/// A bar by updates, or under a budget by tenths of a second of training time.
+fn progress_bar(show: bool, steps: u64, budget: Option<&BudgetState>) -> ProgressBar {
     if !show {
         return ProgressBar::hidden();
+    }
+    if let Some(b) = budget {
+        let bar = ProgressBar::new((b.budget.seconds * 10.0) as u64);
+        bar.set_position((b.elapsed * 10.0) as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        return bar;
     }
     let bar = ProgressBar::new(steps);
     bar.set_style(

@@ -5,17 +5,8 @@
 #[allow(dead_code)] // the byte stream the other suites use
 mod common;
 
-use alpha_data::prepare::{prepare, PrepareOptions, TokenizerSpec};
 use alpha_run::{train, TrainOptions};
-
-fn bpe_stream(dir: &std::path::Path) -> Option<std::path::PathBuf> {
-    let src = common::tinyshakespeare()?;
-    let out = dir.join("tiny-bpe4096");
-    let mut opts = PrepareOptions::new(src, TokenizerSpec::TrainBpe { vocab_size: 4096 }, &out);
-    opts.progress = false;
-    prepare(&opts).expect("preparing tiny-shakespeare");
-    Some(out)
-}
+use common::bpe_stream;
 
 fn options(data: &std::path::Path, run: &std::path::Path, steps: u64) -> TrainOptions {
     common::options("mini-mixed", 2, 11, data, run, steps)

@@ -65,8 +65,12 @@ pub enum Command {
     Train(TrainArgs),
     /// Continue a prompt from a checkpoint.
     Predict(PredictArgs),
-    /// Mean loss and bits per byte of a checkpoint on held-out text.
+    /// Mean loss and bits per byte of a checkpoint, or of an artifact beside its checkpoint, on
+    /// held-out text.
     Score(ScoreArgs),
+    /// Write a checkpoint's parameters as a parameter-golf artifact: int8 rows, fp16, fp32
+    /// controls, zlib level 9.
+    Export(ExportArgs),
     /// The catalogue: each system, its parameter count, its state.
     Systems,
     /// Compile a system's training step and print its plan: kernels, arena by class, peak.
@@ -129,9 +133,17 @@ pub struct TrainArgs {
     pub system: String,
     #[arg(long, default_value = "cpu")]
     pub device: Device,
-    /// Updates to run in this invocation [default: the system's].
+    /// Updates to run in this invocation [default: the system's; under a budget, no cap].
     #[arg(long, value_parser = validate::train_steps, allow_negative_numbers = true)]
     pub steps: Option<u64>,
+    /// Train until this much training time is spent (90s, 10m, 1.5h), the rate warming down to
+    /// 0 at its end; a resume of a budgeted checkpoint goes on spending its budget.
+    #[arg(long, value_parser = validate::budget, allow_negative_numbers = true)]
+    pub budget: Option<f64>,
+    /// The budget's warmdown: this many updates' worth of time at the mean step time
+    /// [default: the checkpoint's on resume, else the system's (1,200)].
+    #[arg(long, value_parser = validate::warmdown_updates, allow_negative_numbers = true)]
+    pub warmdown_updates: Option<u64>,
     /// Sequences a step [default: the system's].
     #[arg(long, value_parser = validate::batch, allow_negative_numbers = true)]
     pub batch: Option<usize>,
@@ -200,8 +212,13 @@ pub struct PredictArgs {
 #[derive(Args)]
 pub struct ScoreArgs {
     pub system: String,
+    /// The checkpoint to score (with --artifact: to score beside it).
+    #[arg(long, required_unless_present = "artifact")]
+    pub checkpoint: Option<PathBuf>,
+    /// An artifact (`alpha export`) to score, dequantised, beside the checkpoint it was made
+    /// from (where that is still at its recorded path) or --checkpoint.
     #[arg(long)]
-    pub checkpoint: PathBuf,
+    pub artifact: Option<PathBuf>,
     /// A prepared token directory or raw corpus [default: the checkpoint's].
     #[arg(long)]
     pub data: Option<PathBuf>,
@@ -211,6 +228,22 @@ pub struct ScoreArgs {
     pub batch: Option<usize>,
     #[arg(long, default_value = "cpu")]
     pub device: Device,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    pub system: String,
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// The artifact's file.
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
+    /// Replace the file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Bytes the artifact's size is reported against (parameter golf's limit).
+    #[arg(long, default_value_t = alpha_run::artifact::DEFAULT_LIMIT, value_parser = validate::size_limit, allow_negative_numbers = true)]
+    pub limit: u64,
 }
 
 #[derive(Args)]
@@ -275,6 +308,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train(a) => train(a),
         Command::Predict(a) => predict_cmd(a),
         Command::Score(a) => score_cmd(a),
+        Command::Export(a) => export(a),
         Command::Systems => systems(),
         Command::Plan(a) => plan(a),
         Command::Build(a) => build(a),
@@ -311,7 +345,13 @@ fn fresh_run_dir(system: &str) -> PathBuf {
 
 fn train(a: TrainArgs) -> Result<()> {
     let system = find(&a.system)?;
-    let steps = a.steps.unwrap_or(system.default_steps());
+    if a.warmdown_updates.is_some() && a.budget.is_none() && a.resume.is_none() {
+        bail!("--warmdown-updates shapes a wall-clock budget's end: give --budget too");
+    }
+    // Under a budget (given, or carried by the checkpoint resumed) time ends the run, not a
+    // step count, unless --steps caps it.
+    let budgeted = a.budget.is_some() || a.resume.as_deref().is_some_and(|p| checkpoint::peek_budget(p).is_some());
+    let steps = a.steps.unwrap_or(if budgeted { validate::MAX_STEPS } else { system.default_steps() });
     let batch = a.batch.unwrap_or(system.default_batch());
     // Everything an argument decides is checked before the corpus is read or prepared.
     let tokens_a_step = (a.accumulate as u64)
@@ -363,6 +403,8 @@ fn train(a: TrainArgs) -> Result<()> {
         save_initial: a.save_initial,
         heldout_windows: a.heldout_windows,
         progress: !a.quiet,
+        budget: a.budget,
+        warmdown_updates: a.warmdown_updates,
     };
     // The first Ctrl-C (or SIGTERM, SIGHUP) lets the step in flight finish and checkpoints it;
     // a second one marks run.json "interrupted" and ends the process at once.
@@ -386,6 +428,17 @@ fn train(a: TrainArgs) -> Result<()> {
         r.ms_per_step
     )?;
     outln!("train loss {:.4} nats (last step)", r.last_loss)?;
+    if let Some(b) = &r.budget {
+        outln!(
+            "budget {}: {} of training time spent over {} updates ({:.2} ms each on average); the rate's factor at the last update {:.4} (warmdown over {} updates' worth)",
+            alpha_run::budget::human_seconds(b.budget.seconds),
+            alpha_run::budget::human_seconds(b.elapsed),
+            b.timed_steps,
+            b.mean_step() * 1e3,
+            r.last_factor,
+            b.budget.warmdown_updates
+        )?;
+    }
     if let Some(s) = r.heldout {
         outln!(
             "held-out loss {:.4} nats · {:.4} bits per byte ({} windows, {} bytes)",
@@ -584,9 +637,30 @@ fn predict_cmd(a: PredictArgs) -> Result<()> {
 }
 
 fn score_cmd(a: ScoreArgs) -> Result<()> {
+    use alpha_run::artifact;
     let system = find(&a.system)?;
-    let ckpt = checkpoint::load(&a.checkpoint)?;
-    let data = data_of(system.as_ref(), a.data.as_deref(), &ckpt, &a.checkpoint)?;
+    // What is scored, in order: the checkpoint (given, or the artifact's source where it still
+    // is), then the artifact dequantised.
+    let mut scored: Vec<(String, Checkpoint, PathBuf)> = vec![];
+    let art = a.artifact.as_ref().map(|p| artifact::read(p).map(|r| (r, p.clone()))).transpose()?;
+    match (&a.checkpoint, &art) {
+        (Some(p), _) => scored.push((String::new(), checkpoint::load(p)?, p.clone())),
+        (None, Some(((art, _, _), path))) => match artifact::source_checkpoint(art) {
+            Some((c, p)) => scored.push((String::new(), c, p)),
+            None => eprintln!(
+                "the checkpoint {} was made from is not at {} (or has changed): pass --checkpoint to score it beside it",
+                path.display(),
+                art.source.checkpoint
+            ),
+        },
+        (None, None) => bail!("give --checkpoint, --artifact or both"),
+    }
+    if let Some(((art, sha, size), path)) = art {
+        let label = format!(", artifact {} ({} bytes)", path.display(), alpha_plan::group(size as usize));
+        scored.push((label, art.as_checkpoint(sha), path));
+    }
+    let (_, first, first_path) = &scored[0];
+    let data = data_of(system.as_ref(), a.data.as_deref(), first, first_path)?;
     let batch = a.batch.unwrap_or(system.default_batch()).min(a.windows);
     let program = inference_program(system.model(batch)?)?;
     if a.device == Device::Cpu {
@@ -594,18 +668,77 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
         validate::ensure_fits(&what, validate::cpu_arena_bytes(&program)?, "--batch")?;
     }
     let mut backend = backend_for(a.device, &program)?;
-    restore(&ckpt, system.as_ref(), backend.as_mut(), &a.checkpoint.display().to_string())?;
-    let s = score::score(backend.as_mut(), system.as_ref(), batch, &data, a.windows)?;
+    let mut bpb = vec![];
+    for (label, ckpt, path) in &scored {
+        restore(ckpt, system.as_ref(), backend.as_mut(), &path.display().to_string())?;
+        let s = score::score(backend.as_mut(), system.as_ref(), batch, &data, a.windows)?;
+        outln!(
+            "{} step {}{label}: held-out loss {:.4} nats · {:.4} bits per byte over {} windows ({} tokens, {} bytes) of {}",
+            system.name(),
+            ckpt.meta.step,
+            s.loss,
+            s.bits_per_byte,
+            s.windows,
+            s.tokens,
+            s.bytes,
+            data.display()
+        )?;
+        bpb.push(s.bits_per_byte);
+    }
+    if let ([checkpoint, artifact], [(_, ckpt, _), (_, art, _)]) = (&bpb[..], &scored[..]) {
+        let d = artifact - checkpoint;
+        // The artifact records the SHA-256 of the checkpoint it was made from.
+        let whose = if art.meta.parent.as_ref() == Some(&ckpt.sha256) { "its" } else { "the" };
+        // Five decimals, and no "-0.00000" for a difference below them.
+        if d.abs() < 5e-6 {
+            outln!("the artifact is within 0.000005 bits per byte of {whose} checkpoint")?;
+        } else {
+            outln!("the artifact is {d:+.5} bits per byte from {whose} checkpoint")?;
+        }
+    }
+    Ok(())
+}
+
+fn export(a: ExportArgs) -> Result<()> {
+    use alpha_run::artifact::{self, Artifact};
+    let system = find(&a.system)?;
+    if a.output.exists() && !a.force {
+        bail!("{} exists already; pass --force to replace it", a.output.display());
+    }
+    let ckpt = checkpoint::load(&a.checkpoint)?;
+    let art = Artifact::from_checkpoint(system.as_ref(), &ckpt, &a.checkpoint)?;
+    let (bytes, content) = art.encode()?;
+    artifact::write(&a.output, &bytes, a.force)?;
+    let size = bytes.len() as u64;
+    let verdict = if size <= a.limit {
+        format!(
+            "within the limit of {} by {}",
+            alpha_plan::group(a.limit as usize),
+            alpha_plan::group((a.limit - size) as usize)
+        )
+    } else {
+        format!(
+            "OVER the limit of {} by {}",
+            alpha_plan::group(a.limit as usize),
+            alpha_plan::group((size - a.limit) as usize)
+        )
+    };
     outln!(
-        "{} step {}: held-out loss {:.4} nats · {:.4} bits per byte over {} windows ({} tokens, {} bytes) of {}",
+        "wrote {}: {} bytes, {verdict} (zlib level 9 of {} bytes)",
+        a.output.display(),
+        alpha_plan::group(size as usize),
+        alpha_plan::group(content)
+    )?;
+    let kinds: Vec<String> =
+        art.by_dtype().iter().map(|(d, n, b)| format!("{n} {d} ({} bytes)", alpha_plan::group(*b))).collect();
+    outln!("tensors: {}", kinds.join(", "))?;
+    outln!(
+        "from {} ({} step {}); score it with `alpha score {} --artifact {}`",
+        a.checkpoint.display(),
         system.name(),
         ckpt.meta.step,
-        s.loss,
-        s.bits_per_byte,
-        s.windows,
-        s.tokens,
-        s.bytes,
-        data.display()
+        system.name(),
+        a.output.display()
     )?;
     Ok(())
 }

@@ -35,6 +35,15 @@ pub const MAX_LR: f64 = 10.0;
 /// Most warm-up or timed steps of a benchmark.
 pub const MAX_BENCH_STEPS: u64 = 1_000_000;
 
+/// Longest wall-clock budget one invocation may train to: a week. Longer training goes in legs,
+/// each a `--resume` with a larger `--budget`, so a typo (`10h` for `10m`) cannot hold a
+/// machine for months.
+pub const MAX_BUDGET_S: f64 = 7.0 * 24.0 * 3600.0;
+
+/// Shortest budget: a second. Less holds no more than a few updates of any system here, and a
+/// budget is timed with the host's clock to far better than that.
+pub const MIN_BUDGET_S: f64 = 1.0;
+
 /// Parses a whole number; a failure says why and then `range` (what to give instead).
 fn parse_whole<T: FromStr>(s: &str, range: &str) -> Result<T, String> {
     let t = s.trim();
@@ -140,6 +149,34 @@ pub fn bench_steps(s: &str) -> Result<u64, String> {
 
 pub fn bench_warmup(s: &str) -> Result<u64, String> {
     whole(s, 0, MAX_BENCH_STEPS, "warm-up steps")
+}
+
+/// A wall-clock budget of training time with its unit — `90s`, `10m`, `1.5h` — in seconds,
+/// from [`MIN_BUDGET_S`] to [`MAX_BUDGET_S`]. A bare number is refused: seconds and minutes
+/// are both plausible, and a budget read in the wrong one is a run sixty times too short or long.
+pub fn budget(s: &str) -> Result<f64, String> {
+    let range = "give a time from 1s to 168h with its unit, s, m or h (e.g. 90s, 10m, 1.5h)";
+    let t = s.trim();
+    let (number, scale) = match t.char_indices().last() {
+        Some((i, 's')) => (&t[..i], 1.0),
+        Some((i, 'm')) => (&t[..i], 60.0),
+        Some((i, 'h')) => (&t[..i], 3600.0),
+        _ if finite(t).is_ok() => return Err(format!("has no unit: {range}")),
+        _ => return Err(format!("is not a time: {range}")),
+    };
+    let v = finite(number.trim()).map_err(|_| format!("is not a time: {range}"))? * scale;
+    if !(MIN_BUDGET_S..=MAX_BUDGET_S).contains(&v) {
+        return Err(format!("is out of range: {range}"));
+    }
+    Ok(v)
+}
+
+pub fn size_limit(s: &str) -> Result<u64, String> {
+    at_least(s, 1, "a size in bytes")
+}
+
+pub fn warmdown_updates(s: &str) -> Result<u64, String> {
+    whole(s, 1, MAX_STEPS, "the updates' worth of time the budget's warmdown takes")
 }
 
 /// A peak learning rate: finite, above 0, at most [`MAX_LR`].
@@ -283,6 +320,23 @@ mod tests {
         assert_eq!(windows("0").unwrap_err(), "is out of range: give held-out windows: at least 1");
         assert!(seed("18446744073709551616").unwrap_err().contains("too large"));
         assert_eq!(seed("18446744073709551615"), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn budgets_take_a_unit_and_a_range() {
+        assert_eq!(budget("10m"), Ok(600.0));
+        assert_eq!(budget("90s"), Ok(90.0));
+        assert_eq!(budget(" 1.5h "), Ok(5400.0));
+        assert_eq!(budget("168h"), Ok(MAX_BUDGET_S));
+        assert!(budget("600").unwrap_err().starts_with("has no unit"), "{:?}", budget("600"));
+        for bad in ["0s", "0.5s", "169h", "-3m", "1e9h"] {
+            assert!(budget(bad).unwrap_err().starts_with("is out of range"), "{bad}: {:?}", budget(bad));
+        }
+        for bad in ["", "m", "tens", "10 minutes", "nanh", "infs", "10d"] {
+            assert!(budget(bad).is_err(), "{bad}");
+        }
+        assert_eq!(warmdown_updates("1200"), Ok(1200));
+        assert!(warmdown_updates("0").unwrap_err().contains("out of range"));
     }
 
     #[test]

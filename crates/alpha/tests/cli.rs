@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{alpha, fails_with, prepared, short_run, succeeds, text};
+use common::{alpha, bob_run, fails_with, prepared, short_run, succeeds, text};
 
 #[test]
 fn the_catalogue_lists_every_system_with_its_parameter_count() {
@@ -254,4 +254,31 @@ fn an_interrupt_checkpoints_the_step_in_flight_and_says_how_to_resume() {
             .collect::<Vec<_>>(),
         tmp.path(),
     ));
+}
+
+#[test]
+fn a_budgeted_run_exports_an_artifact_that_scores_beside_its_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = prepared(tmp.path()) else { return };
+    let budget = ["--budget", "2s", "--warmdown-updates", "30", "--batch", "8", "--heldout-windows", "0"];
+    let out = bob_run(tmp.path(), &data, &budget);
+    assert!(out.contains("budget 2.0 s: 2.0 s of training time spent over"), "{out}");
+    let ckpt = out.lines().find_map(|l| l.strip_prefix("checkpoint ")).unwrap().split(" (sha256").next().unwrap();
+    let art = tmp.path().join("bob.art");
+    let export = ["export", "bob", "--checkpoint", ckpt, "-o", art.to_str().unwrap()];
+    let out = succeeds(&alpha(&[&export[..], &["--limit", "100000"]].concat(), tmp.path()));
+    assert!(out.contains("within the limit of 100,000"), "{out}");
+    assert!(out.contains("1 f16 (131,072 bytes)"), "Bob's 65,536-entry table is small enough for fp16: {out}");
+    fails_with(&alpha(&export, tmp.path()), "exists already; pass --force");
+    let out = succeeds(&alpha(&[&export[..], &["--force", "--limit", "1000"]].concat(), tmp.path()));
+    assert!(out.contains("OVER the limit of 1,000"), "{out}");
+
+    let out = succeeds(&alpha(&["score", "bob", "--artifact", art.to_str().unwrap(), "--windows", "16"], tmp.path()));
+    let bpb = |line: &str| -> f64 { line.split(" · ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap() };
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(!lines[0].contains("artifact") && lines[1].contains("artifact"), "{out}");
+    let (c, a) = (bpb(lines[0]), bpb(lines[1]));
+    assert!(c < 6.0 && (a - c).abs() < 0.01, "checkpoint {c}, artifact {a}");
+    assert!(lines[2].starts_with("the artifact is ") && lines[2].ends_with(" its checkpoint"), "{out}");
 }

@@ -20,6 +20,15 @@ function fmt(x, digits = 3) {
   return x.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 }
 const int = (x) => (isNum(x) ? Math.round(x).toLocaleString("en-US") : "—");
+// Seconds as the trainer's progress lines write them: 42.0 s, 9m 05s, 1h 02m.
+function secs(s) {
+  if (!isNum(s)) return "—";
+  s = Math.max(s, 0);
+  if (s < 60) return `${s.toFixed(1)} s`;
+  if (s < 3600) { const w = Math.round(s); return `${Math.floor(w / 60)}m ${String(w % 60).padStart(2, "0")}s`; }
+  const m = Math.round(s / 60);
+  return `${Math.floor(m / 60)}h ${String(m % 60).padStart(2, "0")}m`;
+}
 function sig(x, n = 3) {
   if (!isNum(x)) return "—";
   if (x === 0) return "0";
@@ -602,6 +611,7 @@ function runPage(name) {
       stat("Best held-out loss", fmt(h.best_heldout, 4), "", isNum(h.best_heldout_step) ? `at step ${int(h.best_heldout_step)}` : "", "best"),
       stat("Latest training loss", fmt(h.latest_loss, 4), "", isNum(h.best_loss) ? `best ${fmt(h.best_loss, 4)}` : "", "loss"),
       stat("Steps done", int(h.steps_done), "", h.steps_target ? `of ${int(h.steps_target)}; ${int(h.tokens)} tokens` : "", "steps"),
+      isNum(h.budget_s) ? stat("Budget left", secs(h.budget_s - (h.elapsed_s || 0)), "", `of ${secs(h.budget_s)} of training time; rate ×${fmt(h.lr_factor, 3)}`, "budget") : "",
       isNum(ept) ? stat("Energy per token", sig(ept * 1000, 3), "mJ", `${sig(h.energy_j / 1000, 3)} kJ in all`, "energy") : "",
     ].join("");
     $("#run-kv").innerHTML = Object.entries(run).filter(([, v]) => v !== null && typeof v !== "object").map(([k, v]) => `<dt>${esc(k)}</dt><dd>${typeof v === "number" ? (Number.isInteger(v) ? int(v) : sig(v, 5)) : esc(v)}</dd>`).join("")

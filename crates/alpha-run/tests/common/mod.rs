@@ -1,4 +1,5 @@
-//! Shared set-up for the run-policy tests: real prose from ../shared/data, prepared as bytes.
+//! Shared set-up for the run-policy tests: real prose from ../shared/data, prepared as bytes or
+//! with a BPE trained on it.
 
 use std::path::{Path, PathBuf};
 
@@ -17,10 +18,23 @@ pub fn tinyshakespeare() -> Option<PathBuf> {
 }
 
 /// Prepare tiny-shakespeare as a byte stream into `dir`.
+#[allow(dead_code)]
 pub fn bytes_stream(dir: &Path) -> Option<PathBuf> {
     let src = tinyshakespeare()?;
     let out = dir.join("tiny-bytes");
     let mut opts = PrepareOptions::new(src, TokenizerSpec::Bytes, &out);
+    opts.progress = false;
+    prepare(&opts).expect("preparing tiny-shakespeare");
+    Some(out)
+}
+
+/// Prepare tiny-shakespeare with a BPE of 4,096 tokens trained on it into `dir` (the
+/// miniature's vocabulary).
+#[allow(dead_code)]
+pub fn bpe_stream(dir: &Path) -> Option<PathBuf> {
+    let src = tinyshakespeare()?;
+    let out = dir.join("tiny-bpe4096");
+    let mut opts = PrepareOptions::new(src, TokenizerSpec::TrainBpe { vocab_size: 4096 }, &out);
     opts.progress = false;
     prepare(&opts).expect("preparing tiny-shakespeare");
     Some(out)
@@ -47,5 +61,7 @@ pub fn options(system: &str, batch: usize, seed: u64, data: &Path, run: &Path, s
         save_initial: false,
         heldout_windows: 0,
         progress: false,
+        budget: None,
+        warmdown_updates: None,
     }
 }

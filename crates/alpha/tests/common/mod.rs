@@ -48,28 +48,23 @@ pub fn prepared(dir: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
+/// The arguments of a quiet Bob run on `data` into `run`, no closing sample, with `extra`'s
+/// flags.
+pub fn bob_args(data: &Path, run: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args = vec!["train", "bob", "--data", data.to_str().unwrap(), "--run-dir", run.to_str().unwrap()];
+    args.extend_from_slice(&["--sample-tokens", "0", "--quiet"]);
+    args.extend_from_slice(extra);
+    args.into_iter().map(String::from).collect()
+}
+
+/// A quiet Bob run on `data` into `dir/run` with `extra`'s flags; returns what it printed.
+pub fn bob_run(dir: &Path, data: &Path, extra: &[&str]) -> String {
+    let args = bob_args(data, &dir.join("run"), extra);
+    succeeds(&alpha(&args.iter().map(String::as_str).collect::<Vec<_>>(), dir))
+}
+
 /// A short Bob run; returns its final checkpoint.
 pub fn short_run(dir: &Path, data: &Path, steps: &str) -> PathBuf {
-    let run = dir.join("run");
-    succeeds(&alpha(
-        &[
-            "train",
-            "bob",
-            "--steps",
-            steps,
-            "--batch",
-            "4",
-            "--data",
-            data.to_str().unwrap(),
-            "--run-dir",
-            run.to_str().unwrap(),
-            "--sample-tokens",
-            "0",
-            "--heldout-windows",
-            "4",
-            "--quiet",
-        ],
-        dir,
-    ));
-    run.join(format!("checkpoints/step-{:0>6}.safetensors", steps))
+    bob_run(dir, data, &["--steps", steps, "--batch", "4", "--heldout-windows", "4"]);
+    dir.join("run").join(format!("checkpoints/step-{:0>6}.safetensors", steps))
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::common::{alpha, fails_with, succeeds, text};
+use crate::common::{alpha, bob_args, fails_with, succeeds, text};
 
 /// Varied prose-like lines (Bob's held-out split needs a few thousand bytes).
 fn prose(seed: usize, lines: usize) -> String {
@@ -42,25 +42,7 @@ static RUNS: AtomicUsize = AtomicUsize::new(0);
 /// Arguments of a two-step Bob run on `data`, into a run folder of its own.
 fn train_args(data: &Path, cwd: &Path) -> Vec<String> {
     let run = cwd.join(format!("runs/r{}", RUNS.fetch_add(1, Ordering::Relaxed)));
-    [
-        "train",
-        "bob",
-        "--steps",
-        "2",
-        "--batch",
-        "2",
-        "--data",
-        data.to_str().unwrap(),
-        "--run-dir",
-        run.to_str().unwrap(),
-        "--sample-tokens",
-        "0",
-        "--heldout-windows",
-        "2",
-        "--quiet",
-    ]
-    .map(String::from)
-    .to_vec()
+    bob_args(data, &run, &["--steps", "2", "--batch", "2", "--heldout-windows", "2"])
 }
 
 fn train(data: &Path, cwd: &Path) -> Output {
