@@ -410,9 +410,21 @@ impl System for Diakosmos {
         let n = batch * t;
         let mut g = Graph::new("diakosmos");
         let (tokens, targets) = lm_inputs(&mut g, batch, t);
-        let table = g.scoped("wire", |g| wire(g, self.phasors));
+        let width = self.width();
+        // The GPU's gather moves rows in 16-byte pieces: the table is padded with zero columns
+        // to a multiple of 4 floats, and the padding is cut off before the first block.
+        let padded = width.next_multiple_of(4);
+        let table = g.scoped("wire", |g| {
+            let table = wire(g, self.phasors);
+            if padded == width {
+                return table;
+            }
+            let zeros = g.constant(0.0, &[VOCAB, padded - width], DType::F32);
+            g.concat(&[table, zeros], 1)
+        });
         let x = g.gather(table, tokens);
-        let mut x = g.reshape(x, &[n, self.width()]);
+        let x = g.reshape(x, &[n, padded]);
+        let mut x = if padded == width { x } else { g.slice(x, 1, 0, width) };
         for i in 0..self.blocks {
             x = g.scoped(format!("blocks.{i}"), |g| self.block(g, x, batch));
         }
