@@ -9,6 +9,7 @@
 use alpha_ir::{DType, Graph, Init, IrError};
 use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
 
+use crate::layers::lm_loss;
 use crate::{System, Tokens};
 
 pub struct Bob;
@@ -49,10 +50,7 @@ impl System for Bob {
         let table = g.param("logits", &[VOCAB, VOCAB], Init::Zeros);
         let rows = g.gather(table, tokens);
         let logits = g.reshape(rows, &[batch * t, VOCAB]);
-        let flat_targets = g.reshape(targets, &[batch * t]);
-        let losses = g.cross_entropy(logits, flat_targets);
-        let loss = g.mean_all(losses);
-        Ok(Model { graph: g.finish()?, loss, losses, logits })
+        lm_loss(g, logits, targets)
     }
 
     fn learner(&self, steps: u64) -> Learner {

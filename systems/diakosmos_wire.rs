@@ -74,7 +74,7 @@ pub fn base_units(byte: u8) -> [i32; GROUPS] {
 
 /// Group g's partner at Haar scale `scale` (1–3): g XOR 2^(scale−1), with group 0 standing in
 /// for the absent eighth group.
-fn haar_partner(group: usize, scale: usize) -> usize {
+pub fn haar_partner(group: usize, scale: usize) -> usize {
     let partner = group ^ (1 << (scale - 1));
     if partner >= GROUPS {
         0

@@ -47,6 +47,7 @@
 use alpha_ir::{DType, Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
 
+use crate::layers::{lm_loss, ramp};
 use crate::{System, Tokens};
 
 pub struct KickDelta;
@@ -73,17 +74,6 @@ fn shift(g: &mut Graph, x: Value) -> Value {
     }
     let head = g.slice(x, 1, 0, t - 1);
     g.concat(&[zero, head], 1)
-}
-
-/// The byte values 0…255 as f32 `[256]`: a running sum of ones (the IR has no constant
-/// tables; the linear recurrence with γ = 1 counts).
-fn byte_values(g: &mut Graph) -> Value {
-    let ones = g.constant(1.0, &[1, VOCAB, 1], DType::F32);
-    let gamma = g.constant(1.0, &[1], DType::F32);
-    let count = g.recurrence(ones, gamma);
-    let count = g.reshape(count, &[VOCAB]);
-    let one = g.constant(1.0, &[VOCAB], DType::F32);
-    g.sub(count, one)
 }
 
 impl System for KickDelta {
@@ -172,7 +162,7 @@ impl System for KickDelta {
         let v = g.scoped("values", |g| {
             let prior_gain = g.param("prior_gain", &[1], Init::Ones);
             let copy_gain = g.param("copy_gain", &[1], Init::Constant(2.0));
-            let values = byte_values(g);
+            let values = ramp(g, VOCAB);
             let above = g.binary(alpha_ir::Binary::Ge, x, values);
             let below = g.binary(alpha_ir::Binary::Ge, values, x);
             let onehot = g.mul(above, below); // [B, T, 256]
@@ -186,10 +176,7 @@ impl System for KickDelta {
         let bias = g.param("scores.bias", &[VOCAB], Init::Zeros);
         let scores = g.add(o, bias);
         let logits = g.reshape(scores, &[batch * t, VOCAB]);
-        let flat_targets = g.reshape(targets, &[batch * t]);
-        let losses = g.cross_entropy(logits, flat_targets);
-        let loss = g.mean_all(losses);
-        Ok(Model { graph: g.finish()?, loss, losses, logits })
+        lm_loss(g, logits, targets)
     }
 
     fn learner(&self, steps: u64) -> Learner {

@@ -46,6 +46,17 @@ pub fn causal_self_attention(
     g.reshape(o, &[batch * t, width])
 }
 
+/// 0, 1, …, n − 1 as f32 `[n]`: a running sum of ones, less one. The IR has no constant
+/// tables; the linear recurrence with γ = 1 counts, exactly in f32 up to 2²⁴.
+pub fn ramp(g: &mut Graph, n: usize) -> Value {
+    let ones = g.constant(1.0, &[1, n, 1], DType::F32);
+    let gamma = g.constant(1.0, &[1], DType::F32);
+    let count = g.recurrence(ones, gamma);
+    let count = g.reshape(count, &[n]);
+    let one = g.constant(1.0, &[n], DType::F32);
+    g.sub(count, one)
+}
+
 /// The inputs of a language model: `tokens` and `targets`, both i32 `[batch, t]`.
 pub fn lm_inputs(g: &mut Graph, batch: usize, t: usize) -> (Value, Value) {
     (g.input("tokens", &[batch, t], DType::I32), g.input("targets", &[batch, t], DType::I32))
@@ -60,7 +71,13 @@ pub fn tied_lm_loss(mut g: Graph, h: Value, embed: Value, targets: Value, vocab:
     if g.shape(logits)[1] > vocab {
         logits = g.slice(logits, 1, 0, vocab);
     }
-    let n = g.shape(h)[0];
+    lm_loss(g, logits, targets)
+}
+
+/// The loss of a language model over its logits `[N, V]`: cross-entropy against `targets`
+/// (any shape of N ids) per position, and their mean.
+pub fn lm_loss(mut g: Graph, logits: Value, targets: Value) -> Result<Model, IrError> {
+    let n = g.shape(logits)[0];
     let flat = g.reshape(targets, &[n]);
     let losses = g.cross_entropy(logits, flat);
     let loss = g.mean_all(losses);

@@ -3,6 +3,7 @@
 
 pub mod bob;
 pub mod coppelius;
+pub mod diakosmos;
 pub mod diakosmos_wire;
 pub mod gpt2;
 pub mod kickdelta;
@@ -66,6 +67,7 @@ pub fn catalogue() -> Vec<Box<dyn System>> {
         Box::new(mini::Mini::new(mini::Roles::MuonAdam)),
         Box::new(mini::Mini::new(mini::Roles::Mixed)),
         Box::new(kickdelta::KickDelta),
+        Box::new(diakosmos::Diakosmos::default()),
     ]
 }
 

@@ -8,7 +8,8 @@ use alpha_ir::{Op, Value};
 use alpha_plan::{plan, Plan, PlanError};
 
 use crate::kernels::{
-    adamw, attention, delta_rule, elementwise as ew, index, layout, loss, matmul, norms, recurrence, rotary,
+    adamw, attention, delta_rule, elementwise as ew, harmonic_scan, index, layout, loss, matmul, norms, recurrence,
+    rotary,
 };
 use crate::real::Real;
 
@@ -231,6 +232,17 @@ impl<T: Real> Cpu<T> {
                 let dims = delta_rule::Dims::of(shape(0), shape(2));
                 let grads = delta_rule::Grads { dq: o0, dk: o1, dv: o2, dbeta: o3, dm0: o4 };
                 delta_rule::backward(ins[0], ins[1], ins[2], ins[3], ins[4], ins[5], &dims, grads);
+            }
+            Op::HarmonicScan => {
+                let dims = harmonic_scan::Dims::of(shape(0), shape(2));
+                harmonic_scan::forward(ins[0], ins[1], ins[2], ins[3], &dims, o0);
+            }
+            Op::HarmonicScanBackward => {
+                // SAFETY: four distinct outputs of this kernel (see above).
+                let (o1, o2, o3) = unsafe { (self.slice_mut(out(1)), self.slice_mut(out(2)), self.slice_mut(out(3))) };
+                let dims = harmonic_scan::Dims::of(shape(0), shape(2));
+                let grads = harmonic_scan::Grads { dr: o0, dw: o1, dv: o2, dgamma: o3 };
+                harmonic_scan::backward(ins[0], ins[1], ins[2], ins[3], ins[4], &dims, grads);
             }
             Op::SumSquares => o0[0] = T::of(layout::sum_squares(&ins)),
             Op::AdamW { .. }

@@ -420,8 +420,13 @@ fn pullback(
             let outs = g.push(Op::DeltaRuleBackward, &[x(0), x(1), x(2), x(3), x(4), dy]);
             outs.into_iter().map(Some).collect()
         }
+        Op::HarmonicScan => {
+            let outs = g.push(Op::HarmonicScanBackward, &[x(0), x(1), x(2), x(3), dy]);
+            outs.into_iter().map(Some).collect()
+        }
         Op::LayerNormBackward
         | Op::DeltaRuleBackward
+        | Op::HarmonicScanBackward
         | Op::RmsNormBackward
         | Op::AttentionBackward { .. }
         | Op::CrossEntropyBackward

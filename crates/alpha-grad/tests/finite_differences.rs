@@ -434,3 +434,20 @@ fn delta_rule() {
         check(c, seed);
     }
 }
+
+#[test]
+fn harmonic_scan() {
+    for seed in SEEDS {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        // At least five positions: the backward recomputes in chunks of ⌈√T⌉, so several chunks.
+        let (b, t, h, l, d) =
+            (dim(&mut rng, 1, 2), dim(&mut rng, 5, 11), dim(&mut rng, 1, 3), dim(&mut rng, 1, 3), dim(&mut rng, 1, 4));
+        let mut c = case(&format!("harmonic-scan {b}×{t}, H {h}, L {l}, D {d}"));
+        let r = c.p(&[b, t, h, l], Dist::Normal);
+        let w = c.p(&[b, t, h, l], Dist::Normal);
+        let v = c.p(&[b, t, h, d], Dist::Normal);
+        let gamma = c.p(&[h, l], Dist::Unit);
+        c.out = c.g.harmonic_scan(r, w, v, gamma);
+        check(c, seed);
+    }
+}

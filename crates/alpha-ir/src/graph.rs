@@ -348,6 +348,12 @@ impl Graph {
         self.push1(Op::DeltaRule, &[q, k, v, beta, m0])
     }
 
+    /// The harmonic scan: r, w `[B, T, H, L]`, v `[B, T, H, D]`, γ `[H, L]` → y `[B, T, H, D]`
+    /// (see [`Op::HarmonicScan`]).
+    pub fn harmonic_scan(&mut self, r: Value, w: Value, v: Value, gamma: Value) -> Value {
+        self.push1(Op::HarmonicScan, &[r, w, v, gamma])
+    }
+
     /// Every parameter: (value, name), in build order.
     pub fn params(&self) -> Vec<(Value, String)> {
         self.nodes

@@ -82,6 +82,25 @@ fn delta_rule_dims(inputs: &[TensorType]) -> Result<(usize, usize, usize, usize)
     Ok((b, t, kd, vd))
 }
 
+/// (B, T, H, L, D) of the harmonic scan's r, w `[B, T, H, L]`, v `[B, T, H, D]`, γ `[H, L]`,
+/// all of one float dtype.
+fn harmonic_scan_dims(inputs: &[TensorType]) -> Result<(usize, usize, usize, usize, usize), String> {
+    let (r, w, v, gamma) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
+    want_float(r, "r")?;
+    for x in [w, v, gamma] {
+        want_same_dtype(r, x)?;
+    }
+    if r.shape.len() != 4 || v.shape.len() != 4 {
+        return Err(format!("the harmonic scan needs r as [B, T, H, L] and v as [B, T, H, D], got {r} and {v}"));
+    }
+    let (b, t, h, l) = (r.shape[0], r.shape[1], r.shape[2], r.shape[3]);
+    want_shape(w, &r.shape, "w")?;
+    let d = v.shape[3];
+    want_shape(v, &[b, t, h, d], "v")?;
+    want_shape(gamma, &[h, l], "γ")?;
+    Ok((b, t, h, l, d))
+}
+
 /// The output types of `op` applied to `inputs`, or a message saying what is wrong.
 pub fn infer(op: &Op, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
     match op {
@@ -349,6 +368,18 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> 
             want_shape(&inputs[5], &[b, t, v], "do")?;
             want_same_dtype(&inputs[0], &inputs[5])?;
             Ok(inputs[..5].to_vec())
+        }
+        Op::HarmonicScan => {
+            want_arity(op, inputs, 4)?;
+            harmonic_scan_dims(inputs)?;
+            Ok(vec![inputs[2].clone()])
+        }
+        Op::HarmonicScanBackward => {
+            want_arity(op, inputs, 5)?;
+            harmonic_scan_dims(&inputs[..4])?;
+            want_shape(&inputs[4], &inputs[2].shape, "dy")?;
+            want_same_dtype(&inputs[0], &inputs[4])?;
+            Ok(inputs[..4].to_vec())
         }
         Op::AdamW { .. } => {
             want_arity(op, inputs, 8)?;

@@ -1,6 +1,6 @@
 //! The op set. One enum carries every system in SYSTEMS.md: primitives (elementwise,
 //! reductions, layout, matmul, gather/scatter) and composites kept whole (norms, rotary,
-//! attention, cross-entropy, the linear recurrence, the delta rule, AdamW) so that a backend can give each a
+//! attention, cross-entropy, the linear recurrence, the delta rule, the harmonic scan, AdamW) so that a backend can give each a
 //! dedicated kernel and autodiff a dedicated pullback. Backward composites are ops of their own.
 
 use serde::{Deserialize, Serialize};
@@ -26,6 +26,9 @@ pub enum Init {
         start: f64,
         step: f64,
     },
+    /// These values, in the flattened tensor's order: a small tensor whose start is a formula
+    /// of its index that no other variant says (Diakosmos's spectral coefficients, 1/(1+ℓ)).
+    Values(Vec<f64>),
 }
 
 /// Elementwise functions of one tensor.
@@ -194,6 +197,17 @@ pub enum Op {
     /// q, k, v, β, m0, do → dq, dk, dv, dβ, dm0 (summed over the batch). The backward
     /// recomputes the states it needs rather than reading stored ones (see the CPU kernel).
     DeltaRuleBackward,
+    /// A bank of decaying linear recurrences, each written by a scalar times a shared value and
+    /// read by a weighted sum, along axis 1 and started from zero in every window: r, w
+    /// `[B, T, H, L]`, v `[B, T, H, D]`, γ `[H, L]` → y `[B, T, H, D]`, where for head h and
+    /// harmonic ℓ the state S ∈ R^D steps S_t = γ_{h,ℓ}·S_{t−1} + w_{t,h,ℓ}·v_{t,h} from
+    /// S_{−1} = 0, and y_{t,h} = Σ_ℓ r_{t,h,ℓ}·S_{t,h,ℓ}. Stepped one position at a time (the
+    /// true scan: a cumulative sum scaled by γ^{−t} overflows f32 once t·|ln γ| passes ~88).
+    /// Kept whole so the H·L·D state never goes to memory.
+    HarmonicScan,
+    /// r, w, v, γ, dy → dr, dw, dv, dγ (summed over the batch). The backward recomputes the
+    /// states it needs from checkpoints (see the CPU kernel).
+    HarmonicScanBackward,
     /// One decoupled AdamW update. p, g, m, v, lr, bc1 = 1−β1ᵗ, bc2 = 1−β2ᵗ, gscale
     /// (clip factor) → p', m', v'. The outputs overwrite p, m, v in place.
     AdamW {
@@ -241,6 +255,8 @@ impl Op {
             Op::Recurrence { .. } => "recurrence",
             Op::DeltaRule => "delta-rule-forward",
             Op::DeltaRuleBackward => "delta-rule-backward",
+            Op::HarmonicScan => "harmonic-scan-forward",
+            Op::HarmonicScanBackward => "harmonic-scan-backward",
             Op::AdamW { .. } => "adamw",
             Op::SumSquares => "sum-squares",
         }

@@ -32,6 +32,13 @@ pub fn verify(g: &Graph) -> Result<(), IrError> {
             if !node.inputs.is_empty() || node.outputs.len() != 1 {
                 return Err(fail("a leaf has no inputs and one output".into()));
             }
+            if let crate::op::Op::Param { init: crate::op::Init::Values(v), .. }
+            | crate::op::Op::State { init: crate::op::Init::Values(v), .. } = &node.op
+            {
+                if v.len() != node.outputs[0].numel() {
+                    return Err(fail(format!("{} initial values given for a tensor of {}", v.len(), node.outputs[0])));
+                }
+            }
             continue;
         }
         let types: Vec<_> = node.inputs.iter().map(|&v| g.ty(v).clone()).collect();
@@ -58,6 +65,17 @@ mod tests {
         assert!(e.contains("blocks.3"), "{e}");
         assert!(e.contains("f32[4×8]") && e.contains("f32[6×2]"), "{e}");
         assert!(e.contains("inner dimensions differ"), "{e}");
+    }
+
+    #[test]
+    fn initial_values_must_fill_their_tensor() {
+        let mut g = Graph::new("diakosmos");
+        g.param("spectral_coeffs", &[2, 2], Init::Values(vec![1.0, 0.5, 1.0]));
+        let e = g.finish().unwrap_err().to_string();
+        assert!(e.contains("3 initial values given for a tensor of f32[2×2]"), "{e}");
+        let mut g = Graph::new("diakosmos");
+        g.param("spectral_coeffs", &[2, 2], Init::Values(vec![1.0, 0.5, 1.0, 0.5]));
+        assert!(g.finish().is_ok());
     }
 
     #[test]

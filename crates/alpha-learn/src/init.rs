@@ -18,6 +18,10 @@ fn stream(seed: u64, name: &str) -> ChaCha8Rng {
 pub fn draw(init: &Init, n: usize, seed: u64, name: &str) -> Vec<f32> {
     let mut rng = stream(seed, name);
     match *init {
+        Init::Values(ref values) => {
+            assert_eq!(values.len(), n, "{name}: {} initial values for {n} elements", values.len());
+            values.iter().map(|&x| x as f32).collect()
+        }
         Init::Zeros => vec![0.0; n],
         Init::Ones => vec![1.0; n],
         Init::Constant(c) => vec![c as f32; n],

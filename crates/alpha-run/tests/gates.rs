@@ -1,33 +1,66 @@
-//! The gates with the CPU as the device: a small Coppelius-shaped transformer (every op of the
-//! real one) passes each gate and is causal; without a GPU, the CUDA gates say so plainly.
+//! The gates with the CPU as the device: a small Coppelius-shaped transformer, a small GPT-2 and
+//! a small Diakosmos (every op of the real ones) pass each gate and are causal; without a GPU,
+//! the CUDA gates say so plainly, and the CUDA lowering names the op it has no kernel for.
 
 use alpha_run::gates::{check, Gate};
 use alpha_run::Device;
 use alpha_systems::coppelius::Coppelius;
+use alpha_systems::diakosmos::Diakosmos;
 use alpha_systems::gpt2::Gpt2;
 
 fn small() -> Coppelius {
     Coppelius { blocks: 2, width: 32, heads: 4, ffn: 48, vocab: 97, context: 16 }
 }
 
-#[test]
-fn a_small_transformer_passes_every_gate_against_itself_and_is_causal() {
+/// Every gate passes for `system` against itself on the CPU, and the causality gate's cut at
+/// the middle of 16 positions left the 16 rows before it alone and changed the 16 after.
+fn passes_every_gate_and_is_causal(system: &dyn alpha_systems::System, seed: u64) {
     for gate in [Gate::Forward, Gate::Gradient, Gate::Update, Gate::Causality] {
-        let r = check(gate, &small(), Device::Cpu, 2, 3).unwrap();
+        let r = check(gate, system, Device::Cpu, 2, seed).unwrap();
         eprint!("{}", r.text);
         assert!(r.passed, "{}", r.text);
     }
-    let r = check(Gate::Causality, &small(), Device::Cpu, 2, 3).unwrap();
+    let r = check(Gate::Causality, system, Device::Cpu, 2, seed).unwrap();
     assert!(r.text.contains("rows before 8 that changed 0 of 16"), "{}", r.text);
     assert!(r.text.contains("rows from 8 on unchanged 0 of 16"), "{}", r.text);
 }
 
 #[test]
+fn a_small_transformer_passes_every_gate_against_itself_and_is_causal() {
+    passes_every_gate_and_is_causal(&small(), 3);
+}
+
+#[test]
 fn a_small_gpt2_passes_every_gate_against_itself_and_is_causal() {
-    let small = Gpt2 { layers: 2, width: 32, heads: 4, vocab: 89, context: 16 };
-    for gate in [Gate::Forward, Gate::Gradient, Gate::Update, Gate::Causality] {
-        let r = check(gate, &small, Device::Cpu, 2, 5).unwrap();
-        assert!(r.passed, "{}", r.text);
+    passes_every_gate_and_is_causal(&Gpt2 { layers: 2, width: 32, heads: 4, vocab: 89, context: 16 }, 5);
+}
+
+/// Diakosmos's code at a small geometry: every op of the full model (the wire built in the
+/// graph, the harmonic scan, the spatial turns, the running-mean features, bf16 products).
+fn small_diakosmos() -> Diakosmos {
+    Diakosmos { blocks: 2, phasors: 3, harmonics: 2, context: 16, bf16: true }
+}
+
+/// The update gate steps all three of its optimizers: Muon, rotational AdamW and Adam.
+#[test]
+fn a_small_diakosmos_passes_every_gate_against_itself_and_is_causal() {
+    passes_every_gate_and_is_causal(&small_diakosmos(), 4);
+}
+
+/// Until the harmonic scan has a GPU kernel, lowering Diakosmos for the GPU (no GPU needed)
+/// stops at it, naming the op and where it is: every op before it lowers, at the small
+/// geometry and at the seed's.
+#[test]
+fn the_cuda_lowering_refuses_the_harmonic_scan_by_name() {
+    for system in [small_diakosmos(), Diakosmos::default()] {
+        let model = alpha_systems::System::model(&system, 1).unwrap();
+        let program = alpha_learn::inference_program(model).unwrap();
+        let e = match alpha_cuda::lower::lower_program(&program, &alpha_run::session::cuda_config()) {
+            Ok(_) => panic!("the CUDA lowering accepted the harmonic scan"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(e.contains("harmonic-scan-forward") && e.contains("blocks.0.attn"), "{e}");
+        assert!(e.contains("the harmonic scan has no GPU kernel yet"), "{e}");
     }
 }
 

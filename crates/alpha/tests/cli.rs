@@ -15,6 +15,7 @@ fn the_catalogue_lists_every_system_with_its_parameter_count() {
     assert!(out.contains("bob") && out.contains("65,536"), "{out}");
     assert!(out.contains("coppelius") && out.contains("57,705,472"), "{out}");
     assert!(out.contains("gpt2") && out.contains("124,475,904"), "{out}");
+    assert!(out.contains("diakosmos") && out.contains("99,823,934"), "{out}");
 }
 
 #[test]

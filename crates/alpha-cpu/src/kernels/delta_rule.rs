@@ -7,13 +7,12 @@
 //! The backward needs M_{t−1} and M_t at every t, in reverse. Storing every state costs
 //! B·T·V·K numbers (KickDelta at 32 windows of 256: 31 M floats, 126 MB, more than the rest of
 //! its step together); stepping the update backwards divides by (1 − β|k|²), unstable when that
-//! is near 0. So the backward recomputes: one forward pass keeps the state at the start of every
-//! chunk of ⌈√T⌉ positions, then each chunk, last first, is stepped again from its checkpoint
-//! with its states kept. That holds about 2√T states a window (33 for T = 256) for the price
-//! of a second forward pass, and gives exactly the forward's states (same operations, same order).
+//! is near 0. So the backward recomputes them from checkpoints ([`crate::kernels::replay`]):
+//! about 2√T states a window (33 for T = 256).
 
 use rayon::prelude::*;
 
+use crate::kernels::replay::{sum_in_order, Replay};
 use crate::real::Real;
 
 /// Sizes: `b` windows of `t` positions, keys and queries of `k`, values of `v`.
@@ -91,8 +90,6 @@ pub fn forward<T: Real>(q: &[T], k: &[T], v: &[T], beta: &[T], m0: &[T], d: &Dim
 pub fn backward<T: Real>(q: &[T], k: &[T], v: &[T], beta: &[T], m0: &[T], dout: &[T], d: &Dims, grads: Grads<'_, T>) {
     let (t, kd, vd) = (d.t, d.k, d.v);
     let mk = vd * kd;
-    let chunk = (t as f64).sqrt().ceil().max(1.0) as usize;
-    let chunks = t.div_ceil(chunk);
     let Grads { dq, dk, dv, dbeta, dm0 } = grads;
     let per_window: Vec<Vec<T>> = dq
         .par_chunks_mut(t * kd)
@@ -105,38 +102,21 @@ pub fn backward<T: Real>(q: &[T], k: &[T], v: &[T], beta: &[T], m0: &[T], dout: 
             let at_k = |s: usize| (b * t + s) * kd;
             let at_v = |s: usize| (b * t + s) * vd;
             let mut e = vec![T::zero(); vd];
-            // The state before each chunk's first position.
-            let mut starts = vec![T::zero(); chunks * mk];
-            let mut m = m0.to_vec();
-            for s in 0..t {
-                if s % chunk == 0 {
-                    starts[(s / chunk) * mk..(s / chunk + 1) * mk].copy_from_slice(&m);
-                }
-                step(&mut m, &k[at_k(s)..at_k(s) + kd], &v[at_v(s)..at_v(s) + vd], beta[b * t + s], &mut e);
-            }
-            // states[j] is the state before the chunk's j-th position; states[len] after it.
-            let mut states = vec![T::zero(); (chunk + 1) * mk];
-            let mut errs = vec![T::zero(); chunk * vd];
+            let mut replay = Replay::record(t, m0, |s, m| {
+                step(m, &k[at_k(s)..at_k(s) + kd], &v[at_v(s)..at_v(s) + vd], beta[b * t + s], &mut e)
+            });
+            // The errors e = v − M_{t−1}k of the replayed chunk's positions.
+            let mut errs = vec![T::zero(); replay.chunk_len() * vd];
             let mut grad = vec![T::zero(); mk];
             let mut gk = vec![T::zero(); vd];
-            for c in (0..chunks).rev() {
-                let (first, end) = (c * chunk, ((c + 1) * chunk).min(t));
-                states[..mk].copy_from_slice(&starts[c * mk..(c + 1) * mk]);
-                for s in first..end {
-                    let j = s - first;
-                    let (before, after) = states.split_at_mut((j + 1) * mk);
-                    after[..mk].copy_from_slice(&before[j * mk..]);
-                    step(
-                        &mut after[..mk],
-                        &k[at_k(s)..at_k(s) + kd],
-                        &v[at_v(s)..at_v(s) + vd],
-                        beta[b * t + s],
-                        &mut errs[j * vd..(j + 1) * vd],
-                    );
-                }
-                for s in (first..end).rev() {
-                    let j = s - first;
-                    let (mprev, mnow) = (&states[j * mk..(j + 1) * mk], &states[(j + 1) * mk..(j + 2) * mk]);
+            for positions in replay.chunks_last_first().collect::<Vec<_>>() {
+                replay.replay(positions.clone(), |s, j, m| {
+                    let err = &mut errs[j * vd..(j + 1) * vd];
+                    step(m, &k[at_k(s)..at_k(s) + kd], &v[at_v(s)..at_v(s) + vd], beta[b * t + s], err)
+                });
+                for s in positions.clone().rev() {
+                    let j = s - positions.start;
+                    let (mprev, mnow) = replay.around(j);
                     let (ks, vs) = (at_k(s), at_v(s));
                     let (qs, kv, dos) = (&q[ks..ks + kd], &k[ks..ks + kd], &dout[vs..vs + vd]);
                     let bt = beta[b * t + s];
@@ -177,12 +157,7 @@ pub fn backward<T: Real>(q: &[T], k: &[T], v: &[T], beta: &[T], m0: &[T], dout: 
             grad
         })
         .collect();
-    dm0.iter_mut().for_each(|x| *x = T::zero());
-    for g in &per_window {
-        for (a, &x) in dm0.iter_mut().zip(g) {
-            *a = *a + x;
-        }
-    }
+    sum_in_order(dm0, &per_window);
 }
 
 #[cfg(test)]

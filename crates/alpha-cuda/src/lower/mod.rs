@@ -738,6 +738,9 @@ impl Lowerer<'_> {
             Op::DeltaRule | Op::DeltaRuleBackward => {
                 Err(node_error(node, id, "the delta rule has no GPU kernel yet (it runs on the CPU)"))
             }
+            Op::HarmonicScan | Op::HarmonicScanBackward => {
+                Err(node_error(node, id, "the harmonic scan has no GPU kernel yet (it runs on the CPU)"))
+            }
             Op::Param { .. } | Op::State { .. } | Op::Input { .. } | Op::HostScalar { .. } | Op::Constant { .. } => {
                 Err(node_error(node, id, "a leaf is not a kernel"))
             }
