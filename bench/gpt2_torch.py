@@ -176,7 +176,10 @@ if torch is not None:
             h, d = cfg.heads, cfg.head_dim
             a = F.layer_norm(x, (c,), self.ln1.weight, self.ln1.bias, cfg.ln_eps)
             qkv = linear(a, self.attn.qkv).view(b, t, 3, h, d)  # columns: (q/k/v, head, dim)
-            q, k, v = (z.to(self.attn_dtype).transpose(1, 2) for z in qkv.unbind(2))
+            q, k, v = qkv.unbind(2)
+            q = q.to(self.attn_dtype).transpose(1, 2)
+            k = k.to(self.attn_dtype).transpose(1, 2)
+            v = v.to(self.attn_dtype).transpose(1, 2)
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(d))
             x = x + linear(o.transpose(1, 2).reshape(b, t, c), self.attn.proj)
             m = F.layer_norm(x, (c,), self.ln2.weight, self.ln2.bias, cfg.ln_eps)

@@ -432,11 +432,11 @@ for line in open(os.path.join(run, "points.jsonl")):
         alpha[p["step"]] = p["loss"]
 path = os.path.join(run, "torch-losses.jsonl")
 if os.path.exists(path):
-    torch = {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "loss" in r}
-    both = sorted(set(alpha) & set(torch))
+    pytorch = {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "loss" in r}
+    both = sorted(set(alpha) & set(pytorch))
     if both:
         last = both[-100:]
-        mean = sum(torch[s] - alpha[s] for s in last) / len(last)
+        mean = sum(pytorch[s] - alpha[s] for s in last) / len(last)
         print(f"training loss, PyTorch - Alpha, mean over updates {last[0]}-{last[-1]}: {mean:+.4f} nats")
 PY
   local alpha_at torch_at
