@@ -247,6 +247,8 @@ def load_checkpoint_model(path: str, data_dir: str, device, amp: bool):
     """The model of an Alpha checkpoint (parameters only; optimizer state is not read), its
     geometry from the tensors and the vocabulary from the data's manifest."""
     header, meta, _ = ct.read_safetensors_header(path)
+    if meta.get("system", "gpt2") != "gpt2":
+        raise ValueError(f"{path}: a checkpoint of Alpha's {meta['system']}, not of gpt2")
     vocab = ct.TokenSplit(data_dir, "valid").vocab
     cfg = config_from_tensors({k: v["shape"] for k, v in header.items()}, vocab, path)
     model = GPT2(cfg, amp=amp)

@@ -32,8 +32,8 @@
 #                    nats). The run lives in GPT2_RUN across calls; each call does the next stage
 #                    that fits in one 10-minute command (Alpha to TORCH_STEPS, PyTorch, Alpha to
 #                    STEPS; Alpha stops cleanly at BUDGET_S with a checkpoint and the next call
-#                    resumes it), then reports: call it until it says the run is complete. A stage
-#                    named runs that stage; report only reports
+#                    resumes it), then reports: call it until its last row reads "gpt2 run
+#                    done". A stage named runs that stage; report only reports
 #   all              check, hashes, bench, profile
 #
 # Environment:
