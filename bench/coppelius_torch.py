@@ -550,13 +550,8 @@ def default_context(args) -> int:
 # Subcommands
 
 
-def cmd_score(args) -> dict:
-    device = pick_device(args.device, args.attention)
-    amp = args.precision == "bf16"
-    model, cfg, meta = load_checkpoint_model(args.checkpoint, default_context(args), device, amp)
-    split = TokenSplit(args.data, "valid")
-    check_vocab(cfg, split, args.data)
-    s = heldout_loss(model, split, cfg, args.windows, device, args.eval_batch)
+def score_result(args, meta: dict, s: dict, device) -> dict:
+    """`score`'s JSON: the checkpoint, the step its metadata gives, its held-out loss."""
     return {
         "checkpoint": args.checkpoint,
         "step": int(meta.get("step", 0) or 0),
@@ -566,6 +561,16 @@ def cmd_score(args) -> dict:
         "device": str(device),
         "precision": args.precision,
     }
+
+
+def cmd_score(args) -> dict:
+    device = pick_device(args.device, args.attention)
+    amp = args.precision == "bf16"
+    model, cfg, meta = load_checkpoint_model(args.checkpoint, default_context(args), device, amp)
+    split = TokenSplit(args.data, "valid")
+    check_vocab(cfg, split, args.data)
+    s = heldout_loss(model, split, cfg, args.windows, device, args.eval_batch)
+    return score_result(args, meta, s, device)
 
 
 def cmd_train(args) -> dict:
@@ -669,11 +674,14 @@ def attention_kernels(run_once) -> list:
     return sorted(names)
 
 
-def bench_setting(name, cfg, state, batches, args, device) -> dict:
+def bench_setting(name, cfg, state, batches, args, device, build=None) -> dict:
+    """One setting's timing. `build()` makes the model (default: Coppelius of `cfg`); any model
+    whose forward is `(tokens, targets) -> mean loss`, with `blocks` and `head` for
+    `--compile-scope blocks`, and whose parameters `state` names, can be timed."""
     use_graph = name in ("graph", "compile+graph")
     compiled = name in ("compile", "compile+graph")
     t_setup = time.perf_counter()
-    model = Coppelius(cfg, amp=args.precision == "bf16").to(device)
+    model = (build or (lambda: Coppelius(cfg, amp=args.precision == "bf16")))().to(device)
     with torch.no_grad():
         for n, p in model.named_parameters():
             p.copy_(state[n])
@@ -778,12 +786,13 @@ def bench_setting(name, cfg, state, batches, args, device) -> dict:
     return res
 
 
-def flash_check(cfg, device) -> dict:
-    """One forward and backward of the eager model with only the flash backend allowed: this
-    raises if PyTorch cannot use flash attention for Coppelius's shapes on this GPU."""
+def flash_check(cfg, device, build=None) -> dict:
+    """One forward and backward of the eager model (`build()`, default Coppelius) with only the
+    flash backend allowed: this says whether PyTorch can use flash attention for the model's
+    shapes on this GPU."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    model = Coppelius(cfg).to(device)
+    model = (build or (lambda: Coppelius(cfg)))().to(device)
     x = torch.randint(0, cfg.vocab, (1, cfg.context), device=device)
     try:
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
@@ -798,8 +807,14 @@ def flash_check(cfg, device) -> dict:
 
 
 def cmd_bench(args) -> dict:
+    return run_bench(args, config_from_args(args), "Coppelius", init_tensors)
+
+
+def run_bench(args, cfg, title: str, init, build=None) -> dict:
+    """The `bench` subcommand for any model: `init(cfg, seed)` gives its initial tensors by
+    Alpha's names, `build()` makes it (default Coppelius); `cfg` has `vocab`, `context` and
+    `parameter_count()`. Times each of `--settings`, prints the table and returns the JSON."""
     device = pick_device(args.device, args.attention)
-    cfg = config_from_args(args)
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     for s in settings:
         if s not in SETTINGS:
@@ -810,7 +825,7 @@ def cmd_bench(args) -> dict:
         if dropped:
             log(f"no CUDA: skipping {','.join(dropped)}")
     torch.manual_seed(args.seed)
-    state = {from_alpha_name(k): v.to(device) for k, v in init_tensors(cfg, args.seed).items()}
+    state = {from_alpha_name(k): v.to(device) for k, v in init(cfg, args.seed).items()}
     g = torch.Generator().manual_seed(args.seed)
     batches = []
     for _ in range(4):
@@ -831,7 +846,7 @@ def cmd_bench(args) -> dict:
         "repeats": args.repeats,
     }
     if device.type == "cuda" and not args.no_profile:
-        info.update(flash_check(cfg, device))
+        info.update(flash_check(cfg, device, build))
     results = {}
     deadline = time.perf_counter() + args.deadline_s if args.deadline_s else None
     for s in settings:
@@ -840,7 +855,7 @@ def cmd_bench(args) -> dict:
             continue
         log(f"[B={args.batch}] {s} ...")
         try:
-            results[s] = bench_setting(s, cfg, state, batches, args, device)
+            results[s] = bench_setting(s, cfg, state, batches, args, device, build)
             log(f"[B={args.batch}] {s}: {results[s]['ms_per_step']:.3f} ms/step (setup {results[s]['setup_s']:.1f} s)")
         except Exception as e:
             results[s] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
@@ -854,7 +869,7 @@ def cmd_bench(args) -> dict:
         torch._dynamo.reset()
     timed = {k: v for k, v in results.items() if "ms_per_step" in v}
     best = min(timed, key=lambda k: timed[k]["ms_per_step"]) if timed else None
-    print(f"Coppelius, PyTorch {info['torch']} on {info['device']}: batch {args.batch} x {cfg.context} tokens")
+    print(f"{title}, PyTorch {info['torch']} on {info['device']}: batch {args.batch} x {cfg.context} tokens")
     print(f"{'setting':<15}{'ms/step':>10}{'tokens/s':>12}{'vs best':>9}")
     for k, v in results.items():
         if "ms_per_step" in v:
@@ -869,22 +884,22 @@ def cmd_bench(args) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-
-    def common(sp, model=True):
-        sp.add_argument("--device", default="auto", help="cuda, cpu or auto (cuda when present)")
-        sp.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
-                        help="bf16 autocast for matrix products (default) or plain fp32")
+def add_common_args(sp, model=True, tiny_help="2 blocks of width 128, context 64: a smoke test", context=True):
+    """The options every subcommand that runs a model takes (`--context` where the model's
+    context is not read off a checkpoint)."""
+    sp.add_argument("--device", default="auto", help="cuda, cpu or auto (cuda when present)")
+    sp.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
+                    help="bf16 autocast for matrix products (default) or plain fp32")
+    if context:
         sp.add_argument("--context", type=int, default=None, help="tokens a window (default 1024; 64 with --tiny)")
-        sp.add_argument("--attention", choices=ATTENTION, default="flash",
-                        help="SDPA backend on CUDA: flash (PyTorch's FlashAttention only; default), cudnn, auto")
-        if model:
-            sp.add_argument("--tiny", action="store_true", help="2 blocks of width 128, context 64: a smoke test")
+    sp.add_argument("--attention", choices=ATTENTION, default="flash",
+                    help="SDPA backend on CUDA: flash (PyTorch's FlashAttention only; default), cudnn, auto")
+    if model:
+        sp.add_argument("--tiny", action="store_true", help=tiny_help)
 
-    b = sub.add_parser("bench", help="time one whole training step in several settings")
-    common(b)
+
+def add_bench_args(b):
+    """`bench`'s options beyond the common ones (`run_bench` reads them)."""
     b.add_argument("--batch", type=int, default=1)
     b.add_argument("--steps", type=int, default=30, help="timed steps a round")
     b.add_argument("--warmup", type=int, default=10)
@@ -898,6 +913,42 @@ def main(argv=None) -> int:
     b.add_argument("--no-profile", action="store_true", help="skip the flash-attention checks")
     b.add_argument("--deadline-s", type=float, default=0, help="skip settings not started by then (0: none)")
     b.add_argument("--partial", default=None, help="rewrite this JSON file after each setting")
+
+
+def add_synth_data_parser(sub, vocab: int):
+    d = sub.add_parser("synth-data", help="write a prepared token directory of random tokens (smoke tests)")
+    d.add_argument("--out", required=True)
+    d.add_argument("--vocab", type=int, default=vocab)
+    d.add_argument("--train-tokens", type=int, default=200_000)
+    d.add_argument("--valid-tokens", type=int, default=20_000)
+    d.add_argument("--seed", type=int, default=1)
+
+
+def run_command(cmds: dict, args, without_torch=("synth-data",)) -> int:
+    """Runs `cmds[args.cmd]` and prints its result as the last stdout line (JSON); on a failure
+    the traceback goes to stderr, {"error": ...} to stdout, and the status is 1."""
+    try:
+        if torch is None and args.cmd not in without_torch:
+            raise RuntimeError("PyTorch is not installed (python3 -c 'import torch' fails)")
+        result = cmds[args.cmd](args)
+    except Exception as e:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
+        return 1
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    common = add_common_args
+
+    b = sub.add_parser("bench", help="time one whole training step in several settings")
+    common(b)
+    add_bench_args(b)
 
     t = sub.add_parser("train", help="train from an Alpha checkpoint on Alpha's windows; loss per step")
     common(t, model=False)
@@ -928,27 +979,11 @@ def main(argv=None) -> int:
     i.add_argument("--seed", type=int, default=1)
     i.add_argument("--out", required=True)
 
-    d = sub.add_parser("synth-data", help="write a prepared token directory of random tokens (smoke tests)")
-    d.add_argument("--out", required=True)
-    d.add_argument("--vocab", type=int, default=12288)
-    d.add_argument("--train-tokens", type=int, default=200_000)
-    d.add_argument("--valid-tokens", type=int, default=20_000)
-    d.add_argument("--seed", type=int, default=1)
+    add_synth_data_parser(sub, 12288)
 
     args = p.parse_args(argv)
     cmds = {"bench": cmd_bench, "train": cmd_train, "score": cmd_score, "init": cmd_init, "synth-data": cmd_synth_data}
-    try:
-        if torch is None and args.cmd not in ("synth-data",):
-            raise RuntimeError("PyTorch is not installed (python3 -c 'import torch' fails)")
-        result = cmds[args.cmd](args)
-    except Exception as e:
-        import traceback
-
-        traceback.print_exc(file=sys.stderr)
-        print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
-        return 1
-    print(json.dumps(result), flush=True)
-    return 0
+    return run_command(cmds, args)
 
 
 if __name__ == "__main__":

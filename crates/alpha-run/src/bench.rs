@@ -1,9 +1,10 @@
 //! `alpha bench`: Alpha's training step against PyTorch's best on the same device, in one
 //! invocation. Alpha's step is timed over replayed steps after warm-up (synchronised by reading
-//! the loss back once at the end); the baseline is `bench/coppelius_torch.py bench`, whose last
-//! stdout line is JSON with each setting's ms a step.
+//! the loss back once at the end); the baseline is the system's independent PyTorch model
+//! ([`BASELINES`]) run as `python3 SCRIPT bench --batch B`, whose last stdout line is JSON with
+//! each setting's ms a step.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -14,6 +15,45 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::session::{backend_for, Device};
 use alpha_learn::init::initial_leaves;
+
+/// The systems with a PyTorch baseline and its script, relative to the repository root: each
+/// script is the same model written again in PyTorch (no code shared with Alpha), whose `bench`
+/// subcommand times one whole training step in PyTorch's four settings.
+pub const BASELINES: &[(&str, &str)] = &[("coppelius", "bench/coppelius_torch.py"), ("gpt2", "bench/gpt2_torch.py")];
+
+/// The PyTorch script `alpha bench` times `system` against: `given` (`--baseline`) when set,
+/// `none` for no baseline, else the system's own from [`BASELINES`]. A system without one, or
+/// a script that is not there, is an error that says what to pass instead.
+pub fn baseline_script(system: &str, given: Option<&Path>) -> Result<Option<PathBuf>> {
+    let script = match given {
+        Some(p) if p.as_os_str() == "none" => return Ok(None),
+        Some(p) => {
+            if !p.is_file() {
+                bail!("--baseline {}: no such script (pass --baseline none to time Alpha alone)", p.display());
+            }
+            return Ok(Some(p.to_path_buf()));
+        }
+        None => match BASELINES.iter().find(|(s, _)| *s == system) {
+            Some((_, script)) => PathBuf::from(script),
+            None => {
+                let with: Vec<&str> = BASELINES.iter().map(|(s, _)| *s).collect();
+                bail!(
+                    "{system} has no PyTorch baseline script (systems with one: {}); pass --baseline SCRIPT, \
+                     or --baseline none to time Alpha alone",
+                    with.join(", ")
+                );
+            }
+        },
+    };
+    if !script.is_file() {
+        bail!(
+            "{system}'s PyTorch baseline {} is not here: run from the repository root, or pass --baseline \
+             SCRIPT (--baseline none times Alpha alone)",
+            script.display()
+        );
+    }
+    Ok(Some(script))
+}
 
 #[derive(Debug, Clone)]
 pub struct AlphaTiming {
@@ -88,4 +128,38 @@ pub fn time_pytorch(script: &Path, batch: usize, extra: &[String]) -> Result<Vec
         settings.iter().filter_map(|(k, s)| s["ms_per_step"].as_f64().map(|ms| (k.clone(), ms))).collect();
     rows.sort_by(|a, b| a.1.total_cmp(&b.1));
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_baseline_is_a_system_with_its_script_in_the_repository() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for (system, script) in BASELINES {
+            assert!(alpha_systems::find(system).is_ok(), "{system} is not a system");
+            assert!(root.join(script).is_file(), "{script} ({system}'s baseline) is not in the repository");
+        }
+        let scripts: Vec<&str> = BASELINES.iter().map(|(_, s)| *s).collect();
+        assert_eq!(scripts, ["bench/coppelius_torch.py", "bench/gpt2_torch.py"]);
+    }
+
+    #[test]
+    fn the_script_follows_the_system_and_none_or_a_given_script_overrides_it() {
+        // Unit tests run in the crate's folder, where bench/ is not: the default is named, and
+        // refused as missing with the way out.
+        let e = baseline_script("gpt2", None).unwrap_err().to_string();
+        assert!(e.contains("bench/gpt2_torch.py is not here") && e.contains("--baseline none"), "{e}");
+        let e = baseline_script("coppelius", None).unwrap_err().to_string();
+        assert!(e.contains("bench/coppelius_torch.py is not here"), "{e}");
+        let e = baseline_script("bob", None).unwrap_err().to_string();
+        assert!(e.contains("bob has no PyTorch baseline script (systems with one: coppelius, gpt2)"), "{e}");
+        assert!(e.contains("--baseline none"), "{e}");
+        assert_eq!(baseline_script("bob", Some(Path::new("none"))).unwrap(), None);
+        let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        assert_eq!(baseline_script("bob", Some(&here)).unwrap(), Some(here.clone()));
+        let e = baseline_script("gpt2", Some(Path::new("no-such.py"))).unwrap_err().to_string();
+        assert!(e.contains("--baseline no-such.py: no such script"), "{e}");
+    }
 }

@@ -105,9 +105,10 @@ pub struct BenchArgs {
     pub warmup: u64,
     #[arg(long, default_value_t = 30, value_parser = validate::bench_steps, allow_negative_numbers = true)]
     pub steps: u64,
-    /// The PyTorch baseline script ("none" skips it).
-    #[arg(long, default_value = "bench/coppelius_torch.py")]
-    pub baseline: PathBuf,
+    /// The PyTorch baseline script ("none" skips it) [default: the system's own, bench/coppelius_torch.py
+    /// for coppelius and bench/gpt2_torch.py for gpt2].
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
     /// An extra argument for the baseline script (repeat for several).
     #[arg(long = "baseline-arg", allow_hyphen_values = true)]
     pub baseline_args: Vec<String>,
@@ -968,12 +969,10 @@ fn check(a: CheckArgs) -> Result<()> {
 }
 
 fn bench(a: BenchArgs) -> Result<()> {
-    use alpha_run::bench::{time_alpha, time_pytorch};
+    use alpha_run::bench::{baseline_script, time_alpha, time_pytorch};
     let system = find(&a.system)?;
     let batches = if a.batch.is_empty() { vec![1, 16] } else { a.batch.clone() };
-    if a.baseline.as_os_str() != "none" && !a.baseline.is_file() {
-        bail!("--baseline {}: no such script (pass --baseline none to time Alpha alone)", a.baseline.display());
-    }
+    let baseline = baseline_script(system.name(), a.baseline.as_deref())?;
     if a.device == Device::Cpu {
         for &b in &batches {
             let program = system.learner(system.default_steps()).training_program(system.model(b)?)?;
@@ -993,8 +992,10 @@ fn bench(a: BenchArgs) -> Result<()> {
     )?;
     for b in batches {
         let t = time_alpha(system.as_ref(), a.device, b, a.warmup, a.steps)?;
-        let base =
-            if a.baseline.as_os_str() == "none" { None } else { Some(time_pytorch(&a.baseline, b, &a.baseline_args)?) };
+        let base = match &baseline {
+            Some(script) => Some(time_pytorch(script, b, &a.baseline_args)?),
+            None => None,
+        };
         // Without a baseline the PyTorch columns say so ("-"), not NaN.
         let (name, ms, ratio) = match base.as_ref().and_then(|r| r.first().cloned()) {
             Some((name, ms)) => (name, format!("{ms:.3}"), format!("{:.2}×", ms / t.ms_per_step)),

@@ -100,6 +100,8 @@ const CASES: &[(&[&str], &str)] = &[
         &["bench", "bob", "--device", "cpu", "--baseline", "no-such-script.py"],
         "--baseline no-such-script.py: no such script",
     ),
+    (&["bench", "bob", "--device", "cpu"], "bob has no PyTorch baseline script"),
+    (&["bench", "gpt2", "--device", "cpu"], "bench/gpt2_torch.py is not here: run from the repository root"),
     (&["serve", "--runs", "no-such-runs", "--port", "0"], "no-such-runs does not exist"),
     (&["serve", "--port", "70000"], "'--port <PORT>'"),
     (&["serve", "--host", "not-an-address"], "'--host <HOST>'"),
