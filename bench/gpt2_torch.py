@@ -117,15 +117,20 @@ def config_from_tensors(shapes: dict, vocab: int, source: str) -> Config:
 # Learner: Alpha's gpt2 learner (systems/gpt2.rs, alpha-learn's schedule.rs)
 
 PEAK_LR = 6e-4
-WARMUP = 700
+
+
+def warmup_for(total: int) -> int:
+    """Warm-up updates for a horizon of `total`: llm.c's 700 of 18,865, in proportion, at least 1
+    (`Gpt2::warmup`)."""
+    return max(1, total * 700 // 18_865)
 
 
 def lr_at(step: int, total: int, peak: float = PEAK_LR) -> float:
     """The rate of update `step` (from 1) for a schedule horizon of `total` updates, as Alpha's
-    gpt2 learner sets it: `Schedule::WarmupCosine { warmup: min(700, total), total: max(total, 1),
+    gpt2 learner sets it: `Schedule::WarmupCosine { warmup: Gpt2::warmup(total), total: max(total, 1),
     floor: 0 }` at peak 6e-4 (`alpha train --lr` sets another), in binary64 as alpha-learn
     computes it."""
-    warmup = min(WARMUP, total)
+    warmup = warmup_for(total)
     total = max(total, 1)
     if step < warmup:
         return peak * step / warmup
@@ -352,7 +357,7 @@ def cmd_train(args) -> dict:
         "accumulate": a,
         "tokens_per_update": tokens_per_update,
         "total": total,
-        "warmup": min(WARMUP, total),
+        "warmup": warmup_for(total),
         "peak_lr": args.lr,
         "first_loss": first,
         "last_loss": last,
