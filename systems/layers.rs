@@ -60,7 +60,13 @@ pub fn tied_lm_loss(mut g: Graph, h: Value, embed: Value, targets: Value, vocab:
     if g.shape(logits)[1] > vocab {
         logits = g.slice(logits, 1, 0, vocab);
     }
-    let n = g.shape(h)[0];
+    lm_loss(g, logits, targets)
+}
+
+/// The loss of a language model from its `logits` `[N, V]`: cross-entropy against `targets`
+/// per position, and their mean.
+pub fn lm_loss(mut g: Graph, logits: Value, targets: Value) -> Result<Model, IrError> {
+    let n = g.shape(logits)[0];
     let flat = g.reshape(targets, &[n]);
     let losses = g.cross_entropy(logits, flat);
     let loss = g.mean_all(losses);

@@ -8,6 +8,7 @@ pub mod gpt2;
 pub mod kickdelta;
 pub mod layers;
 pub mod mini;
+pub mod polf;
 
 use alpha_ir::IrError;
 use alpha_learn::{Learner, Model};
@@ -19,6 +20,10 @@ pub enum Tokens {
     Bytes,
     /// Byte-level BPE with this vocabulary.
     Bpe(usize),
+    /// Byte-level BPE with this vocabulary, each document opened by the tokenizer's reserved id
+    /// as its beginning-of-sequence mark and closed by nothing (the reference of a system that
+    /// reads its streams so).
+    BpeBos(usize),
 }
 
 /// A learning system.
@@ -53,6 +58,7 @@ pub fn catalogue() -> Vec<Box<dyn System>> {
         Box::new(mini::Mini::new(mini::Roles::MuonAdam)),
         Box::new(mini::Mini::new(mini::Roles::Mixed)),
         Box::new(kickdelta::KickDelta),
+        Box::new(polf::Polf::default()),
     ]
 }
 

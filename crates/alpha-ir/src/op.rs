@@ -26,6 +26,10 @@ pub enum Init {
         start: f64,
         step: f64,
     },
+    /// Row r of a `[R, …]` tensor filled with the r-th value: one tensor whose rows start apart
+    /// (Polf's `resid_mix`, whose first row weighs the stream and starts at 1, and whose second
+    /// weighs the embedding and starts at 0).
+    Rows(Vec<f64>),
 }
 
 /// Elementwise functions of one tensor.

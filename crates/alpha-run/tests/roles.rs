@@ -2,19 +2,14 @@
 //! miniature's `mini-mixed` — through the run policy: every optimizer's state is in the
 //! checkpoint by parameter path, and N steps then a resume for M give the same file as N + M.
 
-#[allow(dead_code)] // the byte stream the other suites use
+#[allow(dead_code)] // the helpers the other suites use
 mod common;
 
-use alpha_data::prepare::{prepare, PrepareOptions, TokenizerSpec};
+use alpha_data::prepare::TokenizerSpec;
 use alpha_run::{train, TrainOptions};
 
 fn bpe_stream(dir: &std::path::Path) -> Option<std::path::PathBuf> {
-    let src = common::tinyshakespeare()?;
-    let out = dir.join("tiny-bpe4096");
-    let mut opts = PrepareOptions::new(src, TokenizerSpec::TrainBpe { vocab_size: 4096 }, &out);
-    opts.progress = false;
-    prepare(&opts).expect("preparing tiny-shakespeare");
-    Some(out)
+    common::stream(dir, TokenizerSpec::TrainBpe { vocab_size: 4096, bos: false }, "tiny-bpe4096")
 }
 
 fn options(data: &std::path::Path, run: &std::path::Path, steps: u64) -> TrainOptions {

@@ -18,9 +18,14 @@ pub fn tinyshakespeare() -> Option<PathBuf> {
 
 /// Prepare tiny-shakespeare as a byte stream into `dir`.
 pub fn bytes_stream(dir: &Path) -> Option<PathBuf> {
+    stream(dir, TokenizerSpec::Bytes, "tiny-bytes")
+}
+
+/// Prepare tiny-shakespeare with `spec` into `dir/name`.
+pub fn stream(dir: &Path, spec: TokenizerSpec, name: &str) -> Option<PathBuf> {
     let src = tinyshakespeare()?;
-    let out = dir.join("tiny-bytes");
-    let mut opts = PrepareOptions::new(src, TokenizerSpec::Bytes, &out);
+    let out = dir.join(name);
+    let mut opts = PrepareOptions::new(src, spec, &out);
     opts.progress = false;
     prepare(&opts).expect("preparing tiny-shakespeare");
     Some(out)
