@@ -83,7 +83,8 @@ impl TokenizerSpec {
             TokenizerSpec::Gpt2 => {
                 bail!("--bos is for bpe:<vocab>; gpt2 already puts <|endoftext|> before each document")
             }
-            other => bail!("--bos is for bpe:<vocab> only, not {other:?}"),
+            TokenizerSpec::Bytes => bail!("--bos is for bpe:<vocab> only, not bytes"),
+            TokenizerSpec::File(path) => bail!("--bos is for bpe:<vocab> only, not {}", path.display()),
         }
     }
 
@@ -240,7 +241,7 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
             let mark = if *bos { "opens each document (its BOS)" } else { "closes each document" };
             let origin = format!(
                 "byte-level BPE trained with the Hugging Face tokenizers crate {} (BpeTrainer, \
-                 GPT-2 pre-tokenizer, the 256 byte values as its first tokens, <|endoftext|> id 0, \
+                 GPT-2 pre-tokenizer, each of the 256 byte values a token, <|endoftext|> id 0, \
                  which {mark}) on the training split only: its first {} documents in corpus \
                  order, {sample_bytes} of {train_bytes} bytes",
                 TOKENIZERS_VERSION,
