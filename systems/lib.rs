@@ -9,6 +9,7 @@ pub mod gpt2;
 pub mod kickdelta;
 pub mod layers;
 pub mod mini;
+pub mod polf;
 
 use alpha_ir::IrError;
 use alpha_learn::{Learner, Model};
@@ -20,6 +21,10 @@ pub enum Tokens {
     Bytes,
     /// Byte-level BPE with this vocabulary.
     Bpe(usize),
+    /// Byte-level BPE with this vocabulary, each document opened by the tokenizer's reserved id
+    /// as its beginning-of-sequence mark and closed by nothing (the reference of a system that
+    /// reads its streams so).
+    BpeBos(usize),
 }
 
 /// A learning system.
@@ -68,6 +73,7 @@ pub fn catalogue() -> Vec<Box<dyn System>> {
         Box::new(mini::Mini::new(mini::Roles::Mixed)),
         Box::new(kickdelta::KickDelta),
         Box::new(diakosmos::Diakosmos::default()),
+        Box::new(polf::Polf::default()),
     ]
 }
 

@@ -647,3 +647,31 @@ fn the_output_gradients_product_stores_attentions_delta_at_sixteen_contexts() {
         }
     }
 }
+
+/// Polf's training step (one context, its four-role learner with Muon's batched stacks) lowers
+/// whole once every op has a GPU kernel: every launch inside the arena and within the launch
+/// budget, one attention a block on grouped heads with the rotaries of q and k turned on load.
+/// Until the GPU has an RMSNorm kernel, the lowering must refuse the program for that op alone
+/// (with the norms composed of elementwise ops and a mean instead, the rest lowers: 137
+/// kernels, 2,115 launches).
+#[test]
+fn polf_lowers_its_training_step_but_for_rmsnorm() {
+    let p = alpha_systems::polf::Polf::default();
+    let program = p.learner(20_000).training_program(p.model(1).unwrap()).unwrap();
+    let l = match lower_program(&program, &CudaConfig::default()) {
+        Ok(l) => l,
+        Err(e) => {
+            let msg = format!("{e:#}");
+            assert!(msg.contains("rmsnorm-forward") && msg.contains("RMSNorm has no GPU kernel"), "{msg}");
+            eprintln!("polf: the lowering refuses RMSNorm: {msg}");
+            return;
+        }
+    };
+    check_pointers(&l);
+    let g = &l.plan.program.graph;
+    let launched = |family: &str| {
+        l.phases.iter().flatten().filter(|x| x.node.is_some_and(|n| g.nodes[n as usize].op.family() == family)).count()
+    };
+    assert_eq!(launched("attention-forward"), 9, "one attention a block");
+    assert_eq!(launched("rotary"), 0, "q and k are turned as the attention kernels load them");
+}

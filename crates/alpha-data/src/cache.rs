@@ -42,7 +42,8 @@ pub fn entry(cache_root: &Path, corpus: &Path, spec: &TokenizerSpec) -> Result<C
     key.update(fingerprint.as_bytes());
     let label = match spec {
         TokenizerSpec::Bytes => "bytes".to_string(),
-        TokenizerSpec::TrainBpe { vocab_size } => format!("bpe{vocab_size}"),
+        TokenizerSpec::TrainBpe { vocab_size, bos: false } => format!("bpe{vocab_size}"),
+        TokenizerSpec::TrainBpe { vocab_size, bos: true } => format!("bpe{vocab_size}-bos"),
         TokenizerSpec::Gpt2 => "gpt2".to_string(),
         TokenizerSpec::File(path) => {
             key.update(crate::shard::sha256_file(path)?);
@@ -146,11 +147,13 @@ pub fn check(entry: &CacheEntry, spec: &TokenizerSpec) -> Result<()> {
     );
     match spec {
         TokenizerSpec::Bytes => ensure!(m.tokenizer.kind == "bytes", "it holds {} tokens, not bytes", m.tokenizer.kind),
-        TokenizerSpec::TrainBpe { vocab_size } => ensure!(
-            m.tokenizer.kind == "bpe" && m.tokenizer.vocab_size == *vocab_size,
-            "it holds {} tokens of a vocabulary of {}, not bpe:{vocab_size}",
+        TokenizerSpec::TrainBpe { vocab_size, bos } => ensure!(
+            m.tokenizer.kind == "bpe" && m.tokenizer.vocab_size == *vocab_size && m.tokenizer.bos == *bos,
+            "it holds {} tokens of a vocabulary of {}{}, not bpe:{vocab_size}{}",
             m.tokenizer.kind,
-            m.tokenizer.vocab_size
+            m.tokenizer.vocab_size,
+            if m.tokenizer.bos { " opened by BOS" } else { "" },
+            if *bos { " opened by BOS" } else { "" }
         ),
         TokenizerSpec::File(_) => ensure!(m.tokenizer.kind == "bpe", "it holds {} tokens", m.tokenizer.kind),
         TokenizerSpec::Gpt2 => ensure!(

@@ -21,8 +21,9 @@
 //!
 //! Output directory: `train-NNNN.tok` and `valid-NNNN.tok` shards ([`shard`]: 64-byte header
 //! with magic, version, vocabulary size, token count, end-of-text id and the tokenizer's
-//! SHA-256, then u16 LE tokens; every document ends with end-of-text), `tokenizer.json` for
-//! BPE, and `manifest.json` ([`manifest`]). Same input, same bytes.
+//! SHA-256, then u16 LE tokens; every document ends with end-of-text, or with `--bos` begins
+//! with it), `tokenizer.json` for BPE, and `manifest.json` ([`manifest`]). Same input, same
+//! bytes.
 //!
 //! A raw corpus given to `alpha train --data` is prepared once into a cache folder keyed by its
 //! content ([`cache`]); a corpus is bounded and its binary files skipped ([`corpus`]); the

@@ -36,6 +36,9 @@ pub struct TokenizerInfo {
     pub kind: String,
     pub vocab_size: usize,
     pub eot_id: u32,
+    /// `eot_id` opens each document (a beginning-of-sequence mark) instead of closing it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bos: bool,
     pub sha256: String,
     /// `tokenizer.json` in the directory (BPE only).
     pub file: Option<String>,

@@ -2,7 +2,8 @@
 //!
 //! Documents are encoded in parallel (rayon, order-preserving) in chunks of about
 //! [`CHUNK_BYTES`] of text and written in corpus order, each followed by end-of-text (preceded,
-//! with GPT-2's tokenizer), so the output does not depend on the number of threads. A BPE is trained on the training split only
+//! with GPT-2's tokenizer or a BPE prepared with a beginning-of-sequence mark), so the output
+//! does not depend on the number of threads. A BPE is trained on the training split only
 //! (its first `bpe_train_bytes` of documents, whole documents, in corpus order).
 //!
 //! The output folder must be new, empty, or an earlier Alpha preparation (its `manifest.json`
@@ -40,6 +41,9 @@ pub enum TokenizerSpec {
     Bytes,
     TrainBpe {
         vocab_size: usize,
+        /// The reserved id (`<|endoftext|>`, 0) opens each document as its beginning-of-sequence
+        /// mark and nothing closes it, as parameter-golf's streams read; else it closes each.
+        bos: bool,
     },
     /// GPT-2's own BPE ([`crate::gpt2`]), fetched into [`PrepareOptions::downloads`].
     Gpt2,
@@ -60,12 +64,33 @@ impl FromStr for TokenizerSpec {
                 .replace('_', "")
                 .parse()
                 .with_context(|| format!("bad BPE vocabulary size in {s:?} (want bpe:<tokens>)"))?;
-            return Ok(TokenizerSpec::TrainBpe { vocab_size });
+            return Ok(TokenizerSpec::TrainBpe { vocab_size, bos: false });
         }
         if s.ends_with(".json") {
             return Ok(TokenizerSpec::File(PathBuf::from(s)));
         }
         bail!("unknown tokenizer {s:?}: use bytes, bpe:<vocab size>, gpt2 or a tokenizer.json path")
+    }
+}
+
+impl TokenizerSpec {
+    /// This spec with each document opened by the reserved id instead of closed by it (`--bos`).
+    /// Only a BPE trained here takes it: GPT-2's tokenizer already puts its end-of-text before
+    /// each document, and the bytes tokenizer's end-of-text is a byte value of its own.
+    pub fn with_bos(self) -> Result<Self> {
+        match self {
+            TokenizerSpec::TrainBpe { vocab_size, .. } => Ok(TokenizerSpec::TrainBpe { vocab_size, bos: true }),
+            TokenizerSpec::Gpt2 => {
+                bail!("--bos is for bpe:<vocab>; gpt2 already puts <|endoftext|> before each document")
+            }
+            TokenizerSpec::Bytes => bail!("--bos is for bpe:<vocab> only, not bytes"),
+            TokenizerSpec::File(path) => bail!("--bos is for bpe:<vocab> only, not {}", path.display()),
+        }
+    }
+
+    /// Whether each document is opened by the reserved id rather than closed by it.
+    pub fn bos(&self) -> bool {
+        matches!(self, TokenizerSpec::TrainBpe { bos: true, .. } | TokenizerSpec::Gpt2)
     }
 }
 
@@ -188,7 +213,7 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
             );
             (Tokenizer::Bpe(Box::new(tk)), origin)
         }
-        TokenizerSpec::TrainBpe { vocab_size } => {
+        TokenizerSpec::TrainBpe { vocab_size, bos } => {
             let train_bytes: u64 = parts.train.iter().map(|d| d.text.len() as u64).sum();
             let mut taken = 0u64;
             let sample: Vec<&str> = parts
@@ -213,10 +238,12 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
                 "BPE training stopped at {} tokens, short of {vocab_size}: the training text is too small",
                 tk.vocab_size()
             );
+            let mark = if *bos { "opens each document (its BOS)" } else { "closes each document" };
             let origin = format!(
                 "byte-level BPE trained with the Hugging Face tokenizers crate {} (BpeTrainer, \
-                 GPT-2 pre-tokenizer, <|endoftext|> id 0) on the training split only: its first \
-                 {} documents in corpus order, {sample_bytes} of {train_bytes} bytes",
+                 GPT-2 pre-tokenizer, each of the 256 byte values a token, <|endoftext|> id 0, \
+                 which {mark}) on the training split only: its first {} documents in corpus \
+                 order, {sample_bytes} of {train_bytes} bytes",
                 TOKENIZERS_VERSION,
                 sample.len(),
             );
@@ -253,6 +280,7 @@ pub fn prepare_report(opts: &PrepareOptions) -> Result<PrepareReport> {
             kind: tokenizer.kind().to_string(),
             vocab_size: tokenizer.vocab_size(),
             eot_id: tokenizer.eot_id(),
+            bos: opts.tokenizer.bos(),
             sha256: hex::encode(tokenizer.sha256()),
             file,
             origin,
@@ -300,7 +328,7 @@ fn write_output(
             .unwrap()
             .progress_chars("=> "),
     );
-    let eot = if opts.tokenizer == TokenizerSpec::Gpt2 { EotPlace::Before } else { EotPlace::After };
+    let eot = if opts.tokenizer.bos() { EotPlace::Before } else { EotPlace::After };
     let train = write_split(opts, tokenizer, eot, Split::Train, &parts.train, bar)?;
     let valid = write_split(opts, tokenizer, eot, Split::Valid, &parts.valid, bar)?;
     crate::crash::point("shards");
@@ -313,7 +341,8 @@ fn write_output(
 }
 
 /// Where a document's end-of-text goes: after it (Alpha's tokenizers), or before it (GPT-2's
-/// convention, which GPT-2's own tokenizer follows so its streams read as GPT-2's and llm.c's).
+/// convention, which GPT-2's own tokenizer follows so its streams read as GPT-2's and llm.c's,
+/// and a BPE prepared with `--bos`, as parameter-golf's streams read).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum EotPlace {
     Before,

@@ -125,7 +125,10 @@ fn missing_and_empty_corpora_are_reported() {
 fn bad_tokenizer_specs_are_reported() {
     assert!("bpe:abc".parse::<TokenizerSpec>().is_err());
     assert!("wordpiece".parse::<TokenizerSpec>().is_err());
-    assert_eq!("bpe:12288".parse::<TokenizerSpec>().unwrap(), TokenizerSpec::TrainBpe { vocab_size: 12288 });
+    assert_eq!(
+        "bpe:12288".parse::<TokenizerSpec>().unwrap(),
+        TokenizerSpec::TrainBpe { vocab_size: 12288, bos: false }
+    );
     assert_eq!("bytes".parse::<TokenizerSpec>().unwrap(), TokenizerSpec::Bytes);
     // A tokenizer.json that is not byte-level BPE.
     let tmp = tempfile::tempdir().unwrap();

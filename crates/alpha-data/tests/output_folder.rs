@@ -100,7 +100,7 @@ fn a_failed_preparation_leaves_no_folder_behind() {
     let out = tmp.path().join("out");
     // BPE training fails on this little text before anything is written.
     let mut o = options(&c, &out, 1 << 20);
-    o.tokenizer = TokenizerSpec::TrainBpe { vocab_size: 60_000 };
+    o.tokenizer = TokenizerSpec::TrainBpe { vocab_size: 60_000, bos: false };
     assert!(prepare(&o).is_err());
     assert!(!out.exists());
 }

@@ -181,6 +181,18 @@ impl Graph {
     /// A learned tensor named `leaf` under the current scope.
     pub fn param(&mut self, leaf: &str, shape: &[usize], init: Init) -> Value {
         let name = self.path(leaf);
+        if let Init::Rows(rows) = &init {
+            if shape.first() != Some(&rows.len()) && self.error.is_none() {
+                self.error = Some(IrError {
+                    system: self.system.clone(),
+                    op: "param".into(),
+                    node: self.nodes.len() as u32,
+                    scope: self.scope_path(),
+                    inputs: String::new(),
+                    message: format!("{name}: {} row values for a tensor of shape {shape:?}", rows.len()),
+                });
+            }
+        }
         let id = self.push_raw(Op::Param { name, init }, vec![], vec![TensorType::new(shape, DType::F32)]);
         Value { node: id, index: 0 }
     }

@@ -29,6 +29,10 @@ pub enum Init {
     /// These values, in the flattened tensor's order: a small tensor whose start is a formula
     /// of its index that no other variant says (Diakosmos's spectral coefficients, 1/(1+ℓ)).
     Values(Vec<f64>),
+    /// Row r of a `[R, …]` tensor filled with the r-th value: one tensor whose rows start apart
+    /// (Polf's `resid_mix`, whose first row weighs the stream and starts at 1, and whose second
+    /// weighs the embedding and starts at 0).
+    Rows(Vec<f64>),
 }
 
 /// Elementwise functions of one tensor.

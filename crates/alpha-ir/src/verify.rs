@@ -79,6 +79,17 @@ mod tests {
     }
 
     #[test]
+    fn row_values_must_match_the_rows() {
+        let mut g = Graph::new("polf");
+        let _ = g.scoped("blocks.0", |g| g.param("resid_mix", &[3, 4], Init::Rows(vec![1.0, 0.0])));
+        let e = g.finish().unwrap_err().to_string();
+        assert!(e.contains("blocks.0.resid_mix: 2 row values for a tensor of shape [3, 4]"), "{e}");
+        let mut g = Graph::new("polf");
+        g.param("resid_mix", &[2, 4], Init::Rows(vec![1.0, 0.0]));
+        assert!(g.finish().is_ok());
+    }
+
+    #[test]
     fn a_tampered_graph_is_caught() {
         let mut g = Graph::new("bob");
         let x = g.input("x", &[2, 3], DType::F32);

@@ -26,6 +26,11 @@ pub fn draw(init: &Init, n: usize, seed: u64, name: &str) -> Vec<f32> {
         Init::Ones => vec![1.0; n],
         Init::Constant(c) => vec![c as f32; n],
         Init::Linspace { start, step } => (0..n).map(|i| (start + step * i as f64) as f32).collect(),
+        Init::Rows(ref rows) => {
+            // `infer` checks that the rows divide the tensor.
+            let per = n / rows.len().max(1);
+            (0..n).map(|i| rows[i / per.max(1)] as f32).collect()
+        }
         Init::Uniform { bound } => (0..n).map(|_| rng.random_range(-bound..bound) as f32).collect(),
         Init::Normal { std } => (0..n)
             .map(|_| {

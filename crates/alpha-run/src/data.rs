@@ -14,14 +14,15 @@ pub const CACHE: &str = "data-cache";
 
 /// The tokenizer a raw corpus is prepared with for `system`: bytes, GPT-2's own BPE for a
 /// vocabulary of GPT-2's 50,257 tokens (no learned BPE is trained in its place), else a BPE of
-/// the system's vocabulary trained on the corpus.
+/// the system's vocabulary trained on the corpus, its documents opened by BOS if the system
+/// reads them so.
 pub fn tokenizer_spec(system: &dyn System) -> Result<TokenizerSpec> {
-    let s = match system.tokens() {
-        Tokens::Bytes => "bytes".to_string(),
-        Tokens::Bpe(alpha_data::gpt2::VOCAB) => "gpt2".to_string(),
-        Tokens::Bpe(v) => format!("bpe:{v}"),
-    };
-    s.parse::<TokenizerSpec>().map_err(|e| anyhow::anyhow!("{e}"))
+    Ok(match system.tokens() {
+        Tokens::Bytes => TokenizerSpec::Bytes,
+        Tokens::Bpe(alpha_data::gpt2::VOCAB) => TokenizerSpec::Gpt2,
+        Tokens::Bpe(v) => TokenizerSpec::TrainBpe { vocab_size: v, bos: false },
+        Tokens::BpeBos(v) => TokenizerSpec::TrainBpe { vocab_size: v, bos: true },
+    })
 }
 
 /// The vocabulary `system`'s token stream must declare: its tokenizer's, which a model may pad
@@ -29,7 +30,7 @@ pub fn tokenizer_spec(system: &dyn System) -> Result<TokenizerSpec> {
 pub fn token_vocab(system: &dyn System) -> usize {
     match system.tokens() {
         Tokens::Bytes => alpha_data::tokenizer::BYTES_VOCAB,
-        Tokens::Bpe(v) => v,
+        Tokens::Bpe(v) | Tokens::BpeBos(v) => v,
     }
 }
 
@@ -51,16 +52,19 @@ pub fn resolve(system: &dyn System, data: Option<&Path>) -> Result<PathBuf> {
         }
         None => match system.tokens() {
             Tokens::Bytes => alpha_data::default_corpus::ensure(&cache)?,
-            Tokens::Bpe(v) => {
+            Tokens::Bpe(v) | Tokens::BpeBos(v) => {
                 let spec = tokenizer_spec(system)?;
-                let label = if spec == TokenizerSpec::Gpt2 { "gpt2".to_string() } else { format!("bpe{v}") };
+                let (label, flag) = match spec {
+                    TokenizerSpec::Gpt2 => ("gpt2".to_string(), "gpt2".to_string()),
+                    TokenizerSpec::TrainBpe { bos: true, .. } => (format!("bpe{v}-bos"), format!("bpe:{v} --bos")),
+                    _ => (format!("bpe{v}"), format!("bpe:{v}")),
+                };
                 let out = cache.join(format!("gutenberg-{label}"));
                 if is_prepared(&out) {
                     return Ok(out);
                 }
                 let shared = PathBuf::from("../shared/data/gutenberg");
                 if !shared.is_dir() {
-                    let flag = if spec == TokenizerSpec::Gpt2 { "gpt2".to_string() } else { format!("bpe:{v}") };
                     bail!(
                         "{} trains on a BPE-{v} stream: prepare one with `alpha data prepare --corpus PATH --tokenizer {flag} --out {}` and pass --data",
                         system.name(),
@@ -82,9 +86,10 @@ mod tests {
     fn gpt2_reads_gpt2s_own_tokenizer_and_the_others_keep_theirs() {
         let spec = |name: &str| tokenizer_spec(alpha_systems::find(name).unwrap().as_ref()).unwrap();
         assert_eq!(spec("gpt2"), TokenizerSpec::Gpt2);
-        assert_eq!(spec("coppelius"), TokenizerSpec::TrainBpe { vocab_size: 12288 });
+        assert_eq!(spec("coppelius"), TokenizerSpec::TrainBpe { vocab_size: 12288, bos: false });
         assert_eq!(spec("bob"), TokenizerSpec::Bytes);
+        assert_eq!(spec("polf"), TokenizerSpec::TrainBpe { vocab_size: 1024, bos: true });
         let vocab = |name: &str| token_vocab(alpha_systems::find(name).unwrap().as_ref());
-        assert_eq!((vocab("gpt2"), vocab("coppelius"), vocab("bob")), (50_257, 12_288, 256));
+        assert_eq!((vocab("gpt2"), vocab("coppelius"), vocab("bob"), vocab("polf")), (50_257, 12_288, 256, 1024));
     }
 }

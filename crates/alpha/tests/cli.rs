@@ -16,6 +16,22 @@ fn the_catalogue_lists_every_system_with_its_parameter_count() {
     assert!(out.contains("coppelius") && out.contains("57,705,472"), "{out}");
     assert!(out.contains("gpt2") && out.contains("124,475,904"), "{out}");
     assert!(out.contains("diakosmos") && out.contains("99,823,934"), "{out}");
+    assert!(out.contains("polf") && out.contains("17,059,912"), "{out}");
+}
+
+#[test]
+fn bos_is_refused_for_a_tokenizer_that_cannot_take_it_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("corpus.txt"), "a few words of prose.\n").unwrap();
+    for (tokenizer, why) in [("bytes", "--bos is for bpe:<vocab> only"), ("gpt2", "already puts <|endoftext|> before")]
+    {
+        let o = alpha(
+            &["data", "prepare", "--corpus", "corpus.txt", "--tokenizer", tokenizer, "--bos", "--out", "out"],
+            tmp.path(),
+        );
+        fails_with(&o, why);
+        assert!(!tmp.path().join("out").exists());
+    }
 }
 
 #[test]

@@ -20,9 +20,14 @@ pub fn tinyshakespeare() -> Option<PathBuf> {
 /// Prepare tiny-shakespeare as a byte stream into `dir`.
 #[allow(dead_code)]
 pub fn bytes_stream(dir: &Path) -> Option<PathBuf> {
+    stream(dir, TokenizerSpec::Bytes, "tiny-bytes")
+}
+
+/// Prepare tiny-shakespeare with `spec` into `dir/name`.
+pub fn stream(dir: &Path, spec: TokenizerSpec, name: &str) -> Option<PathBuf> {
     let src = tinyshakespeare()?;
-    let out = dir.join("tiny-bytes");
-    let mut opts = PrepareOptions::new(src, TokenizerSpec::Bytes, &out);
+    let out = dir.join(name);
+    let mut opts = PrepareOptions::new(src, spec, &out);
     opts.progress = false;
     prepare(&opts).expect("preparing tiny-shakespeare");
     Some(out)
@@ -32,12 +37,7 @@ pub fn bytes_stream(dir: &Path) -> Option<PathBuf> {
 /// miniature's vocabulary).
 #[allow(dead_code)]
 pub fn bpe_stream(dir: &Path) -> Option<PathBuf> {
-    let src = tinyshakespeare()?;
-    let out = dir.join("tiny-bpe4096");
-    let mut opts = PrepareOptions::new(src, TokenizerSpec::TrainBpe { vocab_size: 4096 }, &out);
-    opts.progress = false;
-    prepare(&opts).expect("preparing tiny-shakespeare");
-    Some(out)
+    stream(dir, TokenizerSpec::TrainBpe { vocab_size: 4096, bos: false }, "tiny-bpe4096")
 }
 
 /// A quiet CPU run of `system` for `steps` updates at `batch` sequences from seed `seed`, no
