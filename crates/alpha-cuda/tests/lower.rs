@@ -653,10 +653,19 @@ fn the_output_gradients_product_stores_attentions_delta_at_sixteen_contexts() {
     }
 }
 
-/// `system`'s training step at `batch`, lowered.
+/// `system`'s training step at `batch`, lowered; its gates' forward and gradient programs
+/// (what `alpha check` runs on the device) must lower too.
 fn training_of(system: &dyn System, batch: usize) -> Lowered {
+    let config = CudaConfig::default();
+    for program in [
+        alpha_learn::inference_program(system.model(batch).unwrap()).unwrap(),
+        alpha_learn::gradient_program(system.model(batch).unwrap()).unwrap(),
+    ] {
+        let l = lower_program(&program, &config).unwrap_or_else(|e| panic!("{}: {e:#}", system.name()));
+        check_pointers(&l);
+    }
     let program = system.learner(10).training_program(system.model(batch).unwrap()).unwrap();
-    lower_program(&program, &CudaConfig::default()).unwrap_or_else(|e| panic!("{}: {e:#}", system.name()))
+    lower_program(&program, &config).unwrap_or_else(|e| panic!("{}: {e:#}", system.name()))
 }
 
 /// The launches of kernel `name`, in order.

@@ -90,6 +90,50 @@ fn unit_rows(rng: &mut Rng, rows: usize, width: usize) -> Vec<f32> {
     x
 }
 
+/// Random inputs shaped as KickDelta's: q, k (unit rows, as its keys, which keep every update a
+/// contraction), v, β in (0.05, 0.95), m0, do.
+pub fn delta_rule_inputs(rng: &mut Rng, d: &delta_rule::Dims) -> [Vec<f32>; 6] {
+    let (nk, nv, nb) = (d.b * d.t * d.k, d.b * d.t * d.v, d.b * d.t);
+    let q = rng.vec(nk, 1.0);
+    let k = unit_rows(rng, nb, d.k);
+    let v = rng.vec(nv, 2.0);
+    let beta: Vec<f32> = (0..nb).map(|_| 0.5 + 0.45 * rng.uniform()).collect();
+    [q, k, v, beta, rng.vec(d.v * d.k, 0.5), rng.vec(nv, 1.0)]
+}
+
+/// The CPU backend's delta rule on `inputs`: o, then dq, dk, dv, dβ, dm0.
+pub fn delta_rule_reference(d: &delta_rule::Dims, inputs: &[Vec<f32>; 6]) -> [Vec<f32>; 6] {
+    let [q, k, v, beta, m0, dout] = inputs;
+    let (nk, nv, nb) = (d.b * d.t * d.k, d.b * d.t * d.v, d.b * d.t);
+    let cd = cpu_delta::Dims { b: d.b, t: d.t, k: d.k, v: d.v };
+    let mut out = [nv, nk, nk, nv, nb, d.v * d.k].map(|n| vec![0.0f32; n]);
+    let [o, dq, dk, dv, dbeta, dm0] = &mut out;
+    cpu_delta::forward(q, k, v, beta, m0, &cd, o);
+    cpu_delta::backward(q, k, v, beta, m0, dout, &cd, cpu_delta::Grads { dq, dk, dv, dbeta, dm0 });
+    out
+}
+
+/// Random inputs shaped as Diakosmos's: r, w, v, γ from 0.8 to 0.999 (its σ(g + o) start at
+/// 0.88 to 0.95), dy.
+pub fn harmonic_scan_inputs(rng: &mut Rng, d: &harmonic_scan::Dims) -> [Vec<f32>; 5] {
+    let (nl, nd) = (d.b * d.t * d.h * d.l, d.b * d.t * d.h * d.d);
+    let (r, w, v) = (rng.vec(nl, 1.0), rng.vec(nl, 1.0), rng.vec(nd, 1.0));
+    let gamma: Vec<f32> = (0..d.h * d.l).map(|_| 0.8995 + 0.0995 * rng.uniform()).collect();
+    [r, w, v, gamma, rng.vec(nd, 1.0)]
+}
+
+/// The CPU backend's harmonic scan on `inputs`: y, then dr, dw, dv, dγ.
+pub fn harmonic_scan_reference(d: &harmonic_scan::Dims, inputs: &[Vec<f32>; 5]) -> [Vec<f32>; 5] {
+    let [r, w, v, gamma, dy] = inputs;
+    let (nl, nd) = (d.b * d.t * d.h * d.l, d.b * d.t * d.h * d.d);
+    let cd = cpu_scan::Dims { b: d.b, t: d.t, h: d.h, l: d.l, d: d.d };
+    let mut out = [nd, nl, nl, nd, d.h * d.l].map(|n| vec![0.0f32; n]);
+    let [y, dr, dw, dv, dgamma] = &mut out;
+    cpu_scan::forward(r, w, v, gamma, &cd, y);
+    cpu_scan::backward(r, w, v, gamma, dy, &cd, cpu_scan::Grads { dr, dw, dv, dgamma });
+    out
+}
+
 /// The delta rule at `d`: forward (o) and backward (dq, dk, dv, dβ, dm0).
 pub fn delta_rule_checks(
     gpu: &Gpu,
@@ -100,17 +144,11 @@ pub fn delta_rule_checks(
 ) -> Result<Vec<Row>> {
     arena.reset();
     let (nk, nv, nb) = (d.b * d.t * d.k, d.b * d.t * d.v, d.b * d.t);
-    let q = rng.vec(nk, 1.0);
-    let k = unit_rows(rng, nb, d.k);
-    let v = rng.vec(nv, 2.0);
-    let beta: Vec<f32> = (0..nb).map(|_| 0.5 + 0.45 * rng.uniform()).collect();
-    let m0 = rng.vec(d.v * d.k, 0.5);
-    let dout = rng.vec(nv, 1.0);
+    let inputs = delta_rule_inputs(rng, d);
     let ff = gpu.load(&delta_rule::forward_kernel(d))?;
     let fb = gpu.load(&delta_rule::backward_kernel(d)?)?;
     let fs = gpu.load(&window_sum_kernel(d.v * d.k, d.b))?;
-    let ins = [&q, &k, &v, &beta, &m0, &dout].map(|x| upload(arena, x));
-    let [qb, kb, vb, bb, mb, db] = ins;
+    let [qb, kb, vb, bb, mb, db] = inputs.each_ref().map(|x| upload(arena, x));
     let (qb, kb, vb, bb, mb, db) = (qb?, kb?, vb?, bb?, mb?, db?);
     let [ob, dqb, dkb, dvb, dbb, dmb] = poisoned(arena, [nv, nk, nk, nv, nb, d.v * d.k])?;
     let (chunk_at, parts_at, total) = d.scratch_floats()?;
@@ -138,13 +176,7 @@ pub fn delta_rule_checks(
     };
     let first = run()?;
     let second = run()?;
-    let cd = cpu_delta::Dims { b: d.b, t: d.t, k: d.k, v: d.v };
-    let mut o = vec![0.0f32; nv];
-    cpu_delta::forward(&q, &k, &v, &beta, &m0, &cd, &mut o);
-    let (mut dq, mut dk, mut dv, mut dbeta, mut dm0) =
-        (vec![0.0; nk], vec![0.0; nk], vec![0.0; nv], vec![0.0; nb], vec![0.0; d.v * d.k]);
-    let grads = cpu_delta::Grads { dq: &mut dq, dk: &mut dk, dv: &mut dv, dbeta: &mut dbeta, dm0: &mut dm0 };
-    cpu_delta::backward(&q, &k, &v, &beta, &m0, &dout, &cd, grads);
+    let [o, dq, dk, dv, dbeta, dm0] = delta_rule_reference(d, &inputs);
     let shape = format!("b{} t{} k{} v{}", d.b, d.t, d.k, d.v);
     let wants = [(&o, "forward o"), (&dq, "dq"), (&dk, "dk"), (&dv, "dv"), (&dbeta, "dbeta"), (&dm0, "dm0")];
     let mut rows = scan_rows("delta-rule", &shape, (&first, &second), &wants);
@@ -165,16 +197,11 @@ pub fn harmonic_scan_checks(
 ) -> Result<Vec<Row>> {
     arena.reset();
     let (nl, nd) = (d.b * d.t * d.h * d.l, d.b * d.t * d.h * d.d);
-    let r = rng.vec(nl, 1.0);
-    let w = rng.vec(nl, 1.0);
-    let v = rng.vec(nd, 1.0);
-    // Decays as Diakosmos's σ(g + o) start, 0.88 to 0.95, and wider: 0.8 to 0.999.
-    let gamma: Vec<f32> = (0..d.h * d.l).map(|_| 0.8995 + 0.0995 * rng.uniform()).collect();
-    let dy = rng.vec(nd, 1.0);
+    let inputs = harmonic_scan_inputs(rng, d);
     let ff = gpu.load(&harmonic_scan::forward_kernel(d))?;
     let fb = gpu.load(&harmonic_scan::backward_kernel(d)?)?;
     let fs = gpu.load(&window_sum_kernel(d.h * d.l, d.b))?;
-    let [rb, wb, vb, gb, dyb] = [&r, &w, &v, &gamma, &dy].map(|x| upload(arena, x));
+    let [rb, wb, vb, gb, dyb] = inputs.each_ref().map(|x| upload(arena, x));
     let (rb, wb, vb, gb, dyb) = (rb?, wb?, vb?, gb?, dyb?);
     let [yb, drb, dwb, dvb, dgb] = poisoned(arena, [nd, nl, nl, nd, d.h * d.l])?;
     let (chunk_at, parts_at, total) = d.scratch_floats()?;
@@ -201,12 +228,7 @@ pub fn harmonic_scan_checks(
     };
     let first = run()?;
     let second = run()?;
-    let cd = cpu_scan::Dims { b: d.b, t: d.t, h: d.h, l: d.l, d: d.d };
-    let mut y = vec![0.0f32; nd];
-    cpu_scan::forward(&r, &w, &v, &gamma, &cd, &mut y);
-    let (mut dr, mut dw, mut dv, mut dg) = (vec![0.0; nl], vec![0.0; nl], vec![0.0; nd], vec![0.0; d.h * d.l]);
-    let grads = cpu_scan::Grads { dr: &mut dr, dw: &mut dw, dv: &mut dv, dgamma: &mut dg };
-    cpu_scan::backward(&r, &w, &v, &gamma, &dy, &cd, grads);
+    let [y, dr, dw, dv, dg] = harmonic_scan_reference(d, &inputs);
     let shape = format!("b{} t{} h{} l{} d{}", d.b, d.t, d.h, d.l, d.d);
     let wants = [(&y, "forward y"), (&dr, "dr"), (&dw, "dw"), (&dv, "dv"), (&dg, "dgamma")];
     let mut rows = scan_rows("harmonic-scan", &shape, (&first, &second), &wants);
