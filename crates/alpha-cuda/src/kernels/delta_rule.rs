@@ -16,7 +16,8 @@
 //! the CPU does. Nothing is atomic: a run repeats bit for bit.
 //!
 //! How: q, k `[B, T, K]`, v and o `[B, T, V]`, β `[B, T]`, m0 `[V, K]`, all f32. Forward: B·V
-//! threads, grid-stride. Backward: B blocks of V row threads and 2K + 1 task threads; each row
+//! threads, grid-stride, each issuing the loads of [`AHEAD`] positions before stepping through
+//! them. Backward: B blocks of V row threads and 2K + 1 task threads; each row
 //! records its checkpoints, then walks back chunk by chunk (replaying each), writing per
 //! position its terms of dq (K), of dk (2K: the CPU adds β·G·e then subtracts M·de) and of dβ
 //! (1); the tasks add them in row order. dv is a row's own. Each block writes its window's
@@ -25,11 +26,15 @@
 
 use anyhow::{bail, Result};
 
-use crate::kernels::replay::{self, load_one, load_vector, Layout};
+use crate::kernels::replay::{self, load_one, load_vector, load_vector_if, Layout};
 use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind};
 
 /// The most key width a row keeps in registers.
 pub const MAX_KEY: usize = 32;
+
+/// Positions whose loads a thread issues together as it steps forward (see
+/// [`replay::positions_ahead`]): 4 of KickDelta's take 128 registers.
+pub const AHEAD: usize = 4;
 
 /// Sizes: `b` windows of `t` positions, keys and queries of `k`, values of `v`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,18 +125,22 @@ pub fn forward_kernel(d: &Dims) -> Kernel {
     let i = k.bin("rem.u32", RegKind::B32, idx, d.v as u32);
     let start = load_vector(&mut k, m0, i, d.k);
     let row: Vec<Reg> = start.iter().map(|&x| k.un("mov.f32", RegKind::F32, x)).collect();
-    let zero = k.imm_u32(0);
-    k.strided_loop(zero, d.t as u32, 1, ("t", "t_end"), |k, s| {
+    let load = |k: &mut Kernel, s: Reg, ok: Reg| {
         let p = at(k, d, b, s, i);
-        let key = load_vector(k, kk, p.bt, d.k);
-        let bv = load_one(k, beta, p.bt);
-        let vv = load_one(k, v, p.bti);
+        let key = load_vector_if(k, ok, kk, p.bt, d.k);
+        let bv = load_vector_if(k, ok, beta, p.bt, 1)[0];
+        let vv = load_vector_if(k, ok, v, p.bti, 1)[0];
+        let query = load_vector_if(k, ok, q, p.bt, d.k);
+        (p.bti, key, bv, vv, query)
+    };
+    let step = |k: &mut Kernel, _: Reg, (bti, key, bv, vv, query): (Reg, Vec<Reg>, Reg, Reg, Vec<Reg>)| {
         step_row(k, &row, &key, bv, vv);
-        let query = load_vector(k, q, p.bt, d.k);
         let out = dot(k, &row, &query);
-        let oa = k.addr_of(o, p.bti, 4);
+        let oa = k.addr_of(o, bti, 4);
         k.op("st.global.f32", [addr(oa, 0), out.into()]);
-    });
+    };
+    let zero = k.imm_u32(0);
+    replay::positions_ahead(&mut k, (zero, (d.t as u32).into()), AHEAD, load, step);
     crate::kernels::pointwise::grid_stride_end(&mut k, idx, stride, n, &top, &end);
     k
 }
@@ -170,25 +179,26 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
     // The row's state (M_t of the position being walked) and its gradient G.
     let row = k.regs(RegKind::F32, kd);
     let grad: Vec<Reg> = (0..kd).map(|_| k.imm_f32(0.0)).collect();
-    let mut step = |k: &mut Kernel, s: Reg| {
+    let mut load = |k: &mut Kernel, s: Reg, ok: Reg| {
         let p = at(k, d, b, s, i);
-        let key = load_vector(k, kk, p.bt, kd);
-        let bv = load_one(k, beta, p.bt);
-        let vv = load_one(k, v, p.bti);
-        step_row(k, &row, &key, bv, vv);
+        let key = load_vector_if(k, ok, kk, p.bt, kd);
+        let bv = load_vector_if(k, ok, beta, p.bt, 1)[0];
+        let vv = load_vector_if(k, ok, v, p.bti, 1)[0];
+        (key, bv, vv)
     };
+    let mut step = |k: &mut Kernel, (key, bv, vv): (Vec<Reg>, Reg, Reg)| step_row(k, &row, &key, bv, vv);
     let recorded = k.label("recorded");
     k.bra_if(r.is_row, true, &recorded);
     let start = load_vector(&mut k, m0, i, kd);
     for (&m, &x) in row.iter().zip(&start) {
         k.op("mov.f32", [m.into(), x.into()]);
     }
-    replay::record(&mut k, &lay, ck, &row, &mut step);
+    replay::record(&mut k, &lay, ck, &row, AHEAD, &mut load, &mut step);
     k.place(&recorded);
     let stride = (lay.stride() * 4) as i64;
     let slot = |n: usize| n as i64 * stride;
     let rows = |k: &mut Kernel, s: Reg, terms: Reg| {
-        let j = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &row, &mut step);
+        let j = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &row, AHEAD, &mut load, &mut step);
         let prev = k.regs(RegKind::F32, kd);
         replay::load_replayed(k, &lay, st, j, &prev);
         let p = at(k, d, b, s, i);
@@ -318,10 +328,14 @@ mod tests {
             assert!(!text.contains("fma") && !text.contains("mad.rn") && !text.contains("atom"), "{text}");
             assert!(text.contains("mul.rn.f32") && text.contains("add.rn.f32"));
         }
-        // The forward's step: K products of the error's dot, K of the update, K of the read.
+        // The forward's step: K products of the error's dot, K of the update, K of the read, and
+        // β·e; one error. The steps of AHEAD positions are written out.
         let f = forward_kernel(&KICKDELTA).render();
-        assert_eq!(f.matches("mul.rn.f32").count(), 3 * 15 + 1);
-        assert_eq!(f.matches("sub.rn.f32").count(), 1);
+        assert_eq!(f.matches("mul.rn.f32").count(), AHEAD * (3 * 15 + 1));
+        assert_eq!(f.matches("sub.rn.f32").count(), AHEAD);
+        // Every position's loads come before the first step's arithmetic.
+        let first_step = f.find("mul.rn.f32").unwrap();
+        assert_eq!(f[first_step..].matches("ld.global.f32").count(), 0);
     }
 
     /// The backward takes KickDelta's window in one block of 256 rows and 31 sums, within the

@@ -18,7 +18,8 @@
 //! CPU does. Nothing is atomic: a run repeats bit for bit.
 //!
 //! How: r, w `[B, T, H, L]`, v and y `[B, T, H, D]`, γ `[H, L]`, all f32. Forward: B·H·D
-//! threads, grid-stride. Backward: B·H blocks of D row threads and 3L task threads; each row
+//! threads, grid-stride, each issuing the loads of [`AHEAD`] positions before stepping through
+//! them. Backward: B·H blocks of D row threads and 3L task threads; each row
 //! records its checkpoints, then walks back chunk by chunk (replaying each), holding
 //! G = ∂L/∂S for its coordinate's L states, writing per position its terms of dr, dw and dγ
 //! (L each); the tasks add them in coordinate order, dγ's tasks also over positions, last
@@ -28,11 +29,15 @@
 
 use anyhow::{bail, Result};
 
-use crate::kernels::replay::{self, load_one, load_vector, Layout};
+use crate::kernels::replay::{self, load_one, load_vector, load_vector_if, Layout};
 use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind};
 
 /// The most harmonics a thread keeps in registers.
 pub const MAX_HARMONICS: usize = 32;
+
+/// Positions whose loads a thread issues together as it steps forward (see
+/// [`replay::positions_ahead`]): 8 of Diakosmos's take 136 registers in the forward.
+pub const AHEAD: usize = 8;
 
 /// Sizes: `b` windows of `t` positions, `h` heads of `l` harmonics, values of `d`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,21 +119,25 @@ pub fn forward_kernel(d: &Dims) -> Kernel {
     let h = k.bin("rem.u32", RegKind::B32, bh, d.h as u32);
     let g = load_vector(&mut k, gamma, h, d.l);
     let state: Vec<Reg> = (0..d.l).map(|_| k.imm_f32(0.0)).collect();
-    let zero = k.imm_u32(0);
-    k.strided_loop(zero, d.t as u32, 1, ("t", "t_end"), |k, s| {
+    let load = |k: &mut Kernel, s: Reg, ok: Reg| {
         let p = at(k, d, (b, h), s, i);
-        let ws = load_vector(k, w, p.bth, d.l);
-        let vs = load_one(k, v, p.bthi);
+        let ws = load_vector_if(k, ok, w, p.bth, d.l);
+        let vs = load_vector_if(k, ok, v, p.bthi, 1)[0];
+        let rs = load_vector_if(k, ok, r, p.bth, d.l);
+        (p.bthi, ws, vs, rs)
+    };
+    let step = |k: &mut Kernel, _: Reg, (bthi, ws, vs, rs): (Reg, Vec<Reg>, Reg, Vec<Reg>)| {
         step_states(k, &state, &g, &ws, vs);
-        let rs = load_vector(k, r, p.bth, d.l);
         let out = k.imm_f32(0.0);
         for (&x, &a) in state.iter().zip(&rs) {
             let t = k.bin("mul.rn.f32", RegKind::F32, a, x);
             k.op("add.rn.f32", [out.into(), out.into(), t.into()]);
         }
-        let ya = k.addr_of(y, p.bthi, 4);
+        let ya = k.addr_of(y, bthi, 4);
         k.op("st.global.f32", [addr(ya, 0), out.into()]);
-    });
+    };
+    let zero = k.imm_u32(0);
+    replay::positions_ahead(&mut k, (zero, (d.t as u32).into()), AHEAD, load, step);
     crate::kernels::pointwise::grid_stride_end(&mut k, idx, stride, n, &top, &end);
     k
 }
@@ -168,20 +177,19 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
     // The coordinate's states (S_t of the position being walked) and their gradient G.
     let state: Vec<Reg> = (0..l).map(|_| k.imm_f32(0.0)).collect();
     let grad: Vec<Reg> = (0..l).map(|_| k.imm_f32(0.0)).collect();
-    let mut step = |k: &mut Kernel, s: Reg| {
+    let mut load = |k: &mut Kernel, s: Reg, ok: Reg| {
         let p = at(k, d, (b, h), s, i);
-        let ws = load_vector(k, w, p.bth, l);
-        let vs = load_one(k, v, p.bthi);
-        step_states(k, &state, &g, &ws, vs);
+        (load_vector_if(k, ok, w, p.bth, l), load_vector_if(k, ok, v, p.bthi, 1)[0])
     };
+    let mut step = |k: &mut Kernel, (ws, vs): (Vec<Reg>, Reg)| step_states(k, &state, &g, &ws, vs);
     let recorded = k.label("recorded");
     k.bra_if(r.is_row, true, &recorded);
-    replay::record(&mut k, &lay, ck, &state, &mut step);
+    replay::record(&mut k, &lay, ck, &state, AHEAD, &mut load, &mut step);
     k.place(&recorded);
     let stride = (lay.stride() * 4) as i64;
     let slot = |n: usize| n as i64 * stride;
     let rows = |k: &mut Kernel, s: Reg, terms: Reg| {
-        let j = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &state, &mut step);
+        let j = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &state, AHEAD, &mut load, &mut step);
         let prev = k.regs(RegKind::F32, l);
         replay::load_replayed(k, &lay, st, j, &prev);
         let p = at(k, d, (b, h), s, i);
@@ -285,10 +293,13 @@ mod tests {
             assert!(!text.contains("fma") && !text.contains("mad.rn") && !text.contains("atom"), "{text}");
         }
         // The forward's position: two products and a sum a harmonic to step, one product and
-        // one sum a harmonic to read.
+        // one sum a harmonic to read. The steps of AHEAD positions are written out.
         let f = forward_kernel(&DIAKOSMOS).render();
-        assert_eq!(f.matches("mul.rn.f32").count(), 3 * 8);
-        assert_eq!(f.matches("add.rn.f32").count(), 2 * 8);
+        assert_eq!(f.matches("mul.rn.f32").count(), AHEAD * 3 * 8);
+        assert_eq!(f.matches("add.rn.f32").count(), AHEAD * 2 * 8);
+        // Every position's loads come before the first step's arithmetic.
+        let first_step = f.find("mul.rn.f32").unwrap();
+        assert_eq!(f[first_step..].matches("ld.global.f32").count(), 0);
     }
 
     /// The backward takes a head in one block of 190 coordinates (192 threads) and 24 sums,

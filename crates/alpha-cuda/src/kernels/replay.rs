@@ -24,15 +24,18 @@
 //! their own after the rows, one thread a sum) add the rows' terms in row order from +0. The
 //! rows run one group of positions ahead of the tasks (two halves of the buffer, one barrier a
 //! group), and a task keeps one sum a position of its group so that its dependent adds overlap.
-//! Checkpoints and the replayed chunk's states live in the lowering's scratch region, each
-//! thread's at addresses laid out so a warp's loads and stores coalesce. A gradient summed over
-//! windows (the delta rule's dm0, the harmonic scan's dγ) is written by each block as its
-//! window's part, and [`window_sum_kernel`] adds the parts window by window in order, as the
-//! CPU's `sum_in_order` does.
+//! Every pass that steps a state forward (the forward kernels', the record pass, the replay)
+//! issues the loads of a few positions before stepping through them ([`positions_ahead`]): a
+//! step has nothing to do but wait for its inputs, so this pays the memory's latency once for
+//! several positions. Checkpoints and the replayed chunk's states live in the lowering's
+//! scratch region, each thread's at addresses laid out so a warp's loads and stores coalesce. A
+//! gradient summed over windows (the delta rule's dm0, the harmonic scan's dγ) is written by
+//! each block as its window's part, and [`window_sum_kernel`] adds the parts window by window
+//! in order, as the CPU's `sum_in_order` does.
 
 use anyhow::{bail, Result};
 
-use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind, MAX_SHARED_PER_BLOCK, MAX_THREADS_PER_BLOCK};
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind, MAX_SHARED_PER_BLOCK, MAX_THREADS_PER_BLOCK};
 
 /// Positions a chunk: ⌈√T⌉, as the CPU's replay (any length gives the same states; this one
 /// keeps checkpoints and a chunk's states about equal).
@@ -150,10 +153,51 @@ pub(crate) fn load_vector(k: &mut Kernel, base: Reg, index: Reg, n: usize) -> Ve
 
 /// Loads the float at `base + index·4`.
 pub(crate) fn load_one(k: &mut Kernel, base: Reg, index: Reg) -> Reg {
-    let at = k.addr_of(base, index, 4);
-    let x = k.reg(RegKind::F32);
-    k.op("ld.global.f32", [x.into(), addr(at, 0)]);
-    x
+    load_vector(k, base, index, 1)[0]
+}
+
+/// [`load_vector`] where `ok` holds, +0 where it does not (nothing is read there).
+pub(crate) fn load_vector_if(k: &mut Kernel, ok: Reg, base: Reg, index: Reg, n: usize) -> Vec<Reg> {
+    let at = k.addr_of(base, index, (n * 4) as u32);
+    (0..n)
+        .map(|j| {
+            let x = k.imm_f32(0.0);
+            k.op_if(ok, false, "ld.global.f32", [x.into(), addr(at, (j * 4) as i64)]);
+            x
+        })
+        .collect()
+}
+
+/// Walks positions `first..end` `ahead` at a time: first `load(k, s, ok)` for each of the
+/// `ahead` positions (`ok`: s < end; it issues the position's loads, predicated on `ok`), then
+/// `step(k, s, loaded)` for each in order that is before `end`. Why: a thread's step waits on its
+/// position's loads, and a recurrence has nothing else to do meanwhile; issuing several
+/// positions' loads together pays the memory's latency once for all of them, and changes no
+/// arithmetic.
+pub(crate) fn positions_ahead<L>(
+    k: &mut Kernel,
+    (first, end): (Reg, Opnd),
+    ahead: usize,
+    mut load: impl FnMut(&mut Kernel, Reg, Reg) -> L,
+    mut step: impl FnMut(&mut Kernel, Reg, L),
+) {
+    let from = k.un("mov.u32", RegKind::B32, first);
+    k.strided_loop(from, end.clone(), ahead as u32, ("positions", "positions_end"), |k, at| {
+        let loaded: Vec<(Reg, Reg, L)> = (0..ahead)
+            .map(|j| {
+                let s = k.bin("add.u32", RegKind::B32, at, j as u32);
+                let ok = k.setp("lt.u32", s, end.clone());
+                let l = load(k, s, ok);
+                (s, ok, l)
+            })
+            .collect();
+        let done = k.label("ahead_done");
+        for (s, ok, l) in loaded {
+            k.bra_if(ok, true, &done);
+            step(k, s, l);
+        }
+        k.place(&done);
+    });
 }
 
 /// A backward block's threads: the window (block), and the role of this thread.
@@ -209,18 +253,21 @@ pub(crate) fn load_replayed(k: &mut Kernel, lay: &Layout, states: Reg, j: Reg, i
     move_state(k, lay, states, j, into, false);
 }
 
-/// The record pass: steps `state` through the window (`step(k, s)` takes it past position s),
-/// storing it at the start of every chunk into this thread's checkpoints at `checkpoints`.
-pub(crate) fn record(
+/// The record pass: steps `state` through the window (`load(k, s, ok)` issues position s's
+/// loads, `step(k, loaded)` takes the state past it; see [`positions_ahead`]), storing it at
+/// the start of every chunk into this thread's checkpoints at `checkpoints`.
+pub(crate) fn record<L>(
     k: &mut Kernel,
     lay: &Layout,
     checkpoints: Reg,
     state: &[Reg],
-    mut step: impl FnMut(&mut Kernel, Reg),
+    ahead: usize,
+    load: impl FnMut(&mut Kernel, Reg, Reg) -> L,
+    mut step: impl FnMut(&mut Kernel, L),
 ) {
     let chunk = chunk_len(lay.t) as u32;
     let zero = k.imm_u32(0);
-    k.strided_loop(zero, lay.t as u32, 1, ("record", "record_end"), |k, s| {
+    positions_ahead(k, (zero, (lay.t as u32).into()), ahead, load, |k, s, loaded| {
         let within = k.bin("rem.u32", RegKind::B32, s, chunk);
         let starts = k.setp("eq.u32", within, 0u32);
         let skip = k.label("no_checkpoint");
@@ -228,21 +275,25 @@ pub(crate) fn record(
         let c = k.bin("div.u32", RegKind::B32, s, chunk);
         move_state(k, lay, checkpoints, c, state, true);
         k.place(&skip);
-        step(k, s);
+        step(k, loaded);
     });
 }
 
 /// At position `s` of the reverse walk: where s ends its chunk (the walk enters the chunk
-/// there), steps the chunk again from its checkpoint up to and including s, storing the state
-/// before each position into `states`, so that `state` ends as the state after s. Returns j,
-/// s's place in its chunk (the state before s is entry j of `states`).
-pub(crate) fn replay_at_chunk_end(
+/// there), steps the chunk again from its checkpoint up to and including s (`load` and `step`
+/// as in [`record`]), storing the state before each position into `states`, so that `state`
+/// ends as the state after s. Returns j, s's place in its chunk (the state before s is entry j
+/// of `states`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn replay_at_chunk_end<L>(
     k: &mut Kernel,
     lay: &Layout,
     s: Reg,
     (checkpoints, states): (Reg, Reg),
     state: &[Reg],
-    mut step: impl FnMut(&mut Kernel, Reg),
+    ahead: usize,
+    load: impl FnMut(&mut Kernel, Reg, Reg) -> L,
+    mut step: impl FnMut(&mut Kernel, L),
 ) -> Reg {
     let chunk = chunk_len(lay.t) as u32;
     let c = k.bin("div.u32", RegKind::B32, s, chunk);
@@ -256,12 +307,10 @@ pub(crate) fn replay_at_chunk_end(
     let skip = k.label("no_replay");
     k.bra_if(ends, true, &skip);
     move_state(k, lay, checkpoints, c, state, false);
-    let zero = k.imm_u32(0);
-    let count = k.bin("add.u32", RegKind::B32, j, 1u32);
-    k.strided_loop(zero, count, 1, ("replay", "replay_end"), |k, jj| {
+    positions_ahead(k, (start, next.into()), ahead, load, |k, pos, loaded| {
+        let jj = k.bin("sub.u32", RegKind::B32, pos, start);
         move_state(k, lay, states, jj, state, true);
-        let pos = k.bin("add.u32", RegKind::B32, start, jj);
-        step(k, pos);
+        step(k, loaded);
     });
     k.place(&skip);
     j
@@ -283,7 +332,7 @@ pub(crate) fn walk(
     let (groups, group, t) = (lay.groups() as u32, lay.group as u32, lay.t as u32);
     let position_bytes = (lay.slots * lay.stride() * 4) as u32;
     let half_bytes = group * position_bytes;
-    let base = k.un("mov.u32", RegKind::B32, crate::ptx::Opnd::S(buf.to_string()));
+    let base = k.un("mov.u32", RegKind::B32, Opnd::S(buf.to_string()));
     let row_at = k.tri("mad.lo.u32", RegKind::B32, r.row, 4u32, base);
     let zero = k.imm_u32(0);
     // One tick more than there are groups: the tasks finish the last group after the rows.
