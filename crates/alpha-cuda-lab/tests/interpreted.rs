@@ -67,8 +67,8 @@ fn the_delta_rule_kernels_give_the_cpus_bits() {
     }
 }
 
-/// At KickDelta's and Diakosmos's gate shapes, whole windows (15 s in a release build; run
-/// with `--ignored`).
+/// At KickDelta's and Diakosmos's gate shapes, whole windows (half a minute in a release
+/// build; run with `--ignored`).
 #[test]
 #[ignore]
 fn the_kernels_give_the_cpus_bits_at_the_gates_shapes() {

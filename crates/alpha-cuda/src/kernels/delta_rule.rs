@@ -26,7 +26,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::kernels::replay::{self, load_one, load_vector, load_vector_if, Layout};
+use crate::kernels::replay::{self, load_one_if, load_vector, load_vector_if, Layout};
 use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind};
 
 /// The most key width a row keeps in registers.
@@ -35,6 +35,11 @@ pub const MAX_KEY: usize = 32;
 /// Positions whose loads a thread issues together as it steps forward (see
 /// [`replay::positions_ahead`]): 4 of KickDelta's take 128 registers.
 pub const AHEAD: usize = 4;
+
+/// Positions the backward's record pass and replay load together: fewer than the forward's, as
+/// the rows also hold a group's inputs, the row's gradient and the state before each position
+/// (4 spill at KickDelta's widths).
+const REPLAY_AHEAD: usize = 2;
 
 /// Sizes: `b` windows of `t` positions, keys and queries of `k`, values of `v`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,8 +133,8 @@ pub fn forward_kernel(d: &Dims) -> Kernel {
     let load = |k: &mut Kernel, s: Reg, ok: Reg| {
         let p = at(k, d, b, s, i);
         let key = load_vector_if(k, ok, kk, p.bt, d.k);
-        let bv = load_vector_if(k, ok, beta, p.bt, 1)[0];
-        let vv = load_vector_if(k, ok, v, p.bti, 1)[0];
+        let bv = load_one_if(k, ok, beta, p.bt);
+        let vv = load_one_if(k, ok, v, p.bti);
         let query = load_vector_if(k, ok, q, p.bt, d.k);
         (p.bti, key, bv, vv, query)
     };
@@ -182,8 +187,8 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
     let mut load = |k: &mut Kernel, s: Reg, ok: Reg| {
         let p = at(k, d, b, s, i);
         let key = load_vector_if(k, ok, kk, p.bt, kd);
-        let bv = load_vector_if(k, ok, beta, p.bt, 1)[0];
-        let vv = load_vector_if(k, ok, v, p.bti, 1)[0];
+        let bv = load_one_if(k, ok, beta, p.bt);
+        let vv = load_one_if(k, ok, v, p.bti);
         (key, bv, vv)
     };
     let mut step = |k: &mut Kernel, (key, bv, vv): (Vec<Reg>, Reg, Reg)| step_row(k, &row, &key, bv, vv);
@@ -193,20 +198,24 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
     for (&m, &x) in row.iter().zip(&start) {
         k.op("mov.f32", [m.into(), x.into()]);
     }
-    replay::record(&mut k, &lay, ck, &row, AHEAD, &mut load, &mut step);
+    replay::record(&mut k, &lay, ck, &row, REPLAY_AHEAD, &mut load, &mut step);
     k.place(&recorded);
     let stride = (lay.stride() * 4) as i64;
     let slot = |n: usize| n as i64 * stride;
-    let rows = |k: &mut Kernel, s: Reg, terms: Reg| {
-        let j = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &row, AHEAD, &mut load, &mut step);
+    // A position's inputs, loaded a group at a time: k, q, β, v_i, do_i and where dv_i goes.
+    let inputs = |k: &mut Kernel, s: Reg, ok: Reg| {
+        let p = at(k, d, b, s, i);
+        let key = load_vector_if(k, ok, kk, p.bt, kd);
+        let query = load_vector_if(k, ok, q, p.bt, kd);
+        let (bv, vv, dov) =
+            (load_one_if(k, ok, beta, p.bt), load_one_if(k, ok, v, p.bti), load_one_if(k, ok, dout, p.bti));
+        (key, query, bv, vv, dov, p.bti)
+    };
+    type Inputs = (Vec<Reg>, Vec<Reg>, Reg, Reg, Reg, Reg);
+    let rows = |k: &mut Kernel, s: Reg, terms: Reg, (key, query, bv, vv, dov, bti): Inputs| {
+        let j = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &row, REPLAY_AHEAD, &mut load, &mut step);
         let prev = k.regs(RegKind::F32, kd);
         replay::load_replayed(k, &lay, st, j, &prev);
-        let p = at(k, d, b, s, i);
-        let key = load_vector(k, kk, p.bt, kd);
-        let query = load_vector(k, q, p.bt, kd);
-        let bv = load_one(k, beta, p.bt);
-        let vv = load_one(k, v, p.bti);
-        let dov = load_one(k, dout, p.bti);
         // dq's terms: M_t[i, c]·do_i.
         for (c, &m) in row.iter().enumerate() {
             let x = k.bin("mul.rn.f32", RegKind::F32, m, dov);
@@ -226,7 +235,7 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
         let db = k.bin("mul.rn.f32", RegKind::F32, e, gk);
         k.op("st.shared.f32", [addr(terms, slot(3 * kd)), db.into()]);
         let de = k.bin("mul.rn.f32", RegKind::F32, bv, gk);
-        let dva = k.addr_of(dv, p.bti, 4);
+        let dva = k.addr_of(dv, bti, 4);
         k.op("st.global.f32", [addr(dva, 0), de.into()]);
         // dk's terms: (β·G_i[c])·e and M_{t−1}[i, c]·de; then G_i −= de·k (= ∂L/∂M_{t−1}).
         for c in 0..kd {
@@ -285,7 +294,7 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
         }
         k.place(&done);
     };
-    replay::walk(&mut k, &lay, &r, &buf, rows, tasks);
+    replay::walk(&mut k, &lay, &r, &buf, (inputs, rows), tasks);
     // G is now ∂L/∂M_{−1}: this window's part of dm0, at [b][i·K + c].
     let end = k.label("end");
     k.bra_if(r.is_row, true, &end);

@@ -29,7 +29,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::kernels::replay::{self, load_one, load_vector, load_vector_if, Layout};
+use crate::kernels::replay::{self, load_one_if, load_vector, load_vector_if, Layout};
 use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind};
 
 /// The most harmonics a thread keeps in registers.
@@ -122,7 +122,7 @@ pub fn forward_kernel(d: &Dims) -> Kernel {
     let load = |k: &mut Kernel, s: Reg, ok: Reg| {
         let p = at(k, d, (b, h), s, i);
         let ws = load_vector_if(k, ok, w, p.bth, d.l);
-        let vs = load_vector_if(k, ok, v, p.bthi, 1)[0];
+        let vs = load_one_if(k, ok, v, p.bthi);
         let rs = load_vector_if(k, ok, r, p.bth, d.l);
         (p.bthi, ws, vs, rs)
     };
@@ -179,7 +179,7 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
     let grad: Vec<Reg> = (0..l).map(|_| k.imm_f32(0.0)).collect();
     let mut load = |k: &mut Kernel, s: Reg, ok: Reg| {
         let p = at(k, d, (b, h), s, i);
-        (load_vector_if(k, ok, w, p.bth, l), load_vector_if(k, ok, v, p.bthi, 1)[0])
+        (load_vector_if(k, ok, w, p.bth, l), load_one_if(k, ok, v, p.bthi))
     };
     let mut step = |k: &mut Kernel, (ws, vs): (Vec<Reg>, Reg)| step_states(k, &state, &g, &ws, vs);
     let recorded = k.label("recorded");
@@ -188,15 +188,20 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
     k.place(&recorded);
     let stride = (lay.stride() * 4) as i64;
     let slot = |n: usize| n as i64 * stride;
-    let rows = |k: &mut Kernel, s: Reg, terms: Reg| {
+    // A position's inputs, loaded a group at a time: r, w, v_i, dy_i and where dv_i goes.
+    let inputs = |k: &mut Kernel, s: Reg, ok: Reg| {
+        let p = at(k, d, (b, h), s, i);
+        let rs = load_vector_if(k, ok, r_in, p.bth, l);
+        let ws = load_vector_if(k, ok, w, p.bth, l);
+        let vs = load_one_if(k, ok, v, p.bthi);
+        let dys = load_one_if(k, ok, dy, p.bthi);
+        (rs, ws, vs, dys, p.bthi)
+    };
+    type Inputs = (Vec<Reg>, Vec<Reg>, Reg, Reg, Reg);
+    let rows = |k: &mut Kernel, s: Reg, terms: Reg, (rs, ws, vs, dys, bthi): Inputs| {
         let j = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &state, AHEAD, &mut load, &mut step);
         let prev = k.regs(RegKind::F32, l);
         replay::load_replayed(k, &lay, st, j, &prev);
-        let p = at(k, d, (b, h), s, i);
-        let rs = load_vector(k, r_in, p.bth, l);
-        let ws = load_vector(k, w, p.bth, l);
-        let vs = load_one(k, v, p.bthi);
-        let dys = load_one(k, dy, p.bthi);
         let dvs = k.imm_f32(0.0);
         for c in 0..l {
             // dr's term S_t·dy; G += r·dy; dw's term G·v; dγ's term G·S_{t−1}.
@@ -213,7 +218,7 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
             k.op("add.rn.f32", [dvs.into(), dvs.into(), x.into()]);
             k.op("mul.rn.f32", [grad[c].into(), g[c].into(), grad[c].into()]);
         }
-        let dva = k.addr_of(dv, p.bthi, 4);
+        let dva = k.addr_of(dv, bthi, 4);
         k.op("st.global.f32", [addr(dva, 0), dvs.into()]);
         for (&x, &y) in state.iter().zip(&prev) {
             k.op("mov.f32", [x.into(), y.into()]);
@@ -247,7 +252,7 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
             k.op_if(store, false, "add.rn.f32", [dgamma.into(), dgamma.into(), x.into()]);
         }
     };
-    replay::walk(&mut k, &lay, &r, &buf, rows, tasks);
+    replay::walk(&mut k, &lay, &r, &buf, (inputs, rows), tasks);
     // dγ's tasks write this (window, head)'s part at [b][h·L + ℓ].
     let end = k.label("end");
     let kind = k.bin("div.u32", RegKind::B32, r.task, l as u32);

@@ -151,11 +151,6 @@ pub(crate) fn load_vector(k: &mut Kernel, base: Reg, index: Reg, n: usize) -> Ve
         .collect()
 }
 
-/// Loads the float at `base + index·4`.
-pub(crate) fn load_one(k: &mut Kernel, base: Reg, index: Reg) -> Reg {
-    load_vector(k, base, index, 1)[0]
-}
-
 /// [`load_vector`] where `ok` holds, +0 where it does not (nothing is read there).
 pub(crate) fn load_vector_if(k: &mut Kernel, ok: Reg, base: Reg, index: Reg, n: usize) -> Vec<Reg> {
     let at = k.addr_of(base, index, (n * 4) as u32);
@@ -166,6 +161,11 @@ pub(crate) fn load_vector_if(k: &mut Kernel, ok: Reg, base: Reg, index: Reg, n: 
             x
         })
         .collect()
+}
+
+/// The float at `base + index·4` where `ok` holds, +0 where it does not.
+pub(crate) fn load_one_if(k: &mut Kernel, ok: Reg, base: Reg, index: Reg) -> Reg {
+    load_vector_if(k, ok, base, index, 1)[0]
 }
 
 /// Walks positions `first..end` `ahead` at a time: first `load(k, s, ok)` for each of the
@@ -316,17 +316,18 @@ pub(crate) fn replay_at_chunk_end<L>(
     j
 }
 
-/// The reverse walk, one group of positions a barrier. Rows (`rows(k, s, terms)`, for s from
-/// T − 1 down) write their terms of position s at `terms`, the shared address of slot 0 of
-/// their row (slot n at `terms + n·stride·4`); a group later, tasks (`tasks(k, half, g)`) read
-/// group g's terms from `half`, the shared address of its half of the buffer (position p of
-/// the group, slot n, row i at `half + ((p·slots + n)·stride + i)·4`).
-pub(crate) fn walk(
+/// The reverse walk, one group of positions a barrier. Rows first issue the loads of the
+/// group's positions (`load(k, s, ok)`, predicated on `ok`: the window has s), then, for s from
+/// T − 1 down, write their terms of position s (`rows(k, s, terms, loaded)`) at `terms`, the
+/// shared address of slot 0 of their row (slot n at `terms + n·stride·4`); a group later, tasks
+/// (`tasks(k, half, g)`) read group g's terms from `half`, the shared address of its half of
+/// the buffer (position p of the group, slot n, row i at `half + ((p·slots + n)·stride + i)·4`).
+pub(crate) fn walk<L>(
     k: &mut Kernel,
     lay: &Layout,
     r: &Roles,
     buf: &str,
-    mut rows: impl FnMut(&mut Kernel, Reg, Reg),
+    (mut load, mut rows): (impl FnMut(&mut Kernel, Reg, Reg) -> L, impl FnMut(&mut Kernel, Reg, Reg, L)),
     mut tasks: impl FnMut(&mut Kernel, Reg, Reg),
 ) {
     let (groups, group, t) = (lay.groups() as u32, lay.group as u32, lay.t as u32);
@@ -342,17 +343,21 @@ pub(crate) fn walk(
         let past = k.setp("ge.u32", tick, groups);
         k.bra_if(past, false, &rows_done);
         let half = k.bin("and.b32", RegKind::B32, tick, 1u32);
-        let first = k.bin("mul.lo.u32", RegKind::B32, tick, group);
-        let p0 = k.imm_u32(0);
-        k.strided_loop(p0, group, 1, ("position", "position_end"), |k, p| {
-            let q = k.bin("add.u32", RegKind::B32, first, p);
-            let beyond = k.setp("ge.u32", q, t);
-            k.bra_if(beyond, false, &rows_done);
-            let s = k.bin("sub.u32", RegKind::B32, t - 1, q);
-            let slot = k.tri("mad.lo.u32", RegKind::B32, half, group, p);
-            let terms = k.tri("mad.lo.u32", RegKind::B32, slot, position_bytes, row_at);
-            rows(k, s, terms);
-        });
+        let at = k.tri("mad.lo.u32", RegKind::B32, half, half_bytes, row_at);
+        let loaded: Vec<(Reg, Reg, L)> = (0..lay.group)
+            .map(|p| {
+                let q = k.tri("mad.lo.u32", RegKind::B32, tick, group, p as u32);
+                let ok = k.setp("lt.u32", q, t);
+                let s = k.bin("sub.u32", RegKind::B32, t - 1, q);
+                let l = load(k, s, ok);
+                (s, ok, l)
+            })
+            .collect();
+        for (p, (s, ok, l)) in loaded.into_iter().enumerate() {
+            k.bra_if(ok, true, &rows_done);
+            let terms = k.bin("add.u32", RegKind::B32, at, p as u32 * position_bytes);
+            rows(k, s, terms, l);
+        }
         k.place(&rows_done);
         let tasks_done = k.label("tasks_done");
         k.bra_if(r.is_task, true, &tasks_done);
