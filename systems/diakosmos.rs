@@ -387,7 +387,7 @@ impl System for Diakosmos {
          group, Muon/rotational AdamW/Adam by role (systems/diakosmos.rs says each choice)"
     }
     fn state(&self) -> &'static str {
-        "trains on the CPU (37 s a step at one window on two cores); no GPU kernel for its harmonic scan yet"
+        "trains on the CPU (37 s a step at one window on two cores); its harmonic scan lowers to GPU kernels, not yet gated on the H200"
     }
     fn vocab(&self) -> usize {
         VOCAB

@@ -86,7 +86,7 @@ impl System for KickDelta {
          next-byte scores (systems/kickdelta.rs says why each choice)"
     }
     fn state(&self) -> &'static str {
-        "trains, resumes and predicts on the CPU; no GPU kernel for the delta rule yet"
+        "trains, resumes and predicts on the CPU; its delta rule lowers to GPU kernels, not yet gated on the H200"
     }
     fn vocab(&self) -> usize {
         VOCAB

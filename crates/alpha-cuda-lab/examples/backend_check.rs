@@ -1,16 +1,16 @@
 //! Whole programs on the GPU against the CPU reference.
 //!
-//! `backend_check [--ptx-dir DIR] [--ptx-only] [--ops] [--system bob|coppelius] [--steps N]
-//!                [--checked] [--seed N]`
+//! `backend_check [--ptx-dir DIR] [--ptx-only] [--ops] [--system bob|coppelius|kickdelta|diakosmos]
+//!                [--batch N] [--steps N] [--checked] [--seed N]`
 //!
-//! - `--ptx-dir DIR`: lowers the op cases and Bob's and Coppelius's training and inference
-//!   programs (no GPU needed) and writes every distinct kernel's PTX to DIR for `ptxas`.
+//! - `--ptx-dir DIR`: lowers the op cases and each system's training and inference programs
+//!   (no GPU needed) and writes every distinct kernel's PTX to DIR for `ptxas`.
 //! - `--ops`: one small program per op family (random data, odd shapes), run by the CPU
 //!   reference and by `CudaBackend`; prints max |Δ| and ‖Δ‖/‖ref‖ per output.
-//! - `--system S`: S's training program (with every gradient exposed as an output), the same
-//!   initial leaves and tokens on both backends, one step; compares loss, per-position losses,
-//!   each gradient (cosine, max |Δ| over the tensor's max) and each parameter after the update.
-//!   Then determinism (two GPU runs of `--steps` steps from the same start, bit for bit) and the
+//! - `--system S`: S's training program at `--batch` (S's default batch without it), with every
+//!   gradient exposed as an output, the same initial leaves and tokens on both backends, one
+//!   step; compares loss, per-position losses, each gradient (cosine, max |Δ| over the tensor's
+//!   max) and each parameter after the update. Then determinism (two GPU runs of `--steps` steps from the same start, bit for bit) and the
 //!   replayed step's device time and launch count.
 //!
 //! Without a GPU the GPU parts print "skipped: no CUDA device".
@@ -252,6 +252,32 @@ fn cases() -> Vec<Case> {
         let r = g.push(Op::Recurrence { reverse: true }, &[u, gamma])[0];
         vec![("forward", s), ("reverse", r)]
     }));
+    // Keys of three numbers under 1 and write strengths from 0.25 to 0.46 keep each update a
+    // contraction; a last chunk of the replay shorter than the rest (T = 11), rows that are
+    // not a whole number of warps.
+    v.push(case("delta-rule", 1e-6, |g| {
+        let (b, t, k, vd) = (2, 11, 3, 7);
+        let q = p(g, "q", &[b, t, k]);
+        let kk = p(g, "k", &[b, t, k]);
+        let vv = p(g, "v", &[b, t, vd]);
+        let beta = pos(g, "beta", &[b, t]);
+        let m0 = p(g, "m0", &[vd, k]);
+        let o = g.delta_rule(q, kk, vv, beta, m0);
+        let dout = p(g, "do", &[b, t, vd]);
+        let d = g.push(Op::DeltaRuleBackward, &[q, kk, vv, beta, m0, dout]);
+        vec![("o", o), ("dq", d[0]), ("dk", d[1]), ("dv", d[2]), ("dbeta", d[3]), ("dm0", d[4])]
+    }));
+    v.push(case("harmonic-scan", 1e-6, |g| {
+        let (b, t, h, l, d) = (2, 50, 3, 2, 5);
+        let r = p(g, "r", &[b, t, h, l]);
+        let w = p(g, "w", &[b, t, h, l]);
+        let vv = p(g, "v", &[b, t, h, d]);
+        let gamma = p(g, "gamma", &[h, l]);
+        let y = g.harmonic_scan(r, w, vv, gamma);
+        let dy = p(g, "dy", &[b, t, h, d]);
+        let dd = g.push(Op::HarmonicScanBackward, &[r, w, vv, gamma, dy]);
+        vec![("y", y), ("dr", dd[0]), ("dw", dd[1]), ("dv", dd[2]), ("dgamma", dd[3])]
+    }));
     v
 }
 
@@ -290,6 +316,8 @@ fn system_program(name: &str, batch: Option<usize>) -> Result<(Box<dyn System>, 
     let sys: Box<dyn System> = match name {
         "bob" => Box::new(alpha_systems::bob::Bob),
         "coppelius" => Box::new(alpha_systems::coppelius::Coppelius::default()),
+        "kickdelta" => Box::new(alpha_systems::kickdelta::KickDelta),
+        "diakosmos" => Box::new(alpha_systems::diakosmos::Diakosmos::default()),
         other => bail!("unknown system {other}"),
     };
     let model: Model = sys.model(batch.unwrap_or(sys.default_batch()))?;
@@ -350,8 +378,15 @@ fn hash_params(b: &mut dyn Backend, names: &[String]) -> Result<u64> {
     Ok(h)
 }
 
-fn check_system(name: &str, seed: u64, steps: u64, checked: bool, summary: &mut Vec<String>) -> Result<bool> {
-    let (sys, program) = system_program(name, None)?;
+fn check_system(
+    name: &str,
+    batch: Option<usize>,
+    seed: u64,
+    steps: u64,
+    checked: bool,
+    summary: &mut Vec<String>,
+) -> Result<bool> {
+    let (sys, program) = system_program(name, batch)?;
     let sys = sys.as_ref();
     let t0 = Instant::now();
     let mut gpu = CudaBackend::compile(&program, &alpha_cuda::CudaConfig::from_vars(|name| std::env::var(name).ok())?)?;
@@ -513,7 +548,7 @@ fn main() -> Result<()> {
             count +=
                 alpha_cuda::lower::lower_program(&c.program, &config)?.dump_ptx(&dir.join("ops").join(c.name))?.len();
         }
-        for s in ["bob", "coppelius"] {
+        for s in ["bob", "coppelius", "kickdelta", "diakosmos"] {
             let (sys, program) = system_program(s, None)?;
             let l = alpha_cuda::lower::lower_program(&program, &config)?;
             count += l.dump_ptx(&dir.join(s))?.len();
@@ -564,7 +599,8 @@ fn main() -> Result<()> {
     }
     if let Some(s) = value("--system") {
         let steps = value("--steps").and_then(|s| s.parse().ok()).unwrap_or(3);
-        match check_system(&s, seed, steps, checked, &mut summary) {
+        let batch = value("--batch").and_then(|s| s.parse().ok());
+        match check_system(&s, batch, seed, steps, checked, &mut summary) {
             Ok(ok) => all_ok &= ok,
             Err(e) => {
                 println!("{s}: ERROR {e:#}");

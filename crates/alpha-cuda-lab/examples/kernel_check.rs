@@ -100,6 +100,10 @@ fn main() -> Result<()> {
     if wanted("reduce") {
         step("reduce", check::reduce_checks(&gpu, &arena, &mut rng, &opts));
     }
+    if wanted("scans") {
+        // KickDelta's delta rule and Diakosmos's harmonic scan against the CPU backend's kernels.
+        step("scans", check::scan_checks(&gpu, &arena, &mut rng, &opts));
+    }
     if wanted("cross_entropy") {
         step("cross_entropy", check::cross_entropy_checks(&gpu, &arena, &mut rng, (1024, 12288), &opts));
     }

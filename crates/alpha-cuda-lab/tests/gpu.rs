@@ -130,6 +130,17 @@ fn fused_elementwise_chain_matches_its_launches_bit_for_bit() {
     assert_all(&check::fused_chain_checks(&gpu, &arena, &mut Rng::new(5)).unwrap());
 }
 
+/// The delta rule and the harmonic scan, forward and backward, at KickDelta's and Diakosmos's
+/// gate shapes and odd small ones, against the CPU backend's kernels, and repeating bit for bit
+/// (see `check::scan_checks`).
+#[test]
+fn delta_rule_and_harmonic_scan_match_the_cpu_kernels() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(256 << 20).unwrap();
+    assert_all(&check::scan_checks(&gpu, &arena, &mut Rng::new(31), &quick()).unwrap());
+}
+
 #[test]
 fn embedding_and_cross_entropy_match_reference() {
     let Some(gpu) = Gpu::open_or_skip() else { return };

@@ -454,10 +454,11 @@ fn the_projection_stores_turned_bf16_heads_that_attention_reads() {
     assert_eq!((fwd, bwd), (16, 16));
 }
 
-/// Every distinct kernel of Bob's and Coppelius's training programs, and the rotating attention
-/// kernels at the GPU check's shape (fp32 and tensor-core), assemble for sm_90a with ptxas 13
-/// (the PyPI wheel at `PTXAS` or `$ALPHA_PTXAS`), the tensor-core attention kernels without
-/// spilling registers; prints "skipped" where ptxas is absent.
+/// Every distinct kernel of Bob's, Coppelius's, KickDelta's and Diakosmos's (one block)
+/// training programs, and the rotating attention kernels at the GPU check's shape (fp32 and
+/// tensor-core), assemble for sm_90a with ptxas 13 (the PyPI wheel at `PTXAS` or
+/// `$ALPHA_PTXAS`), the tensor-core attention kernels without spilling registers; prints
+/// "skipped" where ptxas is absent.
 #[test]
 fn every_training_kernel_assembles_with_ptxas() {
     const PTXAS: &str = "/tmp/nvccwhl/ex/nvidia/cu13/bin/ptxas";
@@ -471,6 +472,10 @@ fn every_training_kernel_assembles_with_ptxas() {
     for s in ["bob", "coppelius"] {
         files.extend(training(s).dump_ptx(&dir).unwrap());
     }
+    // The recurrences' kernels: KickDelta's delta rule, Diakosmos's harmonic scan.
+    files.extend(training_of(&alpha_systems::kickdelta::KickDelta, 2).dump_ptx(&dir).unwrap());
+    let diakosmos = alpha_systems::diakosmos::Diakosmos { blocks: 1, ..Default::default() };
+    files.extend(training_of(&diakosmos, 1).dump_ptx(&dir).unwrap());
     // The attention kernels at the GPU fusion check's shape (GQA, a partial tile), every way of
     // turning q and k on load.
     use alpha_cuda::kernels::attention::{self, Dims};
@@ -525,67 +530,6 @@ fn every_training_kernel_assembles_with_ptxas() {
     let _ = std::fs::remove_dir_all(&dir);
     println!("ptxas: {} of {} kernels assembled for sm_90a", files.len() - failed.len(), files.len());
     assert!(failed.is_empty(), "ptxas rejected:\n{}", failed.join("\n"));
-}
-
-#[test]
-#[ignore]
-fn diagnose() {
-    use alpha_ir::{Op, Value};
-    let l = training("coppelius");
-    let g = &l.plan.program.graph;
-    let nodes: Vec<u32> = l.plan.phases[0].kernels.iter().map(|k| k.node).collect();
-    let pos: std::collections::HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    let mut readers: std::collections::HashMap<Value, Vec<u32>> = Default::default();
-    for (i, n) in g.nodes.iter().enumerate() {
-        for &x in &n.inputs {
-            readers.entry(x).or_default().push(i as u32);
-        }
-    }
-    let launched: std::collections::HashSet<u32> = l.phases[0].iter().filter_map(|x| x.node).collect();
-    let mut shown = 0;
-    for &id in &nodes {
-        let n = &g.nodes[id as usize];
-        if !launched.contains(&id) || shown > 40 || (matches!(n.op, Op::Cast { .. }) && std::env::var("ADDS").is_ok()) {
-            continue;
-        }
-        let v = Value { node: id, index: 0 };
-        match &n.op {
-            Op::Cast { .. } => {
-                let rs: Vec<String> = readers[&v]
-                    .iter()
-                    .map(|r| {
-                        let rn = &g.nodes[*r as usize];
-                        let others: Vec<String> =
-                            rn.inputs.iter().map(|x| g.nodes[x.node as usize].op.family().to_string()).collect();
-                        format!("{}@{:?}({})", rn.op.family(), pos.get(r), others.join(","))
-                    })
-                    .collect();
-                let src = &g.nodes[n.inputs[0].node as usize];
-                println!("cast %{id}@{} of {} '{}': {}", pos[&id], src.op.family(), n.scope, rs.join("; "));
-                shown += 1;
-            }
-            Op::Binary(alpha_ir::Binary::Add) => {
-                let p0 = pos[&id];
-                let around: Vec<String> = nodes[p0.saturating_sub(6)..p0]
-                    .iter()
-                    .map(|&x| {
-                        format!("{}{}", g.nodes[x as usize].op.family(), if launched.contains(&x) { "" } else { "*" })
-                    })
-                    .collect();
-                println!("  before: {}", around.join(" "));
-                let ins: Vec<String> = n
-                    .inputs
-                    .iter()
-                    .map(|x| {
-                        format!("{}@{:?} r{}", g.nodes[x.node as usize].op.family(), pos.get(&x.node), readers[x].len())
-                    })
-                    .collect();
-                println!("add %{id}@{} '{}': {}", pos[&id], n.scope, ins.join(", "));
-                shown += 1;
-            }
-            _ => {}
-        }
-    }
 }
 
 /// The LayerNorm parameter pass sums rows in the CPU reference's bands, so its sums are the
@@ -674,4 +618,91 @@ fn polf_lowers_its_training_step_but_for_rmsnorm() {
     };
     assert_eq!(launched("attention-forward"), 9, "one attention a block");
     assert_eq!(launched("rotary"), 0, "q and k are turned as the attention kernels load them");
+}
+
+/// `system`'s training step at `batch`, lowered; its gates' forward and gradient programs
+/// (what `alpha check` runs on the device) must lower too.
+fn training_of(system: &dyn System, batch: usize) -> Lowered {
+    let config = CudaConfig::default();
+    for program in [
+        alpha_learn::inference_program(system.model(batch).unwrap()).unwrap(),
+        alpha_learn::gradient_program(system.model(batch).unwrap()).unwrap(),
+    ] {
+        let l = lower_program(&program, &config).unwrap_or_else(|e| panic!("{}: {e:#}", system.name()));
+        check_pointers(&l);
+    }
+    let program = system.learner(10).training_program(system.model(batch).unwrap()).unwrap();
+    lower_program(&program, &config).unwrap_or_else(|e| panic!("{}: {e:#}", system.name()))
+}
+
+/// The launches of kernel `name`, in order.
+fn launches_of<'l>(l: &'l Lowered, name: &str) -> Vec<(usize, &'l alpha_cuda::lower::Launch)> {
+    l.phases[0].iter().enumerate().filter(|(_, x)| l.kernels[x.kernel].name == name).collect()
+}
+
+/// A recurrence's backward launch (`bwd`, at `at`) and the window sum right after it: the
+/// backward's three scratch pointers (the parts, the checkpoints, the replayed chunk, from
+/// argument `first`) are distinct and lie past the plan's values, and the sum reads the parts
+/// the backward wrote, into the node's shared gradient (output `shared`), one block a window.
+fn check_backward_then_window_sum(l: &Lowered, at: usize, first: usize, shared: u16, blocks: u32) {
+    let (bwd, sum) = (&l.phases[0][at], &l.phases[0][at + 1]);
+    assert_eq!(l.kernels[sum.kernel].name, "scan_window_sum", "{}", l.describe(bwd));
+    assert_eq!(sum.node, bwd.node);
+    assert_eq!(bwd.grid, (blocks, 1, 1));
+    let ptr = |a: &LArg| match *a {
+        LArg::Ptr(o) => o,
+        other => panic!("{other:?} is not a pointer"),
+    };
+    let scratch: Vec<usize> = bwd.args[first..first + 3].iter().map(ptr).collect();
+    assert!(scratch.iter().all(|&o| o >= l.plan.arena), "{scratch:?} within the plan's {} bytes", l.plan.arena);
+    assert!(scratch[0] != scratch[1] && scratch[1] != scratch[2] && scratch[0] != scratch[2]);
+    assert_eq!(ptr(&sum.args[1]), scratch[0]);
+    let out = alpha_ir::Value { node: bwd.node.unwrap(), index: shared };
+    assert_eq!(ptr(&sum.args[0]), l.plan.slot(out).offset);
+}
+
+/// KickDelta's training step lowers at its default batch (32) and the gate's (2): its delta
+/// rule runs as the forward kernel (one thread a window's memory row), the backward (one block
+/// a window) and dm0's window sum right after it.
+#[test]
+fn kickdelta_lowers_its_delta_rule_to_the_gpu_kernels() {
+    let kd = alpha_systems::kickdelta::KickDelta;
+    for batch in [32, 2] {
+        let l = training_of(&kd, batch);
+        check_pointers(&l);
+        let fwd = launches_of(&l, "delta_rule_fwd");
+        let bwd = launches_of(&l, "delta_rule_bwd");
+        assert_eq!((fwd.len(), bwd.len()), (1, 1), "batch {batch}");
+        // B·V = batch·256 threads of 256 a block.
+        assert_eq!(fwd[0].1.grid, (batch as u32, 1, 1));
+        check_backward_then_window_sum(&l, bwd[0].0, 4, 4, batch as u32);
+        assert!(fwd[0].0 < bwd[0].0);
+        let text = l.kernels[bwd[0].1.kernel].render();
+        assert!(text.contains(".extern .shared") && text.contains("bar.sync 0"), "{text}");
+    }
+}
+
+/// Diakosmos's training step lowers, in a small geometry and the seed's (14 blocks, context
+/// 2,048) at the gate's batch: each block's harmonic scan runs as the forward kernel and the
+/// backward (one block a window's head), dγ's window sum right after it; the blocks share the
+/// modules.
+#[test]
+fn diakosmos_lowers_its_harmonic_scans_to_the_gpu_kernels() {
+    use alpha_systems::diakosmos::Diakosmos;
+    let small = Diakosmos { blocks: 2, phasors: 8, harmonics: 4, context: 64, bf16: true };
+    for (system, batch) in [(small, 4), (Diakosmos::default(), 1)] {
+        let l = training_of(&system, batch);
+        check_pointers(&l);
+        let fwd = launches_of(&l, "harmonic_scan_fwd");
+        let bwd = launches_of(&l, "harmonic_scan_bwd");
+        assert_eq!((fwd.len(), bwd.len()), (system.blocks, system.blocks));
+        let heads = alpha_systems::diakosmos_wire::GROUPS;
+        for &(at, _) in &bwd {
+            check_backward_then_window_sum(&l, at, 3, 3, (batch * heads) as u32);
+        }
+        let modules = |v: &[(usize, &alpha_cuda::lower::Launch)]| {
+            v.iter().map(|(_, x)| x.kernel).collect::<std::collections::BTreeSet<_>>().len()
+        };
+        assert_eq!((modules(&fwd), modules(&bwd)), (1, 1));
+    }
 }

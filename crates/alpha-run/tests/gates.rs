@@ -47,20 +47,24 @@ fn a_small_diakosmos_passes_every_gate_against_itself_and_is_causal() {
     passes_every_gate_and_is_causal(&small_diakosmos(), 4);
 }
 
-/// Until the harmonic scan has a GPU kernel, lowering Diakosmos for the GPU (no GPU needed)
-/// stops at it, naming the op and where it is: every op before it lowers, at the small
-/// geometry and at the seed's.
+/// The CUDA lowering, as the product configures it, takes the harmonic scan (no GPU needed):
+/// the gates' forward and gradient programs lower, at the small geometry and at the seed's,
+/// each block's scan to its forward kernel and, in the gradient program, its backward.
 #[test]
-fn the_cuda_lowering_refuses_the_harmonic_scan_by_name() {
+fn the_cuda_lowering_takes_the_harmonic_scan() {
     for system in [small_diakosmos(), Diakosmos::default()] {
-        let model = alpha_systems::System::model(&system, 1).unwrap();
-        let program = alpha_learn::inference_program(model).unwrap();
-        let e = match alpha_cuda::lower::lower_program(&program, &alpha_run::session::cuda_config()) {
-            Ok(_) => panic!("the CUDA lowering accepted the harmonic scan"),
-            Err(e) => format!("{e:#}"),
+        let model = || alpha_systems::System::model(&system, 1).unwrap();
+        let kernels = |program: &alpha_ir::Program| -> Vec<String> {
+            let l = alpha_cuda::lower::lower_program(program, &alpha_run::session::cuda_config())
+                .unwrap_or_else(|e| panic!("{e:#}"));
+            l.phases[0].iter().map(|x| l.kernels[x.kernel].name.clone()).collect()
         };
-        assert!(e.contains("harmonic-scan-forward") && e.contains("blocks.0.attn"), "{e}");
-        assert!(e.contains("the harmonic scan has no GPU kernel yet"), "{e}");
+        let count = |names: &[String], k: &str| names.iter().filter(|n| *n == k).count();
+        let forward = kernels(&alpha_learn::inference_program(model()).unwrap());
+        assert_eq!(count(&forward, "harmonic_scan_fwd"), system.blocks);
+        let gradient = kernels(&alpha_learn::gradient_program(model()).unwrap());
+        assert_eq!(count(&gradient, "harmonic_scan_fwd"), system.blocks);
+        assert_eq!(count(&gradient, "harmonic_scan_bwd"), system.blocks);
     }
 }
 

@@ -229,7 +229,7 @@ mod tests {
         // A program refused at every batch is an error saying so, not "batch 1 does not fit".
         let never = |b: usize| -> Result<Needs> {
             let mut n = linear(b)?;
-            n.refused = Some("the delta rule has no GPU kernel yet".to_string());
+            n.refused = Some("RMSNorm has no GPU kernel yet".to_string());
             Ok(n)
         };
         let e = largest_batch(u64::MAX / 2, 1 << 20, never).unwrap_err().to_string();

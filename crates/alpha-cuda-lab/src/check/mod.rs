@@ -11,8 +11,9 @@
 //! threshold, times as the median of device-event timings after warm-up.
 //!
 //! Files: the report's rows, the generator and the shared helpers (here); GEMM (`matmul.rs`) and
-//! its fused epilogues (`matmul_epilogues.rs`), attention (`attention_kernels.rs`), and the other families
-//! (`layers.rs`).
+//! its fused epilogues (`matmul_epilogues.rs`), attention (`attention_kernels.rs`), the
+//! recurrences with large states (`scans.rs`: the delta rule, the harmonic scan), and the other
+//! families (`layers.rs`).
 
 use alpha_cuda::kernels::adamw::{self, AdamwScalars, Segment};
 use alpha_cuda::kernels::attention::{self, mma as attention_mma};
@@ -27,11 +28,13 @@ mod attention_kernels;
 mod layers;
 mod matmul;
 mod matmul_epilogues;
+mod scans;
 
 pub use attention_kernels::*;
 pub use layers::*;
 pub use matmul::*;
 use matmul_epilogues::*;
+pub use scans::*;
 
 /// One line of the report.
 #[derive(Clone, Debug)]

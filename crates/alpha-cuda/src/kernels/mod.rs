@@ -12,8 +12,10 @@
 //! for nearly every product), [`gemm::simple`] for shapes the tiled kernels do not take.
 //! Attention: [`attention`] in fp32, [`attention::mma`] on `mma.sync` and [`attention::wgmma`]
 //! on `wgmma` for bf16 q, k and v (the same bits). The rest: [`pointwise`], [`fused`] (runs of
-//! elementwise ops as one kernel), [`reduce`], [`layernorm`], [`rotary`], [`recurrence`],
-//! [`embedding`], [`cross_entropy`], [`adamw`] and [`multi`] (multi-tensor optimizer kernels).
+//! elementwise ops as one kernel), [`reduce`], [`layernorm`], [`rotary`], [`recurrence`] and
+//! the recurrences with large states, [`delta_rule`] and [`harmonic_scan`] (their reverse
+//! passes built on [`replay`]), [`embedding`], [`cross_entropy`], [`adamw`] and [`multi`]
+//! (multi-tensor optimizer kernels).
 
 use crate::runtime::driver::Arg;
 
@@ -54,12 +56,15 @@ pub(crate) fn arg_types(args: &[Arg]) -> Vec<crate::ptx::ParamTy> {
 pub mod adamw;
 pub mod attention;
 pub mod cross_entropy;
+pub mod delta_rule;
 pub mod embedding;
 pub mod fused;
 pub mod gemm;
+pub mod harmonic_scan;
 pub mod layernorm;
 pub mod multi;
 pub mod pointwise;
 pub mod recurrence;
 pub mod reduce;
+pub mod replay;
 pub mod rotary;

@@ -12,7 +12,8 @@
 //! Coppelius needs a few dozen modules for thousands of launches). Beyond the plan's arena the
 //! lowering appends a constant region (rotary tables) and one scratch region, reused by every
 //! launch that needs temporary space (reduction partials, LayerNorm parameter partials,
-//! attention's delta, split-K partial products): launches run in order on one stream, so one
+//! attention's delta, split-K partial products, the checkpoints of the delta rule's and the
+//! harmonic scan's backward passes): launches run in order on one stream, so one
 //! region sized for the largest need suffices. Constant nodes are filled once, at load.
 //!
 //! Fusions: most are decided before a phase is lowered, by the passes of `crate::fusion`,
@@ -32,7 +33,8 @@
 //! deduplicated, the phase loop, and `lower_node`, which dispatches each node to its family);
 //! one file per op family's lowering: `matmul.rs`, `attention.rs` (and rotaries), `layernorm.rs`,
 //! `pointwise.rs` (elementwise and layout ops, fused chains, parameter casts), `reduce.rs`,
-//! `embedding.rs`, `loss.rs`, `optimizer.rs`, `recurrence.rs`; `tests.rs`.
+//! `embedding.rs`, `loss.rs`, `optimizer.rs`, `recurrence.rs` (the linear recurrence, the delta
+//! rule, the harmonic scan); `tests.rs`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -730,16 +732,14 @@ impl Lowerer<'_> {
             Op::Rotary { .. } => self.lower_rotary(id),
             Op::Attention { .. } | Op::AttentionBackward { .. } => self.lower_attention(id),
             Op::CrossEntropy | Op::CrossEntropyBackward => self.lower_cross_entropy(id),
-            Op::Recurrence { .. } => self.lower_recurrence(id),
+            Op::Recurrence { .. }
+            | Op::DeltaRule
+            | Op::DeltaRuleBackward
+            | Op::HarmonicScan
+            | Op::HarmonicScanBackward => self.lower_recurrence(id),
             Op::AdamW { .. } | Op::SumSquares => self.lower_optimizer(id),
             Op::RmsNorm { .. } | Op::RmsNormBackward => {
                 Err(node_error(node, id, "RMSNorm has no GPU kernel yet (no system on the GPU uses it)"))
-            }
-            Op::DeltaRule | Op::DeltaRuleBackward => {
-                Err(node_error(node, id, "the delta rule has no GPU kernel yet (it runs on the CPU)"))
-            }
-            Op::HarmonicScan | Op::HarmonicScanBackward => {
-                Err(node_error(node, id, "the harmonic scan has no GPU kernel yet (it runs on the CPU)"))
             }
             Op::Param { .. } | Op::State { .. } | Op::Input { .. } | Op::HostScalar { .. } | Op::Constant { .. } => {
                 Err(node_error(node, id, "a leaf is not a kernel"))

@@ -1,0 +1,421 @@
+//! A reference interpreter of the PTX Alpha writes, for the instructions its scalar kernels use
+//! (integer and address arithmetic, predicates and branches, f32 `add`/`sub`/`mul` with their
+//! rounding, global, shared and parameter loads and stores, `bar.sync`).
+//!
+//! Why: a kernel's arithmetic and indexing can be checked against the CPU reference where no
+//! GPU is, bit for bit where the kernel claims the CPU's order, before the one run on a device.
+//! It is a checker, not a simulator: each block's threads run one after another up to each
+//! barrier, in ascending or descending thread order ([`Schedule`]); a kernel whose threads
+//! race between barriers gives different results under the two orders, and an access outside
+//! the memory a launch was given is an error naming the instruction.
+//!
+//! How: [`Module::parse`] reads a rendered kernel (registers, shared arrays, instructions,
+//! labels); [`Memory`] is the device memory, addressed from a high base so that an address cut
+//! to 32 bits does not land in it; [`Module::launch`] runs a grid.
+
+use std::collections::HashMap;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+/// One operand, decoded.
+#[derive(Clone, Debug)]
+enum Operand {
+    Reg(usize),
+    Imm(i64),
+    F32(u32),
+    /// `[reg+offset]`.
+    Addr(usize, i64),
+    /// `[symbol]`: a parameter.
+    Param(usize),
+    /// A shared array's address.
+    Shared(u32),
+    Label(usize),
+    Special(Special),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Special {
+    Tid,
+    Ntid,
+    Ctaid,
+    Nctaid,
+}
+
+#[derive(Clone, Debug)]
+struct Ins {
+    guard: Option<(usize, bool)>,
+    op: String,
+    args: Vec<Operand>,
+    line: String,
+}
+
+/// A parsed kernel.
+pub struct Module {
+    pub name: String,
+    params: usize,
+    regs: usize,
+    shared_bytes: usize,
+    ins: Vec<Ins>,
+}
+
+/// The order in which a block's threads run between barriers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    Ascending,
+    Descending,
+}
+
+/// Device memory: one byte array from [`Memory::BASE`].
+pub struct Memory {
+    bytes: Vec<u8>,
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Memory {
+    /// The address of the first byte.
+    pub const BASE: u64 = 0x7_0000_0000;
+
+    pub fn new() -> Self {
+        Memory { bytes: vec![] }
+    }
+
+    /// `n` floats, filled with NaN (what a kernel must overwrite); returns their address.
+    pub fn alloc(&mut self, n: usize) -> u64 {
+        let at = self.bytes.len().div_ceil(256) * 256;
+        self.bytes.resize(at + n * 4, 0);
+        for x in self.bytes[at..].chunks_exact_mut(4) {
+            x.copy_from_slice(&f32::NAN.to_bits().to_le_bytes());
+        }
+        Self::BASE + at as u64
+    }
+
+    /// A fresh allocation holding `x`.
+    pub fn upload(&mut self, x: &[f32]) -> u64 {
+        let at = self.alloc(x.len());
+        let o = (at - Self::BASE) as usize;
+        for (i, v) in x.iter().enumerate() {
+            self.bytes[o + 4 * i..o + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        at
+    }
+
+    pub fn read(&self, at: u64, n: usize) -> Vec<f32> {
+        let o = (at - Self::BASE) as usize;
+        self.bytes[o..o + 4 * n].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+    }
+
+    fn span(&mut self, at: u64) -> Result<&mut [u8]> {
+        let o = at.checked_sub(Self::BASE).ok_or_else(|| anyhow!("global address {at:#x} below the memory"))? as usize;
+        self.bytes.get_mut(o..o + 4).ok_or_else(|| anyhow!("global address {at:#x} past the memory"))
+    }
+}
+
+/// `%rd12` → ("rd", 12).
+fn reg_name(s: &str) -> Option<(&str, usize)> {
+    let body = s.strip_prefix('%')?;
+    let split = body.find(|c: char| c.is_ascii_digit())?;
+    Some((&body[..split], body[split..].parse().ok()?))
+}
+
+impl Module {
+    /// Parses a kernel rendered by `alpha_cuda::ptx::Kernel::render`, its dynamic shared
+    /// memory `dynamic` bytes.
+    pub fn parse(text: &str, dynamic: u32) -> Result<Module> {
+        let mut name = String::new();
+        let mut params: HashMap<String, usize> = HashMap::new();
+        let mut bases: HashMap<String, usize> = HashMap::new();
+        let mut regs = 0;
+        let mut shared: HashMap<String, u32> = HashMap::new();
+        let mut shared_bytes = 0u32;
+        let mut dynamic_name = None;
+        let mut body: Vec<(Option<String>, String)> = vec![];
+        for raw in text.lines() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with("//") || line == "{" || line == "}" || line == ")" {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix(".visible .entry ") {
+                name = rest.trim_end_matches('(').to_string();
+            } else if let Some(rest) = line.strip_prefix(".param ") {
+                let sym = rest.split_whitespace().nth(1).context("a parameter's name")?.trim_end_matches(',');
+                let n = params.len();
+                params.insert(sym.to_string(), n);
+            } else if let Some(rest) = line.strip_prefix(".reg ") {
+                // `.reg .b32 %r<12>;`
+                let decl = rest.split_whitespace().nth(1).context("a register declaration")?;
+                let prefix = decl.trim_start_matches('%').split('<').next().unwrap_or("").to_string();
+                let count: usize =
+                    decl.split('<').nth(1).and_then(|x| x.split('>').next()).context("a count")?.parse()?;
+                bases.insert(prefix, regs);
+                regs += count;
+            } else if line.starts_with(".shared ") || line.starts_with(".extern .shared") {
+                // `.shared .align 16 .b8 name[bytes];` or `.extern .shared .align 16 .b8 name[];`
+                let decl = line.split_whitespace().last().context("a shared array")?.trim_end_matches(';');
+                let (sym, size) = decl.split_once('[').context("a shared array's size")?;
+                let size = size.trim_end_matches(']');
+                shared_bytes = shared_bytes.div_ceil(16) * 16;
+                shared.insert(sym.to_string(), shared_bytes);
+                if size.is_empty() {
+                    dynamic_name = Some(sym.to_string());
+                } else {
+                    shared_bytes += size.parse::<u32>()?;
+                }
+            } else if line.starts_with('.') {
+                continue;
+            } else if let Some(label) = line.strip_suffix(':') {
+                body.push((Some(label.to_string()), String::new()));
+            } else {
+                body.push((None, line.trim_end_matches(';').to_string()));
+            }
+        }
+        if let Some(d) = &dynamic_name {
+            shared_bytes = shared_bytes.div_ceil(16) * 16;
+            shared.insert(d.clone(), shared_bytes);
+            shared_bytes += dynamic;
+        }
+        let mut labels = HashMap::new();
+        let mut count = 0;
+        for (label, _) in &body {
+            match label {
+                Some(l) => {
+                    labels.insert(l.clone(), count);
+                }
+                None => count += 1,
+            }
+        }
+        let reg = |s: &str| -> Result<usize> {
+            let (prefix, idx) = reg_name(s).ok_or_else(|| anyhow!("{s} is not a register"))?;
+            Ok(bases.get(prefix).ok_or_else(|| anyhow!("undeclared register {s}"))? + idx)
+        };
+        let operand = |s: &str| -> Result<Operand> {
+            let s = s.trim();
+            Ok(match s {
+                "%tid.x" => Operand::Special(Special::Tid),
+                "%ntid.x" => Operand::Special(Special::Ntid),
+                "%ctaid.x" => Operand::Special(Special::Ctaid),
+                "%nctaid.x" => Operand::Special(Special::Nctaid),
+                _ if s.starts_with('[') => {
+                    let inner = s.trim_start_matches('[').trim_end_matches(']');
+                    if inner.starts_with('%') {
+                        let (r, off) = match inner.find(['+', '-']) {
+                            Some(i) => (&inner[..i], inner[i..].trim_start_matches('+').parse::<i64>()?),
+                            None => (inner, 0),
+                        };
+                        Operand::Addr(reg(r)?, off)
+                    } else {
+                        Operand::Param(*params.get(inner).ok_or_else(|| anyhow!("unknown parameter {inner}"))?)
+                    }
+                }
+                _ if s.starts_with('%') => Operand::Reg(reg(s)?),
+                _ if s.starts_with("0f") => Operand::F32(u32::from_str_radix(&s[2..], 16)?),
+                _ if s.starts_with('-') || s.starts_with(|c: char| c.is_ascii_digit()) => Operand::Imm(s.parse()?),
+                _ => match (shared.get(s), labels.get(s)) {
+                    (Some(&at), _) => Operand::Shared(at),
+                    (None, Some(&l)) => Operand::Label(l),
+                    _ => bail!("unknown symbol {s}"),
+                },
+            })
+        };
+        let mut ins = vec![];
+        for (label, text) in &body {
+            if label.is_some() {
+                continue;
+            }
+            let mut rest = text.as_str();
+            let mut guard = None;
+            if let Some(g) = rest.strip_prefix('@') {
+                let (p, tail) = g.split_once(' ').context("a guarded instruction")?;
+                let (neg, p) = match p.strip_prefix('!') {
+                    Some(p) => (true, p),
+                    None => (false, p),
+                };
+                guard = Some((reg(p)?, neg));
+                rest = tail;
+            }
+            let (op, args) = rest.split_once(' ').unwrap_or((rest, ""));
+            let args = if args.trim().is_empty() {
+                vec![]
+            } else {
+                args.split(',').map(operand).collect::<Result<Vec<_>>>().with_context(|| text.clone())?
+            };
+            ins.push(Ins { guard, op: op.to_string(), args, line: text.clone() });
+        }
+        Ok(Module { name, params: params.len(), regs, shared_bytes: shared_bytes as usize, ins })
+    }
+
+    /// Runs a grid of `grid` blocks of `block` threads with `args` (parameter values, pointers
+    /// as [`Memory`] addresses) over `mem`.
+    pub fn launch(&self, grid: u32, block: u32, args: &[u64], mem: &mut Memory, schedule: Schedule) -> Result<()> {
+        if args.len() != self.params {
+            bail!("kernel {}: {} arguments for {} parameters", self.name, args.len(), self.params);
+        }
+        for b in 0..grid {
+            let mut shared = vec![0xFFu8; self.shared_bytes];
+            let mut threads: Vec<Thread> =
+                (0..block).map(|t| Thread { regs: vec![0; self.regs], pc: 0, done: false, tid: t }).collect();
+            if schedule == Schedule::Descending {
+                threads.reverse();
+            }
+            let ids = Ids { ntid: block, ctaid: b, nctaid: grid };
+            loop {
+                for t in threads.iter_mut().filter(|t| !t.done) {
+                    self.run_to_barrier(t, &ids, args, mem, &mut shared)
+                        .with_context(|| format!("kernel {}, block {b}, thread {}", self.name, t.tid))?;
+                }
+                if threads.iter().all(|t| t.done) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `t` up to its next barrier (past it) or its end.
+    fn run_to_barrier(
+        &self,
+        t: &mut Thread,
+        ids: &Ids,
+        args: &[u64],
+        mem: &mut Memory,
+        shared: &mut [u8],
+    ) -> Result<()> {
+        loop {
+            let Some(i) = self.ins.get(t.pc) else {
+                t.done = true;
+                return Ok(());
+            };
+            t.pc += 1;
+            if let Some((p, neg)) = i.guard {
+                if (t.regs[p] != 0) == neg {
+                    continue;
+                }
+            }
+            let v = |k: usize| -> Result<u64> {
+                Ok(match &i.args[k] {
+                    Operand::Reg(r) => t.regs[*r],
+                    Operand::Imm(x) => *x as u64,
+                    Operand::F32(b) => *b as u64,
+                    Operand::Shared(at) => *at as u64,
+                    Operand::Special(Special::Tid) => t.tid as u64,
+                    Operand::Special(Special::Ntid) => ids.ntid as u64,
+                    Operand::Special(Special::Ctaid) => ids.ctaid as u64,
+                    Operand::Special(Special::Nctaid) => ids.nctaid as u64,
+                    Operand::Param(p) => args[*p],
+                    other => bail!("{other:?} is not a value"),
+                })
+            };
+            let f = |x: u64| f32::from_bits(x as u32);
+            let u = |x: u64| x as u32;
+            let addr = |k: usize, regs: &[u64]| -> Result<u64> {
+                match &i.args[k] {
+                    Operand::Addr(r, off) => Ok(regs[*r].wrapping_add(*off as u64)),
+                    Operand::Param(p) => Ok(args[*p]),
+                    other => bail!("{other:?} is not an address"),
+                }
+            };
+            let dst = match i.args.first() {
+                Some(Operand::Reg(r)) => Some(*r),
+                _ => None,
+            };
+            let out: Option<u64> = match i.op.as_str() {
+                "griddepcontrol.wait" => None,
+                "ret" => {
+                    t.done = true;
+                    return Ok(());
+                }
+                "bar.sync" => return Ok(()),
+                "bra" | "bra.uni" => match i.args[0] {
+                    Operand::Label(l) => {
+                        t.pc = l;
+                        None
+                    }
+                    _ => bail!("{}: a branch to no label", i.line),
+                },
+                "mov.u32" | "mov.f32" => Some(u(v(1)?) as u64),
+                "mov.u64" => Some(v(1)?),
+                "ld.param.u64" | "ld.param.u32" => Some(addr(1, &t.regs)?),
+                "ld.global.f32" => {
+                    let at = addr(1, &t.regs)?;
+                    let b = mem.span(at).with_context(|| i.line.clone())?;
+                    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
+                }
+                "st.global.f32" => {
+                    let at = addr(0, &t.regs)?;
+                    let x = u(v(1)?);
+                    mem.span(at).with_context(|| i.line.clone())?.copy_from_slice(&x.to_le_bytes());
+                    None
+                }
+                "ld.shared.f32" => {
+                    let at = (addr(1, &t.regs)? as u32) as usize;
+                    let b = shared.get(at..at + 4).ok_or_else(|| anyhow!("{}: shared address {at} outside", i.line))?;
+                    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
+                }
+                "st.shared.f32" => {
+                    let at = (addr(0, &t.regs)? as u32) as usize;
+                    let x = u(v(1)?);
+                    let len = shared.len();
+                    shared
+                        .get_mut(at..at + 4)
+                        .ok_or_else(|| anyhow!("{}: shared address {at} outside {len} bytes", i.line))?
+                        .copy_from_slice(&x.to_le_bytes());
+                    None
+                }
+                "add.u32" => Some(u(v(1)?).wrapping_add(u(v(2)?)) as u64),
+                "sub.u32" => Some(u(v(1)?).wrapping_sub(u(v(2)?)) as u64),
+                "mul.lo.u32" => Some(u(v(1)?).wrapping_mul(u(v(2)?)) as u64),
+                "mad.lo.u32" => Some(u(v(1)?).wrapping_mul(u(v(2)?)).wrapping_add(u(v(3)?)) as u64),
+                "div.u32" | "rem.u32" => {
+                    let (a, b) = (u(v(1)?), u(v(2)?));
+                    if b == 0 {
+                        bail!("{}: division by zero", i.line);
+                    }
+                    Some(if i.op == "div.u32" { a / b } else { a % b } as u64)
+                }
+                "and.b32" => Some((u(v(1)?) & u(v(2)?)) as u64),
+                "mul.wide.u32" => Some(u(v(1)?) as u64 * u(v(2)?) as u64),
+                "add.s64" => Some(v(1)?.wrapping_add(v(2)?)),
+                "and.pred" => Some(((v(1)? != 0) && (v(2)? != 0)) as u64),
+                "or.pred" => Some(((v(1)? != 0) || (v(2)? != 0)) as u64),
+                "selp.b64" => Some(if v(3)? != 0 { v(1)? } else { v(2)? }),
+                "add.rn.f32" => Some((f(v(1)?) + f(v(2)?)).to_bits() as u64),
+                "sub.rn.f32" => Some((f(v(1)?) - f(v(2)?)).to_bits() as u64),
+                "mul.rn.f32" => Some((f(v(1)?) * f(v(2)?)).to_bits() as u64),
+                op if op.starts_with("setp.") && op.ends_with(".u32") => {
+                    let (a, b) = (u(v(1)?), u(v(2)?));
+                    let r = match &op[5..op.len() - 4] {
+                        "lt" => a < b,
+                        "le" => a <= b,
+                        "gt" => a > b,
+                        "ge" => a >= b,
+                        "eq" => a == b,
+                        "ne" => a != b,
+                        c => bail!("{}: comparison {c} is not interpreted", i.line),
+                    };
+                    Some(r as u64)
+                }
+                _ => bail!("instruction `{}` is not interpreted", i.line),
+            };
+            if let (Some(x), Some(d)) = (out, dst) {
+                t.regs[d] = x;
+            }
+        }
+    }
+}
+
+struct Thread {
+    regs: Vec<u64>,
+    pc: usize,
+    done: bool,
+    tid: u32,
+}
+
+struct Ids {
+    ntid: u32,
+    ctaid: u32,
+    nctaid: u32,
+}
