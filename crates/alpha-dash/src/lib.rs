@@ -641,13 +641,13 @@ async fn api_gates(State(st): St, UrlPath(name): UrlPath<String>) -> Response {
         .collect();
     let note = match (&info.gates, info.device.as_str()) {
         (Some(g), _) if g.skipped => format!(
-            "started with --skip-gates: no passing record of the {} gate(s) for its build on the {}",
+            "Started with --skip-gates: no passing record of the {} gate(s) for its build on the {}.",
             g.missing.join(", "),
             g.device
         ),
-        (Some(g), _) => format!("every gate passed for its build on the {} before it started", g.device),
-        (None, "cpu") => "a CPU run needs no gates: the CPU is the reference they compare against".into(),
-        (None, _) => "this run recorded no gate check (written by a trainer that did not check them)".into(),
+        (Some(g), _) => format!("Every gate passed for its build on the {} before it started.", g.device),
+        (None, "cpu") => "A CPU run needs no gates: the CPU is the reference they compare against.".into(),
+        (None, _) => "This run recorded no gate check (written by a trainer that did not check them).".into(),
     };
     Json(json!({
         "system": info.system,

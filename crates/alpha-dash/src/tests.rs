@@ -460,9 +460,11 @@ fn the_pages_draw_the_records_in_a_real_browser() {
     }
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");
-    write_run(&runs, "bob-gpu", 120, "finished", true, 240);
+    let gpu_run = write_run(&runs, "bob-gpu", 120, "finished", true, 240);
     write_run(&runs, "bob-cpu", 60, "running", false, 40);
     write_budgeted_run(&runs, "timed");
+    // The GPU run started by --skip-gates with the update gate failed for its build.
+    skip_gates(&gpu_run, &runs);
     let mut opts = ServeOptions::new(&runs);
     opts.port = 0;
     opts.catalogue = vec![SystemInfo {
@@ -490,7 +492,12 @@ fn the_pages_draw_the_records_in_a_real_browser() {
     assert_eq!(gpu, H200_TELEMETRY.lines().count());
     let fam = b.execute("return document.querySelectorAll('#family-table tbody tr').length", vec![]).unwrap();
     assert_eq!(fam, 5);
+    let gates = b.execute("return document.querySelectorAll('#gates-list li[data-gate]').length", vec![]).unwrap();
+    assert_eq!(gates, 5, "the ledger's every record");
+    let skipped = b.execute("return document.querySelector('#gates-skipped').textContent", vec![]).unwrap();
+    assert!(skipped.as_str().unwrap().contains("update"), "{skipped}");
     for (sel, file) in [
+        ("#gates-card", "card-gates"),
         ("#loss-card", "card-loss"),
         ("#profile-card", "card-profile"),
         ("#telemetry-card", "card-telemetry"),
@@ -832,12 +839,10 @@ fn gate_row(system: &str, gate: &str, device: &str, build: &str, passed: bool) -
     format!("{row}\n")
 }
 
-#[tokio::test]
-async fn the_gate_ledger_the_cost_curve_and_the_catalogue_come_from_the_records() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = write_run(dir.path(), "bob-gpu", 60, "finished", true, 0);
+/// Marks `run` as started on cuda by --skip-gates, its build having passed every gate but
+/// update, and writes Bob's ledger under `runs`: one record of another build, then the four.
+fn skip_gates(run: &Path, runs: &Path) {
     let build = "ab".repeat(32);
-    // The run started on the GPU with every gate but update passed, by --skip-gates.
     let mut info: Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
     info["gates"] = json!({"build": build, "device": "cuda", "skipped": true, "passed": ["forward", "gradient", "causality"],
                            "missing": ["update"], "ledger": "runs/.gates/bob.jsonl"});
@@ -847,8 +852,15 @@ async fn the_gate_ledger_the_cost_curve_and_the_catalogue_come_from_the_records(
     for (gate, passed) in [("forward", true), ("gradient", true), ("update", false), ("causality", true)] {
         ledger += &gate_row("bob", gate, "cuda", &build, passed);
     }
-    std::fs::create_dir_all(dir.path().join(".gates")).unwrap();
-    std::fs::write(dir.path().join(".gates/bob.jsonl"), ledger).unwrap();
+    std::fs::create_dir_all(runs.join(".gates")).unwrap();
+    std::fs::write(runs.join(".gates/bob.jsonl"), ledger).unwrap();
+}
+
+#[tokio::test]
+async fn the_gate_ledger_the_cost_curve_and_the_catalogue_come_from_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = write_run(dir.path(), "bob-gpu", 60, "finished", true, 0);
+    skip_gates(&run, dir.path());
     // Checkpoints scored with their error, cost and a sample.
     let lineage: String = (1..=3u64)
         .map(|k| {

@@ -657,7 +657,9 @@ function runPage(name) {
     st.gatesKey = key;
     const skipped = g.run_gates && g.run_gates.skipped;
     $("#gates-note").innerHTML = `<div class="notice ${skipped ? "bad" : "info"}" id="gates-verdict">${esc(g.note)}${g.ledger ? ` Ledger: <code>${esc(g.ledger)}</code> in the runs folder.` : ""}</div>`;
-    const figure = (f) => `<tr class="${f.holds ? "" : "miss"}"><td>${esc(f.name)}</td><td class="num">${sig(f.value, 4)}</td><td class="num">${esc(f.threshold)}</td><td>${f.holds ? "holds" : "<b>missed</b>"}</td></tr>`;
+    // Seven significant digits: a cosine's distance from 1 is the figure.
+    const value = (x) => (!isNum(x) ? "—" : x !== 0 && Math.abs(x) < 1e-3 ? x.toExponential(2) : String(+x.toPrecision(7)));
+    const figure = (f) => `<tr class="${f.holds ? "" : "miss"}"><td>${esc(f.name)}</td><td class="num">${value(f.value)}</td><td class="num">${esc(f.threshold)}</td><td>${f.holds ? "holds" : "<b>missed</b>"}</td></tr>`;
     $("#gates-list").innerHTML = g.records.map((r) => `<li data-gate="${esc(r.gate)}" data-passed="${r.passed}" data-for-run="${r.for_this_run}">
       <div class="gate-head">${badge(r.passed ? "passed" : "failed")} <b>${esc(r.gate)}</b> <span class="muted">on the ${esc(r.device)} · batch ${int(r.batch)} · seed ${int(r.seed)} · build <span class="sha" title="${esc(r.build)}">${esc(String(r.build).slice(0, 12))}…</span>${r.commit ? ` (commit ${esc(String(r.commit).slice(0, 10))})` : ""} · ${when(r.time)}</span>${r.for_this_run ? ` <span class="badge plain">this run's build</span>` : ""}</div>
       ${(r.cases || []).map((c) => `<div class="gate-case"><div class="muted">${esc(c.weights)} weights: ${c.passed ? "passed" : "<b>failed</b>"}</div>
@@ -742,7 +744,7 @@ function systemsPage() {
   $("#main").innerHTML = `
     <div class="kicker">Systems</div>
     <h1>Learning systems and where they run</h1>
-    <p class="lede">A system is a model, a learner, a run policy and a pairing with a device, compiled whole into one executable. Model code is hardware-independent; the pairing chooses the device. Each links to its recorded runs.</p>
+    <p class="lede">A system is a model, a learner, a run policy and a pairing with a device, compiled whole into one executable. Model code is hardware-independent; the pairing chooses the device. Where each system runs is read from this runs folder's records — its gate ledgers and its runs — and each links to its recorded runs; the design's own note is shown apart, as a claim.</p>
     <div class="systems" id="systems"></div>
     <div class="card"><h2>Which system runs where</h2><p class="sub">Each device a system is shown on comes from the records in this runs folder: the CPU (the reference every gate compares with), and a GPU only where a gate record or a run puts it. Gate standing is this server's build's where it was judged, else the newest judged build's.</p>
     <table id="systems-table"><thead><tr><th>System</th><th class="num">Parameters</th><th>Device</th><th>Recorded</th><th class="num">Best held-out bits/byte</th><th>Runs</th></tr></thead><tbody></tbody></table></div>`;
