@@ -834,7 +834,8 @@ fn gate_row(system: &str, gate: &str, device: &str, build: &str, passed: bool) -
         json!({"weights": w, "passed": passed, "evidence": [format!("{gate} on {w} weights")],
                "figures": [{"name": "lowest cosine", "value": if passed { 0.99999 } else { 0.9 }, "threshold": "≥ 0.9999", "holds": passed}]})
     };
-    let row = json!({"gate": gate, "system": system, "device": device, "batch": 2, "seed": 1, "passed": passed,
+    let gpu = (device == "cuda").then_some("NVIDIA H200");
+    let row = json!({"gate": gate, "system": system, "device": device, "gpu": gpu, "batch": 2, "seed": 1, "passed": passed,
                      "build": build, "commit": null, "time": "2026-05-01T09:00:00Z", "cases": [case("initial"), case("perturbed")]});
     format!("{row}\n")
 }
@@ -901,7 +902,11 @@ async fn the_gate_ledger_the_cost_curve_and_the_catalogue_come_from_the_records(
     let names: Vec<&str> = devices.iter().map(|d| d["device"].as_str().unwrap()).collect();
     assert_eq!(names, ["cpu", "cuda"]);
     assert_eq!(devices[1]["gates_missing"], json!(["update"]));
-    assert!(devices[1]["state"].as_str().unwrap().contains("3 of 4 (not update)"), "{}", devices[1]);
+    assert!(
+        devices[1]["state"].as_str().unwrap().starts_with("NVIDIA H200: gates passed 3 of 4 (not update)"),
+        "{}",
+        devices[1]
+    );
     assert_eq!(devices[1]["ungated_runs"], 1);
     assert_eq!(devices[1]["best_bpb"].as_f64(), Some(1.0));
 }

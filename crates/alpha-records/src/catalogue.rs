@@ -44,6 +44,8 @@ impl RunFact {
 #[serde(default)]
 pub struct DeviceFacts {
     pub device: String,
+    /// The card the newest gate record here judged ("NVIDIA H200"), where it was named.
+    pub gpu: Option<String>,
     /// The build the gate standing is for: the one asked about, else the newest judged here.
     pub gate_build: Option<String>,
     /// Whether `gate_build` is the build asking (None when the asker's build is unknown).
@@ -105,10 +107,13 @@ pub fn device_facts(ledger: &[GateRecord], runs: &[RunFact], build: Option<&str>
                 None => (vec![], GATES.iter().map(|g| g.to_string()).collect()),
             };
             let this_build = build.zip(gate_build.as_deref()).map(|(a, b)| a == b);
+            let judged = |r: &&GateRecord| r.device == device && Some(&r.build) == gate_build.as_ref();
+            let gpu = ledger.iter().rev().filter(judged).find_map(|r| r.gpu.clone());
             let finished = mine.iter().filter(|r| r.state == "finished").count();
             let ungated_runs = mine.iter().filter(|r| r.gates_skipped).count();
             let mut f = DeviceFacts {
                 device: device.clone(),
+                gpu,
                 this_build,
                 gates_passed,
                 gates_missing,
@@ -149,7 +154,8 @@ fn describe(f: &DeviceFacts) -> String {
         }
     };
     let ungated = if f.ungated_runs > 0 { format!(", {} with gates skipped", f.ungated_runs) } else { String::new() };
-    format!("{gates}; {runs}{ungated}")
+    let on = f.gpu.as_ref().map(|g| format!("{g}: ")).unwrap_or_default();
+    format!("{on}{gates}; {runs}{ungated}")
 }
 
 /// The runs of `system` under the runs folder `runs`, from each run folder's `run.json` and

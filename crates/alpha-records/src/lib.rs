@@ -152,6 +152,8 @@ pub struct GateRecord {
     pub system: String,
     /// "cuda" or "cpu": the device under test (the reference is always the CPU).
     pub device: String,
+    /// The GPU's name as NVML gives it ("NVIDIA H200"), for a cuda gate where NVML answers.
+    pub gpu: Option<String>,
     pub batch: u64,
     pub seed: u64,
     pub cases: Vec<GateCase>,

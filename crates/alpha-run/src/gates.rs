@@ -542,6 +542,11 @@ pub fn record_of(
         gate: gate.name().into(),
         system: system.to_lowercase(),
         device: device_name(device).into(),
+        // The card judged (device 0, the one the CUDA backend opens), so a page can name it.
+        gpu: match device {
+            Device::Cuda => alpha_telemetry::GpuProbe::open(0).ok().and_then(|p| p.name().map(str::to_string)),
+            Device::Cpu => None,
+        },
         batch: batch as u64,
         seed,
         cases: report.cases.clone(),
