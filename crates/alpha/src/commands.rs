@@ -785,13 +785,22 @@ fn system_devices(runs: &Path, name: &str) -> Vec<alpha_records::catalogue::Devi
 
 fn systems(runs: &Path) -> Result<()> {
     outln!("devices from the gate ledgers and runs in {}", runs.display())?;
-    outln!("{:<11} {:>12}  {:<6} {:<70} design", "system", "parameters", "device", "recorded")?;
+    outln!(
+        "{:<11} {:>12}  {:<6} {:<70} the design's own note (not a record)",
+        "system",
+        "parameters",
+        "device",
+        "recorded"
+    )?;
     for s in alpha_systems::catalogue() {
         let params = s.model(1)?.graph.parameter_count();
         for (i, d) in system_devices(runs, s.name()).iter().enumerate() {
             let mut recorded = d.state.clone();
             if let Some(bpb) = d.best_bpb {
                 recorded += &format!("; best held-out {bpb:.4} bits/byte");
+            }
+            if let Some(tps) = d.best_tokens_per_s {
+                recorded += &format!("; fastest {} tokens/s", alpha_plan::group(tps.round() as usize));
             }
             let (name, count, design) = if i == 0 {
                 (s.name(), alpha_plan::group(params), format!("{} — {}", s.state(), s.description()))

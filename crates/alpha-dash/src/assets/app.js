@@ -747,7 +747,7 @@ function systemsPage() {
     <p class="lede">A system is a model, a learner, a run policy and a pairing with a device, compiled whole into one executable. Model code is hardware-independent; the pairing chooses the device. Where each system runs is read from this runs folder's records — its gate ledgers and its runs — and each links to its recorded runs; the design's own note is shown apart, as a claim.</p>
     <div class="systems" id="systems"></div>
     <div class="card"><h2>Which system runs where</h2><p class="sub">Each device a system is shown on comes from the records in this runs folder: the CPU (the reference every gate compares with), and a GPU only where a gate record or a run puts it. Gate standing is this server's build's where it was judged, else the newest judged build's.</p>
-    <table id="systems-table"><thead><tr><th>System</th><th class="num">Parameters</th><th>Device</th><th>Recorded</th><th class="num">Best held-out bits/byte</th><th>Runs</th></tr></thead><tbody></tbody></table></div>`;
+    <table id="systems-table"><thead><tr><th>System</th><th class="num">Parameters</th><th>Device</th><th>Recorded</th><th class="num">Best held-out bits/byte</th><th class="num">Fastest tokens/s</th><th>Runs</th></tr></thead><tbody></tbody></table></div>`;
   const runLinks = (runs) => runs.map((r) => `<a href="/runs/${encodeURIComponent(r.name)}">${esc(r.name)}</a> ${badge(r.state)}`).join(" ");
   // What the records show: a GPU device whose every gate passed and that finished a run trains
   // there; otherwise the badge says what is missing.
@@ -774,7 +774,7 @@ function systemsPage() {
     }).join("") || `<p class="muted">This server was started without a catalogue.</p>`;
     $("#systems-table tbody").innerHTML = d.systems.map((s) => s.devices.map((dv, i) => `<tr data-system="${esc(s.name)}" data-device="${esc(dv.device)}">
       <td>${i === 0 ? `<b>${esc(s.name)}</b>` : ""}</td><td class="num">${i === 0 ? int(s.parameters) : ""}</td><td>${esc(dv.device)}</td><td>${esc(dv.state)}</td>
-      <td class="num">${isNum(dv.best_bpb) ? `${fmt(dv.best_bpb, 4)} <span class="muted">${esc(dv.best_run)}</span>` : "—"}</td>
+      <td class="num">${isNum(dv.best_bpb) ? `${fmt(dv.best_bpb, 4)} <span class="muted">${esc(dv.best_run)}</span>` : "—"}</td><td class="num">${int(dv.best_tokens_per_s)}</td>
       <td>${i === 0 && s.runs.length ? runLinks(s.runs) : i === 0 ? "—" : ""}</td></tr>`).join("")).join("");
   });
 }
