@@ -37,23 +37,6 @@ pub fn continue_prompt_streaming(
     seed: u64,
     on_token: &mut dyn FnMut(u32) -> Result<()>,
 ) -> Result<Prediction> {
-    generate(backend, system, 1, prompt, n, temperature, seed, on_token)
-}
-
-/// [`continue_prompt_streaming`] on an inference program of batch `rows`: the prompt goes in
-/// the first row and the others stay empty. A trainer samples with the program it scores
-/// checkpoints with rather than compiling a batch-1 one beside it.
-#[allow(clippy::too_many_arguments)]
-pub fn generate(
-    backend: &mut dyn Backend,
-    system: &dyn System,
-    rows: usize,
-    prompt: &[u32],
-    n: usize,
-    temperature: f64,
-    seed: u64,
-    on_token: &mut dyn FnMut(u32) -> Result<()>,
-) -> Result<Prediction> {
     if prompt.is_empty() {
         bail!("the prompt is empty: give some text to continue");
     }
@@ -70,9 +53,9 @@ pub fn generate(
         let start = seq.len().saturating_sub(t);
         let window = &seq[start..];
         let mut ids = window.to_vec();
-        ids.resize(t * rows.max(1), 0);
+        ids.resize(t, 0);
         backend.write_ids("tokens", &ids)?;
-        backend.write_ids("targets", &vec![0; t * rows.max(1)])?;
+        backend.write_ids("targets", &vec![0; t])?;
         backend.run("forward")?;
         let logits = backend.output("logits")?;
         let row = &logits[(window.len() - 1) * v..window.len() * v];

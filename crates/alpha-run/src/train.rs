@@ -117,16 +117,24 @@ fn percentile(values: &mut [f32], p: f64) -> f64 {
     *values.select_nth_unstable_by(i, f32::total_cmp).1 as f64
 }
 
-/// Scores checkpoints with a forward-only program sharing the training run's parameters.
+/// Scores checkpoints with a forward-only program sharing the training run's parameters, and
+/// samples text from them with a batch-1 one.
 struct Evaluator {
     backend: Box<dyn Backend>,
     batch: usize,
+    /// The sampler's program: batch 1, because each sampled token reads its logits back, and
+    /// the scoring batch's (16 × 1,024 × 50,257 for GPT-2) would be 16 times as many.
+    sampler: Option<Box<dyn Backend>>,
 }
 
 impl Evaluator {
-    fn new(system: &dyn System, device: Device, batch: usize) -> Result<Self> {
+    fn new(system: &dyn System, device: Device, batch: usize, samples: bool) -> Result<Self> {
         let program = inference_program(system.model(batch)?)?;
-        Ok(Evaluator { backend: backend_for(device, &program)?, batch })
+        let sampler = match samples {
+            true => Some(backend_for(device, &inference_program(system.model(1)?)?)?),
+            false => None,
+        };
+        Ok(Evaluator { backend: backend_for(device, &program)?, batch, sampler })
     }
 
     fn score(&mut self, from: &mut dyn Backend, system: &dyn System, data: &Path, windows: usize) -> Result<Score> {
@@ -140,21 +148,25 @@ impl Evaluator {
     }
 
     /// A short continuation of [`SAMPLE_PROMPT`] from the parameters last scored, at
-    /// temperature 0.8 from the run's seed (so a rerun writes the same text).
+    /// temperature 0.8 from the run's seed (so a rerun writes the same text); None without a
+    /// sampler.
     fn sample(
         &mut self,
         system: &dyn System,
         tokenizer: &alpha_data::Tokenizer,
         tokens: usize,
         seed: u64,
-    ) -> Result<String> {
+    ) -> Result<Option<String>> {
+        let Some(sampler) = self.sampler.as_mut() else { return Ok(None) };
+        for (name, _, is_param) in crate::session::persistent(sampler.program()) {
+            if is_param {
+                sampler.write(&name, &self.backend.read(&name)?)?;
+            }
+        }
         let ids = tokenizer.encode(SAMPLE_PROMPT);
         check_ids(&ids, system.vocab())?;
-        let p =
-            crate::predict::generate(self.backend.as_mut(), system, self.batch, &ids, tokens, 0.8, seed, &mut |_| {
-                Ok(())
-            })?;
-        Ok(tokenizer.decode(&p.tokens))
+        let p = crate::predict::continue_prompt(sampler.as_mut(), system, &ids, tokens, 0.8, seed)?;
+        Ok(Some(tokenizer.decode(&p.tokens)))
     }
 }
 
@@ -426,7 +438,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             None
         };
         let mut evaluator = if opts.heldout_windows > 0 {
-            Some(Evaluator::new(system, opts.device, batch.min(opts.heldout_windows))?)
+            Some(Evaluator::new(system, opts.device, batch.min(opts.heldout_windows), tokenizer.is_some())?)
         } else {
             None
         };
@@ -583,7 +595,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                     Some(ev) => {
                         let heldout = Some(ev.score(backend.as_mut(), system, &opts.data, opts.heldout_windows)?);
                         let sample = match &tokenizer {
-                            Some(tok) => Some(ev.sample(system, tok, opts.checkpoint_sample_tokens, seed)?),
+                            Some(tok) => ev.sample(system, tok, opts.checkpoint_sample_tokens, seed)?,
                             None => None,
                         };
                         Scored { heldout, sample }

@@ -389,8 +389,8 @@ fn train(a: TrainArgs) -> Result<()> {
         }
     }
     if a.device == Device::Cpu {
-        let needed =
-            validate::training_bytes(system.as_ref(), batch, a.accumulate, a.heldout_windows, a.sample_tokens > 0)?;
+        let samples = a.sample_tokens > 0 || a.heldout_windows > 0 && a.checkpoint_sample_tokens > 0;
+        let needed = validate::training_bytes(system.as_ref(), batch, a.accumulate, a.heldout_windows, samples)?;
         validate::ensure_fits(
             &format!("training {} at --batch {batch} on the CPU", system.name()),
             needed,
