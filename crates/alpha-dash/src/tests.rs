@@ -887,6 +887,9 @@ async fn the_gate_ledger_the_cost_curve_and_the_catalogue_come_from_the_records(
         "{g}"
     );
 
+    let (_, runs) = get(&app, "/api/runs").await;
+    assert_eq!(runs["runs"][0]["gates_skipped"], true, "the runs list says the gates were skipped");
+
     let (_, c) = get(&app, "/api/runs/bob-gpu/curve").await;
     let pts = c["points"].as_array().unwrap();
     assert_eq!(pts.len(), 3);

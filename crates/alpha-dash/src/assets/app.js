@@ -367,7 +367,7 @@ function runsPage() {
     const body = $("#runs-table tbody");
     body.innerHTML = d.runs.map((r) => `<tr data-run="${esc(r.name)}">
       <td><a href="/runs/${encodeURIComponent(r.name)}"><b>${esc(r.name)}</b></a>${r.skipped_lines ? ` <span class="badge stopped" title="lines that did not parse">${r.skipped_lines} skipped</span>` : ""}${r.problem ? `<div class="muted" style="font-size:12.5px">${esc(r.problem)}</div>` : ""}</td>
-      <td>${esc(r.system || "—")}</td><td>${esc(r.device || "—")}</td><td>${badge(r.state)}</td>
+      <td>${esc(r.system || "—")}</td><td>${esc(r.device || "—")}${r.gates_skipped ? ` <span class="badge failed" data-gates-skipped>gates skipped</span>` : ""}</td><td>${badge(r.state)}</td>
       <td class="num">${int(r.steps_done)}${r.steps_target ? ` <span class="muted">of ${int(r.steps_target)}</span>` : ""}</td>
       <td style="width:140px">${r.steps_target ? progress(r.steps_done || 0, r.steps_target, r.state) : ""}</td>
       <td class="num">${fmt(r.latest_loss, 4)}</td><td class="muted">${when(r.updated_at)}</td></tr>`).join("");
