@@ -8,7 +8,8 @@
 #   check            the four gates at initial and perturbed weights (8 PASS lines) for Bob
 #                    (batch 4) and Coppelius (batch 1; GATE_SYSTEMS for others) against the
 #                    CPU reference; the GPU tests (TEST_GPU); the kernel checks
-#                    (KERNEL_CHECK, BACKEND_CHECK) when given
+#                    (KERNEL_CHECK, BACKEND_CHECK) when given. The modes that train on the GPU
+#                    run the system's gates first unless the ledger has them for this ALPHA
 #   hashes           the digest of Coppelius's trained tensors (bench/checkpoint_tensors.py:
 #                    names, shapes and bytes; metadata left out) after 30 steps at batch 1 and
 #                    4 steps at batch 16 from the default seed, against the expected values below
@@ -141,9 +142,11 @@ machine() {
   "$ALPHA" --version 2>/dev/null | tee -a "$OUT/machine.txt" || true
 }
 
+# gates SYSTEM BATCH [ROOT]: the four gates, recorded in ROOT's gate ledger (default RUNS), where
+# `alpha train --device cuda` looks for them under the runs folder holding its run directory.
 gates() {
-  local system=$1 batch=$2 log="$OUT/gates-$1.txt"
-  timeout 300 "$ALPHA" check all "$system" --device cuda --batch "$batch" >"$log" 2>&1
+  local system=$1 batch=$2 root=${3:-$RUNS} log="$OUT/gates-$1.txt"
+  timeout 300 "$ALPHA" check all "$system" --device cuda --batch "$batch" --runs "$root" >"$log" 2>&1
   local rc=$? passes
   passes=$(grep -c "^  PASS" "$log")
   if [ $rc -eq 0 ] && [ "$passes" -eq 8 ]; then
@@ -151,6 +154,33 @@ gates() {
   else
     record "gates $system" FAIL "$passes/8 PASS, exit $rc: $(grep -m1 -E "FAIL|error|✗" "$log" | cut -c1-120)"
   fi
+}
+
+# gated SYSTEM ROOT: whether ROOT's ledger holds a passing cuda record of every gate for this
+# ALPHA (its build is the executable's SHA-256), the newest record of each deciding.
+gated() {
+  local ledger="$2/.gates/$1.jsonl" build
+  [ -f "$ledger" ] || return 1
+  build=$(sha256sum "$ALPHA" | cut -d' ' -f1)
+  python3 - "$ledger" "$build" <<'PY'
+import json, sys
+newest = {}
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if r.get("build") == sys.argv[2] and r.get("device") == "cuda":
+        newest[r.get("gate")] = r.get("passed")
+sys.exit(0 if all(newest.get(g) for g in ("forward", "gradient", "update", "causality")) else 1)
+PY
+}
+
+# needs_gates SYSTEM BATCH [ROOT]: the gates before a GPU run of SYSTEM under ROOT, unless its
+# ledger already has them for this build (a GPU run is refused without them).
+needs_gates() {
+  local root=${3:-$RUNS}
+  gated "$1" "$root" || gates "$1" "$2" "$root"
 }
 
 mode_check() {
@@ -217,6 +247,7 @@ check_hash() {
 
 mode_hashes() {
   need_data hashes
+  needs_gates coppelius 1
   check_hash 1 30 "$EXPECT_B1"
   check_hash 16 4 "$EXPECT_B16"
 }
@@ -270,6 +301,7 @@ mode_profile() {
   need_data profile
   local batches=("$@") b
   [ ${#batches[@]} -gt 0 ] || batches=(1 16)
+  needs_gates coppelius 1
   for b in "${batches[@]}"; do
     timeout 120 "$ALPHA" train coppelius --device cuda --batch "$b" --data "$DATA" --steps 6 \
       --heldout-windows 0 --sample-tokens 0 --profile --run-dir "$RUNS/profile-b$b" --quiet >/dev/null 2>&1
@@ -284,6 +316,7 @@ mode_profile() {
 
 mode_train() {
   need_data train
+  needs_gates coppelius 1
   local run=$RUNS/coppelius-2000
   timeout 240 "$ALPHA" train coppelius --device cuda --data "$DATA" --steps 2000 --checkpoint-every 1000 \
     --heldout-windows 64 --profile --save-initial --run-dir "$run" --sample-tokens 60 --quiet >"$OUT/train-2000.txt" 2>&1
@@ -374,6 +407,8 @@ print(json.loads(f.read(n)).get("__metadata__", {}).get("schedule_total", ""))' 
     [ "$horizon" = "$STEPS" ] || die "$GPT2_RUN was started with a schedule of ${horizon:-?} updates, not STEPS=$STEPS: set STEPS=$horizon, or GPT2_RUN to a new folder"
     args+=(--steps $((target - last)) --resume "$ckpt")
   fi
+  # The ledger lies beside GPT2_RUN, so later calls with the same ALPHA find its gates.
+  needs_gates gpt2 1 "$(dirname "$GPT2_RUN")"
   # SIGTERM at the budget: Alpha finishes the update in flight, checkpoints it and stops.
   timeout -k 60 "$BUDGET_S" "$ALPHA" train gpt2 "${args[@]}" >"$log" 2>&1
   local rc=$? now

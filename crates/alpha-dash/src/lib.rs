@@ -15,7 +15,9 @@
 //! | `GET /api/runs/{name}/profile?step=S` | kernel-family and GEMM-shape tables of a profiled step |
 //! | `GET /api/runs/{name}/telemetry?since=T&max=M` | telemetry columns, averaged to at most M points |
 //! | `POST /api/runs/{name}/probe` | `{checkpoint, prompt, tokens}` → the model's continuation and next-token guesses |
-//! | `GET /api/systems` | the systems catalogue, with each system's runs |
+//! | `GET /api/runs/{name}/gates` | the run's system's gate ledger in order, which records the run relied on, whether it skipped them |
+//! | `GET /api/runs/{name}/curve` | held-out bits per byte (± standard error) at each scored checkpoint against training seconds and joules, with the text sampled there |
+//! | `GET /api/systems` | the systems catalogue: each system's devices, gate standing and runs, from the records |
 //!
 //! Bad input is never fatal once the server runs: unparseable JSONL lines are skipped and
 //! counted; a run without `run.json` shows as "unknown"; a "running" run whose process is gone
@@ -58,10 +60,10 @@ pub struct SystemInfo {
     pub name: String,
     pub description: String,
     pub parameters: u64,
-    /// "trains on hardware", "in development", ... as the seed's catalogue words it.
+    /// The design's own words on where it stands ("trains on hardware", "in development", …).
+    /// The page shows it as the design's claim; where the system runs comes from the records
+    /// (gate ledgers and runs, see [`alpha_records::catalogue`]).
     pub state: String,
-    /// Where it runs: "cpu", "cuda sm_90 (H200)", ...
-    pub devices: Vec<String>,
 }
 
 /// What a model says after a prompt.
@@ -106,6 +108,9 @@ pub struct ServeOptions {
     pub host: IpAddr,
     pub catalogue: Vec<SystemInfo>,
     pub probe: Option<Arc<dyn Probe>>,
+    /// The serving build's identity (see `alpha_run::gates::build_identity`): the catalogue
+    /// says whether a gate standing is this build's. None: unknown.
+    pub build: Option<String>,
 }
 
 impl ServeOptions {
@@ -117,6 +122,7 @@ impl ServeOptions {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             catalogue: Vec::new(),
             probe: None,
+            build: None,
         }
     }
 }
@@ -248,6 +254,7 @@ struct AppState {
     store: RunStore,
     catalogue: Vec<SystemInfo>,
     probe: Option<Arc<dyn Probe>>,
+    build: Option<String>,
     /// One permit a probe in flight.
     probes_in_flight: Arc<tokio::sync::Semaphore>,
     loaded: Mutex<ProbeCache>,
@@ -296,6 +303,7 @@ pub fn router(opts: ServeOptions) -> Router {
         store: RunStore::new(opts.runs_dir),
         catalogue: opts.catalogue,
         probe: opts.probe,
+        build: opts.build,
         probes_in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_PROBES_IN_FLIGHT)),
         loaded: Mutex::new(ProbeCache::default()),
     });
@@ -314,6 +322,8 @@ pub fn router(opts: ServeOptions) -> Router {
         .route("/api/runs/{name}/profile", get(api_profile))
         .route("/api/runs/{name}/telemetry", get(api_telemetry))
         .route("/api/runs/{name}/probe", post(api_probe))
+        .route("/api/runs/{name}/gates", get(api_gates))
+        .route("/api/runs/{name}/curve", get(api_curve))
         .route("/api/systems", get(api_systems))
         .fallback(|| async { err(StatusCode::NOT_FOUND, "no such page") })
         .with_state(state)
@@ -596,17 +606,91 @@ async fn api_probe(State(st): St, UrlPath(name): UrlPath<String>, Json(req): Jso
     }
 }
 
+/// `system`'s gate ledger under the runs folder, oldest first; a ledger outside the runs folder
+/// (a link out) or missing has no rows.
+fn gate_ledger(st: &AppState, system: &str) -> Vec<alpha_records::GateRecord> {
+    let path = alpha_records::gate_ledger(&st.store.runs_dir, system);
+    let mut ledger = records::Jsonl::<alpha_records::GateRecord>::confined(path, st.store.root().to_path_buf());
+    let _ = ledger.refresh();
+    ledger.rows().to_vec()
+}
+
+async fn api_gates(State(st): St, UrlPath(name): UrlPath<String>) -> Response {
+    let Some(rec) = st.store.get(&name) else { return no_run(&name) };
+    let info = {
+        let mut r = rec.lock().unwrap();
+        r.refresh_core();
+        r.info.clone().ok()
+    };
+    let Some(info) = info else {
+        return Json(
+            json!({"records": [], "run_gates": null, "note": "no run.json yet: the run's system is not known"}),
+        )
+        .into_response();
+    };
+    let ledger = gate_ledger(&st, &info.system);
+    // A record counts for the run when it judged the build and device the run started on.
+    let records: Vec<Value> = ledger
+        .iter()
+        .map(|g| {
+            let mut v = serde_json::to_value(g).unwrap_or(Value::Null);
+            let counts = info.gates.as_ref().is_some_and(|rg| rg.build == g.build && rg.device == g.device);
+            v["for_this_run"] = json!(counts);
+            v
+        })
+        .collect();
+    let note = match (&info.gates, info.device.as_str()) {
+        (Some(g), _) if g.skipped => format!(
+            "Started with --skip-gates: no passing record of the {} gate(s) for its build on the {}.",
+            g.missing.join(", "),
+            g.device
+        ),
+        (Some(g), _) => format!("Every gate passed for its build on the {} before it started.", g.device),
+        (None, "cpu") => "A CPU run needs no gates: the CPU is the reference they compare against.".into(),
+        (None, _) => "This run recorded no gate check (written by a trainer that did not check them).".into(),
+    };
+    Json(json!({
+        "system": info.system,
+        "device": info.device,
+        "ledger": alpha_records::gate_ledger(Path::new(""), &info.system),
+        "run_gates": info.gates,
+        "note": note,
+        "records": records,
+    }))
+    .into_response()
+}
+
+async fn api_curve(State(st): St, UrlPath(name): UrlPath<String>) -> Response {
+    with_run(&st, &name, |r| {
+        let points: Vec<Value> = r
+            .lineage
+            .rows()
+            .iter()
+            .filter(|l| l.heldout_bpb.is_some())
+            .map(|l| {
+                json!({"step": l.step, "branch": l.branch.unwrap_or(0), "device_s": l.device_s, "energy_j": l.energy_j,
+                       "bpb": l.heldout_bpb, "bpb_se": l.heldout_bpb_se, "loss": l.heldout_loss, "loss_se": l.heldout_loss_se,
+                       "sample_prompt": l.sample_prompt, "sample": l.sample})
+            })
+            .collect();
+        let info = r.info.as_ref().ok();
+        json!({"name": name, "system": info.map(|i| i.system.clone()), "device": info.map(|i| i.device.clone()), "points": points})
+    })
+}
+
 async fn api_systems(State(st): St) -> Response {
-    // Each system's runs, from run.json's "system" field.
-    let mut runs_of: std::collections::HashMap<String, Vec<Value>> = Default::default();
+    // Each system's runs, from run.json's "system" field, with the newest held-out score.
+    let mut runs_of: std::collections::HashMap<String, Vec<(Value, alpha_records::catalogue::RunFact)>> =
+        Default::default();
     for name in st.store.list().unwrap_or_default() {
         if let Some(rec) = st.store.get(&name) {
             let mut r = rec.lock().unwrap();
-            r.refresh_core();
+            r.refresh_all();
             if let Ok(i) = &r.info {
-                runs_of.entry(i.system.to_lowercase()).or_default().push(json!({
-                    "name": name, "state": r.state(), "device": i.device, "steps_done": i.steps_done,
-                }));
+                let bpb = r.lineage.rows().iter().rev().find_map(|l| l.heldout_bpb);
+                let fact = alpha_records::catalogue::RunFact::of(&name, i, bpb);
+                let shown = json!({"name": name, "state": r.state(), "device": i.device, "steps_done": i.steps_done});
+                runs_of.entry(i.system.to_lowercase()).or_default().push((shown, fact));
             }
         }
     }
@@ -614,12 +698,18 @@ async fn api_systems(State(st): St) -> Response {
         .catalogue
         .iter()
         .map(|s| {
+            let runs = runs_of.get(&s.name.to_lowercase()).cloned().unwrap_or_default();
+            let facts: Vec<_> = runs.iter().map(|(_, f)| f.clone()).collect();
+            let ledger = gate_ledger(&st, &s.name);
+            let devices = alpha_records::catalogue::device_facts(&ledger, &facts, st.build.as_deref());
             let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
-            v["runs"] = json!(runs_of.get(&s.name.to_lowercase()).cloned().unwrap_or_default());
+            v["runs"] = json!(runs.into_iter().map(|(v, _)| v).collect::<Vec<_>>());
+            v["devices"] = json!(devices);
+            v["gate_records"] = json!(ledger.len());
             v
         })
         .collect();
-    Json(json!({"systems": systems})).into_response()
+    Json(json!({"systems": systems, "build": st.build})).into_response()
 }
 
 #[cfg(test)]

@@ -115,6 +115,8 @@ impl RunRecords {
             "started_at": info.and_then(|i| i.started_at.clone()),
             "updated_at": info.and_then(|i| i.updated_at.clone()),
             "parameters": info.and_then(|i| i.parameters),
+            // A GPU run started by --skip-gates: the runs list says so beside its device.
+            "gates_skipped": info.and_then(|i| i.gates.as_ref()).is_some_and(|g| g.skipped),
             "latest_loss": last.and_then(|p| p.loss),
             "points": self.points.rows().len(),
             "skipped_lines": self.skipped_total(),

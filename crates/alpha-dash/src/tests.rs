@@ -115,7 +115,6 @@ fn app(dir: &Path, probe: Option<Arc<dyn Probe>>) -> Router {
         description: "A next-byte predictor with one 256 × 256 logits table.".into(),
         parameters: 65536,
         state: "trains on hardware".into(),
-        devices: vec!["cpu".into(), "cuda".into()],
     }];
     router(opts)
 }
@@ -461,9 +460,11 @@ fn the_pages_draw_the_records_in_a_real_browser() {
     }
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");
-    write_run(&runs, "bob-gpu", 120, "finished", true, 240);
+    let gpu_run = write_run(&runs, "bob-gpu", 120, "finished", true, 240);
     write_run(&runs, "bob-cpu", 60, "running", false, 40);
     write_budgeted_run(&runs, "timed");
+    // The GPU run started by --skip-gates with the update gate failed for its build.
+    skip_gates(&gpu_run, &runs);
     let mut opts = ServeOptions::new(&runs);
     opts.port = 0;
     opts.catalogue = vec![SystemInfo {
@@ -471,7 +472,6 @@ fn the_pages_draw_the_records_in_a_real_browser() {
         description: "The smallest system: a next-byte predictor with one 256 × 256 logits table.".into(),
         parameters: 65536,
         state: "trains on hardware".into(),
-        devices: vec!["cpu".into(), "cuda".into()],
     }];
     let server = Server::bind(opts).unwrap().spawn();
     let profile = dir.path().join("chromium-profile");
@@ -492,7 +492,12 @@ fn the_pages_draw_the_records_in_a_real_browser() {
     assert_eq!(gpu, H200_TELEMETRY.lines().count());
     let fam = b.execute("return document.querySelectorAll('#family-table tbody tr').length", vec![]).unwrap();
     assert_eq!(fam, 5);
+    let gates = b.execute("return document.querySelectorAll('#gates-list li[data-gate]').length", vec![]).unwrap();
+    assert_eq!(gates, 5, "the ledger's every record");
+    let skipped = b.execute("return document.querySelector('#gates-skipped').textContent", vec![]).unwrap();
+    assert!(skipped.as_str().unwrap().contains("update"), "{skipped}");
     for (sel, file) in [
+        ("#gates-card", "card-gates"),
         ("#loss-card", "card-loss"),
         ("#profile-card", "card-profile"),
         ("#telemetry-card", "card-telemetry"),
@@ -821,4 +826,102 @@ fn a_branch_is_drawn_apart_from_the_line_it_left() {
     let shots = screenshot_dir();
     std::fs::create_dir_all(&shots).unwrap();
     std::fs::write(shots.join("dash-run-branch.png"), b.full_page_png(1280).unwrap()).unwrap();
+}
+
+/// A gate ledger row for `system`: `gate` on `device`, judged on `build`.
+fn gate_row(system: &str, gate: &str, device: &str, build: &str, passed: bool) -> String {
+    let case = |w: &str| {
+        json!({"weights": w, "passed": passed, "evidence": [format!("{gate} on {w} weights")],
+               "figures": [{"name": "lowest cosine", "value": if passed { 0.99999 } else { 0.9 }, "threshold": "≥ 0.9999", "holds": passed}]})
+    };
+    let gpu = (device == "cuda").then_some("NVIDIA H200");
+    let row = json!({"gate": gate, "system": system, "device": device, "gpu": gpu, "batch": 2, "seed": 1, "passed": passed,
+                     "build": build, "commit": null, "time": "2026-05-01T09:00:00Z", "cases": [case("initial"), case("perturbed")]});
+    format!("{row}\n")
+}
+
+/// Marks `run` as started on cuda by --skip-gates, its build having passed every gate but
+/// update, and writes Bob's ledger under `runs`: one record of another build, then the four.
+fn skip_gates(run: &Path, runs: &Path) {
+    let build = "ab".repeat(32);
+    let mut info: Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    info["gates"] = json!({"build": build, "device": "cuda", "skipped": true, "passed": ["forward", "gradient", "causality"],
+                           "missing": ["update"], "ledger": "runs/.gates/bob.jsonl"});
+    std::fs::write(run.join("run.json"), info.to_string()).unwrap();
+    let mut ledger = String::new();
+    ledger += &gate_row("bob", "forward", "cuda", &"cd".repeat(32), true); // another build's
+    for (gate, passed) in [("forward", true), ("gradient", true), ("update", false), ("causality", true)] {
+        ledger += &gate_row("bob", gate, "cuda", &build, passed);
+    }
+    std::fs::create_dir_all(runs.join(".gates")).unwrap();
+    std::fs::write(runs.join(".gates/bob.jsonl"), ledger).unwrap();
+}
+
+#[tokio::test]
+async fn the_gate_ledger_the_cost_curve_and_the_catalogue_come_from_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = write_run(dir.path(), "bob-gpu", 60, "finished", true, 0);
+    skip_gates(&run, dir.path());
+    // Checkpoints scored with their error, cost and a sample.
+    let lineage: String = (1..=3u64)
+        .map(|k| {
+            let row = json!({"step": 20 * k, "path": format!("checkpoints/step-{:06}.safetensors", 20 * k), "sha256": format!("{k:064}"),
+                             "heldout_loss": 2.0 / k as f64, "heldout_bpb": 3.0 / k as f64, "heldout_bpb_se": 0.01, "heldout_loss_se": 0.007,
+                             "device_s": 1.5 * k as f64, "energy_j": 400.0 * k as f64, "sample_prompt": "The ", "sample": format!("king {k}")});
+            format!("{row}\n")
+        })
+        .collect();
+    std::fs::write(run.join("lineage.jsonl"), lineage).unwrap();
+    let app = app(dir.path(), None);
+
+    let (s, g) = get(&app, "/api/runs/bob-gpu/gates").await;
+    assert_eq!(s, StatusCode::OK);
+    let gates: Vec<&str> = g["records"].as_array().unwrap().iter().map(|r| r["gate"].as_str().unwrap()).collect();
+    assert_eq!(gates, ["forward", "forward", "gradient", "update", "causality"], "the ledger in its order");
+    let mine: Vec<bool> =
+        g["records"].as_array().unwrap().iter().map(|r| r["for_this_run"].as_bool().unwrap()).collect();
+    assert_eq!(mine, [false, true, true, true, true], "only records of the run's build count for it");
+    assert_eq!(g["records"][3]["cases"][0]["figures"][0]["holds"], false, "a failure keeps its evidence");
+    assert!(
+        g["note"].as_str().unwrap().contains("--skip-gates") && g["note"].as_str().unwrap().contains("update"),
+        "{g}"
+    );
+
+    let (_, runs) = get(&app, "/api/runs").await;
+    assert_eq!(runs["runs"][0]["gates_skipped"], true, "the runs list says the gates were skipped");
+
+    let (_, c) = get(&app, "/api/runs/bob-gpu/curve").await;
+    let pts = c["points"].as_array().unwrap();
+    assert_eq!(pts.len(), 3);
+    assert_eq!(
+        (pts[2]["bpb"].as_f64(), pts[2]["bpb_se"].as_f64(), pts[2]["device_s"].as_f64()),
+        (Some(1.0), Some(0.01), Some(4.5))
+    );
+    assert_eq!((pts[2]["energy_j"].as_f64(), pts[2]["sample"].as_str()), (Some(1200.0), Some("king 3")));
+
+    // The catalogue: Bob on cuda from its ledger (update missing), with the run's best score.
+    let (_, sys) = get(&app, "/api/systems").await;
+    let devices = sys["systems"][0]["devices"].as_array().unwrap();
+    let names: Vec<&str> = devices.iter().map(|d| d["device"].as_str().unwrap()).collect();
+    assert_eq!(names, ["cpu", "cuda"]);
+    assert_eq!(devices[1]["gates_missing"], json!(["update"]));
+    assert!(
+        devices[1]["state"].as_str().unwrap().starts_with("NVIDIA H200: gates passed 3 of 4 (not update)"),
+        "{}",
+        devices[1]
+    );
+    assert_eq!(devices[1]["ungated_runs"], 1);
+    assert_eq!(devices[1]["best_bpb"].as_f64(), Some(1.0));
+}
+
+#[tokio::test]
+async fn a_system_without_gate_records_or_runs_is_shown_on_the_cpu_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(dir.path(), None);
+    let (_, sys) = get(&app, "/api/systems").await;
+    let devices = sys["systems"][0]["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1, "{devices:?}");
+    assert_eq!(devices[0]["device"], "cpu");
+    let (_, g) = get(&app, "/api/runs/none/gates").await;
+    assert!(g["error"].as_str().unwrap().contains("no run named"), "{g}");
 }

@@ -12,7 +12,14 @@
 //! ([`jsonl::read`]) skip. `run.json` names the process writing it (pid, host, the process's
 //! start time), so a reader can tell a run whose process is gone from one still going
 //! ([`RunInfo::observed`]).
+//!
+//! The gate ledger ([`GateRecord`]) lives beside the runs rather than in one:
+//! `<runs>/.gates/<system>.jsonl`, a row each time `alpha check` judges a gate. A gate judges a
+//! build of a system on a device, not a run, so every run of that system under the same runs
+//! folder reads the same ledger: `alpha train` finds it from its run directory's parent, and
+//! `alpha serve --runs` from its folder. The leading dot keeps it from being listed as a run.
 
+pub mod catalogue;
 pub mod jsonl;
 pub mod liveness;
 
@@ -77,6 +84,87 @@ pub struct RunInfo {
     /// The updates' worth of time over which the budget's warmdown takes the rate to 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warmdown_updates: Option<u64>,
+    /// What the gate ledger said when a GPU run started (absent for a CPU run: the CPU is the
+    /// reference the gates compare against).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gates: Option<RunGates>,
+}
+
+/// The gates a GPU run started on: the build and device it was checked for, the passing
+/// ledger rows it relied on, or that it was told to skip them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunGates {
+    /// The build identity the ledger was searched for (see [`GateRecord::build`]).
+    pub build: String,
+    pub device: String,
+    /// Started with `--skip-gates`.
+    pub skipped: bool,
+    /// The gates with a passing record for this build and device, in the ledger's order.
+    pub passed: Vec<String>,
+    /// The gates without one (a skipped run names what it went without).
+    pub missing: Vec<String>,
+    /// The ledger read, as given to the trainer.
+    pub ledger: String,
+}
+
+/// The gates `alpha check all` runs, in the order each must hold before the next is worth
+/// running: the forward pass, its gradient, the optimizer's update, and causality.
+pub const GATES: [&str; 4] = ["forward", "gradient", "update", "causality"];
+
+/// The folder of gate ledgers under a runs folder.
+pub const GATE_DIR: &str = ".gates";
+
+/// The gate ledger of `system` under the runs folder `runs`.
+pub fn gate_ledger(runs: &std::path::Path, system: &str) -> std::path::PathBuf {
+    runs.join(GATE_DIR).join(format!("{}.jsonl", system.to_lowercase()))
+}
+
+/// One measured figure of a gate, beside the threshold it is judged by.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GateFigure {
+    /// What was measured ("loss relative difference", "lowest gradient cosine", …).
+    pub name: String,
+    pub value: f64,
+    /// The bound, as the gate states it ("≤ 1e-3", "≥ 0.9999", "= 0").
+    pub threshold: String,
+    pub holds: bool,
+}
+
+/// One weight set a gate ran on: its figures, the report's lines and its verdict.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GateCase {
+    /// "initial" or "perturbed".
+    pub weights: String,
+    pub figures: Vec<GateFigure>,
+    /// The report's lines for these weights (every tensor that missed a bound is named there).
+    pub evidence: Vec<String>,
+    pub passed: bool,
+}
+
+/// A row of a gate ledger: one gate judged once for a system, build and device.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GateRecord {
+    pub gate: String,
+    pub system: String,
+    /// "cuda" or "cpu": the device under test (the reference is always the CPU).
+    pub device: String,
+    /// The GPU's name as NVML gives it ("NVIDIA H200"), for a cuda gate where NVML answers.
+    pub gpu: Option<String>,
+    pub batch: u64,
+    pub seed: u64,
+    pub cases: Vec<GateCase>,
+    pub passed: bool,
+    /// The build judged: the SHA-256 of the executable that ran the gate. A commit does not
+    /// name the bits (uncommitted edits, other flags), the executable does; a training run
+    /// looks for its own executable's hash here.
+    pub build: String,
+    /// The commit the executable was built from, where the build recorded one.
+    pub commit: Option<String>,
+    pub time: String,
 }
 
 /// The state a run shows when `run.json` says "running" but its process is gone.
@@ -157,6 +245,18 @@ pub struct LineageRow {
     /// Joules the GPU drew from the run's first invocation to this checkpoint (NVML's energy
     /// counter; compilation and evaluation included), where a GPU trained it.
     pub energy_j: Option<f64>,
+    /// The held-out bits per byte's standard error over windows (a ratio's, by the delta
+    /// method), and the held-out loss's, nats a token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heldout_bpb_se: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heldout_loss_se: Option<f64>,
+    /// Text sampled from the checkpoint when it was scored: `sample_prompt` and its
+    /// continuation, so the page can set what a model writes beside another's at the same cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample_prompt: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample: Option<String>,
     pub time: Option<String>,
     /// The branch the checkpoint belongs to (0 or absent: the main line, `checkpoints/`;
     /// branch N lives in `checkpoints/branch-N/`).

@@ -14,8 +14,17 @@
 //!   every later row changes.
 //!
 //! Each runs on the initial weights and on perturbed ones.
+//!
+//! Every result goes into the system's gate ledger ([`alpha_records::gate_ledger`]) with its
+//! figures, thresholds, verdict and the build judged (the SHA-256 of the executable), and a GPU
+//! training run starts only when the newest record of every gate for its build and device
+//! passed ([`require`]): a device that has not been shown equal to the reference trains
+//! nothing whose loss anyone should read.
 
 use std::fmt::Write;
+use std::path::Path;
+
+use alpha_records::{GateCase, GateFigure, GateRecord, RunGates};
 
 use alpha_learn::{gradient_program, inference_program, Learner};
 use alpha_plan::Backend;
@@ -49,10 +58,29 @@ impl std::str::FromStr for Gate {
     }
 }
 
-/// The outcome of one gate: its report and whether every threshold held.
+impl Gate {
+    /// The name the ledger and the command line use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Gate::Forward => "forward",
+            Gate::Gradient => "gradient",
+            Gate::Update => "update",
+            Gate::Causality => "causality",
+        }
+    }
+}
+
+/// The outcome of one gate: its report, each weight set's figures, and whether every threshold
+/// held.
 pub struct Report {
     pub text: String,
+    pub cases: Vec<GateCase>,
     pub passed: bool,
+}
+
+/// A figure measured against its threshold, kept for the ledger.
+fn figure(figs: &mut Vec<GateFigure>, name: &str, value: f64, threshold: &str, holds: bool) {
+    figs.push(GateFigure { name: name.into(), value, threshold: threshold.into(), holds });
 }
 
 /// Which weights a gate runs on.
@@ -63,6 +91,13 @@ enum Weights {
 }
 
 impl Weights {
+    fn key(self) -> &'static str {
+        match self {
+            Weights::Initial => "initial",
+            Weights::Perturbed => "perturbed",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Weights::Initial => "initial weights",
@@ -113,6 +148,7 @@ fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
 /// Run `gate` for `system` on `device` against the CPU reference.
 pub fn check(gate: Gate, system: &dyn System, device: Device, batch: usize, seed: u64) -> Result<Report> {
     let mut text = String::new();
+    let mut cases = vec![];
     let mut passed = true;
     let (t, v) = (system.context(), system.vocab());
     let n = batch * t;
@@ -121,16 +157,20 @@ pub fn check(gate: Gate, system: &dyn System, device: Device, batch: usize, seed
     for w in [Weights::Initial, Weights::Perturbed] {
         let _ = writeln!(text, "{} · {:?} gate · {} · batch {batch}", system.name(), gate, w.name());
         let case = Case { system, device, batch, seed, w, tokens: &tokens, targets: &targets };
+        let (mut lines, mut figs) = (String::new(), vec![]);
         let ok = match gate {
-            Gate::Forward => forward(&case, &mut text)?,
-            Gate::Gradient => gradient(&case, &mut text)?,
-            Gate::Update => update(&case, &mut text)?,
-            Gate::Causality => causality(&case, &mut text)?,
+            Gate::Forward => forward(&case, &mut lines, &mut figs)?,
+            Gate::Gradient => gradient(&case, &mut lines, &mut figs)?,
+            Gate::Update => update(&case, &mut lines, &mut figs)?,
+            Gate::Causality => causality(&case, &mut lines, &mut figs)?,
         };
+        text.push_str(&lines);
         let _ = writeln!(text, "  {}", if ok { "PASS" } else { "FAIL" });
+        let evidence = lines.lines().map(|l| l.trim().to_string()).collect();
+        cases.push(GateCase { weights: w.key().into(), figures: figs, evidence, passed: ok });
         passed &= ok;
     }
-    Ok(Report { text, passed })
+    Ok(Report { text, cases, passed })
 }
 
 /// What one gate runs on: the system, the device under test, the batch, the weights and the
@@ -159,7 +199,7 @@ impl Case<'_> {
     }
 }
 
-fn forward(c: &Case, text: &mut String) -> Result<bool> {
+fn forward(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<bool> {
     let program = inference_program(c.system.model(c.batch)?)?;
     let (mut dev, mut cpu) = c.run_both(&program, "forward")?;
     let (ld, lc) = (dev.output("loss")?[0] as f64, cpu.output("loss")?[0] as f64);
@@ -168,6 +208,8 @@ fn forward(c: &Case, text: &mut String) -> Result<bool> {
     let rel = (ld - lc).abs() / lc.abs().max(1e-12);
     let (p50, p99, max) = (quantile(errs.clone(), 0.5), quantile(errs.clone(), 0.99), quantile(errs, 1.0));
     let ok = rel <= 1e-3 && p99 <= 2e-2 && ld.is_finite();
+    figure(figs, "loss, relative difference", rel, "≤ 1e-3", rel <= 1e-3 && ld.is_finite());
+    figure(figs, "per-position |Δ loss|, 99th percentile", p99, "≤ 2e-2", p99 <= 2e-2);
     let _ = writeln!(
         text,
         "  loss device {ld:.6} reference {lc:.6} (relative {rel:.2e} ≤ 1e-3); per-position |Δ| median {p50:.2e}, p99 {p99:.2e} (≤ 2e-2), max {max:.2e}"
@@ -175,7 +217,7 @@ fn forward(c: &Case, text: &mut String) -> Result<bool> {
     Ok(ok)
 }
 
-fn gradient(c: &Case, text: &mut String) -> Result<bool> {
+fn gradient(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<bool> {
     let program = gradient_program(c.system.model(c.batch)?)?;
     let (mut dev, mut cpu) = c.run_both(&program, "step")?;
     let mut ok = true;
@@ -202,6 +244,8 @@ fn gradient(c: &Case, text: &mut String) -> Result<bool> {
         }
         worst_rel = worst_rel.max(rel);
     }
+    figure(figs, &format!("lowest gradient cosine ({worst})"), worst_cos, "≥ 0.9999", worst_cos >= 0.9999);
+    figure(figs, "largest difference / tensor's largest entry", worst_rel, "≤ 1e-2", worst_rel <= 1e-2);
     let _ = writeln!(
         text,
         "  {} tensors: lowest cosine {worst_cos:.7} ({worst}) (≥ 0.9999); largest difference {worst_rel:.2e} of the tensor's largest entry (≤ 1e-2)",
@@ -210,7 +254,7 @@ fn gradient(c: &Case, text: &mut String) -> Result<bool> {
     Ok(ok)
 }
 
-fn update(c: &Case, text: &mut String) -> Result<bool> {
+fn update(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<bool> {
     let (system, seed, w) = (c.system, c.seed, c.w);
     let learner: Learner = system.learner(system.default_steps());
     let program = learner.update_program(&system.model(1)?)?;
@@ -245,7 +289,7 @@ fn update(c: &Case, text: &mut String) -> Result<bool> {
     // same state.
     let mut ok = true;
     for step in [1u64, 200] {
-        ok &= update_at(step, &learner, &all, dev.as_mut(), &mut cpu, exact.as_mut(), text)?;
+        ok &= update_at(step, &learner, &all, dev.as_mut(), &mut cpu, exact.as_mut(), text, figs)?;
     }
     Ok(ok)
 }
@@ -308,6 +352,7 @@ fn muon_parameters(learner: &Learner, program: &alpha_ir::Program) -> Result<Vec
         .collect())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn update_at(
     step: u64,
     learner: &Learner,
@@ -316,6 +361,7 @@ fn update_at(
     cpu: &mut CpuBackend,
     mut exact: Option<&mut CpuBackend>,
     text: &mut String,
+    figs: &mut Vec<GateFigure>,
 ) -> Result<bool> {
     let muon = muon_parameters(learner, cpu.program())?;
     let mut backends: Vec<&mut dyn Backend> = vec![dev, cpu];
@@ -380,6 +426,12 @@ fn update_at(
         text,
         "  update {step}: largest device–reference difference {worst:.2e} of the tensor's change ({worst_name}) (≤ 1e-6)"
     );
+    figure(figs, &format!("update {step}: largest difference / change ({worst_name})"), worst, "≤ 1e-6", worst <= 1e-6);
+    if !muon.is_empty() {
+        let holds = muon_close(dev_cos.0, ref_cos.0);
+        let name = format!("update {step}: Muon's lowest change cosine to f32 ({})", dev_cos.1);
+        figure(figs, &name, dev_cos.0, "≥ 0.9999, or within twice the reference's distance", holds);
+    }
     if !muon.is_empty() {
         let _ = writeln!(
             text,
@@ -396,7 +448,7 @@ fn update_at(
     Ok(ok)
 }
 
-fn causality(c: &Case, text: &mut String) -> Result<bool> {
+fn causality(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<bool> {
     let Case { system, batch, tokens, targets, w, .. } = *c;
     let (t, v) = (system.context(), system.vocab());
     let p = t / 2;
@@ -433,6 +485,14 @@ fn causality(c: &Case, text: &mut String) -> Result<bool> {
     // initial tables make every row alike).
     let degenerate = ref_late_unchanged == late.len();
     let ok = early_changed == 0 && (late_unchanged == 0 || degenerate && late_unchanged == late.len());
+    figure(figs, &format!("rows before {p} that changed"), early_changed as f64, "= 0", early_changed == 0);
+    figure(
+        figs,
+        &format!("rows from {p} on unchanged"),
+        late_unchanged as f64,
+        if degenerate { "= all (the reference's are unchanged too)" } else { "= 0" },
+        late_unchanged == 0 || degenerate && late_unchanged == late.len(),
+    );
     let _ = writeln!(
         text,
         "  tokens from position {p} on changed: rows before {p} that changed {early_changed} of {} (must be 0); rows from {p} on unchanged {late_unchanged} of {}{}",
@@ -446,9 +506,151 @@ fn causality(c: &Case, text: &mut String) -> Result<bool> {
     Ok(ok)
 }
 
+/// The identity of the running build: the SHA-256 of this executable, computed once. The
+/// commit it was built from (where `ALPHA_COMMIT` was set at build time) is kept beside it in
+/// the ledger, but the hash is what a run matches: a commit does not say whether the tree had
+/// uncommitted edits or which flags built it.
+pub fn build_identity() -> Result<String> {
+    static ID: std::sync::OnceLock<std::result::Result<String, String>> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        use sha2::{Digest, Sha256};
+        let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
+        let mut file = std::fs::File::open(&exe).map_err(|e| format!("reading {}: {e}", exe.display()))?;
+        let mut h = Sha256::new();
+        std::io::copy(&mut file, &mut h).map_err(|e| format!("reading {}: {e}", exe.display()))?;
+        Ok(format!("{:x}", h.finalize()))
+    })
+    .clone()
+    .map_err(anyhow::Error::msg)
+}
+
+/// The commit this executable was built from, where the build was told (`ALPHA_COMMIT`).
+pub fn build_commit() -> Option<String> {
+    option_env!("ALPHA_COMMIT").map(str::to_string)
+}
+
+/// The ledger row for `report`, judged now on this build.
+pub fn record_of(
+    gate: Gate,
+    system: &str,
+    device: Device,
+    batch: usize,
+    seed: u64,
+    report: &Report,
+) -> Result<GateRecord> {
+    Ok(GateRecord {
+        gate: gate.name().into(),
+        system: system.to_lowercase(),
+        device: device_name(device).into(),
+        // The card judged (device 0, the one the CUDA backend opens), so a page can name it.
+        gpu: match device {
+            Device::Cuda => alpha_telemetry::GpuProbe::open(0).ok().and_then(|p| p.name().map(str::to_string)),
+            Device::Cpu => None,
+        },
+        batch: batch as u64,
+        seed,
+        cases: report.cases.clone(),
+        passed: report.passed,
+        build: build_identity()?,
+        commit: build_commit(),
+        time: crate::records::now(),
+    })
+}
+
+fn device_name(device: Device) -> &'static str {
+    match device {
+        Device::Cpu => "cpu",
+        Device::Cuda => "cuda",
+    }
+}
+
+/// Append `record` to its system's ledger under the runs folder `runs`, in one write.
+pub fn append(runs: &Path, record: &GateRecord) -> Result<std::path::PathBuf> {
+    use anyhow::Context;
+    let path = alpha_records::gate_ledger(runs, &record.system);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut file = alpha_records::jsonl::open_append(&path).with_context(|| format!("opening {}", path.display()))?;
+    alpha_records::jsonl::append(&mut file, record).with_context(|| format!("appending to {}", path.display()))?;
+    Ok(path)
+}
+
+/// `system`'s gate ledger under `runs`, oldest first (none when there is no ledger).
+pub fn ledger(runs: &Path, system: &str) -> Vec<GateRecord> {
+    crate::records::read_rows(&alpha_records::gate_ledger(runs, system))
+}
+
+/// Whether a run of `system` on `device` may start, by the ledger under `runs`. A CPU run
+/// needs no gates (the CPU is the reference): `Ok(None)`. A GPU run needs the newest record of
+/// every gate for this build and device to have passed; without that it is refused, naming the
+/// command that records them, unless `skip` (`--skip-gates`), which the run then records.
+pub fn require(runs: &Path, system: &str, device: Device, skip: bool) -> Result<Option<RunGates>> {
+    if device == Device::Cpu {
+        return Ok(None);
+    }
+    let build = build_identity()?;
+    let dev = device_name(device);
+    let path = alpha_records::gate_ledger(runs, system);
+    let (passed, missing) = alpha_records::catalogue::standing(&ledger(runs, system), &build, dev);
+    if !missing.is_empty() && !skip {
+        let name = system.to_lowercase();
+        bail!(
+            "{system} has no passing gate record on the {dev} device for this build (sha256 {}…) of the {} gate(s) in {}: \
+             run `alpha check all {name} --device {dev} --runs {}` with this executable first, \
+             or pass --skip-gates to train anyway (the run records that it skipped them)",
+            &build[..12],
+            missing.join(", "),
+            path.display(),
+            runs.display()
+        );
+    }
+    Ok(Some(RunGates {
+        build,
+        device: dev.into(),
+        skipped: skip && !missing.is_empty(),
+        passed,
+        missing,
+        ledger: path.display().to_string(),
+    }))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::muon_close;
+    use super::*;
+
+    #[test]
+    fn the_newest_record_of_each_gate_for_the_build_and_device_decides() {
+        use alpha_records::{catalogue::standing, GATES};
+        let rec = |gate: &str, build: &str, device: &str, passed: bool| GateRecord {
+            gate: gate.into(),
+            build: build.into(),
+            device: device.into(),
+            passed,
+            ..Default::default()
+        };
+        let mut rows: Vec<GateRecord> = GATES.iter().map(|g| rec(g, "b1", "cuda", true)).collect();
+        assert_eq!(standing(&rows, "b1", "cuda").1, Vec::<String>::new());
+        // Another build's or device's records count for nothing here.
+        assert_eq!(standing(&rows, "b2", "cuda").1.len(), 4);
+        assert_eq!(standing(&rows, "b1", "cpu").1.len(), 4);
+        // A later failure outweighs an earlier pass; a later pass restores it.
+        rows.push(rec("update", "b1", "cuda", false));
+        assert_eq!(standing(&rows, "b1", "cuda").1, ["update"]);
+        rows.push(rec("update", "b1", "cuda", true));
+        assert!(standing(&rows, "b1", "cuda").1.is_empty());
+    }
+
+    #[test]
+    fn a_cpu_run_needs_no_gates_and_a_gpu_run_without_records_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(require(dir.path(), "bob", Device::Cpu, false).unwrap().is_none());
+        let e = require(dir.path(), "bob", Device::Cuda, false).unwrap_err().to_string();
+        assert!(e.contains("alpha check all bob --device cuda") && e.contains("--skip-gates"), "{e}");
+        let skipped = require(dir.path(), "bob", Device::Cuda, true).unwrap().unwrap();
+        assert!(skipped.skipped);
+        assert_eq!(skipped.missing, alpha_records::GATES);
+    }
 
     #[test]
     fn a_muon_change_passes_near_the_f32_direction_or_as_near_as_the_reference() {

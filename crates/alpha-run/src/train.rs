@@ -59,7 +59,16 @@ pub struct TrainOptions {
     /// The budget's warmdown in updates' worth of time [default: the checkpoint's on resume,
     /// else the system's].
     pub warmdown_updates: Option<u64>,
+    /// Tokens sampled from each scored checkpoint into its lineage row (0: none), so a page
+    /// can show what the model writes at each cost beside another run's.
+    pub checkpoint_sample_tokens: usize,
+    /// What the gate ledger said when the run was allowed to start, recorded in `run.json`
+    /// (None for a CPU run, which needs no gates).
+    pub gates: Option<alpha_records::RunGates>,
 }
+
+/// The prompt each scored checkpoint continues (the end-of-run sample's too).
+pub const SAMPLE_PROMPT: &str = "The ";
 
 #[derive(Debug, Clone)]
 pub struct TrainResult {
@@ -108,16 +117,24 @@ fn percentile(values: &mut [f32], p: f64) -> f64 {
     *values.select_nth_unstable_by(i, f32::total_cmp).1 as f64
 }
 
-/// Scores checkpoints with a forward-only program sharing the training run's parameters.
+/// Scores checkpoints with a forward-only program sharing the training run's parameters, and
+/// samples text from them with a batch-1 one.
 struct Evaluator {
     backend: Box<dyn Backend>,
     batch: usize,
+    /// The sampler's program: batch 1, because each sampled token reads its logits back, and
+    /// the scoring batch's (16 × 1,024 × 50,257 for GPT-2) would be 16 times as many.
+    sampler: Option<Box<dyn Backend>>,
 }
 
 impl Evaluator {
-    fn new(system: &dyn System, device: Device, batch: usize) -> Result<Self> {
+    fn new(system: &dyn System, device: Device, batch: usize, samples: bool) -> Result<Self> {
         let program = inference_program(system.model(batch)?)?;
-        Ok(Evaluator { backend: backend_for(device, &program)?, batch })
+        let sampler = match samples {
+            true => Some(backend_for(device, &inference_program(system.model(1)?)?)?),
+            false => None,
+        };
+        Ok(Evaluator { backend: backend_for(device, &program)?, batch, sampler })
     }
 
     fn score(&mut self, from: &mut dyn Backend, system: &dyn System, data: &Path, windows: usize) -> Result<Score> {
@@ -129,6 +146,35 @@ impl Evaluator {
         }
         score(self.backend.as_mut(), system, self.batch, data, windows)
     }
+
+    /// A short continuation of [`SAMPLE_PROMPT`] from the parameters last scored, at
+    /// temperature 0.8 from the run's seed (so a rerun writes the same text); None without a
+    /// sampler.
+    fn sample(
+        &mut self,
+        system: &dyn System,
+        tokenizer: &alpha_data::Tokenizer,
+        tokens: usize,
+        seed: u64,
+    ) -> Result<Option<String>> {
+        let Some(sampler) = self.sampler.as_mut() else { return Ok(None) };
+        for (name, _, is_param) in crate::session::persistent(sampler.program()) {
+            if is_param {
+                sampler.write(&name, &self.backend.read(&name)?)?;
+            }
+        }
+        let ids = tokenizer.encode(SAMPLE_PROMPT);
+        check_ids(&ids, system.vocab())?;
+        let p = crate::predict::continue_prompt(sampler.as_mut(), system, &ids, tokens, 0.8, seed)?;
+        Ok(Some(tokenizer.decode(&p.tokens)))
+    }
+}
+
+/// A scored checkpoint's held-out figures and the text sampled from it.
+#[derive(Clone, Debug, Default)]
+struct Scored {
+    heldout: Option<Score>,
+    sample: Option<String>,
 }
 
 /// What every checkpoint of a run shares, and the writing of one: the file, then its lineage row.
@@ -180,7 +226,7 @@ impl Checkpointer {
         cursor: Cursor,
         parent: Option<String>,
         train_loss: Option<f64>,
-        heldout: Option<Score>,
+        scored: Scored,
         budget: Option<BudgetState>,
         cost: Cost,
     ) -> Result<(PathBuf, String)> {
@@ -199,6 +245,7 @@ impl Checkpointer {
             bail!("{} exists already; a checkpoint is never written over another", path.display());
         }
         let sha = checkpoint::save(&path, &meta, &snapshot(backend)?)?;
+        let heldout = scored.heldout;
         records.lineage(&LineageRow {
             step,
             path: rel.display().to_string(),
@@ -210,6 +257,10 @@ impl Checkpointer {
             wall_s: Some(self.started.elapsed().as_secs_f64()),
             device_s: Some(cost.device_s),
             energy_j: cost.energy_j,
+            heldout_bpb_se: heldout.and_then(|s| s.bpb_se),
+            heldout_loss_se: heldout.and_then(|s| s.loss_se),
+            sample_prompt: scored.sample.is_some().then(|| SAMPLE_PROMPT.to_string()),
+            sample: scored.sample,
             time: Some(now()),
             branch: Some(self.branch),
         })?;
@@ -357,6 +408,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         budget_s: budget.map(|b| b.budget.seconds),
         elapsed_s: budget.map(|b| b.elapsed),
         warmdown_updates: budget.map(|b| b.budget.warmdown_updates),
+        gates: opts.gates.clone(),
     };
     if let Some(b) = &budget {
         info.steps_target = budget_target(step, b, last_step);
@@ -379,8 +431,14 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         // The step whose launches are timed: the second of the invocation (the first warms caches).
         let profiled_step = opts.profile.then(|| first_step.saturating_add(1).min(last_step));
 
+        // The sample's tokenizer: without one (a stream prepared elsewhere) there is no sample.
+        let tokenizer = if opts.checkpoint_sample_tokens > 0 && opts.heldout_windows > 0 {
+            alpha_data::Tokenizer::load(&opts.data).ok()
+        } else {
+            None
+        };
         let mut evaluator = if opts.heldout_windows > 0 {
-            Some(Evaluator::new(system, opts.device, batch.min(opts.heldout_windows))?)
+            Some(Evaluator::new(system, opts.device, batch.min(opts.heldout_windows), tokenizer.is_some())?)
         } else {
             None
         };
@@ -412,7 +470,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 stream.cursor(),
                 None,
                 None,
-                None,
+                Scored::default(),
                 budget,
                 Cost::default(),
             )?;
@@ -533,10 +591,18 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             let finished = step == last_step || budget.as_ref().is_some_and(BudgetState::spent);
             let stopping = stop_requested() && !finished;
             if opts.checkpoint_every.is_some_and(|k| k > 0 && step % k == 0) || finished || stopping {
-                let heldout = match evaluator.as_mut() {
-                    Some(ev) => Some(ev.score(backend.as_mut(), system, &opts.data, opts.heldout_windows)?),
-                    None => None,
+                let scored = match evaluator.as_mut() {
+                    Some(ev) => {
+                        let heldout = Some(ev.score(backend.as_mut(), system, &opts.data, opts.heldout_windows)?);
+                        let sample = match &tokenizer {
+                            Some(tok) => ev.sample(system, tok, opts.checkpoint_sample_tokens, seed)?,
+                            None => None,
+                        };
+                        Scored { heldout, sample }
+                    }
+                    None => Scored::default(),
                 };
+                let heldout = scored.heldout;
                 let (path, sha) = checkpointer.write(
                     backend.as_mut(),
                     &records,
@@ -545,7 +611,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                     stream.cursor(),
                     parent.clone(),
                     Some(loss),
-                    heldout,
+                    scored,
                     budget,
                     cost_before.plus(step_ms_total, sampler.as_ref().and_then(|s| s.energy_joules_since_start())),
                 )?;

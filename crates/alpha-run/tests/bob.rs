@@ -100,3 +100,40 @@ fn accumulating_two_half_batches_matches_one_whole_batch() {
     assert!(diff <= 1e-4 * moved, "accumulated update differs by {diff} (table moved {moved})");
     assert!((a.last_loss - b.last_loss).abs() < 1e-5, "{} vs {}", a.last_loss, b.last_loss);
 }
+
+#[test]
+fn each_scored_checkpoint_records_its_standard_error_its_cost_and_a_sample() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = common::bytes_stream(tmp.path()) else { return };
+    let run = tmp.path().join("run");
+    let mut o = options(&data, &run, 40);
+    o.checkpoint_every = Some(20);
+    o.heldout_windows = 32;
+    o.checkpoint_sample_tokens = 24;
+    // What the CLI passes a GPU run started with --skip-gates; run.json keeps it.
+    o.gates = Some(alpha_records::RunGates {
+        build: "b".repeat(64),
+        device: "cuda".into(),
+        skipped: true,
+        passed: vec![],
+        missing: alpha_records::GATES.iter().map(|g| g.to_string()).collect(),
+        ledger: "runs/.gates/bob.jsonl".into(),
+    });
+    let r = train(&o).unwrap();
+    let rows: Vec<alpha_records::LineageRow> = alpha_run::records::read_rows(&run.join("lineage.jsonl"));
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        let (bpb, se) = (row.heldout_bpb.unwrap(), row.heldout_bpb_se.unwrap());
+        // Over 32 windows of real prose the error is small but not zero.
+        assert!(se > 0.0 && se < 0.1 * bpb, "{bpb} ± {se}");
+        assert!(row.heldout_loss_se.unwrap() > 0.0);
+        assert!(row.device_s.unwrap() > 0.0);
+        assert_eq!(row.sample_prompt.as_deref(), Some("The "));
+        assert!(!row.sample.as_deref().unwrap().is_empty(), "a sample of 24 bytes");
+    }
+    assert!(rows[1].device_s > rows[0].device_s, "the cost grows along the run");
+    let se = r.heldout.unwrap().bpb_se.unwrap();
+    assert!((se - rows[1].heldout_bpb_se.unwrap()).abs() <= 1e-12 * se, "the last row is the run's own score");
+    let info = alpha_run::records::Records::read_run_info(&run).unwrap();
+    assert!(info.gates.unwrap().skipped, "run.json records that the gates were skipped");
+}

@@ -33,6 +33,11 @@ impl GpuProbe {
         Ok(GpuProbe { nvml, index, name, energy_start_mj, integrated_j: 0.0, last_power: None })
     }
 
+    /// The card's name as NVML gives it ("NVIDIA H200"), where it answers.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
     /// "0 (NVIDIA H200)", for the note.
     pub fn describe(&self) -> String {
         match &self.name {

@@ -71,8 +71,13 @@ pub enum Command {
     /// Write a checkpoint's parameters as a parameter-golf artifact: int8 rows, fp16, fp32
     /// controls, zlib level 9.
     Export(ExportArgs),
-    /// The catalogue: each system, its parameter count, its state.
-    Systems,
+    /// The catalogue: each system, its parameter count, and what the gate ledgers and runs under
+    /// the runs folder show it doing on each device.
+    Systems {
+        /// The runs folder whose gate ledgers and runs are read.
+        #[arg(long, default_value = "runs")]
+        runs: PathBuf,
+    },
     /// Compile a system's training step and print its plan: kernels, arena by class, peak.
     Plan(PlanArgs),
     /// Write one self-contained executable holding a system's compiled plans.
@@ -126,6 +131,10 @@ pub struct CheckArgs {
     pub batch: Option<usize>,
     #[arg(long, default_value_t = 1, value_parser = validate::seed, allow_negative_numbers = true)]
     pub seed: u64,
+    /// The runs folder whose gate ledger (`.gates/<system>.jsonl`) records each result; training
+    /// runs under it read it.
+    #[arg(long, default_value = "runs")]
+    pub runs: PathBuf,
 }
 
 #[derive(Args)]
@@ -186,6 +195,13 @@ pub struct TrainArgs {
     /// Hide the progress bar and the progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Tokens sampled from each scored checkpoint into the lineage (0: none).
+    #[arg(long, default_value_t = 32, value_parser = validate::tokens, allow_negative_numbers = true)]
+    pub checkpoint_sample_tokens: usize,
+    /// Train on the GPU without a passing record of every gate for this build (the run records
+    /// that it skipped them).
+    #[arg(long)]
+    pub skip_gates: bool,
 }
 
 #[derive(Args)]
@@ -313,7 +329,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Predict(a) => predict_cmd(a),
         Command::Score(a) => score_cmd(a),
         Command::Export(a) => export(a),
-        Command::Systems => systems(),
+        Command::Systems { runs } => systems(&runs),
         Command::Plan(a) => plan(a),
         Command::Build(a) => build(a),
         Command::Data(DataCommand::Prepare { corpus, tokenizer, bos, out }) => prepare(corpus, tokenizer, bos, out),
@@ -376,20 +392,31 @@ fn train(a: TrainArgs) -> Result<()> {
         }
     }
     if a.device == Device::Cpu {
-        let needed =
-            validate::training_bytes(system.as_ref(), batch, a.accumulate, a.heldout_windows, a.sample_tokens > 0)?;
+        let samples = a.sample_tokens > 0 || a.heldout_windows > 0 && a.checkpoint_sample_tokens > 0;
+        let needed = validate::training_bytes(system.as_ref(), batch, a.accumulate, a.heldout_windows, samples)?;
         validate::ensure_fits(
             &format!("training {} at --batch {batch} on the CPU", system.name()),
             needed,
             "--batch (or --accumulate)",
         )?;
     }
-    let data = data::resolve(system.as_ref(), a.data.as_deref())?;
     let run_dir = match (&a.run_dir, &a.resume) {
         (Some(d), _) => d.clone(),
         (None, Some(ckpt)) => alpha_run::rundir::run_dir_of(ckpt).unwrap_or_else(|| fresh_run_dir(system.name())),
         (None, None) => fresh_run_dir(system.name()),
     };
+    // The gates before anything touches the corpus or the device: the ledger lies in the runs
+    // folder holding the run directory.
+    let runs_root = run_dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let gates = alpha_run::gates::require(runs_root, system.name(), a.device, a.skip_gates)?;
+    if let Some(g) = gates.as_ref().filter(|g| g.skipped) {
+        eprintln!(
+            "--skip-gates: training on the {} without a passing record of the {} gate(s); run.json says so",
+            g.device,
+            g.missing.join(", ")
+        );
+    }
+    let data = data::resolve(system.as_ref(), a.data.as_deref())?;
     let opts = TrainOptions {
         system: a.system.clone(),
         device: a.device,
@@ -409,6 +436,8 @@ fn train(a: TrainArgs) -> Result<()> {
         progress: !a.quiet,
         budget: a.budget,
         warmdown_updates: a.warmdown_updates,
+        checkpoint_sample_tokens: a.checkpoint_sample_tokens,
+        gates,
     };
     // The first Ctrl-C (or SIGTERM, SIGHUP) lets the step in flight finish and checkpoints it;
     // a second one marks run.json "interrupted" and ends the process at once.
@@ -472,7 +501,8 @@ fn train(a: TrainArgs) -> Result<()> {
     outln!("records in {}", r.run_dir.display())?;
     if a.sample_tokens > 0 {
         let ckpt = checkpoint::load(&r.checkpoint)?;
-        let prompt = Prompt { text: "The ", tokens: a.sample_tokens, temperature: 0.8, seed: a.seed };
+        let prompt =
+            Prompt { text: alpha_run::train::SAMPLE_PROMPT, tokens: a.sample_tokens, temperature: 0.8, seed: a.seed };
         let (text, _) = run_prompt(system.as_ref(), &ckpt, &r.checkpoint, &data, &prompt, a.device, None)?;
         outln!("sample: {text:?}")?;
     }
@@ -747,11 +777,41 @@ fn export(a: ExportArgs) -> Result<()> {
     Ok(())
 }
 
-fn systems() -> Result<()> {
-    outln!("{:<11} {:>12}  {:<70} description", "system", "parameters", "state")?;
+/// Each system's devices from the records under `runs`: the gate ledger's standing for this
+/// build and the runs there. A GPU appears only where a gate record or a run puts it.
+fn system_devices(runs: &Path, name: &str) -> Vec<alpha_records::catalogue::DeviceFacts> {
+    let build = alpha_run::gates::build_identity().ok();
+    let ledger = alpha_run::gates::ledger(runs, name);
+    let recorded = alpha_records::catalogue::gather_runs(runs, name);
+    alpha_records::catalogue::device_facts(&ledger, &recorded, build.as_deref())
+}
+
+fn systems(runs: &Path) -> Result<()> {
+    outln!("devices from the gate ledgers and runs in {}", runs.display())?;
+    outln!(
+        "{:<11} {:>12}  {:<6} {:<70} the design's own note (not a record)",
+        "system",
+        "parameters",
+        "device",
+        "recorded"
+    )?;
     for s in alpha_systems::catalogue() {
         let params = s.model(1)?.graph.parameter_count();
-        outln!("{:<11} {:>12}  {:<70} {}", s.name(), alpha_plan::group(params), s.state(), s.description())?;
+        for (i, d) in system_devices(runs, s.name()).iter().enumerate() {
+            let mut recorded = d.state.clone();
+            if let Some(bpb) = d.best_bpb {
+                recorded += &format!("; best held-out {bpb:.4} bits/byte");
+            }
+            if let Some(tps) = d.best_tokens_per_s {
+                recorded += &format!("; fastest {} tokens/s", alpha_plan::group(tps.round() as usize));
+            }
+            let (name, count, design) = if i == 0 {
+                (s.name(), alpha_plan::group(params), format!("{} — {}", s.state(), s.description()))
+            } else {
+                ("", String::new(), String::new())
+            };
+            outln!("{name:<11} {count:>12}  {:<6} {recorded:<70} {design}", d.device)?;
+        }
     }
     Ok(())
 }
@@ -934,6 +994,8 @@ impl alpha_dash::LoadedModel for ProbeModel {
 }
 
 fn serve(a: ServeArgs) -> Result<()> {
+    // The devices each system runs on come from the records the dashboard reads (its gate
+    // ledgers and runs), judged against this build; only the design's words come from here.
     let mut catalogue = vec![];
     for s in alpha_systems::catalogue() {
         catalogue.push(alpha_dash::SystemInfo {
@@ -941,7 +1003,6 @@ fn serve(a: ServeArgs) -> Result<()> {
             description: s.description().into(),
             parameters: s.model(1)?.graph.parameter_count() as u64,
             state: s.state().into(),
-            devices: vec!["cpu".into(), "cuda sm_90a (H200)".into()],
         });
     }
     let opts = alpha_dash::ServeOptions {
@@ -950,6 +1011,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         host: a.host,
         catalogue,
         probe: Some(Arc::new(CliProbe)),
+        build: alpha_run::gates::build_identity().ok(),
     };
     alpha_dash::serve(opts)
 }
@@ -973,6 +1035,9 @@ fn check(a: CheckArgs) -> Result<()> {
     for g in gates {
         let r = check(g, system.as_ref(), a.device, batch, a.seed)?;
         out!("{}", r.text)?;
+        let record = alpha_run::gates::record_of(g, system.name(), a.device, batch, a.seed, &r)?;
+        let ledger = alpha_run::gates::append(&a.runs, &record)?;
+        outln!("  recorded in {} (build sha256 {}…)", ledger.display(), &record.build[..12])?;
         if !r.passed {
             failed.push(format!("{g:?}"));
         }

@@ -1,8 +1,9 @@
 //! `alpha plan --fits SIZE`: the largest batch whose GPU training run fits in a device's memory,
 //! found on the CPU from the arenas the CUDA backend would allocate (no GPU needed).
 //!
-//! A GPU training run holds two arenas at once: the training step's and the held-out
-//! evaluator's (an inference program at `min(batch, held-out windows)` sequences). Each is the
+//! A GPU training run holds three arenas at once: the training step's, the held-out
+//! evaluator's (an inference program at `min(batch, held-out windows)` sequences) and, beside it,
+//! the batch-1 program that samples text at each scored checkpoint. Each is the
 //! CUDA lowering's whole arena (plan, constants and kernel scratch), which is what the backend
 //! allocates in one `cuMemAlloc`. The CUDA context, its module images and graphs take memory
 //! outside them; [`CONTEXT_RESERVE`] is set aside for that.
@@ -44,7 +45,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 /// Device bytes of a GPU training run of `system` at `batch`: the training step's arena and
-/// the held-out evaluator's, as the CUDA backend lowers them. Where the backend refuses a
+/// the held-out evaluator's with its batch-1 sampler's (a scored checkpoint writes a sample by
+/// default), as the CUDA backend lowers them. Where the backend refuses a
 /// program (a tensor past its 32-bit indexing), the plan's own arena stands in and the refusal
 /// is kept: such a batch does not run whatever the memory.
 pub fn gpu_training_bytes(
@@ -67,8 +69,12 @@ pub fn gpu_training_bytes(
     let mut learner = system.learner(system.default_steps());
     learner.accumulation = accumulate;
     let step = arena(&learner.training_program(system.model(batch)?)?)?;
-    let evaluator =
-        if heldout_windows > 0 { arena(&inference_program(system.model(batch.min(heldout_windows))?)?)? } else { 0 };
+    let evaluator = if heldout_windows > 0 {
+        arena(&inference_program(system.model(batch.min(heldout_windows))?)?)?
+            + arena(&inference_program(system.model(1)?)?)?
+    } else {
+        0
+    };
     Ok(Needs { batch, step, evaluator, refused })
 }
 
@@ -78,7 +84,7 @@ pub struct Needs {
     pub batch: usize,
     /// The training step's arena.
     pub step: u64,
-    /// The held-out evaluator's arena.
+    /// The held-out evaluator's arena and its batch-1 sampler's.
     pub evaluator: u64,
     /// Why the CUDA backend would not compile this batch, if it would not.
     pub refused: Option<String>,

@@ -267,7 +267,8 @@ pub fn cpu_arena_bytes(program: &alpha_ir::Program) -> Result<u64> {
 }
 
 /// Host memory a CPU training run takes: the step's arena, the held-out evaluator's arena, the
-/// closing sample's, and the step's token and loss buffers.
+/// batch-1 arena that samples text (at scored checkpoints, and at the end), and the step's
+/// token and loss buffers.
 pub fn training_bytes(
     system: &dyn System,
     batch: usize,

@@ -299,3 +299,77 @@ fn a_budgeted_run_exports_an_artifact_that_scores_beside_its_checkpoint() {
     assert!(c < 6.0 && (a - c).abs() < 0.01, "checkpoint {c}, artifact {a}");
     assert!(lines[2].starts_with("the artifact is ") && lines[2].ends_with(" its checkpoint"), "{out}");
 }
+
+/// The gate ledger as `alpha check` writes it under the runs folder.
+fn ledger(runs: &Path, system: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(runs.join(".gates").join(format!("{system}.jsonl"))).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn gates_are_recorded_and_a_gpu_run_without_them_is_refused_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let out = succeeds(&alpha(&["check", "all", "bob", "--device", "cpu", "--runs", "runs"], tmp.path()));
+    assert!(out.contains("recorded in runs/.gates/bob.jsonl"), "{out}");
+    let rows = ledger(&runs, "bob");
+    let gates: Vec<&str> = rows.iter().map(|r| r["gate"].as_str().unwrap()).collect();
+    assert_eq!(gates, ["forward", "gradient", "update", "causality"], "one row a gate, in the order run");
+    let build = rows[0]["build"].as_str().unwrap().to_string();
+    assert_eq!(build.len(), 64, "the executable's SHA-256: {build}");
+    for r in &rows {
+        assert_eq!(
+            (r["system"].as_str(), r["device"].as_str(), r["passed"].as_bool()),
+            (Some("bob"), Some("cpu"), Some(true))
+        );
+        assert_eq!(r["build"].as_str(), Some(build.as_str()));
+        let cases = r["cases"].as_array().unwrap();
+        let weights: Vec<&str> = cases.iter().map(|c| c["weights"].as_str().unwrap()).collect();
+        assert_eq!(weights, ["initial", "perturbed"]);
+        for c in cases {
+            let figures = c["figures"].as_array().unwrap();
+            assert!(
+                !figures.is_empty() && figures.iter().all(|f| f["holds"] == true && f["threshold"].is_string()),
+                "{c}"
+            );
+            assert!(!c["evidence"].as_array().unwrap().is_empty());
+        }
+    }
+
+    // No cuda record: a GPU run is refused, naming what to do, before the corpus or the device
+    // is touched (no run folder, no data read: the corpus named does not exist).
+    let gpu_run = runs.join("bob-gpu");
+    let train_on_cuda = || {
+        let run_dir = gpu_run.to_str().unwrap();
+        let args =
+            ["train", "bob", "--device", "cuda", "--steps", "2", "--data", "no-such-corpus", "--run-dir", run_dir];
+        alpha(&args, tmp.path())
+    };
+    let refused = train_on_cuda();
+    fails_with(&refused, "no passing gate record on the cuda device");
+    fails_with(&refused, "alpha check all bob --device cuda");
+    fails_with(&refused, "--skip-gates");
+    assert!(!gpu_run.exists(), "a refused run writes nothing");
+
+    // With a passing cuda record of every gate for this build, the gate check lets it by (the
+    // next complaint is the missing corpus, not the gates).
+    let cuda: String = rows
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r["device"] = "cuda".into();
+            format!("{r}\n")
+        })
+        .collect();
+    let path = runs.join(".gates/bob.jsonl");
+    std::fs::write(&path, std::fs::read_to_string(&path).unwrap() + &cuda).unwrap();
+    let o = train_on_cuda();
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && !err.contains("--skip-gates") && err.contains("no-such-corpus"), "{err}");
+
+    // The catalogue shows Bob on cuda from that record, and no other system there.
+    let shown = succeeds(&alpha(&["systems", "--runs", "runs"], tmp.path()));
+    let bob_cuda = shown.lines().find(|l| l.trim_start().starts_with("cuda")).unwrap_or_default();
+    assert!(bob_cuda.contains("every gate passed"), "{shown}");
+    assert_eq!(shown.lines().filter(|l| l.contains(" cuda ")).count(), 1, "only Bob has a cuda record:\n{shown}");
+}

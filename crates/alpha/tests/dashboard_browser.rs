@@ -111,6 +111,24 @@ fn a_real_training_run_shows_in_a_real_browser() {
     assert!(lineage.len() >= 3, "a checkpoint every 20 steps: {lineage:?}");
     let info: Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
     assert_eq!(info["state"], "finished");
+    // Each scored checkpoint carries its standard error, its cost and a sample.
+    for row in &lineage {
+        assert!(row["heldout_bpb_se"].as_f64().is_some_and(|se| se > 0.0), "{row}");
+        assert!(row["device_s"].as_f64().is_some_and(|s| s > 0.0), "{row}");
+        assert!(row["sample"].as_str().is_some_and(|s| !s.is_empty()), "{row}");
+    }
+    // A baseline to overlay, and the CPU device's gates in the runs folder's ledger.
+    let base = runs.join("bob-base");
+    let quick = ["train", "bob", "--steps", "40", "--checkpoint-every", "20", "--batch", "4", "--seed", "2", "--quiet"];
+    let out = Command::new(ALPHA).current_dir(workspace()).args(quick).arg("--run-dir").arg(&base).output().unwrap();
+    assert!(out.status.success(), "the baseline run failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(ALPHA)
+        .current_dir(workspace())
+        .args(["check", "all", "bob", "--device", "cpu", "--runs"])
+        .arg(&runs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "alpha check failed: {}", String::from_utf8_lossy(&out.stderr));
 
     let port = free_port();
     let _serve = start_serve(&runs, port);
@@ -192,6 +210,56 @@ fn a_real_training_run_shows_in_a_real_browser() {
     let guesses = b.execute("return document.querySelectorAll('#probe-top tbody tr').length", vec![]).unwrap();
     assert!(guesses.as_u64().unwrap() >= 1, "no next-token guesses");
 
+    // The gate ledger, in order, each record with its evidence; a CPU run needs none.
+    let gates = b
+        .wait_for(
+            "const l = [...document.querySelectorAll('#gates-list li[data-gate]')]; \
+             return l.length === 4 && l.map(e => [e.dataset.gate, e.dataset.passed, e.querySelectorAll('.figures tbody tr').length])",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    let gates: Vec<(String, String, u64)> = gates
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g[0].as_str().unwrap().into(), g[1].as_str().unwrap().into(), g[2].as_u64().unwrap()))
+        .collect();
+    let names: Vec<&str> = gates.iter().map(|g| g.0.as_str()).collect();
+    assert_eq!(names, ["forward", "gradient", "update", "causality"]);
+    assert!(
+        gates.iter().all(|g| g.1 == "true" && g.2 >= 2),
+        "each passed, with figures for both weight sets: {gates:?}"
+    );
+    let verdict = b.execute("return document.querySelector('#gates-verdict').textContent", vec![]).unwrap();
+    assert!(verdict.as_str().unwrap().contains("needs no gates"), "{verdict}");
+
+    // The cost curve: a point a scored checkpoint; the baseline overlaid when ticked; each
+    // checkpoint's text beside the baseline's at the nearest cost.
+    let scored = lineage.iter().filter(|r| r["heldout_bpb"].is_number()).count() as u64;
+    let curve = b.execute("return +document.querySelector('#chart-curve-time svg').dataset.points", vec![]).unwrap();
+    assert_eq!(curve.as_u64(), Some(scored), "curve points");
+    b.execute("document.querySelector('#curve-pick input[data-baseline=\"bob-base\"]').click(); return 1", vec![])
+        .unwrap();
+    b.wait_for(
+        "const s = document.querySelector('#chart-curve-time svg'); return s && s.dataset.series.includes('bob-base')",
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    let samples = b
+        .wait_for(
+            "const r = [...document.querySelectorAll('#samples-table tbody tr[data-step]')]; \
+             return r.length && r[0].cells[4].textContent.includes('bob-base') && r.map(x => x.cells[3].textContent)",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    assert_eq!(samples.as_array().unwrap().len() as u64, scored);
+    assert!(samples.as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with("The ")), "{samples}");
+    let energy = b.execute("return document.querySelector('#chart-curve-energy').textContent", vec![]).unwrap();
+    assert!(energy.as_str().unwrap().contains("No energy recorded"), "{energy}");
+    for (sel, name) in [("#gates-card", "dashboard-gates.png"), ("#curve-card", "dashboard-curve.png")] {
+        save(&b.element_png(sel).unwrap(), name, tmp.path());
+    }
+
     let png = b.full_page_png(1280).unwrap();
     save(&png, "dashboard-run.png", tmp.path());
 
@@ -199,6 +267,14 @@ fn a_real_training_run_shows_in_a_real_browser() {
     b.resize(1280, 900).unwrap();
     b.goto(&format!("{url}/systems")).unwrap();
     b.wait_for("return document.querySelector('.system[data-system=\"bob\" i] a')", Duration::from_secs(20)).unwrap();
+    // Shown on the devices its records name: the CPU only (no GPU gate record, no GPU run).
+    let devices = b
+        .execute(
+            "return [...document.querySelectorAll('.system[data-system=\"bob\" i] [data-device]')].map(e => e.dataset.device)",
+            vec![],
+        )
+        .unwrap();
+    assert_eq!(devices, serde_json::json!(["cpu"]));
     save(&b.screenshot_png().unwrap(), "dashboard-systems.png", tmp.path());
 
     // Bad input through the CLI: a port in use, a missing runs folder.

@@ -367,7 +367,7 @@ function runsPage() {
     const body = $("#runs-table tbody");
     body.innerHTML = d.runs.map((r) => `<tr data-run="${esc(r.name)}">
       <td><a href="/runs/${encodeURIComponent(r.name)}"><b>${esc(r.name)}</b></a>${r.skipped_lines ? ` <span class="badge stopped" title="lines that did not parse">${r.skipped_lines} skipped</span>` : ""}${r.problem ? `<div class="muted" style="font-size:12.5px">${esc(r.problem)}</div>` : ""}</td>
-      <td>${esc(r.system || "—")}</td><td>${esc(r.device || "—")}</td><td>${badge(r.state)}</td>
+      <td>${esc(r.system || "—")}</td><td>${esc(r.device || "—")}${r.gates_skipped ? ` <span class="badge failed" data-gates-skipped>gates skipped</span>` : ""}</td><td>${badge(r.state)}</td>
       <td class="num">${int(r.steps_done)}${r.steps_target ? ` <span class="muted">of ${int(r.steps_target)}</span>` : ""}</td>
       <td style="width:140px">${r.steps_target ? progress(r.steps_done || 0, r.steps_target, r.state) : ""}</td>
       <td class="num">${fmt(r.latest_loss, 4)}</td><td class="muted">${when(r.updated_at)}</td></tr>`).join("");
@@ -397,6 +397,14 @@ function runPage(name) {
         <div><h3>Learning rate</h3><div id="chart-lr"></div></div>
         <div><h3>Gradient norm</h3><div id="chart-grad"></div></div>
       </div></section>
+    <section class="card" id="gates-card"><h2>Gates before the run</h2>
+      <p class="sub">Each gate compares the device with the CPU reference on the same weights and inputs, on the initial weights and on perturbed ones; each must hold, with its evidence, before a GPU run starts. The system's ledger, oldest first: a failed gate stays on it as failed.</p>
+      <div id="gates-note"></div><ol class="gates" id="gates-list"></ol></section>
+    <section class="card" id="curve-card"><div class="section-head"><h2>Held-out bits per byte against cost</h2><span id="curve-pick"></span></div>
+      <p class="sub" id="curve-sub">Each scored checkpoint's held-out bits per byte against the training seconds (from the run's first step) and the GPU's joules it took to reach; the band is ±2 standard errors over windows. Tick other runs to overlay them as baselines.</p>
+      <div class="grid2"><div><h3>Against training seconds</h3><div id="chart-curve-time"></div></div><div><h3>Against energy</h3><div id="chart-curve-energy"></div></div></div>
+      <h3 style="margin-top:14px">Text at each scored checkpoint</h3>
+      <div class="scroll" style="max-height:420px"><table id="samples-table"><thead><tr><th class="num">Step</th><th class="num">Training s</th><th class="num">Bits/byte</th><th>This run writes</th><th>The baseline at the nearest cost</th></tr></thead><tbody></tbody></table></div></section>
     <section class="card" id="profile-card"><div class="section-head"><h2>Where a step's time goes</h2><span id="profile-pick"></span></div>
       <p class="sub" id="profile-sub"></p><div class="grid2" id="profile-tables"></div></section>
     <section class="card" id="telemetry-card"><div class="section-head"><h2>GPU telemetry</h2><span class="tabs" id="tele-window"></span></div>
@@ -405,8 +413,8 @@ function runPage(name) {
       <h2 style="margin-top:22px">Host telemetry</h2><p class="sub">The machine's 1-minute load and available memory, and the trainer process's resident memory and CPU.</p>
       <div class="grid2" id="host-charts"></div></section>
     <section class="card" id="lineage-card"><h2>Checkpoint lineage</h2>
-      <p class="sub">Every checkpoint, newest first: the step it holds, its losses, the wall and device seconds it took, and its SHA-256. Each resumes from its parent.</p>
-      <div class="scroll"><table id="lineage-table"><thead><tr><th class="num">Step</th><th class="num">Train loss</th><th class="num">Held-out loss</th><th class="num">Held-out bits/byte</th><th class="num">Wall s</th><th class="num">Device s</th><th>Written</th><th>SHA-256</th></tr></thead><tbody></tbody></table></div>
+      <p class="sub">Every checkpoint, newest first: the step it holds, its losses, the wall seconds of its invocation, the training seconds and energy from the run's first step, and its SHA-256. Each resumes from its parent.</p>
+      <div class="scroll"><table id="lineage-table"><thead><tr><th class="num">Step</th><th class="num">Train loss</th><th class="num">Held-out loss</th><th class="num">Held-out bits/byte</th><th class="num">Wall s</th><th class="num">Training s</th><th class="num">Energy</th><th>Written</th><th>SHA-256</th></tr></thead><tbody></tbody></table></div>
       <h3 style="margin-top:18px">Invocations</h3>
       <div class="scroll" style="max-height:260px"><table id="invocations-table"><thead><tr><th class="num">k</th><th>Steps</th><th class="num">Unseen loss</th><th class="num">Last loss</th><th class="num">Wall s</th><th class="num">Device s</th></tr></thead><tbody></tbody></table></div></section>
     <section class="card" id="probe-card"><h2>Prompt probe</h2>
@@ -419,7 +427,7 @@ function runPage(name) {
       </form><div id="probe-out"></div></section>
     <section class="card"><h2>Run</h2><p class="sub">run.json as the trainer last wrote it.</p><dl class="kv" id="run-kv"></dl></section>`;
 
-  const st = { cols: null, total: 0, lineage: [], vocab: null, teleWindow: 0, teleRows: -1, profileRows: -1, profileStep: null, invRows: -1, lineageKey: "" };
+  const st = { cols: null, total: 0, lineage: [], vocab: null, teleWindow: 0, teleRows: -1, profileRows: -1, profileStep: null, invRows: -1, lineageKey: "", gatesKey: "", baselines: new Set(), curveKey: "", others: "" };
   const windows = [["all", 0], ["1 h", 3600], ["10 min", 600]];
   $("#tele-window").innerHTML = windows.map(([l, s]) => `<button type="button" data-s="${s}" class="${s === 0 ? "on" : ""}">${l}</button>`).join("");
   $("#tele-window").addEventListener("click", (e) => {
@@ -596,6 +604,7 @@ function runPage(name) {
     const notices = [];
     if (d.problem) notices.push(`<div class="notice">${esc(d.problem)}</div>`);
     if (run.message) notices.push(`<div class="notice ${d.state === "failed" ? "bad" : "info"}">${esc(run.message)}</div>`);
+    if (run.gates && run.gates.skipped) notices.push(`<div class="notice bad" id="gates-skipped">Started with --skip-gates: no passing record of the ${esc(run.gates.missing.join(", "))} gate(s) for its build on the ${esc(run.gates.device)}. Its losses are not shown equal to the reference's.</div>`);
     for (const [file, f] of Object.entries(d.files || {})) {
       if (f.problem) notices.push(`<div class="notice bad" data-unread="${esc(file)}">${esc(file)}.jsonl is not read: ${esc(f.problem)}.</div>`);
       if (f.behind) notices.push(`<div class="notice info">Still reading ${esc(file)}.jsonl: it is large, and each poll reads part of it.</div>`);
@@ -630,14 +639,82 @@ function runPage(name) {
     const newest = rows.slice().reverse();
     $("#lineage-table tbody").innerHTML = newest.map((r) => `<tr data-step="${r.step}" data-sha="${esc(r.sha256)}" data-path="${esc(r.path)}">
       <td class="num"><b>${int(r.step)}</b>${r.branch ? ` <span class="badge plain" title="${esc(r.path)}">branch ${int(r.branch)}</span>` : ""}</td><td class="num">${fmt(r.train_loss, 4)}</td><td class="num">${fmt(r.heldout_loss, 4)}</td><td class="num">${fmt(r.heldout_bpb, 4)}</td>
-      <td class="num">${fmt(r.wall_s, 2)}</td><td class="num">${fmt(r.device_s, 2)}</td><td class="muted">${when(r.time)}</td>
+      <td class="num">${fmt(r.wall_s, 2)}</td><td class="num">${fmt(r.device_s, 2)}</td><td class="num">${energy(r.energy_j)}</td><td class="muted">${when(r.time)}</td>
       <td><span class="sha" title="${esc(r.sha256)}">${esc(String(r.sha256).slice(0, 16))}…</span></td></tr>`).join("")
-      || `<tr><td colspan="8" class="muted">No checkpoint yet.</td></tr>`;
+      || `<tr><td colspan="9" class="muted">No checkpoint yet.</td></tr>`;
     const sel = $("#probe-ckpt");
     const chosen = sel.value;
     sel.innerHTML = newest.map((r) => `<option value="${esc(r.path)}">step ${int(r.step)} · ${esc(String(r.sha256).slice(0, 8))}</option>`).join("");
     if (chosen) sel.value = chosen;
     return true;
+  }
+
+  // The gate ledger, oldest first, each record with its figures against their thresholds.
+  async function refreshGates() {
+    const g = await api(`/api/runs/${enc}/gates`);
+    const key = JSON.stringify([g.note, g.records.length, g.records.length && g.records[g.records.length - 1].time]);
+    if (key === st.gatesKey) return;
+    st.gatesKey = key;
+    const skipped = g.run_gates && g.run_gates.skipped;
+    $("#gates-note").innerHTML = `<div class="notice ${skipped ? "bad" : "info"}" id="gates-verdict">${esc(g.note)}${g.ledger ? ` Ledger: <code>${esc(g.ledger)}</code> in the runs folder.` : ""}</div>`;
+    // Seven significant digits: a cosine's distance from 1 is the figure.
+    const value = (x) => (!isNum(x) ? "—" : x !== 0 && Math.abs(x) < 1e-3 ? x.toExponential(2) : String(+x.toPrecision(7)));
+    const figure = (f) => `<tr class="${f.holds ? "" : "miss"}"><td>${esc(f.name)}</td><td class="num">${value(f.value)}</td><td class="num">${esc(f.threshold)}</td><td>${f.holds ? "holds" : "<b>missed</b>"}</td></tr>`;
+    $("#gates-list").innerHTML = g.records.map((r) => `<li data-gate="${esc(r.gate)}" data-passed="${r.passed}" data-for-run="${r.for_this_run}">
+      <div class="gate-head">${badge(r.passed ? "passed" : "failed")} <b>${esc(r.gate)}</b> <span class="muted">on the ${esc(r.device)}${r.gpu ? ` (${esc(r.gpu)})` : ""} · batch ${int(r.batch)} · seed ${int(r.seed)} · build <span class="sha" title="${esc(r.build)}">${esc(String(r.build).slice(0, 12))}…</span>${r.commit ? ` (commit ${esc(String(r.commit).slice(0, 10))})` : ""} · ${when(r.time)}</span>${r.for_this_run ? ` <span class="badge plain">this run's build</span>` : ""}</div>
+      ${(r.cases || []).map((c) => `<div class="gate-case"><div class="muted">${esc(c.weights)} weights: ${c.passed ? "passed" : "<b>failed</b>"}</div>
+        <table class="figures"><thead><tr><th>Figure</th><th class="num">Value</th><th class="num">Threshold</th><th></th></tr></thead><tbody>${(c.figures || []).map(figure).join("")}</tbody></table>
+        ${(c.evidence || []).map((e) => `<div class="evidence">${esc(e)}</div>`).join("")}</div>`).join("")}</li>`).join("")
+      || `<li class="muted">No gate record for ${esc(g.system || "this system")} in this runs folder: \`alpha check all ${esc(String(g.system || "SYSTEM").toLowerCase())} --device cuda --runs DIR\` writes them.</li>`;
+  }
+
+  // The cost curves: this run's scored checkpoints and every ticked baseline's.
+  async function refreshCurve() {
+    const runs = await api("/api/runs");
+    const others = runs.runs.filter((r) => r.name !== name).map((r) => r.name);
+    if (others.join("|") !== st.others) {
+      st.others = others.join("|");
+      $("#curve-pick").innerHTML = others.length
+        ? `<span class="muted" style="font-size:13px">baselines:</span> ${others.map((o) => `<label class="pick"><input type="checkbox" data-baseline="${esc(o)}" ${st.baselines.has(o) ? "checked" : ""}> ${esc(o)}</label>`).join(" ")}`
+        : `<span class="muted" style="font-size:13px">no other run to compare in this folder</span>`;
+      for (const box of document.querySelectorAll("#curve-pick input")) {
+        box.onchange = () => { const b = box.getAttribute("data-baseline"); if (box.checked) st.baselines.add(b); else st.baselines.delete(b); st.curveKey = ""; refreshCurve(); };
+      }
+    }
+    const picked = [...st.baselines].filter((b) => others.includes(b));
+    const curves = await Promise.all([name, ...picked].map((n) => api(`/api/runs/${encodeURIComponent(n)}/curve`).catch(() => ({ name: n, points: [] }))));
+    const key = JSON.stringify(curves.map((c) => [c.name, c.points.length, c.points.length && c.points[c.points.length - 1].step]));
+    if (key === st.curveKey) return;
+    st.curveKey = key;
+    // The line each run now continues (a resume from an earlier checkpoint leaves rows behind).
+    const line = (pts) => { const keep = currentLine(pts.map((p) => p.step)); return pts.filter((_, i) => keep[i]); };
+    const mine = line(curves[0].points);
+    const palette = [COLORS.b, COLORS.c, COLORS.d, COLORS.e, COLORS.f];
+    const seriesFor = (x, scale) => {
+      const at = (p) => (isNum(p[x]) ? p[x] * scale : null);
+      const own = mine.filter((p) => isNum(at(p)) && isNum(p.bpb));
+      const out = [
+        { label: name, type: "line", color: COLORS.a, data: own.map((p) => [at(p), p.bpb]) },
+        { label: "±2 standard errors", type: "band", color: COLORS.a, data: own.filter((p) => isNum(p.bpb_se)).map((p) => [at(p), p.bpb - 2 * p.bpb_se, p.bpb + 2 * p.bpb_se]) },
+        { label: "scored checkpoints", type: "dots", color: COLORS.a, data: own.map((p) => [at(p), p.bpb]), noValue: true },
+      ];
+      curves.slice(1).forEach((c, i) => {
+        const pts = line(c.points).filter((p) => isNum(at(p)) && isNum(p.bpb));
+        out.push({ label: c.name, type: "line", color: palette[i % palette.length], data: pts.map((p) => [at(p), p.bpb]), dash: "5 3" });
+      });
+      return out;
+    };
+    draw("chart-curve-time", { height: 260, xLabel: "training seconds from the first step", xName: "s", yLabel: "bits per byte", count: 0, empty: "No scored checkpoint yet", series: seriesFor("device_s", 1) });
+    const anyEnergy = curves.some((c) => c.points.some((p) => isNum(p.energy_j)));
+    draw("chart-curve-energy", { height: 260, xLabel: "GPU energy, kJ", xName: "kJ", yLabel: "bits per byte", count: 0, empty: anyEnergy ? "No scored checkpoint with energy yet" : "No energy recorded: NVML measures a GPU's joules, and these runs trained on the CPU", series: seriesFor("energy_j", 1e-3) });
+    const base = curves[1] ? line(curves[1].points).filter((p) => isNum(p.device_s)) : [];
+    const nearest = (cost) => base.reduce((best, p) => (!best || Math.abs(p.device_s - cost) < Math.abs(best.device_s - cost) ? p : best), null);
+    const text = (p) => (p && p.sample !== null && p.sample !== undefined ? `<div class="continuation"><span class="prompt">${esc(p.sample_prompt || "")}</span>${esc(p.sample)}</div>` : `<span class="muted">no sample recorded</span>`);
+    $("#samples-table tbody").innerHTML = mine.slice().reverse().map((p) => {
+      const b = isNum(p.device_s) ? nearest(p.device_s) : null;
+      return `<tr data-step="${p.step}"><td class="num">${int(p.step)}</td><td class="num">${fmt(p.device_s, 2)}</td><td class="num">${fmt(p.bpb, 4)}${isNum(p.bpb_se) ? ` <span class="muted">± ${fmt(p.bpb_se, 4)}</span>` : ""}</td><td class="sample">${text(p)}</td>
+        <td class="sample">${b ? `<div class="muted">${esc(curves[1].name)} · step ${int(b.step)} · ${fmt(b.device_s, 2)} s · ${fmt(b.bpb, 4)} bits/byte</div>${text(b)}` : `<span class="muted">${curves[1] ? "no scored checkpoint" : "tick a baseline above"}</span>`}</td></tr>`;
+    }).join("") || `<tr><td colspan="5" class="muted">No scored checkpoint yet: checkpoints are scored on held-out text when the run has --heldout-windows above 0.</td></tr>`;
   }
 
   poll(async () => {
@@ -657,7 +734,7 @@ function runPage(name) {
       $("#invocations-table tbody").innerHTML = inv.rows.slice().reverse().map((r) => `<tr><td class="num">${r.k}</td><td>${int(r.first_step)}–${int(r.last_step)}</td><td class="num">${fmt(r.unseen_loss, 4)}</td><td class="num">${fmt(r.last_loss, 4)}</td><td class="num">${fmt(r.wall_s, 2)}</td><td class="num">${fmt(r.device_s, 2)}</td></tr>`).join("")
         || `<tr><td colspan="6" class="muted">No invocation recorded yet.</td></tr>`;
     }
-    await Promise.all([refreshTelemetry(), refreshProfile(d.files.profile.rows)]);
+    await Promise.all([refreshTelemetry(), refreshProfile(d.files.profile.rows), refreshGates(), refreshCurve()]);
     document.body.setAttribute("data-loaded", "1");
   });
 }
@@ -667,22 +744,38 @@ function systemsPage() {
   $("#main").innerHTML = `
     <div class="kicker">Systems</div>
     <h1>Learning systems and where they run</h1>
-    <p class="lede">A system is a model, a learner, a run policy and a pairing with a device, compiled whole into one executable. Model code is hardware-independent; the pairing chooses the device. Each links to its recorded runs.</p>
+    <p class="lede">A system is a model, a learner, a run policy and a pairing with a device, compiled whole into one executable. Model code is hardware-independent; the pairing chooses the device. Where each system runs is read from this runs folder's records — its gate ledgers and its runs — and each links to its recorded runs; the design's own note is shown apart, as a claim.</p>
     <div class="systems" id="systems"></div>
-    <div class="card"><h2>Which system runs where</h2><p class="sub">Parameters, devices and recorded runs, from the catalogue and the runs folder.</p>
-    <table id="systems-table"><thead><tr><th>System</th><th>State</th><th class="num">Parameters</th><th>Devices</th><th>Runs</th></tr></thead><tbody></tbody></table></div>`;
-  const stateClass = (s) => (/train|run|qualif/i.test(s) ? "trains" : /develop|pause|pending/i.test(s) ? "develop" : "plain");
+    <div class="card"><h2>Which system runs where</h2><p class="sub">Each device a system is shown on comes from the records in this runs folder: the CPU (the reference every gate compares with), and a GPU only where a gate record or a run puts it. Gate standing is this server's build's where it was judged, else the newest judged build's.</p>
+    <table id="systems-table"><thead><tr><th>System</th><th class="num">Parameters</th><th>Device</th><th>Recorded</th><th class="num">Best held-out bits/byte</th><th class="num">Fastest tokens/s</th><th>Runs</th></tr></thead><tbody></tbody></table></div>`;
   const runLinks = (runs) => runs.map((r) => `<a href="/runs/${encodeURIComponent(r.name)}">${esc(r.name)}</a> ${badge(r.state)}`).join(" ");
+  // What the records show: a GPU device whose every gate passed and that finished a run trains
+  // there; otherwise the badge says what is missing.
+  const recorded = (s) => {
+    const gpu = s.devices.filter((d) => d.device !== "cpu");
+    const gated = gpu.filter((d) => d.gates_missing.length === 0);
+    if (gated.some((d) => d.finished > 0)) return ["trains", `trains on ${gated.filter((d) => d.finished > 0).map((d) => d.device).join(", ")}, gated`];
+    if (gated.length) return ["trains", `gated on ${gated.map((d) => d.device).join(", ")}; no finished run there`];
+    if (gpu.some((d) => d.runs > 0)) return ["develop", "ran on a GPU without every gate passed"];
+    const cpu = s.devices.find((d) => d.device === "cpu");
+    return cpu && cpu.finished > 0 ? ["plain", "trained on the CPU only"] : ["plain", "no recorded run"];
+  };
   poll(async () => {
     const d = await api("/api/systems");
-    $("#systems").innerHTML = d.systems.map((s) => `<div class="system" data-system="${esc(s.name)}">
-      <div><span class="badge ${stateClass(s.state)}">${esc(s.state)}</span></div>
+    $("#systems").innerHTML = d.systems.map((s) => {
+      const [cls, words] = recorded(s);
+      return `<div class="system" data-system="${esc(s.name)}">
+      <div><span class="badge ${cls}" data-recorded>${esc(words)}</span></div>
       <h2>${esc(s.name)}</h2><p>${esc(s.description)}</p>
       <div class="meta"><b>${int(s.parameters)}</b> parameters</div>
-      <div class="meta">Runs on: <b>${esc(s.devices.join(" · ") || "not yet paired with a device")}</b></div>
-      <div class="meta">${s.runs.length ? `Runs: ${runLinks(s.runs)}` : "No recorded run in this folder."}</div></div>`).join("")
-      || `<p class="muted">This server was started without a catalogue.</p>`;
-    $("#systems-table tbody").innerHTML = d.systems.map((s) => `<tr><td><b>${esc(s.name)}</b></td><td><span class="badge ${stateClass(s.state)}">${esc(s.state)}</span></td><td class="num">${int(s.parameters)}</td><td>${esc(s.devices.join(", ") || "none yet")}</td><td>${s.runs.length ? runLinks(s.runs) : "—"}</td></tr>`).join("");
+      ${s.devices.map((dv) => `<div class="meta" data-device="${esc(dv.device)}"><b>${esc(dv.device)}</b>: ${esc(dv.state)}</div>`).join("")}
+      <div class="meta">${s.runs.length ? `Runs: ${runLinks(s.runs)}` : "No recorded run in this folder."}</div>
+      <div class="meta muted">The design's note (not a record): ${esc(s.state)}</div></div>`;
+    }).join("") || `<p class="muted">This server was started without a catalogue.</p>`;
+    $("#systems-table tbody").innerHTML = d.systems.map((s) => s.devices.map((dv, i) => `<tr data-system="${esc(s.name)}" data-device="${esc(dv.device)}">
+      <td>${i === 0 ? `<b>${esc(s.name)}</b>` : ""}</td><td class="num">${i === 0 ? int(s.parameters) : ""}</td><td>${esc(dv.device)}</td><td>${esc(dv.state)}</td>
+      <td class="num">${isNum(dv.best_bpb) ? `${fmt(dv.best_bpb, 4)} <span class="muted">${esc(dv.best_run)}</span>` : "—"}</td><td class="num">${int(dv.best_tokens_per_s)}</td>
+      <td>${i === 0 && s.runs.length ? runLinks(s.runs) : i === 0 ? "—" : ""}</td></tr>`).join("")).join("");
   });
 }
 

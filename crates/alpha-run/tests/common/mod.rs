@@ -63,5 +63,7 @@ pub fn options(system: &str, batch: usize, seed: u64, data: &Path, run: &Path, s
         progress: false,
         budget: None,
         warmdown_updates: None,
+        checkpoint_sample_tokens: 0,
+        gates: None,
     }
 }
