@@ -434,7 +434,9 @@ def role(name: str) -> str:
 
 def schedule(steps: int) -> tuple:
     """(warm-up, horizon) of a run of `steps` updates: the seed's 200, or a tenth of a short run
-    plus one, so it still reaches its peak; the horizon at least one past the warm-up."""
+    plus one, so it still reaches its peak; the horizon at least one past the warm-up. The
+    seed's horizon was 15,259 in a run of 15,360 (SYSTEMS.md §3.6): pass `--total 15259`, as
+    `alpha train --schedule-steps 15259`, for that."""
     warmup = min(WARMUP, steps // 10 + 1)
     return warmup, max(steps, warmup + 1)
 
@@ -474,7 +476,11 @@ if torch is not None:
         stored norm is 0 is centred and given back its norm at its first update), Adam (β
         0.9/0.999, ε 1e-8). `step()` reads the clipped `.grad`s. The update count and the rates
         are host numbers, or device tensors when `graph_safe` (a captured CUDA graph then
-        counts the updates itself)."""
+        counts the updates itself).
+
+        The rotational rows are centred where Alpha centres them, inside the first update, so
+        the first gradient is taken at the uncentred rows; REQ (SYSTEMS.md §3.5) centres them
+        when the optimizer is built, before any gradient. The two differ at update 1 only."""
 
         def __init__(self, model, steps: int, device, graph_safe: bool = False, state: dict | None = None,
                      start: int = 0):
@@ -775,15 +781,21 @@ def cmd_train(args) -> dict:
             raise ValueError(f"{args.alpha} holds {theirs.numel()} updates; this run made {ours.numel()}")
         rel = ((ours - theirs).abs() / theirs.abs()).max().item()
         start, _ = ct.load_safetensors(args.init)
-        worst = (2.0, None)
+        worst, cosines = (2.0, None, 0, 0), {}
         for n, p in model.named_parameters():
-            c = cosine(p.detach().cpu() - start[n], alpha[f"after:{n}"] - start[n])
+            ours_d, theirs_d = p.detach().cpu() - start[n], alpha[f"after:{n}"] - start[n]
+            cosines[n] = c = cosine(ours_d, theirs_d)
             if c < worst[0]:
-                worst = (c, n)
+                # Adam's first steps are nearly lr·sign(g): an element whose gradient is near
+                # zero moves the other way on a rounding, which the count of opposite signs shows.
+                opposite = int(((ours_d * theirs_d) < 0).sum())
+                worst = (c, n, opposite, ours_d.numel())
         print(f"update losses: largest relative difference from Alpha's {rel:.3e}")
-        print(f"parameters' changes over {args.updates} updates: lowest cosine with Alpha's {worst[0]:.6f} ({worst[1]})")
+        print(f"parameters' changes over {args.updates} updates: lowest cosine with Alpha's {worst[0]:.6f} "
+              f"({worst[1]}: {worst[2]} of its {worst[3]} elements moved the other way)")
         result.update(alpha_losses=theirs.tolist(), losses=losses, loss_largest_relative_difference=rel,
-                      lowest_change_cosine=worst[0], lowest_change_cosine_tensor=worst[1])
+                      lowest_change_cosine=worst[0], lowest_change_cosine_tensor=worst[1],
+                      lowest_change_opposite_signs=worst[2], change_cosines=cosines)
     if args.save:
         tensors = {n: p for n, p in model.named_parameters()}
         ct.save_safetensors(args.save, tensors, {"format": "diakosmos-torch", "system": "diakosmos",
