@@ -742,12 +742,22 @@ def cmd_train(args) -> dict:
     t0 = time.perf_counter()
     for step in range(step0 + 1, step0 + args.updates + 1):
         opt.set_step_rates(step)
-        loss_sum = 0.0
+        # The mean gradient of `a` micro-batches, each micro-batch's gradient taken of its own
+        # mean loss and then scaled by 1/a, as Alpha accumulates: scaling the loss before the
+        # backward pass instead would move every bf16 rounding of the gradient in the products.
+        loss_sum, acc = 0.0, None
         for _ in range(a):
             ws = torch.tensor([stream.next_window(t_len + 1) for _ in range(b)], dtype=torch.long, device=device)
             loss = model(ws[:, :-1], ws[:, 1:])
-            (loss / a).backward()
+            loss.backward()
             loss_sum += loss.item()
+            if a > 1:
+                scaled = [p.grad * (1.0 / a) for p in params]
+                acc = scaled if acc is None else [x + y for x, y in zip(acc, scaled)]
+                opt.zero_grad()
+        if a > 1:
+            for p, g in zip(params, acc):
+                p.grad = g
         norm = ct.clip_(params, CLIP).item()
         opt.step()
         opt.zero_grad()

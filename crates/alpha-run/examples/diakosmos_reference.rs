@@ -6,7 +6,7 @@
 //! cargo run --release -p alpha-run --example diakosmos_reference -- \
 //!     (--init CKPT | --seed S [--blocks B --phasors P --harmonics H]) [--context T] \
 //!     --data DIR|FILE [--split valid|train] [--first I] [--windows N] [--device cpu|cuda] \
-//!     [--save-initial CKPT0] [--updates K --batch B [--save CKPT]] [--f32-products] \
+//!     [--save-initial CKPT0] [--updates K --batch B [--accumulate A] [--save CKPT]] [--f32-products] \
 //!     --out OUT.safetensors
 //! ```
 //!
@@ -20,7 +20,8 @@
 //!
 //! With `--updates K`, the checkpoint first trains for K updates of `--batch` windows from the
 //! training split's stream (from the checkpoint's cursor), with `Diakosmos::learner(K)`: the
-//! three optimizers, the schedule and the clip. `train_loss` and `grad_norm` (one an update)
+//! three optimizers, the schedule and the clip; with `--accumulate A`, an update is the mean
+//! gradient of A such micro-batches, as `alpha train --accumulate` makes it. `train_loss` and `grad_norm` (one an update)
 //! and the parameters after the last update (`after:<name>`) are written; `--save` writes the
 //! trained state as a checkpoint. `--save-initial` writes the starting state first (a fresh
 //! one, from `--seed`, as `alpha train --save-initial` would).
@@ -57,6 +58,7 @@ struct Args {
     save_initial: Option<PathBuf>,
     updates: u64,
     batch: usize,
+    accumulate: usize,
     save: Option<PathBuf>,
     out: PathBuf,
 }
@@ -74,6 +76,7 @@ fn parse() -> Result<Args> {
         save_initial: None,
         updates: 0,
         batch: 1,
+        accumulate: 1,
         save: None,
         out: PathBuf::new(),
     };
@@ -106,6 +109,7 @@ fn parse() -> Result<Args> {
             "--save-initial" => a.save_initial = Some(value.into()),
             "--updates" => a.updates = num(&value)?,
             "--batch" => a.batch = num(&value)? as usize,
+            "--accumulate" => a.accumulate = num(&value)? as usize,
             "--save" => a.save = Some(value.into()),
             "--out" => a.out = value.into(),
             other => bail!("unknown option {other} (the file's doc comment lists them)"),
@@ -115,8 +119,15 @@ fn parse() -> Result<Args> {
         bail!("--data and --out are required");
     }
     let g = &a.geometry;
-    if g.blocks == 0 || g.phasors == 0 || g.harmonics == 0 || g.context == 0 || a.windows == 0 || a.batch == 0 {
-        bail!("blocks, phasors, harmonics, context, windows and batch must be at least 1");
+    if g.blocks == 0
+        || g.phasors == 0
+        || g.harmonics == 0
+        || g.context == 0
+        || a.windows == 0
+        || a.batch == 0
+        || a.accumulate == 0
+    {
+        bail!("blocks, phasors, harmonics, context, windows, batch and accumulate must be at least 1");
     }
     Ok(a)
 }
@@ -268,7 +279,8 @@ fn main() -> Result<()> {
         let Source::Prepared(dir) = &source else {
             bail!("--updates reads the training split of a prepared directory")
         };
-        let learner = system.learner(args.updates);
+        let mut learner = system.learner(args.updates);
+        learner.accumulation = args.accumulate;
         let program = learner.training_program(system.model(args.batch)?)?;
         let mut backend = backend_for(args.device, &program)?;
         let fresh = initial_leaves(&program.graph, args.seed);
@@ -285,15 +297,23 @@ fn main() -> Result<()> {
         stream.seek(cursor)?;
         let (mut losses, mut norms) = (vec![], vec![]);
         for step in 1..=args.updates {
-            let ws: Vec<Vec<u32>> = (0..args.batch).map(|_| stream.next_window(t + 1)).collect::<Result<_, _>>()?;
-            let (tokens, targets) = split_windows(&ws);
-            backend.write_ids("tokens", &tokens)?;
-            backend.write_ids("targets", &targets)?;
             for (name, x) in learner.scalars(step) {
                 backend.write(name, &[x as f32])?;
             }
-            backend.run(&program.phases[0].name)?;
-            let (loss, norm) = (backend.output("loss")?[0], backend.output("grad_norm")?[0]);
+            // Micro-batch after micro-batch, window after window, as the trainer fills them.
+            let mut loss = 0.0;
+            for _ in 0..args.accumulate {
+                let ws: Vec<Vec<u32>> = (0..args.batch).map(|_| stream.next_window(t + 1)).collect::<Result<_, _>>()?;
+                let (tokens, targets) = split_windows(&ws);
+                backend.write_ids("tokens", &tokens)?;
+                backend.write_ids("targets", &targets)?;
+                backend.run(&program.phases[0].name)?;
+                loss += backend.output("loss")?[0] / args.accumulate as f32;
+            }
+            if args.accumulate > 1 {
+                backend.run("update")?;
+            }
+            let norm = backend.output("grad_norm")?[0];
             eprintln!("update {step}/{}: loss {loss:.4}, gradient norm {norm:.4}", args.updates);
             losses.push(loss);
             norms.push(norm);
@@ -309,6 +329,7 @@ fn main() -> Result<()> {
         out.insert("grad_norm".into(), (vec![norms.len()], norms));
         meta.insert("updates".into(), args.updates.to_string());
         meta.insert("batch".into(), args.batch.to_string());
+        meta.insert("accumulate".into(), args.accumulate.to_string());
         meta.insert("cursor_after".into(), serde_json::to_string(&cursor)?);
         if let Some(path) = &args.save {
             let hash = config_hash(&system, &program);
