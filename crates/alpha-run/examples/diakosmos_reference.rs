@@ -235,7 +235,7 @@ fn main() -> Result<()> {
     let args = parse()?;
     let source = Source::open(&args.data)?;
     // The starting state: a checkpoint's tensors, or Alpha's initializers at the given geometry.
-    let (system, mut state, mut cursor) = match &args.init {
+    let (system, mut state, mut cursor, step) = match &args.init {
         Some(path) => {
             let ckpt = checkpoint::load(path)?;
             if ckpt.meta.system != "diakosmos" {
@@ -243,7 +243,7 @@ fn main() -> Result<()> {
             }
             let system = geometry_of(&ckpt.tensors, args.geometry.context, args.geometry.bf16, path)?;
             let cursor: alpha_data::Cursor = serde_json::from_str(&ckpt.meta.cursor).unwrap_or_default();
-            (system, ckpt.tensors, cursor)
+            (system, ckpt.tensors, cursor, ckpt.meta.step)
         }
         None => {
             let system = args.geometry.clone();
@@ -254,7 +254,7 @@ fn main() -> Result<()> {
                 .into_iter()
                 .map(|(n, v)| (n.clone(), (shapes[&n].clone(), v)))
                 .collect();
-            (system, state, alpha_data::Cursor::default())
+            (system, state, alpha_data::Cursor::default(), 0)
         }
     };
     eprintln!(
@@ -279,6 +279,10 @@ fn main() -> Result<()> {
         let Source::Prepared(dir) = &source else {
             bail!("--updates reads the training split of a prepared directory")
         };
+        if step != 0 {
+            // The updates run a fresh schedule from update 1, which only a step-0 state has.
+            bail!("--updates starts the learner at update 1: give a step-0 checkpoint (this one is at step {step})");
+        }
         let mut learner = system.learner(args.updates);
         learner.accumulation = args.accumulate;
         let program = learner.training_program(system.model(args.batch)?)?;
