@@ -432,8 +432,10 @@ if torch is not None:
     def from_alpha_name(name: str) -> str:
         return "head." + name if name.startswith("ln_f.") else name
 
-    def load_into(model, tensors: dict, source: str):
-        want = {to_alpha_name(n): p for n, p in model.named_parameters()}
+    def load_into(model, tensors: dict, source: str, rename=None):
+        """Copy `tensors` (by Alpha's names) into `model`; `rename` turns a parameter's name in
+        the model into Alpha's (default `to_alpha_name`, Coppelius's and GPT-2's module tree)."""
+        want = {(rename or to_alpha_name)(n): p for n, p in model.named_parameters()}
         missing = sorted(set(want) - set(tensors))
         if missing:
             raise ValueError(f"{source}: lacks {len(missing)} parameters, e.g. {missing[:3]}")
@@ -674,10 +676,13 @@ def attention_kernels(run_once) -> list:
     return sorted(names)
 
 
-def bench_setting(name, cfg, state, batches, args, device, build=None) -> dict:
+def bench_setting(name, cfg, state, batches, args, device, build=None, make_opt=None) -> dict:
     """One setting's timing. `build()` makes the model (default: Coppelius of `cfg`); any model
     whose forward is `(tokens, targets) -> mean loss`, with `blocks` and `head` for
-    `--compile-scope blocks`, and whose parameters `state` names, can be timed."""
+    `--compile-scope blocks`, and whose parameters `state` names, can be timed.
+    `make_opt(model, device, graph_safe)` makes its optimizer (default: Alpha's AdamW groups);
+    it must take `set_lr`, `step()` and `zero_grad(set_to_none=True)`, with tensor rates and
+    no host synchronisation when `graph_safe`."""
     use_graph = name in ("graph", "compile+graph")
     compiled = name in ("compile", "compile+graph")
     t_setup = time.perf_counter()
@@ -686,7 +691,7 @@ def bench_setting(name, cfg, state, batches, args, device, build=None) -> dict:
         for n, p in model.named_parameters():
             p.copy_(state[n])
     params = list(model.parameters())
-    opt = make_optimizer(model, device, graph_safe=use_graph)
+    opt = (make_opt or make_optimizer)(model, device, graph_safe=use_graph)
     fwd = model
     if compiled:
         # Inside a whole-step graph, PyTorch's own graphs must stay off; max-autotune's kernel
@@ -810,10 +815,12 @@ def cmd_bench(args) -> dict:
     return run_bench(args, config_from_args(args), "Coppelius", init_tensors)
 
 
-def run_bench(args, cfg, title: str, init, build=None) -> dict:
+def run_bench(args, cfg, title: str, init, build=None, make_opt=None, rename=None) -> dict:
     """The `bench` subcommand for any model: `init(cfg, seed)` gives its initial tensors by
     Alpha's names, `build()` makes it (default Coppelius); `cfg` has `vocab`, `context` and
-    `parameter_count()`. Times each of `--settings`, prints the table and returns the JSON."""
+    `parameter_count()`. `make_opt` is `bench_setting`'s; `rename` turns an Alpha name into the
+    model's parameter name (default Coppelius's `from_alpha_name`). Times each of `--settings`,
+    prints the table and returns the JSON."""
     device = pick_device(args.device, args.attention)
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     for s in settings:
@@ -825,7 +832,7 @@ def run_bench(args, cfg, title: str, init, build=None) -> dict:
         if dropped:
             log(f"no CUDA: skipping {','.join(dropped)}")
     torch.manual_seed(args.seed)
-    state = {from_alpha_name(k): v.to(device) for k, v in init(cfg, args.seed).items()}
+    state = {(rename or from_alpha_name)(k): v.to(device) for k, v in init(cfg, args.seed).items()}
     g = torch.Generator().manual_seed(args.seed)
     batches = []
     for _ in range(4):
@@ -855,7 +862,7 @@ def run_bench(args, cfg, title: str, init, build=None) -> dict:
             continue
         log(f"[B={args.batch}] {s} ...")
         try:
-            results[s] = bench_setting(s, cfg, state, batches, args, device, build)
+            results[s] = bench_setting(s, cfg, state, batches, args, device, build, make_opt)
             log(f"[B={args.batch}] {s}: {results[s]['ms_per_step']:.3f} ms/step (setup {results[s]['setup_s']:.1f} s)")
         except Exception as e:
             results[s] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}

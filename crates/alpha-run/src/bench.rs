@@ -19,7 +19,11 @@ use alpha_learn::init::initial_leaves;
 /// The systems with a PyTorch baseline and its script, relative to the repository root: each
 /// script is the same model written again in PyTorch (no code shared with Alpha), whose `bench`
 /// subcommand times one whole training step in PyTorch's four settings.
-pub const BASELINES: &[(&str, &str)] = &[("coppelius", "bench/coppelius_torch.py"), ("gpt2", "bench/gpt2_torch.py")];
+pub const BASELINES: &[(&str, &str)] = &[
+    ("coppelius", "bench/coppelius_torch.py"),
+    ("gpt2", "bench/gpt2_torch.py"),
+    ("diakosmos", "bench/diakosmos_torch.py"),
+];
 
 /// The PyTorch script `alpha bench` times `system` against: `given` (`--baseline`) when set,
 /// `none` for no baseline, else the system's own from [`BASELINES`]. A system without one, or
@@ -142,7 +146,7 @@ mod tests {
             assert!(root.join(script).is_file(), "{script} ({system}'s baseline) is not in the repository");
         }
         let scripts: Vec<&str> = BASELINES.iter().map(|(_, s)| *s).collect();
-        assert_eq!(scripts, ["bench/coppelius_torch.py", "bench/gpt2_torch.py"]);
+        assert_eq!(scripts, ["bench/coppelius_torch.py", "bench/gpt2_torch.py", "bench/diakosmos_torch.py"]);
     }
 
     #[test]
@@ -154,7 +158,9 @@ mod tests {
         let e = baseline_script("coppelius", None).unwrap_err().to_string();
         assert!(e.contains("bench/coppelius_torch.py is not here"), "{e}");
         let e = baseline_script("bob", None).unwrap_err().to_string();
-        assert!(e.contains("bob has no PyTorch baseline script (systems with one: coppelius, gpt2)"), "{e}");
+        assert!(e.contains("bob has no PyTorch baseline script (systems with one: coppelius, gpt2, diakosmos)"), "{e}");
+        let e = baseline_script("diakosmos", None).unwrap_err().to_string();
+        assert!(e.contains("bench/diakosmos_torch.py is not here"), "{e}");
         assert!(e.contains("--baseline none"), "{e}");
         assert_eq!(baseline_script("bob", Some(Path::new("none"))).unwrap(), None);
         let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");

@@ -1,0 +1,382 @@
+//! Alpha's own numbers for Diakosmos, written out for `bench/diakosmos_torch.py` to hold its
+//! independent PyTorch model against: the loss and every parameter's gradient on given windows
+//! of a checkpoint, and (optionally first) a few training updates with the system's learner.
+//!
+//! ```text
+//! cargo run --release -p alpha-run --example diakosmos_reference -- \
+//!     (--init CKPT | --seed S [--blocks B --phasors P --harmonics H]) [--context T] \
+//!     --data DIR|FILE [--split valid|train] [--first I] [--windows N] [--device cpu|cuda] \
+//!     [--save-initial CKPT0] [--updates K --batch B [--accumulate A] [--save CKPT]] [--f32-products] \
+//!     --out OUT.safetensors
+//! ```
+//!
+//! The model is the system's own code ([`alpha_systems::diakosmos::Diakosmos`]) at the geometry
+//! of `--init`'s tensors (blocks counted, phasors from the stream's width, harmonics from
+//! `spectral_coeffs`), or at the given one from Alpha's initializers with `--seed`; the context
+//! is not in the tensors (nothing in the model is positional), so it is `--context`
+//! (default 2,048). The seed's geometry is the default; a small one checks in seconds.
+//! `--f32-products` turns off the bf16 rounding of the three large products' operands
+//! ([`Diakosmos::bf16`]), so the equations can be compared apart from that rounding.
+//!
+//! With `--updates K`, the checkpoint first trains for K updates of `--batch` windows from the
+//! training split's stream (from the checkpoint's cursor), with `Diakosmos::learner(K)`: the
+//! three optimizers, the schedule and the clip; with `--accumulate A`, an update is the mean
+//! gradient of A such micro-batches, as `alpha train --accumulate` makes it. `train_loss` and `grad_norm` (one an update)
+//! and the parameters after the last update (`after:<name>`) are written; `--save` writes the
+//! trained state as a checkpoint. `--save-initial` writes the starting state first (a fresh
+//! one, from `--seed`, as `alpha train --save-initial` would).
+//!
+//! Then the gradient: on N windows of T + 1 tokens, window i starting at token (I + i)·T of
+//! the `--split` (the held-out split by default), or of the file's bytes when `--data` is a
+//! raw file. Written: `windows` [N, T + 1] (the byte values, so the reader can check it read
+//! the same), `loss` [1] (the mean over N·T positions) and `grad:<name>` for every parameter;
+//! the metadata holds the geometry and where the windows came from.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use alpha_learn::gradient_program;
+use alpha_learn::init::initial_leaves;
+use alpha_run::checkpoint::{self, Meta, Tensors};
+use alpha_run::session::{backend_for, config_hash, persistent};
+use alpha_run::Device;
+use alpha_systems::diakosmos::Diakosmos;
+use alpha_systems::diakosmos_wire::GROUPS;
+use alpha_systems::System;
+use anyhow::{anyhow, bail, Context, Result};
+use safetensors::tensor::{Dtype, TensorView};
+
+struct Args {
+    init: Option<PathBuf>,
+    seed: u64,
+    geometry: Diakosmos,
+    data: PathBuf,
+    split: alpha_data::Split,
+    first: u64,
+    windows: usize,
+    device: Device,
+    save_initial: Option<PathBuf>,
+    updates: u64,
+    batch: usize,
+    accumulate: usize,
+    save: Option<PathBuf>,
+    out: PathBuf,
+}
+
+fn parse() -> Result<Args> {
+    let mut a = Args {
+        init: None,
+        seed: 1,
+        geometry: Diakosmos::default(),
+        data: PathBuf::new(),
+        split: alpha_data::Split::Valid,
+        first: 0,
+        windows: 1,
+        device: Device::Cpu,
+        save_initial: None,
+        updates: 0,
+        batch: 1,
+        accumulate: 1,
+        save: None,
+        out: PathBuf::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--f32-products" {
+            a.geometry.bf16 = false;
+            continue;
+        }
+        let value = it.next().ok_or_else(|| anyhow!("{flag} needs a value"))?;
+        let num = |v: &str| -> Result<u64> { v.parse().map_err(|_| anyhow!("{flag} takes a whole number, not '{v}'")) };
+        match flag.as_str() {
+            "--init" => a.init = Some(value.into()),
+            "--seed" => a.seed = num(&value)?,
+            "--blocks" => a.geometry.blocks = num(&value)? as usize,
+            "--phasors" => a.geometry.phasors = num(&value)? as usize,
+            "--harmonics" => a.geometry.harmonics = num(&value)? as usize,
+            "--context" => a.geometry.context = num(&value)? as usize,
+            "--data" => a.data = value.into(),
+            "--split" => {
+                a.split = match value.as_str() {
+                    "valid" => alpha_data::Split::Valid,
+                    "train" => alpha_data::Split::Train,
+                    other => bail!("--split is valid or train, not '{other}'"),
+                }
+            }
+            "--first" => a.first = num(&value)?,
+            "--windows" => a.windows = num(&value)? as usize,
+            "--device" => a.device = value.parse().map_err(|e: String| anyhow!(e))?,
+            "--save-initial" => a.save_initial = Some(value.into()),
+            "--updates" => a.updates = num(&value)?,
+            "--batch" => a.batch = num(&value)? as usize,
+            "--accumulate" => a.accumulate = num(&value)? as usize,
+            "--save" => a.save = Some(value.into()),
+            "--out" => a.out = value.into(),
+            other => bail!("unknown option {other} (the file's doc comment lists them)"),
+        }
+    }
+    if a.data.as_os_str().is_empty() || a.out.as_os_str().is_empty() {
+        bail!("--data and --out are required");
+    }
+    let g = &a.geometry;
+    if g.blocks == 0
+        || g.phasors == 0
+        || g.harmonics == 0
+        || g.context == 0
+        || a.windows == 0
+        || a.batch == 0
+        || a.accumulate == 0
+    {
+        bail!("blocks, phasors, harmonics, context, windows, batch and accumulate must be at least 1");
+    }
+    Ok(a)
+}
+
+/// The geometry of a checkpoint's tensors, at `context`.
+fn geometry_of(tensors: &Tensors, context: usize, bf16: bool, path: &Path) -> Result<Diakosmos> {
+    let shape = |name: &str| {
+        tensors
+            .get(name)
+            .map(|t| t.0.clone())
+            .ok_or_else(|| anyhow!("{}: no tensor {name}; is this a Diakosmos checkpoint of Alpha's?", path.display()))
+    };
+    let width = shape("ln_f.weight")?[0];
+    if width % (2 * GROUPS) != 0 {
+        bail!("{}: a stream of {width} is not 7 groups of phasor pairs", path.display());
+    }
+    let blocks = (0..).take_while(|i| tensors.contains_key(&format!("blocks.{i}.gate_logit"))).count();
+    let harmonics = shape("blocks.0.attn.spectral_coeffs")?[1];
+    Ok(Diakosmos { blocks, phasors: width / (2 * GROUPS), harmonics, context, bf16 })
+}
+
+/// The token stream of `data` (a prepared directory), or a raw file's bytes.
+enum Source {
+    Prepared(PathBuf),
+    Raw(Vec<u8>),
+}
+
+impl Source {
+    fn open(data: &Path) -> Result<Source> {
+        if alpha_run::data::is_prepared(data) {
+            Ok(Source::Prepared(data.to_path_buf()))
+        } else {
+            Ok(Source::Raw(std::fs::read(data).with_context(|| format!("reading {}", data.display()))?))
+        }
+    }
+
+    /// N windows of `len` tokens, window i at token (first + i)·(len − 1).
+    fn windows(&self, split: alpha_data::Split, first: u64, n: usize, len: usize) -> Result<Vec<Vec<u32>>> {
+        let stride = len as u64 - 1;
+        match self {
+            Source::Prepared(dir) => {
+                let mut s = alpha_data::TokenStream::open(dir, split)?;
+                (0..n as u64)
+                    .map(|i| {
+                        let mut buf = vec![0u32; len];
+                        s.read_at((first + i) * stride, &mut buf)?;
+                        Ok(buf)
+                    })
+                    .collect()
+            }
+            Source::Raw(bytes) => (0..n as u64)
+                .map(|i| {
+                    let at = ((first + i) * stride) as usize;
+                    let w = bytes.get(at..at + len).ok_or_else(|| anyhow!("the file ends before window {i}"))?;
+                    Ok(w.iter().map(|&b| u32::from(b)).collect())
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Inputs and targets of windows of T + 1 tokens: `[N·T]` each.
+fn split_windows(ws: &[Vec<u32>]) -> (Vec<u32>, Vec<u32>) {
+    let tokens = ws.iter().flat_map(|w| w[..w.len() - 1].iter().copied()).collect();
+    let targets = ws.iter().flat_map(|w| w[1..].iter().copied()).collect();
+    (tokens, targets)
+}
+
+fn meta_for(system: &Diakosmos, hash: String, step: u64, cursor: alpha_data::Cursor, seed: u64, data: &Path) -> Meta {
+    let steps = step.max(1);
+    Meta {
+        system: system.name().into(),
+        config_hash: hash,
+        step,
+        cursor: serde_json::to_string(&cursor).expect("a cursor serialises"),
+        seed,
+        schedule: system.learner(steps).describe(),
+        schedule_total: steps,
+        peak: None,
+        tokens: step * (system.context as u64),
+        parent: None,
+        data: data.display().to_string(),
+        budget: None,
+    }
+}
+
+fn write_out(
+    path: &Path,
+    tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    meta: HashMap<String, String>,
+) -> Result<()> {
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(n, (s, d))| (n.clone(), s.clone(), d.iter().flat_map(|x| x.to_le_bytes()).collect()))
+        .collect();
+    let views: Vec<(String, TensorView)> = bytes
+        .iter()
+        .map(|(n, s, b)| Ok((n.clone(), TensorView::new(Dtype::F32, s.clone(), b)?)))
+        .collect::<Result<_, safetensors::SafeTensorError>>()?;
+    safetensors::serialize_to_file(views, Some(meta), path)?;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args = parse()?;
+    let source = Source::open(&args.data)?;
+    // The starting state: a checkpoint's tensors, or Alpha's initializers at the given geometry.
+    let (system, mut state, mut cursor, step) = match &args.init {
+        Some(path) => {
+            let ckpt = checkpoint::load(path)?;
+            if ckpt.meta.system != "diakosmos" {
+                bail!("{}: a checkpoint of {}, not of diakosmos", path.display(), ckpt.meta.system);
+            }
+            let system = geometry_of(&ckpt.tensors, args.geometry.context, args.geometry.bf16, path)?;
+            let cursor: alpha_data::Cursor = serde_json::from_str(&ckpt.meta.cursor).unwrap_or_default();
+            (system, ckpt.tensors, cursor, ckpt.meta.step)
+        }
+        None => {
+            let system = args.geometry.clone();
+            let program = alpha_learn::inference_program(system.model(1)?)?;
+            let shapes: HashMap<String, Vec<usize>> =
+                persistent(&program).into_iter().map(|(n, s, _)| (n, s)).collect();
+            let state: Tensors = initial_leaves(&program.graph, args.seed)
+                .into_iter()
+                .map(|(n, v)| (n.clone(), (shapes[&n].clone(), v)))
+                .collect();
+            (system, state, alpha_data::Cursor::default(), 0)
+        }
+    };
+    eprintln!(
+        "diakosmos: {} blocks, {} phasors a group, {} harmonics a head, context {}",
+        system.blocks, system.phasors, system.harmonics, system.context
+    );
+    let t = system.context;
+
+    if let Some(path) = &args.save_initial {
+        let program = system.learner(1).training_program(system.model(1)?)?;
+        checkpoint::save(
+            path,
+            &meta_for(&system, config_hash(&system, &program), 0, cursor, args.seed, &args.data),
+            &state,
+        )?;
+        eprintln!("wrote {}", path.display());
+    }
+
+    let mut out: BTreeMap<String, (Vec<usize>, Vec<f32>)> = BTreeMap::new();
+    let mut meta: HashMap<String, String> = HashMap::new();
+    if args.updates > 0 {
+        let Source::Prepared(dir) = &source else {
+            bail!("--updates reads the training split of a prepared directory")
+        };
+        if step != 0 {
+            // The updates run a fresh schedule from update 1, which only a step-0 state has.
+            bail!("--updates starts the learner at update 1: give a step-0 checkpoint (this one is at step {step})");
+        }
+        let mut learner = system.learner(args.updates);
+        learner.accumulation = args.accumulate;
+        let program = learner.training_program(system.model(args.batch)?)?;
+        let mut backend = backend_for(args.device, &program)?;
+        let fresh = initial_leaves(&program.graph, args.seed);
+        for (name, shape, is_param) in persistent(&program) {
+            match state.get(&name) {
+                Some((s, v)) if *s == shape => backend.write(&name, v)?,
+                Some((s, _)) => bail!("{name} has shape {s:?}; the model needs {shape:?}"),
+                None if is_param => bail!("the checkpoint lacks parameter {name}"),
+                // Optimizer state a checkpoint does not hold starts as a fresh run's does.
+                None => backend.write(&name, &fresh.iter().find(|(n, _)| *n == name).expect("a leaf").1)?,
+            }
+        }
+        let mut stream = alpha_data::TokenStream::open(dir, alpha_data::Split::Train)?;
+        stream.seek(cursor)?;
+        let (mut losses, mut norms) = (vec![], vec![]);
+        for step in 1..=args.updates {
+            for (name, x) in learner.scalars(step) {
+                backend.write(name, &[x as f32])?;
+            }
+            // Micro-batch after micro-batch, window after window, as the trainer fills them.
+            let mut loss = 0.0;
+            for _ in 0..args.accumulate {
+                let ws: Vec<Vec<u32>> = (0..args.batch).map(|_| stream.next_window(t + 1)).collect::<Result<_, _>>()?;
+                let (tokens, targets) = split_windows(&ws);
+                backend.write_ids("tokens", &tokens)?;
+                backend.write_ids("targets", &targets)?;
+                backend.run(&program.phases[0].name)?;
+                loss += backend.output("loss")?[0] / args.accumulate as f32;
+            }
+            if args.accumulate > 1 {
+                backend.run("update")?;
+            }
+            let norm = backend.output("grad_norm")?[0];
+            eprintln!("update {step}/{}: loss {loss:.4}, gradient norm {norm:.4}", args.updates);
+            losses.push(loss);
+            norms.push(norm);
+        }
+        cursor = stream.cursor();
+        state = alpha_run::session::snapshot(backend.as_mut())?;
+        for (name, shape, is_param) in persistent(&program) {
+            if is_param {
+                out.insert(format!("after:{name}"), (shape, state[&name].1.clone()));
+            }
+        }
+        out.insert("train_loss".into(), (vec![losses.len()], losses));
+        out.insert("grad_norm".into(), (vec![norms.len()], norms));
+        meta.insert("updates".into(), args.updates.to_string());
+        meta.insert("batch".into(), args.batch.to_string());
+        meta.insert("accumulate".into(), args.accumulate.to_string());
+        meta.insert("cursor_after".into(), serde_json::to_string(&cursor)?);
+        if let Some(path) = &args.save {
+            let hash = config_hash(&system, &program);
+            checkpoint::save(path, &meta_for(&system, hash, args.updates, cursor, args.seed, &args.data), &state)?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+
+    let ws = source.windows(args.split, args.first, args.windows, t + 1)?;
+    let (tokens, targets) = split_windows(&ws);
+    let program = gradient_program(system.model(args.windows)?)?;
+    let mut backend = backend_for(args.device, &program)?;
+    for (name, _, _) in persistent(&program) {
+        let (_, v) = state.get(&name).ok_or_else(|| anyhow!("no tensor {name} to start from"))?;
+        backend.write(&name, v)?;
+    }
+    backend.write_ids("tokens", &tokens)?;
+    backend.write_ids("targets", &targets)?;
+    let started = std::time::Instant::now();
+    backend.run(&program.phases[0].name)?;
+    let loss = backend.output("loss")?[0];
+    eprintln!("loss {loss:.6} on {} windows ({:.1} s)", args.windows, started.elapsed().as_secs_f64());
+    for (name, shape, _) in persistent(&program) {
+        out.insert(format!("grad:{name}"), (shape, backend.output(&format!("grad:{name}"))?));
+    }
+    out.insert("loss".into(), (vec![1], vec![loss]));
+    let flat: Vec<f32> = ws.iter().flatten().map(|&x| x as f32).collect();
+    out.insert("windows".into(), (vec![args.windows, t + 1], flat));
+    for (k, v) in [
+        ("blocks", system.blocks.to_string()),
+        ("phasors", system.phasors.to_string()),
+        ("harmonics", system.harmonics.to_string()),
+        ("context", t.to_string()),
+        ("data", args.data.display().to_string()),
+        ("split", args.split.to_string()),
+        ("first", args.first.to_string()),
+        ("device", format!("{:?}", args.device)),
+        ("products", if system.bf16 { "bf16 operands, f32 sums" } else { "f32" }.to_string()),
+        ("init", args.init.as_ref().map_or(format!("seed {}", args.seed), |p| p.display().to_string())),
+    ] {
+        meta.insert(k.into(), v);
+    }
+    write_out(&args.out, &out, meta)?;
+    eprintln!("wrote {}", args.out.display());
+    Ok(())
+}
