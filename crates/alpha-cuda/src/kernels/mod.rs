@@ -12,7 +12,8 @@
 //! for nearly every product), [`gemm::simple`] for shapes the tiled kernels do not take.
 //! Attention: [`attention`] in fp32, [`attention::mma`] on `mma.sync` and [`attention::wgmma`]
 //! on `wgmma` for bf16 q, k and v (the same bits). The rest: [`pointwise`], [`fused`] (runs of
-//! elementwise ops as one kernel), [`reduce`], [`layernorm`], [`rotary`], [`recurrence`],
+//! elementwise ops as one kernel), [`reduce`], [`layernorm`] and its sibling
+//! [`rmsnorm`], [`rotary`], [`recurrence`],
 //! [`embedding`], [`cross_entropy`], [`adamw`] and [`multi`] (multi-tensor optimizer kernels).
 
 use crate::runtime::driver::Arg;
@@ -62,4 +63,5 @@ pub mod multi;
 pub mod pointwise;
 pub mod recurrence;
 pub mod reduce;
+pub mod rmsnorm;
 pub mod rotary;

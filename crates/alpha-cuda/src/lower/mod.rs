@@ -31,8 +31,8 @@
 //! Files: this one is the driver (the arena's constant and scratch regions, kernels
 //! deduplicated, the phase loop, and `lower_node`, which dispatches each node to its family);
 //! one file per op family's lowering: `matmul.rs`, `attention.rs` (and rotaries), `layernorm.rs`,
-//! `pointwise.rs` (elementwise and layout ops, fused chains, parameter casts), `reduce.rs`,
-//! `embedding.rs`, `loss.rs`, `optimizer.rs`, `recurrence.rs`; `tests.rs`.
+//! `rmsnorm.rs`, `pointwise.rs` (elementwise and layout ops, fused chains, parameter casts),
+//! `reduce.rs`, `embedding.rs`, `loss.rs`, `optimizer.rs`, `recurrence.rs`; `tests.rs`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -68,6 +68,7 @@ mod optimizer;
 mod pointwise;
 mod recurrence;
 mod reduce;
+mod rmsnorm;
 #[cfg(test)]
 mod tests;
 
@@ -245,6 +246,8 @@ struct Lowerer<'p> {
     delta_regions: HashMap<(usize, usize), (usize, usize)>,
     /// AttentionBackward → where its delta-heads product put (dO, delta).
     delta_at: HashMap<u32, (usize, usize)>,
+    /// Readers of each value, program outputs and phase assignments counted ([`readers_of`]).
+    uses: HashMap<Value, usize>,
 }
 
 /// A tiled product as `lower_node` lowered it.
@@ -345,6 +348,7 @@ fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
 /// Lowers a plan made with byte units (`alpha_plan::bytes`) with `config`.
 pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
     let consts_start = plan.arena.div_ceil(ALIGN) * ALIGN;
+    let (uses, readers) = readers_of(&plan.program);
     let mut lw = Lowerer {
         plan: &plan,
         config,
@@ -363,6 +367,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         pending_folds: vec![],
         delta_regions: HashMap::new(),
         delta_at: HashMap::new(),
+        uses: uses.clone(),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -374,7 +379,6 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
             lw.inits.push((slot.offset, bytes));
         }
     }
-    let (uses, readers) = readers_of(&plan.program);
     let mut phases = vec![];
     for ph in &plan.phases {
         let mut launches = vec![];
@@ -732,9 +736,8 @@ impl Lowerer<'_> {
             Op::CrossEntropy | Op::CrossEntropyBackward => self.lower_cross_entropy(id),
             Op::Recurrence { .. } => self.lower_recurrence(id),
             Op::AdamW { .. } | Op::SumSquares => self.lower_optimizer(id),
-            Op::RmsNorm { .. } | Op::RmsNormBackward => {
-                Err(node_error(node, id, "RMSNorm has no GPU kernel yet (no system on the GPU uses it)"))
-            }
+            Op::RmsNorm { .. } => self.lower_rmsnorm(id),
+            Op::RmsNormBackward => self.lower_rmsnorm_backward(id),
             Op::DeltaRule | Op::DeltaRuleBackward => {
                 Err(node_error(node, id, "the delta rule has no GPU kernel yet (it runs on the CPU)"))
             }
