@@ -11,8 +11,8 @@
 //! threshold, times as the median of device-event timings after warm-up.
 //!
 //! Files: the report's rows, the generator and the shared helpers (here); GEMM (`matmul.rs`) and
-//! its fused epilogues (`matmul_epilogues.rs`), attention (`attention_kernels.rs`), and the other families
-//! (`layers.rs`).
+//! its fused epilogues (`matmul_epilogues.rs`), attention (`attention_kernels.rs`), RMSNorm
+//! (`rmsnorm.rs`), and the other families (`layers.rs`).
 
 use alpha_cuda::kernels::adamw::{self, AdamwScalars, Segment};
 use alpha_cuda::kernels::attention::{self, mma as attention_mma};
@@ -27,11 +27,13 @@ mod attention_kernels;
 mod layers;
 mod matmul;
 mod matmul_epilogues;
+mod rmsnorm;
 
 pub use attention_kernels::*;
 pub use layers::*;
 pub use matmul::*;
 use matmul_epilogues::*;
+pub use rmsnorm::*;
 
 /// One line of the report.
 #[derive(Clone, Debug)]
