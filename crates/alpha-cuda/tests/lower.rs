@@ -654,7 +654,7 @@ fn the_output_gradients_product_stores_attentions_delta_at_sixteen_contexts() {
 /// launch forward and one backward — the stream's (rows of 512) a block a row, the q and k
 /// heads' (rows of 64) a warp a row, the gain passes never launched since every gain is a
 /// constant whose gradient nothing reads, and the stream norms that only products read stored
-/// as bf16 by the norm. The programs of the gates (inference, gradient) lower too.
+/// as bf16 by the norm. The programs of the gates lower too.
 #[test]
 fn polf_lowers_its_training_step_with_its_rmsnorms() {
     let p = alpha_systems::polf::Polf::default();
@@ -694,9 +694,12 @@ fn polf_lowers_its_training_step_with_its_rmsnorms() {
         assert_eq!(launch.args, want, "{}", l.describe(launch));
     }
 
+    // What `alpha check all polf --device cuda --batch 1` compiles: the forward and causality
+    // gates' inference program, the gradient gate's, and the update gate's.
     for program in [
         alpha_learn::inference_program(p.model(1).unwrap()).unwrap(),
         alpha_learn::gradient_program(p.model(1).unwrap()).unwrap(),
+        p.learner(20_000).update_program(&p.model(1).unwrap()).unwrap(),
     ] {
         check_pointers(&lower_program(&program, &CudaConfig::default()).unwrap());
     }
