@@ -39,6 +39,12 @@ pub fn group_sum(c: usize, lanes: usize, term: impl Fn(usize) -> f32) -> f32 {
     part.iter().step_by(32).skip(1).fold(part[0], |acc, &w| acc + w)
 }
 
+/// The sum over a row's `c` columns of `term(j)` in the CPU reference's order: one column after
+/// another, as `Iterator::sum`.
+pub fn reference_sum(c: usize, term: &dyn Fn(usize) -> f32) -> f32 {
+    (0..c).map(term).sum()
+}
+
 /// Host forward in the kernel's order (`sum` = [`group_sum`]) or the reference's: (y, rstd).
 fn forward_host(x: &[f32], gain: &[f32], sum: impl Fn(&dyn Fn(usize) -> f32) -> f32) -> (Vec<f32>, Vec<f32>) {
     let c = gain.len();
@@ -165,7 +171,7 @@ fn check_shape(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options, n:
     let got_dgain: Vec<f32> = arena.download(dgain, c)?;
 
     let kernel_order = |t: &dyn Fn(usize) -> f32| group_sum(c, lanes, t);
-    let reference_order = |t: &dyn Fn(usize) -> f32| (0..c).fold(0.0f32, |s, j| s + t(j));
+    let reference_order = |t: &dyn Fn(usize) -> f32| reference_sum(c, t);
     let (want_y, want_rstd) = forward_host(&x, &gain, kernel_order);
     let (ref_y, ref_rstd) = forward_host(&x, &gain, reference_order);
     let want_dx = dx_host(&x, &gain, &want_rstd, &dy, kernel_order);
@@ -211,6 +217,24 @@ mod tests {
             let want = (0..c).map(|j| j as f32).sum::<f32>();
             assert_eq!(group_sum(c, lanes, |j| j as f32), want, "c {c}, lanes {lanes}");
         }
+    }
+
+    /// The host in the reference's order is the CPU reference (`alpha-cpu`'s RMSNorm), bit for
+    /// bit: forward, input gradient and the gain's gradient.
+    #[test]
+    fn the_reference_order_is_the_cpu_references() {
+        let (r, c) = (37, 100);
+        let mut rng = Rng::new(3);
+        let (x, dy) = (rng.vec(r * c, 2.0), rng.vec(r * c, 1.0));
+        let gain = rng.vec(c, 1.0);
+        let (mut y, mut rstd, mut dx, mut dgain) = (vec![0.0; r * c], vec![0.0; r], vec![0.0; r * c], vec![0.0; c]);
+        alpha_cpu::kernels::norms::rms_norm(&x, &gain, EPS as f64, &mut y, &mut rstd);
+        alpha_cpu::kernels::norms::rms_norm_backward(&x, &gain, &rstd, &dy, &mut dx, &mut dgain);
+        let order = |t: &dyn Fn(usize) -> f32| reference_sum(c, t);
+        let (hy, hrstd) = forward_host(&x, &gain, order);
+        assert_eq!((mismatches(&hy, &y), mismatches(&hrstd, &rstd)), (0, 0));
+        assert_eq!(mismatches(&dx_host(&x, &gain, &rstd, &dy, order), &dx), 0);
+        assert_eq!(mismatches(&dgain_host(&x, &rstd, &dy, c), &dgain), 0);
     }
 
     /// The gain's host gradient sums each band's rows, then the bands: equal to the plain sum
