@@ -215,7 +215,8 @@ fn cases() -> Vec<Case> {
     }));
     // A learned gain at a warp a row (ragged: 130 rows, 96 columns) and a block a row (512
     // columns), its gradient read; and a constant gain of ones (Polf's parameter-free norms) at
-    // rows of 64, whose gradient nothing reads, so its passes are never launched.
+    // rows of 64, whose gradient nothing reads, so its passes are never launched, its input
+    // gradient added to a residual (the backward adds it as it stores).
     v.push(case("rmsnorm", 1e-5, |g| {
         let mut o = vec![];
         for (rows, c, names) in
@@ -235,7 +236,9 @@ fn cases() -> Vec<Case> {
         let rstd = Value { node: y.node, index: 1 };
         let dy = p(g, "dheads", &[300, 64]);
         let b = g.push(Op::RmsNormBackward, &[x, ones, rstd, dy]);
-        o.extend([("y_ones", y), ("dx_ones", b[0])]);
+        let residual = p(g, "residual", &[300, 64]);
+        let sum = g.add(b[0], residual);
+        o.extend([("y_ones", y), ("dx_ones_plus_residual", sum)]);
         o
     }));
     v.push(case("rotary", 1e-6, |g| {

@@ -653,8 +653,8 @@ fn the_output_gradients_product_stores_attentions_delta_at_sixteen_contexts() {
 /// grouped heads with the rotaries of q and k turned on load, and its 38 RMSNorms each one
 /// launch forward and one backward — the stream's (rows of 512) a block a row, the q and k
 /// heads' (rows of 64) a warp a row, the gain passes never launched since every gain is a
-/// constant whose gradient nothing reads, and the stream norms that only products read stored
-/// as bf16 by the norm. The programs of the gates lower too.
+/// constant whose gradient nothing reads, the stream norms that only products read stored as
+/// bf16 by the norm, and most stream backwards adding the residual gradient as they store. The programs of the gates lower too.
 #[test]
 fn polf_lowers_its_training_step_with_its_rmsnorms() {
     let p = alpha_systems::polf::Polf::default();
@@ -680,9 +680,12 @@ fn polf_lowers_its_training_step_with_its_rmsnorms() {
     // The stream: the block norms and the last, read by products alone, stored as bf16;
     // x0, read by every block's mix, in f32.
     assert_eq!((count("rmsnorm_fwd_bf16"), count("rmsnorm_fwd")), (19, 1), "{by:?}");
-    assert_eq!(count("rmsnorm_bwd_dx"), 20, "{by:?}");
+    // The stream's backwards, 14 of them adding the residual gradient as they store (the Add
+    // after them is no launch).
+    assert_eq!((count("rmsnorm_bwd_dx"), count("rmsnorm_bwd_dx_add")), (6, 14), "{by:?}");
     assert!(by.keys().all(|k| !k.starts_with("rmsnorm_bwd_params")), "{by:?}");
-    // Every RMSNorm's launches read and write the plan's slots of its node.
+    // Every RMSNorm backward reads its node's slots and writes dx's, or the sum's of the Add
+    // after it, adding that Add's other operand.
     for launch in l.phases.iter().flatten() {
         let Some(n) = launch.node.filter(|&n| matches!(g.nodes[n as usize].op, Op::RmsNormBackward)) else {
             continue;
@@ -690,7 +693,18 @@ fn polf_lowers_its_training_step_with_its_rmsnorms() {
         let node = &g.nodes[n as usize];
         let ptr = |v: alpha_ir::Value| LArg::Ptr(l.plan.slot(v).offset);
         let dx = alpha_ir::Value { node: n, index: 0 };
-        let want: Vec<LArg> = [dx, node.inputs[0], node.inputs[1], node.inputs[2], node.inputs[3]].map(ptr).to_vec();
+        let [x, gain, rstd, dy] = [0, 1, 2, 3].map(|i| node.inputs[i]);
+        let want: Vec<LArg> = match l.kernels[launch.kernel].name.ends_with("_add") {
+            false => [dx, x, gain, rstd, dy].map(ptr).to_vec(),
+            true => {
+                let add = g.nodes.iter().position(|a| a.inputs.contains(&dx)).expect("the Add reading dx") as u32;
+                let sum = alpha_ir::Value { node: add, index: 0 };
+                let r = *g.nodes[add as usize].inputs.iter().find(|&&v| v != dx).expect("the residual");
+                assert_eq!(g.nodes[add as usize].op, Op::Binary(alpha_ir::Binary::Add));
+                assert!(!l.phases[0].iter().any(|x| x.node == Some(add)), "the Add is no launch of its own");
+                [sum, x, gain, rstd, dy, r].map(ptr).to_vec()
+            }
+        };
         assert_eq!(launch.args, want, "{}", l.describe(launch));
     }
 

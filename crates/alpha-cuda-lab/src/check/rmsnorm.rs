@@ -107,7 +107,8 @@ fn order_row(name: &str, shape: &str, got: &[f32], want: &[f32]) -> Row {
     }
 }
 
-/// Forward (f32 and bf16 stores), input gradient and the gain's two passes at Polf's shapes —
+/// Forward (f32 and bf16 stores), input gradient (alone and adding a residual) and the gain's
+/// two passes at Polf's shapes —
 /// the stream's rows of 512 (a block a row) and the q heads' rows of 64 (a warp a row) at one
 /// context, with `bench` also at 64 contexts — and two ragged ones (a partial last block of
 /// warps, columns past a lane's or a thread's last).
@@ -138,7 +139,10 @@ fn check_shape(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options, n:
         arena.upload(b, v).expect("upload");
         b
     });
-    let [y, rstd, dx, dgain, partials] = poisoned(arena, [r * c, r, r * c, c, rmsnorm::scratch_floats(n)])?;
+    let [y, rstd, dx, dgain, partials, sum] = poisoned(arena, [r * c, r, r * c, c, rmsnorm::scratch_floats(n), r * c])?;
+    let residual = rng.vec(r * c, 1.0);
+    let rb = arena.alloc_n::<f32>(r * c)?;
+    arena.upload(rb, &residual)?;
     let y16 = arena.alloc_n::<u16>(r * c)?;
     arena.fill_u32(y16, NAN_BITS)?;
     let cfg = |(grid, block): ((u32, u32, u32), (u32, u32, u32))| LaunchConfig { grid, block, shared_bytes: 0 };
@@ -146,15 +150,18 @@ fn check_shape(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options, n:
     let fwd = gpu.load(&rmsnorm::forward_kernel(n, EPS))?;
     let fwd16 = gpu.load(&rmsnorm::forward_kernel_storing(n, EPS, true))?;
     let bwd = gpu.load(&rmsnorm::backward_dx_kernel(n))?;
+    let bwd_add = gpu.load(&rmsnorm::backward_dx_kernel_adding(n, true))?;
     let p1 = gpu.load(&rmsnorm::backward_partials_kernel(n))?;
     let p2 = gpu.load(&rmsnorm::backward_finish_kernel(n))?;
     let (a_fwd, a_fwd16) = (args(&rmsnorm::forward_arguments([y, rstd, xb, gb])), args(&[y16, rstd, xb, gb]));
-    let a_dx = args(&rmsnorm::dx_arguments([dx, xb, gb, rstd, dyb]));
+    let a_dx = args(&rmsnorm::dx_arguments([dx, xb, gb, rstd, dyb], None));
+    let a_add = args(&rmsnorm::dx_arguments([sum, xb, gb, rstd, dyb], Some(rb)));
     let a_p1 = args(&rmsnorm::partials_arguments([partials, xb, rstd, dyb]));
     let a_p2 = args(&rmsnorm::finish_arguments([dgain, partials]));
     let run_fwd = || gpu.launch(&fwd, cfg(rmsnorm::row_launch(n)), &a_fwd);
     let run_fwd16 = || gpu.launch(&fwd16, cfg(rmsnorm::row_launch(n)), &a_fwd16);
     let run_dx = || gpu.launch(&bwd, cfg(rmsnorm::row_launch(n)), &a_dx);
+    let run_add = || gpu.launch(&bwd_add, cfg(rmsnorm::row_launch(n)), &a_add);
     let run_gain = || {
         gpu.launch(&p1, cfg(rmsnorm::partials_launch(n)), &a_p1)?;
         gpu.launch(&p2, cfg(rmsnorm::finish_launch(n)), &a_p2)
@@ -163,11 +170,13 @@ fn check_shape(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options, n:
     run_fwd16()?;
     // The backward reads the forward's rstd, as in a step.
     run_dx()?;
+    run_add()?;
     run_gain()?;
     let got_y: Vec<f32> = arena.download(y, r * c)?;
     let got_rstd: Vec<f32> = arena.download(rstd, r)?;
     let got_y16: Vec<u16> = arena.download(y16, r * c)?;
     let got_dx: Vec<f32> = arena.download(dx, r * c)?;
+    let got_sum: Vec<f32> = arena.download(sum, r * c)?;
     let got_dgain: Vec<f32> = arena.download(dgain, c)?;
 
     let kernel_order = |t: &dyn Fn(usize) -> f32| group_sum(c, lanes, t);
@@ -177,6 +186,8 @@ fn check_shape(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options, n:
     let want_dx = dx_host(&x, &gain, &want_rstd, &dy, kernel_order);
     let ref_dx = dx_host(&x, &gain, &ref_rstd, &dy, reference_order);
     let want_dgain = dgain_host(&x, &want_rstd, &dy, c);
+    // The residual's sum as the Add it replaces computes it: dx + r in f32.
+    let want_sum: Vec<f32> = want_dx.iter().zip(&residual).map(|(d, r)| d + r).collect();
 
     let time = |f: &dyn Fn() -> Result<()>| -> Result<Option<f64>> {
         Ok(if opts.bench { Some(median(gpu.time(opts.warmup, opts.reps, f)?)) } else { None })
@@ -194,9 +205,12 @@ fn check_shape(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options, n:
     if let Some(t16) = time(&run_fwd16)? {
         fwd_row.rate = format!("bf16 store {t16:.1} µs");
     }
-    let mut dx_row =
-        exact_row("rmsnorm", &format!("rmsnorm_bwd_dx{suffix}"), &shape, mismatches(&got_dx, &want_dx), r * c);
+    let wrong_dx = mismatches(&got_dx, &want_dx) + mismatches(&got_sum, &want_sum);
+    let mut dx_row = exact_row("rmsnorm", &format!("rmsnorm_bwd_dx{suffix}(+add)"), &shape, wrong_dx, 2 * r * c);
     dx_row.median_us = time(&run_dx)?;
+    if let Some(t) = time(&run_add)? {
+        dx_row.rate = format!("adding the residual {t:.1} µs");
+    }
     let mut gain_row =
         exact_row("rmsnorm", "rmsnorm_bwd_params(+finish)", &shape, mismatches(&got_dgain, &want_dgain), c);
     gain_row.median_us = time(&run_gain)?;

@@ -198,10 +198,20 @@ pub fn forward_kernel_storing(n: Norm, eps: f32, bf16: bool) -> Kernel {
 /// Input gradient: params (dx, x, gain, rstd, dy); grid and block [`row_launch`]. A row is read
 /// whole before any of it is stored, so dx may take x's or dy's place.
 pub fn backward_dx_kernel(n: Norm) -> Kernel {
+    backward_dx_kernel_adding(n, false)
+}
+
+/// [`backward_dx_kernel`], with `residual` adding a tensor to the input gradient as it is
+/// stored: param `r` after the others, `dx = (…) + r[i]` — the Add that follows a pre-norm
+/// block's RMSNorm backward (the residual stream's gradient), in the same f32 addition, so its
+/// launch, reading both and writing the sum again, is not needed.
+pub fn backward_dx_kernel_adding(n: Norm, residual: bool) -> Kernel {
     let c = n.c as u32;
     let layout = Layout::of(n);
-    let mut k = Kernel::new(&format!("rmsnorm_bwd_dx{}", layout.suffix())).with_block(THREADS, 1, 1);
+    let name = format!("rmsnorm_bwd_dx{}{}", layout.suffix(), if residual { "_add" } else { "" });
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let [dx, x, gain, rstd, dy] = ["dx", "x", "gain", "rstd", "dy"].map(|p| k.param_reg(p, ParamTy::U64));
+    let r = residual.then(|| k.param_reg("r", ParamTy::U64));
     let at = enter_row(&mut k, n);
     let rs = ld(&mut k, rstd, at.row);
     // The row's dy, gain and x, read once for both passes.
@@ -215,12 +225,18 @@ pub fn backward_dx_kernel(n: Norm) -> Kernel {
     });
     let total = at.sum(&mut k, s);
     let mean_gx = k.bin("div.rn.f32", RegKind::F32, total, c as f32);
-    for ((&gd, &v), &(j, ok)) in gds.iter().zip(&xs).zip(&at.owned) {
+    // The residual's row, read after the reduction (fewer registers held across it).
+    let rv = r.map(|r| ld_owned(&mut k, r, Some(at.row0), &at.owned, None));
+    for (col, ((&gd, &v), &(j, ok))) in gds.iter().zip(&xs).zip(&at.owned).enumerate() {
         let i = k.bin("add.u32", RegKind::B32, at.row0, j);
         let xr = k.bin("mul.rn.f32", RegKind::F32, v, rs);
         let t = k.bin("mul.rn.f32", RegKind::F32, xr, mean_gx);
         let t = k.bin("sub.rn.f32", RegKind::F32, gd, t);
         let o = k.bin("mul.rn.f32", RegKind::F32, rs, t);
+        let o = match &rv {
+            Some(rv) => k.bin("add.rn.f32", RegKind::F32, o, rv[col]),
+            None => o,
+        };
         let a = k.addr_of(dx, i, 4);
         guarded(&mut k, ok, "st.global.f32", [addr(a, 0), o.into()]);
     }
@@ -266,9 +282,12 @@ pub fn forward_arguments<T>(tensors: [T; 4]) -> Vec<T> {
     Vec::from(tensors)
 }
 
-/// The input gradient's arguments: dx, x, gain, rstd, dy.
-pub fn dx_arguments<T>(tensors: [T; 5]) -> Vec<T> {
-    Vec::from(tensors)
+/// The input gradient's arguments: dx (or the residual's sum), x, gain, rstd, dy, then the
+/// residual where the kernel adds it.
+pub fn dx_arguments<T>(tensors: [T; 5], residual: Option<T>) -> Vec<T> {
+    let mut args = Vec::from(tensors);
+    args.extend(residual);
+    args
 }
 
 /// Pass 1's arguments: the partials, x, rstd, dy.
@@ -302,7 +321,8 @@ mod tests {
         };
         for n in SHAPES {
             assert_eq!(count(forward_kernel_storing(n, 1e-5, true)), forward_arguments([0u64; 4]).len());
-            assert_eq!(count(backward_dx_kernel(n)), dx_arguments([0u64; 5]).len());
+            assert_eq!(count(backward_dx_kernel(n)), dx_arguments([0u64; 5], None).len());
+            assert_eq!(count(backward_dx_kernel_adding(n, true)), dx_arguments([0u64; 5], Some(1)).len());
             assert_eq!(count(backward_partials_kernel(n)), partials_arguments([0u64; 4]).len());
             assert_eq!(count(backward_finish_kernel(n)), finish_arguments([0u64; 2]).len());
         }
@@ -315,6 +335,7 @@ mod tests {
                 forward_kernel(n, f32::EPSILON),
                 forward_kernel_storing(n, f32::EPSILON, true),
                 backward_dx_kernel(n),
+                backward_dx_kernel_adding(n, true),
                 backward_partials_kernel(n),
                 backward_finish_kernel(n),
             ] {

@@ -21,7 +21,8 @@
 //! phase's launches are built: a run of elementwise ops as one kernel, and over deep grids in
 //! the epilogue of the product it alone reads (`Lowerer::elementwise_chain`,
 //! `Lowerer::chain_into_product`); the LayerNorm backward adding the residual gradient and
-//! storing its bf16 cast (`Lowerer::layernorm_residual`, `Lowerer::cast_of_sum`); activation
+//! storing its bf16 cast, the RMSNorm backward adding it (`Lowerer::norm_residual`,
+//! `Lowerer::cast_of_sum`); activation
 //! outputs nothing reads left unstored (`Lowerer::dead_activation_stores`); the gate and up
 //! products as one gated launch (`Lowerer::gated_products`) and paired products
 //! (`Lowerer::paired_products`); runs of parameter casts and of AdamWs as one launch. Each has
@@ -421,7 +422,12 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 i += 1;
                 continue;
             }
-            if let Some(add) = lw.layernorm_residual(&nodes, i, &skip, &uses) {
+            if let Some(add) = lw.norm_residual(&nodes, i, &skip, &uses) {
+                if plan.program.graph.nodes[nodes[i] as usize].op == Op::RmsNormBackward {
+                    launches.extend(lw.lower_rmsnorm_backward(nodes[i], Some(add))?);
+                    i += 2;
+                    continue;
+                }
                 // The cast right after it, of the residual gradient, stored by it as well.
                 let copy = if config.layernorm_copy { lw.cast_of_sum(&nodes, i, add, &skip) } else { None };
                 launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add), copy)?);
@@ -737,7 +743,7 @@ impl Lowerer<'_> {
             Op::Recurrence { .. } => self.lower_recurrence(id),
             Op::AdamW { .. } | Op::SumSquares => self.lower_optimizer(id),
             Op::RmsNorm { .. } => self.lower_rmsnorm(id),
-            Op::RmsNormBackward => self.lower_rmsnorm_backward(id),
+            Op::RmsNormBackward => self.lower_rmsnorm_backward(id, None),
             Op::DeltaRule | Op::DeltaRuleBackward => {
                 Err(node_error(node, id, "the delta rule has no GPU kernel yet (it runs on the CPU)"))
             }

@@ -1,5 +1,6 @@
-//! RMSNorm and its backward: the forward storing its bf16 cast where one alone reads it, and
-//! the gain's two deterministic passes only where something reads the gain's gradient.
+//! RMSNorm and its backward: the forward storing its bf16 cast where one alone reads it, the
+//! backward adding the residual gradient as it stores, and the gain's two deterministic passes
+//! only where something reads the gain's gradient.
 
 use super::*;
 use crate::kernels::rmsnorm;
@@ -25,11 +26,13 @@ impl Lowerer<'_> {
     }
 
     /// RMSNormBackward: the gain's gradient (band partials, then their fold in order) where
-    /// anything reads it, then the input gradient, last so that it may overwrite x or dy.
+    /// anything reads it, then the input gradient (plus the following Add's other operand,
+    /// written to the Add's slot, with `add`: see [`Lowerer::norm_residual`]), last so that it
+    /// may overwrite x or dy.
     /// Why the gain's passes may be left out: a parameter-free RMSNorm is one with a constant
     /// gain of ones (Polf's 37 a step), whose gradient nothing reads; its passes would read x
     /// and dy a second time for nothing.
-    pub(super) fn lower_rmsnorm_backward(&mut self, id: u32) -> Result<Vec<Pending>> {
+    pub(super) fn lower_rmsnorm_backward(&mut self, id: u32, add: Option<(u32, Value)>) -> Result<Vec<Pending>> {
         let g = &self.plan.program.graph;
         let node = g.nodes[id as usize].clone();
         self.want_f32(&node, id, &node.inputs)?;
@@ -50,8 +53,9 @@ impl Lowerer<'_> {
             let (grid, block) = rmsnorm::finish_launch(nm);
             v.push(Pending { kernel: k2, grid, block, args, node: Some(id) });
         }
-        let kernel = self.kernel(rmsnorm::backward_dx_kernel(nm))?;
-        let args = rmsnorm::dx_arguments([out(0), x, gain, rstd, dy].map(|v| self.ptr(v)));
+        let kernel = self.kernel(rmsnorm::backward_dx_kernel_adding(nm, add.is_some()))?;
+        let dst = add.map_or(out(0), |(a, _)| Value { node: a, index: 0 });
+        let args = rmsnorm::dx_arguments([dst, x, gain, rstd, dy].map(|v| self.ptr(v)), add.map(|(_, r)| self.ptr(r)));
         let (grid, block) = rmsnorm::row_launch(nm);
         v.push(Pending { kernel, grid, block, args, node: Some(id) });
         Ok(v)
