@@ -27,7 +27,7 @@ impl Lowerer<'_> {
 
     /// RMSNormBackward: the gain's gradient (band partials, then their fold in order) where
     /// anything reads it, then the input gradient (plus the following Add's other operand,
-    /// written to the Add's slot, with `add`: see [`Lowerer::norm_residual`]), last so that it
+    /// written to the Add's slot, with `add`: see `Lowerer::norm_residual`), last so that it
     /// may overwrite x or dy.
     /// Why the gain's passes may be left out: a parameter-free RMSNorm is one with a constant
     /// gain of ones (Polf's 37 a step), whose gradient nothing reads; its passes would read x
