@@ -1,11 +1,11 @@
 //! RMSNorm over the last axis: forward, input gradient, and the gain's deterministic gradient.
 //!
 //! Why: Polf normalises its residual stream (rows of 512) and every q and k head (rows of 64)
-//! with RMSNorms, 37 of them a step (SYSTEMS.md §4). An RMSNorm is a LayerNorm without the mean
+//! with RMSNorms, 38 of them a step (SYSTEMS.md §4). An RMSNorm is a LayerNorm without the mean
 //! and the bias, so this family is [`layernorm`]'s sibling and shares its machinery: the
-//! columns a thread owns and loads once ([`layernorm::owned_cols_by`]), the band partials of
-//! the gain's gradient ([`layernorm::band_partials_kernel`]) and their fold in order
-//! ([`layernorm::fold_bands`]) — so the gain's gradient is the CPU reference's sum
+//! columns a thread owns and loads once (`layernorm::owned_cols_by`), the band partials of
+//! the gain's gradient (`layernorm::band_partials_kernel`) and their fold in order
+//! (`layernorm::fold_bands`) — so the gain's gradient is the CPU reference's sum
 //! (`alpha-cpu/src/kernels/norms.rs`), operation for operation: each band of
 //! [`layernorm::BAND`] rows summed in order, then the bands in order from +0.
 //!
@@ -14,7 +14,8 @@
 //! the bits never depend on scheduling. Wide rows (Polf's 512) take a block a row, as
 //! LayerNorm's do; short rows (Polf's heads of 64) take a warp a row, four rows a block
 //! ([`Layout`]): a block of 128 threads over 64 columns would leave half its threads idle and
-//! pay two barriers a row for 64 values, over 65,536 rows a norm at one context's q heads.
+//! pay two barriers a row for 64 values, over 8,192 rows a norm at one context's q heads and
+//! 524,288 at 64 contexts.
 //! Everything is f32 with `.rn` arithmetic in the reference's order of operations:
 //! `rstd = 1/√(Σx²/C + ε)` (IEEE square root and division), `y = x·rstd·g`, and the input
 //! gradient `rstd·(dy·g − x·rstd·mean(dy·g·x·rstd))`. C and the row count are immediates.

@@ -30,7 +30,7 @@ impl Lowerer<'_> {
     /// written to the Add's slot, with `add`: see `Lowerer::norm_residual`), last so that it
     /// may overwrite x or dy.
     /// Why the gain's passes may be left out: a parameter-free RMSNorm is one with a constant
-    /// gain of ones (Polf's 37 a step), whose gradient nothing reads; its passes would read x
+    /// gain of ones (Polf's 38 a step), whose gradient nothing reads; its passes would read x
     /// and dy a second time for nothing.
     pub(super) fn lower_rmsnorm_backward(&mut self, id: u32, add: Option<(u32, Value)>) -> Result<Vec<Pending>> {
         let g = &self.plan.program.graph;
