@@ -213,6 +213,34 @@ fn cases() -> Vec<Case> {
         let b = g.push(Op::LayerNormBackward, &[x, gain, mean, rstd, dy]);
         vec![("y", y), ("mean", mean), ("rstd", rstd), ("dx", b[0]), ("dgain", b[1]), ("dbias", b[2])]
     }));
+    // A learned gain at a warp a row (ragged: 130 rows, 96 columns) and a block a row (512
+    // columns), its gradient read; and a constant gain of ones (Polf's parameter-free norms) at
+    // rows of 64, whose gradient nothing reads, so its passes are never launched, its input
+    // gradient added to a residual (the backward adds it as it stores).
+    v.push(case("rmsnorm", 1e-5, |g| {
+        let mut o = vec![];
+        for (rows, c, names) in
+            [(130, 96, ["y", "rstd", "dx", "dgain"]), (67, 512, ["y512", "rstd512", "dx512", "dgain512"])]
+        {
+            let x = p(g, &format!("x{c}"), &[rows, c]);
+            let gain = p(g, &format!("gain{c}"), &[c]);
+            let y = g.rms_norm(x, gain, 1e-6);
+            let rstd = Value { node: y.node, index: 1 };
+            let dy = p(g, &format!("dy{c}"), &[rows, c]);
+            let b = g.push(Op::RmsNormBackward, &[x, gain, rstd, dy]);
+            o.extend(names.into_iter().zip([y, rstd, b[0], b[1]]));
+        }
+        let x = p(g, "heads", &[300, 64]);
+        let ones = g.constant(1.0, &[64], DType::F32);
+        let y = g.rms_norm(x, ones, f32::EPSILON as f64);
+        let rstd = Value { node: y.node, index: 1 };
+        let dy = p(g, "dheads", &[300, 64]);
+        let b = g.push(Op::RmsNormBackward, &[x, ones, rstd, dy]);
+        let residual = p(g, "residual", &[300, 64]);
+        let sum = g.add(b[0], residual);
+        o.extend([("y_ones", y), ("dx_ones_plus_residual", sum)]);
+        o
+    }));
     v.push(case("rotary", 1e-6, |g| {
         let x = p(g, "x", &[2, 3, 17, 8]);
         let r = g.rotary(x, 10000.0);

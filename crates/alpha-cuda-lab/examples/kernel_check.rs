@@ -83,6 +83,9 @@ fn main() -> Result<()> {
     if wanted("layernorm") {
         step("layernorm", check::layernorm_param_checks(&gpu, &arena, &mut rng, &opts));
     }
+    if wanted("rmsnorm") {
+        step("rmsnorm", check::rmsnorm_checks(&gpu, &arena, &mut rng, &opts));
+    }
     if wanted("pointwise") {
         step("pointwise", check::pointwise_vector_checks(&gpu, &arena, &mut rng, &opts));
     }

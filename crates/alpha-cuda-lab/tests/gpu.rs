@@ -112,6 +112,18 @@ fn layernorm_parameter_gradients_sum_in_the_reference_order() {
     assert_all(&check::layernorm_param_checks(&gpu, &arena, &mut Rng::new(11), &quick()).unwrap());
 }
 
+/// RMSNorm's forward (f32 and bf16 stores) and input gradient (alone and adding a residual)
+/// equal the host in the kernels' order bit for bit, and the CPU reference's order within f32
+/// rounding; the gain's gradient is the reference's sum bit for bit — at Polf's rows of 512 (a
+/// block a row) and of 64 (a warp a row), and ragged shapes of each.
+#[test]
+fn rmsnorm_matches_the_host_in_both_orders() {
+    let Some(gpu) = Gpu::open_or_skip() else { return };
+    gpu.set_checked(true);
+    let arena = gpu.arena(256 << 20).unwrap();
+    assert_all(&check::rmsnorm_checks(&gpu, &arena, &mut Rng::new(37), &quick()).unwrap());
+}
+
 /// Pointwise kernels taking four elements a thread equal the scalar ones, bit for bit.
 #[test]
 fn vectorized_pointwise_kernels_match_the_scalar_ones() {

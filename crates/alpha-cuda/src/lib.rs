@@ -42,7 +42,9 @@ pub use backend::CudaBackend;
 pub use config::CudaConfig;
 pub use runtime::driver::{self, Arg, Buf, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
 
-use kernels::{adamw, attention, cross_entropy, embedding, gemm, layernorm, multi, recurrence, reduce, rotary};
+use kernels::{
+    adamw, attention, cross_entropy, embedding, gemm, layernorm, multi, recurrence, reduce, rmsnorm, rotary,
+};
 
 /// Every kernel the crate can build, as the check harness and `ptxas` see them.
 pub fn catalog() -> Vec<ptx::Kernel> {
@@ -61,6 +63,13 @@ pub fn catalog() -> Vec<ptx::Kernel> {
         rotary::kernel(8 * 1024, 1024, 64, false),
         recurrence::kernel(2, 64, 96, false),
     ]);
+    // Polf's RMSNorms: the stream's rows of 512 (a block a row), the heads' rows of 64 (a warp a
+    // row), and the gain's two passes.
+    for n in [layernorm::Norm { rows: 1024, c: 512 }, layernorm::Norm { rows: 8192, c: 64 }] {
+        v.extend([rmsnorm::forward_kernel(n, f32::EPSILON), rmsnorm::backward_dx_kernel(n)]);
+    }
+    let head = layernorm::Norm { rows: 8192, c: 64 };
+    v.extend([rmsnorm::backward_partials_kernel(head), rmsnorm::backward_finish_kernel(head)]);
     let dims = attention::Dims { b: 1, h: 8, g: 8, t: 1024, d: 64, scale: 0.125, softcap: None };
     v.push(attention::forward_kernel(&dims));
     v.push(attention::forward_kernel_rotating(&dims, [true, true]));

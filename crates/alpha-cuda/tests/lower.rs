@@ -593,24 +593,17 @@ fn the_output_gradients_product_stores_attentions_delta_at_sixteen_contexts() {
 }
 
 /// Polf's training step (one context, its four-role learner with Muon's batched stacks) lowers
-/// whole once every op has a GPU kernel: every launch inside the arena and within the launch
-/// budget, one attention a block on grouped heads with the rotaries of q and k turned on load.
-/// Until the GPU has an RMSNorm kernel, the lowering must refuse the program for that op alone
-/// (with the norms composed of elementwise ops and a mean instead, the rest lowers: 137
-/// kernels, 2,115 launches).
+/// whole: every launch inside the arena and within the launch budget, one attention a block on
+/// grouped heads with the rotaries of q and k turned on load, and its 38 RMSNorms each one
+/// launch forward and one backward — the stream's (rows of 512) a block a row, the q and k
+/// heads' (rows of 64) a warp a row, the gain passes never launched since every gain is a
+/// constant whose gradient nothing reads, the stream norms that only products read stored as
+/// bf16 by the norm, and most stream backwards adding the residual gradient as they store. The programs of the gates lower too.
 #[test]
-fn polf_lowers_its_training_step_but_for_rmsnorm() {
+fn polf_lowers_its_training_step_with_its_rmsnorms() {
     let p = alpha_systems::polf::Polf::default();
     let program = p.learner(20_000).training_program(p.model(1).unwrap()).unwrap();
-    let l = match lower_program(&program, &CudaConfig::default()) {
-        Ok(l) => l,
-        Err(e) => {
-            let msg = format!("{e:#}");
-            assert!(msg.contains("rmsnorm-forward") && msg.contains("RMSNorm has no GPU kernel"), "{msg}");
-            eprintln!("polf: the lowering refuses RMSNorm: {msg}");
-            return;
-        }
-    };
+    let l = lower_program(&program, &CudaConfig::default()).unwrap();
     check_pointers(&l);
     let g = &l.plan.program.graph;
     let launched = |family: &str| {
@@ -618,6 +611,56 @@ fn polf_lowers_its_training_step_but_for_rmsnorm() {
     };
     assert_eq!(launched("attention-forward"), 9, "one attention a block");
     assert_eq!(launched("rotary"), 0, "q and k are turned as the attention kernels load them");
+    let norms = g.nodes.iter().filter(|n| matches!(n.op, Op::RmsNorm { .. })).count();
+    // x0, then per block the two stream norms and the q and k head norms, then the last.
+    assert_eq!(norms, 1 + 9 * 4 + 1);
+    assert_eq!((launched("rmsnorm-forward"), launched("rmsnorm-backward")), (norms, norms));
+    let by: std::collections::HashMap<String, usize> =
+        alpha_cuda::lower::launches_by_kernel(&l, 0).into_iter().collect();
+    let count = |name: &str| by.get(name).copied().unwrap_or(0);
+    // The heads: 9 blocks' q and k, forward and backward, a warp a row.
+    assert_eq!(count("rmsnorm_fwd_warp"), 18, "{by:?}");
+    assert_eq!(count("rmsnorm_bwd_dx_warp"), 18, "{by:?}");
+    // The stream: the block norms and the last, read by products alone, stored as bf16;
+    // x0, read by every block's mix, in f32.
+    assert_eq!((count("rmsnorm_fwd_bf16"), count("rmsnorm_fwd")), (19, 1), "{by:?}");
+    // The stream's backwards, 14 of them adding the residual gradient as they store (the Add
+    // after them is no launch).
+    assert_eq!((count("rmsnorm_bwd_dx"), count("rmsnorm_bwd_dx_add")), (6, 14), "{by:?}");
+    assert!(by.keys().all(|k| !k.starts_with("rmsnorm_bwd_params")), "{by:?}");
+    // Every RMSNorm backward reads its node's slots and writes dx's, or the sum's of the Add
+    // after it, adding that Add's other operand.
+    for launch in l.phases.iter().flatten() {
+        let Some(n) = launch.node.filter(|&n| matches!(g.nodes[n as usize].op, Op::RmsNormBackward)) else {
+            continue;
+        };
+        let node = &g.nodes[n as usize];
+        let ptr = |v: alpha_ir::Value| LArg::Ptr(l.plan.slot(v).offset);
+        let dx = alpha_ir::Value { node: n, index: 0 };
+        let [x, gain, rstd, dy] = [0, 1, 2, 3].map(|i| node.inputs[i]);
+        let want: Vec<LArg> = match l.kernels[launch.kernel].name.ends_with("_add") {
+            false => [dx, x, gain, rstd, dy].map(ptr).to_vec(),
+            true => {
+                let add = g.nodes.iter().position(|a| a.inputs.contains(&dx)).expect("the Add reading dx") as u32;
+                let sum = alpha_ir::Value { node: add, index: 0 };
+                let r = *g.nodes[add as usize].inputs.iter().find(|&&v| v != dx).expect("the residual");
+                assert_eq!(g.nodes[add as usize].op, Op::Binary(alpha_ir::Binary::Add));
+                assert!(!l.phases[0].iter().any(|x| x.node == Some(add)), "the Add is no launch of its own");
+                [sum, x, gain, rstd, dy, r].map(ptr).to_vec()
+            }
+        };
+        assert_eq!(launch.args, want, "{}", l.describe(launch));
+    }
+
+    // What `alpha check all polf --device cuda --batch 1` compiles: the forward and causality
+    // gates' inference program, the gradient gate's, and the update gate's.
+    for program in [
+        alpha_learn::inference_program(p.model(1).unwrap()).unwrap(),
+        alpha_learn::gradient_program(p.model(1).unwrap()).unwrap(),
+        p.learner(20_000).update_program(&p.model(1).unwrap()).unwrap(),
+    ] {
+        check_pointers(&lower_program(&program, &CudaConfig::default()).unwrap());
+    }
 }
 
 /// `system`'s training step at `batch`, lowered; its gates' forward and gradient programs

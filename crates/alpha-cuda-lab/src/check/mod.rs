@@ -11,9 +11,9 @@
 //! threshold, times as the median of device-event timings after warm-up.
 //!
 //! Files: the report's rows, the generator and the shared helpers (here); GEMM (`matmul.rs`) and
-//! its fused epilogues (`matmul_epilogues.rs`), attention (`attention_kernels.rs`), the
-//! recurrences with large states (`scans.rs`: the delta rule, the harmonic scan), and the other
-//! families (`layers.rs`).
+//! its fused epilogues (`matmul_epilogues.rs`), attention (`attention_kernels.rs`), RMSNorm
+//! (`rmsnorm.rs`), the recurrences with large states (`scans.rs`: the delta rule, the harmonic
+//! scan), and the other families (`layers.rs`).
 
 use alpha_cuda::kernels::adamw::{self, AdamwScalars, Segment};
 use alpha_cuda::kernels::attention::{self, mma as attention_mma};
@@ -28,12 +28,14 @@ mod attention_kernels;
 mod layers;
 mod matmul;
 mod matmul_epilogues;
+mod rmsnorm;
 mod scans;
 
 pub use attention_kernels::*;
 pub use layers::*;
 pub use matmul::*;
 use matmul_epilogues::*;
+pub use rmsnorm::*;
 pub use scans::*;
 
 /// One line of the report.

@@ -25,7 +25,8 @@ pub(crate) fn grouped_param_casts(program: &alpha_ir::Program) -> std::collectio
 }
 
 /// f32 values (by the root they view) whose only reader is one bf16 cast and whose producer can
-/// store bf16 itself (a unary or binary op, a permute, a LayerNorm's output, the logits' gradient):
+/// store bf16 itself (a unary or binary op, a permute, a LayerNorm's or an RMSNorm's output, the
+/// logits' gradient):
 /// value → cast.
 /// Why: the GEMMs after such a cast then read bf16, half the bytes of their f32 loads, and the
 /// cast costs no launch; on the H200 the tiled GEMM is bound by those bytes.
@@ -47,7 +48,7 @@ pub(crate) fn producer_cast_candidates(program: &alpha_ir::Program) -> HashMap<V
         let pn = &g.nodes[x.node as usize];
         let can = match pn.op {
             Op::Unary(_) | Op::Binary(_) | Op::Permute { .. } => true,
-            Op::LayerNorm { .. } => x.index == 0,
+            Op::LayerNorm { .. } | Op::RmsNorm { .. } => x.index == 0,
             // Four logits a thread: a vocabulary of a multiple of 4.
             Op::CrossEntropyBackward => g.shape(x).last().is_some_and(|v| v % 4 == 0),
             _ => false,

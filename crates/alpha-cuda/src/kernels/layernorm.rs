@@ -49,10 +49,16 @@ impl Norm {
 /// once into registers and make every pass over them in this order — the order of a strided
 /// loop over the columns, so sums are the same operation for operation.
 fn owned_cols(k: &mut Kernel, tid: Reg, c: u32) -> Vec<(Reg, Option<Reg>)> {
-    (0..c.div_ceil(THREADS))
+    owned_cols_by(k, tid, c, THREADS)
+}
+
+/// [`owned_cols`] for a row shared by `lanes` threads (a block's [`THREADS`], or a warp's 32
+/// where a warp takes a row): lane `lane`'s columns `lane + i·lanes`.
+pub(crate) fn owned_cols_by(k: &mut Kernel, lane: Reg, c: u32, lanes: u32) -> Vec<(Reg, Option<Reg>)> {
+    (0..c.div_ceil(lanes))
         .map(|i| {
-            let j = k.bin("add.u32", RegKind::B32, tid, i * THREADS);
-            let ok = ((i + 1) * THREADS > c).then(|| k.setp("lt.u32", j, c));
+            let j = k.bin("add.u32", RegKind::B32, lane, i * lanes);
+            let ok = ((i + 1) * lanes > c).then(|| k.setp("lt.u32", j, c));
             (j, ok)
         })
         .collect()
@@ -68,7 +74,7 @@ fn both(k: &mut Kernel, a: Option<Reg>, b: Option<Reg>) -> Option<Reg> {
 
 /// Loads `base[offset + j]` for each owned column `j`, guarded by its column's predicate and
 /// `row_ok` (+0 where either fails).
-fn ld_owned(
+pub(crate) fn ld_owned(
     k: &mut Kernel,
     base: Reg,
     offset: Option<Reg>,
@@ -91,23 +97,36 @@ fn ld_owned(
 }
 
 /// `op` guarded by the column's in-range predicate, if it has one.
-fn guarded<I: IntoIterator<Item = crate::ptx::Opnd>>(k: &mut Kernel, ok: Option<Reg>, op: &str, args: I) {
+pub(crate) fn guarded<I: IntoIterator<Item = crate::ptx::Opnd>>(k: &mut Kernel, ok: Option<Reg>, op: &str, args: I) {
     match ok {
         Some(p) => k.op_if(p, false, op, args),
         None => k.op(op, args),
     }
 }
 
-fn ld(k: &mut Kernel, base: Reg, idx: Reg) -> Reg {
+pub(crate) fn ld(k: &mut Kernel, base: Reg, idx: Reg) -> Reg {
     let a = k.addr_of(base, idx, 4);
     let v = k.reg(RegKind::F32);
     k.op("ld.global.f32", [v.into(), addr(a, 0)]);
     v
 }
 
-fn st(k: &mut Kernel, base: Reg, idx: Reg, v: Reg) {
+pub(crate) fn st(k: &mut Kernel, base: Reg, idx: Reg, v: Reg) {
     let a = k.addr_of(base, idx, 4);
     k.op("st.global.f32", [addr(a, 0), v.into()]);
+}
+
+/// Stores a norm's output `o` at `y[i]` (guarded by `ok`): f32, or with `bf16` rounded to
+/// bf16 (round to nearest even).
+pub(crate) fn store_y(k: &mut Kernel, y: Reg, i: Reg, o: Reg, ok: Option<Reg>, bf16: bool) {
+    if bf16 {
+        let a = k.addr_of(y, i, 2);
+        let h = k.un("cvt.rn.bf16.f32", RegKind::B16, o);
+        guarded(k, ok, "st.global.b16", [addr(a, 0), h.into()]);
+    } else {
+        let a = k.addr_of(y, i, 4);
+        guarded(k, ok, "st.global.f32", [addr(a, 0), o.into()]);
+    }
 }
 
 /// Forward: params (y, mean, rstd, x, gain, bias); grid (rows).
@@ -160,14 +179,7 @@ pub fn forward_kernel_storing(n: Norm, eps: f32, bf16: bool) -> Kernel {
         let xr = k.bin("mul.rn.f32", RegKind::F32, d, r);
         let xg = k.bin("mul.rn.f32", RegKind::F32, xr, g);
         let o = k.bin("add.rn.f32", RegKind::F32, xg, b);
-        if bf16 {
-            let a = k.addr_of(y, i, 2);
-            let h = k.un("cvt.rn.bf16.f32", RegKind::B16, o);
-            guarded(&mut k, ok, "st.global.b16", [addr(a, 0), h.into()]);
-        } else {
-            let a = k.addr_of(y, i, 4);
-            guarded(&mut k, ok, "st.global.f32", [addr(a, 0), o.into()]);
-        }
+        store_y(&mut k, y, i, o, ok, bf16);
     }
     let first = k.setp("eq.u32", tid, 0u32);
     let skip = k.label("skip");
@@ -232,7 +244,8 @@ fn backward_dx_kernel_with(n: Norm, residual: bool, fold: bool, copy16: bool) ->
         let is_fold = k.setp("ge.u32", row, n.rows as u32);
         k.bra_if(is_fold, true, &dx_row);
         let f = k.bin("sub.u32", RegKind::B32, row, n.rows as u32);
-        fold_bands(&mut k, n, params, tid, f, THREADS);
+        let [dgain, dbias, partials] = params;
+        fold_bands(&mut k, n, &[dgain, dbias], partials, tid, f, THREADS);
         k.ret();
         k.place(&dx_row);
     }
@@ -438,12 +451,21 @@ pub fn backward_dx_partials_kernel(n: Norm, residual: bool, copy16: bool) -> Ker
 /// Parameter-gradient pass 1: params (partials, x, mean, rstd, dy); grid (⌈C/THREADS⌉, bands).
 /// Writes `partials[band·C + j]` (gain) and `partials[(bands + band)·C + j]` (bias).
 pub fn backward_partials_kernel(n: Norm) -> Kernel {
+    band_partials_kernel("layernorm_bwd_params", n, true)
+}
+
+/// Pass 1 of a norm's parameter gradients, a thread a column and a block row a band, summing
+/// the band's rows in order. `centred` (a LayerNorm): params (partials, x, mean, rstd, dy), the
+/// gain's terms `dy·(x − mean)·rstd` and the bias's `dy`, the bias's partials after the gain's;
+/// otherwise (an RMSNorm): params (partials, x, rstd, dy) and the gain's terms `dy·x·rstd`
+/// alone. Grid (⌈C/THREADS⌉, bands).
+pub(crate) fn band_partials_kernel(name: &str, n: Norm, centred: bool) -> Kernel {
     let c = n.c as u32;
     let bands = n.bands() as u32;
-    let mut k = Kernel::new("layernorm_bwd_params").with_block(THREADS, 1, 1);
+    let mut k = Kernel::new(name).with_block(THREADS, 1, 1);
     let partials = k.param_reg("partials", ParamTy::U64);
     let x = k.param_reg("x", ParamTy::U64);
-    let mean = k.param_reg("mean", ParamTy::U64);
+    let mean = centred.then(|| k.param_reg("mean", ParamTy::U64));
     let rstd = k.param_reg("rstd", ParamTy::U64);
     let dy = k.param_reg("dy", ParamTy::U64);
     let tid = k.sreg("%tid.x");
@@ -457,34 +479,48 @@ pub fn backward_partials_kernel(n: Norm) -> Kernel {
     // band instead of one a row); rows past the end (a last, partial band) add nothing.
     let r0 = k.bin("mul.lo.u32", RegKind::B32, band, BAND as u32);
     let ragged = !n.rows.is_multiple_of(BAND);
-    let rows: Vec<(Option<Reg>, [Reg; 4])> = (0..BAND as u32)
+    // Each row's (guard, dy, x, mean where centred, rstd).
+    let rows: Vec<(Option<Reg>, Vec<Reg>)> = (0..BAND as u32)
         .map(|i| {
             let r = k.bin("add.u32", RegKind::B32, r0, i);
             let ok = ragged.then(|| k.setp("lt.u32", r, n.rows as u32));
             let e = k.tri("mad.lo.u32", RegKind::B32, r, c, j);
-            let vals = [(dy, e), (x, e), (mean, r), (rstd, r)].map(|(base, idx)| {
-                let a = k.addr_of(base, idx, 4);
-                let v = k.imm_f32(0.0);
-                guarded(&mut k, ok, "ld.global.f32", [v.into(), addr(a, 0)]);
-                v
-            });
+            let sources = [Some((dy, e)), Some((x, e)), mean.map(|m| (m, r)), Some((rstd, r))];
+            let vals = sources
+                .into_iter()
+                .flatten()
+                .map(|(base, idx)| {
+                    let a = k.addr_of(base, idx, 4);
+                    let v = k.imm_f32(0.0);
+                    guarded(&mut k, ok, "ld.global.f32", [v.into(), addr(a, 0)]);
+                    v
+                })
+                .collect();
             (ok, vals)
         })
         .collect();
     let ag = k.imm_f32(0.0);
-    let ab = k.imm_f32(0.0);
-    for (ok, [d, v, m, rs]) in rows {
-        let xm = k.bin("sub.rn.f32", RegKind::F32, v, m);
-        let t = k.bin("mul.rn.f32", RegKind::F32, d, xm);
+    let ab = centred.then(|| k.imm_f32(0.0));
+    for (ok, vals) in rows {
+        let (d, v, rs) = (vals[0], vals[1], vals[vals.len() - 1]);
+        let centred_x = match mean {
+            Some(_) => k.bin("sub.rn.f32", RegKind::F32, v, vals[2]),
+            None => v,
+        };
+        let t = k.bin("mul.rn.f32", RegKind::F32, d, centred_x);
         let t = k.bin("mul.rn.f32", RegKind::F32, t, rs);
         guarded(&mut k, ok, "add.rn.f32", [ag.into(), ag.into(), t.into()]);
-        guarded(&mut k, ok, "add.rn.f32", [ab.into(), ab.into(), d.into()]);
+        if let Some(ab) = ab {
+            guarded(&mut k, ok, "add.rn.f32", [ab.into(), ab.into(), d.into()]);
+        }
     }
     let ig = k.tri("mad.lo.u32", RegKind::B32, band, c, j);
     st(&mut k, partials, ig, ag);
-    let bb = k.bin("add.u32", RegKind::B32, band, bands);
-    let ib = k.tri("mad.lo.u32", RegKind::B32, bb, c, j);
-    st(&mut k, partials, ib, ab);
+    if let Some(ab) = ab {
+        let bb = k.bin("add.u32", RegKind::B32, band, bands);
+        let ib = k.tri("mad.lo.u32", RegKind::B32, bb, c, j);
+        st(&mut k, partials, ib, ab);
+    }
     k.place(&end);
     k.ret();
     k
@@ -497,7 +533,13 @@ const FINISH_COLS: u32 = 32;
 
 /// Blocks of pass 2: one per 32 columns of the gain, and of the bias.
 fn fold_blocks(n: Norm) -> u32 {
-    2 * (n.c as u32).div_ceil(FINISH_COLS)
+    fold_blocks_of(n, 2)
+}
+
+/// Blocks of pass 2 over `outputs` column sums of shape `n` (the gain and bias here, the gain
+/// alone for an RMSNorm): one per 32 columns of each.
+pub(crate) fn fold_blocks_of(n: Norm, outputs: u32) -> u32 {
+    outputs * (n.c as u32).div_ceil(FINISH_COLS)
 }
 
 /// Grid and block of pass 2 as its own launch ([`backward_finish_kernel`]).
@@ -518,7 +560,7 @@ pub fn backward_finish_kernel(n: Norm) -> Kernel {
     let partials = k.param_reg("partials", ParamTy::U64);
     let tid = k.sreg("%tid.x");
     let f = k.sreg("%ctaid.x");
-    fold_bands(&mut k, n, [dgain, dbias, partials], tid, f, FINISH_THREADS);
+    fold_bands(&mut k, n, &[dgain, dbias], partials, tid, f, FINISH_THREADS);
     k.ret();
     k
 }
@@ -549,17 +591,18 @@ pub fn backward_finish_multi_kernel(n: Norm) -> Kernel {
         k.op("ld.global.nc.u64", [off.into(), addr(entry, at)]);
         k.bin("add.s64", RegKind::B64, base, off)
     });
-    fold_bands(&mut k, n, [dgain, dbias, partials], tid, f, FINISH_THREADS);
+    fold_bands(&mut k, n, &[dgain, dbias], partials, tid, f, FINISH_THREADS);
     k.ret();
     k
 }
 
-/// Pass 2 for fold block `f` of [`fold_blocks`] with `threads` threads: 32 columns of the gain
-/// (f < half) or the bias. The block's warps load eight bands each of its columns at a time into
+/// Pass 2 for fold block `f` of [`fold_blocks_of`] with `threads` threads: 32 columns of one
+/// of `outs`, the column sums whose band partials lie one after another in `partials` (the
+/// gain's then the bias's for a LayerNorm; an RMSNorm's gain alone). The block's warps load eight bands each of its columns at a time into
 /// shared memory (each warp one coalesced 128-byte row a band) while warp 0 folds the previous
 /// round's (lane = column) out of the other buffer. Bands past the end load as +0, which leaves a sum that
 /// started at +0 unchanged, bit for bit.
-fn fold_bands(k: &mut Kernel, n: Norm, [dgain, dbias, partials]: [Reg; 3], tid: Reg, f: Reg, threads: u32) {
+pub(crate) fn fold_bands(k: &mut Kernel, n: Norm, outs: &[Reg], partials: Reg, tid: Reg, f: Reg, threads: u32) {
     let c = n.c as u32;
     let bands = n.bands() as u32;
     let warps = threads / 32;
@@ -648,11 +691,20 @@ fn fold_bands(k: &mut Kernel, n: Norm, [dgain, dbias, partials]: [Reg; 3], tid: 
     let done = k.label("done");
     k.bra_if(folder, true, &done);
     k.bra_if(col_ok, true, &done);
-    let is_gain = k.setp("eq.u32", which, 0u32);
-    let ag = k.addr_of(dgain, j, 4);
-    let ab = k.addr_of(dbias, j, 4);
-    k.op_if(is_gain, false, "st.global.f32", [addr(ag, 0), acc.into()]);
-    k.op_if(is_gain, true, "st.global.f32", [addr(ab, 0), acc.into()]);
+    match *outs {
+        [one] => {
+            let a = k.addr_of(one, j, 4);
+            k.op("st.global.f32", [addr(a, 0), acc.into()]);
+        }
+        [dgain, dbias] => {
+            let is_gain = k.setp("eq.u32", which, 0u32);
+            let ag = k.addr_of(dgain, j, 4);
+            let ab = k.addr_of(dbias, j, 4);
+            k.op_if(is_gain, false, "st.global.f32", [addr(ag, 0), acc.into()]);
+            k.op_if(is_gain, true, "st.global.f32", [addr(ab, 0), acc.into()]);
+        }
+        _ => unreachable!("a fold writes one column sum or two"),
+    }
     k.place(&done);
 }
 

@@ -12,10 +12,10 @@
 //! for nearly every product), [`gemm::simple`] for shapes the tiled kernels do not take.
 //! Attention: [`attention`] in fp32, [`attention::mma`] on `mma.sync` and [`attention::wgmma`]
 //! on `wgmma` for bf16 q, k and v (the same bits). The rest: [`pointwise`], [`fused`] (runs of
-//! elementwise ops as one kernel), [`reduce`], [`layernorm`], [`rotary`], [`recurrence`] and
-//! the recurrences with large states, [`delta_rule`] and [`harmonic_scan`] (their reverse
-//! passes built on [`replay`]), [`embedding`], [`cross_entropy`], [`adamw`] and [`multi`]
-//! (multi-tensor optimizer kernels).
+//! elementwise ops as one kernel), [`reduce`], [`layernorm`] and its sibling [`rmsnorm`],
+//! [`rotary`], [`recurrence`] and the recurrences with large states, [`delta_rule`] and
+//! [`harmonic_scan`] (their reverse passes built on [`replay`]), [`embedding`],
+//! [`cross_entropy`], [`adamw`] and [`multi`] (multi-tensor optimizer kernels).
 
 use crate::runtime::driver::Arg;
 
@@ -67,4 +67,5 @@ pub mod pointwise;
 pub mod recurrence;
 pub mod reduce;
 pub mod replay;
+pub mod rmsnorm;
 pub mod rotary;

@@ -142,11 +142,11 @@ impl Lowerer<'_> {
         Ok(v)
     }
 
-    /// The Add right after the LayerNormBackward at `nodes[i]` that its input-gradient kernel
-    /// can do as it stores (`dx + r`): the Add's only LayerNorm operand is dx, read by nothing
-    /// else, and the Add's slot meets x, dy and r only exactly and the gain and row statistics
-    /// not at all. Returns (Add, r).
-    pub(super) fn layernorm_residual(
+    /// The Add right after the LayerNormBackward or RMSNormBackward at `nodes[i]` that its
+    /// input-gradient kernel can do as it stores (`dx + r`): the Add's only norm operand is dx,
+    /// read by nothing else, and the Add's slot meets x, dy and r only exactly and the gain and
+    /// row statistics not at all. Returns (Add, r).
+    pub(super) fn norm_residual(
         &self,
         nodes: &[u32],
         i: usize,
@@ -157,7 +157,13 @@ impl Lowerer<'_> {
         let (id, &add) = (nodes[i], nodes.get(i + 1)?);
         let ln = &g.nodes[id as usize];
         let an = &g.nodes[add as usize];
-        if ln.op != Op::LayerNormBackward || an.op != Op::Binary(alpha_ir::Binary::Add) || skip.contains(&add) {
+        // Where dy is among the norm's inputs; the gain and row statistics lie before it.
+        let dy_at = match ln.op {
+            Op::LayerNormBackward => 4,
+            Op::RmsNormBackward => 3,
+            _ => return None,
+        };
+        if an.op != Op::Binary(alpha_ir::Binary::Add) || skip.contains(&add) {
             return None;
         }
         let dx = Value { node: id, index: 0 };
@@ -171,8 +177,8 @@ impl Lowerer<'_> {
         // Exactly on x, dy or r is safe: each block reads its row before it stores it, and the
         // parameter passes run first.
         let apart = |v: Value| range(self.plan, v).is_none_or(|x| !overlap(sum, x) || x == sum);
-        let clear = apart(ln.inputs[0]) && apart(ln.inputs[4]) && apart(r);
-        let stats = ln.inputs[1..4].iter().all(|&x| range(self.plan, x).is_none_or(|x| !overlap(sum, x)));
+        let clear = apart(ln.inputs[0]) && apart(ln.inputs[dy_at]) && apart(r);
+        let stats = ln.inputs[1..dy_at].iter().all(|&x| range(self.plan, x).is_none_or(|x| !overlap(sum, x)));
         (same && uses.get(&dx) == Some(&1) && clear && stats).then_some((add, r))
     }
 

@@ -22,7 +22,8 @@
 //! phase's launches are built: a run of elementwise ops as one kernel, and over deep grids in
 //! the epilogue of the product it alone reads (`Lowerer::elementwise_chain`,
 //! `Lowerer::chain_into_product`); the LayerNorm backward adding the residual gradient and
-//! storing its bf16 cast (`Lowerer::layernorm_residual`, `Lowerer::cast_of_sum`); activation
+//! storing its bf16 cast, the RMSNorm backward adding it (`Lowerer::norm_residual`,
+//! `Lowerer::cast_of_sum`); activation
 //! outputs nothing reads left unstored (`Lowerer::dead_activation_stores`); the gate and up
 //! products as one gated launch (`Lowerer::gated_products`) and paired products
 //! (`Lowerer::paired_products`); runs of parameter casts and of AdamWs as one launch. Each has
@@ -32,9 +33,9 @@
 //! Files: this one is the driver (the arena's constant and scratch regions, kernels
 //! deduplicated, the phase loop, and `lower_node`, which dispatches each node to its family);
 //! one file per op family's lowering: `matmul.rs`, `attention.rs` (and rotaries), `layernorm.rs`,
-//! `pointwise.rs` (elementwise and layout ops, fused chains, parameter casts), `reduce.rs`,
-//! `embedding.rs`, `loss.rs`, `optimizer.rs`, `recurrence.rs` (the linear recurrence, the delta
-//! rule, the harmonic scan); `tests.rs`.
+//! `rmsnorm.rs`, `pointwise.rs` (elementwise and layout ops, fused chains, parameter casts),
+//! `reduce.rs`, `embedding.rs`, `loss.rs`, `optimizer.rs`, `recurrence.rs` (the linear
+//! recurrence, the delta rule, the harmonic scan); `tests.rs`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -70,6 +71,7 @@ mod optimizer;
 mod pointwise;
 mod recurrence;
 mod reduce;
+mod rmsnorm;
 #[cfg(test)]
 mod tests;
 
@@ -247,6 +249,8 @@ struct Lowerer<'p> {
     delta_regions: HashMap<(usize, usize), (usize, usize)>,
     /// AttentionBackward → where its delta-heads product put (dO, delta).
     delta_at: HashMap<u32, (usize, usize)>,
+    /// Readers of each value, program outputs and phase assignments counted ([`readers_of`]).
+    uses: HashMap<Value, usize>,
 }
 
 /// A tiled product as `lower_node` lowered it.
@@ -347,6 +351,7 @@ fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
 /// Lowers a plan made with byte units (`alpha_plan::bytes`) with `config`.
 pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
     let consts_start = plan.arena.div_ceil(ALIGN) * ALIGN;
+    let (uses, readers) = readers_of(&plan.program);
     let mut lw = Lowerer {
         plan: &plan,
         config,
@@ -365,6 +370,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         pending_folds: vec![],
         delta_regions: HashMap::new(),
         delta_at: HashMap::new(),
+        uses: uses.clone(),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -376,7 +382,6 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
             lw.inits.push((slot.offset, bytes));
         }
     }
-    let (uses, readers) = readers_of(&plan.program);
     let mut phases = vec![];
     for ph in &plan.phases {
         let mut launches = vec![];
@@ -419,7 +424,12 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 i += 1;
                 continue;
             }
-            if let Some(add) = lw.layernorm_residual(&nodes, i, &skip, &uses) {
+            if let Some(add) = lw.norm_residual(&nodes, i, &skip, &uses) {
+                if plan.program.graph.nodes[nodes[i] as usize].op == Op::RmsNormBackward {
+                    launches.extend(lw.lower_rmsnorm_backward(nodes[i], Some(add))?);
+                    i += 2;
+                    continue;
+                }
                 // The cast right after it, of the residual gradient, stored by it as well.
                 let copy = if config.layernorm_copy { lw.cast_of_sum(&nodes, i, add, &skip) } else { None };
                 launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add), copy)?);
@@ -738,9 +748,8 @@ impl Lowerer<'_> {
             | Op::HarmonicScan
             | Op::HarmonicScanBackward => self.lower_recurrence(id),
             Op::AdamW { .. } | Op::SumSquares => self.lower_optimizer(id),
-            Op::RmsNorm { .. } | Op::RmsNormBackward => {
-                Err(node_error(node, id, "RMSNorm has no GPU kernel yet (no system on the GPU uses it)"))
-            }
+            Op::RmsNorm { .. } => self.lower_rmsnorm(id),
+            Op::RmsNormBackward => self.lower_rmsnorm_backward(id, None),
             Op::Param { .. } | Op::State { .. } | Op::Input { .. } | Op::HostScalar { .. } | Op::Constant { .. } => {
                 Err(node_error(node, id, "a leaf is not a kernel"))
             }

@@ -354,6 +354,50 @@ fn a_fold_read_before_the_last_layernorm_backward_runs_at_once() {
     assert_eq!(fold.grid.0, 2 * 512 / 32, "one LayerNorm's fold blocks");
 }
 
+/// An RMSNorm and its backward over 48 rows: the gain's two passes run (pass 1 into scratch,
+/// the fold from there into the gain gradient's slot) only where the gain's gradient is read,
+/// before the input gradient; rows of 64 take the warp-a-row kernels, rows of 512 the block's.
+#[test]
+fn an_rmsnorm_runs_its_gain_passes_only_where_the_gains_gradient_is_read() {
+    for (c, read) in [(64usize, true), (64, false), (512, true)] {
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[48, c], Init::Zeros);
+        let gain = g.param("gain", &[c], Init::Ones);
+        let y = g.rms_norm(x, gain, 1e-6);
+        let rstd = Value { node: y.node, index: 1 };
+        let dy = g.param("dy", &[48, c], Init::Zeros);
+        let back = g.push(Op::RmsNormBackward, &[x, gain, rstd, dy]);
+        let mut s = g.sum_all(back[0]);
+        for v in [y].into_iter().chain(read.then_some(back[1])) {
+            let t = g.sum_all(v);
+            s = g.add(s, t);
+        }
+        let l = lower_forward_with(g, s, CudaConfig::default());
+        let launches: Vec<(&str, &Launch)> = l.phases[0]
+            .iter()
+            .map(|x| (l.kernels[x.kernel].name.as_str(), x))
+            .filter(|(n, _)| n.starts_with("rmsnorm"))
+            .collect();
+        let names: Vec<&str> = launches.iter().map(|x| x.0).collect();
+        let w = if c == 64 { "_warp" } else { "" };
+        let (fwd, dx) = (format!("rmsnorm_fwd{w}"), format!("rmsnorm_bwd_dx{w}"));
+        let want: Vec<&str> = match read {
+            true => vec![&fwd, "rmsnorm_bwd_params", "rmsnorm_bwd_params_finish", &dx],
+            false => vec![&fwd, &dx],
+        };
+        assert_eq!(names, want, "c {c}");
+        if read {
+            let (p1, p2) = (launches[1].1, launches[2].1);
+            let LArg::Ptr(partials) = p1.args[0] else { panic!("pass 1 writes a pointer") };
+            assert!(partials >= l.plan.arena, "the partials lie in the scratch region");
+            assert_eq!(p2.args, [LArg::Ptr(l.plan.slot(back[1]).offset), p1.args[0]]);
+        }
+        let dx_launch = launches.last().unwrap().1;
+        assert_eq!(dx_launch.args[0], LArg::Ptr(l.plan.slot(back[0]).offset));
+        assert_eq!(dx_launch.grid.0 as usize, if c == 64 { 12 } else { 48 }, "four rows a block, or one");
+    }
+}
+
 /// With chain epilogues on, the same program's chain relu(y)·y, which alone reads y, runs in
 /// the product's epilogue: y is never stored, only h, whose slot is clear of the GEMM's A.
 #[test]
