@@ -729,7 +729,7 @@ impl Lowerer<'_> {
             Op::LayerNormBackward => self.lower_layernorm_backward(id, None, None),
             Op::Rotary { .. } => self.lower_rotary(id),
             Op::Attention { .. } | Op::AttentionBackward { .. } => self.lower_attention(id),
-            Op::CrossEntropy | Op::CrossEntropyBackward => self.lower_cross_entropy(id),
+            Op::CrossEntropy { .. } | Op::CrossEntropyBackward { .. } => self.lower_cross_entropy(id),
             Op::Recurrence { .. } => self.lower_recurrence(id),
             Op::AdamW { .. } | Op::SumSquares => self.lower_optimizer(id),
             Op::RmsNorm { .. } | Op::RmsNormBackward => {
