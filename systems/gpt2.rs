@@ -4,8 +4,9 @@
 //! table has 50,304 rows (the vocabulary rounded up to a multiple of 128, as llm.c pads it), so
 //! the head's three products (logits, their input gradient, the table's gradient) take whole
 //! 128-wide tiles on the GPU's fast path instead of a ragged edge. The 47 padded rows are never
-//! gathered (token ids stop at 50,256) and the logits are sliced back to 50,257 columns before the
-//! softmax, so they never enter the loss or a prediction; their gradient is zero. llm.c's recipe: weights N(0, 0.02),
+//! gathered (token ids stop at 50,256) and the cross-entropy takes the first 50,257 columns of
+//! each row of logits, so they never enter the loss or a prediction; their gradient is zero.
+//! llm.c's recipe: weights N(0, 0.02),
 //! the two residual projections N(0, 0.02/√24), biases 0; AdamW β (0.9, 0.95), ε 1e-8, decay 0.1
 //! on matrices only, peak 6e-4, cosine to 0, clip 1.0. Matrix products take bf16 operands, as in
 //! Alpha's other transformers.
@@ -155,7 +156,9 @@ mod tests {
         // llm.c's padded count; less the 47 padded rows, SYSTEMS.md's 124,439,808.
         assert_eq!(m.graph.parameter_count(), 124_475_904);
         assert_eq!(m.graph.parameter_count() - (50_304 - 50_257) * 768, 124_439_808);
-        // The padded rows never reach the softmax: the logits keep the vocabulary's columns.
-        assert_eq!(m.graph.shape(m.logits), &[1024, 50_257]);
+        // The logits keep the padded width; the loss takes the vocabulary's columns only.
+        assert_eq!(m.graph.shape(m.logits), &[1024, 50_304]);
+        let ce = m.graph.nodes.iter().find(|n| matches!(n.op, alpha_ir::Op::CrossEntropy { .. })).unwrap();
+        assert_eq!(ce.op, alpha_ir::Op::CrossEntropy { classes: Some(50_257) });
     }
 }

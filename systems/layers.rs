@@ -63,15 +63,17 @@ pub fn lm_inputs(g: &mut Graph, batch: usize, t: usize) -> (Value, Value) {
 }
 
 /// The tied head and loss: logits = h·Eᵀ over the embedding `embed` `[V, C]`, cross-entropy
-/// against `targets` per position, and their mean.
+/// against `targets` per position, and their mean. An embedding padded past the vocabulary
+/// gives rows of logits wider than it; the cross-entropy takes their first `vocab` columns
+/// (the padded rows' scores never enter the softmax, and their gradient is zero), and so does
+/// prediction (the model's logits keep the padded width: see `alpha_run::predict`).
 pub fn tied_lm_loss(mut g: Graph, h: Value, embed: Value, targets: Value, vocab: usize) -> Result<Model, IrError> {
-    let mut logits = bf16_matmul(&mut g, h, embed, true);
-    // An embedding padded past the vocabulary: its extra rows' scores are cut off here, before
-    // the softmax (their gradient is then zero).
-    if g.shape(logits)[1] > vocab {
-        logits = g.slice(logits, 1, 0, vocab);
-    }
-    lm_loss(g, logits, targets)
+    let logits = bf16_matmul(&mut g, h, embed, true);
+    let n = g.shape(logits)[0];
+    let flat = g.reshape(targets, &[n]);
+    let losses = g.cross_entropy_over(logits, flat, vocab);
+    let loss = g.mean_all(losses);
+    Ok(Model { graph: g.finish()?, loss, losses, logits })
 }
 
 /// The loss of a language model over its logits `[N, V]`: cross-entropy against `targets`

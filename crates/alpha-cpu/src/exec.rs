@@ -211,11 +211,15 @@ impl<T: Real> Cpu<T> {
                 let how = attention::How { scale: *scale, softcap: *softcap, bf16: *bf16 };
                 attention::backward(ins[0], ins[1], ins[2], ins[3], ins[4], ins[5], &dims, how, o0, o1, o2);
             }
-            Op::CrossEntropy => {
+            Op::CrossEntropy { classes } => {
                 let o1 = unsafe { self.slice_mut(out(1)) };
-                loss::forward(ins[0], ins[1], shape(0)[1], o0, o1);
+                let w = shape(0)[1];
+                loss::forward(ins[0], ins[1], (w, classes.unwrap_or(w)), o0, o1);
             }
-            Op::CrossEntropyBackward => loss::backward(ins[0], ins[1], ins[2], ins[3], shape(0)[1], o0),
+            Op::CrossEntropyBackward { classes } => {
+                let w = shape(0)[1];
+                loss::backward(ins[0], ins[1], ins[2], ins[3], (w, classes.unwrap_or(w)), o0)
+            }
             Op::Recurrence { reverse } => {
                 let s = shape(0);
                 recurrence::recurrence(ins[0], ins[1], s[0], s[1], *reverse, o0);

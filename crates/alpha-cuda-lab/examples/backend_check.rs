@@ -270,7 +270,7 @@ fn cases() -> Vec<Case> {
         let loss = g.cross_entropy(logits, t);
         let lse = Value { node: loss.node, index: 1 };
         let dl = p(g, "dloss", &[37]);
-        let d = g.push(Op::CrossEntropyBackward, &[logits, lse, t, dl])[0];
+        let d = g.push(Op::CrossEntropyBackward { classes: None }, &[logits, lse, t, dl])[0];
         vec![("loss", loss), ("lse", lse), ("dlogits", d)]
     }));
     v.push(case("recurrence", 1e-6, |g| {

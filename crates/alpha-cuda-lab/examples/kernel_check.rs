@@ -108,7 +108,9 @@ fn main() -> Result<()> {
         step("scans", check::scan_checks(&gpu, &arena, &mut rng, &opts));
     }
     if wanted("cross_entropy") {
-        step("cross_entropy", check::cross_entropy_checks(&gpu, &arena, &mut rng, (1024, 12288), &opts));
+        step("cross_entropy", check::cross_entropy_checks(&gpu, &arena, &mut rng, (1024, 12288, 12288), &opts));
+        // GPT-2's vocabulary in rows padded to 50,304.
+        step("cross_entropy", check::cross_entropy_checks(&gpu, &arena, &mut rng, (64, 50257, 50304), &opts));
     }
     let n_opt = if quick { 1 << 20 } else { 57_705_472 };
     if wanted("adamw") {

@@ -390,8 +390,8 @@ fn pullback(
             );
             vec![Some(outs[0]), Some(outs[1]), Some(outs[2])]
         }
-        Op::CrossEntropy => {
-            let d = g.push(Op::CrossEntropyBackward, &[x(0), out(1), x(1), dy])[0];
+        Op::CrossEntropy { classes } => {
+            let d = g.push(Op::CrossEntropyBackward { classes: *classes }, &[x(0), out(1), x(1), dy])[0];
             vec![Some(d), None]
         }
         Op::Recurrence { reverse } => {
@@ -429,7 +429,7 @@ fn pullback(
         | Op::HarmonicScanBackward
         | Op::RmsNormBackward
         | Op::AttentionBackward { .. }
-        | Op::CrossEntropyBackward
+        | Op::CrossEntropyBackward { .. }
         | Op::AdamW { .. }
         | Op::SumSquares
         | Op::Param { .. }

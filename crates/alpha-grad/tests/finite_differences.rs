@@ -350,6 +350,22 @@ fn cross_entropy() {
     }
 }
 
+/// Over the first `v` of rows of `w` logits (a padded vocabulary): finite differences see no
+/// effect of the padded columns, and the pullback gives them none.
+#[test]
+fn cross_entropy_over_fewer_classes_than_the_row() {
+    for seed in SEEDS {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (n, v) = (dim(&mut rng, 1, 6), dim(&mut rng, 2, 9));
+        let w = v + dim(&mut rng, 1, 4);
+        let mut c = case("cross-entropy over classes");
+        let logits = c.p(&[n, w], Dist::Normal);
+        let t = c.ids(&[n], v);
+        c.out = c.g.cross_entropy_over(logits, t, v);
+        check(c, seed);
+    }
+}
+
 #[test]
 fn recurrence_forward_and_reverse() {
     for seed in SEEDS {

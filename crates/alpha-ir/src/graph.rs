@@ -348,7 +348,12 @@ impl Graph {
     }
     /// Per-position cross-entropy `[N]`.
     pub fn cross_entropy(&mut self, logits: Value, targets: Value) -> Value {
-        self.push(Op::CrossEntropy, &[logits, targets])[0]
+        self.push(Op::CrossEntropy { classes: None }, &[logits, targets])[0]
+    }
+    /// Per-position cross-entropy `[N]` over the first `classes` columns of the logits' rows
+    /// (a padded vocabulary's real entries).
+    pub fn cross_entropy_over(&mut self, logits: Value, targets: Value, classes: usize) -> Value {
+        self.push(Op::CrossEntropy { classes: Some(classes) }, &[logits, targets])[0]
     }
     pub fn recurrence(&mut self, u: Value, gamma: Value) -> Value {
         self.push1(Op::Recurrence { reverse: false }, &[u, gamma])

@@ -9,6 +9,16 @@ fn tt(shape: Vec<usize>, dtype: DType) -> TensorType {
     TensorType { shape, dtype }
 }
 
+/// A cross-entropy's class bound: at least one class, and no more than a row holds.
+fn want_classes(classes: Option<usize>, logits: &TensorType) -> Result<(), String> {
+    match classes {
+        Some(c) if c == 0 || c > logits.shape[1] => {
+            Err(format!("cross-entropy over {c} classes of logits {logits}: needs 1 to {}", logits.shape[1]))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn want_arity(op: &Op, inputs: &[TensorType], n: usize) -> Result<(), String> {
     if inputs.len() != n {
         return Err(format!("{} takes {n} inputs, got {}", op.family(), inputs.len()));
@@ -324,7 +334,7 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> 
             want_shape(&inputs[5], &q.shape, "do")?;
             Ok(vec![q.clone(), k.clone(), v.clone()])
         }
-        Op::CrossEntropy => {
+        Op::CrossEntropy { classes } => {
             want_arity(op, inputs, 2)?;
             let (logits, targets) = (&inputs[0], &inputs[1]);
             want_float(logits, "logits")?;
@@ -332,16 +342,18 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> 
             if logits.shape.len() != 2 {
                 return Err(format!("cross-entropy needs logits as [N, V], got {logits}"));
             }
+            want_classes(*classes, logits)?;
             want_shape(targets, &logits.shape[..1], "targets")?;
             let n = vec![logits.shape[0]];
             Ok(vec![tt(n.clone(), logits.dtype), tt(n, logits.dtype)])
         }
-        Op::CrossEntropyBackward => {
+        Op::CrossEntropyBackward { classes } => {
             want_arity(op, inputs, 4)?;
             let logits = &inputs[0];
             if logits.shape.len() != 2 {
                 return Err(format!("cross-entropy needs logits as [N, V], got {logits}"));
             }
+            want_classes(*classes, logits)?;
             want_shape(&inputs[1], &logits.shape[..1], "lse")?;
             want_shape(&inputs[2], &logits.shape[..1], "targets")?;
             want_shape(&inputs[3], &logits.shape[..1], "dloss")?;

@@ -184,10 +184,17 @@ pub enum Op {
         softcap: Option<f64>,
         bf16: bool,
     },
-    /// Full-vocabulary cross-entropy: logits `[N, V]`, int targets `[N]` → loss `[N]`, lse `[N]`.
-    CrossEntropy,
-    /// logits, lse, targets, dloss `[N]` → dlogits `[N, V]`.
-    CrossEntropyBackward,
+    /// Full-vocabulary cross-entropy: logits `[N, W]`, int targets `[N]` → loss `[N]`, lse `[N]`,
+    /// over the first `classes` columns of each row (all W when `None`). Why the bound: a
+    /// vocabulary padded for the products' tiles (GPT-2's 50,257 in rows of 50,304) keeps its
+    /// padded columns out of the softmax without a copy of the logits that leaves them out.
+    CrossEntropy {
+        classes: Option<usize>,
+    },
+    /// logits, lse, targets, dloss `[N]` → dlogits `[N, W]`, zero past `classes`.
+    CrossEntropyBackward {
+        classes: Option<usize>,
+    },
     /// The linear recurrence along axis 1: u `[B, T, C…]`, γ `[C…]` →
     /// s_t = γ·s_{t−1} + u_t (s_{−1} = 0). `reverse` runs from the end (the pullback).
     Recurrence {
@@ -254,8 +261,8 @@ impl Op {
             Op::Rotary { .. } => "rotary",
             Op::Attention { .. } => "attention-forward",
             Op::AttentionBackward { .. } => "attention-backward",
-            Op::CrossEntropy => "cross-entropy",
-            Op::CrossEntropyBackward => "cross-entropy-backward",
+            Op::CrossEntropy { .. } => "cross-entropy",
+            Op::CrossEntropyBackward { .. } => "cross-entropy-backward",
             Op::Recurrence { .. } => "recurrence",
             Op::DeltaRule => "delta-rule-forward",
             Op::DeltaRuleBackward => "delta-rule-backward",

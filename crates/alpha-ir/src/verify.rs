@@ -90,6 +90,23 @@ mod tests {
     }
 
     #[test]
+    fn a_cross_entropy_takes_one_to_a_rows_worth_of_classes() {
+        for (classes, ok) in [(0, false), (5, true), (8, true), (9, false)] {
+            let mut g = Graph::new("t");
+            let logits = g.input("logits", &[2, 8], DType::F32);
+            let targets = g.input("targets", &[2], DType::I32);
+            g.cross_entropy_over(logits, targets, classes);
+            match g.finish() {
+                Ok(_) => assert!(ok, "{classes} classes of rows of 8 accepted"),
+                Err(e) => {
+                    assert!(!ok, "{e}");
+                    assert!(e.to_string().contains(&format!("cross-entropy over {classes} classes")), "{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_tampered_graph_is_caught() {
         let mut g = Graph::new("bob");
         let x = g.input("x", &[2, 3], DType::F32);

@@ -471,9 +471,11 @@ fn causality(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<
         b.run("forward")?;
         logits.push((before, b.output("logits")?));
     }
+    // Rows of logits may be wider than the vocabulary (a padded embedding); every column counts.
     let rows = |(a, b): &(Vec<f32>, Vec<f32>)| -> Vec<bool> {
+        let w = a.len() / (batch * t);
         (0..batch * t)
-            .map(|r| a[r * v..(r + 1) * v].iter().zip(&b[r * v..(r + 1) * v]).any(|(x, y)| x.to_bits() != y.to_bits()))
+            .map(|r| a[r * w..(r + 1) * w].iter().zip(&b[r * w..(r + 1) * w]).any(|(x, y)| x.to_bits() != y.to_bits()))
             .collect()
     };
     let (dev_rows, ref_rows) = (rows(&logits[0]), rows(&logits[1]));

@@ -58,7 +58,11 @@ pub fn continue_prompt_streaming(
         backend.write_ids("targets", &vec![0; t])?;
         backend.run("forward")?;
         let logits = backend.output("logits")?;
-        let row = &logits[(window.len() - 1) * v..window.len() * v];
+        // Rows may be wider than the vocabulary (an embedding padded for the GPU's tiles): the
+        // first `v` of each are the tokens' scores.
+        let width = logits.len() / t;
+        let at = (window.len() - 1) * width;
+        let row = &logits[at..at + v];
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
         let probs: Vec<f64> = row.iter().map(|&z| (z as f64 - max).exp()).collect();
         let z: f64 = probs.iter().sum();

@@ -88,67 +88,68 @@ pub fn embedding_checks(
     Ok(rows)
 }
 
-/// Cross-entropy forward (loss, lse) and backward against f64 references.
+/// Cross-entropy forward (loss, lse) and backward against f64 references, over rows of `w`
+/// logits whose first `v` are the classes (`w > v`: a padded vocabulary).
 pub fn cross_entropy_checks(
     gpu: &Gpu,
     arena: &DeviceArena,
     rng: &mut Rng,
-    (rows_n, v): (u32, u32),
+    (rows_n, v, w): (u32, u32, u32),
     opts: &Options,
 ) -> Result<Vec<Row>> {
     arena.reset();
     let ff = gpu.load(&cross_entropy::forward_kernel())?;
     let fb = gpu.load(&cross_entropy::backward_kernel())?;
-    let (r, vu) = (rows_n as usize, v as usize);
-    let logits = rng.vec(r * vu, 4.0);
+    let (r, vu, wu) = (rows_n as usize, v as usize, w as usize);
+    let logits = rng.vec(r * wu, 4.0);
     let mut targets: Vec<i32> = (0..r).map(|_| rng.below(v) as i32).collect();
     targets[r - 1] = -1;
     let dloss: Vec<f32> = (0..r).map(|_| 1.0 / r as f32 * (1.0 + rng.uniform())).collect();
-    let lb = arena.alloc_n::<f32>(r * vu)?;
+    let lb = arena.alloc_n::<f32>(r * wu)?;
     let tb = arena.alloc_n::<i32>(r)?;
     let lossb = arena.alloc_n::<f32>(r)?;
     let lseb = arena.alloc_n::<f32>(r)?;
     let dlb = arena.alloc_n::<f32>(r)?;
-    let gb = arena.alloc_n::<f32>(r * vu)?;
+    let gb = arena.alloc_n::<f32>(r * wu)?;
     arena.upload(lb, &logits)?;
     arena.upload(tb, &targets)?;
     arena.upload(dlb, &dloss)?;
     arena.fill_u32(lossb, NAN_BITS)?;
     arena.fill_u32(lseb, NAN_BITS)?;
     arena.fill_u32(gb, NAN_BITS)?;
-    cross_entropy::forward(gpu, &ff, lossb.ptr, lseb.ptr, lb.ptr, tb.ptr, rows_n, v)?;
-    cross_entropy::backward(gpu, &fb, gb.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, v)?;
+    cross_entropy::forward(gpu, &ff, lossb.ptr, lseb.ptr, lb.ptr, tb.ptr, rows_n, (v, w))?;
+    cross_entropy::backward(gpu, &fb, gb.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, (v, w))?;
     let loss: Vec<f32> = arena.download(lossb, r)?;
     let lse: Vec<f32> = arena.download(lseb, r)?;
-    let grad: Vec<f32> = arena.download(gb, r * vu)?;
-    let (wl, wlse) = cross_entropy::forward_reference(&logits, &targets, vu);
-    let wg = cross_entropy::backward_reference(&logits, &targets, &dloss, vu);
+    let grad: Vec<f32> = arena.download(gb, r * wu)?;
+    let (wl, wlse) = cross_entropy::forward_reference(&logits, &targets, (vu, wu));
+    let wg = cross_entropy::backward_reference(&logits, &targets, &dloss, (vu, wu));
     let (la, lr) = compare(&loss, &wl);
     let (sa, sr) = compare(&lse, &wlse);
     let (ga, gr) = compare(&grad, &wg);
     let (tf, tb_) = if opts.bench {
         (
             Some(median(gpu.time(opts.warmup, opts.reps, || {
-                cross_entropy::forward(gpu, &ff, lossb.ptr, lseb.ptr, lb.ptr, tb.ptr, rows_n, v)
+                cross_entropy::forward(gpu, &ff, lossb.ptr, lseb.ptr, lb.ptr, tb.ptr, rows_n, (v, w))
             })?)),
             Some(median(gpu.time(opts.warmup, opts.reps, || {
-                cross_entropy::backward(gpu, &fb, gb.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, v)
+                cross_entropy::backward(gpu, &fb, gb.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, (v, w))
             })?)),
         )
     } else {
         (None, None)
     };
-    let bytes = 4.0 * (r * vu) as f64;
+    let bytes = 4.0 * (r * wu) as f64;
     // The bf16 store: the f32 gradient rounded, bit for bit.
     let fb16 = gpu.load(&cross_entropy::backward_kernel_bf16())?;
-    let grad_bf16 = arena.alloc_n::<u16>(r * vu)?;
+    let grad_bf16 = arena.alloc_n::<u16>(r * wu)?;
     arena.fill_u32(grad_bf16, NAN_BITS)?;
-    cross_entropy::backward(gpu, &fb16, grad_bf16.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, v)?;
-    let got16: Vec<u16> = arena.download(grad_bf16, r * vu)?;
+    cross_entropy::backward(gpu, &fb16, grad_bf16.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, (v, w))?;
+    let got16: Vec<u16> = arena.download(grad_bf16, r * wu)?;
     let differ = got16.iter().zip(&grad).filter(|(x, y)| **x != half::bf16::from_f32(**y).to_bits()).count();
     let t16 = if opts.bench {
         Some(median(gpu.time(opts.warmup, opts.reps, || {
-            cross_entropy::backward(gpu, &fb16, grad_bf16.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, v)
+            cross_entropy::backward(gpu, &fb16, grad_bf16.ptr, lb.ptr, lseb.ptr, tb.ptr, dlb.ptr, rows_n, (v, w))
         })?))
     } else {
         None
@@ -156,28 +157,28 @@ pub fn cross_entropy_checks(
     let mut bf16_row = exact_row(
         "cross_entropy",
         "cross_entropy_bwd_bf16 = f32 rounded",
-        &format!("rows{rows_n} v{v}"),
+        &format!("rows{rows_n} v{v} w{w}"),
         differ,
-        r * vu,
+        r * wu,
     );
     bf16_row.median_us = t16;
     // The one-read forward for this vocabulary: the same loss and log-sum-exp, bit for bit.
     let held = cross_entropy::forward_kernel_for(Some(v));
     let fh = gpu.load(&held)?;
     let [loss2, lse2] = poisoned(arena, [r, r])?;
-    cross_entropy::forward(gpu, &fh, loss2.ptr, lse2.ptr, lb.ptr, tb.ptr, rows_n, v)?;
+    cross_entropy::forward(gpu, &fh, loss2.ptr, lse2.ptr, lb.ptr, tb.ptr, rows_n, (v, w))?;
     let differ =
         mismatches(&arena.download::<f32>(loss2, r)?, &loss) + mismatches(&arena.download::<f32>(lse2, r)?, &lse);
     let mut held_row = exact_row(
         "cross_entropy",
         &format!("{} = cross_entropy_fwd", held.name),
-        &format!("rows{rows_n} v{v}"),
+        &format!("rows{rows_n} v{v} w{w}"),
         differ,
         2 * r,
     );
     if opts.bench {
         let t = median(gpu.time(opts.warmup, opts.reps, || {
-            cross_entropy::forward(gpu, &fh, loss2.ptr, lse2.ptr, lb.ptr, tb.ptr, rows_n, v)
+            cross_entropy::forward(gpu, &fh, loss2.ptr, lse2.ptr, lb.ptr, tb.ptr, rows_n, (v, w))
         })?);
         held_row.median_us = Some(t);
         held_row.rate = format!("{:.2} TB/s (1 read)", bytes / t / 1e6);

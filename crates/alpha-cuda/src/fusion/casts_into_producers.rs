@@ -50,7 +50,7 @@ pub(crate) fn producer_cast_candidates(program: &alpha_ir::Program) -> HashMap<V
             Op::Unary(_) | Op::Binary(_) | Op::Permute { .. } => true,
             Op::LayerNorm { .. } | Op::RmsNorm { .. } => x.index == 0,
             // Four logits a thread: a vocabulary of a multiple of 4.
-            Op::CrossEntropyBackward => g.shape(x).last().is_some_and(|v| v % 4 == 0),
+            Op::CrossEntropyBackward { .. } => g.shape(x).last().is_some_and(|v| v % 4 == 0),
             _ => false,
         };
         let same_size = g.ty(x).numel() == n.outputs[0].numel();

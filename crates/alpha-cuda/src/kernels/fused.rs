@@ -47,11 +47,25 @@ pub struct Chain {
     pub outputs: Vec<usize>,
     /// Per output: stored rounded to bf16 (the cast that alone reads it, done here).
     pub bf16: Vec<bool>,
-    /// Per input: one f32 that every element reads (a broadcast scalar: a learning rate, a
-    /// momentum, a clip's scale), loaded once a thread; missing entries are false. Why: an
-    /// optimizer's per-matrix arithmetic is a chain with such scalars at every step (Muon's
-    /// momentum and Nesterov direction: five ops), and without them each op was a launch.
-    pub scalar: Vec<bool>,
+    /// Per input, how it is broadcast over the elements (missing entries: not at all).
+    pub broadcast: Vec<Broadcast>,
+}
+
+/// How a chain input is read at element `i`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Broadcast {
+    /// Its own element `i`.
+    #[default]
+    None,
+    /// One f32 that every element reads (a learning rate, a momentum, a clip's scale), loaded
+    /// once a thread. Why: an optimizer's per-matrix arithmetic is a chain with such scalars at
+    /// every step (Muon's momentum and Nesterov direction: five ops), and without them each op
+    /// was a launch.
+    Scalar,
+    /// A row of this many f32 repeated over the leading axes: element `i` reads `i mod n`. Why:
+    /// a linear layer's bias added to its product is such a row, and with it the bias add joins
+    /// the activation or the residual add after it in one launch.
+    Row(u32),
 }
 
 impl Chain {
@@ -69,7 +83,7 @@ impl Chain {
             ],
             outputs: vec![1, 3],
             bf16: vec![false, false],
-            scalar: vec![],
+            broadcast: vec![],
         }
     }
 
@@ -89,12 +103,13 @@ impl Chain {
             ],
             outputs: vec![2, 4],
             bf16: vec![true, true],
-            scalar: vec![],
+            broadcast: vec![],
         }
     }
 
     /// Entry name: the steps' functions in order, e.g. `ew_mul_mul_gelugrad_mul` (`ewh_…` when
-    /// an output is stored as bf16), then `_s` and the scalar inputs' numbers if any.
+    /// an output is stored as bf16), then `_s` and the scalar inputs' numbers if any, and `_r`,
+    /// each row input's number and `x` its length.
     pub fn name(&self) -> String {
         let mut s = String::from(if self.bf16.contains(&true) { "ewh" } else { "ew" });
         for st in &self.steps {
@@ -105,18 +120,33 @@ impl Chain {
             s.push('_');
             s.push_str(&f.to_lowercase());
         }
-        if self.scalar.contains(&true) {
+        if (0..self.inputs).any(|j| self.is_scalar(j)) {
             s.push_str("_s");
             for j in (0..self.inputs).filter(|&j| self.is_scalar(j)) {
                 s.push_str(&j.to_string());
             }
         }
+        for j in 0..self.inputs {
+            if let Broadcast::Row(n) = self.broadcast_of(j) {
+                s.push_str(&format!("_r{j}x{n}"));
+            }
+        }
         s
+    }
+
+    /// How input `j` is read.
+    pub fn broadcast_of(&self, j: usize) -> Broadcast {
+        self.broadcast.get(j).copied().unwrap_or_default()
     }
 
     /// Whether input `j` is one value every element reads.
     pub fn is_scalar(&self, j: usize) -> bool {
-        self.scalar.get(j).copied().unwrap_or(false)
+        self.broadcast_of(j) == Broadcast::Scalar
+    }
+
+    /// Whether every input is read at its own element (what a GEMM's epilogue can run).
+    pub fn elementwise(&self) -> bool {
+        (0..self.inputs).all(|j| self.broadcast_of(j) == Broadcast::None)
     }
 
     /// Checks that every step reads inputs or earlier steps and every output names a step.
@@ -166,10 +196,15 @@ impl Chain {
         let vals: Vec<Reg> = ins
             .iter()
             .zip(&scalars)
-            .map(|(&base, scalar)| match scalar {
+            .enumerate()
+            .map(|(j, (&base, scalar))| match scalar {
                 Some(f) => *f,
                 None => {
-                    let a = k.addr_of(base, i, 4);
+                    let at = match self.broadcast_of(j) {
+                        Broadcast::Row(n) => k.bin("rem.u32", RegKind::B32, i, n),
+                        _ => i,
+                    };
+                    let a = k.addr_of(base, at, 4);
                     let f = k.reg(RegKind::F32);
                     k.op("ld.global.f32", [f.into(), addr(a, 0)]);
                     f

@@ -10,25 +10,27 @@ impl Lowerer<'_> {
         let some = Some(id);
         let mut v = vec![];
         match &node.op {
-            Op::CrossEntropy => {
+            Op::CrossEntropy { classes } => {
                 self.want_f32(node, id, &ins[..1])?;
                 let s = cx.ishape(0);
-                let vocab = u32::try_from(s[s.len() - 1]).ok();
-                let kernel = self.kernel(cross_entropy::forward_kernel_for(vocab))?;
+                let (classes, width) = (classes.unwrap_or(s[1]) as u32, s[1] as u32);
+                // The one-read form where every column of a row is a class.
+                let kernel = self.kernel(cross_entropy::forward_kernel_for((classes == width).then_some(classes)))?;
                 v.push(Pending {
                     kernel,
                     grid: (s[0] as u32, 1, 1),
                     block: (cross_entropy::THREADS, 1, 1),
                     args: cross_entropy::forward_arguments(
                         [self.ptr(cx.out(0)), self.ptr(cx.out(1)), self.ptr(ins[0]), self.ptr(ins[1])],
-                        s[1] as u32,
+                        (classes, width),
                     ),
                     node: some,
                 });
             }
-            Op::CrossEntropyBackward => {
+            Op::CrossEntropyBackward { classes } => {
                 self.want_f32(node, id, &[ins[0], ins[1], ins[3]])?;
                 let s = cx.ishape(0);
+                let (classes, width) = (classes.unwrap_or(s[1]) as u32, s[1] as u32);
                 // dlogits as bf16 where a cast alone reads them (see `casts_into_producers`).
                 let (dst, dtype) = self.destination(cx.out(0));
                 let kernel = self.kernel(if dtype == DType::BF16 {
@@ -38,7 +40,7 @@ impl Lowerer<'_> {
                 })?;
                 let args = cross_entropy::backward_arguments(
                     [dst, ins[0], ins[1], ins[2], ins[3]].map(|a| self.ptr(a)),
-                    s[1] as u32,
+                    (classes, width),
                 );
                 v.push(Pending {
                     kernel,

@@ -267,8 +267,8 @@ impl Lowerer<'_> {
         products: &LaunchedProducts,
         uses: &HashMap<Value, usize>,
     ) -> Result<bool> {
-        // A GEMM's epilogue reads each chain input at its element: no broadcast scalars.
-        if (0..cl.chain.inputs).any(|j| cl.chain.is_scalar(j)) {
+        // A GEMM's epilogue reads each chain input at its element: no broadcast inputs.
+        if !cl.chain.elementwise() {
             return Ok(false);
         }
         let grids = self.config.chain_epilogues;

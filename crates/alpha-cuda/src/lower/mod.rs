@@ -741,7 +741,7 @@ impl Lowerer<'_> {
             Op::LayerNormBackward => self.lower_layernorm_backward(id, None, None),
             Op::Rotary { .. } => self.lower_rotary(id),
             Op::Attention { .. } | Op::AttentionBackward { .. } => self.lower_attention(id),
-            Op::CrossEntropy | Op::CrossEntropyBackward => self.lower_cross_entropy(id),
+            Op::CrossEntropy { .. } | Op::CrossEntropyBackward { .. } => self.lower_cross_entropy(id),
             Op::Recurrence { .. }
             | Op::DeltaRule
             | Op::DeltaRuleBackward

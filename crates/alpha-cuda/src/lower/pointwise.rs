@@ -103,8 +103,8 @@ impl Lowerer<'_> {
     }
 
     /// A run of two or more same-length f32 elementwise nodes (unary, or binary whose operands
-    /// are the output's shape or one broadcast value) from `nodes[i]`, as one [`fused::Chain`]
-    /// launch: it stores only the values
+    /// are the output's shape, one broadcast value, or a row repeated over the leading axes: a
+    /// bias) from `nodes[i]`, as one [`fused::Chain`] launch: it stores only the values
     /// read after the run, and only when no stored value partly overlaps an input (an exact
     /// overlap is safe: every element is loaded before any is stored). Returns the position
     /// after the run.
@@ -122,10 +122,9 @@ impl Lowerer<'_> {
             let out = Value { node: id, index: 0 };
             let ok = match n.op {
                 Op::Unary(_) => f32(n.inputs[0]) && g.ty(n.inputs[0]).numel() == n.outputs[0].numel(),
-                Op::Binary(_) => n
-                    .inputs
-                    .iter()
-                    .all(|&x| f32(x) && (g.shape(x) == n.outputs[0].shape.as_slice() || g.ty(x).numel() == 1)),
+                Op::Binary(_) => {
+                    n.inputs.iter().all(|&x| f32(x) && chain_broadcast(g.shape(x), &n.outputs[0].shape).is_some())
+                }
                 _ => false,
             };
             (ok && f32(out)).then(|| n.outputs[0].numel())
@@ -227,8 +226,17 @@ impl Lowerer<'_> {
                         self.recomputed_reads.insert((x, r));
                     }
                 }
-                let scalar = inputs.iter().map(|&x| n > 1 && g.ty(x).numel() == 1).collect();
-                let chain = fused::Chain { n, inputs: inputs.len(), steps, outputs, bf16, scalar };
+                // How each input is read: a run's nodes all have `n` elements, so an input of
+                // fewer is a scalar or a row of the outputs' shape.
+                let out_shape = g.shape(Value { node: run[0], index: 0 }).to_vec();
+                let broadcast = inputs
+                    .iter()
+                    .map(|&x| match chain_broadcast(g.shape(x), &out_shape) {
+                        Some(b) if g.ty(x).numel() < n => b,
+                        _ => fused::Broadcast::None,
+                    })
+                    .collect();
+                let chain = fused::Chain { n, inputs: inputs.len(), steps, outputs, bf16, broadcast };
                 let kernel =
                     self.kernel(chain.kernel().map_err(|e| node_error(&g.nodes[run[0] as usize], run[0], e))?)?;
                 let mut args: Vec<A> = dests.iter().map(|&(v, _)| self.ptr(v)).collect();
@@ -263,4 +271,20 @@ impl Lowerer<'_> {
         let args = multi::cast_arguments([A::Ptr(0), A::Ptr(table)]);
         Ok(Pending { kernel, grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), args, node: Some(ids[0]) })
     }
+}
+
+/// How a chain reads an operand of shape `x` for an output of shape `out`: at its own element
+/// (the same shape), as one value (a single element), or as a row repeated over the leading
+/// axes (`x` the output's trailing axes, leading 1s aside); `None` for any other broadcast.
+pub(super) fn chain_broadcast(x: &[usize], out: &[usize]) -> Option<fused::Broadcast> {
+    let numel: usize = x.iter().product();
+    if x == out {
+        return Some(fused::Broadcast::None);
+    }
+    if numel == 1 {
+        return Some(fused::Broadcast::Scalar);
+    }
+    let trimmed: Vec<usize> = x.iter().copied().skip_while(|&d| d == 1).collect();
+    let row = !trimmed.is_empty() && trimmed.len() <= out.len() && out.ends_with(&trimmed);
+    (row && numel <= u32::MAX as usize).then_some(fused::Broadcast::Row(numel as u32))
 }

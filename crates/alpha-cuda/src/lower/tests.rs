@@ -49,12 +49,12 @@ fn a_small_program_lowers_with_shared_kernels_and_constants() {
     let s = g.sum_all(y);
     let l = lower_forward(g, s);
     // The two casts (32 elements each) share one kernel, four elements a thread; K = 8 is
-    // outside the tiled GEMM's contract → simple GEMM; the broadcasting multiply by a
-    // scalar stays one element a thread.
+    // outside the tiled GEMM's contract → simple GEMM; the bias add (a row of 4 repeated over
+    // the rows) and the multiply by a scalar run as one chain.
     let names = launch_names(&l);
     assert_eq!(
         names,
-        ["pw_cast_f32_bf16_v4", "pw_cast_f32_bf16_v4", "gemm_simple", "pw_add_v4", "pw_mul", "reduce_sum"]
+        ["pw_cast_f32_bf16_v4", "pw_cast_f32_bf16_v4", "gemm_simple", "ew_add_mul_s2_r1x4", "reduce_sum"]
     );
     assert_eq!(l.phases[0][0].kernel, l.phases[0][1].kernel);
     assert_eq!(l.inits.len(), 1);
@@ -146,6 +146,26 @@ fn elementwise_ops_with_broadcast_scalars_run_as_one_chain() {
     let text = l.kernels[l.phases[0][0].kernel].render();
     // Two scalar loads before the loop, two element loads in it.
     assert_eq!(text.matches("ld.global.f32").count(), 4, "{text}");
+}
+
+/// A linear layer's bias (a row repeated over the tokens) joins the GELU after it in one chain,
+/// read at each element's column; the bias add and a residual add likewise.
+#[test]
+fn a_bias_add_joins_the_activation_or_residual_after_it() {
+    let mut g = Graph::new("t");
+    let y = g.param("y", &[64, 96], Init::Zeros);
+    let x = g.param("x", &[64, 96], Init::Zeros);
+    let b = g.param("b", &[96], Init::Zeros);
+    let h = g.add(y, b);
+    let a = g.gelu(h);
+    let r = g.add(x, a);
+    let s = g.sum_all(r);
+    let l = lower_forward(g, s);
+    let names = launch_names(&l);
+    assert_eq!(names[0], "ew_add_gelu_add_r1x96", "{names:?}");
+    let text = l.kernels[l.phases[0][0].kernel].render();
+    // The bias at the element's column: i mod 96.
+    assert!(text.contains("rem.u32") && text.contains(", 96;"), "{text}");
 }
 
 /// A chain input that is a unary function of another input is recomputed as step 0: the
