@@ -166,3 +166,39 @@ fn the_interpreter_runs_the_plain_recurrence_and_refuses_stray_stores() {
     let e = m.launch(1, 256, &recurrence::arguments([out, ua, ga]), &mut short, Schedule::Ascending).unwrap_err();
     assert!(format!("{e:#}").contains("past the memory"), "{e:#}");
 }
+
+/// An elementwise chain reading a bias row (repeated over the rows, at each element's column)
+/// and a broadcast scalar: `((y + b) + x)·s`, the CPU's f32 arithmetic in the same order, bit
+/// for bit, over a length that is not a whole number of rows a block.
+#[test]
+fn a_chain_reads_its_bias_row_by_column_and_its_scalar_once() {
+    use alpha_cuda::kernels::fused::{Broadcast, Chain, Src, Step};
+    use alpha_ir::Binary;
+    let (rows, cols) = (37, 96);
+    let n = rows * cols;
+    let chain = Chain {
+        n,
+        inputs: 4,
+        steps: vec![
+            Step::Binary(Binary::Add, Src::Input(0), Src::Input(1)),
+            Step::Binary(Binary::Add, Src::Step(0), Src::Input(2)),
+            Step::Binary(Binary::Mul, Src::Step(1), Src::Input(3)),
+        ],
+        outputs: vec![2],
+        bf16: vec![false],
+        broadcast: vec![Broadcast::None, Broadcast::Row(cols as u32), Broadcast::None, Broadcast::Scalar],
+    };
+    let mut rng = Rng::new(3);
+    let (y, b, x) = (rng.vec(n, 1.0), rng.vec(cols, 1.0), rng.vec(n, 1.0));
+    let s = [0.75f32];
+    let want: Vec<f32> = (0..n).map(|i| ((y[i] + b[i % cols]) + x[i]) * s[0]).collect();
+    for schedule in [Schedule::Ascending, Schedule::Descending] {
+        let mut mem = Memory::new();
+        let ins = [&y[..], &b[..], &x[..], &s[..]].map(|v| mem.upload(v));
+        let out = mem.alloc(n);
+        let args = [out, ins[0], ins[1], ins[2], ins[3]];
+        let (blocks, threads) = (n.div_ceil(256) as u32, 256);
+        module(&chain.kernel().unwrap()).launch(blocks, threads, &args, &mut mem, schedule).unwrap();
+        assert_bits(&chain.name(), &mem.read(out, n), &want);
+    }
+}
