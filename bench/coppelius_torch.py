@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent PyTorch model of Coppelius (SYSTEMS.md §2, issue 5).
+"""An independent PyTorch model of Coppelius (SYSTEMS.md §2).
 
 Two jobs:
 

@@ -3,7 +3,7 @@
 //! 1,408, LayerNorm with gains and biases, no linear biases, context 1,024. Matrix products take
 //! bf16 operands and accumulate in f32.
 //!
-//! Where the spec says unknown (issue 5): tanh GELU, rotary base 10,000 on half-split pairs,
+//! Where the spec says unknown: tanh GELU, rotary base 10,000 on half-split pairs,
 //! LayerNorm ε 1e-5, weights N(0, 0.02) with the two residual output projections scaled by
 //! 1/√(2·16), AdamW β (0.9, 0.95), ε 1e-8, decay 0.1 on matrices only, peak 1e-3 with 100 warm-up
 //! updates and cosine to a tenth, clip at 1.0.
