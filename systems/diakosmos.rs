@@ -80,11 +80,14 @@
 //!   as targets; the state starts from zero in each. The seed's update is 64 windows:
 //!   `--batch 2 --accumulate 32`.
 
+use std::collections::BTreeMap;
+
 use alpha_ir::{Binary, DType, Graph, Init, IrError, Value};
 use alpha_learn::{Group, Learner, Model, Muon, Optimizer, Rotational, Rows, Schedule};
 
 use crate::diakosmos_wire::{haar_partner, GROUPS, SCALES};
 use crate::layers::{bf16_matmul, lm_inputs, lm_loss, ramp};
+use crate::views::{self, Content, Draw, LabelledPoint, ModelView, PointSet, Series, Tensors};
 use crate::{System, Tokens};
 
 pub const VOCAB: usize = 256;
@@ -211,6 +214,63 @@ pub fn wire(g: &mut Graph, phasors: usize) -> Value {
     let sin = g.reshape(sin, &[VOCAB, GROUPS, phasors, 1]);
     let both = g.concat(&[cos, sin], 3);
     g.reshape(both, &[VOCAB, GROUPS * 2 * phasors])
+}
+
+/// The names of the wire's groups and scales, as the seed's table gives them.
+pub const GROUP_NAMES: [&str; GROUPS] =
+    ["bits 7–6", "bits 5–4", "bits 3–2", "bits 1–0", "parity 0", "parity 1", "parity 2"];
+pub const SCALE_NAMES: [&str; SCALES] = ["base", "H1", "H2", "H3"];
+
+/// The wire's constellation: for each group and scale, the points on the unit circle its phases
+/// take, each with the bytes that land there (from [`crate::diakosmos_wire`]'s definitions).
+pub fn constellation() -> Vec<PointSet> {
+    let phases: Vec<_> = (0..=255u8).map(crate::diakosmos_wire::phase_units).collect();
+    let mut sets = vec![];
+    for group in 0..GROUPS {
+        for scale in 0..SCALES {
+            let mut at: BTreeMap<i32, Vec<u8>> = BTreeMap::new();
+            for (byte, p) in phases.iter().enumerate() {
+                at.entry(p[group][scale]).or_default().push(byte as u8);
+            }
+            let points = at
+                .into_iter()
+                .map(|(units, bytes)| {
+                    let radians = f64::from(units) * std::f64::consts::FRAC_PI_8;
+                    LabelledPoint { x: radians.cos(), y: radians.sin(), bytes }
+                })
+                .collect();
+            sets.push(PointSet { name: format!("{} · {}", GROUP_NAMES[group], SCALE_NAMES[scale]), points });
+        }
+    }
+    sets
+}
+
+/// Every recurrence half-life ln ½ / ln γ with γ = σ(g_j + o_ℓ), in bytes, block by block (in
+/// block order), head by head, harmonic by harmonic, with its label. Reads whatever blocks and
+/// sizes the checkpoint holds, so any geometry of the model is read alike.
+pub fn half_lives(tensors: &Tensors) -> Result<(Vec<String>, Vec<f64>), String> {
+    let mut blocks: Vec<usize> = tensors
+        .keys()
+        .filter_map(|k| k.strip_prefix("blocks.")?.strip_suffix(".attn._gate_logit")?.parse().ok())
+        .collect();
+    blocks.sort_unstable();
+    if blocks.is_empty() {
+        return Err("the checkpoint has no blocks.*.attn._gate_logit".into());
+    }
+    let (mut labels, mut values) = (vec![], vec![]);
+    for b in blocks {
+        let gate = &tensors[&format!("blocks.{b}.attn._gate_logit")].1;
+        let offsets = format!("blocks.{b}.attn._harmonic_decay_offset");
+        let (_, offset) = tensors.get(&offsets).ok_or_else(|| format!("the checkpoint has no tensor {offsets}"))?;
+        for (j, &g) in gate.iter().enumerate() {
+            for (l, &o) in offset.iter().enumerate() {
+                let gamma = 1.0 / (1.0 + (-(f64::from(g) + f64::from(o))).exp());
+                labels.push(format!("block {b} head {j} ℓ{l}"));
+                values.push(0.5f64.ln() / gamma.ln());
+            }
+        }
+    }
+    Ok((labels, values))
 }
 
 /// x / √(Σx² + ε) along the last axis.
@@ -438,6 +498,52 @@ impl System for Diakosmos {
         lm_loss(g, logits, targets)
     }
 
+    fn model_views(&self) -> Vec<ModelView> {
+        let mut out = vec![
+            ModelView {
+                id: "wire",
+                title: "The wire's constellation".into(),
+                about: "Where each byte enters: for each of the 7 groups and 4 scales, the points of the unit circle \
+                        its phase takes and the bytes on each. Fixed by the wire's definition, not learned."
+                    .into(),
+                content: Content::Points(constellation()),
+            },
+            ModelView {
+                id: "half-lives",
+                title: "Recurrence half-lives".into(),
+                about: "Each block's, head's and harmonic's memory ln ½ / ln γ, γ = σ(g_j + o_ℓ), in bytes, read from \
+                        every kept checkpoint: they start between 5.5 and 14.3 bytes, identical in every head, and \
+                        move apart as g and o train."
+                    .into(),
+                content: Content::Tracked {
+                    tensors: vec!["blocks.*.attn._gate_logit".into(), "blocks.*.attn._harmonic_decay_offset".into()],
+                    compute: std::sync::Arc::new(|t| {
+                        let (labels, values) = half_lives(t)?;
+                        Ok(vec![Series {
+                            name: "half-life".into(),
+                            unit: "bytes".into(),
+                            draw: Draw::Spread,
+                            labels,
+                            values,
+                        }])
+                    }),
+                },
+            },
+        ];
+        if let Ok(table) = views::parameter_table(self) {
+            out.push(ModelView {
+                id: "parameters",
+                title: "Parameters by optimizer".into(),
+                about:
+                    "Every parameter role (blocks written *), its shape, how many tensors and parameters it holds \
+                        and the optimizer the learner gives it: Muon, rotational AdamW or Adam, with each one's totals."
+                        .into(),
+                content: Content::Table(table),
+            });
+        }
+        out
+    }
+
     fn learner(&self, steps: u64) -> Learner {
         let warmup = WARMUP.min(steps / 10 + 1);
         let schedule = Schedule::WarmupCosine { warmup, total: steps.max(warmup + 1), floor: 0.1 };
@@ -626,6 +732,78 @@ mod tests {
         for (i, &x) in c.iter().enumerate() {
             assert_eq!(x, 1.0 / (1 + i % 8) as f32, "spectral_coeffs[{i}]");
         }
+    }
+
+    /// The page's constellation: 7 groups × 4 scales, 4 points each, 64 bytes on each point,
+    /// every byte once a panel, each point on the unit circle at its bytes' phase.
+    #[test]
+    fn the_constellation_is_seven_groups_by_four_scales_of_four_points_of_64_bytes() {
+        let sets = constellation();
+        assert_eq!(sets.len(), 28);
+        for (i, set) in sets.iter().enumerate() {
+            let (group, scale) = (i / SCALES, i % SCALES);
+            assert_eq!(set.points.len(), 4, "{}", set.name);
+            let mut seen: Vec<u8> = vec![];
+            for p in &set.points {
+                assert_eq!(p.bytes.len(), 64, "{}", set.name);
+                for &b in &p.bytes {
+                    let units = crate::diakosmos_wire::phase_units(b)[group][scale];
+                    let angle = f64::from(units) * std::f64::consts::FRAC_PI_8;
+                    assert!(
+                        (p.x - angle.cos()).abs() < 1e-12 && (p.y - angle.sin()).abs() < 1e-12,
+                        "{} byte {b}",
+                        set.name
+                    );
+                }
+                seen.extend(&p.bytes);
+            }
+            seen.sort_unstable();
+            assert_eq!(seen, (0..=255).collect::<Vec<u8>>(), "{}", set.name);
+        }
+    }
+
+    /// The half-life view on the initial weights: 14 × 7 × 8 = 784 values, 14.27 bytes at ℓ0 to
+    /// 5.46 at ℓ7 in every block and head; only the tensors it names are needed.
+    #[test]
+    fn the_half_life_view_reads_only_the_decay_tensors() {
+        let system = Diakosmos::default();
+        let m = system.model(1).unwrap();
+        let views = system.model_views();
+        let view = views.iter().find(|v| v.id == "half-lives").unwrap();
+        let params: Vec<String> = m.graph.params().into_iter().map(|p| p.1).collect();
+        let read: Vec<&String> = params.iter().filter(|n| view.reads(n)).collect();
+        assert_eq!(read.len(), 28);
+        let leaves: Tensors = initial_leaves(&m.graph, 0)
+            .into_iter()
+            .filter(|(n, _)| view.reads(n))
+            .map(|(n, v)| (n, (vec![v.len()], v)))
+            .collect();
+        let series = view.compute(&leaves).unwrap();
+        let lives = &series[0].values;
+        assert_eq!(lives.len(), 784);
+        assert_eq!(series[0].labels[783], "block 13 head 6 ℓ7");
+        for (i, &x) in lives.iter().enumerate() {
+            let want = if i % 8 == 0 {
+                14.27
+            } else if i % 8 == 7 {
+                5.46
+            } else {
+                continue;
+            };
+            assert!((x - want).abs() < 0.005, "{i}: {x}");
+        }
+        let table = views.iter().find(|v| v.id == "parameters").unwrap();
+        let Content::Table(t) = &table.content else { panic!("not a table") };
+        let totals: Vec<(&str, &str, &str)> = t
+            .rows
+            .iter()
+            .filter(|r| r[0].starts_with("all "))
+            .map(|r| (r[4].as_str(), r[2].as_str(), r[3].as_str()))
+            .collect();
+        assert_eq!(
+            totals,
+            [("rotational AdamW", "15", "74637864"), ("Muon", "14", "24764600"), ("Adam", "170", "421470")]
+        );
     }
 
     /// The table the graph builds equals the host's wire table, entry for entry, to the

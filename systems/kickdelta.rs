@@ -48,6 +48,7 @@ use alpha_ir::{DType, Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
 
 use crate::layers::{lm_loss, ramp};
+use crate::views::{self, Content, Draw, ModelView, Series, Tensors};
 use crate::{System, Tokens};
 
 pub struct KickDelta;
@@ -63,6 +64,73 @@ pub const ENCODING: usize = GROUPS * HARMONICS * 2;
 pub const KEY: usize = 15;
 /// A frequency parameter is the frequency times this (see the module's doc).
 pub const FREQUENCY_SCALE: f64 = 16.0;
+
+/// Group g's frequency, in cycles over the 256 byte values, from the stored parameters.
+pub fn frequencies(tensors: &Tensors) -> Result<Vec<f64>, String> {
+    let p = views::tensor(tensors, "oscillators.frequency", GROUPS)?;
+    Ok(p.iter().map(|&x| f64::from(x) / FREQUENCY_SCALE).collect())
+}
+
+/// Byte `x`'s encoding e(x) (the model's, in f64): group-major, each group's six cosines then
+/// its six sines.
+fn encode(frequency: &[f64], phase: &[f32], x: u8) -> [f64; ENCODING] {
+    let mut e = [0.0; ENCODING];
+    for g in 0..GROUPS {
+        for h in 1..=HARMONICS {
+            let angle = 2.0 * std::f64::consts::PI * h as f64 * frequency[g] * f64::from(x) / VOCAB as f64
+                + f64::from(phase[g * HARMONICS + h - 1]);
+            e[g * 2 * HARMONICS + h - 1] = angle.cos();
+            e[g * 2 * HARMONICS + HARMONICS + h - 1] = angle.sin();
+        }
+    }
+    e
+}
+
+/// The write strength β = σ(w_β·[e(a); e(b)] + b_β) the memory uses for the key of the context
+/// "a, preceded by b", for every pair: `[a·256 + b]`. The model writes at t with a = x_{t−1} and
+/// b = x_{t−2}; the whole table is what the parameters imply, whatever text comes.
+pub fn write_strengths(tensors: &Tensors) -> Result<Vec<f64>, String> {
+    let frequency = frequencies(tensors)?;
+    let phase = views::tensor(tensors, "oscillators.phase", GROUPS * HARMONICS)?;
+    let w = views::tensor(tensors, "keys.write_strength.weight", 2 * ENCODING)?;
+    let bias = f64::from(views::tensor(tensors, "keys.write_strength.bias", 1)?[0]);
+    // w_β·c splits into the newer byte's half and the older byte's: 2 × 256 dot products.
+    let half = |offset: usize| -> Vec<f64> {
+        (0..VOCAB)
+            .map(|x| {
+                let e = encode(&frequency, phase, x as u8);
+                e.iter().zip(&w[offset..offset + ENCODING]).map(|(a, &b)| a * f64::from(b)).sum()
+            })
+            .collect()
+    };
+    let (newer, older) = (half(0), half(ENCODING));
+    let mut out = Vec::with_capacity(VOCAB * VOCAB);
+    for a in &newer {
+        for b in &older {
+            out.push(1.0 / (1.0 + (-(a + b + bias)).exp()));
+        }
+    }
+    Ok(out)
+}
+
+/// The statistics of β the run page draws: over every pair of preceding bytes, and with no
+/// context at all (a window's first two positions, where β = σ(b_β)).
+pub fn write_strength_statistics(tensors: &Tensors) -> Result<Series, String> {
+    let mut all = write_strengths(tensors)?;
+    let mean = all.iter().sum::<f64>() / all.len() as f64;
+    all.sort_by(f64::total_cmp);
+    let bias = f64::from(views::tensor(tensors, "keys.write_strength.bias", 1)?[0]);
+    let q = |p| views::quantile(&all, p);
+    Ok(Series {
+        name: "β over every pair of preceding bytes".into(),
+        unit: "β".into(),
+        draw: Draw::Lines,
+        labels: ["lowest", "10th percentile", "median", "90th percentile", "highest", "mean", "no context: σ(b_β)"]
+            .map(String::from)
+            .to_vec(),
+        values: vec![q(0.0), q(0.1), q(0.5), q(0.9), q(1.0), mean, 1.0 / (1.0 + (-bias).exp())],
+    })
+}
 
 /// `x` `[B, T, C]` moved one position later along T, zeros first.
 fn shift(g: &mut Graph, x: Value) -> Value {
@@ -179,6 +247,52 @@ impl System for KickDelta {
         lm_loss(g, logits, targets)
     }
 
+    fn model_views(&self) -> Vec<ModelView> {
+        let mut out = vec![
+            ModelView {
+                id: "oscillators",
+                title: "Oscillator frequencies".into(),
+                about:
+                    "Each group's base frequency f_g, in cycles over the 256 byte values, at every kept checkpoint. \
+                        The groups start at 17, 19, …, 31; a group that moves retunes all six of its harmonics at once."
+                        .into(),
+                content: Content::Tracked {
+                    tensors: vec!["oscillators.frequency".into()],
+                    compute: std::sync::Arc::new(|t| {
+                        Ok(vec![Series {
+                            name: "frequency".into(),
+                            unit: "cycles over the byte values".into(),
+                            draw: Draw::Lines,
+                            labels: (0..GROUPS).map(|g| format!("group {g}")).collect(),
+                            values: frequencies(t)?,
+                        }])
+                    }),
+                },
+            },
+            ModelView {
+                id: "write-strengths",
+                title: "Memory write strengths".into(),
+                about: "β = σ(w_β·c + b_β), how hard the delta rule overwrites what the memory holds for a context, \
+                        computed from each kept checkpoint for all 65,536 pairs of the two bytes the key is made of: \
+                        its spread over the pairs, and its value before a window has any context."
+                    .into(),
+                content: Content::Tracked {
+                    tensors: vec!["oscillators.*".into(), "keys.write_strength.*".into()],
+                    compute: std::sync::Arc::new(|t| Ok(vec![write_strength_statistics(t)?])),
+                },
+            },
+        ];
+        if let Ok(table) = views::parameter_table(self) {
+            out.push(ModelView {
+                id: "parameters",
+                title: "Parameters by optimizer".into(),
+                about: "Every parameter tensor, its shape and the optimizer its learner gives it.".into(),
+                content: Content::Table(table),
+            });
+        }
+        out
+    }
+
     fn learner(&self, steps: u64) -> Learner {
         Learner::single(
             Optimizer::AdamW(AdamW { beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay: 0.0, decay: Decay::None }),
@@ -197,6 +311,31 @@ mod tests {
     fn has_exactly_7227_parameters() {
         let m = KickDelta.model(2).unwrap();
         assert_eq!(m.graph.parameter_count(), 7_227);
+    }
+
+    /// The views on the initial weights: the frequencies start at 17, 19, …, 31 and every β at
+    /// ½ (the write strength's weights and bias start at zero); on moved weights β is σ of the
+    /// dot product the doc comment gives, pair by pair.
+    #[test]
+    fn the_views_read_frequencies_and_write_strengths() {
+        let m = KickDelta.model(1).unwrap();
+        let mut t: Tensors =
+            alpha_learn::init::initial_leaves(&m.graph, 0).into_iter().map(|(n, v)| (n, (vec![v.len()], v))).collect();
+        assert_eq!(frequencies(&t).unwrap(), (0..8).map(|g| 17.0 + 2.0 * g as f64).collect::<Vec<_>>());
+        let s = write_strength_statistics(&t).unwrap();
+        assert!(s.values.iter().all(|&b| (b - 0.5).abs() < 1e-15), "{s:?}");
+        // One weight on group 0's first cosine of the newer byte: β(a, b) = σ(0.7·cos(2π·17·a/256) − 0.2).
+        t.get_mut("keys.write_strength.weight").unwrap().1[0] = 0.7;
+        t.get_mut("keys.write_strength.bias").unwrap().1[0] = -0.2;
+        let all = write_strengths(&t).unwrap();
+        for (a, b) in [(0usize, 0usize), (65, 32), (255, 7)] {
+            let z = 0.7 * (2.0 * std::f64::consts::PI * 17.0 * a as f64 / 256.0).cos() - 0.2f32 as f64;
+            let want = 1.0 / (1.0 + (-z).exp());
+            assert!((all[a * 256 + b] - want).abs() < 1e-7, "({a}, {b}): {} against {want}", all[a * 256 + b]);
+        }
+        let views = KickDelta.model_views();
+        let ids: Vec<&str> = views.iter().map(|v| v.id).collect();
+        assert_eq!(ids, ["oscillators", "write-strengths", "parameters"]);
     }
 
     #[test]

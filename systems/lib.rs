@@ -10,6 +10,7 @@ pub mod kickdelta;
 pub mod layers;
 pub mod mini;
 pub mod polf;
+pub mod views;
 
 use alpha_ir::IrError;
 use alpha_learn::{Learner, Model};
@@ -59,6 +60,11 @@ pub trait System: Send + Sync {
     /// `resid_mix`); none by default.
     fn control_tensors(&self) -> &'static [&'static str] {
         &[]
+    }
+    /// What a run page shows of the system's insides besides its loss ([`views`]): figures read
+    /// from each kept checkpoint and tables its definition fixes. None by default.
+    fn model_views(&self) -> Vec<views::ModelView> {
+        vec![]
     }
 }
 

@@ -17,6 +17,7 @@
 //! | `POST /api/runs/{name}/probe` | `{checkpoint, prompt, tokens}` → the model's continuation and next-token guesses |
 //! | `GET /api/runs/{name}/gates` | the run's system's gate ledger in order, which records the run relied on, whether it skipped them |
 //! | `GET /api/runs/{name}/curve` | held-out bits per byte (± standard error) at each scored checkpoint against training seconds and joules, with the text sampled there |
+//! | `GET /api/runs/{name}/views` | the run's system's model views: its static tables and points, and each tracked view's series at every kept checkpoint |
 //! | `GET /api/systems` | the systems catalogue: each system's devices, gate standing and runs, from the records |
 //!
 //! Bad input is never fatal once the server runs: unparseable JSONL lines are skipped and
@@ -36,6 +37,7 @@
 
 pub mod records;
 pub mod store;
+pub mod views;
 pub mod webdriver;
 
 use std::future::Future;
@@ -258,6 +260,7 @@ struct AppState {
     /// One permit a probe in flight.
     probes_in_flight: Arc<tokio::sync::Semaphore>,
     loaded: Mutex<ProbeCache>,
+    views: views::ViewCache,
 }
 
 type St = State<Arc<AppState>>;
@@ -306,6 +309,7 @@ pub fn router(opts: ServeOptions) -> Router {
         build: opts.build,
         probes_in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_PROBES_IN_FLIGHT)),
         loaded: Mutex::new(ProbeCache::default()),
+        views: views::ViewCache::default(),
     });
     Router::new()
         .route("/", get(|| page("runs", String::new())))
@@ -316,6 +320,7 @@ pub fn router(opts: ServeOptions) -> Router {
         .route("/favicon.svg", get(|| asset("image/svg+xml", FAVICON)))
         .route("/api/runs", get(api_runs))
         .route("/api/runs/{name}", get(api_run))
+        .route("/api/runs/{name}/views", get(api_views))
         .route("/api/runs/{name}/points", get(api_points))
         .route("/api/runs/{name}/lineage", get(api_lineage))
         .route("/api/runs/{name}/invocations", get(api_invocations))
@@ -676,6 +681,47 @@ async fn api_curve(State(st): St, UrlPath(name): UrlPath<String>) -> Response {
         let info = r.info.as_ref().ok();
         json!({"name": name, "system": info.map(|i| i.system.clone()), "device": info.map(|i| i.device.clone()), "points": points})
     })
+}
+
+async fn api_views(State(st): St, UrlPath(name): UrlPath<String>) -> Response {
+    let Some(rec) = st.store.get(&name) else { return no_run(&name) };
+    let (system, kept) = {
+        let mut r = rec.lock().unwrap();
+        r.refresh_all();
+        let Ok(info) = &r.info else {
+            return Json(
+                json!({"system": null, "views": [], "note": "no run.json yet: the run's system is not known"}),
+            )
+            .into_response();
+        };
+        // The newest row of each path (a rerun rewrites a checkpoint), oldest first; a file
+        // that is gone is no longer kept, and one that leads out of the runs folder is not read.
+        let rows = r.lineage.rows();
+        let mut kept = vec![];
+        for (i, row) in rows.iter().enumerate() {
+            if rows[i + 1..].iter().any(|later| later.path == row.path) {
+                continue;
+            }
+            let file = match store::confine(r.root(), &r.dir.join(&row.path)) {
+                Ok(p) => Ok(p),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => Err(format!("not read: {e}")),
+            };
+            kept.push(views::Kept {
+                step: row.step,
+                branch: row.branch.unwrap_or(0),
+                path: row.path.clone(),
+                sha256: row.sha256.clone(),
+                file,
+            });
+        }
+        (info.system.clone(), kept)
+    };
+    let state = st.clone();
+    match tokio::task::spawn_blocking(move || views::answer(&state.views, &system, &kept)).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the views failed: {e}")),
+    }
 }
 
 async fn api_systems(State(st): St) -> Response {

@@ -925,3 +925,133 @@ async fn a_system_without_gate_records_or_runs_is_shown_on_the_cpu_only() {
     let (_, g) = get(&app, "/api/runs/none/gates").await;
     assert!(g["error"].as_str().unwrap().contains("no run named"), "{g}");
 }
+
+/// A safetensors file of f32 tensors, written as the format lays it out: 8 bytes of header
+/// length, the JSON header, then each tensor's bytes.
+fn write_safetensors(path: &Path, tensors: &[(&str, Vec<usize>, Vec<f32>)]) {
+    let mut header = serde_json::Map::new();
+    let mut data = vec![];
+    for (name, shape, values) in tensors {
+        let start = data.len();
+        data.extend(values.iter().flat_map(|x| x.to_le_bytes()));
+        header.insert(name.to_string(), json!({"dtype": "F32", "shape": shape, "data_offsets": [start, data.len()]}));
+    }
+    header.insert("__metadata__".into(), json!({"format": "alpha-checkpoint-2"}));
+    let mut h = serde_json::to_vec(&header).unwrap();
+    while !h.len().is_multiple_of(8) {
+        h.push(b' ');
+    }
+    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(h);
+    bytes.extend(data);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A KickDelta-named run whose lineage lists three checkpoints, one of them deleted: the views
+/// answer the two kept ones, each checkpoint is read once however often the page asks, and only
+/// the tensors a view names are read (a decoy tensor with a damaged byte range is never touched).
+#[tokio::test]
+async fn tracked_views_read_each_kept_checkpoint_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let run = write_run(&runs, "kd", 40, "finished", false, 2);
+    let mut info: Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    info["system"] = json!("kickdelta");
+    std::fs::write(run.join("run.json"), info.to_string()).unwrap();
+    let mut lineage = String::new();
+    for step in [10u64, 20, 30] {
+        let path = format!("checkpoints/step-{step:06}.safetensors");
+        lineage += &format!("{}\n", json!({"step": step, "path": path, "sha256": format!("{step:064}")}));
+        if step == 20 {
+            continue; // listed, but gone
+        }
+        let freq: Vec<f32> = (0..8).map(|g| 16.0 * (17.0 + 2.0 * g as f32) + step as f32).collect();
+        write_safetensors(
+            &run.join(&path),
+            &[
+                ("oscillators.frequency", vec![8], freq),
+                ("oscillators.phase", vec![8, 6], vec![0.0; 48]),
+                ("keys.write_strength.weight", vec![192, 1], vec![0.0; 192]),
+                ("keys.write_strength.bias", vec![1], vec![step as f32 / 10.0]),
+                ("memory.initial", vec![256, 15], vec![1.0; 3840]),
+            ],
+        );
+    }
+    std::fs::write(run.join("lineage.jsonl"), lineage).unwrap();
+    // The decoy: marked I32, so reading it would fail the view.
+    for step in [10, 30] {
+        let path = run.join(format!("checkpoints/step-{step:06}.safetensors"));
+        let mut bytes = std::fs::read(&path).unwrap();
+        let entry = br#""dtype":"F32","shape":[256,15]"#;
+        let at = bytes.windows(entry.len()).position(|w| w == entry).expect("the decoy's header entry");
+        bytes[at + 9] = b'I';
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let opts = ServeOptions::new(&runs);
+    let state_app = router(opts);
+    let (status, v) = get(&state_app, "/api/runs/kd/views").await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["system"], "kickdelta");
+    let ids: Vec<&str> = v["views"].as_array().unwrap().iter().map(|x| x["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["oscillators", "write-strengths", "parameters"]);
+    let osc = &v["views"][0]["checkpoints"];
+    let steps: Vec<u64> = osc.as_array().unwrap().iter().map(|c| c["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [10, 30], "the deleted checkpoint is not kept");
+    for (i, step) in [10.0, 30.0].into_iter().enumerate() {
+        let f = &osc[i]["series"][0]["values"];
+        assert!(osc[i]["error"].is_null(), "{}", osc[i]);
+        assert_eq!(f[0].as_f64().unwrap(), 17.0 + step / 16.0, "{f}");
+        assert_eq!(f[7].as_f64().unwrap(), 31.0 + step / 16.0, "{f}");
+        // Zero weights: every pair's β is σ(b).
+        let beta = &v["views"][1]["checkpoints"][i]["series"][0]["values"];
+        let want = 1.0 / (1.0 + (-(step as f32 / 10.0) as f64).exp());
+        assert!(beta.as_array().unwrap().iter().all(|b| (b.as_f64().unwrap() - want).abs() < 1e-12), "{beta}");
+    }
+    assert_eq!(v["views"][2]["kind"], "table");
+    // Asked again: answered from the cache. The file is changed in place to other numbers of
+    // the same size and its modification time put back, so only a re-read would see them.
+    let first = run.join("checkpoints/step-000010.safetensors");
+    let modified = std::fs::metadata(&first).unwrap().modified().unwrap();
+    let mut bytes = std::fs::read(&first).unwrap();
+    let n = bytes.len();
+    bytes[n - 4..].copy_from_slice(&9.0f32.to_le_bytes());
+    std::fs::write(&first, &bytes).unwrap();
+    std::fs::File::options().write(true).open(&first).unwrap().set_modified(modified).unwrap();
+    let (_, again) = get(&state_app, "/api/runs/kd/views").await;
+    assert_eq!(again, v);
+    // A rewritten checkpoint is read again: its size or time changed.
+    write_safetensors(
+        &run.join("checkpoints/step-000030.safetensors"),
+        &[
+            ("oscillators.frequency", vec![8], vec![320.0; 8]),
+            ("oscillators.phase", vec![8, 6], vec![0.0; 48]),
+            ("keys.write_strength.weight", vec![192, 1], vec![0.0; 192]),
+            ("keys.write_strength.bias", vec![1], vec![0.0]),
+        ],
+    );
+    let (_, changed) = get(&state_app, "/api/runs/kd/views").await;
+    assert_eq!(changed["views"][0]["checkpoints"][1]["series"][0]["values"][3], 20.0);
+}
+
+#[test]
+fn a_view_reads_only_the_tensors_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.safetensors");
+    write_safetensors(
+        &path,
+        &[("a.g", vec![2], vec![1.5, -2.0]), ("b", vec![3], vec![7.0; 3]), ("a.h", vec![1], vec![0.25])],
+    );
+    let index = views::read_index(&path).unwrap();
+    assert_eq!(index.len(), 3);
+    assert_eq!(index["b"].shape, [3]);
+    let t = views::read_tensors(&path, |n| n.starts_with("a.")).unwrap();
+    assert_eq!(t.keys().collect::<Vec<_>>(), ["a.g", "a.h"]);
+    assert_eq!(t["a.g"], (vec![2], vec![1.5, -2.0]));
+    // A header claiming more bytes than the file holds is refused, not followed.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.truncate(bytes.len() - 8);
+    std::fs::write(&path, bytes).unwrap();
+    let e = views::read_index(&path).unwrap_err();
+    assert!(e.to_string().contains("past the file's end"), "{e}");
+}

@@ -397,6 +397,9 @@ function runPage(name) {
         <div><h3>Learning rate</h3><div id="chart-lr"></div></div>
         <div><h3>Gradient norm</h3><div id="chart-grad"></div></div>
       </div></section>
+    <section class="card" id="model-card" hidden><h2>Inside the model</h2>
+      <p class="sub">What the system declares of its insides: figures read from every kept checkpoint of this run (only the tensors they need), drawn against the step, and what its definition fixes.</p>
+      <div id="model-views"></div></section>
     <section class="card" id="gates-card"><h2>Gates before the run</h2>
       <p class="sub">Each gate compares the device with the CPU reference on the same weights and inputs, on the initial weights and on perturbed ones; each must hold, with its evidence, before a GPU run starts. The system's ledger, oldest first: a failed gate stays on it as failed.</p>
       <div id="gates-note"></div><ol class="gates" id="gates-list"></ol></section>
@@ -717,6 +720,103 @@ function runPage(name) {
     }).join("") || `<tr><td colspan="5" class="muted">No scored checkpoint yet: checkpoints are scored on held-out text when the run has --heldout-windows above 0.</td></tr>`;
   }
 
+  // The system's model views: re-read when the lineage changes (a new checkpoint to read).
+  async function refreshViews() {
+    const v = await api(`/api/runs/${enc}/views`);
+    const key = JSON.stringify(v.views.map((x) => [x.id, (x.checkpoints || []).map((c) => c.sha256)]));
+    if (key === st.viewsKey) return;
+    st.viewsKey = key;
+    $("#model-card").hidden = !v.views.length;
+    const host = $("#model-views");
+    host.innerHTML = v.views.map((x) => `<div class="model-view" id="view-${esc(x.id)}" data-view="${esc(x.id)}" data-kind="${esc(x.kind)}"><h3>${esc(x.title)}</h3><p class="sub">${esc(x.about)}</p><div class="view-body"></div></div>`).join("");
+    for (const x of v.views) {
+      const body = $(`#view-${CSS.escape(x.id)} .view-body`);
+      if (x.kind === "table") body.innerHTML = viewTable(x.table);
+      else if (x.kind === "points") drawConstellation(body, x.points);
+      else drawTracked(body, x);
+    }
+  }
+
+  function viewTable(t) {
+    const num = (c) => /^-?[0-9.]+%?$/.test(c);
+    return `<div class="scroll" style="max-height:420px"><table class="view-table"><thead><tr>${t.columns.map((c) => `<th>${esc(c)}</th>`).join("")}</tr></thead><tbody>${t.rows.map((r) => `<tr class="${String(r[0]).startsWith("all ") ? "total" : ""}">${r.map((c) => `<td class="${num(c) ? "num" : ""}">${/^[0-9]+$/.test(c) ? int(+c) : esc(c)}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`;
+  }
+
+  // A tracked view: each series against the step, over the checkpoints of the line the run now continues.
+  function drawTracked(body, x) {
+    const keep = currentLine(x.checkpoints.map((c) => c.step));
+    const rows = x.checkpoints.filter((_, i) => keep[i]);
+    const ok = rows.filter((c) => c.series);
+    const errors = rows.filter((c) => c.error);
+    const palette = [COLORS.a, COLORS.b, COLORS.c, COLORS.d, COLORS.e, "#2f9e44", "#e8590c", "#5f3dc4"];
+    const names = ok.length ? ok[0].series.map((s) => s.name) : [];
+    body.innerHTML = (errors.length ? `<div class="notice bad">${errors.map((c) => `step ${int(c.step)}: ${esc(c.error)}`).join("<br>")}</div>` : "")
+      + (ok.length ? "" : `<p class="muted">No kept checkpoint to read yet.</p>`)
+      + names.map((n, k) => `<div class="view-series" data-series="${esc(n)}"><div id="view-${esc(x.id)}-${k}"></div><div class="view-extra"></div></div>`).join("");
+    names.forEach((n, k) => {
+      const at = (c) => c.series[k];
+      const first = at(ok[0]);
+      const id = `view-${x.id}-${k}`;
+      if (first.draw === "lines") {
+        const series = first.labels.map((label, i) => ({ label, type: "line", color: palette[i % palette.length], data: ok.map((c) => [c.step, at(c).values[i]]) }));
+        series.push({ label: "checkpoints", type: "dots", color: "#1b2230", data: ok.map((c) => [c.step, at(c).values[0]]), noValue: true, r: 2.4 });
+        draw(id, { height: 260, xLabel: "step", xName: "step", yLabel: `${n} (${first.unit})`, count: 0, series });
+        $(`#${CSS.escape(id)} svg`).setAttribute("data-checkpoints", ok.length);
+      } else {
+        const qs = [[0, "lowest"], [0.1, "10th percentile"], [0.5, "median"], [0.9, "90th percentile"], [1, "highest"]];
+        const stats = ok.map((c) => { const v = at(c).values.slice().sort((a, b) => a - b); return qs.map(([q]) => quantile(v, q)); });
+        const series = qs.map(([, label], i) => ({ label, type: "line", color: palette[i], data: ok.map((c, j) => [c.step, stats[j][i]]), dash: i === 0 || i === 4 ? "5 3" : undefined }));
+        draw(id, { height: 260, xLabel: "step", xName: "step", yLabel: `${n} (${first.unit})`, count: 2, series });
+        $(`#${CSS.escape(id)} svg`).setAttribute("data-checkpoints", ok.length);
+        $(`#${CSS.escape(id)} svg`).setAttribute("data-values", first.values.length);
+        const newest = ok[ok.length - 1];
+        $(`#${CSS.escape(id)}`).parentElement.querySelector(".view-extra").innerHTML = `<div class="scroll" style="max-height:300px"><table class="view-table"><thead><tr><th class="num">Step</th><th class="num">Values</th>${qs.map(([, l]) => `<th class="num">${esc(l)}</th>`).join("")}</tr></thead><tbody>${ok.map((c, j) => `<tr data-step="${c.step}"><td class="num">${int(c.step)}</td><td class="num">${int(at(c).values.length)}</td>${stats[j].map((v) => `<td class="num">${short(v)}</td>`).join("")}</tr>`).reverse().join("")}</tbody></table></div>
+          <p class="muted" style="font-size:13px">At step ${int(newest.step)}: ${spreadList(at(newest))}</p>`;
+      }
+    });
+  }
+
+  function quantile(sorted, q) {
+    if (!sorted.length) return null;
+    const at = q * (sorted.length - 1), lo = Math.floor(at), hi = Math.ceil(at);
+    return sorted[lo] + (sorted[hi] - sorted[lo]) * (at - lo);
+  }
+  // The newest checkpoint's shortest and longest values, by label.
+  function spreadList(s) {
+    const order = s.values.map((v, i) => i).sort((a, b) => s.values[a] - s.values[b]);
+    const name = (i) => `${esc(s.labels[i])} ${short(s.values[i])}`;
+    return `shortest ${order.slice(0, 3).map(name).join(", ")}; longest ${order.slice(-3).reverse().map(name).join(", ")} (${esc(s.unit)}).`;
+  }
+
+  // Labelled points: one small panel a set, each point with the bytes that land on it; bytes
+  // typed in the box are ringed where they land.
+  function drawConstellation(body, sets) {
+    const printable = (b) => (b >= 33 && b <= 126 ? String.fromCharCode(b) : b === 32 ? "␠" : `\\x${b.toString(16).padStart(2, "0")}`);
+    body.innerHTML = `<label class="pick">Bytes to find <input id="wire-bytes" value="Diakosmos" style="width:160px"></label>
+      <div class="constellation">${sets.map((set, i) => `<div class="panel" data-set="${i}"><div class="muted" style="font-size:12.5px">${esc(set.name)}</div>
+        <svg viewBox="-1.6 -1.6 3.2 3.2" width="150" height="150" role="img" aria-label="${esc(set.name)}"><circle cx="0" cy="0" r="1" fill="none" stroke="#d5dae1" stroke-width="0.02"/>
+        <line x1="-1.3" x2="1.3" y1="0" y2="0" stroke="#eef1f5" stroke-width="0.02"/><line y1="-1.3" y2="1.3" x1="0" x2="0" stroke="#eef1f5" stroke-width="0.02"/>
+        ${set.points.map((p) => `<g><title>${esc(p.bytes.map(printable).join(" "))}</title><circle class="pt" cx="${p.x.toFixed(4)}" cy="${(-p.y).toFixed(4)}" r="0.11" fill="${COLORS.a}" data-bytes="${p.bytes.join(",")}"/>
+          <circle class="ring" cx="${p.x.toFixed(4)}" cy="${(-p.y).toFixed(4)}" r="0.2" fill="none" stroke="${COLORS.c}" stroke-width="0.05" visibility="hidden"/>
+          <text x="${(p.x * 1.38).toFixed(3)}" y="${(-p.y * 1.38 + 0.08).toFixed(3)}" text-anchor="middle" font-size="0.24">${p.bytes.length}</text></g>`).join("")}</svg>
+        <div class="found muted" style="font-size:12px;min-height:1.2em"></div></div>`).join("")}</div>`;
+    const mark = () => {
+      const typed = new Set([...new TextEncoder().encode($("#wire-bytes").value)]);
+      for (const panel of body.querySelectorAll(".panel")) {
+        const found = [];
+        for (const g of panel.querySelectorAll("g")) {
+          const bytes = g.querySelector(".pt").getAttribute("data-bytes").split(",").map(Number);
+          const here = bytes.filter((b) => typed.has(b));
+          g.querySelector(".ring").setAttribute("visibility", here.length ? "visible" : "hidden");
+          if (here.length) found.push(here.map(printable).join(""));
+        }
+        panel.querySelector(".found").textContent = found.join(" · ");
+      }
+    };
+    $("#wire-bytes").addEventListener("input", mark);
+    mark();
+  }
+
   poll(async () => {
     const d = await api(`/api/runs/${enc}`);
     renderHeadline(d);
@@ -734,7 +834,7 @@ function runPage(name) {
       $("#invocations-table tbody").innerHTML = inv.rows.slice().reverse().map((r) => `<tr><td class="num">${r.k}</td><td>${int(r.first_step)}–${int(r.last_step)}</td><td class="num">${fmt(r.unseen_loss, 4)}</td><td class="num">${fmt(r.last_loss, 4)}</td><td class="num">${fmt(r.wall_s, 2)}</td><td class="num">${fmt(r.device_s, 2)}</td></tr>`).join("")
         || `<tr><td colspan="6" class="muted">No invocation recorded yet.</td></tr>`;
     }
-    await Promise.all([refreshTelemetry(), refreshProfile(d.files.profile.rows), refreshGates(), refreshCurve()]);
+    await Promise.all([refreshTelemetry(), refreshProfile(d.files.profile.rows), refreshGates(), refreshCurve(), linChanged || st.viewsKey === undefined ? refreshViews() : null]);
     document.body.setAttribute("data-loaded", "1");
   });
 }
