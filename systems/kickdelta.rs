@@ -62,6 +62,9 @@ pub const HARMONICS: usize = 6;
 pub const ENCODING: usize = GROUPS * HARMONICS * 2;
 /// The memory's key width.
 pub const KEY: usize = 15;
+/// Group g's frequency starts at `FIRST_FREQUENCY + g·FREQUENCY_STEP` (see the module's doc).
+pub const FIRST_FREQUENCY: f64 = 17.0;
+pub const FREQUENCY_STEP: f64 = 2.0;
 /// A frequency parameter is the frequency times this (see the module's doc).
 pub const FREQUENCY_SCALE: f64 = 16.0;
 
@@ -122,8 +125,8 @@ pub fn write_strength_statistics(tensors: &Tensors) -> Result<Series, String> {
     let bias = f64::from(views::tensor(tensors, "keys.write_strength.bias", 1)?[0]);
     let q = |p| views::quantile(&all, p);
     Ok(Series {
-        name: "β over every pair of preceding bytes".into(),
-        unit: "β".into(),
+        name: "write strength".into(),
+        unit: "β over every pair of preceding bytes".into(),
         draw: Draw::Lines,
         labels: ["lowest", "10th percentile", "median", "90th percentile", "highest", "mean", "no context: σ(b_β)"]
             .map(String::from)
@@ -185,7 +188,7 @@ impl System for KickDelta {
             let frequency = g.param(
                 "frequency",
                 &[GROUPS],
-                Init::Linspace { start: 17.0 * FREQUENCY_SCALE, step: 2.0 * FREQUENCY_SCALE },
+                Init::Linspace { start: FIRST_FREQUENCY * FREQUENCY_SCALE, step: FREQUENCY_STEP * FREQUENCY_SCALE },
             );
             let phase = g.param("phase", &[GROUPS, HARMONICS], Init::Zeros);
             let per_value = g.scale(frequency, 2.0 * std::f64::consts::PI / (VOCAB as f64 * FREQUENCY_SCALE));
@@ -258,14 +261,33 @@ impl System for KickDelta {
                         .into(),
                 content: Content::Tracked {
                     tensors: vec!["oscillators.frequency".into()],
+                    // Beside the frequencies, each one's move from its start: a tenth of a cycle
+                    // is what retunes the sixth harmonic at the top byte values, and it would be
+                    // a hair on an axis spanning 17 to 31.
                     compute: std::sync::Arc::new(|t| {
-                        Ok(vec![Series {
-                            name: "frequency".into(),
-                            unit: "cycles over the byte values".into(),
-                            draw: Draw::Lines,
-                            labels: (0..GROUPS).map(|g| format!("group {g}")).collect(),
-                            values: frequencies(t)?,
-                        }])
+                        let f = frequencies(t)?;
+                        let labels: Vec<String> = (0..GROUPS).map(|g| format!("group {g}")).collect();
+                        let moved = f
+                            .iter()
+                            .enumerate()
+                            .map(|(g, x)| x - (FIRST_FREQUENCY + FREQUENCY_STEP * g as f64))
+                            .collect();
+                        Ok(vec![
+                            Series {
+                                name: "frequency".into(),
+                                unit: "cycles over the byte values".into(),
+                                draw: Draw::Lines,
+                                labels: labels.clone(),
+                                values: f,
+                            },
+                            Series {
+                                name: "moved from its start".into(),
+                                unit: "cycles".into(),
+                                draw: Draw::Lines,
+                                labels,
+                                values: moved,
+                            },
+                        ])
                     }),
                 },
             },

@@ -45,11 +45,10 @@ fn close(got: &[f64], want: &[f64], what: &str) {
 /// Four CPU steps of KickDelta on tiny-shakespeare, a checkpoint every two: the page's views of
 /// both checkpoints are the checkpoint's own tensors as the view computes them (the frequencies
 /// the stored parameters ÷ 16, the write strengths' statistics over every byte pair).
-#[test]
-fn kickdelta_frequencies_and_write_strengths_come_from_each_checkpoint() {
-    let tmp = tempfile::tempdir().unwrap();
-    let Some(data) = common::prepared(tmp.path()) else { return };
-    let runs = tmp.path().join("runs");
+/// Four CPU steps of KickDelta on tiny-shakespeare into `runs/kd`, a checkpoint every two; false
+/// (with a note) where the corpus is absent.
+fn train_kickdelta(dir: &Path, runs: &Path) -> bool {
+    let Some(data) = common::prepared(dir) else { return false };
     let run = runs.join("kd");
     common::succeeds(&common::alpha(
         &[
@@ -71,8 +70,19 @@ fn kickdelta_frequencies_and_write_strengths_come_from_each_checkpoint() {
             "0",
             "--quiet",
         ],
-        tmp.path(),
+        dir,
     ));
+    true
+}
+
+#[test]
+fn kickdelta_frequencies_and_write_strengths_come_from_each_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let run = runs.join("kd");
+    if !train_kickdelta(tmp.path(), &runs) {
+        return;
+    }
     let server = serve(&runs);
     let v = http_json(server.addr(), "/api/runs/kd/views");
     assert_eq!(v["system"], "kickdelta");
@@ -97,12 +107,8 @@ fn kickdelta_frequencies_and_write_strengths_come_from_each_checkpoint() {
 }
 
 /// A small Diakosmos (2 blocks, 2 harmonics) with its decay parameters moved off their starts,
-/// saved as a checkpoint: the page's 2 × 7 × 2 half-lives are ln ½ / ln σ(g + o) of its tensors,
-/// and its constellation is 7 × 4 panels of 4 points, each labelled with its 64 bytes.
-#[test]
-fn diakosmos_half_lives_and_constellation_come_from_its_checkpoint_and_wire() {
-    let tmp = tempfile::tempdir().unwrap();
-    let runs = tmp.path().join("runs");
+/// saved by Alpha's checkpoint writer as step 7 of `runs/dk`; returns its tensors.
+fn small_diakosmos(runs: &Path) -> Tensors {
     let run = runs.join("dk");
     let system = Diakosmos { blocks: 2, phasors: 3, harmonics: 2, context: 16, bf16: true };
     let model = system.model(1).unwrap();
@@ -148,6 +154,17 @@ fn diakosmos_half_lives_and_constellation_come_from_its_checkpoint_and_wire() {
     )
     .unwrap();
 
+    tensors
+}
+
+/// A small Diakosmos (2 blocks, 2 harmonics) with its decay parameters moved off their starts,
+/// saved as a checkpoint: the page's 2 × 7 × 2 half-lives are ln ½ / ln σ(g + o) of its tensors,
+/// and its constellation is 7 × 4 panels of 4 points, each labelled with its 64 bytes.
+#[test]
+fn diakosmos_half_lives_and_constellation_come_from_its_checkpoint_and_wire() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let tensors = small_diakosmos(&runs);
     let server = serve(&runs);
     let v = http_json(server.addr(), "/api/runs/dk/views");
     let view = |id: &str| v["views"].as_array().unwrap().iter().find(|x| x["id"] == id).unwrap().clone();
@@ -186,4 +203,92 @@ fn diakosmos_half_lives_and_constellation_come_from_its_checkpoint_and_wire() {
         .collect();
     let muon = totals.iter().find(|r| r[4] == "Muon").unwrap();
     assert_eq!(muon[3], "24764600", "the catalogue's Diakosmos: {muon}");
+}
+
+/// The run pages in a headless Chromium: KickDelta's shows its frequencies (a line a group) and
+/// write strengths at both checkpoints and its parameter table; Diakosmos's its 28 constellation
+/// panels of 4 points, its half-lives and its table by optimizer. Screenshots go to the test's
+/// temporary folder and, where `ALPHA_SCREENSHOT_DIR` is set, there.
+#[test]
+fn the_run_pages_draw_the_model_views_in_a_real_browser() {
+    use alpha_dash::webdriver::Browser;
+    use std::time::Duration;
+    if !Browser::available() {
+        eprintln!("skipped: chromium or chromedriver is missing (apt-get install -y chromium chromium-driver)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    if !train_kickdelta(tmp.path(), &runs) {
+        return;
+    }
+    small_diakosmos(&runs);
+    let server = serve(&runs);
+    let b = Browser::launch(&tmp.path().join("chromium-profile"), 1280, 900).unwrap();
+    let shots: Vec<std::path::PathBuf> =
+        [Some(tmp.path().to_path_buf()), std::env::var_os("ALPHA_SCREENSHOT_DIR").map(Into::into)]
+            .into_iter()
+            .flatten()
+            .collect();
+    let save = |png: Vec<u8>, name: &str| {
+        for dir in &shots {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join(name), &png).unwrap();
+        }
+    };
+
+    b.goto(&format!("{}/runs/kd", server.url())).unwrap();
+    b.wait_for(
+        "return document.body.dataset.loaded === '1' && !document.querySelector('#model-card').hidden",
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let osc = b
+        .execute(
+            "const s = document.querySelector('#view-oscillators svg'); return [+s.dataset.checkpoints, s.dataset.series]",
+            vec![],
+        )
+        .unwrap();
+    assert_eq!(osc[0], 2, "{osc}");
+    let lines = osc[1].as_str().unwrap();
+    assert!((0..8).all(|g| lines.contains(&format!("group {g}"))), "{lines}");
+    let beta = b
+        .execute(
+            "const s = document.querySelector('#view-write-strengths svg'); return [+s.dataset.checkpoints, s.dataset.series]",
+            vec![],
+        )
+        .unwrap();
+    assert_eq!(beta[0], 2, "{beta}");
+    assert!(beta[1].as_str().unwrap().contains("median"), "{beta}");
+    let rows = b.execute("return document.querySelectorAll('#view-parameters tbody tr').length", vec![]).unwrap();
+    assert!(rows.as_u64().unwrap() >= 8, "{rows}");
+    save(b.element_png("#model-card").unwrap(), "model-views-kickdelta.png");
+    save(b.full_page_png(1280).unwrap(), "run-page-kickdelta.png");
+
+    b.goto(&format!("{}/runs/dk", server.url())).unwrap();
+    b.wait_for(
+        "return document.body.dataset.loaded === '1' && !document.querySelector('#model-card').hidden",
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let panels = b
+        .execute(
+            "return [...document.querySelectorAll('#view-wire .panel')].map(p => [...p.querySelectorAll('circle.pt')].map(c => c.dataset.bytes.split(',').length))",
+            vec![],
+        )
+        .unwrap();
+    let panels = panels.as_array().unwrap();
+    assert_eq!(panels.len(), 28);
+    assert!(panels.iter().all(|p| p == &serde_json::json!([64, 64, 64, 64])), "{panels:?}");
+    let lives = b.execute("return +document.querySelector('#view-half-lives svg').dataset.values", vec![]).unwrap();
+    assert_eq!(lives, 28);
+    let muon = b
+        .execute(
+            "return [...document.querySelectorAll('#view-parameters tbody tr.total')].map(r => r.cells[0].textContent)",
+            vec![],
+        )
+        .unwrap();
+    assert_eq!(muon, serde_json::json!(["all rotational AdamW", "all Muon", "all Adam"]));
+    save(b.element_png("#model-card").unwrap(), "model-views-diakosmos.png");
+    save(b.full_page_png(1280).unwrap(), "run-page-diakosmos.png");
 }
