@@ -360,6 +360,67 @@ mod tests {
         assert_eq!(ids, ["oscillators", "write-strengths", "parameters"]);
     }
 
+    /// The view's table of β is the model's own: on moved weights and real bytes, the β the
+    /// compiled model computes at each position t ≥ 2 is the table's entry for (x_{t−1}, x_{t−2}),
+    /// and at t = 0, with no context, σ(b_β).
+    #[test]
+    fn the_write_strength_table_is_what_the_model_computes() {
+        use alpha_cpu::Cpu;
+        let m = KickDelta.model(1).unwrap();
+        let sigmoid = m
+            .graph
+            .nodes
+            .iter()
+            .position(|n| matches!(n.op, alpha_ir::Op::Unary(alpha_ir::Unary::Sigmoid)) && n.scope == "keys")
+            .expect("the write strength's sigmoid");
+        let beta = alpha_ir::Value { node: sigmoid as u32, index: 0 };
+        let outputs = std::collections::BTreeMap::from([("logits".to_string(), m.logits), ("beta".to_string(), beta)]);
+        let program = alpha_ir::Program::single(m.graph.finish().unwrap(), "forward", outputs);
+        let mut cpu = Cpu::<f32>::compile(&program).unwrap();
+        let mut state = 7u64;
+        let mut noise = || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        };
+        let mut t: Tensors = Tensors::new();
+        for (name, v) in alpha_learn::init::initial_leaves(&program.graph, 0) {
+            let moved: Vec<f32> = match name.as_str() {
+                "oscillators.frequency" => v.iter().map(|&x| x + (4.0 * noise()) as f32).collect(),
+                "oscillators.phase" | "keys.write_strength.weight" => {
+                    v.iter().map(|_| (0.4 * noise()) as f32).collect()
+                }
+                "keys.write_strength.bias" => vec![0.1],
+                _ => v,
+            };
+            cpu.write_named(&name, &moved.iter().map(|&x| f64::from(x)).collect::<Vec<_>>());
+            t.insert(name, (vec![moved.len()], moved));
+        }
+        let text: Vec<u8> = b"ROMEO: But soft, what light through yonder window breaks? It is the east. "
+            .iter()
+            .cycle()
+            .take(KickDelta.context())
+            .copied()
+            .collect();
+        let ids: Vec<f64> = text.iter().map(|&b| f64::from(b)).collect();
+        cpu.write_named("tokens", &ids);
+        cpu.write_named("targets", &ids);
+        cpu.run_all();
+        let got = cpu.read(beta).to_vec();
+        let table = write_strengths(&t).unwrap();
+        let no_context = 1.0 / (1.0 + (-0.1f32 as f64).exp());
+        assert!((f64::from(got[0]) - no_context).abs() < 1e-6, "{} against {no_context}", got[0]);
+        // The model's angles reach ~1,300 rad in f32 (one ulp ≈ 1e-4), the view's are f64: a
+        // few 1e-5 apart in β; a wrong feature order or pair would be tenths apart.
+        for p in 2..text.len() {
+            let want = table[usize::from(text[p - 1]) * VOCAB + usize::from(text[p - 2])];
+            assert!(
+                (f64::from(got[p]) - want).abs() < 2e-4,
+                "position {p}: model {} against the view's {want}",
+                got[p]
+            );
+        }
+    }
+
     #[test]
     fn its_graph_uses_the_delta_rule() {
         let m = KickDelta.model(1).unwrap();
