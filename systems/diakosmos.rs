@@ -519,12 +519,16 @@ impl System for Diakosmos {
                     tensors: vec!["blocks.*.attn._gate_logit".into(), "blocks.*.attn._harmonic_decay_offset".into()],
                     compute: std::sync::Arc::new(|t| {
                         let (labels, values) = half_lives(t)?;
+                        // A row a block: its heads' harmonics side by side.
+                        let rows =
+                            labels.iter().filter_map(|l| l.strip_suffix(" head 0 ℓ0")).map(str::to_string).collect();
                         Ok(vec![Series {
                             name: "half-life".into(),
                             unit: "bytes".into(),
                             draw: Draw::Spread,
                             labels,
                             values,
+                            rows: Some(rows),
                         }])
                     }),
                 },

@@ -132,6 +132,7 @@ pub fn write_strength_statistics(tensors: &Tensors) -> Result<Series, String> {
             .map(String::from)
             .to_vec(),
         values: vec![q(0.0), q(0.1), q(0.5), q(0.9), q(1.0), mean, 1.0 / (1.0 + (-bias).exp())],
+        rows: None,
     })
 }
 
@@ -279,6 +280,7 @@ impl System for KickDelta {
                                 draw: Draw::Lines,
                                 labels: labels.clone(),
                                 values: f,
+                                rows: None,
                             },
                             Series {
                                 name: "moved from its start".into(),
@@ -286,6 +288,7 @@ impl System for KickDelta {
                                 draw: Draw::Lines,
                                 labels,
                                 values: moved,
+                                rows: None,
                             },
                         ])
                     }),

@@ -38,6 +38,10 @@ pub struct Series {
     /// One label a value.
     pub labels: Vec<String>,
     pub values: Vec<f64>,
+    /// Where the values form a grid (row-major, as many columns as values ÷ rows): its rows'
+    /// names, so the page can also draw one checkpoint's values as a heat map.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows: Option<Vec<String>>,
 }
 
 /// A table fixed by the system's definition.

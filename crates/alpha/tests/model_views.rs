@@ -282,6 +282,9 @@ fn the_run_pages_draw_the_model_views_in_a_real_browser() {
     assert!(panels.iter().all(|p| p == &serde_json::json!([64, 64, 64, 64])), "{panels:?}");
     let lives = b.execute("return +document.querySelector('#view-half-lives svg').dataset.values", vec![]).unwrap();
     assert_eq!(lives, 28);
+    let cells =
+        b.execute("return +document.querySelector('#view-half-lives .heat svg').dataset.cells", vec![]).unwrap();
+    assert_eq!(cells, 28, "the newest checkpoint's half-lives as a grid");
     let muon = b
         .execute(
             "return [...document.querySelectorAll('#view-parameters tbody tr.total')].map(r => r.cells[0].textContent)",
@@ -290,5 +293,6 @@ fn the_run_pages_draw_the_model_views_in_a_real_browser() {
         .unwrap();
     assert_eq!(muon, serde_json::json!(["all rotational AdamW", "all Muon", "all Adam"]));
     save(b.element_png("#model-card").unwrap(), "model-views-diakosmos.png");
+    save(b.element_png("#view-half-lives").unwrap(), "model-views-half-lives.png");
     save(b.full_page_png(1280).unwrap(), "run-page-diakosmos.png");
 }

@@ -772,8 +772,32 @@ function runPage(name) {
         const newest = ok[ok.length - 1];
         $(`#${CSS.escape(id)}`).parentElement.querySelector(".view-extra").innerHTML = `<div class="scroll" style="max-height:300px"><table class="view-table"><thead><tr><th class="num">Step</th><th class="num">Values</th>${qs.map(([, l]) => `<th class="num">${esc(l)}</th>`).join("")}</tr></thead><tbody>${ok.map((c, j) => `<tr data-step="${c.step}"><td class="num">${int(c.step)}</td><td class="num">${int(at(c).values.length)}</td>${stats[j].map((v) => `<td class="num">${short(v)}</td>`).join("")}</tr>`).reverse().join("")}</tbody></table></div>
           <p class="muted" style="font-size:13px">At step ${int(newest.step)}: ${spreadList(at(newest))}</p>`;
+        if (first.rows) heatMap($(`#${CSS.escape(id)}`).parentElement.querySelector(".view-extra"), ok.map((c) => [c.step, at(c)]), x.id);
       }
     });
+  }
+
+  // One checkpoint's values as a grid (a row each of `rows`), coloured on a log scale that is
+  // the same at every checkpoint; the slider picks the checkpoint.
+  function heatMap(host, byStep, id) {
+    const all = byStep.flatMap(([, s]) => s.values).filter((v) => v > 0);
+    if (!all.length) return;
+    const lo = Math.log(Math.min(...all)), hi = Math.log(Math.max(...all));
+    const colour = (v) => { const f = hi > lo ? (Math.log(v) - lo) / (hi - lo) : 0.5; return `hsl(${(230 - 210 * f).toFixed(0)},70%,${(62 - 22 * f).toFixed(0)}%)`; };
+    const wrap = el("div", { class: "heat", "data-heat": id });
+    wrap.innerHTML = `<label class="pick">Checkpoint <input type="range" min="0" max="${byStep.length - 1}" value="${byStep.length - 1}"> <b class="heat-step"></b></label>
+      <span class="muted" style="font-size:12.5px"> colour: ${short(Math.exp(lo))} (blue) to ${short(Math.exp(hi))} (red) ${esc(byStep[0][1].unit)}, log scale</span><div class="heat-grid"></div>`;
+    host.appendChild(wrap);
+    const paint = (k) => {
+      const [step, s] = byStep[k];
+      const rows = s.rows.length, cols = s.values.length / rows, cw = 14, ch = 16, left = 70;
+      wrap.querySelector(".heat-step").textContent = `step ${int(step)}`;
+      wrap.querySelector(".heat-grid").innerHTML = `<svg width="${left + cols * cw}" height="${rows * ch}" data-cells="${s.values.length}">${s.values.map((v, i) => `<rect x="${left + (i % cols) * cw}" y="${Math.floor(i / cols) * ch}" width="${cw - 1}" height="${ch - 1}" fill="${v > 0 ? colour(v) : "#ccc"}"><title>${esc(s.labels[i])}: ${short(v)} ${esc(s.unit)}</title></rect>`).join("")}
+        ${s.rows.map((r, j) => `<text x="${left - 6}" y="${j * ch + 12}" text-anchor="end" font-size="11">${esc(r)}</text>`).join("")}</svg>`;
+    };
+    const slider = wrap.querySelector("input");
+    slider.addEventListener("input", () => paint(+slider.value));
+    paint(byStep.length - 1);
   }
 
   function quantile(sorted, q) {
