@@ -4,8 +4,8 @@
 //! A checkpoint is read at most once while it is unchanged: the figures of every view of it are
 //! kept by (real path, size, modification time), and only the tensors the views name are read,
 //! found through the safetensors header (8 bytes of length, then JSON giving each tensor's dtype,
-//! shape and byte range after the header). A file of a gigabyte costs a header and a few
-//! kilobytes. The figures are drawn, not trained on: the file's digest, which would need every
+//! shape and byte range after the header). Of a gigabyte's file, a view of a few small tensors
+//! reads the header and those tensors' bytes. The figures are drawn, not trained on: the file's digest, which would need every
 //! byte, is not checked here (a training resume checks it).
 
 use std::collections::{BTreeMap, HashMap};
