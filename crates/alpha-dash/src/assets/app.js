@@ -169,7 +169,8 @@ function decimate(pts, x0, x1, px) {
 
 /**
  * Draws a chart into `host` (a div). spec: {series, xLabel, yLabel, time, height, yMin, yMax,
- * yZero, count}. A series: {label, color, type: line|band|dots|diamonds|hline, data, dash,
+ * yZero, count, yLog, fmtY}: with yLog the data's y are log10 of the values and the axis is
+ * labelled with the values; fmtY writes a y in the legend and readout. A series: {label, color, type: line|band|dots|diamonds|hline, data, dash,
  * width, value}. Lines take [[x, y|null]], bands [[x, lo, hi]], hlines a `value`. `count` is the
  * index of the series whose point count the SVG exposes as data-points (for tests and readers).
  */
@@ -190,7 +191,7 @@ function chart(host, spec) {
     const last = s.data && s.data.length ? s.data[s.data.length - 1] : null;
     const latest = s.type === "hline" ? s.value : last ? last[s.type === "band" ? 2 : 1] : null;
     const cls = s.type === "band" ? "band" : s.type === "dots" ? "dot" : s.type === "diamonds" ? "diamond" : s.dash || s.type === "hline" ? "dash" : "";
-    const val = s.type === "band" || !isNum(latest) || s.noValue ? "" : ` <b>${short(latest)}</b>`;
+    const val = s.type === "band" || !isNum(latest) || s.noValue ? "" : ` <b>${(spec.fmtY || short)(latest)}</b>`;
     legend.insertAdjacentHTML("beforeend", `<span class="key"><span class="sw ${cls}" style="${cls === "band" || cls === "dot" || cls === "diamond" ? "background" : "border-color"}:${s.color}"></span>${esc(s.label)}${val}</span>`);
   }
   let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
@@ -216,7 +217,7 @@ function chart(host, spec) {
   const yt = ticks(y0, y1, Math.max(3, Math.floor((H - m.t - m.b) / 42)));
   const ystep = yt.length > 1 ? yt[1] - yt[0] : 1;
   // Widen the left margin to the longest y label.
-  const ylabels = yt.map((v) => tickLabel(v, ystep));
+  const ylabels = yt.map((v) => (spec.yLog ? sig(Math.pow(10, v), 2) : tickLabel(v, ystep)));
   m.l = Math.max(46, (spec.yLabel ? 34 : 14) + 6.7 * Math.max(...ylabels.map((s) => s.length)));
   const X = (x) => m.l + ((x - x0) / (x1 - x0)) * (W - m.l - m.r);
   const Y = (y) => m.t + (1 - (y - y0) / (y1 - y0)) * (H - m.t - m.b);
@@ -298,7 +299,7 @@ function chart(host, spec) {
     const r = series.find((s) => s.type === "hline");
     if (r) svg("text", { x: W - m.r - 4, y: Y(r.value) - 5, "text-anchor": "end", style: "fill:" + r.color }, root).textContent = spec.refLabel;
   }
-  hover(host, root, series, { X, Y, x0, x1, m, W, H, time: spec.time, xName: spec.xName || spec.xLabel || "x" });
+  hover(host, root, series, { X, Y, x0, x1, m, W, H, time: spec.time, xName: spec.xName || spec.xLabel || "x", fmtY: spec.fmtY || short });
 }
 
 // A crosshair and a readout of every line at the nearest x under the pointer.
@@ -323,7 +324,7 @@ function hover(host, root, series, g) {
     for (const s of lines) {
       const p = nearest(s.data, x);
       if (s.type !== "line" && s.type !== undefined && Math.abs(g.X(p[0]) - g.X(main[0])) > 3) continue;
-      if (isNum(p[1])) rows.push(`<div><span class="sw" style="background:${s.color}"></span>${esc(s.label)} <b>${short(p[1])}</b></div>`);
+      if (isNum(p[1])) rows.push(`<div><span class="sw" style="background:${s.color}"></span>${esc(s.label)} <b>${g.fmtY(p[1])}</b></div>`);
     }
     tip.innerHTML = rows.join("");
     tip.style.display = "block";
@@ -765,8 +766,11 @@ function runPage(name) {
       } else {
         const qs = [[0, "lowest"], [0.1, "10th percentile"], [0.5, "median"], [0.9, "90th percentile"], [1, "highest"]];
         const stats = ok.map((c) => { const v = at(c).values.slice().sort((a, b) => a - b); return qs.map(([q]) => quantile(v, q)); });
-        const series = qs.map(([, label], i) => ({ label, type: "line", color: palette[i], data: ok.map((c, j) => [c.step, stats[j][i]]), dash: i === 0 || i === 4 ? "5 3" : undefined }));
-        draw(id, { height: 260, xLabel: "step", xName: "step", yLabel: `${n} (${first.unit})`, count: 2, series });
+        // Values over orders of magnitude (half-lives from a byte to hundreds) are drawn on a log scale.
+        const log = stats.every((r) => r.every((v) => v > 0));
+        const y = (v) => (log ? Math.log10(v) : v);
+        const series = qs.map(([, label], i) => ({ label, type: "line", color: palette[i], data: ok.map((c, j) => [c.step, y(stats[j][i])]), dash: i === 0 || i === 4 ? "5 3" : undefined }));
+        draw(id, { height: 260, xLabel: "step", xName: "step", yLabel: `${n} (${first.unit}${log ? ", log scale" : ""})`, count: 2, series, yLog: log, fmtY: log ? (v) => short(Math.pow(10, v)) : short });
         $(`#${CSS.escape(id)} svg`).setAttribute("data-checkpoints", ok.length);
         $(`#${CSS.escape(id)} svg`).setAttribute("data-values", first.values.length);
         const newest = ok[ok.length - 1];
