@@ -13,7 +13,8 @@ Three jobs:
   Adam on the controls; no clip) and schedule, for `--steps N` updates or to a wall-clock
   `--budget S` with `alpha train --budget`'s warmdown; it ends with the held-out loss and bits
   per byte on the windows Alpha scores. With the example's `--updates` output it also compares
-  every update's loss and the parameters' changes.
+  every update's loss and the parameters' changes. `score` gives those held-out figures for any
+  checkpoint, as `alpha score polf` does.
 * the speed baseline: `bench` times one whole training step (forward, backward, the three
   optimizers, zero_grad) in coppelius_torch.py's four settings; `alpha bench polf` runs it.
 
@@ -686,6 +687,15 @@ def cmd_train(args) -> dict:
     return result
 
 
+def cmd_score(args) -> dict:
+    device = ct.pick_device(args.device, args.attention)
+    products = default_products(args.products, device)
+    model, cfg, meta = load_checkpoint_model(args.checkpoint, args.context, device, products)
+    h = heldout(model, cfg, args.data, args.windows, device, args.eval_batch)
+    return {"checkpoint": args.checkpoint, "step": int(meta.get("step", 0) or 0), **h, "device": str(device),
+            "products": products}
+
+
 def cmd_bench(args) -> dict:
     cfg = config_from_args(args)
     device = ct.pick_device(args.device, args.attention)
@@ -747,6 +757,16 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--attention", choices=ct.ATTENTION, default="flash")
     t.add_argument("--products", **products)
 
+    s = sub.add_parser("score", help="held-out loss and bits per byte of an Alpha checkpoint (alpha score)")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--data", required=True, help="Alpha's prepared token directory")
+    s.add_argument("--windows", type=int, default=256)
+    s.add_argument("--context", type=int, default=1024)
+    s.add_argument("--eval-batch", type=int, default=8)
+    s.add_argument("--device", default="auto")
+    s.add_argument("--attention", choices=ct.ATTENTION, default="flash")
+    s.add_argument("--products", **products)
+
     b = sub.add_parser("bench", help="time one whole training step in several settings")
     ct.add_common_args(b, tiny_help=tiny)
     ct.add_bench_args(b)
@@ -762,7 +782,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    cmds = {"check": cmd_check, "train": cmd_train, "bench": cmd_bench, "init": cmd_init}
+    cmds = {"check": cmd_check, "train": cmd_train, "score": cmd_score, "bench": cmd_bench, "init": cmd_init}
     # `check` exits 1 when a target is missed: its result then says "passed": false.
     return ct.run_command(cmds, args, without_torch=())
 
