@@ -676,13 +676,16 @@ def attention_kernels(run_once) -> list:
     return sorted(names)
 
 
-def bench_setting(name, cfg, state, batches, args, device, build=None, make_opt=None) -> dict:
+def bench_setting(name, cfg, state, batches, args, device, build=None, make_opt=None, step_fn=None) -> dict:
     """One setting's timing. `build()` makes the model (default: Coppelius of `cfg`); any model
     whose forward is `(tokens, targets) -> mean loss`, with `blocks` and `head` for
     `--compile-scope blocks`, and whose parameters `state` names, can be timed.
     `make_opt(model, device, graph_safe)` makes its optimizer (default: Alpha's AdamW groups);
     it must take `set_lr`, `step()` and `zero_grad(set_to_none=True)`, with tensor rates and
-    no host synchronisation when `graph_safe`."""
+    no host synchronisation when `graph_safe`. `step_fn(fwd, params, opt, tokens, targets)` is
+    one training step returning (loss, gradient norm) (default `train_step`: Alpha's clip, then
+    the optimizer); a learner without a clip passes its own."""
+    one_step = step_fn or train_step
     use_graph = name in ("graph", "compile+graph")
     compiled = name in ("compile", "compile+graph")
     t_setup = time.perf_counter()
@@ -721,12 +724,12 @@ def bench_setting(name, cfg, state, batches, args, device, build=None, make_opt=
             for i in range(max(3, args.warmup)):
                 load(i)
                 opt.zero_grad(set_to_none=True)
-                train_step(fwd, params, opt, static_x, static_y)
+                one_step(fwd, params, opt, static_x, static_y)
         torch.cuda.current_stream().wait_stream(s)
         graph = torch.cuda.CUDAGraph()
         opt.zero_grad(set_to_none=True)  # backward allocates .grad from the graph's pool
         with torch.cuda.graph(graph):
-            g_loss, g_norm = train_step(fwd, params, opt, static_x, static_y)
+            g_loss, g_norm = one_step(fwd, params, opt, static_x, static_y)
 
         def step(i):
             load(i)
@@ -741,7 +744,7 @@ def bench_setting(name, cfg, state, batches, args, device, build=None, make_opt=
         def step(i):
             load(i)
             set_lr(opt, lr)
-            train_step(fwd, params, opt, static_x, static_y)
+            one_step(fwd, params, opt, static_x, static_y)
             opt.zero_grad(set_to_none=True)
 
         for i in range(args.warmup):
@@ -815,11 +818,12 @@ def cmd_bench(args) -> dict:
     return run_bench(args, config_from_args(args), "Coppelius", init_tensors)
 
 
-def run_bench(args, cfg, title: str, init, build=None, make_opt=None, rename=None) -> dict:
+def run_bench(args, cfg, title: str, init, build=None, make_opt=None, rename=None, step_fn=None) -> dict:
     """The `bench` subcommand for any model: `init(cfg, seed)` gives its initial tensors by
     Alpha's names, `build()` makes it (default Coppelius); `cfg` has `vocab`, `context` and
     `parameter_count()`. `make_opt` is `bench_setting`'s; `rename` turns an Alpha name into the
-    model's parameter name (default Coppelius's `from_alpha_name`). Times each of `--settings`,
+    model's parameter name (default Coppelius's `from_alpha_name`); `step_fn` is
+    `bench_setting`'s. Times each of `--settings`,
     prints the table and returns the JSON."""
     device = pick_device(args.device, args.attention)
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
@@ -862,7 +866,7 @@ def run_bench(args, cfg, title: str, init, build=None, make_opt=None, rename=Non
             continue
         log(f"[B={args.batch}] {s} ...")
         try:
-            results[s] = bench_setting(s, cfg, state, batches, args, device, build, make_opt)
+            results[s] = bench_setting(s, cfg, state, batches, args, device, build, make_opt, step_fn)
             log(f"[B={args.batch}] {s}: {results[s]['ms_per_step']:.3f} ms/step (setup {results[s]['setup_s']:.1f} s)")
         except Exception as e:
             results[s] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
@@ -933,7 +937,8 @@ def add_synth_data_parser(sub, vocab: int):
 
 def run_command(cmds: dict, args, without_torch=("synth-data",)) -> int:
     """Runs `cmds[args.cmd]` and prints its result as the last stdout line (JSON); on a failure
-    the traceback goes to stderr, {"error": ...} to stdout, and the status is 1."""
+    the traceback goes to stderr, {"error": ...} to stdout, and the status is 1. A result that
+    says `"passed": false` (a check whose target is missed) is printed, and the status is 1."""
     try:
         if torch is None and args.cmd not in without_torch:
             raise RuntimeError("PyTorch is not installed (python3 -c 'import torch' fails)")
@@ -945,7 +950,7 @@ def run_command(cmds: dict, args, without_torch=("synth-data",)) -> int:
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
         return 1
     print(json.dumps(result), flush=True)
-    return 0
+    return 1 if result.get("passed") is False else 0
 
 
 def main(argv=None) -> int:

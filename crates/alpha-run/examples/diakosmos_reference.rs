@@ -32,19 +32,21 @@
 //! the same), `loss` [1] (the mean over N·T positions) and `grad:<name>` for every parameter;
 //! the metadata holds the geometry and where the windows came from.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use alpha_learn::gradient_program;
-use alpha_learn::init::initial_leaves;
-use alpha_run::checkpoint::{self, Meta, Tensors};
+use alpha_run::checkpoint::{self, Tensors};
 use alpha_run::session::{backend_for, config_hash, persistent};
 use alpha_run::Device;
 use alpha_systems::diakosmos::Diakosmos;
 use alpha_systems::diakosmos_wire::GROUPS;
 use alpha_systems::System;
 use anyhow::{anyhow, bail, Context, Result};
-use safetensors::tensor::{Dtype, TensorView};
+use common::{
+    gradient_outputs, meta_for, prepared_windows, seeded_state, split_windows, write_out, write_training_state,
+};
 
 struct Args {
     init: Option<PathBuf>,
@@ -168,16 +170,7 @@ impl Source {
     fn windows(&self, split: alpha_data::Split, first: u64, n: usize, len: usize) -> Result<Vec<Vec<u32>>> {
         let stride = len as u64 - 1;
         match self {
-            Source::Prepared(dir) => {
-                let mut s = alpha_data::TokenStream::open(dir, split)?;
-                (0..n as u64)
-                    .map(|i| {
-                        let mut buf = vec![0u32; len];
-                        s.read_at((first + i) * stride, &mut buf)?;
-                        Ok(buf)
-                    })
-                    .collect()
-            }
+            Source::Prepared(dir) => prepared_windows(dir, split, first, n, len),
             Source::Raw(bytes) => (0..n as u64)
                 .map(|i| {
                     let at = ((first + i) * stride) as usize;
@@ -187,48 +180,6 @@ impl Source {
                 .collect(),
         }
     }
-}
-
-/// Inputs and targets of windows of T + 1 tokens: `[N·T]` each.
-fn split_windows(ws: &[Vec<u32>]) -> (Vec<u32>, Vec<u32>) {
-    let tokens = ws.iter().flat_map(|w| w[..w.len() - 1].iter().copied()).collect();
-    let targets = ws.iter().flat_map(|w| w[1..].iter().copied()).collect();
-    (tokens, targets)
-}
-
-fn meta_for(system: &Diakosmos, hash: String, step: u64, cursor: alpha_data::Cursor, seed: u64, data: &Path) -> Meta {
-    let steps = step.max(1);
-    Meta {
-        system: system.name().into(),
-        config_hash: hash,
-        step,
-        cursor: serde_json::to_string(&cursor).expect("a cursor serialises"),
-        seed,
-        schedule: system.learner(steps).describe(),
-        schedule_total: steps,
-        peak: None,
-        tokens: step * (system.context as u64),
-        parent: None,
-        data: data.display().to_string(),
-        budget: None,
-    }
-}
-
-fn write_out(
-    path: &Path,
-    tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>,
-    meta: HashMap<String, String>,
-) -> Result<()> {
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
-        .iter()
-        .map(|(n, (s, d))| (n.clone(), s.clone(), d.iter().flat_map(|x| x.to_le_bytes()).collect()))
-        .collect();
-    let views: Vec<(String, TensorView)> = bytes
-        .iter()
-        .map(|(n, s, b)| Ok((n.clone(), TensorView::new(Dtype::F32, s.clone(), b)?)))
-        .collect::<Result<_, safetensors::SafeTensorError>>()?;
-    safetensors::serialize_to_file(views, Some(meta), path)?;
-    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -246,15 +197,8 @@ fn main() -> Result<()> {
             (system, ckpt.tensors, cursor, ckpt.meta.step)
         }
         None => {
-            let system = args.geometry.clone();
-            let program = alpha_learn::inference_program(system.model(1)?)?;
-            let shapes: HashMap<String, Vec<usize>> =
-                persistent(&program).into_iter().map(|(n, s, _)| (n, s)).collect();
-            let state: Tensors = initial_leaves(&program.graph, args.seed)
-                .into_iter()
-                .map(|(n, v)| (n.clone(), (shapes[&n].clone(), v)))
-                .collect();
-            (system, state, alpha_data::Cursor::default(), 0)
+            let state = seeded_state(&args.geometry, args.seed)?;
+            (args.geometry.clone(), state, alpha_data::Cursor::default(), 0)
         }
     };
     eprintln!(
@@ -287,16 +231,7 @@ fn main() -> Result<()> {
         learner.accumulation = args.accumulate;
         let program = learner.training_program(system.model(args.batch)?)?;
         let mut backend = backend_for(args.device, &program)?;
-        let fresh = initial_leaves(&program.graph, args.seed);
-        for (name, shape, is_param) in persistent(&program) {
-            match state.get(&name) {
-                Some((s, v)) if *s == shape => backend.write(&name, v)?,
-                Some((s, _)) => bail!("{name} has shape {s:?}; the model needs {shape:?}"),
-                None if is_param => bail!("the checkpoint lacks parameter {name}"),
-                // Optimizer state a checkpoint does not hold starts as a fresh run's does.
-                None => backend.write(&name, &fresh.iter().find(|(n, _)| *n == name).expect("a leaf").1)?,
-            }
-        }
+        write_training_state(backend.as_mut(), &program, &state, args.seed)?;
         let mut stream = alpha_data::TokenStream::open(dir, alpha_data::Split::Train)?;
         stream.seek(cursor)?;
         let (mut losses, mut norms) = (vec![], vec![]);
@@ -343,25 +278,7 @@ fn main() -> Result<()> {
     }
 
     let ws = source.windows(args.split, args.first, args.windows, t + 1)?;
-    let (tokens, targets) = split_windows(&ws);
-    let program = gradient_program(system.model(args.windows)?)?;
-    let mut backend = backend_for(args.device, &program)?;
-    for (name, _, _) in persistent(&program) {
-        let (_, v) = state.get(&name).ok_or_else(|| anyhow!("no tensor {name} to start from"))?;
-        backend.write(&name, v)?;
-    }
-    backend.write_ids("tokens", &tokens)?;
-    backend.write_ids("targets", &targets)?;
-    let started = std::time::Instant::now();
-    backend.run(&program.phases[0].name)?;
-    let loss = backend.output("loss")?[0];
-    eprintln!("loss {loss:.6} on {} windows ({:.1} s)", args.windows, started.elapsed().as_secs_f64());
-    for (name, shape, _) in persistent(&program) {
-        out.insert(format!("grad:{name}"), (shape, backend.output(&format!("grad:{name}"))?));
-    }
-    out.insert("loss".into(), (vec![1], vec![loss]));
-    let flat: Vec<f32> = ws.iter().flatten().map(|&x| x as f32).collect();
-    out.insert("windows".into(), (vec![args.windows, t + 1], flat));
+    gradient_outputs(&system, args.device, &state, &ws, &mut out)?;
     for (k, v) in [
         ("blocks", system.blocks.to_string()),
         ("phasors", system.phasors.to_string()),

@@ -23,6 +23,7 @@ pub const BASELINES: &[(&str, &str)] = &[
     ("coppelius", "bench/coppelius_torch.py"),
     ("gpt2", "bench/gpt2_torch.py"),
     ("diakosmos", "bench/diakosmos_torch.py"),
+    ("polf", "bench/polf_torch.py"),
 ];
 
 /// The PyTorch script `alpha bench` times `system` against: `given` (`--baseline`) when set,
@@ -146,7 +147,10 @@ mod tests {
             assert!(root.join(script).is_file(), "{script} ({system}'s baseline) is not in the repository");
         }
         let scripts: Vec<&str> = BASELINES.iter().map(|(_, s)| *s).collect();
-        assert_eq!(scripts, ["bench/coppelius_torch.py", "bench/gpt2_torch.py", "bench/diakosmos_torch.py"]);
+        assert_eq!(
+            scripts,
+            ["bench/coppelius_torch.py", "bench/gpt2_torch.py", "bench/diakosmos_torch.py", "bench/polf_torch.py"]
+        );
     }
 
     #[test]
@@ -158,7 +162,10 @@ mod tests {
         let e = baseline_script("coppelius", None).unwrap_err().to_string();
         assert!(e.contains("bench/coppelius_torch.py is not here"), "{e}");
         let e = baseline_script("bob", None).unwrap_err().to_string();
-        assert!(e.contains("bob has no PyTorch baseline script (systems with one: coppelius, gpt2, diakosmos)"), "{e}");
+        assert!(
+            e.contains("bob has no PyTorch baseline script (systems with one: coppelius, gpt2, diakosmos, polf)"),
+            "{e}"
+        );
         let e = baseline_script("diakosmos", None).unwrap_err().to_string();
         assert!(e.contains("bench/diakosmos_torch.py is not here"), "{e}");
         assert!(e.contains("--baseline none"), "{e}");

@@ -111,7 +111,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 30, value_parser = validate::bench_steps, allow_negative_numbers = true)]
     pub steps: u64,
     /// The PyTorch baseline script ("none" skips it) [default: the system's own, bench/coppelius_torch.py
-    /// for coppelius, bench/gpt2_torch.py for gpt2 and bench/diakosmos_torch.py for diakosmos].
+    /// for coppelius, bench/gpt2_torch.py for gpt2, bench/diakosmos_torch.py for diakosmos and
+    /// bench/polf_torch.py for polf].
     #[arg(long)]
     pub baseline: Option<PathBuf>,
     /// An extra argument for the baseline script (repeat for several).

@@ -1,0 +1,143 @@
+//! What the reference examples (`diakosmos_reference`, `polf_reference`) share: the starting
+//! state of a system, its windows of a prepared split, the loss and gradients on them, the
+//! checkpoint metadata they write and the safetensors file of Alpha's numbers that a PyTorch
+//! model is held against. Each example keeps what is its system's own: reading its geometry
+//! off a checkpoint, and its learner's updates.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use alpha_ir::Program;
+use alpha_learn::gradient_program;
+use alpha_learn::init::initial_leaves;
+use alpha_run::checkpoint::{Meta, Tensors};
+use alpha_run::session::{backend_for, persistent};
+use alpha_run::{Backend, Device};
+use alpha_systems::System;
+use anyhow::{anyhow, bail, Result};
+use safetensors::tensor::{Dtype, TensorView};
+
+/// Alpha's initializers' state of `system` at `seed`, as `alpha train --save-initial` writes it.
+pub fn seeded_state(system: &dyn System, seed: u64) -> Result<Tensors> {
+    let program = alpha_learn::inference_program(system.model(1)?)?;
+    let shapes: HashMap<String, Vec<usize>> = persistent(&program).into_iter().map(|(n, s, _)| (n, s)).collect();
+    Ok(initial_leaves(&program.graph, seed).into_iter().map(|(n, v)| (n.clone(), (shapes[&n].clone(), v))).collect())
+}
+
+/// Write `state` into a training program's backend; optimizer state the checkpoint does not
+/// hold starts as a fresh run's does (from `seed`'s initializers).
+pub fn write_training_state(backend: &mut dyn Backend, program: &Program, state: &Tensors, seed: u64) -> Result<()> {
+    let fresh = initial_leaves(&program.graph, seed);
+    for (name, shape, is_param) in persistent(program) {
+        match state.get(&name) {
+            Some((s, v)) if *s == shape => backend.write(&name, v)?,
+            Some((s, _)) => bail!("{name} has shape {s:?}; the model needs {shape:?}"),
+            None if is_param => bail!("the checkpoint lacks parameter {name}"),
+            None => backend.write(&name, &fresh.iter().find(|(n, _)| *n == name).expect("a leaf").1)?,
+        }
+    }
+    Ok(())
+}
+
+/// N windows of `len` tokens of a prepared split, window i at token (first + i)·(len − 1).
+pub fn prepared_windows(
+    dir: &Path,
+    split: alpha_data::Split,
+    first: u64,
+    n: usize,
+    len: usize,
+) -> Result<Vec<Vec<u32>>> {
+    let stride = len as u64 - 1;
+    let mut s = alpha_data::TokenStream::open(dir, split)?;
+    (0..n as u64)
+        .map(|i| {
+            let mut buf = vec![0u32; len];
+            s.read_at((first + i) * stride, &mut buf)?;
+            Ok(buf)
+        })
+        .collect()
+}
+
+/// Inputs and targets of windows of T + 1 tokens: `[N·T]` each.
+pub fn split_windows(ws: &[Vec<u32>]) -> (Vec<u32>, Vec<u32>) {
+    let tokens = ws.iter().flat_map(|w| w[..w.len() - 1].iter().copied()).collect();
+    let targets = ws.iter().flat_map(|w| w[1..].iter().copied()).collect();
+    (tokens, targets)
+}
+
+/// A checkpoint's metadata after `step` updates of `context` tokens, as a run of `step` would
+/// record it (its learner's schedule over that many).
+pub fn meta_for(
+    system: &dyn System,
+    hash: String,
+    step: u64,
+    cursor: alpha_data::Cursor,
+    seed: u64,
+    data: &Path,
+) -> Meta {
+    let steps = step.max(1);
+    Meta {
+        system: system.name().into(),
+        config_hash: hash,
+        step,
+        cursor: serde_json::to_string(&cursor).expect("a cursor serialises"),
+        seed,
+        schedule: system.learner(steps).describe(),
+        schedule_total: steps,
+        peak: None,
+        tokens: step * (system.context() as u64),
+        parent: None,
+        data: data.display().to_string(),
+        budget: None,
+    }
+}
+
+/// The example's output: F32 tensors by name and the metadata.
+pub fn write_out(
+    path: &Path,
+    tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    meta: HashMap<String, String>,
+) -> Result<()> {
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(n, (s, d))| (n.clone(), s.clone(), d.iter().flat_map(|x| x.to_le_bytes()).collect()))
+        .collect();
+    let views: Vec<(String, TensorView)> = bytes
+        .iter()
+        .map(|(n, s, b)| Ok((n.clone(), TensorView::new(Dtype::F32, s.clone(), b)?)))
+        .collect::<Result<_, safetensors::SafeTensorError>>()?;
+    safetensors::serialize_to_file(views, Some(meta), path)?;
+    Ok(())
+}
+
+/// The mean loss and every parameter's gradient of `state` on windows `ws` of T + 1 tokens,
+/// put in `out` as `loss` [1], `grad:<name>` and `windows` [N, T + 1] (the ids, so a reader can
+/// check it read the same windows).
+pub fn gradient_outputs(
+    system: &dyn System,
+    device: Device,
+    state: &Tensors,
+    ws: &[Vec<u32>],
+    out: &mut BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+) -> Result<()> {
+    let (tokens, targets) = split_windows(ws);
+    let program = gradient_program(system.model(ws.len())?)?;
+    let mut backend = backend_for(device, &program)?;
+    for (name, _, _) in persistent(&program) {
+        let (_, v) = state.get(&name).ok_or_else(|| anyhow!("no tensor {name} to start from"))?;
+        backend.write(&name, v)?;
+    }
+    backend.write_ids("tokens", &tokens)?;
+    backend.write_ids("targets", &targets)?;
+    let started = std::time::Instant::now();
+    backend.run(&program.phases[0].name)?;
+    let loss = backend.output("loss")?[0];
+    eprintln!("loss {loss:.6} on {} windows ({:.1} s)", ws.len(), started.elapsed().as_secs_f64());
+    for (name, shape, _) in persistent(&program) {
+        out.insert(format!("grad:{name}"), (shape, backend.output(&format!("grad:{name}"))?));
+    }
+    out.insert("loss".into(), (vec![1], vec![loss]));
+    let flat: Vec<f32> = ws.iter().flatten().map(|&x| x as f32).collect();
+    out.insert("windows".into(), (vec![ws.len(), ws.first().map_or(0, Vec::len)], flat));
+    Ok(())
+}
