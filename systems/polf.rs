@@ -44,10 +44,14 @@
 //!   embedding itself in bf16, its Adam stepping the bf16 tensor; Alpha keeps every parameter in
 //!   f32 (its checkpoints and optimizers are f32), so the embedding's small Adam steps are not
 //!   lost to bf16 rounding as they can be in the reference.
-//! - **Warmdown by updates.** The reference warms down over the last 1,200 steps' worth of its
-//!   wall-clock budget (over iterations 18,800–20,000 without one); here it is the last
-//!   min(1,200, run) updates of the run's length, so a run shorter than 1,200 updates warms down
-//!   over all of it, as the capped reference does when its budget holds fewer steps.
+//! - **Warmdown.** The reference warms down over the last 1,200 steps' worth of its wall-clock
+//!   budget (over iterations 18,800–20,000 without one). `alpha train polf --budget 10m` follows
+//!   that wall-clock rule exactly; a run by steps warms down over the last min(1,200, run)
+//!   updates, so a run shorter than 1,200 updates warms down over all of it.
+//! - **Muon's iterations.** The reference runs the whole Newton–Schulz iteration in bf16
+//!   (normalisation included); Alpha's Muon rounds each product's operands to bf16 and keeps X in
+//!   f32 between iterations (its learner's choice for every system), a little closer to the f32
+//!   direction.
 //! - **Batch.** The reference's update is 524,288 tokens: 512 sequences of 1,024 over 8 GPUs.
 //!   The default batch here is 64 sequences, one GPU's micro-batch of the reference; its full
 //!   update is `--batch 64 --accumulate 8`.
