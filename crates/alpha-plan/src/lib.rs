@@ -351,9 +351,11 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
         *e = (*e).max(k);
     }
 
-    // In-place ops: their outputs take their inputs' slots; nothing may read the old value
-    // after them.
-    for &(_, n) in &order {
+    // In-place ops: their outputs take their inputs' slots; nothing later in their phase may
+    // read the old value. A later phase reading the same persistent tensor reads the new one,
+    // as it would after the phase's assignment (two variants of a step, each updating the
+    // parameters in place, are both allowed).
+    for &(pn, n) in &order {
         let node = &g.nodes[n as usize];
         if let Some(aliases) = in_place(&node.op) {
             for (k, &input) in aliases.iter().enumerate() {
@@ -361,6 +363,7 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
                 let readers_after = order
                     .iter()
                     .skip(position[&n] + 1)
+                    .take_while(|&&(pm, _)| pm == pn)
                     .any(|&(_, m)| g.nodes[m as usize].inputs.iter().any(|&i| resolve(i) == src));
                 if readers_after {
                     return Err(PlanError::Invalid(format!(

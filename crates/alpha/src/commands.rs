@@ -202,6 +202,11 @@ pub struct TrainArgs {
     /// that it skipped them).
     #[arg(long)]
     pub skip_gates: bool,
+    /// Record every parameter tensor's optimizer health (norms of its gradient, values, update
+    /// and optimizer state, and their non-finite counts) every N updates and at the last, into
+    /// `health.jsonl` (0: never).
+    #[arg(long, default_value_t = alpha_run::train::DEFAULT_HEALTH_EVERY)]
+    pub health_every: u64,
 }
 
 #[derive(Args)]
@@ -438,6 +443,7 @@ fn train(a: TrainArgs) -> Result<()> {
         warmdown_updates: a.warmdown_updates,
         checkpoint_sample_tokens: a.checkpoint_sample_tokens,
         gates,
+        health_every: a.health_every,
     };
     // The first Ctrl-C (or SIGTERM, SIGHUP) lets the step in flight finish and checkpoints it;
     // a second one marks run.json "interrupted" and ends the process at once.
