@@ -855,7 +855,12 @@ fn build(a: BuildArgs) -> Result<()> {
     }
     let batch = a.batch.unwrap_or(system.default_batch());
     let learner = system.learner(system.default_steps());
-    let mut programs = vec![learner.training_program(system.model(batch)?)?];
+    // The training program with and without its health phase: `train` builds the one its
+    // `--health-every` asks for, and finds it here by its key.
+    let mut programs = vec![
+        learner.training_program(system.model(batch)?)?,
+        learner.training_program_with_health(system.model(batch)?)?.0,
+    ];
     for b in [batch, 1] {
         programs.push(inference_program(system.model(b)?)?);
     }
