@@ -288,7 +288,11 @@ fn a_real_training_run_shows_in_a_real_browser() {
     assert!(samples.as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with("The ")), "{samples}");
     let energy = b.execute("return document.querySelector('#chart-curve-energy').textContent", vec![]).unwrap();
     assert!(energy.as_str().unwrap().contains("No energy recorded"), "{energy}");
-    for (sel, name) in [("#gates-card", "dashboard-gates.png"), ("#curve-card", "dashboard-curve.png")] {
+    for (sel, name) in [
+        ("#gates-card", "dashboard-gates.png"),
+        ("#curve-card", "dashboard-curve.png"),
+        ("#health-card", "dashboard-health.png"),
+    ] {
         save(&b.element_png(sel).unwrap(), name, tmp.path());
     }
 
