@@ -506,11 +506,14 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         while step < last_step {
             step += 1;
             let t0 = Instant::now();
-            // A health step runs the health variant of the step's last phase in its place.
+            // A health step runs the health variant of the step's last phase in its place: every
+            // `health_every`, and the invocation's last as far as it is known before it runs (the
+            // step cap, a budget's last update at the mean step time, a stop already asked for).
             let health = !health_rows.is_empty()
                 && (step % opts.health_every == 0
                     || step == last_step
-                    || budget.as_ref().is_some_and(|b| b.updates_left().is_some_and(|n| n <= 1)));
+                    || budget.as_ref().is_some_and(|b| b.updates_left().is_some_and(|n| n <= 1))
+                    || stop_requested());
             let out = |name: &str| if health { format!("{}{name}", alpha_learn::health::PREFIX) } else { name.into() };
             if testhook::crash_at("non-finite-grad", step) {
                 inject_non_finite_gradient(backend.as_mut())?;
