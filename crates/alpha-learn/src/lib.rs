@@ -16,6 +16,9 @@
 //! `<p>.adam_m`, `<p>.adam_v`, `<p>.muon_momentum`, `<p>.rot_norm0`, `<p>.rot_ms` — so a
 //! checkpoint carries it and a resume is exact: every host scalar is a function of the update
 //! count alone.
+//!
+//! [`Learner::training_program_with_health`] adds a variant of the last phase that also measures
+//! every parameter tensor's optimizer health on the device ([`health`]).
 
 pub mod health;
 pub mod init;
