@@ -749,3 +749,37 @@ fn diakosmos_lowers_its_harmonic_scans_to_the_gpu_kernels() {
         assert_eq!((modules(&fwd), modules(&bwd)), (1, 1));
     }
 }
+
+/// The health variant of the step lowers for the GPU, and adding it leaves the ordinary step's
+/// launches as they were (the same kernels, grids and blocks in the same order): ordinary steps
+/// pay nothing for it. Over Coppelius (AdamW in place, every fusion), the miniatures with Muon
+/// and with all three optimizers, and an update phase after accumulation.
+#[test]
+fn the_health_phase_lowers_and_leaves_the_step_as_it_was() {
+    // Each launch as its kernel's name, grid and block.
+    let shape = |l: &Lowered, p: usize| -> Vec<String> {
+        l.phases[p].iter().map(|x| format!("{} {:?} {:?}", l.kernels[x.kernel].name, x.grid, x.block)).collect()
+    };
+    let coppelius = alpha_systems::coppelius::Coppelius::default();
+    let mixed = alpha_systems::find("mini-mixed").unwrap();
+    let muon = alpha_systems::find("mini-muon").unwrap();
+    let cases: Vec<(&dyn System, usize, usize)> =
+        vec![(&coppelius, 1, 1), (mixed.as_ref(), 2, 1), (muon.as_ref(), 2, 1), (mixed.as_ref(), 2, 2)];
+    for (system, batch, accumulation) in cases {
+        let mut learner = system.learner(10);
+        learner.accumulation = accumulation;
+        let plain =
+            lower_program(&learner.training_program(system.model(batch).unwrap()).unwrap(), &CudaConfig::default())
+                .unwrap();
+        let (program, rows) = learner.training_program_with_health(system.model(batch).unwrap()).unwrap();
+        assert!(rows.len() >= 4 * program.graph.params().len(), "{}: {} rows", system.name(), rows.len());
+        let with = lower_program(&program, &CudaConfig::default()).unwrap();
+        check_pointers(&with);
+        assert_eq!(with.phases.len(), plain.phases.len() + 1, "{}", system.name());
+        for p in 0..plain.phases.len() {
+            assert_eq!(shape(&with, p), shape(&plain, p), "{}: phase {p} changed", system.name());
+        }
+        let health = with.phases.len() - 1;
+        assert!(with.launch_count(health) > plain.launch_count(plain.phases.len() - 1), "{}", system.name());
+    }
+}

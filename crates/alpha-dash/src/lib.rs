@@ -12,6 +12,7 @@
 //! | `GET /api/runs/{name}/points?since=N` | `points.jsonl` rows from row N on, as columns |
 //! | `GET /api/runs/{name}/lineage` | `lineage.jsonl` as written (oldest first) |
 //! | `GET /api/runs/{name}/invocations` | `invocations.jsonl` |
+//! | `GET /api/runs/{name}/health` | `health.jsonl`: each health step's norms and non-finite counts by tensor |
 //! | `GET /api/runs/{name}/profile?step=S` | kernel-family and GEMM-shape tables of a profiled step |
 //! | `GET /api/runs/{name}/telemetry?since=T&max=M` | telemetry columns, averaged to at most M points |
 //! | `POST /api/runs/{name}/probe` | `{checkpoint, prompt, tokens}` → the model's continuation and next-token guesses |
@@ -324,6 +325,7 @@ pub fn router(opts: ServeOptions) -> Router {
         .route("/api/runs/{name}/points", get(api_points))
         .route("/api/runs/{name}/lineage", get(api_lineage))
         .route("/api/runs/{name}/invocations", get(api_invocations))
+        .route("/api/runs/{name}/health", get(api_health))
         .route("/api/runs/{name}/profile", get(api_profile))
         .route("/api/runs/{name}/telemetry", get(api_telemetry))
         .route("/api/runs/{name}/probe", post(api_probe))
@@ -507,6 +509,10 @@ async fn api_lineage(State(st): St, UrlPath(name): UrlPath<String>) -> Response 
 
 async fn api_invocations(State(st): St, UrlPath(name): UrlPath<String>) -> Response {
     with_run(&st, &name, |r| json!({"rows": r.invocations.rows(), "health": r.files()["invocations"]}))
+}
+
+async fn api_health(State(st): St, UrlPath(name): UrlPath<String>) -> Response {
+    with_run(&st, &name, |r| json!({"rows": r.health.rows(), "file": r.files()["health"]}))
 }
 
 #[derive(Deserialize)]

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use alpha_records::{Invocation, LineageRow, Point, ProfileRow, RunInfo};
+pub use alpha_records::{HealthRow, Invocation, LineageRow, Point, ProfileRow, RunInfo};
 
 /// How much of a JSON Lines file was usable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

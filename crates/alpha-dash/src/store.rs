@@ -11,7 +11,7 @@ use alpha_telemetry::Sample;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::records::{Invocation, Jsonl, LineageRow, Point, ProfileRow, RunInfo};
+use crate::records::{HealthRow, Invocation, Jsonl, LineageRow, Point, ProfileRow, RunInfo};
 
 /// Every record of one run directory.
 pub struct RunRecords {
@@ -23,6 +23,8 @@ pub struct RunRecords {
     pub lineage: Jsonl<LineageRow>,
     pub invocations: Jsonl<Invocation>,
     pub profile: Jsonl<ProfileRow>,
+    /// `health.jsonl`: every tensor's optimizer health at each health step.
+    pub health: Jsonl<HealthRow>,
     pub telemetry: Jsonl<Sample>,
 }
 
@@ -36,6 +38,7 @@ impl RunRecords {
             lineage: Jsonl::confined(dir.join("lineage.jsonl"), root.to_path_buf()),
             invocations: Jsonl::confined(dir.join("invocations.jsonl"), root.to_path_buf()),
             profile: Jsonl::confined(dir.join("profile.jsonl"), root.to_path_buf()),
+            health: Jsonl::confined(dir.join("health.jsonl"), root.to_path_buf()),
             telemetry: Jsonl::confined(dir.join("telemetry.jsonl"), root.to_path_buf()),
             root: root.to_path_buf(),
             dir,
@@ -65,6 +68,7 @@ impl RunRecords {
         report(self.lineage.refresh(), self.lineage.path());
         report(self.invocations.refresh(), self.invocations.path());
         report(self.profile.refresh(), self.profile.path());
+        report(self.health.refresh(), self.health.path());
         report(self.telemetry.refresh(), self.telemetry.path());
     }
 
@@ -91,6 +95,7 @@ impl RunRecords {
             "lineage": one(&self.lineage, running),
             "invocations": one(&self.invocations, running),
             "profile": one(&self.profile, running),
+            "health": one(&self.health, running),
             "telemetry": one(&self.telemetry, running),
         })
     }

@@ -1055,3 +1055,30 @@ fn a_view_reads_only_the_tensors_it_names() {
     let e = views::read_index(&path).unwrap_err();
     assert!(e.to_string().contains("past the file's end"), "{e}");
 }
+
+/// `health.jsonl` rows come back whole from `/api/runs/{name}/health`, a torn last line skipped
+/// and counted, and the run's file list counts them.
+#[tokio::test]
+async fn the_api_returns_the_health_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = write_run(dir.path(), "healthy", 4, "running", false, 0);
+    let row = |step: u64, bad: u64| {
+        json!({"step": step, "invocation": 1, "branch": 0, "tensors": [
+            {"tensor": "embed.weight", "numel": 8, "norms": {"grad": 0.5, "param": 2.0, "update": 0.01, "adam_m": 0.05, "adam_v": 0.001},
+             "nonfinite": {"grad": bad, "param": 0, "update": 0, "adam_m": 0, "adam_v": 0}},
+            {"tensor": "blocks.0.attn.out.weight", "numel": 4, "norms": {"grad": null, "param": 1.0, "update": 0.02, "muon_momentum": 0.3},
+             "nonfinite": {"grad": 4, "param": 0, "update": 0, "muon_momentum": 0}}]})
+    };
+    std::fs::write(run.join("health.jsonl"), format!("{}\n{}\n{{\"step\": 6, \"tens", row(2, 0), row(4, 1))).unwrap();
+    let app = app(dir.path(), None);
+    let (status, h) = get(&app, "/api/runs/healthy/health").await;
+    assert_eq!(status, StatusCode::OK);
+    let rows = h["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["step"].as_u64().unwrap()).collect::<Vec<_>>(), vec![2, 4]);
+    assert_eq!(rows[1]["tensors"][0]["nonfinite"]["grad"], 1);
+    assert!(rows[1]["tensors"][1]["norms"]["grad"].is_null(), "a non-finite norm stays null");
+    assert_eq!(rows[0]["tensors"][1]["norms"]["muon_momentum"], 0.3);
+    assert_eq!(h["file"]["rows"], 2);
+    let (_, r) = get(&app, "/api/runs/healthy").await;
+    assert_eq!(r["files"]["health"]["rows"], 2, "{}", r["files"]);
+}

@@ -172,6 +172,17 @@ impl Graph {
         }
     }
 
+    /// Append node `i` again, reading `inputs` in place of its own, with its scope: how a
+    /// phase is built a second time over the same leaves (a training step's health variant).
+    /// Returns the copy's outputs.
+    pub fn copy_node(&mut self, i: usize, inputs: &[Value]) -> Vec<Value> {
+        let node = self.nodes[i].clone();
+        let saved = std::mem::replace(&mut self.scope, vec![node.scope.clone()]);
+        let out = self.push(node.op, inputs);
+        self.scope = saved;
+        out[..node.outputs.len()].to_vec()
+    }
+
     fn push1(&mut self, op: Op, inputs: &[Value]) -> Value {
         self.push(op, inputs)[0]
     }

@@ -16,7 +16,11 @@
 //! `<p>.adam_m`, `<p>.adam_v`, `<p>.muon_momentum`, `<p>.rot_norm0`, `<p>.rot_ms` — so a
 //! checkpoint carries it and a resume is exact: every host scalar is a function of the update
 //! count alone.
+//!
+//! [`Learner::training_program_with_health`] adds a variant of the last phase that also measures
+//! every parameter tensor's optimizer health on the device ([`health`]).
 
+pub mod health;
 pub mod init;
 pub mod optim;
 pub mod schedule;
@@ -368,6 +372,17 @@ impl Learner {
     /// Compile the training program. With accumulation K = 1 it has one phase, `step`; with
     /// K > 1, `accumulate` (run K times, adding gradient/K into accumulators) then `update`.
     pub fn training_program(&self, model: Model) -> Result<Program, IrError> {
+        Ok(self.compile(model, false)?.0)
+    }
+
+    /// [`Learner::training_program`] with one more phase, [`health::PHASE`]: its last phase built
+    /// again with every parameter tensor's health figures as the output [`health::OUTPUT`]
+    /// (see [`health`] for why a variant phase). Returns the rows of that output.
+    pub fn training_program_with_health(&self, model: Model) -> Result<(Program, Vec<health::Row>), IrError> {
+        self.compile(model, true)
+    }
+
+    fn compile(&self, model: Model, with_health: bool) -> Result<(Program, Vec<health::Row>), IrError> {
         let Model { mut graph, loss, losses, logits } = model;
         let g = &mut graph;
         let params = g.params();
@@ -408,12 +423,19 @@ impl Learner {
         }
         let name = if k == 1 { "step" } else { "update" };
         phases.push(Phase { name: name.into(), nodes: start..g.nodes.len(), assign });
+        let mut rows = vec![];
+        if with_health {
+            let last = phases.last().expect("a training program has a phase").clone();
+            let (phase, r) = health::append(g, &last, &params, &update_grads, &mut outputs);
+            phases.push(phase);
+            rows = r;
+        }
         if let Some(e) = graph.error() {
             return Err(e.clone());
         }
         let program = Program { graph: graph.finish()?, phases, outputs };
         program.verify()?;
-        Ok(program)
+        Ok((program, rows))
     }
 }
 

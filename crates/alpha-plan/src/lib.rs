@@ -351,9 +351,11 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
         *e = (*e).max(k);
     }
 
-    // In-place ops: their outputs take their inputs' slots; nothing may read the old value
-    // after them.
-    for &(_, n) in &order {
+    // In-place ops: their outputs take their inputs' slots; nothing later in their phase may
+    // read the old value. A later phase reading the same persistent tensor reads the new one,
+    // as it would after the phase's assignment (two variants of a step, each updating the
+    // parameters in place, are both allowed).
+    for &(pn, n) in &order {
         let node = &g.nodes[n as usize];
         if let Some(aliases) = in_place(&node.op) {
             for (k, &input) in aliases.iter().enumerate() {
@@ -361,6 +363,7 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
                 let readers_after = order
                     .iter()
                     .skip(position[&n] + 1)
+                    .take_while(|&&(pm, _)| pm == pn)
                     .any(|&(_, m)| g.nodes[m as usize].inputs.iter().any(|&i| resolve(i) == src));
                 if readers_after {
                     return Err(PlanError::Invalid(format!(
@@ -597,6 +600,42 @@ mod tests {
         let pl = plan(&Program::single(g.finish().unwrap(), "forward", outs), bytes, 256).unwrap();
         assert!(pl.phases[0].kernels.iter().any(|k| k.node == row.node));
         assert!(plan(&pl.program, bytes, 64).unwrap().phases[0].kernels.iter().all(|k| k.node != row.node));
+    }
+
+    /// An in-place update may not be followed by a read of the old value in its phase, but a
+    /// later phase (another variant of the step) may read the tensor and update it again.
+    #[test]
+    fn in_place_updates_bind_their_own_phase_only() {
+        use alpha_ir::{DType, Graph, Init, Op, Phase, TensorType};
+        let build = |read_after: bool| {
+            let mut g = Graph::new("t");
+            let p = g.param("p", &[4], Init::Zeros);
+            let m = g.state("p.m", TensorType::new(vec![4], DType::F32), Init::Zeros);
+            let v = g.state("p.v", TensorType::new(vec![4], DType::F32), Init::Zeros);
+            let one = g.constant(1.0, &[], DType::F32);
+            let adamw = |g: &mut Graph| {
+                let grad = g.mul(p, p);
+                let op = Op::AdamW { beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay: 0.0 };
+                g.push(op, &[p, grad, m, v, one, one, one, one])
+            };
+            let first = adamw(&mut g);
+            let mut phases = vec![Phase { name: "step".into(), nodes: 0..g.nodes.len(), assign: vec![] }];
+            if read_after {
+                g.add(p, p);
+                phases[0].nodes = 0..g.nodes.len();
+            }
+            let start = g.nodes.len();
+            let second = adamw(&mut g);
+            phases.push(Phase { name: "again".into(), nodes: start..g.nodes.len(), assign: vec![] });
+            let mut outs = BTreeMap::new();
+            outs.insert("p".to_string(), first[0]);
+            outs.insert("p2".to_string(), second[0]);
+            Program { graph: g.finish().unwrap(), phases, outputs: outs }
+        };
+        let pl = plan(&build(false), elements, 16).unwrap();
+        assert_eq!(pl.phases[1].kernels.len(), 2, "the second phase's square and its AdamW");
+        let err = plan(&build(true), elements, 16).unwrap_err().to_string();
+        assert!(err.contains("is read after adamw overwrites it in place"), "{err}");
     }
 
     /// Parts read only by their Concat are computed in place; a part read elsewhere too makes

@@ -290,3 +290,29 @@ pub struct ProfileRow {
     pub flops: Option<f64>,
     pub shape: Option<String>,
 }
+
+/// A row of `health.jsonl`: every parameter tensor's optimizer health after one update, as the
+/// device computed it (written every `--health-every` updates and at each invocation's end).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HealthRow {
+    /// The update measured: its gradient, its change, and the tensors after it.
+    pub step: u64,
+    pub invocation: Option<u64>,
+    /// The branch it was written on (0 or absent: the main line).
+    pub branch: Option<u64>,
+    pub tensors: Vec<TensorHealth>,
+}
+
+/// One parameter tensor's figures: by quantity (`grad`, `param`, `update`, then its optimizer's
+/// states: `adam_m`, `adam_v`, `muon_momentum`, `rot_norm0`, `rot_ms`), the L2 norm and the count
+/// of elements that are NaN or infinite. A non-finite norm is written as null.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TensorHealth {
+    pub tensor: String,
+    /// Elements of the parameter.
+    pub numel: u64,
+    pub norms: std::collections::BTreeMap<String, Option<f64>>,
+    pub nonfinite: std::collections::BTreeMap<String, u64>,
+}

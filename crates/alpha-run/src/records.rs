@@ -1,7 +1,8 @@
 //! Run records: JSON Lines under `runs/<name>/`, the contract with `alpha serve`.
 //! `run.json` (rewritten atomically: a temporary file, fsync, rename), `points.jsonl` (a row a
 //! step), `lineage.jsonl` (a row a checkpoint), `invocations.jsonl` (a row a process run),
-//! `profile.jsonl` (device-timed launches), `telemetry.jsonl` (the samplers). Each row is
+//! `profile.jsonl` (device-timed launches), `health.jsonl` (a row a health step: every tensor's
+//! norms and non-finite counts), `telemetry.jsonl` (the samplers). Each row is
 //! written whole — its JSON and newline in one write on an append-mode file — so a crash cuts
 //! at most the last line; readers skip such a line, and opening the records for a new
 //! invocation cuts it off, so the next row is not glued onto it.
@@ -17,12 +18,18 @@ use serde::Serialize;
 use crate::checkpoint::write_atomic;
 use crate::testhook;
 
-pub use alpha_records::{jsonl, Invocation, LineageRow, Point, ProfileRow, RunInfo, Summary};
+pub use alpha_records::{jsonl, HealthRow, Invocation, LineageRow, Point, ProfileRow, RunInfo, Summary, TensorHealth};
 
 /// The JSON Lines files a run appends to (`telemetry.jsonl` by the sampler, which also writes
 /// a row in one write).
-const JSONL_FILES: [&str; 5] =
-    ["points.jsonl", "lineage.jsonl", "invocations.jsonl", "profile.jsonl", alpha_telemetry::TELEMETRY_FILE];
+const JSONL_FILES: [&str; 6] = [
+    "points.jsonl",
+    "lineage.jsonl",
+    "invocations.jsonl",
+    "profile.jsonl",
+    "health.jsonl",
+    alpha_telemetry::TELEMETRY_FILE,
+];
 
 /// The `run.json` of the run this process is training, while it runs: what an immediate exit
 /// marks "interrupted". Its lock also keeps two threads from writing `run.json` at once.
@@ -102,6 +109,12 @@ impl Records {
     pub fn lineage(&self, row: &LineageRow) -> Result<()> {
         let path = self.dir.join("lineage.jsonl");
         append_row(&mut append_file(&path)?, &path, row, "lineage-row", row.step)
+    }
+
+    /// One health step's figures (see [`HealthRow`]).
+    pub fn health(&self, row: &HealthRow) -> Result<()> {
+        let path = self.dir.join("health.jsonl");
+        append_row(&mut append_file(&path)?, &path, row, "health-row", row.step)
     }
 
     pub fn invocation(&self, row: &Invocation) -> Result<()> {

@@ -10,6 +10,9 @@
 //! - `after-step:N` — step N recorded, then it aborts (a `kill -9` between steps).
 //! - `non-finite-loss:N` — step N's loss reads as NaN, as a diverging run's would (no abort: the
 //!   trainer stops, keeping the last good checkpoint).
+//! - `non-finite-grad:N` — before update N, one element of the first parameter's gradient is
+//!   made NaN (see `train::inject_non_finite_gradient`), so the health figures must count it;
+//! - `health-row:N` — half of step N's `health.jsonl` row written, then it aborts.
 //!
 //! Aborting skips every destructor and handler, as `kill -9` does.
 

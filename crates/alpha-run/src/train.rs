@@ -65,6 +65,24 @@ pub struct TrainOptions {
     /// What the gate ledger said when the run was allowed to start, recorded in `run.json`
     /// (None for a CPU run, which needs no gates).
     pub gates: Option<alpha_records::RunGates>,
+    /// Record every parameter tensor's optimizer health (`health.jsonl`) every this many
+    /// updates and at the invocation's last; 0: never, and the program has no health phase.
+    pub health_every: u64,
+}
+
+/// The `--health-every` default on the CPU: a row every 100 updates keeps `health.jsonl` small
+/// (one row holds every tensor's figures) and the heat map readable over a long run, while a
+/// short run still gets its last update's.
+pub const DEFAULT_HEALTH_EVERY: u64 = 100;
+
+/// The `--health-every` default for a run on `device`: [`DEFAULT_HEALTH_EVERY`] on the CPU, and
+/// off on the GPU until the health phase (which takes the place of the step on its updates) has
+/// passed the update gate against the CPU reference there; asked for by the flag, it runs.
+pub fn default_health_every(device: Device) -> u64 {
+    match device {
+        Device::Cpu => DEFAULT_HEALTH_EVERY,
+        Device::Cuda => 0,
+    }
 }
 
 /// The prompt each scored checkpoint continues (the end-of-run sample's too).
@@ -341,7 +359,11 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     let lr = opts.lr.or(resumed.as_ref().and_then(|(c, _)| c.meta.peak));
     let mut learner = learner_for(system, horizon, lr);
     learner.accumulation = accumulation;
-    let program = learner.training_program(system.model(batch)?)?;
+    let (program, health_rows) = if opts.health_every > 0 {
+        learner.training_program_with_health(system.model(batch)?)?
+    } else {
+        (learner.training_program(system.model(batch)?)?, vec![])
+    };
     let mut backend = backend_for(opts.device, &program)?;
     let hash = config_hash(system, &program);
 
@@ -494,6 +516,18 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         while step < last_step {
             step += 1;
             let t0 = Instant::now();
+            // A health step runs the health variant of the step's last phase in its place: every
+            // `health_every`, and the invocation's last as far as it is known before it runs (the
+            // step cap, a budget's last update at the mean step time, a stop already asked for).
+            let health = !health_rows.is_empty()
+                && (step % opts.health_every == 0
+                    || step == last_step
+                    || budget.as_ref().is_some_and(|b| b.updates_left().is_some_and(|n| n <= 1))
+                    || stop_requested());
+            let out = |name: &str| if health { format!("{}{name}", alpha_learn::health::PREFIX) } else { name.into() };
+            if testhook::crash_at("non-finite-grad", step) {
+                inject_non_finite_gradient(backend.as_mut())?;
+            }
             let epoch = stream.cursor().epoch;
             // The budget's warmdown, from the time spent before this update (1 without one).
             factor = budget.as_ref().map_or(1.0, BudgetState::factor);
@@ -512,17 +546,30 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 check_ids(&inputs, system.vocab())?;
                 backend.write_ids("tokens", &inputs)?;
                 backend.write_ids("targets", &targets)?;
+                let phase = match health && accumulation == 1 {
+                    true => alpha_learn::health::PHASE,
+                    false => program.phases[0].name.as_str(),
+                };
                 if Some(step) == profiled_step {
-                    let launches = backend.profile(&program.phases[0].name)?;
+                    let launches = backend.profile(phase)?;
                     records.profile(step, &launches)?;
                 } else {
-                    backend.run(&program.phases[0].name)?;
+                    backend.run(phase)?;
                 }
-                loss += backend.output("loss")?[0] as f64 / accumulation as f64;
-                losses.extend(backend.output("losses")?);
+                let (loss_name, losses_name) = match accumulation == 1 {
+                    true => (out("loss"), out("losses")),
+                    false => ("loss".to_string(), "losses".to_string()),
+                };
+                loss += backend.output(&loss_name)?[0] as f64 / accumulation as f64;
+                losses.extend(backend.output(&losses_name)?);
             }
             if accumulation > 1 {
-                backend.run("update")?;
+                backend.run(if health { alpha_learn::health::PHASE } else { "update" })?;
+            }
+            // Recorded before the loss is judged, so the step a run fails at shows its figures.
+            if health {
+                let table = backend.output(alpha_learn::health::OUTPUT)?;
+                records.health(&health_row(&health_rows, &table, step, invocation, branch))?;
             }
             let ms = t0.elapsed().as_secs_f64() * 1e3;
             step_ms_total += ms;
@@ -547,7 +594,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 records.run_info(&info)?;
                 bail!(msg);
             }
-            let grad_norm = backend.output("grad_norm").ok().map(|g| g[0] as f64);
+            let grad_norm = backend.output(&out("grad_norm")).ok().map(|g| g[0] as f64);
             if step == first_step {
                 first_loss = loss;
             }
@@ -713,6 +760,45 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         }
     }
     outcome
+}
+
+/// `health.jsonl`'s row for `step` from the health output `table` (`[rows, 2]`: a norm and a
+/// non-finite count each, in `rows`' order), grouped by tensor in the program's order.
+pub fn health_row(
+    rows: &[alpha_learn::health::Row],
+    table: &[f32],
+    step: u64,
+    invocation: u64,
+    branch: u64,
+) -> crate::records::HealthRow {
+    let mut tensors: Vec<crate::records::TensorHealth> = vec![];
+    for (r, f) in rows.iter().zip(table.chunks(2)) {
+        if tensors.last().is_none_or(|t| t.tensor != r.tensor) {
+            tensors.push(crate::records::TensorHealth { tensor: r.tensor.clone(), ..Default::default() });
+        }
+        let t = tensors.last_mut().expect("pushed above");
+        if r.quantity == "param" {
+            t.numel = r.numel as u64;
+        }
+        t.norms.insert(r.quantity.clone(), f[0].is_finite().then_some(f[0] as f64));
+        t.nonfinite.insert(r.quantity.clone(), f[1] as u64);
+    }
+    crate::records::HealthRow { step, invocation: Some(invocation), branch: Some(branch), tensors }
+}
+
+/// The test hook `non-finite-grad:N`: before update N, one element of the first parameter's
+/// gradient made NaN — through its accumulator where the update reads one (accumulation), so
+/// that gradient alone is touched; else through the parameter itself, whose NaN the backward
+/// carries into the gradients.
+fn inject_non_finite_gradient(backend: &mut dyn Backend) -> Result<()> {
+    let params = crate::session::persistent(backend.program());
+    let (name, _, _) = params.iter().find(|p| p.2).ok_or_else(|| anyhow!("the program has no parameter"))?;
+    let acc = format!("{name}.grad_acc");
+    let target = if params.iter().any(|p| p.0 == acc) { acc } else { name.clone() };
+    let mut values = backend.read(&target)?;
+    values[0] = f32::NAN;
+    eprintln!("{}: {target}[0] made NaN before this update, as the test asked", testhook::VAR);
+    backend.write(&target, &values)
 }
 
 /// The budget a run trains to: the one given (its warmdown from the flag, the checkpoint or the

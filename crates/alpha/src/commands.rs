@@ -203,6 +203,12 @@ pub struct TrainArgs {
     /// that it skipped them).
     #[arg(long)]
     pub skip_gates: bool,
+    /// Record every parameter tensor's optimizer health (norms of its gradient, values, update
+    /// and optimizer state, and their non-finite counts) every N updates and at the last, into
+    /// `health.jsonl` (0: never) [default: 100 on the CPU; 0 on the GPU, where the health phase
+    /// has not yet been gated against the CPU reference].
+    #[arg(long)]
+    pub health_every: Option<u64>,
 }
 
 #[derive(Args)]
@@ -439,6 +445,7 @@ fn train(a: TrainArgs) -> Result<()> {
         warmdown_updates: a.warmdown_updates,
         checkpoint_sample_tokens: a.checkpoint_sample_tokens,
         gates,
+        health_every: a.health_every.unwrap_or(alpha_run::train::default_health_every(a.device)),
     };
     // The first Ctrl-C (or SIGTERM, SIGHUP) lets the step in flight finish and checkpoints it;
     // a second one marks run.json "interrupted" and ends the process at once.
@@ -850,7 +857,12 @@ fn build(a: BuildArgs) -> Result<()> {
     }
     let batch = a.batch.unwrap_or(system.default_batch());
     let learner = system.learner(system.default_steps());
-    let mut programs = vec![learner.training_program(system.model(batch)?)?];
+    // The training program with and without its health phase: `train` builds the one its
+    // `--health-every` asks for, and finds it here by its key.
+    let mut programs = vec![
+        learner.training_program(system.model(batch)?)?,
+        learner.training_program_with_health(system.model(batch)?)?.0,
+    ];
     for b in [batch, 1] {
         programs.push(inference_program(system.model(b)?)?);
     }

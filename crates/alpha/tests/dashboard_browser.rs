@@ -93,7 +93,19 @@ fn a_real_training_run_shows_in_a_real_browser() {
     // A real, short CPU run: 60 steps, a checkpoint every 20.
     let out = Command::new(ALPHA)
         .current_dir(workspace())
-        .args(["train", "bob", "--steps", "60", "--checkpoint-every", "20", "--batch", "8", "--quiet"])
+        .args([
+            "train",
+            "bob",
+            "--steps",
+            "60",
+            "--checkpoint-every",
+            "20",
+            "--batch",
+            "8",
+            "--health-every",
+            "20",
+            "--quiet",
+        ])
         .arg("--run-dir")
         .arg(&run)
         .output()
@@ -179,6 +191,26 @@ fn a_real_training_run_shows_in_a_real_browser() {
     recorded.reverse(); // the page shows the newest first
     assert_eq!(shown, recorded, "lineage table against lineage.jsonl");
 
+    // Optimizer health: the latest health step's table, a row a tensor, and the heat map with a
+    // column a health step.
+    let health = jsonl(&run.join("health.jsonl"));
+    assert_eq!(health.iter().map(|r| r["step"].as_u64().unwrap()).collect::<Vec<_>>(), vec![20, 40, 60]);
+    let tensors = health[2]["tensors"].as_array().unwrap();
+    let shown = b
+        .wait_for(
+            "const rs = [...document.querySelectorAll('#health-table tbody tr')];              return rs.length && rs.map(r => [r.cells[0].textContent, r.cells[r.cells.length - 1].textContent])",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    let shown = shown.as_array().unwrap();
+    assert_eq!(shown.len(), tensors.len(), "a table row a tensor: {shown:?}");
+    for (row, t) in shown.iter().zip(tensors) {
+        assert_eq!(row[0], t["tensor"], "{shown:?}");
+        assert_eq!(row[1], "0", "{}: non-finite values shown", t["tensor"]);
+    }
+    let columns = b.execute("return document.querySelectorAll('#health-heat-table thead th').length", vec![]).unwrap();
+    assert_eq!(columns.as_u64(), Some(1 + health.len() as u64), "the heat map: the tensor column and a column a step");
+
     // Telemetry: a CPU run records the host; the page says there is no GPU.
     let telemetry = run.join("telemetry.jsonl");
     if telemetry.exists() {
@@ -256,7 +288,11 @@ fn a_real_training_run_shows_in_a_real_browser() {
     assert!(samples.as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with("The ")), "{samples}");
     let energy = b.execute("return document.querySelector('#chart-curve-energy').textContent", vec![]).unwrap();
     assert!(energy.as_str().unwrap().contains("No energy recorded"), "{energy}");
-    for (sel, name) in [("#gates-card", "dashboard-gates.png"), ("#curve-card", "dashboard-curve.png")] {
+    for (sel, name) in [
+        ("#gates-card", "dashboard-gates.png"),
+        ("#curve-card", "dashboard-curve.png"),
+        ("#health-card", "dashboard-health.png"),
+    ] {
         save(&b.element_png(sel).unwrap(), name, tmp.path());
     }
 

@@ -416,6 +416,12 @@ function runPage(name) {
       <div class="grid4" id="gpu-charts"></div>
       <h2 style="margin-top:22px">Host telemetry</h2><p class="sub">The machine's 1-minute load and available memory, and the trainer process's resident memory and CPU.</p>
       <div class="grid2" id="host-charts"></div></section>
+    <section class="card" id="health-card"><h2>Optimizer health</h2>
+      <p class="sub" id="health-sub">No health step recorded yet (<code>alpha train --health-every N</code> records one every N updates and at each invocation's last).</p>
+      <div class="scroll" style="max-height:420px"><table id="health-table"><thead></thead><tbody></tbody></table></div>
+      <h3 style="margin-top:18px">Update norm ÷ parameter norm by tensor over time</h3>
+      <p class="sub">log₁₀ of ‖Δw‖ / ‖w‖ at each health step, one row a tensor; red where any figure of the tensor was not finite.</p>
+      <div class="scroll" style="max-height:520px" id="health-heat"></div></section>
     <section class="card" id="lineage-card"><h2>Checkpoint lineage</h2>
       <p class="sub">Every checkpoint, newest first: the step it holds, its losses, the wall seconds of its invocation, the training seconds and energy from the run's first step, and its SHA-256. Each resumes from its parent.</p>
       <div class="scroll"><table id="lineage-table"><thead><tr><th class="num">Step</th><th class="num">Train loss</th><th class="num">Held-out loss</th><th class="num">Held-out bits/byte</th><th class="num">Wall s</th><th class="num">Training s</th><th class="num">Energy</th><th>Written</th><th>SHA-256</th></tr></thead><tbody></tbody></table></div>
@@ -862,9 +868,57 @@ function runPage(name) {
       $("#invocations-table tbody").innerHTML = inv.rows.slice().reverse().map((r) => `<tr><td class="num">${r.k}</td><td>${int(r.first_step)}–${int(r.last_step)}</td><td class="num">${fmt(r.unseen_loss, 4)}</td><td class="num">${fmt(r.last_loss, 4)}</td><td class="num">${fmt(r.wall_s, 2)}</td><td class="num">${fmt(r.device_s, 2)}</td></tr>`).join("")
         || `<tr><td colspan="6" class="muted">No invocation recorded yet.</td></tr>`;
     }
+    if (d.files.health && d.files.health.rows !== st.healthRows) {
+      st.healthRows = d.files.health.rows;
+      renderHealth((await api(`/api/runs/${enc}/health`)).rows);
+    }
     await Promise.all([refreshTelemetry(), refreshProfile(d.files.profile.rows), refreshGates(), refreshCurve(), linChanged || st.viewsKey === undefined ? refreshViews() : null]);
     document.body.setAttribute("data-loaded", "1");
   });
+}
+
+// ---------- optimizer health ----------
+// The latest health step's figures as a table (norms by quantity, the update's ratio to the
+// parameters, non-finite counts), and the ratio by tensor over every health step as a heat map:
+// the ratio is the step's relative size, the figure whose drift shows a tensor learning too fast
+// or stalling.
+const HEALTH_ORDER = ["grad", "param", "update", "adam_m", "adam_v", "muon_momentum", "rot_norm0", "rot_ms"];
+function healthRatio(t) {
+  const u = t.norms.update, p = t.norms.param;
+  return isNum(u) && isNum(p) && p > 0 ? u / p : null;
+}
+function healthBad(t) {
+  return Object.values(t.nonfinite || {}).reduce((a, b) => a + b, 0);
+}
+function renderHealth(rows) {
+  if (!rows.length) return;
+  const last = rows[rows.length - 1];
+  const qs = HEALTH_ORDER.filter((q) => last.tensors.some((t) => q in t.norms));
+  $("#health-sub").textContent = `Update ${int(last.step)}: each parameter tensor's L2 norms (gradient before clipping, values and optimizer state after the update, and the update itself), computed on the device, and the count of elements that were NaN or infinite. ${rows.length} health steps recorded.`;
+  $("#health-table thead").innerHTML = `<tr><th>Tensor</th><th class="num">Elements</th>${qs.map((q) => `<th class="num">‖${esc(q)}‖</th>`).join("")}<th class="num">update ÷ param</th><th class="num">Non-finite</th></tr>`;
+  $("#health-table tbody").innerHTML = last.tensors.map((t) => {
+    const bad = healthBad(t);
+    const cells = qs.map((q) => `<td class="num">${q in t.norms ? (isNum(t.norms[q]) ? sig(t.norms[q], 4) : "non-finite") : ""}</td>`).join("");
+    const which = Object.entries(t.nonfinite || {}).filter(([, n]) => n > 0).map(([q, n]) => `${q} ${int(n)}`).join(", ");
+    return `<tr${bad ? ' class="bad"' : ""}><td>${esc(t.tensor)}</td><td class="num">${int(t.numel)}</td>${cells}<td class="num">${sig(healthRatio(t), 3)}</td><td class="num">${bad ? esc(which) : "0"}</td></tr>`;
+  }).join("");
+  const logs = rows.flatMap((r) => r.tensors.map(healthRatio)).filter((x) => isNum(x) && x > 0).map(Math.log10);
+  const lo = Math.min(...logs), hi = Math.max(...logs);
+  const colour = (x) => {
+    if (!isNum(x) || x <= 0) return "#eee";
+    const f = hi > lo ? (Math.log10(x) - lo) / (hi - lo) : 0.5;
+    return `hsl(${Math.round(240 - 200 * f)}, 70%, ${Math.round(88 - 40 * f)}%)`;
+  };
+  const head = `<tr><th>Tensor</th>${rows.map((r) => `<th class="num">${int(r.step)}</th>`).join("")}</tr>`;
+  const body = last.tensors.map((t, i) => `<tr><td>${esc(t.tensor)}</td>${rows.map((r) => {
+    const u = r.tensors.find((x) => x.tensor === t.tensor) || r.tensors[i];
+    if (!u) return "<td></td>";
+    const x = healthRatio(u), bad = healthBad(u);
+    const fill = bad ? "#d33" : colour(x);
+    return `<td class="heat" style="background:${fill}" title="${esc(t.tensor)} at update ${int(r.step)}: ${isNum(x) ? sig(x, 3) : "—"}${bad ? `, ${int(bad)} non-finite` : ""}"></td>`;
+  }).join("")}</tr>`).join("");
+  const scale = logs.length ? `<p class="sub">Colour from blue (10^${fmt(lo, 2)}) to red-orange (10^${fmt(hi, 2)}).</p>` : "";
+  $("#health-heat").innerHTML = `<table id="health-heat-table"><thead>${head}</thead><tbody>${body}</tbody></table>${scale}`;
 }
 
 // ---------- the systems page ----------

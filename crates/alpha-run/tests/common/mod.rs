@@ -65,5 +65,6 @@ pub fn options(system: &str, batch: usize, seed: u64, data: &Path, run: &Path, s
         warmdown_updates: None,
         checkpoint_sample_tokens: 0,
         gates: None,
+        health_every: 0,
     }
 }
