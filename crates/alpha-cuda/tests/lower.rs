@@ -476,6 +476,10 @@ fn every_training_kernel_assembles_with_ptxas() {
     files.extend(training_of(&alpha_systems::kickdelta::KickDelta, 2).dump_ptx(&dir).unwrap());
     let diakosmos = alpha_systems::diakosmos::Diakosmos { blocks: 1, ..Default::default() };
     files.extend(training_of(&diakosmos, 1).dump_ptx(&dir).unwrap());
+    // GPT-2's (its cross-entropy over padded rows, its bias chains) and Polf's (RMSNorm).
+    files
+        .extend(training_of(&alpha_systems::gpt2::Gpt2 { layers: 2, ..Default::default() }, 1).dump_ptx(&dir).unwrap());
+    files.extend(training_of(&alpha_systems::polf::Polf::default(), 1).dump_ptx(&dir).unwrap());
     // The attention kernels at the GPU fusion check's shape (GQA, a partial tile), every way of
     // turning q and k on load.
     use alpha_cuda::kernels::attention::{self, Dims};
