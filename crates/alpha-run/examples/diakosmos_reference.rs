@@ -38,15 +38,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use alpha_run::checkpoint::{self, Tensors};
-use alpha_run::session::{backend_for, config_hash, persistent};
+use alpha_run::session::config_hash;
 use alpha_run::Device;
 use alpha_systems::diakosmos::Diakosmos;
 use alpha_systems::diakosmos_wire::GROUPS;
 use alpha_systems::System;
 use anyhow::{anyhow, bail, Context, Result};
-use common::{
-    gradient_outputs, meta_for, prepared_windows, seeded_state, split_windows, write_out, write_training_state,
-};
+use common::{gradient_outputs, meta_for, prepared_windows, seeded_state, train_updates, write_out, Updates};
 
 struct Args {
     init: Option<PathBuf>,
@@ -227,49 +225,16 @@ fn main() -> Result<()> {
             // The updates run a fresh schedule from update 1, which only a step-0 state has.
             bail!("--updates starts the learner at update 1: give a step-0 checkpoint (this one is at step {step})");
         }
-        let mut learner = system.learner(args.updates);
-        learner.accumulation = args.accumulate;
-        let program = learner.training_program(system.model(args.batch)?)?;
-        let mut backend = backend_for(args.device, &program)?;
-        write_training_state(backend.as_mut(), &program, &state, args.seed)?;
-        let mut stream = alpha_data::TokenStream::open(dir, alpha_data::Split::Train)?;
-        stream.seek(cursor)?;
-        let (mut losses, mut norms) = (vec![], vec![]);
-        for step in 1..=args.updates {
-            for (name, x) in learner.scalars(step) {
-                backend.write(name, &[x as f32])?;
-            }
-            // Micro-batch after micro-batch, window after window, as the trainer fills them.
-            let mut loss = 0.0;
-            for _ in 0..args.accumulate {
-                let ws: Vec<Vec<u32>> = (0..args.batch).map(|_| stream.next_window(t + 1)).collect::<Result<_, _>>()?;
-                let (tokens, targets) = split_windows(&ws);
-                backend.write_ids("tokens", &tokens)?;
-                backend.write_ids("targets", &targets)?;
-                backend.run(&program.phases[0].name)?;
-                loss += backend.output("loss")?[0] / args.accumulate as f32;
-            }
-            if args.accumulate > 1 {
-                backend.run("update")?;
-            }
-            let norm = backend.output("grad_norm")?[0];
-            eprintln!("update {step}/{}: loss {loss:.4}, gradient norm {norm:.4}", args.updates);
-            losses.push(loss);
-            norms.push(norm);
-        }
-        cursor = stream.cursor();
-        state = alpha_run::session::snapshot(backend.as_mut())?;
-        for (name, shape, is_param) in persistent(&program) {
-            if is_param {
-                out.insert(format!("after:{name}"), (shape, state[&name].1.clone()));
-            }
-        }
-        out.insert("train_loss".into(), (vec![losses.len()], losses));
-        out.insert("grad_norm".into(), (vec![norms.len()], norms));
-        meta.insert("updates".into(), args.updates.to_string());
-        meta.insert("batch".into(), args.batch.to_string());
-        meta.insert("accumulate".into(), args.accumulate.to_string());
-        meta.insert("cursor_after".into(), serde_json::to_string(&cursor)?);
+        let u = Updates {
+            data: dir,
+            device: args.device,
+            updates: args.updates,
+            batch: args.batch,
+            accumulate: args.accumulate,
+            seed: args.seed,
+        };
+        let program;
+        (state, cursor, program) = train_updates(&system, &u, &state, cursor, &mut out, &mut meta)?;
         if let Some(path) = &args.save {
             let hash = config_hash(&system, &program);
             checkpoint::save(path, &meta_for(&system, hash, args.updates, cursor, args.seed, &args.data), &state)?;

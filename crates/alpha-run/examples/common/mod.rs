@@ -1,8 +1,9 @@
 //! What the reference examples (`diakosmos_reference`, `polf_reference`) share: the starting
 //! state of a system, its windows of a prepared split, the loss and gradients on them, the
 //! checkpoint metadata they write and the safetensors file of Alpha's numbers that a PyTorch
-//! model is held against. Each example keeps what is its system's own: reading its geometry
-//! off a checkpoint, and its learner's updates.
+//! model is held against, and a few updates with the system's learner from a step-0 state. Each
+//! example keeps what is its system's own: its geometry flags and reading its geometry off a
+//! checkpoint.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -140,4 +141,81 @@ pub fn gradient_outputs(
     let flat: Vec<f32> = ws.iter().flatten().map(|&x| x as f32).collect();
     out.insert("windows".into(), (vec![ws.len(), ws.first().map_or(0, Vec::len)], flat));
     Ok(())
+}
+
+/// What [`train_updates`] runs: `updates` updates of `accumulate` micro-batches of `batch`
+/// windows from the training split of the prepared `data`, from `cursor`, on `device`.
+pub struct Updates<'a> {
+    pub data: &'a Path,
+    pub device: Device,
+    pub updates: u64,
+    pub batch: usize,
+    pub accumulate: usize,
+    pub seed: u64,
+}
+
+/// Trains `state` (a step-0 state: the learner starts at update 1) for `u.updates` updates with
+/// `system`'s learner, filling each micro-batch window after window as the trainer does; returns
+/// the state after and the stream's cursor, and adds to `out` the parameters after the last
+/// update (`after:<name>`), `train_loss` (one an update) and `grad_norm` where the learner clips,
+/// and to `meta` the run's settings. `--save` is the caller's (it needs the program's hash).
+pub fn train_updates(
+    system: &dyn System,
+    u: &Updates,
+    state: &Tensors,
+    cursor: alpha_data::Cursor,
+    out: &mut BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    meta: &mut HashMap<String, String>,
+) -> Result<(Tensors, alpha_data::Cursor, Program)> {
+    let t = system.context();
+    let mut learner = system.learner(u.updates);
+    learner.accumulation = u.accumulate;
+    let program = learner.training_program(system.model(u.batch)?)?;
+    let mut backend = backend_for(u.device, &program)?;
+    write_training_state(backend.as_mut(), &program, state, u.seed)?;
+    let mut stream = alpha_data::TokenStream::open(u.data, alpha_data::Split::Train)?;
+    stream.seek(cursor)?;
+    let clipped = program.outputs.contains_key("grad_norm");
+    let (mut losses, mut norms) = (vec![], vec![]);
+    for step in 1..=u.updates {
+        for (name, x) in learner.scalars(step) {
+            backend.write(name, &[x as f32])?;
+        }
+        let mut loss = 0.0;
+        for _ in 0..u.accumulate {
+            let ws: Vec<Vec<u32>> = (0..u.batch).map(|_| stream.next_window(t + 1)).collect::<Result<_, _>>()?;
+            let (tokens, targets) = split_windows(&ws);
+            backend.write_ids("tokens", &tokens)?;
+            backend.write_ids("targets", &targets)?;
+            backend.run(&program.phases[0].name)?;
+            loss += backend.output("loss")?[0] / u.accumulate as f32;
+        }
+        if u.accumulate > 1 {
+            backend.run("update")?;
+        }
+        losses.push(loss);
+        if clipped {
+            let norm = backend.output("grad_norm")?[0];
+            eprintln!("update {step}/{}: loss {loss:.5}, gradient norm {norm:.4}", u.updates);
+            norms.push(norm);
+        } else {
+            eprintln!("update {step}/{}: loss {loss:.5}", u.updates);
+        }
+    }
+    let cursor = stream.cursor();
+    let state = alpha_run::session::snapshot(backend.as_mut())?;
+    for (name, shape, is_param) in persistent(&program) {
+        if is_param {
+            out.insert(format!("after:{name}"), (shape, state[&name].1.clone()));
+        }
+    }
+    out.insert("train_loss".into(), (vec![losses.len()], losses));
+    if clipped {
+        out.insert("grad_norm".into(), (vec![norms.len()], norms));
+    }
+    meta.insert("updates".into(), u.updates.to_string());
+    meta.insert("batch".into(), u.batch.to_string());
+    meta.insert("accumulate".into(), u.accumulate.to_string());
+    meta.insert("cursor_after".into(), serde_json::to_string(&cursor)?);
+    Ok((state, cursor, program))
 }
