@@ -126,18 +126,7 @@ pub(crate) fn fuse_more(
         let id = nodes[q];
         let mut vs: Vec<Value> = (0..g.nodes[id as usize].outputs.len()).map(|k| val(id, k as u16)).collect();
         if with_hosted {
-            if let Some(&(add, _)) = fp.residual_add(id) {
-                vs.push(val(add, 0));
-            }
-            if let Some(&(u, _)) = fp.activation(id) {
-                vs.push(val(u, 0));
-            }
-            if let Some(&(pm, _)) = fp.heads(id) {
-                vs.push(val(pm, 0));
-            }
-            if let Some(rot) = fp.store_rotary(id) {
-                vs.extend(rot.iter().flatten().map(|r| r.0));
-            }
+            vs.extend(fp.hosted_writes(id));
         }
         vs.into_iter().filter_map(rng).collect()
     };
@@ -186,19 +175,9 @@ pub(crate) fn fuse_more(
                     vs.extend([a, b]);
                 }
                 if let Some(&(add, _)) = fp.residual_add(id) {
-                    let an = &g.nodes[add as usize];
-                    vs.extend(an.inputs.iter().copied());
-                    vs.push(val(add, 0));
+                    vs.extend(g.nodes[add as usize].inputs.iter().copied());
                 }
-                if let Some(&(u, _)) = fp.activation(id) {
-                    vs.push(val(u, 0));
-                }
-                if let Some(&(pm, _)) = fp.heads(id) {
-                    vs.push(val(pm, 0));
-                }
-                if let Some(rot) = fp.store_rotary(id) {
-                    vs.extend(rot.iter().flatten().map(|r| r.0));
-                }
+                vs.extend(fp.hosted_writes(id));
                 if let Some(load) = fp.load_rotary(id) {
                     vs.extend(load.iter().flatten().map(|r| r.0));
                 }

@@ -117,6 +117,27 @@ impl FusionPlan {
         self.attention.get(&id)?.store_rotary.as_ref()
     }
 
+    /// What the fusions node `id` hosts write beside its own outputs, as the fusion passes
+    /// weigh them: a residual Add's sum, an activation's value, a head-split store, the rotated
+    /// tensors an attention backward stores.
+    pub(crate) fn hosted_writes(&self, id: u32) -> Vec<Value> {
+        let at = |node: u32| Value { node, index: 0 };
+        let mut vs = vec![];
+        if let Some(&(add, _)) = self.residual_add(id) {
+            vs.push(at(add));
+        }
+        if let Some(&(u, _)) = self.activation(id) {
+            vs.push(at(u));
+        }
+        if let Some(&(pm, _)) = self.heads(id) {
+            vs.push(at(pm));
+        }
+        if let Some(rot) = self.store_rotary(id) {
+            vs.extend(rot.iter().flatten().map(|r| r.0));
+        }
+        vs
+    }
+
     pub(crate) fn bf16_heads(&self, id: u32) -> Option<&(usize, usize)> {
         self.attention.get(&id)?.bf16_heads.as_ref()
     }
