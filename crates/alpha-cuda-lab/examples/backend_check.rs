@@ -280,6 +280,7 @@ fn cases() -> Vec<Case> {
         let r = g.push(Op::Recurrence { reverse: true }, &[u, gamma])[0];
         vec![("forward", s), ("reverse", r)]
     }));
+    v.push(case("diakosmos-paths", 1e-5, diakosmos_paths));
     // Keys of three numbers under 1 and write strengths from 0.25 to 0.46 keep each update a
     // contraction; a last chunk of the replay shorter than the rest (T = 11), rows that are
     // not a whole number of warps.
@@ -307,6 +308,87 @@ fn cases() -> Vec<Case> {
         vec![("y", y), ("dr", dd[0]), ("dw", dd[1]), ("dv", dd[2]), ("dgamma", dd[3])]
     }));
     v
+}
+
+/// Diakosmos's non-product paths at a small width, with their gradients: the spatial path
+/// (unit vectors, a pair's planar turn by cos/sin of θ, the slices and concatenations that
+/// pair groups, the per-group coupling), the block's per-group gate, and the head's running
+/// mean with each group's alignment and the mean's length. Random θ so the turn is not the
+/// identity, and random gates so a per-group broadcast read at the wrong index shows.
+fn diakosmos_paths(g: &mut Graph) -> Vec<(&'static str, Value)> {
+    let (b, t, groups, d, pairs) = (2, 19, 7, 10, 3);
+    let n = b * t;
+    let x = p(g, "x", &[n, groups, d]);
+    let temporal = p(g, "temporal", &[n, groups, d]);
+    let theta = p(g, "theta", &[pairs, d]);
+    let coupling = p(g, "coupling", &[groups]);
+    let gate = p(g, "gate", &[groups]);
+    let unit = |g: &mut Graph, x: Value| {
+        let sq = g.square(x);
+        let ss = g.sum(sq, &[2], true);
+        let eps = g.scalar_like(1e-6, ss);
+        let ss = g.add(ss, eps);
+        let inv = g.rsqrt(ss);
+        g.mul(x, inv)
+    };
+    let u = unit(g, x);
+    let paired = g.slice(u, 1, 0, 2 * pairs);
+    let paired = g.reshape(paired, &[n, pairs, 2, d]);
+    let first = g.slice(paired, 2, 0, 1);
+    let second = g.slice(paired, 2, 1, 2);
+    let angle = g.scale(theta, 0.3);
+    let angle = g.reshape(angle, &[pairs, 1, d]);
+    let (cos, sin) = (g.unary(Unary::Cos, angle), g.unary(Unary::Sin, angle));
+    let (fc, fs) = (g.mul(first, cos), g.mul(first, sin));
+    let (sc, ss) = (g.mul(second, cos), g.mul(second, sin));
+    let turned_first = g.sub(fc, ss);
+    let turned_second = g.add(fs, sc);
+    let turned = g.concat(&[turned_first, turned_second], 2);
+    let turned = g.reshape(turned, &[n, 2 * pairs, d]);
+    let lone = g.slice(u, 1, 2 * pairs, groups);
+    let all = g.concat(&[turned, lone], 1);
+    let kappa = g.reshape(coupling, &[groups, 1]);
+    let spatial = g.mul(all, kappa);
+    let beta = g.reshape(gate, &[groups, 1]);
+    let share = g.sigmoid(beta);
+    let apart = g.sub(temporal, spatial);
+    let weighted = g.mul(apart, share);
+    let mixed = g.add(spatial, weighted);
+    let stream = g.add(x, mixed);
+    let w = groups * d;
+    let v = unit(g, stream);
+    let by_window = g.reshape(v, &[b, t, w]);
+    let ones = g.constant(1.0, &[w], DType::F32);
+    let running = g.recurrence(by_window, ones);
+    let count = g.constant(1.0, &[1, t, 1], DType::F32);
+    let one = g.constant(1.0, &[1], DType::F32);
+    let seen = g.recurrence(count, one);
+    let mean = g.div(running, seen);
+    let mean = g.reshape(mean, &[n, groups, d]);
+    let along = g.mul(v, mean);
+    let alignment = g.sum(along, &[2], false);
+    let sq = g.square(mean);
+    let ss = g.sum(sq, &[2], false);
+    let eps = g.scalar_like(1e-6, ss);
+    let ss = g.add(ss, eps);
+    let length = g.sqrt(ss);
+    let flat = g.reshape(stream, &[n, w]);
+    let features = g.concat(&[flat, alignment, length], 1);
+    let dy = p(g, "dy", &[n, w + 2 * groups]);
+    let weighted_features = g.mul(features, dy);
+    let loss = g.sum_all(weighted_features);
+    let grads = alpha_grad::backward(g, loss, &[x, temporal, theta, coupling, gate]).expect("the paths differentiate");
+    vec![
+        ("spatial", spatial),
+        ("mixed", mixed),
+        ("running", running),
+        ("features", features),
+        ("dx", grads[0]),
+        ("dtemporal", grads[1]),
+        ("dtheta", grads[2]),
+        ("dcoupling", grads[3]),
+        ("dgate", grads[4]),
+    ]
 }
 
 fn run_case(c: &Case, seed: u64, checked: bool) -> Result<Vec<(String, f64, f64, bool)>> {

@@ -104,6 +104,19 @@ impl Memory {
         at
     }
 
+    /// `bytes` zeroed bytes (as the backend clears its arena); returns their address.
+    pub fn alloc_zeroed(&mut self, bytes: usize) -> u64 {
+        let at = self.bytes.len().div_ceil(256) * 256;
+        self.bytes.resize(at + bytes, 0);
+        Self::BASE + at as u64
+    }
+
+    /// Writes `data` from address `at`.
+    pub fn write_bytes(&mut self, at: u64, data: &[u8]) {
+        let o = (at - Self::BASE) as usize;
+        self.bytes[o..o + data.len()].copy_from_slice(data);
+    }
+
     pub fn read(&self, at: u64, n: usize) -> Vec<f32> {
         let o = (at - Self::BASE) as usize;
         self.bytes[o..o + 4 * n].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
@@ -418,4 +431,54 @@ struct Ids {
     ntid: u32,
     ctaid: u32,
     nctaid: u32,
+}
+
+/// Runs phase `phase` of a lowered program launch by launch in the interpreter, its arena
+/// cleared and its load-time constants written as the backend does, after writing the named
+/// f32 leaves; returns the arena's memory and base address. Only programs whose kernels use
+/// the interpreted instructions (elementwise chains and copies of one-dimensional grids) run.
+pub fn run_lowered(
+    lowered: &alpha_cuda::lower::Lowered,
+    phase: usize,
+    leaves: &[(&str, Vec<f32>)],
+) -> Result<(Memory, u64)> {
+    use alpha_cuda::lower::LArg;
+    let mut mem = Memory::new();
+    let base = mem.alloc_zeroed(lowered.arena);
+    for (off, bytes) in &lowered.inits {
+        mem.write_bytes(base + *off as u64, bytes);
+    }
+    let g = &lowered.plan.program.graph;
+    for (name, data) in leaves {
+        let v = g
+            .nodes
+            .iter()
+            .position(
+                |n| matches!(&n.op, alpha_ir::Op::Param { name: p, .. } | alpha_ir::Op::Input { name: p } if p == name),
+            )
+            .map(|i| alpha_ir::Value { node: i as u32, index: 0 })
+            .ok_or_else(|| anyhow!("no leaf named {name}"))?;
+        let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+        mem.write_bytes(base + lowered.plan.slot(v).offset as u64, &bytes);
+    }
+    for l in &lowered.phases[phase] {
+        let k = &lowered.kernels[l.kernel];
+        if l.grid.1 != 1 || l.grid.2 != 1 || l.block.1 != 1 || l.block.2 != 1 {
+            bail!("kernel {}: only one-dimensional launches are interpreted", k.name);
+        }
+        let module = Module::parse(&k.render(), k.dynamic_shared)?;
+        let args: Vec<u64> = l
+            .args
+            .iter()
+            .map(|a| match *a {
+                LArg::Ptr(off) => base + off as u64,
+                LArg::U32(x) => x as u64,
+                LArg::U64(x) => x,
+            })
+            .collect();
+        module
+            .launch(l.grid.0, l.block.0, &args, &mut mem, Schedule::Ascending)
+            .with_context(|| lowered.describe(l))?;
+    }
+    Ok((mem, base))
 }

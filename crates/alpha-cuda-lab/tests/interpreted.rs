@@ -202,3 +202,41 @@ fn a_chain_reads_its_bias_row_by_column_and_its_scalar_once() {
         assert_bits(&chain.name(), &mem.read(out, n), &want);
     }
 }
+
+/// A fused elementwise chain whose later step reads a reshape of an earlier step's value (as
+/// Diakosmos's turn reads `reshape(θ · 0.3)`) computes it in the chain: read from its slot it
+/// would be that slot's contents before the launch stores it. The lowered program, run by the
+/// interpreter, gives the CPU backend's bits.
+#[test]
+fn a_chain_reads_a_reshape_of_its_own_step_as_the_step() {
+    use alpha_cuda::lower::lower_program;
+    use alpha_cuda::CudaConfig;
+    use alpha_ir::{Graph, Init, Program};
+    use alpha_plan::Backend;
+
+    let mut g = Graph::new("reshaped-step");
+    let theta = g.param("theta", &[3, 8], Init::Zeros);
+    let other = g.param("other", &[3, 1, 8], Init::Zeros);
+    let scaled = g.scale(theta, 0.3);
+    let angle = g.reshape(scaled, &[3, 1, 8]);
+    let twice = g.mul(angle, other);
+    let summed = g.add(twice, angle);
+    let outputs = [("out".to_string(), summed)].into_iter().collect();
+    let program = Program::single(g.finish().unwrap(), "forward", outputs);
+
+    let mut rng = Rng::new(11);
+    let leaves: Vec<(&str, Vec<f32>)> = vec![("theta", rng.vec(24, 2.0)), ("other", rng.vec(24, 2.0))];
+    let mut cpu = alpha_cpu::CpuBackend::compile(&program).unwrap();
+    for (name, v) in &leaves {
+        cpu.write(name, v).unwrap();
+    }
+    cpu.run("forward").unwrap();
+    let want = cpu.output("out").unwrap();
+
+    let lowered = lower_program(&program, &CudaConfig::default()).unwrap();
+    let chains = lowered.phases[0].iter().filter(|l| lowered.kernels[l.kernel].name.starts_with("ew_")).count();
+    assert_eq!(chains, 1, "the three nodes run as one fused chain");
+    let (mem, base) = alpha_cuda_lab::interp::run_lowered(&lowered, 0, &leaves).unwrap();
+    let slot = lowered.plan.slot(summed).offset as u64;
+    assert_bits("out", &mem.read(base + slot, 24), &want);
+}

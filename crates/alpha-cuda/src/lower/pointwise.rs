@@ -142,9 +142,14 @@ impl Lowerer<'_> {
             let mut inner_uses: HashMap<u32, usize> = HashMap::new();
             for &id in run {
                 let node = &g.nodes[id as usize];
-                let mut src = |x: Value| match step_of.get(&x.node) {
-                    Some(&k) if x.index == 0 => {
-                        *inner_uses.entry(x.node).or_default() += 1;
+                // A reshape of a run's value is that value: read from memory it would be the
+                // slot's contents before this launch stores it. Only direct reads count as
+                // inner uses, so a value a reshape also passes on is still stored.
+                let mut src = |x: Value| match step_of.get(&through_reshapes(g, x).node) {
+                    Some(&k) if through_reshapes(g, x).index == 0 => {
+                        if step_of.contains_key(&x.node) {
+                            *inner_uses.entry(x.node).or_default() += 1;
+                        }
                         fused::Src::Step(k)
                     }
                     _ => {
@@ -199,14 +204,24 @@ impl Lowerer<'_> {
             }
             // A bf16 store (into a cast's slot) may not meet an input at all: its elements are
             // half the size, so even the same start is a different element.
-            let clash = out_values.iter().any(|&o| {
-                let (dst, dt) = self.destination(o);
-                let ro = range(self.plan, dst);
-                inputs.iter().any(|&x| match (ro, range(self.plan, x)) {
-                    (Some(a), Some(b)) => overlap(a, b) && (a != b || dt == DType::BF16),
-                    _ => false,
-                })
+            // An input that is a slice of a run's value would read the slot before the run
+            // stores it (a reshape is read as the value itself, above).
+            let views_a_step = inputs.iter().any(|&x| {
+                let mut x = x;
+                while let Op::Reshape { .. } | Op::Slice { .. } = g.nodes[x.node as usize].op {
+                    x = g.nodes[x.node as usize].inputs[0];
+                }
+                step_of.contains_key(&x.node)
             });
+            let clash = views_a_step
+                || out_values.iter().any(|&o| {
+                    let (dst, dt) = self.destination(o);
+                    let ro = range(self.plan, dst);
+                    inputs.iter().any(|&x| match (ro, range(self.plan, x)) {
+                        (Some(a), Some(b)) => overlap(a, b) && (a != b || dt == DType::BF16),
+                        _ => false,
+                    })
+                });
             if clash {
                 for (v, _) in &into_casts {
                     self.fusion.store_as.remove(v);
@@ -271,6 +286,14 @@ impl Lowerer<'_> {
         let args = multi::cast_arguments([A::Ptr(0), A::Ptr(table)]);
         Ok(Pending { kernel, grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), args, node: Some(ids[0]) })
     }
+}
+
+/// The value `x` is a reshape (or reshapes) of: the same elements in the same order.
+fn through_reshapes(g: &alpha_ir::Graph, mut x: Value) -> Value {
+    while let Op::Reshape { .. } = g.nodes[x.node as usize].op {
+        x = g.nodes[x.node as usize].inputs[0];
+    }
+    x
 }
 
 /// How a chain reads an operand of shape `x` for an output of shape `out`: at its own element
