@@ -5,7 +5,8 @@
 //!
 //! - forward: loss difference and per-position loss error quantiles;
 //! - gradient: per-tensor cosine (≥ 0.9999) and largest difference relative to the tensor's
-//!   largest entry (≤ 1e-2);
+//!   largest entry (≤ 1e-2); a tensor outside those bounds still passes when the device is no
+//!   more than twice as far as the reference from the same gradient in f64 ([`gradient_close`]);
 //! - update: one update of every optimizer group (AdamW, Adam, Muon, rotational AdamW) from nonzero
 //!   state, at update 1 and at update 200, every tensor within 1e-6 of its change but Muon's
 //!   matrices, whose change must be at cosine ≥ 0.9999 to the reference's (their Newton–Schulz
@@ -220,23 +221,16 @@ fn forward(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<bo
 fn gradient(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<bool> {
     let program = gradient_program(c.system.model(c.batch)?)?;
     let (mut dev, mut cpu) = c.run_both(&program, "step")?;
-    let mut ok = true;
     let mut worst_cos: f64 = 1.0;
     let mut worst_rel: f64 = 0.0;
     let mut worst = String::new();
     let names: Vec<String> = program.outputs.keys().filter(|k| k.starts_with("grad:")).cloned().collect();
+    let mut outside = vec![];
     for name in &names {
-        let (gd, gc) = (dev.output(name)?, cpu.output(name)?);
-        let dot: f64 = gd.iter().zip(&gc).map(|(a, b)| *a as f64 * *b as f64).sum();
-        let nd: f64 = gd.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
-        let nc: f64 = gc.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
-        let cos = if nd == 0.0 && nc == 0.0 { 1.0 } else { dot / (nd * nc).max(1e-300) };
-        let big = gc.iter().fold(0f64, |m, x| m.max((*x as f64).abs()));
-        let diff = gd.iter().zip(&gc).fold(0f64, |m, (a, b)| m.max((*a as f64 - *b as f64).abs()));
-        let rel = if big == 0.0 { diff } else { diff / big };
+        let (gd, gc) = (widen(&dev.output(name)?), widen(&cpu.output(name)?));
+        let (cos, rel) = agreement(&gd, &gc);
         if cos < 0.9999 || rel > 1e-2 || !cos.is_finite() {
-            ok = false;
-            let _ = writeln!(text, "  {name}: cosine {cos:.6}, largest difference {rel:.2e} of the largest entry  ✗");
+            outside.push((name.clone(), gd, gc, cos, rel));
         }
         if cos <= worst_cos {
             worst_cos = cos;
@@ -251,7 +245,90 @@ fn gradient(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<b
         "  {} tensors: lowest cosine {worst_cos:.7} ({worst}) (≥ 0.9999); largest difference {worst_rel:.2e} of the tensor's largest entry (≤ 1e-2)",
         names.len()
     );
+    if outside.is_empty() {
+        return Ok(true);
+    }
+    // Outside the fixed bounds: judge those tensors against the gradient in f64.
+    let exact = exact_gradients(c, &program, outside.iter().map(|o| o.0.as_str()))?;
+    let mut ok = true;
+    let mut worst_ratio: f64 = 0.0;
+    for ((name, gd, gc, cos, rel), truth) in outside.iter().zip(&exact) {
+        let (dev_fit, ref_fit) = (agreement(gd, truth), agreement(gc, truth));
+        let close = gradient_close(dev_fit, ref_fit);
+        ok &= close;
+        let ratio = ((1.0 - dev_fit.0) / (1.0 - ref_fit.0).max(1e-300)).max(dev_fit.1 / ref_fit.1.max(1e-300));
+        worst_ratio = worst_ratio.max(ratio);
+        let _ = writeln!(
+            text,
+            "  {name}: cosine {cos:.6}, largest difference {rel:.2e} of the largest entry; against f64: device cosine {:.7}, difference {:.2e}; reference cosine {:.7}, difference {:.2e}  {}",
+            dev_fit.0,
+            dev_fit.1,
+            ref_fit.0,
+            ref_fit.1,
+            if close { "✓ within twice the reference's distance" } else { "✗" }
+        );
+    }
+    figure(
+        figs,
+        &format!(
+            "{} tensors outside the bounds: device's distance to the f64 gradient over the reference's",
+            outside.len()
+        ),
+        worst_ratio,
+        "≤ 2",
+        ok,
+    );
     Ok(ok)
+}
+
+fn widen(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+/// How closely `x` follows `truth`: (cosine, largest difference over `truth`'s largest entry).
+fn agreement(x: &[f64], truth: &[f64]) -> (f64, f64) {
+    let dot: f64 = x.iter().zip(truth).map(|(a, b)| a * b).sum();
+    let nx: f64 = x.iter().map(|a| a * a).sum::<f64>().sqrt();
+    let nt: f64 = truth.iter().map(|a| a * a).sum::<f64>().sqrt();
+    let cos = if nx == 0.0 && nt == 0.0 { 1.0 } else { dot / (nx * nt).max(1e-300) };
+    let big = truth.iter().fold(0f64, |m, v| m.max(v.abs()));
+    let diff = x.iter().zip(truth).fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+    (cos, if big == 0.0 { diff } else { diff / big })
+}
+
+/// Whether a device gradient outside the fixed bounds is as accurate as the reference's: its
+/// cosine distance and largest difference to the f64 gradient each at most twice the f32
+/// reference's. Why: the graph rounds matrix operands to bf16, and a value within an f32
+/// rounding of a bf16 tie rounds either way under another summation order; deep models (14
+/// blocks) carry those flips into small gradients that are sums over every position (a gate's
+/// logit, a decay offset, a per-head gain), where the two f32 runs then differ by more than the
+/// fixed bounds while each is as near the f64 gradient as the other.
+fn gradient_close(device: (f64, f64), reference: (f64, f64)) -> bool {
+    device.0.is_finite() && 1.0 - device.0 <= 2.0 * (1.0 - reference.0) && device.1 <= 2.0 * reference.1
+}
+
+/// The named gradients of `program` at the case's weights and ids, in f64 arithmetic with the
+/// program's bf16 roundings kept: what the device's and the reference's f32 sums approximate.
+fn exact_gradients<'a>(
+    c: &Case,
+    program: &alpha_ir::Program,
+    names: impl Iterator<Item = &'a str>,
+) -> Result<Vec<Vec<f64>>> {
+    let mut cpu = alpha_cpu::Cpu::<f64>::compile(program)?;
+    for (name, v) in leaves(program, c.seed, c.w) {
+        cpu.write_named(&name, &widen(&v));
+    }
+    let as_f64 = |ids: &[u32]| ids.iter().map(|&i| i as f64).collect::<Vec<f64>>();
+    cpu.write_named("tokens", &as_f64(c.tokens));
+    cpu.write_named("targets", &as_f64(c.targets));
+    let phase = program.phase("step").ok_or_else(|| anyhow::anyhow!("the gradient program has no step phase"))?;
+    cpu.run_phase(phase);
+    names
+        .map(|n| {
+            let v = *program.outputs.get(n).ok_or_else(|| anyhow::anyhow!("no output '{n}'"))?;
+            Ok(cpu.read(v).to_vec())
+        })
+        .collect()
 }
 
 fn update(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<bool> {
@@ -661,5 +738,39 @@ mod tests {
         assert!(!muon_close(0.99960, 0.99984));
         assert!(!muon_close(0.9998, 0.99995));
         assert!(!muon_close(f64::NAN, 0.9998));
+    }
+
+    #[test]
+    fn a_gradient_outside_the_bounds_passes_only_as_near_the_f64_one_as_the_reference() {
+        // As the Diakosmos gate measured: both f32 runs near 0.99995 of the f64 gradient.
+        assert!(gradient_close((0.99992, 1.5e-2), (0.99995, 1.0e-2)));
+        assert!(!gradient_close((0.99985, 1.5e-2), (0.99995, 1.0e-2)));
+        assert!(!gradient_close((0.99995, 2.5e-2), (0.99995, 1.0e-2)));
+        assert!(!gradient_close((f64::NAN, 0.0), (0.99995, 1.0e-2)));
+        // A reference exactly on the f64 gradient leaves the device no room.
+        assert!(!gradient_close((0.9999999, 1e-7), (1.0, 0.0)));
+    }
+
+    #[test]
+    fn the_f64_gradient_is_what_the_f32_reference_approximates() {
+        let system = alpha_systems::bob::Bob;
+        let program = gradient_program(system.model(2).unwrap()).unwrap();
+        let (t, v) = (system.context(), system.vocab());
+        let (tokens, targets) = (ids(2 * t, v, 3), ids(2 * t, v, 4));
+        let case = Case {
+            system: &system,
+            device: Device::Cpu,
+            batch: 2,
+            seed: 3,
+            w: Weights::Perturbed,
+            tokens: &tokens,
+            targets: &targets,
+        };
+        let (_, mut cpu) = case.run_both(&program, "step").unwrap();
+        let name = "grad:logits";
+        let exact = exact_gradients(&case, &program, [name].into_iter()).unwrap();
+        let (cos, rel) = agreement(&widen(&cpu.output(name).unwrap()), &exact[0]);
+        assert!(cos > 0.9999999 && rel < 1e-5, "f32 against f64: cosine {cos}, difference {rel}");
+        assert!(cos < 1.0 || rel > 0.0, "the f64 run must be its own arithmetic, not the f32 one's");
     }
 }
