@@ -194,6 +194,25 @@ fn cases() -> Vec<Case> {
             ("f32_tt", g.matmul_t(odd2, odd, true, true)),
         ]
     }));
+    // bf16 products whose sizes miss the tiled contract by alignment (Diakosmos's 1,330 and
+    // 3,990): run padded on the tiled kernel, in every layout, batched and shared.
+    v.push(case("matmul-padded", 1e-5, |g| {
+        let x = g.param("x", &[2, 257, 330], Init::Uniform { bound: 1.0 });
+        let w = g.param("w", &[330, 262], Init::Uniform { bound: 1.0 });
+        let wt = g.param("wt", &[262, 330], Init::Uniform { bound: 1.0 });
+        let y = g.param("y", &[2, 257, 262], Init::Uniform { bound: 1.0 });
+        let z = g.param("z", &[2, 262, 257], Init::Uniform { bound: 1.0 });
+        let [x16, w16, wt16, y16, z16] = [x, w, wt, y, z].map(|v| g.cast(v, DType::BF16));
+        let flat = g.reshape(x16, &[514, 330]);
+        let dy = g.reshape(y16, &[514, 262]);
+        vec![
+            ("nn_shared_b", g.matmul(x16, w16)),
+            ("nt_shared_b", g.matmul_t(x16, wt16, false, true)),
+            ("tn_weight_gradient", g.matmul_t(flat, dy, true, false)),
+            ("nn_input_gradient", g.matmul_t(dy, wt16, false, false)),
+            ("tt_batched", g.matmul_t(x16, z16, true, true)),
+        ]
+    }));
     v.push(case("gather-scatter", 1e-6, |g| {
         let table = p(g, "table", &[11, 12]);
         let ids = g.input("ids", &[3, 7], DType::I32);

@@ -178,6 +178,8 @@ impl Lowerer<'_> {
                         args,
                         node: some,
                     });
+                } else if let Some(p) = padded::Padded::of(g, id) {
+                    v.extend(self.lower_padded_product(id, &p)?);
                 } else {
                     if !matches!(cx.idt(0), DType::F32 | DType::BF16) {
                         return Err(node_error(node, id, format!("matmul of {} operands", cx.idt(0))));

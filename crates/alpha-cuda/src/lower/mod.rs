@@ -68,6 +68,7 @@ mod layernorm;
 mod loss;
 mod matmul;
 mod optimizer;
+mod padded;
 mod pointwise;
 mod recurrence;
 mod reduce;

@@ -633,3 +633,34 @@ fn a_gradient_read_elsewhere_keeps_its_inverse_rotary() {
     assert_eq!(l.phases[0][1].args.len(), 8);
     assert_eq!(l.phases[0][2].args[0], slot(rk));
 }
+
+#[test]
+fn a_bf16_product_off_the_tiled_sizes_by_alignment_runs_padded_on_the_tiled_kernel() {
+    // Diakosmos's shape in small: K = 330 (not a multiple of 64), N = 262 (not of 8).
+    let mut g = Graph::new("t");
+    let x = g.param("x", &[514, 330], Init::Zeros);
+    let w = g.param("w", &[330, 262], Init::Zeros);
+    let x16 = g.cast(x, DType::BF16);
+    let w16 = g.cast(w, DType::BF16);
+    let y = g.matmul(x16, w16);
+    let s = g.sum_all(y);
+    let l = lower_forward(g, s);
+    let names = launch_names(&l);
+    let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
+    assert!(names[gemm].ends_with("_wg") || names[gemm].contains("_wg_"), "on the wgmma ring: {names:?}");
+    assert!(!names.contains(&"gemm_simple"), "{names:?}");
+    // Each operand copied and both its margins zeroed (514 → 520 rows and 330 → 384 columns;
+    // 330 → 384 rows and 262 → 264 columns) before the product; the product copied out after.
+    let before = &names[..gemm];
+    assert_eq!(before.iter().filter(|n| n.starts_with("pw_copy")).count(), 2, "{names:?}");
+    assert_eq!(before.iter().filter(|n| n.starts_with("pw_fill")).count(), 4, "{names:?}");
+    assert!(names[gemm + 1].starts_with("pw_copy"), "{names:?}");
+    // A tiny product keeps the simple kernel's one launch.
+    let mut g = Graph::new("t");
+    let x = g.param("x", &[4, 8], Init::Zeros);
+    let w = g.param("w", &[8, 4], Init::Zeros);
+    let (x16, w16) = (g.cast(x, DType::BF16), g.cast(w, DType::BF16));
+    let y = g.matmul(x16, w16);
+    let s = g.sum_all(y);
+    assert!(launch_names(&lower_forward(g, s)).contains(&"gemm_simple"));
+}

@@ -1,0 +1,194 @@
+//! Matrix products of bf16 operands whose sizes miss the tiled kernels' contract only by
+//! alignment (K a multiple of the K step; M, N and every leading dimension multiples of 8):
+//! each operand copied into zero-padded scratch, the tiled product over the padded sizes on
+//! the `cp.async` wgmma ring, and the wanted rows and columns copied out.
+//!
+//! Why: such a product otherwise runs on the simple kernel, one thread an output element over
+//! global memory, which put Diakosmos's width of 1,330 (7 groups × 190) at 29 s a step on the
+//! H200 at 64 windows. The zeros add exact zeros to every f32 sum, so the padded product's
+//! bits are the tiled product's on the true sizes. The ring, not the TMA engine: a tensor map
+//! is encoded at load over a plan value's address, and the padded operands live in scratch.
+//!
+//! Cost: each operand and the output cross memory twice more (a copy in, a copy out), against
+//! a product that then runs on tensor cores.
+
+use super::*;
+
+/// Multiply-adds from which padding pays: below, the simple kernel's one launch beats the
+/// copies' (a test's 4 × 8 × 4 product, a small geometry's).
+const MIN_WORK: f64 = (1u64 << 24) as f64;
+
+/// The most padding may multiply a product's work by: a K of 8 padded to 64 would do eight
+/// times the work, and whether that beats the simple kernel is unmeasured.
+const MAX_GROWTH: f64 = 2.0;
+
+/// A product's sizes and their padded sizes.
+pub(super) struct Padded {
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    ta: bool,
+    tb: bool,
+    b_batched: bool,
+}
+
+/// `x` rounded up to a multiple of `to`.
+fn up(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+/// A matrix of one free size `x` and the shared size `k` (each with its padded size) as
+/// stored: ((rows, columns), (padded rows, padded columns)), `k` first when `k_first`.
+fn stored(k_first: bool, (x, xp): (usize, usize), (k, kp): (usize, usize)) -> ((usize, usize), (usize, usize)) {
+    if k_first {
+        ((k, x), (kp, xp))
+    } else {
+        ((x, k), (xp, kp))
+    }
+}
+
+/// Scratch regions start 256-byte aligned (every pointer 16-byte aligned for vector copies).
+fn region(bytes: usize) -> usize {
+    up(bytes, 256)
+}
+
+impl Padded {
+    /// MatMul node `id` when its operands are bf16 and its output f32 (the tiled kernels' types)
+    /// and it is not already tiled.
+    pub(super) fn of(g: &alpha_ir::Graph, id: u32) -> Option<Padded> {
+        let node = &g.nodes[id as usize];
+        let Op::MatMul { ta, tb } = node.op else { return None };
+        let bf16 = node.inputs.iter().all(|&x| g.dtype(x) == DType::BF16);
+        if !bf16 || node.outputs[0].dtype != DType::F32 {
+            return None;
+        }
+        let (sa, sb) = (g.shape(node.inputs[0]), g.shape(node.inputs[1]));
+        let ra = sa.len();
+        let (m, k) = if ta { (sa[ra - 1], sa[ra - 2]) } else { (sa[ra - 2], sa[ra - 1]) };
+        let os = &node.outputs[0].shape;
+        let n = os[os.len() - 1];
+        let batch = sa[..ra - 2].iter().product();
+        let p = Padded { batch, m, n, k, ta, tb, b_batched: sb.len() > 2 };
+        let (mp, np, kp) = p.padded();
+        let (work, padded_work) = ((batch * m * n * k) as f64, (batch * mp * np * kp) as f64);
+        (padded_work >= MIN_WORK && padded_work <= MAX_GROWTH * work).then_some(p)
+    }
+
+    fn padded(&self) -> (usize, usize, usize) {
+        (up(self.m, 8), up(self.n, 8), up(self.k, gemm::wgmma::BK as usize))
+    }
+
+    /// A's stored (rows, columns) and their padded sizes: `[M, K]`, or `[K, M]` transposed.
+    fn a_dims(&self) -> ((usize, usize), (usize, usize)) {
+        let (mp, _, kp) = self.padded();
+        stored(self.ta, (self.m, mp), (self.k, kp))
+    }
+
+    /// B's stored (rows, columns) and their padded sizes: `[K, N]`, or `[N, K]` transposed.
+    fn b_dims(&self) -> ((usize, usize), (usize, usize)) {
+        let (_, np, kp) = self.padded();
+        stored(!self.tb, (self.n, np), (self.k, kp))
+    }
+
+    /// The tiled product over the padded sizes, reading the padded operands.
+    fn shape(&self) -> GemmShape {
+        let (mp, np, kp) = self.padded();
+        let ((_, _), (ar, ac)) = self.a_dims();
+        let ((_, _), (br, bc)) = self.b_dims();
+        GemmShape {
+            m: mp as u32,
+            n: np as u32,
+            k: kp as u32,
+            batch: self.batch as u32,
+            lda: ac as u32,
+            ldb: bc as u32,
+            ldc: np as u32,
+            stride_a: (ar * ac) as u64,
+            stride_b: if self.b_batched { (br * bc) as u64 } else { 0 },
+            stride_c: (mp * np) as u64,
+        }
+    }
+}
+
+impl Lowerer<'_> {
+    /// The launches of a padded product for MatMul node `id` (see the module's doc).
+    pub(super) fn lower_padded_product(&mut self, id: u32, p: &Padded) -> Result<Vec<Pending>> {
+        let cx = At::of(self.plan, id);
+        let node = &cx.node;
+        let layout = |t: bool| if t { Layout::ColMajor } else { Layout::RowMajor };
+        let shape = p.shape();
+        let spec = GemmSpec {
+            tile: shape.tile(),
+            tuning: self.config.gemm_tuning,
+            ..GemmSpec::new(layout(p.ta), layout(p.tb), Input::Bf16)
+        };
+        let spec = match self.config.gemm_engine {
+            gemm::Engine::Mma => spec,
+            _ => spec.wgmma(),
+        };
+        let spec = with_ring(self.config, spec, &shape);
+        shape.check(&spec).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
+        let ((a_rows, a_cols), (a_rows_p, a_cols_p)) = p.a_dims();
+        let ((b_rows, b_cols), (b_rows_p, b_cols_p)) = p.b_dims();
+        let b_count = if p.b_batched { p.batch } else { 1 };
+        let a_at = 0;
+        let b_at = a_at + region(p.batch * a_rows_p * a_cols_p * 2);
+        let c_at = b_at + region(b_count * b_rows_p * b_cols_p * 2);
+        let (mp, np, _) = p.padded();
+        self.need_scratch(c_at + region(p.batch * mp * np * 4));
+        let some = Some(id);
+        let mut v = vec![];
+        let a = self.ptr(node.inputs[0]);
+        v.extend(self.pad_into(a, (p.batch, a_rows, a_cols), (a_rows_p, a_cols_p), a_at, some)?);
+        let b = self.ptr(node.inputs[1]);
+        v.extend(self.pad_into(b, (b_count, b_rows, b_cols), (b_rows_p, b_cols_p), b_at, some)?);
+        let kernel = self.kernel(spec.kernel())?;
+        let ops = gemm::Operands::new([A::Scratch(a_at), A::Scratch(b_at), A::Scratch(c_at), A::Scratch(c_at)]);
+        let args = gemm::arguments(&shape, ops);
+        v.push(Pending { kernel, grid: spec.grid(&shape), block: (spec.threads(), 1, 1), args, node: some });
+        // The wanted rows and columns out of the padded product.
+        let out = [p.batch, p.m, p.n];
+        let copy = Pointwise {
+            shape: out.to_vec(),
+            out: Operand::contiguous(DType::F32, &out),
+            ins: vec![Operand { dtype: DType::F32, strides: vec![(mp * np) as u64, np as u64, 1] }],
+            body: Body::Copy,
+        };
+        v.push(self.pointwise(copy, vec![self.ptr(cx.out(0)), A::Scratch(c_at)], some)?);
+        Ok(v)
+    }
+
+    /// Copies `count` bf16 matrices of `rows × cols` at `src` into scratch at `at` as
+    /// `rows_p × cols_p` ones, zero beyond: the copy, then the right and bottom margins filled.
+    fn pad_into(
+        &mut self,
+        src: A,
+        (count, rows, cols): (usize, usize, usize),
+        (rows_p, cols_p): (usize, usize),
+        at: usize,
+        node: Option<u32>,
+    ) -> Result<Vec<Pending>> {
+        let padded = vec![(rows_p * cols_p) as u64, cols_p as u64, 1];
+        let bf16 = |strides: Vec<u64>| Operand { dtype: DType::BF16, strides };
+        let mut v = vec![];
+        let copy = Pointwise {
+            shape: vec![count, rows, cols],
+            out: bf16(padded.clone()),
+            ins: vec![Operand::contiguous(DType::BF16, &[count, rows, cols])],
+            body: Body::Copy,
+        };
+        v.push(self.pointwise(copy, vec![A::Scratch(at), src], node)?);
+        let fill =
+            |shape: Vec<usize>| Pointwise { shape, out: bf16(padded.clone()), ins: vec![], body: Body::Fill(0.0) };
+        if cols_p > cols {
+            let right = fill(vec![count, rows, cols_p - cols]);
+            v.push(self.pointwise(right, vec![A::Scratch(at + cols * 2)], node)?);
+        }
+        if rows_p > rows {
+            let bottom = fill(vec![count, rows_p - rows, cols_p]);
+            v.push(self.pointwise(bottom, vec![A::Scratch(at + rows * cols_p * 2)], node)?);
+        }
+        Ok(v)
+    }
+}
