@@ -1,6 +1,6 @@
 //! `alpha profile <run-dir>`: the seed's tables from `profile.jsonl` — per-step time by kernel
-//! family (ms a step, share, launches), then per matrix-product shape (µs a launch, TFLOP/s,
-//! launches a step). The newest profiled step is the one shown.
+//! family (ms a step, share, launches), then per matrix-product shape (µs a product, all its
+//! launches counted, TFLOP/s, products a step). The newest profiled step is the one shown.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -38,12 +38,29 @@ pub fn tables(run_dir: &Path) -> Result<String> {
         let _ = writeln!(s, "{:<28} {:>10.3} {:>6.1}% {:>9}", f, us / 1e3, 100.0 * us / total_us.max(1e-9), n);
     }
 
+    // A product's later launches (split-K's sum, a padded product's copies and the product
+    // itself) carry no shape: their time is the product's, added to the shape of the launch
+    // that opened it.
     let mut shapes: BTreeMap<&str, (f64, f64, usize)> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.shape.is_some()) {
-        let e = shapes.entry(r.shape.as_deref().unwrap_or_default()).or_default();
-        e.0 += r.us;
-        e.1 += r.flops.unwrap_or(0.0);
-        e.2 += 1;
+    let mut open: Option<(&str, &str)> = None;
+    let mut ordered = rows.clone();
+    ordered.sort_by_key(|r| r.index);
+    for r in ordered {
+        match r.shape.as_deref() {
+            Some(shape) => {
+                let e = shapes.entry(shape).or_default();
+                e.0 += r.us;
+                e.1 += r.flops.unwrap_or(0.0);
+                e.2 += 1;
+                open = Some((shape, r.name.as_str()));
+            }
+            None => match open {
+                Some((shape, name)) if r.family == "gemm" && r.name == name => {
+                    shapes.entry(shape).or_default().0 += r.us;
+                }
+                _ => open = None,
+            },
+        }
     }
     if !shapes.is_empty() {
         let mut sh: Vec<_> = shapes.into_iter().collect();
@@ -55,4 +72,38 @@ pub fn tables(run_dir: &Path) -> Result<String> {
         }
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_products_later_launches_count_in_its_shapes_time_and_its_arithmetic_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let row = |index: u64, family: &str, name: &str, us: f64, shape: Option<&str>| ProfileRow {
+            step: 2,
+            index,
+            family: family.into(),
+            name: name.into(),
+            us,
+            flops: shape.map(|_| 2e9),
+            shape: shape.map(String::from),
+        };
+        // A padded product (copy in, product, copy out), a lone product, then an elementwise.
+        let rows = [
+            row(0, "gemm", "blocks.0.attn/matmul", 100.0, Some("rc-m8-n8-k8")),
+            row(1, "gemm", "blocks.0.attn/matmul", 900.0, None),
+            row(2, "gemm", "blocks.0.attn/matmul", 1000.0, None),
+            row(3, "gemm", "blocks.1.attn/matmul", 2000.0, Some("rc-m8-n8-k8")),
+            row(4, "binary", "blocks.1/binary", 50.0, None),
+        ];
+        let text: String = rows.iter().map(|r| serde_json::to_string(r).unwrap() + "\n").collect();
+        std::fs::write(dir.path().join("profile.jsonl"), text).unwrap();
+        let tables = tables(dir.path()).unwrap();
+        let line = tables.lines().find(|l| l.starts_with("rc-m8-n8-k8")).unwrap();
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        // Two products of 2 GFLOP in 4,000 µs: 2,000 µs a product, 1 TFLOP/s.
+        assert_eq!(cols[1..], ["2000.0", "1.00", "2"], "{tables}");
+    }
 }
