@@ -89,7 +89,7 @@ impl System for Gpt2 {
         "GPT-2 small (llm.c d12): 12 blocks, width 768, 12 heads, learned positions, biases, GELU MLP, tied embedding, vocab 50,257"
     }
     fn state(&self) -> &'static str {
-        "compiles; gates and training on the CPU reference; not yet run on the H200"
+        "passes its gates and trains on the H200 (1.790 bits per byte after one Gutenberg pass); its step at sixteen contexts 50.0 ms, slower than PyTorch's best (38.6 ms)"
     }
     fn vocab(&self) -> usize {
         self.vocab

@@ -158,7 +158,7 @@ impl System for KickDelta {
          next-byte scores (systems/kickdelta.rs says why each choice)"
     }
     fn state(&self) -> &'static str {
-        "trains, resumes and predicts on the CPU; its delta rule lowers to GPU kernels, not yet gated on the H200"
+        "passes its gates and trains on the CPU and the H200 (3.376 bits per byte held out after 1,000 steps on both, 6.8 ms a step on the H200); predicts on the CPU"
     }
     fn vocab(&self) -> usize {
         VOCAB
