@@ -203,17 +203,32 @@ fn a_chain_reads_its_bias_row_by_column_and_its_scalar_once() {
     }
 }
 
+/// Runs the one-phase program with output "out" (`out`) on the CPU backend and, lowered for the
+/// GPU, in the interpreter with the same leaves; asserts the same bits and returns the launches'
+/// kernel names.
+fn lowered_gives_the_cpus_bits(g: alpha_ir::Graph, out: alpha_ir::Value, leaves: &[(&str, Vec<f32>)]) -> Vec<String> {
+    use alpha_plan::Backend;
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let mut cpu = alpha_cpu::CpuBackend::compile(&program).unwrap();
+    for (name, v) in leaves {
+        cpu.write(name, v).unwrap();
+    }
+    cpu.run("forward").unwrap();
+    let want = cpu.output("out").unwrap();
+    let lowered = alpha_cuda::lower::lower_program(&program, &alpha_cuda::CudaConfig::default()).unwrap();
+    let (mem, base) = alpha_cuda_lab::interp::run_lowered(&lowered, 0, leaves).unwrap();
+    assert_bits("out", &mem.read(base + lowered.plan.slot(out).offset as u64, want.len()), &want);
+    lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.clone()).collect()
+}
+
 /// A fused elementwise chain whose later step reads a reshape of an earlier step's value (as
 /// Diakosmos's turn reads `reshape(θ · 0.3)`) computes it in the chain: read from its slot it
 /// would be that slot's contents before the launch stores it. The lowered program, run by the
 /// interpreter, gives the CPU backend's bits.
 #[test]
 fn a_chain_reads_a_reshape_of_its_own_step_as_the_step() {
-    use alpha_cuda::lower::lower_program;
-    use alpha_cuda::CudaConfig;
-    use alpha_ir::{Graph, Init, Program};
-    use alpha_plan::Backend;
-
+    use alpha_ir::{Graph, Init};
     let mut g = Graph::new("reshaped-step");
     let theta = g.param("theta", &[3, 8], Init::Zeros);
     let other = g.param("other", &[3, 1, 8], Init::Zeros);
@@ -221,22 +236,27 @@ fn a_chain_reads_a_reshape_of_its_own_step_as_the_step() {
     let angle = g.reshape(scaled, &[3, 1, 8]);
     let twice = g.mul(angle, other);
     let summed = g.add(twice, angle);
-    let outputs = [("out".to_string(), summed)].into_iter().collect();
-    let program = Program::single(g.finish().unwrap(), "forward", outputs);
-
     let mut rng = Rng::new(11);
-    let leaves: Vec<(&str, Vec<f32>)> = vec![("theta", rng.vec(24, 2.0)), ("other", rng.vec(24, 2.0))];
-    let mut cpu = alpha_cpu::CpuBackend::compile(&program).unwrap();
-    for (name, v) in &leaves {
-        cpu.write(name, v).unwrap();
-    }
-    cpu.run("forward").unwrap();
-    let want = cpu.output("out").unwrap();
+    let leaves = [("theta", rng.vec(24, 2.0)), ("other", rng.vec(24, 2.0))];
+    let names = lowered_gives_the_cpus_bits(g, summed, &leaves);
+    assert_eq!(names.iter().filter(|n| n.starts_with("ew_")).count(), 1, "the three nodes run as one chain: {names:?}");
+}
 
-    let lowered = lower_program(&program, &CudaConfig::default()).unwrap();
-    let chains = lowered.phases[0].iter().filter(|l| lowered.kernels[l.kernel].name.starts_with("ew_")).count();
-    assert_eq!(chains, 1, "the three nodes run as one fused chain");
-    let (mem, base) = alpha_cuda_lab::interp::run_lowered(&lowered, 0, &leaves).unwrap();
-    let slot = lowered.plan.slot(summed).offset as u64;
-    assert_bits("out", &mem.read(base + slot, 24), &want);
+/// A chain reads values held over the output's last axes (`[N, 3, 1]` and `[3, 1]` against
+/// `[N, 3, 4]`: a unit vector's inverse norm, a per-group gain) at `(i / inner) mod count`,
+/// and gives the CPU backend's bits.
+#[test]
+fn a_chain_reads_per_group_values_held_over_the_last_axes() {
+    use alpha_ir::{Graph, Init};
+    let mut g = Graph::new("held-values");
+    let x = g.param("x", &[5, 3, 4], Init::Zeros);
+    let inv = g.param("inv", &[5, 3, 1], Init::Zeros);
+    let gain = g.param("gain", &[3, 1], Init::Zeros);
+    let scaled = g.mul(x, inv);
+    let gained = g.mul(scaled, gain);
+    let out = g.sub(gained, x);
+    let mut rng = Rng::new(5);
+    let leaves = [("x", rng.vec(60, 2.0)), ("inv", rng.vec(15, 2.0)), ("gain", rng.vec(3, 2.0))];
+    let names = lowered_gives_the_cpus_bits(g, out, &leaves);
+    assert_eq!(names, ["ew_mul_mul_sub_g1x15b4_g2x3b4"], "one chain reading both held values");
 }

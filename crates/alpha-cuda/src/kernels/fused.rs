@@ -66,6 +66,11 @@ pub enum Broadcast {
     /// a linear layer's bias added to its product is such a row, and with it the bias add joins
     /// the activation or the residual add after it in one launch.
     Row(u32),
+    /// `count` f32 each held over `inner` consecutive elements, the whole repeated: element `i`
+    /// reads `(i / inner) mod count`. Why: a per-row or per-group value over trailing axes
+    /// (`[N, 7, 1]` or `[7, 1]` against `[N, 7, D]`: a unit vector's inverse norm, Diakosmos's
+    /// per-group couplings and gates) joins the chain instead of a launch of its own.
+    Group { inner: u32, count: u32 },
 }
 
 impl Chain {
@@ -127,8 +132,10 @@ impl Chain {
             }
         }
         for j in 0..self.inputs {
-            if let Broadcast::Row(n) = self.broadcast_of(j) {
-                s.push_str(&format!("_r{j}x{n}"));
+            match self.broadcast_of(j) {
+                Broadcast::Row(n) => s.push_str(&format!("_r{j}x{n}")),
+                Broadcast::Group { inner, count } => s.push_str(&format!("_g{j}x{count}b{inner}")),
+                Broadcast::None | Broadcast::Scalar => {}
             }
         }
         s
@@ -202,6 +209,10 @@ impl Chain {
                 None => {
                     let at = match self.broadcast_of(j) {
                         Broadcast::Row(n) => k.bin("rem.u32", RegKind::B32, i, n),
+                        Broadcast::Group { inner, count } => {
+                            let held = k.bin("div.u32", RegKind::B32, i, inner);
+                            k.bin("rem.u32", RegKind::B32, held, count)
+                        }
                         _ => i,
                     };
                     let a = k.addr_of(base, at, 4);

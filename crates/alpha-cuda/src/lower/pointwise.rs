@@ -297,8 +297,10 @@ fn through_reshapes(g: &alpha_ir::Graph, mut x: Value) -> Value {
 }
 
 /// How a chain reads an operand of shape `x` for an output of shape `out`: at its own element
-/// (the same shape), as one value (a single element), or as a row repeated over the leading
-/// axes (`x` the output's trailing axes, leading 1s aside); `None` for any other broadcast.
+/// (the same shape), as one value (a single element), as a row repeated over the leading axes
+/// (`x` the output's trailing axes, leading 1s aside), or as values each held over the
+/// output's last axes where `x` has trailing 1s (`[N, 7, 1]` or `[7, 1]` against `[N, 7, D]`);
+/// `None` for any other broadcast.
 pub(super) fn chain_broadcast(x: &[usize], out: &[usize]) -> Option<fused::Broadcast> {
     let numel: usize = x.iter().product();
     if x == out {
@@ -307,7 +309,25 @@ pub(super) fn chain_broadcast(x: &[usize], out: &[usize]) -> Option<fused::Broad
     if numel == 1 {
         return Some(fused::Broadcast::Scalar);
     }
+    if numel > u32::MAX as usize {
+        return None;
+    }
+    // x without its leading 1s, aligned with out's last axes: the axes where x has its
+    // trailing 1s are those each value is held over.
     let trimmed: Vec<usize> = x.iter().copied().skip_while(|&d| d == 1).collect();
-    let row = !trimmed.is_empty() && trimmed.len() <= out.len() && out.ends_with(&trimmed);
-    (row && numel <= u32::MAX as usize).then_some(fused::Broadcast::Row(numel as u32))
+    if trimmed.is_empty() || trimmed.len() > out.len() {
+        return None;
+    }
+    let held = trimmed.iter().rev().take_while(|&&d| d == 1).count();
+    let kept = &trimmed[..trimmed.len() - held];
+    let at = out.len() - trimmed.len();
+    if out[at..at + kept.len()] != *kept {
+        return None;
+    }
+    let inner: usize = out[at + kept.len()..].iter().product();
+    match inner {
+        1 => Some(fused::Broadcast::Row(numel as u32)),
+        _ if inner <= u32::MAX as usize => Some(fused::Broadcast::Group { inner: inner as u32, count: numel as u32 }),
+        _ => None,
+    }
 }
