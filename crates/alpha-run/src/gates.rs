@@ -4,7 +4,7 @@
 //! system's graph says where (the casts are ops of the program).
 //!
 //! - forward: loss difference and per-position loss error quantiles;
-//! - gradient: per-tensor cosine (≥ 0.9999) and largest difference relative to the tensor's
+//! - gradient: per-tensor cosine (≥ 0.99997, the seed's) and largest difference relative to the tensor's
 //!   largest entry (≤ 1e-2); a tensor outside those bounds still passes when the device is no
 //!   more than twice as far as the reference from the same gradient in f64 ([`gradient_close`]);
 //! - update: one update of every optimizer group (AdamW, Adam, Muon, rotational AdamW) from nonzero
@@ -229,7 +229,7 @@ fn gradient(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<b
     for name in &names {
         let (gd, gc) = (widen(&dev.output(name)?), widen(&cpu.output(name)?));
         let (cos, rel) = agreement(&gd, &gc);
-        if cos < 0.9999 || rel > 1e-2 || !cos.is_finite() {
+        if cos < GRADIENT_COSINE || rel > GRADIENT_DIFFERENCE || !cos.is_finite() {
             outside.push((name.clone(), gd, gc, cos, rel));
         }
         if cos <= worst_cos {
@@ -238,11 +238,12 @@ fn gradient(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<b
         }
         worst_rel = worst_rel.max(rel);
     }
-    figure(figs, &format!("lowest gradient cosine ({worst})"), worst_cos, "≥ 0.9999", worst_cos >= 0.9999);
-    figure(figs, "largest difference / tensor's largest entry", worst_rel, "≤ 1e-2", worst_rel <= 1e-2);
+    let holds = (worst_cos >= GRADIENT_COSINE, worst_rel <= GRADIENT_DIFFERENCE);
+    figure(figs, &format!("lowest gradient cosine ({worst})"), worst_cos, "≥ 0.99997", holds.0);
+    figure(figs, "largest difference / tensor's largest entry", worst_rel, "≤ 1e-2", holds.1);
     let _ = writeln!(
         text,
-        "  {} tensors: lowest cosine {worst_cos:.7} ({worst}) (≥ 0.9999); largest difference {worst_rel:.2e} of the tensor's largest entry (≤ 1e-2)",
+        "  {} tensors: lowest cosine {worst_cos:.7} ({worst}) (≥ 0.99997); largest difference {worst_rel:.2e} of the tensor's largest entry (≤ 1e-2)",
         names.len()
     );
     if outside.is_empty() {
@@ -280,6 +281,15 @@ fn gradient(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<b
     );
     Ok(ok)
 }
+
+/// The gradient gate's bound on every tensor's cosine to the reference: the seed's (its pages
+/// gate gradients at 0.99997). Bob, Coppelius, GPT-2 and KickDelta meet it on the H200 (lowest
+/// 0.9999724, Coppelius); Polf's and Diakosmos's per-head scalars do not, and are judged against
+/// the f64 gradient ([`gradient_close`]).
+const GRADIENT_COSINE: f64 = 0.99997;
+
+/// The gradient gate's bound on a tensor's largest difference over its largest entry.
+const GRADIENT_DIFFERENCE: f64 = 1e-2;
 
 fn widen(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
