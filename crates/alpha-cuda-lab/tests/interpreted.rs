@@ -342,9 +342,15 @@ fn assert_near_f64(name: &str, p: &Product, a: &[f32], b: &[f32], got: &[f32]) {
 #[test]
 fn the_simple_product_sums_its_parts_of_k_in_a_fixed_order() {
     let mut rng = Rng::new(5);
-    for (batch, m, n, k, splits) in
-        [(2, 5, 7, 50, 1), (2, 5, 7, 50, 3), (2, 4, 6, 64, 4), (1, 17, 3, 9, 4), (3, 2, 18, 40, 2)]
-    {
+    for (batch, m, n, k, splits) in [
+        (2, 5, 7, 50, 1),
+        (2, 5, 7, 50, 3),
+        (2, 4, 6, 64, 4),
+        (1, 17, 3, 9, 4),
+        (3, 2, 18, 40, 2),
+        (2, 20, 33, 70, 1),
+        (1, 20, 33, 70, 3),
+    ] {
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
             for b_batched in [true, false] {
                 let p = Product { batch, m, n, k, ta, tb, b_batched, dtype: DType::F32, splits };

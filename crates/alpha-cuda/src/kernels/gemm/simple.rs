@@ -4,12 +4,17 @@
 //! multiple of 32 and M, N multiples of 8. A plan can hold products outside that contract — f32
 //! operands (whose IR semantics is an f32 product, not a bf16 one), odd shapes from small
 //! systems and tests — and they must still run, correctly, without a second GEMM to maintain.
-//! One thread per output element, an fp32 fused multiply-add chain over K in order: slow for
-//! big shapes, exact in meaning for every shape, and deterministic.
+//! One thread per output element, an fp32 fused multiply-add chain over K in order: slower
+//! than tensor cores, exact in meaning for every shape, and deterministic.
 //!
 //! How: `C[z] = op(A[z])·op(B[z])` with `op` a transpose when `ta`/`tb`; a 2-D B is shared by
 //! every batch. A and B are f32 or bf16 (widened exactly), C is f32. All sizes are immediates.
-//! Grid (⌈N/16⌉, ⌈M/16⌉, batch), 16×16 threads.
+//! Grid (⌈N/16⌉, ⌈M/16⌉, batch), 16×16 threads, a 16×16 tile of C a block. The block stages
+//! 16 K steps of A's rows and B's columns at a time in shared memory, each element loaded once
+//! by one thread, consecutive threads on consecutive addresses in every layout; each thread
+//! then continues its chain over those 16 steps from shared memory. Steps past K (or past its part) are staged as zeros, and
+//! `fma(0, 0, acc) = acc` exactly (acc starts at +0 and so is never −0), so every element's
+//! bits are those of the one chain over K in order.
 //!
 //! Split K ([`Product::split_k`]): a long-K product with too few outputs to fill the GPU (the
 //! gradient of a weight summed over every position: K = 131,072 and 84 blocks on Diakosmos)
@@ -54,6 +59,13 @@ const MIN_PART: u32 = 1024;
 /// The most parts: the sum holds every part's value of an element (four a thread) in registers.
 const MAX_SPLITS: u32 = 16;
 
+/// Side of a block's output tile, and the K steps staged in shared memory at a time.
+const TILE: u32 = 16;
+
+/// A staged tile's row in floats: one past [`TILE`], so that the 16 elements of a column lie
+/// in 16 distinct banks (the transposed layouts store columns).
+const ROW: u32 = TILE + 1;
+
 impl Product {
     /// Parts of K for this product: where it has fewer blocks than two an SM (most of the GPU
     /// idle, each thread a chain over all of K), as many parts as keep its blocks within one
@@ -95,7 +107,7 @@ impl Product {
             1 => "gemm_simple".to_string(),
             s => format!("gemm_simple_split{s}"),
         };
-        let mut k = Kernel::new(&name).with_block(16, 16, 1);
+        let mut k = Kernel::new(&name).with_block(TILE, TILE, 1);
         let c = k.param_reg("c", ParamTy::U64);
         let a = k.param_reg("a", ParamTy::U64);
         let b = k.param_reg("b", ParamTy::U64);
@@ -104,62 +116,88 @@ impl Product {
         let bx = k.sreg("%ctaid.x");
         let by = k.sreg("%ctaid.y");
         let z = k.sreg("%ctaid.z");
-        let j = k.tri("mad.lo.u32", RegKind::B32, bx, 16u32, tx);
-        let i = k.tri("mad.lo.u32", RegKind::B32, by, 16u32, ty);
-        let end = k.label("end");
-        let pj = k.setp("ge.u32", j, n);
-        k.bra_if(pj, false, &end);
-        let pi = k.setp("ge.u32", i, m);
-        k.bra_if(pi, false, &end);
+        let j0 = k.bin("mul.lo.u32", RegKind::B32, bx, TILE);
+        let i0 = k.bin("mul.lo.u32", RegKind::B32, by, TILE);
         // With K split: the batch `zb` of block z, and its part of K, `first..last`.
-        let (zb, part) = match self.splits {
-            1 => (z, None),
+        let (zb, first, last): (Reg, Opnd, Opnd) = match self.splits {
+            1 => (z, 0u32.into(), kk.into()),
             _ => {
                 let zb = k.bin("rem.u32", RegKind::B32, z, self.batch as u32);
                 let s = k.bin("div.u32", RegKind::B32, z, self.batch as u32);
                 let first = k.bin("mul.lo.u32", RegKind::B32, s, self.part());
                 let last = k.bin("add.u32", RegKind::B32, first, self.part());
                 let last = k.bin("min.u32", RegKind::B32, last, kk);
-                (zb, Some((first, last)))
+                (zb, first.into(), last.into())
             }
         };
-        // Starting indices and steps along K.
         let a_base = k.bin("mul.lo.u32", RegKind::B32, zb, m * kk);
-        let ai = if self.ta {
-            k.bin("add.u32", RegKind::B32, a_base, i)
-        } else {
-            k.tri("mad.lo.u32", RegKind::B32, i, kk, a_base)
-        };
-        let a_step = if self.ta { m } else { 1 };
         let b_base = if self.b_batched { k.bin("mul.lo.u32", RegKind::B32, zb, kk * n) } else { k.imm_u32(0) };
-        let bi = if self.tb {
-            k.tri("mad.lo.u32", RegKind::B32, j, kk, b_base)
-        } else {
-            k.bin("add.u32", RegKind::B32, b_base, j)
-        };
-        let b_step = if self.tb { 1 } else { n };
-        if let Some((first, _)) = part {
-            k.op("mad.lo.u32", [ai.into(), first.into(), a_step.into(), ai.into()]);
-            k.op("mad.lo.u32", [bi.into(), first.into(), b_step.into(), bi.into()]);
-        }
+        let sa = k.shared("a_tile", TILE * ROW * 4, 4);
+        let sb = k.shared("b_tile", TILE * ROW * 4, 4);
+        let sa = k.un("mov.u32", RegKind::B32, Opnd::S(sa));
+        let sb = k.un("mov.u32", RegKind::B32, Opnd::S(sb));
+        // The element of each tile this thread stages, with consecutive threads (x) on
+        // consecutive addresses: A's (row `ar`, K step `ac`), B's (K step `bc`, column `bj`),
+        // each tile stored [row or K step][ROW].
+        let (ar, ac) = if self.ta { (tx, ty) } else { (ty, tx) };
+        let (bc, bj) = if self.tb { (tx, ty) } else { (ty, tx) };
+        let a_row = k.bin("add.u32", RegKind::B32, i0, ar);
+        let b_col = k.bin("add.u32", RegKind::B32, j0, bj);
+        let a_at = k.tri("mad.lo.u32", RegKind::B32, ar, ROW, ac);
+        let a_at = k.tri("mad.lo.u32", RegKind::B32, a_at, 4u32, sa);
+        let b_at = k.tri("mad.lo.u32", RegKind::B32, bc, ROW, bj);
+        let b_at = k.tri("mad.lo.u32", RegKind::B32, b_at, 4u32, sb);
+        let row_in = k.setp("lt.u32", a_row, m);
+        let col_in = k.setp("lt.u32", b_col, n);
+        // What this thread reads back: its row of A's tile, its column of B's.
+        let a_rd = k.tri("mad.lo.u32", RegKind::B32, ty, ROW * 4, sa);
+        let b_rd = k.tri("mad.lo.u32", RegKind::B32, tx, 4u32, sb);
         let acc = k.imm_f32(0.0);
-        let (t, last): (Reg, Opnd) = match part {
-            None => (k.imm_u32(0), kk.into()),
-            Some((first, last)) => (k.un("mov.u32", RegKind::B32, first), last.into()),
-        };
+        let k0 = k.un("mov.u32", RegKind::B32, first);
         let top = k.label("k");
         let kend = k.label("k_end");
         k.place(&top);
-        let done = k.setp("ge.u32", t, last);
+        let done = k.setp("ge.u32", k0, last.clone());
         k.bra_if(done, false, &kend);
-        let av = load_f32(&mut k, self.dtype, a, ai);
-        let bv = load_f32(&mut k, self.dtype, b, bi);
-        k.op("fma.rn.f32", [acc.into(), av.into(), bv.into(), acc.into()]);
-        k.op("add.u32", [ai.into(), ai.into(), a_step.into()]);
-        k.op("add.u32", [bi.into(), bi.into(), b_step.into()]);
-        k.op("add.u32", [t.into(), t.into(), 1u32.into()]);
+        let ak = k.bin("add.u32", RegKind::B32, k0, ac);
+        let ai = if self.ta {
+            let x = k.tri("mad.lo.u32", RegKind::B32, ak, m, a_base);
+            k.bin("add.u32", RegKind::B32, x, a_row)
+        } else {
+            let x = k.tri("mad.lo.u32", RegKind::B32, a_row, kk, a_base);
+            k.bin("add.u32", RegKind::B32, x, ak)
+        };
+        let av = self.staged(&mut k, a, ai, ak, last.clone(), row_in);
+        k.op("st.shared.f32", [addr(a_at, 0), av.into()]);
+        let bk = k.bin("add.u32", RegKind::B32, k0, bc);
+        let bi = if self.tb {
+            let x = k.tri("mad.lo.u32", RegKind::B32, b_col, kk, b_base);
+            k.bin("add.u32", RegKind::B32, x, bk)
+        } else {
+            let x = k.tri("mad.lo.u32", RegKind::B32, bk, n, b_base);
+            k.bin("add.u32", RegKind::B32, x, b_col)
+        };
+        let bv = self.staged(&mut k, b, bi, bk, last, col_in);
+        k.op("st.shared.f32", [addr(b_at, 0), bv.into()]);
+        k.barrier();
+        for t in 0..TILE as i64 {
+            let x = k.reg(RegKind::F32);
+            k.op("ld.shared.f32", [x.into(), addr(a_rd, 4 * t)]);
+            let y = k.reg(RegKind::F32);
+            k.op("ld.shared.f32", [y.into(), addr(b_rd, 4 * ROW as i64 * t)]);
+            k.op("fma.rn.f32", [acc.into(), x.into(), y.into(), acc.into()]);
+        }
+        k.barrier();
+        k.op("add.u32", [k0.into(), k0.into(), TILE.into()]);
         k.bra(&top);
         k.place(&kend);
+        let end = k.label("end");
+        let j = k.bin("add.u32", RegKind::B32, j0, tx);
+        let i = k.bin("add.u32", RegKind::B32, i0, ty);
+        let pj = k.setp("ge.u32", j, n);
+        k.bra_if(pj, false, &end);
+        let pi = k.setp("ge.u32", i, m);
+        k.bra_if(pi, false, &end);
         // Block z's partials follow batch z's product in C's layout: z = s·batch + zb.
         let ci = k.bin("mul.lo.u32", RegKind::B32, z, m * n);
         let ci = k.tri("mad.lo.u32", RegKind::B32, i, n, ci);
@@ -169,6 +207,20 @@ impl Product {
         k.place(&end);
         k.ret();
         k
+    }
+
+    /// Element `idx` of operand `base` widened to f32 where its K step `kx` is before `last`
+    /// and its row or column is `inside`; else zero.
+    fn staged(&self, k: &mut Kernel, base: Reg, idx: Reg, kx: Reg, last: Opnd, inside: Reg) -> Reg {
+        let v = k.imm_f32(0.0);
+        let in_k = k.setp("lt.u32", kx, last);
+        let ok = k.bin("and.pred", RegKind::Pred, in_k, inside);
+        let skip = k.label("zero");
+        k.bra_if(ok, true, &skip);
+        let x = load_f32(k, self.dtype, base, idx);
+        k.op("mov.f32", [v.into(), x.into()]);
+        k.place(&skip);
+        v
     }
 }
 
@@ -206,6 +258,16 @@ mod tests {
         let one = Product { batch: 1, m: 3, n: 5, ..diakosmos(0, 0, 5000, false, false) };
         assert_eq!(one.split_k(), 4);
         assert_eq!(Product { k: 1 << 20, ..one }.split_k(), 16);
+    }
+
+    #[test]
+    fn the_kernel_stages_both_tiles_between_barriers() {
+        let k = diakosmos(131_072, 8, 190, false, true).kernel();
+        assert_eq!(k.static_shared_bytes(), 2 * TILE * ROW * 4);
+        let text = k.render();
+        assert_eq!(text.matches("bar.sync").count(), 2);
+        assert_eq!(text.matches("fma.rn.f32").count(), TILE as usize);
+        assert_eq!(text.matches("st.shared.f32").count(), 2);
     }
 
     #[test]
