@@ -213,6 +213,24 @@ fn cases() -> Vec<Case> {
             ("tt_batched", g.matmul_t(x16, z16, true, true)),
         ]
     }));
+    // f32 products with long K and few outputs: K split into parts on the simple kernel, the
+    // parts summed in order (Diakosmos's weight gradient, then every layout, batched and shared).
+    v.push(case("matmul-long-k", 1e-5, |g| {
+        let x = p(g, "x", &[7, 131_072, 8]);
+        let dy = p(g, "dy", &[7, 131_072, 190]);
+        let a = p(g, "a", &[2, 8, 20_000]);
+        let wt = p(g, "wt", &[12, 20_000]);
+        let r = p(g, "r", &[5, 6000]);
+        let w = p(g, "w", &[6000, 3]);
+        let c = p(g, "c", &[2, 3000, 9]);
+        let d = p(g, "d", &[2, 10, 3000]);
+        vec![
+            ("tn_batched_diakosmos", g.matmul_t(x, dy, true, false)),
+            ("nt_shared_b", g.matmul_t(a, wt, false, true)),
+            ("nn_one_block", g.matmul(r, w)),
+            ("tt_batched", g.matmul_t(c, d, true, true)),
+        ]
+    }));
     v.push(case("gather-scatter", 1e-6, |g| {
         let table = p(g, "table", &[11, 12]);
         let ids = g.input("ids", &[3, 7], DType::I32);

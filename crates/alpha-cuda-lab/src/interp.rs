@@ -1,6 +1,8 @@
 //! A reference interpreter of the PTX Alpha writes, for the instructions its scalar kernels use
 //! (integer and address arithmetic, predicates and branches, f32 `add`/`sub`/`mul` with their
-//! rounding, global, shared and parameter loads and stores, `bar.sync`).
+//! rounding and `fma.rn.f32` as one rounding ([`f32::mul_add`]), bf16 loads widened by a shift,
+//! global (scalar and `v4.f32`), shared and parameter loads and stores, `bar.sync`), over
+//! grids and blocks of up to three dimensions (`%tid`, `%ntid`, `%ctaid`, `%nctaid` in x, y, z).
 //!
 //! Why: a kernel's arithmetic and indexing can be checked against the CPU reference where no
 //! GPU is, bit for bit where the kernel claims the CPU's order, before the one run on a device.
@@ -30,7 +32,10 @@ enum Operand {
     /// A shared array's address.
     Shared(u32),
     Label(usize),
-    Special(Special),
+    /// A special register in dimension 0 (x), 1 (y) or 2 (z).
+    Special(Special, usize),
+    /// `{%f1, %f2, …}`: registers a vector access reads or writes.
+    Vector(Vec<usize>),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -39,6 +44,37 @@ enum Special {
     Ntid,
     Ctaid,
     Nctaid,
+}
+
+/// `%ctaid.y` → (Ctaid, 1).
+fn special(s: &str) -> Option<(Special, usize)> {
+    let (name, dim) = s.strip_prefix('%')?.split_once('.')?;
+    let sp = match name {
+        "tid" => Special::Tid,
+        "ntid" => Special::Ntid,
+        "ctaid" => Special::Ctaid,
+        "nctaid" => Special::Nctaid,
+        _ => return None,
+    };
+    Some((sp, ["x", "y", "z"].iter().position(|&d| d == dim)?))
+}
+
+/// An instruction's operands split at the commas outside braces.
+fn split_operands(args: &str) -> Vec<&str> {
+    let (mut out, mut depth, mut from) = (vec![], 0, 0);
+    for (i, c) in args.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&args[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&args[from..]);
+    out
 }
 
 #[derive(Clone, Debug)]
@@ -122,9 +158,13 @@ impl Memory {
         self.bytes[o..o + 4 * n].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
     }
 
-    fn span(&mut self, at: u64) -> Result<&mut [u8]> {
+    /// The `len` bytes at `at`, which must be aligned to `len` as the hardware asks.
+    fn span(&mut self, at: u64, len: usize) -> Result<&mut [u8]> {
         let o = at.checked_sub(Self::BASE).ok_or_else(|| anyhow!("global address {at:#x} below the memory"))? as usize;
-        self.bytes.get_mut(o..o + 4).ok_or_else(|| anyhow!("global address {at:#x} past the memory"))
+        if !at.is_multiple_of(len as u64) {
+            bail!("global address {at:#x} not aligned to {len} bytes");
+        }
+        self.bytes.get_mut(o..o + len).ok_or_else(|| anyhow!("global address {at:#x} past the memory"))
     }
 }
 
@@ -207,11 +247,17 @@ impl Module {
         };
         let operand = |s: &str| -> Result<Operand> {
             let s = s.trim();
+            if let Some((sp, dim)) = special(s) {
+                return Ok(Operand::Special(sp, dim));
+            }
             Ok(match s {
-                "%tid.x" => Operand::Special(Special::Tid),
-                "%ntid.x" => Operand::Special(Special::Ntid),
-                "%ctaid.x" => Operand::Special(Special::Ctaid),
-                "%nctaid.x" => Operand::Special(Special::Nctaid),
+                _ if s.starts_with('{') => Operand::Vector(
+                    s.trim_start_matches('{')
+                        .trim_end_matches('}')
+                        .split(',')
+                        .map(|r| reg(r.trim()))
+                        .collect::<Result<_>>()?,
+                ),
                 _ if s.starts_with('[') => {
                     let inner = s.trim_start_matches('[').trim_end_matches(']');
                     if inner.starts_with('%') {
@@ -254,7 +300,11 @@ impl Module {
             let args = if args.trim().is_empty() {
                 vec![]
             } else {
-                args.split(',').map(operand).collect::<Result<Vec<_>>>().with_context(|| text.clone())?
+                split_operands(args)
+                    .into_iter()
+                    .map(operand)
+                    .collect::<Result<Vec<_>>>()
+                    .with_context(|| text.clone())?
             };
             ins.push(Ins { guard, op: op.to_string(), args, line: text.clone() });
         }
@@ -264,13 +314,29 @@ impl Module {
     /// Runs a grid of `grid` blocks of `block` threads with `args` (parameter values, pointers
     /// as [`Memory`] addresses) over `mem`.
     pub fn launch(&self, grid: u32, block: u32, args: &[u64], mem: &mut Memory, schedule: Schedule) -> Result<()> {
+        self.launch_3d([grid, 1, 1], [block, 1, 1], args, mem, schedule)
+    }
+
+    /// [`Module::launch`] over a grid and blocks of three dimensions (x, y, z). Blocks run in
+    /// order of x, then y, then z; a block's threads in the order of their linear index
+    /// (x fastest), or its reverse.
+    pub fn launch_3d(
+        &self,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &[u64],
+        mem: &mut Memory,
+        schedule: Schedule,
+    ) -> Result<()> {
         if args.len() != self.params {
             bail!("kernel {}: {} arguments for {} parameters", self.name, args.len(), self.params);
         }
-        for b in 0..grid {
+        let cube =
+            |[x, y, z]: [u32; 3]| (0..z).flat_map(move |k| (0..y).flat_map(move |j| (0..x).map(move |i| [i, j, k])));
+        for b in cube(grid) {
             let mut shared = vec![0xFFu8; self.shared_bytes];
             let mut threads: Vec<Thread> =
-                (0..block).map(|t| Thread { regs: vec![0; self.regs], pc: 0, done: false, tid: t }).collect();
+                cube(block).map(|t| Thread { regs: vec![0; self.regs], pc: 0, done: false, tid: t }).collect();
             if schedule == Schedule::Descending {
                 threads.reverse();
             }
@@ -278,7 +344,7 @@ impl Module {
             loop {
                 for t in threads.iter_mut().filter(|t| !t.done) {
                     self.run_to_barrier(t, &ids, args, mem, &mut shared)
-                        .with_context(|| format!("kernel {}, block {b}, thread {}", self.name, t.tid))?;
+                        .with_context(|| format!("kernel {}, block {b:?}, thread {:?}", self.name, t.tid))?;
                 }
                 if threads.iter().all(|t| t.done) {
                     break;
@@ -314,10 +380,10 @@ impl Module {
                     Operand::Imm(x) => *x as u64,
                     Operand::F32(b) => *b as u64,
                     Operand::Shared(at) => *at as u64,
-                    Operand::Special(Special::Tid) => t.tid as u64,
-                    Operand::Special(Special::Ntid) => ids.ntid as u64,
-                    Operand::Special(Special::Ctaid) => ids.ctaid as u64,
-                    Operand::Special(Special::Nctaid) => ids.nctaid as u64,
+                    Operand::Special(Special::Tid, d) => t.tid[*d] as u64,
+                    Operand::Special(Special::Ntid, d) => ids.ntid[*d] as u64,
+                    Operand::Special(Special::Ctaid, d) => ids.ctaid[*d] as u64,
+                    Operand::Special(Special::Nctaid, d) => ids.nctaid[*d] as u64,
                     Operand::Param(p) => args[*p],
                     other => bail!("{other:?} is not a value"),
                 })
@@ -349,18 +415,39 @@ impl Module {
                     }
                     _ => bail!("{}: a branch to no label", i.line),
                 },
-                "mov.u32" | "mov.f32" => Some(u(v(1)?) as u64),
+                "mov.u32" | "mov.f32" | "mov.b32" => Some(u(v(1)?) as u64),
                 "mov.u64" => Some(v(1)?),
                 "ld.param.u64" | "ld.param.u32" => Some(addr(1, &t.regs)?),
                 "ld.global.f32" => {
                     let at = addr(1, &t.regs)?;
-                    let b = mem.span(at).with_context(|| i.line.clone())?;
+                    let b = mem.span(at, 4).with_context(|| i.line.clone())?;
                     Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
+                }
+                "ld.global.u16" => {
+                    let at = addr(1, &t.regs)?;
+                    let b = mem.span(at, 2).with_context(|| i.line.clone())?;
+                    Some(u16::from_le_bytes([b[0], b[1]]) as u64)
                 }
                 "st.global.f32" => {
                     let at = addr(0, &t.regs)?;
                     let x = u(v(1)?);
-                    mem.span(at).with_context(|| i.line.clone())?.copy_from_slice(&x.to_le_bytes());
+                    mem.span(at, 4).with_context(|| i.line.clone())?.copy_from_slice(&x.to_le_bytes());
+                    None
+                }
+                "ld.global.v4.f32" => {
+                    let Operand::Vector(rs) = &i.args[0] else { bail!("{}: not a vector load", i.line) };
+                    let at = addr(1, &t.regs)?;
+                    let b = mem.span(at, 16).with_context(|| i.line.clone())?.to_vec();
+                    for (r, w) in rs.iter().zip(b.chunks_exact(4)) {
+                        t.regs[*r] = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64;
+                    }
+                    None
+                }
+                "st.global.v4.f32" => {
+                    let Operand::Vector(rs) = &i.args[1] else { bail!("{}: not a vector store", i.line) };
+                    let at = addr(0, &t.regs)?;
+                    let words: Vec<u8> = rs.iter().flat_map(|&r| (t.regs[r] as u32).to_le_bytes()).collect();
+                    mem.span(at, 16).with_context(|| i.line.clone())?.copy_from_slice(&words);
                     None
                 }
                 "ld.shared.f32" => {
@@ -390,6 +477,8 @@ impl Module {
                     Some(if i.op == "div.u32" { a / b } else { a % b } as u64)
                 }
                 "and.b32" => Some((u(v(1)?) & u(v(2)?)) as u64),
+                "shl.b32" => Some(u(v(1)?).checked_shl(u(v(2)?)).unwrap_or(0) as u64),
+                "min.u32" => Some(u(v(1)?).min(u(v(2)?)) as u64),
                 "mul.wide.u32" => Some(u(v(1)?) as u64 * u(v(2)?) as u64),
                 "add.s64" => Some(v(1)?.wrapping_add(v(2)?)),
                 "and.pred" => Some(((v(1)? != 0) && (v(2)? != 0)) as u64),
@@ -398,6 +487,7 @@ impl Module {
                 "add.rn.f32" => Some((f(v(1)?) + f(v(2)?)).to_bits() as u64),
                 "sub.rn.f32" => Some((f(v(1)?) - f(v(2)?)).to_bits() as u64),
                 "mul.rn.f32" => Some((f(v(1)?) * f(v(2)?)).to_bits() as u64),
+                "fma.rn.f32" => Some(f(v(1)?).mul_add(f(v(2)?), f(v(3)?)).to_bits() as u64),
                 op if op.starts_with("setp.") && op.ends_with(".u32") => {
                     let (a, b) = (u(v(1)?), u(v(2)?));
                     let r = match &op[5..op.len() - 4] {
@@ -424,19 +514,20 @@ struct Thread {
     regs: Vec<u64>,
     pc: usize,
     done: bool,
-    tid: u32,
+    tid: [u32; 3],
 }
 
 struct Ids {
-    ntid: u32,
-    ctaid: u32,
-    nctaid: u32,
+    ntid: [u32; 3],
+    ctaid: [u32; 3],
+    nctaid: [u32; 3],
 }
 
 /// Runs phase `phase` of a lowered program launch by launch in the interpreter, its arena
 /// cleared and its load-time constants written as the backend does, after writing the named
 /// f32 leaves; returns the arena's memory and base address. Only programs whose kernels use
-/// the interpreted instructions (elementwise chains and copies of one-dimensional grids) run.
+/// the interpreted instructions run (elementwise chains, copies, the simple matrix product and
+/// the split-K sum).
 pub fn run_lowered(
     lowered: &alpha_cuda::lower::Lowered,
     phase: usize,
@@ -463,9 +554,6 @@ pub fn run_lowered(
     }
     for l in &lowered.phases[phase] {
         let k = &lowered.kernels[l.kernel];
-        if l.grid.1 != 1 || l.grid.2 != 1 || l.block.1 != 1 || l.block.2 != 1 {
-            bail!("kernel {}: only one-dimensional launches are interpreted", k.name);
-        }
         let module = Module::parse(&k.render(), k.dynamic_shared)?;
         let args: Vec<u64> = l
             .args
@@ -477,7 +565,13 @@ pub fn run_lowered(
             })
             .collect();
         module
-            .launch(l.grid.0, l.block.0, &args, &mut mem, Schedule::Ascending)
+            .launch_3d(
+                [l.grid.0, l.grid.1, l.grid.2],
+                [l.block.0, l.block.1, l.block.2],
+                &args,
+                &mut mem,
+                Schedule::Ascending,
+            )
             .with_context(|| lowered.describe(l))?;
     }
     Ok((mem, base))

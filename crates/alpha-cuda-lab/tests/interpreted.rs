@@ -2,13 +2,16 @@
 //! (`alpha_cuda_lab::interp`, no GPU needed), equal the CPU backend's kernels bit for bit,
 //! forward and backward, under both orders of a block's threads, at KickDelta's and
 //! Diakosmos's widths over short windows and at odd shapes (a short last chunk, a short last
-//! group of positions, rows that are not a whole number of warps).
+//! group of positions, rows that are not a whole number of warps). The simple matrix product,
+//! its K whole or split into parts, gives its promised order of sums bit for bit.
 
+use alpha_cuda::kernels::gemm::simple::Product;
 use alpha_cuda::kernels::replay::{window_sum_arguments, window_sum_kernel};
 use alpha_cuda::kernels::{delta_rule, harmonic_scan};
 use alpha_cuda::ptx::Kernel;
 use alpha_cuda_lab::check::{self, Rng};
 use alpha_cuda_lab::interp::{Memory, Module, Schedule};
+use alpha_ir::DType;
 
 fn module(k: &Kernel) -> Module {
     Module::parse(&k.render(), k.dynamic_shared).unwrap_or_else(|e| panic!("{}: {e:#}", k.name))
@@ -203,19 +206,24 @@ fn a_chain_reads_its_bias_row_by_column_and_its_scalar_once() {
     }
 }
 
-/// Runs the one-phase program with output "out" (`out`) on the CPU backend and, lowered for the
-/// GPU, in the interpreter with the same leaves; asserts the same bits and returns the launches'
-/// kernel names.
-fn lowered_gives_the_cpus_bits(g: alpha_ir::Graph, out: alpha_ir::Value, leaves: &[(&str, Vec<f32>)]) -> Vec<String> {
+/// Output "out" of `program`'s forward phase on the CPU backend, after writing the named leaves.
+fn cpu_forward_out(program: &alpha_ir::Program, leaves: &[(&str, Vec<f32>)]) -> Vec<f32> {
     use alpha_plan::Backend;
-    let outputs = [("out".to_string(), out)].into_iter().collect();
-    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
-    let mut cpu = alpha_cpu::CpuBackend::compile(&program).unwrap();
+    let mut cpu = alpha_cpu::CpuBackend::compile(program).unwrap();
     for (name, v) in leaves {
         cpu.write(name, v).unwrap();
     }
     cpu.run("forward").unwrap();
-    let want = cpu.output("out").unwrap();
+    cpu.output("out").unwrap()
+}
+
+/// Runs the one-phase program with output "out" (`out`) on the CPU backend and, lowered for the
+/// GPU, in the interpreter with the same leaves; asserts the same bits and returns the launches'
+/// kernel names.
+fn lowered_gives_the_cpus_bits(g: alpha_ir::Graph, out: alpha_ir::Value, leaves: &[(&str, Vec<f32>)]) -> Vec<String> {
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let want = cpu_forward_out(&program, leaves);
     let lowered = alpha_cuda::lower::lower_program(&program, &alpha_cuda::CudaConfig::default()).unwrap();
     let (mem, base) = alpha_cuda_lab::interp::run_lowered(&lowered, 0, leaves).unwrap();
     assert_bits("out", &mem.read(base + lowered.plan.slot(out).offset as u64, want.len()), &want);
@@ -259,4 +267,206 @@ fn a_chain_reads_per_group_values_held_over_the_last_axes() {
     let leaves = [("x", rng.vec(60, 2.0)), ("inv", rng.vec(15, 2.0)), ("gain", rng.vec(3, 2.0))];
     let names = lowered_gives_the_cpus_bits(g, out, &leaves);
     assert_eq!(names, ["ew_mul_mul_sub_g1x15b4_g2x3b4"], "one chain reading both held values");
+}
+
+/// The simple product `p` of f32 `a` and `b`, as the interpreter computes it: one launch where K
+/// is whole; the parts into partials and the split-K sum where it is split.
+fn simple_product_on_gpu(p: &Product, a: &[f32], b: &[f32], schedule: Schedule) -> Vec<f32> {
+    use alpha_cuda::kernels::gemm::{self, GemmSpec, Input, Layout};
+    let mut mem = Memory::new();
+    // bf16 operands (already rounded to bf16) as their upper halves.
+    let mut upload = |x: &[f32]| match p.dtype {
+        DType::BF16 => {
+            let at = mem.alloc_zeroed(x.len() * 2);
+            let halves: Vec<u8> = x.iter().flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect();
+            mem.write_bytes(at, &halves);
+            at
+        }
+        _ => mem.upload(x),
+    };
+    let (aa, ba) = (upload(a), upload(b));
+    let mn = p.batch * p.m * p.n;
+    let c = mem.alloc(mn);
+    let (x, y, z) = p.grid();
+    let product = module(&p.kernel());
+    if p.splits == 1 {
+        product.launch_3d([x, y, z], [16, 16, 1], &[c, aa, ba], &mut mem, schedule).unwrap();
+        return mem.read(c, mn);
+    }
+    let partials = mem.alloc(mn * p.splits as usize);
+    product.launch_3d([x, y, z], [16, 16, 1], &[partials, aa, ba], &mut mem, schedule).unwrap();
+    let width = gemm::splitk_reduce_width(mn as u32, true);
+    let store = GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::F32);
+    let sum = module(&gemm::splitk_reduce_kernel(&store, p.splits, mn as u32, width));
+    let args = gemm::splitk_reduce_arguments([c, c, partials], None);
+    sum.launch(gemm::splitk_reduce_blocks(mn as u32, width), gemm::REDUCE_THREADS, &args, &mut mem, schedule).unwrap();
+    mem.read(c, mn)
+}
+
+/// Element (z, i, t) of `op(A)` and (z, t, j) of `op(B)` for `p`'s layouts.
+fn operand_at(p: &Product, a: &[f32], b: &[f32], z: usize, i: usize, j: usize, t: usize) -> (f32, f32) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let av = if p.ta { a[z * k * m + t * m + i] } else { a[z * m * k + i * k + t] };
+    let zb = if p.b_batched { z } else { 0 };
+    let bv = if p.tb { b[zb * n * k + j * k + t] } else { b[zb * k * n + t * n + j] };
+    (av, bv)
+}
+
+/// What the kernels promise, in f32: each part of K (⌈K/S⌉ long, the last shorter) one fused
+/// multiply-add chain in order from zero, the parts then added in order.
+fn chained_in_parts(p: &Product, a: &[f32], b: &[f32]) -> Vec<f32> {
+    let part = p.k.div_ceil(p.splits as usize);
+    let mut out = vec![];
+    for z in 0..p.batch {
+        for i in 0..p.m {
+            for j in 0..p.n {
+                let sums: Vec<f32> = (0..p.splits as usize)
+                    .map(|s| {
+                        (s * part..((s + 1) * part).min(p.k)).fold(0.0f32, |acc, t| {
+                            let (x, y) = operand_at(p, a, b, z, i, j, t);
+                            x.mul_add(y, acc)
+                        })
+                    })
+                    .collect();
+                out.push(sums[1..].iter().fold(sums[0], |acc, &x| acc + x));
+            }
+        }
+    }
+    out
+}
+
+/// Each element within f32 rounding of the f64 product: `|got − want| ≤ 1e-5 · Σ|a·b|`.
+fn assert_near_f64(name: &str, p: &Product, a: &[f32], b: &[f32], got: &[f32]) {
+    let mut e = 0;
+    for z in 0..p.batch {
+        for i in 0..p.m {
+            for j in 0..p.n {
+                let (mut want, mut mag) = (0.0f64, 0.0f64);
+                for t in 0..p.k {
+                    let (x, y) = operand_at(p, a, b, z, i, j, t);
+                    want += x as f64 * y as f64;
+                    mag += (x as f64 * y as f64).abs();
+                }
+                let d = (got[e] as f64 - want).abs();
+                assert!(d <= 1e-5 * mag + 1e-30, "{name}[{z},{i},{j}]: {} vs {want} (Σ|a·b| {mag})", got[e]);
+                e += 1;
+            }
+        }
+    }
+}
+
+/// The simple product with K whole or split into parts (even and uneven, an empty last part),
+/// every layout, B batched or shared, outputs a whole number of four elements (the sum's
+/// 16-byte accesses) or not: each element is its parts' chains added in order, bit for bit,
+/// under both orders of a block's threads, and within f32 rounding of the f64 product.
+#[test]
+fn the_simple_product_sums_its_parts_of_k_in_a_fixed_order() {
+    let mut rng = Rng::new(5);
+    for (batch, m, n, k, splits) in [
+        (2, 5, 7, 50, 1),
+        (2, 5, 7, 50, 3),
+        (2, 4, 6, 64, 4),
+        (1, 17, 3, 9, 4),
+        (3, 2, 18, 40, 2),
+        (2, 20, 33, 70, 1),
+        (1, 20, 33, 70, 3),
+    ] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            for b_batched in [true, false] {
+                let p = Product { batch, m, n, k, ta, tb, b_batched, dtype: DType::F32, splits };
+                let a = rng.vec(batch * m * k, 1.0);
+                let b = rng.vec(if b_batched { batch } else { 1 } * k * n, 1.0);
+                let want = chained_in_parts(&p, &a, &b);
+                for schedule in [Schedule::Ascending, Schedule::Descending] {
+                    let got = simple_product_on_gpu(&p, &a, &b, schedule);
+                    let name = format!("{p:?} {schedule:?}");
+                    assert_bits(&name, &got, &want);
+                    assert_near_f64(&name, &p, &a, &b, &got);
+                }
+            }
+        }
+    }
+}
+
+/// bf16 operands, widened exactly on load, give the same chains over their f32 values.
+#[test]
+fn the_simple_product_widens_bf16_operands_exactly() {
+    use alpha_cuda::kernels::gemm::bf16_round;
+    let mut rng = Rng::new(6);
+    for splits in [1, 3] {
+        let p =
+            Product { batch: 2, m: 5, n: 6, k: 30, ta: true, tb: true, b_batched: true, dtype: DType::BF16, splits };
+        let a: Vec<f32> = rng.vec(p.batch * p.m * p.k, 1.0).into_iter().map(bf16_round).collect();
+        let b: Vec<f32> = rng.vec(p.batch * p.k * p.n, 1.0).into_iter().map(bf16_round).collect();
+        let got = simple_product_on_gpu(&p, &a, &b, Schedule::Ascending);
+        assert_bits(&format!("{p:?}"), &got, &chained_in_parts(&p, &a, &b));
+    }
+}
+
+/// Splitting changes the rounding, not the meaning: the same product in one chain and in four
+/// parts differ in some bits (so the check above tells the orders apart) but both are near.
+#[test]
+fn split_and_whole_products_differ_only_by_rounding() {
+    let mut rng = Rng::new(8);
+    let p =
+        Product { batch: 1, m: 6, n: 8, k: 400, ta: true, tb: false, b_batched: true, dtype: DType::F32, splits: 1 };
+    let (a, b) = (rng.vec(p.m * p.k, 1.0), rng.vec(p.k * p.n, 1.0));
+    let whole = simple_product_on_gpu(&p, &a, &b, Schedule::Ascending);
+    let split = Product { splits: 4, ..p };
+    let parts = simple_product_on_gpu(&split, &a, &b, Schedule::Ascending);
+    assert!(whole.iter().zip(&parts).any(|(x, y)| x.to_bits() != y.to_bits()));
+    assert_near_f64("whole", &p, &a, &b, &whole);
+    assert_near_f64("split", &split, &a, &b, &parts);
+}
+
+/// Long-K f32 products lowered whole (`xᵀ·y` batched, as Diakosmos's weight gradient, and
+/// `x·wᵀ` with a shared 2-D weight), run launch by launch by the interpreter: the lowering
+/// splits K, the result is the parts' chains added in order, bit for bit, and within f32
+/// rounding of the CPU backend (which sums in another order).
+#[test]
+fn lowered_long_k_products_run_split_and_match_the_cpu() {
+    use alpha_cuda::lower::lower_program;
+    use alpha_cuda::CudaConfig;
+    use alpha_ir::{Graph, Init, Program};
+
+    // (batch, m, n, k, ta, tb, b batched): 4 and 1 blocks, K of 4,096 and 2,560.
+    for (batch, m, n, k, ta, tb, b_batched) in
+        [(2, 8, 19, 4096, true, false, true), (1, 5, 6, 2560, false, true, false)]
+    {
+        let mut g = Graph::new("long-k");
+        let a_shape = if ta { [batch, k, m] } else { [batch, m, k] };
+        let b_shape: Vec<usize> = match (b_batched, tb) {
+            (true, false) => vec![batch, k, n],
+            (true, true) => vec![batch, n, k],
+            (false, false) => vec![k, n],
+            (false, true) => vec![n, k],
+        };
+        let a = g.param("a", &a_shape, Init::Zeros);
+        let b = g.param("b", &b_shape, Init::Zeros);
+        let y = g.matmul_t(a, b, ta, tb);
+        let outputs = [("out".to_string(), y)].into_iter().collect();
+        let program = Program::single(g.finish().unwrap(), "forward", outputs);
+        let mut rng = Rng::new(k as u64);
+        let av = rng.vec(a_shape.iter().product(), 1.0);
+        let bv = rng.vec(b_shape.iter().product(), 1.0);
+        let leaves: Vec<(&str, Vec<f32>)> = vec![("a", av.clone()), ("b", bv.clone())];
+
+        let want = cpu_forward_out(&program, &leaves);
+
+        let lowered = lower_program(&program, &CudaConfig::default()).unwrap();
+        let p = Product { batch, m, n, k, ta, tb, b_batched, dtype: DType::F32, splits: 1 };
+        let p = Product { splits: p.split_k(), ..p };
+        assert!(p.splits > 1, "{p:?}");
+        let names: Vec<&str> = lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.as_str()).collect();
+        assert_eq!(names[0], format!("gemm_simple_split{}", p.splits), "{names:?}");
+        assert!(names[1].starts_with(&format!("gemm_splitk{}_store", p.splits)), "{names:?}");
+        let (mem, base) = alpha_cuda_lab::interp::run_lowered(&lowered, 0, &leaves).unwrap();
+        let got = mem.read(base + lowered.plan.slot(y).offset as u64, batch * m * n);
+        assert_bits("lowered", &got, &chained_in_parts(&p, &av, &bv));
+        assert_near_f64("lowered", &p, &av, &bv, &got);
+        // Operands in [-1, 1]: Σ|a·b| ≤ K bounds either order's rounding error.
+        for (e, (x, w)) in got.iter().zip(&want).enumerate() {
+            assert!((x - w).abs() <= 1e-5 * k as f32, "out[{e}]: interpreted {x} vs CPU {w}");
+        }
+    }
 }

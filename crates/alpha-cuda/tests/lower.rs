@@ -787,3 +787,52 @@ fn the_health_phase_lowers_and_leaves_the_step_as_it_was() {
         assert!(with.launch_count(health) > plain.launch_count(plain.phases.len() - 1), "{}", system.name());
     }
 }
+
+/// Diakosmos's training step at 64 windows (its measured geometry on the H200): each f32
+/// weight gradient `xᵀ·dy` over every position (M 8, N 190, K = 131,072, 7 groups: 84 blocks
+/// of the simple kernel, each thread a chain over all of K) runs as 12 parts of K into scratch
+/// and their fixed-order sum (10,640 outputs, four a thread: 11 blocks); its products with a
+/// short K or many outputs keep one launch.
+#[test]
+fn diakosmos_weight_gradients_split_k_at_64_windows() {
+    use alpha_systems::diakosmos::Diakosmos;
+    let system = Diakosmos::default();
+    let program = system.learner(10).training_program(system.model(64).unwrap()).unwrap();
+    let l = lower_program(&program, &CudaConfig::default()).unwrap();
+    check_pointers(&l);
+    let g = &l.plan.program.graph;
+    // Each simple product's shape (layout, M, N, K, batch) and its launches: kernel and grid.
+    let mut products: std::collections::BTreeMap<String, Vec<Vec<String>>> = Default::default();
+    let launches = &l.phases[0];
+    for (i, x) in launches.iter().enumerate() {
+        let name = &l.kernels[x.kernel].name;
+        let Some(id) = x.node.filter(|_| name.starts_with("gemm_simple")) else { continue };
+        let node = &g.nodes[id as usize];
+        let Op::MatMul { ta, tb } = node.op else { panic!("{name} for {:?}", node.op) };
+        let (sa, os) = (&g.node(node.inputs[0]).outputs[0].shape, &node.outputs[0].shape);
+        let r = sa.len();
+        let (m, k) = if ta { (sa[r - 1], sa[r - 2]) } else { (sa[r - 2], sa[r - 1]) };
+        let batch: usize = sa[..r - 2].iter().product();
+        let layout = format!("{}{}", if ta { "c" } else { "r" }, if tb { "c" } else { "r" });
+        let shape = format!("{layout}-m{m}-n{}-k{k}-b{batch}", os[os.len() - 1]);
+        let mut these = vec![format!("{name} {:?}", x.grid)];
+        if let Some(next) = launches.get(i + 1).filter(|n| n.node == x.node) {
+            these.push(format!("{} {:?}", l.kernels[next.kernel].name, next.grid));
+        }
+        products.entry(shape).or_default().push(these);
+    }
+    for (shape, runs) in &products {
+        println!("{shape}: {} × {:?}", runs.len(), runs[0]);
+    }
+    let runs = |shape: &str| products.get(shape).cloned().unwrap_or_default();
+    let split = runs("cr-m8-n190-k131072-b7");
+    assert_eq!(split.len(), 28);
+    for r in &split {
+        assert_eq!(r, &["gemm_simple_split12 (12, 1, 84)", "gemm_splitk12_store_v4 (11, 1, 1)"]);
+    }
+    for shape in ["rc-m131072-n8-k190-b7", "rr-m131072-n190-k8-b7"] {
+        let whole = runs(shape);
+        assert_eq!(whole.len(), 28, "{shape}");
+        assert!(whole.iter().all(|r| r.len() == 1 && r[0].starts_with("gemm_simple ")), "{shape}: {whole:?}");
+    }
+}

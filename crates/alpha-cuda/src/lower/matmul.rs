@@ -184,20 +184,38 @@ impl Lowerer<'_> {
                     if !matches!(cx.idt(0), DType::F32 | DType::BF16) {
                         return Err(node_error(node, id, format!("matmul of {} operands", cx.idt(0))));
                     }
-                    let p = Product { batch, m, n: nn, k: kd, ta: *ta, tb: *tb, b_batched, dtype: cx.idt(0) };
-                    let kernel = self.kernel(p.kernel())?;
-                    v.push(Pending {
-                        kernel,
-                        grid: p.grid(),
-                        block: (16, 16, 1),
-                        args: vec![self.ptr(cx.out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
-                        node: some,
-                    });
+                    let p =
+                        Product { batch, m, n: nn, k: kd, ta: *ta, tb: *tb, b_batched, dtype: cx.idt(0), splits: 1 };
+                    let p = Product { splits: p.split_k(), ..p };
+                    v.extend(self.lower_simple_product(&p, [cx.out(0), ins[0], ins[1]], id)?);
                 }
             }
             _ => return Err(node_error(node, id, "not a matrix product")),
         }
         Ok(v)
+    }
+
+    /// The simple kernel's launch for MatMul `id` writing `c = a·b`; with K split
+    /// ([`Product::split_k`]), the parts into the scratch region, then their fixed-order sum
+    /// into `c` by the tiled split-K's reduction (a plain store).
+    fn lower_simple_product(&mut self, p: &Product, [c, a, b]: [Value; 3], id: u32) -> Result<Vec<Pending>> {
+        let node = Some(id);
+        let kernel = self.kernel(p.kernel())?;
+        let (grid, block) = (p.grid(), (16, 16, 1));
+        if p.splits == 1 {
+            let args = vec![self.ptr(c), self.ptr(a), self.ptr(b)];
+            return Ok(vec![Pending { kernel, grid, block, args, node }]);
+        }
+        self.need_scratch(p.partial_bytes());
+        let parts = Pending { kernel, grid, block, args: vec![A::Scratch(0), self.ptr(a), self.ptr(b)], node };
+        let mn = (p.batch * p.m * p.n) as u32;
+        let args = gemm::splitk_reduce_arguments([self.ptr(c), self.ptr(c), A::Scratch(0)], None);
+        let width = gemm::splitk_reduce_width(mn, aligned16(&args));
+        let store = GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::F32);
+        let kernel = self.kernel(gemm::splitk_reduce_kernel(&store, p.splits, mn, width))?;
+        let grid = (gemm::splitk_reduce_blocks(mn, width), 1, 1);
+        let sum = Pending { kernel, grid, block: (gemm::REDUCE_THREADS, 1, 1), args, node };
+        Ok(vec![parts, sum])
     }
 
     /// The TMA engine's two tensor-map arguments for a launch of `spec` on `shape` reading

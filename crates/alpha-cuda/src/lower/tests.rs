@@ -664,3 +664,51 @@ fn a_bf16_product_off_the_tiled_sizes_by_alignment_runs_padded_on_the_tiled_kern
     let s = g.sum_all(y);
     assert!(launch_names(&lower_forward(g, s)).contains(&"gemm_simple"));
 }
+
+/// `a [batch, k, m]ᵀ · b [batch, k, n]` in f32 (Diakosmos's weight gradient), lowered.
+fn long_k_product(batch: usize, k: usize, m: usize, n: usize) -> (Lowered, Value) {
+    let mut g = Graph::new("t");
+    let a = g.param("a", &[batch, k, m], Init::Zeros);
+    let b = g.param("b", &[batch, k, n], Init::Zeros);
+    let y = g.matmul_t(a, b, true, false);
+    let s = g.sum_all(y);
+    (lower_forward(g, s), y)
+}
+
+#[test]
+fn a_long_k_f32_product_with_few_outputs_runs_split_into_scratch_then_summed() {
+    // Diakosmos at 64 windows: 12 × 1 × 7 = 84 blocks, K = 131,072 → ⌊1,056 / 84⌋ = 12 parts.
+    let (l, y) = long_k_product(7, 131_072, 8, 190);
+    let names = launch_names(&l);
+    assert_eq!(names[..2], ["gemm_simple_split12", "gemm_splitk12_store_v4"], "{names:?}");
+    let (parts, sum) = (&l.phases[0][0], &l.phases[0][1]);
+    assert_eq!(parts.grid, (12, 1, 7 * 12));
+    assert_eq!(parts.block, (16, 16, 1));
+    // The partials lie in the scratch region past everything else, sized for 12 parts of
+    // 7 × 8 × 190 f32 (to the region's alignment).
+    let LArg::Ptr(scratch) = parts.args[0] else { panic!("partials are a pointer") };
+    assert!(scratch >= l.plan.arena);
+    let bytes = 12 * 7 * 8 * 190 * 4;
+    assert!(l.arena - scratch >= bytes && l.arena - scratch < bytes + ALIGN, "{} B", l.arena - scratch);
+    // A and B read in place; the sum reads the partials and writes the product's slot.
+    let slot = |v| LArg::Ptr(l.plan.slot(v).offset);
+    let (a, b) = (Value { node: 0, index: 0 }, Value { node: 1, index: 0 });
+    assert_eq!(parts.args[1..], [slot(a), slot(b)]);
+    assert_eq!(sum.args, [slot(y), slot(y), LArg::Ptr(scratch)]);
+    assert_eq!(sum.block, (256, 1, 1));
+}
+
+#[test]
+fn short_k_or_many_outputs_keep_the_simple_products_one_launch() {
+    // K of 2,047 is under two parts of 1,024.
+    let (l, _) = long_k_product(7, 2047, 8, 190);
+    assert_eq!(launch_names(&l)[0], "gemm_simple");
+    assert!(!launch_names(&l)[1].starts_with("gemm_splitk"));
+    assert_eq!(l.phases[0][0].grid, (12, 1, 7));
+    // 20 × 20 × 1 = 400 blocks already fill two an SM: no split however long K is.
+    let (l, _) = long_k_product(1, 65_536, 320, 320);
+    assert_eq!(launch_names(&l)[0], "gemm_simple");
+    // Two parts as soon as K holds two of 1,024.
+    let (l, _) = long_k_product(7, 2048, 8, 190);
+    assert_eq!(launch_names(&l)[..2], ["gemm_simple_split2", "gemm_splitk2_store_v4"]);
+}
