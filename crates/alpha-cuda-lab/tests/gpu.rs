@@ -233,6 +233,55 @@ fn backend_runs_bobs_step_like_the_cpu_reference() {
     assert!(pp.iter().zip(&pg).all(|(a, b)| a.to_bits() == b.to_bits()), "plain, checked launches change the table");
 }
 
+/// A run's device time comes from the events around its graph: none before a run or after a
+/// profile, and after a run more than nothing, within the host's wall time around it, and not
+/// under half the fastest of the phase's event-timed replays; launch by launch too.
+#[test]
+fn a_runs_device_time_is_read_from_events_around_its_launches() {
+    use alpha_cuda::{CudaBackend, CudaConfig};
+    use alpha_plan::Backend;
+    use alpha_systems::System;
+
+    let Some(_) = Gpu::probe().unwrap() else {
+        println!("skipped: no CUDA device");
+        return;
+    };
+    let bob = alpha_systems::bob::Bob;
+    let program = bob.learner(10).training_program(bob.model(2).unwrap()).unwrap();
+    let mut rng = Rng::new(5);
+    let ids: Vec<u32> = (0..2 * 256 + 1).map(|_| rng.below(256)).collect();
+    let timed_step = |b: &mut CudaBackend| {
+        b.write_ids("tokens", &ids[..512]).unwrap();
+        b.write_ids("targets", &ids[1..]).unwrap();
+        let t0 = std::time::Instant::now();
+        b.run("step").unwrap();
+        let device = b.last_run_device_ms().unwrap();
+        (device, t0.elapsed().as_secs_f64() * 1e3)
+    };
+    let mut gpu = CudaBackend::compile(&program, &CudaConfig::default()).unwrap();
+    gpu.write("logits", &vec![0.0; 256 * 256]).unwrap();
+    for (name, v) in bob.learner(10).scalars(1) {
+        gpu.write(name, &[v as f32]).unwrap();
+    }
+    assert_eq!(gpu.last_run_device_ms().unwrap(), None, "nothing has run");
+    for _ in 0..3 {
+        timed_step(&mut gpu);
+    }
+    let (device, wall) = timed_step(&mut gpu);
+    let device = device.expect("a run is timed");
+    let fastest = gpu.time_phase("step", 1, 5).unwrap().into_iter().fold(f32::INFINITY, f32::min) as f64;
+    println!("device {device:.4} ms, wall {wall:.4} ms, fastest replay {fastest:.4} ms");
+    assert!(device > 0.0 && device <= wall, "device {device} ms, wall {wall} ms");
+    assert!(device >= 0.5 * fastest, "device {device} ms, fastest replay {fastest} ms");
+    gpu.profile("step").unwrap();
+    assert_eq!(gpu.last_run_device_ms().unwrap(), None, "a profile is not a run");
+
+    let checked = CudaConfig { check_launches: true, ..CudaConfig::default() };
+    let mut one_by_one = CudaBackend::compile(&program, &checked).unwrap();
+    let (device, wall) = timed_step(&mut one_by_one);
+    assert!(device.is_some_and(|d| d > 0.0 && d <= wall), "launch by launch: {device:?} ms, wall {wall} ms");
+}
+
 /// With a PTX folder configured, compiling writes every kernel of the lowering there (before
 /// the GPU is opened, so also where there is none).
 #[test]

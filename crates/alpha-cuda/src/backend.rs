@@ -25,7 +25,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::config::CudaConfig;
 use crate::lower::{lower_program, LArg, Launch, Lowered};
-use crate::runtime::driver::{Arg, DeviceArena, Function, Gpu, GpuInfo, Graph, LaunchConfig};
+use crate::runtime::driver::{Arg, DeviceArena, Event, Function, Gpu, GpuInfo, Graph, LaunchConfig};
 
 /// Writes the device's nanosecond clock into `buf[i]`: the bracket of a profiled launch.
 const STAMP_PTX: &str = ".version 8.0
@@ -77,6 +77,12 @@ pub struct CudaBackend {
     /// The phase last launched and not yet waited for ([`Backend::run`] returns once the
     /// graph is launched; the next read or copy waits, and names it if it faulted).
     unsettled: Option<String>,
+    /// Events recorded on the stream just before and after a run's launches: its device time,
+    /// read once the run has settled.
+    run_marks: (Event, Event),
+    /// Whether `run_marks` bracket the last run (not so while a run is being launched, after
+    /// a launch failed, or after a profile).
+    marked: bool,
     gpu: Box<Gpu>,
 }
 
@@ -165,7 +171,20 @@ impl CudaBackend {
         // names its launch (a fault inside a replayed graph cannot).
         let checked = config.check_launches;
         let sync_each_run = config.sync_each_run;
-        Ok(CudaBackend { graphs, arena, functions, lowered, names, checked, sync_each_run, unsettled: None, gpu })
+        let run_marks = (gpu.event()?, gpu.event()?);
+        Ok(CudaBackend {
+            graphs,
+            arena,
+            functions,
+            lowered,
+            names,
+            checked,
+            sync_each_run,
+            unsettled: None,
+            run_marks,
+            marked: false,
+            gpu,
+        })
     }
 
     pub fn info(&self) -> &GpuInfo {
@@ -359,26 +378,42 @@ impl Backend for CudaBackend {
     }
     fn profile(&mut self, phase: &str) -> Result<Vec<LaunchTime>> {
         self.settle()?;
+        self.marked = false;
         self.profile_stamps(phase)
+    }
+    fn last_run_device_ms(&mut self) -> Result<Option<f64>> {
+        self.settle()?;
+        if !self.marked {
+            return Ok(None);
+        }
+        let ms = self.run_marks.0.elapsed_ms(&self.run_marks.1).context("reading a run's device time")?;
+        Ok(Some(ms as f64))
     }
     fn launches(&self, phase: &str) -> Option<usize> {
         CudaBackend::launches(self, phase).ok()
     }
     fn run(&mut self, phase: &str) -> Result<()> {
         let i = self.phase_index(phase)?;
+        self.marked = false;
         if self.checked {
             self.gpu.set_checked(true);
             let base = self.arena.base();
-            let r = self.lowered.phases[i]
-                .iter()
-                .try_for_each(|l| launch_one(&self.gpu, &self.functions, &self.lowered, base, l));
+            let r = self.gpu.record(&self.run_marks.0).and_then(|()| {
+                self.lowered.phases[i]
+                    .iter()
+                    .try_for_each(|l| launch_one(&self.gpu, &self.functions, &self.lowered, base, l))
+            });
             self.gpu.set_checked(false);
             r?;
-            return self.gpu.synchronize().with_context(|| format!("running phase '{phase}' launch by launch"));
+            self.gpu.record(&self.run_marks.1)?;
+            self.gpu.synchronize().with_context(|| format!("running phase '{phase}' launch by launch"))?;
+            self.marked = true;
+            return Ok(());
         }
         // The graph runs on while the host goes on (as a training loop's next step's scalars
         // are set): the next read, copy or profile waits for it. An earlier fault shows here.
-        if let Err(e) = self.graphs[i].replay() {
+        // The events around it are on the same stream, so they time the graph alone.
+        if let Err(e) = self.gpu.record(&self.run_marks.0).and_then(|()| self.graphs[i].replay()) {
             // A fault in the phase launched before shows here first: name that one.
             return Err(match self.settle() {
                 Err(earlier) => earlier,
@@ -386,6 +421,8 @@ impl Backend for CudaBackend {
             });
         }
         self.unsettled = Some(phase.to_string());
+        self.gpu.record(&self.run_marks.1)?;
+        self.marked = true;
         if self.sync_each_run {
             return self.settle();
         }

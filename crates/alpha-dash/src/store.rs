@@ -134,8 +134,9 @@ impl RunRecords {
         let info = self.info.as_ref().ok();
         let pts = self.points.rows();
         let recent = &pts[pts.len().saturating_sub(20)..];
-        let ms: Vec<f64> = recent.iter().filter_map(|p| p.ms).collect();
-        let ms_per_step = (!ms.is_empty()).then(|| ms.iter().sum::<f64>() / ms.len() as f64);
+        let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let ms_per_step = mean(recent.iter().filter_map(|p| p.ms).collect());
+        let device_ms_per_step = mean(recent.iter().filter_map(|p| p.device_ms).collect());
         let tokens_per_step = info.and_then(|i| i.tokens_per_step).map(|t| t as f64).or_else(|| {
             // From the cumulative count when run.json does not give it.
             let first = recent.first()?.tokens? as f64;
@@ -156,6 +157,8 @@ impl RunRecords {
             "tokens_per_s": from_summary("tokens_per_s").or(recent_tps),
             "tokens_per_s_recent": recent_tps,
             "ms_per_step": ms_per_step.or(from_summary("ms_per_step")),
+            // The same steps on the device's own clock, where the trainer recorded it.
+            "device_ms_per_step": device_ms_per_step,
             "latest_loss": pts.last().and_then(|p| p.loss),
             "best_loss": best_train,
             "latest_heldout": heldout.last().map(|h| h.1),
@@ -189,6 +192,7 @@ impl RunRecords {
             "lr": col(|p| json!(p.lr)),
             "tokens": col(|p| json!(p.tokens)),
             "ms": col(|p| json!(p.ms)),
+            "device_ms": col(|p| json!(p.device_ms)),
             "unseen": col(|p| json!(p.unseen)),
             "p10": col(|p| json!(p.p10)),
             "p90": col(|p| json!(p.p90)),

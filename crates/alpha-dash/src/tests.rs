@@ -40,11 +40,14 @@ pub(crate) fn write_run(dir: &Path, name: &str, steps: u64, state: &str, gpu: bo
         if unseen {
             first_loss = loss;
         }
-        points += &format!(
-            "{}\n",
-            json!({"step": step, "loss": loss, "lr": 0.01 * (step as f64 / 10.0).min(1.0), "tokens": step * 2048,
-                   "ms": 4.0 + noise(), "unseen": unseen, "p10": loss - 0.9, "p90": loss + 1.1, "grad_norm": 0.5 + 2.0 / step as f64})
-        );
+        let mut point = json!({"step": step, "loss": loss, "lr": 0.01 * (step as f64 / 10.0).min(1.0), "tokens": step * 2048,
+                   "ms": 4.0 + noise(), "unseen": unseen, "p10": loss - 0.9, "p90": loss + 1.1, "grad_norm": 0.5 + 2.0 / step as f64});
+        // A GPU run's rows carry the device's time; the CPU run's are written as rows were
+        // before it was recorded.
+        if gpu {
+            point["device_ms"] = json!(3.0 + step as f64 / 1000.0);
+        }
+        points += &format!("{point}\n");
         if step % 20 == 0 {
             let mix =
                 |k: u64| (step + k).wrapping_mul(0x9e3779b97f4a7c15).rotate_left(29).wrapping_mul(0xbf58476d1ce4e5b9);
@@ -235,6 +238,10 @@ async fn the_api_answers_every_record() {
     assert_eq!(steps, [20, 40, 60]);
     let (_, i) = get(&app, "/api/runs/bob-a/invocations").await;
     assert_eq!(i["rows"].as_array().unwrap().len(), 3);
+    // Rows written without a device time load, and have none.
+    let (_, p) = get(&app, "/api/runs/bob-a/points").await;
+    assert!(p["device_ms"].as_array().unwrap().iter().all(Value::is_null), "{}", p["device_ms"]);
+    assert_eq!(h["device_ms_per_step"], Value::Null);
 
     let (_, pr) = get(&app, "/api/runs/bob-a/profile").await;
     assert_eq!(pr["step"], 10);
@@ -259,6 +266,22 @@ async fn the_api_answers_every_record() {
         assert_eq!(s, StatusCode::NOT_FOUND, "{bad}: {v}");
         assert!(v["error"].is_string());
     }
+}
+
+#[tokio::test]
+async fn each_steps_device_time_is_served_beside_its_wall_time() {
+    let dir = tempfile::tempdir().unwrap();
+    write_run(dir.path(), "bob-gpu", 60, "finished", true, 0);
+    let app = app(dir.path(), None);
+    let (_, p) = get(&app, "/api/runs/bob-gpu/points?since=58").await;
+    assert_eq!(p["step"], json!([59, 60]));
+    let device: Vec<f64> = p["device_ms"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert!((device[0] - 3.059).abs() < 1e-12 && (device[1] - 3.060).abs() < 1e-12, "{device:?}");
+    assert_eq!(p["ms"].as_array().unwrap().len(), 2);
+    let (_, run) = get(&app, "/api/runs/bob-gpu").await;
+    // The mean of the last 20 steps' device times: 3.041 … 3.060.
+    let mean = run["headline"]["device_ms_per_step"].as_f64().unwrap();
+    assert!((mean - 3.0505).abs() < 1e-9, "{mean}");
 }
 
 #[tokio::test]
@@ -483,6 +506,17 @@ fn the_pages_draw_the_records_in_a_real_browser() {
     b.wait_for("return document.body.dataset.loaded === '1'", Duration::from_secs(20)).unwrap();
     let n = b.execute("return +document.querySelector('#chart-loss svg').dataset.points", vec![]).unwrap();
     assert_eq!(n, 120);
+    // The step-time chart draws the device's clock beside the host's, each named.
+    let ms = b
+        .execute(
+            "const s = document.querySelector('#chart-ms svg'); return [+s.dataset.device, s.dataset.series]",
+            vec![],
+        )
+        .unwrap();
+    assert_eq!(ms[0], 120, "{ms}");
+    assert_eq!(ms[1], "wall ms (host clock)|device ms (device clock)");
+    let note = b.execute("return document.querySelector('#stat-ms .note').textContent", vec![]).unwrap();
+    assert!(note.as_str().unwrap().contains("device 3.11 ms"), "{note}");
     let rows = b
         .execute("return [...document.querySelectorAll('#lineage-table tbody tr')].map(r => [+r.dataset.step, r.dataset.sha])", vec![])
         .unwrap();
@@ -520,6 +554,8 @@ fn the_pages_draw_the_records_in_a_real_browser() {
     b.wait_for("return document.body.dataset.loaded === '1'", Duration::from_secs(20)).unwrap();
     let note = b.execute("return document.querySelector('#gpu-sub').textContent", vec![]).unwrap();
     assert!(note.as_str().unwrap().contains("No GPU telemetry"), "{note}");
+    let ms = b.execute("return document.querySelector('#chart-ms svg').dataset.series", vec![]).unwrap();
+    assert_eq!(ms, "wall ms (host clock)", "rows without a device time draw the wall line alone");
     let budget = b.execute("return document.querySelector('#stat-budget') === null", vec![]).unwrap();
     assert_eq!(budget, true, "a run by steps shows no budget");
     std::fs::write(shots.join("dash-run-cpu.png"), b.full_page_png(1280).unwrap()).unwrap();

@@ -21,6 +21,16 @@ pub trait Backend {
     /// Run a phase. A device backend may return once the phase is launched: its reads and
     /// writes wait for it, and report a fault in it.
     fn run(&mut self, phase: &str) -> Result<()>;
+    /// Milliseconds the last [`Backend::run`] took on the device's own clock: what a step
+    /// costs the device, apart from the host's work around it (a wall clock counts both). A
+    /// backend that returns from `run` before the device is done waits for it here, so read
+    /// it where the caller waits anyway (after reading an output). None where the backend
+    /// does not measure it, or the last run was a [`Backend::profile`] (launch by launch, not
+    /// the phase as it runs).
+    fn last_run_device_ms(&mut self) -> Result<Option<f64>> {
+        Ok(None)
+    }
+
     /// Launches one run of `phase` makes on the device, where that differs from the plan's
     /// kernel count (a backend that fuses kernels says so here).
     fn launches(&self, phase: &str) -> Option<usize> {

@@ -208,7 +208,14 @@ pub struct Point {
     pub loss: Option<f64>,
     pub lr: Option<f64>,
     pub tokens: Option<u64>,
+    /// The step's wall time on the host's clock, milliseconds: everything the loop did for it.
     pub ms: Option<f64>,
+    /// The step's time on the device's own clock, milliseconds: its phases' runs as the
+    /// backend timed them (CUDA events around each graph; the host clock around the CPU's
+    /// kernels). Absent where the backend does not time its runs, on a profiled step (run
+    /// launch by launch), and in rows written before it was recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_ms: Option<f64>,
     pub unseen: bool,
     pub p10: Option<f64>,
     pub p90: Option<f64>,
@@ -240,7 +247,8 @@ pub struct LineageRow {
     pub heldout_bpb: Option<f64>,
     pub wall_s: Option<f64>,
     /// Seconds of training steps from the run's first step to this checkpoint, over every
-    /// invocation of its line: the cost axis of a learning curve.
+    /// invocation of its line: the cost axis of a learning curve. Each step counts its device
+    /// time ([`Point::device_ms`]) where it has one, its wall time where it has not.
     pub device_s: Option<f64>,
     /// Joules the GPU drew from the run's first invocation to this checkpoint (NVML's energy
     /// counter; compilation and evaluation included), where a GPU trained it.
@@ -272,7 +280,10 @@ pub struct Invocation {
     pub last_step: u64,
     pub unseen_loss: Option<f64>,
     pub last_loss: Option<f64>,
+    /// The invocation's wall time, seconds: from opening the run's records to its last step.
     pub wall_s: Option<f64>,
+    /// The sum of its steps' [`Point::device_ms`], seconds (steps without one not counted;
+    /// absent where none has one).
     pub device_s: Option<f64>,
     /// The branch it wrote (0 or absent: the main line).
     pub branch: Option<u64>,

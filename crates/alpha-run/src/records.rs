@@ -168,7 +168,7 @@ impl Records {
             unseen_loss: first.loss,
             last_loss: last.loss,
             wall_s: None,
-            device_s: None,
+            device_s: mine.iter().filter_map(|p| p.device_ms).reduce(|a, b| a + b).map(|ms| ms / 1e3),
             branch: previous.branch,
         })
     }
@@ -214,5 +214,27 @@ mod tests {
         records.run_info(&finished).unwrap();
         mark_interrupted();
         assert_eq!(Records::read_run_info_as_written(dir.path()).unwrap().state, "finished");
+    }
+
+    #[test]
+    fn a_crashed_invocations_row_sums_its_steps_device_time_and_old_rows_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two rows of invocation 2 with device times, one written before they were recorded.
+        let rows = [
+            r#"{"step":1,"loss":5.5,"ms":4.0,"unseen":true,"invocation":1}"#,
+            r#"{"step":2,"loss":5.0,"ms":4.0,"device_ms":1.25,"unseen":true,"invocation":2}"#,
+            r#"{"step":3,"loss":4.5,"ms":4.0,"device_ms":2.5,"unseen":false,"invocation":2}"#,
+        ];
+        fs::write(dir.path().join("points.jsonl"), rows.join("\n") + "\n").unwrap();
+        let records = Records::open(dir.path()).unwrap();
+        let points: Vec<Point> = read_rows(&dir.path().join("points.jsonl"));
+        assert_eq!(points.len(), 3, "the row without device_ms loads");
+        assert_eq!((points[0].device_ms, points[0].ms), (None, Some(4.0)));
+        records.close_invocation(&RunInfo { invocation: Some(2), ..Default::default() }).unwrap();
+        records.close_invocation(&RunInfo { invocation: Some(1), ..Default::default() }).unwrap();
+        let inv = records.invocations();
+        assert_eq!((inv[0].k, inv[0].first_step, inv[0].last_step), (2, 2, 3));
+        assert_eq!(inv[0].device_s, Some(3.75e-3));
+        assert_eq!((inv[1].k, inv[1].device_s), (1, None), "no step of it has a device time");
     }
 }

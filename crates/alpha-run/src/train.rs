@@ -222,7 +222,8 @@ impl Cost {
         }
     }
 
-    /// This cost plus an invocation's: `step_ms` of steps and `energy_j` drawn.
+    /// This cost plus an invocation's: `step_ms` of steps (device time where measured) and
+    /// `energy_j` drawn.
     fn plus(self, step_ms: f64, energy_j: Option<f64>) -> Cost {
         let energy_j = match (self.energy_j, energy_j) {
             (Some(a), Some(b)) => Some(a + b),
@@ -509,6 +510,10 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         let mut last_ckpt: Option<(PathBuf, String)> = None;
         let mut last_heldout = None;
         let mut step_ms_total = 0.0;
+        // The steps' device time (where the backend gave one), and their cost: device time
+        // where there is one, wall time where not (see `LineageRow::device_s`).
+        let mut device_ms_total: Option<f64> = None;
+        let mut cost_ms_total = 0.0;
         // The cost of the run before this invocation: its resumed checkpoint's.
         let cost_before = parent.as_deref().map_or(Cost::default(), |sha| Cost::recorded(&opts.run_dir, sha));
         let mut factor = 1.0;
@@ -537,6 +542,8 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             // One micro-batch a pass; with accumulation the last pass is followed by the update.
             let mut loss = 0.0;
             let mut losses = Vec::with_capacity(accumulation * batch * t);
+            // The sum of the step's runs on the device's clock; None once one is untimed.
+            let mut device_ms = Some(0.0);
             for _ in 0..accumulation {
                 for b in 0..batch {
                     stream.fill_window(&mut window)?;
@@ -562,9 +569,12 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 };
                 loss += backend.output(&loss_name)?[0] as f64 / accumulation as f64;
                 losses.extend(backend.output(&losses_name)?);
+                // Read after the outputs, which waited for the run already.
+                device_ms = device_ms.zip(backend.last_run_device_ms()?).map(|(a, b)| a + b);
             }
             if accumulation > 1 {
                 backend.run(if health { alpha_learn::health::PHASE } else { "update" })?;
+                device_ms = device_ms.zip(backend.last_run_device_ms()?).map(|(a, b)| a + b);
             }
             // Recorded before the loss is judged, so the step a run fails at shows its figures.
             if health {
@@ -573,6 +583,10 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             }
             let ms = t0.elapsed().as_secs_f64() * 1e3;
             step_ms_total += ms;
+            cost_ms_total += device_ms.unwrap_or(ms);
+            if let Some(d) = device_ms {
+                *device_ms_total.get_or_insert(0.0) += d;
+            }
             tokens = tokens.saturating_add(tokens_per_step);
             if testhook::crash_at("non-finite-loss", step) {
                 loss = f64::NAN;
@@ -605,6 +619,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                 lr: Some(learner.lr_scaled(step, factor)),
                 tokens: Some(tokens),
                 ms: Some(ms),
+                device_ms,
                 unseen: epoch == 0,
                 p10: Some(percentile(&mut losses, 0.1)),
                 p90: Some(percentile(&mut losses, 0.9)),
@@ -660,7 +675,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                     Some(loss),
                     scored,
                     budget,
-                    cost_before.plus(step_ms_total, sampler.as_ref().and_then(|s| s.energy_joules_since_start())),
+                    cost_before.plus(cost_ms_total, sampler.as_ref().and_then(|s| s.energy_joules_since_start())),
                 )?;
                 parent = Some(sha.clone());
                 info.last_checkpoint = Some(path.display().to_string());
@@ -689,7 +704,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
                     unseen_loss: Some(first_loss),
                     last_loss: Some(last_loss),
                     wall_s: Some(started.elapsed().as_secs_f64()),
-                    device_s: None,
+                    device_s: device_ms_total.map(|ms| ms / 1e3),
                     branch: Some(branch),
                 })?;
                 info.state = "stopped".into();
@@ -717,7 +732,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             unseen_loss: Some(first_loss),
             last_loss: Some(last_loss),
             wall_s: Some(wall),
-            device_s: None,
+            device_s: device_ms_total.map(|ms| ms / 1e3),
             branch: Some(branch),
         })?;
         let result_tok_s = tokens_run / (step_ms_total / 1e3);

@@ -137,3 +137,54 @@ fn each_scored_checkpoint_records_its_standard_error_its_cost_and_a_sample() {
     let info = alpha_run::records::Records::read_run_info(&run).unwrap();
     assert!(info.gates.unwrap().skipped, "run.json records that the gates were skipped");
 }
+
+/// Whether `a` is `b` to rounding.
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1e-9)
+}
+
+#[test]
+fn every_step_records_its_device_time_and_the_cost_counts_it_across_a_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = common::bytes_stream(tmp.path()) else { return };
+    let run = tmp.path().join("run");
+    let mut first = options(&data, &run, 4);
+    first.heldout_windows = 0;
+    first.schedule_steps = Some(7);
+    // The profiled step (the invocation's second) runs launch by launch: it has no device time
+    // of its own, and its cost is its wall time.
+    first.profile = true;
+    let a = train(&first).unwrap();
+    let mut second = options(&data, &run, 3);
+    second.heldout_windows = 0;
+    second.resume = Some(a.checkpoint.clone());
+    train(&second).unwrap();
+
+    let points: Vec<alpha_records::Point> = alpha_run::records::read_rows(&run.join("points.jsonl"));
+    assert_eq!(points.iter().map(|p| p.step).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6, 7]);
+    for p in &points {
+        match p.step {
+            2 => assert_eq!(p.device_ms, None, "the profiled step"),
+            _ => assert!(p.device_ms.is_some_and(|d| d > 0.0 && d <= p.ms.unwrap()), "step {}: {p:?}", p.step),
+        }
+    }
+    let invocations: Vec<alpha_records::Invocation> = alpha_run::records::read_rows(&run.join("invocations.jsonl"));
+    assert_eq!(invocations.len(), 2);
+    for inv in &invocations {
+        let mine = points.iter().filter(|p| p.invocation == Some(inv.k));
+        let sum: f64 = mine.filter_map(|p| p.device_ms).sum();
+        let got = inv.device_s.unwrap();
+        assert!(close(got, sum / 1e3), "invocation {}: {got} s, its steps {sum} ms", inv.k);
+    }
+    // The lineage's cost: each step's device time, the profiled step's wall time, carried over
+    // the resume from the first invocation's checkpoint.
+    let cost = |upto: u64| -> f64 {
+        points.iter().filter(|p| p.step <= upto).map(|p| p.device_ms.or(p.ms).unwrap()).sum::<f64>() / 1e3
+    };
+    let lineage: Vec<alpha_records::LineageRow> = alpha_run::records::read_rows(&run.join("lineage.jsonl"));
+    assert_eq!(lineage.iter().map(|r| r.step).collect::<Vec<_>>(), [4, 7]);
+    for row in &lineage {
+        let got = row.device_s.unwrap();
+        assert!(close(got, cost(row.step)), "step {}: {got} s, want {} s", row.step, cost(row.step));
+    }
+}

@@ -173,6 +173,11 @@ fn a_real_training_run_shows_in_a_real_browser() {
     let unseen = points.iter().filter(|p| p["unseen"] == true).count() as u64;
     let marked = b.execute("return +document.querySelector('#chart-loss svg').dataset.unseen", vec![]).unwrap();
     assert_eq!(marked.as_u64(), Some(unseen), "unseen steps");
+    // Each step's device time (on the CPU, the host clock around its kernels) drawn beside its
+    // wall time.
+    assert!(points.iter().all(|p| p["device_ms"].as_f64().is_some_and(|d| d > 0.0)), "a device time a step");
+    let device = b.execute("return +document.querySelector('#chart-ms svg').dataset.device", vec![]).unwrap();
+    assert_eq!(device.as_u64(), Some(points.len() as u64), "step-time chart's device points");
 
     let table = b
         .execute(

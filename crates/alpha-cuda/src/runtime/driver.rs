@@ -509,6 +509,19 @@ impl Gpu {
         Ok(Graph { gpu: self, graph, exec, launches: names })
     }
 
+    /// A timing event of this GPU's context, for [`Gpu::record`] and [`Event::elapsed_ms`].
+    pub fn event(&self) -> Result<Event> {
+        self.bind()?;
+        Event::new()
+    }
+
+    /// Enqueues `ev` on the stream: it completes, stamped by the device, once everything
+    /// enqueued before it has.
+    pub fn record(&self, ev: &Event) -> Result<()> {
+        self.bind()?;
+        ev.record(self.stream)
+    }
+
     /// Times `f` (which enqueues work) with device events: `warmup` untimed runs, then `reps`
     /// timed ones; returns each timed run's milliseconds.
     pub fn time<F: FnMut() -> Result<()>>(&self, warmup: usize, reps: usize, mut f: F) -> Result<Vec<f32>> {
@@ -529,8 +542,7 @@ impl Gpu {
         self.synchronize()?;
         let mut out = Vec::with_capacity(reps);
         for w in events.windows(2) {
-            // SAFETY: both events were recorded and have completed.
-            out.push(unsafe { result::event::elapsed(w[0].0, w[1].0) }?);
+            out.push(w[0].elapsed_ms(&w[1])?);
         }
         Ok(out)
     }
@@ -548,9 +560,17 @@ impl Drop for Gpu {
     }
 }
 
-struct Event(sys::CUevent);
+/// A CUDA event with timing: recorded on the stream, it takes the device's time when the work
+/// before it is done. Dropped before the [`Gpu`] whose context made it.
+pub struct Event(sys::CUevent);
 
 impl Event {
+    /// Milliseconds on the device's clock from this event to `end`, both recorded and complete
+    /// (after a synchronisation that followed them); the driver refuses an event not yet done.
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        // SAFETY: both are valid events; the driver checks that they were recorded and are done.
+        unsafe { result::event::elapsed(self.0, end.0) }.map_err(|e| anyhow!("cuEventElapsedTime: {e}"))
+    }
     fn new() -> Result<Event> {
         Ok(Event(
             result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| anyhow!("cuEventCreate: {e}"))?,

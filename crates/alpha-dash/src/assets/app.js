@@ -423,7 +423,7 @@ function runPage(name) {
       <p class="sub">log₁₀ of ‖Δw‖ / ‖w‖ at each health step, one row a tensor; red where any figure of the tensor was not finite.</p>
       <div class="scroll" style="max-height:520px" id="health-heat"></div></section>
     <section class="card" id="lineage-card"><h2>Checkpoint lineage</h2>
-      <p class="sub">Every checkpoint, newest first: the step it holds, its losses, the wall seconds of its invocation, the training seconds and energy from the run's first step, and its SHA-256. Each resumes from its parent.</p>
+      <p class="sub">Every checkpoint, newest first: the step it holds, its losses, the wall seconds of its invocation, the training seconds (each step's device time, its wall time where it has none) and energy from the run's first step, and its SHA-256. Each resumes from its parent.</p>
       <div class="scroll"><table id="lineage-table"><thead><tr><th class="num">Step</th><th class="num">Train loss</th><th class="num">Held-out loss</th><th class="num">Held-out bits/byte</th><th class="num">Wall s</th><th class="num">Training s</th><th class="num">Energy</th><th>Written</th><th>SHA-256</th></tr></thead><tbody></tbody></table></div>
       <h3 style="margin-top:18px">Invocations</h3>
       <div class="scroll" style="max-height:260px"><table id="invocations-table"><thead><tr><th class="num">k</th><th>Steps</th><th class="num">Unseen loss</th><th class="num">Last loss</th><th class="num">Wall s</th><th class="num">Device s</th></tr></thead><tbody></tbody></table></div></section>
@@ -511,7 +511,15 @@ function runPage(name) {
       svgEl.setAttribute("data-left", left.filter((p) => p[1] !== null).length);
     }
     const xs = (arr) => c.step.map((s, i) => [s, arr[i]]).filter((_, i) => keep[i]);
-    draw("chart-ms", { height: 190, xLabel: "step", yLabel: "ms", yZero: true, series: [{ label: "wall ms a step", type: "line", color: COLORS.b, data: xs(c.ms) }] });
+    // Wall time is the host's clock around the whole step; device time the backend's own clock
+    // around its runs (CUDA events around each graph; on the CPU, the host clock around its kernels).
+    const dev = xs(c.device_ms).filter((p) => isNum(p[1]));
+    draw("chart-ms", { height: 190, xLabel: "step", yLabel: "ms", yZero: true, series: [
+      { label: "wall ms (host clock)", type: "line", color: COLORS.b, data: xs(c.ms) },
+      { label: "device ms (device clock)", type: "line", color: COLORS.e, data: dev },
+    ] });
+    const msSvg = $("#chart-ms svg");
+    if (msSvg) msSvg.setAttribute("data-device", dev.length);
     draw("chart-lr", { height: 190, xLabel: "step", yLabel: "learning rate", yZero: true, series: [{ label: "learning rate", type: "line", color: COLORS.d, data: xs(c.lr) }] });
     const g = xs(c.grad_norm);
     draw("chart-grad", { height: 190, xLabel: "step", yLabel: "‖g‖", yZero: true, empty: "No gradient norms recorded", series: [{ label: "gradient norm", type: "line", color: COLORS.c, data: g.some((p) => isNum(p[1])) ? g : [] }] });
@@ -533,7 +541,7 @@ function runPage(name) {
     if (d.total < st.total || !st.cols) {
       // First load, or the file was rewritten: start over.
       const full = d.since === 0 ? d : await api(`/api/runs/${enc}/points?since=0`);
-      st.cols = {}; for (const k of ["step", "loss", "lr", "tokens", "ms", "unseen", "p10", "p90", "grad_norm"]) st.cols[k] = full[k];
+      st.cols = {}; for (const k of ["step", "loss", "lr", "tokens", "ms", "device_ms", "unseen", "p10", "p90", "grad_norm"]) st.cols[k] = full[k];
       st.total = full.total;
       return true;
     }
@@ -625,7 +633,7 @@ function runPage(name) {
     const ept = h.energy_per_token_j;
     $("#headline").innerHTML = [
       stat("Tokens per second", int(h.tokens_per_s), "", isNum(h.tokens_per_s_recent) && d.state === "running" ? "over the last 20 steps" : "end to end", "tps"),
-      stat("Milliseconds a step", fmt(h.ms_per_step, 2), "ms", "mean of the last 20 steps", "ms"),
+      stat("Milliseconds a step", fmt(h.ms_per_step, 2), "ms", `wall, mean of the last 20 steps${isNum(h.device_ms_per_step) ? `; device ${fmt(h.device_ms_per_step, 2)} ms` : ""}`, "ms"),
       stat("Latest held-out loss", fmt(h.latest_heldout, 4), "", isNum(h.latest_heldout_step) ? `at step ${int(h.latest_heldout_step)}` : "no checkpoint scored yet", "heldout"),
       stat("Best held-out loss", fmt(h.best_heldout, 4), "", isNum(h.best_heldout_step) ? `at step ${int(h.best_heldout_step)}` : "", "best"),
       stat("Latest training loss", fmt(h.latest_loss, 4), "", isNum(h.best_loss) ? `best ${fmt(h.best_loss, 4)}` : "", "loss"),

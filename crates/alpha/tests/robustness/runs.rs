@@ -319,6 +319,10 @@ fn a_killed_run_reads_as_interrupted_with_its_last_checkpoint() {
     let invocations = rows::<alpha_run::records::Invocation>(&run.join("invocations.jsonl")).rows;
     let spans: Vec<(u64, u64, u64)> = invocations.iter().map(|r| (r.k, r.first_step, r.last_step)).collect();
     assert_eq!(spans, vec![(1, 1, 5), (2, 5, 5)]);
+    // Its device seconds are its recorded steps' device time.
+    let killed: f64 = points.iter().filter(|p| p.invocation == Some(1)).filter_map(|p| p.device_ms).sum();
+    let got = invocations[0].device_s.unwrap_or_default();
+    assert!(killed > 0.0 && (got - killed / 1e3).abs() <= 1e-9 * got, "{got} s against its steps' {killed} ms");
 }
 
 #[test]
