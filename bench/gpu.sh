@@ -35,7 +35,7 @@
 #                    STEPS; Alpha stops cleanly at BUDGET_S with a checkpoint and the next call
 #                    resumes it), then reports: call it until its last row reads "gpt2 run
 #                    done". A stage named runs that stage; report only reports
-#   polf-train [alpha|export|torch|bench|report]
+#   polf-train [alpha|export|torch|bench|report ...]
 #                    Polf's 10-minute run on Gutenberg in its BPE-1024 with BOS: `alpha train polf
 #                    --budget POLF_BUDGET_S` from a fresh start with its step-0 checkpoint, held-out
 #                    bits per byte at the end; `alpha export` of the finished checkpoint (at most
@@ -45,8 +45,8 @@
 #                    polf`. The run lives in POLF_RUN across calls, and each call does every stage
 #                    that fits in order, stopping the training cleanly at BUDGET_S seconds of the
 #                    call (Alpha checkpoints, PyTorch saves its state) for the next call to resume:
-#                    call it until its last row reads "polf run done". A stage named runs that
-#                    stage alone; report only reports. Without Alpha's run, torch writes the
+#                    call it until its last row reads "polf run done". Stages named run those
+#                    alone, in order; report only reports. Without Alpha's run, torch writes the
 #                    step-0 weights itself (Alpha's initializer, the same seed, on the CPU)
 #   all              check, hashes, bench, profile
 #
@@ -868,9 +868,21 @@ mode_polf_train() {
   for v in POLF_BATCH POLF_BUDGET_S HELDOUT_WINDOWS BUDGET_S POLF_STAGE_MIN_S POLF_BENCH_S POLF_GRACE_S; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: give a whole number of at least 1"
   done
+  local stage
+  for stage in "$@"; do
+    case "$stage" in alpha | export | torch | bench | report | next) ;; *) die "polf-train takes alpha, export, torch, bench or report, one or more in order (or nothing: the next stages), not '$stage'" ;; esac
+  done
   mkdir -p "$POLF_RUN" || die "cannot create POLF_RUN=$POLF_RUN"
   polf_data
-  case "${1:-next}" in
+  for stage in "${@:-next}"; do
+    polf_stage "$stage"
+  done
+  polf_report
+}
+
+# polf_stage STAGE: one named stage, or next: every stage that fits.
+polf_stage() {
+  case "$1" in
     alpha) polf_alpha ;;
     export) if polf_alpha_done; then polf_export; else record "polf export" SKIP "Alpha's run has not spent its budget yet"; fi ;;
     torch) polf_torch ;;
@@ -886,9 +898,8 @@ mode_polf_train() {
         if [ $(($(polf_left) + 60)) -ge "$POLF_BENCH_S" ]; then polf_bench; else record "polf bench" SKIP "$(polf_left)s of this call left; call again"; fi
       fi
       ;;
-    *) die "polf-train takes alpha, export, torch, bench or report (or nothing: the next stages), not '$1'" ;;
+    *) die "polf-train takes alpha, export, torch, bench or report, one or more in order (or nothing: the next stages), not '$1'" ;;
   esac
-  polf_report
 }
 
 echo "== gpu.sh $MODE $* (logs in $OUT)"
