@@ -35,6 +35,19 @@
 #                    STEPS; Alpha stops cleanly at BUDGET_S with a checkpoint and the next call
 #                    resumes it), then reports: call it until its last row reads "gpt2 run
 #                    done". A stage named runs that stage; report only reports
+#   polf-train [alpha|export|torch|bench|report ...]
+#                    Polf's 10-minute run on Gutenberg in its BPE-1024 with BOS: `alpha train polf
+#                    --budget POLF_BUDGET_S` from a fresh start with its step-0 checkpoint, held-out
+#                    bits per byte at the end; `alpha export` of the finished checkpoint (at most
+#                    16,000,000 bytes) and `alpha score --artifact` beside it (within 0.01 bits per
+#                    byte passes); bench/polf_torch.py train from the same step-0 checkpoint to the
+#                    same budget on the same windows, its held-out bits per byte; `alpha bench
+#                    polf`. The run lives in POLF_RUN across calls, and each call does every stage
+#                    that fits in order, stopping the training cleanly at BUDGET_S seconds of the
+#                    call (Alpha checkpoints, PyTorch saves its state) for the next call to resume:
+#                    call it until its last row reads "polf run done". Stages named run those
+#                    alone, in order; report only reports. Without Alpha's run, torch writes the
+#                    step-0 weights itself (Alpha's initializer, the same seed, on the CPU)
 #   all              check, hashes, bench, profile
 #
 # Environment:
@@ -62,7 +75,27 @@
 #   TORCH_STEPS    updates PyTorch trains, and where the two are compared (default 1000)
 #   TORCH_ARGS     extra arguments for gpt2_torch.py train (e.g. --compile)
 #   BUDGET_S       seconds Alpha trains in one gpt2-train call before it checkpoints and stops
-#                  (default 480)
+#                  (default 480); in polf-train, the second of the call (counted from its start)
+#                  at which a training stage stops with a checkpoint or state (default 520: with
+#                  POLF_GRACE_S a call ends inside a 10-minute command)
+#   POLF_RUN       polf-train's folder, kept across calls (default runs/polf-gpu): the prepared
+#                  tokens (data/), Alpha's run (alpha/) and its gate ledger, PyTorch's state,
+#                  the artifact; a tarball of its records and logs goes to OUT
+#   DATA           (polf-train) a prepared token directory, or a Gutenberg corpus folder (default
+#                  carry/gutenberg) prepared once into POLF_RUN/data with `--tokenizer bpe:1024
+#                  --bos`; the tokenizer and the held-out shard must come out as those of
+#                  data-cache/gutenberg-bpe1024-bos (checked). train-00, -02 and -04 with valid-00
+#                  (42.8 MB of .xz) fit one call beside a stripped ALPHA and give them: the first
+#                  58.3M of the 155.7M training tokens and the same held-out split
+#   POLF_BUDGET_S POLF_BATCH POLF_DEVICE
+#                  the budget both sides train to (default 600 s), windows an update (64) and the
+#                  device (cuda; cpu tries the bookkeeping, without gates or bench)
+#   TORCH_ARGS     (polf-train) extra arguments for polf_torch.py train (default --compile)
+#   POLF_STAGE_MIN_S POLF_BENCH_S POLF_GRACE_S
+#                  seconds of the call a training stage needs left to start (default 90) and
+#                  `alpha bench polf` (default 420); seconds Alpha has after the deadline's SIGTERM
+#                  to finish its update, score and checkpoint it before it is killed (default 60;
+#                  on a CPU that took 60 s at 2 held-out windows)
 #   OUT            where logs go (default: a new temporary folder)
 #
 # It prints one line per result as it goes and a table of them last; the exit status is 1 when
@@ -97,7 +130,7 @@ need_data() {
 [ $# -ge 1 ] || usage
 MODE=$1
 shift
-case "$MODE" in check | hashes | bench | compare | profile | train | gpt2-train | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, profile, train, gpt2-train, all)" ;; esac
+case "$MODE" in check | hashes | bench | compare | profile | train | gpt2-train | polf-train | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, profile, train, gpt2-train, polf-train, all)" ;; esac
 
 case "$MODE" in hashes | profile | train | gpt2-train | all) need_data "$MODE" ;; esac
 if [ "$MODE" = compare ] && { [ -z "${ALPHA_BEFORE:-}" ] || [ ! -f "$ALPHA_BEFORE" ]; }; then
@@ -267,14 +300,20 @@ bench_rows() {
 
 mode_bench() {
   local system=${1:-coppelius} log="$OUT/bench-${1:-coppelius}.txt"
-  if [ "$system" = coppelius ] || [ "$system" = gpt2 ]; then
+  if [ "$system" = coppelius ] || [ "$system" = gpt2 ] || [ "$system" = polf ]; then
     [ -f "bench/${system}_torch.py" ] || die "run from the repository root (bench/${system}_torch.py)"
     # GPT-2 at sixteen contexts only: its two compiled settings take minutes to compile, so
     # PyTorch's best (compile+graph) goes first and the deadline for starting one is later.
     local args=(--batch 1 --batch 16 --baseline-arg=--deadline-s --baseline-arg=200)
+    # shellcheck disable=SC2054  # the commas separate PyTorch's settings
     [ "$system" = gpt2 ] && args=(--batch 16 --baseline-arg=--deadline-s --baseline-arg=360
       --baseline-arg=--settings --baseline-arg=compile+graph,compile,graph,eager)
-    timeout 540 "$ALPHA" bench "$system" --device cuda "${args[@]}" --warmup 5 --steps 20 \
+    # Polf at its training batch, PyTorch's settings started while a compile still fits.
+    # shellcheck disable=SC2054
+    [ "$system" = polf ] && args=(--batch "${POLF_BATCH:-64}" --baseline-arg=--deadline-s
+      --baseline-arg=$((${BENCH_TIMEOUT:-540} - 180)) --baseline-arg=--settings
+      --baseline-arg=compile+graph,compile,graph,eager)
+    timeout "${BENCH_TIMEOUT:-540}" "$ALPHA" bench "$system" --device cuda "${args[@]}" --warmup 5 --steps 20 \
       --baseline-arg=--graph-compile-mode --baseline-arg=default --baseline-arg=--repeats \
       --baseline-arg=1 >"$log" 2>&1
   else
@@ -357,6 +396,7 @@ ACCUMULATE=${ACCUMULATE:-4}
 CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-250}
 HELDOUT_WINDOWS=${HELDOUT_WINDOWS:-256}
 TORCH_STEPS=${TORCH_STEPS:-1000}
+BUDGET_S_GIVEN=${BUDGET_S:-}
 BUDGET_S=${BUDGET_S:-480}
 
 # gpt2_last_step: the step of the run's latest checkpoint on its main line, or -1 when none.
@@ -540,6 +580,328 @@ mode_gpt2_train() {
   gpt2_report
 }
 
+# Polf's 10-minute run (see the header); everything lives in POLF_RUN across calls.
+POLF_RUN=${POLF_RUN:-runs/polf-gpu}
+POLF_DEVICE=${POLF_DEVICE:-cuda}
+POLF_BATCH=${POLF_BATCH:-64}
+POLF_BUDGET_S=${POLF_BUDGET_S:-600}
+POLF_TORCH_ARGS=${TORCH_ARGS---compile}
+POLF_BENCH_S=${POLF_BENCH_S:-420}
+POLF_STAGE_MIN_S=${POLF_STAGE_MIN_S:-90}
+POLF_GRACE_S=${POLF_GRACE_S:-60}
+# The tokenizer and held-out shard of data-cache/gutenberg-bpe1024-bos (`alpha data prepare
+# --tokenizer bpe:1024 --bos` over the whole Gutenberg split): a corpus prepared here must give the same.
+POLF_TOKENIZER_SHA=2e13e9e85100d214c8ee72738a5e81505005ecf7106e93d17fcde21b09523b37
+POLF_VALID_SHA=daaf23efa32b6141ef1fdc9cc1aa3199840293420165d831543b3fef956310f4
+
+# polf_left: seconds of this call left before BUDGET_S.
+polf_left() { echo $((BUDGET_S - SECONDS)); }
+
+# polf_meta CHECKPOINT KEY...: the checkpoint's metadata values, one a line ("" when absent).
+polf_meta() {
+  python3 - "$@" <<'PY' 2>/dev/null
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0])).get("__metadata__", {})
+for k in sys.argv[2:]:
+    print(meta.get(k, ""))
+PY
+}
+
+# polf_last: Alpha's latest checkpoint on its main line, or nothing.
+polf_last() {
+  ls "$POLF_RUN"/alpha/checkpoints/step-*.safetensors 2>/dev/null | sort -V | tail -1
+}
+
+# polf_alpha_done: whether Alpha's latest checkpoint has spent its budget.
+polf_alpha_done() {
+  local last spent
+  last=$(polf_last)
+  [ -n "$last" ] || return 1
+  spent=$(polf_meta "$last" budget_elapsed_s budget_s | paste -sd' ')
+  python3 -c "import sys; e, s = (sys.argv[1].split() + ['', ''])[:2]; sys.exit(0 if e and s and float(e) >= float(s) else 1)" "$spent"
+}
+
+# polf_torch_done: whether PyTorch's run has finished with a held-out score.
+polf_torch_done() {
+  grep -q '"heldout_bits_per_byte": [0-9]' "$POLF_RUN/torch-result.json" 2>/dev/null
+}
+
+# polf_data: the prepared tokens: DATA when it is a prepared directory, else the corpus in DATA
+# (default carry/gutenberg) prepared once into POLF_RUN/data in Polf's tokenizer, checked against
+# data-cache/gutenberg-bpe1024-bos's tokenizer and held-out shard.
+polf_data() {
+  local corpus=${DATA:-carry/gutenberg} out=$POLF_RUN/data
+  if [ -f "$corpus/manifest.json" ]; then
+    POLF_DATA=$corpus
+    return 0
+  fi
+  POLF_DATA=$out
+  [ -f "$out/manifest.json" ] && return 0
+  [ -d "$corpus" ] || die "polf-train needs DATA, a prepared token directory or a Gutenberg corpus folder (default carry/gutenberg)"
+  timeout 300 "$ALPHA" data prepare --corpus "$corpus" --tokenizer bpe:1024 --bos --out "$out" >"$OUT/polf-data.txt" 2>&1 ||
+    die "preparing $corpus failed: $(tail -1 "$OUT/polf-data.txt" | cut -c1-200)"
+  local tok valid tokens
+  tok=$(sha256sum "$out/tokenizer.json" | cut -d' ' -f1)
+  valid=$(sha256sum "$out/valid-0000.tok" 2>/dev/null | cut -d' ' -f1)
+  tokens=$(python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); print(m["train"]["tokens"], m["valid"]["tokens"])' "$out/manifest.json")
+  if [ "$tok" = "$POLF_TOKENIZER_SHA" ] && [ "$valid" = "$POLF_VALID_SHA" ]; then
+    record "polf data" PASS "$corpus: ${tokens% *} training and ${tokens#* } held-out tokens; tokenizer and held-out shard as data-cache/gutenberg-bpe1024-bos's"
+  else
+    record "polf data" FAIL "$corpus gave tokenizer ${tok:0:16}… (want ${POLF_TOKENIZER_SHA:0:16}…), held-out ${valid:0:16}… (want ${POLF_VALID_SHA:0:16}…)"
+  fi
+}
+
+# polf_alpha: Alpha to its budget, from a fresh start (with the step-0 checkpoint) or its latest
+# checkpoint, stopping cleanly at BUDGET_S seconds of this call.
+polf_alpha() {
+  local last left args log
+  last=$(polf_last)
+  left=$(polf_left)
+  if [ "$POLF_DEVICE" != cpu ]; then
+    # The ledger lies in POLF_RUN, so later calls with the same ALPHA find its gates.
+    needs_gates polf 1 "$POLF_RUN"
+    left=$(polf_left)
+  fi
+  if [ "$left" -lt "$POLF_STAGE_MIN_S" ]; then
+    record "polf alpha" SKIP "${left}s of this call left; call again"
+    return 0
+  fi
+  args=(--device "$POLF_DEVICE" --data "$POLF_DATA" --batch "$POLF_BATCH" --heldout-windows "$HELDOUT_WINDOWS"
+    --sample-tokens 0 --run-dir "$POLF_RUN/alpha" --quiet)
+  if [ -z "$last" ]; then
+    args+=(--budget "${POLF_BUDGET_S}s" --save-initial)
+  else
+    args+=(--resume "$last")
+  fi
+  local from="a fresh start" fstep fspent
+  if [ -n "$last" ]; then
+    read -r fstep fspent < <(polf_meta "$last" step budget_elapsed_s | paste -sd' ')
+    from="update $fstep, ${fspent%.*} s spent"
+  fi
+  log="$OUT/polf-alpha-$(date +%H%M%S).txt"
+  # SIGTERM at the deadline: Alpha finishes the update in flight, scores and checkpoints it, stops.
+  timeout -k "$POLF_GRACE_S" "$left" "$ALPHA" train polf "${args[@]}" >"$log" 2>&1
+  local rc=$? now step spent budget
+  now=$(polf_last)
+  read -r step spent budget < <(polf_meta "$now" step budget_elapsed_s budget_s | paste -sd' ')
+  # A budget spent is a finished run, even where the deadline's signal came as it was ending.
+  if polf_alpha_done && [ "$now" != "$last" ]; then
+    record "polf alpha" PASS "to update $step, ${spent%.*} of ${budget%.*} s spent (exit $rc)$(grep -m1 -E "ms a step" "$log" | sed 's/^/: /' | cut -c1-100)"
+  elif [ -n "$now" ] && [ "${step:-0}" -eq 0 ]; then
+    record "polf alpha" 0 "no checkpoint past step 0 was written by the deadline and its grace (exit $rc); call again"
+  elif [ -n "$now" ] && [ "$now" != "$last" ]; then
+    record "polf alpha" "$step" "stopped at update $step with ${spent%.*} of ${budget%.*} s spent (from $from); call again to go on"
+  else
+    record "polf alpha" FAIL "exit $rc: $(grep -v '^\s*$' "$log" | tail -1 | cut -c1-120)"
+  fi
+}
+
+# polf_export: the finished checkpoint's artifact, its size, and the artifact scored beside it.
+polf_export() {
+  local ckpt art=$POLF_RUN/polf.bin log=$OUT/polf-export.txt
+  ckpt=$(polf_last)
+  rm -f "$art"
+  if ! timeout 300 "$ALPHA" export polf --checkpoint "$ckpt" -o "$art" >"$log" 2>&1; then
+    record "polf export" FAIL "$(tail -1 "$log" | cut -c1-120)"
+    return 0
+  fi
+  local bytes
+  bytes=$(stat -c %s "$art")
+  if [ "$bytes" -le 16000000 ]; then record "polf artifact" PASS "$bytes bytes (limit 16,000,000)"; else record "polf artifact" FAIL "$bytes bytes, over 16,000,000"; fi
+  timeout 300 "$ALPHA" score polf --checkpoint "$ckpt" --artifact "$art" --data "$POLF_DATA" --windows "$HELDOUT_WINDOWS" \
+    --device "$POLF_DEVICE" >"$POLF_RUN/score.txt" 2>&1
+  local rc=$?
+  cp "$POLF_RUN/score.txt" "$OUT/polf-score.txt"
+  [ $rc -eq 0 ] || record "polf score" FAIL "exit $rc: $(tail -1 "$POLF_RUN/score.txt" | cut -c1-120)"
+  echo "$bytes" >"$POLF_RUN/artifact-bytes"
+}
+
+# polf_torch: polf_torch.py from Alpha's step-0 checkpoint to the same budget on the same windows,
+# stopping at BUDGET_S seconds of this call with its state, resumed by the next call.
+polf_torch() {
+  local init=$POLF_RUN/alpha/checkpoints/step-000000.safetensors state=$POLF_RUN/torch-state.pt left args
+  if [ ! -f "$init" ]; then
+    # A machine without Alpha's run (PyTorch's side in a later session): the same step-0 weights,
+    # Alpha's initializer from the same seed, written by a one-update run on the CPU.
+    init=$POLF_RUN/init/checkpoints/step-000000.safetensors
+    if [ ! -f "$init" ]; then
+      timeout 300 "$ALPHA" train polf --device cpu --data "$POLF_DATA" --batch 1 --steps 1 --save-initial \
+        --heldout-windows 0 --sample-tokens 0 --run-dir "$POLF_RUN/init" --quiet >"$OUT/polf-init.txt" 2>&1
+      if [ -f "$init" ]; then
+        record "polf init" PASS "no Alpha run here: its step-0 weights (seed 1) written on the CPU, $(python3 bench/checkpoint_tensors.py "$init" | cut -d' ' -f1)"
+      else
+        record "polf init" FAIL "$(tail -1 "$OUT/polf-init.txt" | cut -c1-120)"
+        return 0
+      fi
+    fi
+  fi
+  [ -f bench/polf_torch.py ] || die "run from the repository root (bench/polf_torch.py)"
+  left=$(polf_left)
+  if [ "$left" -lt "$POLF_STAGE_MIN_S" ]; then
+    record "polf pytorch" SKIP "${left}s of this call left; call again"
+    return 0
+  fi
+  args=(--init "$init" --data "$POLF_DATA" --batch "$POLF_BATCH" --heldout-windows "$HELDOUT_WINDOWS"
+    --device "$POLF_DEVICE" --out "$POLF_RUN/torch-points.jsonl" --save-state "$state" --stop-after "$left")
+  if [ -f "$state" ]; then args+=(--resume-state "$state"); else args+=(--budget "$POLF_BUDGET_S"); fi
+  # shellcheck disable=SC2086  # POLF_TORCH_ARGS is a list of words
+  timeout -k 10 $((left + 60)) python3 bench/polf_torch.py train "${args[@]}" $POLF_TORCH_ARGS \
+    >"$POLF_RUN/torch-train.txt" 2>"$OUT/polf-torch.err"
+  local rc=$? line summary
+  line=$(tail -1 "$POLF_RUN/torch-train.txt")
+  # "UPDATES SPENT BUDGET MS FIRST": the run's updates, its budget and this invocation's first update.
+  summary=$(python3 -c 'import json, sys
+r = json.loads(sys.argv[1])
+print(r["updates"], round(r["elapsed_s"]), round(r["budget_s"]), "%.2f" % r["ms_per_update"], r["this_invocation"]["first_update"])' "$line" 2>/dev/null)
+  local n spent budget ms first
+  read -r n spent budget ms first <<<"$summary"
+  if [ $rc -eq 0 ] && [ -n "$summary" ] && echo "$line" | grep -q '"finished": true'; then
+    echo "$line" >"$POLF_RUN/torch-result.json"
+    record "polf pytorch" PASS "updates $first–$n, $spent of $budget s spent, $ms ms an update"
+  elif [ $rc -eq 0 ] && [ -n "$summary" ]; then
+    record "polf pytorch" "$n" "stopped with its state at update $n (from $first), $spent of $budget s spent; call again to go on"
+  else
+    record "polf pytorch" FAIL "exit $rc: $(tail -1 "$OUT/polf-torch.err" | cut -c1-120)"
+  fi
+}
+
+# polf_report: the table: both held-out bits per byte, both steps, the artifact against its checkpoint.
+polf_report() {
+  local f
+  for f in run.json points.jsonl lineage.jsonl invocations.jsonl; do
+    [ -f "$POLF_RUN/alpha/$f" ] && cp "$POLF_RUN/alpha/$f" "$OUT/polf-alpha-$f"
+  done
+  for f in torch-points.jsonl torch-result.json score.txt; do
+    [ -f "$POLF_RUN/$f" ] && cp "$POLF_RUN/$f" "$OUT/polf-$f"
+  done
+  local zero=$POLF_RUN/alpha/checkpoints/step-000000.safetensors
+  [ -f "$zero" ] || zero=$POLF_RUN/init/checkpoints/step-000000.safetensors
+  if [ -f "$zero" ]; then
+    record "polf step 0" "$(python3 bench/checkpoint_tensors.py "$zero" | cut -d' ' -f1)" "digest of the step-0 tensors both sides start from (bench/checkpoint_tensors.py)"
+  fi
+  local rows
+  rows=$(python3 - "$POLF_RUN" "$(polf_last)" "$POLF_BATCH" <<'PY'
+import json, os, re, struct, sys
+run, last, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+meta = {}
+if last:
+    f = open(last, "rb")
+    meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0])).get("__metadata__", {})
+step, spent, budget = int(meta.get("step") or 0), float(meta.get("budget_elapsed_s") or 0), float(meta.get("budget_s") or 0)
+timed = int(meta.get("budget_steps") or 0)
+rows = []
+path = os.path.join(run, "alpha", "lineage.jsonl")
+lineage = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+at = [r for r in lineage if r.get("step") == step and not r.get("branch") and r.get("heldout_bpb") is not None]
+if spent >= budget > 0 and at:
+    ms = 1e3 * spent / max(timed, 1)
+    rows.append(("polf alpha bpb", f"{at[-1]['heldout_bpb']:.4f}", f"held-out bits per byte after {step} updates, {spent:.1f} s ({at[-1]['heldout_loss']:.4f} nats)"))
+    rows.append(("polf alpha step", f"{ms:.2f}", f"ms an update of {batch} x 1,024 tokens (the budget's mean)"))
+    alpha_bpb = at[-1]["heldout_bpb"]
+else:
+    alpha_bpb = None
+path = os.path.join(run, "torch-result.json")
+if os.path.exists(path):
+    r = json.load(open(path))
+    rows.append(("polf pytorch bpb", f"{r['heldout_bits_per_byte']:.4f}", f"held-out bits per byte after {r['updates']} updates, {r['elapsed_s']:.1f} s ({r['heldout_loss']:.4f} nats), same windows and start"))
+    compiled = ", compiled" if r.get("compiled") else ""
+    rows.append(("polf pytorch step", f"{r['ms_per_update']:.2f}", f"ms an update of {r['batch']} x 1,024 tokens ({r['products']}{compiled})"))
+    if alpha_bpb is not None:
+        rows.append(("polf pytorch - alpha", f"{r['heldout_bits_per_byte'] - alpha_bpb:+.4f}", "bits per byte"))
+path = os.path.join(run, "score.txt")
+if os.path.exists(path):
+    text = open(path).read()
+    nums = re.findall(r"([0-9]+\.[0-9]+) bits per byte", text)
+    size = open(os.path.join(run, "artifact-bytes")).read().strip() if os.path.exists(os.path.join(run, "artifact-bytes")) else "?"
+    if len(nums) >= 2:
+        ckpt_bpb, art_bpb = float(nums[0]), float(nums[1])
+        diff = art_bpb - ckpt_bpb
+        rows.append(("polf artifact bpb", f"{art_bpb:.4f}", f"{size} bytes; checkpoint {ckpt_bpb:.4f}"))
+        rows.append(("polf artifact - checkpoint", "PASS" if abs(diff) <= 0.01 else "FAIL", f"{diff:+.4f} bits per byte (within 0.01 passes)"))
+    else:
+        rows.append(("polf artifact bpb", "FAIL", "no two bits-per-byte figures in score.txt: " + text.strip().splitlines()[-1][:100] if text.strip() else "score.txt is empty"))
+for r in rows:
+    print("\t".join(r))
+PY
+)
+  local what result detail
+  while IFS=$'\t' read -r what result detail; do
+    [ -n "$what" ] && record "$what" "$result" "$detail"
+  done <<<"$rows"
+  if polf_alpha_done && polf_torch_done && [ -f "$POLF_RUN/score.txt" ] && { [ -f "$POLF_RUN/bench-done" ] || [ "$POLF_DEVICE" = cpu ]; }; then
+    record "polf run" "done" "both runs to their budget, the artifact and its score$([ -f "$POLF_RUN/bench-done" ] && echo ", alpha bench polf")"
+  else
+    local todo=()
+    polf_alpha_done || todo+=("Alpha's run")
+    [ -f "$POLF_RUN/score.txt" ] || todo+=("the artifact")
+    polf_torch_done || todo+=("PyTorch's run")
+    [ -f "$POLF_RUN/bench-done" ] || [ "$POLF_DEVICE" = cpu ] || todo+=("alpha bench polf")
+    local list
+    list=$(printf '%s, ' "${todo[@]}")
+    record "polf run" "partial" "to go: ${list%, }; call polf-train again"
+  fi
+  polf_bundle
+}
+
+# polf_bundle: the records and logs in OUT as one tarball (a call brings back few files).
+polf_bundle() {
+  local files=() f
+  for f in "$OUT"/polf-* "$OUT"/gates-polf.txt "$OUT"/bench-polf.txt; do
+    [ -f "$f" ] && [ "${f##*/}" != polf-run.tar.gz ] && files+=("${f##*/}")
+  done
+  [ ${#files[@]} -gt 0 ] || return 0
+  tar czf "$OUT/polf-run.tar.gz" -C "$OUT" "${files[@]}" && (cd "$OUT" && rm -f "${files[@]}")
+}
+
+# polf_bench: `alpha bench polf` (Alpha's step against polf_torch.py bench's settings) in what
+# is left of this call.
+polf_bench() {
+  BENCH_TIMEOUT=$((BUDGET_S + 40 - SECONDS)) mode_bench polf
+  if grep -q -E "^ +[0-9]+ +[0-9.]+ " "$OUT/bench-polf.txt"; then cp "$OUT/bench-polf.txt" "$POLF_RUN/bench-done"; fi
+  return 0
+}
+
+mode_polf_train() {
+  BUDGET_S=${BUDGET_S_GIVEN:-520}
+  local v
+  for v in POLF_BATCH POLF_BUDGET_S HELDOUT_WINDOWS BUDGET_S POLF_STAGE_MIN_S POLF_BENCH_S POLF_GRACE_S; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: give a whole number of at least 1"
+  done
+  local stage
+  for stage in "$@"; do
+    case "$stage" in alpha | export | torch | bench | report | next) ;; *) die "polf-train takes alpha, export, torch, bench or report, one or more in order (or nothing: the next stages), not '$stage'" ;; esac
+  done
+  mkdir -p "$POLF_RUN" || die "cannot create POLF_RUN=$POLF_RUN"
+  polf_data
+  for stage in "${@:-next}"; do
+    polf_stage "$stage"
+  done
+  polf_report
+}
+
+# polf_stage STAGE: one named stage, or next: every stage that fits.
+polf_stage() {
+  case "$1" in
+    alpha) polf_alpha ;;
+    export) if polf_alpha_done; then polf_export; else record "polf export" SKIP "Alpha's run has not spent its budget yet"; fi ;;
+    torch) polf_torch ;;
+    bench) polf_bench ;;
+    report) ;;
+    next)
+      # Every stage that fits this call, in order: Alpha to its budget, its artifact, PyTorch to
+      # the same budget, then `alpha bench polf`.
+      polf_alpha_done || polf_alpha
+      if polf_alpha_done && [ ! -f "$POLF_RUN/score.txt" ]; then polf_export; fi
+      if polf_alpha_done && ! polf_torch_done; then polf_torch; fi
+      if polf_torch_done && [ ! -f "$POLF_RUN/bench-done" ] && [ "$POLF_DEVICE" != cpu ]; then
+        if [ $(($(polf_left) + 60)) -ge "$POLF_BENCH_S" ]; then polf_bench; else record "polf bench" SKIP "$(polf_left)s of this call left; call again"; fi
+      fi
+      ;;
+    *) die "polf-train takes alpha, export, torch, bench or report, one or more in order (or nothing: the next stages), not '$1'" ;;
+  esac
+}
+
 echo "== gpu.sh $MODE $* (logs in $OUT)"
 machine
 case "$MODE" in
@@ -550,6 +912,7 @@ case "$MODE" in
   profile) mode_profile "$@" ;;
   train) mode_train ;;
   gpt2-train) mode_gpt2_train "$@" ;;
+  polf-train) mode_polf_train "$@" ;;
   all)
     mode_check
     mode_hashes

@@ -14,7 +14,17 @@ Three jobs:
   `--budget S` with `alpha train --budget`'s warmdown; it ends with the held-out loss and bits
   per byte on the windows Alpha scores. With the example's `--updates` output it also compares
   every update's loss and the parameters' changes. `score` gives those held-out figures for any
-  checkpoint, as `alpha score polf` does.
+  checkpoint, as `alpha score polf` does. A run spans several invocations: `--stop-after S`
+  stops it S wall seconds after the process started, `--save-state` writes what it needs to go
+  on (parameters, Adam's and Muon's moments, the update count, the budget's spent time and the
+  updates it was measured over, the stream's position, the losses), and `--resume-state`
+  continues it: the same windows next, the same schedule, the budget spending what is left. By
+  steps, N updates then M resumed equal N+M in one invocation bit for bit on the CPU; under a
+  budget the warmdown's factor depends on measured times, as Alpha's does, so only the
+  bookkeeping carries over exactly. The budget counts updates only: before the first timed
+  update on CUDA or with `--compile`, one forward and backward on tokens of the step's shape
+  (its gradient dropped; no parameter, moment or window changes) takes compilation and the
+  libraries' start-up out of it, as Alpha compiles before its first timed update.
 * the speed baseline: `bench` times one whole training step (forward, backward, the three
   optimizers, zero_grad) in coppelius_torch.py's four settings; `alpha bench polf` runs it.
 
@@ -59,6 +69,8 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
+
+PROCESS_START = time.perf_counter()
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import coppelius_torch as ct  # noqa: E402
@@ -583,30 +595,116 @@ def compare_updates(args, model, losses: list) -> dict:
             "lowest_change_cosine": worst[0], "lowest_change_cosine_tensor": worst[1], "change_cosines": cosines}
 
 
+STATE_FORMAT = "polf-torch-train-state"
+
+
+def save_state(path: str, model, opt, stream, step: int, horizon: int, batch: int, budget, timed: list,
+               losses: list, finished: bool, products: str, init: str):
+    """Everything `--resume-state` needs to go on as if never stopped: the parameters, the
+    learner's moments (Adam's m and v, Muon's momentum) and update count, the stream's
+    position, the budget's spent time and the update count it was measured over, the timing
+    of a run by steps, and every update's loss so far. Written whole, then renamed into place."""
+    state = {
+        "format": STATE_FORMAT, "version": 1, "step": step, "horizon": horizon, "batch": batch,
+        "products": products, "init": init, "finished": finished,
+        "params": {n: p.detach().cpu().clone() for n, p in model.named_parameters()},
+        "learner": {"t": int(opt.t_dev.item()) if opt.graph_safe else opt.t,
+                    "state": {n: t.detach().cpu().clone() for n, t in opt.state.items()}},
+        "cursor": {"position": stream.position, "epoch": stream.epoch},
+        "budget": None if budget is None else {"seconds": budget.seconds, "warmdown_updates": budget.warmdown_updates,
+                                               "elapsed": budget.elapsed, "steps": budget.steps},
+        "timed": list(timed), "losses": list(losses),
+    }
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_state(path: str, model, opt, device) -> dict:
+    """Reads `save_state`'s file into the model and learner; returns the rest."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if state.get("format") != STATE_FORMAT:
+        raise ValueError(f"{path}: not a polf_torch.py train state")
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        if set(params) != set(state["params"]):
+            raise ValueError(f"{path}: its parameters are not this model's")
+        for n, p in params.items():
+            p.copy_(state["params"][n].to(device))
+        if set(opt.state) != set(state["learner"]["state"]):
+            raise ValueError(f"{path}: its optimizer state is not this learner's")
+        for n, t in opt.state.items():
+            t.copy_(state["learner"]["state"][n].to(device))
+    if opt.graph_safe:
+        opt.t_dev.fill_(state["learner"]["t"])
+    else:
+        opt.t = state["learner"]["t"]
+    return state
+
+
 def cmd_train(args) -> dict:
     device = ct.pick_device(args.device, args.attention)
     products = default_products(args.products, device)
     model, cfg, meta = load_checkpoint_model(args.init, args.context, device, products)
     step0 = int(meta.get("step", 0) or 0)
-    if step0 != 0:
+    if step0 != 0 and not args.resume_state:
         log(f"note: {args.init} is at step {step0}; training restarts from update 1 with fresh moments")
     log(f"model: {asdict(cfg)}, {sum(p.numel() for p in model.parameters()):,} parameters, {device}, {products}")
-    if args.steps is None and args.budget is None:
+    resumed = None
+    if args.resume_state:
+        resumed = torch.load(args.resume_state, map_location="cpu", weights_only=True)
+    if args.steps is None and args.budget is None and not (resumed and resumed["budget"]):
         raise ValueError("give --steps N, --budget SECONDS, or both (the steps then cap the budget's run)")
     steps = args.steps or NO_CAP
-    horizon = args.total or steps
-    cursor = json.loads(meta.get("cursor") or '{"position": 0, "epoch": 0}')
-    stream = ct.TrainStream(ct.TokenSplit(args.data, "train"), int(cursor["position"]), int(cursor["epoch"]))
+    horizon = resumed["horizon"] if resumed else (args.total or steps)
+    if resumed and args.total and args.total != horizon:
+        raise ValueError(f"{args.resume_state} has a schedule of {horizon} updates, not --total {args.total}")
+    if resumed and resumed["batch"] != args.batch:
+        raise ValueError(f"{args.resume_state} trained at batch {resumed['batch']}, not --batch {args.batch}")
     opt = Learner(model, horizon, device)
+    budget = None
+    if resumed:
+        load_state(args.resume_state, model, opt, device)
+        cursor = resumed["cursor"]
+        step, losses, timed = resumed["step"], list(resumed["losses"]), list(resumed["timed"])
+        if resumed["budget"]:
+            b = resumed["budget"]
+            budget = Budget(args.budget or b["seconds"], b["warmdown_updates"])
+            budget.elapsed, budget.steps = b["elapsed"], b["steps"]
+        elif args.budget:
+            raise ValueError(f"{args.resume_state} is a run by steps; it cannot take a --budget now")
+        log(f"resumed {args.resume_state} after update {step}"
+            + (f", {budget.elapsed:.1f} s of {budget.seconds:.0f} spent" if budget else ""))
+    else:
+        cursor = json.loads(meta.get("cursor") or '{"position": 0, "epoch": 0}')
+        step, losses, timed = 0, [], [0.0, 0]
+        budget = Budget(args.budget, args.warmdown_updates) if args.budget else None
+    stream = ct.TrainStream(ct.TokenSplit(args.data, "train"), int(cursor["position"]), int(cursor["epoch"]))
     fwd = torch.compile(model) if args.compile else model
-    budget = Budget(args.budget, args.warmdown_updates) if args.budget else None
     t_len, b = cfg.context, args.batch
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    losses, factor = [], 1.0
-    out = open(args.out, "w") if args.out else None
+    factor = 1.0
+    out = open(args.out, "a" if resumed else "w") if args.out else None
+
+    def done() -> bool:
+        return step >= steps or (budget is not None and budget.spent())
+
+    if (args.compile or device.type == "cuda") and not done():
+        # Compilation and the libraries' start-up, outside the budget: one forward and backward
+        # on tokens of the step's shape, its gradient dropped (no parameter, moment or window
+        # changes), as Alpha compiles before its first timed update.
+        g = torch.Generator().manual_seed(0)
+        prime = torch.randint(0, cfg.vocab, (b, t_len + 1), generator=g).to(device)
+        fwd(prime[:, :-1], prime[:, 1:]).backward()
+        opt.zero_grad()
+        sync()
+    stopped = False
     t_start = time.perf_counter()
-    step = 0
-    while step < steps:
+    first_step = step + 1
+    while not done():
+        if args.stop_after is not None and time.perf_counter() - PROCESS_START >= args.stop_after:
+            stopped = True
+            break
         step += 1
         t0 = time.perf_counter()
         factor = budget.factor() if budget else 1.0
@@ -620,26 +718,42 @@ def cmd_train(args) -> dict:
         if not math.isfinite(loss):
             raise RuntimeError(f"loss became non-finite ({loss}) at update {step}")
         losses.append(loss)
+        took = time.perf_counter() - t0
+        timed[0] += took
+        timed[1] += 1
         row = {"step": step, "loss": loss, "lr": {g["role"]: lr_at(g["peak"] * factor, step, horizon)
                                                   for g in opt.param_groups}, "momentum": momentum_at(step)}
         if budget:
-            budget.add(time.perf_counter() - t0)
+            budget.add(took)
             row.update(lr_factor=factor, elapsed_s=budget.elapsed)
         if out:
             out.write(json.dumps(row) + "\n")
         if step <= 5 or step % 50 == 0:
             log(f"update {step}: loss {loss:.5f}" + (f", lr x{factor:.3f}, {budget.elapsed:.1f} s" if budget else ""))
-        if budget and budget.spent():
-            break
     sync()
     wall = time.perf_counter() - t_start
-    result = {"init": args.init, "updates": step, "batch": b, "horizon": horizon, "first_loss": losses[0],
-              "last_loss": losses[-1], "cursor": {"position": stream.position, "epoch": stream.epoch},
-              "ms_per_update": 1e3 * (budget.mean_step() if budget else wall / step),
-              "device": str(device), "products": products}
+    finished = not stopped
+    if not losses and not stopped:
+        raise ValueError("no update was made")
+    result = {"init": args.init, "updates": step, "batch": b, "horizon": horizon,
+              "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None, "cursor": {"position": stream.position, "epoch": stream.epoch},
+              "ms_per_update": 1e3 * (budget.mean_step() if budget else timed[0] / max(timed[1], 1)),
+              "device": str(device), "products": products, "compiled": bool(args.compile), "finished": finished,
+              "this_invocation": {"first_update": first_step, "updates": step - first_step + 1, "wall_s": wall}}
     if budget:
         result.update(budget_s=budget.seconds, elapsed_s=budget.elapsed, last_factor=factor,
                       warmdown_updates=budget.warmdown_updates)
+    if args.save_state:
+        save_state(args.save_state, model, opt, stream, step, horizon, b, budget, timed, losses, finished,
+                   products, args.init)
+        result["state"] = args.save_state
+    if stopped:
+        log(f"stopped after update {step} at {args.stop_after:.0f} s of this invocation"
+            + (f" ({budget.elapsed:.1f} s of the budget spent)" if budget else "")
+            + (f"; continue with --resume-state {args.save_state}" if args.save_state else ""))
+        if out:
+            out.close()
+        return result
     if args.alpha:
         result.update(compare_updates(args, model, losses), losses=losses)
     if args.save:
@@ -724,6 +838,15 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--alpha", default=None, help="the example's --updates output: compare losses and parameters")
     t.add_argument("--out", default=None, help="JSON lines: one an update, then the held-out figures")
     t.add_argument("--save", default=None)
+    t.add_argument("--save-state", default=None,
+                   help="at the end, or when --stop-after stops it: parameters, the learner's moments, the budget's "
+                        "spent time and step count, the update count, the stream's position and the losses so far")
+    t.add_argument("--resume-state", default=None,
+                   help="go on from a --save-state file: the same windows next, the budget (and schedule) continuing; "
+                        "--steps then caps the run's total updates, not this invocation's")
+    t.add_argument("--stop-after", type=float, default=None,
+                   help="wall-clock seconds of this invocation (from the process's start) after which no update "
+                        "starts: the run stops unfinished, writes --save-state and skips the held-out score")
     t.add_argument("--device", default="auto")
     t.add_argument("--attention", choices=ct.ATTENTION, default="flash")
     t.add_argument("--products", **products)
