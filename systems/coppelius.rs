@@ -11,7 +11,8 @@
 use alpha_ir::{DType, Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
 
-use crate::layers::{causal_self_attention, lm_inputs, tied_lm_loss};
+use crate::decode::{self, cached_attention, Decoder, Feeds};
+use crate::layers::{bf16_matmul, causal_self_attention, lm_inputs, tied_lm_loss};
 use crate::{System, Tokens};
 
 #[derive(Debug, Clone)]
@@ -31,8 +32,10 @@ impl Default for Coppelius {
 }
 
 impl Coppelius {
-    fn block(&self, g: &mut Graph, x: Value, b: usize) -> Value {
-        let (c, h, t) = (self.width, self.heads, self.context);
+    /// One block over `x`, its attention over the fused projection given by `attend`: the
+    /// window's causal attention in training, one position's over a cache in decoding.
+    fn block_with(&self, g: &mut Graph, x: Value, attend: impl FnOnce(&mut Graph, Value) -> Value) -> Value {
+        let c = self.width;
         let std = 0.02;
         let resid_std = std / ((2 * self.blocks) as f64).sqrt();
         let ln1_g = g.param("ln1.weight", &[c], Init::Ones);
@@ -53,7 +56,7 @@ impl Coppelius {
         let a = g.layer_norm(x, ln1_g, ln1_b, 1e-5);
         let a16 = g.cast(a, DType::BF16);
         let qkv = mm(g, a16, w_qkv);
-        let o = causal_self_attention(g, qkv, b, t, h, Some(10000.0));
+        let o = attend(g, qkv);
         let o16 = g.cast(o, DType::BF16);
         let proj = mm(g, o16, w_o);
         let x = g.add(x, proj);
@@ -67,6 +70,16 @@ impl Coppelius {
         let hidden16 = g.cast(hidden, DType::BF16);
         let down = mm(g, hidden16, w_down);
         g.add(x, down)
+    }
+}
+
+/// Rotary base of the attention's positions.
+const ROTARY_BASE: f64 = 10000.0;
+
+impl Coppelius {
+    fn block(&self, g: &mut Graph, x: Value, b: usize) -> Value {
+        let (h, t) = (self.heads, self.context);
+        self.block_with(g, x, |g, qkv| causal_self_attention(g, qkv, b, t, h, Some(ROTARY_BASE)))
     }
 }
 
@@ -110,6 +123,39 @@ impl System for Coppelius {
         let lnf_b = g.param("ln_f.bias", &[c], Init::Zeros);
         let hf = g.layer_norm(x, lnf_g, lnf_b, 1e-5);
         tied_lm_loss(g, hf, embed, targets, self.vocab)
+    }
+
+    fn decoder(&self) -> Option<Result<Decoder, IrError>> {
+        let (c, t, v, h) = (self.width, self.context, self.vocab, self.heads);
+        let build = || {
+            let mut g = Graph::new("coppelius-decode");
+            let token = g.input("token", &[1, 1], DType::I32);
+            let feeds = Feeds::new(&mut g, t, Some(c / h));
+            let embed = g.param("embed.weight", &[v, c], Init::Normal { std: 0.02 });
+            let x = g.gather(embed, token);
+            let mut x = g.reshape(x, &[1, c]);
+            let mut assign = vec![];
+            for i in 0..self.blocks {
+                let scope = format!("blocks.{i}");
+                x = g.scoped(scope.clone(), |g| {
+                    self.block_with(g, x, |g, qkv| {
+                        let (o, cache) = cached_attention(g, qkv, h, &feeds, &scope);
+                        assign.extend(cache);
+                        o
+                    })
+                });
+            }
+            let lnf_g = g.param("ln_f.weight", &[c], Init::Ones);
+            let lnf_b = g.param("ln_f.bias", &[c], Init::Zeros);
+            let hf = g.layer_norm(x, lnf_g, lnf_b, 1e-5);
+            let logits = bf16_matmul(&mut g, hf, embed, true);
+            Ok(Decoder {
+                program: decode::program(g, logits, assign)?,
+                positions: t,
+                rotary: Some((ROTARY_BASE, c / h)),
+            })
+        };
+        Some(build())
     }
 
     fn learner(&self, steps: u64) -> Learner {

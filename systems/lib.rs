@@ -3,6 +3,7 @@
 
 pub mod bob;
 pub mod coppelius;
+pub mod decode;
 pub mod diakosmos;
 pub mod diakosmos_wire;
 pub mod gpt2;
@@ -63,6 +64,12 @@ pub trait System: Send + Sync {
     }
     /// What a run page shows of the system's insides besides its loss ([`views`]): figures read
     /// from each kept checkpoint and tables its definition fixes. None by default.
+    /// The one-position decode program with its caches ([`decode`]), for systems that have one:
+    /// prediction then costs a position a token instead of a window.
+    fn decoder(&self) -> Option<Result<decode::Decoder, IrError>> {
+        None
+    }
+
     fn model_views(&self) -> Vec<views::ModelView> {
         vec![]
     }

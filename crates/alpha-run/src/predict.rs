@@ -1,10 +1,15 @@
-//! Prediction: continue a prompt token by token, each from a full forward pass over the last
-//! `context` tokens, sampling at a temperature from a seeded generator (0 = most likely).
+//! Prediction: continue a prompt token by token, sampling at a temperature from a seeded
+//! generator (0 = most likely). Two ways to get the next token's scores ([`Generation`]): a
+//! system with a decode program ([`alpha_systems::decode`]) runs one position a token, its keys
+//! and values kept in the program's caches, so a chat's turns continue one sequence without
+//! entering it again; any other runs its inference program over the last `context` tokens for
+//! every token.
 
+use alpha_systems::decode::{DecodeStep, Decoder};
 use alpha_systems::System;
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+pub use rand_chacha::ChaCha8Rng;
 
 use crate::backend::Backend;
 
@@ -23,20 +28,174 @@ pub fn continue_prompt(
     temperature: f64,
     seed: u64,
 ) -> Result<Prediction> {
-    continue_prompt_streaming(backend, system, prompt, n, temperature, seed, &mut |_| Ok(()))
+    predict(&mut Generation::windowed(backend, system), prompt, n, temperature, seed, &mut |_| Ok(()))
 }
 
-/// [`continue_prompt`], handing each token to `on_token` as soon as it is chosen (a long
-/// prediction can show its text as it goes); an error from `on_token` ends the prediction.
-pub fn continue_prompt_streaming(
-    backend: &mut dyn Backend,
-    system: &dyn System,
+/// Continues `prompt` on `g` (a fresh [`Generation`]): `n` tokens at `temperature` from `seed`,
+/// each handed to `on_token` as it is chosen, and the most likely tokens after the prompt.
+pub fn predict(
+    g: &mut Generation,
     prompt: &[u32],
     n: usize,
     temperature: f64,
     seed: u64,
     on_token: &mut dyn FnMut(u32) -> Result<()>,
 ) -> Result<Prediction> {
+    check_request(prompt, temperature)?;
+    g.extend(prompt)?;
+    let top_next = most_likely(g.scores()?);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let tokens = g.generate(n, temperature, &mut rng, on_token)?;
+    Ok(Prediction { tokens, top_next })
+}
+
+/// The seeded generator a prediction samples from.
+pub fn sampler(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// One sequence being continued, and how its next token's scores are computed.
+pub struct Generation<'a> {
+    backend: &'a mut dyn Backend,
+    vocab: usize,
+    seq: Vec<u32>,
+    /// The next token's scores once computed for the sequence as it is (empty: not yet).
+    scores: Vec<f32>,
+    how: How<'a>,
+}
+
+enum How<'a> {
+    /// The inference program over the last `context` tokens, every time.
+    Window { context: usize },
+    /// The decode program: `held` tokens of the sequence from `start` are in its caches.
+    Cached { decoder: &'a Decoder, start: usize, held: usize },
+}
+
+impl<'a> Generation<'a> {
+    /// On an inference program of batch 1 (`backend`, parameters loaded).
+    pub fn windowed(backend: &'a mut dyn Backend, system: &dyn System) -> Self {
+        let how = How::Window { context: system.context() };
+        Generation { backend, vocab: system.vocab(), seq: vec![], scores: vec![], how }
+    }
+
+    /// On a decode program (`backend` holds `decoder.program`, parameters loaded).
+    pub fn cached(backend: &'a mut dyn Backend, decoder: &'a Decoder, system: &dyn System) -> Self {
+        let how = How::Cached { decoder, start: 0, held: 0 };
+        Generation { backend, vocab: system.vocab(), seq: vec![], scores: vec![], how }
+    }
+
+    /// The sequence so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.seq
+    }
+
+    /// Appends `tokens` to the sequence (a decode program runs each of them in).
+    pub fn extend(&mut self, tokens: &[u32]) -> Result<()> {
+        self.seq.extend_from_slice(tokens);
+        self.scores.clear();
+        if let How::Cached { decoder, start, held } = &mut self.how {
+            // Full caches are filled again from the sequence's last half.
+            if self.seq.len() - *start > decoder.positions {
+                *start = self.seq.len().saturating_sub(decoder.positions / 2);
+                *held = 0;
+            }
+            while *held < self.seq.len() - *start {
+                feed(self.backend, &decoder.step(self.seq[*start + *held], *held))?;
+                self.backend.run("decode")?;
+                *held += 1;
+            }
+            if !self.seq.is_empty() {
+                self.scores = self.backend.output("logits")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The next token's scores (the first `vocab` of a row that may be padded wider).
+    pub fn scores(&mut self) -> Result<&[f32]> {
+        if self.seq.is_empty() {
+            bail!("nothing to continue: the sequence is empty");
+        }
+        if let (true, How::Window { context }) = (self.scores.is_empty(), &self.how) {
+            let t = *context;
+            let window = &self.seq[self.seq.len().saturating_sub(t)..];
+            let mut ids = window.to_vec();
+            ids.resize(t, 0);
+            self.backend.write_ids("tokens", &ids)?;
+            self.backend.write_ids("targets", &vec![0; t])?;
+            self.backend.run("forward")?;
+            let logits = self.backend.output("logits")?;
+            // Rows may be wider than the vocabulary (an embedding padded for the GPU's tiles).
+            let width = logits.len() / t;
+            let at = (window.len() - 1) * width;
+            self.scores = logits[at..at + width].to_vec();
+        }
+        Ok(&self.scores[..self.vocab])
+    }
+
+    /// Chooses and appends `n` tokens, handing each to `on_token` as it is chosen.
+    pub fn generate(
+        &mut self,
+        n: usize,
+        temperature: f64,
+        rng: &mut ChaCha8Rng,
+        on_token: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<Vec<u32>> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let next = choose(self.scores()?, temperature, rng);
+            on_token(next)?;
+            out.push(next);
+            self.extend(&[next])?;
+        }
+        Ok(out)
+    }
+}
+
+/// The five most likely tokens of a row of scores, with their probabilities.
+fn most_likely(row: &[f32]) -> Vec<(u32, f64)> {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let probs: Vec<f64> = row.iter().map(|&z| (z as f64 - max).exp()).collect();
+    let z: f64 = probs.iter().sum();
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    idx.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+    idx.iter().take(5).map(|&j| (j as u32, probs[j] / z)).collect()
+}
+
+/// The next token from a row of scores: the most likely at temperature 0, else a draw from the
+/// softmax of the scores over the temperature.
+fn choose(row: &[f32], temperature: f64, rng: &mut ChaCha8Rng) -> u32 {
+    let v = row.len();
+    if temperature <= 0.0 {
+        return (0..v).max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap() as u32;
+    }
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let w: Vec<f64> = row.iter().map(|&zv| ((zv as f64 - max) / temperature).exp()).collect();
+    let total: f64 = w.iter().sum();
+    let mut r = rng.random::<f64>() * total;
+    for (j, &wj) in w.iter().enumerate() {
+        if r < wj {
+            return j as u32;
+        }
+        r -= wj;
+    }
+    v as u32 - 1
+}
+
+/// Writes one decode run's inputs.
+fn feed(backend: &mut dyn Backend, step: &DecodeStep) -> Result<()> {
+    backend.write_ids("token", &[step.token])?;
+    backend.write("onehot", &step.onehot)?;
+    backend.write("mask", &step.mask)?;
+    if let Some((cos, sin)) = &step.rope {
+        backend.write("rope_cos", cos)?;
+        backend.write("rope_sin", sin)?;
+    }
+    Ok(())
+}
+
+/// A prompt to continue and a temperature to continue it at, or the error that names why not.
+fn check_request(prompt: &[u32], temperature: f64) -> Result<()> {
     if prompt.is_empty() {
         bail!("the prompt is empty: give some text to continue");
     }
@@ -44,57 +203,7 @@ pub fn continue_prompt_streaming(
     if !temperature.is_finite() || temperature < 0.0 {
         bail!("the temperature must be a finite number, 0 or more (got {temperature})");
     }
-    let (t, v) = (system.context(), system.vocab());
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut seq = prompt.to_vec();
-    let mut out = vec![];
-    let mut top_next = vec![];
-    for i in 0..n.max(1) {
-        let start = seq.len().saturating_sub(t);
-        let window = &seq[start..];
-        let mut ids = window.to_vec();
-        ids.resize(t, 0);
-        backend.write_ids("tokens", &ids)?;
-        backend.write_ids("targets", &vec![0; t])?;
-        backend.run("forward")?;
-        let logits = backend.output("logits")?;
-        // Rows may be wider than the vocabulary (an embedding padded for the GPU's tiles): the
-        // first `v` of each are the tokens' scores.
-        let width = logits.len() / t;
-        let at = (window.len() - 1) * width;
-        let row = &logits[at..at + v];
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-        let probs: Vec<f64> = row.iter().map(|&z| (z as f64 - max).exp()).collect();
-        let z: f64 = probs.iter().sum();
-        if i == 0 {
-            let mut idx: Vec<usize> = (0..v).collect();
-            idx.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
-            top_next = idx.iter().take(5).map(|&j| (j as u32, probs[j] / z)).collect();
-        }
-        if n == 0 {
-            break;
-        }
-        let next = if temperature <= 0.0 {
-            (0..v).max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap() as u32
-        } else {
-            let w: Vec<f64> = row.iter().map(|&zv| ((zv as f64 - max) / temperature).exp()).collect();
-            let total: f64 = w.iter().sum();
-            let mut r = rng.random::<f64>() * total;
-            let mut pick = v - 1;
-            for (j, &wj) in w.iter().enumerate() {
-                if r < wj {
-                    pick = j;
-                    break;
-                }
-                r -= wj;
-            }
-            pick as u32
-        };
-        on_token(next)?;
-        out.push(next);
-        seq.push(next);
-    }
-    Ok(Prediction { tokens: out, top_next })
+    Ok(())
 }
 
 #[cfg(test)]
@@ -112,12 +221,97 @@ mod tests {
             assert!(e.to_string().contains("temperature"), "{e}");
         }
         let mut seen = vec![];
-        let p = continue_prompt_streaming(&mut backend, bob.as_ref(), &[65], 3, 0.0, 1, &mut |t| {
+        let mut g = Generation::windowed(&mut backend, bob.as_ref());
+        let p = predict(&mut g, &[65], 3, 0.0, 1, &mut |t| {
             seen.push(t);
             Ok(())
         })
         .unwrap();
         assert_eq!(seen, p.tokens, "each token is handed over as it is chosen");
         assert_eq!(p.tokens.len(), 3);
+    }
+}
+
+#[cfg(test)]
+mod decoding_tests {
+    use super::*;
+    use crate::CpuBackend;
+    use alpha_systems::coppelius::Coppelius;
+
+    /// A small Coppelius: two blocks of 64, two heads, a window of 24.
+    fn small() -> Coppelius {
+        Coppelius { blocks: 2, width: 64, heads: 2, ffn: 96, vocab: 97, context: 24 }
+    }
+
+    /// Both programs loaded with the same random weights.
+    fn loaded(system: &Coppelius) -> (CpuBackend, CpuBackend, Decoder) {
+        let window = alpha_learn::inference_program(system.model(1).unwrap()).unwrap();
+        let decoder = system.decoder().expect("Coppelius decodes").unwrap();
+        let mut full = CpuBackend::compile(&window).unwrap();
+        let mut step = CpuBackend::compile(&decoder.program).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for (name, shape, is_param) in crate::session::persistent(&window) {
+            if is_param {
+                let n: usize = shape.iter().product();
+                let scale = if name.contains("weight") && shape.len() == 2 { 0.3 } else { 0.1 };
+                let v: Vec<f32> =
+                    (0..n).map(|_| if name.contains("ln") { 1.0 } else { rng.random_range(-scale..scale) }).collect();
+                full.write(&name, &v).unwrap();
+                step.write(&name, &v).unwrap();
+            }
+        }
+        (full, step, decoder)
+    }
+
+    #[test]
+    fn one_position_at_a_time_gives_the_windows_scores() {
+        let system = small();
+        let (mut full, mut step, decoder) = loaded(&system);
+        let (t, v) = (system.context, system.vocab);
+        let tokens: Vec<u32> = (0..t as u32).map(|i| (i * 37 + 5) % v as u32).collect();
+        full.write_ids("tokens", &tokens).unwrap();
+        full.write_ids("targets", &vec![0; t]).unwrap();
+        full.run("forward").unwrap();
+        let window = full.output("logits").unwrap();
+        let mut worst: f32 = 0.0;
+        for (p, &tok) in tokens.iter().enumerate() {
+            feed(&mut step, &decoder.step(tok, p)).unwrap();
+            step.run("decode").unwrap();
+            let one = step.output("logits").unwrap();
+            let row = &window[p * v..(p + 1) * v];
+            let spread = row.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let diff = one.iter().zip(row).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            worst = worst.max(diff / spread);
+            let top = |r: &[f32]| (0..v).max_by(|&a, &b| r[a].total_cmp(&r[b])).unwrap();
+            assert_eq!(top(&one), top(row), "position {p}: the most likely token differs");
+        }
+        // The window's attention rounds its probabilities to bf16 tile by tile; the decode's
+        // softmax over the cache does not: the scores differ by that rounding alone.
+        assert!(worst < 2e-2, "largest difference {worst} of a row's largest score");
+        assert!(worst > 0.0, "the two programs are not the same arithmetic; equal bits would mean one was not run");
+    }
+
+    #[test]
+    fn a_decoded_continuation_is_the_windows_continuation() {
+        let system = small();
+        let (mut full, mut step, decoder) = loaded(&system);
+        let prompt = [3u32, 14, 15, 92, 65];
+        // Past the window (24) so that the caches refill once.
+        let n = 30;
+        let by_window = continue_prompt(&mut full, &system, &prompt, n, 0.0, 1).unwrap();
+        let mut seen = vec![];
+        let mut g = Generation::cached(&mut step, &decoder, &system);
+        let by_step = predict(&mut g, &prompt, n, 0.0, 1, &mut |t| {
+            seen.push(t);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, by_step.tokens);
+        // Within the window the greedy tokens agree; after the refill the decode sees a shorter
+        // context than the window's sliding one, so only the first stretch must match.
+        let inside = system.context - prompt.len();
+        assert_eq!(by_step.tokens[..inside], by_window.tokens[..inside]);
+        assert_eq!(by_step.top_next.len(), 5);
+        assert_eq!(by_step.top_next[0].0, by_window.top_next[0].0);
     }
 }

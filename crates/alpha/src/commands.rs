@@ -65,6 +65,9 @@ pub enum Command {
     Train(TrainArgs),
     /// Continue a prompt from a checkpoint.
     Predict(PredictArgs),
+    /// Talk with a checkpoint: each line you type is added to one running text and continued;
+    /// a system with a decode program keeps its keys and values between turns.
+    Chat(ChatArgs),
     /// Mean loss and bits per byte of a checkpoint, or of an artifact beside its checkpoint, on
     /// held-out text.
     Score(ScoreArgs),
@@ -221,6 +224,13 @@ pub struct PredictArgs {
     /// Tokens to generate (each printed as it comes).
     #[arg(long, default_value_t = 200, value_parser = validate::tokens, allow_negative_numbers = true)]
     pub tokens: usize,
+    #[command(flatten)]
+    pub sampling: Sampling,
+}
+
+/// How `predict` and `chat` sample, and where they run.
+#[derive(Args)]
+pub struct Sampling {
     /// Sampling temperature; 0 takes the most likely token each time.
     #[arg(long, default_value_t = 0.8, value_parser = validate::temperature, allow_negative_numbers = true)]
     pub temperature: f64,
@@ -231,6 +241,18 @@ pub struct PredictArgs {
     pub data: Option<PathBuf>,
     #[arg(long, default_value = "cpu")]
     pub device: Device,
+}
+
+#[derive(Args)]
+pub struct ChatArgs {
+    pub system: String,
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Most tokens a reply (it also ends at a blank line).
+    #[arg(long, default_value_t = 120, value_parser = validate::tokens, allow_negative_numbers = true)]
+    pub tokens: usize,
+    #[command(flatten)]
+    pub sampling: Sampling,
 }
 
 #[derive(Args)]
@@ -334,6 +356,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train(a) => train(a),
         Command::Predict(a) => predict_cmd(a),
+        Command::Chat(a) => chat_cmd(a),
         Command::Score(a) => score_cmd(a),
         Command::Export(a) => export(a),
         Command::Systems { runs } => systems(&runs),
@@ -608,7 +631,8 @@ fn run_prompt(
     mut live: Option<&mut dyn std::io::Write>,
 ) -> Result<(String, Vec<(String, f64)>)> {
     let tokenizer = Tokenizer::load(data).with_context(|| format!("loading the tokenizer of {}", data.display()))?;
-    let program = inference_program(system.model(1)?)?;
+    // A system with a decode program generates a position a token; others run the window.
+    let (decoder, program) = prediction_program(system)?;
     let mut backend = backend_for(device, &program)?;
     restore(ckpt, system, backend.as_mut(), &ckpt_path.display().to_string())?;
     let ids = tokenizer.encode(prompt.text);
@@ -628,15 +652,11 @@ fn run_prompt(
         }
         Ok(())
     };
-    let p = predict::continue_prompt_streaming(
-        backend.as_mut(),
-        system,
-        &ids,
-        prompt.tokens,
-        prompt.temperature,
-        prompt.seed,
-        &mut on_token,
-    )?;
+    let mut g = match &decoder {
+        Some(d) => predict::Generation::cached(backend.as_mut(), d, system),
+        None => predict::Generation::windowed(backend.as_mut(), system),
+    };
+    let p = predict::predict(&mut g, &ids, prompt.tokens, prompt.temperature, prompt.seed, &mut on_token)?;
     if let Some(out) = live.as_mut() {
         writeln!(out, "{}", stream.finish())?;
         out.flush()?;
@@ -645,6 +665,18 @@ fn run_prompt(
     all.extend(&p.tokens);
     let top = p.top_next.iter().map(|&(t, pr)| (tokenizer.decode(&[t]), pr)).collect();
     Ok((tokenizer.decode(&all), top))
+}
+
+/// What a prediction runs: a system's decode program where it has one (a position a token, its
+/// keys and values kept), else its inference program over the window.
+fn prediction_program(system: &dyn System) -> Result<(Option<alpha_systems::decode::Decoder>, alpha_ir::Program)> {
+    match system.decoder().transpose()? {
+        Some(d) => {
+            let program = d.program.clone();
+            Ok((Some(d), program))
+        }
+        None => Ok((None, inference_program(system.model(1)?)?)),
+    }
 }
 
 /// The data folder a checkpoint names, unless one is given.
@@ -661,20 +693,82 @@ fn data_of(system: &dyn System, given: Option<&Path>, ckpt: &Checkpoint, path: &
 fn predict_cmd(a: PredictArgs) -> Result<()> {
     let system = find(&a.system)?;
     let ckpt = checkpoint::load(&a.checkpoint)?;
-    let data = data_of(system.as_ref(), a.data.as_deref(), &ckpt, &a.checkpoint)?;
-    let prompt = Prompt { text: &a.prompt, tokens: a.tokens, temperature: a.temperature, seed: a.seed };
+    let data = data_of(system.as_ref(), a.sampling.data.as_deref(), &ckpt, &a.checkpoint)?;
+    let prompt =
+        Prompt { text: &a.prompt, tokens: a.tokens, temperature: a.sampling.temperature, seed: a.sampling.seed };
     let stdout = std::io::stdout();
     let mut live = stdout.lock();
-    let top = match run_prompt(system.as_ref(), &ckpt, &a.checkpoint, &data, &prompt, a.device, Some(&mut live)) {
-        Ok((_, top)) => top,
-        // A reader that stops early (`| head`) ends the prediction, as it would any filter.
-        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {
-            return Ok(())
-        }
-        Err(e) => return Err(e),
-    };
+    let top =
+        match run_prompt(system.as_ref(), &ckpt, &a.checkpoint, &data, &prompt, a.sampling.device, Some(&mut live)) {
+            Ok((_, top)) => top,
+            // A reader that stops early (`| head`) ends the prediction, as it would any filter.
+            Err(e)
+                if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+            {
+                return Ok(())
+            }
+            Err(e) => return Err(e),
+        };
     let top: Vec<String> = top.iter().map(|(t, p)| format!("{t:?} {:.1}%", p * 100.0)).collect();
     eprintln!("most likely next after the prompt: {}", top.join(", "));
+    Ok(())
+}
+
+/// `alpha chat`: lines from standard input, each appended (with its newline) to one running text
+/// that the model then continues, streamed, until `--tokens` or a blank line; an empty line asks
+/// for more of the same. Ends at end of input.
+fn chat_cmd(a: ChatArgs) -> Result<()> {
+    use std::io::{BufRead, Write};
+    let system = find(&a.system)?;
+    let ckpt = checkpoint::load(&a.checkpoint)?;
+    let data = data_of(system.as_ref(), a.sampling.data.as_deref(), &ckpt, &a.checkpoint)?;
+    let tokenizer = Tokenizer::load(&data).with_context(|| format!("loading the tokenizer of {}", data.display()))?;
+    let (decoder, program) = prediction_program(system.as_ref())?;
+    let mut backend = backend_for(a.sampling.device, &program)?;
+    restore(&ckpt, system.as_ref(), backend.as_mut(), &a.checkpoint.display().to_string())?;
+    let mut g = match &decoder {
+        Some(d) => predict::Generation::cached(backend.as_mut(), d, system.as_ref()),
+        None => predict::Generation::windowed(backend.as_mut(), system.as_ref()),
+    };
+    let how = if decoder.is_some() { "one position a token, keys and values kept" } else { "the whole window a token" };
+    eprintln!(
+        "alpha chat · {} · {} · {how}\ntype a line and Enter: the text so far is continued by up to {} tokens; an empty line continues further; end of input (Ctrl-D) ends",
+        system.name(),
+        a.checkpoint.display(),
+        a.tokens
+    );
+    let mut rng = predict::sampler(a.sampling.seed);
+    let stdout = std::io::stdout();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.context("reading standard input")?;
+        if !line.is_empty() {
+            let ids = tokenizer.encode(&format!("{line}\n"));
+            alpha_run::session::check_ids(&ids, system.vocab())?;
+            g.extend(&ids)?;
+        } else if g.tokens().is_empty() {
+            eprintln!("(type some text first)");
+            continue;
+        }
+        let started = std::time::Instant::now();
+        let mut stream = TextStream::new(&tokenizer);
+        let mut out = stdout.lock();
+        let mut shown = String::new();
+        let mut produced = 0usize;
+        for _ in 0..a.tokens {
+            let next = g.generate(1, a.sampling.temperature, &mut rng, &mut |_| Ok(()))?[0];
+            produced += 1;
+            let piece = stream.push(next);
+            out.write_all(piece.as_bytes())?;
+            out.flush()?;
+            shown.push_str(&piece);
+            if shown.ends_with("\n\n") {
+                break;
+            }
+        }
+        writeln!(out, "{}", stream.finish())?;
+        let s = started.elapsed().as_secs_f64();
+        eprintln!("[{produced} tokens in {s:.2} s: {:.1} tokens a second]", produced as f64 / s.max(1e-9));
+    }
     Ok(())
 }
 
@@ -976,6 +1070,9 @@ struct CliProbe;
 struct ProbeModel {
     system: Box<dyn System>,
     tokenizer: Tokenizer,
+    /// The system's decode program where it has one (a position a token), else its inference
+    /// program.
+    decoder: Option<alpha_systems::decode::Decoder>,
     backend: std::sync::Mutex<alpha_cpu::CpuBackend>,
 }
 
@@ -986,10 +1083,10 @@ impl alpha_dash::Probe for CliProbe {
         let data = PathBuf::from(&loaded.meta.data);
         let tokenizer =
             Tokenizer::load(&data).with_context(|| format!("loading the tokenizer of {}", data.display()))?;
-        let program = inference_program(system.model(1)?)?;
+        let (decoder, program) = prediction_program(system.as_ref())?;
         let mut backend = alpha_cpu::CpuBackend::compile(&program)?;
         restore(&loaded, system.as_ref(), &mut backend, &ckpt.display().to_string())?;
-        Ok(Arc::new(ProbeModel { system, tokenizer, backend: std::sync::Mutex::new(backend) }))
+        Ok(Arc::new(ProbeModel { system, tokenizer, decoder, backend: std::sync::Mutex::new(backend) }))
     }
 }
 
@@ -998,7 +1095,12 @@ impl alpha_dash::LoadedModel for ProbeModel {
         let ids = self.tokenizer.encode(prompt);
         alpha_run::session::check_ids(&ids, self.system.vocab())?;
         let mut backend = self.backend.lock().unwrap_or_else(|p| p.into_inner());
-        let p = predict::continue_prompt(&mut *backend, self.system.as_ref(), &ids, tokens, 0.0, 1)?;
+        let system = self.system.as_ref();
+        let mut g = match &self.decoder {
+            Some(d) => predict::Generation::cached(&mut *backend, d, system),
+            None => predict::Generation::windowed(&mut *backend, system),
+        };
+        let p = predict::predict(&mut g, &ids, tokens, 0.0, 1, &mut |_| Ok(()))?;
         let mut all = ids;
         all.extend(&p.tokens);
         let top_next = p.top_next.iter().map(|&(t, pr)| (self.tokenizer.decode(&[t]), pr)).collect();

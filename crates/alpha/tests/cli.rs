@@ -373,3 +373,28 @@ fn gates_are_recorded_and_a_gpu_run_without_them_is_refused_before_any_work() {
     assert!(bob_cuda.contains("every gate passed"), "{shown}");
     assert_eq!(shown.lines().filter(|l| l.contains(" cuda ")).count(), 1, "only Bob has a cuda record:\n{shown}");
 }
+
+#[test]
+fn chat_continues_one_text_line_by_line_until_the_input_ends() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = prepared(tmp.path()) else { return };
+    bob_run(tmp.path(), &data, &["--steps", "3"]);
+    let ckpt = tmp.path().join("run/checkpoints/step-000003.safetensors");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_alpha"))
+        .args(["chat", "bob", "--checkpoint", ckpt.to_str().unwrap(), "--tokens", "12", "--temperature", "0"])
+        .current_dir(tmp.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"ROMEO:\n\nJULIET:\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // Three turns (a line, an empty line asking for more, a line), each reported with its speed.
+    assert_eq!(stderr.matches("tokens a second]").count(), 3, "{stderr}");
+    assert!(stderr.contains("the whole window a token"), "Bob has no decode program: {stderr}");
+    assert!(!stdout.is_empty());
+}

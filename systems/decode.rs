@@ -1,0 +1,158 @@
+//! One position at a time: a system's forward for the next token with every block's keys and
+//! values kept between runs, so that generating a token costs one position's arithmetic, not a
+//! whole window's.
+//!
+//! Why a program of its own: the training and scoring programs run every position of a window;
+//! generating n tokens with them costs n windows. The decode program reads one token and the
+//! position it stands at, appends its key and value to each block's cache (state of the program,
+//! written back at the end of every run by the phase's assignments), attends over the cache up
+//! to that position and returns the next token's scores.
+//!
+//! The host feeds, each run ([`DecodeStep`]): `token` `[1, 1]`, `onehot` `[T, 1]` (1 at the
+//! position), `mask` `[T]` (0 up to the position, −∞ after) and, for rotary systems, `rope_cos`
+//! and `rope_sin` `[head_dim / 2]` for the position (the Rotary op's own angles, in f64 then
+//! rounded). Matrix operands are rounded to bf16 as in training; the softmax runs in f32 over the
+//! cache, so scores differ from the window's bf16 flash attention by its rounding of P (a test
+//! bounds the difference).
+
+use alpha_ir::{DType, Graph, Init, IrError, Op, Phase, Program, TensorType, Value};
+use std::collections::BTreeMap;
+
+/// A system's decode program and what the host must feed it.
+pub struct Decoder {
+    pub program: Program,
+    /// Positions the caches hold (the system's context).
+    pub positions: usize,
+    /// Rotary positions: (base, head dimension).
+    pub rotary: Option<(f64, usize)>,
+}
+
+/// The inputs one run of a [`Decoder`] reads for `token` at `position`.
+pub struct DecodeStep {
+    pub token: u32,
+    pub onehot: Vec<f32>,
+    pub mask: Vec<f32>,
+    pub rope: Option<(Vec<f32>, Vec<f32>)>,
+}
+
+impl Decoder {
+    /// What to write for `token` at `position` (< [`Decoder::positions`]).
+    pub fn step(&self, token: u32, position: usize) -> DecodeStep {
+        let t = self.positions;
+        let onehot = (0..t).map(|j| if j == position { 1.0 } else { 0.0 }).collect();
+        let mask = (0..t).map(|j| if j <= position { 0.0 } else { f32::NEG_INFINITY }).collect();
+        // As `alpha_cpu::kernels::rotary`: θ_i = p · base^(−2i/d) in f64, sin and cos rounded.
+        let rope = self.rotary.map(|(base, d)| {
+            let angle = |i: usize| position as f64 * base.powf(-2.0 * i as f64 / d as f64);
+            ((0..d / 2).map(|i| angle(i).cos() as f32).collect(), (0..d / 2).map(|i| angle(i).sin() as f32).collect())
+        });
+        DecodeStep { token, onehot, mask, rope }
+    }
+}
+
+/// The per-run inputs of a decode graph, made once and handed to every block.
+pub struct Feeds {
+    onehot: Value,
+    keep: Value,
+    mask: Value,
+    rope: Option<(Value, Value)>,
+    positions: usize,
+}
+
+impl Feeds {
+    /// Declares `onehot`, `mask` and (with `rotary_dim`) `rope_cos`/`rope_sin` in `g`.
+    pub fn new(g: &mut Graph, positions: usize, rotary_dim: Option<usize>) -> Feeds {
+        let onehot = g.input("onehot", &[positions, 1], DType::F32);
+        let one = g.constant(1.0, &[positions, 1], DType::F32);
+        let keep = g.sub(one, onehot);
+        let mask = g.input("mask", &[positions], DType::F32);
+        let rope =
+            rotary_dim.map(|d| (g.input("rope_cos", &[d / 2], DType::F32), g.input("rope_sin", &[d / 2], DType::F32)));
+        Feeds { onehot, keep, mask, rope, positions }
+    }
+}
+
+/// Self-attention of one position from its fused projection `qkv` `[1, 3·heads·hd]` (columns
+/// ordered q/k/v, head, dim, as [`crate::layers::causal_self_attention`] reads them) over this
+/// block's cache, which it extends: returns the heads concatenated `[1, heads·hd]` and the
+/// (state, new value) pairs the phase must assign.
+pub fn cached_attention(
+    g: &mut Graph,
+    qkv: Value,
+    heads: usize,
+    feeds: &Feeds,
+    scope: &str,
+) -> (Value, Vec<(Value, Value)>) {
+    let width = g.shape(qkv)[1] / 3;
+    let hd = width / heads;
+    let t = feeds.positions;
+    let qkv = g.reshape(qkv, &[3, heads, 1, hd]);
+    let part = |g: &mut Graph, i: usize| {
+        let s = g.slice(qkv, 0, i, i + 1);
+        g.reshape(s, &[heads, 1, hd])
+    };
+    let (mut q, mut k, v) = (part(g, 0), part(g, 1), part(g, 2));
+    if let Some((cos, sin)) = feeds.rope {
+        q = turn(g, q, cos, sin);
+        k = turn(g, k, cos, sin);
+    }
+    let cache_ty = TensorType::new([heads, t, hd], DType::F32);
+    let k_cache = g.state(&format!("cache.{scope}.k"), cache_ty.clone(), Init::Zeros);
+    let v_cache = g.state(&format!("cache.{scope}.v"), cache_ty, Init::Zeros);
+    // The position's key and value written into its row; the rest kept.
+    let write = |g: &mut Graph, cache: Value, x: Value| {
+        let kept = g.mul(cache, feeds.keep);
+        let placed = g.mul(x, feeds.onehot);
+        g.add(kept, placed)
+    };
+    let (k_all, v_all) = (write(g, k_cache, k), write(g, v_cache, v));
+    let [q16, k16, v16] = [q, k_all, v_all].map(|x| g.cast(x, DType::BF16));
+    let scores = g.matmul_t(q16, k16, false, true);
+    let scores = g.scale(scores, 1.0 / (hd as f64).sqrt());
+    let scores = g.add(scores, feeds.mask);
+    let top = g.reduce(alpha_ir::Reduce::Max, scores, &[2], true);
+    let shifted = g.sub(scores, top);
+    let e = g.exp(shifted);
+    let z = g.sum(e, &[2], true);
+    let p = g.div(e, z);
+    let p16 = g.cast(p, DType::BF16);
+    let o = g.matmul(p16, v16);
+    let o = g.reshape(o, &[1, width]);
+    (o, vec![(k_cache, k_all), (v_cache, v_all)])
+}
+
+/// Half-split rotary of `x` `[heads, 1, d]` by the position's `cos`, `sin` `[d / 2]`, in the
+/// Rotary op's order: (x₁c − x₂s, x₁s + x₂c).
+fn turn(g: &mut Graph, x: Value, cos: Value, sin: Value) -> Value {
+    let d = g.shape(x)[2];
+    let x1 = g.slice(x, 2, 0, d / 2);
+    let x2 = g.slice(x, 2, d / 2, d);
+    let (x1c, x2s) = (g.mul(x1, cos), g.mul(x2, sin));
+    let (x1s, x2c) = (g.mul(x1, sin), g.mul(x2, cos));
+    let first = g.sub(x1c, x2s);
+    let second = g.add(x1s, x2c);
+    g.concat(&[first, second], 2)
+}
+
+/// The decode program: one phase computing `logits` `[1, V]` and assigning every cache.
+pub fn program(g: Graph, logits: Value, assign: Vec<(Value, Value)>) -> Result<Program, IrError> {
+    let graph = g.finish()?;
+    let n = graph.nodes.len();
+    let outputs = BTreeMap::from([("logits".to_string(), logits)]);
+    let program = Program { graph, phases: vec![Phase { name: "decode".into(), nodes: 0..n, assign }], outputs };
+    program.verify()?;
+    Ok(program)
+}
+
+/// The decode program's caches: its state leaves.
+pub fn caches(program: &Program) -> Vec<(String, usize)> {
+    program
+        .graph
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::State { name, .. } => Some((name.clone(), n.outputs[0].numel())),
+            _ => None,
+        })
+        .collect()
+}
