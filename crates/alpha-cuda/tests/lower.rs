@@ -836,3 +836,17 @@ fn diakosmos_weight_gradients_split_k_at_64_windows() {
         assert!(whole.iter().all(|r| r.len() == 1 && r[0].starts_with("gemm_simple ")), "{shape}: {whole:?}");
     }
 }
+
+#[test]
+fn coppelius_decode_program_lowers_with_its_caches_written_back() {
+    let coppelius = alpha_systems::coppelius::Coppelius::default();
+    let decoder = coppelius.decoder().expect("Coppelius decodes").unwrap();
+    let l = lower_program(&decoder.program, &CudaConfig::default()).unwrap();
+    check_pointers(&l);
+    // 16 blocks, a key and a value cache each, assigned at the phase's end.
+    assert_eq!(decoder.program.phases[0].assign.len(), 32);
+    assert!(!l.phases[0].is_empty());
+    let products: Vec<&str> =
+        l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).filter(|n| n.starts_with("gemm_")).collect();
+    assert!(!products.is_empty(), "the decode's products run as launches");
+}
