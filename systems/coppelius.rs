@@ -11,7 +11,7 @@
 use alpha_ir::{DType, Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
 
-use crate::decode::{self, cached_attention, Decoder, Feeds};
+use crate::decode::{self, cached_blocks, Decoder, Feeds};
 use crate::layers::{bf16_matmul, causal_self_attention, lm_inputs, tied_lm_loss};
 use crate::{System, Tokens};
 
@@ -133,18 +133,9 @@ impl System for Coppelius {
             let feeds = Feeds::new(&mut g, t, Some(c / h));
             let embed = g.param("embed.weight", &[v, c], Init::Normal { std: 0.02 });
             let x = g.gather(embed, token);
-            let mut x = g.reshape(x, &[1, c]);
-            let mut assign = vec![];
-            for i in 0..self.blocks {
-                let scope = format!("blocks.{i}");
-                x = g.scoped(scope.clone(), |g| {
-                    self.block_with(g, x, |g, qkv| {
-                        let (o, cache) = cached_attention(g, qkv, h, &feeds, &scope);
-                        assign.extend(cache);
-                        o
-                    })
-                });
-            }
+            let x = g.reshape(x, &[1, c]);
+            let (x, assign) =
+                cached_blocks(&mut g, x, self.blocks, h, &feeds, |g, x, attend| self.block_with(g, x, attend));
             let lnf_g = g.param("ln_f.weight", &[c], Init::Ones);
             let lnf_b = g.param("ln_f.bias", &[c], Init::Zeros);
             let hf = g.layer_norm(x, lnf_g, lnf_b, 1e-5);
@@ -153,6 +144,7 @@ impl System for Coppelius {
                 program: decode::program(g, logits, assign)?,
                 positions: t,
                 rotary: Some((ROTARY_BASE, c / h)),
+                learned_positions: false,
             })
         };
         Some(build())

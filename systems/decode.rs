@@ -8,7 +8,8 @@
 //! written back at the end of every run by the phase's assignments), attends over the cache up
 //! to that position and returns the next token's scores.
 //!
-//! The host feeds, each run ([`DecodeStep`]): `token` `[1, 1]`, `onehot` `[T, 1]` (1 at the
+//! The host feeds, each run ([`DecodeStep`]): `token` `[1, 1]`, for systems with learned
+//! positions `position` `[1, 1]`, `onehot` `[T, 1]` (1 at the
 //! position), `mask` `[T]` (0 up to the position, −∞ after) and, for rotary systems, `rope_cos`
 //! and `rope_sin` `[head_dim / 2]` for the position (the Rotary op's own angles, in f64 then
 //! rounded). Matrix operands are rounded to bf16 as in training; the softmax runs in f32 over the
@@ -25,11 +26,15 @@ pub struct Decoder {
     pub positions: usize,
     /// Rotary positions: (base, head dimension).
     pub rotary: Option<(f64, usize)>,
+    /// Whether the program reads the position itself (`position`: learned positions).
+    pub learned_positions: bool,
 }
 
 /// The inputs one run of a [`Decoder`] reads for `token` at `position`.
 pub struct DecodeStep {
     pub token: u32,
+    /// The position itself, for systems with learned positions (`position` `[1, 1]`).
+    pub position: u32,
     pub onehot: Vec<f32>,
     pub mask: Vec<f32>,
     pub rope: Option<(Vec<f32>, Vec<f32>)>,
@@ -46,7 +51,7 @@ impl Decoder {
             let angle = |i: usize| position as f64 * base.powf(-2.0 * i as f64 / d as f64);
             ((0..d / 2).map(|i| angle(i).cos() as f32).collect(), (0..d / 2).map(|i| angle(i).sin() as f32).collect())
         });
-        DecodeStep { token, onehot, mask, rope }
+        DecodeStep { token, position: position as u32, onehot, mask, rope }
     }
 }
 
@@ -119,6 +124,31 @@ pub fn cached_attention(
     let o = g.matmul(p16, v16);
     let o = g.reshape(o, &[1, width]);
     (o, vec![(k_cache, k_all), (v_cache, v_all)])
+}
+
+/// `blocks` blocks in scopes `blocks.{i}` over `x`, each built by `block(g, x, attend)` with
+/// `attend` that block's attention over its cache; returns the stream after them and the caches'
+/// assignments.
+pub fn cached_blocks(
+    g: &mut Graph,
+    mut x: Value,
+    blocks: usize,
+    heads: usize,
+    feeds: &Feeds,
+    block: impl Fn(&mut Graph, Value, &mut dyn FnMut(&mut Graph, Value) -> Value) -> Value,
+) -> (Value, Vec<(Value, Value)>) {
+    let mut assign = vec![];
+    for i in 0..blocks {
+        let scope = format!("blocks.{i}");
+        x = g.scoped(scope.clone(), |g| {
+            block(g, x, &mut |g, qkv| {
+                let (o, cache) = cached_attention(g, qkv, heads, feeds, &scope);
+                assign.extend(cache);
+                o
+            })
+        });
+    }
+    (x, assign)
 }
 
 /// Half-split rotary of `x` `[heads, 1, d]` by the position's `cos`, `sin` `[d / 2]`, in the

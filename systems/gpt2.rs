@@ -17,9 +17,10 @@
 //! the recommended 16 × 1,024 × 4 (65,536 tokens an update: one pass is about 1,550 updates) would
 //! spend 45% of the run warming up at a fixed 700.
 
-use alpha_ir::{Graph, Init, IrError, Value};
+use alpha_ir::{DType, Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
 
+use crate::decode::{self, cached_blocks, Decoder, Feeds};
 use crate::layers::{bf16_matmul, causal_self_attention, lm_inputs, tied_lm_loss};
 use crate::{System, Tokens};
 
@@ -66,11 +67,18 @@ impl Gpt2 {
     }
 
     fn block(&self, g: &mut Graph, x: Value, batch: usize) -> Value {
+        let (t, h) = (self.context, self.heads);
+        self.block_with(g, x, |g, qkv| causal_self_attention(g, qkv, batch, t, h, None))
+    }
+
+    /// One block over `x`, its attention over the fused projection given by `attend`: the
+    /// window's causal attention in training, one position's over a cache in decoding.
+    fn block_with(&self, g: &mut Graph, x: Value, attend: impl FnOnce(&mut Graph, Value) -> Value) -> Value {
         let c = self.width;
         let resid_std = 0.02 / ((2 * self.layers) as f64).sqrt();
         let a = self.layer_norm(g, x, "ln1");
         let qkv = self.linear(g, a, "attn.qkv", 3 * c, 0.02);
-        let o = causal_self_attention(g, qkv, batch, self.context, self.heads, None);
+        let o = attend(g, qkv);
         let proj = self.linear(g, o, "attn.proj", c, resid_std);
         let x = g.add(x, proj);
         let b = self.layer_norm(g, x, "ln2");
@@ -121,6 +129,33 @@ impl System for Gpt2 {
         }
         let hf = self.layer_norm(&mut g, x, "ln_f");
         tied_lm_loss(g, hf, wte, targets, v)
+    }
+
+    fn decoder(&self) -> Option<Result<Decoder, IrError>> {
+        let (c, t, h) = (self.width, self.context, self.heads);
+        let build = || {
+            let mut g = Graph::new("gpt2-decode");
+            let token = g.input("token", &[1, 1], DType::I32);
+            let position = g.input("position", &[1, 1], DType::I32);
+            let feeds = Feeds::new(&mut g, t, None);
+            let wte = g.param("wte.weight", &[self.padded_vocab(), c], Init::Normal { std: 0.02 });
+            let wpe = g.param("wpe.weight", &[t, c], Init::Normal { std: 0.02 });
+            let x = g.gather(wte, token);
+            let p = g.gather(wpe, position);
+            let x = g.add(x, p);
+            let x = g.reshape(x, &[1, c]);
+            let (x, assign) =
+                cached_blocks(&mut g, x, self.layers, h, &feeds, |g, x, attend| self.block_with(g, x, attend));
+            let hf = self.layer_norm(&mut g, x, "ln_f");
+            let logits = bf16_matmul(&mut g, hf, wte, true);
+            Ok(Decoder {
+                program: decode::program(g, logits, assign)?,
+                positions: t,
+                rotary: None,
+                learned_positions: true,
+            })
+        };
+        Some(build())
     }
 
     fn learner(&self, steps: u64) -> Learner {

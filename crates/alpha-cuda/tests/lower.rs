@@ -838,15 +838,18 @@ fn diakosmos_weight_gradients_split_k_at_64_windows() {
 }
 
 #[test]
-fn coppelius_decode_program_lowers_with_its_caches_written_back() {
-    let coppelius = alpha_systems::coppelius::Coppelius::default();
-    let decoder = coppelius.decoder().expect("Coppelius decodes").unwrap();
-    let l = lower_program(&decoder.program, &CudaConfig::default()).unwrap();
-    check_pointers(&l);
-    // 16 blocks, a key and a value cache each, assigned at the phase's end.
-    assert_eq!(decoder.program.phases[0].assign.len(), 32);
-    assert!(!l.phases[0].is_empty());
-    let products: Vec<&str> =
-        l.phases[0].iter().map(|x| l.kernels[x.kernel].name.as_str()).filter(|n| n.starts_with("gemm_")).collect();
-    assert!(!products.is_empty(), "the decode's products run as launches");
+fn decode_programs_lower_with_their_caches_written_back() {
+    let systems: [(Box<dyn System>, usize); 2] = [
+        (Box::new(alpha_systems::coppelius::Coppelius::default()), 16),
+        (Box::new(alpha_systems::gpt2::Gpt2::default()), 12),
+    ];
+    for (system, blocks) in systems {
+        let decoder = system.decoder().expect("the system decodes").unwrap();
+        let l = lower_program(&decoder.program, &CudaConfig::default()).unwrap();
+        check_pointers(&l);
+        // A key and a value cache a block, assigned at the phase's end.
+        assert_eq!(decoder.program.phases[0].assign.len(), 2 * blocks, "{}", system.name());
+        let products = l.phases[0].iter().filter(|x| l.kernels[x.kernel].name.starts_with("gemm_")).count();
+        assert!(products > 0, "{}: the decode's products run as launches", system.name());
+    }
 }

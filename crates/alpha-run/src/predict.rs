@@ -100,7 +100,7 @@ impl<'a> Generation<'a> {
                 *held = 0;
             }
             while *held < self.seq.len() - *start {
-                feed(self.backend, &decoder.step(self.seq[*start + *held], *held))?;
+                feed(self.backend, &decoder.step(self.seq[*start + *held], *held), decoder.learned_positions)?;
                 self.backend.run("decode")?;
                 *held += 1;
             }
@@ -183,8 +183,11 @@ fn choose(row: &[f32], temperature: f64, rng: &mut ChaCha8Rng) -> u32 {
 }
 
 /// Writes one decode run's inputs.
-fn feed(backend: &mut dyn Backend, step: &DecodeStep) -> Result<()> {
+fn feed(backend: &mut dyn Backend, step: &DecodeStep, learned_positions: bool) -> Result<()> {
     backend.write_ids("token", &[step.token])?;
+    if learned_positions {
+        backend.write_ids("position", &[step.position])?;
+    }
     backend.write("onehot", &step.onehot)?;
     backend.write("mask", &step.mask)?;
     if let Some((cos, sin)) = &step.rope {
@@ -237,16 +240,20 @@ mod decoding_tests {
     use super::*;
     use crate::CpuBackend;
     use alpha_systems::coppelius::Coppelius;
+    use alpha_systems::gpt2::Gpt2;
 
-    /// A small Coppelius: two blocks of 64, two heads, a window of 24.
-    fn small() -> Coppelius {
-        Coppelius { blocks: 2, width: 64, heads: 2, ffn: 96, vocab: 97, context: 24 }
+    /// The systems with a decode program, small: two blocks of 64, two heads, a window of 24.
+    fn small() -> Vec<Box<dyn System>> {
+        vec![
+            Box::new(Coppelius { blocks: 2, width: 64, heads: 2, ffn: 96, vocab: 97, context: 24 }),
+            Box::new(Gpt2 { layers: 2, width: 64, heads: 2, vocab: 97, context: 24 }),
+        ]
     }
 
     /// Both programs loaded with the same random weights.
-    fn loaded(system: &Coppelius) -> (CpuBackend, CpuBackend, Decoder) {
+    fn loaded(system: &dyn System) -> (CpuBackend, CpuBackend, Decoder) {
         let window = alpha_learn::inference_program(system.model(1).unwrap()).unwrap();
-        let decoder = system.decoder().expect("Coppelius decodes").unwrap();
+        let decoder = system.decoder().expect("the system decodes").unwrap();
         let mut full = CpuBackend::compile(&window).unwrap();
         let mut step = CpuBackend::compile(&decoder.program).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(7);
@@ -265,53 +272,55 @@ mod decoding_tests {
 
     #[test]
     fn one_position_at_a_time_gives_the_windows_scores() {
-        let system = small();
-        let (mut full, mut step, decoder) = loaded(&system);
-        let (t, v) = (system.context, system.vocab);
-        let tokens: Vec<u32> = (0..t as u32).map(|i| (i * 37 + 5) % v as u32).collect();
-        full.write_ids("tokens", &tokens).unwrap();
-        full.write_ids("targets", &vec![0; t]).unwrap();
-        full.run("forward").unwrap();
-        let window = full.output("logits").unwrap();
-        let mut worst: f32 = 0.0;
-        for (p, &tok) in tokens.iter().enumerate() {
-            feed(&mut step, &decoder.step(tok, p)).unwrap();
-            step.run("decode").unwrap();
-            let one = step.output("logits").unwrap();
-            let row = &window[p * v..(p + 1) * v];
-            let spread = row.iter().fold(0f32, |m, x| m.max(x.abs()));
-            let diff = one.iter().zip(row).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-            worst = worst.max(diff / spread);
-            let top = |r: &[f32]| (0..v).max_by(|&a, &b| r[a].total_cmp(&r[b])).unwrap();
-            assert_eq!(top(&one), top(row), "position {p}: the most likely token differs");
+        for system in small() {
+            let (mut full, mut step, decoder) = loaded(system.as_ref());
+            let (t, v) = (system.context(), system.vocab());
+            let tokens: Vec<u32> = (0..t as u32).map(|i| (i * 37 + 5) % v as u32).collect();
+            full.write_ids("tokens", &tokens).unwrap();
+            full.write_ids("targets", &vec![0; t]).unwrap();
+            full.run("forward").unwrap();
+            let window = full.output("logits").unwrap();
+            let width = window.len() / t;
+            let mut worst: f32 = 0.0;
+            for (p, &tok) in tokens.iter().enumerate() {
+                feed(&mut step, &decoder.step(tok, p), decoder.learned_positions).unwrap();
+                step.run("decode").unwrap();
+                let one = step.output("logits").unwrap();
+                let row = &window[p * width..p * width + v];
+                let spread = row.iter().fold(0f32, |m, x| m.max(x.abs()));
+                let diff = one[..v].iter().zip(row).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+                worst = worst.max(diff / spread);
+                let top = |r: &[f32]| (0..v).max_by(|&a, &b| r[a].total_cmp(&r[b])).unwrap();
+                assert_eq!(top(&one), top(row), "{} position {p}: the most likely token differs", system.name());
+            }
+            // The window's attention rounds its probabilities to bf16 tile by tile; the decode's
+            // softmax over the cache does not: the scores differ by that rounding alone.
+            assert!(worst < 2e-2, "{}: largest difference {worst} of a row's largest score", system.name());
+            assert!(worst > 0.0, "{}: equal bits would mean one program was not run", system.name());
         }
-        // The window's attention rounds its probabilities to bf16 tile by tile; the decode's
-        // softmax over the cache does not: the scores differ by that rounding alone.
-        assert!(worst < 2e-2, "largest difference {worst} of a row's largest score");
-        assert!(worst > 0.0, "the two programs are not the same arithmetic; equal bits would mean one was not run");
     }
 
     #[test]
     fn a_decoded_continuation_is_the_windows_continuation() {
-        let system = small();
-        let (mut full, mut step, decoder) = loaded(&system);
-        let prompt = [3u32, 14, 15, 92, 65];
-        // Past the window (24) so that the caches refill once.
-        let n = 30;
-        let by_window = continue_prompt(&mut full, &system, &prompt, n, 0.0, 1).unwrap();
-        let mut seen = vec![];
-        let mut g = Generation::cached(&mut step, &decoder, &system);
-        let by_step = predict(&mut g, &prompt, n, 0.0, 1, &mut |t| {
-            seen.push(t);
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(seen, by_step.tokens);
-        // Within the window the greedy tokens agree; after the refill the decode sees a shorter
-        // context than the window's sliding one, so only the first stretch must match.
-        let inside = system.context - prompt.len();
-        assert_eq!(by_step.tokens[..inside], by_window.tokens[..inside]);
-        assert_eq!(by_step.top_next.len(), 5);
-        assert_eq!(by_step.top_next[0].0, by_window.top_next[0].0);
+        for system in small() {
+            let (mut full, mut step, decoder) = loaded(system.as_ref());
+            let prompt = [3u32, 14, 15, 92, 65];
+            // Past the window (24) so that the caches refill once.
+            let n = 30;
+            let by_window = continue_prompt(&mut full, system.as_ref(), &prompt, n, 0.0, 1).unwrap();
+            let mut seen = vec![];
+            let mut g = Generation::cached(&mut step, &decoder, system.as_ref());
+            let by_step = predict(&mut g, &prompt, n, 0.0, 1, &mut |t| {
+                seen.push(t);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(seen, by_step.tokens);
+            // Within the window the greedy tokens agree; after the refill the decode sees a
+            // shorter context than the window's sliding one, so only the first stretch must match.
+            let inside = system.context() - prompt.len();
+            assert_eq!(by_step.tokens[..inside], by_window.tokens[..inside], "{}", system.name());
+            assert_eq!(by_step.top_next[0].0, by_window.top_next[0].0);
+        }
     }
 }
