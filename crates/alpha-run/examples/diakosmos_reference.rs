@@ -37,49 +37,19 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use alpha_run::checkpoint::{self, Tensors};
-use alpha_run::session::config_hash;
-use alpha_run::Device;
+use alpha_run::checkpoint::Tensors;
 use alpha_systems::diakosmos::Diakosmos;
 use alpha_systems::diakosmos_wire::GROUPS;
-use alpha_systems::System;
 use anyhow::{anyhow, bail, Context, Result};
-use common::{gradient_outputs, meta_for, prepared_windows, seeded_state, train_updates, write_out, Updates};
+use common::{gradient_outputs, prepared_windows, run_updates, starting_state, whole, write_out, RunArgs};
 
 struct Args {
-    init: Option<PathBuf>,
-    seed: u64,
     geometry: Diakosmos,
-    data: PathBuf,
-    split: alpha_data::Split,
-    first: u64,
-    windows: usize,
-    device: Device,
-    save_initial: Option<PathBuf>,
-    updates: u64,
-    batch: usize,
-    accumulate: usize,
-    save: Option<PathBuf>,
-    out: PathBuf,
+    run: RunArgs,
 }
 
 fn parse() -> Result<Args> {
-    let mut a = Args {
-        init: None,
-        seed: 1,
-        geometry: Diakosmos::default(),
-        data: PathBuf::new(),
-        split: alpha_data::Split::Valid,
-        first: 0,
-        windows: 1,
-        device: Device::Cpu,
-        save_initial: None,
-        updates: 0,
-        batch: 1,
-        accumulate: 1,
-        save: None,
-        out: PathBuf::new(),
-    };
+    let mut a = Args { geometry: Diakosmos::default(), run: RunArgs::default() };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--f32-products" {
@@ -87,47 +57,22 @@ fn parse() -> Result<Args> {
             continue;
         }
         let value = it.next().ok_or_else(|| anyhow!("{flag} needs a value"))?;
-        let num = |v: &str| -> Result<u64> { v.parse().map_err(|_| anyhow!("{flag} takes a whole number, not '{v}'")) };
+        if a.run.take(&flag, &value)? {
+            continue;
+        }
+        let g = &mut a.geometry;
         match flag.as_str() {
-            "--init" => a.init = Some(value.into()),
-            "--seed" => a.seed = num(&value)?,
-            "--blocks" => a.geometry.blocks = num(&value)? as usize,
-            "--phasors" => a.geometry.phasors = num(&value)? as usize,
-            "--harmonics" => a.geometry.harmonics = num(&value)? as usize,
-            "--context" => a.geometry.context = num(&value)? as usize,
-            "--data" => a.data = value.into(),
-            "--split" => {
-                a.split = match value.as_str() {
-                    "valid" => alpha_data::Split::Valid,
-                    "train" => alpha_data::Split::Train,
-                    other => bail!("--split is valid or train, not '{other}'"),
-                }
-            }
-            "--first" => a.first = num(&value)?,
-            "--windows" => a.windows = num(&value)? as usize,
-            "--device" => a.device = value.parse().map_err(|e: String| anyhow!(e))?,
-            "--save-initial" => a.save_initial = Some(value.into()),
-            "--updates" => a.updates = num(&value)?,
-            "--batch" => a.batch = num(&value)? as usize,
-            "--accumulate" => a.accumulate = num(&value)? as usize,
-            "--save" => a.save = Some(value.into()),
-            "--out" => a.out = value.into(),
+            "--blocks" => g.blocks = whole(&flag, &value)? as usize,
+            "--phasors" => g.phasors = whole(&flag, &value)? as usize,
+            "--harmonics" => g.harmonics = whole(&flag, &value)? as usize,
+            "--context" => g.context = whole(&flag, &value)? as usize,
             other => bail!("unknown option {other} (the file's doc comment lists them)"),
         }
     }
-    if a.data.as_os_str().is_empty() || a.out.as_os_str().is_empty() {
-        bail!("--data and --out are required");
-    }
+    a.run.check()?;
     let g = &a.geometry;
-    if g.blocks == 0
-        || g.phasors == 0
-        || g.harmonics == 0
-        || g.context == 0
-        || a.windows == 0
-        || a.batch == 0
-        || a.accumulate == 0
-    {
-        bail!("blocks, phasors, harmonics, context, windows, batch and accumulate must be at least 1");
+    if [g.blocks, g.phasors, g.harmonics, g.context].contains(&0) {
+        bail!("blocks, phasors, harmonics and context must be at least 1");
     }
     Ok(a)
 }
@@ -181,81 +126,33 @@ impl Source {
 }
 
 fn main() -> Result<()> {
-    let args = parse()?;
+    let Args { geometry, run: args } = parse()?;
     let source = Source::open(&args.data)?;
-    // The starting state: a checkpoint's tensors, or Alpha's initializers at the given geometry.
-    let (system, mut state, mut cursor, step) = match &args.init {
-        Some(path) => {
-            let ckpt = checkpoint::load(path)?;
-            if ckpt.meta.system != "diakosmos" {
-                bail!("{}: a checkpoint of {}, not of diakosmos", path.display(), ckpt.meta.system);
-            }
-            let system = geometry_of(&ckpt.tensors, args.geometry.context, args.geometry.bf16, path)?;
-            let cursor: alpha_data::Cursor = serde_json::from_str(&ckpt.meta.cursor).unwrap_or_default();
-            (system, ckpt.tensors, cursor, ckpt.meta.step)
-        }
-        None => {
-            let state = seeded_state(&args.geometry, args.seed)?;
-            (args.geometry.clone(), state, alpha_data::Cursor::default(), 0)
-        }
-    };
+    let (context, bf16) = (geometry.context, geometry.bf16);
+    let (system, state, cursor, step) =
+        starting_state("diakosmos", &args, &geometry, |tensors, path| geometry_of(tensors, context, bf16, path))?;
     eprintln!(
         "diakosmos: {} blocks, {} phasors a group, {} harmonics a head, context {}",
         system.blocks, system.phasors, system.harmonics, system.context
     );
     let t = system.context;
 
-    if let Some(path) = &args.save_initial {
-        let program = system.learner(1).training_program(system.model(1)?)?;
-        checkpoint::save(
-            path,
-            &meta_for(&system, config_hash(&system, &program), 0, cursor, args.seed, &args.data),
-            &state,
-        )?;
-        eprintln!("wrote {}", path.display());
-    }
-
     let mut out: BTreeMap<String, (Vec<usize>, Vec<f32>)> = BTreeMap::new();
     let mut meta: HashMap<String, String> = HashMap::new();
-    if args.updates > 0 {
-        let Source::Prepared(dir) = &source else {
-            bail!("--updates reads the training split of a prepared directory")
-        };
-        if step != 0 {
-            // The updates run a fresh schedule from update 1, which only a step-0 state has.
-            bail!("--updates starts the learner at update 1: give a step-0 checkpoint (this one is at step {step})");
-        }
-        let u = Updates {
-            data: dir,
-            device: args.device,
-            updates: args.updates,
-            batch: args.batch,
-            accumulate: args.accumulate,
-            seed: args.seed,
-        };
-        let program;
-        (state, cursor, program) = train_updates(&system, &u, &state, cursor, &mut out, &mut meta)?;
-        if let Some(path) = &args.save {
-            let hash = config_hash(&system, &program);
-            checkpoint::save(path, &meta_for(&system, hash, args.updates, cursor, args.seed, &args.data), &state)?;
-            eprintln!("wrote {}", path.display());
-        }
-    }
+    let state = match &source {
+        Source::Prepared(dir) => run_updates(&system, &args, dir, (state, cursor, step), &mut out, &mut meta)?.0,
+        Source::Raw(_) if args.updates > 0 => bail!("--updates reads the training split of a prepared directory"),
+        Source::Raw(_) => state,
+    };
 
     let ws = source.windows(args.split, args.first, args.windows, t + 1)?;
     gradient_outputs(&system, args.device, &state, &ws, &mut out)?;
-    for (k, v) in [
+    let geometry_meta = [
         ("blocks", system.blocks.to_string()),
         ("phasors", system.phasors.to_string()),
         ("harmonics", system.harmonics.to_string()),
-        ("context", t.to_string()),
-        ("data", args.data.display().to_string()),
-        ("split", args.split.to_string()),
-        ("first", args.first.to_string()),
-        ("device", format!("{:?}", args.device)),
-        ("products", if system.bf16 { "bf16 operands, f32 sums" } else { "f32" }.to_string()),
-        ("init", args.init.as_ref().map_or(format!("seed {}", args.seed), |p| p.display().to_string())),
-    ] {
+    ];
+    for (k, v) in geometry_meta.into_iter().chain(args.meta(t, system.bf16)) {
         meta.insert(k.into(), v);
     }
     write_out(&args.out, &out, meta)?;

@@ -219,3 +219,168 @@ pub fn train_updates(
     meta.insert("cursor_after".into(), serde_json::to_string(&cursor)?);
     Ok((state, cursor, program))
 }
+
+/// The flags both reference examples take (each adds its geometry's): where the state comes
+/// from, the windows, the device, the updates and the files written.
+pub struct RunArgs {
+    pub init: Option<std::path::PathBuf>,
+    pub seed: u64,
+    pub data: std::path::PathBuf,
+    pub split: alpha_data::Split,
+    pub first: u64,
+    pub windows: usize,
+    pub device: Device,
+    pub save_initial: Option<std::path::PathBuf>,
+    pub updates: u64,
+    pub batch: usize,
+    pub accumulate: usize,
+    pub save: Option<std::path::PathBuf>,
+    pub out: std::path::PathBuf,
+}
+
+impl Default for RunArgs {
+    fn default() -> Self {
+        RunArgs {
+            init: None,
+            seed: 1,
+            data: Default::default(),
+            split: alpha_data::Split::Valid,
+            first: 0,
+            windows: 1,
+            device: Device::Cpu,
+            save_initial: None,
+            updates: 0,
+            batch: 1,
+            accumulate: 1,
+            save: None,
+            out: Default::default(),
+        }
+    }
+}
+
+/// `value` as a whole number for `flag`.
+pub fn whole(flag: &str, value: &str) -> Result<u64> {
+    value.parse().map_err(|_| anyhow!("{flag} takes a whole number, not '{value}'"))
+}
+
+impl RunArgs {
+    /// Takes `flag`'s `value` if it is one of these flags; false for another.
+    pub fn take(&mut self, flag: &str, value: &str) -> Result<bool> {
+        let num = || whole(flag, value);
+        match flag {
+            "--init" => self.init = Some(value.into()),
+            "--seed" => self.seed = num()?,
+            "--data" => self.data = value.into(),
+            "--split" => {
+                self.split = match value {
+                    "valid" => alpha_data::Split::Valid,
+                    "train" => alpha_data::Split::Train,
+                    other => bail!("--split is valid or train, not '{other}'"),
+                }
+            }
+            "--first" => self.first = num()?,
+            "--windows" => self.windows = num()? as usize,
+            "--device" => self.device = value.parse().map_err(|e: String| anyhow!(e))?,
+            "--save-initial" => self.save_initial = Some(value.into()),
+            "--updates" => self.updates = num()?,
+            "--batch" => self.batch = num()? as usize,
+            "--accumulate" => self.accumulate = num()? as usize,
+            "--save" => self.save = Some(value.into()),
+            "--out" => self.out = value.into(),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The flags that must be given, and the counts that must be at least 1.
+    pub fn check(&self) -> Result<()> {
+        if self.data.as_os_str().is_empty() || self.out.as_os_str().is_empty() {
+            bail!("--data and --out are required");
+        }
+        if [self.windows, self.batch, self.accumulate].contains(&0) {
+            bail!("--windows, --batch and --accumulate must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The metadata every output carries about its windows and its state's origin.
+    pub fn meta(&self, context: usize, bf16: bool) -> Vec<(&'static str, String)> {
+        vec![
+            ("context", context.to_string()),
+            ("data", self.data.display().to_string()),
+            ("split", self.split.to_string()),
+            ("first", self.first.to_string()),
+            ("device", format!("{:?}", self.device)),
+            ("products", if bf16 { "bf16 operands, f32 sums" } else { "f32" }.to_string()),
+            ("init", self.init.as_ref().map_or(format!("seed {}", self.seed), |p| p.display().to_string())),
+        ]
+    }
+}
+
+/// The starting state: `--init`'s checkpoint of `name` at the geometry `geometry_of` reads off
+/// its tensors, or Alpha's initializers at `geometry` from `--seed`; with the stream's cursor and
+/// the step. `--save-initial` writes it.
+pub fn starting_state<S: System + Clone>(
+    name: &str,
+    args: &RunArgs,
+    geometry: &S,
+    geometry_of: impl Fn(&Tensors, &Path) -> Result<S>,
+) -> Result<(S, Tensors, alpha_data::Cursor, u64)> {
+    let (system, state, cursor, step) = match &args.init {
+        Some(path) => {
+            let ckpt = alpha_run::checkpoint::load(path)?;
+            if ckpt.meta.system != name {
+                bail!("{}: a checkpoint of {}, not of {name}", path.display(), ckpt.meta.system);
+            }
+            let system = geometry_of(&ckpt.tensors, path)?;
+            let cursor: alpha_data::Cursor = serde_json::from_str(&ckpt.meta.cursor).unwrap_or_default();
+            (system, ckpt.tensors, cursor, ckpt.meta.step)
+        }
+        None => (geometry.clone(), seeded_state(geometry, args.seed)?, alpha_data::Cursor::default(), 0),
+    };
+    if let Some(path) = &args.save_initial {
+        let program = system.learner(1).training_program(system.model(1)?)?;
+        let hash = alpha_run::session::config_hash(&system, &program);
+        alpha_run::checkpoint::save(path, &meta_for(&system, hash, 0, cursor, args.seed, &args.data), &state)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok((system, state, cursor, step))
+}
+
+/// `--updates` from a step-0 `state` on the training split of the prepared `data` (and
+/// `--save` of the result); returns the state and cursor after.
+pub fn run_updates(
+    system: &dyn System,
+    args: &RunArgs,
+    data: &Path,
+    (state, cursor, step): (Tensors, alpha_data::Cursor, u64),
+    out: &mut BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    meta: &mut HashMap<String, String>,
+) -> Result<(Tensors, alpha_data::Cursor)> {
+    if args.updates == 0 {
+        return Ok((state, cursor));
+    }
+    if step != 0 {
+        // The updates run a fresh schedule from update 1, which only a step-0 state has.
+        bail!("--updates starts the learner at update 1: give a step-0 checkpoint (this one is at step {step})");
+    }
+    let u = Updates {
+        data,
+        device: args.device,
+        updates: args.updates,
+        batch: args.batch,
+        accumulate: args.accumulate,
+        seed: args.seed,
+    };
+    let (state, cursor, program) = train_updates(system, &u, &state, cursor, out, meta)?;
+    if let Some(path) = &args.save {
+        let hash = alpha_run::session::config_hash(system, &program);
+        alpha_run::checkpoint::save(
+            path,
+            &meta_for(system, hash, args.updates, cursor, args.seed, &args.data),
+            &state,
+        )?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok((state, cursor))
+}
