@@ -297,10 +297,7 @@ fn widen(x: &[f32]) -> Vec<f64> {
 
 /// How closely `x` follows `truth`: (cosine, largest difference over `truth`'s largest entry).
 fn agreement(x: &[f64], truth: &[f64]) -> (f64, f64) {
-    let dot: f64 = x.iter().zip(truth).map(|(a, b)| a * b).sum();
-    let nx: f64 = x.iter().map(|a| a * a).sum::<f64>().sqrt();
-    let nt: f64 = truth.iter().map(|a| a * a).sum::<f64>().sqrt();
-    let cos = if nx == 0.0 && nt == 0.0 { 1.0 } else { dot / (nx * nt).max(1e-300) };
+    let cos = cosine(x.iter().copied().zip(truth.iter().copied()));
     let big = truth.iter().fold(0f64, |m, v| m.max(v.abs()));
     let diff = x.iter().zip(truth).fold(0f64, |m, (a, b)| m.max((a - b).abs()));
     (cos, if big == 0.0 { diff } else { diff / big })
@@ -396,9 +393,14 @@ fn exact_muon(learner: &Learner) -> Option<Learner> {
 
 /// The cosine of two changes from `before` (1 when both are zero; NaN when either is not finite).
 fn change_cosine(a: &[f32], b: &[f32], before: &[f32]) -> f64 {
+    cosine(a.iter().zip(b).zip(before).map(|((x, y), z)| (*x as f64 - *z as f64, *y as f64 - *z as f64)))
+}
+
+/// The cosine of two vectors given as pairs of their entries (1 when both are zero; NaN when
+/// either is not finite).
+fn cosine(pairs: impl Iterator<Item = (f64, f64)>) -> f64 {
     let (mut dot, mut na, mut nb) = (0.0, 0.0, 0.0);
-    for ((x, y), z) in a.iter().zip(b).zip(before) {
-        let (x, y) = (*x as f64 - *z as f64, *y as f64 - *z as f64);
+    for (x, y) in pairs {
         dot += x * y;
         na += x * x;
         nb += y * y;

@@ -145,19 +145,22 @@ impl Lowerer<'_> {
                 // A reshape of a run's value is that value: read from memory it would be the
                 // slot's contents before this launch stores it. Only direct reads count as
                 // inner uses, so a value a reshape also passes on is still stored.
-                let mut src = |x: Value| match step_of.get(&through_reshapes(g, x).node) {
-                    Some(&k) if through_reshapes(g, x).index == 0 => {
-                        if step_of.contains_key(&x.node) {
-                            *inner_uses.entry(x.node).or_default() += 1;
+                let mut src = |x: Value| {
+                    let root = through_reshapes(g, x);
+                    match step_of.get(&root.node) {
+                        Some(&k) if root.index == 0 => {
+                            if root == x {
+                                *inner_uses.entry(x.node).or_default() += 1;
+                            }
+                            fused::Src::Step(k)
                         }
-                        fused::Src::Step(k)
-                    }
-                    _ => {
-                        let at = inputs.iter().position(|&v| v == x).unwrap_or_else(|| {
-                            inputs.push(x);
-                            inputs.len() - 1
-                        });
-                        fused::Src::Input(at)
+                        _ => {
+                            let at = inputs.iter().position(|&v| v == x).unwrap_or_else(|| {
+                                inputs.push(x);
+                                inputs.len() - 1
+                            });
+                            fused::Src::Input(at)
+                        }
                     }
                 };
                 steps.push(match node.op {
