@@ -181,13 +181,7 @@ if torch is not None:
         p = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
         return torch.matmul(bf16_round(p), bf16_round(v))
 
-    class Holder(nn.Module):
-        """Holds parameters under the names given, so module paths are Alpha's parameter paths."""
-
-        def __init__(self, **shapes):
-            super().__init__()
-            for name, shape in shapes.items():
-                setattr(self, name, nn.Parameter(torch.empty(*shape)))
+    Holder = dt.Holder  # parameters under Alpha's names
 
     class Attn(nn.Module):
         def __init__(self, cfg: Config):
