@@ -24,7 +24,7 @@ use alpha_ir::{Binary, DType, Graph, Init, Op, Program, Reduce, Unary, Value};
 use alpha_learn::Model;
 use alpha_plan::Backend;
 use alpha_systems::System;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -460,13 +460,7 @@ fn run_case(c: &Case, seed: u64, checked: bool) -> Result<Vec<(String, f64, f64,
 // ---- systems -------------------------------------------------------------------------------
 
 fn system_program(name: &str, batch: Option<usize>) -> Result<(Box<dyn System>, Program)> {
-    let sys: Box<dyn System> = match name {
-        "bob" => Box::new(alpha_systems::bob::Bob),
-        "coppelius" => Box::new(alpha_systems::coppelius::Coppelius::default()),
-        "kickdelta" => Box::new(alpha_systems::kickdelta::KickDelta),
-        "diakosmos" => Box::new(alpha_systems::diakosmos::Diakosmos::default()),
-        other => bail!("unknown system {other}"),
-    };
+    let sys: Box<dyn System> = alpha_systems::find(name).map_err(anyhow::Error::msg)?;
     let model: Model = sys.model(batch.unwrap_or(sys.default_batch()))?;
     let mut program = sys.learner(sys.default_steps()).training_program(model)?;
     // Expose every gradient: the AdamW update's second input.
@@ -695,7 +689,7 @@ fn main() -> Result<()> {
             count +=
                 alpha_cuda::lower::lower_program(&c.program, &config)?.dump_ptx(&dir.join("ops").join(c.name))?.len();
         }
-        for s in ["bob", "coppelius", "kickdelta", "diakosmos"] {
+        for s in ["bob", "coppelius", "gpt2", "polf", "kickdelta", "diakosmos"] {
             let (sys, program) = system_program(s, None)?;
             let l = alpha_cuda::lower::lower_program(&program, &config)?;
             count += l.dump_ptx(&dir.join(s))?.len();

@@ -269,6 +269,26 @@ fn a_chain_reads_per_group_values_held_over_the_last_axes() {
     assert_eq!(names, ["ew_mul_mul_sub_g1x15b4_g2x3b4"], "one chain reading both held values");
 }
 
+/// A chain's nodes share their element count, not always their shape: a held value is read
+/// against the shape of the node that reads it (`[1, 3, 1]` against a `[2, 3, 2]` view of the
+/// `[2, 6]` step before), as Diakosmos's running mean divides `[B, T, W]` by the count `[1, T, 1]`
+/// in a run that starts on `[B·T, G, D]`. Read against the first node's shape it was read as
+/// twelve values of a three-value tensor.
+#[test]
+fn a_chain_reads_a_held_value_against_its_readers_shape() {
+    use alpha_ir::{Graph, Init};
+    let mut g = Graph::new("held-against-reader");
+    let x = g.param("x", &[2, 6], Init::Zeros);
+    let count = g.param("count", &[1, 3, 1], Init::Zeros);
+    let e = g.square(x);
+    let e3 = g.reshape(e, &[2, 3, 2]);
+    let out = g.mul(e3, count);
+    let mut rng = Rng::new(3);
+    let leaves = [("x", rng.vec(12, 1.0)), ("count", rng.vec(3, 2.0))];
+    let names = lowered_gives_the_cpus_bits(g, out, &leaves);
+    assert_eq!(names, ["ew_square_mul_g1x3b2"], "one chain reading the count as held over the last axis");
+}
+
 /// The simple product `p` of f32 `a` and `b`, as the interpreter computes it: one launch where K
 /// is whole; the parts into partials and the split-K sum where it is split.
 fn simple_product_on_gpu(p: &Product, a: &[f32], b: &[f32], schedule: Schedule) -> Vec<f32> {

@@ -36,6 +36,8 @@
 //! | `ALPHA_LN_FOLD_TOGETHER=off` | [`CudaConfig::ln_fold_together`] | each LayerNorm backward over many bands runs its gain and bias pass 2 as its own launch, instead of one launch for all of them after the last |
 //! | `ALPHA_GATED=off` | [`CudaConfig::gated_products`] | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::kernels::gemm::GemmSpec::gated`]) |
 //! | `ALPHA_SPLITK_UNEVEN=off` | [`CudaConfig::uneven_split`] | split-K over long K in power-of-two parts only, instead of any count up to 8 whose parts may differ by a K step (TMA engine) |
+//! | `ALPHA_SIMPLE_SPLITK=off` | [`CudaConfig::simple_split_k`] | the simple product runs each element's chain over all of K, never in parts |
+//! | `ALPHA_CHAIN_GROUPS=off` | [`CudaConfig::chain_groups`] | an elementwise op reading values held over trailing axes runs as a launch of its own, not in a fused chain |
 //! | `ALPHA_PAIRED=off` | [`CudaConfig::paired_products`] | a residual-adding product and the plain product whose output it adds in two launches, instead of one launch summing both in one accumulator |
 //! | `ALPHA_STAGED_EPILOGUE=off\|chains\|adds\|tall` | [`crate::kernels::gemm::GemmTuning::staged_epilogues`] | which TMA epilogues run through shared memory a row a warp ([`crate::kernels::gemm::tma::staged`]) instead of on the accumulator fragments: none, chains only, chains and residual or accumulating adds, or (default) those and the plain f32 stores of tall outputs ([`crate::kernels::gemm::GemmSpec::staged_store`]) |
 //! | `ALPHA_DELTA_EPILOGUE=off` | [`CudaConfig::delta_epilogue`] | attention's delta (and its bf16 dO) computed by a launch of its own from the f32 dO, instead of by the epilogue of the product that computes dO ([`crate::kernels::gemm::Heads::delta`]) |
@@ -136,6 +138,11 @@ pub struct CudaConfig {
     pub gated_products: bool,
     /// Split-K over long K in any count of parts up to 8 (parts may differ by a K step).
     pub uneven_split: bool,
+    /// The simple product's long K in parts ([`crate::kernels::gemm::simple::Product::split_k`]).
+    pub simple_split_k: bool,
+    /// Fused chains read values held over trailing axes
+    /// ([`crate::kernels::fused::Broadcast::Group`]).
+    pub chain_groups: bool,
     /// A residual-adding product and the product it adds in one launch where the plan allows.
     pub paired_products: bool,
     /// The build choices every GEMM kernel of the lowering takes.
@@ -176,6 +183,8 @@ impl Default for CudaConfig {
             delta_epilogue: true,
             gated_products: true,
             uneven_split: true,
+            simple_split_k: true,
+            chain_groups: true,
             paired_products: true,
             gemm_tuning: GemmTuning::default(),
             sync_each_run: false,
@@ -252,6 +261,8 @@ impl CudaConfig {
         c.delta_epilogue = switch("ALPHA_DELTA_EPILOGUE", c.delta_epilogue)?;
         c.gated_products = switch("ALPHA_GATED", c.gated_products)?;
         c.uneven_split = switch("ALPHA_SPLITK_UNEVEN", c.uneven_split)?;
+        c.simple_split_k = switch("ALPHA_SIMPLE_SPLITK", c.simple_split_k)?;
+        c.chain_groups = switch("ALPHA_CHAIN_GROUPS", c.chain_groups)?;
         c.paired_products = switch("ALPHA_PAIRED", c.paired_products)?;
         c.sync_each_run = switch("ALPHA_SYNC_RUN", c.sync_each_run)?;
         if let Some(i) = pick("ALPHA_STAGED_EPILOGUE", &["off", "chains", "adds", "tall"])? {

@@ -100,12 +100,22 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     v.push(attention::mma::backward_delta_kernel_bf16(&dims));
     v.push(attention::mma::backward_kernel_bf16(&dims, [true, true]));
     // The q/k/v projection stored split into heads (Coppelius's shape at one context).
-    let heads = gemm::Heads { batch: 1, t: 1024, heads: 8, d: 64, bf16_turned: false, delta: false };
+    let heads =
+        gemm::Heads { batch: 1, t: 1024, heads: 8, d: 64, bf16_turned: false, bf16: false, bias: false, delta: false };
     v.push(
         gemm::GemmSpec {
             heads: Some(heads),
             tile: gemm::Tile::T128x64,
             ..gemm::GemmSpec::new(gemm::Layout::RowMajor, gemm::Layout::RowMajor, gemm::Input::Bf16).wgmma()
+        }
+        .kernel(),
+    );
+    // GPT-2's q/k/v projection: bf16 heads as they are, the bias added on the way.
+    let biased = gemm::Heads { heads: 12, bf16: true, bias: true, ..heads };
+    v.push(
+        gemm::GemmSpec {
+            heads: Some(biased),
+            ..gemm::GemmSpec::new(gemm::Layout::RowMajor, gemm::Layout::RowMajor, gemm::Input::Bf16).tma()
         }
         .kernel(),
     );

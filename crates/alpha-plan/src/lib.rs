@@ -214,6 +214,27 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
 /// that recomputes a dropped intermediate from it). `node` must be a kernel of the value's
 /// phase; persistent values (never reused) need no hint and are left as they are.
 pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Value, u32)]) -> Result<Plan, PlanError> {
+    place(program, unit, align, keep, false)
+}
+
+/// [`plan_keeping`] for a backend whose elementwise kernels load each element before they store
+/// it, by the same thread (the CUDA backend's, alone or fused into chains): an elementwise
+/// op's output then takes the exact place of an input of its size and type that dies there.
+/// Why: first fit could place the output partly over that input, and a partial overlap keeps
+/// the op from joining a fused chain with its producer (GPT-2's GELU backward, the residual
+/// adds after the LayerNorm backwards). Not for the CPU backend, whose kernels read and write
+/// whole slices (and may take more than one pass over them).
+pub fn plan_in_place(program: &Program, unit: UnitFn, align: usize, keep: &[(Value, u32)]) -> Result<Plan, PlanError> {
+    place(program, unit, align, keep, true)
+}
+
+fn place(
+    program: &Program,
+    unit: UnitFn,
+    align: usize,
+    keep: &[(Value, u32)],
+    elementwise_in_place: bool,
+) -> Result<Plan, PlanError> {
     program.verify()?;
     let g = &program.graph;
     let size = |v: Value| align_up(g.ty(v).numel().max(1) * unit(g.dtype(v)), align);
@@ -409,6 +430,23 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
                 .map(|idx| Value { node: n, index: idx as u16 })
                 .filter(|v| !members.contains_key(v)),
         );
+        // In place ([`plan_in_place`]): an elementwise op's output on an input that dies here.
+        if let (true, Op::Unary(_) | Op::Binary(_), [out]) = (elementwise_in_place, &node.op, node.outputs.as_slice()) {
+            let v = Value { node: n, index: 0 };
+            let dying = node.inputs.iter().find_map(|&x| {
+                let (r, base) = root.get(&x).copied().unwrap_or((x, 0));
+                let same = base == 0 && g.dtype(x) == out.dtype && g.ty(x).numel() == out.numel();
+                let at = live.iter().position(|&(end, lv)| lv == r && end == k && slots[&lv].len == size(v));
+                at.filter(|_| same && outputs == [v])
+            });
+            if let Some(at) = dying {
+                let (_, r) = live.remove(at);
+                slots.insert(v, slots[&r]);
+                live.push((last_use.get(&v).copied().unwrap_or(k), v));
+                peak_live = peak_live.max(live_units);
+                continue;
+            }
+        }
         for v in outputs {
             let len = size(v);
             let off = take(&mut free, &mut high, len);
@@ -668,6 +706,29 @@ mod tests {
     }
 
     /// a = x·x dies at b; c takes its place unless a is kept until d.
+    #[test]
+    fn in_place_elementwise_outputs_take_a_dying_inputs_exact_place() {
+        use alpha_ir::{Graph, Init};
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[64], Init::Zeros);
+        let a = g.exp(x);
+        let b = g.neg(a);
+        let c = g.mul(a, b);
+        let d = g.exp(c);
+        let e = g.add(d, a);
+        let p = Program::single(g.finish().unwrap(), "f", [("e".to_string(), e)].into_iter().collect());
+        let plain = plan(&p, bytes, 256).unwrap();
+        let placed = plan_in_place(&p, bytes, 256, &[]).unwrap();
+        let at = |pl: &Plan, v: Value| pl.slot(v).offset;
+        // b reads a, which lives on: no place to take. c takes b's exactly (b dies at c; a lives
+        // on to e), and d then takes c's.
+        assert_ne!(at(&placed, b), at(&placed, a));
+        assert_eq!(at(&placed, c), at(&placed, b));
+        assert_eq!(at(&placed, d), at(&placed, c));
+        assert_ne!(at(&plain, c), at(&plain, b), "the premise: first fit places c apart from b");
+        assert!(placed.arena <= plain.arena);
+    }
+
     #[test]
     fn keeping_a_value_stops_its_slot_being_reused() {
         use alpha_ir::{Graph, Init};

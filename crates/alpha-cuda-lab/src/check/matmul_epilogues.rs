@@ -7,18 +7,46 @@ use super::*;
 /// own kernel, bit for bit: the gated GELU's backward reading `gelu(gate)` (f32 outputs, three
 /// other inputs, 128 × 128 tiles on the three-stage ring) and recomputing it (bf16 outputs, the
 /// lowering's form, in 128 × 128 tiles through shared memory — [`alpha_cuda::kernels::gemm::tma::staged`]
-/// — and in 128 × 64 tiles on the fragments), a ragged M.
+/// — and in 128 × 64 tiles on the fragments), a ragged M; and a linear layer's bias read as a
+/// row (GPT-2's: bias and GELU, stored f32 and bf16; bias and residual), both ways.
 pub(super) fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
-    use alpha_cuda::kernels::fused::Chain;
+    use alpha_cuda::kernels::fused::{Broadcast, Chain, Src, Step};
     use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
+    use alpha_ir::{Binary, Unary};
     let (m, n, k) = (1000u32, 1408u32, 512u32);
     let nc = (m * n) as usize;
     let read_act = Chain { bf16: vec![false, false], ..Chain::gated_gelu_backward(nc) };
     let recomputing = Chain::gated_gelu_backward_recomputing(nc);
+    let bias_gelu = Chain {
+        n: nc,
+        inputs: 2,
+        steps: vec![Step::Binary(Binary::Add, Src::Input(0), Src::Input(1)), Step::Unary(Unary::Gelu, Src::Step(0))],
+        outputs: vec![0, 1],
+        bf16: vec![false, true],
+        broadcast: vec![Broadcast::None, Broadcast::Row(n)],
+    };
+    let bias_residual = Chain {
+        n: nc,
+        inputs: 3,
+        steps: vec![
+            Step::Binary(Binary::Add, Src::Input(0), Src::Input(1)),
+            Step::Binary(Binary::Add, Src::Input(2), Src::Step(0)),
+        ],
+        outputs: vec![1],
+        bf16: vec![false],
+        broadcast: vec![Broadcast::None, Broadcast::Row(n), Broadcast::None],
+    };
     let mut rows = vec![];
     // (chain, tile, ring depth)
-    let cases =
-        [(read_act, Tile::T128x128, 3), (recomputing.clone(), Tile::T128x128, 3), (recomputing, Tile::T128x64, 0)];
+    let cases = [
+        (read_act, Tile::T128x128, 3),
+        (recomputing.clone(), Tile::T128x128, 3),
+        (recomputing, Tile::T128x64, 0),
+        (bias_gelu.clone(), Tile::T128x128, 3),
+        (bias_gelu, Tile::T128x64, 0),
+        (bias_residual.clone(), Tile::T128x128, 3),
+        (bias_residual, Tile::T128x64, 0),
+    ];
     for (chain, tile, stages) in cases {
         arena.reset();
         let plain = GemmSpec { tile, stages, ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma() };
@@ -28,9 +56,10 @@ pub(super) fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rn
         let GemmCase { ab, bb, cb, .. } = gemm_case(arena, rng, &plain, &sh)?;
         let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
         let others: Vec<u64> = (1..chain.inputs)
-            .map(|_| {
-                let b = arena.alloc_n::<f32>(nc)?;
-                arena.upload(b, &rng.vec(nc, 2.0))?;
+            .map(|j| {
+                let len = if chain.broadcast_of(j) == Broadcast::Row(n) { n as usize } else { nc };
+                let b = arena.alloc_n::<f32>(len)?;
+                arena.upload(b, &rng.vec(len, 2.0))?;
                 Ok(b.ptr)
             })
             .collect::<Result<_>>()?;
@@ -226,7 +255,8 @@ pub(super) fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -
     for (s, a_layout, input) in [(3u32, Layout::RowMajor, Input::Bf16), (1, Layout::ColMajor, Input::F32)] {
         arena.reset();
         let plain = GemmSpec { tile: Tile::T128x64, ..GemmSpec::new(a_layout, Layout::RowMajor, input).wgmma() };
-        let heads = gemm::Heads { batch: b, t, heads: h, d, bf16_turned: false, delta: false };
+        let heads =
+            gemm::Heads { batch: b, t, heads: h, d, bf16_turned: false, bf16: false, bias: false, delta: false };
         let split = GemmSpec { heads: Some(heads), ..plain };
         let (m, n) = (b * t, s * h * d);
         let sh = GemmShape::packed(&plain, m, n, 128);
@@ -239,17 +269,20 @@ pub(super) fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -
         }
         let c: Vec<f32> = arena.download(cb, nc)?;
         let got: Vec<f32> = arena.download(hb, nc)?;
-        // [B·T, S·H·D] → [S, B, H, T, D].
-        let mut want = vec![0.0f32; nc];
-        for row in 0..m {
-            let (bi, ti) = (row / t, row % t);
-            for col in 0..n {
-                let (plane, di) = (col / d, col % d);
-                let (si, hi) = (plane / h, plane % h);
-                let at = (((si * b + bi) * h + hi) * t + ti) * d + di;
-                want[at as usize] = c[(row * n + col) as usize];
+        // [B·T, S·H·D] → [S, B, H, T, D], each element `value(row, col)`.
+        let permuted = |value: &dyn Fn(u32, u32) -> f32| {
+            let mut out = vec![0.0f32; nc];
+            for row in 0..m {
+                let (bi, ti) = (row / t, row % t);
+                for col in 0..n {
+                    let (plane, di) = (col / d, col % d);
+                    let (si, hi) = (plane / h, plane % h);
+                    out[((((si * b + bi) * h + hi) * t + ti) * d + di) as usize] = value(row, col);
+                }
             }
-        }
+            out
+        };
+        let want = permuted(&|row, col| c[(row * n + col) as usize]);
         let shape = format!("b{b} t{t} s{s} h{h} d{d}");
         rows.push(exact_row(
             "fusion",
@@ -286,6 +319,35 @@ pub(super) fn head_split_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -
                 let differ = got16.iter().zip(&want16).filter(|(x, y)| x != y).count();
                 rows.push(exact_row("fusion", &format!("{} = turned, rounded", spec.name()), &shape, differ, nc));
             }
+            // A bias added on the way (a linear layer's, GPT-2's q/k/v projection): stored f32,
+            // and as bf16 unturned (TMA engine, both tile widths), against the permuted
+            // product plus the bias on the host (the one f32 add the Add node does), rounded.
+            let bias: Vec<f32> = rng.vec(n as usize, 1.0);
+            let bb_bias = upload_f32(arena, &bias)?;
+            let with_bias = permuted(&|row, col| c[(row * n + col) as usize] + bias[col as usize]);
+            let biased = gemm::Heads { bias: true, ..heads };
+            let spec = GemmSpec { heads: Some(biased), ..plain };
+            let out = arena.alloc_n::<f32>(nc)?;
+            arena.fill_u32(out, NAN_BITS)?;
+            let f = gpu.load(&spec.kernel())?;
+            let extras = Extras { bias: Some(bb_bias), ..Extras::default() };
+            gemm::launch_with(gpu, &f, &spec, &sh, [ab.ptr, bb.ptr, out.ptr, out.ptr], extras)?;
+            let got: Vec<f32> = arena.download(out, nc)?;
+            let name = format!("{} = permuted product + bias", spec.name());
+            rows.push(exact_row("fusion", &name, &shape, mismatches(&got, &with_bias), nc));
+            let want16: Vec<u16> = with_bias.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect();
+            for tile in [Tile::T128x64, Tile::T128x128] {
+                let spec = GemmSpec { tile, heads: Some(gemm::Heads { bf16: true, ..biased }), ..plain.tma() };
+                let out = arena.alloc_n::<u16>(nc)?;
+                arena.fill_u32(out, NAN_BITS)?;
+                let f = gpu.load(&spec.kernel())?;
+                let maps = tma_maps(arena, &spec, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
+                let extras = Extras { maps: Some(maps), bias: Some(bb_bias), ..Extras::default() };
+                gemm::launch_with(gpu, &f, &spec, &sh, [ab.ptr, bb.ptr, out.ptr, out.ptr], extras)?;
+                let got16: Vec<u16> = arena.download(out, nc)?;
+                let differ = got16.iter().zip(&want16).filter(|(x, y)| x != y).count();
+                rows.push(exact_row("fusion", &format!("{} = biased, rounded", spec.name()), &shape, differ, nc));
+            }
         }
     }
     Ok(rows)
@@ -311,7 +373,8 @@ pub(super) fn delta_heads_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) 
             scale: 0.125,
             softcap: None,
         };
-        let heads = gemm::Heads { batch: b, t, heads: h, d, bf16_turned: false, delta: false };
+        let heads =
+            gemm::Heads { batch: b, t, heads: h, d, bf16_turned: false, bf16: false, bias: false, delta: false };
         let plain = GemmSpec { heads: Some(heads), ..spec_of("rc", Input::Bf16).tma() };
         let fused = GemmSpec { heads: Some(gemm::Heads { delta: true, ..heads }), ..plain };
         let (m, n) = (b * t, h * d);

@@ -201,6 +201,7 @@ pub(crate) fn fuse_more(
             let m = cands.remove(c);
             fp.product_mut(m.host).activation.take();
             fp.product_mut(m.host).heads.take();
+            fp.product_mut(m.host).heads_bias.take();
             fp.attention_mut(m.host).store_rotary.take();
         }
     }

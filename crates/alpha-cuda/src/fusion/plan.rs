@@ -27,6 +27,9 @@ pub(crate) struct ProductFusion {
     /// Storing q and k turned and everything bf16 ([`turned_heads`]): the rotary base of the
     /// table.
     pub(crate) turned_base: Option<f64>,
+    /// The bias its head-split store adds: (the Add node that no longer runs, the bias row)
+    /// ([`head_split`]).
+    pub(crate) heads_bias: Option<(u32, Value)>,
     /// The multiply after it, whose bf16 cast its epilogue writes too ([`mul_epilogues`]).
     pub(crate) mul: Option<MulEpilogue>,
     /// (The bf16 AttentionBackward whose dO it is, its O): it stores dO as bf16 with delta
@@ -95,6 +98,10 @@ impl FusionPlan {
 
     pub(crate) fn heads(&self, id: u32) -> Option<&(u32, gemm::Heads)> {
         self.products.get(&id)?.heads.as_ref()
+    }
+
+    pub(crate) fn heads_bias(&self, id: u32) -> Option<&(u32, Value)> {
+        self.products.get(&id)?.heads_bias.as_ref()
     }
 
     pub(crate) fn turned_base(&self, id: u32) -> Option<f64> {

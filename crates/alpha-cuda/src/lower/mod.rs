@@ -48,8 +48,8 @@ use crate::config::{ChainEpilogues, CudaConfig};
 use crate::fusion::{
     cast_sources_through_their_gemms, casts_into_producers, clear_of, deep_epilogue_grid, deferred_folds, delta_heads,
     forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart, merged_gradients,
-    mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, producer_cast_candidates, range, readers_of,
-    recompute_unary_inputs, settled, tiled_gemm, turned_heads, with_ring, FusionPlan, PhaseView,
+    mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range,
+    readers_of, recompute_unary_inputs, settled, tiled_gemm, turned_heads, with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -146,7 +146,10 @@ impl Lowered {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut out = vec![];
         for (i, k) in self.kernels.iter().enumerate() {
-            let p = dir.join(format!("{}_{i:03}_{}.ptx", self.plan.program.graph.system, k.name));
+            // A long chain's name outgrows a file name (255 bytes): its start and the index,
+            // which alone keeps names distinct, make the file's.
+            let name: String = k.name.chars().take(160).collect();
+            let p = dir.join(format!("{}_{i:03}_{name}.ptx", self.plan.program.graph.system));
             std::fs::write(&p, k.render()).with_context(|| format!("writing {}", p.display()))?;
             out.push(p);
         }
@@ -394,6 +397,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         // Turned heads need every column of a row in one thread: the wgmma engines only.
         if config.bf16_attention && config.gemm_engine != gemm::Engine::Mma {
             turned_heads(&view, &skip, &mut lw.fusion);
+            plain_bf16_heads(&view, &mut lw.fusion);
         }
         for (producer_out, cast) in casts_into_producers(&plan, &nodes, &skip, &lw.cast_candidates) {
             skip.insert(cast.node);
@@ -575,7 +579,7 @@ fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<
 /// into the GEMMs' loads.
 pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result<Lowered> {
     let plan_with = |keep: &[(Value, u32)]| {
-        alpha_plan::plan_keeping(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
+        alpha_plan::plan_in_place(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
     };
     let g = &program.graph;
     let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));

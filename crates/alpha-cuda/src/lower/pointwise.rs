@@ -117,14 +117,16 @@ impl Lowerer<'_> {
     ) -> Result<Option<ChainLowered>> {
         let g = &self.plan.program.graph;
         let f32 = |v: Value| g.dtype(v) == DType::F32;
+        let groups = self.config.chain_groups;
         let len = |id: u32| {
             let n = &g.nodes[id as usize];
             let out = Value { node: id, index: 0 };
             let ok = match n.op {
                 Op::Unary(_) => f32(n.inputs[0]) && g.ty(n.inputs[0]).numel() == n.outputs[0].numel(),
-                Op::Binary(_) => {
-                    n.inputs.iter().all(|&x| f32(x) && chain_broadcast(g.shape(x), &n.outputs[0].shape).is_some())
-                }
+                Op::Binary(_) => n.inputs.iter().all(|&x| {
+                    let b = chain_broadcast(g.shape(x), &n.outputs[0].shape);
+                    f32(x) && b.is_some_and(|b| groups || !matches!(b, fused::Broadcast::Group { .. }))
+                }),
                 _ => false,
             };
             (ok && f32(out)).then(|| n.outputs[0].numel())
@@ -216,7 +218,26 @@ impl Lowerer<'_> {
                 }
                 step_of.contains_key(&x.node)
             });
+            // Each input smaller than the run is read the one way every node reading it reads it
+            // against its own output's shape: a run's nodes share the element count, not always
+            // the shape (`[2, 19, 70]` beside `[38, 7, 10]`), and a held value read against
+            // another shape would be read at the wrong element, or past its end.
+            let read_as = |x: Value| -> Option<fused::Broadcast> {
+                let mut ways = run.iter().filter_map(|&r| {
+                    let node = &g.nodes[r as usize];
+                    let reads = node.inputs.iter().any(|&y| {
+                        y == x
+                            || matches!(g.nodes[y.node as usize].op, Op::Unary(_))
+                                && g.nodes[y.node as usize].inputs[0] == x
+                    });
+                    reads.then(|| chain_broadcast(g.shape(x), &node.outputs[0].shape))
+                });
+                let first = ways.next().flatten()?;
+                ways.all(|w| w == Some(first)).then_some(first)
+            };
+            let misread = inputs.iter().any(|&x| g.ty(x).numel() < n && read_as(x).is_none());
             let clash = views_a_step
+                || misread
                 || out_values.iter().any(|&o| {
                     let (dst, dt) = self.destination(o);
                     let ro = range(self.plan, dst);
@@ -246,10 +267,9 @@ impl Lowerer<'_> {
                 }
                 // How each input is read: a run's nodes all have `n` elements, so an input of
                 // fewer is a scalar or a row of the outputs' shape.
-                let out_shape = g.shape(Value { node: run[0], index: 0 }).to_vec();
                 let broadcast = inputs
                     .iter()
-                    .map(|&x| match chain_broadcast(g.shape(x), &out_shape) {
+                    .map(|&x| match read_as(x) {
                         Some(b) if g.ty(x).numel() < n => b,
                         _ => fused::Broadcast::None,
                     })

@@ -256,6 +256,13 @@ fn gelu_of_a_product_becomes_the_gemm_epilogue_with_the_pointwise_instructions()
 /// `h = relu(y)·y` of the product `y = bf16(Σ x) · bf16(w)`, summed: (graph, [y0 = Σ x,
 /// relu(y), h, the sum]).
 fn relu_times_product() -> (Graph, [Value; 4]) {
+    relu_times_product_ordered(false)
+}
+
+/// [`relu_times_product`] with the multiply's operands `(a, y)`, or `(y, a)` when `product_first`:
+/// the plan then puts h exactly on the first of them (both die there), on the product's slot
+/// rather than on relu's (which the plan put on y0, the product's operand).
+fn relu_times_product_ordered(product_first: bool) -> (Graph, [Value; 4]) {
     let mut g = Graph::new("t");
     let x = g.param("x", &[64, 64, 2], Init::Zeros);
     let w = g.param("w", &[64, 64], Init::Zeros);
@@ -264,7 +271,7 @@ fn relu_times_product() -> (Graph, [Value; 4]) {
     let w16 = g.cast(w, DType::BF16);
     let y = g.matmul(y16, w16);
     let a = g.relu(y);
-    let h = g.mul(a, y);
+    let h = if product_first { g.mul(y, a) } else { g.mul(a, y) };
     let s = g.sum_all(h);
     (g, [y0, a, h, s])
 }
@@ -418,11 +425,11 @@ fn an_rmsnorm_runs_its_gain_passes_only_where_the_gains_gradient_is_read() {
     }
 }
 
-/// With chain epilogues on, the same program's chain relu(y)·y, which alone reads y, runs in
-/// the product's epilogue: y is never stored, only h, whose slot is clear of the GEMM's A.
+/// With chain epilogues on, the chain y·relu(y), which alone reads y, runs in the product's
+/// epilogue: y is never stored, only h, whose slot is clear of the GEMM's A.
 #[test]
 fn a_chain_read_alone_runs_in_the_products_epilogue() {
-    let (g, [y0, _, h, s]) = relu_times_product();
+    let (g, [y0, _, h, s]) = relu_times_product_ordered(true);
     let config = CudaConfig {
         fold_casts_into_gemms: true,
         chain_epilogues: ChainEpilogues::Everywhere,
@@ -430,7 +437,7 @@ fn a_chain_read_alone_runs_in_the_products_epilogue() {
     };
     let l = lower_forward_with(g, s, config);
     let names = launch_names(&l);
-    assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64_then_relui0_muls0i0_out1f_p0_wg", "reduce_sum"]);
+    assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64_then_relui0_muli0s0_out1f_p0_wg", "reduce_sum"]);
     let (hs, ys) = (l.plan.slot(h), l.plan.slot(y0));
     assert!(hs.offset + hs.len <= ys.offset || ys.offset + ys.len <= hs.offset, "h clear of y0");
     // The product's pointers, then h's.

@@ -368,7 +368,15 @@ pub(super) fn store_chain(
         .enumerate()
         .map(|(j, &(_, bf16))| (k.addr_of(ptr(j), e0, if bf16 { 2 } else { 4 }), bf16))
         .collect();
-    let in_ptrs: Vec<Reg> = (0..others.len()).map(|j| k.addr_of(ptr(outputs.len() + j), e0, 4)).collect();
+    // A row input is read at the column alone: its pointer stays put from row to row.
+    let in_ptrs: Vec<(Reg, bool)> = others
+        .iter()
+        .enumerate()
+        .map(|(j, &input)| {
+            let row = chain.is_row(input);
+            (k.addr_of(ptr(outputs.len() + j), if row { col0 } else { e0 }, 4), row)
+        })
+        .collect();
     let step_of = |k: &mut Kernel, bytes: u32| {
         let st = k.reg(RegKind::B64);
         k.op("mul.wide.u32", [st.into(), ldc.into(), (8 * bytes).into()]); // 8 rows
@@ -397,7 +405,7 @@ pub(super) fn store_chain(
                     .map(|u| {
                         in_ptrs
                             .iter()
-                            .map(|&p| {
+                            .map(|&(p, _)| {
                                 let at = addr(p, (u as u32 * unit_cols * 4) as i64);
                                 k.load_f32s_if(oks[u], &format!("ld.global.{f32s}"), width, at)
                             })
@@ -422,8 +430,10 @@ pub(super) fn store_chain(
                 let st = if bf16 { step2 } else { step4 };
                 k.op("add.s64", [p.into(), p.into(), st.into()]);
             }
-            for &p in &in_ptrs {
-                k.op("add.s64", [p.into(), p.into(), step4.into()]);
+            for &(p, row) in &in_ptrs {
+                if !row {
+                    k.op("add.s64", [p.into(), p.into(), step4.into()]);
+                }
             }
         }
     }
@@ -511,10 +521,24 @@ pub(super) fn store_heads(
         let s = k.bin("div.u32", RegKind::B32, col0, hs.heads * hs.d);
         (tab, k.setp("lt.u32", s, 2u32))
     });
+    if hs.bf16 {
+        assert!(
+            !hs.bf16_turned && hs.d == 64 && spec.tile.cols().is_multiple_of(64) && spec.engine != Engine::Mma,
+            "{}: bf16 heads are 64 wide, on a wgmma engine",
+            spec.name()
+        );
+    }
+    // The bias at the lane's first column (param `bias`, after the rotary table); each row's
+    // column groups read theirs from it (cached loads: held for the whole tile, the values
+    // spilled).
+    let bias = hs.bias.then(|| {
+        let pb = k.param_reg("bias", ParamTy::U64);
+        k.addr_of(pb, col0, 4)
+    });
     // bf16 stores in whole 32-byte sectors: each quad of lanes holds a row's 16 columns of two
     // column groups as four bf16 pairs a lane; after four shuffles, lane t stores columns
     // 4·(t mod 2) .. +4 of the group 2j + t / 2 (8 bytes).
-    let quad = turned.map(|_| {
+    let quad = (hs.bf16_turned || hs.bf16).then(|| {
         let lane = k.bin("and.b32", RegKind::B32, h.tid, 31u32);
         let tq = k.bin("and.b32", RegKind::B32, lane, 3u32);
         let base = k.bin("and.b32", RegKind::B32, lane, !3u32);
@@ -539,6 +563,17 @@ pub(super) fn store_heads(
             let td = k.bin("mul.lo.u32", RegKind::B32, t, hs.d);
             let row_part = k.tri("mad.lo.u32", RegKind::B32, b, hs.heads * head_elems, td);
             let mut vals: Vec<[Reg; 2]> = acc_m.iter().map(|c| [c[2 * half], c[2 * half + 1]]).collect();
+            if let Some(pb) = bias {
+                vals = vals
+                    .iter()
+                    .zip(&col_part)
+                    .enumerate()
+                    .map(|(ni, (v, &(_, ok)))| {
+                        let b = k.load_f32s_if(ok, "ld.global.v2.f32", 2, addr(pb, ni as i64 * 32));
+                        [0, 1].map(|e| k.bin("add.rn.f32", RegKind::F32, v[e], b[e]))
+                    })
+                    .collect();
+            }
             if let Some((tab, rotate)) = turned {
                 vals = turn_pairs(k, &vals, tab, t, hs.t, col0, rotate);
             }

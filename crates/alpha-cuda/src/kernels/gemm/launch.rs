@@ -5,12 +5,15 @@ use super::*;
 
 /// The pointers a kernel of a spec takes after its shape: its second output `u` (an
 /// activation's, or [`Epilogue::StoreMul`]'s bf16 product), the TMA engine's tensor maps of A
-/// and B (encoded from [`crate::kernels::gemm::tma::map_specs`]), the turned heads' rotary table.
+/// and B (encoded from [`crate::kernels::gemm::tma::map_specs`]), the turned heads' rotary table,
+/// the heads' bias.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Extras {
     pub u: Option<u64>,
     pub maps: Option<(u64, u64)>,
     pub rot_tab: Option<u64>,
+    /// The bias a head-split store adds ([`Heads::bias`]).
+    pub bias: Option<u64>,
     /// A chain epilogue's outputs, then its inputs beside the product ([`ChainEpilogue`]).
     pub chain: [Option<u64>; 2 * CHAIN_PTRS],
     /// A gated product's tensor map of the gate's B ([`GemmSpec::gated`]).
@@ -41,12 +44,26 @@ pub struct Operands<T> {
     pub first_maps: Option<(T, T)>,
     /// The turned heads' rotary table.
     pub rot_tab: Option<T>,
+    /// The bias a head-split store adds ([`Heads::bias`]).
+    pub bias: Option<T>,
 }
 
 impl<T> Operands<T> {
     /// A, B, C and R with no extras.
     pub fn new([a, b, c, r]: [T; 4]) -> Self {
-        Operands { a, b, c, r, u: None, chain: vec![], maps: None, gate_map: None, first_maps: None, rot_tab: None }
+        Operands {
+            a,
+            b,
+            c,
+            r,
+            u: None,
+            chain: vec![],
+            maps: None,
+            gate_map: None,
+            first_maps: None,
+            rot_tab: None,
+            bias: None,
+        }
     }
 }
 
@@ -64,6 +81,7 @@ pub fn arguments<T: ScalarArg>(shape: &GemmShape, ops: Operands<T>) -> Vec<T> {
     args.extend(ops.gate_map);
     args.extend(ops.first_maps.into_iter().flat_map(|(x, y)| [x, y]));
     args.extend(ops.rot_tab);
+    args.extend(ops.bias);
     args
 }
 
@@ -100,6 +118,9 @@ pub fn launch_with(
     if extras.gate_map.is_some() != spec.gated {
         bail!("{}: a gate's tensor map goes with a gated product alone, given {extras:?}", spec.name());
     }
+    if extras.bias.is_some() != spec.heads.is_some_and(|h| h.bias) {
+        bail!("{}: a bias goes with a head-split store that adds one alone, given {extras:?}", spec.name());
+    }
     if extras.first_maps.is_some() != spec.k_pair {
         bail!("{}: a first product's tensor maps go with a paired product alone, given {extras:?}", spec.name());
     }
@@ -134,6 +155,7 @@ pub fn launch_with(
         gate_map: extras.gate_map.map(Arg::U64),
         first_maps: extras.first_maps.map(pair),
         rot_tab: extras.rot_tab.map(Arg::U64),
+        bias: extras.bias.map(Arg::U64),
         ..Operands::new([a, b, c, r].map(Arg::U64))
     };
     gpu.launch(f, cfg, &arguments(shape, ops))

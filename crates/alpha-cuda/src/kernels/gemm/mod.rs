@@ -44,7 +44,7 @@ use anyhow::{bail, Result};
 
 use alpha_ir::Unary;
 
-use crate::kernels::fused::{Chain, Src, Step};
+use crate::kernels::fused::{Broadcast, Chain, Src, Step};
 use crate::kernels::ScalarArg;
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 use crate::runtime::driver::{Arg, Function, Gpu, LaunchConfig};

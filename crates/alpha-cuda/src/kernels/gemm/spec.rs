@@ -133,6 +133,13 @@ pub struct Heads {
     /// f32 arithmetic and rounding as the attention kernels turning f32 on load, so the same
     /// bits reach the tensor cores. Heads of 64 only, S = 3.
     pub bf16_turned: bool,
+    /// Stored as bf16 as they are, no section turned: q, k and v of an attention without a
+    /// rotary (GPT-2's learned positions), which the bf16 attention kernels copy as they are.
+    /// Heads of 64, on a `wgmma` engine, as [`Heads::bf16_turned`].
+    pub bf16: bool,
+    /// A row added to the product before the store (param `bias`, after the others: f32, one
+    /// value a column of the product): a linear layer's bias, whose Add then needs no launch.
+    pub bias: bool,
     /// Stored as bf16 (C: `[B, H, T, D]` bf16), with attention's backward delta beside it: R
     /// is the attention output O (f32, C's layout) and U gets `delta = Σ_d dO·O` per row
     /// (`[B·H·T]` f32) — what [`crate::kernels::attention::mma::backward_delta_kernel_bf16`] computes
@@ -149,7 +156,9 @@ pub const CHAIN_PTRS: usize = 4;
 
 /// An elementwise chain ([`crate::kernels::fused::Chain`]) the epilogue runs on the product instead of
 /// storing it: the chain's input `product` is the accumulator, its other inputs are read at the
-/// product's element (f32, the product's shape and row-major layout), and its outputs are stored
+/// product's element (f32, the product's shape and row-major layout) or, for a row input, at
+/// its column (f32, one value a column of the product: a linear layer's bias, so that the bias
+/// add joins its product with the GELU or residual add after it), and its outputs are stored
 /// (f32, or bf16 where the chain stores bf16) where the chain's kernel would store them. The
 /// steps are [`crate::kernels::fused::emit_steps`], so the bits are the chain kernel's. Why: a gated
 /// unit's backward read the product (dh, 92 MB at sixteen contexts) back right after the product
@@ -167,11 +176,14 @@ pub struct ChainEpilogue {
     inputs: u8,
     product: u8,
     outputs: [Option<(u8, bool)>; CHAIN_PTRS],
+    /// Bit j set: input j is a row, read at the product's column.
+    rows: u8,
 }
 
 impl ChainEpilogue {
     /// `chain` with its input `product` taken from the accumulator; None where it exceeds the
-    /// capacity or is not a valid chain.
+    /// capacity, is not a valid chain, or reads an input other than at its element or as a row
+    /// (the caller checks that a row is as long as the product's rows).
     pub fn new(chain: &Chain, product: usize) -> Option<ChainEpilogue> {
         let fits = chain.steps.len() <= CHAIN_STEPS
             && chain.outputs.len() <= CHAIN_PTRS
@@ -181,6 +193,14 @@ impl ChainEpilogue {
         if !fits {
             return None;
         }
+        let mut rows = 0u8;
+        for j in 0..chain.inputs {
+            match chain.broadcast_of(j) {
+                Broadcast::None => {}
+                Broadcast::Row(_) if j != product => rows |= 1 << j,
+                _ => return None,
+            }
+        }
         let mut steps = [None; CHAIN_STEPS];
         for (slot, st) in steps.iter_mut().zip(&chain.steps) {
             *slot = Some(*st);
@@ -189,7 +209,12 @@ impl ChainEpilogue {
         for (j, (slot, &o)) in outputs.iter_mut().zip(&chain.outputs).enumerate() {
             *slot = Some((o as u8, chain.bf16.get(j).copied().unwrap_or(false)));
         }
-        Some(ChainEpilogue { steps, inputs: chain.inputs as u8, product: product as u8, outputs })
+        Some(ChainEpilogue { steps, inputs: chain.inputs as u8, product: product as u8, outputs, rows })
+    }
+
+    /// Whether chain input `j` is a row, read at the product's column.
+    pub fn is_row(&self, j: usize) -> bool {
+        self.rows & (1 << j) != 0
     }
 
     pub fn steps(&self) -> Vec<Step> {
@@ -234,6 +259,9 @@ impl ChainEpilogue {
             out.push_str(&format!("{s}{}", if bf16 { "h" } else { "f" }));
         }
         out.push_str(&format!("_p{}", self.product));
+        for j in (0..self.inputs as usize).filter(|&j| self.is_row(j)) {
+            out.push_str(&format!("_row{j}"));
+        }
         out
     }
 }
@@ -396,6 +424,12 @@ impl GemmSpec {
             tile.push_str(&format!("_heads_b{}t{}h{}d{}", h.batch, h.t, h.heads, h.d));
             if h.bf16_turned {
                 tile.push_str("_bf16rot");
+            }
+            if h.bf16 {
+                tile.push_str("_bf16");
+            }
+            if h.bias {
+                tile.push_str("_bias");
             }
             if h.delta {
                 tile.push_str("_delta");

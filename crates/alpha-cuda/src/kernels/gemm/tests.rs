@@ -130,7 +130,7 @@ fn arguments_match_every_kernels_parameters() {
         stride_c: 0,
     };
     let mut specs = GemmSpec::all();
-    let heads = Heads { batch: 1, t: 128, heads: 2, d: 64, bf16_turned: true, delta: false };
+    let heads = Heads { batch: 1, t: 128, heads: 2, d: 64, bf16_turned: true, bf16: false, bias: false, delta: false };
     let base = GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::Bf16).wgmma().tma();
     specs.push(GemmSpec { heads: Some(heads), tile: Tile::T128x64, ..base });
     specs.push(GemmSpec { gated: true, epilogue: Epilogue::StoreMul, activation: Some(Unary::Gelu), ..base });

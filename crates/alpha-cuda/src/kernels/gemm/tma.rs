@@ -589,6 +589,8 @@ pub(crate) fn store_heads_delta(
     assert!(
         hs.d == 64
             && !hs.bf16_turned
+            && !hs.bf16
+            && !hs.bias
             && ring_holds_tile(spec)
             && spec.epilogue == crate::kernels::gemm::Epilogue::Store
             && spec.activation.is_none()
@@ -690,16 +692,20 @@ fn store_staged(
     let chain = || spec.chain.expect("a staged chain epilogue's chain");
     stage_tile(k, frags, lane, wrow, tile, consumers);
     // The f32 tensors read at each element, those stored (bf16 or not), and a chain's steps.
-    let (reads, writes, steps): (Vec<Reg>, Vec<(Reg, bool)>, _) = match work {
+    // Each read is (base, a row read at the column alone); each write (base, stored as bf16).
+    type Bases = Vec<(Reg, bool)>;
+    let (reads, writes, steps): (Bases, Bases, _) = match work {
         Staged::Chain => {
             let c = chain();
             let ptr = |j: usize| h.chain[j].expect("a chain pointer per output and input");
             let outs = c.outputs();
             let writes = outs.iter().enumerate().map(|(j, &(_, bf16))| (ptr(j), bf16)).collect();
-            ((0..c.others().len()).map(|j| ptr(outs.len() + j)).collect(), writes, c.steps())
+            let reads =
+                c.others().iter().enumerate().map(|(j, &input)| (ptr(outs.len() + j), c.is_row(input))).collect();
+            (reads, writes, c.steps())
         }
         Staged::Add { accumulate } => {
-            (vec![if accumulate { h.c_base } else { h.r_base }], vec![(h.c_base, false)], vec![])
+            (vec![(if accumulate { h.c_base } else { h.r_base }, false)], vec![(h.c_base, false)], vec![])
         }
         Staged::Store => (vec![], vec![(h.c_base, false)], vec![]),
     };
@@ -714,8 +720,8 @@ fn store_staged(
             let e = k.tri("mad.lo.u32", RegKind::B32, w.r, h.ldc, walk.col);
             let vals: Vec<Vec<Reg>> = reads
                 .iter()
-                .map(|&base| {
-                    let p = k.addr_of(base, e, 4);
+                .map(|&(base, row)| {
+                    let p = k.addr_of(base, if row { walk.col } else { e }, 4);
                     k.load_f32s_if(w.ok, "ld.global.v4.f32", 4, addr(p, 0))
                 })
                 .collect();
