@@ -77,6 +77,24 @@ impl Feeds {
     }
 }
 
+impl Feeds {
+    /// A recurrent state carried between runs, named `name`, of `start`'s type: returns the
+    /// state leaf (to assign the next value to) and its value for this run, which is `start` at
+    /// position 0 (a sequence begins, or the host refills from the start) and the state after
+    /// the previous run elsewhere.
+    pub fn carried(&self, g: &mut Graph, name: &str, start: Value) -> (Value, Value) {
+        let ty = g.ty(start).clone();
+        let state = g.state(name, ty, Init::Zeros);
+        let first = g.slice(self.onehot, 0, 0, 1);
+        let first = g.reshape(first, &[1]);
+        let one = g.constant(1.0, &[1], DType::F32);
+        let later = g.sub(one, first);
+        let kept = g.mul(state, later);
+        let begun = g.mul(start, first);
+        (state, g.add(kept, begun))
+    }
+}
+
 /// Self-attention of one position from its fused projection `qkv` `[1, 3·heads·hd]` (columns
 /// ordered q/k/v, head, dim, as [`crate::layers::causal_self_attention`] reads them) over this
 /// block's cache, which it extends: returns the heads concatenated `[1, heads·hd]` and the
@@ -88,20 +106,37 @@ pub fn cached_attention(
     feeds: &Feeds,
     scope: &str,
 ) -> (Value, Vec<(Value, Value)>) {
-    let width = g.shape(qkv)[1] / 3;
-    let hd = width / heads;
-    let t = feeds.positions;
+    let hd = g.shape(qkv)[1] / 3 / heads;
     let qkv = g.reshape(qkv, &[3, heads, 1, hd]);
     let part = |g: &mut Graph, i: usize| {
         let s = g.slice(qkv, 0, i, i + 1);
         g.reshape(s, &[heads, 1, hd])
     };
-    let (mut q, mut k, v) = (part(g, 0), part(g, 1), part(g, 2));
+    let (q, k, v) = (part(g, 0), part(g, 1), part(g, 2));
+    cached_heads(g, q, k, v, feeds, scope)
+}
+
+/// Attention of one position's query heads `q` `[heads, 1, hd]` over this block's cache of
+/// key/value heads, extended by the position's `k`, `v` `[kv_heads, 1, hd]` (rotated here when
+/// the feeds carry rotary angles). Query head i reads key/value head i / (heads / kv_heads), as
+/// the Attention op groups them. Returns the heads concatenated `[1, heads·hd]` and the
+/// (state, new value) pairs the phase must assign.
+pub fn cached_heads(
+    g: &mut Graph,
+    mut q: Value,
+    mut k: Value,
+    v: Value,
+    feeds: &Feeds,
+    scope: &str,
+) -> (Value, Vec<(Value, Value)>) {
+    let (heads, hd) = (g.shape(q)[0], g.shape(q)[2]);
+    let kv_heads = g.shape(k)[0];
+    let t = feeds.positions;
     if let Some((cos, sin)) = feeds.rope {
         q = turn(g, q, cos, sin);
         k = turn(g, k, cos, sin);
     }
-    let cache_ty = TensorType::new([heads, t, hd], DType::F32);
+    let cache_ty = TensorType::new([kv_heads, t, hd], DType::F32);
     let k_cache = g.state(&format!("cache.{scope}.k"), cache_ty.clone(), Init::Zeros);
     let v_cache = g.state(&format!("cache.{scope}.v"), cache_ty, Init::Zeros);
     // The position's key and value written into its row; the rest kept.
@@ -111,6 +146,8 @@ pub fn cached_attention(
         g.add(kept, placed)
     };
     let (k_all, v_all) = (write(g, k_cache, k), write(g, v_cache, v));
+    // The query heads of a group as the rows of one product with its key/value head.
+    let q = g.reshape(q, &[kv_heads, heads / kv_heads, hd]);
     let [q16, k16, v16] = [q, k_all, v_all].map(|x| g.cast(x, DType::BF16));
     let scores = g.matmul_t(q16, k16, false, true);
     let scores = g.scale(scores, 1.0 / (hd as f64).sqrt());
@@ -122,7 +159,7 @@ pub fn cached_attention(
     let p = g.div(e, z);
     let p16 = g.cast(p, DType::BF16);
     let o = g.matmul(p16, v16);
-    let o = g.reshape(o, &[1, width]);
+    let o = g.reshape(o, &[1, heads * hd]);
     (o, vec![(k_cache, k_all), (v_cache, v_all)])
 }
 
