@@ -1,11 +1,11 @@
 //! Prediction: continue a prompt token by token, sampling at a temperature from a seeded
 //! generator (0 = most likely). Two ways to get the next token's scores ([`Generation`]): a
 //! system with a decode program ([`alpha_systems::decode`]) runs one position a token, its keys
-//! and values kept in the program's caches, so a chat's turns continue one sequence without
-//! entering it again; any other runs its inference program over the last `context` tokens for
-//! every token.
+//! and values (or its recurrent state) kept in the program's caches, so a chat's turns continue
+//! one sequence without entering it again; any other runs its inference program over the last
+//! `context` tokens for every token.
 
-use alpha_systems::decode::{DecodeStep, Decoder};
+use alpha_systems::decode::{self, DecodeStep, Decoder};
 use alpha_systems::System;
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
@@ -67,8 +67,9 @@ pub struct Generation<'a> {
 enum How<'a> {
     /// The inference program over the last `context` tokens, every time.
     Window { context: usize },
-    /// The decode program: `held` tokens of the sequence from `start` are in its caches.
-    Cached { decoder: &'a Decoder, start: usize, held: usize },
+    /// The decode program: `held` tokens of the sequence from `start` are in its caches;
+    /// `rounded` once its weights' bf16 copies are made (before the first position runs).
+    Cached { decoder: &'a Decoder, start: usize, held: usize, rounded: bool },
 }
 
 impl<'a> Generation<'a> {
@@ -78,9 +79,10 @@ impl<'a> Generation<'a> {
         Generation { backend, vocab: system.vocab(), seq: vec![], scores: vec![], how }
     }
 
-    /// On a decode program (`backend` holds `decoder.program`, parameters loaded).
+    /// On a decode program (`backend` holds `decoder.program`, parameters loaded: the first
+    /// token rounds them to bf16 once, for every run after).
     pub fn cached(backend: &'a mut dyn Backend, decoder: &'a Decoder, system: &dyn System) -> Self {
-        let how = How::Cached { decoder, start: 0, held: 0 };
+        let how = How::Cached { decoder, start: 0, held: 0, rounded: false };
         Generation { backend, vocab: system.vocab(), seq: vec![], scores: vec![], how }
     }
 
@@ -93,7 +95,11 @@ impl<'a> Generation<'a> {
     pub fn extend(&mut self, tokens: &[u32]) -> Result<()> {
         self.seq.extend_from_slice(tokens);
         self.scores.clear();
-        if let How::Cached { decoder, start, held } = &mut self.how {
+        if let How::Cached { decoder, start, held, rounded } = &mut self.how {
+            if !*rounded {
+                self.backend.run(decode::ROUND_WEIGHTS)?;
+                *rounded = true;
+            }
             // Full caches are filled again from the sequence's last half.
             if self.seq.len() - *start > decoder.positions {
                 *start = self.seq.len().saturating_sub(decoder.positions / 2);
@@ -101,7 +107,7 @@ impl<'a> Generation<'a> {
             }
             while *held < self.seq.len() - *start {
                 feed(self.backend, &decoder.step(self.seq[*start + *held], *held), decoder.learned_positions)?;
-                self.backend.run("decode")?;
+                self.backend.run(decode::DECODE)?;
                 *held += 1;
             }
             if !self.seq.is_empty() {
@@ -303,9 +309,10 @@ mod decoding_tests {
             let window = full.output("logits").unwrap();
             let width = window.len() / t;
             let mut worst: f32 = 0.0;
+            step.run(decode::ROUND_WEIGHTS).unwrap();
             for (p, &tok) in tokens.iter().enumerate() {
                 feed(&mut step, &decoder.step(tok, p), decoder.learned_positions).unwrap();
-                step.run("decode").unwrap();
+                step.run(decode::DECODE).unwrap();
                 let one = step.output("logits").unwrap();
                 let row = &window[p * width..p * width + v];
                 let spread = row.iter().fold(0f32, |m, x| m.max(x.abs()));
@@ -356,6 +363,35 @@ mod decoding_tests {
             assert_eq!(params(&decoder.program), params(&window), "{}", system.name());
             let hash = |p: &alpha_ir::Program| crate::session::config_hash(system.as_ref(), p);
             assert_eq!(hash(&decoder.program), hash(&window), "{}", system.name());
+        }
+    }
+
+    /// A token's run reads each weight's bf16 copy, made once by the one-time phase: no cast of
+    /// a parameter is left in the decode phase, and every parameter a product reads in bf16 has
+    /// its copy assigned there.
+    #[test]
+    fn the_weights_are_rounded_once_not_every_token() {
+        for (system, _) in small() {
+            let p = system.decoder().expect("the system decodes").unwrap().program;
+            let is_param = |v: alpha_ir::Value| matches!(p.graph.node(v).op, alpha_ir::Op::Param { .. });
+            let decode = &p.phases[p.phase(decode::DECODE).unwrap()];
+            let cast_params = decode.nodes.clone().filter(|&i| {
+                let n = &p.graph.nodes[i];
+                matches!(n.op, alpha_ir::Op::Cast { .. }) && is_param(n.inputs[0])
+            });
+            assert_eq!(cast_params.count(), 0, "{}", system.name());
+            let round = &p.phases[p.phase(decode::ROUND_WEIGHTS).unwrap()];
+            for &(dst, src) in &round.assign {
+                let alpha_ir::Op::State { name, .. } = &p.graph.node(dst).op else { panic!("a state") };
+                let param = p.graph.node(src).inputs[0];
+                let alpha_ir::Op::Param { name: weight, .. } = &p.graph.node(param).op else { panic!("a parameter") };
+                assert_eq!(*name, format!("{weight}.bf16"));
+            }
+            let rounded = round.assign.len();
+            let params = p.graph.params().len();
+            eprintln!("{}: {rounded} of {params} parameters read in bf16", system.name());
+            // KickDelta runs in f32; each transformer's matrices and embedding are read in bf16.
+            assert_eq!(rounded == 0, system.name() == "kickdelta", "{}", system.name());
         }
     }
 }
