@@ -273,6 +273,7 @@ impl System for KickDelta {
     /// One byte a run: the program carries the memory M after the last byte and the last
     /// context c_{t−1} (the two latest bytes' encodings, all the history the keys read), both
     /// restarted at position 0 (M from the learned M₀, c from zeros) as a window restarts them.
+    /// Of the host's feeds it reads the token and the position's one-hot (the mask goes unused).
     ///
     /// The step M_t = M_{t−1} + β_t (v_t − M_{t−1}k_t) k_tᵀ, o_t = M_t q_t is written with
     /// products and elementwise ops rather than the DeltaRule op: that op reads only its

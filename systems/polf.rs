@@ -311,8 +311,10 @@ impl System for Polf {
         lm_loss(g, logits, targets)
     }
 
-    /// One position over each block's cache of its 4 key/value heads (normed and rotated keys,
-    /// values), the rest of the arithmetic the window's at that position.
+    /// One position over each block's cache of its key/value heads (normed and rotated keys,
+    /// values), the rest of the arithmetic the window's at that position. Its attention reads
+    /// bf16 operands whatever [`Polf::bf16`] says: the exact form is for gradient checks, not
+    /// for generating.
     fn decoder(&self) -> Option<Result<Decoder, IrError>> {
         let (t, h, hd) = (self.context, self.heads, self.width / self.heads);
         let build = || {
