@@ -47,6 +47,7 @@
 use alpha_ir::{DType, Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
 
+use crate::decode::{self, Decoder, Feeds};
 use crate::layers::{lm_loss, ramp};
 use crate::views::{self, Content, Draw, ModelView, Series, Tensors};
 use crate::{System, Tokens};
@@ -148,6 +149,79 @@ fn shift(g: &mut Graph, x: Value) -> Value {
     g.concat(&[zero, head], 1)
 }
 
+/// The oscillators' encoding e(x) `[B, T, E]` of bytes `x` `[B, T, 1]` (f32):
+/// angle = 2π·h·f_g·x/256 + φ_{g,h}, each group's cosines then its sines.
+fn oscillators(g: &mut Graph, x: Value) -> Value {
+    let (batch, t) = (g.shape(x)[0], g.shape(x)[1]);
+    g.scoped("oscillators", |g| {
+        let frequency = g.param(
+            "frequency",
+            &[GROUPS],
+            Init::Linspace { start: FIRST_FREQUENCY * FREQUENCY_SCALE, step: FREQUENCY_STEP * FREQUENCY_SCALE },
+        );
+        let phase = g.param("phase", &[GROUPS, HARMONICS], Init::Zeros);
+        let per_value = g.scale(frequency, 2.0 * std::f64::consts::PI / (VOCAB as f64 * FREQUENCY_SCALE));
+        let base = g.mul(x, per_value); // [B, T, G]
+        let harmonics: Vec<Value> = (1..=HARMONICS)
+            .map(|h| {
+                let a = g.scale(base, h as f64);
+                g.reshape(a, &[batch, t, GROUPS, 1])
+            })
+            .collect();
+        let angle = g.concat(&harmonics, 3);
+        let angle = g.add(angle, phase);
+        let cos = g.unary(alpha_ir::Unary::Cos, angle);
+        let sin = g.unary(alpha_ir::Unary::Sin, angle);
+        let both = g.concat(&[cos, sin], 3);
+        g.reshape(both, &[batch, t, ENCODING])
+    })
+}
+
+/// The query q_t = W c_t, the unit key k_t = W c_{t−1} / |W c_{t−1}| (`[B, T, K]`) and the write
+/// strength β_t = σ(w_β·c_{t−1} + b_β) (`[B, T]`) from the contexts c_t and c_{t−1} `[B, T, 2E]`.
+fn keys(g: &mut Graph, context: Value, written_context: Value) -> (Value, Value, Value) {
+    let (batch, t) = (g.shape(context)[0], g.shape(context)[1]);
+    g.scoped("keys", |g| {
+        let w = g.param("weight", &[2 * ENCODING, KEY], Init::Normal { std: (1.0 / ENCODING as f64).sqrt() });
+        let q = g.matmul(context, w);
+        let raw = g.matmul(written_context, w);
+        let sq = g.square(raw);
+        let norm2 = g.sum(sq, &[2], true);
+        let eps = g.scalar_like(1e-6, norm2);
+        let norm2 = g.add(norm2, eps);
+        let inv = g.rsqrt(norm2);
+        let k = g.mul(raw, inv);
+        let wb = g.param("write_strength.weight", &[2 * ENCODING, 1], Init::Zeros);
+        let bb = g.param("write_strength.bias", &[1], Init::Zeros);
+        let z = g.matmul(written_context, wb);
+        let z = g.add(z, bb);
+        let beta = g.sigmoid(z);
+        (q, k, g.reshape(beta, &[batch, t]))
+    })
+}
+
+/// The values v_t = λ·M₀k_t + κ·onehot(x_t) `[B, T, 256]` of bytes `x` `[B, T, 1]`, keys `k`.
+fn values(g: &mut Graph, x: Value, k: Value, prior: Value) -> Value {
+    g.scoped("values", |g| {
+        let prior_gain = g.param("prior_gain", &[1], Init::Ones);
+        let copy_gain = g.param("copy_gain", &[1], Init::Constant(2.0));
+        let values = ramp(g, VOCAB);
+        let above = g.binary(alpha_ir::Binary::Ge, x, values);
+        let below = g.binary(alpha_ir::Binary::Ge, values, x);
+        let onehot = g.mul(above, below); // [B, T, 256]
+        let boost = g.mul(onehot, copy_gain);
+        let read = g.matmul_t(k, prior, false, true);
+        let read = g.mul(read, prior_gain);
+        g.add(read, boost)
+    })
+}
+
+/// The next byte's scores: the memory's read plus the learned unigram bias.
+fn scores(g: &mut Graph, read: Value) -> Value {
+    let bias = g.param("scores.bias", &[VOCAB], Init::Zeros);
+    g.add(read, bias)
+}
+
 impl System for KickDelta {
     fn name(&self) -> &'static str {
         "kickdelta"
@@ -183,72 +257,67 @@ impl System for KickDelta {
         let targets = g.input("targets", &[batch, t], DType::I32);
         let x = g.cast(tokens, DType::F32);
         let x = g.reshape(x, &[batch, t, 1]);
-
-        // Oscillators: angle = 2π·h·f_g·x/256 + φ_{g,h}.
-        let encoding = g.scoped("oscillators", |g| {
-            let frequency = g.param(
-                "frequency",
-                &[GROUPS],
-                Init::Linspace { start: FIRST_FREQUENCY * FREQUENCY_SCALE, step: FREQUENCY_STEP * FREQUENCY_SCALE },
-            );
-            let phase = g.param("phase", &[GROUPS, HARMONICS], Init::Zeros);
-            let per_value = g.scale(frequency, 2.0 * std::f64::consts::PI / (VOCAB as f64 * FREQUENCY_SCALE));
-            let base = g.mul(x, per_value); // [B, T, G]
-            let harmonics: Vec<Value> = (1..=HARMONICS)
-                .map(|h| {
-                    let a = g.scale(base, h as f64);
-                    g.reshape(a, &[batch, t, GROUPS, 1])
-                })
-                .collect();
-            let angle = g.concat(&harmonics, 3);
-            let angle = g.add(angle, phase);
-            let cos = g.unary(alpha_ir::Unary::Cos, angle);
-            let sin = g.unary(alpha_ir::Unary::Sin, angle);
-            let both = g.concat(&[cos, sin], 3);
-            g.reshape(both, &[batch, t, ENCODING])
-        });
-
+        let encoding = oscillators(&mut g, x);
         let previous = shift(&mut g, encoding);
         let context = g.concat(&[encoding, previous], 2); // c_t, [B, T, 2E]
         let written_context = shift(&mut g, context); // c_{t−1}
-
-        let (q, k, beta) = g.scoped("keys", |g| {
-            let w = g.param("weight", &[2 * ENCODING, KEY], Init::Normal { std: (1.0 / ENCODING as f64).sqrt() });
-            let q = g.matmul(context, w);
-            let raw = g.matmul(written_context, w);
-            let sq = g.square(raw);
-            let norm2 = g.sum(sq, &[2], true);
-            let eps = g.scalar_like(1e-6, norm2);
-            let norm2 = g.add(norm2, eps);
-            let inv = g.rsqrt(norm2);
-            let k = g.mul(raw, inv);
-            let wb = g.param("write_strength.weight", &[2 * ENCODING, 1], Init::Zeros);
-            let bb = g.param("write_strength.bias", &[1], Init::Zeros);
-            let z = g.matmul(written_context, wb);
-            let z = g.add(z, bb);
-            let beta = g.sigmoid(z);
-            (q, k, g.reshape(beta, &[batch, t]))
-        });
-
+        let (q, k, beta) = keys(&mut g, context, written_context);
         let prior = g.param("memory.initial", &[VOCAB, KEY], Init::Zeros);
-        let v = g.scoped("values", |g| {
-            let prior_gain = g.param("prior_gain", &[1], Init::Ones);
-            let copy_gain = g.param("copy_gain", &[1], Init::Constant(2.0));
-            let values = ramp(g, VOCAB);
-            let above = g.binary(alpha_ir::Binary::Ge, x, values);
-            let below = g.binary(alpha_ir::Binary::Ge, values, x);
-            let onehot = g.mul(above, below); // [B, T, 256]
-            let boost = g.mul(onehot, copy_gain);
-            let read = g.matmul_t(k, prior, false, true);
-            let read = g.mul(read, prior_gain);
-            g.add(read, boost)
-        });
-
+        let v = values(&mut g, x, k, prior);
         let o = g.delta_rule(q, k, v, beta, prior);
-        let bias = g.param("scores.bias", &[VOCAB], Init::Zeros);
-        let scores = g.add(o, bias);
-        let logits = g.reshape(scores, &[batch * t, VOCAB]);
+        let logits = scores(&mut g, o);
+        let logits = g.reshape(logits, &[batch * t, VOCAB]);
         lm_loss(g, logits, targets)
+    }
+
+    /// One byte a run: the program carries the memory M after the last byte and the last
+    /// context c_{t−1} (the two latest bytes' encodings, all the history the keys read), both
+    /// restarted at position 0 (M from the learned M₀, c from zeros) as a window restarts them.
+    /// Of the host's feeds it reads the token and the position's one-hot (the mask goes unused).
+    ///
+    /// The step M_t = M_{t−1} + β_t (v_t − M_{t−1}k_t) k_tᵀ, o_t = M_t q_t is written with
+    /// products and elementwise ops rather than the DeltaRule op: that op reads only its
+    /// initial state and returns only the reads, so the state after the step, which the next
+    /// run needs, would have to be recomputed beside it anyway; the explicit step is one
+    /// position's arithmetic (two V×K products and one V×K update) in ops every backend has.
+    fn decoder(&self) -> Option<Result<Decoder, IrError>> {
+        let build = || {
+            let t = self.context();
+            let mut g = Graph::new("kickdelta-decode");
+            let token = g.input("token", &[1, 1], DType::I32);
+            let feeds = Feeds::new(&mut g, t, None);
+            let x = g.cast(token, DType::F32);
+            let x = g.reshape(x, &[1, 1, 1]);
+            let encoding = oscillators(&mut g, x);
+            let none = g.constant(0.0, &[1, 1, 2 * ENCODING], DType::F32);
+            let (last_context, written_context) = feeds.carried(&mut g, "history.context", none);
+            let previous = g.slice(written_context, 2, 0, ENCODING);
+            let context = g.concat(&[encoding, previous], 2);
+            let (q, k, beta) = keys(&mut g, context, written_context);
+            let prior = g.param("memory.initial", &[VOCAB, KEY], Init::Zeros);
+            let v = values(&mut g, x, k, prior);
+            let (memory, m) = feeds.carried(&mut g, "memory.state", prior);
+            // M ← M + β (v − M·k) kᵀ, then the read M·q.
+            let k_column = g.reshape(k, &[KEY, 1]);
+            let k_row = g.reshape(k, &[1, KEY]);
+            let known = g.matmul(m, k_column);
+            let v = g.reshape(v, &[VOCAB, 1]);
+            let error = g.sub(v, known);
+            let beta = g.reshape(beta, &[1, 1]);
+            let weighted = g.mul(error, beta);
+            let written = g.matmul(weighted, k_row);
+            let m_next = g.add(m, written);
+            let q = g.reshape(q, &[1, KEY]);
+            let o = g.matmul_t(q, m_next, false, true);
+            let logits = scores(&mut g, o);
+            Ok(Decoder {
+                program: decode::program(g, logits, vec![(memory, m_next), (last_context, context)])?,
+                positions: t,
+                rotary: None,
+                learned_positions: false,
+            })
+        };
+        Some(build())
     }
 
     fn model_views(&self) -> Vec<ModelView> {

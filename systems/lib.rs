@@ -62,14 +62,13 @@ pub trait System: Send + Sync {
     fn control_tensors(&self) -> &'static [&'static str] {
         &[]
     }
-    /// What a run page shows of the system's insides besides its loss ([`views`]): figures read
-    /// from each kept checkpoint and tables its definition fixes. None by default.
     /// The one-position decode program with its caches ([`decode`]), for systems that have one:
     /// prediction then costs a position a token instead of a window.
     fn decoder(&self) -> Option<Result<decode::Decoder, IrError>> {
         None
     }
-
+    /// What a run page shows of the system's insides besides its loss ([`views`]): figures read
+    /// from each kept checkpoint and tables its definition fixes. None by default.
     fn model_views(&self) -> Vec<views::ModelView> {
         vec![]
     }

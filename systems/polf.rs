@@ -65,6 +65,7 @@
 use alpha_ir::{DType, Graph, Init, IrError, Value};
 use alpha_learn::{Group, Learner, Model, MomentumRamp, Muon, Optimizer, Rows, Schedule};
 
+use crate::decode::{self, cached_heads, Decoder, Feeds};
 use crate::layers::{lm_inputs, lm_loss};
 use crate::{System, Tokens};
 
@@ -149,7 +150,32 @@ impl Polf {
 
     /// Grouped-query attention with QK norm, per-head q gain and rotary: `[B·T, C]` → `[B·T, C]`.
     fn attention(&self, g: &mut Graph, x: Value, batch: usize) -> Value {
-        let (c, t, h, kvh) = (self.width, self.context, self.heads, self.kv_heads);
+        let scale = 1.0 / ((self.width / self.heads) as f64).sqrt();
+        let rotate = |g: &mut Graph, x: Value| g.rotary(x, ROPE_BASE);
+        self.attention_with(g, x, batch, self.context, rotate, |g, q, k, v| {
+            if self.bf16 {
+                g.attention_bf16(q, k, v, scale, None)
+            } else {
+                g.attention(q, k, v, scale, None)
+            }
+        })
+    }
+
+    /// The attention's projections, QK norm, q gain and `rotate` (the positions' rotary, or
+    /// nothing where `attend` turns them itself) over `batch`×`t` positions, `attend` taking
+    /// q `[B, heads, T, hd]` and k, v `[B, kv_heads, T, hd]` to the heads' outputs
+    /// `[B, heads, T, hd]`, and the output projection: the window's causal attention in
+    /// training, one position's over a cache in decoding.
+    fn attention_with(
+        &self,
+        g: &mut Graph,
+        x: Value,
+        batch: usize,
+        t: usize,
+        rotate: impl Fn(&mut Graph, Value) -> Value,
+        attend: impl FnOnce(&mut Graph, Value, Value, Value) -> Value,
+    ) -> Value {
+        let (c, h, kvh) = (self.width, self.heads, self.kv_heads);
         let hd = c / h;
         let x = self.operand(g, x);
         let q = self.linear(g, x, "c_q", c, false);
@@ -164,15 +190,14 @@ impl Polf {
         let gain = g.reshape(gain, &[1, 1, h, 1]);
         let q = g.mul(q, gain);
         let q = to_bhtd(g, q);
-        let q = g.rotary(q, ROPE_BASE);
+        let q = rotate(g, q);
         let k = heads(g, k, kvh);
         let k = self.norm(g, k);
         let k = to_bhtd(g, k);
-        let k = g.rotary(k, ROPE_BASE);
+        let k = rotate(g, k);
         let v = heads(g, v, kvh);
         let v = to_bhtd(g, v);
-        let scale = 1.0 / (hd as f64).sqrt();
-        let o = if self.bf16 { g.attention_bf16(q, k, v, scale, None) } else { g.attention(q, k, v, scale, None) };
+        let o = attend(g, q, k, v);
         let o = g.permute(o, &[0, 2, 1, 3]);
         let o = g.reshape(o, &[batch * t, c]);
         let o = self.operand(g, o);
@@ -189,8 +214,9 @@ impl Polf {
         self.linear(g, sq, "proj", self.width, true)
     }
 
-    /// One block: x ← mix₀⊙x + mix₁⊙x₀; x += attn_scale⊙Attn(norm x); x += mlp_scale⊙MLP(norm x).
-    fn block(&self, g: &mut Graph, x: Value, x0: Value, batch: usize) -> Value {
+    /// One block: x ← mix₀⊙x + mix₁⊙x₀; x += attn_scale⊙Attn(norm x); x += mlp_scale⊙MLP(norm x),
+    /// its attention's (normed) output given by `attention`.
+    fn block(&self, g: &mut Graph, x: Value, x0: Value, attention: impl FnOnce(&mut Graph, Value) -> Value) -> Value {
         let c = self.width;
         let mix = g.param("resid_mix", &[2, c], Init::Rows(vec![1.0, 0.0]));
         let attn_scale = g.param("attn_scale", &[c], Init::Ones);
@@ -200,13 +226,55 @@ impl Polf {
         let b = g.mul(x0, m1);
         let x = g.add(a, b);
         let n = self.norm(g, x);
-        let attn = g.scoped("attn", |g| self.attention(g, n, batch));
+        let attn = g.scoped("attn", |g| attention(g, n));
         let attn = g.mul(attn, attn_scale);
         let x = g.add(x, attn);
         let n = self.norm(g, x);
         let mlp = g.scoped("mlp", |g| self.mlp(g, n));
         let mlp = g.mul(mlp, mlp_scale);
         g.add(x, mlp)
+    }
+
+    /// From the token ids `tokens` to the soft-capped logits `[N, V]`, N the ids' count, each
+    /// block's attention given by `attention(g, block, x)`: the embedding, its norm x₀, the
+    /// blocks with their U-Net skips and the tied head.
+    fn forward(
+        &self,
+        g: &mut Graph,
+        tokens: Value,
+        mut attention: impl FnMut(&mut Graph, usize, Value) -> Value,
+    ) -> Value {
+        let (c, v) = (self.width, self.vocab);
+        let n = g.ty(tokens).numel();
+        let embed = g.param("tok_emb.weight", &[v, c], Init::Normal { std: EMBED_STD });
+        let skip_weights = g.param("skip_weights", &[self.skips(), c], Init::Ones);
+        let x = g.gather(embed, tokens);
+        let x = g.reshape(x, &[n, c]);
+        let x0 = self.norm(g, x);
+        let mut x = x0;
+        let encoder = self.encoder_blocks();
+        let mut stack = Vec::with_capacity(encoder);
+        for i in 0..self.blocks {
+            if i >= encoder {
+                if let Some(skip) = stack.pop() {
+                    let j = i - encoder;
+                    let w = g.slice(skip_weights, 0, j, j + 1);
+                    let weighted = g.mul(skip, w);
+                    x = g.add(x, weighted);
+                }
+            }
+            x = g.scoped(format!("blocks.{i}"), |g| self.block(g, x, x0, |g, n| attention(g, i, n)));
+            if i < encoder {
+                stack.push(x);
+            }
+        }
+        let hf = self.norm(g, x);
+        // The tied head, soft-capped: 30·tanh(h·Eᵀ/30).
+        let hf = self.operand(g, hf);
+        let logits = self.mm(g, hf, embed, true);
+        let s = g.scale(logits, 1.0 / SOFTCAP);
+        let capped = g.tanh(s);
+        g.scale(capped, SOFTCAP)
     }
 }
 
@@ -237,39 +305,48 @@ impl System for Polf {
     }
 
     fn model(&self, batch: usize) -> Result<Model, IrError> {
-        let (c, t, v) = (self.width, self.context, self.vocab);
         let mut g = Graph::new("polf");
-        let (tokens, targets) = lm_inputs(&mut g, batch, t);
-        let embed = g.param("tok_emb.weight", &[v, c], Init::Normal { std: EMBED_STD });
-        let skip_weights = g.param("skip_weights", &[self.skips(), c], Init::Ones);
-        let x = g.gather(embed, tokens);
-        let x = g.reshape(x, &[batch * t, c]);
-        let x0 = self.norm(&mut g, x);
-        let mut x = x0;
-        let encoder = self.encoder_blocks();
-        let mut stack = Vec::with_capacity(encoder);
-        for i in 0..self.blocks {
-            if i >= encoder {
-                if let Some(skip) = stack.pop() {
-                    let j = i - encoder;
-                    let w = g.slice(skip_weights, 0, j, j + 1);
-                    let weighted = g.mul(skip, w);
-                    x = g.add(x, weighted);
-                }
-            }
-            x = g.scoped(format!("blocks.{i}"), |g| self.block(g, x, x0, batch));
-            if i < encoder {
-                stack.push(x);
-            }
-        }
-        let hf = self.norm(&mut g, x);
-        // The tied head, soft-capped: 30·tanh(h·Eᵀ/30).
-        let hf = self.operand(&mut g, hf);
-        let logits = self.mm(&mut g, hf, embed, true);
-        let s = g.scale(logits, 1.0 / SOFTCAP);
-        let capped = g.tanh(s);
-        let logits = g.scale(capped, SOFTCAP);
+        let (tokens, targets) = lm_inputs(&mut g, batch, self.context);
+        let logits = self.forward(&mut g, tokens, |g, _, n| self.attention(g, n, batch));
         lm_loss(g, logits, targets)
+    }
+
+    /// One position over each block's cache of its key/value heads (normed and rotated keys,
+    /// values), the rest of the arithmetic the window's at that position. Its attention reads
+    /// bf16 operands whatever [`Polf::bf16`] says: the exact form is for gradient checks, not
+    /// for generating.
+    fn decoder(&self) -> Option<Result<Decoder, IrError>> {
+        let (t, h, hd) = (self.context, self.heads, self.width / self.heads);
+        let build = || {
+            let mut g = Graph::new("polf-decode");
+            let token = g.input("token", &[1, 1], DType::I32);
+            let feeds = Feeds::new(&mut g, t, Some(hd));
+            let mut assign = vec![];
+            let logits = self.forward(&mut g, token, |g, i, n| {
+                // cached_heads turns q and k by the position's angles.
+                self.attention_with(
+                    g,
+                    n,
+                    1,
+                    1,
+                    |_, x| x,
+                    |g, q, k, v| {
+                        let [q, k, v] =
+                            [(q, h), (k, self.kv_heads), (v, self.kv_heads)].map(|(x, n)| g.reshape(x, &[n, 1, hd]));
+                        let (o, cache) = cached_heads(g, q, k, v, &feeds, &format!("blocks.{i}"));
+                        assign.extend(cache);
+                        g.reshape(o, &[1, h, 1, hd])
+                    },
+                )
+            });
+            Ok(Decoder {
+                program: decode::program(g, logits, assign)?,
+                positions: t,
+                rotary: Some((ROPE_BASE, hd)),
+                learned_positions: false,
+            })
+        };
+        Some(build())
     }
 
     fn learner(&self, steps: u64) -> Learner {

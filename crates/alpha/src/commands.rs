@@ -66,7 +66,8 @@ pub enum Command {
     /// Continue a prompt from a checkpoint.
     Predict(PredictArgs),
     /// Talk with a checkpoint: each line you type is added to one running text and continued;
-    /// a system with a decode program keeps its keys and values between turns.
+    /// a system with a decode program keeps its keys and values (or its recurrent state) between
+    /// turns.
     Chat(ChatArgs),
     /// Mean loss and bits per byte of a checkpoint, or of an artifact beside its checkpoint, on
     /// held-out text.
@@ -668,7 +669,7 @@ fn run_prompt(
 }
 
 /// What a prediction runs: a system's decode program where it has one (a position a token, its
-/// keys and values kept), else its inference program over the window.
+/// keys and values or recurrent state kept), else its inference program over the window.
 fn prediction_program(system: &dyn System) -> Result<(Option<alpha_systems::decode::Decoder>, alpha_ir::Program)> {
     match system.decoder().transpose()? {
         Some(d) => {
@@ -730,7 +731,7 @@ fn chat_cmd(a: ChatArgs) -> Result<()> {
         Some(d) => predict::Generation::cached(backend.as_mut(), d, system.as_ref()),
         None => predict::Generation::windowed(backend.as_mut(), system.as_ref()),
     };
-    let how = if decoder.is_some() { "one position a token, keys and values kept" } else { "the whole window a token" };
+    let how = if decoder.is_some() { "one position a token, its caches kept" } else { "the whole window a token" };
     eprintln!(
         "alpha chat · {} · {} · {how}\ntype a line and Enter: the text so far is continued by up to {} tokens; an empty line continues further; end of input (Ctrl-D) ends",
         system.name(),
