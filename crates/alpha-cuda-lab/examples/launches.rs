@@ -1,7 +1,8 @@
 //! Lists a system's lowered training step for the GPU, one launch a line: kernel, grid, and
-//! the plan node it computes with its op and shape. No GPU needed.
+//! the plan node it computes with its op and shape; with `--ptx DIR`, writes every distinct
+//! kernel's PTX there too (for `ptxas`). No GPU needed; the `ALPHA_*` switches apply.
 //!
-//!   cargo run --release -p alpha-cuda-lab --example launches -- gpt2 16
+//!   cargo run --release -p alpha-cuda-lab --example launches -- gpt2 16 [--ptx DIR]
 
 use alpha_cuda::lower::lower_program;
 use alpha_cuda::CudaConfig;
@@ -13,6 +14,10 @@ fn main() -> anyhow::Result<()> {
     let sys = alpha_systems::find(name).map_err(anyhow::Error::msg)?;
     let program = sys.learner(10).training_program(sys.model(batch)?)?;
     let lowered = lower_program(&program, &CudaConfig::from_vars(|v| std::env::var(v).ok())?)?;
+    if let Some(at) = args.iter().position(|a| a == "--ptx") {
+        let dir = args.get(at + 1).ok_or_else(|| anyhow::anyhow!("--ptx needs a folder"))?;
+        lowered.dump_ptx(std::path::Path::new(dir))?;
+    }
     let g = &lowered.plan.program.graph;
     for (p, phase) in lowered.phases.iter().enumerate() {
         for (i, x) in phase.iter().enumerate() {

@@ -853,3 +853,36 @@ fn decode_programs_lower_with_their_caches_written_back() {
         assert!(products > 0, "{}: the decode's products run as launches", system.name());
     }
 }
+
+/// GPT-2 at sixteen contexts lowers with its biases in its products and its attention on bf16
+/// heads: every q/k/v projection adds its bias and stores bf16 heads (no bias add or permute
+/// launch before attention), attention forward and backward run on the `wgmma` kernels, every
+/// fc product adds its bias and the GELU in its epilogue, every GELU backward runs in its `dh`
+/// product's epilogue storing the f32 result for the bias gradient and its bf16 copy for the
+/// products, and most LayerNorm backwards store the residual gradient's bf16 copy.
+#[test]
+fn gpt2_lowers_with_its_biases_in_the_products_and_bf16_heads() {
+    let s = alpha_systems::gpt2::Gpt2::default();
+    let program = s.learner(20_000).training_program(s.model(16).unwrap()).unwrap();
+    let l = lower_program(&program, &CudaConfig::default()).unwrap();
+    check_pointers(&l);
+    let by: std::collections::HashMap<String, usize> =
+        alpha_cuda::lower::launches_by_kernel(&l, 0).into_iter().collect();
+    let count = |name: &str| by.get(name).copied().unwrap_or(0);
+    let layers = 12;
+    assert_eq!(count("gemm_rr_bf16_store_heads_b16t1024h12d64_bf16_bias_tma_s3"), layers, "{by:?}");
+    assert_eq!((count("attention_wgmma_fwd_o16"), count("attention_wgmma_bwd")), (layers, layers), "{by:?}");
+    assert_eq!(count("gemm_rr_bf16_store_then_addi0i1_gelus0_out0f1h_p0_row1_tma_s3"), layers, "{by:?}");
+    assert_eq!(count("gemm_rc_bf16_store_then_gelugradi0_muli1s0_out1f1h_p1_tma_s3"), layers, "{by:?}");
+    assert!(count("layernorm_bwd_dx_add_partials_bf16") >= 18, "{by:?}");
+    // The forward's only permute launches are none: the heads are stored split, the attention
+    // output's copy by attention.
+    let g = &l.plan.program.graph;
+    let forward_permutes = l.phases[0]
+        .iter()
+        .take_while(|x| x.node.is_none_or(|n| !matches!(g.nodes[n as usize].op, Op::CrossEntropy { .. })))
+        .filter(|x| x.node.is_some_and(|n| matches!(g.nodes[n as usize].op, Op::Permute { .. })))
+        .count();
+    assert_eq!(forward_permutes, 0);
+    assert!(l.launch_count(0) <= 440, "{} launches", l.launch_count(0));
+}

@@ -8,7 +8,8 @@ use super::*;
 /// other inputs, 128 × 128 tiles on the three-stage ring) and recomputing it (bf16 outputs, the
 /// lowering's form, in 128 × 128 tiles through shared memory — [`alpha_cuda::kernels::gemm::tma::staged`]
 /// — and in 128 × 64 tiles on the fragments), a ragged M; and a linear layer's bias read as a
-/// row (GPT-2's: bias and GELU, stored f32 and bf16; bias and residual), both ways.
+/// row (GPT-2's: bias and GELU, stored f32 and bf16; bias and residual), both ways; and a
+/// result stored twice, f32 and bf16.
 pub(super) fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
     use alpha_cuda::kernels::fused::{Broadcast, Chain, Src, Step};
     use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
@@ -36,9 +37,24 @@ pub(super) fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rn
         bf16: vec![false],
         broadcast: vec![Broadcast::None, Broadcast::Row(n), Broadcast::None],
     };
+    // GPT-2's GELU backward storing its result twice, f32 for the bias gradient and bf16 for the
+    // products (the cast's copy).
+    let gelu_grad_copied = Chain {
+        n: nc,
+        inputs: 2,
+        steps: vec![
+            Step::Unary(Unary::GeluGrad, Src::Input(1)),
+            Step::Binary(Binary::Mul, Src::Input(0), Src::Step(0)),
+        ],
+        outputs: vec![1, 1],
+        bf16: vec![false, true],
+        broadcast: vec![],
+    };
     let mut rows = vec![];
     // (chain, tile, ring depth)
     let cases = [
+        (gelu_grad_copied.clone(), Tile::T128x128, 3),
+        (gelu_grad_copied, Tile::T128x64, 0),
         (read_act, Tile::T128x128, 3),
         (recomputing.clone(), Tile::T128x128, 3),
         (recomputing, Tile::T128x64, 0),

@@ -182,9 +182,11 @@ impl Lowerer<'_> {
         (same && uses.get(&dx) == Some(&1) && clear && stats).then_some((add, r))
     }
 
-    /// The bf16 cast at position `i + 2` of the residual gradient that the LayerNorm backward at
-    /// `i` adds (`add`), where that launch may store it too ([`layernorm::backward_dx_kernel_copying`]):
-    /// the cast's slot clear of everything the launch reads and writes. Returns the cast's output.
+    /// The bf16 cast of the residual gradient that the LayerNorm backward at `i` adds (`add`),
+    /// at position `i + 2` or a few after it (past launches that only read the sum, as a bias
+    /// gradient's reduction does), where that launch may store it too
+    /// ([`layernorm::backward_dx_kernel_copying`]): the cast's slot clear of everything the launch
+    /// and the launches up to the cast read and write. Returns the cast's output.
     pub(super) fn cast_of_sum(
         &self,
         nodes: &[u32],
@@ -192,23 +194,26 @@ impl Lowerer<'_> {
         (add, r): (u32, Value),
         skip: &std::collections::HashSet<u32>,
     ) -> Option<Value> {
+        /// Launches from the sum to its cast that the store may move past.
+        const REACH: usize = 3;
         let g = self.g();
-        let &c = nodes.get(i + 2)?;
-        let cn = &g.nodes[c as usize];
         let sum = Value { node: add, index: 0 };
-        if skip.contains(&c) || !matches!(cn.op, Op::Cast { to: DType::BF16 }) || cn.inputs[0] != sum {
-            return None;
-        }
-        let out = Value { node: c, index: 0 };
+        let is_cast = |c: u32| {
+            let cn = &g.nodes[c as usize];
+            !skip.contains(&c) && matches!(cn.op, Op::Cast { to: DType::BF16 }) && cn.inputs[0] == sum
+        };
+        let at = (i + 2..(i + 2 + REACH).min(nodes.len())).find(|&j| is_cast(nodes[j]))?;
+        let out = Value { node: nodes[at], index: 0 };
         let cr = range(self.plan, out)?;
         let ln = nodes[i];
-        let touched = g.nodes[ln as usize].inputs.iter().copied().chain([
-            r,
-            sum,
-            Value { node: ln, index: 1 },
-            Value { node: ln, index: 2 },
-        ]);
-        clear_of(cr, touched.map(|v| range(self.plan, v))).then_some(out)
+        let mut touched: Vec<Value> = g.nodes[ln as usize].inputs.clone();
+        touched.extend([r, sum, Value { node: ln, index: 1 }, Value { node: ln, index: 2 }]);
+        for &n in &nodes[i + 2..at] {
+            let node = &g.nodes[n as usize];
+            touched.extend(node.inputs.iter().copied());
+            touched.extend((0..node.outputs.len()).map(|k| Value { node: n, index: k as u16 }));
+        }
+        clear_of(cr, touched.into_iter().map(|v| range(self.plan, v))).then_some(out)
     }
 
     /// One launch of pass 2 for every LayerNorm of a shape whose fold waited

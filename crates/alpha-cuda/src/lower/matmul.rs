@@ -281,6 +281,10 @@ impl Lowerer<'_> {
     /// their slots must be clear of all of it; and the chain's other inputs, now read earlier,
     /// must not be written in between. Patches the product's launch (in `launches`) and returns
     /// true, or returns false and changes nothing.
+    ///
+    /// A chain that stores bf16 copies for casts after it (`cl.copies`) is tried whole, then
+    /// without them: Some(true) taken whole, Some(false) taken without its copies (whose casts
+    /// must then run), None not taken.
     pub(super) fn chain_into_product(
         &mut self,
         view: &PhaseView,
@@ -289,11 +293,41 @@ impl Lowerer<'_> {
         launches: &mut [Pending],
         products: &LaunchedProducts,
         uses: &HashMap<Value, usize>,
+    ) -> Result<Option<bool>> {
+        if self.chain_into_product_as(view, i, cl, &cl.chain, &cl.dests, launches, products, uses)? {
+            return Ok(Some(true));
+        }
+        if cl.copies.is_empty() {
+            return Ok(None);
+        }
+        let kept = cl.dests.len() - cl.copies.len();
+        let chain = fused::Chain {
+            outputs: cl.chain.outputs[..kept].to_vec(),
+            bf16: cl.chain.bf16[..kept].to_vec(),
+            ..cl.chain.clone()
+        };
+        let taken = self.chain_into_product_as(view, i, cl, &chain, &cl.dests[..kept], launches, products, uses)?;
+        Ok(taken.then_some(false))
+    }
+
+    /// [`Self::chain_into_product`] for `chain` storing into `dests` (the chain as lowered, or
+    /// without its copies).
+    #[allow(clippy::too_many_arguments)]
+    fn chain_into_product_as(
+        &mut self,
+        view: &PhaseView,
+        i: usize,
+        cl: &ChainLowered,
+        chain: &fused::Chain,
+        dests: &[Value],
+        launches: &mut [Pending],
+        products: &LaunchedProducts,
+        uses: &HashMap<Value, usize>,
     ) -> Result<bool> {
         // A GEMM's epilogue reads each chain input at its element, or a row (a bias) at its
         // column: no other broadcast.
         let rows_fit = |n: u32| {
-            (0..cl.chain.inputs).all(|j| match cl.chain.broadcast_of(j) {
+            (0..chain.inputs).all(|j| match chain.broadcast_of(j) {
                 fused::Broadcast::None => true,
                 fused::Broadcast::Row(len) => len == n,
                 _ => false,
@@ -304,7 +338,7 @@ impl Lowerer<'_> {
         // cores to wait on, so the epilogue pays over any grid, not only deep ones. Measured on
         // the H200 at sixteen contexts of GPT-2: 40.67 / 40.76 → 39.92 / 40.36 ms a step with
         // its bias-and-residual chains (768 blocks, under eight waves) in their products.
-        let adds_alone = cl.chain.steps.iter().all(|st| {
+        let adds_alone = chain.steps.iter().all(|st| {
             matches!(st, fused::Step::Binary(alpha_ir::Binary::Add | alpha_ir::Binary::Sub | alpha_ir::Binary::Mul, ..))
         });
         let g = &self.plan.program.graph;
@@ -326,12 +360,12 @@ impl Lowerer<'_> {
                 && uses.get(&x).copied() == Some(read_in_run)
                 && shape.batch == 1
                 && shape.ldc == shape.n
-                && shape.m as usize * shape.n as usize == cl.chain.n
+                && shape.m as usize * shape.n as usize == chain.n
                 && rows_fit(shape.n);
             if !whole || pg >= i {
                 continue;
             }
-            let Some(ce) = gemm::ChainEpilogue::new(&cl.chain, j) else { continue };
+            let Some(ce) = gemm::ChainEpilogue::new(chain, j) else { continue };
             let between = &view.nodes[pg + 1..i];
             let only_products =
                 between.iter().all(|&n| matches!(g.nodes[n as usize].op, Op::Reshape { .. }) || plain(n));
@@ -351,7 +385,7 @@ impl Lowerer<'_> {
                 touched.extend([rng(na), rng(nb), out]);
                 written.push(out);
             }
-            let dests_clear = cl.dests.iter().all(|&d| rng(d).is_some_and(|r| clear_of(r, touched.iter().copied())));
+            let dests_clear = dests.iter().all(|&d| rng(d).is_some_and(|r| clear_of(r, touched.iter().copied())));
             let others_unwritten = cl
                 .inputs
                 .iter()
@@ -367,7 +401,7 @@ impl Lowerer<'_> {
             p.respec(kernel, &spec, &shape);
             // The chain's pointers go after the shape's arguments, before the tensor maps.
             let mut args: Vec<A> = p.args.drain(..gemm::SHAPE_ARGS).collect();
-            args.extend(cl.dests.iter().map(|&d| self.ptr(d)));
+            args.extend(dests.iter().map(|&d| self.ptr(d)));
             args.extend(ce.others().into_iter().map(|k| self.ptr(cl.inputs[k])));
             args.append(&mut p.args);
             p.args = args;

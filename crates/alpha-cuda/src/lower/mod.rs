@@ -300,6 +300,9 @@ impl LaunchedProducts {
 struct ChainLowered {
     /// The launch position after the chain's run.
     end: usize,
+    /// The last outputs that are bf16 copies of others, each into the slot of a cast the chain
+    /// stands in for (skipped while the chain stores them).
+    copies: Vec<Value>,
     pending: Pending,
     chain: fused::Chain,
     inputs: Vec<Value>,
@@ -449,10 +452,19 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
             }
             if let Some(cl) = lw.elementwise_chain(&nodes, i, &mut skip, &uses)? {
                 let end = cl.end;
-                let taken = config.chain_epilogues != ChainEpilogues::Never
-                    && lw.chain_into_product(&view, i, &cl, &mut launches, &products, &uses)?;
-                if !taken {
-                    launches.push(cl.pending);
+                let taken = match config.chain_epilogues {
+                    ChainEpilogues::Never => None,
+                    _ => lw.chain_into_product(&view, i, &cl, &mut launches, &products, &uses)?,
+                };
+                match taken {
+                    None => launches.push(cl.pending),
+                    // In the product without its copies: their casts run after all.
+                    Some(false) => {
+                        for c in &cl.copies {
+                            skip.remove(&c.node);
+                        }
+                    }
+                    Some(true) => {}
                 }
                 i = end;
                 continue;
@@ -618,7 +630,50 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
             keep.extend(vals.into_iter().filter(|v| phase(v.node) == phase(cast)).map(|v| (v, cast)));
         }
     }
+    keep.extend(copy_sources(program, &into_producers));
     lower(plan_with(&keep)?, config)
+}
+
+/// Lifetimes for the bf16 copies fused chains store beside an f32 output that a cast and other
+/// launches read (`elementwise_chain`'s copies): the chain's node reading a product writes the
+/// copy from the product's epilogue, so the cast's slot must lie clear of everything read from
+/// that launch on — the product's operands, the node's other inputs (and those of a unary it
+/// reads), and what the launches between read — which are kept alive up to the cast. Why: the
+/// plan put GPT-2's bf16 `dh` on the weight gradient's dead operand, and 11 of its 12 layers
+/// kept the cast as a launch.
+fn copy_sources(program: &alpha_ir::Program, into_producers: &HashMap<Value, u32>) -> Vec<(Value, u32)> {
+    let g = &program.graph;
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    let elementwise = |v: Value| matches!(g.nodes[v.node as usize].op, Op::Unary(_) | Op::Binary(_));
+    let mut keep = vec![];
+    for (i, n) in g.nodes.iter().enumerate() {
+        let cast = i as u32;
+        let v = match n.op {
+            Op::Cast { to: DType::BF16 } => n.inputs[0],
+            _ => continue,
+        };
+        if g.dtype(v) != DType::F32 || !elementwise(v) || into_producers.contains_key(&v) {
+            continue;
+        }
+        let e = &g.nodes[v.node as usize];
+        let mut reads: Vec<Value> = e.inputs.clone();
+        for &x in &e.inputs {
+            if matches!(g.nodes[x.node as usize].op, Op::Unary(_)) {
+                reads.extend(g.nodes[x.node as usize].inputs.iter().copied());
+            }
+        }
+        let products: Vec<Value> =
+            reads.iter().filter(|x| matches!(g.nodes[x.node as usize].op, Op::MatMul { .. })).copied().collect();
+        if products.is_empty() {
+            continue;
+        }
+        let first = products.iter().map(|p| p.node).min().expect("a product");
+        for id in first..cast {
+            reads.extend(g.nodes[id as usize].inputs.iter().copied());
+        }
+        keep.extend(reads.into_iter().filter(|x| phase(x.node) == phase(cast)).map(|x| (x, cast)));
+    }
+    keep
 }
 
 /// Counts launches by kernel name in phase `i` (for reports).

@@ -207,6 +207,36 @@ impl Lowerer<'_> {
             for &(v, cv) in &into_casts {
                 self.fusion.store_as.insert(v, cv);
             }
+            // Outputs that other launches read as well as a bf16 cast soon after: the chain
+            // stores the bf16 copy too, into the cast's slot (a bias gradient's reduction reads
+            // the f32 value, the products after it the copy), when nothing the chain reads or the
+            // launches up to the cast read or write meets that slot.
+            let mut copies: Vec<(usize, Value)> = vec![];
+            for (&k, &v) in outputs.iter().zip(&out_values) {
+                if self.fusion.store_as.contains_key(&v) {
+                    continue;
+                }
+                let reach = &nodes[end..(end + COPY_REACH).min(nodes.len())];
+                let Some(pc) = reach.iter().position(|&c| {
+                    let cn = &g.nodes[c as usize];
+                    !skip.contains(&c) && cn.op == Op::Cast { to: DType::BF16 } && cn.inputs[0] == v
+                }) else {
+                    continue;
+                };
+                let cv = Value { node: reach[pc], index: 0 };
+                let Some(slot) = range(self.plan, cv) else { continue };
+                let meets = |x: Value| range(self.plan, x).is_some_and(|r| overlap(r, slot));
+                let chain_meets =
+                    inputs.iter().any(|&x| meets(x)) || out_values.iter().any(|&o| meets(self.destination(o).0));
+                let between = reach[..pc].iter().any(|&id| {
+                    let n = &g.nodes[id as usize];
+                    n.inputs.iter().any(|&x| meets(x))
+                        || (0..n.outputs.len()).any(|j| meets(Value { node: id, index: j as u16 }))
+                });
+                if !(chain_meets || between) {
+                    copies.push((k, cv));
+                }
+            }
             // A bf16 store (into a cast's slot) may not meet an input at all: its elements are
             // half the size, so even the same start is a different element.
             // An input that is a slice of a run's value would read the slot before the run
@@ -252,7 +282,11 @@ impl Lowerer<'_> {
                 }
             } else {
                 skip.extend(into_casts.iter().map(|&(_, cv)| cv.node));
-                let dests: Vec<(Value, DType)> = out_values.iter().map(|&v| self.destination(v)).collect();
+                skip.extend(copies.iter().map(|&(_, cv)| cv.node));
+                let mut dests: Vec<(Value, DType)> = out_values.iter().map(|&v| self.destination(v)).collect();
+                dests.extend(copies.iter().map(|&(_, cv)| (cv, DType::BF16)));
+                let mut outputs = outputs;
+                outputs.extend(copies.iter().map(|&(k, _)| k));
                 let bf16 = dests.iter().map(|d| d.1 == DType::BF16).collect();
                 let read = inputs.clone();
                 let (inputs, steps, outputs) = if self.config.recompute_unary {
@@ -283,7 +317,8 @@ impl Lowerer<'_> {
                 let pending =
                     Pending { kernel, grid: (blocks, 1, 1), block: (threads, 1, 1), args, node: Some(run[0]) };
                 let dests = dests.into_iter().map(|(v, _)| v).collect();
-                return Ok(Some(ChainLowered { end, pending, chain, inputs, dests, run: run.to_vec() }));
+                let copies = copies.iter().map(|&(_, cv)| cv).collect();
+                return Ok(Some(ChainLowered { end, copies, pending, chain, inputs, dests, run: run.to_vec() }));
             }
             end -= 1;
         }
@@ -310,6 +345,9 @@ impl Lowerer<'_> {
         Ok(Pending { kernel, grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), args, node: Some(ids[0]) })
     }
 }
+
+/// Launches after a chain among which it looks for a bf16 cast of an output read elsewhere too.
+const COPY_REACH: usize = 4;
 
 /// The value `x` is a reshape (or reshapes) of: the same elements in the same order.
 fn through_reshapes(g: &alpha_ir::Graph, mut x: Value) -> Value {
