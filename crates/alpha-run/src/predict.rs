@@ -17,6 +17,10 @@ pub struct Prediction {
     pub tokens: Vec<u32>,
     /// The most likely next tokens after the prompt, with probabilities.
     pub top_next: Vec<(u32, f64)>,
+    /// Wall seconds the prompt took to enter (with the decode's one-time weight rounding), and
+    /// the tokens after it to generate: a token's cost, apart from loading and compiling.
+    pub prompt_seconds: f64,
+    pub generate_seconds: f64,
 }
 
 /// `backend` is an inference program of batch 1 with the parameters loaded.
@@ -42,11 +46,14 @@ pub fn predict(
     on_token: &mut dyn FnMut(u32) -> Result<()>,
 ) -> Result<Prediction> {
     check_request(prompt, temperature)?;
+    let start = std::time::Instant::now();
     g.extend(prompt)?;
     let top_next = most_likely(g.scores()?);
+    let prompt_seconds = start.elapsed().as_secs_f64();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let start = std::time::Instant::now();
     let tokens = g.generate(n, temperature, &mut rng, on_token)?;
-    Ok(Prediction { tokens, top_next })
+    Ok(Prediction { tokens, top_next, prompt_seconds, generate_seconds: start.elapsed().as_secs_f64() })
 }
 
 /// The seeded generator a prediction samples from.

@@ -665,6 +665,18 @@ fn run_prompt(
     let mut all = ids.clone();
     all.extend(&p.tokens);
     let top = p.top_next.iter().map(|&(t, pr)| (tokenizer.decode(&[t]), pr)).collect();
+    if live.is_some() && !p.tokens.is_empty() {
+        let how = if decoder.is_some() { "a position a token" } else { "the window each token" };
+        eprintln!(
+            "{} tokens in {:.2} s on the {} ({:.1} tokens a second, {how}; the prompt's {} tokens {:.2} s)",
+            p.tokens.len(),
+            p.generate_seconds,
+            if device == Device::Cuda { "GPU" } else { "CPU" },
+            p.tokens.len() as f64 / p.generate_seconds.max(1e-9),
+            ids.len(),
+            p.prompt_seconds
+        );
+    }
     Ok((tokenizer.decode(&all), top))
 }
 

@@ -221,9 +221,12 @@ fn a_built_executable_trains_resumes_predicts_and_scores_by_itself() {
     assert_eq!(lineage.lines().count(), 2);
     let parent = alpha_run::checkpoint::load(&c5).unwrap().meta.parent.unwrap();
     assert_eq!(parent, alpha_run::checkpoint::load(&c3).unwrap().sha256);
-    let out =
-        succeeds(&run(&["predict", "--checkpoint", c5.to_str().unwrap(), "--prompt", "ROMEO:", "--tokens", "20"]));
+    let predicted = run(&["predict", "--checkpoint", c5.to_str().unwrap(), "--prompt", "ROMEO:", "--tokens", "20"]);
+    let out = succeeds(&predicted);
     assert!(out.starts_with("ROMEO:"), "{out}");
+    // The generation's own speed, apart from loading and compiling.
+    let said = String::from_utf8_lossy(&predicted.stderr);
+    assert!(said.contains("20 tokens in ") && said.contains("tokens a second"), "{said}");
     let out = succeeds(&run(&["score", "--checkpoint", c5.to_str().unwrap(), "--windows", "8"]));
     assert!(out.contains("bits per byte"), "{out}");
 }
