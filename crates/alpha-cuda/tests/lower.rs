@@ -828,7 +828,7 @@ fn diakosmos_weight_gradients_split_k_at_64_windows() {
     let split = runs("cr-m8-n190-k131072-b7");
     assert_eq!(split.len(), 28);
     for r in &split {
-        assert_eq!(r, &["gemm_simple_lanes2x1_split12 (6, 1, 84)", "gemm_splitk12_store_v4 (11, 1, 1)"]);
+        assert_eq!(r, &["gemm_simple_deep_split12 (6, 1, 84)", "gemm_splitk12_store_v4 (11, 1, 1)"]);
     }
     // The thin products whole, each on its covering (simple.rs's `Product::tiling`).
     for (shape, launch) in [

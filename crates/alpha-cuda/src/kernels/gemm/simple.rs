@@ -56,6 +56,13 @@ pub enum Tiling {
     /// op(A) in shared memory from coalesced loads, and op(B)'s steps beside them, read back by
     /// every thread at one address. Steps past K are staged as zeros, as in [`Tiling::Tiles`].
     Rows,
+    /// A few rows of C over a long K with both operands K-major (`op(A) = Aᵀ`, B row-major: a
+    /// weight's gradient `xᵀ·y`): a warp's lanes on consecutive columns, `warps` warps of
+    /// [`DEEP_ROWS`] rows each, one block for all of M. The block stages [`DEEP_STEPS`] K steps
+    /// of both operands at a time, and loads the next steps into registers before it runs the
+    /// chains over the staged ones, so that each block keeps 10 KB of loads in flight. Steps
+    /// past its part are staged as zeros, as in [`Tiling::Tiles`].
+    Deep { warps: u32 },
 }
 
 /// One product's shape.
@@ -105,6 +112,12 @@ const ROWS_STEPS: u32 = 16;
 /// The most columns [`Tiling::Rows`] takes: a thread holds `ROWS_PER_THREAD · N` chains.
 const ROWS_MAX_N: usize = 16;
 
+/// Rows of C a [`Tiling::Deep`] thread keeps.
+const DEEP_ROWS: u32 = 2;
+
+/// K steps a [`Tiling::Deep`] block stages at a time: 8 KB of B's rows for 32 columns.
+const DEEP_STEPS: u32 = 64;
+
 /// The longest K [`Tiling::Lanes`] takes as short: all of it loaded in at most 8 steps at once.
 const LANES_SHORT_K: usize = 32;
 
@@ -122,11 +135,11 @@ impl Product {
     ///   barriers (and K = 8 padded to 16); here an element costs about K multiply-adds, a
     ///   fraction of a load and one store, C (the traffic) is written by coalesced 128-byte warp
     ///   stores and B (K × N) stays in L1. Diakosmos's `rr-m131072-n190-k8`: 4 × 6 chains a thread.
-    /// - M ≤ 16, N ≥ 32, long K (a weight gradient, split or not): [`Tiling::Lanes`], 2 rows × 1
-    ///   column, a warp for every 2 rows, 32 steps of loads in flight. The tile leaves M = 8 half
-    ///   its threads idle and keeps 16 steps in flight; here every lane runs a chain and B's rows
-    ///   are read in coalesced 128-byte runs, far ahead to cover the memory's latency with the
-    ///   few warps a fixed number of parts gives (`cr-m8-n190-k131072`: 6 × 1 × 84 blocks).
+    /// - M ≤ 16, N ≥ 32, K > 32, `op(A) = Aᵀ` and B row-major (a weight gradient, split or
+    ///   not): [`Tiling::Deep`], a warp for every 2 rows. The tile leaves M = 8 half its threads
+    ///   idle and has 16 steps (1 KB of B) in flight a block between barriers; the fixed parts
+    ///   leave few blocks (`cr-m8-n190-k131072`: 6 × 1 × 84), so each must keep many loads in
+    ///   flight to reach the memory's speed: 64 steps, loaded while the last 64 run.
     /// - N ≤ 16, K ≥ 32, M ≥ 128, one part: [`Tiling::Rows`]. A (M × K, the traffic) is read
     ///   once in coalesced runs and each of its values feeds N chains, where the tile stages it
     ///   per 16 columns of which only N are real. Diakosmos's `rc-m131072-n8-k190`.
@@ -140,8 +153,8 @@ impl Product {
             let cols = n.div_ceil(32).min(8) as u32;
             return Tiling::Lanes { rows: 4, cols, warps: 4, steps: k.min(8) as u32 };
         }
-        if m <= 16 && n >= 32 && k > LANES_SHORT_K {
-            return Tiling::Lanes { rows: 2, cols: 1, warps: m.div_ceil(2) as u32, steps: 32 };
+        if m <= 16 && n >= 32 && k > LANES_SHORT_K && self.ta && !self.tb {
+            return Tiling::Deep { warps: (m as u32).div_ceil(DEEP_ROWS).next_power_of_two() };
         }
         if n <= ROWS_MAX_N && k >= 32 && m >= 128 && self.splits == 1 {
             return Tiling::Rows;
@@ -177,6 +190,7 @@ impl Product {
             Tiling::Tiles => self.tile_grid(),
             Tiling::Lanes { rows, cols, warps, .. } => (n.div_ceil(32 * cols), m.div_ceil(rows * warps), z),
             Tiling::Rows => (1, m.div_ceil(ROWS_BLOCK), z),
+            Tiling::Deep { warps } => (n.div_ceil(32), m.div_ceil(DEEP_ROWS * warps), z),
         }
     }
 
@@ -186,6 +200,7 @@ impl Product {
             Tiling::Tiles => (TILE, TILE, 1),
             Tiling::Lanes { warps, .. } => (32, warps, 1),
             Tiling::Rows => (ROWS_THREADS, 1, 1),
+            Tiling::Deep { warps } => (32, warps, 1),
         }
     }
 
@@ -209,6 +224,7 @@ impl Product {
             Tiling::Tiles => self.tiles_kernel(),
             Tiling::Lanes { rows, cols, warps, steps } => self.lanes_kernel(rows, cols, warps, steps),
             Tiling::Rows => self.rows_kernel(),
+            Tiling::Deep { warps } => self.deep_kernel(warps),
         }
     }
 
@@ -346,8 +362,9 @@ impl Product {
         let [tx, ty, bx, by, z] = ["%tid.x", "%tid.y", "%ctaid.x", "%ctaid.y", "%ctaid.z"].map(|r| k.sreg(r));
         let (zb, first, last) = self.part_of(&mut k, z);
         let (a_base, b_base) = self.batch_bases(&mut k, zb);
-        let t = k.un("mov.u32", RegKind::B32, first);
+        // The part's steps `t..last` (a part past K is empty).
         let last = k.un("mov.u32", RegKind::B32, last);
+        let t = k.bin("min.u32", RegKind::B32, first, last);
         // This thread's rows i0 + r and columns j0 + 32·c of C.
         let j0 = k.tri("mad.lo.u32", RegKind::B32, bx, 32 * cols, tx);
         let i0 = k.bin("mul.lo.u32", RegKind::B32, by, rows * warps);
@@ -527,6 +544,108 @@ impl Product {
         k
     }
 
+    /// The [`Tiling::Deep`] kernel (K-major A and B).
+    fn deep_kernel(&self, warps: u32) -> Kernel {
+        let (m, n) = (self.m as u32, self.n as u32);
+        let (mut k, [c, a, b]) = self.begin("gemm_simple_deep");
+        let [tx, ty, bx, by, z] = ["%tid.x", "%tid.y", "%ctaid.x", "%ctaid.y", "%ctaid.z"].map(|r| k.sreg(r));
+        let (zb, first, last) = self.part_of(&mut k, z);
+        let (a_base, b_base) = self.batch_bases(&mut k, zb);
+        // Steps of the part not yet staged (a part past K is empty).
+        let last = k.un("mov.u32", RegKind::B32, last);
+        let first = k.bin("min.u32", RegKind::B32, first, last);
+        let left = k.bin("sub.u32", RegKind::B32, last, first);
+        let (threads, rows) = (32 * warps, DEEP_ROWS * warps);
+        let j = k.tri("mad.lo.u32", RegKind::B32, bx, 32u32, tx);
+        let i0 = k.bin("mul.lo.u32", RegKind::B32, by, rows);
+        // The tiles [step][row] and [step][column], rows one float longer than a warp's reach.
+        let (a_len, b_len) = (rows + 1, 33);
+        let sa = k.shared("deep_a", DEEP_STEPS * a_len * 4, 4);
+        let sb = k.shared("deep_b", DEEP_STEPS * b_len * 4, 4);
+        let sa = k.un("mov.u32", RegKind::B32, Opnd::S(sa));
+        let sb = k.un("mov.u32", RegKind::B32, Opnd::S(sb));
+        // What this thread stages, consecutive threads on consecutive addresses: A's row
+        // `tid mod rows` at steps `tid / rows + 16·q`, B's column j at steps `ty + warps·q`.
+        // Rows and columns past C's edge read the last one (their chains are not stored).
+        let tid = k.tri("mad.lo.u32", RegKind::B32, ty, 32u32, tx);
+        let a_step = k.bin("div.u32", RegKind::B32, tid, rows);
+        let a_row = k.bin("rem.u32", RegKind::B32, tid, rows);
+        let a_put = k.tri("mad.lo.u32", RegKind::B32, a_step, a_len, a_row);
+        let a_put = k.tri("mad.lo.u32", RegKind::B32, a_put, 4u32, sa);
+        let row = k.bin("add.u32", RegKind::B32, i0, a_row);
+        let t = k.bin("add.u32", RegKind::B32, first, a_step);
+        let a_at = self.a_start(&mut k, a, a_base, row, t);
+        let b_put = k.tri("mad.lo.u32", RegKind::B32, ty, b_len, tx);
+        let b_put = k.tri("mad.lo.u32", RegKind::B32, b_put, 4u32, sb);
+        let t = k.bin("add.u32", RegKind::B32, first, ty);
+        let b_at = self.b_start(&mut k, b, b_base, j, t);
+        let a_each = threads / rows;
+        let staged: Vec<Staged> = (0..DEEP_STEPS / a_each)
+            .map(|q| Staged {
+                step: (a_step, a_each * q),
+                from: (a_at, a_each * q * m),
+                to: (a_put, a_each * q * a_len),
+            })
+            .chain((0..DEEP_STEPS / warps).map(|q| Staged {
+                step: (ty, warps * q),
+                from: (b_at, warps * q * n),
+                to: (b_put, warps * q * b_len),
+            }))
+            .collect();
+        let values = k.regs(RegKind::F32, staged.len());
+        load_staged(&mut k, &staged, &values, left);
+        let acc: Vec<Reg> = (0..DEEP_ROWS).map(|_| k.imm_f32(0.0)).collect();
+        // What this thread reads back: its rows of A's steps (one address for the warp), its
+        // column of B's.
+        let a_get = k.tri("mad.lo.u32", RegKind::B32, ty, DEEP_ROWS * 4, sa);
+        let b_get = k.tri("mad.lo.u32", RegKind::B32, tx, 4u32, sb);
+        let top = k.label("steps");
+        let end = k.label("steps_end");
+        k.place(&top);
+        let done = k.setp("eq.u32", left, 0u32);
+        k.bra_if(done, false, &end);
+        for (s, &v) in staged.iter().zip(&values) {
+            k.op("st.shared.f32", [addr(s.to.0, 4 * s.to.1 as i64), v.into()]);
+        }
+        k.barrier();
+        let taken = k.bin("min.u32", RegKind::B32, left, DEEP_STEPS);
+        k.op("sub.u32", [left.into(), left.into(), taken.into()]);
+        for (at, stride) in [(a_at, m), (b_at, n)] {
+            k.op("add.s64", [at.into(), at.into(), (4 * (DEEP_STEPS * stride) as i64).into()]);
+        }
+        load_staged(&mut k, &staged, &values, left);
+        // Holds the loads above the chains: ptxas would otherwise sink them to their stores
+        // at the loop's top, past the chains they are meant to overlap.
+        k.barrier();
+        for s in 0..DEEP_STEPS {
+            let y = k.reg(RegKind::F32);
+            k.op("ld.shared.f32", [y.into(), addr(b_get, 4 * (s * b_len) as i64)]);
+            for (r, &acc) in acc.iter().enumerate() {
+                let x = k.reg(RegKind::F32);
+                k.op("ld.shared.f32", [x.into(), addr(a_get, 4 * (s * a_len + r as u32) as i64)]);
+                k.op("fma.rn.f32", [acc.into(), x.into(), y.into(), acc.into()]);
+            }
+        }
+        k.barrier();
+        k.bra(&top);
+        k.place(&end);
+        // Block z's elements (its part's partials) follow batch z's product in C's layout.
+        let zmn = k.bin("mul.lo.u32", RegKind::B32, z, m * n);
+        let j_in = k.setp("lt.u32", j, n);
+        let i = k.tri("mad.lo.u32", RegKind::B32, ty, DEEP_ROWS, i0);
+        for (r, &acc) in acc.iter().enumerate() {
+            let i = k.bin("add.u32", RegKind::B32, i, r as u32);
+            let i_in = k.setp("lt.u32", i, m);
+            let inside = k.bin("and.pred", RegKind::Pred, i_in, j_in);
+            let ci = k.tri("mad.lo.u32", RegKind::B32, i, n, zmn);
+            let ci = k.bin("add.u32", RegKind::B32, ci, j);
+            let ca = k.addr_of(c, ci, 4);
+            k.op_if(inside, false, "st.global.f32", [addr(ca, 0), acc.into()]);
+        }
+        k.ret();
+        k
+    }
+
     /// Element `idx` of operand `base` widened to f32 where its K step `kx` is before `last`
     /// and its row or column is `inside`; else zero.
     fn staged(&self, k: &mut Kernel, base: Reg, idx: Reg, kx: Reg, last: Opnd, inside: Reg) -> Reg {
@@ -568,6 +687,25 @@ fn lanes_steps(k: &mut Kernel, steps: u32, a: (&[Reg], i64), b: (&[Reg], i64), a
         for &p in at {
             k.op("add.s64", [p.into(), p.into(), (step * steps as i64).into()]);
         }
+    }
+}
+
+/// One element a [`Tiling::Deep`] thread stages each time: its K step within the staged ones
+/// (a register plus a constant), its address (a pointer plus a constant, in elements) and its
+/// place in shared memory (likewise).
+struct Staged {
+    step: (Reg, u32),
+    from: (Reg, u32),
+    to: (Reg, u32),
+}
+
+/// Loads each staged element into its register where its step is before `left`, else +0.
+fn load_staged(k: &mut Kernel, staged: &[Staged], values: &[Reg], left: Reg) {
+    for (s, &v) in staged.iter().zip(values) {
+        let step = k.bin("add.u32", RegKind::B32, s.step.0, s.step.1);
+        let inside = k.setp("lt.u32", step, left);
+        k.op("mov.f32", [v.into(), 0.0f32.into()]);
+        k.op_if(inside, false, "ld.global.f32", [v.into(), addr(s.from.0, 4 * s.from.1 as i64)]);
     }
 }
 
@@ -641,14 +779,14 @@ mod tests {
         assert_eq!(rc.tiling(), Tiling::Rows);
         assert_eq!((rc.grid(), rc.block()), ((1, 256, 7), (ROWS_THREADS, 1, 1)));
         let cr = Product { splits: 12, ..diakosmos(8, 190, 131_072, true, false) };
-        assert_eq!(cr.tiling(), Tiling::Lanes { rows: 2, cols: 1, warps: 4, steps: 32 });
+        assert_eq!(cr.tiling(), Tiling::Deep { warps: 4 });
         assert_eq!((cr.grid(), cr.block()), ((6, 1, 84), (32, 4, 1)));
         for p in [rr, rc, cr] {
             let k = p.kernel();
             k.check_budget().unwrap();
             assert_eq!(k.block, Some(p.block()));
         }
-        assert_eq!(cr.kernel().name, "gemm_simple_lanes2x1_split12");
+        assert_eq!(cr.kernel().name, "gemm_simple_deep_split12");
         assert_eq!(Product { dtype: DType::BF16, ..rr }.tiling(), Tiling::Tiles);
         assert_eq!(diakosmos(4096, 20, 190, false, true).tiling(), Tiling::Tiles);
         assert_eq!(diakosmos(100, 8, 190, false, true).tiling(), Tiling::Tiles);
