@@ -185,8 +185,24 @@ impl Product {
 
     /// The launch's grid for [`Product::tiling`]; z = part · batch + batch index.
     pub fn grid(&self) -> (u32, u32, u32) {
+        self.grid_for(self.tiling())
+    }
+
+    /// The launch's block for [`Product::tiling`].
+    pub fn block(&self) -> (u32, u32, u32) {
+        self.block_for(self.tiling())
+    }
+
+    /// Params (c, a, b); c is the partials where K is split.
+    pub fn kernel(&self) -> Kernel {
+        self.kernel_for(self.tiling())
+    }
+
+    /// The grid of `tiling`: [`Tiling::Tiles`] for any shape, another only for a shape
+    /// [`Product::tiling`] gives it (the tiles stay runnable to check and time against).
+    pub fn grid_for(&self, tiling: Tiling) -> (u32, u32, u32) {
         let (m, n, z) = (self.m as u32, self.n as u32, self.batch as u32 * self.splits);
-        match self.tiling() {
+        match tiling {
             Tiling::Tiles => self.tile_grid(),
             Tiling::Lanes { rows, cols, warps, .. } => (n.div_ceil(32 * cols), m.div_ceil(rows * warps), z),
             Tiling::Rows => (1, m.div_ceil(ROWS_BLOCK), z),
@@ -194,9 +210,9 @@ impl Product {
         }
     }
 
-    /// The launch's block for [`Product::tiling`].
-    pub fn block(&self) -> (u32, u32, u32) {
-        match self.tiling() {
+    /// The block of `tiling` (as [`Product::grid_for`]).
+    pub fn block_for(&self, tiling: Tiling) -> (u32, u32, u32) {
+        match tiling {
             Tiling::Tiles => (TILE, TILE, 1),
             Tiling::Lanes { warps, .. } => (32, warps, 1),
             Tiling::Rows => (ROWS_THREADS, 1, 1),
@@ -218,9 +234,9 @@ impl Product {
         }
     }
 
-    /// Params (c, a, b); c is the partials where K is split.
-    pub fn kernel(&self) -> Kernel {
-        match self.tiling() {
+    /// The kernel of `tiling` (as [`Product::grid_for`]).
+    pub fn kernel_for(&self, tiling: Tiling) -> Kernel {
+        match tiling {
             Tiling::Tiles => self.tiles_kernel(),
             Tiling::Lanes { rows, cols, warps, steps } => self.lanes_kernel(rows, cols, warps, steps),
             Tiling::Rows => self.rows_kernel(),
@@ -228,14 +244,14 @@ impl Product {
         }
     }
 
-    /// Kernel `base` (with the number of parts where K is split) for [`Product::block`], its
+    /// Kernel `base` (with the number of parts where K is split) for the block of `tiling`, its
     /// params (c, a, b) loaded.
-    fn begin(&self, base: &str) -> (Kernel, [Reg; 3]) {
+    fn begin(&self, base: &str, tiling: Tiling) -> (Kernel, [Reg; 3]) {
         let name = match self.splits {
             1 => base.to_string(),
             s => format!("{base}_split{s}"),
         };
-        let (x, y, z) = self.block();
+        let (x, y, z) = self.block_for(tiling);
         let mut k = Kernel::new(&name).with_block(x, y, z);
         let c = k.param_reg("c", ParamTy::U64);
         let a = k.param_reg("a", ParamTy::U64);
@@ -271,7 +287,7 @@ impl Product {
     /// The [`Tiling::Tiles`] kernel.
     fn tiles_kernel(&self) -> Kernel {
         let (m, n, kk) = (self.m as u32, self.n as u32, self.k as u32);
-        let (mut k, [c, a, b]) = self.begin("gemm_simple");
+        let (mut k, [c, a, b]) = self.begin("gemm_simple", Tiling::Tiles);
         let [tx, ty, bx, by, z] = ["%tid.x", "%tid.y", "%ctaid.x", "%ctaid.y", "%ctaid.z"].map(|r| k.sreg(r));
         let j0 = k.bin("mul.lo.u32", RegKind::B32, bx, TILE);
         let i0 = k.bin("mul.lo.u32", RegKind::B32, by, TILE);
@@ -358,7 +374,8 @@ impl Product {
     /// multiply-adds, element by element in K's order), then the last steps one at a time.
     fn lanes_kernel(&self, rows: u32, cols: u32, warps: u32, steps: u32) -> Kernel {
         let (m, n) = (self.m as u32, self.n as u32);
-        let (mut k, [c, a, b]) = self.begin(&format!("gemm_simple_lanes{rows}x{cols}"));
+        let (mut k, [c, a, b]) =
+            self.begin(&format!("gemm_simple_lanes{rows}x{cols}"), Tiling::Lanes { rows, cols, warps, steps });
         let [tx, ty, bx, by, z] = ["%tid.x", "%tid.y", "%ctaid.x", "%ctaid.y", "%ctaid.z"].map(|r| k.sreg(r));
         let (zb, first, last) = self.part_of(&mut k, z);
         let (a_base, b_base) = self.batch_bases(&mut k, zb);
@@ -438,7 +455,7 @@ impl Product {
     fn rows_kernel(&self) -> Kernel {
         assert_eq!(self.splits, 1, "the rows kernel takes K whole");
         let (m, n, kk) = (self.m as u32, self.n as u32, self.k as u32);
-        let (mut k, [c, a, b]) = self.begin("gemm_simple_rows");
+        let (mut k, [c, a, b]) = self.begin("gemm_simple_rows", Tiling::Rows);
         let x = k.sreg("%tid.x");
         let by = k.sreg("%ctaid.y");
         let z = k.sreg("%ctaid.z");
@@ -547,7 +564,7 @@ impl Product {
     /// The [`Tiling::Deep`] kernel (K-major A and B).
     fn deep_kernel(&self, warps: u32) -> Kernel {
         let (m, n) = (self.m as u32, self.n as u32);
-        let (mut k, [c, a, b]) = self.begin("gemm_simple_deep");
+        let (mut k, [c, a, b]) = self.begin("gemm_simple_deep", Tiling::Deep { warps });
         let [tx, ty, bx, by, z] = ["%tid.x", "%tid.y", "%ctaid.x", "%ctaid.y", "%ctaid.z"].map(|r| k.sreg(r));
         let (zb, first, last) = self.part_of(&mut k, z);
         let (a_base, b_base) = self.batch_bases(&mut k, zb);
