@@ -26,11 +26,13 @@
 //!
 //! Thin shapes ([`Product::tiling`]): the 16×16 tile is wasteful where K is short (its staging,
 //! barriers and K padded to 16 outweigh K multiply-adds an element), where M or N is far below
-//! 16 (idle threads), or where A's rows are long and N small (A read through 16-row tiles). Two
-//! other coverings of C run the same chains: [`Tiling::Lanes`] (a warp's lanes on consecutive
-//! columns, several chains a thread, operands straight from global memory) and
-//! [`Tiling::Rows`] (a thread on rows of C with all N columns, A staged in coalesced runs).
-//! Each element is still one chain over its K (or its part) in order from +0.
+//! 16 (idle threads), or where A's rows are long and N small (A read through 16-row tiles).
+//! Three other coverings of C run the same chains: [`Tiling::Lanes`] (a warp's lanes on
+//! consecutive columns, several chains a thread, operands straight from global memory),
+//! [`Tiling::Rows`] (a thread on rows of C with all N columns, A staged in coalesced runs) and
+//! [`Tiling::Deep`] (a few rows over a long K, the next 64 steps loading while the last run).
+//! Each element is still one chain over its K (or its part) in order from +0; where a covering
+//! pads K with zeros it pads as the tiles do, `fma(0, 0, acc)`.
 
 use alpha_ir::DType;
 
@@ -47,21 +49,21 @@ pub enum Tiling {
     /// A warp's lanes on consecutive columns of C: a thread keeps the chains of `rows`
     /// consecutive rows × `cols` columns 32 apart and reads op(A)'s elements (one address for
     /// the whole warp) and op(B)'s (consecutive for a row-major B) straight from global memory,
-    /// `steps` K steps of loads issued before their multiply-adds; `warps` warps a block on the
+    /// `steps` K steps of loads written before their multiply-adds; `warps` warps a block on the
     /// next rows. No shared memory, no barrier, no padding of K. Rows and columns past C's edge
     /// read the last one and are not stored.
     Lanes { rows: u32, cols: u32, warps: u32, steps: u32 },
-    /// A thread keeps the chains of [`ROWS_PER_THREAD`] rows of C, [`ROWS_THREADS`] apart, over
-    /// all N columns; the block stages [`ROWS_STEPS`] K steps of its [`ROWS_BLOCK`] rows of
-    /// op(A) in shared memory from coalesced loads, and op(B)'s steps beside them, read back by
-    /// every thread at one address. Steps past K are staged as zeros, as in [`Tiling::Tiles`].
+    /// A thread keeps the chains of 4 rows of C, 128 apart (`ROWS_PER_THREAD`, `ROWS_THREADS`),
+    /// over all N columns; the block stages 16 K steps of its 512 rows of op(A) in shared memory
+    /// from coalesced loads, and op(B)'s steps beside them, read back by every thread at one
+    /// address. Steps past K are staged as zeros, as in [`Tiling::Tiles`].
     Rows,
     /// A few rows of C over a long K with both operands K-major (`op(A) = Aᵀ`, B row-major: a
-    /// weight's gradient `xᵀ·y`): a warp's lanes on consecutive columns, `warps` warps of
-    /// [`DEEP_ROWS`] rows each, one block for all of M. The block stages [`DEEP_STEPS`] K steps
-    /// of both operands at a time, and loads the next steps into registers before it runs the
-    /// chains over the staged ones, so that each block keeps 10 KB of loads in flight. Steps
-    /// past its part are staged as zeros, as in [`Tiling::Tiles`].
+    /// weight's gradient `xᵀ·y`): a warp's lanes on consecutive columns, `warps` warps of 2
+    /// rows each, one block for all of M. The block stages 64 K steps (`DEEP_STEPS`) of both
+    /// operands at a time, and loads the next steps into registers before it runs the chains
+    /// over the staged ones, so that each block keeps 10 KB of loads in flight. Steps past its
+    /// part are staged as zeros, as in [`Tiling::Tiles`].
     Deep { warps: u32 },
 }
 
