@@ -77,6 +77,10 @@ fn main() -> Result<()> {
     if wanted("gemm-pair") {
         step("gemm-pair", check::gemm_pair_checks(&gpu, &arena, &mut rng, &opts));
     }
+    if wanted("simple") {
+        // Diakosmos's thin f32 products: their coverings against the 16×16 tiles, bit for bit.
+        step("simple", check::simple_product_checks(&gpu, &arena, &mut rng, &opts));
+    }
     if wanted("gemm-kparts") {
         step("gemm-kparts", check::gemm_uneven_split_checks(&gpu, &arena, &mut rng, &opts));
     }

@@ -307,14 +307,14 @@ fn simple_product_on_gpu(p: &Product, a: &[f32], b: &[f32], schedule: Schedule) 
     let (aa, ba) = (upload(a), upload(b));
     let mn = p.batch * p.m * p.n;
     let c = mem.alloc(mn);
-    let (x, y, z) = p.grid();
+    let ((x, y, z), (bx, by, bz)) = (p.grid(), p.block());
     let product = module(&p.kernel());
     if p.splits == 1 {
-        product.launch_3d([x, y, z], [16, 16, 1], &[c, aa, ba], &mut mem, schedule).unwrap();
+        product.launch_3d([x, y, z], [bx, by, bz], &[c, aa, ba], &mut mem, schedule).unwrap();
         return mem.read(c, mn);
     }
     let partials = mem.alloc(mn * p.splits as usize);
-    product.launch_3d([x, y, z], [16, 16, 1], &[partials, aa, ba], &mut mem, schedule).unwrap();
+    product.launch_3d([x, y, z], [bx, by, bz], &[partials, aa, ba], &mut mem, schedule).unwrap();
     let width = gemm::splitk_reduce_width(mn as u32, true);
     let store = GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::F32);
     let sum = module(&gemm::splitk_reduce_kernel(&store, p.splits, mn as u32, width));
@@ -449,9 +449,10 @@ fn lowered_long_k_products_run_split_and_match_the_cpu() {
     use alpha_cuda::CudaConfig;
     use alpha_ir::{Graph, Init, Program};
 
-    // (batch, m, n, k, ta, tb, b batched): 4 and 1 blocks, K of 4,096 and 2,560.
+    // (batch, m, n, k, ta, tb, b batched): 4 and 1 blocks, K of 4,096 and 2,560; the first
+    // on the tiles, the third (N = 40) on the deep kernel.
     for (batch, m, n, k, ta, tb, b_batched) in
-        [(2, 8, 19, 4096, true, false, true), (1, 5, 6, 2560, false, true, false)]
+        [(2, 8, 19, 4096, true, false, true), (1, 5, 6, 2560, false, true, false), (2, 8, 40, 4096, true, false, true)]
     {
         let mut g = Graph::new("long-k");
         let a_shape = if ta { [batch, k, m] } else { [batch, m, k] };
@@ -478,7 +479,8 @@ fn lowered_long_k_products_run_split_and_match_the_cpu() {
         let p = Product { splits: p.split_k(), ..p };
         assert!(p.splits > 1, "{p:?}");
         let names: Vec<&str> = lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.as_str()).collect();
-        assert_eq!(names[0], format!("gemm_simple_split{}", p.splits), "{names:?}");
+        assert_eq!(names[0], p.kernel().name, "{names:?}");
+        assert!(names[0].starts_with("gemm_simple") && names[0].ends_with(&format!("_split{}", p.splits)));
         assert!(names[1].starts_with(&format!("gemm_splitk{}_store", p.splits)), "{names:?}");
         let (mem, base) = alpha_cuda_lab::interp::run_lowered(&lowered, 0, &leaves).unwrap();
         let got = mem.read(base + lowered.plan.slot(y).offset as u64, batch * m * n);
@@ -488,5 +490,69 @@ fn lowered_long_k_products_run_split_and_match_the_cpu() {
         for (e, (x, w)) in got.iter().zip(&want).enumerate() {
             assert!((x - w).abs() <= 1e-5 * k as f32, "out[{e}]: interpreted {x} vs CPU {w}");
         }
+    }
+}
+
+/// Diakosmos's thin products scaled down (M not a multiple of any tile, batch 3), on the
+/// coverings [`Product::tiling`] gives them, every layout of the short-K one and B batched or
+/// shared: each element is its parts' chains over K in order, bit for bit, under both orders
+/// of a block's threads. Short K takes the lanes (with a K of 20, runs of 8 and single steps),
+/// N ≤ 16 with K ≥ 32 the rows, M ≤ 16 with a long K the deep kernel: whole, split by the
+/// rule, or in 16 parts the last of which start past K.
+#[test]
+fn the_simple_product_on_thin_shapes_keeps_every_chain() {
+    use alpha_cuda::kernels::gemm::simple::Tiling;
+    let mut rng = Rng::new(12);
+    // (m, n, k, ta, tb, b batched, parts: 0 for the split rule's).
+    let mut cases = vec![];
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        cases.push((300, 190, 8, ta, tb, true, 0));
+    }
+    cases.extend([
+        (300, 190, 8, false, false, false, 0),
+        (37, 40, 20, false, false, true, 0),
+        (300, 8, 190, false, true, true, 0),
+        (700, 8, 190, false, true, false, 0),
+        (700, 5, 70, true, false, true, 0),
+        (8, 190, 4100, true, false, true, 0),
+        (5, 40, 300, true, false, false, 0),
+        (16, 33, 2100, true, false, true, 0),
+        (1, 64, 100, true, false, true, 0),
+        (3, 35, 33, true, false, true, 16),
+    ]);
+    for (m, n, k, ta, tb, b_batched, parts) in cases {
+        let p = Product { batch: 3, m, n, k, ta, tb, b_batched, dtype: DType::F32, splits: 1 };
+        let p = Product { splits: if parts == 0 { p.split_k() } else { parts }, ..p };
+        assert_ne!(p.tiling(), Tiling::Tiles, "{p:?}");
+        let a = rng.vec(p.batch * m * k, 1.0);
+        let b = rng.vec(if b_batched { p.batch } else { 1 } * k * n, 1.0);
+        let want = chained_in_parts(&p, &a, &b);
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let name = format!("{p:?} {:?} {schedule:?}", p.tiling());
+            assert_bits(&name, &simple_product_on_gpu(&p, &a, &b, schedule), &want);
+        }
+    }
+}
+
+/// Diakosmos's thin products whole (`x·w` with K = 8, `x·wᵀ` with N = 8, `xᵀ·y` with M = 8
+/// and a K too short to split), lowered and run by the interpreter, give the CPU backend's
+/// bits: each is one fused multiply-add chain over K in order from zero (K under the CPU
+/// kernel's block of K).
+#[test]
+fn lowered_thin_products_give_the_cpus_bits() {
+    use alpha_ir::{Graph, Init};
+    for (m, n, k, ta, tb, kernel) in [
+        (300, 190, 8, false, false, "gemm_simple_lanes4x6"),
+        (300, 8, 190, false, true, "gemm_simple_rows"),
+        (8, 190, 200, true, false, "gemm_simple_deep"),
+    ] {
+        let mut g = Graph::new("thin");
+        let x = g.param("x", &if ta { [3, k, m] } else { [3, m, k] }, Init::Zeros);
+        let w = g.param("w", &if tb { [3, n, k] } else { [3, k, n] }, Init::Zeros);
+        let y = g.matmul_t(x, w, ta, tb);
+        let mut rng = Rng::new(k as u64);
+        let leaves = [("x", rng.vec(3 * m * k, 1.0)), ("w", rng.vec(3 * k * n, 1.0))];
+        let names = lowered_gives_the_cpus_bits(g, y, &leaves);
+        assert_eq!(names, [kernel]);
     }
 }

@@ -828,12 +828,16 @@ fn diakosmos_weight_gradients_split_k_at_64_windows() {
     let split = runs("cr-m8-n190-k131072-b7");
     assert_eq!(split.len(), 28);
     for r in &split {
-        assert_eq!(r, &["gemm_simple_split12 (12, 1, 84)", "gemm_splitk12_store_v4 (11, 1, 1)"]);
+        assert_eq!(r, &["gemm_simple_deep_split12 (6, 1, 84)", "gemm_splitk12_store_v4 (11, 1, 1)"]);
     }
-    for shape in ["rc-m131072-n8-k190-b7", "rr-m131072-n190-k8-b7"] {
+    // The thin products whole, each on its covering (simple.rs's `Product::tiling`).
+    for (shape, launch) in [
+        ("rc-m131072-n8-k190-b7", "gemm_simple_rows (1, 256, 7)"),
+        ("rr-m131072-n190-k8-b7", "gemm_simple_lanes4x6 (1, 8192, 7)"),
+    ] {
         let whole = runs(shape);
         assert_eq!(whole.len(), 28, "{shape}");
-        assert!(whole.iter().all(|r| r.len() == 1 && r[0].starts_with("gemm_simple ")), "{shape}: {whole:?}");
+        assert!(whole.iter().all(|r| r == &[launch]), "{shape}: {whole:?}");
     }
 }
 

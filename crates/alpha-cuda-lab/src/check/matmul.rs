@@ -1,5 +1,6 @@
 //! GEMM checks: every spec against the CPU reference, split K (even and uneven), paired
-//! products, the Coppelius shapes benchmarked, the step graph and the engines' traces.
+//! products, the Coppelius shapes benchmarked, the step graph and the engines' traces, and the
+//! simple f32 product's thin shapes against its 16×16 tiles.
 
 use super::*;
 
@@ -574,6 +575,68 @@ pub fn gemm_pair_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Op
             repeat,
             timing,
         ));
+    }
+    Ok(rows)
+}
+
+/// The simple f32 product at Diakosmos's three thin shapes (64 windows: batch 7): the covering
+/// [`Product::tiling`] gives each against the 16×16 tiles it replaces, bit for bit (both run
+/// every element's chain over K, or the same parts' chains added in order, in order), and two
+/// runs bit for bit; with `opts.bench`, µs of each (the split-K sum included where K is split)
+/// and the new launch's GB/s over its operands and result.
+pub fn simple_product_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use alpha_cuda::kernels::gemm::simple::{Product, Tiling};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
+    let mut rows = Vec::new();
+    for (lay, m, n, k) in [("rr", 131_072, 190, 8), ("rc", 131_072, 8, 190), ("cr", 8, 190, 131_072)] {
+        arena.reset();
+        let (ta, tb) = (lay.starts_with('c'), lay.ends_with('c'));
+        let p = Product { batch: 7, m, n, k, ta, tb, b_batched: true, dtype: alpha_ir::DType::F32, splits: 1 };
+        let p = Product { splits: p.split_k(), ..p };
+        let nc = p.batch * m * n;
+        let a = upload_f32(arena, &rng.vec(p.batch * m * k, 1.0))?;
+        let b = upload_f32(arena, &rng.vec(p.batch * k * n, 1.0))?;
+        let [c_new, c_tiles] = poisoned(arena, [nc, nc])?;
+        let partials = arena.alloc_n::<f32>(if p.splits > 1 { nc * p.splits as usize } else { 1 })?;
+        let mn = nc as u32;
+        let width = gemm::splitk_reduce_width(mn, true);
+        let store = GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::F32);
+        let sum = gpu.load(&gemm::splitk_reduce_kernel(&store, p.splits, mn, width))?;
+        let tiling = p.tiling();
+        let f_new = gpu.load(&p.kernel())?;
+        let f_tiles = gpu.load(&p.kernel_for(Tiling::Tiles))?;
+        // One product into `c`: the launch of `tiling`, then the parts' sum where K is split.
+        let run = |f: &Function, tiling: Tiling, c: u64| -> Result<()> {
+            let cfg = LaunchConfig { grid: p.grid_for(tiling), block: p.block_for(tiling), shared_bytes: 0 };
+            let out = if p.splits == 1 { c } else { partials.ptr };
+            gpu.launch(f, cfg, &[Arg::U64(out), Arg::U64(a), Arg::U64(b)])?;
+            if p.splits > 1 {
+                gemm::launch_splitk_reduce(gpu, &sum, mn, width, [c, c, partials.ptr])?;
+            }
+            Ok(())
+        };
+        run(&f_tiles, Tiling::Tiles, c_tiles.ptr)?;
+        let want = arena.download(c_tiles, nc)?;
+        let mut outs: Vec<Vec<f32>> = Vec::new();
+        for _ in 0..2 {
+            arena.fill_u32(c_new, NAN_BITS)?;
+            run(&f_new, tiling, c_new.ptr)?;
+            outs.push(arena.download(c_new, nc)?);
+        }
+        let name = format!("{} ({:?})", p.kernel().name, tiling);
+        let shape = format!("{lay}-m{m}-n{n}-k{k}-b7");
+        let mut row = exact_row("simple", &name, &shape, mismatches(&outs[0], &want), nc);
+        let repeat = mismatches(&outs[0], &outs[1]);
+        row.pass &= repeat == 0;
+        row.rate = format!("{repeat} differ between runs");
+        if opts.bench {
+            let t_new = median(gpu.time(opts.warmup, opts.reps, || run(&f_new, tiling, c_new.ptr))?);
+            let t_tiles = median(gpu.time(opts.warmup, opts.reps, || run(&f_tiles, Tiling::Tiles, c_tiles.ptr))?);
+            let bytes = 4.0 * (p.batch * (m * k + k * n + m * n)) as f64;
+            row.median_us = Some(t_new);
+            row.rate = format!("{:.0} GB/s; tiles {t_tiles:.1}us; {}", bytes / t_new / 1e3, row.rate);
+        }
+        rows.push(row);
     }
     Ok(rows)
 }

@@ -204,7 +204,7 @@ impl Lowerer<'_> {
     fn lower_simple_product(&mut self, p: &Product, [c, a, b]: [Value; 3], id: u32) -> Result<Vec<Pending>> {
         let node = Some(id);
         let kernel = self.kernel(p.kernel())?;
-        let (grid, block) = (p.grid(), (16, 16, 1));
+        let (grid, block) = (p.grid(), p.block());
         if p.splits == 1 {
             let args = vec![self.ptr(c), self.ptr(a), self.ptr(b)];
             return Ok(vec![Pending { kernel, grid, block, args, node }]);

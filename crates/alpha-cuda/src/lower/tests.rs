@@ -687,10 +687,11 @@ fn a_long_k_f32_product_with_few_outputs_runs_split_into_scratch_then_summed() {
     // Diakosmos at 64 windows: 12 × 1 × 7 = 84 blocks, K = 131,072 → ⌊1,056 / 84⌋ = 12 parts.
     let (l, y) = long_k_product(7, 131_072, 8, 190);
     let names = launch_names(&l);
-    assert_eq!(names[..2], ["gemm_simple_split12", "gemm_splitk12_store_v4"], "{names:?}");
+    assert_eq!(names[..2], ["gemm_simple_deep_split12", "gemm_splitk12_store_v4"], "{names:?}");
     let (parts, sum) = (&l.phases[0][0], &l.phases[0][1]);
-    assert_eq!(parts.grid, (12, 1, 7 * 12));
-    assert_eq!(parts.block, (16, 16, 1));
+    // The deep kernel: lanes on 32 of the 190 columns a block, a warp on every 2 of the 8 rows.
+    assert_eq!(parts.grid, (6, 1, 7 * 12));
+    assert_eq!(parts.block, (32, 4, 1));
     // The partials lie in the scratch region past everything else, sized for 12 parts of
     // 7 × 8 × 190 f32 (to the region's alignment).
     let LArg::Ptr(scratch) = parts.args[0] else { panic!("partials are a pointer") };
@@ -709,13 +710,13 @@ fn a_long_k_f32_product_with_few_outputs_runs_split_into_scratch_then_summed() {
 fn short_k_or_many_outputs_keep_the_simple_products_one_launch() {
     // K of 2,047 is under two parts of 1,024.
     let (l, _) = long_k_product(7, 2047, 8, 190);
-    assert_eq!(launch_names(&l)[0], "gemm_simple");
+    assert_eq!(launch_names(&l)[0], "gemm_simple_deep");
     assert!(!launch_names(&l)[1].starts_with("gemm_splitk"));
-    assert_eq!(l.phases[0][0].grid, (12, 1, 7));
+    assert_eq!(l.phases[0][0].grid, (6, 1, 7));
     // 20 × 20 × 1 = 400 blocks already fill two an SM: no split however long K is.
     let (l, _) = long_k_product(1, 65_536, 320, 320);
     assert_eq!(launch_names(&l)[0], "gemm_simple");
     // Two parts as soon as K holds two of 1,024.
     let (l, _) = long_k_product(7, 2048, 8, 190);
-    assert_eq!(launch_names(&l)[..2], ["gemm_simple_split2", "gemm_splitk2_store_v4"]);
+    assert_eq!(launch_names(&l)[..2], ["gemm_simple_deep_split2", "gemm_splitk2_store_v4"]);
 }
