@@ -48,6 +48,12 @@
 #                    call it until its last row reads "polf run done". Stages named run those
 #                    alone, in order; report only reports. Without Alpha's run, torch writes the
 #                    step-0 weights itself (Alpha's initializer, the same seed, on the CPU)
+#   generate SYSTEM:DATA ...
+#                    generation speed on the GPU: each SYSTEM trained one step from its seed on
+#                    DATA (a prepared token directory in its tokenizer), then `alpha predict
+#                    --device cuda` of TOKENS (default 512) tokens at temperature 0 from that
+#                    checkpoint; the tokens a second it prints (after the prompt, apart from
+#                    loading and compiling), one row a system
 #   all              check, hashes, bench, profile
 #
 # Environment:
@@ -130,7 +136,7 @@ need_data() {
 [ $# -ge 1 ] || usage
 MODE=$1
 shift
-case "$MODE" in check | hashes | bench | compare | profile | train | gpt2-train | polf-train | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, profile, train, gpt2-train, polf-train, all)" ;; esac
+case "$MODE" in check | hashes | bench | compare | profile | train | gpt2-train | polf-train | generate | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, profile, train, gpt2-train, polf-train, generate, all)" ;; esac
 
 case "$MODE" in hashes | profile | train | gpt2-train | all) need_data "$MODE" ;; esac
 if [ "$MODE" = compare ] && { [ -z "${ALPHA_BEFORE:-}" ] || [ ! -f "$ALPHA_BEFORE" ]; }; then
@@ -902,6 +908,32 @@ polf_stage() {
   esac
 }
 
+# generate SYSTEM:DATA ...: each system's generation speed on the GPU from a one-step checkpoint.
+mode_generate() {
+  [ $# -gt 0 ] || die "generate needs SYSTEM:DATA pairs (a prepared token directory for each system)"
+  local pair system data run ckpt log line
+  for pair in "$@"; do
+    system=${pair%%:*}
+    data=${pair#*:}
+    [ -d "$data" ] || die "generate: $pair: no prepared token directory $data"
+    run="$RUNS/generate-$system"
+    log="$OUT/generate-$system.txt"
+    if ! timeout 300 "$ALPHA" train "$system" --device cuda --data "$data" --batch 1 --steps 1 --skip-gates \
+      --heldout-windows 0 --sample-tokens 0 --run-dir "$run" --quiet >"$log" 2>&1; then
+      record "generate $system" FAIL "training one step failed: $(tail -1 "$log" | cut -c1-120)"
+      continue
+    fi
+    ckpt=$(ls "$run"/checkpoints/*.safetensors | tail -1)
+    if timeout 300 "$ALPHA" predict "$system" --device cuda --checkpoint "$ckpt" --prompt "ROMEO:" \
+      --tokens "${TOKENS:-512}" --temperature 0 >>"$log" 2>&1; then
+      line=$(grep -m1 "tokens a second" "$log" | cut -c1-160)
+      record "generate $system" "$(echo "$line" | sed -n 's/.*(\([0-9.]*\) tokens a second.*/\1/p') tok/s" "$line"
+    else
+      record "generate $system" FAIL "$(tail -1 "$log" | cut -c1-120)"
+    fi
+  done
+}
+
 echo "== gpu.sh $MODE $* (logs in $OUT)"
 machine
 case "$MODE" in
@@ -913,6 +945,7 @@ case "$MODE" in
   train) mode_train ;;
   gpt2-train) mode_gpt2_train "$@" ;;
   polf-train) mode_polf_train "$@" ;;
+  generate) mode_generate "$@" ;;
   all)
     mode_check
     mode_hashes
