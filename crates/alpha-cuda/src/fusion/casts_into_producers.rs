@@ -81,13 +81,7 @@ pub(crate) fn casts_into_producers(
         }
         let out = Value { node: cast, index: 0 };
         let Some(slot) = range(plan, out) else { continue };
-        let clear = nodes[pp..pc].iter().all(|&id| {
-            let n = &g.nodes[id as usize];
-            let ins = n.inputs.iter().copied();
-            let outs = (0..n.outputs.len()).map(|k| Value { node: id, index: k as u16 });
-            ins.chain(outs).all(|v| range(plan, v).is_none_or(|r| !overlap(r, slot)))
-        });
-        if clear {
+        if touched_by(g, &nodes[pp..pc]).all(|v| range(plan, v).is_none_or(|r| !overlap(r, slot))) {
             found.push((x, out));
         }
     }

@@ -173,6 +173,16 @@ impl<'a> PhaseView<'a> {
 
 /// Whether `slot` meets none of `ranges` (a value without a slot counts as meeting it): where a
 /// moved store may land while those are read or written.
+/// Every value `nodes` read or write (their inputs and outputs): what a store moved from after
+/// them to before them must not meet.
+pub(crate) fn touched_by<'g>(g: &'g alpha_ir::Graph, nodes: &'g [u32]) -> impl Iterator<Item = Value> + 'g {
+    nodes.iter().flat_map(move |&id| {
+        let n = &g.nodes[id as usize];
+        let outs = (0..n.outputs.len() as u16).map(move |k| Value { node: id, index: k });
+        n.inputs.iter().copied().chain(outs)
+    })
+}
+
 pub(crate) fn clear_of(slot: (usize, usize), ranges: impl IntoIterator<Item = Option<(usize, usize)>>) -> bool {
     ranges.into_iter().all(|r| r.is_some_and(|r| !overlap(r, slot)))
 }

@@ -208,11 +208,7 @@ impl Lowerer<'_> {
         let ln = nodes[i];
         let mut touched: Vec<Value> = g.nodes[ln as usize].inputs.clone();
         touched.extend([r, sum, Value { node: ln, index: 1 }, Value { node: ln, index: 2 }]);
-        for &n in &nodes[i + 2..at] {
-            let node = &g.nodes[n as usize];
-            touched.extend(node.inputs.iter().copied());
-            touched.extend((0..node.outputs.len()).map(|k| Value { node: n, index: k as u16 }));
-        }
+        touched.extend(touched_by(g, &nodes[i + 2..at]));
         clear_of(cr, touched.into_iter().map(|v| range(self.plan, v))).then_some(out)
     }
 

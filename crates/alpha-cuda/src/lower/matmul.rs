@@ -324,14 +324,10 @@ impl Lowerer<'_> {
         products: &LaunchedProducts,
         uses: &HashMap<Value, usize>,
     ) -> Result<bool> {
-        // A GEMM's epilogue reads each chain input at its element, or a row (a bias) at its
-        // column: no other broadcast.
+        // A row (a bias) is read at the product's column: as long as its rows. (Other
+        // broadcasts `ChainEpilogue::new` refuses.)
         let rows_fit = |n: u32| {
-            (0..chain.inputs).all(|j| match chain.broadcast_of(j) {
-                fused::Broadcast::None => true,
-                fused::Broadcast::Row(len) => len == n,
-                _ => false,
-            })
+            (0..chain.inputs).all(|j| !matches!(chain.broadcast_of(j), fused::Broadcast::Row(len) if len != n))
         };
         let grids = self.config.chain_epilogues;
         // Sums and products alone (a bias and a residual added): no arithmetic for the tensor

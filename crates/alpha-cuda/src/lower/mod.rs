@@ -49,7 +49,8 @@ use crate::fusion::{
     cast_sources_through_their_gemms, casts_into_producers, clear_of, deep_epilogue_grid, deferred_folds, delta_heads,
     forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart, merged_gradients,
     mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range,
-    readers_of, recompute_unary_inputs, settled, tiled_gemm, turned_heads, with_ring, FusionPlan, PhaseView,
+    readers_of, recompute_unary_inputs, settled, tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan,
+    PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -616,64 +617,51 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     );
     // A producer storing into its cast's slot writes it from its own launch (or its chain's,
     // which may start a few elementwise nodes earlier) on: what those read must not lie there.
-    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
     // (Other casts' outputs stored by the same chain among them: all of the window is kept.)
-    for (x, &cast) in &into_producers {
-        let from = x.node.saturating_sub(8);
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    let mut keep_up_to = |from: u32, cast: u32, with_outputs: bool| {
         for id in from..cast {
             let n = &g.nodes[id as usize];
-            if phase(id) != phase(cast) {
-                continue;
-            }
-            let outs = (0..n.outputs.len() as u16).map(|k| Value { node: id, index: k });
-            let vals: Vec<Value> = n.inputs.iter().copied().chain(outs).collect();
-            keep.extend(vals.into_iter().filter(|v| phase(v.node) == phase(cast)).map(|v| (v, cast)));
+            let outs = (0..n.outputs.len() as u16).map(|k| Value { node: id, index: k }).filter(|_| with_outputs);
+            let vals = n.inputs.iter().copied().chain(outs).filter(|v| phase(v.node) == phase(cast));
+            keep.extend(vals.map(|v| (v, cast)).filter(|_| phase(id) == phase(cast)));
         }
+    };
+    for (x, &cast) in &into_producers {
+        keep_up_to(x.node.saturating_sub(8), cast, true);
     }
-    keep.extend(copy_sources(program, &into_producers));
+    for (product, cast) in copy_windows(program, &into_producers) {
+        keep_up_to(product, cast, false);
+    }
     lower(plan_with(&keep)?, config)
 }
 
-/// Lifetimes for the bf16 copies fused chains store beside an f32 output that a cast and other
-/// launches read (`elementwise_chain`'s copies): the chain's node reading a product writes the
-/// copy from the product's epilogue, so the cast's slot must lie clear of everything read from
-/// that launch on — the product's operands, the node's other inputs (and those of a unary it
-/// reads), and what the launches between read — which are kept alive up to the cast. Why: the
-/// plan put GPT-2's bf16 `dh` on the weight gradient's dead operand, and 11 of its 12 layers
-/// kept the cast as a launch.
-fn copy_sources(program: &alpha_ir::Program, into_producers: &HashMap<Value, u32>) -> Vec<(Value, u32)> {
+/// The windows whose reads the bf16 copies of fused chains must not meet (`elementwise_chain`'s
+/// copies, of an f32 output a cast and other launches read): (the product the chain's node reads,
+/// the cast). The copy is written from the product's epilogue, so what every launch from the
+/// product up to the cast reads is kept alive to the cast. Why: the plan put GPT-2's bf16 `dh`
+/// on the weight gradient's dead operand, and 11 of its 12 layers kept the cast as a launch.
+fn copy_windows(program: &alpha_ir::Program, into_producers: &HashMap<Value, u32>) -> Vec<(u32, u32)> {
     let g = &program.graph;
-    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
-    let elementwise = |v: Value| matches!(g.nodes[v.node as usize].op, Op::Unary(_) | Op::Binary(_));
-    let mut keep = vec![];
+    let op = |v: Value| &g.nodes[v.node as usize].op;
+    let mut windows = vec![];
     for (i, n) in g.nodes.iter().enumerate() {
-        let cast = i as u32;
-        let v = match n.op {
-            Op::Cast { to: DType::BF16 } => n.inputs[0],
-            _ => continue,
-        };
-        if g.dtype(v) != DType::F32 || !elementwise(v) || into_producers.contains_key(&v) {
+        let Op::Cast { to: DType::BF16 } = n.op else { continue };
+        let v = n.inputs[0];
+        if g.dtype(v) != DType::F32 || !matches!(op(v), Op::Unary(_) | Op::Binary(_)) || into_producers.contains_key(&v)
+        {
             continue;
         }
+        // The products the node reads, directly or through a unary; the window starts at the
+        // first of them or of those unaries.
         let e = &g.nodes[v.node as usize];
-        let mut reads: Vec<Value> = e.inputs.clone();
-        for &x in &e.inputs {
-            if matches!(g.nodes[x.node as usize].op, Op::Unary(_)) {
-                reads.extend(g.nodes[x.node as usize].inputs.iter().copied());
-            }
+        let unaries: Vec<Value> = e.inputs.iter().copied().filter(|&x| matches!(op(x), Op::Unary(_))).collect();
+        let reads = e.inputs.iter().chain(unaries.iter().flat_map(|x| &g.nodes[x.node as usize].inputs));
+        if let Some(first) = reads.filter(|&&x| matches!(op(x), Op::MatMul { .. })).map(|x| x.node).min() {
+            windows.push((unaries.iter().map(|u| u.node).fold(first, u32::min), i as u32));
         }
-        let products: Vec<Value> =
-            reads.iter().filter(|x| matches!(g.nodes[x.node as usize].op, Op::MatMul { .. })).copied().collect();
-        if products.is_empty() {
-            continue;
-        }
-        let first = products.iter().map(|p| p.node).min().expect("a product");
-        for id in first..cast {
-            reads.extend(g.nodes[id as usize].inputs.iter().copied());
-        }
-        keep.extend(reads.into_iter().filter(|x| phase(x.node) == phase(cast)).map(|x| (x, cast)));
     }
-    keep
+    windows
 }
 
 /// Counts launches by kernel name in phase `i` (for reports).
