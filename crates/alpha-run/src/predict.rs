@@ -74,9 +74,19 @@ pub struct Generation<'a> {
 enum How<'a> {
     /// The inference program over the last `context` tokens, every time.
     Window { context: usize },
-    /// The decode program: `held` tokens of the sequence from `start` are in its caches;
-    /// `rounded` once its weights' bf16 copies are made (before the first position runs).
-    Cached { decoder: &'a Decoder, start: usize, held: usize, rounded: bool },
+    /// The decode program: `held` tokens of the sequence from `start` are in its caches.
+    Cached { decoder: &'a Decoder, start: usize, held: usize },
+}
+
+/// Makes `backend` (a prediction's program with its parameters written) ready to generate: a
+/// decode program's weights rounded to bf16 once, into the state every run reads
+/// ([`decode::ROUND_WEIGHTS`]); an inference program needs nothing. Run it after writing the
+/// parameters, not per sequence: the rounded copies last as long as the parameters.
+pub fn ready(backend: &mut dyn Backend, decoder: Option<&Decoder>) -> Result<()> {
+    if decoder.is_some() {
+        backend.run(decode::ROUND_WEIGHTS)?;
+    }
+    Ok(())
 }
 
 impl<'a> Generation<'a> {
@@ -86,11 +96,19 @@ impl<'a> Generation<'a> {
         Generation { backend, vocab: system.vocab(), seq: vec![], scores: vec![], how }
     }
 
-    /// On a decode program (`backend` holds `decoder.program`, parameters loaded: the first
-    /// token rounds them to bf16 once, for every run after).
+    /// On a decode program (`backend` holds `decoder.program`, parameters loaded and [`ready`]).
     pub fn cached(backend: &'a mut dyn Backend, decoder: &'a Decoder, system: &dyn System) -> Self {
-        let how = How::Cached { decoder, start: 0, held: 0, rounded: false };
+        let how = How::Cached { decoder, start: 0, held: 0 };
         Generation { backend, vocab: system.vocab(), seq: vec![], scores: vec![], how }
+    }
+
+    /// On `decoder`'s program where there is one ([`Generation::cached`]), else on the
+    /// inference program ([`Generation::windowed`]).
+    pub fn new(backend: &'a mut dyn Backend, decoder: Option<&'a Decoder>, system: &dyn System) -> Self {
+        match decoder {
+            Some(d) => Generation::cached(backend, d, system),
+            None => Generation::windowed(backend, system),
+        }
     }
 
     /// The sequence so far.
@@ -102,11 +120,7 @@ impl<'a> Generation<'a> {
     pub fn extend(&mut self, tokens: &[u32]) -> Result<()> {
         self.seq.extend_from_slice(tokens);
         self.scores.clear();
-        if let How::Cached { decoder, start, held, rounded } = &mut self.how {
-            if !*rounded {
-                self.backend.run(decode::ROUND_WEIGHTS)?;
-                *rounded = true;
-            }
+        if let How::Cached { decoder, start, held } = &mut self.how {
             // Full caches are filled again from the sequence's last half.
             if self.seq.len() - *start > decoder.positions {
                 *start = self.seq.len().saturating_sub(decoder.positions / 2);
@@ -301,6 +315,7 @@ mod decoding_tests {
                 step.write(&name, &v).unwrap();
             }
         }
+        ready(&mut step, Some(&decoder)).unwrap();
         (full, step, decoder)
     }
 
@@ -316,7 +331,6 @@ mod decoding_tests {
             let window = full.output("logits").unwrap();
             let width = window.len() / t;
             let mut worst: f32 = 0.0;
-            step.run(decode::ROUND_WEIGHTS).unwrap();
             for (p, &tok) in tokens.iter().enumerate() {
                 feed(&mut step, &decoder.step(tok, p), decoder.learned_positions).unwrap();
                 step.run(decode::DECODE).unwrap();

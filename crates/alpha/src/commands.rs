@@ -632,10 +632,7 @@ fn run_prompt(
     mut live: Option<&mut dyn std::io::Write>,
 ) -> Result<(String, Vec<(String, f64)>)> {
     let tokenizer = Tokenizer::load(data).with_context(|| format!("loading the tokenizer of {}", data.display()))?;
-    // A system with a decode program generates a position a token; others run the window.
-    let (decoder, program) = prediction_program(system)?;
-    let mut backend = backend_for(device, &program)?;
-    restore(ckpt, system, backend.as_mut(), &ckpt_path.display().to_string())?;
+    let (decoder, mut backend) = prediction_backend(system, ckpt, ckpt_path, device)?;
     let ids = tokenizer.encode(prompt.text);
     alpha_run::session::check_ids(&ids, system.vocab())?;
     if ids.is_empty() {
@@ -653,10 +650,7 @@ fn run_prompt(
         }
         Ok(())
     };
-    let mut g = match &decoder {
-        Some(d) => predict::Generation::cached(backend.as_mut(), d, system),
-        None => predict::Generation::windowed(backend.as_mut(), system),
-    };
+    let mut g = predict::Generation::new(backend.as_mut(), decoder.as_ref(), system);
     let p = predict::predict(&mut g, &ids, prompt.tokens, prompt.temperature, prompt.seed, &mut on_token)?;
     if let Some(out) = live.as_mut() {
         writeln!(out, "{}", stream.finish())?;
@@ -690,6 +684,31 @@ fn prediction_program(system: &dyn System) -> Result<(Option<alpha_systems::deco
         }
         None => Ok((None, inference_program(system.model(1)?)?)),
     }
+}
+
+/// [`prediction_program`] on `device`, with the checkpoint's parameters and [`predict::ready`].
+fn prediction_backend(
+    system: &dyn System,
+    ckpt: &Checkpoint,
+    ckpt_path: &Path,
+    device: Device,
+) -> Result<(Option<alpha_systems::decode::Decoder>, Box<dyn alpha_run::Backend>)> {
+    let (decoder, program) = prediction_program(system)?;
+    let mut backend = backend_for(device, &program)?;
+    load_for_prediction(backend.as_mut(), decoder.as_ref(), system, ckpt, ckpt_path)?;
+    Ok((decoder, backend))
+}
+
+/// Writes the checkpoint's parameters into a prediction's backend and makes it ready.
+fn load_for_prediction(
+    backend: &mut dyn alpha_run::Backend,
+    decoder: Option<&alpha_systems::decode::Decoder>,
+    system: &dyn System,
+    ckpt: &Checkpoint,
+    ckpt_path: &Path,
+) -> Result<()> {
+    restore(ckpt, system, backend, &ckpt_path.display().to_string())?;
+    predict::ready(backend, decoder)
 }
 
 /// The data folder a checkpoint names, unless one is given.
@@ -736,13 +755,8 @@ fn chat_cmd(a: ChatArgs) -> Result<()> {
     let ckpt = checkpoint::load(&a.checkpoint)?;
     let data = data_of(system.as_ref(), a.sampling.data.as_deref(), &ckpt, &a.checkpoint)?;
     let tokenizer = Tokenizer::load(&data).with_context(|| format!("loading the tokenizer of {}", data.display()))?;
-    let (decoder, program) = prediction_program(system.as_ref())?;
-    let mut backend = backend_for(a.sampling.device, &program)?;
-    restore(&ckpt, system.as_ref(), backend.as_mut(), &a.checkpoint.display().to_string())?;
-    let mut g = match &decoder {
-        Some(d) => predict::Generation::cached(backend.as_mut(), d, system.as_ref()),
-        None => predict::Generation::windowed(backend.as_mut(), system.as_ref()),
-    };
+    let (decoder, mut backend) = prediction_backend(system.as_ref(), &ckpt, &a.checkpoint, a.sampling.device)?;
+    let mut g = predict::Generation::new(backend.as_mut(), decoder.as_ref(), system.as_ref());
     let how = if decoder.is_some() { "one position a token, its caches kept" } else { "the whole window a token" };
     eprintln!(
         "alpha chat · {} · {} · {how}\ntype a line and Enter: the text so far is continued by up to {} tokens; an empty line continues further; end of input (Ctrl-D) ends",
@@ -1096,9 +1110,10 @@ impl alpha_dash::Probe for CliProbe {
         let data = PathBuf::from(&loaded.meta.data);
         let tokenizer =
             Tokenizer::load(&data).with_context(|| format!("loading the tokenizer of {}", data.display()))?;
+        // On the CPU backend itself: the page's threads share it.
         let (decoder, program) = prediction_program(system.as_ref())?;
         let mut backend = alpha_cpu::CpuBackend::compile(&program)?;
-        restore(&loaded, system.as_ref(), &mut backend, &ckpt.display().to_string())?;
+        load_for_prediction(&mut backend, decoder.as_ref(), system.as_ref(), &loaded, ckpt)?;
         Ok(Arc::new(ProbeModel { system, tokenizer, decoder, backend: std::sync::Mutex::new(backend) }))
     }
 }
@@ -1109,10 +1124,7 @@ impl alpha_dash::LoadedModel for ProbeModel {
         alpha_run::session::check_ids(&ids, self.system.vocab())?;
         let mut backend = self.backend.lock().unwrap_or_else(|p| p.into_inner());
         let system = self.system.as_ref();
-        let mut g = match &self.decoder {
-            Some(d) => predict::Generation::cached(&mut *backend, d, system),
-            None => predict::Generation::windowed(&mut *backend, system),
-        };
+        let mut g = predict::Generation::new(&mut *backend, self.decoder.as_ref(), system);
         let p = predict::predict(&mut g, &ids, tokens, 0.0, 1, &mut |_| Ok(()))?;
         let mut all = ids;
         all.extend(&p.tokens);
