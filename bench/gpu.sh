@@ -926,7 +926,7 @@ mode_generate() {
     ckpt=$(ls "$run"/checkpoints/*.safetensors | tail -1)
     if timeout 300 "$ALPHA" predict "$system" --device cuda --checkpoint "$ckpt" --prompt "ROMEO:" \
       --tokens "${TOKENS:-512}" --temperature 0 >>"$log" 2>&1; then
-      line=$(grep -m1 "tokens a second" "$log" | cut -c1-160)
+      line=$(grep -a -m1 "tokens a second" "$log" | cut -c1-160)
       record "generate $system" "$(echo "$line" | sed -n 's/.*(\([0-9.]*\) tokens a second.*/\1/p') tok/s" "$line"
     else
       record "generate $system" FAIL "$(tail -1 "$log" | cut -c1-120)"

@@ -286,7 +286,7 @@ impl System for Polf {
         "parameter-golf GPT, 17.1M: 9 blocks of 512 with U-Net skips, 8 query / 4 KV heads, QK norm, ReLU² MLP 1024, tied vocab 1,024, softcap 30"
     }
     fn state(&self) -> &'static str {
-        "trains on the CPU; passes its gates on the H200; its 10-minute run there not yet made"
+        "passes its gates on the H200; 10 minutes there: 1.3468 bits per byte, a 15.57 MB artifact (PyTorch beside it not yet run)"
     }
     fn vocab(&self) -> usize {
         self.vocab

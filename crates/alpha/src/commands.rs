@@ -472,15 +472,25 @@ fn train(a: TrainArgs) -> Result<()> {
         health_every: a.health_every.unwrap_or(alpha_run::train::default_health_every(a.device)),
     };
     // The first Ctrl-C (or SIGTERM, SIGHUP) lets the step in flight finish and checkpoints it;
-    // a second one marks run.json "interrupted" and ends the process at once.
+    // a second one marks run.json "interrupted" and ends the process at once. A signal that
+    // comes again within a second is the same request sent twice: `timeout` signals its child
+    // and then its whole process group, so the child receives one SIGTERM twice at once, and
+    // taking the second as a second Ctrl-C lost the step and its checkpoint.
     let _ = ctrlc::set_handler(|| {
-        static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if SEEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            alpha_run::records::mark_interrupted();
-            std::process::exit(130);
+        static FIRST: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let now = std::time::Instant::now();
+        match FIRST.get() {
+            None => {
+                let _ = FIRST.set(now);
+                eprintln!("\ninterrupt: finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");
+                alpha_run::request_stop();
+            }
+            Some(first) if now.duration_since(*first) < std::time::Duration::from_secs(1) => {}
+            Some(_) => {
+                alpha_run::records::mark_interrupted();
+                std::process::exit(130);
+            }
         }
-        eprintln!("\ninterrupt: finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");
-        alpha_run::request_stop();
     });
     let r = alpha_run::train(&opts)?;
     outln!(

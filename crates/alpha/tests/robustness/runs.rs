@@ -118,6 +118,28 @@ fn a_second_train_on_one_run_dir_is_refused_naming_the_holder() {
 }
 
 #[test]
+fn a_stop_signal_sent_twice_at_once_still_keeps_the_step() {
+    // `timeout` signals its child and then its process group, so the child gets SIGTERM twice
+    // within a moment; that is one request to stop, not a second Ctrl-C that quits at once.
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = prepared(tmp.path()) else { return };
+    let run = tmp.path().join("twice");
+    let child = spawn_long(tmp.path(), &data, &run);
+    let pid = child.id();
+    wait_until("the run's first steps", || rows::<Point>(&run.join("points.jsonl")).rows.len() >= 2);
+    let twice = format!("kill -TERM {pid}; kill -TERM {pid}");
+    assert!(Command::new("sh").args(["-c", &twice]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    fails_with(&out, "interrupted after step");
+    let info = Records::read_run_info(&run).unwrap();
+    assert_eq!(info.state, "stopped", "{:?}", info.message);
+    let lineage = rows::<LineageRow>(&run.join("lineage.jsonl")).rows;
+    assert_eq!(lineage.len(), 1);
+    assert_eq!(lineage[0].step, info.steps_done);
+    assert_eq!(lineage[0].sha256, sha_of(&run.join(&lineage[0].path)));
+}
+
+#[test]
 fn training_into_a_directory_holding_another_run_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(data) = prepared(tmp.path()) else { return };
