@@ -24,6 +24,7 @@
 //! | `ALPHA_ATTN_BF16=off` | [`CudaConfig::bf16_attention`] | attention reads f32 q, k, v and turns q and k on load, instead of bf16 ones the projection stores turned |
 //! | `ALPHA_ATTN_MERGED=off` | [`CudaConfig::merged_gradients`] | the bf16 attention backward stores f32 dq, dk, dv (a permute then casts them together) instead of the permuted bf16 gradient itself |
 //! | `ALPHA_MUL_EPILOGUE=off` | [`CudaConfig::mul_epilogue`] | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
+//! | `ALPHA_JOINT_CE=off` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward and its bf16 backward run as two launches, each reading the logits, instead of one |
 //! | `ALPHA_LN_COPY=off` | [`CudaConfig::layernorm_copy`] | the residual gradient's bf16 cast after a LayerNorm backward runs as its own launch instead of being stored by the LayerNorm backward |
 //! | `ALPHA_ATTN_OCOPY=off` | [`CudaConfig::output_copy`] | the attention output's permute-and-cast runs as its own launch instead of the bf16 attention forward storing the copy |
 //! | `ALPHA_RECOMPUTE=off` | [`CudaConfig::recompute_unary`] | fused elementwise chains read a unary function of their inputs instead of recomputing it |
@@ -107,6 +108,9 @@ pub struct CudaConfig {
     pub merged_gradients: bool,
     /// A multiply after a product fused into the product's epilogue where the plan allows.
     pub mul_epilogue: bool,
+    /// A cross-entropy whose backward scales every row alike runs its bf16 backward in its own
+    /// launch, reading the logits once ([`crate::kernels::cross_entropy::joint_kernel_bf16`]).
+    pub joint_cross_entropy: bool,
     /// A LayerNorm backward also stores the bf16 cast of the residual gradient it adds.
     pub layernorm_copy: bool,
     /// The bf16 attention forward stores its output's permuted bf16 copy.
@@ -169,6 +173,7 @@ impl Default for CudaConfig {
             bf16_attention: true,
             merged_gradients: true,
             mul_epilogue: true,
+            joint_cross_entropy: true,
             layernorm_copy: true,
             output_copy: true,
             recompute_unary: true,
@@ -243,6 +248,7 @@ impl CudaConfig {
         c.bf16_attention = switch("ALPHA_ATTN_BF16", c.bf16_attention)?;
         c.merged_gradients = switch("ALPHA_ATTN_MERGED", c.merged_gradients)?;
         c.mul_epilogue = switch("ALPHA_MUL_EPILOGUE", c.mul_epilogue)?;
+        c.joint_cross_entropy = switch("ALPHA_JOINT_CE", c.joint_cross_entropy)?;
         c.layernorm_copy = switch("ALPHA_LN_COPY", c.layernorm_copy)?;
         c.output_copy = switch("ALPHA_ATTN_OCOPY", c.output_copy)?;
         c.recompute_unary = switch("ALPHA_RECOMPUTE", c.recompute_unary)?;

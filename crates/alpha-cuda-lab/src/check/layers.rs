@@ -183,9 +183,11 @@ pub fn cross_entropy_checks(
         held_row.median_us = Some(t);
         held_row.rate = format!("{:.2} TB/s (1 read)", bytes / t / 1e6);
     }
+    let joint_row = joint_cross_entropy_row(gpu, arena, (&logits, &targets), [lb.ptr, tb.ptr], (rows_n, v, w), opts)?;
     Ok(vec![
         bf16_row,
         held_row,
+        joint_row,
         Row {
             family: "cross_entropy".into(),
             name: "cross_entropy_fwd".into(),
@@ -209,6 +211,59 @@ pub fn cross_entropy_checks(
             rate: tb_.map_or(String::new(), |t| format!("{:.2} TB/s", 2.0 * bytes / t / 1e6)),
         },
     ])
+}
+
+/// The joint forward and bf16 backward (one read of the logits, every row's scale the mean's
+/// `1/rows`) against the f64 references: loss and log-sum-exp within 1e-5, the gradient within
+/// its bf16 rounding (relative 8e-3 of its largest), and the same bits on a second launch.
+fn joint_cross_entropy_row(
+    gpu: &Gpu,
+    arena: &DeviceArena,
+    (logits, targets): (&[f32], &[i32]),
+    [lb, tb]: [u64; 2],
+    (rows_n, v, w): (u32, u32, u32),
+    opts: &Options,
+) -> Result<Row> {
+    let (r, vu, wu) = (rows_n as usize, v as usize, w as usize);
+    let kernel = cross_entropy::joint_kernel_bf16(w);
+    let f = gpu.load(&kernel)?;
+    let scale = 1.0 / r as f32;
+    let [loss, lse] = poisoned(arena, [r, r])?;
+    let grad = arena.alloc_n::<u16>(r * wu)?;
+    arena.fill_u32(grad, NAN_BITS)?;
+    let run = || cross_entropy::joint(gpu, &f, [loss.ptr, lse.ptr, grad.ptr, lb, tb], rows_n, (v, w), scale);
+    run()?;
+    let first: Vec<u16> = arena.download(grad, r * wu)?;
+    let (got_loss, got_lse): (Vec<f32>, Vec<f32>) = (arena.download(loss, r)?, arena.download(lse, r)?);
+    run()?;
+    let repeat = arena.download::<u16>(grad, r * wu)? == first
+        && mismatches(&arena.download::<f32>(loss, r)?, &got_loss) == 0
+        && mismatches(&arena.download::<f32>(lse, r)?, &got_lse) == 0;
+    let (want_loss, want_lse) = cross_entropy::forward_reference(logits, targets, (vu, wu));
+    let want_grad = cross_entropy::backward_reference(logits, targets, &vec![scale; r], (vu, wu));
+    let got_grad: Vec<f32> = first.iter().map(|&b| half::bf16::from_bits(b).to_f32()).collect();
+    let (la, lr) = compare(&got_loss, &want_loss);
+    let (sa, sr) = compare(&got_lse, &want_lse);
+    let (ga, gr) = compare(&got_grad, &want_grad);
+    let pass = lr.max(sr) <= 1e-5 && gr <= 8e-3 && repeat;
+    let us = if opts.bench { Some(median(gpu.time(opts.warmup, opts.reps, run)?)) } else { None };
+    // One read of the f32 logits and one bf16 write of the gradient.
+    let bytes = 6.0 * (r * wu) as f64;
+    Ok(Row {
+        family: "cross_entropy".into(),
+        name: kernel.name.clone(),
+        shape: format!("rows{rows_n} v{v} w{w}"),
+        max_abs: la.max(sa).max(ga),
+        rel: gr.max(lr).max(sr),
+        tol: 8e-3,
+        pass,
+        median_us: us,
+        rate: match (us, repeat) {
+            (_, false) => "NOT repeatable".into(),
+            (Some(t), true) => format!("{:.2} TB/s (1 read, bf16 write)", bytes / t / 1e6),
+            (None, true) => "bitwise repeatable".into(),
+        },
+    })
 }
 
 /// Sum of squares + clip scale, then AdamW using that scale; then the three launches captured

@@ -17,7 +17,8 @@
 //! around them read (`merged_gradients.rs`, `forward_copies.rs`); the output gradient's product
 //! storing dO as bf16 with delta (`delta_heads.rs`); a gated unit's multiply as the up product's
 //! epilogue, computing `gelu(gate)` from the gate product (`mul_epilogues.rs`); LayerNorm backwards
-//! whose gain and bias folds wait for one launch after the last (`deferred_folds.rs`).
+//! whose gain and bias folds wait for one launch after the last (`deferred_folds.rs`); a
+//! cross-entropy launching its backward too (`joint_cross_entropy.rs`).
 //! `recompute.rs` is the chain rule the lowering's fused chains apply (a unary of an input
 //! recomputed rather than read), and `gemm_spec.rs` the tiled product spec a MatMul runs as. Where
 //! a fusion needs the launches as lowered, the lowering merges them itself (see [`crate::lower`]).
@@ -45,6 +46,7 @@ mod gemm_loads_and_adds;
 mod gemm_spec;
 mod heads;
 mod inverse_rotary;
+mod joint_cross_entropy;
 mod merged_gradients;
 mod mul_epilogues;
 mod plan;
@@ -62,6 +64,7 @@ pub(crate) use gemm_loads_and_adds::*;
 pub(crate) use gemm_spec::*;
 pub(crate) use heads::*;
 pub(crate) use inverse_rotary::*;
+pub(crate) use joint_cross_entropy::*;
 pub(crate) use merged_gradients::*;
 pub(crate) use mul_epilogues::*;
 pub(crate) use plan::*;

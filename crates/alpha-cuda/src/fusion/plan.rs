@@ -71,6 +71,8 @@ pub(crate) struct FusionPlan {
     pub(crate) deferred_folds: std::collections::HashSet<u32>,
     /// The current phase's LayerNormBackward after whose launch the waiting folds run.
     pub(crate) fold_flush_after: Option<u32>,
+    /// CrossEntropy → its backward, run in the same launch ([`joint_cross_entropy`]).
+    pub(crate) joint_cross_entropy: HashMap<u32, JointCrossEntropy>,
 }
 
 impl FusionPlan {

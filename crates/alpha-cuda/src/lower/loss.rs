@@ -14,6 +14,22 @@ impl Lowerer<'_> {
                 self.want_f32(node, id, &ins[..1])?;
                 let s = cx.ishape(0);
                 let (classes, width) = (classes.unwrap_or(s[1]) as u32, s[1] as u32);
+                if let Some(&(b, scale)) = self.fusion.joint_cross_entropy.get(&id) {
+                    // The backward in this launch: its bf16 gradient where its cast lies.
+                    let (dst, _) = self.destination(Value { node: b, index: 0 });
+                    v.push(Pending {
+                        kernel: self.kernel(cross_entropy::joint_kernel_bf16(width))?,
+                        grid: (s[0] as u32, 1, 1),
+                        block: (cross_entropy::JOINT_THREADS, 1, 1),
+                        args: cross_entropy::joint_arguments(
+                            [cx.out(0), cx.out(1), dst, ins[0], ins[1]].map(|a| self.ptr(a)),
+                            (classes, width),
+                            scale,
+                        ),
+                        node: some,
+                    });
+                    return Ok(v);
+                }
                 // The one-read form where every column of a row is a class.
                 let kernel = self.kernel(cross_entropy::forward_kernel_for((classes == width).then_some(classes)))?;
                 v.push(Pending {

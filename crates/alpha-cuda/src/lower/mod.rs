@@ -47,10 +47,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::config::{ChainEpilogues, CudaConfig};
 use crate::fusion::{
     cast_sources_through_their_gemms, casts_into_producers, clear_of, deep_epilogue_grid, deferred_folds, delta_heads,
-    forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart, merged_gradients,
-    mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range,
-    readers_of, recompute_unary_inputs, settled, tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan,
-    PhaseView,
+    forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart, joint_cross_entropy,
+    merged_gradients, mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads,
+    producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled, tiled_gemm, touched_by, turned_heads,
+    with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -424,6 +424,11 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
             for mul in mul_epilogues(config, &view, &skip, &mut lw.fusion) {
                 skip.insert(mul);
             }
+        }
+        if config.joint_cross_entropy {
+            let (joints, gone) = joint_cross_entropy(&view, &skip, &lw.fusion.store_as);
+            skip.extend(gone);
+            lw.fusion.joint_cross_entropy.extend(joints);
         }
         (lw.fusion.deferred_folds, lw.fusion.fold_flush_after) = deferred_folds(config, &view);
         let mut products = LaunchedProducts::default();
