@@ -199,12 +199,7 @@ pub fn joint_kernel_bf16(w: u32) -> Kernel {
                 k.tri("selp.f32", RegKind::F32, g, 0.0f32, class)
             })
             .collect();
-        let lo = k.reg(RegKind::B32);
-        let hi = k.reg(RegKind::B32);
-        k.op("cvt.rn.bf16x2.f32", [lo.into(), g[1].into(), g[0].into()]);
-        k.op("cvt.rn.bf16x2.f32", [hi.into(), g[3].into(), g[2].into()]);
-        let o = k.addr_of(obase, q, 8);
-        k.op("st.global.v2.b32", [addr(o, 0), Opnd::V(vec![lo, hi])]);
+        store_bf16_quad(k, obase, q, &g);
     });
     k.ret();
     k
@@ -347,15 +342,21 @@ fn backward_kernel_with(bf16: bool) -> Kernel {
             .enumerate()
             .map(|(e, &xe)| grad(k, xe, &|k| k.bin("add.u32", RegKind::B32, j0, e as u32)))
             .collect();
-        let lo = k.reg(RegKind::B32);
-        let hi = k.reg(RegKind::B32);
-        k.op("cvt.rn.bf16x2.f32", [lo.into(), g[1].into(), g[0].into()]);
-        k.op("cvt.rn.bf16x2.f32", [hi.into(), g[3].into(), g[2].into()]);
-        let o = k.addr_of(obase, q, 8);
-        k.op("st.global.v2.b32", [addr(o, 0), Opnd::V(vec![lo, hi])]);
+        store_bf16_quad(k, obase, q, &g);
     });
     k.ret();
     k
+}
+
+/// The four gradients `g` of quad `q`, rounded to bf16 (round-to-nearest-even), stored at the
+/// bf16 row `obase` (8 bytes).
+fn store_bf16_quad(k: &mut Kernel, obase: Reg, q: Reg, g: &[Reg]) {
+    let lo = k.reg(RegKind::B32);
+    let hi = k.reg(RegKind::B32);
+    k.op("cvt.rn.bf16x2.f32", [lo.into(), g[1].into(), g[0].into()]);
+    k.op("cvt.rn.bf16x2.f32", [hi.into(), g[3].into(), g[2].into()]);
+    let o = k.addr_of(obase, q, 8);
+    k.op("st.global.v2.b32", [addr(o, 0), Opnd::V(vec![lo, hi])]);
 }
 
 /// Runs `body` on each of this thread's logits of the row at `base` (columns tid, tid +
