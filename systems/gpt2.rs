@@ -50,13 +50,11 @@ impl Gpt2 {
         self.vocab.div_ceil(128) * 128
     }
 
-    /// A linear layer with a bias: x·W + b.
-    fn linear(&self, g: &mut Graph, x: Value, name: &str, fan_out: usize, std: f64) -> Value {
-        let fan_in = g.shape(x)[1];
+    /// A linear layer's weight and bias: `[fan_in, fan_out]` and `[fan_out]`.
+    fn linear_params(&self, g: &mut Graph, name: &str, (fan_in, fan_out): (usize, usize), std: f64) -> [Value; 2] {
         let w = g.param(&format!("{name}.weight"), &[fan_in, fan_out], Init::Normal { std });
         let b = g.param(&format!("{name}.bias"), &[fan_out], Init::Zeros);
-        let y = bf16_matmul(g, x, w, false);
-        g.add(y, b)
+        [w, b]
     }
 
     fn layer_norm(&self, g: &mut Graph, x: Value, name: &str) -> Value {
@@ -76,16 +74,41 @@ impl Gpt2 {
     fn block_with(&self, g: &mut Graph, x: Value, attend: impl FnOnce(&mut Graph, Value) -> Value) -> Value {
         let c = self.width;
         let resid_std = 0.02 / ((2 * self.layers) as f64).sqrt();
+        // The block's matrices rounded to bf16 together, before they are used (as Coppelius's):
+        // the same values, and the device casts them in one launch instead of four.
+        let params = [
+            self.linear_params(g, "attn.qkv", (c, 3 * c), 0.02),
+            self.linear_params(g, "attn.proj", (c, c), resid_std),
+            self.linear_params(g, "mlp.fc", (c, 4 * c), 0.02),
+            self.linear_params(g, "mlp.proj", (4 * c, c), resid_std),
+        ];
+        let [qkv_layer, proj_layer, fc_layer, out_layer] =
+            params.map(|[w, b]| Linear { w16: g.cast(w, DType::BF16), b });
         let a = self.layer_norm(g, x, "ln1");
-        let qkv = self.linear(g, a, "attn.qkv", 3 * c, 0.02);
+        let qkv = qkv_layer.apply(g, a);
         let o = attend(g, qkv);
-        let proj = self.linear(g, o, "attn.proj", c, resid_std);
+        let proj = proj_layer.apply(g, o);
         let x = g.add(x, proj);
         let b = self.layer_norm(g, x, "ln2");
-        let h = self.linear(g, b, "mlp.fc", 4 * c, 0.02);
+        let h = fc_layer.apply(g, b);
         let h = g.gelu(h);
-        let out = self.linear(g, h, "mlp.proj", c, resid_std);
+        let out = out_layer.apply(g, h);
         g.add(x, out)
+    }
+}
+
+/// A linear layer with a bias, its weight already rounded to bf16.
+struct Linear {
+    w16: Value,
+    b: Value,
+}
+
+impl Linear {
+    /// `bf16(x)·W + b`.
+    fn apply(&self, g: &mut Graph, x: Value) -> Value {
+        let x16 = g.cast(x, DType::BF16);
+        let y = g.matmul_t(x16, self.w16, false, false);
+        g.add(y, self.b)
     }
 }
 

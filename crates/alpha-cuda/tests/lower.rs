@@ -881,7 +881,10 @@ fn gpt2_lowers_with_its_biases_in_the_products_and_bf16_heads() {
     assert_eq!((count("attention_wgmma_fwd_o16"), count("attention_wgmma_bwd")), (layers, layers), "{by:?}");
     assert_eq!(count("gemm_rr_bf16_store_then_addi0i1_gelus0_out0f1h_p0_row1_tma_s3"), layers, "{by:?}");
     assert_eq!(count("gemm_rc_bf16_store_then_gelugradi0_muli1s0_out1f1h_p1_tma_s3"), layers, "{by:?}");
-    assert!(count("layernorm_bwd_dx_add_partials_bf16") >= 18, "{by:?}");
+    // The residual gradient's bf16 copy stored by the LayerNorm backward that adds it (all but
+    // the last block's entry), and each block's four weights rounded in one launch.
+    assert!(count("layernorm_bwd_dx_add_partials_bf16") >= 23, "{by:?}");
+    assert_eq!(count("cast_multi_f32_bf16"), layers, "{by:?}");
     // The forward's only permute launches are none: the heads are stored split, the attention
     // output's copy by attention.
     let g = &l.plan.program.graph;
@@ -891,7 +894,7 @@ fn gpt2_lowers_with_its_biases_in_the_products_and_bf16_heads() {
         .filter(|x| x.node.is_some_and(|n| matches!(g.nodes[n as usize].op, Op::Permute { .. })))
         .count();
     assert_eq!(forward_permutes, 0);
-    assert!(l.launch_count(0) <= 440, "{} launches", l.launch_count(0));
+    assert!(l.launch_count(0) <= 400, "{} launches", l.launch_count(0));
 }
 
 /// The cross-entropy's forward launches its bf16 backward (the mean's `1/rows` its one scale),

@@ -612,6 +612,22 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
             }
         }
     }
+    // A product that stores the heads a Permute after it splits (`heads_candidate`) writes
+    // them while it reads its operands: those are kept to the Permute, so its output does not
+    // land on them.
+    for (i, n) in g.nodes.iter().enumerate() {
+        let Op::Permute { perm } = &n.op else { continue };
+        if !matches!(perm.as_slice(), [2, 0, 3, 1, 4] | [0, 2, 1, 3]) {
+            continue;
+        }
+        let mut x = n.inputs[0];
+        while matches!(g.nodes[x.node as usize].op, Op::Reshape { .. } | Op::Binary(alpha_ir::Binary::Add)) {
+            x = g.nodes[x.node as usize].inputs[0];
+        }
+        if matches!(g.nodes[x.node as usize].op, Op::MatMul { .. }) && phase(x.node) == phase(i as u32) {
+            keep.extend(g.nodes[x.node as usize].inputs.iter().map(|&v| (v, i as u32)));
+        }
+    }
     let into_producers = producer_cast_candidates(program);
     // (Kept with the casts launched too: the plan that results keeps every add-epilogue fusion,
     // a plain one lost 14 of them at one context.)
@@ -638,7 +654,34 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     for (product, cast) in copy_windows(program, &into_producers) {
         keep_up_to(product, cast, false);
     }
+    for (norm, cast) in norm_copy_windows(program) {
+        keep_up_to(norm, cast, true);
+    }
     lower(plan_with(&keep)?, config)
+}
+
+/// The windows of the bf16 copies a LayerNorm backward stores of the residual gradient it adds
+/// (`Lowerer::cast_of_sum`): (the LayerNormBackward, the cast). The copy is written from the
+/// LayerNorm's launch, so what it and every launch up to the cast read or write is kept alive
+/// to the cast. Why: with a block's weights rounded together at its start, the plan put 9 of
+/// GPT-2's 24 copies on a value a launch between reads, and those casts ran as launches.
+fn norm_copy_windows(program: &alpha_ir::Program) -> Vec<(u32, u32)> {
+    /// Nodes from the LayerNorm to its copy's cast that a window spans at most.
+    const SPAN: u32 = 8;
+    let g = &program.graph;
+    let mut windows = vec![];
+    for (i, n) in g.nodes.iter().enumerate() {
+        let Op::Cast { to: DType::BF16 } = n.op else { continue };
+        let sum = &g.nodes[n.inputs[0].node as usize];
+        if g.dtype(n.inputs[0]) != DType::F32 || sum.op != Op::Binary(alpha_ir::Binary::Add) {
+            continue;
+        }
+        let norm = sum.inputs.iter().map(|x| x.node).find(|&x| g.nodes[x as usize].op == Op::LayerNormBackward);
+        if let Some(norm) = norm.filter(|&m| (i as u32).saturating_sub(m) <= SPAN) {
+            windows.push((norm, i as u32));
+        }
+    }
+    windows
 }
 
 /// The windows whose reads the bf16 copies of fused chains must not meet (`elementwise_chain`'s
