@@ -532,12 +532,13 @@ impl System for Diakosmos {
     /// rest of the model (the wire, LayerNorms, the spatial path, the products) reads one
     /// position. All start again at position 0, as a window starts them from zero.
     ///
-    /// Past the window the host refills from the sequence's last half, restarting the states
-    /// ([`Feeds::carried`] at position 0): the model was trained and is scored with states
-    /// from zero at every 2,048 bytes and a mean over at most 2,048 positions, so a state run
-    /// on for longer would feed the head a mean (and a count) it never saw. Keeping a window's
-    /// worth of recent bytes in view, as the other systems' refills do, is what a user would
-    /// expect of a model with this context.
+    /// Past the window the states restart rather than run on: the host refills the program
+    /// from the sequence's last half window (its rule for every decode program), and
+    /// [`Feeds::carried`] restarts each state at that refill's position 0. The model is
+    /// trained and scored with states from zero at every window and a mean over at most a
+    /// window's positions; a state run on would feed the head a mean over more bytes than it
+    /// ever saw, while a restart gives what scoring computes for a window of the latest bytes.
+    /// The price is one half window of positions run again each half window generated.
     ///
     /// The one step is the scan's own arithmetic in elementwise ops (γ·S + w·v, then Σ_ℓ r_ℓ·S_ℓ
     /// added in ℓ order), and the bf16 roundings are the model's (the three large products'
