@@ -85,6 +85,7 @@ use std::collections::BTreeMap;
 use alpha_ir::{Binary, DType, Graph, Init, IrError, Value};
 use alpha_learn::{Group, Learner, Model, Muon, Optimizer, Rotational, Rows, Schedule};
 
+use crate::decode::{self, Decoder, Feeds};
 use crate::diakosmos_wire::{haar_partner, GROUPS, SCALES};
 use crate::layers::{bf16_matmul, lm_inputs, lm_loss, ramp};
 use crate::views::{self, Content, Draw, LabelledPoint, ModelView, PointSet, Series, Tensors};
@@ -152,7 +153,15 @@ fn wrap_units(g: &mut Graph, units: Value, lo: i64, hi: i64) -> Value {
 /// batch; nothing in it is learned, and no gradient reaches it.
 pub fn wire(g: &mut Graph, phasors: usize) -> Value {
     let bytes = ramp(g, VOCAB);
-    let column = g.reshape(bytes, &[VOCAB, 1]);
+    wire_rows(g, bytes, phasors)
+}
+
+/// The wire's rows `[N, 7·2·phasors]` of the byte values `bytes` `[N]` (f32, whole numbers
+/// 0–255), by [`wire`]'s arithmetic element for element: a row is the same bits whether it is
+/// built alone (the decode program, one byte a run) or in the 256-row table.
+fn wire_rows(g: &mut Graph, bytes: Value, phasors: usize) -> Value {
+    let rows = g.shape(bytes)[0];
+    let column = g.reshape(bytes, &[rows, 1]);
     // ⌊x/d⌋ = the count of d, 2d, …, ⌊255/d⌋·d at or below x.
     let floor_div = |g: &mut Graph, d: usize| {
         let k = ramp(g, 255 / d);
@@ -193,15 +202,15 @@ pub fn wire(g: &mut Graph, phasors: usize) -> Value {
             });
         }
     }
-    let columns: Vec<Value> = phases.iter().map(|&p| g.reshape(p, &[VOCAB, 1])).collect();
+    let columns: Vec<Value> = phases.iter().map(|&p| g.reshape(p, &[rows, 1])).collect();
     let phases = g.concat(&columns, 1);
-    let phases = g.reshape(phases, &[VOCAB, GROUPS, 1, SCALES]);
+    let phases = g.reshape(phases, &[rows, GROUPS, 1, SCALES]);
     // Harmonic h = 4r + s: scale s turned by r·π/8.
     let turns = phasors.div_ceil(SCALES);
     let r = ramp(g, turns);
     let r = g.reshape(r, &[1, 1, turns, 1]);
     let units = g.add(phases, r);
-    let units = g.reshape(units, &[VOCAB, GROUPS, turns * SCALES]);
+    let units = g.reshape(units, &[rows, GROUPS, turns * SCALES]);
     let units = if turns * SCALES == phasors { units } else { g.slice(units, 2, 0, phasors) };
     // Bounds of the units: a phase is at least 2, a parity at most 42, so a Haar difference is
     // at least −40 and a Haar sum at most 84; turns add 0 … turns − 1.
@@ -210,10 +219,10 @@ pub fn wire(g: &mut Graph, phasors: usize) -> Value {
     let radians = g.scale(wrapped, std::f64::consts::FRAC_PI_8);
     let cos = g.unary(alpha_ir::Unary::Cos, radians);
     let sin = g.unary(alpha_ir::Unary::Sin, radians);
-    let cos = g.reshape(cos, &[VOCAB, GROUPS, phasors, 1]);
-    let sin = g.reshape(sin, &[VOCAB, GROUPS, phasors, 1]);
+    let cos = g.reshape(cos, &[rows, GROUPS, phasors, 1]);
+    let sin = g.reshape(sin, &[rows, GROUPS, phasors, 1]);
     let both = g.concat(&[cos, sin], 3);
-    g.reshape(both, &[VOCAB, GROUPS * 2 * phasors])
+    g.reshape(both, &[rows, GROUPS * 2 * phasors])
 }
 
 /// The names of the wire's groups and scales, as the seed's table gives them.
@@ -273,6 +282,9 @@ pub fn half_lives(tensors: &Tensors) -> Result<(Vec<String>, Vec<f64>), String> 
     Ok((labels, values))
 }
 
+/// How a block's temporal path runs its recurrence: r, w, v, γ → y (see `Diakosmos::temporal`).
+type Scan<'a> = dyn FnMut(&mut Graph, Value, Value, Value, Value) -> Value + 'a;
+
 /// x / √(Σx² + ε) along the last axis.
 fn unit(g: &mut Graph, x: Value) -> Value {
     let last = g.shape(x).len() - 1;
@@ -306,6 +318,16 @@ impl Diakosmos {
         self.width() + 2 * GROUPS
     }
 
+    /// The next byte's scores from the head's features.
+    fn head(&self, g: &mut Graph, f: Value) -> Value {
+        let head = g.param(
+            "head.weight",
+            &[VOCAB, self.features()],
+            Init::Uniform { bound: 1.0 / (self.features() as f64).sqrt() },
+        );
+        self.linear(g, f, head)
+    }
+
     /// x·Wᵀ for W stored `[outputs, inputs]`, bf16 operands when the model says so.
     fn linear(&self, g: &mut Graph, x: Value, w: Value) -> Value {
         if self.bf16 {
@@ -315,10 +337,12 @@ impl Diakosmos {
         }
     }
 
-    /// The causal temporal path: `[N, W]` → `[N, W]`.
-    fn temporal(&self, g: &mut Graph, x: Value, batch: usize) -> Value {
-        let (t, d, l, w) = (self.context, self.group_width(), self.harmonics, self.width());
-        let n = batch * t;
+    /// The causal temporal path: `[N, W]` → `[N, W]`, its recurrence run by `scan` (r, w
+    /// `[N, 7, L]`, v `[N, 7, D]`, γ `[7, L]` → y `[N, 7, D]`): the whole window's
+    /// [`alpha_ir::Op::HarmonicScan`] in the model, one step from a carried state in the decode.
+    fn temporal(&self, g: &mut Graph, x: Value, scan: &mut Scan) -> Value {
+        let (d, l, w) = (self.group_width(), self.harmonics, self.width());
+        let n = g.shape(x)[0];
         let h = g.scoped("temporal", |g| {
             let gain = g.param("ln.weight", &[w], Init::Ones);
             let bias = g.param("ln.bias", &[w], Init::Zeros);
@@ -352,10 +376,7 @@ impl Diakosmos {
             let gate = g.reshape(gate, &[GROUPS, 1]);
             let logit = g.add(gate, offset);
             let gamma = g.sigmoid(logit);
-            let read = g.reshape(read, &[batch, t, GROUPS, l]);
-            let write = g.reshape(write, &[batch, t, GROUPS, l]);
-            let v = g.reshape(v, &[batch, t, GROUPS, d]);
-            let y = g.harmonic_scan(read, write, v, gamma);
+            let y = scan(g, read, write, v, gamma);
             let y = g.reshape(y, &[n, w]);
             let o = self.linear(g, y, out_w);
             g.add(o, out_b)
@@ -390,10 +411,10 @@ impl Diakosmos {
     }
 
     /// One block: x ← x + σ(β)·T + (1 − σ(β))·P per group.
-    fn block(&self, g: &mut Graph, x: Value, batch: usize) -> Value {
+    fn block(&self, g: &mut Graph, x: Value, scan: &mut Scan) -> Value {
         let (d, w) = (self.group_width(), self.width());
-        let n = batch * self.context;
-        let temporal = self.temporal(g, x, batch);
+        let n = g.shape(x)[0];
+        let temporal = self.temporal(g, x, scan);
         let groups = g.reshape(x, &[n, GROUPS, d]);
         let spatial = self.spatial(g, groups);
         let beta = g.param("gate_logit", &[GROUPS], Init::Zeros);
@@ -408,24 +429,18 @@ impl Diakosmos {
     }
 
     /// The head's features `[N, 1344]`: the normalised stream, then each group's alignment
-    /// with its running mean within the window, then that mean's length.
-    fn features_of(&self, g: &mut Graph, x: Value, batch: usize) -> Value {
-        let (t, d, w) = (self.context, self.group_width(), self.width());
-        let n = batch * t;
+    /// with its running mean, then that mean's length; `running_mean` maps the unit vectors
+    /// `[N, 7, D]` to their means so far `[N, 7, D]` (over the window in the model, from a
+    /// carried sum and count in the decode).
+    fn features_of(&self, g: &mut Graph, x: Value, running_mean: &mut dyn FnMut(&mut Graph, Value) -> Value) -> Value {
+        let (d, w) = (self.group_width(), self.width());
+        let n = g.shape(x)[0];
         let gain = g.param("ln_f.weight", &[w], Init::Ones);
         let bias = g.param("ln_f.bias", &[w], Init::Zeros);
         let z = g.layer_norm(x, gain, bias, LN_EPS);
         let groups = g.reshape(z, &[n, GROUPS, d]);
         let u = unit(g, groups);
-        let by_window = g.reshape(u, &[batch, t, w]);
-        let ones = g.constant(1.0, &[w], DType::F32);
-        let running = g.recurrence(by_window, ones);
-        let seen = ramp(g, t);
-        let one = g.scalar_like(1.0, seen);
-        let seen = g.add(seen, one);
-        let seen = g.reshape(seen, &[1, t, 1]);
-        let mean = g.div(running, seen);
-        let mean = g.reshape(mean, &[n, GROUPS, d]);
+        let mean = running_mean(g, u);
         let along = g.mul(u, mean);
         let alignment = g.sum(along, &[2], false);
         let sq = g.square(mean);
@@ -485,17 +500,110 @@ impl System for Diakosmos {
         let x = g.gather(table, tokens);
         let x = g.reshape(x, &[n, padded]);
         let mut x = if padded == width { x } else { g.slice(x, 1, 0, width) };
+        let (d, w) = (self.group_width(), width);
+        let mut scan = |g: &mut Graph, r: Value, wr: Value, v: Value, gamma: Value| {
+            let l = g.shape(r)[2];
+            let r = g.reshape(r, &[batch, t, GROUPS, l]);
+            let wr = g.reshape(wr, &[batch, t, GROUPS, l]);
+            let v = g.reshape(v, &[batch, t, GROUPS, d]);
+            g.harmonic_scan(r, wr, v, gamma)
+        };
         for i in 0..self.blocks {
-            x = g.scoped(format!("blocks.{i}"), |g| self.block(g, x, batch));
+            x = g.scoped(format!("blocks.{i}"), |g| self.block(g, x, &mut scan));
         }
-        let f = self.features_of(&mut g, x, batch);
-        let head = g.param(
-            "head.weight",
-            &[VOCAB, self.features()],
-            Init::Uniform { bound: 1.0 / (self.features() as f64).sqrt() },
-        );
-        let logits = self.linear(&mut g, f, head);
+        let f = self.features_of(&mut g, x, &mut |g, u| {
+            let by_window = g.reshape(u, &[batch, t, w]);
+            let ones = g.constant(1.0, &[w], DType::F32);
+            let running = g.recurrence(by_window, ones);
+            let seen = ramp(g, t);
+            let one = g.scalar_like(1.0, seen);
+            let seen = g.add(seen, one);
+            let seen = g.reshape(seen, &[1, t, 1]);
+            let mean = g.div(running, seen);
+            g.reshape(mean, &[n, GROUPS, d])
+        });
+        let logits = self.head(&mut g, f);
         lm_loss(g, logits, targets)
+    }
+
+    /// One byte a run. The state carried between runs is everything in the model that mixes
+    /// positions: each block's harmonic-scan state S `[7, L, D]` (f32, as the scan keeps it),
+    /// and the head's running sum of unit vectors `[1, W]` with its count of positions. The
+    /// rest of the model (the wire, LayerNorms, the spatial path, the products) reads one
+    /// position. All start again at position 0, as a window starts them from zero.
+    ///
+    /// Past the window the states restart rather than run on: the host refills the program
+    /// from the sequence's last half window (its rule for every decode program), and
+    /// [`Feeds::carried`] restarts each state at that refill's position 0. The model is
+    /// trained and scored with states from zero at every window and a mean over at most a
+    /// window's positions; a state run on would feed the head a mean over more bytes than it
+    /// ever saw, while a restart gives what scoring computes for a window of the latest bytes.
+    /// The price is one half window of positions run again each half window generated.
+    ///
+    /// The one step is the scan's own arithmetic in elementwise ops (γ·S + w·v, then Σ_ℓ r_ℓ·S_ℓ
+    /// added in ℓ order), and the bf16 roundings are the model's (the three large products'
+    /// operands, one position's row each): on the CPU the scores are the window's to the bit;
+    /// elsewhere they differ only as far as a backend sums a product's one row in another
+    /// order than a window's rows.
+    fn decoder(&self) -> Option<Result<Decoder, IrError>> {
+        let build = || {
+            let (d, w) = (self.group_width(), self.width());
+            let mut g = Graph::new("diakosmos-decode");
+            let token = g.input("token", &[1, 1], DType::I32);
+            let feeds = Feeds::new(&mut g, self.context, None);
+            let byte = g.cast(token, DType::F32);
+            let byte = g.reshape(byte, &[1]);
+            let mut x = g.scoped("wire", |g| wire_rows(g, byte, self.phasors));
+            let mut assign = vec![];
+            for i in 0..self.blocks {
+                let mut scan = |g: &mut Graph, r: Value, wr: Value, v: Value, gamma: Value| {
+                    let l = g.shape(r)[2];
+                    let none = g.constant(0.0, &[GROUPS, l, d], DType::F32);
+                    let (state, s) = feeds.carried(g, &format!("scan.blocks.{i}"), none);
+                    // S ← γ·S + w·v, per head and harmonic.
+                    let gamma = g.reshape(gamma, &[GROUPS, l, 1]);
+                    let kept = g.mul(gamma, s);
+                    let wr = g.reshape(wr, &[GROUPS, l, 1]);
+                    let v = g.reshape(v, &[GROUPS, 1, d]);
+                    let written = g.mul(wr, v);
+                    let s = g.add(kept, written);
+                    assign.push((state, s));
+                    // y = Σ_ℓ r_ℓ·S_ℓ, added in ℓ order in f32 as the scan's kernel adds them
+                    // (a Sum would accumulate in f64 on the CPU and round differently).
+                    let r = g.reshape(r, &[GROUPS, l, 1]);
+                    let read = g.mul(r, s);
+                    let mut y = g.slice(read, 1, 0, 1);
+                    for k in 1..l {
+                        let next = g.slice(read, 1, k, k + 1);
+                        y = g.add(y, next);
+                    }
+                    g.reshape(y, &[1, GROUPS, d])
+                };
+                x = g.scoped(format!("blocks.{i}"), |g| self.block(g, x, &mut scan));
+            }
+            let f = self.features_of(&mut g, x, &mut |g, u| {
+                let u = g.reshape(u, &[1, w]);
+                let none = g.constant(0.0, &[1, w], DType::F32);
+                let (sum_state, sum) = feeds.carried(g, "head.running_sum", none);
+                let running = g.add(sum, u);
+                let none = g.constant(0.0, &[1, 1], DType::F32);
+                let (count_state, count) = feeds.carried(g, "head.seen", none);
+                let one = g.scalar_like(1.0, count);
+                let seen = g.add(count, one);
+                assign.push((sum_state, running));
+                assign.push((count_state, seen));
+                let mean = g.div(running, seen);
+                g.reshape(mean, &[1, GROUPS, d])
+            });
+            let logits = self.head(&mut g, f);
+            Ok(Decoder {
+                program: decode::program(g, logits, assign)?,
+                positions: self.context,
+                rotary: None,
+                learned_positions: false,
+            })
+        };
+        Some(build())
     }
 
     fn model_views(&self) -> Vec<ModelView> {
