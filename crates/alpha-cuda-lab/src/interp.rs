@@ -1,6 +1,7 @@
 //! A reference interpreter of the PTX Alpha writes, for the instructions its scalar kernels use
-//! (integer and address arithmetic, predicates and branches, f32 `add`/`sub`/`mul` with their
-//! rounding and `fma.rn.f32` as one rounding ([`f32::mul_add`]), bf16 loads widened by a shift,
+//! (integer and address arithmetic, predicates and branches, f32 `add`/`sub`/`mul`/`div` with their
+//! rounding and `fma.rn.f32` as one rounding ([`f32::mul_add`]), bf16 loads widened by a shift
+//! and stores rounded to the nearest (`cvt.rn.bf16.f32`, `st.global.b16`),
 //! global (scalar and `v4.f32`), shared and parameter loads and stores, `bar.sync`), over
 //! grids and blocks of up to three dimensions (`%tid`, `%ntid`, `%ctaid`, `%nctaid` in x, y, z).
 //!
@@ -151,6 +152,12 @@ impl Memory {
     pub fn write_bytes(&mut self, at: u64, data: &[u8]) {
         let o = (at - Self::BASE) as usize;
         self.bytes[o..o + data.len()].copy_from_slice(data);
+    }
+
+    /// `n` 16-bit words from `at` (bf16 values as their bits).
+    pub fn read_u16(&self, at: u64, n: usize) -> Vec<u16> {
+        let o = (at - Self::BASE) as usize;
+        self.bytes[o..o + 2 * n].chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
     }
 
     pub fn read(&self, at: u64, n: usize) -> Vec<f32> {
@@ -434,6 +441,13 @@ impl Module {
                     mem.span(at, 4).with_context(|| i.line.clone())?.copy_from_slice(&x.to_le_bytes());
                     None
                 }
+                "st.global.b16" => {
+                    let at = addr(0, &t.regs)?;
+                    let x = v(1)? as u16;
+                    mem.span(at, 2).with_context(|| i.line.clone())?.copy_from_slice(&x.to_le_bytes());
+                    None
+                }
+                "cvt.rn.bf16.f32" => Some(bf16_nearest_even(f(v(1)?)) as u64),
                 "ld.global.v4.f32" => {
                     let Operand::Vector(rs) = &i.args[0] else { bail!("{}: not a vector load", i.line) };
                     let at = addr(1, &t.regs)?;
@@ -477,6 +491,7 @@ impl Module {
                     Some(if i.op == "div.u32" { a / b } else { a % b } as u64)
                 }
                 "and.b32" => Some((u(v(1)?) & u(v(2)?)) as u64),
+                "shr.u32" => Some(u(v(1)?).checked_shr(u(v(2)?)).unwrap_or(0) as u64),
                 "shl.b32" => Some(u(v(1)?).checked_shl(u(v(2)?)).unwrap_or(0) as u64),
                 "min.u32" => Some(u(v(1)?).min(u(v(2)?)) as u64),
                 "mul.wide.u32" => Some(u(v(1)?) as u64 * u(v(2)?) as u64),
@@ -487,6 +502,7 @@ impl Module {
                 "add.rn.f32" => Some((f(v(1)?) + f(v(2)?)).to_bits() as u64),
                 "sub.rn.f32" => Some((f(v(1)?) - f(v(2)?)).to_bits() as u64),
                 "mul.rn.f32" => Some((f(v(1)?) * f(v(2)?)).to_bits() as u64),
+                "div.rn.f32" => Some((f(v(1)?) / f(v(2)?)).to_bits() as u64),
                 "fma.rn.f32" => Some(f(v(1)?).mul_add(f(v(2)?), f(v(3)?)).to_bits() as u64),
                 op if op.starts_with("setp.") && op.ends_with(".u32") => {
                     let (a, b) = (u(v(1)?), u(v(2)?));
@@ -508,6 +524,15 @@ impl Module {
             }
         }
     }
+}
+
+/// `cvt.rn.bf16.f32`: the nearest bf16, ties to even, a NaN as the canonical `0x7FFF`.
+fn bf16_nearest_even(x: f32) -> u16 {
+    if x.is_nan() {
+        return 0x7FFF;
+    }
+    let b = x.to_bits();
+    ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
 }
 
 struct Thread {

@@ -206,6 +206,51 @@ fn a_chain_reads_its_bias_row_by_column_and_its_scalar_once() {
     }
 }
 
+/// The column sum's first pass that also stores its tensor's bf16 cast gives the host's sums in
+/// the kernel's order ([`check::column_pass_reference`]) bit for bit, as the plain pass does, and
+/// every element of the cast rounded to nearest even (the guard after it untouched), under both
+/// orders of a block's threads: one chunk (a Mean, finished by the pass), several chunks with a
+/// ragged last tile and chunk, and columns that fill whole tiles.
+#[test]
+fn the_column_sum_storing_its_cast_gives_the_hosts_bits() {
+    use alpha_cuda::kernels::reduce::{self, Reduction};
+    use alpha_ir::Reduce;
+    for (shape, kind) in [([5usize, 40usize], Reduce::Mean), ([1000, 70], Reduce::Sum), ([640, 96], Reduce::Sum)] {
+        let r = Reduction::new(kind, &shape, &[0], DType::F32, DType::F32).unwrap();
+        let n = shape[0] * shape[1];
+        let x = Rng::new(n as u64).vec(n, 1.0);
+        let want = check::column_pass_reference(&r, &x);
+        let cast_want: Vec<u16> = x.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+        let (grid, threads) = ([r.grid().0, r.grid().1, 1], [reduce::THREADS, 1, 1]);
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let name = format!("{shape:?} {kind:?} {schedule:?}");
+            let mut mem = Memory::new();
+            let xa = mem.upload(&x);
+            // Each pass's outputs fresh (NaN until written).
+            let fresh = |mem: &mut Memory| [mem.alloc(r.outputs()), mem.alloc(want.len())];
+            let stored = |mem: &Memory, [out, partials]: [u64; 2]| match r.chunks() {
+                1 => mem.read(out, r.outputs()),
+                _ => mem.read(partials, want.len()),
+            };
+            let [out, partials] = fresh(&mut mem);
+            // The cast's n bf16 values and a guard after them, in floats' room.
+            let cast = mem.alloc((n + 2) / 2);
+            let guard = mem.read_u16(cast + 2 * n as u64, 1)[0];
+            let args = reduce::cast_arguments([out, xa, partials, cast]);
+            module(&r.column_cast_kernel().unwrap()).launch_3d(grid, threads, &args, &mut mem, schedule).unwrap();
+            assert_bits(&name, &stored(&mem, [out, partials]), &want);
+            let copy = mem.read_u16(cast, n + 1);
+            assert_eq!(&copy[..n], &cast_want[..], "{name}: the cast");
+            assert_eq!(copy[n], guard, "{name}: the guard after the cast");
+            let [out, partials] = fresh(&mut mem);
+            let args = reduce::arguments([out, xa, partials]);
+            module(&r.kernel()).launch_3d(grid, threads, &args, &mut mem, schedule).unwrap();
+            assert_bits(&format!("{name} plain"), &stored(&mem, [out, partials]), &want);
+        }
+        assert_eq!(r.chunks() > 1, shape[0] > 64, "{shape:?}: the chunks the case means to cover");
+    }
+}
+
 /// Output "out" of `program`'s forward phase on the CPU backend, after writing the named leaves.
 fn cpu_forward_out(program: &alpha_ir::Program, leaves: &[(&str, Vec<f32>)]) -> Vec<f32> {
     use alpha_plan::Backend;

@@ -884,3 +884,138 @@ pub fn reduce_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Optio
     }
     Ok(rows)
 }
+
+/// The column path's first pass on the host in the kernel's order
+/// ([`alpha_cuda::kernels::reduce::Reduction::kernel`]): for each column and chunk of rows, row
+/// group `g` sums the rows `g, g + 8, …` of the chunk in order from +0, then the eight groups'
+/// sums are added in pairs, then pairs of pairs. Returns what the pass stores: with one chunk the
+/// finished values (a Mean divided by the count), else the partials at `[column·chunks + chunk]`.
+pub fn column_pass_reference(r: &alpha_cuda::kernels::reduce::Reduction, x: &[f32]) -> Vec<f32> {
+    use alpha_cuda::kernels::reduce::ROW_GROUPS;
+    let (width, rows, chunks, chunk_rows) = (r.outputs(), r.count(), r.chunks(), r.column_chunk_rows());
+    let mut out = vec![0.0f32; width * chunks];
+    for col in 0..width {
+        for c in 0..chunks {
+            let (start, stop) = (c * chunk_rows, ((c + 1) * chunk_rows).min(rows));
+            let mut level: Vec<f32> = (0..ROW_GROUPS as usize)
+                .map(|g| (start + g..stop).step_by(ROW_GROUPS as usize).fold(0.0f32, |acc, i| acc + x[i * width + col]))
+                .collect();
+            while level.len() > 1 {
+                level = level.chunks(2).map(|p| if p.len() == 2 { p[0] + p[1] } else { p[0] }).collect();
+            }
+            out[col * chunks + c] = level[0];
+        }
+    }
+    if chunks == 1 {
+        finished(r, &mut out);
+    }
+    out
+}
+
+/// The finishing pass on the host in the kernel's order
+/// ([`alpha_cuda::kernels::reduce::Reduction::finish_kernel`]): thread `t` sums the partials `t,
+/// t + 256, …` of its output from +0; each warp combines its threads' sums by butterflies (xor
+/// 16, 8, 4, 2, 1), and the warps' sums are added in order.
+pub fn finish_reference(r: &alpha_cuda::kernels::reduce::Reduction, partials: &[f32]) -> Vec<f32> {
+    use alpha_cuda::kernels::reduce::THREADS;
+    let chunks = r.chunks();
+    let mut out: Vec<f32> = (0..r.outputs())
+        .map(|o| {
+            let row = &partials[o * chunks..(o + 1) * chunks];
+            let mut t: Vec<f32> = (0..THREADS as usize)
+                .map(|t| (t..chunks).step_by(THREADS as usize).fold(0.0f32, |acc, j| acc + row[j]))
+                .collect();
+            for off in [16, 8, 4, 2, 1] {
+                t = (0..t.len()).map(|l| t[l] + t[l ^ off]).collect();
+            }
+            t.iter().step_by(32).skip(1).fold(t[0], |acc, &w| acc + w)
+        })
+        .collect();
+    finished(r, &mut out);
+    out
+}
+
+/// A Mean's sums divided by the count (`div.rn.f32`), as the kernels finish them.
+fn finished(r: &alpha_cuda::kernels::reduce::Reduction, v: &mut [f32]) {
+    if r.kind == alpha_ir::Reduce::Mean {
+        v.iter_mut().for_each(|x| *x /= r.count() as f32);
+    }
+}
+
+/// The column sum that also stores its tensor's bf16 cast
+/// ([`alpha_cuda::kernels::reduce::Reduction::column_cast_kernel`]) with the finishing pass: the
+/// sums bit for bit those of the plain column sum and of the host in the kernels' order
+/// ([`column_pass_reference`], [`finish_reference`]), the cast bit for bit round-to-nearest-even
+/// with a poisoned guard after it untouched, and a second launch bit-identical. Shapes: GPT-2's
+/// at sixteen contexts (the q/k/v bias, [16384, 2304], and the 768-wide ones), a ragged one
+/// ([1000, 300]: a partial last tile and chunk), a small Mean ([5, 40]: one chunk, the mean
+/// stored by the first pass). Timed with `bench` (the fused pair; the plain pair and a cast read
+/// the tensor twice).
+pub fn column_cast_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use alpha_cuda::kernels::reduce::{self, Reduction};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
+    use alpha_ir::{DType, Reduce};
+    const GUARD: u16 = 0x7FC1;
+    let cases = [
+        ([16384usize, 2304usize], Reduce::Sum),
+        ([16384, 768], Reduce::Sum),
+        ([1000, 300], Reduce::Sum),
+        ([5, 40], Reduce::Mean),
+    ];
+    let mut rows = vec![];
+    for (shape, kind) in cases {
+        arena.reset();
+        let r = Reduction::new(kind, &shape, &[0], DType::F32, DType::F32)?;
+        let n = shape[0] * shape[1];
+        let x = rng.vec(n, 1.0);
+        let first = column_pass_reference(&r, &x);
+        let want = if r.chunks() > 1 { finish_reference(&r, &first) } else { first };
+        let xb = arena.alloc_n::<f32>(n)?;
+        arena.upload(xb, &x)?;
+        let outputs = r.outputs();
+        let [plain, ob, pb] = poisoned(arena, [outputs, outputs, outputs * r.chunks()])?;
+        let cast = arena.alloc_n::<u16>(n + 1)?;
+        arena.upload(cast, &vec![GUARD; n + 1])?;
+        let (f1, fc) = (gpu.load(&r.kernel())?, gpu.load(&r.column_cast_kernel()?)?);
+        let f2 = if r.chunks() > 1 { Some(gpu.load(&r.finish_kernel())?) } else { None };
+        let cfg1 = LaunchConfig { grid: r.grid(), block: (reduce::THREADS, 1, 1), shared_bytes: 0 };
+        let cfg2 = LaunchConfig { grid: (outputs as u32, 1, 1), block: (reduce::THREADS, 1, 1), shared_bytes: 0 };
+        let run = |fused: bool, out: u64| -> Result<()> {
+            if fused {
+                gpu.launch(&fc, cfg1, &reduce::cast_arguments([out, xb.ptr, pb.ptr, cast.ptr].map(Arg::U64)))?;
+            } else {
+                gpu.launch(&f1, cfg1, &reduce::arguments([out, xb.ptr, pb.ptr].map(Arg::U64)))?;
+            }
+            if let Some(f2) = &f2 {
+                gpu.launch(f2, cfg2, &reduce::finish_arguments([out, pb.ptr].map(Arg::U64)))?;
+            }
+            Ok(())
+        };
+        run(false, plain.ptr)?;
+        run(true, ob.ptr)?;
+        let (alone, got): (Vec<f32>, Vec<f32>) = (arena.download(plain, outputs)?, arena.download(ob, outputs)?);
+        let copy: Vec<u16> = arena.download(cast, n + 1)?;
+        arena.fill_u32(ob, NAN_BITS)?;
+        run(true, ob.ptr)?;
+        let again: Vec<f32> = arena.download(ob, outputs)?;
+        let sums_wrong = mismatches(&got, &want) + mismatches(&got, &alone) + mismatches(&got, &again);
+        let cast_wrong =
+            (0..n).filter(|&i| copy[i] != half::bf16::from_f32(x[i]).to_bits()).count() + (copy[n] != GUARD) as usize;
+        let wrong = sums_wrong + cast_wrong;
+        rows.push(Row {
+            family: "column-cast".into(),
+            name: format!("reduce_{kind:?}_columns_cast").to_lowercase(),
+            shape: format!("{shape:?}"),
+            max_abs: wrong as f64,
+            rel: wrong as f64 / (n + outputs) as f64,
+            tol: 0.0,
+            pass: wrong == 0,
+            median_us: if opts.bench { Some(median(gpu.time(opts.warmup, opts.reps, || run(true, ob.ptr))?)) } else { None },
+            rate: format!(
+                "{} chunk(s); {sums_wrong} sums differing (host order, plain sum, second launch), {cast_wrong} cast elements",
+                r.chunks()
+            ),
+        });
+    }
+    Ok(rows)
+}

@@ -17,7 +17,8 @@
 //! around them read (`merged_gradients.rs`, `forward_copies.rs`); the output gradient's product
 //! storing dO as bf16 with delta (`delta_heads.rs`); a gated unit's multiply as the up product's
 //! epilogue, computing `gelu(gate)` from the gate product (`mul_epilogues.rs`); LayerNorm backwards
-//! whose gain and bias folds wait for one launch after the last (`deferred_folds.rs`).
+//! whose gain and bias folds wait for one launch after the last (`deferred_folds.rs`); column sums
+//! storing the bf16 cast of the tensor they sum (`column_casts.rs`).
 //! `recompute.rs` is the chain rule the lowering's fused chains apply (a unary of an input
 //! recomputed rather than read), and `gemm_spec.rs` the tiled product spec a MatMul runs as. Where
 //! a fusion needs the launches as lowered, the lowering merges them itself (see [`crate::lower`]).
@@ -37,6 +38,7 @@ use crate::kernels::layernorm::Norm;
 
 mod activation;
 mod casts_into_producers;
+mod column_casts;
 mod deferred_folds;
 mod delta_heads;
 mod epilogues;
@@ -54,6 +56,7 @@ mod turned_heads;
 
 pub(crate) use activation::*;
 pub(crate) use casts_into_producers::*;
+pub(crate) use column_casts::*;
 pub(crate) use deferred_folds::*;
 pub(crate) use delta_heads::*;
 pub(crate) use epilogues::*;

@@ -71,6 +71,9 @@ pub(crate) struct FusionPlan {
     pub(crate) deferred_folds: std::collections::HashSet<u32>,
     /// The current phase's LayerNormBackward after whose launch the waiting folds run.
     pub(crate) fold_flush_after: Option<u32>,
+    /// Column sum (Reduce) → the output of the bf16 cast of its tensor that its first pass may
+    /// store too ([`column_casts`]).
+    pub(crate) column_casts: HashMap<u32, Value>,
 }
 
 impl FusionPlan {
@@ -151,6 +154,12 @@ impl FusionPlan {
 
     pub(crate) fn merged_gradients(&self, id: u32) -> Option<&Value> {
         self.attention.get(&id)?.merged_gradients.as_ref()
+    }
+
+    /// The cast that column sum `id` stores, unless another launch has taken it by the time
+    /// the lowering reaches the sum (it is then in `skip`).
+    pub(crate) fn column_cast(&self, id: u32, skip: &std::collections::HashSet<u32>) -> Option<Value> {
+        self.column_casts.get(&id).copied().filter(|c| !skip.contains(&c.node))
     }
 
     pub(crate) fn output_copy(&self, id: u32) -> Option<&Value> {

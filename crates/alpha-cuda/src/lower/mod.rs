@@ -34,8 +34,9 @@
 //! deduplicated, the phase loop, and `lower_node`, which dispatches each node to its family);
 //! one file per op family's lowering: `matmul.rs`, `attention.rs` (and rotaries), `layernorm.rs`,
 //! `rmsnorm.rs`, `pointwise.rs` (elementwise and layout ops, fused chains, parameter casts),
-//! `reduce.rs`, `embedding.rs`, `loss.rs`, `optimizer.rs`, `recurrence.rs` (the linear
-//! recurrence, the delta rule, the harmonic scan); `tests.rs`.
+//! `reduce.rs` (with the bf16 cast a column sum stores), `embedding.rs`, `loss.rs`,
+//! `optimizer.rs`, `recurrence.rs` (the linear recurrence, the delta rule, the harmonic scan);
+//! `tests.rs`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -46,11 +47,11 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::config::{ChainEpilogues, CudaConfig};
 use crate::fusion::{
-    cast_sources_through_their_gemms, casts_into_producers, clear_of, deep_epilogue_grid, deferred_folds, delta_heads,
-    forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart, merged_gradients,
-    mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range,
-    readers_of, recompute_unary_inputs, settled, tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan,
-    PhaseView,
+    cast_sources_through_their_gemms, casts_into_producers, clear_of, column_casts, deep_epilogue_grid, deferred_folds,
+    delta_heads, forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart,
+    merged_gradients, mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads,
+    producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled, tiled_gemm, touched_by, turned_heads,
+    with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -425,6 +426,9 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 skip.insert(mul);
             }
         }
+        if config.column_casts {
+            column_casts(&view, &skip, &mut lw.fusion);
+        }
         (lw.fusion.deferred_folds, lw.fusion.fold_flush_after) = deferred_folds(config, &view);
         let mut products = LaunchedProducts::default();
         let mut i = 0;
@@ -496,6 +500,13 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 }
                 launches.push(lw.lower_adamw_group(&nodes[i..j])?);
                 i = j;
+                continue;
+            }
+            // A column sum storing its tensor's bf16 cast, where no launch before took the cast.
+            if let Some(cast) = lw.fusion.column_cast(nodes[i], &skip) {
+                skip.insert(cast.node);
+                launches.extend(lw.lower_reduce(nodes[i], Some(cast))?);
+                i += 1;
                 continue;
             }
             launches.extend(lw.lower_node(nodes[i])?);
@@ -782,7 +793,7 @@ impl Lowerer<'_> {
             | Op::Permute { .. }
             | Op::Slice { .. }
             | Op::Concat { .. } => self.lower_elementwise(id),
-            Op::Reduce { .. } => self.lower_reduce(id),
+            Op::Reduce { .. } => self.lower_reduce(id, None),
             Op::MatMul { .. } => self.lower_matmul(id),
             Op::Gather | Op::ScatterAdd { .. } => self.lower_embedding(id),
             Op::LayerNorm { .. } => self.lower_layernorm(id),
