@@ -96,7 +96,8 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     v.push(attention::mma::forward_kernel_bf16(&dims));
     v.push(attention::wgmma::forward_kernel(&dims, false));
     v.push(attention::wgmma::forward_kernel(&dims, true));
-    v.push(attention::wgmma::backward_kernel(&dims, [true, true], true));
+    v.push(attention::wgmma::backward_kernel(&dims, [true, true], attention::mma::Gradients::MergedBf16));
+    v.push(attention::wgmma::backward_kernel(&dims, [true, true], attention::mma::Gradients::MergedF32));
     v.push(attention::mma::backward_delta_kernel_bf16(&dims));
     v.push(attention::mma::backward_kernel_bf16(&dims, [true, true]));
     // The q/k/v projection stored split into heads (Coppelius's shape at one context).

@@ -30,6 +30,7 @@ use alpha_plan::Plan;
 
 use crate::config::CudaConfig;
 use crate::kernels::attention;
+use crate::kernels::attention::mma::Gradients;
 use crate::kernels::fused;
 use crate::kernels::gemm::tma as gemm_tma;
 use crate::kernels::gemm::wgmma as gemm_wgmma;

@@ -49,9 +49,9 @@ pub(crate) struct AttentionFusion {
     /// Reading bf16 q, k and v stored turned by their projection: the heads tensor's f32 slot
     /// (the bf16 values lie at half their views' offsets from its start) ([`turned_heads`]).
     pub(crate) bf16_heads: Option<(usize, usize)>,
-    /// Backward only: the bf16 cast of its permuted, concatenated gradients, which it stores
-    /// itself ([`merged_gradients`]).
-    pub(crate) merged_gradients: Option<Value>,
+    /// Backward only: its permuted, concatenated gradients, which it stores itself: the bf16
+    /// cast of them, or the f32 permute ([`merged_gradients`]).
+    pub(crate) merged_gradients: Option<(Value, Gradients)>,
     /// Forward only: the bf16 cast of its permuted output, which it stores too
     /// ([`forward_copies`]).
     pub(crate) output_copy: Option<Value>,
@@ -152,7 +152,7 @@ impl FusionPlan {
         self.attention.get(&id)?.bf16_heads.as_ref()
     }
 
-    pub(crate) fn merged_gradients(&self, id: u32) -> Option<&Value> {
+    pub(crate) fn merged_gradients(&self, id: u32) -> Option<&(Value, Gradients)> {
         self.attention.get(&id)?.merged_gradients.as_ref()
     }
 

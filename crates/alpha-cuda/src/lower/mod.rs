@@ -49,7 +49,7 @@ use crate::config::{ChainEpilogues, CudaConfig};
 use crate::fusion::{
     cast_sources_through_their_gemms, casts_into_producers, clear_of, column_casts, deep_epilogue_grid, deferred_folds,
     delta_heads, forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart,
-    merged_gradients, mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads,
+    merged_f32_windows, merged_gradients, mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads,
     producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled, tiled_gemm, touched_by, turned_heads,
     with_ring, FusionPlan, PhaseView,
 };
@@ -409,7 +409,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
             lw.fusion.store_as.insert(producer_out, cast);
         }
         if config.bf16_attention && config.merged_gradients {
-            for permute in merged_gradients(&view, &skip, &mut lw.fusion) {
+            for permute in merged_gradients(config, &view, &skip, &mut lw.fusion) {
                 skip.insert(permute);
             }
         }
@@ -600,7 +600,9 @@ fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<
 /// stores, which must not land on the pre-rotary tensors the backward reads (a plain plan puts
 /// them exactly there). The f32 sources of the bf16 casts that only GEMMs read are kept alive
 /// through those GEMMs (`cast_sources_through_their_gemms`), so that every such cast folds
-/// into the GEMMs' loads.
+/// into the GEMMs' loads. The bf16 attention backward's inputs are kept alive through the
+/// permute of its gradients where it may store that permute's f32 output
+/// (`merged_f32_windows`).
 pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result<Lowered> {
     let plan_with = |keep: &[(Value, u32)]| {
         alpha_plan::plan_in_place(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
@@ -643,6 +645,9 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     }
     for (product, cast) in copy_windows(program, &into_producers) {
         keep_up_to(product, cast, false);
+    }
+    if config.bf16_attention && config.merged_gradients {
+        keep.extend(merged_f32_windows(program, &into_producers));
     }
     lower(plan_with(&keep)?, config)
 }
