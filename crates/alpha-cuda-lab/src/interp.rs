@@ -558,6 +558,16 @@ pub fn run_lowered(
     phase: usize,
     leaves: &[(&str, Vec<f32>)],
 ) -> Result<(Memory, u64)> {
+    run_lowered_with(lowered, phase, leaves, Schedule::Ascending)
+}
+
+/// [`run_lowered`], every block's threads run in `schedule`'s order.
+pub fn run_lowered_with(
+    lowered: &alpha_cuda::lower::Lowered,
+    phase: usize,
+    leaves: &[(&str, Vec<f32>)],
+    schedule: Schedule,
+) -> Result<(Memory, u64)> {
     use alpha_cuda::lower::LArg;
     let mut mem = Memory::new();
     let base = mem.alloc_zeroed(lowered.arena);
@@ -590,13 +600,7 @@ pub fn run_lowered(
             })
             .collect();
         module
-            .launch_3d(
-                [l.grid.0, l.grid.1, l.grid.2],
-                [l.block.0, l.block.1, l.block.2],
-                &args,
-                &mut mem,
-                Schedule::Ascending,
-            )
+            .launch_3d([l.grid.0, l.grid.1, l.grid.2], [l.block.0, l.block.1, l.block.2], &args, &mut mem, schedule)
             .with_context(|| lowered.describe(l))?;
     }
     Ok((mem, base))

@@ -251,6 +251,39 @@ fn the_column_sum_storing_its_cast_gives_the_hosts_bits() {
     }
 }
 
+/// A column sum and a bf16 cast of the same tensor, lowered, run as one launch: the sum's pass
+/// storing the cast into the cast's slot, the sum into the sum's (one chunk of rows: no
+/// finishing launch). Run by the interpreter under both orders of a block's threads, the sum
+/// gives the host's bits in the kernel's order and the cast round-to-nearest-even's.
+#[test]
+fn a_lowered_column_sum_stores_the_cast_of_its_tensor() {
+    use alpha_cuda::kernels::reduce::Reduction;
+    use alpha_ir::{Graph, Init, Reduce};
+    let (rows, cols) = (48, 40);
+    let mut g = Graph::new("column-cast");
+    let x = g.param("x", &[rows, cols], Init::Zeros);
+    let y = g.scale(x, 1.0);
+    let sum = g.sum(y, &[0], false);
+    let cast = g.cast(y, DType::BF16);
+    let outputs = [("sum".to_string(), sum), ("cast".to_string(), cast)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let lowered = alpha_cuda::lower::lower_program(&program, &alpha_cuda::CudaConfig::default()).unwrap();
+    let names: Vec<&str> = lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.as_str()).collect();
+    assert_eq!(names[1..], ["reduce_sum_columns_cast"], "the scale, then the sum storing the cast");
+    let xs = Rng::new(9).vec(rows * cols, 3.0);
+    let ys: Vec<f32> = xs.iter().map(|&v| v * 1.0).collect();
+    let r = Reduction::new(Reduce::Sum, &[rows, cols], &[0], DType::F32, DType::F32).unwrap();
+    let want = check::column_pass_reference(&r, &ys);
+    let want_cast: Vec<u16> = ys.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+    for schedule in [Schedule::Ascending, Schedule::Descending] {
+        let (mem, base) =
+            alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, &[("x", xs.clone())], schedule).unwrap();
+        let at = |v: alpha_ir::Value| base + lowered.plan.slot(v).offset as u64;
+        assert_bits(&format!("sum {schedule:?}"), &mem.read(at(sum), cols), &want);
+        assert_eq!(mem.read_u16(at(cast), rows * cols), want_cast, "cast {schedule:?}");
+    }
+}
+
 /// Output "out" of `program`'s forward phase on the CPU backend, after writing the named leaves.
 fn cpu_forward_out(program: &alpha_ir::Program, leaves: &[(&str, Vec<f32>)]) -> Vec<f32> {
     use alpha_plan::Backend;
