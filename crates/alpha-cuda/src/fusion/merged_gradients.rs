@@ -104,6 +104,7 @@ pub(crate) fn merged_f32_windows(
     into_producers: &HashMap<Value, u32>,
 ) -> Vec<(Value, u32)> {
     let g = &program.graph;
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
     // Back from `v` through reshapes and inverse rotaries to the node that computes it.
     let source = |mut v: Value| loop {
         match g.nodes[v.node as usize].op {
@@ -125,7 +126,9 @@ pub(crate) fn merged_f32_windows(
         let h = source(c.inputs[0]);
         let hn = &g.nodes[h as usize];
         if matches!(hn.op, Op::AttentionBackward { bf16: true, .. }) && c.inputs.iter().all(|&x| source(x) == h) {
-            keep.extend([0, 1, 2, 4].map(|k| (hn.inputs[k], p as u32)));
+            // (Inputs from an earlier phase are never reused within this one.)
+            let ins = [0, 1, 2, 4].map(|k| hn.inputs[k]);
+            keep.extend(ins.into_iter().filter(|v| phase(v.node) == phase(p as u32)).map(|v| (v, p as u32)));
         }
     }
     keep
