@@ -107,6 +107,9 @@ fn main() -> Result<()> {
     if wanted("reduce") {
         step("reduce", check::reduce_checks(&gpu, &arena, &mut rng, &opts));
     }
+    if wanted("layernorm-cols") {
+        step("layernorm-cols", check::layernorm_column_checks(&gpu, &arena, &mut rng, &opts));
+    }
     if wanted("column-cast") {
         step("column-cast", check::column_cast_checks(&gpu, &arena, &mut rng, &opts));
     }

@@ -2,7 +2,8 @@
 //! (integer and address arithmetic, predicates and branches, f32 `add`/`sub`/`mul`/`div` with their
 //! rounding and `fma.rn.f32` as one rounding ([`f32::mul_add`]), bf16 loads widened by a shift
 //! and stores rounded to the nearest (`cvt.rn.bf16.f32`, `st.global.b16`),
-//! global (scalar and `v4.f32`), shared and parameter loads and stores, `bar.sync`), over
+//! global (scalar and `v4.f32`), shared and parameter loads and stores, `bar.sync`, whole-warp
+//! butterfly shuffles, each a point where the warp's lanes meet), over
 //! grids and blocks of up to three dimensions (`%tid`, `%ntid`, `%ctaid`, `%nctaid` in x, y, z).
 //!
 //! Why: a kernel's arithmetic and indexing can be checked against the CPU reference where no
@@ -342,8 +343,9 @@ impl Module {
             |[x, y, z]: [u32; 3]| (0..z).flat_map(move |k| (0..y).flat_map(move |j| (0..x).map(move |i| [i, j, k])));
         for b in cube(grid) {
             let mut shared = vec![0xFFu8; self.shared_bytes];
-            let mut threads: Vec<Thread> =
-                cube(block).map(|t| Thread { regs: vec![0; self.regs], pc: 0, done: false, tid: t }).collect();
+            let mut threads: Vec<Thread> = cube(block)
+                .map(|t| Thread { regs: vec![0; self.regs], pc: 0, done: false, tid: t, shuffle: None })
+                .collect();
             if schedule == Schedule::Descending {
                 threads.reverse();
             }
@@ -353,6 +355,7 @@ impl Module {
                     self.run_to_barrier(t, &ids, args, mem, &mut shared)
                         .with_context(|| format!("kernel {}, block {b:?}, thread {:?}", self.name, t.tid))?;
                 }
+                exchange_shuffles(&mut threads, block).with_context(|| format!("kernel {}, block {b:?}", self.name))?;
                 if threads.iter().all(|t| t.done) {
                     break;
                 }
@@ -415,6 +418,15 @@ impl Module {
                     return Ok(());
                 }
                 "bar.sync" => return Ok(()),
+                // Every lane of the warp stops here; `exchange_shuffles` gives each its partner's.
+                "shfl.sync.bfly.b32" => {
+                    let d = dst.ok_or_else(|| anyhow!("{}: a shuffle into no register", i.line))?;
+                    if v(3)? != 31 || v(4)? as i64 != -1 {
+                        bail!("{}: only whole-warp butterflies are interpreted", i.line);
+                    }
+                    t.shuffle = Some((d, u(v(1)?), u(v(2)?)));
+                    return Ok(());
+                }
                 "bra" | "bra.uni" => match i.args[0] {
                     Operand::Label(l) => {
                         t.pc = l;
@@ -499,7 +511,9 @@ impl Module {
                 "and.pred" => Some(((v(1)? != 0) && (v(2)? != 0)) as u64),
                 "or.pred" => Some(((v(1)? != 0) || (v(2)? != 0)) as u64),
                 "selp.b64" => Some(if v(3)? != 0 { v(1)? } else { v(2)? }),
-                "add.rn.f32" => Some((f(v(1)?) + f(v(2)?)).to_bits() as u64),
+                // (`add.f32` may contract only with a multiply feeding it; the block reductions'
+                // operands come from shuffles and shared memory, so it rounds as `.rn` does.)
+                "add.rn.f32" | "add.f32" => Some((f(v(1)?) + f(v(2)?)).to_bits() as u64),
                 "sub.rn.f32" => Some((f(v(1)?) - f(v(2)?)).to_bits() as u64),
                 "mul.rn.f32" => Some((f(v(1)?) * f(v(2)?)).to_bits() as u64),
                 "div.rn.f32" => Some((f(v(1)?) / f(v(2)?)).to_bits() as u64),
@@ -540,6 +554,26 @@ struct Thread {
     pc: usize,
     done: bool,
     tid: [u32; 3],
+    /// A butterfly shuffle it stopped at: (destination register, its value, the lane mask).
+    shuffle: Option<(usize, u32, u32)>,
+}
+
+/// Completes the butterfly shuffles the block's threads stopped at: each gets the value of the
+/// lane its mask names in its warp (warps of 32 consecutive linear thread ids), which must have
+/// stopped at a shuffle too.
+fn exchange_shuffles(threads: &mut [Thread], block: [u32; 3]) -> Result<()> {
+    let linear = |t: &Thread| (t.tid[0] + block[0] * (t.tid[1] + block[1] * t.tid[2])) as usize;
+    let offered: HashMap<usize, u32> =
+        threads.iter().filter_map(|t| t.shuffle.map(|(_, value, _)| (linear(t), value))).collect();
+    for t in threads.iter_mut() {
+        let Some((d, _, mask)) = t.shuffle.take() else { continue };
+        let lane = linear(t);
+        let partner = (lane & !31) | ((lane & 31) ^ mask as usize);
+        let got =
+            offered.get(&partner).ok_or_else(|| anyhow!("lane {lane}'s shuffle: lane {partner} is not at one"))?;
+        t.regs[d] = *got as u64;
+    }
+    Ok(())
 }
 
 struct Ids {

@@ -284,6 +284,70 @@ fn a_lowered_column_sum_stores_the_cast_of_its_tensor() {
     }
 }
 
+/// The LayerNorm backward that also sums the columns of what it stores, run by the interpreter
+/// under both orders of a block's threads (warp shuffles included): dx (with the residual added,
+/// and its bf16 copy) and the gain and bias partials the plain kernel's bits, the column sums each
+/// band's stored rows added in order, and the column sum's finishing pass over them the host's
+/// bits in its order ([`check::finish_reference`]). A ragged shape: a short last band, columns
+/// past the last whole 128.
+#[test]
+fn the_layernorm_backward_summing_its_columns_gives_the_hosts_bits() {
+    use alpha_cuda::kernels::layernorm::{self, DxPasses, Norm, BAND};
+    use alpha_cuda::kernels::reduce::{self, Reduction};
+    use alpha_ir::Reduce;
+    let n = Norm { rows: 40, c: 200 };
+    let (rows, c, bands) = (n.rows, n.c, n.bands());
+    let mut rng = Rng::new(21);
+    let (x, gain, dy, r) = (rng.vec(rows * c, 2.0), rng.vec(c, 1.0), rng.vec(rows * c, 1.0), rng.vec(rows * c, 1.0));
+    let mean = rng.vec(rows, 0.5);
+    let rstd: Vec<f32> = rng.vec(rows, 1.0).iter().map(|v| 1.5 + v).collect();
+    let sum = Reduction::new(Reduce::Sum, &[rows, c], &[0], DType::F32, DType::F32).unwrap();
+    for (residual, copy) in [(true, true), (false, false)] {
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let name = format!("residual {residual}, copy {copy}, {schedule:?}");
+            let mut mem = Memory::new();
+            let ins = [&x, &gain, &mean, &rstd, &dy].map(|v| mem.upload(v));
+            let ra = mem.upload(&r);
+            let columns = mem.alloc(c * bands);
+            // Each kernel's outputs: dx, its bf16 copy, pass 1's partials.
+            let run = |mem: &mut Memory, kernel: alpha_cuda::ptx::Kernel, columns: Option<u64>| {
+                let (dx, dx16, partials) =
+                    (mem.alloc(rows * c), mem.alloc(rows * c / 2), mem.alloc(n.scratch_floats()));
+                let passes = match columns {
+                    Some(columns) => DxPasses::PartialsAndColumns { partials, columns },
+                    None => DxPasses::Partials(partials),
+                };
+                let tensors = [dx, ins[0], ins[1], ins[2], ins[3], ins[4]];
+                let args = layernorm::dx_arguments(tensors, residual.then_some(ra), copy.then_some(dx16), passes);
+                let (grid, block) = layernorm::dx_partials_launch(n);
+                module(&kernel).launch_3d([grid.0, 1, 1], [block.0, 1, 1], &args, mem, schedule).unwrap();
+                let copied = if copy { mem.read_u16(dx16, rows * c) } else { vec![] };
+                (mem.read(dx, rows * c), copied, mem.read(partials, n.scratch_floats()))
+            };
+            let plain = run(&mut mem, layernorm::backward_dx_partials_kernel(n, residual, copy), None);
+            let summing =
+                run(&mut mem, layernorm::backward_dx_column_partials_kernel(n, residual, copy), Some(columns));
+            assert_bits(&format!("{name}: dx"), &summing.0, &plain.0);
+            assert_eq!(summing.1, plain.1, "{name}: dx's bf16 copy");
+            assert_bits(&format!("{name}: gain and bias partials"), &summing.2, &plain.2);
+            let stored = &plain.0;
+            let want: Vec<f32> = (0..c * bands)
+                .map(|at| {
+                    let (j, b) = (at / bands, at % bands);
+                    (b * BAND..((b + 1) * BAND).min(rows)).fold(0.0f32, |acc, i| acc + stored[i * c + j])
+                })
+                .collect();
+            assert_bits(&format!("{name}: column sums"), &mem.read(columns, c * bands), &want);
+            let out = mem.alloc(c);
+            let finish = sum.finish_kernel_over(bands as u32);
+            let args = reduce::finish_arguments([out, columns]);
+            module(&finish).launch_3d([c as u32, 1, 1], [reduce::THREADS, 1, 1], &args, &mut mem, schedule).unwrap();
+            let finished = check::finish_reference_over(&sum, &want, bands);
+            assert_bits(&format!("{name}: the finished sums"), &mem.read(out, c), &finished);
+        }
+    }
+}
+
 /// Output "out" of `program`'s forward phase on the CPU backend, after writing the named leaves.
 fn cpu_forward_out(program: &alpha_ir::Program, leaves: &[(&str, Vec<f32>)]) -> Vec<f32> {
     use alpha_plan::Backend;

@@ -24,6 +24,7 @@
 //! | `ALPHA_ATTN_BF16=off` | [`CudaConfig::bf16_attention`] | attention reads f32 q, k, v and turns q and k on load, instead of bf16 ones the projection stores turned |
 //! | `ALPHA_ATTN_MERGED=off` | [`CudaConfig::merged_gradients`] | the bf16 attention backward stores f32 dq, dk, dv (a permute then casts them together) instead of the permuted bf16 gradient itself |
 //! | `ALPHA_COLUMN_CAST=off` | [`CudaConfig::column_casts`] | a bias gradient's column sum and the bf16 cast of the same tensor run as two launches, each reading it, instead of the sum's first pass storing the cast |
+//! | `ALPHA_LN_COLUMNS=off` | [`CudaConfig::norm_column_sums`] | a bias gradient's column sum of a LayerNorm backward's output reads that output back in a first pass, instead of finishing the band sums the LayerNorm backward wrote |
 //! | `ALPHA_MUL_EPILOGUE=off` | [`CudaConfig::mul_epilogue`] | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
 //! | `ALPHA_LN_COPY=off` | [`CudaConfig::layernorm_copy`] | the residual gradient's bf16 cast after a LayerNorm backward runs as its own launch instead of being stored by the LayerNorm backward |
 //! | `ALPHA_ATTN_OCOPY=off` | [`CudaConfig::output_copy`] | the attention output's permute-and-cast runs as its own launch instead of the bf16 attention forward storing the copy |
@@ -108,6 +109,9 @@ pub struct CudaConfig {
     pub merged_gradients: bool,
     /// A column sum's first pass stores the bf16 cast of the tensor it sums where the plan allows.
     pub column_casts: bool,
+    /// A LayerNorm backward writes the band sums of its output's columns for the column sum
+    /// after it.
+    pub norm_column_sums: bool,
     /// A multiply after a product fused into the product's epilogue where the plan allows.
     pub mul_epilogue: bool,
     /// A LayerNorm backward also stores the bf16 cast of the residual gradient it adds.
@@ -172,6 +176,7 @@ impl Default for CudaConfig {
             bf16_attention: true,
             merged_gradients: true,
             column_casts: true,
+            norm_column_sums: true,
             mul_epilogue: true,
             layernorm_copy: true,
             output_copy: true,
@@ -247,6 +252,7 @@ impl CudaConfig {
         c.bf16_attention = switch("ALPHA_ATTN_BF16", c.bf16_attention)?;
         c.merged_gradients = switch("ALPHA_ATTN_MERGED", c.merged_gradients)?;
         c.column_casts = switch("ALPHA_COLUMN_CAST", c.column_casts)?;
+        c.norm_column_sums = switch("ALPHA_LN_COLUMNS", c.norm_column_sums)?;
         c.mul_epilogue = switch("ALPHA_MUL_EPILOGUE", c.mul_epilogue)?;
         c.layernorm_copy = switch("ALPHA_LN_COPY", c.layernorm_copy)?;
         c.output_copy = switch("ALPHA_ATTN_OCOPY", c.output_copy)?;

@@ -55,6 +55,10 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     v.extend(multi::kernels());
     // Representative shapes of the plan-lowering families (Coppelius's where it has them).
     let norm = layernorm::Norm { rows: 1024, c: 512 };
+    // GPT-2's at sixteen contexts: pass 1 in the rows, the residual added and copied, the
+    // columns summed for the bias gradient after it.
+    let gpt2 = layernorm::Norm { rows: 16384, c: 768 };
+    v.push(layernorm::backward_dx_column_partials_kernel(gpt2, true, true));
     v.extend([
         layernorm::forward_kernel(norm, 1e-5),
         layernorm::backward_dx_kernel(norm),

@@ -917,8 +917,13 @@ pub fn column_pass_reference(r: &alpha_cuda::kernels::reduce::Reduction, x: &[f3
 /// t + 256, …` of its output from +0; each warp combines its threads' sums by butterflies (xor
 /// 16, 8, 4, 2, 1), and the warps' sums are added in order.
 pub fn finish_reference(r: &alpha_cuda::kernels::reduce::Reduction, partials: &[f32]) -> Vec<f32> {
+    finish_reference_over(r, partials, r.chunks())
+}
+
+/// [`finish_reference`] over `chunks` partials an output
+/// ([`alpha_cuda::kernels::reduce::Reduction::finish_kernel_over`]).
+pub fn finish_reference_over(r: &alpha_cuda::kernels::reduce::Reduction, partials: &[f32], chunks: usize) -> Vec<f32> {
     use alpha_cuda::kernels::reduce::THREADS;
-    let chunks = r.chunks();
     let mut out: Vec<f32> = (0..r.outputs())
         .map(|o| {
             let row = &partials[o * chunks..(o + 1) * chunks];
@@ -1018,4 +1023,96 @@ pub fn column_cast_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &
         });
     }
     Ok(rows)
+}
+
+/// The LayerNorm backward that also sums the columns of what it stores
+/// ([`alpha_cuda::kernels::layernorm::backward_dx_column_partials_kernel`], adding the residual
+/// and storing the bf16 copy, as GPT-2's run) against the plain kernel: dx, its copy and the gain
+/// and bias partials bit for bit, the column sums the host's sums of each band's stored rows in
+/// order, and the column sum's finishing pass over them ([`finish_reference_over`]) bit for bit.
+/// Shapes: GPT-2's at sixteen contexts ([16384, 768], 1,024 bands) and a ragged one ([1000, 200]:
+/// a short last band, columns past the last whole 128). Timed with `bench` (the plain kernel and
+/// this one).
+pub fn layernorm_column_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use alpha_cuda::kernels::layernorm::{self, DxPasses, Norm, BAND};
+    use alpha_cuda::kernels::reduce::{self, Reduction};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
+    use alpha_ir::{DType, Reduce};
+    let mut rows_out = vec![];
+    for n in [Norm { rows: 16384, c: 768 }, Norm { rows: 1000, c: 200 }] {
+        arena.reset();
+        let (rows, c, bands) = (n.rows, n.c, n.bands());
+        let mut host = [rows * c, c, rows, rows, rows * c, rows * c].map(|len| rng.vec(len, 1.0));
+        // rstd positive, as a forward's.
+        host[3].iter_mut().for_each(|v| *v += 1.5);
+        let mut bufs = vec![];
+        for h in &host {
+            let b = arena.alloc_n::<f32>(h.len())?;
+            arena.upload(b, h)?;
+            bufs.push(b);
+        }
+        let [x, gain, mean, rstd, dy, r] = [0, 1, 2, 3, 4, 5].map(|i| bufs[i]);
+        let [dx_a, dx_b, parts_a, parts_b, columns, out] =
+            poisoned(arena, [rows * c, rows * c, n.scratch_floats(), n.scratch_floats(), c * bands, c])?;
+        let (copy_a, copy_b) = (arena.alloc_n::<u16>(rows * c)?, arena.alloc_n::<u16>(rows * c)?);
+        let (grid, block) = layernorm::dx_partials_launch(n);
+        let cfg = LaunchConfig { grid, block, shared_bytes: 0 };
+        let plain = gpu.load(&layernorm::backward_dx_partials_kernel(n, true, true))?;
+        let summing = gpu.load(&layernorm::backward_dx_column_partials_kernel(n, true, true))?;
+        let sum = Reduction::new(Reduce::Sum, &[rows, c], &[0], DType::F32, DType::F32)?;
+        let finish = gpu.load(&sum.finish_kernel_over(bands as u32))?;
+        let args = |dx: u64, copy: u64, passes: DxPasses<u64>| {
+            let tensors = [dx, x.ptr, gain.ptr, mean.ptr, rstd.ptr, dy.ptr];
+            layernorm::dx_arguments(tensors, Some(r.ptr), Some(copy), passes)
+                .into_iter()
+                .map(Arg::U64)
+                .collect::<Vec<_>>()
+        };
+        let args_a = args(dx_a.ptr, copy_a.ptr, DxPasses::Partials(parts_a.ptr));
+        let both = DxPasses::PartialsAndColumns { partials: parts_b.ptr, columns: columns.ptr };
+        let args_b = args(dx_b.ptr, copy_b.ptr, both);
+        let cfg2 = LaunchConfig { grid: (c as u32, 1, 1), block: (reduce::THREADS, 1, 1), shared_bytes: 0 };
+        let args2: Vec<Arg> = reduce::finish_arguments([out.ptr, columns.ptr]).into_iter().map(Arg::U64).collect();
+        gpu.launch(&plain, cfg, &args_a)?;
+        gpu.launch(&summing, cfg, &args_b)?;
+        gpu.launch(&finish, cfg2, &args2)?;
+        let stored: Vec<f32> = arena.download(dx_a, rows * c)?;
+        let same = mismatches(&arena.download::<f32>(dx_b, rows * c)?, &stored)
+            + mismatches(
+                &arena.download::<f32>(parts_b, n.scratch_floats())?,
+                &arena.download::<f32>(parts_a, n.scratch_floats())?,
+            )
+            + arena
+                .download::<u16>(copy_a, rows * c)?
+                .iter()
+                .zip(arena.download::<u16>(copy_b, rows * c)?)
+                .filter(|(a, b)| **a != *b)
+                .count();
+        let want: Vec<f32> = (0..c * bands)
+            .map(|at| {
+                let (j, b) = (at / bands, at % bands);
+                (b * BAND..((b + 1) * BAND).min(rows)).fold(0.0f32, |acc, i| acc + stored[i * c + j])
+            })
+            .collect();
+        let sums_wrong = mismatches(&arena.download::<f32>(columns, c * bands)?, &want);
+        let finished_wrong = mismatches(&arena.download::<f32>(out, c)?, &finish_reference_over(&sum, &want, bands));
+        let wrong = same + sums_wrong + finished_wrong;
+        let mut row = exact_row(
+            "layernorm-cols",
+            "layernorm_bwd_dx_add_partials_bf16_cols",
+            &format!("{n:?}"),
+            wrong,
+            2 * rows * c,
+        );
+        row.rate =
+            format!("{same} differ from the plain kernel, {sums_wrong} column sums, {finished_wrong} finished sums");
+        if opts.bench {
+            let t0 = median(gpu.time(opts.warmup, opts.reps, || gpu.launch(&plain, cfg, &args_a))?);
+            let t1 = median(gpu.time(opts.warmup, opts.reps, || gpu.launch(&summing, cfg, &args_b))?);
+            row.median_us = Some(t1);
+            row.rate = format!("{t1:.1} us against the plain kernel's {t0:.1} us; {}", row.rate);
+        }
+        rows_out.push(row);
+    }
+    Ok(rows_out)
 }

@@ -18,7 +18,8 @@
 //! storing dO as bf16 with delta (`delta_heads.rs`); a gated unit's multiply as the up product's
 //! epilogue, computing `gelu(gate)` from the gate product (`mul_epilogues.rs`); LayerNorm backwards
 //! whose gain and bias folds wait for one launch after the last (`deferred_folds.rs`); column sums
-//! storing the bf16 cast of the tensor they sum (`column_casts.rs`).
+//! storing the bf16 cast of the tensor they sum (`column_casts.rs`); LayerNorm backwards summing
+//! the columns of what they store for the bias gradient after them (`norm_column_sums.rs`).
 //! `recompute.rs` is the chain rule the lowering's fused chains apply (a unary of an input
 //! recomputed rather than read), and `gemm_spec.rs` the tiled product spec a MatMul runs as. Where
 //! a fusion needs the launches as lowered, the lowering merges them itself (see [`crate::lower`]).
@@ -50,6 +51,7 @@ mod heads;
 mod inverse_rotary;
 mod merged_gradients;
 mod mul_epilogues;
+mod norm_column_sums;
 mod plan;
 mod recompute;
 mod rotaries;
@@ -68,6 +70,7 @@ pub(crate) use heads::*;
 pub(crate) use inverse_rotary::*;
 pub(crate) use merged_gradients::*;
 pub(crate) use mul_epilogues::*;
+pub(crate) use norm_column_sums::*;
 pub(crate) use plan::*;
 pub(crate) use recompute::*;
 pub(crate) use rotaries::*;

@@ -74,6 +74,9 @@ pub(crate) struct FusionPlan {
     /// Column sum (Reduce) → the output of the bf16 cast of its tensor that its first pass may
     /// store too ([`column_casts`]).
     pub(crate) column_casts: HashMap<u32, Value>,
+    /// LayerNorm backward → the column sum of what it stores, whose chunk partials it writes
+    /// ([`norm_column_sums`]).
+    pub(crate) norm_column_sums: HashMap<u32, u32>,
 }
 
 impl FusionPlan {

@@ -330,7 +330,13 @@ impl Reduction {
 
     /// Pass 2 (only when `chunks() > 1`): params (out, partials); grid (outputs).
     pub fn finish_kernel(&self) -> Kernel {
-        let chunks = self.chunks() as u32;
+        self.finish_kernel_over(self.chunks() as u32)
+    }
+
+    /// Pass 2 over `chunks` partials an output at `partials[o·chunks + c]`, however another
+    /// kernel cut the reduced elements (a LayerNorm backward's bands of rows): params and grid
+    /// as [`Reduction::finish_kernel`]'s.
+    pub fn finish_kernel_over(&self, chunks: u32) -> Kernel {
         let mut k = Kernel::new(&format!("reduce_{}_finish", format!("{:?}", self.kind).to_lowercase()))
             .with_block(THREADS, 1, 1);
         let out = k.param_reg("out", ParamTy::U64);

@@ -49,9 +49,9 @@ use crate::config::{ChainEpilogues, CudaConfig};
 use crate::fusion::{
     cast_sources_through_their_gemms, casts_into_producers, clear_of, column_casts, deep_epilogue_grid, deferred_folds,
     delta_heads, forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart,
-    merged_f32_windows, merged_gradients, mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads,
-    producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled, tiled_gemm, touched_by, turned_heads,
-    with_ring, FusionPlan, PhaseView,
+    merged_f32_windows, merged_gradients, mul_epilogues, norm_column_sums, norm_of, on_tma, overlap, partials_in_rows,
+    plain_bf16_heads, producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled, tiled_gemm,
+    touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -429,6 +429,9 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         if config.column_casts {
             column_casts(&view, &skip, &mut lw.fusion);
         }
+        if config.norm_column_sums {
+            norm_column_sums(config, &view, &skip, &mut lw.fusion);
+        }
         (lw.fusion.deferred_folds, lw.fusion.fold_flush_after) = deferred_folds(config, &view);
         let mut products = LaunchedProducts::default();
         let mut i = 0;
@@ -445,10 +448,9 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 }
                 // The cast right after it, of the residual gradient, stored by it as well.
                 let copy = if config.layernorm_copy { lw.cast_of_sum(&nodes, i, add, &skip) } else { None };
-                launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add), copy)?);
-                if let Some(c) = copy {
-                    skip.insert(c.node);
-                }
+                let sum = lw.norm_sum(nodes[i], Some(add.0), copy, &skip);
+                launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add), copy, sum)?);
+                skip.extend(copy.map(|c| c.node).into_iter().chain(sum));
                 if lw.fusion.fold_flush_after == Some(nodes[i]) {
                     launches.extend(lw.flush_folds(nodes[i])?);
                 }
@@ -500,6 +502,16 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 }
                 launches.push(lw.lower_adamw_group(&nodes[i..j])?);
                 i = j;
+                continue;
+            }
+            // A LayerNorm backward (adding nothing) writing the column sums of its dx.
+            if let Some(sum) = lw.norm_sum(nodes[i], None, None, &skip) {
+                skip.insert(sum);
+                launches.extend(lw.lower_layernorm_backward(nodes[i], None, None, Some(sum))?);
+                if lw.fusion.fold_flush_after == Some(nodes[i]) {
+                    launches.extend(lw.flush_folds(nodes[i])?);
+                }
+                i += 1;
                 continue;
             }
             // A column sum storing its tensor's bf16 cast, where no launch before took the cast.
@@ -802,7 +814,7 @@ impl Lowerer<'_> {
             Op::MatMul { .. } => self.lower_matmul(id),
             Op::Gather | Op::ScatterAdd { .. } => self.lower_embedding(id),
             Op::LayerNorm { .. } => self.lower_layernorm(id),
-            Op::LayerNormBackward => self.lower_layernorm_backward(id, None, None),
+            Op::LayerNormBackward => self.lower_layernorm_backward(id, None, None, None),
             Op::Rotary { .. } => self.lower_rotary(id),
             Op::Attention { .. } | Op::AttentionBackward { .. } => self.lower_attention(id),
             Op::CrossEntropy { .. } | Op::CrossEntropyBackward { .. } => self.lower_cross_entropy(id),

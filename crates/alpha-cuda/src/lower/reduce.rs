@@ -44,4 +44,21 @@ impl Lowerer<'_> {
         }
         Ok(v)
     }
+
+    /// Column sum `id`'s finishing launch over `chunks` partials an output that another launch
+    /// wrote at `partials` ([`crate::fusion::norm_column_sums`]).
+    pub(super) fn lower_reduce_finish(&mut self, id: u32, partials: A, chunks: usize) -> Result<Pending> {
+        let cx = At::of(self.plan, id);
+        let node = &cx.node;
+        let Op::Reduce { kind, axes, .. } = &node.op else { return Err(node_error(node, id, "not a reduction")) };
+        let r = Reduction::new(*kind, &cx.ishape(0), axes, cx.idt(0), node.outputs[0].dtype)?;
+        let kernel = self.kernel(r.finish_kernel_over(chunks as u32))?;
+        Ok(Pending {
+            kernel,
+            grid: (r.outputs() as u32, 1, 1),
+            block: (reduce::THREADS, 1, 1),
+            args: reduce::finish_arguments([self.ptr(cx.out(0)), partials]),
+            node: Some(id),
+        })
+    }
 }
