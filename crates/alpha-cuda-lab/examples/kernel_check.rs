@@ -107,6 +107,12 @@ fn main() -> Result<()> {
     if wanted("reduce") {
         step("reduce", check::reduce_checks(&gpu, &arena, &mut rng, &opts));
     }
+    if wanted("layernorm-cols") {
+        step("layernorm-cols", check::layernorm_column_checks(&gpu, &arena, &mut rng, &opts));
+    }
+    if wanted("column-cast") {
+        step("column-cast", check::column_cast_checks(&gpu, &arena, &mut rng, &opts));
+    }
     if wanted("scans") {
         // KickDelta's delta rule and Diakosmos's harmonic scan against the CPU backend's kernels.
         step("scans", check::scan_checks(&gpu, &arena, &mut rng, &opts));

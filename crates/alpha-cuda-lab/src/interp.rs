@@ -1,7 +1,9 @@
 //! A reference interpreter of the PTX Alpha writes, for the instructions its scalar kernels use
-//! (integer and address arithmetic, predicates and branches, f32 `add`/`sub`/`mul` with their
-//! rounding and `fma.rn.f32` as one rounding ([`f32::mul_add`]), bf16 loads widened by a shift,
-//! global (scalar and `v4.f32`), shared and parameter loads and stores, `bar.sync`), over
+//! (integer and address arithmetic, predicates and branches, f32 `add`/`sub`/`mul`/`div` with their
+//! rounding and `fma.rn.f32` as one rounding ([`f32::mul_add`]), bf16 loads widened by a shift
+//! and stores rounded to the nearest (`cvt.rn.bf16.f32`, `st.global.b16`),
+//! global (scalar and `v4.f32`), shared and parameter loads and stores, `bar.sync`, whole-warp
+//! butterfly shuffles, each a point where the warp's lanes meet), over
 //! grids and blocks of up to three dimensions (`%tid`, `%ntid`, `%ctaid`, `%nctaid` in x, y, z).
 //!
 //! Why: a kernel's arithmetic and indexing can be checked against the CPU reference where no
@@ -151,6 +153,12 @@ impl Memory {
     pub fn write_bytes(&mut self, at: u64, data: &[u8]) {
         let o = (at - Self::BASE) as usize;
         self.bytes[o..o + data.len()].copy_from_slice(data);
+    }
+
+    /// `n` 16-bit words from `at` (bf16 values as their bits).
+    pub fn read_u16(&self, at: u64, n: usize) -> Vec<u16> {
+        let o = (at - Self::BASE) as usize;
+        self.bytes[o..o + 2 * n].chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
     }
 
     pub fn read(&self, at: u64, n: usize) -> Vec<f32> {
@@ -335,8 +343,9 @@ impl Module {
             |[x, y, z]: [u32; 3]| (0..z).flat_map(move |k| (0..y).flat_map(move |j| (0..x).map(move |i| [i, j, k])));
         for b in cube(grid) {
             let mut shared = vec![0xFFu8; self.shared_bytes];
-            let mut threads: Vec<Thread> =
-                cube(block).map(|t| Thread { regs: vec![0; self.regs], pc: 0, done: false, tid: t }).collect();
+            let mut threads: Vec<Thread> = cube(block)
+                .map(|t| Thread { regs: vec![0; self.regs], pc: 0, done: false, tid: t, shuffle: None })
+                .collect();
             if schedule == Schedule::Descending {
                 threads.reverse();
             }
@@ -346,6 +355,7 @@ impl Module {
                     self.run_to_barrier(t, &ids, args, mem, &mut shared)
                         .with_context(|| format!("kernel {}, block {b:?}, thread {:?}", self.name, t.tid))?;
                 }
+                exchange_shuffles(&mut threads, block).with_context(|| format!("kernel {}, block {b:?}", self.name))?;
                 if threads.iter().all(|t| t.done) {
                     break;
                 }
@@ -408,6 +418,15 @@ impl Module {
                     return Ok(());
                 }
                 "bar.sync" => return Ok(()),
+                // Every lane of the warp stops here; `exchange_shuffles` gives each its partner's.
+                "shfl.sync.bfly.b32" => {
+                    let d = dst.ok_or_else(|| anyhow!("{}: a shuffle into no register", i.line))?;
+                    if v(3)? != 31 || v(4)? as i64 != -1 {
+                        bail!("{}: only whole-warp butterflies are interpreted", i.line);
+                    }
+                    t.shuffle = Some((d, u(v(1)?), u(v(2)?)));
+                    return Ok(());
+                }
                 "bra" | "bra.uni" => match i.args[0] {
                     Operand::Label(l) => {
                         t.pc = l;
@@ -434,6 +453,13 @@ impl Module {
                     mem.span(at, 4).with_context(|| i.line.clone())?.copy_from_slice(&x.to_le_bytes());
                     None
                 }
+                "st.global.b16" => {
+                    let at = addr(0, &t.regs)?;
+                    let x = v(1)? as u16;
+                    mem.span(at, 2).with_context(|| i.line.clone())?.copy_from_slice(&x.to_le_bytes());
+                    None
+                }
+                "cvt.rn.bf16.f32" => Some(bf16_nearest_even(f(v(1)?)) as u64),
                 "ld.global.v4.f32" => {
                     let Operand::Vector(rs) = &i.args[0] else { bail!("{}: not a vector load", i.line) };
                     let at = addr(1, &t.regs)?;
@@ -477,6 +503,7 @@ impl Module {
                     Some(if i.op == "div.u32" { a / b } else { a % b } as u64)
                 }
                 "and.b32" => Some((u(v(1)?) & u(v(2)?)) as u64),
+                "shr.u32" => Some(u(v(1)?).checked_shr(u(v(2)?)).unwrap_or(0) as u64),
                 "shl.b32" => Some(u(v(1)?).checked_shl(u(v(2)?)).unwrap_or(0) as u64),
                 "min.u32" => Some(u(v(1)?).min(u(v(2)?)) as u64),
                 "mul.wide.u32" => Some(u(v(1)?) as u64 * u(v(2)?) as u64),
@@ -484,9 +511,12 @@ impl Module {
                 "and.pred" => Some(((v(1)? != 0) && (v(2)? != 0)) as u64),
                 "or.pred" => Some(((v(1)? != 0) || (v(2)? != 0)) as u64),
                 "selp.b64" => Some(if v(3)? != 0 { v(1)? } else { v(2)? }),
-                "add.rn.f32" => Some((f(v(1)?) + f(v(2)?)).to_bits() as u64),
+                // (`add.f32` may contract only with a multiply feeding it; the block reductions'
+                // operands come from shuffles and shared memory, so it rounds as `.rn` does.)
+                "add.rn.f32" | "add.f32" => Some((f(v(1)?) + f(v(2)?)).to_bits() as u64),
                 "sub.rn.f32" => Some((f(v(1)?) - f(v(2)?)).to_bits() as u64),
                 "mul.rn.f32" => Some((f(v(1)?) * f(v(2)?)).to_bits() as u64),
+                "div.rn.f32" => Some((f(v(1)?) / f(v(2)?)).to_bits() as u64),
                 "fma.rn.f32" => Some(f(v(1)?).mul_add(f(v(2)?), f(v(3)?)).to_bits() as u64),
                 op if op.starts_with("setp.") && op.ends_with(".u32") => {
                     let (a, b) = (u(v(1)?), u(v(2)?));
@@ -510,11 +540,40 @@ impl Module {
     }
 }
 
+/// `cvt.rn.bf16.f32`: the nearest bf16, ties to even, a NaN as the canonical `0x7FFF`.
+fn bf16_nearest_even(x: f32) -> u16 {
+    if x.is_nan() {
+        return 0x7FFF;
+    }
+    let b = x.to_bits();
+    ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+}
+
 struct Thread {
     regs: Vec<u64>,
     pc: usize,
     done: bool,
     tid: [u32; 3],
+    /// A butterfly shuffle it stopped at: (destination register, its value, the lane mask).
+    shuffle: Option<(usize, u32, u32)>,
+}
+
+/// Completes the butterfly shuffles the block's threads stopped at: each gets the value of the
+/// lane its mask names in its warp (warps of 32 consecutive linear thread ids), which must have
+/// stopped at a shuffle too.
+fn exchange_shuffles(threads: &mut [Thread], block: [u32; 3]) -> Result<()> {
+    let linear = |t: &Thread| (t.tid[0] + block[0] * (t.tid[1] + block[1] * t.tid[2])) as usize;
+    let offered: HashMap<usize, u32> =
+        threads.iter().filter_map(|t| t.shuffle.map(|(_, value, _)| (linear(t), value))).collect();
+    for t in threads.iter_mut() {
+        let Some((d, _, mask)) = t.shuffle.take() else { continue };
+        let lane = linear(t);
+        let partner = (lane & !31) | ((lane & 31) ^ mask as usize);
+        let got =
+            offered.get(&partner).ok_or_else(|| anyhow!("lane {lane}'s shuffle: lane {partner} is not at one"))?;
+        t.regs[d] = *got as u64;
+    }
+    Ok(())
 }
 
 struct Ids {
@@ -532,6 +591,16 @@ pub fn run_lowered(
     lowered: &alpha_cuda::lower::Lowered,
     phase: usize,
     leaves: &[(&str, Vec<f32>)],
+) -> Result<(Memory, u64)> {
+    run_lowered_with(lowered, phase, leaves, Schedule::Ascending)
+}
+
+/// [`run_lowered`], every block's threads run in `schedule`'s order.
+pub fn run_lowered_with(
+    lowered: &alpha_cuda::lower::Lowered,
+    phase: usize,
+    leaves: &[(&str, Vec<f32>)],
+    schedule: Schedule,
 ) -> Result<(Memory, u64)> {
     use alpha_cuda::lower::LArg;
     let mut mem = Memory::new();
@@ -565,13 +634,7 @@ pub fn run_lowered(
             })
             .collect();
         module
-            .launch_3d(
-                [l.grid.0, l.grid.1, l.grid.2],
-                [l.block.0, l.block.1, l.block.2],
-                &args,
-                &mut mem,
-                Schedule::Ascending,
-            )
+            .launch_3d([l.grid.0, l.grid.1, l.grid.2], [l.block.0, l.block.1, l.block.2], &args, &mut mem, schedule)
             .with_context(|| lowered.describe(l))?;
     }
     Ok((mem, base))

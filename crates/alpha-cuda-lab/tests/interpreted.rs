@@ -206,6 +206,148 @@ fn a_chain_reads_its_bias_row_by_column_and_its_scalar_once() {
     }
 }
 
+/// The column sum's first pass that also stores its tensor's bf16 cast gives the host's sums in
+/// the kernel's order ([`check::column_pass_reference`]) bit for bit, as the plain pass does, and
+/// every element of the cast rounded to nearest even (the guard after it untouched), under both
+/// orders of a block's threads: one chunk (a Mean, finished by the pass), several chunks with a
+/// ragged last tile and chunk, and columns that fill whole tiles.
+#[test]
+fn the_column_sum_storing_its_cast_gives_the_hosts_bits() {
+    use alpha_cuda::kernels::reduce::{self, Reduction};
+    use alpha_ir::Reduce;
+    for (shape, kind) in [([5usize, 40usize], Reduce::Mean), ([1000, 70], Reduce::Sum), ([640, 96], Reduce::Sum)] {
+        let r = Reduction::new(kind, &shape, &[0], DType::F32, DType::F32).unwrap();
+        let n = shape[0] * shape[1];
+        let x = Rng::new(n as u64).vec(n, 1.0);
+        let want = check::column_pass_reference(&r, &x);
+        let cast_want: Vec<u16> = x.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+        let (grid, threads) = ([r.grid().0, r.grid().1, 1], [reduce::THREADS, 1, 1]);
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let name = format!("{shape:?} {kind:?} {schedule:?}");
+            let mut mem = Memory::new();
+            let xa = mem.upload(&x);
+            // Each pass's outputs fresh (NaN until written).
+            let fresh = |mem: &mut Memory| [mem.alloc(r.outputs()), mem.alloc(want.len())];
+            let stored = |mem: &Memory, [out, partials]: [u64; 2]| match r.chunks() {
+                1 => mem.read(out, r.outputs()),
+                _ => mem.read(partials, want.len()),
+            };
+            let [out, partials] = fresh(&mut mem);
+            // The cast's n bf16 values and a guard after them, in floats' room.
+            let cast = mem.alloc((n + 2) / 2);
+            let guard = mem.read_u16(cast + 2 * n as u64, 1)[0];
+            let args = reduce::cast_arguments([out, xa, partials, cast]);
+            module(&r.column_cast_kernel().unwrap()).launch_3d(grid, threads, &args, &mut mem, schedule).unwrap();
+            assert_bits(&name, &stored(&mem, [out, partials]), &want);
+            let copy = mem.read_u16(cast, n + 1);
+            assert_eq!(&copy[..n], &cast_want[..], "{name}: the cast");
+            assert_eq!(copy[n], guard, "{name}: the guard after the cast");
+            let [out, partials] = fresh(&mut mem);
+            let args = reduce::arguments([out, xa, partials]);
+            module(&r.kernel()).launch_3d(grid, threads, &args, &mut mem, schedule).unwrap();
+            assert_bits(&format!("{name} plain"), &stored(&mem, [out, partials]), &want);
+        }
+        assert_eq!(r.chunks() > 1, shape[0] > 64, "{shape:?}: the chunks the case means to cover");
+    }
+}
+
+/// A column sum and a bf16 cast of the same tensor, lowered, run as one launch: the sum's pass
+/// storing the cast into the cast's slot, the sum into the sum's (one chunk of rows: no
+/// finishing launch). Run by the interpreter under both orders of a block's threads, the sum
+/// gives the host's bits in the kernel's order and the cast round-to-nearest-even's.
+#[test]
+fn a_lowered_column_sum_stores_the_cast_of_its_tensor() {
+    use alpha_cuda::kernels::reduce::Reduction;
+    use alpha_ir::{Graph, Init, Reduce};
+    let (rows, cols) = (48, 40);
+    let mut g = Graph::new("column-cast");
+    let x = g.param("x", &[rows, cols], Init::Zeros);
+    let y = g.scale(x, 1.0);
+    let sum = g.sum(y, &[0], false);
+    let cast = g.cast(y, DType::BF16);
+    let outputs = [("sum".to_string(), sum), ("cast".to_string(), cast)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let lowered = alpha_cuda::lower::lower_program(&program, &alpha_cuda::CudaConfig::default()).unwrap();
+    let names: Vec<&str> = lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.as_str()).collect();
+    assert_eq!(names[1..], ["reduce_sum_columns_cast"], "the scale, then the sum storing the cast");
+    let xs = Rng::new(9).vec(rows * cols, 3.0);
+    let ys: Vec<f32> = xs.iter().map(|&v| v * 1.0).collect();
+    let r = Reduction::new(Reduce::Sum, &[rows, cols], &[0], DType::F32, DType::F32).unwrap();
+    let want = check::column_pass_reference(&r, &ys);
+    let want_cast: Vec<u16> = ys.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+    for schedule in [Schedule::Ascending, Schedule::Descending] {
+        let (mem, base) =
+            alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, &[("x", xs.clone())], schedule).unwrap();
+        let at = |v: alpha_ir::Value| base + lowered.plan.slot(v).offset as u64;
+        assert_bits(&format!("sum {schedule:?}"), &mem.read(at(sum), cols), &want);
+        assert_eq!(mem.read_u16(at(cast), rows * cols), want_cast, "cast {schedule:?}");
+    }
+}
+
+/// The LayerNorm backward that also sums the columns of what it stores, run by the interpreter
+/// under both orders of a block's threads (warp shuffles included): dx (with the residual added,
+/// and its bf16 copy) and the gain and bias partials the plain kernel's bits, the column sums each
+/// band's stored rows added in order, and the column sum's finishing pass over them the host's
+/// bits in its order ([`check::finish_reference`]). A ragged shape: a short last band, columns
+/// past the last whole 128.
+#[test]
+fn the_layernorm_backward_summing_its_columns_gives_the_hosts_bits() {
+    use alpha_cuda::kernels::layernorm::{self, DxPasses, Norm, BAND};
+    use alpha_cuda::kernels::reduce::{self, Reduction};
+    use alpha_ir::Reduce;
+    let n = Norm { rows: 40, c: 200 };
+    let (rows, c, bands) = (n.rows, n.c, n.bands());
+    let mut rng = Rng::new(21);
+    let (x, gain, dy, r) = (rng.vec(rows * c, 2.0), rng.vec(c, 1.0), rng.vec(rows * c, 1.0), rng.vec(rows * c, 1.0));
+    let mean = rng.vec(rows, 0.5);
+    let rstd: Vec<f32> = rng.vec(rows, 1.0).iter().map(|v| 1.5 + v).collect();
+    let sum = Reduction::new(Reduce::Sum, &[rows, c], &[0], DType::F32, DType::F32).unwrap();
+    for (residual, copy) in [(true, true), (false, false)] {
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let name = format!("residual {residual}, copy {copy}, {schedule:?}");
+            let mut mem = Memory::new();
+            let ins = [&x, &gain, &mean, &rstd, &dy].map(|v| mem.upload(v));
+            let ra = mem.upload(&r);
+            let columns = mem.alloc(c * bands);
+            // Each kernel's outputs: dx, its bf16 copy, pass 1's partials.
+            let run = |mem: &mut Memory, kernel: alpha_cuda::ptx::Kernel, columns: Option<u64>| {
+                let (dx, dx16, partials) =
+                    (mem.alloc(rows * c), mem.alloc(rows * c / 2), mem.alloc(n.scratch_floats()));
+                let passes = match columns {
+                    Some(columns) => DxPasses::PartialsAndColumns { partials, columns },
+                    None => DxPasses::Partials(partials),
+                };
+                let tensors = [dx, ins[0], ins[1], ins[2], ins[3], ins[4]];
+                let args = layernorm::dx_arguments(tensors, residual.then_some(ra), copy.then_some(dx16), passes);
+                let (grid, block) = layernorm::dx_partials_launch(n);
+                module(&kernel).launch_3d([grid.0, 1, 1], [block.0, 1, 1], &args, mem, schedule).unwrap();
+                let copied = if copy { mem.read_u16(dx16, rows * c) } else { vec![] };
+                (mem.read(dx, rows * c), copied, mem.read(partials, n.scratch_floats()))
+            };
+            let plain = run(&mut mem, layernorm::backward_dx_partials_kernel(n, residual, copy), None);
+            let summing =
+                run(&mut mem, layernorm::backward_dx_column_partials_kernel(n, residual, copy), Some(columns));
+            assert_bits(&format!("{name}: dx"), &summing.0, &plain.0);
+            assert_eq!(summing.1, plain.1, "{name}: dx's bf16 copy");
+            assert_bits(&format!("{name}: gain and bias partials"), &summing.2, &plain.2);
+            let stored = &plain.0;
+            let want: Vec<f32> = (0..c * bands)
+                .map(|at| {
+                    let (j, b) = (at / bands, at % bands);
+                    (b * BAND..((b + 1) * BAND).min(rows)).fold(0.0f32, |acc, i| acc + stored[i * c + j])
+                })
+                .collect();
+            assert_bits(&format!("{name}: column sums"), &mem.read(columns, c * bands), &want);
+            let out = mem.alloc(c);
+            let finish = sum.finish_kernel_over(bands as u32);
+            let args = reduce::finish_arguments([out, columns]);
+            module(&finish).launch_3d([c as u32, 1, 1], [reduce::THREADS, 1, 1], &args, &mut mem, schedule).unwrap();
+            let finished = check::finish_reference_over(&sum, &want, bands);
+            assert_bits(&format!("{name}: the finished sums"), &mem.read(out, c), &finished);
+        }
+    }
+}
+
 /// Output "out" of `program`'s forward phase on the CPU backend, after writing the named leaves.
 fn cpu_forward_out(program: &alpha_ir::Program, leaves: &[(&str, Vec<f32>)]) -> Vec<f32> {
     use alpha_plan::Backend;

@@ -23,6 +23,8 @@
 //! | `ALPHA_CAST_INTO_GEMM=on\|off` | [`CudaConfig::fold_casts_into_gemms`] | bf16 casts read only by GEMMs folded into their loads (the GEMMs then read f32 on the `cp.async` ring), or (default) launched (the GEMMs read bf16 on the TMA engine) |
 //! | `ALPHA_ATTN_BF16=off` | [`CudaConfig::bf16_attention`] | attention reads f32 q, k, v and turns q and k on load, instead of bf16 ones the projection stores turned |
 //! | `ALPHA_ATTN_MERGED=off` | [`CudaConfig::merged_gradients`] | the bf16 attention backward stores f32 dq, dk, dv (a permute then casts them together) instead of the permuted bf16 gradient itself |
+//! | `ALPHA_COLUMN_CAST=off` | [`CudaConfig::column_casts`] | a bias gradient's column sum and the bf16 cast of the same tensor run as two launches, each reading it, instead of the sum's first pass storing the cast |
+//! | `ALPHA_LN_COLUMNS=off` | [`CudaConfig::norm_column_sums`] | a bias gradient's column sum of a LayerNorm backward's output reads that output back in a first pass, instead of finishing the band sums the LayerNorm backward wrote |
 //! | `ALPHA_MUL_EPILOGUE=off` | [`CudaConfig::mul_epilogue`] | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
 //! | `ALPHA_JOINT_CE=off` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward and its bf16 backward run as two launches, each reading the logits, instead of one |
 //! | `ALPHA_LN_COPY=off` | [`CudaConfig::layernorm_copy`] | the residual gradient's bf16 cast after a LayerNorm backward runs as its own launch instead of being stored by the LayerNorm backward |
@@ -106,6 +108,11 @@ pub struct CudaConfig {
     pub bf16_attention: bool,
     /// The bf16 attention backward stores the projection's permuted bf16 gradient itself.
     pub merged_gradients: bool,
+    /// A column sum's first pass stores the bf16 cast of the tensor it sums where the plan allows.
+    pub column_casts: bool,
+    /// A LayerNorm backward writes the band sums of its output's columns for the column sum
+    /// after it.
+    pub norm_column_sums: bool,
     /// A multiply after a product fused into the product's epilogue where the plan allows.
     pub mul_epilogue: bool,
     /// A cross-entropy whose backward scales every row alike runs its bf16 backward in its own
@@ -172,6 +179,8 @@ impl Default for CudaConfig {
             fold_casts_into_gemms: false,
             bf16_attention: true,
             merged_gradients: true,
+            column_casts: true,
+            norm_column_sums: true,
             mul_epilogue: true,
             joint_cross_entropy: true,
             layernorm_copy: true,
@@ -247,6 +256,8 @@ impl CudaConfig {
         c.fold_casts_into_gemms = forced("ALPHA_CAST_INTO_GEMM", "on", "off")?.unwrap_or(c.fold_casts_into_gemms);
         c.bf16_attention = switch("ALPHA_ATTN_BF16", c.bf16_attention)?;
         c.merged_gradients = switch("ALPHA_ATTN_MERGED", c.merged_gradients)?;
+        c.column_casts = switch("ALPHA_COLUMN_CAST", c.column_casts)?;
+        c.norm_column_sums = switch("ALPHA_LN_COLUMNS", c.norm_column_sums)?;
         c.mul_epilogue = switch("ALPHA_MUL_EPILOGUE", c.mul_epilogue)?;
         c.joint_cross_entropy = switch("ALPHA_JOINT_CE", c.joint_cross_entropy)?;
         c.layernorm_copy = switch("ALPHA_LN_COPY", c.layernorm_copy)?;

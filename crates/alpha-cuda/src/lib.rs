@@ -55,6 +55,10 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     v.extend(multi::kernels());
     // Representative shapes of the plan-lowering families (Coppelius's where it has them).
     let norm = layernorm::Norm { rows: 1024, c: 512 };
+    // GPT-2's at sixteen contexts: pass 1 in the rows, the residual added and copied, the
+    // columns summed for the bias gradient after it.
+    let gpt2 = layernorm::Norm { rows: 16384, c: 768 };
+    v.push(layernorm::backward_dx_column_partials_kernel(gpt2, true, true));
     v.extend([
         layernorm::forward_kernel(norm, 1e-5),
         layernorm::backward_dx_kernel(norm),
@@ -96,7 +100,8 @@ pub fn catalog() -> Vec<ptx::Kernel> {
     v.push(attention::mma::forward_kernel_bf16(&dims));
     v.push(attention::wgmma::forward_kernel(&dims, false));
     v.push(attention::wgmma::forward_kernel(&dims, true));
-    v.push(attention::wgmma::backward_kernel(&dims, [true, true], true));
+    v.push(attention::wgmma::backward_kernel(&dims, [true, true], attention::mma::Gradients::MergedBf16));
+    v.push(attention::wgmma::backward_kernel(&dims, [true, true], attention::mma::Gradients::MergedF32));
     v.push(attention::mma::backward_delta_kernel_bf16(&dims));
     v.push(attention::mma::backward_kernel_bf16(&dims, [true, true]));
     // The q/k/v projection stored split into heads (Coppelius's shape at one context).

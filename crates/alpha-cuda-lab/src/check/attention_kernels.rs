@@ -591,31 +591,33 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             let y: Vec<f32> = arena.download(*b, b.bytes / 4)?;
             differ += x.iter().zip(&y).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
         }
-        // The merged backward: dq, dk, dv as one bf16 [B, T, 3, H, 64], against the f32
-        // gradients permuted and rounded on the host.
-        let merged_kernel = gpu.load(&attention_mma::backward_kernel_bf16_merged(d, [true, true]))?;
-        let merged = arena.alloc_n::<u16>(3 * nq)?;
-        arena.fill_u32(merged, NAN_BITS)?;
-        {
-            let r = &bf;
+        // The merged backwards: dq, dk, dv as one [B, T, 3, H, 64], bf16 or f32, against the
+        // f32 gradients permuted (and rounded) on the host.
+        let merging = |kernel: &alpha_cuda::ptx::Kernel, m: u64| -> Result<()> {
+            let (r, f) = (&bf, gpu.load(kernel)?);
             let (o, lse, delta) = (mine[0].ptr, mine[1].ptr, mine[2].ptr);
             let args = attention::delta_arguments([delta, o, r.dout], Some(do16));
             r.launch(&joint_bf16[0], d.grid_q(), attention_mma::block(), &args)?;
-            let m = merged.ptr;
             let tensors = [m, m, m, delta, r.q, r.k, r.v, o, lse, r.dout];
             let args = attention::backward_arguments(tensors, Some(do16), vec![r.tab, r.tab], vec![]);
-            r.launch(&merged_kernel, d.grid_q(), attention_mma::block(), &args)?;
+            r.launch(&f, d.grid_q(), attention_mma::block(), &args)
+        };
+        let merged = arena.alloc_n::<u16>(3 * nq)?;
+        let merged_f32 = arena.alloc_n::<f32>(3 * nq)?;
+        for b in [merged, merged_f32] {
+            arena.fill_u32(b, NAN_BITS)?;
         }
+        merging(&attention_mma::backward_kernel_bf16_merged(d, [true, true]), merged.ptr)?;
+        merging(&attention_mma::backward_kernel_bf16_merged_f32(d, [true, true]), merged_f32.ptr)?;
         let got: Vec<u16> = arena.download(merged, 3 * nq)?;
+        let got_f32: Vec<f32> = arena.download(merged_f32, 3 * nq)?;
         let grads: Vec<Vec<f32>> = theirs[3..].iter().map(|b| arena.download(*b, nq)).collect::<Result<_>>()?;
-        let (h, t, dd) = (d.h, d.t, d.d);
-        let mut merged_differ = 0usize;
+        let (mut merged_differ, mut f32_differ) = (0usize, 0usize);
         for (sec, gr) in grads.iter().enumerate() {
             for (i, &x) in gr.iter().enumerate() {
-                let (bh, rest) = (i / (t * dd), i % (t * dd));
-                let (b, hh, tt, e) = (bh / h, bh % h, rest / dd, rest % dd);
-                let at = (((b * t + tt) * 3 + sec) * h + hh) * dd + e;
+                let at = merged_index(d, sec, i);
                 merged_differ += usize::from(got[at] != half::bf16::from_f32(x).to_bits());
+                f32_differ += usize::from(got_f32[at].to_bits() != x.to_bits());
             }
         }
         let shape = attn_shape(&case);
@@ -626,6 +628,7 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
             merged_differ,
             3 * nq,
         ));
+        rows.push(exact_row("attention-bf16", "merged f32 dq|dk|dv = f32 permuted", &shape, f32_differ, 3 * nq));
         if alpha_cuda::kernels::attention::wgmma::applies(d) {
             let stats = [mine[0].ptr, mine[1].ptr, mine[2].ptr, do16];
             let grads = [mine[3], mine[4], mine[5]];
@@ -644,6 +647,7 @@ pub fn attention_bf16_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
         let mut copy_differ = mismatches(&arena.download::<f32>(o2, nq)?, &o_f32)
             + mismatches(&arena.download::<f32>(lse2, nl)?, &arena.download::<f32>(theirs[1], nl)?);
         let got16: Vec<u16> = arena.download(o16, nq)?;
+        let (h, t, dd) = (d.h, d.t, d.d);
         for (i, &x) in o_f32.iter().enumerate() {
             let (bh, rest) = (i / (t * dd), i % (t * dd));
             let (b, hh, tt, e) = (bh / h, bh % h, rest / dd, rest % dd);
@@ -739,10 +743,19 @@ pub(super) fn wgmma_forward_check(
     Ok(row)
 }
 
+/// Where element `i` of gradient `section` (0 dq, 1 dk, 2 dv; `[B, H, T, D]`) lies in the merged
+/// `[B, T, 3, H, D]` tensor.
+fn merged_index(d: &attention::Dims, section: usize, i: usize) -> usize {
+    let (h, t, dd) = (d.h, d.t, d.d);
+    let (bh, rest) = (i / (t * dd), i % (t * dd));
+    let (b, hh, tt, e) = (bh / h, bh % h, rest / dd, rest % dd);
+    (((b * t + tt) * 3 + section) * h + hh) * dd + e
+}
+
 /// The `wgmma` backward ([`alpha_cuda::kernels::attention::wgmma::backward_kernel`]) against the `mma.sync`
 /// joint kernel's outputs on the same o, lse, delta and dO copy (`[o, lse, delta, do16]`): dq,
-/// dk and dv (f32, `grads`) and the merged bf16 gradient (`merged`) the same bits. With
-/// `bench`, both kernels timed (delta not included).
+/// dk and dv (f32, `grads`) and the merged bf16 gradient (`merged`) the same bits, and its merged
+/// f32 gradient the f32 ones permuted. With `bench`, both kernels timed (delta not included).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn wgmma_backward_checks(
     arena: &DeviceArena,
@@ -757,7 +770,8 @@ pub(super) fn wgmma_backward_checks(
 ) -> Result<Vec<Row>> {
     let d = &bf.case.dims;
     let nq = d.b * d.h * d.t * d.d;
-    let plain = bf.gpu.load(&alpha_cuda::kernels::attention::wgmma::backward_kernel(d, [true, true], false))?;
+    use alpha_cuda::kernels::attention::{mma::Gradients, wgmma};
+    let plain = bf.gpu.load(&wgmma::backward_kernel(d, [true, true], Gradients::Apart))?;
     let mine: Vec<alpha_cuda::runtime::driver::Buf> =
         (0..3).map(|_| arena.alloc_n::<f32>(nq)).collect::<Result<_>>()?;
     for b in &mine {
@@ -785,12 +799,26 @@ pub(super) fn wgmma_backward_checks(
             flop / (b0 * 1e-6) / 1e12
         );
     }
-    let merged_kernel = bf.gpu.load(&alpha_cuda::kernels::attention::wgmma::backward_kernel(d, [true, true], true))?;
+    let merged_kernel = bf.gpu.load(&wgmma::backward_kernel(d, [true, true], Gradients::MergedBf16))?;
     let out = arena.alloc_n::<u16>(3 * nq)?;
     arena.fill_u32(out, NAN_BITS)?;
     run(&merged_kernel, [out.ptr; 3])?;
     let got: Vec<u16> = arena.download(out, 3 * nq)?;
     let merged_differ = got.iter().zip(merged).filter(|(a, b)| a != b).count();
     let merged_row = exact_row("attention-bf16", "wgmma bwd merged = mma.sync merged", shape, merged_differ, 3 * nq);
-    Ok(vec![row, merged_row])
+    // Merged f32: the plain kernel's gradients, permuted.
+    let f32_kernel = bf.gpu.load(&wgmma::backward_kernel(d, [true, true], Gradients::MergedF32))?;
+    let out = arena.alloc_n::<f32>(3 * nq)?;
+    arena.fill_u32(out, NAN_BITS)?;
+    run(&f32_kernel, [out.ptr; 3])?;
+    let got: Vec<f32> = arena.download(out, 3 * nq)?;
+    let mut f32_differ = 0usize;
+    for (sec, b) in mine.iter().enumerate() {
+        for (i, x) in arena.download::<f32>(*b, nq)?.into_iter().enumerate() {
+            f32_differ += usize::from(got[merged_index(d, sec, i)].to_bits() != x.to_bits());
+        }
+    }
+    let f32_row =
+        exact_row("attention-bf16", "wgmma bwd merged f32 = its dq, dk, dv permuted", shape, f32_differ, 3 * nq);
+    Ok(vec![row, merged_row, f32_row])
 }

@@ -939,3 +939,235 @@ pub fn reduce_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Optio
     }
     Ok(rows)
 }
+
+/// The column path's first pass on the host in the kernel's order
+/// ([`alpha_cuda::kernels::reduce::Reduction::kernel`]): for each column and chunk of rows, row
+/// group `g` sums the rows `g, g + 8, …` of the chunk in order from +0, then the eight groups'
+/// sums are added in pairs, then pairs of pairs. Returns what the pass stores: with one chunk the
+/// finished values (a Mean divided by the count), else the partials at `[column·chunks + chunk]`.
+pub fn column_pass_reference(r: &alpha_cuda::kernels::reduce::Reduction, x: &[f32]) -> Vec<f32> {
+    use alpha_cuda::kernels::reduce::ROW_GROUPS;
+    let (width, rows, chunks, chunk_rows) = (r.outputs(), r.count(), r.chunks(), r.column_chunk_rows());
+    let mut out = vec![0.0f32; width * chunks];
+    for col in 0..width {
+        for c in 0..chunks {
+            let (start, stop) = (c * chunk_rows, ((c + 1) * chunk_rows).min(rows));
+            let mut level: Vec<f32> = (0..ROW_GROUPS as usize)
+                .map(|g| (start + g..stop).step_by(ROW_GROUPS as usize).fold(0.0f32, |acc, i| acc + x[i * width + col]))
+                .collect();
+            while level.len() > 1 {
+                level = level.chunks(2).map(|p| if p.len() == 2 { p[0] + p[1] } else { p[0] }).collect();
+            }
+            out[col * chunks + c] = level[0];
+        }
+    }
+    if chunks == 1 {
+        finished(r, &mut out);
+    }
+    out
+}
+
+/// The finishing pass on the host in the kernel's order
+/// ([`alpha_cuda::kernels::reduce::Reduction::finish_kernel`]): thread `t` sums the partials `t,
+/// t + 256, …` of its output from +0; each warp combines its threads' sums by butterflies (xor
+/// 16, 8, 4, 2, 1), and the warps' sums are added in order.
+pub fn finish_reference(r: &alpha_cuda::kernels::reduce::Reduction, partials: &[f32]) -> Vec<f32> {
+    finish_reference_over(r, partials, r.chunks())
+}
+
+/// [`finish_reference`] over `chunks` partials an output
+/// ([`alpha_cuda::kernels::reduce::Reduction::finish_kernel_over`]).
+pub fn finish_reference_over(r: &alpha_cuda::kernels::reduce::Reduction, partials: &[f32], chunks: usize) -> Vec<f32> {
+    use alpha_cuda::kernels::reduce::THREADS;
+    let mut out: Vec<f32> = (0..r.outputs())
+        .map(|o| {
+            let row = &partials[o * chunks..(o + 1) * chunks];
+            let mut t: Vec<f32> = (0..THREADS as usize)
+                .map(|t| (t..chunks).step_by(THREADS as usize).fold(0.0f32, |acc, j| acc + row[j]))
+                .collect();
+            for off in [16, 8, 4, 2, 1] {
+                t = (0..t.len()).map(|l| t[l] + t[l ^ off]).collect();
+            }
+            t.iter().step_by(32).skip(1).fold(t[0], |acc, &w| acc + w)
+        })
+        .collect();
+    finished(r, &mut out);
+    out
+}
+
+/// A Mean's sums divided by the count (`div.rn.f32`), as the kernels finish them.
+fn finished(r: &alpha_cuda::kernels::reduce::Reduction, v: &mut [f32]) {
+    if r.kind == alpha_ir::Reduce::Mean {
+        v.iter_mut().for_each(|x| *x /= r.count() as f32);
+    }
+}
+
+/// The column sum that also stores its tensor's bf16 cast
+/// ([`alpha_cuda::kernels::reduce::Reduction::column_cast_kernel`]) with the finishing pass: the
+/// sums bit for bit those of the plain column sum and of the host in the kernels' order
+/// ([`column_pass_reference`], [`finish_reference`]), the cast bit for bit round-to-nearest-even
+/// with a poisoned guard after it untouched, and a second launch bit-identical. Shapes: GPT-2's
+/// at sixteen contexts (the q/k/v bias, [16384, 2304], and the 768-wide ones), a ragged one
+/// ([1000, 300]: a partial last tile and chunk), a small Mean ([5, 40]: one chunk, the mean
+/// stored by the first pass). Timed with `bench` (the fused pair; the plain pair and a cast read
+/// the tensor twice).
+pub fn column_cast_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use alpha_cuda::kernels::reduce::{self, Reduction};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
+    use alpha_ir::{DType, Reduce};
+    const GUARD: u16 = 0x7FC1;
+    let cases = [
+        ([16384usize, 2304usize], Reduce::Sum),
+        ([16384, 768], Reduce::Sum),
+        ([1000, 300], Reduce::Sum),
+        ([5, 40], Reduce::Mean),
+    ];
+    let mut rows = vec![];
+    for (shape, kind) in cases {
+        arena.reset();
+        let r = Reduction::new(kind, &shape, &[0], DType::F32, DType::F32)?;
+        let n = shape[0] * shape[1];
+        let x = rng.vec(n, 1.0);
+        let first = column_pass_reference(&r, &x);
+        let want = if r.chunks() > 1 { finish_reference(&r, &first) } else { first };
+        let xb = arena.alloc_n::<f32>(n)?;
+        arena.upload(xb, &x)?;
+        let outputs = r.outputs();
+        let [plain, ob, pb] = poisoned(arena, [outputs, outputs, outputs * r.chunks()])?;
+        let cast = arena.alloc_n::<u16>(n + 1)?;
+        arena.upload(cast, &vec![GUARD; n + 1])?;
+        let (f1, fc) = (gpu.load(&r.kernel())?, gpu.load(&r.column_cast_kernel()?)?);
+        let f2 = if r.chunks() > 1 { Some(gpu.load(&r.finish_kernel())?) } else { None };
+        let cfg1 = LaunchConfig { grid: r.grid(), block: (reduce::THREADS, 1, 1), shared_bytes: 0 };
+        let cfg2 = LaunchConfig { grid: (outputs as u32, 1, 1), block: (reduce::THREADS, 1, 1), shared_bytes: 0 };
+        let run = |fused: bool, out: u64| -> Result<()> {
+            if fused {
+                gpu.launch(&fc, cfg1, &reduce::cast_arguments([out, xb.ptr, pb.ptr, cast.ptr].map(Arg::U64)))?;
+            } else {
+                gpu.launch(&f1, cfg1, &reduce::arguments([out, xb.ptr, pb.ptr].map(Arg::U64)))?;
+            }
+            if let Some(f2) = &f2 {
+                gpu.launch(f2, cfg2, &reduce::finish_arguments([out, pb.ptr].map(Arg::U64)))?;
+            }
+            Ok(())
+        };
+        run(false, plain.ptr)?;
+        run(true, ob.ptr)?;
+        let (alone, got): (Vec<f32>, Vec<f32>) = (arena.download(plain, outputs)?, arena.download(ob, outputs)?);
+        let copy: Vec<u16> = arena.download(cast, n + 1)?;
+        arena.fill_u32(ob, NAN_BITS)?;
+        run(true, ob.ptr)?;
+        let again: Vec<f32> = arena.download(ob, outputs)?;
+        let sums_wrong = mismatches(&got, &want) + mismatches(&got, &alone) + mismatches(&got, &again);
+        let cast_wrong =
+            (0..n).filter(|&i| copy[i] != half::bf16::from_f32(x[i]).to_bits()).count() + (copy[n] != GUARD) as usize;
+        let wrong = sums_wrong + cast_wrong;
+        rows.push(Row {
+            family: "column-cast".into(),
+            name: format!("reduce_{kind:?}_columns_cast").to_lowercase(),
+            shape: format!("{shape:?}"),
+            max_abs: wrong as f64,
+            rel: wrong as f64 / (n + outputs) as f64,
+            tol: 0.0,
+            pass: wrong == 0,
+            median_us: if opts.bench { Some(median(gpu.time(opts.warmup, opts.reps, || run(true, ob.ptr))?)) } else { None },
+            rate: format!(
+                "{} chunk(s); {sums_wrong} sums differing (host order, plain sum, second launch), {cast_wrong} cast elements",
+                r.chunks()
+            ),
+        });
+    }
+    Ok(rows)
+}
+
+/// The LayerNorm backward that also sums the columns of what it stores
+/// ([`alpha_cuda::kernels::layernorm::backward_dx_column_partials_kernel`], adding the residual
+/// and storing the bf16 copy, as GPT-2's run) against the plain kernel: dx, its copy and the gain
+/// and bias partials bit for bit, the column sums the host's sums of each band's stored rows in
+/// order, and the column sum's finishing pass over them ([`finish_reference_over`]) bit for bit.
+/// Shapes: GPT-2's at sixteen contexts ([16384, 768], 1,024 bands) and a ragged one ([1000, 200]:
+/// a short last band, columns past the last whole 128). Timed with `bench` (the plain kernel and
+/// this one).
+pub fn layernorm_column_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use alpha_cuda::kernels::layernorm::{self, DxPasses, Norm, BAND};
+    use alpha_cuda::kernels::reduce::{self, Reduction};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
+    use alpha_ir::{DType, Reduce};
+    let mut rows_out = vec![];
+    for n in [Norm { rows: 16384, c: 768 }, Norm { rows: 1000, c: 200 }] {
+        arena.reset();
+        let (rows, c, bands) = (n.rows, n.c, n.bands());
+        let mut host = [rows * c, c, rows, rows, rows * c, rows * c].map(|len| rng.vec(len, 1.0));
+        // rstd positive, as a forward's.
+        host[3].iter_mut().for_each(|v| *v += 1.5);
+        let mut bufs = vec![];
+        for h in &host {
+            let b = arena.alloc_n::<f32>(h.len())?;
+            arena.upload(b, h)?;
+            bufs.push(b);
+        }
+        let [x, gain, mean, rstd, dy, r] = [0, 1, 2, 3, 4, 5].map(|i| bufs[i]);
+        let [dx_a, dx_b, parts_a, parts_b, columns, out] =
+            poisoned(arena, [rows * c, rows * c, n.scratch_floats(), n.scratch_floats(), c * bands, c])?;
+        let (copy_a, copy_b) = (arena.alloc_n::<u16>(rows * c)?, arena.alloc_n::<u16>(rows * c)?);
+        let (grid, block) = layernorm::dx_partials_launch(n);
+        let cfg = LaunchConfig { grid, block, shared_bytes: 0 };
+        let plain = gpu.load(&layernorm::backward_dx_partials_kernel(n, true, true))?;
+        let summing = gpu.load(&layernorm::backward_dx_column_partials_kernel(n, true, true))?;
+        let sum = Reduction::new(Reduce::Sum, &[rows, c], &[0], DType::F32, DType::F32)?;
+        let finish = gpu.load(&sum.finish_kernel_over(bands as u32))?;
+        let args = |dx: u64, copy: u64, passes: DxPasses<u64>| {
+            let tensors = [dx, x.ptr, gain.ptr, mean.ptr, rstd.ptr, dy.ptr];
+            layernorm::dx_arguments(tensors, Some(r.ptr), Some(copy), passes)
+                .into_iter()
+                .map(Arg::U64)
+                .collect::<Vec<_>>()
+        };
+        let args_a = args(dx_a.ptr, copy_a.ptr, DxPasses::Partials(parts_a.ptr));
+        let both = DxPasses::PartialsAndColumns { partials: parts_b.ptr, columns: columns.ptr };
+        let args_b = args(dx_b.ptr, copy_b.ptr, both);
+        let cfg2 = LaunchConfig { grid: (c as u32, 1, 1), block: (reduce::THREADS, 1, 1), shared_bytes: 0 };
+        let args2: Vec<Arg> = reduce::finish_arguments([out.ptr, columns.ptr]).into_iter().map(Arg::U64).collect();
+        gpu.launch(&plain, cfg, &args_a)?;
+        gpu.launch(&summing, cfg, &args_b)?;
+        gpu.launch(&finish, cfg2, &args2)?;
+        let stored: Vec<f32> = arena.download(dx_a, rows * c)?;
+        let same = mismatches(&arena.download::<f32>(dx_b, rows * c)?, &stored)
+            + mismatches(
+                &arena.download::<f32>(parts_b, n.scratch_floats())?,
+                &arena.download::<f32>(parts_a, n.scratch_floats())?,
+            )
+            + arena
+                .download::<u16>(copy_a, rows * c)?
+                .iter()
+                .zip(arena.download::<u16>(copy_b, rows * c)?)
+                .filter(|(a, b)| **a != *b)
+                .count();
+        let want: Vec<f32> = (0..c * bands)
+            .map(|at| {
+                let (j, b) = (at / bands, at % bands);
+                (b * BAND..((b + 1) * BAND).min(rows)).fold(0.0f32, |acc, i| acc + stored[i * c + j])
+            })
+            .collect();
+        let sums_wrong = mismatches(&arena.download::<f32>(columns, c * bands)?, &want);
+        let finished_wrong = mismatches(&arena.download::<f32>(out, c)?, &finish_reference_over(&sum, &want, bands));
+        let wrong = same + sums_wrong + finished_wrong;
+        let mut row = exact_row(
+            "layernorm-cols",
+            "layernorm_bwd_dx_add_partials_bf16_cols",
+            &format!("{n:?}"),
+            wrong,
+            2 * rows * c,
+        );
+        row.rate =
+            format!("{same} differ from the plain kernel, {sums_wrong} column sums, {finished_wrong} finished sums");
+        if opts.bench {
+            let t0 = median(gpu.time(opts.warmup, opts.reps, || gpu.launch(&plain, cfg, &args_a))?);
+            let t1 = median(gpu.time(opts.warmup, opts.reps, || gpu.launch(&summing, cfg, &args_b))?);
+            row.median_us = Some(t1);
+            row.rate = format!("{t1:.1} us against the plain kernel's {t0:.1} us; {}", row.rate);
+        }
+        rows_out.push(row);
+    }
+    Ok(rows_out)
+}

@@ -1,24 +1,46 @@
-//! The attention backward storing the bf16 cast of its permuted, concatenated gradients.
+//! The attention backward storing its permuted, concatenated gradients: as the bf16 cast the
+//! projection's products read, or as the f32 permute.
 
 use super::*;
 
+/// The `[B, T, 3, H, D]` order of the gradients' permute.
+const MERGED: [usize; 5] = [1, 3, 0, 2, 4];
+
 /// The bf16 attention backwards (one launch, q heads equal to k heads) whose three gradients —
 /// dq and dk as their fused inverse rotaries leave them, and dv — reach the q/k/v projection's
-/// backward only as one Concat, permuted to `[B, T, 3, H, D]` and cast to bf16 (the permute
-/// launched storing the cast): the backward then stores that bf16 tensor itself
-/// ([`crate::kernels::attention::mma::backward_kernel_bf16_merged`]) and the permute does not run.
-/// Records them in `fp.merged_grads`; returns the permutes to skip.
+/// backward only as one Concat, permuted to `[B, T, 3, H, D]`: the backward then stores the
+/// permuted tensor itself and the permute does not run. Where the permute was launched storing
+/// its bf16 cast (its only reader), the backward stores that cast
+/// ([`crate::kernels::attention::mma::backward_kernel_bf16_merged`]); where the permute's f32
+/// output is read by more (GPT-2's q/k/v bias gradient sums it, and a cast feeds the products),
+/// the backward stores that f32 tensor ([`Gradients::MergedF32`]), and [`column_casts`] may have
+/// the bias's column sum store the cast.
+/// Records them in `fp.merged_gradients`; returns the permutes to skip.
 ///
-/// Conditions: the chain through single-reader reshapes exactly so; nothing launched between
-/// the backward and the permute; the cast's slot clear of everything the backward reads (it is
-/// now written while the backward's blocks read).
-pub(crate) fn merged_gradients(ph: &PhaseView, skip: &std::collections::HashSet<u32>, fp: &mut FusionPlan) -> Vec<u32> {
+/// Why f32 rather than both f32 and bf16 from the backward: at GPT-2's sixteen contexts the
+/// permute read and wrote 151 MB a layer; storing f32 permuted leaves the backward writing
+/// 151 MB, the column sum reading it and writing the 75 MB cast, as storing both would (151 +
+/// 75 MB written, 151 MB read by a plain sum), with one store in the backward's epilogue.
+///
+/// Conditions: the chain through single-reader reshapes exactly so; the backward run as one
+/// launch ([`joint_backward_apart`], which the lowering needs for either store); nothing
+/// launched between the backward and the permute; the stored tensor's slot clear of everything
+/// the backward reads (it is now written while the backward's blocks read).
+pub(crate) fn merged_gradients(
+    cfg: &CudaConfig,
+    ph: &PhaseView,
+    skip: &std::collections::HashSet<u32>,
+    fp: &mut FusionPlan,
+) -> Vec<u32> {
     let g = ph.g;
     let mut permutes = vec![];
     'hosts: for (h, tensor) in fp.bf16_attentions() {
         let n = &g.nodes[h as usize];
         let (Op::AttentionBackward { .. }, Some(&at)) = (&n.op, ph.pos.get(&h)) else { continue };
-        if g.shape(n.inputs[0]) != g.shape(n.inputs[1]) {
+        if g.shape(n.inputs[0]) != g.shape(n.inputs[1])
+            || !cfg.joint_attention_backward
+            || !joint_backward_apart(ph.plan, fp, h, n)
+        {
             continue;
         }
         let rot = fp.store_rotary(h).copied().unwrap_or_default();
@@ -35,11 +57,79 @@ pub(crate) fn merged_gradients(ph: &PhaseView, skip: &std::collections::HashSet<
         }
         let Some(c) = concat else { continue };
         let Some((p, _)) = ph.through_reshapes(Value { node: c, index: 0 }) else { continue };
-        let reads = n.inputs[3..].iter().map(|&v| ph.range(v)).chain([Some(tensor)]);
-        if let Some(cast) = ph.permute_cast_for(at, p, &[1, 3, 0, 2, 4], skip, &fp.store_as, reads) {
-            fp.attention_mut(h).merged_gradients = Some(cast);
-            permutes.push(p);
-        }
+        // What the backward reads: lse, and q, k, v as bf16 in the heads tensor (o and dO only
+        // through delta and dO's bf16 copy, which lie outside the plan's arena).
+        let reads = [ph.range(n.inputs[4]), Some(tensor)];
+        let merged = match ph.permute_cast_for(at, p, &MERGED, skip, &fp.store_as, reads.iter().copied()) {
+            Some(cast) => (cast, Gradients::MergedBf16),
+            None => match permute_f32_for(ph, at, p, skip, &fp.store_as, &reads) {
+                Some(out) => (out, Gradients::MergedF32),
+                None => continue,
+            },
+        };
+        fp.attention_mut(h).merged_gradients = Some(merged);
+        permutes.push(p);
     }
     permutes
+}
+
+/// The f32 output of the merging permute `p` where the backward launched at `at` may store it
+/// instead: `p` launched right after it (nothing launched between), storing f32 (no cast taken
+/// into it), its slot clear of `reads`.
+fn permute_f32_for(
+    ph: &PhaseView,
+    at: usize,
+    p: u32,
+    skip: &std::collections::HashSet<u32>,
+    store_as: &HashMap<Value, Value>,
+    reads: &[Option<(usize, usize)>],
+) -> Option<Value> {
+    let out = Value { node: p, index: 0 };
+    let Op::Permute { perm } = &ph.g.nodes[p as usize].op else { return None };
+    let launched = !skip.contains(&p) && ph.pos.get(&p).is_some_and(|&pos| ph.nothing_launched(at, pos, skip));
+    let f32_out = ph.g.dtype(out) == DType::F32 && !store_as.contains_key(&out);
+    let slot = ph.range(out)?;
+    (perm.as_slice() == MERGED && launched && f32_out && clear_of(slot, reads.iter().copied())).then_some(out)
+}
+
+/// (input, permute) for every bf16 attention backward whose gradients a merging permute reads
+/// (through reshapes, the Concat and inverse rotaries), where that permute's f32 output is read
+/// by more than a cast it could store: the backward's inputs (q, k, v, lse) are kept alive
+/// through the permute, so that the plan does not put the permute's output where the backward
+/// reads them and the backward may store it itself ([`merged_gradients`]). Why: at GPT-2's
+/// sixteen contexts the plan put each layer's permuted gradient exactly on the bf16 heads the
+/// backward reads, and 11 of the 12 permutes stayed launches.
+pub(crate) fn merged_f32_windows(
+    program: &alpha_ir::Program,
+    into_producers: &HashMap<Value, u32>,
+) -> Vec<(Value, u32)> {
+    let g = &program.graph;
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    // Back from `v` through reshapes and inverse rotaries to the node that computes it.
+    let source = |mut v: Value| loop {
+        match g.nodes[v.node as usize].op {
+            Op::Reshape { .. } | Op::Rotary { inverse: true, .. } => v = g.nodes[v.node as usize].inputs[0],
+            _ => return v.node,
+        }
+    };
+    let mut keep = vec![];
+    for (p, n) in g.nodes.iter().enumerate() {
+        let out = Value { node: p as u32, index: 0 };
+        let Op::Permute { perm } = &n.op else { continue };
+        if perm.as_slice() != MERGED || into_producers.contains_key(&out) {
+            continue;
+        }
+        let c = &g.nodes[source(n.inputs[0]) as usize];
+        if !matches!(c.op, Op::Concat { axis: 0 }) || c.inputs.len() != 3 {
+            continue;
+        }
+        let h = source(c.inputs[0]);
+        let hn = &g.nodes[h as usize];
+        if matches!(hn.op, Op::AttentionBackward { bf16: true, .. }) && c.inputs.iter().all(|&x| source(x) == h) {
+            // (Inputs from an earlier phase are never reused within this one.)
+            let ins = [0, 1, 2, 4].map(|k| hn.inputs[k]);
+            keep.extend(ins.into_iter().filter(|v| phase(v.node) == phase(p as u32)).map(|v| (v, p as u32)));
+        }
+    }
+    keep
 }

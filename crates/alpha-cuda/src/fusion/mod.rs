@@ -17,7 +17,9 @@
 //! around them read (`merged_gradients.rs`, `forward_copies.rs`); the output gradient's product
 //! storing dO as bf16 with delta (`delta_heads.rs`); a gated unit's multiply as the up product's
 //! epilogue, computing `gelu(gate)` from the gate product (`mul_epilogues.rs`); LayerNorm backwards
-//! whose gain and bias folds wait for one launch after the last (`deferred_folds.rs`); a
+//! whose gain and bias folds wait for one launch after the last (`deferred_folds.rs`); column sums
+//! storing the bf16 cast of the tensor they sum (`column_casts.rs`); LayerNorm backwards summing
+//! the columns of what they store for the bias gradient after them (`norm_column_sums.rs`); a
 //! cross-entropy launching its backward too (`joint_cross_entropy.rs`).
 //! `recompute.rs` is the chain rule the lowering's fused chains apply (a unary of an input
 //! recomputed rather than read), and `gemm_spec.rs` the tiled product spec a MatMul runs as. Where
@@ -30,6 +32,7 @@ use alpha_plan::Plan;
 
 use crate::config::CudaConfig;
 use crate::kernels::attention;
+use crate::kernels::attention::mma::Gradients;
 use crate::kernels::fused;
 use crate::kernels::gemm::tma as gemm_tma;
 use crate::kernels::gemm::wgmma as gemm_wgmma;
@@ -38,6 +41,7 @@ use crate::kernels::layernorm::Norm;
 
 mod activation;
 mod casts_into_producers;
+mod column_casts;
 mod deferred_folds;
 mod delta_heads;
 mod epilogues;
@@ -49,6 +53,7 @@ mod inverse_rotary;
 mod joint_cross_entropy;
 mod merged_gradients;
 mod mul_epilogues;
+mod norm_column_sums;
 mod plan;
 mod recompute;
 mod rotaries;
@@ -56,6 +61,7 @@ mod turned_heads;
 
 pub(crate) use activation::*;
 pub(crate) use casts_into_producers::*;
+pub(crate) use column_casts::*;
 pub(crate) use deferred_folds::*;
 pub(crate) use delta_heads::*;
 pub(crate) use epilogues::*;
@@ -67,6 +73,7 @@ pub(crate) use inverse_rotary::*;
 pub(crate) use joint_cross_entropy::*;
 pub(crate) use merged_gradients::*;
 pub(crate) use mul_epilogues::*;
+pub(crate) use norm_column_sums::*;
 pub(crate) use plan::*;
 pub(crate) use recompute::*;
 pub(crate) use rotaries::*;

@@ -49,9 +49,9 @@ pub(crate) struct AttentionFusion {
     /// Reading bf16 q, k and v stored turned by their projection: the heads tensor's f32 slot
     /// (the bf16 values lie at half their views' offsets from its start) ([`turned_heads`]).
     pub(crate) bf16_heads: Option<(usize, usize)>,
-    /// Backward only: the bf16 cast of its permuted, concatenated gradients, which it stores
-    /// itself ([`merged_gradients`]).
-    pub(crate) merged_gradients: Option<Value>,
+    /// Backward only: its permuted, concatenated gradients, which it stores itself: the bf16
+    /// cast of them, or the f32 permute ([`merged_gradients`]).
+    pub(crate) merged_gradients: Option<(Value, Gradients)>,
     /// Forward only: the bf16 cast of its permuted output, which it stores too
     /// ([`forward_copies`]).
     pub(crate) output_copy: Option<Value>,
@@ -71,6 +71,12 @@ pub(crate) struct FusionPlan {
     pub(crate) deferred_folds: std::collections::HashSet<u32>,
     /// The current phase's LayerNormBackward after whose launch the waiting folds run.
     pub(crate) fold_flush_after: Option<u32>,
+    /// Column sum (Reduce) → the output of the bf16 cast of its tensor that its first pass may
+    /// store too ([`column_casts`]).
+    pub(crate) column_casts: HashMap<u32, Value>,
+    /// LayerNorm backward → the column sum of what it stores, whose chunk partials it writes
+    /// ([`norm_column_sums`]).
+    pub(crate) norm_column_sums: HashMap<u32, u32>,
     /// CrossEntropy → its backward, run in the same launch ([`joint_cross_entropy`]).
     pub(crate) joint_cross_entropy: HashMap<u32, JointCrossEntropy>,
 }
@@ -151,8 +157,14 @@ impl FusionPlan {
         self.attention.get(&id)?.bf16_heads.as_ref()
     }
 
-    pub(crate) fn merged_gradients(&self, id: u32) -> Option<&Value> {
+    pub(crate) fn merged_gradients(&self, id: u32) -> Option<&(Value, Gradients)> {
         self.attention.get(&id)?.merged_gradients.as_ref()
+    }
+
+    /// The cast that column sum `id` stores, unless another launch has taken it by the time
+    /// the lowering reaches the sum (it is then in `skip`).
+    pub(crate) fn column_cast(&self, id: u32, skip: &std::collections::HashSet<u32>) -> Option<Value> {
+        self.column_casts.get(&id).copied().filter(|c| !skip.contains(&c.node))
     }
 
     pub(crate) fn output_copy(&self, id: u32) -> Option<&Value> {

@@ -11,7 +11,9 @@
 //! launch of its own, or in blocks after the input gradient's rows where the bands are few
 //! ([`backward_dx_kernel_folding`]). Where the bands are many, pass 1 runs inside the input
 //! gradient's launch instead, a block a band ([`backward_dx_partials_kernel`]): x and dy are
-//! then read once. Each column's sum is thus the CPU's sum, operation for operation.
+//! then read once. Each column's sum is thus the CPU's sum, operation for operation. That launch
+//! can also sum the columns of what it stores, band by band, for a bias gradient that sums them
+//! ([`backward_dx_column_partials_kernel`]).
 //!
 //! How: x, gain, bias, dy and all outputs are f32; `mean` and `rstd` are saved per row by the
 //! forward and read by the backward. `.rn` arithmetic in the reference's order of operations;
@@ -319,7 +321,8 @@ fn row_means(k: &mut Kernel, row: RowIn, owned: &[(Reg, Option<Reg>)], red: &str
 
 /// Stores one row's input gradient `rstd·(dy·g − mean_g − x̂·mean_gx)` (plus the residual's
 /// `rv` where given) at `dx[row0 + j]`, and its bf16 rounding at `dx16` where given; `row_ok`
-/// guards the stores of a row that may lie past the end.
+/// guards the stores of a row that may lie past the end. Returns the values stored, a column
+/// of this thread's each.
 #[allow(clippy::too_many_arguments)]
 fn store_row_dx(
     k: &mut Kernel,
@@ -330,8 +333,9 @@ fn store_row_dx(
     (dx, dx16): (Reg, Option<Reg>),
     row0: Reg,
     row_ok: Option<Reg>,
-) {
+) -> Vec<Reg> {
     let RowIn { ds, gs, xs, m, rs } = row;
+    let mut stored = Vec::with_capacity(owned.len());
     for (n_col, (((&d, &g), &v), &(j, ok))) in ds.iter().zip(gs).zip(xs).zip(owned).enumerate() {
         let ok = both(k, ok, row_ok);
         let i = k.bin("add.u32", RegKind::B32, row0, j);
@@ -354,7 +358,9 @@ fn store_row_dx(
             let a = k.addr_of(d16, i, 2);
             guarded(k, ok, "st.global.b16", [addr(a, 0), h.into()]);
         }
+        stored.push(o);
     }
+    stored
 }
 
 /// Grid and block of [`backward_dx_partials_kernel`]: a block a band.
@@ -373,13 +379,34 @@ pub fn dx_partials_launch(n: Norm) -> ((u32, u32, u32), (u32, u32, u32)) {
 /// its columns' terms of the band's rows into its gain and bias partials in row order — the
 /// pass-1 kernel's sums, operation for operation, so the bits are the same.
 pub fn backward_dx_partials_kernel(n: Norm, residual: bool, copy16: bool) -> Kernel {
+    dx_partials_kernel_with(n, residual, copy16, false)
+}
+
+/// [`backward_dx_partials_kernel`] that also sums the columns of what it stores (dx, or the
+/// residual's sum `dx + r`) over each band's rows, in row order from +0: params as that kernel's,
+/// then `columns`, where band `b`'s sum of column `j` lands at `columns[j·bands + b]` — the
+/// chunk partials of a column sum over the rows ([`crate::kernels::reduce::Reduction`]'s
+/// layout, a band a chunk), which its finishing pass then sums
+/// ([`crate::kernels::reduce::Reduction::finish_kernel_over`]).
+/// Why: a linear layer's bias gradient before the norm sums the tensor this launch writes;
+/// its first pass then need not read the tensor back (50 MB at GPT-2's sixteen contexts).
+pub fn backward_dx_column_partials_kernel(n: Norm, residual: bool, copy16: bool) -> Kernel {
+    dx_partials_kernel_with(n, residual, copy16, true)
+}
+
+fn dx_partials_kernel_with(n: Norm, residual: bool, copy16: bool, columns: bool) -> Kernel {
     let c = n.c as u32;
     let bands = n.bands() as u32;
-    let name =
-        format!("layernorm_bwd_dx{}_partials{}", if residual { "_add" } else { "" }, if copy16 { "_bf16" } else { "" });
+    let name = format!(
+        "layernorm_bwd_dx{}_partials{}{}",
+        if residual { "_add" } else { "" },
+        if copy16 { "_bf16" } else { "" },
+        if columns { "_cols" } else { "" }
+    );
     let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let DxParams { dx, x, gain, mean, rstd, dy, r, dx16 } = dx_params(&mut k, residual, copy16);
     let partials = k.param_reg("partials", ParamTy::U64);
+    let column_sums = columns.then(|| k.param_reg("columns", ParamTy::U64));
     let red = k.shared("red", 128, 16);
     let tid = k.sreg("%tid.x");
     let band = k.sreg("%ctaid.x");
@@ -387,6 +414,18 @@ pub fn backward_dx_partials_kernel(n: Norm, residual: bool, copy16: bool) -> Ker
     let gs = ld_owned(&mut k, gain, None, &owned, None);
     let ags: Vec<Reg> = owned.iter().map(|_| k.imm_f32(0.0)).collect();
     let abs: Vec<Reg> = owned.iter().map(|_| k.imm_f32(0.0)).collect();
+    // The column sums, a thread's own slots of shared memory (`[column of its][tid]`) rather
+    // than registers: six more live across the rows spilled at GPT-2's width.
+    let acs = columns.then(|| {
+        let at = k.shared("colsum", THREADS * 4 * owned.len() as u32, 16);
+        let base = k.un("mov.u32", RegKind::B32, Opnd::S(at));
+        let own = k.tri("mad.lo.u32", RegKind::B32, tid, 4u32, base);
+        let zero = k.imm_f32(0.0);
+        for i in 0..owned.len() {
+            k.op("st.shared.f32", [addr(own, (i as u32 * THREADS * 4) as i64), zero.into()]);
+        }
+        own
+    });
     let r0 = k.bin("mul.lo.u32", RegKind::B32, band, BAND as u32);
     let ragged = !n.rows.is_multiple_of(BAND);
     struct Loaded {
@@ -425,7 +464,16 @@ pub fn backward_dx_partials_kernel(n: Norm, residual: bool, copy16: bool) -> Ker
         // The residual's row as the row kernel reads it, after the reductions (fewer registers
         // held across them: seven blocks an SM would leave 1,024 bands a second wave).
         let rv = r.map(|r| ld_owned(&mut k, r, Some(cur.row0), &owned, cur.ok));
-        store_row_dx(&mut k, row, means, rv.as_deref(), &owned, (dx, dx16), cur.row0, cur.ok);
+        let stored = store_row_dx(&mut k, row, means, rv.as_deref(), &owned, (dx, dx16), cur.row0, cur.ok);
+        if let Some(own) = acs {
+            for (i, &o) in stored.iter().enumerate() {
+                let slot = addr(own, (i as u32 * THREADS * 4) as i64);
+                let ac = k.reg(RegKind::F32);
+                k.op("ld.shared.f32", [ac.into(), slot.clone()]);
+                guarded(&mut k, cur.ok, "add.rn.f32", [ac.into(), ac.into(), o.into()]);
+                k.op("st.shared.f32", [slot, ac.into()]);
+            }
+        }
         // Pass 1's terms of this row, in its order of operations.
         for (((&d, &v), &ag), &ab) in cur.ds.iter().zip(&cur.xs).zip(&ags).zip(&abs) {
             let xm = k.bin("sub.rn.f32", RegKind::F32, v, cur.m);
@@ -443,6 +491,15 @@ pub fn backward_dx_partials_kernel(n: Norm, residual: bool, copy16: bool) -> Ker
         let ib = k.tri("mad.lo.u32", RegKind::B32, bb, c, j);
         let a = k.addr_of(partials, ib, 4);
         guarded(&mut k, ok, "st.global.f32", [addr(a, 0), ab.into()]);
+    }
+    if let (Some(cols), Some(own)) = (column_sums, acs) {
+        for (i, &(j, ok)) in owned.iter().enumerate() {
+            let ac = k.reg(RegKind::F32);
+            k.op("ld.shared.f32", [ac.into(), addr(own, (i as u32 * THREADS * 4) as i64)]);
+            let at = k.tri("mad.lo.u32", RegKind::B32, j, bands, band);
+            let a = k.addr_of(cols, at, 4);
+            guarded(&mut k, ok, "st.global.f32", [addr(a, 0), ac.into()]);
+        }
     }
     k.ret();
     k
@@ -736,6 +793,9 @@ pub enum DxPasses<T> {
     Fold { dgain: T, dbias: T, partials: T },
     /// Pass 1 in its rows: the partials it writes.
     Partials(T),
+    /// Pass 1 in its rows, and the column sums of what it stores
+    /// ([`backward_dx_column_partials_kernel`]).
+    PartialsAndColumns { partials: T, columns: T },
 }
 
 impl<T> DxPasses<T> {
@@ -747,6 +807,9 @@ impl<T> DxPasses<T> {
                 DxPasses::Fold { dgain: f(dgain), dbias: f(dbias), partials: f(partials) }
             }
             DxPasses::Partials(p) => DxPasses::Partials(f(p)),
+            DxPasses::PartialsAndColumns { partials, columns } => {
+                DxPasses::PartialsAndColumns { partials: f(partials), columns: f(columns) }
+            }
         }
     }
 }
@@ -761,6 +824,7 @@ pub fn dx_arguments<T>(tensors: [T; 6], residual: Option<T>, copy: Option<T>, pa
         DxPasses::Apart => {}
         DxPasses::Fold { dgain, dbias, partials } => args.extend([dgain, dbias, partials]),
         DxPasses::Partials(p) => args.push(p),
+        DxPasses::PartialsAndColumns { partials, columns } => args.extend([partials, columns]),
     }
     args
 }
@@ -794,6 +858,9 @@ mod tests {
         for (residual, copy) in [(false, false), (true, false), (false, true), (true, true)] {
             let args = dx_arguments(t6, residual.then_some(1), copy.then_some(2), DxPasses::Partials(3));
             assert_eq!(count(backward_dx_partials_kernel(n, residual, copy)), args.len());
+            let both = DxPasses::PartialsAndColumns { partials: 3, columns: 4 };
+            let args = dx_arguments(t6, residual.then_some(1), copy.then_some(2), both);
+            assert_eq!(count(backward_dx_column_partials_kernel(n, residual, copy)), args.len());
         }
     }
 

@@ -219,14 +219,33 @@ impl Reduction {
     /// 8i` in order (loading [`COLUMN_UNROLL`] rows ahead); the eight row groups' sums are then added as a fixed tree. With one
     /// chunk it writes the final values to `out`; otherwise partials to `partials[col·chunks + c]`.
     fn column_kernel(&self) -> Kernel {
+        self.column_kernel_storing(false)
+    }
+
+    /// Pass 1 of the column path that also stores its input's bf16 cast: params (out, x,
+    /// partials, cast), grid [`Reduction::grid`]; every element is read once, by the thread
+    /// that sums it, which stores it rounded (`cvt.rn`, as the cast kernel does) at the same
+    /// index of `cast`. The sums are those of [`Reduction::kernel`], bit for bit.
+    /// Why: a bias gradient's tensor is often also cast for the products after it; one read of
+    /// it then serves both, and the cast costs no launch.
+    pub fn column_cast_kernel(&self) -> Result<Kernel> {
+        if !self.columns {
+            bail!("a reduction off the column path does not store a cast: {self:?}");
+        }
+        Ok(self.column_kernel_storing(true))
+    }
+
+    fn column_kernel_storing(&self, cast: bool) -> Kernel {
         let chunks = self.chunks() as u32;
         let width = self.outputs() as u32;
         let rows = self.count() as u32;
-        let mut k = Kernel::new(&format!("reduce_{}_columns", format!("{:?}", self.kind).to_lowercase()))
-            .with_block(THREADS, 1, 1);
+        let name =
+            format!("reduce_{}_columns{}", format!("{:?}", self.kind).to_lowercase(), if cast { "_cast" } else { "" });
+        let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
         let out = k.param_reg("out", ParamTy::U64);
         let x = k.param_reg("x", ParamTy::U64);
         let partials = k.param_reg("partials", ParamTy::U64);
+        let copy = cast.then(|| k.param_reg("cast", ParamTy::U64));
         let tile = k.shared("tile", THREADS * 4, 16);
         let tid = k.sreg("%tid.x");
         let t = k.sreg("%ctaid.x");
@@ -254,11 +273,14 @@ impl Reduction {
         let vals: Vec<_> = (0..COLUMN_UNROLL)
             .map(|i| {
                 let idx = k.bin("add.u32", RegKind::B32, first_idx, i * ROW_GROUPS * width);
-                load_f32(&mut k, self.in_dtype, x, idx)
+                (idx, load_f32(&mut k, self.in_dtype, x, idx))
             })
             .collect();
-        for v in vals {
+        for &(idx, v) in &vals {
             k.op("add.rn.f32", [acc.into(), acc.into(), v.into()]);
+            if let Some(c) = copy {
+                store_f32(&mut k, DType::BF16, c, idx, v);
+            }
         }
         k.op("add.u32", [r.into(), r.into(), (COLUMN_UNROLL * ROW_GROUPS).into()]);
         k.bra(&wide);
@@ -269,6 +291,9 @@ impl Reduction {
         let idx = k.tri("mad.lo.u32", RegKind::B32, r, width, col);
         let v = load_f32(&mut k, self.in_dtype, x, idx);
         k.op("add.rn.f32", [acc.into(), acc.into(), v.into()]);
+        if let Some(c) = copy {
+            store_f32(&mut k, DType::BF16, c, idx, v);
+        }
         k.op("add.u32", [r.into(), r.into(), ROW_GROUPS.into()]);
         k.bra(&top);
         k.place(&end);
@@ -305,7 +330,13 @@ impl Reduction {
 
     /// Pass 2 (only when `chunks() > 1`): params (out, partials); grid (outputs).
     pub fn finish_kernel(&self) -> Kernel {
-        let chunks = self.chunks() as u32;
+        self.finish_kernel_over(self.chunks() as u32)
+    }
+
+    /// Pass 2 over `chunks` partials an output at `partials[o·chunks + c]`, however another
+    /// kernel cut the reduced elements (a LayerNorm backward's bands of rows): params and grid
+    /// as [`Reduction::finish_kernel`]'s.
+    pub fn finish_kernel_over(&self, chunks: u32) -> Kernel {
         let mut k = Kernel::new(&format!("reduce_{}_finish", format!("{:?}", self.kind).to_lowercase()))
             .with_block(THREADS, 1, 1);
         let out = k.param_reg("out", ParamTy::U64);
@@ -347,6 +378,12 @@ pub fn arguments<T>([out, x, partials]: [T; 3]) -> Vec<T> {
     vec![out, x, partials]
 }
 
+/// The column path's first launch storing the cast ([`Reduction::column_cast_kernel`]): out,
+/// x, the partials (any pointer with one chunk), the bf16 cast.
+pub fn cast_arguments<T>([out, x, partials, cast]: [T; 4]) -> Vec<T> {
+    vec![out, x, partials, cast]
+}
+
 /// The finishing launch's arguments (with more than one chunk): out, the partials.
 pub fn finish_arguments<T>([out, partials]: [T; 2]) -> Vec<T> {
     vec![out, partials]
@@ -365,6 +402,11 @@ mod tests {
             assert!(k.params.iter().all(|p| p.ty == ParamTy::U64), "{}", k.name);
             assert_eq!(k.params.len(), n, "{}", k.name);
         }
+        let k = r.column_cast_kernel().expect("a column sum");
+        assert_eq!((k.name.as_str(), k.params.len()), ("reduce_sum_columns_cast", cast_arguments([0u64; 4]).len()));
+        assert!(k.render().contains("st.global.b16"));
+        let rows = Reduction::new(Reduce::Sum, &[64, 32], &[1], DType::F32, DType::F32).unwrap();
+        assert!(rows.column_cast_kernel().is_err(), "a row sum reads its elements across threads' strides");
     }
 
     #[test]

@@ -149,18 +149,22 @@ impl Lowerer<'_> {
                         };
                         let inverse = [rot[0].is_some(), rot[1].is_some()];
                         let merged = self.fusion.merged_gradients(id).copied();
+                        let grads = merged.map_or(mma::Gradients::Apart, |m| m.1);
                         let wgmma =
                             self.config.wgmma_attention_backward && crate::kernels::attention::wgmma::applies(&dims);
-                        let kb = self.kernel(match (bf16_at, merged) {
+                        let kb = self.kernel(match (bf16_at, grads) {
                             (Some(_), m) if wgmma => {
-                                crate::kernels::attention::wgmma::backward_kernel(&dims, inverse, m.is_some())
+                                crate::kernels::attention::wgmma::backward_kernel(&dims, inverse, m)
                             }
-                            (Some(_), Some(_)) => mma::backward_kernel_bf16_merged(&dims, inverse),
-                            (Some(_), None) => mma::backward_kernel_bf16(&dims, inverse),
+                            (Some(_), mma::Gradients::MergedBf16) => mma::backward_kernel_bf16_merged(&dims, inverse),
+                            (Some(_), mma::Gradients::MergedF32) => {
+                                mma::backward_kernel_bf16_merged_f32(&dims, inverse)
+                            }
+                            (Some(_), mma::Gradients::Apart) => mma::backward_kernel_bf16(&dims, inverse),
                             _ => mma::backward_kernel_rotating(&dims, inverse, turned),
                         })?;
                         let [dq, dk, dv] = match merged {
-                            Some(cast) => [self.ptr(cast); 3],
+                            Some((to, _)) => [self.ptr(to); 3],
                             None => [dst(0), dst(1), cx.out(2)].map(|a| self.ptr(a)),
                         };
                         let inverse_tables =
@@ -170,6 +174,13 @@ impl Lowerer<'_> {
                         let args = attention::backward_arguments(tensors, do16, inverse_tables, tabs);
                         v.push(Pending { kernel: kb, grid: dims.grid_q(), block, args, node: some });
                         return Ok(v);
+                    }
+                    if self.fusion.merged_gradients(id).is_some() {
+                        return Err(node_error(
+                            node,
+                            id,
+                            "its gradients were to be stored merged, but it runs in two passes",
+                        ));
                     }
                     let k1 = self.kernel(match (tc, bf16_at) {
                         (true, Some(_)) => mma::backward_dq_kernel_bf16(&dims, rot[0].is_some()),

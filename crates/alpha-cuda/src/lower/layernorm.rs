@@ -43,12 +43,15 @@ impl Lowerer<'_> {
 
     /// LayerNormBackward: the two deterministic parameter-gradient passes, then the input
     /// gradient (plus the following Add's other operand, written to the Add's slot, with `add`),
-    /// last so that it may overwrite x or dy.
+    /// last so that it may overwrite x or dy. With `sum` (see [`Lowerer::norm_sum`]), the input
+    /// gradient's launch also writes the band sums of what it stores, and the column sum `sum`
+    /// launches only its finishing pass, right after.
     pub(super) fn lower_layernorm_backward(
         &mut self,
         id: u32,
         add: Option<(u32, Value)>,
         copy: Option<Value>,
+        sum: Option<u32>,
     ) -> Result<Vec<Pending>> {
         let g = &self.plan.program.graph;
         let node = g.nodes[id as usize].clone();
@@ -64,31 +67,51 @@ impl Lowerer<'_> {
         let rows = [dst, x, gain, mean, rstd, dy].map(|v| self.ptr(v));
         let (residual, copy_ptr) = (add.map(|(_, r)| self.ptr(r)), copy.map(|c| self.ptr(c)));
         if partials_in_rows(self.config, nm) {
-            let k1 = self.kernel(layernorm::backward_dx_partials_kernel(nm, add.is_some(), copy.is_some()))?;
+            // The column sums in the scratch region after pass 1's partials, for the sum's
+            // finishing launch after this one's.
+            let columns = sum.map(|_| {
+                let at = (nm.scratch_floats() * 4).div_ceil(ALIGN) * ALIGN;
+                self.need_scratch(at + nm.c * nm.bands() * 4);
+                A::Scratch(at)
+            });
+            let (residual_on, copy_on) = (add.is_some(), copy.is_some());
+            let k1 = self.kernel(match columns {
+                Some(_) => layernorm::backward_dx_column_partials_kernel(nm, residual_on, copy_on),
+                None => layernorm::backward_dx_partials_kernel(nm, residual_on, copy_on),
+            })?;
+            let passes = |partials: A| match columns {
+                Some(columns) => layernorm::DxPasses::PartialsAndColumns { partials, columns },
+                None => layernorm::DxPasses::Partials(partials),
+            };
             let (grid, block) = layernorm::dx_partials_launch(nm);
+            let mut v = vec![];
             if self.fusion.deferred_folds.contains(&id) {
                 // The partials wait in a region of their own for one pass-2 launch later.
                 let held = self.held(nm.scratch_floats() * 4);
-                let passes = layernorm::DxPasses::Partials(A::Ptr(held));
-                let args = layernorm::dx_arguments(rows, residual, copy_ptr, passes);
+                let args = layernorm::dx_arguments(rows, residual, copy_ptr, passes(A::Ptr(held)));
                 let grads = [out(1), out(2)].map(|v| self.plan.slot(v).offset);
                 self.pending_folds.push((nm, [grads[0], grads[1], held]));
-                return Ok(vec![Pending { kernel: k1, grid, block, args, node: Some(id) }]);
-            }
-            let passes = layernorm::DxPasses::Partials(A::Scratch(0));
-            let args = layernorm::dx_arguments(rows, residual, copy_ptr, passes);
-            let k3 = self.kernel(layernorm::backward_finish_kernel(nm))?;
-            let (grid3, block3) = layernorm::finish_launch(nm);
-            return Ok(vec![
-                Pending { kernel: k1, grid, block, args, node: Some(id) },
-                Pending {
+                v.push(Pending { kernel: k1, grid, block, args, node: Some(id) });
+            } else {
+                let args = layernorm::dx_arguments(rows, residual, copy_ptr, passes(A::Scratch(0)));
+                let k3 = self.kernel(layernorm::backward_finish_kernel(nm))?;
+                let (grid3, block3) = layernorm::finish_launch(nm);
+                v.push(Pending { kernel: k1, grid, block, args, node: Some(id) });
+                v.push(Pending {
                     kernel: k3,
                     grid: grid3,
                     block: block3,
                     args: layernorm::finish_arguments([self.ptr(out(1)), self.ptr(out(2)), A::Scratch(0)]),
                     node: Some(id),
-                },
-            ]);
+                });
+            }
+            if let (Some(s), Some(columns)) = (sum, columns) {
+                v.push(self.lower_reduce_finish(s, columns, nm.bands())?);
+            }
+            return Ok(v);
+        }
+        if sum.is_some() {
+            return Err(node_error(&node, id, "its column sums were asked for, but it runs pass 1 apart"));
         }
         let cols = (nm.c as u32).div_ceil(layernorm::THREADS);
         let k2 = self.kernel(layernorm::backward_partials_kernel(nm))?;
@@ -180,6 +203,24 @@ impl Lowerer<'_> {
         let clear = apart(ln.inputs[0]) && apart(ln.inputs[dy_at]) && apart(r);
         let stats = ln.inputs[1..dy_at].iter().all(|&x| range(self.plan, x).is_none_or(|x| !overlap(sum, x)));
         (same && uses.get(&dx) == Some(&1) && clear && stats).then_some((add, r))
+    }
+
+    /// The column sum the LayerNorm backward `ln` writes the band sums for
+    /// ([`crate::fusion::norm_column_sums`]): where it stores what the sum reads (the sum of
+    /// `add`, or dx), and where the sum does not store a cast of it that is still a launch of its
+    /// own (`copy` is the cast the backward stores).
+    pub(super) fn norm_sum(
+        &self,
+        ln: u32,
+        add: Option<u32>,
+        copy: Option<Value>,
+        skip: &std::collections::HashSet<u32>,
+    ) -> Option<u32> {
+        let &sum = self.fusion.norm_column_sums.get(&ln)?;
+        let stored = Value { node: add.unwrap_or(ln), index: 0 };
+        let cast_to_store = self.fusion.column_cast(sum, skip).is_some_and(|c| Some(c) != copy);
+        let reads = self.g().nodes[sum as usize].inputs[0] == stored;
+        (reads && !skip.contains(&sum) && !cast_to_store).then_some(sum)
     }
 
     /// The bf16 cast of the residual gradient that the LayerNorm backward at `i` adds (`add`),

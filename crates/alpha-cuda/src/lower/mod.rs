@@ -34,8 +34,9 @@
 //! deduplicated, the phase loop, and `lower_node`, which dispatches each node to its family);
 //! one file per op family's lowering: `matmul.rs`, `attention.rs` (and rotaries), `layernorm.rs`,
 //! `rmsnorm.rs`, `pointwise.rs` (elementwise and layout ops, fused chains, parameter casts),
-//! `reduce.rs`, `embedding.rs`, `loss.rs`, `optimizer.rs`, `recurrence.rs` (the linear
-//! recurrence, the delta rule, the harmonic scan); `tests.rs`.
+//! `reduce.rs` (with the bf16 cast a column sum stores), `embedding.rs`, `loss.rs`,
+//! `optimizer.rs`, `recurrence.rs` (the linear recurrence, the delta rule, the harmonic scan);
+//! `tests.rs`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -46,11 +47,11 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::config::{ChainEpilogues, CudaConfig};
 use crate::fusion::{
-    cast_sources_through_their_gemms, casts_into_producers, clear_of, deep_epilogue_grid, deferred_folds, delta_heads,
-    forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart, joint_cross_entropy,
-    merged_gradients, mul_epilogues, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads,
-    producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled, tiled_gemm, touched_by, turned_heads,
-    with_ring, FusionPlan, PhaseView,
+    cast_sources_through_their_gemms, casts_into_producers, clear_of, column_casts, deep_epilogue_grid, deferred_folds,
+    delta_heads, forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart,
+    joint_cross_entropy, merged_f32_windows, merged_gradients, mul_epilogues, norm_column_sums, norm_of, on_tma,
+    overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range, readers_of, recompute_unary_inputs,
+    settled, tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -408,7 +409,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
             lw.fusion.store_as.insert(producer_out, cast);
         }
         if config.bf16_attention && config.merged_gradients {
-            for permute in merged_gradients(&view, &skip, &mut lw.fusion) {
+            for permute in merged_gradients(config, &view, &skip, &mut lw.fusion) {
                 skip.insert(permute);
             }
         }
@@ -430,6 +431,12 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
             skip.extend(gone);
             lw.fusion.joint_cross_entropy.extend(joints);
         }
+        if config.column_casts {
+            column_casts(&view, &skip, &mut lw.fusion);
+        }
+        if config.norm_column_sums {
+            norm_column_sums(config, &view, &skip, &mut lw.fusion);
+        }
         (lw.fusion.deferred_folds, lw.fusion.fold_flush_after) = deferred_folds(config, &view);
         let mut products = LaunchedProducts::default();
         let mut i = 0;
@@ -446,10 +453,9 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 }
                 // The cast right after it, of the residual gradient, stored by it as well.
                 let copy = if config.layernorm_copy { lw.cast_of_sum(&nodes, i, add, &skip) } else { None };
-                launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add), copy)?);
-                if let Some(c) = copy {
-                    skip.insert(c.node);
-                }
+                let sum = lw.norm_sum(nodes[i], Some(add.0), copy, &skip);
+                launches.extend(lw.lower_layernorm_backward(nodes[i], Some(add), copy, sum)?);
+                skip.extend(copy.map(|c| c.node).into_iter().chain(sum));
                 if lw.fusion.fold_flush_after == Some(nodes[i]) {
                     launches.extend(lw.flush_folds(nodes[i])?);
                 }
@@ -501,6 +507,23 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 }
                 launches.push(lw.lower_adamw_group(&nodes[i..j])?);
                 i = j;
+                continue;
+            }
+            // A LayerNorm backward (adding nothing) writing the column sums of its dx.
+            if let Some(sum) = lw.norm_sum(nodes[i], None, None, &skip) {
+                skip.insert(sum);
+                launches.extend(lw.lower_layernorm_backward(nodes[i], None, None, Some(sum))?);
+                if lw.fusion.fold_flush_after == Some(nodes[i]) {
+                    launches.extend(lw.flush_folds(nodes[i])?);
+                }
+                i += 1;
+                continue;
+            }
+            // A column sum storing its tensor's bf16 cast, where no launch before took the cast.
+            if let Some(cast) = lw.fusion.column_cast(nodes[i], &skip) {
+                skip.insert(cast.node);
+                launches.extend(lw.lower_reduce(nodes[i], Some(cast))?);
+                i += 1;
                 continue;
             }
             launches.extend(lw.lower_node(nodes[i])?);
@@ -594,7 +617,9 @@ fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<
 /// stores, which must not land on the pre-rotary tensors the backward reads (a plain plan puts
 /// them exactly there). The f32 sources of the bf16 casts that only GEMMs read are kept alive
 /// through those GEMMs (`cast_sources_through_their_gemms`), so that every such cast folds
-/// into the GEMMs' loads.
+/// into the GEMMs' loads. The bf16 attention backward's inputs are kept alive through the
+/// permute of its gradients where it may store that permute's f32 output
+/// (`merged_f32_windows`).
 pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result<Lowered> {
     let plan_with = |keep: &[(Value, u32)]| {
         alpha_plan::plan_in_place(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
@@ -656,6 +681,9 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     }
     for (norm, cast) in norm_copy_windows(program) {
         keep_up_to(norm, cast, true);
+    }
+    if config.bf16_attention && config.merged_gradients {
+        keep.extend(merged_f32_windows(program, &into_producers));
     }
     lower(plan_with(&keep)?, config)
 }
@@ -830,11 +858,11 @@ impl Lowerer<'_> {
             | Op::Permute { .. }
             | Op::Slice { .. }
             | Op::Concat { .. } => self.lower_elementwise(id),
-            Op::Reduce { .. } => self.lower_reduce(id),
+            Op::Reduce { .. } => self.lower_reduce(id, None),
             Op::MatMul { .. } => self.lower_matmul(id),
             Op::Gather | Op::ScatterAdd { .. } => self.lower_embedding(id),
             Op::LayerNorm { .. } => self.lower_layernorm(id),
-            Op::LayerNormBackward => self.lower_layernorm_backward(id, None, None),
+            Op::LayerNormBackward => self.lower_layernorm_backward(id, None, None, None),
             Op::Rotary { .. } => self.lower_rotary(id),
             Op::Attention { .. } | Op::AttentionBackward { .. } => self.lower_attention(id),
             Op::CrossEntropy { .. } | Op::CrossEntropyBackward { .. } => self.lower_cross_entropy(id),

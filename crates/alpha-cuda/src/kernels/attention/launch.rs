@@ -73,7 +73,11 @@ mod tests {
             (mma::backward_kernel_rotating(&d, [true, false], [true, true]), backward_arguments(ten, None, p(1), p(2))),
             (mma::backward_kernel_bf16(&d, [true, true]), backward_arguments(ten, Some(1), p(2), vec![])),
             (mma::backward_kernel_bf16_merged(&d, [false, true]), backward_arguments(ten, Some(1), p(1), vec![])),
-            (wgmma::backward_kernel(&d, [true, true], true), backward_arguments(ten, Some(1), p(2), vec![])),
+            (
+                wgmma::backward_kernel(&d, [true, true], mma::Gradients::MergedBf16),
+                backward_arguments(ten, Some(1), p(2), vec![]),
+            ),
+            (mma::backward_kernel_bf16_merged_f32(&d, [true, true]), backward_arguments(ten, Some(1), p(2), vec![])),
         ];
         for (kernel, args) in cases {
             let params: Vec<ParamTy> = kernel.params.iter().map(|p| p.ty).collect();

@@ -21,7 +21,7 @@
 use crate::kernels::attention::mma::{
     self as mma, a_frag, delta_to_shared, dkv_chunk, dq_chunk, dq_row_stats, forward_epilogue, forward_state,
     grad_base, head_base, lanes, mover_bf16_swizzled, next_stage_of, online_softmax, reversed_tile, rotary_suffix,
-    stats_issue, stats_store, store_rows, zeros, Lanes, Mover, BF16_ROW_BYTES, ROWS,
+    stats_issue, stats_store, store_rows, zeros, Gradients, Lanes, Mover, BF16_ROW_BYTES, ROWS,
 };
 use crate::kernels::attention::{forward_params, kernel_name, kv_head, Dims};
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
@@ -210,7 +210,8 @@ fn product_rs(k: &mut Kernel, n: u32, acc: &[Reg], a: &[Reg], b: Reg, desc: &Des
 // ---- backward --------------------------------------------------------------------------------
 
 /// The joint backward on `wgmma`: a drop-in for [`crate::kernels::attention::mma::backward_kernel_bf16`] (and,
-/// with `merged`, [`crate::kernels::attention::mma::backward_kernel_bf16_merged`]) — the same params (dq, dk,
+/// merged, [`crate::kernels::attention::mma::backward_kernel_bf16_merged`] and
+/// [`crate::kernels::attention::mma::backward_kernel_bf16_merged_f32`]) — the same params (dq, dk,
 /// dv, delta, q, k, v, o, lse, do, do16, then `dq_tab` and `dk_tab` with the inverse rotaries),
 /// grid and block. Block x runs the dK/dV pass of key tile x, then the dQ pass of query tile x
 /// counted from the last, as the `mma.sync` kernel does, with every product in the same order:
@@ -218,11 +219,10 @@ fn product_rs(k: &mut Kernel, n: u32, acc: &[Reg], a: &[Reg], b: Reg, desc: &Des
 /// fragments in registers, as there, and the tiles it walks as B from swizzled shared memory.
 /// S and dP come 16 columns at a time (`m64n16`), so their probabilities and score gradients
 /// feed dV, dK or dQ (`m64n64`, A from registers) 16 of K at a time, as the `mma.sync` chunks.
-pub fn backward_kernel(dims: &Dims, inverse_rotary: [bool; 2], merged: bool) -> Kernel {
+pub fn backward_kernel(dims: &Dims, inverse_rotary: [bool; 2], merged: Gradients) -> Kernel {
     debug_assert!(applies(dims));
     let rot = rotary_suffix(inverse_rotary);
-    let merge = if merged { "_merged" } else { "" };
-    let name = format!("{}{rot}{merge}", kernel_name("attention_wgmma", "bwd", [false, false], false));
+    let name = format!("{}{rot}{}", kernel_name("attention_wgmma", "bwd", [false, false], false), merged.suffix());
     let mut k = Kernel::new(&name).with_block(mma::THREADS, 1, 1);
     let [dq, dk, dv, delta, q, kk, v, _o, lse, _do, do16] =
         ["dq", "dk", "dv", "delta", "q", "k", "v", "o", "lse", "do", "do16"].map(|n| k.param_reg(n, ParamTy::U64));
@@ -335,7 +335,7 @@ fn dkv_pass(
     tile: Reg,
     [dk, dv]: [Reg; 2],
     dk_tab: Option<Reg>,
-    merged: bool,
+    merged: Gradients,
 ) {
     let t = dims.t as u32;
     let ntiles = t.div_ceil(ROWS);
@@ -445,7 +445,7 @@ fn dq_pass(
     (bh, cx): (Reg, Reg),
     dq: Reg,
     dq_tab: Option<Reg>,
-    merged: bool,
+    merged: Gradients,
 ) {
     let t = dims.t as u32;
     // Stages [K0][V0][K1][V1]; Q and dO pass through K1 and V1 before the loop.
@@ -532,13 +532,17 @@ mod tests {
         assert_eq!(plain.params, mma::forward_kernel_bf16(&dims).params);
         let copying = forward_kernel(&dims, true);
         assert_eq!(copying.params, mma::forward_kernel_bf16_copying(&dims).params);
-        for (inverse, merged) in [([true, true], false), ([true, true], true), ([false, false], true)] {
-            let theirs = if merged {
-                mma::backward_kernel_bf16_merged(&dims, inverse)
-            } else {
-                mma::backward_kernel_bf16(&dims, inverse)
+        use mma::Gradients::{Apart, MergedBf16, MergedF32};
+        for (inverse, merged) in
+            [([true, true], Apart), ([true, true], MergedBf16), ([false, false], MergedBf16), ([true, true], MergedF32)]
+        {
+            let theirs = match merged {
+                Apart => mma::backward_kernel_bf16(&dims, inverse),
+                MergedBf16 => mma::backward_kernel_bf16_merged(&dims, inverse),
+                MergedF32 => mma::backward_kernel_bf16_merged_f32(&dims, inverse),
             };
             assert_eq!(backward_kernel(&dims, inverse, merged).params, theirs.params);
+            assert!(backward_kernel(&dims, inverse, merged).name.ends_with(merged.suffix()));
         }
         assert!(!applies(&Dims { g: 2, ..dims }));
         assert!(!applies(&Dims { softcap: Some(30.0), ..dims }));

@@ -144,7 +144,22 @@ pub(super) fn dq_kernel_with(dims: &Dims, inverse_rotary: bool, load: [bool; 2],
     let mut k = Kernel::new(&kernel_name(family, "bwd_dq", load, inverse_rotary)).with_block(THREADS, 1, 1);
     let ([dq, delta, q, kk, v, o, lse, dout], dq_tab, [q_tab, k_tab]) = dq_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DqRegs { dq, delta, q, k: kk, v, o, lse, dout, dq_tab, q_tab, k_tab, bf16, do16: None, merged: false };
+    let regs = DqRegs {
+        dq,
+        delta,
+        q,
+        k: kk,
+        v,
+        o,
+        lse,
+        dout,
+        dq_tab,
+        q_tab,
+        k_tab,
+        bf16,
+        do16: None,
+        merged: Gradients::Apart,
+    };
     dq_body(&mut k, dims, &regs, cx, true);
     k.ret();
     k
@@ -169,8 +184,8 @@ pub(super) struct DqRegs {
     /// dO as bf16 (written by [`backward_delta_kernel_bf16`]), with delta read from `delta`
     /// instead of recomputed from dO and O.
     do16: Option<Reg>,
-    /// dq stored into the merged bf16 gradient ([`grad_base`]).
-    merged: bool,
+    /// Where dq is stored ([`grad_base`]).
+    merged: Gradients,
 }
 
 /// The dQ pass of the block whose query tile is counted back from the last by `cx`: delta
@@ -383,7 +398,7 @@ pub(super) fn delta_kernel(dims: &Dims, do16: bool) -> Kernel {
 /// overlap an input: a block's dQ pass reads what other blocks' dK/dV passes have written by
 /// then.
 pub fn backward_kernel_rotating(dims: &Dims, inverse_rotary: [bool; 2], load: [bool; 2]) -> Kernel {
-    backward_kernel_with(dims, inverse_rotary, load, false, false)
+    backward_kernel_with(dims, inverse_rotary, load, false, Gradients::Apart)
 }
 
 /// [`backward_kernel_rotating`] reading q, k and v as bf16 ([`forward_kernel_bf16`]'s inputs),
@@ -391,7 +406,7 @@ pub fn backward_kernel_rotating(dims: &Dims, inverse_rotary: [bool; 2], load: [b
 /// read): params (dq, dk, dv, delta, q, k, v, o, lse, do, do16), then `dq_tab` and `dk_tab` with
 /// the inverse rotaries. The same bits as the f32 kernel on the tensors these round.
 pub fn backward_kernel_bf16(dims: &Dims, inverse_rotary: [bool; 2]) -> Kernel {
-    backward_kernel_with(dims, inverse_rotary, [false, false], true, false)
+    backward_kernel_with(dims, inverse_rotary, [false, false], true, Gradients::Apart)
 }
 
 /// [`backward_kernel_bf16`] storing dq, dk and dv rounded to bf16 into one `[B, T, 3, H, 64]`
@@ -399,7 +414,37 @@ pub fn backward_kernel_bf16(dims: &Dims, inverse_rotary: [bool; 2]) -> Kernel {
 /// the q/k/v projection's backward products read, which a permute-and-cast launch made from the
 /// three f32 gradients before. The same bits.
 pub fn backward_kernel_bf16_merged(dims: &Dims, inverse_rotary: [bool; 2]) -> Kernel {
-    backward_kernel_with(dims, inverse_rotary, [false, false], true, true)
+    backward_kernel_with(dims, inverse_rotary, [false, false], true, Gradients::MergedBf16)
+}
+
+/// [`backward_kernel_bf16`] storing dq, dk and dv as f32 into one `[B, T, 3, H, 64]` tensor
+/// (params `dq`, `dk` and `dv` all its address): the permute after the backward, which copied
+/// the three gradients there, does not run. Where the projection's bias gradient sums that
+/// tensor too, its column sum stores the bf16 cast the products read. The same bits.
+pub fn backward_kernel_bf16_merged_f32(dims: &Dims, inverse_rotary: [bool; 2]) -> Kernel {
+    backward_kernel_with(dims, inverse_rotary, [false, false], true, Gradients::MergedF32)
+}
+
+/// Where a one-launch backward stores dq, dk and dv.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gradients {
+    /// Each an f32 `[B, H, T, 64]` at its own address.
+    Apart,
+    /// The three as one bf16 `[B, T, 3, H, 64]` ([`backward_kernel_bf16_merged`]).
+    MergedBf16,
+    /// The three as one f32 `[B, T, 3, H, 64]` ([`backward_kernel_bf16_merged_f32`]).
+    MergedF32,
+}
+
+impl Gradients {
+    /// The kernel name's suffix.
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            Gradients::Apart => "",
+            Gradients::MergedBf16 => "_merged",
+            Gradients::MergedF32 => "_merged_f32",
+        }
+    }
 }
 
 pub(super) fn backward_kernel_with(
@@ -407,7 +452,7 @@ pub(super) fn backward_kernel_with(
     inverse_rotary: [bool; 2],
     load: [bool; 2],
     bf16: bool,
-    merged: bool,
+    merged: Gradients,
 ) -> Kernel {
     use crate::ptx::ParamTy;
     debug_assert_eq!(dims.d, D);
@@ -415,8 +460,7 @@ pub(super) fn backward_kernel_with(
     debug_assert_eq!(dims.g, dims.h, "one launch for both passes needs their grids equal");
     let rot = rotary_suffix(inverse_rotary);
     let family = if bf16 { BF16_FAMILY } else { "attention_mma" };
-    let merge = if merged { "_merged" } else { "" };
-    let name = format!("{}{rot}{merge}", kernel_name(family, "bwd", load, false));
+    let name = format!("{}{rot}{}", kernel_name(family, "bwd", load, false), merged.suffix());
     let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let [dq, dk, dv, delta, q, kk, v, o, lse, dout] =
         ["dq", "dk", "dv", "delta", "q", "k", "v", "o", "lse", "do"].map(|n| k.param_reg(n, ParamTy::U64));
@@ -508,7 +552,22 @@ pub(super) fn dkv_kernel_with(dims: &Dims, inverse_rotary: bool, load: [bool; 2]
     let mut k = Kernel::new(&kernel_name(family, "bwd_dkv", load, inverse_rotary)).with_block(THREADS, 1, 1);
     let ([dk, dv, q, kk, v, lse, delta, dout], dk_tab, [q_tab, k_tab]) = dkv_params(&mut k, inverse_rotary, load);
     let cx = k.sreg("%ctaid.x");
-    let regs = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16: None, merged: false };
+    let regs = DkvRegs {
+        dk,
+        dv,
+        q,
+        k: kk,
+        v,
+        lse,
+        delta,
+        dout,
+        dk_tab,
+        q_tab,
+        k_tab,
+        bf16,
+        do16: None,
+        merged: Gradients::Apart,
+    };
     dkv_body(&mut k, dims, &regs, cx);
     k.ret();
     k
@@ -532,8 +591,8 @@ pub(super) struct DkvRegs {
     bf16: bool,
     /// dO as bf16 (written by [`backward_delta_kernel_bf16`]).
     do16: Option<Reg>,
-    /// dk and dv stored into the merged bf16 gradient ([`grad_base`]).
-    merged: bool,
+    /// Where dk and dv are stored ([`grad_base`]).
+    merged: Gradients,
 }
 
 /// The dK/dV pass of the block whose key tile is `tile` (delta read from `delta`).
@@ -673,21 +732,23 @@ pub(super) fn dkv_body(k: &mut Kernel, dims: &Dims, r: &DkvRegs, tile: Reg) {
 }
 
 /// Where head `bh` of gradient `section` (0 dq, 1 dk, 2 dv) of the tensor at `base` starts, and
-/// its bf16 row stride when `merged`: the three gradients as one bf16 `[B, T, 3, H, 64]` (the
-/// projection's input gradient as its backward products read it, so no permute and cast run);
-/// else the f32 head `[T, 64]`.
+/// how its rows lie: merged, the three gradients as one `[B, T, 3, H, 64]` (the projection's
+/// input gradient as its backward reads it, so no permute runs), bf16 or f32; else the f32 head
+/// `[T, 64]`.
 pub(crate) fn grad_base(
     k: &mut Kernel,
     dims: &Dims,
     base: Reg,
     bh: Reg,
     section: u32,
-    merged: bool,
-) -> (Reg, Option<u32>) {
+    merged: Gradients,
+) -> (Reg, Rows) {
     let t = dims.t as u32;
-    if !merged {
-        return (head_base(k, base, bh, t, ROW_BYTES), None);
-    }
+    let row_bytes = match merged {
+        Gradients::Apart => return (head_base(k, base, bh, t, ROW_BYTES), Rows::F32Head),
+        Gradients::MergedBf16 => BF16_ROW_BYTES,
+        Gradients::MergedF32 => ROW_BYTES,
+    };
     let h = dims.h as u32;
     // Element ((b·T + t)·3 + s)·H·64 + hh·64 + d: at t = 0, ((3·b·T + s)·H + hh)·64.
     let b = k.bin("div.u32", RegKind::B32, bh, h);
@@ -696,6 +757,8 @@ pub(crate) fn grad_base(
     let plane = k.bin("add.u32", RegKind::B32, bt, section);
     let row = k.tri("mad.lo.u32", RegKind::B32, plane, h, hh);
     let off = k.reg(RegKind::B64);
-    k.op("mul.wide.u32", [off.into(), row.into(), BF16_ROW_BYTES.into()]);
-    (k.bin("add.s64", RegKind::B64, base, off), Some(3 * h * BF16_ROW_BYTES))
+    k.op("mul.wide.u32", [off.into(), row.into(), row_bytes.into()]);
+    let stride = 3 * h * row_bytes;
+    let rows = if merged == Gradients::MergedBf16 { Rows::Bf16(stride) } else { Rows::F32(stride) };
+    (k.bin("add.s64", RegKind::B64, base, off), rows)
 }

@@ -223,7 +223,7 @@ pub(crate) fn forward_epilogue(
         lsum.push(x);
     }
     let ob = head_base(k, o, bh, t, ROW_BYTES);
-    store_rows(k, ln, ob, qrow0, t, acc, inv, None, None);
+    store_rows(k, ln, ob, qrow0, t, acc, inv, None, Rows::F32Head);
     if let Some(o16) = o16 {
         // Element ((b·T + t)·H + hh)·64 + d: at t = 0, (b·T·H + hh)·64; rows H·64 apart.
         let h = dims.h as u32;
@@ -233,7 +233,7 @@ pub(crate) fn forward_epilogue(
         let off = k.reg(RegKind::B64);
         k.op("mul.wide.u32", [off.into(), row.into(), BF16_ROW_BYTES.into()]);
         let base = k.bin("add.s64", RegKind::B64, o16, off);
-        store_rows(k, ln, base, qrow0, t, acc, inv, None, Some(h * BF16_ROW_BYTES));
+        store_rows(k, ln, base, qrow0, t, acc, inv, None, Rows::Bf16(h * BF16_ROW_BYTES));
     }
     let lb = head_base(k, lse, bh, t, 4);
     let first = k.setp("eq.u32", ln.tq, 0u32);

@@ -479,6 +479,17 @@ fn mma_ab(k: &mut Kernel, acc: &[Vec<Reg>], a: &[Reg], t_base: Reg, k0: u32) {
     }
 }
 
+/// How [`store_rows`] lays its rows out from the head's address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rows {
+    /// f32 rows of 64, one after another (a head of `[B, H, T, 64]`).
+    F32Head,
+    /// f32 rows this many bytes apart (a head within a permuted tensor).
+    F32(u32),
+    /// bf16 rows this many bytes apart, rounded to nearest.
+    Bf16(u32),
+}
+
 /// Stores the accumulator rows of the warp (rows `row0 + wrow + g + 8r` of the head at `head`,
 /// those below T), times `mul`, turned back by the rotary at each row's position when `tab`.
 #[allow(clippy::too_many_arguments)]
@@ -491,7 +502,7 @@ pub(crate) fn store_rows(
     acc: &[Vec<Reg>],
     mul: [Option<Reg>; 2],
     tab: Option<Reg>,
-    bf16_row_bytes: Option<u32>,
+    rows: Rows,
 ) {
     for r in 0..2usize {
         let base_row = k.bin("add.u32", RegKind::B32, row0, ln.wrow);
@@ -525,7 +536,18 @@ pub(crate) fn store_rows(
             let (o1, o2) = rotate_pairs(k, &vals[..8], &vals[8..], &c, &s, true);
             vals = o1.into_iter().chain(o2).collect();
         }
-        if let Some(stride) = bf16_row_bytes {
+        if let Rows::F32(stride) = rows {
+            // f32 rows `stride` bytes apart: this lane's pair of each column group.
+            let rb = k.bin("mul.lo.u32", RegKind::B32, row, stride);
+            let e = k.tri("mad.lo.u32", RegKind::B32, col, 4u32, rb);
+            let p = k.addr_of(head, e, 1);
+            for dn in 0..8usize {
+                let pair = Opnd::V(vec![vals[2 * dn], vals[2 * dn + 1]]);
+                k.op_if(ok, false, "st.global.v2.f32", [addr(p, dn as i64 * 32), pair]);
+            }
+            continue;
+        }
+        if let Rows::Bf16(stride) = rows {
             // bf16 rows `stride` bytes apart: this lane's pair of each column group, rounded.
             let rb = k.bin("mul.lo.u32", RegKind::B32, row, stride);
             let e = k.tri("mad.lo.u32", RegKind::B32, col, 2u32, rb);

@@ -27,6 +27,7 @@ fn all(dims: &Dims) -> Vec<Kernel> {
             v.push(backward_kernel_bf16(dims, r));
         }
         v.push(backward_kernel_bf16_merged(dims, [true, true]));
+        v.push(backward_kernel_bf16_merged_f32(dims, [true, true]));
     }
     v
 }
