@@ -26,7 +26,7 @@
 //! | `ALPHA_COLUMN_CAST=off` | [`CudaConfig::column_casts`] | a bias gradient's column sum and the bf16 cast of the same tensor run as two launches, each reading it, instead of the sum's first pass storing the cast |
 //! | `ALPHA_LN_COLUMNS=off` | [`CudaConfig::norm_column_sums`] | a bias gradient's column sum of a LayerNorm backward's output reads that output back in a first pass, instead of finishing the band sums the LayerNorm backward wrote |
 //! | `ALPHA_MUL_EPILOGUE=off` | [`CudaConfig::mul_epilogue`] | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
-//! | `ALPHA_JOINT_CE=off` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward and its bf16 backward run as two launches, each reading the logits, instead of one |
+//! | `ALPHA_JOINT_CE=on` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward launches its bf16 backward too, reading the logits once instead of twice (off by default: its kernel has not yet been checked on a GPU) |
 //! | `ALPHA_LN_COPY=off` | [`CudaConfig::layernorm_copy`] | the residual gradient's bf16 cast after a LayerNorm backward runs as its own launch instead of being stored by the LayerNorm backward |
 //! | `ALPHA_ATTN_OCOPY=off` | [`CudaConfig::output_copy`] | the attention output's permute-and-cast runs as its own launch instead of the bf16 attention forward storing the copy |
 //! | `ALPHA_RECOMPUTE=off` | [`CudaConfig::recompute_unary`] | fused elementwise chains read a unary function of their inputs instead of recomputing it |
@@ -117,6 +117,8 @@ pub struct CudaConfig {
     pub mul_epilogue: bool,
     /// A cross-entropy whose backward scales every row alike runs its bf16 backward in its own
     /// launch, reading the logits once ([`crate::kernels::cross_entropy::joint_kernel_bf16`]).
+    /// Off by default until `kernel_check --only cross_entropy` and the gates have passed with
+    /// it on a GPU.
     pub joint_cross_entropy: bool,
     /// A LayerNorm backward also stores the bf16 cast of the residual gradient it adds.
     pub layernorm_copy: bool,
@@ -182,7 +184,7 @@ impl Default for CudaConfig {
             column_casts: true,
             norm_column_sums: true,
             mul_epilogue: true,
-            joint_cross_entropy: true,
+            joint_cross_entropy: false,
             layernorm_copy: true,
             output_copy: true,
             recompute_unary: true,

@@ -352,7 +352,10 @@ impl Kernel {
         self.lines.push(Line::Label(label.to_string()));
     }
 
+    /// Appends a `//` comment line. ASCII only: the driver's JIT (CUDA 13.0's) rejects a PTX
+    /// file with any other byte, even in a comment, where a newer ptxas lets it pass.
     pub fn comment(&mut self, text: &str) {
+        assert!(text.is_ascii(), "kernel {}: a PTX comment must be ASCII: {text}", self.name);
         self.lines.push(Line::Comment(text.to_string()));
     }
 

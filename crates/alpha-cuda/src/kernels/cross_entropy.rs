@@ -177,7 +177,7 @@ pub fn joint_kernel_bf16(w: u32) -> Kernel {
     let s = k.block_reduce_f32(s, "add", &scratch, tid, JOINT_THREADS);
     let lse = lse_and_loss(&mut k, (mx, s), tid, base, (targets, row, v), (loss, lse_out));
 
-    k.comment("the gradient, (softmax − onehot)·scale, stored bf16; zero past the classes");
+    k.comment("the gradient, (softmax - onehot) * scale, stored bf16; zero past the classes");
     let t = k.reg(RegKind::B32);
     let ta = k.addr_of(targets, row, 4);
     k.op("ld.global.u32", [t.into(), addr(ta, 0)]);
