@@ -240,8 +240,9 @@ pub struct Sampling {
     /// The prepared token directory whose tokenizer to use [default: the checkpoint's].
     #[arg(long)]
     pub data: Option<PathBuf>,
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
+    /// cpu or cuda [default: the GPU where one is present, else the CPU].
+    #[arg(long)]
+    pub device: Option<Device>,
 }
 
 #[derive(Args)]
@@ -738,19 +739,17 @@ fn predict_cmd(a: PredictArgs) -> Result<()> {
     let data = data_of(system.as_ref(), a.sampling.data.as_deref(), &ckpt, &a.checkpoint)?;
     let prompt =
         Prompt { text: &a.prompt, tokens: a.tokens, temperature: a.sampling.temperature, seed: a.sampling.seed };
+    let device = Device::or_present(a.sampling.device)?;
     let stdout = std::io::stdout();
     let mut live = stdout.lock();
-    let top =
-        match run_prompt(system.as_ref(), &ckpt, &a.checkpoint, &data, &prompt, a.sampling.device, Some(&mut live)) {
-            Ok((_, top)) => top,
-            // A reader that stops early (`| head`) ends the prediction, as it would any filter.
-            Err(e)
-                if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
-            {
-                return Ok(())
-            }
-            Err(e) => return Err(e),
-        };
+    let top = match run_prompt(system.as_ref(), &ckpt, &a.checkpoint, &data, &prompt, device, Some(&mut live)) {
+        Ok((_, top)) => top,
+        // A reader that stops early (`| head`) ends the prediction, as it would any filter.
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {
+            return Ok(())
+        }
+        Err(e) => return Err(e),
+    };
     let top: Vec<String> = top.iter().map(|(t, p)| format!("{t:?} {:.1}%", p * 100.0)).collect();
     eprintln!("most likely next after the prompt: {}", top.join(", "));
     Ok(())
@@ -765,7 +764,8 @@ fn chat_cmd(a: ChatArgs) -> Result<()> {
     let ckpt = checkpoint::load(&a.checkpoint)?;
     let data = data_of(system.as_ref(), a.sampling.data.as_deref(), &ckpt, &a.checkpoint)?;
     let tokenizer = Tokenizer::load(&data).with_context(|| format!("loading the tokenizer of {}", data.display()))?;
-    let (decoder, mut backend) = prediction_backend(system.as_ref(), &ckpt, &a.checkpoint, a.sampling.device)?;
+    let device = Device::or_present(a.sampling.device)?;
+    let (decoder, mut backend) = prediction_backend(system.as_ref(), &ckpt, &a.checkpoint, device)?;
     let mut g = predict::Generation::new(backend.as_mut(), decoder.as_ref(), system.as_ref());
     let how = if decoder.is_some() { "one position a token, its caches kept" } else { "the whole window a token" };
     eprintln!(

@@ -166,6 +166,26 @@ fn a_non_utf8_argument_is_named_with_exit_2() {
     }
 }
 
+/// Without --device, generation runs on the GPU where one is present and on the CPU where not,
+/// and says which.
+#[test]
+fn prediction_runs_on_the_gpu_where_one_is_present() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(data) = prepared(tmp.path()) else { return };
+    let ckpt = short_run(tmp.path(), &data, "3");
+    let out = Command::new(env!("CARGO_BIN_EXE_alpha"))
+        .args(["predict", "bob", "--checkpoint", ckpt.to_str().unwrap(), "--prompt", "ROMEO:"])
+        .args(["--tokens", "4", "--temperature", "0"])
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stderr);
+    let present = alpha_run::session::Device::or_present(None).unwrap();
+    let on = if present == alpha_run::session::Device::Cuda { "on the GPU" } else { "on the CPU" };
+    assert!(said.contains("4 tokens in ") && said.contains(on), "{said}");
+}
+
 /// Prediction writes each token as it comes, and a reader that stops early ends it quietly.
 #[test]
 fn prediction_streams_and_stops_when_its_reader_does() {
