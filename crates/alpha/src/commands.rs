@@ -1102,15 +1102,15 @@ fn prepare(corpus: PathBuf, tokenizer: String, bos: bool, out: PathBuf) -> Resul
 
 struct CliProbe;
 
-/// A checkpoint restored into a compiled CPU inference program, kept by the dashboard between
-/// probes of it.
+/// One probe for a checkpoint's thread: the prompt, the tokens to generate, where to answer.
+type ProbeRequest = (String, usize, std::sync::mpsc::Sender<Result<alpha_dash::ProbeResult>>);
+
+/// A checkpoint restored into its prediction program, kept by the dashboard between probes of
+/// it. The program runs on a thread of its own that owns the backend and takes the probes in
+/// turn: on the GPU where one is present (a CUDA context is the thread's that made it, so the
+/// page's request threads could not share it), else on the CPU.
 struct ProbeModel {
-    system: Box<dyn System>,
-    tokenizer: Tokenizer,
-    /// The system's decode program where it has one (a position a token), else its inference
-    /// program.
-    decoder: Option<alpha_systems::decode::Decoder>,
-    backend: std::sync::Mutex<alpha_cpu::CpuBackend>,
+    requests: std::sync::Mutex<std::sync::mpsc::Sender<ProbeRequest>>,
 }
 
 impl alpha_dash::Probe for CliProbe {
@@ -1120,26 +1120,54 @@ impl alpha_dash::Probe for CliProbe {
         let data = PathBuf::from(&loaded.meta.data);
         let tokenizer =
             Tokenizer::load(&data).with_context(|| format!("loading the tokenizer of {}", data.display()))?;
-        // On the CPU backend itself: the page's threads share it.
-        let (decoder, program) = prediction_program(system.as_ref())?;
-        let mut backend = alpha_cpu::CpuBackend::compile(&program)?;
-        load_for_prediction(&mut backend, decoder.as_ref(), system.as_ref(), &loaded, ckpt)?;
-        Ok(Arc::new(ProbeModel { system, tokenizer, decoder, backend: std::sync::Mutex::new(backend) }))
+        let device = Device::or_present(None)?;
+        let (requests, incoming) = std::sync::mpsc::channel::<ProbeRequest>();
+        let (ready, made) = std::sync::mpsc::channel::<Result<()>>();
+        let path = ckpt.to_path_buf();
+        // The thread ends when the dashboard drops this model (its sender) and the queue empties.
+        std::thread::Builder::new().name("probe".into()).spawn(move || {
+            let (decoder, mut backend) = match prediction_backend(system.as_ref(), &loaded, &path, device) {
+                Ok(made) => made,
+                Err(e) => return drop(ready.send(Err(e))),
+            };
+            let _ = ready.send(Ok(()));
+            for (prompt, tokens, answer) in incoming {
+                let probed =
+                    probe_once(system.as_ref(), &tokenizer, backend.as_mut(), decoder.as_ref(), &prompt, tokens);
+                let _ = answer.send(probed);
+            }
+        })?;
+        made.recv().map_err(|_| anyhow!("the probe's thread for {} ended while loading it", ckpt.display()))??;
+        Ok(Arc::new(ProbeModel { requests: std::sync::Mutex::new(requests) }))
     }
+}
+
+/// A greedy continuation of `prompt` and the likeliest next tokens, on a loaded backend.
+fn probe_once(
+    system: &dyn System,
+    tokenizer: &Tokenizer,
+    backend: &mut dyn alpha_run::Backend,
+    decoder: Option<&alpha_systems::decode::Decoder>,
+    prompt: &str,
+    tokens: usize,
+) -> Result<alpha_dash::ProbeResult> {
+    let ids = tokenizer.encode(prompt);
+    alpha_run::session::check_ids(&ids, system.vocab())?;
+    let mut g = predict::Generation::new(backend, decoder, system);
+    let p = predict::predict(&mut g, &ids, tokens, 0.0, 1, &mut |_| Ok(()))?;
+    let mut all = ids;
+    all.extend(&p.tokens);
+    let top_next = p.top_next.iter().map(|&(t, pr)| (tokenizer.decode(&[t]), pr)).collect();
+    Ok(alpha_dash::ProbeResult { continuation: tokenizer.decode(&all), top_next })
 }
 
 impl alpha_dash::LoadedModel for ProbeModel {
     fn probe(&self, prompt: &str, tokens: usize) -> Result<alpha_dash::ProbeResult> {
-        let ids = self.tokenizer.encode(prompt);
-        alpha_run::session::check_ids(&ids, self.system.vocab())?;
-        let mut backend = self.backend.lock().unwrap_or_else(|p| p.into_inner());
-        let system = self.system.as_ref();
-        let mut g = predict::Generation::new(&mut *backend, self.decoder.as_ref(), system);
-        let p = predict::predict(&mut g, &ids, tokens, 0.0, 1, &mut |_| Ok(()))?;
-        let mut all = ids;
-        all.extend(&p.tokens);
-        let top_next = p.top_next.iter().map(|&(t, pr)| (self.tokenizer.decode(&[t]), pr)).collect();
-        Ok(alpha_dash::ProbeResult { continuation: self.tokenizer.decode(&all), top_next })
+        let (answer, answered) = std::sync::mpsc::channel();
+        let gone = || anyhow!("the probe's thread has ended");
+        let requests = self.requests.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        requests.send((prompt.to_string(), tokens, answer)).map_err(|_| gone())?;
+        answered.recv().map_err(|_| gone())?
     }
 }
 
