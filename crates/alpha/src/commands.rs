@@ -53,7 +53,12 @@ macro_rules! outln {
 use crate::validate;
 
 #[derive(Parser)]
-#[command(name = "alpha", version, about = "Alpha: a compiler and runtime for learning systems", long_about = None)]
+#[command(
+    name = "alpha",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("ALPHA_COMMIT"), ")"),
+    about = "Alpha: a compiler and runtime for learning systems",
+    long_about = None
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -8,6 +8,24 @@ use std::process::Command;
 
 use common::{alpha, bob_run, fails_with, prepared, short_run, succeeds, text};
 
+/// `alpha --version` names the commit the binary was built from (in a git checkout), so a
+/// binary carried to another machine says which tree it is.
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = succeeds(&alpha(&["--version"], tmp.path()));
+    let head =
+        Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).current_dir(env!("CARGO_MANIFEST_DIR")).output();
+    match head {
+        Ok(h) if h.status.success() => {
+            let commit = String::from_utf8_lossy(&h.stdout).trim().to_string();
+            assert!(out.contains(&format!("(commit {commit}")), "{out} (HEAD is {commit})");
+        }
+        // Not a git checkout: the commit is unknown, and says so.
+        _ => assert!(out.contains("(commit unknown"), "{out}"),
+    }
+}
+
 #[test]
 fn the_catalogue_lists_every_system_with_its_parameter_count() {
     let tmp = tempfile::tempdir().unwrap();
