@@ -698,3 +698,57 @@ fn lowered_thin_products_give_the_cpus_bits() {
         assert_eq!(names, [kernel]);
     }
 }
+
+/// A Concat along an axis with rows before it (so its parts are copied, not placed) whose parts
+/// are a permute of a computed tensor (through a reshape) and a slice of another, beside a
+/// computed part, as Diakosmos's q/k/v gradient and its spatial path's lone group: the Concat's
+/// copies read through the permute and the slice, which do not launch, and the output is the
+/// CPU backend's, under both orders of a block's threads (`concat_views`).
+#[test]
+fn a_concat_reads_its_permuted_and_sliced_parts_through_their_views() {
+    use alpha_ir::{Graph, Init};
+    let (n, groups, d) = (37, 3, 5);
+    let mut g = Graph::new("concat-views");
+    let a = g.param("a", &[groups, n, d], Init::Zeros);
+    let b = g.param("b", &[groups, n, d], Init::Zeros);
+    let z = g.param("z", &[n, 4, d], Init::Zeros);
+    let by_head = g.mul(a, b);
+    let turned = g.permute(by_head, &[1, 0, 2]);
+    let flat = g.reshape(turned, &[n, groups * d]);
+    let sq = g.square(z);
+    let lone = g.slice(sq, 1, 2, 3);
+    let lone = g.reshape(lone, &[n, d]);
+    let other = g.slice(a, 0, 0, 1);
+    let other = g.reshape(other, &[n, d]);
+    let other = g.add(other, other);
+    let out = g.concat(&[other, flat, lone], 1);
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let mut rng = Rng::new(17);
+    let leaves =
+        [("a", rng.vec(groups * n * d, 2.0)), ("b", rng.vec(groups * n * d, 2.0)), ("z", rng.vec(n * 4 * d, 2.0))];
+    let want = cpu_forward_out(&program, &leaves);
+    let mut counts = vec![];
+    for concat_views in [true, false] {
+        let cfg = alpha_cuda::CudaConfig { concat_views, ..alpha_cuda::CudaConfig::default() };
+        let lowered = alpha_cuda::lower::lower_program(&program, &cfg).unwrap();
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let (mem, base) = alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, &leaves, schedule).unwrap();
+            let got = mem.read(base + lowered.plan.slot(out).offset as u64, want.len());
+            assert_bits(&format!("concat_views {concat_views} {schedule:?}"), &got, &want);
+        }
+        let g = &lowered.plan.program.graph;
+        let views = lowered.phases[0]
+            .iter()
+            .filter(|l| {
+                l.node.is_some_and(|x| {
+                    matches!(g.nodes[x as usize].op, alpha_ir::Op::Permute { .. } | alpha_ir::Op::Slice { .. })
+                })
+            })
+            .count();
+        counts.push((views, lowered.phases[0].len()));
+    }
+    assert_eq!(counts[0].0, 0, "neither the permute nor the slice launches");
+    assert_eq!(counts[1].0, 2, "without the fusion both launch");
+    assert_eq!(counts[0].1 + 2, counts[1].1);
+}

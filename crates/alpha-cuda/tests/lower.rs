@@ -960,3 +960,30 @@ fn gpt2s_cross_entropy_reads_its_logits_once() {
     // The backward, and the broadcast and product that made its per-row scale, are gone.
     assert_eq!(separate_launches - joint_launches, 3);
 }
+
+/// Diakosmos's Concats whose parts are copies of other tensors, its q/k/v gradient's dq and dk
+/// (permuted back from `[7, N, 190]`) and its spatial path's lone group (a slice), copy those
+/// parts through the permute and the slice (`concat_views`): per block, the two permutes and,
+/// but for one, the slices (two a block, forward and backward) do not launch, and every Concat
+/// launches as before.
+#[test]
+fn diakosmos_concats_copy_permuted_and_sliced_parts_through_the_views() {
+    use alpha_systems::diakosmos::Diakosmos;
+    let system = Diakosmos::default();
+    let program = system.learner(10).training_program(system.model(1).unwrap()).unwrap();
+    let count = |concat_views: bool| {
+        let l = lower_program(&program, &CudaConfig { concat_views, ..CudaConfig::default() }).unwrap();
+        check_pointers(&l);
+        let g = &l.plan.program.graph;
+        let of = |f: fn(&Op) -> bool| {
+            l.phases.iter().flatten().filter(|x| x.node.is_some_and(|id| f(&g.nodes[id as usize].op))).count()
+        };
+        let permutes = of(|op| matches!(op, Op::Permute { .. }));
+        let slices = of(|op| matches!(op, Op::Slice { .. }));
+        let concats = of(|op| matches!(op, Op::Concat { .. }));
+        (permutes, slices, concats)
+    };
+    let (on, off) = (count(true), count(false));
+    assert_eq!((off.0 - on.0, off.1 - on.1), (2 * system.blocks, 2 * system.blocks - 1), "{on:?} {off:?}");
+    assert_eq!(on.2, off.2);
+}

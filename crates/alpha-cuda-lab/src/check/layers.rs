@@ -788,6 +788,107 @@ pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, op
     Ok(rows)
 }
 
+/// A Concat's copy of a part through the permute or slice that made it (the lowering's
+/// `concat_views`), at Diakosmos's geometry: dq permuted back from `[7, N, 190]` into its
+/// columns of the `[N, 3990]` q/k/v gradient, and the lone group `[N, 1, 190]` sliced from
+/// `[N, 7, 190]` into the last columns of `[N, 7, 190]`. Each against the host's copy, bit for
+/// bit (the columns around the part must keep the NaN fill); with `--bench`, the one launch's
+/// time beside the two it replaces (the view's copy, then the Concat's).
+pub fn concat_view_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use alpha_cuda::kernels::pointwise::{contiguous_strides, Body, Operand, Pointwise};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
+    use alpha_ir::DType;
+    let n = if opts.bench { 131_072usize } else { 2048 };
+    let (groups, d) = (7usize, 190usize);
+    let w = groups * d;
+    // (what, source shape, view's shape, its strides in the source, source offset in
+    // elements, output columns, the part's first column).
+    type Case = (&'static str, Vec<usize>, Vec<usize>, Vec<u64>, u64, usize, usize);
+    let xs = contiguous_strides(&[groups, n, d]);
+    let ys = contiguous_strides(&[n, groups, d]);
+    let cases: [Case; 2] = [
+        (
+            "dq permuted into the q/k/v gradient",
+            vec![groups, n, d],
+            vec![n, groups, d],
+            vec![xs[1], xs[0], xs[2]],
+            0,
+            3 * w,
+            0,
+        ),
+        (
+            "lone group sliced into the turned groups",
+            vec![n, groups, d],
+            vec![n, 1, d],
+            ys.clone(),
+            6 * ys[1],
+            w,
+            6 * d,
+        ),
+    ];
+    let mut rows = vec![];
+    for (what, src_shape, shape, ins, offset, cols, at) in cases {
+        arena.reset();
+        let src_n: usize = src_shape.iter().product();
+        let x = rng.vec(src_n, 3.0);
+        let src = arena.alloc_n::<f32>(src_n)?;
+        arena.upload(src, &x)?;
+        let out = arena.alloc_n::<f32>(n * cols)?;
+        arena.fill_u32(out, NAN_BITS)?;
+        let part: usize = shape[1..].iter().product();
+        let pw = Pointwise {
+            out: Operand { dtype: DType::F32, strides: vec![cols as u64, d as u64, 1] },
+            ins: vec![Operand { dtype: DType::F32, strides: ins.clone() }],
+            shape: shape.clone(),
+            body: Body::Copy,
+        };
+        let vector = pw.vectorizable();
+        let f = gpu.load(&pw.kernel_with(vector)?)?;
+        let (blocks, threads) = pw.grid_with(vector);
+        let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), shared_bytes: 0 };
+        let args = [Arg::U64(out.ptr + 4 * at as u64), Arg::U64(src.ptr + 4 * offset)];
+        gpu.launch(&f, cfg, &args)?;
+        let got: Vec<u32> = arena.download(out, n * cols)?;
+        // The host's copy: element (r, g, e) of the view from the source, at row r, column
+        // at + g·d + e of the output; NaN elsewhere.
+        let mut want = vec![NAN_BITS; n * cols];
+        for r in 0..n {
+            for g in 0..shape[1] {
+                for e in 0..d {
+                    let s = offset as usize + r * ins[0] as usize + g * ins[1] as usize + e * ins[2] as usize;
+                    want[r * cols + at + g * d + e] = x[s].to_bits();
+                }
+            }
+        }
+        let wrong = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+        let mut row = exact_row("concat-views", what, &format!("{shape:?} into [{n}, {cols}]"), wrong, n * cols);
+        if opts.bench {
+            let one = median(gpu.time(opts.warmup, opts.reps, || gpu.launch(&f, cfg, &args))?);
+            // The two launches it replaces: the view's copy into a tensor of its own, then the
+            // Concat's copy of that tensor.
+            let tmp = arena.alloc_n::<f32>(n * part)?;
+            let view = Pointwise { out: Operand::contiguous(DType::F32, &shape), ..pw.clone() };
+            let concat = Pointwise { ins: vec![Operand::contiguous(DType::F32, &shape)], ..pw.clone() };
+            let (fv, fc) = (
+                gpu.load(&view.kernel_with(view.vectorizable())?)?,
+                gpu.load(&concat.kernel_with(concat.vectorizable())?)?,
+            );
+            let (bv, tv) = view.grid_with(view.vectorizable());
+            let (bc, tc) = concat.grid_with(concat.vectorizable());
+            let cv = LaunchConfig { grid: (bv, 1, 1), block: (tv, 1, 1), shared_bytes: 0 };
+            let cc = LaunchConfig { grid: (bc, 1, 1), block: (tc, 1, 1), shared_bytes: 0 };
+            let two = median(gpu.time(opts.warmup, opts.reps, || {
+                gpu.launch(&fv, cv, &[Arg::U64(tmp.ptr), Arg::U64(src.ptr + 4 * offset)])?;
+                gpu.launch(&fc, cc, &[Arg::U64(out.ptr + 4 * at as u64), Arg::U64(tmp.ptr)])
+            })?);
+            row.median_us = Some(one);
+            row.rate = format!("two launches {two:.1} us -> one {one:.1} us");
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
 /// [`alpha_cuda::kernels::pointwise::tanh`] against [`alpha_cuda::kernels::pointwise::tanh_dividing`] (the quotient from
 /// `div.rn.f32`) on every one of the 2³² f32 bit patterns: each thread of 2¹⁸ counts the inputs
 /// on which the two differ (bits; two NaNs agree) and keeps the last, and the host sums. The

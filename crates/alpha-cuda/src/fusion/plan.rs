@@ -79,6 +79,9 @@ pub(crate) struct FusionPlan {
     pub(crate) norm_column_sums: HashMap<u32, u32>,
     /// CrossEntropy → its backward, run in the same launch ([`joint_cross_entropy`]).
     pub(crate) joint_cross_entropy: HashMap<u32, JointCrossEntropy>,
+    /// Concat → its parts (by input position) whose copies read through the permute or slice
+    /// that made them, which does not run ([`concat_views`]).
+    pub(crate) concat_views: HashMap<u32, Vec<(usize, ViewPart)>>,
 }
 
 impl FusionPlan {

@@ -47,11 +47,12 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::config::{ChainEpilogues, CudaConfig};
 use crate::fusion::{
-    cast_sources_through_their_gemms, casts_into_producers, clear_of, column_casts, deep_epilogue_grid, deferred_folds,
-    delta_heads, forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart,
-    joint_cross_entropy, merged_f32_windows, merged_gradients, mul_epilogues, norm_column_sums, norm_of, on_tma,
-    overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range, readers_of, recompute_unary_inputs,
-    settled, tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
+    cast_sources_through_their_gemms, casts_into_producers, clear_of, column_casts, concat_view_candidates,
+    concat_views, deep_epilogue_grid, deferred_folds, delta_heads, forward_copies, forward_rotaries, fuse, fuse_more,
+    grouped_param_casts, joint_backward_apart, joint_cross_entropy, merged_f32_windows, merged_gradients,
+    mul_epilogues, norm_column_sums, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads,
+    producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled, tiled_gemm, touched_by, turned_heads,
+    with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -437,6 +438,9 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         if config.norm_column_sums {
             norm_column_sums(config, &view, &skip, &mut lw.fusion);
         }
+        if config.concat_views {
+            skip.extend(concat_views(&view, &uses, &skip, &mut lw.fusion));
+        }
         (lw.fusion.deferred_folds, lw.fusion.fold_flush_after) = deferred_folds(config, &view);
         let mut products = LaunchedProducts::default();
         let mut i = 0;
@@ -619,7 +623,8 @@ fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<
 /// through those GEMMs (`cast_sources_through_their_gemms`), so that every such cast folds
 /// into the GEMMs' loads. The bf16 attention backward's inputs are kept alive through the
 /// permute of its gradients where it may store that permute's f32 output
-/// (`merged_f32_windows`).
+/// (`merged_f32_windows`). The tensor under a Concat part's permute or slice is kept alive to
+/// the Concat (`concat_views`).
 pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result<Lowered> {
     let plan_with = |keep: &[(Value, u32)]| {
         alpha_plan::plan_in_place(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
@@ -684,6 +689,15 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     }
     if config.bf16_attention && config.merged_gradients {
         keep.extend(merged_f32_windows(program, &into_producers));
+    }
+    // A Concat's copy reading a part through its permute or slice (`concat_views`) reads the
+    // tensor under the view at the Concat: that tensor is kept alive to it.
+    if config.concat_views {
+        for (c, _, vp) in concat_view_candidates(program) {
+            if phase(vp.source.node) == phase(c) && phase(c).is_some() {
+                keep.push((vp.source, c));
+            }
+        }
     }
     lower(plan_with(&keep)?, config)
 }

@@ -81,10 +81,24 @@ impl Lowerer<'_> {
             Op::Concat { axis } => {
                 let ost = contiguous_strides(&os);
                 let mut at = 0u64;
+                let views = self.fusion.concat_views.get(&id).cloned().unwrap_or_default();
                 for (kk, &part) in ins.iter().enumerate() {
                     let ps = cx.ishape(kk);
                     let len = ps[*axis] as u64;
-                    if ps.iter().product::<usize>() > 0 {
+                    let view = views.iter().find(|(k, _)| *k == kk).map(|&(_, vp)| vp);
+                    if let (Some(vp), true) = (view, ps.iter().product::<usize>() > 0) {
+                        // Read through the permute or slice that made the part (`concat_views`).
+                        let vc = crate::fusion::view_part_strides(&self.plan.program.graph, id, vp);
+                        let pw = Pointwise {
+                            shape: vc.shape,
+                            out: Operand { dtype: odt, strides: vc.out },
+                            ins: vec![Operand { dtype: cx.idt(kk), strides: vc.ins }],
+                            body: Body::Copy,
+                        };
+                        let dst = self.ptr_at(cx.out(0), at * ost[*axis]);
+                        let src = self.ptr_at(vp.source, vc.offset);
+                        v.push(self.pointwise(pw, vec![dst, src], some)?);
+                    } else if ps.iter().product::<usize>() > 0 {
                         let pw = Pointwise {
                             shape: ps.clone(),
                             out: Operand { dtype: odt, strides: ost.clone() },
@@ -228,9 +242,12 @@ impl Lowerer<'_> {
                 let meets = |x: Value| range(self.plan, x).is_some_and(|r| overlap(r, slot));
                 let chain_meets =
                     inputs.iter().any(|&x| meets(x)) || out_values.iter().any(|&o| meets(self.destination(o).0));
+                // (A Concat reading a part through its view reads the view's source too.)
+                let through_views =
+                    |id: u32| self.fusion.concat_views.get(&id).into_iter().flatten().map(|p| p.1.source);
                 let between = reach[..pc].iter().any(|&id| {
                     let n = &g.nodes[id as usize];
-                    n.inputs.iter().any(|&x| meets(x))
+                    n.inputs.iter().copied().chain(through_views(id)).any(meets)
                         || (0..n.outputs.len()).any(|j| meets(Value { node: id, index: j as u16 }))
                 });
                 if !(chain_meets || between) {

@@ -1,0 +1,176 @@
+//! A Concat's part that is a permute or a slice (through a reshape) of another tensor: the
+//! Concat's copy of that part reads the tensor itself, through the view's strides and offset,
+//! and the permute or slice does not run.
+//!
+//! Why: a Concat along an axis with anything but size-1 axes before it is no view and the plan
+//! cannot place its parts, so each part is copied; where the part is itself only a copy (a
+//! permute, or a slice that is no contiguous run), that copy's store and the Concat's load of
+//! it cross memory for nothing. Diakosmos concatenates its q/k/v gradients from two permutes
+//! (`[7, N, 190]` back to `[N, 7, 190]`) and its spatial path's lone group from a slice. The
+//! values copied are the same, so the Concat's output is bit for bit what it was.
+
+use super::*;
+
+/// A Concat part read through a view: the view node (a Permute, or a Slice that is a kernel)
+/// and the tensor it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ViewPart {
+    pub(crate) view: u32,
+    pub(crate) source: Value,
+}
+
+/// The view part `k` of Concat `c` may be read through, where the program allows it (each
+/// value in between read by the Concat alone, the view a kernel, and its shape splitting at the
+/// Concat's outer size so that the copy can be written over the view's own shape; see
+/// [`view_part_strides`]). `uses` counts every read of a value (see [`readers_of`]).
+pub(crate) fn view_part(g: &alpha_ir::Graph, uses: &HashMap<Value, usize>, c: u32, k: usize) -> Option<ViewPart> {
+    let n = &g.nodes[c as usize];
+    let Op::Concat { axis } = n.op else { return None };
+    let outer: usize = n.outputs[0].shape[..axis].iter().product();
+    // Along an axis with only size-1 axes before it, the plan may place the parts instead.
+    if outer <= 1 {
+        return None;
+    }
+    let sole = |v: Value| uses.get(&v).copied() == Some(1);
+    let mut x = n.inputs[k];
+    if !sole(x) {
+        return None;
+    }
+    if let Op::Reshape { .. } = g.nodes[x.node as usize].op {
+        x = g.nodes[x.node as usize].inputs[0];
+        if !sole(x) {
+            return None;
+        }
+    }
+    let vn = &g.nodes[x.node as usize];
+    let source = *vn.inputs.first()?;
+    let kernel = match vn.op {
+        Op::Permute { .. } => true,
+        // A slice of one contiguous run is a view in the plan, not a kernel.
+        Op::Slice { axis: sa, .. } => g.shape(source)[..sa].iter().product::<usize>() > 1,
+        _ => false,
+    };
+    let same_type = g.dtype(source) == n.outputs[0].dtype && g.dtype(x) == n.outputs[0].dtype;
+    let ok = kernel && same_type && x.index == 0 && split_at(g.shape(x), outer).is_some();
+    ok.then_some(ViewPart { view: x.node, source })
+}
+
+/// The number of leading axes of `shape` whose product is `outer`.
+fn split_at(shape: &[usize], outer: usize) -> Option<usize> {
+    let mut p = 1usize;
+    for (i, &s) in shape.iter().enumerate() {
+        if p == outer {
+            return Some(i);
+        }
+        p *= s;
+    }
+    (p == outer).then_some(shape.len())
+}
+
+/// The copy of a view part into its Concat: (its shape, the view's shape; the output strides,
+/// in elements from the part's place; the source's strides; the source's offset in elements).
+/// The view's leading axes that make up the Concat's outer size step by the Concat's row of
+/// `total · inner` elements, the rest contiguous within the part's block of `len · inner`.
+pub(crate) fn view_part_strides(g: &alpha_ir::Graph, c: u32, vp: ViewPart) -> ViewCopy {
+    let n = &g.nodes[c as usize];
+    let Op::Concat { axis } = n.op else { unreachable!("view parts are a Concat's") };
+    let os = &n.outputs[0].shape;
+    let outer: usize = os[..axis].iter().product();
+    let row: usize = os[axis..].iter().product();
+    let shape = g.nodes[vp.view as usize].outputs[0].shape.clone();
+    let k = split_at(&shape, outer).expect("view_part checked the split");
+    let mut out = vec![0u64; shape.len()];
+    let mut step = 1u64;
+    for j in (k..shape.len()).rev() {
+        out[j] = step;
+        step *= shape[j] as u64;
+    }
+    let mut step = row as u64;
+    for j in (0..k).rev() {
+        out[j] = step;
+        step *= shape[j] as u64;
+    }
+    let xs = contiguous(g.shape(vp.source));
+    let (ins, offset) = match &g.nodes[vp.view as usize].op {
+        Op::Permute { perm } => (perm.iter().map(|&p| xs[p]).collect(), 0),
+        Op::Slice { axis: sa, start, .. } => (xs.clone(), *start as u64 * xs[*sa]),
+        _ => unreachable!("view parts are permutes and slices"),
+    };
+    ViewCopy { shape, out, ins, offset }
+}
+
+/// See [`view_part_strides`].
+pub(crate) struct ViewCopy {
+    pub(crate) shape: Vec<usize>,
+    pub(crate) out: Vec<u64>,
+    pub(crate) ins: Vec<u64>,
+    pub(crate) offset: u64,
+}
+
+fn contiguous(shape: &[usize]) -> Vec<u64> {
+    let mut s = vec![1u64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1] as u64;
+    }
+    s
+}
+
+/// Every (Concat, part, view part) of the program [`view_part`] allows.
+pub(crate) fn concat_view_candidates(program: &alpha_ir::Program) -> Vec<(u32, usize, ViewPart)> {
+    let g = &program.graph;
+    let (uses, _) = readers_of(program);
+    let mut v = vec![];
+    for (i, n) in g.nodes.iter().enumerate() {
+        if let Op::Concat { .. } = n.op {
+            for k in 0..n.inputs.len() {
+                if let Some(vp) = view_part(g, &uses, i as u32, k) {
+                    v.push((i as u32, k, vp));
+                }
+            }
+        }
+    }
+    v
+}
+
+/// The phase's Concat parts read through their views: the view launched before the Concat,
+/// neither fused into anything else, and the source's slot clear of the Concat's output and of
+/// everything launched between them writes (their outputs, what fusions they host store, and
+/// the casts their producers store early). Records them in `fp.concat_views`; returns the views
+/// to skip.
+pub(crate) fn concat_views(
+    ph: &PhaseView,
+    uses: &HashMap<Value, usize>,
+    skip: &std::collections::HashSet<u32>,
+    fp: &mut FusionPlan,
+) -> Vec<u32> {
+    let g = ph.g;
+    let mut views = vec![];
+    for &c in ph.nodes {
+        let n = &g.nodes[c as usize];
+        if !matches!(n.op, Op::Concat { .. }) || skip.contains(&c) {
+            continue;
+        }
+        for k in 0..n.inputs.len() {
+            let Some(vp) = view_part(g, uses, c, k) else { continue };
+            let (Some(&pv), Some(&pc)) = (ph.pos.get(&vp.view), ph.pos.get(&c)) else { continue };
+            let vo = Value { node: vp.view, index: 0 };
+            if pv >= pc || skip.contains(&vp.view) || fp.store_as.contains_key(&vo) {
+                continue;
+            }
+            let Some(src) = ph.range(vp.source) else { continue };
+            let between = &ph.nodes[pv + 1..pc];
+            let outputs = between.iter().flat_map(|&id| {
+                let outs = (0..g.nodes[id as usize].outputs.len() as u16).map(move |j| Value { node: id, index: j });
+                outs.chain(fp.hosted_writes(id))
+                    .chain(fp.store_as.iter().filter(move |(p, _)| p.node == id).map(|(_, &cast)| cast))
+                    .collect::<Vec<_>>()
+            });
+            let writes: Vec<_> = outputs.chain([Value { node: c, index: 0 }]).map(|v| ph.range(v)).collect();
+            if clear_of(src, writes) {
+                fp.concat_views.entry(c).or_default().push((k, vp));
+                views.push(vp.view);
+            }
+        }
+    }
+    views
+}
