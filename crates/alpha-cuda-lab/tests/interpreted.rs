@@ -752,3 +752,48 @@ fn a_concat_reads_its_permuted_and_sliced_parts_through_their_views() {
     assert_eq!(counts[1].0, 2, "without the fusion both launch");
     assert_eq!(counts[0].1 + 2, counts[1].1);
 }
+
+/// A Concat read only by another Concat (through a reshape), as Diakosmos's spatial path joins
+/// its turned halves `[N, 3, 1, D]` into `[N, 3, 2, D]` and those, as `[N, 6, D]`, with the lone
+/// group sliced from `[N, 7, D]`: the inner Concat copies its parts straight into the outer's
+/// output, which copies only the lone group (`nested_concats`); the output is the CPU
+/// backend's under both orders of a block's threads, with the fusion on and off.
+#[test]
+fn a_concat_read_by_a_concat_writes_its_parts_into_the_outer() {
+    use alpha_ir::{Graph, Init};
+    let (n, d) = (29, 6);
+    let mut g = Graph::new("nested-concat");
+    let u = g.param("u", &[n, 7, d], Init::Zeros);
+    let c = g.param("c", &[3, 1, d], Init::Zeros);
+    let sq = g.square(u);
+    let paired = g.slice(sq, 1, 0, 6);
+    let paired = g.reshape(paired, &[n, 3, 2, d]);
+    let first = g.slice(paired, 2, 0, 1);
+    let second = g.slice(paired, 2, 1, 2);
+    let a = g.mul(first, c);
+    let b = g.mul(second, c);
+    let a = g.sub(a, b);
+    let b = g.add(b, first);
+    let turned = g.concat(&[a, b], 2);
+    let turned = g.reshape(turned, &[n, 6, d]);
+    let lone = g.slice(sq, 1, 6, 7);
+    let all = g.concat(&[turned, lone], 1);
+    let out = g.mul(all, u);
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let mut rng = Rng::new(23);
+    let leaves = [("u", rng.vec(n * 7 * d, 2.0)), ("c", rng.vec(3 * d, 2.0))];
+    let want = cpu_forward_out(&program, &leaves);
+    let mut launches = vec![];
+    for nested_concats in [true, false] {
+        let cfg = alpha_cuda::CudaConfig { nested_concats, ..alpha_cuda::CudaConfig::default() };
+        let lowered = alpha_cuda::lower::lower_program(&program, &cfg).unwrap();
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let (mem, base) = alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, &leaves, schedule).unwrap();
+            let got = mem.read(base + lowered.plan.slot(out).offset as u64, want.len());
+            assert_bits(&format!("nested_concats {nested_concats} {schedule:?}"), &got, &want);
+        }
+        launches.push(lowered.phases[0].len());
+    }
+    assert_eq!(launches[0] + 1, launches[1], "the outer Concat copies the turned groups no more: {launches:?}");
+}

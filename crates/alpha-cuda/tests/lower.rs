@@ -987,3 +987,39 @@ fn diakosmos_concats_copy_permuted_and_sliced_parts_through_the_views() {
     assert_eq!((off.0 - on.0, off.1 - on.1), (2 * system.blocks, 2 * system.blocks - 1), "{on:?} {off:?}");
     assert_eq!(on.2, off.2);
 }
+
+/// Diakosmos's spatial path joins its turned halves (`[N, 3, 2, 190]`) and then, as
+/// `[N, 6, 190]`, those with the lone group: the inner Concat copies its halves straight into
+/// the outer's output (`nested_concats`), so each block's outer Concat launches one copy (the
+/// lone group's) instead of two, forward and again where the backward recomputes it; the
+/// inner Concats launch as before.
+#[test]
+fn diakosmos_turned_halves_are_copied_into_the_joined_groups() {
+    use alpha_systems::diakosmos::Diakosmos;
+    let system = Diakosmos::default();
+    let program = system.learner(10).training_program(system.model(1).unwrap()).unwrap();
+    let count = |nested_concats: bool| {
+        let l = lower_program(&program, &CudaConfig { nested_concats, ..CudaConfig::default() }).unwrap();
+        check_pointers(&l);
+        let g = &l.plan.program.graph;
+        let on_axis = |axis: usize| {
+            l.phases
+                .iter()
+                .flatten()
+                .filter(|x| x.node.is_some_and(|id| g.nodes[id as usize].op == Op::Concat { axis }))
+                .filter(|x| x.node.is_some_and(|id| g.nodes[id as usize].outputs[0].shape[1..] == [7, 190]))
+                .count()
+        };
+        let halves = l
+            .phases
+            .iter()
+            .flatten()
+            .filter(|x| x.node.is_some_and(|id| g.nodes[id as usize].op == Op::Concat { axis: 2 }))
+            .count();
+        (on_axis(1), halves)
+    };
+    let (on, off) = (count(true), count(false));
+    assert_eq!(off.0, 2 * on.0, "{on:?} {off:?}");
+    assert_eq!(on.0, 2 * system.blocks - 1, "{on:?} {off:?}");
+    assert_eq!(on.1, off.1);
+}

@@ -24,24 +24,8 @@ pub(crate) struct ViewPart {
 /// Concat's outer size so that the copy can be written over the view's own shape; see
 /// [`view_part_strides`]). `uses` counts every read of a value (see [`readers_of`]).
 pub(crate) fn view_part(g: &alpha_ir::Graph, uses: &HashMap<Value, usize>, c: u32, k: usize) -> Option<ViewPart> {
+    let (x, outer) = sole_part(g, uses, c, k)?;
     let n = &g.nodes[c as usize];
-    let Op::Concat { axis } = n.op else { return None };
-    let outer: usize = n.outputs[0].shape[..axis].iter().product();
-    // Along an axis with only size-1 axes before it, the plan may place the parts instead.
-    if outer <= 1 {
-        return None;
-    }
-    let sole = |v: Value| uses.get(&v).copied() == Some(1);
-    let mut x = n.inputs[k];
-    if !sole(x) {
-        return None;
-    }
-    if let Op::Reshape { .. } = g.nodes[x.node as usize].op {
-        x = g.nodes[x.node as usize].inputs[0];
-        if !sole(x) {
-            return None;
-        }
-    }
     let vn = &g.nodes[x.node as usize];
     let source = *vn.inputs.first()?;
     let kernel = match vn.op {
@@ -53,6 +37,43 @@ pub(crate) fn view_part(g: &alpha_ir::Graph, uses: &HashMap<Value, usize>, c: u3
     let same_type = g.dtype(source) == n.outputs[0].dtype && g.dtype(x) == n.outputs[0].dtype;
     let ok = kernel && same_type && x.index == 0 && split_at(g.shape(x), outer).is_some();
     ok.then_some(ViewPart { view: x.node, source })
+}
+
+/// Part `k` of Concat `c` as the value under at most one reshape, each read by `c` alone, and
+/// `c`'s outer size (the product of the axes before its own), where that is more than one:
+/// along an axis with only size-1 axes before it the plan may place the parts instead.
+fn sole_part(g: &alpha_ir::Graph, uses: &HashMap<Value, usize>, c: u32, k: usize) -> Option<(Value, usize)> {
+    let n = &g.nodes[c as usize];
+    let Op::Concat { axis } = n.op else { return None };
+    let outer: usize = n.outputs[0].shape[..axis].iter().product();
+    let sole = |v: Value| uses.get(&v).copied() == Some(1);
+    let mut x = n.inputs[k];
+    if outer <= 1 || !sole(x) {
+        return None;
+    }
+    if let Op::Reshape { .. } = g.nodes[x.node as usize].op {
+        x = g.nodes[x.node as usize].inputs[0];
+        if !sole(x) {
+            return None;
+        }
+    }
+    Some((x, outer))
+}
+
+/// Every (Concat, part, what `f` finds for the part) of the program.
+fn each_part<T>(
+    program: &alpha_ir::Program,
+    f: impl Fn(&alpha_ir::Graph, &HashMap<Value, usize>, u32, usize) -> Option<T>,
+) -> Vec<(u32, usize, T)> {
+    let g = &program.graph;
+    let (uses, _) = readers_of(program);
+    let mut v = vec![];
+    for (i, n) in g.nodes.iter().enumerate() {
+        if let Op::Concat { .. } = n.op {
+            v.extend((0..n.inputs.len()).filter_map(|k| f(g, &uses, i as u32, k).map(|t| (i as u32, k, t))));
+        }
+    }
+    v
 }
 
 /// The number of leading axes of `shape` whose product is `outer`.
@@ -115,21 +136,21 @@ fn contiguous(shape: &[usize]) -> Vec<u64> {
     s
 }
 
+/// The casts their producers store early (`fp.store_as`) whose store may land in the window
+/// from launch position `from` to `to`: the producer launched before `to`, the cast (where it
+/// would have run) after `from`.
+fn early_casts(ph: &PhaseView, fp: &FusionPlan, from: usize, to: usize) -> Vec<Value> {
+    let at = |v: &Value| ph.pos.get(&v.node).copied();
+    fp.store_as
+        .iter()
+        .filter(|(p, cast)| at(p).is_some_and(|p| p < to) && at(cast).is_none_or(|c| c > from))
+        .map(|(_, &cast)| cast)
+        .collect()
+}
+
 /// Every (Concat, part, view part) of the program [`view_part`] allows.
 pub(crate) fn concat_view_candidates(program: &alpha_ir::Program) -> Vec<(u32, usize, ViewPart)> {
-    let g = &program.graph;
-    let (uses, _) = readers_of(program);
-    let mut v = vec![];
-    for (i, n) in g.nodes.iter().enumerate() {
-        if let Op::Concat { .. } = n.op {
-            for k in 0..n.inputs.len() {
-                if let Some(vp) = view_part(g, &uses, i as u32, k) {
-                    v.push((i as u32, k, vp));
-                }
-            }
-        }
-    }
-    v
+    each_part(program, view_part)
 }
 
 /// The phase's Concat parts read through their views: the view launched before the Concat,
@@ -161,11 +182,11 @@ pub(crate) fn concat_views(
             let between = &ph.nodes[pv + 1..pc];
             let outputs = between.iter().flat_map(|&id| {
                 let outs = (0..g.nodes[id as usize].outputs.len() as u16).map(move |j| Value { node: id, index: j });
-                outs.chain(fp.hosted_writes(id))
-                    .chain(fp.store_as.iter().filter(move |(p, _)| p.node == id).map(|(_, &cast)| cast))
-                    .collect::<Vec<_>>()
+                outs.chain(fp.hosted_writes(id)).collect::<Vec<_>>()
             });
-            let writes: Vec<_> = outputs.chain([Value { node: c, index: 0 }]).map(|v| ph.range(v)).collect();
+            let early = early_casts(ph, fp, pv, pc);
+            let concat = Value { node: c, index: 0 };
+            let writes: Vec<_> = outputs.chain(early).chain([concat]).map(|v| ph.range(v)).collect();
             if clear_of(src, writes) {
                 fp.concat_views.entry(c).or_default().push((k, vp));
                 views.push(vp.view);
@@ -173,4 +194,95 @@ pub(crate) fn concat_views(
         }
     }
     views
+}
+
+/// The Concat that part `k` of Concat `c` is (through a reshape), where its copies may write
+/// straight into `c`'s output: it read by `c` alone, of `c`'s type, and its output splitting
+/// at `c`'s outer size no later than its own axis (so each of its rows lies whole in one row of
+/// `c`'s part; see [`nested_strides`]).
+pub(crate) fn nested_part(g: &alpha_ir::Graph, uses: &HashMap<Value, usize>, c: u32, k: usize) -> Option<u32> {
+    let (x, outer) = sole_part(g, uses, c, k)?;
+    let n = &g.nodes[c as usize];
+    let inner = &g.nodes[x.node as usize];
+    let Op::Concat { axis: a } = inner.op else { return None };
+    let split = split_at(&inner.outputs[0].shape, outer);
+    let ok = inner.outputs[0].dtype == n.outputs[0].dtype && split.is_some_and(|s| s <= a);
+    ok.then_some(x.node)
+}
+
+/// The strides of a nested Concat's output (`shape`, its own contiguous `strides`) inside the
+/// Concat `outer` it is a part of: its leading axes that make up `outer`'s rows step by the
+/// row of `outer`, the rest as they were.
+pub(crate) fn nested_strides(g: &alpha_ir::Graph, outer: u32, shape: &[usize], strides: &[u64]) -> Vec<u64> {
+    let n = &g.nodes[outer as usize];
+    let Op::Concat { axis } = n.op else { unreachable!("nested into a Concat") };
+    let os = &n.outputs[0].shape;
+    let rows: usize = os[..axis].iter().product();
+    let row: u64 = os[axis..].iter().product::<usize>() as u64;
+    let k = split_at(shape, rows).expect("nested_part checked the split");
+    let mut out = strides.to_vec();
+    let mut step = row;
+    for j in (0..k).rev() {
+        out[j] = step;
+        step *= shape[j] as u64;
+    }
+    out
+}
+
+/// Every (inner, outer) pair of Concats of the program that [`nested_part`] allows.
+pub(crate) fn nested_concat_candidates(program: &alpha_ir::Program) -> Vec<(u32, u32)> {
+    each_part(program, nested_part).into_iter().map(|(outer, _, inner)| (inner, outer)).collect()
+}
+
+/// Concats whose only reader is another Concat (through a reshape) copy their parts straight
+/// into their place in that Concat, which then does not copy that part: Diakosmos's spatial
+/// path turns its paired groups, concatenates the two halves and then the lone group, so each
+/// turned element was copied twice. The inner Concat launched before the outer, neither fused
+/// otherwise (no part of the inner read through a view, the outer not itself nested), and the
+/// outer's slot clear of everything read or written from the inner's launch to the outer's and
+/// of what the outer reads (through views too): it is written that much earlier. Records them in
+/// `fp.nested_concats`.
+pub(crate) fn nested_concats(
+    ph: &PhaseView,
+    uses: &HashMap<Value, usize>,
+    skip: &std::collections::HashSet<u32>,
+    fp: &mut FusionPlan,
+) {
+    let g = ph.g;
+    let mut found: HashMap<u32, (u32, usize)> = HashMap::new();
+    for &c in ph.nodes {
+        let n = &g.nodes[c as usize];
+        if !matches!(n.op, Op::Concat { .. }) || skip.contains(&c) {
+            continue;
+        }
+        for k in 0..n.inputs.len() {
+            let Some(inner) = nested_part(g, uses, c, k) else { continue };
+            let (Some(&pi), Some(&pc)) = (ph.pos.get(&inner), ph.pos.get(&c)) else { continue };
+            if pi >= pc || skip.contains(&inner) || fp.concat_views.contains_key(&inner) {
+                continue;
+            }
+            let Some(slot) = ph.range(Value { node: c, index: 0 }) else { continue };
+            let span = &ph.nodes[pi..pc];
+            let early = early_casts(ph, fp, pi, pc);
+            let hosted = span.iter().flat_map(|&id| fp.hosted_writes(id)).chain(early);
+            // What Concats read through views launched before the outer and read after the
+            // inner (the outer's among them) must not be overwritten by the early stores.
+            let views = fp
+                .concat_views
+                .iter()
+                .filter(|(c2, _)| ph.pos.get(c2).is_some_and(|&p| p > pi))
+                .flat_map(|(_, parts)| parts.iter().filter(|p| ph.pos.get(&p.1.view).is_some_and(|&v| v < pc)))
+                .map(|p| p.1.source)
+                .collect::<Vec<_>>();
+            let ins = n.inputs.iter().copied();
+            let met: Vec<_> = touched_by(g, span).chain(hosted).chain(views).chain(ins).map(|v| ph.range(v)).collect();
+            if clear_of(slot, met) {
+                found.insert(inner, (c, k));
+            }
+        }
+    }
+    // An outer Concat that is itself nested writes elsewhere: its inner ones stay as they are.
+    let outers: Vec<u32> = found.keys().copied().collect();
+    found.retain(|_, (c, _)| !outers.contains(c));
+    fp.nested_concats.extend(found);
 }

@@ -82,6 +82,9 @@ pub(crate) struct FusionPlan {
     /// Concat → its parts (by input position) whose copies read through the permute or slice
     /// that made them, which does not run ([`concat_views`]).
     pub(crate) concat_views: HashMap<u32, Vec<(usize, ViewPart)>>,
+    /// Concat → (the Concat it is a part of, which part): it copies its parts into that
+    /// Concat's output, which does not copy the part ([`nested_concats`]).
+    pub(crate) nested_concats: HashMap<u32, (u32, usize)>,
 }
 
 impl FusionPlan {

@@ -50,9 +50,9 @@ use crate::fusion::{
     cast_sources_through_their_gemms, casts_into_producers, clear_of, column_casts, concat_view_candidates,
     concat_views, deep_epilogue_grid, deferred_folds, delta_heads, forward_copies, forward_rotaries, fuse, fuse_more,
     grouped_param_casts, joint_backward_apart, joint_cross_entropy, merged_f32_windows, merged_gradients,
-    mul_epilogues, norm_column_sums, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads,
-    producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled, tiled_gemm, touched_by, turned_heads,
-    with_ring, FusionPlan, PhaseView,
+    mul_epilogues, nested_concat_candidates, nested_concats, norm_column_sums, norm_of, on_tma, overlap,
+    partials_in_rows, plain_bf16_heads, producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled,
+    tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -441,6 +441,9 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         if config.concat_views {
             skip.extend(concat_views(&view, &uses, &skip, &mut lw.fusion));
         }
+        if config.nested_concats {
+            nested_concats(&view, &uses, &skip, &mut lw.fusion);
+        }
         (lw.fusion.deferred_folds, lw.fusion.fold_flush_after) = deferred_folds(config, &view);
         let mut products = LaunchedProducts::default();
         let mut i = 0;
@@ -687,6 +690,16 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     for (norm, cast) in norm_copy_windows(program) {
         keep_up_to(norm, cast, true);
     }
+    // A Concat writing into its place in the outer Concat that reads it (`nested_concats`)
+    // writes that slot from its own launch on: what it and every launch up to the outer read or
+    // write is kept alive to the outer, so that the outer's slot lies clear of them.
+    if config.nested_concats {
+        for (inner, outer) in nested_concat_candidates(program) {
+            if outer - inner <= NESTED_SPAN {
+                keep_up_to(inner, outer, true);
+            }
+        }
+    }
     if config.bf16_attention && config.merged_gradients {
         keep.extend(merged_f32_windows(program, &into_producers));
     }
@@ -701,6 +714,9 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     }
     lower(plan_with(&keep)?, config)
 }
+
+/// Nodes from a nested Concat to the outer one whose windows are kept (`nested_concats`).
+const NESTED_SPAN: u32 = 8;
 
 /// The windows of the bf16 copies a LayerNorm backward stores of the residual gradient it adds
 /// (`Lowerer::cast_of_sum`): (the LayerNormBackward, the cast). The copy is written from the
