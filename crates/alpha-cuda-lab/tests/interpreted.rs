@@ -797,3 +797,44 @@ fn a_concat_read_by_a_concat_writes_its_parts_into_the_outer() {
     }
     assert_eq!(launches[0] + 1, launches[1], "the outer Concat copies the turned groups no more: {launches:?}");
 }
+
+/// A Permute of a slice through a reshape, as Diakosmos turns q and k (column blocks of the
+/// q/k/v projection `[N, 3·G·D]`, as `[N, G, D]`) to `[G, N, D]`: the Permute reads the
+/// projection itself with the slice's offset and the composed strides, the slice does not
+/// launch (`sliced_permutes`), and the output is the CPU backend's under both orders of a
+/// block's threads, with the fusion on and off.
+#[test]
+fn a_permute_of_a_slice_reads_the_slices_source() {
+    use alpha_ir::{Graph, Init};
+    let (n, groups, d) = (31, 3, 5);
+    let w = groups * d;
+    let mut g = Graph::new("sliced-permute");
+    let x = g.param("x", &[n, 3 * w], Init::Zeros);
+    let y = g.param("y", &[groups, n, d], Init::Zeros);
+    let qkv = g.square(x);
+    let k = g.slice(qkv, 1, w, 2 * w);
+    let k = g.reshape(k, &[n, groups, d]);
+    let by_head = g.permute(k, &[1, 0, 2]);
+    let out = g.mul(by_head, y);
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let mut rng = Rng::new(29);
+    let leaves = [("x", rng.vec(n * 3 * w, 2.0)), ("y", rng.vec(n * w, 2.0))];
+    let want = cpu_forward_out(&program, &leaves);
+    let mut slices = vec![];
+    for sliced_permutes in [true, false] {
+        let cfg = alpha_cuda::CudaConfig { sliced_permutes, ..alpha_cuda::CudaConfig::default() };
+        let lowered = alpha_cuda::lower::lower_program(&program, &cfg).unwrap();
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let (mem, base) = alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, &leaves, schedule).unwrap();
+            let got = mem.read(base + lowered.plan.slot(out).offset as u64, want.len());
+            assert_bits(&format!("sliced_permutes {sliced_permutes} {schedule:?}"), &got, &want);
+        }
+        let g = &lowered.plan.program.graph;
+        let sliced = |l: &&alpha_cuda::lower::Launch| {
+            l.node.is_some_and(|id| matches!(g.nodes[id as usize].op, alpha_ir::Op::Slice { .. }))
+        };
+        slices.push(lowered.phases[0].iter().filter(sliced).count());
+    }
+    assert_eq!(slices, [0, 1], "the slice launches only without the fusion");
+}

@@ -1023,3 +1023,29 @@ fn diakosmos_turned_halves_are_copied_into_the_joined_groups() {
     assert_eq!(on.0, 2 * system.blocks - 1, "{on:?} {off:?}");
     assert_eq!(on.1, off.1);
 }
+
+/// Diakosmos's q and k, column blocks of the q/k/v projection turned to `[7, N, 190]` for the
+/// harmonic scalars, are read by their Permutes straight from the projection
+/// (`sliced_permutes`): the two slices a block (forward and where the backward recomputes them)
+/// do not launch, v's slice (read by the scan) and every Permute still do.
+#[test]
+fn diakosmos_turns_q_and_k_straight_from_the_projection() {
+    use alpha_systems::diakosmos::Diakosmos;
+    let system = Diakosmos::default();
+    let program = system.learner(10).training_program(system.model(1).unwrap()).unwrap();
+    let count = |sliced_permutes: bool| {
+        let l = lower_program(&program, &CudaConfig { sliced_permutes, ..CudaConfig::default() }).unwrap();
+        check_pointers(&l);
+        let g = &l.plan.program.graph;
+        let of = |f: &dyn Fn(&Op) -> bool| {
+            l.phases.iter().flatten().filter(|x| x.node.is_some_and(|id| f(&g.nodes[id as usize].op))).count()
+        };
+        let w = system.width();
+        let q_k = of(&|op| matches!(op, Op::Slice { axis: 1, start, end } if *end - *start == w && *start < 2 * w));
+        let v = of(&|op| matches!(op, Op::Slice { axis: 1, start, .. } if *start == 2 * w));
+        (q_k, v, of(&|op| matches!(op, Op::Permute { .. })))
+    };
+    let (on, off) = (count(true), count(false));
+    assert_eq!(off.0 - on.0, 2 * system.blocks, "{on:?} {off:?}");
+    assert_eq!((on.1, on.2), (off.1, off.2), "{on:?} {off:?}");
+}

@@ -46,18 +46,16 @@ fn sole_part(g: &alpha_ir::Graph, uses: &HashMap<Value, usize>, c: u32, k: usize
     let n = &g.nodes[c as usize];
     let Op::Concat { axis } = n.op else { return None };
     let outer: usize = n.outputs[0].shape[..axis].iter().product();
+    (outer > 1).then_some(())?;
+    Some((under_reshape(g, uses, n.inputs[k])?, outer))
+}
+
+/// `x`, or the value under it where it is a reshape, each read once (by the reader of `x`).
+fn under_reshape(g: &alpha_ir::Graph, uses: &HashMap<Value, usize>, x: Value) -> Option<Value> {
     let sole = |v: Value| uses.get(&v).copied() == Some(1);
-    let mut x = n.inputs[k];
-    if outer <= 1 || !sole(x) {
-        return None;
-    }
-    if let Op::Reshape { .. } = g.nodes[x.node as usize].op {
-        x = g.nodes[x.node as usize].inputs[0];
-        if !sole(x) {
-            return None;
-        }
-    }
-    Some((x, outer))
+    let n = &g.nodes[x.node as usize];
+    let y = if let Op::Reshape { .. } = n.op { n.inputs[0] } else { x };
+    (sole(x) && sole(y)).then_some(y)
 }
 
 /// Every (Concat, part, what `f` finds for the part) of the program.
@@ -148,6 +146,145 @@ fn early_casts(ph: &PhaseView, fp: &FusionPlan, from: usize, to: usize) -> Vec<V
         .collect()
 }
 
+/// The slots of what the launches strictly between positions `from` and `to` write (their
+/// outputs and what the fusions they host store), of the casts stored early into that window,
+/// and of `also`: what a tensor read at `to` instead of at `from` must lie clear of.
+fn written_over(
+    ph: &PhaseView,
+    fp: &FusionPlan,
+    from: usize,
+    to: usize,
+    also: &[Value],
+) -> Vec<Option<(usize, usize)>> {
+    let g = ph.g;
+    let outputs = ph.nodes[from + 1..to].iter().flat_map(|&id| {
+        let outs = (0..g.nodes[id as usize].outputs.len() as u16).map(move |j| Value { node: id, index: j });
+        outs.chain(fp.hosted_writes(id)).collect::<Vec<_>>()
+    });
+    outputs.chain(early_casts(ph, fp, from, to)).chain(also.iter().copied()).map(|v| ph.range(v)).collect()
+}
+
+/// Whether `reader` may read the source of the view `vp` itself, at its own launch instead of
+/// the view's: the view launched before it and fused into nothing else, and the source's slot
+/// clear of what is written in between and of `also` (what the reader writes).
+fn read_late(
+    ph: &PhaseView,
+    fp: &FusionPlan,
+    skip: &std::collections::HashSet<u32>,
+    vp: ViewPart,
+    reader: u32,
+    also: &[Value],
+) -> bool {
+    let (Some(&pv), Some(&pr)) = (ph.pos.get(&vp.view), ph.pos.get(&reader)) else { return false };
+    let vo = Value { node: vp.view, index: 0 };
+    let free = pv < pr && !skip.contains(&vp.view) && !fp.store_as.contains_key(&vo);
+    free && ph.range(vp.source).is_some_and(|src| clear_of(src, written_over(ph, fp, pv, pr, also)))
+}
+
+/// The strides of a tensor of `from` shape with `strides` read as `to` shape (a reshape of
+/// it), where each group of axes that the reshape merges or splits is one contiguous run in
+/// it; size-1 axes take any stride.
+pub(crate) fn reshaped_strides(from: &[usize], strides: &[u64], to: &[usize]) -> Option<Vec<u64>> {
+    let mut out = vec![0u64; to.len()];
+    let (mut i, mut j) = (0, 0);
+    loop {
+        while i < from.len() && from[i] == 1 {
+            i += 1;
+        }
+        while j < to.len() && to[j] == 1 {
+            j += 1;
+        }
+        if i == from.len() || j == to.len() {
+            return (i == from.len() && j == to.len()).then_some(out);
+        }
+        let (i0, j0) = (i, j);
+        let (mut pf, mut pt) = (from[i], to[j]);
+        (i, j) = (i + 1, j + 1);
+        while pf != pt {
+            if pf < pt {
+                pf *= *from.get(i)?;
+                i += 1;
+            } else {
+                pt *= *to.get(j)?;
+                j += 1;
+            }
+        }
+        let axes: Vec<usize> = (i0..i).filter(|&a| from[a] != 1).collect();
+        if axes.windows(2).any(|w| strides[w[0]] != strides[w[1]] * from[w[1]] as u64) {
+            return None;
+        }
+        let mut step = strides[*axes.last()?];
+        for b in (j0..j).rev() {
+            out[b] = step;
+            step *= to[b] as u64;
+        }
+    }
+}
+
+/// The Slice kernel a Permute reads (through at most one reshape, each read by the Permute
+/// alone), as a view part: the Permute may read the slice's source with the strides of the
+/// slice, the reshape and its own order composed ([`sliced_permute_strides`]).
+pub(crate) fn sliced_permute_input(g: &alpha_ir::Graph, uses: &HashMap<Value, usize>, p: u32) -> Option<ViewPart> {
+    let n = &g.nodes[p as usize];
+    let Op::Permute { .. } = n.op else { return None };
+    let x = under_reshape(g, uses, n.inputs[0])?;
+    let sn = &g.nodes[x.node as usize];
+    let Op::Slice { axis, .. } = sn.op else { return None };
+    let source = sn.inputs[0];
+    let kernel = g.shape(source)[..axis].iter().product::<usize>() > 1;
+    let vp = ViewPart { view: x.node, source };
+    let ok = kernel && x.index == 0 && g.dtype(source) == g.dtype(x) && sliced_permute_strides(g, p, vp).is_some();
+    ok.then_some(vp)
+}
+
+/// The strides over Permute `p`'s output with which it reads the source of the slice `vp`,
+/// and the source's offset in elements.
+pub(crate) fn sliced_permute_strides(g: &alpha_ir::Graph, p: u32, vp: ViewPart) -> Option<(Vec<u64>, u64)> {
+    let n = &g.nodes[p as usize];
+    let Op::Permute { perm } = &n.op else { return None };
+    let Op::Slice { axis, start, .. } = g.nodes[vp.view as usize].op else { return None };
+    let xs = contiguous(g.shape(vp.source));
+    let sliced = &g.nodes[vp.view as usize].outputs[0].shape;
+    let st = reshaped_strides(sliced, &xs, g.shape(n.inputs[0]))?;
+    Some((perm.iter().map(|&q| st[q]).collect(), start as u64 * xs[axis]))
+}
+
+/// Every (Permute, slice it reads through) of the program [`sliced_permute_input`] allows.
+pub(crate) fn sliced_permute_candidates(program: &alpha_ir::Program) -> Vec<(u32, ViewPart)> {
+    let g = &program.graph;
+    let (uses, _) = readers_of(program);
+    (0..g.nodes.len() as u32).filter_map(|p| sliced_permute_input(g, &uses, p).map(|vp| (p, vp))).collect()
+}
+
+/// The phase's Permutes reading the source of the slice before them instead of the slice
+/// (Diakosmos's q and k, sliced from the q/k/v projection's columns and turned to `[7, N,
+/// 190]`: one copy instead of two): the slice launched before, neither fused otherwise, the
+/// source's slot clear of what is written between them and of the Permute's output. Records
+/// them in `fp.sliced_permutes`; returns the slices to skip.
+pub(crate) fn sliced_permutes(
+    ph: &PhaseView,
+    uses: &HashMap<Value, usize>,
+    skip: &std::collections::HashSet<u32>,
+    fp: &mut FusionPlan,
+) -> Vec<u32> {
+    let g = ph.g;
+    let mut slices = vec![];
+    for &p in ph.nodes {
+        if skip.contains(&p) {
+            continue;
+        }
+        let Some(vp) = sliced_permute_input(g, uses, p) else { continue };
+        let out = Value { node: p, index: 0 };
+        let mut also = vec![out];
+        also.extend(fp.store_as.get(&out).copied());
+        if read_late(ph, fp, skip, vp, p, &also) {
+            fp.sliced_permutes.insert(p, vp);
+            slices.push(vp.view);
+        }
+    }
+    slices
+}
+
 /// Every (Concat, part, view part) of the program [`view_part`] allows.
 pub(crate) fn concat_view_candidates(program: &alpha_ir::Program) -> Vec<(u32, usize, ViewPart)> {
     each_part(program, view_part)
@@ -173,21 +310,7 @@ pub(crate) fn concat_views(
         }
         for k in 0..n.inputs.len() {
             let Some(vp) = view_part(g, uses, c, k) else { continue };
-            let (Some(&pv), Some(&pc)) = (ph.pos.get(&vp.view), ph.pos.get(&c)) else { continue };
-            let vo = Value { node: vp.view, index: 0 };
-            if pv >= pc || skip.contains(&vp.view) || fp.store_as.contains_key(&vo) {
-                continue;
-            }
-            let Some(src) = ph.range(vp.source) else { continue };
-            let between = &ph.nodes[pv + 1..pc];
-            let outputs = between.iter().flat_map(|&id| {
-                let outs = (0..g.nodes[id as usize].outputs.len() as u16).map(move |j| Value { node: id, index: j });
-                outs.chain(fp.hosted_writes(id)).collect::<Vec<_>>()
-            });
-            let early = early_casts(ph, fp, pv, pc);
-            let concat = Value { node: c, index: 0 };
-            let writes: Vec<_> = outputs.chain(early).chain([concat]).map(|v| ph.range(v)).collect();
-            if clear_of(src, writes) {
+            if read_late(ph, fp, skip, vp, c, &[Value { node: c, index: 0 }]) {
                 fp.concat_views.entry(c).or_default().push((k, vp));
                 views.push(vp.view);
             }

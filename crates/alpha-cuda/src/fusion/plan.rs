@@ -85,6 +85,9 @@ pub(crate) struct FusionPlan {
     /// Concat → (the Concat it is a part of, which part): it copies its parts into that
     /// Concat's output, which does not copy the part ([`nested_concats`]).
     pub(crate) nested_concats: HashMap<u32, (u32, usize)>,
+    /// Permute → the slice whose source it reads instead of the slice, which does not run
+    /// ([`sliced_permutes`]).
+    pub(crate) sliced_permutes: HashMap<u32, ViewPart>,
 }
 
 impl FusionPlan {

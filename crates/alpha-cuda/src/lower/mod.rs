@@ -52,7 +52,7 @@ use crate::fusion::{
     grouped_param_casts, joint_backward_apart, joint_cross_entropy, merged_f32_windows, merged_gradients,
     mul_epilogues, nested_concat_candidates, nested_concats, norm_column_sums, norm_of, on_tma, overlap,
     partials_in_rows, plain_bf16_heads, producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled,
-    tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
+    sliced_permute_candidates, sliced_permutes, tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -444,6 +444,9 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         if config.nested_concats {
             nested_concats(&view, &uses, &skip, &mut lw.fusion);
         }
+        if config.sliced_permutes {
+            skip.extend(sliced_permutes(&view, &uses, &skip, &mut lw.fusion));
+        }
         (lw.fusion.deferred_folds, lw.fusion.fold_flush_after) = deferred_folds(config, &view);
         let mut products = LaunchedProducts::default();
         let mut i = 0;
@@ -627,7 +630,8 @@ fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<
 /// into the GEMMs' loads. The bf16 attention backward's inputs are kept alive through the
 /// permute of its gradients where it may store that permute's f32 output
 /// (`merged_f32_windows`). The tensor under a Concat part's permute or slice is kept alive to
-/// the Concat (`concat_views`).
+/// the Concat (`concat_views`), and the tensor under a Permute's slice to the Permute
+/// (`sliced_permutes`).
 pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result<Lowered> {
     let plan_with = |keep: &[(Value, u32)]| {
         alpha_plan::plan_in_place(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
@@ -709,6 +713,15 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
         for (c, _, vp) in concat_view_candidates(program) {
             if phase(vp.source.node) == phase(c) && phase(c).is_some() {
                 keep.push((vp.source, c));
+            }
+        }
+    }
+    // A Permute reading the source of the slice before it (`sliced_permutes`) reads it at
+    // the Permute: it is kept alive to it.
+    if config.sliced_permutes {
+        for (p, vp) in sliced_permute_candidates(program) {
+            if phase(vp.source.node) == phase(p) && phase(p).is_some() {
+                keep.push((vp.source, p));
             }
         }
     }

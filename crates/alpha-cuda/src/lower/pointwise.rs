@@ -59,13 +59,24 @@ impl Lowerer<'_> {
             Op::Permute { perm } => {
                 let xs = contiguous_strides(&cx.ishape(0));
                 let (dst, odt) = self.destination(cx.out(0));
+                // Reading the source of the slice before it (`sliced_permutes`).
+                let sliced = self.fusion.sliced_permutes.get(&id).copied();
+                let (strides, src) = match sliced {
+                    Some(vp) => {
+                        let g = &self.plan.program.graph;
+                        let (st, off) = crate::fusion::sliced_permute_strides(g, id, vp)
+                            .ok_or_else(|| node_error(node, id, "sliced permute: strides do not compose"))?;
+                        (st, self.ptr_at(vp.source, off))
+                    }
+                    None => (perm.iter().map(|&p| xs[p]).collect(), self.ptr(ins[0])),
+                };
                 let pw = Pointwise {
                     shape: os.clone(),
                     out: Operand::contiguous(odt, &os),
-                    ins: vec![Operand { dtype: cx.idt(0), strides: perm.iter().map(|&p| xs[p]).collect() }],
+                    ins: vec![Operand { dtype: cx.idt(0), strides }],
                     body: Body::Copy,
                 };
-                v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0])], some)?);
+                v.push(self.pointwise(pw, vec![self.ptr(dst), src], some)?);
             }
             Op::Slice { axis, start, .. } => {
                 let xs = contiguous_strides(&cx.ishape(0));
