@@ -699,6 +699,36 @@ fn lowered_thin_products_give_the_cpus_bits() {
     }
 }
 
+/// Runs the one-phase `program` (output "out" at `out`) lowered with the rule `off` turns off
+/// and without it, in the interpreter under both schedules, asserting the CPU backend's bits
+/// each time; returns, with the rule and without, (the launches computing a node `counted`
+/// matches, all launches).
+fn with_and_without(
+    program: &alpha_ir::Program,
+    out: alpha_ir::Value,
+    leaves: &[(&str, Vec<f32>)],
+    off: fn(&mut alpha_cuda::CudaConfig),
+    counted: fn(&alpha_ir::Op) -> bool,
+) -> [(usize, usize); 2] {
+    let want = cpu_forward_out(program, leaves);
+    [true, false].map(|on| {
+        let mut cfg = alpha_cuda::CudaConfig::default();
+        if !on {
+            off(&mut cfg);
+        }
+        let lowered = alpha_cuda::lower::lower_program(program, &cfg).unwrap();
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let (mem, base) = alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, leaves, schedule).unwrap();
+            let got = mem.read(base + lowered.plan.slot(out).offset as u64, want.len());
+            assert_bits(&format!("rule on: {on}, {schedule:?}"), &got, &want);
+        }
+        let g = &lowered.plan.program.graph;
+        let launches = &lowered.phases[0];
+        let hits = launches.iter().filter(|l| l.node.is_some_and(|id| counted(&g.nodes[id as usize].op))).count();
+        (hits, launches.len())
+    })
+}
+
 /// A Concat along an axis with rows before it (so its parts are copied, not placed) whose parts
 /// are a permute of a computed tensor (through a reshape) and a slice of another, beside a
 /// computed part, as Diakosmos's q/k/v gradient and its spatial path's lone group: the Concat's
@@ -727,30 +757,10 @@ fn a_concat_reads_its_permuted_and_sliced_parts_through_their_views() {
     let mut rng = Rng::new(17);
     let leaves =
         [("a", rng.vec(groups * n * d, 2.0)), ("b", rng.vec(groups * n * d, 2.0)), ("z", rng.vec(n * 4 * d, 2.0))];
-    let want = cpu_forward_out(&program, &leaves);
-    let mut counts = vec![];
-    for concat_views in [true, false] {
-        let cfg = alpha_cuda::CudaConfig { concat_views, ..alpha_cuda::CudaConfig::default() };
-        let lowered = alpha_cuda::lower::lower_program(&program, &cfg).unwrap();
-        for schedule in [Schedule::Ascending, Schedule::Descending] {
-            let (mem, base) = alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, &leaves, schedule).unwrap();
-            let got = mem.read(base + lowered.plan.slot(out).offset as u64, want.len());
-            assert_bits(&format!("concat_views {concat_views} {schedule:?}"), &got, &want);
-        }
-        let g = &lowered.plan.program.graph;
-        let views = lowered.phases[0]
-            .iter()
-            .filter(|l| {
-                l.node.is_some_and(|x| {
-                    matches!(g.nodes[x as usize].op, alpha_ir::Op::Permute { .. } | alpha_ir::Op::Slice { .. })
-                })
-            })
-            .count();
-        counts.push((views, lowered.phases[0].len()));
-    }
-    assert_eq!(counts[0].0, 0, "neither the permute nor the slice launches");
-    assert_eq!(counts[1].0, 2, "without the fusion both launch");
-    assert_eq!(counts[0].1 + 2, counts[1].1);
+    let views = |op: &alpha_ir::Op| matches!(op, alpha_ir::Op::Permute { .. } | alpha_ir::Op::Slice { .. });
+    let [on, off] = with_and_without(&program, out, &leaves, |c| c.concat_views = false, views);
+    assert_eq!((on.0, off.0), (0, 2), "the permute and the slice launch only without the fusion");
+    assert_eq!(on.1 + 2, off.1);
 }
 
 /// A Concat read only by another Concat (through a reshape), as Diakosmos's spatial path joins
@@ -783,19 +793,9 @@ fn a_concat_read_by_a_concat_writes_its_parts_into_the_outer() {
     let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
     let mut rng = Rng::new(23);
     let leaves = [("u", rng.vec(n * 7 * d, 2.0)), ("c", rng.vec(3 * d, 2.0))];
-    let want = cpu_forward_out(&program, &leaves);
-    let mut launches = vec![];
-    for nested_concats in [true, false] {
-        let cfg = alpha_cuda::CudaConfig { nested_concats, ..alpha_cuda::CudaConfig::default() };
-        let lowered = alpha_cuda::lower::lower_program(&program, &cfg).unwrap();
-        for schedule in [Schedule::Ascending, Schedule::Descending] {
-            let (mem, base) = alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, &leaves, schedule).unwrap();
-            let got = mem.read(base + lowered.plan.slot(out).offset as u64, want.len());
-            assert_bits(&format!("nested_concats {nested_concats} {schedule:?}"), &got, &want);
-        }
-        launches.push(lowered.phases[0].len());
-    }
-    assert_eq!(launches[0] + 1, launches[1], "the outer Concat copies the turned groups no more: {launches:?}");
+    let concat = |op: &alpha_ir::Op| matches!(op, alpha_ir::Op::Concat { .. });
+    let [on, off] = with_and_without(&program, out, &leaves, |c| c.nested_concats = false, concat);
+    assert_eq!((on.0 + 1, on.1 + 1), (off.0, off.1), "the outer Concat copies the turned groups no more");
 }
 
 /// A Permute of a slice through a reshape, as Diakosmos turns q and k (column blocks of the
@@ -820,21 +820,32 @@ fn a_permute_of_a_slice_reads_the_slices_source() {
     let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
     let mut rng = Rng::new(29);
     let leaves = [("x", rng.vec(n * 3 * w, 2.0)), ("y", rng.vec(n * w, 2.0))];
-    let want = cpu_forward_out(&program, &leaves);
-    let mut slices = vec![];
-    for sliced_permutes in [true, false] {
-        let cfg = alpha_cuda::CudaConfig { sliced_permutes, ..alpha_cuda::CudaConfig::default() };
-        let lowered = alpha_cuda::lower::lower_program(&program, &cfg).unwrap();
-        for schedule in [Schedule::Ascending, Schedule::Descending] {
-            let (mem, base) = alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, &leaves, schedule).unwrap();
-            let got = mem.read(base + lowered.plan.slot(out).offset as u64, want.len());
-            assert_bits(&format!("sliced_permutes {sliced_permutes} {schedule:?}"), &got, &want);
-        }
-        let g = &lowered.plan.program.graph;
-        let sliced = |l: &&alpha_cuda::lower::Launch| {
-            l.node.is_some_and(|id| matches!(g.nodes[id as usize].op, alpha_ir::Op::Slice { .. }))
-        };
-        slices.push(lowered.phases[0].iter().filter(sliced).count());
-    }
-    assert_eq!(slices, [0, 1], "the slice launches only without the fusion");
+    let slice = |op: &alpha_ir::Op| matches!(op, alpha_ir::Op::Slice { .. });
+    let [on, off] = with_and_without(&program, out, &leaves, |c| c.sliced_permutes = false, slice);
+    assert_eq!((on.0, off.0), (0, 1), "the slice launches only without the fusion");
+}
+
+/// Binaries reading a Broadcast (`[N, 3, 1]` spread over `[N, 3, 4]`, as Diakosmos's head
+/// spreads a sum's gradient over each group) read its source held instead, alone or in a
+/// fused chain, and the Broadcast does not launch (`read_broadcast_sources`); the outputs are
+/// the CPU backend's under both orders of a block's threads, with the rule on and off.
+#[test]
+fn binaries_read_a_broadcasts_source_held() {
+    use alpha_ir::{Graph, Init};
+    let n = 23;
+    let mut g = Graph::new("held-broadcast");
+    let s = g.param("s", &[n, 3, 1], Init::Zeros);
+    let x = g.param("x", &[n, 3, 4], Init::Zeros);
+    let spread = g.broadcast(s, &[n, 3, 4]);
+    let a = g.mul(x, spread);
+    let b = g.add(a, x);
+    let c = g.sub(spread, b);
+    let out = g.mul(c, x);
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let mut rng = Rng::new(31);
+    let leaves = [("s", rng.vec(n * 3, 2.0)), ("x", rng.vec(n * 12, 2.0))];
+    let spread = |op: &alpha_ir::Op| matches!(op, alpha_ir::Op::Broadcast { .. });
+    let [on, off] = with_and_without(&program, out, &leaves, |c| c.held_broadcasts = false, spread);
+    assert_eq!((on.0, off.0), (0, 1), "the Broadcast launches only without the rule");
 }

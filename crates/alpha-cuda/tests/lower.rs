@@ -961,6 +961,30 @@ fn gpt2s_cross_entropy_reads_its_logits_once() {
     assert_eq!(separate_launches - joint_launches, 3);
 }
 
+/// Diakosmos's training step at one window, lowered with the copy rule `off` turns off and
+/// without it (pointers checked): for each, the launches computing a node each of `kinds`
+/// matches, then the launches of fused chains.
+fn diakosmos_with_and_without(off: fn(&mut CudaConfig), kinds: &[&dyn Fn(&alpha_ir::Node) -> bool]) -> [Vec<usize>; 2] {
+    let system = alpha_systems::diakosmos::Diakosmos::default();
+    let program = system.learner(10).training_program(system.model(1).unwrap()).unwrap();
+    [true, false].map(|on| {
+        let mut cfg = CudaConfig::default();
+        if !on {
+            off(&mut cfg);
+        }
+        let l = lower_program(&program, &cfg).unwrap();
+        check_pointers(&l);
+        let g = &l.plan.program.graph;
+        let launches: Vec<_> = l.phases.iter().flatten().collect();
+        let mut v: Vec<usize> = kinds
+            .iter()
+            .map(|f| launches.iter().filter(|x| x.node.is_some_and(|id| f(&g.nodes[id as usize]))).count())
+            .collect();
+        v.push(launches.iter().filter(|x| l.kernels[x.kernel].name.starts_with("ew_")).count());
+        v
+    })
+}
+
 /// Diakosmos's Concats whose parts are copies of other tensors, its q/k/v gradient's dq and dk
 /// (permuted back from `[7, N, 190]`) and its spatial path's lone group (a slice), copy those
 /// parts through the permute and the slice (`concat_views`): per block, the two permutes and,
@@ -968,24 +992,15 @@ fn gpt2s_cross_entropy_reads_its_logits_once() {
 /// launches as before.
 #[test]
 fn diakosmos_concats_copy_permuted_and_sliced_parts_through_the_views() {
-    use alpha_systems::diakosmos::Diakosmos;
-    let system = Diakosmos::default();
-    let program = system.learner(10).training_program(system.model(1).unwrap()).unwrap();
-    let count = |concat_views: bool| {
-        let l = lower_program(&program, &CudaConfig { concat_views, ..CudaConfig::default() }).unwrap();
-        check_pointers(&l);
-        let g = &l.plan.program.graph;
-        let of = |f: fn(&Op) -> bool| {
-            l.phases.iter().flatten().filter(|x| x.node.is_some_and(|id| f(&g.nodes[id as usize].op))).count()
-        };
-        let permutes = of(|op| matches!(op, Op::Permute { .. }));
-        let slices = of(|op| matches!(op, Op::Slice { .. }));
-        let concats = of(|op| matches!(op, Op::Concat { .. }));
-        (permutes, slices, concats)
-    };
-    let (on, off) = (count(true), count(false));
-    assert_eq!((off.0 - on.0, off.1 - on.1), (2 * system.blocks, 2 * system.blocks - 1), "{on:?} {off:?}");
-    assert_eq!(on.2, off.2);
+    let blocks = alpha_systems::diakosmos::Diakosmos::default().blocks;
+    let [on, off] = diakosmos_with_and_without(
+        |c| c.concat_views = false,
+        &[&|n| matches!(n.op, Op::Permute { .. }), &|n| matches!(n.op, Op::Slice { .. }), &|n| {
+            matches!(n.op, Op::Concat { .. })
+        }],
+    );
+    assert_eq!((off[0] - on[0], off[1] - on[1]), (2 * blocks, 2 * blocks - 1), "{on:?} {off:?}");
+    assert_eq!(on[2], off[2]);
 }
 
 /// Diakosmos's spatial path joins its turned halves (`[N, 3, 2, 190]`) and then, as
@@ -995,33 +1010,15 @@ fn diakosmos_concats_copy_permuted_and_sliced_parts_through_the_views() {
 /// inner Concats launch as before.
 #[test]
 fn diakosmos_turned_halves_are_copied_into_the_joined_groups() {
-    use alpha_systems::diakosmos::Diakosmos;
-    let system = Diakosmos::default();
-    let program = system.learner(10).training_program(system.model(1).unwrap()).unwrap();
-    let count = |nested_concats: bool| {
-        let l = lower_program(&program, &CudaConfig { nested_concats, ..CudaConfig::default() }).unwrap();
-        check_pointers(&l);
-        let g = &l.plan.program.graph;
-        let on_axis = |axis: usize| {
-            l.phases
-                .iter()
-                .flatten()
-                .filter(|x| x.node.is_some_and(|id| g.nodes[id as usize].op == Op::Concat { axis }))
-                .filter(|x| x.node.is_some_and(|id| g.nodes[id as usize].outputs[0].shape[1..] == [7, 190]))
-                .count()
-        };
-        let halves = l
-            .phases
-            .iter()
-            .flatten()
-            .filter(|x| x.node.is_some_and(|id| g.nodes[id as usize].op == Op::Concat { axis: 2 }))
-            .count();
-        (on_axis(1), halves)
-    };
-    let (on, off) = (count(true), count(false));
-    assert_eq!(off.0, 2 * on.0, "{on:?} {off:?}");
-    assert_eq!(on.0, 2 * system.blocks - 1, "{on:?} {off:?}");
-    assert_eq!(on.1, off.1);
+    let blocks = alpha_systems::diakosmos::Diakosmos::default().blocks;
+    let [on, off] = diakosmos_with_and_without(
+        |c| c.nested_concats = false,
+        &[&|n| n.op == Op::Concat { axis: 1 } && n.outputs[0].shape[1..] == [7, 190], &|n| {
+            n.op == Op::Concat { axis: 2 }
+        }],
+    );
+    assert_eq!((off[0], on[0]), (2 * on[0], 2 * blocks - 1), "{on:?} {off:?}");
+    assert_eq!(on[1], off[1]);
 }
 
 /// Diakosmos's q and k, column blocks of the q/k/v projection turned to `[7, N, 190]` for the
@@ -1030,22 +1027,30 @@ fn diakosmos_turned_halves_are_copied_into_the_joined_groups() {
 /// do not launch, v's slice (read by the scan) and every Permute still do.
 #[test]
 fn diakosmos_turns_q_and_k_straight_from_the_projection() {
-    use alpha_systems::diakosmos::Diakosmos;
-    let system = Diakosmos::default();
-    let program = system.learner(10).training_program(system.model(1).unwrap()).unwrap();
-    let count = |sliced_permutes: bool| {
-        let l = lower_program(&program, &CudaConfig { sliced_permutes, ..CudaConfig::default() }).unwrap();
-        check_pointers(&l);
-        let g = &l.plan.program.graph;
-        let of = |f: &dyn Fn(&Op) -> bool| {
-            l.phases.iter().flatten().filter(|x| x.node.is_some_and(|id| f(&g.nodes[id as usize].op))).count()
-        };
-        let w = system.width();
-        let q_k = of(&|op| matches!(op, Op::Slice { axis: 1, start, end } if *end - *start == w && *start < 2 * w));
-        let v = of(&|op| matches!(op, Op::Slice { axis: 1, start, .. } if *start == 2 * w));
-        (q_k, v, of(&|op| matches!(op, Op::Permute { .. })))
-    };
-    let (on, off) = (count(true), count(false));
-    assert_eq!(off.0 - on.0, 2 * system.blocks, "{on:?} {off:?}");
-    assert_eq!((on.1, on.2), (off.1, off.2), "{on:?} {off:?}");
+    let system = alpha_systems::diakosmos::Diakosmos::default();
+    let w = system.width();
+    let [on, off] = diakosmos_with_and_without(
+        |c| c.sliced_permutes = false,
+        &[
+            &|n| matches!(n.op, Op::Slice { axis: 1, start, end } if end - start == w && start < 2 * w),
+            &|n| matches!(n.op, Op::Slice { axis: 1, start, .. } if start == 2 * w),
+            &|n| matches!(n.op, Op::Permute { .. }),
+        ],
+    );
+    assert_eq!(off[0] - on[0], 2 * system.blocks, "{on:?} {off:?}");
+    assert_eq!((on[1], on[2]), (off[1], off[2]), "{on:?} {off:?}");
+}
+
+/// Diakosmos's head spreads sums' gradients over each group with explicit Broadcasts (`[N, 7,
+/// 1]` to `[N, 7, 190]`); the chains after them read the sums held instead
+/// (`read_broadcast_sources`), so none of those Broadcasts launches and the chains keep their
+/// number.
+#[test]
+fn diakosmos_reads_spread_gradients_held() {
+    let [on, off] = diakosmos_with_and_without(
+        |c| c.held_broadcasts = false,
+        &[&|n| matches!(&n.op, Op::Broadcast { shape } if shape.len() == 3)],
+    );
+    assert_eq!((on[0], off[0]), (0, 16), "{on:?} {off:?}");
+    assert_eq!(on[1], off[1]);
 }

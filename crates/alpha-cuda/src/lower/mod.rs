@@ -398,6 +398,14 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
         let view = PhaseView::new(&plan, &nodes, &readers);
         let mut skip = fuse(config, &plan, &nodes, &lw.cast_candidates, config.fold_casts_into_gemms, &mut lw.fusion);
+        // A Broadcast nothing reads (its readers read its source: `read_broadcast_sources`).
+        if config.held_broadcasts {
+            let unread = |&&id: &&u32| {
+                matches!(plan.program.graph.nodes[id as usize].op, Op::Broadcast { .. })
+                    && !uses.contains_key(&Value { node: id, index: 0 })
+            };
+            skip.extend(nodes.iter().filter(unread));
+        }
         let more = fuse_more(config, &plan, &nodes, &skip, &mut lw.fusion);
         skip.extend(more);
         // Turned heads need every column of a row in one thread: the wgmma engines only.
@@ -633,6 +641,8 @@ fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<
 /// the Concat (`concat_views`), and the tensor under a Permute's slice to the Permute
 /// (`sliced_permutes`).
 pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result<Lowered> {
+    let held = config.held_broadcasts.then(|| read_broadcast_sources(program)).flatten();
+    let program = held.as_ref().unwrap_or(program);
     let plan_with = |keep: &[(Value, u32)]| {
         alpha_plan::plan_in_place(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
     };
@@ -726,6 +736,47 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
         }
     }
     lower(plan_with(&keep)?, config)
+}
+
+/// `program` with each Binary that reads a Broadcast's output reading the Broadcast's source
+/// instead, where broadcasting the source gives the Binary the same output shape (the IR's
+/// binaries broadcast as numpy does); the Broadcast, then read by nothing, does not launch
+/// (`lower`). None where there is none. Why: an explicit Broadcast (a sum's gradient: Diakosmos's
+/// head spreads `[N, 7, 1]` over `[N, 7, 190]`) copies a whole tensor that the Binary, alone or
+/// in a fused chain, reads held from the source instead: the same values, so the same bits.
+/// Only a Broadcast that Binaries of its own phase alone read (no program output, no phase
+/// assignment); node ids and phases stay as they were.
+fn read_broadcast_sources(program: &alpha_ir::Program) -> Option<alpha_ir::Program> {
+    let g = &program.graph;
+    let (uses, readers) = readers_of(program);
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    let mut out = program.clone();
+    let mut any = false;
+    for (b, n) in g.nodes.iter().enumerate() {
+        let Op::Broadcast { .. } = n.op else { continue };
+        let bv = Value { node: b as u32, index: 0 };
+        let rs = readers.get(&bv).map(Vec::as_slice).unwrap_or(&[]);
+        let src = n.inputs[0];
+        let fits = |&r: &u32| {
+            let rn = &g.nodes[r as usize];
+            let other: Vec<&[usize]> =
+                rn.inputs.iter().map(|&x| if x == bv { g.shape(src) } else { g.shape(x) }).collect();
+            matches!(rn.op, Op::Binary(_))
+                && phase(r) == phase(b as u32)
+                && other.len() == 2
+                && alpha_ir::infer::broadcast_shapes(other[0], other[1]).as_deref() == Some(&rn.outputs[0].shape[..])
+        };
+        if rs.is_empty() || uses.get(&bv) != Some(&rs.len()) || !rs.iter().all(fits) {
+            continue;
+        }
+        for &r in rs {
+            for x in out.graph.nodes[r as usize].inputs.iter_mut().filter(|x| **x == bv) {
+                *x = src;
+            }
+        }
+        any = true;
+    }
+    any.then_some(out)
 }
 
 /// Nodes from a nested Concat to the outer one whose windows are kept (`nested_concats`).
