@@ -93,6 +93,9 @@ fn main() -> Result<()> {
     if wanted("pointwise") {
         step("pointwise", check::pointwise_vector_checks(&gpu, &arena, &mut rng, &opts));
     }
+    if wanted("concat-views") {
+        step("concat-views", check::concat_view_checks(&gpu, &arena, &mut rng, &opts));
+    }
     if wanted("attention-bf16") {
         step("attention-bf16", check::attention_bf16_checks(&gpu, &arena, &mut rng, &opts));
     }

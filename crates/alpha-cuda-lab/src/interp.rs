@@ -2,7 +2,7 @@
 //! (integer and address arithmetic, predicates and branches, f32 `add`/`sub`/`mul`/`div` with their
 //! rounding and `fma.rn.f32` as one rounding ([`f32::mul_add`]), bf16 loads widened by a shift
 //! and stores rounded to the nearest (`cvt.rn.bf16.f32`, `st.global.b16`),
-//! global (scalar and `v4.f32`), shared and parameter loads and stores, `bar.sync`, whole-warp
+//! global (scalar and `v4`, `f32` or the copies' untyped `b32`), shared and parameter loads and stores, `bar.sync`, whole-warp
 //! butterfly shuffles, each a point where the warp's lanes meet), over
 //! grids and blocks of up to three dimensions (`%tid`, `%ntid`, `%ctaid`, `%nctaid` in x, y, z).
 //!
@@ -437,7 +437,7 @@ impl Module {
                 "mov.u32" | "mov.f32" | "mov.b32" => Some(u(v(1)?) as u64),
                 "mov.u64" => Some(v(1)?),
                 "ld.param.u64" | "ld.param.u32" => Some(addr(1, &t.regs)?),
-                "ld.global.f32" => {
+                "ld.global.f32" | "ld.global.b32" => {
                     let at = addr(1, &t.regs)?;
                     let b = mem.span(at, 4).with_context(|| i.line.clone())?;
                     Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
@@ -447,7 +447,7 @@ impl Module {
                     let b = mem.span(at, 2).with_context(|| i.line.clone())?;
                     Some(u16::from_le_bytes([b[0], b[1]]) as u64)
                 }
-                "st.global.f32" => {
+                "st.global.f32" | "st.global.b32" => {
                     let at = addr(0, &t.regs)?;
                     let x = u(v(1)?);
                     mem.span(at, 4).with_context(|| i.line.clone())?.copy_from_slice(&x.to_le_bytes());
@@ -460,7 +460,7 @@ impl Module {
                     None
                 }
                 "cvt.rn.bf16.f32" => Some(bf16_nearest_even(f(v(1)?)) as u64),
-                "ld.global.v4.f32" => {
+                "ld.global.v4.f32" | "ld.global.v4.b32" => {
                     let Operand::Vector(rs) = &i.args[0] else { bail!("{}: not a vector load", i.line) };
                     let at = addr(1, &t.regs)?;
                     let b = mem.span(at, 16).with_context(|| i.line.clone())?.to_vec();
@@ -469,7 +469,7 @@ impl Module {
                     }
                     None
                 }
-                "st.global.v4.f32" => {
+                "st.global.v4.f32" | "st.global.v4.b32" => {
                     let Operand::Vector(rs) = &i.args[1] else { bail!("{}: not a vector store", i.line) };
                     let at = addr(0, &t.regs)?;
                     let words: Vec<u8> = rs.iter().flat_map(|&r| (t.regs[r] as u32).to_le_bytes()).collect();

@@ -698,3 +698,154 @@ fn lowered_thin_products_give_the_cpus_bits() {
         assert_eq!(names, [kernel]);
     }
 }
+
+/// Runs the one-phase `program` (output "out" at `out`) lowered with the rule `off` turns off
+/// and without it, in the interpreter under both schedules, asserting the CPU backend's bits
+/// each time; returns, with the rule and without, (the launches computing a node `counted`
+/// matches, all launches).
+fn with_and_without(
+    program: &alpha_ir::Program,
+    out: alpha_ir::Value,
+    leaves: &[(&str, Vec<f32>)],
+    off: fn(&mut alpha_cuda::CudaConfig),
+    counted: fn(&alpha_ir::Op) -> bool,
+) -> [(usize, usize); 2] {
+    let want = cpu_forward_out(program, leaves);
+    [true, false].map(|on| {
+        let mut cfg = alpha_cuda::CudaConfig::default();
+        if !on {
+            off(&mut cfg);
+        }
+        let lowered = alpha_cuda::lower::lower_program(program, &cfg).unwrap();
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let (mem, base) = alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, leaves, schedule).unwrap();
+            let got = mem.read(base + lowered.plan.slot(out).offset as u64, want.len());
+            assert_bits(&format!("rule on: {on}, {schedule:?}"), &got, &want);
+        }
+        let g = &lowered.plan.program.graph;
+        let launches = &lowered.phases[0];
+        let hits = launches.iter().filter(|l| l.node.is_some_and(|id| counted(&g.nodes[id as usize].op))).count();
+        (hits, launches.len())
+    })
+}
+
+/// A Concat along an axis with rows before it (so its parts are copied, not placed) whose parts
+/// are a permute of a computed tensor (through a reshape) and a slice of another, beside a
+/// computed part, as Diakosmos's q/k/v gradient and its spatial path's lone group: the Concat's
+/// copies read through the permute and the slice, which do not launch, and the output is the
+/// CPU backend's, under both orders of a block's threads (`concat_views`).
+#[test]
+fn a_concat_reads_its_permuted_and_sliced_parts_through_their_views() {
+    use alpha_ir::{Graph, Init};
+    let (n, groups, d) = (37, 3, 5);
+    let mut g = Graph::new("concat-views");
+    let a = g.param("a", &[groups, n, d], Init::Zeros);
+    let b = g.param("b", &[groups, n, d], Init::Zeros);
+    let z = g.param("z", &[n, 4, d], Init::Zeros);
+    let by_head = g.mul(a, b);
+    let turned = g.permute(by_head, &[1, 0, 2]);
+    let flat = g.reshape(turned, &[n, groups * d]);
+    let sq = g.square(z);
+    let lone = g.slice(sq, 1, 2, 3);
+    let lone = g.reshape(lone, &[n, d]);
+    let other = g.slice(a, 0, 0, 1);
+    let other = g.reshape(other, &[n, d]);
+    let other = g.add(other, other);
+    let out = g.concat(&[other, flat, lone], 1);
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let mut rng = Rng::new(17);
+    let leaves =
+        [("a", rng.vec(groups * n * d, 2.0)), ("b", rng.vec(groups * n * d, 2.0)), ("z", rng.vec(n * 4 * d, 2.0))];
+    let views = |op: &alpha_ir::Op| matches!(op, alpha_ir::Op::Permute { .. } | alpha_ir::Op::Slice { .. });
+    let [on, off] = with_and_without(&program, out, &leaves, |c| c.concat_views = false, views);
+    assert_eq!((on.0, off.0), (0, 2), "the permute and the slice launch only without the fusion");
+    assert_eq!(on.1 + 2, off.1);
+}
+
+/// A Concat read only by another Concat (through a reshape), as Diakosmos's spatial path joins
+/// its turned halves `[N, 3, 1, D]` into `[N, 3, 2, D]` and those, as `[N, 6, D]`, with the lone
+/// group sliced from `[N, 7, D]`: the inner Concat copies its parts straight into the outer's
+/// output, which copies only the lone group (`nested_concats`); the output is the CPU
+/// backend's under both orders of a block's threads, with the fusion on and off.
+#[test]
+fn a_concat_read_by_a_concat_writes_its_parts_into_the_outer() {
+    use alpha_ir::{Graph, Init};
+    let (n, d) = (29, 6);
+    let mut g = Graph::new("nested-concat");
+    let u = g.param("u", &[n, 7, d], Init::Zeros);
+    let c = g.param("c", &[3, 1, d], Init::Zeros);
+    let sq = g.square(u);
+    let paired = g.slice(sq, 1, 0, 6);
+    let paired = g.reshape(paired, &[n, 3, 2, d]);
+    let first = g.slice(paired, 2, 0, 1);
+    let second = g.slice(paired, 2, 1, 2);
+    let a = g.mul(first, c);
+    let b = g.mul(second, c);
+    let a = g.sub(a, b);
+    let b = g.add(b, first);
+    let turned = g.concat(&[a, b], 2);
+    let turned = g.reshape(turned, &[n, 6, d]);
+    let lone = g.slice(sq, 1, 6, 7);
+    let all = g.concat(&[turned, lone], 1);
+    let out = g.mul(all, u);
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let mut rng = Rng::new(23);
+    let leaves = [("u", rng.vec(n * 7 * d, 2.0)), ("c", rng.vec(3 * d, 2.0))];
+    let concat = |op: &alpha_ir::Op| matches!(op, alpha_ir::Op::Concat { .. });
+    let [on, off] = with_and_without(&program, out, &leaves, |c| c.nested_concats = false, concat);
+    assert_eq!((on.0 + 1, on.1 + 1), (off.0, off.1), "the outer Concat copies the turned groups no more");
+}
+
+/// A Permute of a slice through a reshape, as Diakosmos turns q and k (column blocks of the
+/// q/k/v projection `[N, 3·G·D]`, as `[N, G, D]`) to `[G, N, D]`: the Permute reads the
+/// projection itself with the slice's offset and the composed strides, the slice does not
+/// launch (`sliced_permutes`), and the output is the CPU backend's under both orders of a
+/// block's threads, with the fusion on and off.
+#[test]
+fn a_permute_of_a_slice_reads_the_slices_source() {
+    use alpha_ir::{Graph, Init};
+    let (n, groups, d) = (31, 3, 5);
+    let w = groups * d;
+    let mut g = Graph::new("sliced-permute");
+    let x = g.param("x", &[n, 3 * w], Init::Zeros);
+    let y = g.param("y", &[groups, n, d], Init::Zeros);
+    let qkv = g.square(x);
+    let k = g.slice(qkv, 1, w, 2 * w);
+    let k = g.reshape(k, &[n, groups, d]);
+    let by_head = g.permute(k, &[1, 0, 2]);
+    let out = g.mul(by_head, y);
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let mut rng = Rng::new(29);
+    let leaves = [("x", rng.vec(n * 3 * w, 2.0)), ("y", rng.vec(n * w, 2.0))];
+    let slice = |op: &alpha_ir::Op| matches!(op, alpha_ir::Op::Slice { .. });
+    let [on, off] = with_and_without(&program, out, &leaves, |c| c.sliced_permutes = false, slice);
+    assert_eq!((on.0, off.0), (0, 1), "the slice launches only without the fusion");
+}
+
+/// Binaries reading a Broadcast (`[N, 3, 1]` spread over `[N, 3, 4]`, as Diakosmos's head
+/// spreads a sum's gradient over each group) read its source held instead, alone or in a
+/// fused chain, and the Broadcast does not launch (`read_broadcast_sources`); the outputs are
+/// the CPU backend's under both orders of a block's threads, with the rule on and off.
+#[test]
+fn binaries_read_a_broadcasts_source_held() {
+    use alpha_ir::{Graph, Init};
+    let n = 23;
+    let mut g = Graph::new("held-broadcast");
+    let s = g.param("s", &[n, 3, 1], Init::Zeros);
+    let x = g.param("x", &[n, 3, 4], Init::Zeros);
+    let spread = g.broadcast(s, &[n, 3, 4]);
+    let a = g.mul(x, spread);
+    let b = g.add(a, x);
+    let c = g.sub(spread, b);
+    let out = g.mul(c, x);
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let mut rng = Rng::new(31);
+    let leaves = [("s", rng.vec(n * 3, 2.0)), ("x", rng.vec(n * 12, 2.0))];
+    let spread = |op: &alpha_ir::Op| matches!(op, alpha_ir::Op::Broadcast { .. });
+    let [on, off] = with_and_without(&program, out, &leaves, |c| c.held_broadcasts = false, spread);
+    assert_eq!((on.0, off.0), (0, 1), "the Broadcast launches only without the rule");
+}

@@ -25,6 +25,10 @@
 //! | `ALPHA_ATTN_MERGED=off` | [`CudaConfig::merged_gradients`] | the bf16 attention backward stores f32 dq, dk, dv (a permute then casts them together) instead of the permuted bf16 gradient itself |
 //! | `ALPHA_COLUMN_CAST=off` | [`CudaConfig::column_casts`] | a bias gradient's column sum and the bf16 cast of the same tensor run as two launches, each reading it, instead of the sum's first pass storing the cast |
 //! | `ALPHA_LN_COLUMNS=off` | [`CudaConfig::norm_column_sums`] | a bias gradient's column sum of a LayerNorm backward's output reads that output back in a first pass, instead of finishing the band sums the LayerNorm backward wrote |
+//! | `ALPHA_CONCAT_VIEWS=off` | [`CudaConfig::concat_views`] | a Concat's part that is a permute or slice of another tensor is copied twice (the view's launch, then the Concat's), instead of the Concat's copy reading through the view |
+//! | `ALPHA_NESTED_CONCAT=off` | [`CudaConfig::nested_concats`] | a Concat read only by another Concat copies its parts into its own output, and the outer Concat copies that again, instead of the inner writing into its place in the outer |
+//! | `ALPHA_SLICED_PERMUTE=off` | [`CudaConfig::sliced_permutes`] | a Permute of a slice (through a reshape) reads the slice's own copy, instead of the slice's source with the composed strides |
+//! | `ALPHA_HELD_BROADCAST=off` | [`CudaConfig::held_broadcasts`] | a Broadcast that only binaries read is copied out to its full shape, instead of the binaries reading its source held |
 //! | `ALPHA_MUL_EPILOGUE=off` | [`CudaConfig::mul_epilogue`] | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
 //! | `ALPHA_JOINT_CE=on` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward launches its bf16 backward too, reading the logits once instead of twice (off by default: its kernel has not yet been checked on a GPU) |
 //! | `ALPHA_LN_COPY=off` | [`CudaConfig::layernorm_copy`] | the residual gradient's bf16 cast after a LayerNorm backward runs as its own launch instead of being stored by the LayerNorm backward |
@@ -113,6 +117,15 @@ pub struct CudaConfig {
     /// A LayerNorm backward writes the band sums of its output's columns for the column sum
     /// after it.
     pub norm_column_sums: bool,
+    /// A Concat's copy of a part that is a permute or slice reads the tensor under the view,
+    /// and the view does not run.
+    pub concat_views: bool,
+    /// A Concat read only by another Concat copies its parts straight into its place there.
+    pub nested_concats: bool,
+    /// A Permute of a slice reads the slice's source, and the slice does not run.
+    pub sliced_permutes: bool,
+    /// Binaries read a Broadcast's source held instead of its copy, which does not launch.
+    pub held_broadcasts: bool,
     /// A multiply after a product fused into the product's epilogue where the plan allows.
     pub mul_epilogue: bool,
     /// A cross-entropy whose backward scales every row alike runs its bf16 backward in its own
@@ -183,6 +196,10 @@ impl Default for CudaConfig {
             merged_gradients: true,
             column_casts: true,
             norm_column_sums: true,
+            concat_views: true,
+            nested_concats: true,
+            sliced_permutes: true,
+            held_broadcasts: true,
             mul_epilogue: true,
             joint_cross_entropy: false,
             layernorm_copy: true,
@@ -260,6 +277,10 @@ impl CudaConfig {
         c.merged_gradients = switch("ALPHA_ATTN_MERGED", c.merged_gradients)?;
         c.column_casts = switch("ALPHA_COLUMN_CAST", c.column_casts)?;
         c.norm_column_sums = switch("ALPHA_LN_COLUMNS", c.norm_column_sums)?;
+        c.concat_views = switch("ALPHA_CONCAT_VIEWS", c.concat_views)?;
+        c.nested_concats = switch("ALPHA_NESTED_CONCAT", c.nested_concats)?;
+        c.sliced_permutes = switch("ALPHA_SLICED_PERMUTE", c.sliced_permutes)?;
+        c.held_broadcasts = switch("ALPHA_HELD_BROADCAST", c.held_broadcasts)?;
         c.mul_epilogue = switch("ALPHA_MUL_EPILOGUE", c.mul_epilogue)?;
         c.joint_cross_entropy = switch("ALPHA_JOINT_CE", c.joint_cross_entropy)?;
         c.layernorm_copy = switch("ALPHA_LN_COPY", c.layernorm_copy)?;

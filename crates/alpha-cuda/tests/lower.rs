@@ -960,3 +960,97 @@ fn gpt2s_cross_entropy_reads_its_logits_once() {
     // The backward, and the broadcast and product that made its per-row scale, are gone.
     assert_eq!(separate_launches - joint_launches, 3);
 }
+
+/// Diakosmos's training step at one window, lowered with the copy rule `off` turns off and
+/// without it (pointers checked): for each, the launches computing a node each of `kinds`
+/// matches, then the launches of fused chains.
+fn diakosmos_with_and_without(off: fn(&mut CudaConfig), kinds: &[&dyn Fn(&alpha_ir::Node) -> bool]) -> [Vec<usize>; 2] {
+    let system = alpha_systems::diakosmos::Diakosmos::default();
+    let program = system.learner(10).training_program(system.model(1).unwrap()).unwrap();
+    [true, false].map(|on| {
+        let mut cfg = CudaConfig::default();
+        if !on {
+            off(&mut cfg);
+        }
+        let l = lower_program(&program, &cfg).unwrap();
+        check_pointers(&l);
+        let g = &l.plan.program.graph;
+        let launches: Vec<_> = l.phases.iter().flatten().collect();
+        let mut v: Vec<usize> = kinds
+            .iter()
+            .map(|f| launches.iter().filter(|x| x.node.is_some_and(|id| f(&g.nodes[id as usize]))).count())
+            .collect();
+        v.push(launches.iter().filter(|x| l.kernels[x.kernel].name.starts_with("ew_")).count());
+        v
+    })
+}
+
+/// Diakosmos's Concats whose parts are copies of other tensors, its q/k/v gradient's dq and dk
+/// (permuted back from `[7, N, 190]`) and its spatial path's lone group (a slice), copy those
+/// parts through the permute and the slice (`concat_views`): per block, the two permutes and,
+/// but for one, the slices (two a block, forward and backward) do not launch, and every Concat
+/// launches as before.
+#[test]
+fn diakosmos_concats_copy_permuted_and_sliced_parts_through_the_views() {
+    let blocks = alpha_systems::diakosmos::Diakosmos::default().blocks;
+    let [on, off] = diakosmos_with_and_without(
+        |c| c.concat_views = false,
+        &[&|n| matches!(n.op, Op::Permute { .. }), &|n| matches!(n.op, Op::Slice { .. }), &|n| {
+            matches!(n.op, Op::Concat { .. })
+        }],
+    );
+    assert_eq!((off[0] - on[0], off[1] - on[1]), (2 * blocks, 2 * blocks - 1), "{on:?} {off:?}");
+    assert_eq!(on[2], off[2]);
+}
+
+/// Diakosmos's spatial path joins its turned halves (`[N, 3, 2, 190]`) and then, as
+/// `[N, 6, 190]`, those with the lone group: the inner Concat copies its halves straight into
+/// the outer's output (`nested_concats`), so each block's outer Concat launches one copy (the
+/// lone group's) instead of two, forward and again where the backward recomputes it; the
+/// inner Concats launch as before.
+#[test]
+fn diakosmos_turned_halves_are_copied_into_the_joined_groups() {
+    let blocks = alpha_systems::diakosmos::Diakosmos::default().blocks;
+    let [on, off] = diakosmos_with_and_without(
+        |c| c.nested_concats = false,
+        &[&|n| n.op == Op::Concat { axis: 1 } && n.outputs[0].shape[1..] == [7, 190], &|n| {
+            n.op == Op::Concat { axis: 2 }
+        }],
+    );
+    assert_eq!((off[0], on[0]), (2 * on[0], 2 * blocks - 1), "{on:?} {off:?}");
+    assert_eq!(on[1], off[1]);
+}
+
+/// Diakosmos's q and k, column blocks of the q/k/v projection turned to `[7, N, 190]` for the
+/// harmonic scalars, are read by their Permutes straight from the projection
+/// (`sliced_permutes`): the two slices a block (forward and where the backward recomputes them)
+/// do not launch, v's slice (read by the scan) and every Permute still do.
+#[test]
+fn diakosmos_turns_q_and_k_straight_from_the_projection() {
+    let system = alpha_systems::diakosmos::Diakosmos::default();
+    let w = system.width();
+    let [on, off] = diakosmos_with_and_without(
+        |c| c.sliced_permutes = false,
+        &[
+            &|n| matches!(n.op, Op::Slice { axis: 1, start, end } if end - start == w && start < 2 * w),
+            &|n| matches!(n.op, Op::Slice { axis: 1, start, .. } if start == 2 * w),
+            &|n| matches!(n.op, Op::Permute { .. }),
+        ],
+    );
+    assert_eq!(off[0] - on[0], 2 * system.blocks, "{on:?} {off:?}");
+    assert_eq!((on[1], on[2]), (off[1], off[2]), "{on:?} {off:?}");
+}
+
+/// Diakosmos's head spreads sums' gradients over each group with explicit Broadcasts (`[N, 7,
+/// 1]` to `[N, 7, 190]`); the chains after them read the sums held instead
+/// (`read_broadcast_sources`), so none of those Broadcasts launches and the chains keep their
+/// number.
+#[test]
+fn diakosmos_reads_spread_gradients_held() {
+    let [on, off] = diakosmos_with_and_without(
+        |c| c.held_broadcasts = false,
+        &[&|n| matches!(&n.op, Op::Broadcast { shape } if shape.len() == 3)],
+    );
+    assert_eq!((on[0], off[0]), (0, 16), "{on:?} {off:?}");
+    assert_eq!(on[1], off[1]);
+}

@@ -788,6 +788,119 @@ pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, op
     Ok(rows)
 }
 
+/// A copy reading through the permute or slice that made its input (the lowering's
+/// `concat_views` and `sliced_permutes`), at Diakosmos's geometry: dq permuted back from
+/// `[7, N, 190]` into its columns of the `[N, 3990]` q/k/v gradient; the lone group
+/// `[N, 1, 190]` sliced from `[N, 7, 190]` into the last columns of `[N, 7, 190]`; k, columns
+/// 1330..2660 of the `[N, 3990]` projection, turned to `[7, N, 190]`. Each against the host's
+/// copy, bit for bit (what lies around the part must keep the NaN fill); with `--bench`, the
+/// one launch's time beside the two it replaces (the view's copy, then the reader's).
+pub fn concat_view_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
+    use alpha_cuda::kernels::pointwise::{contiguous_strides, Body, Operand, Pointwise};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
+    use alpha_ir::DType;
+    let n = if opts.bench { 131_072usize } else { 2048 };
+    let (groups, d) = (7usize, 190usize);
+    let w = groups * d;
+    // (what, source shape, the copy's shape, its strides in the source, the source offset, its
+    // strides in the output, the output's length, the part's offset in it; in elements).
+    type Case = (&'static str, Vec<usize>, Vec<usize>, Vec<u64>, u64, Vec<u64>, usize, usize);
+    let xs = contiguous_strides(&[groups, n, d]);
+    let ys = contiguous_strides(&[n, groups, d]);
+    let (qkv_row, wire_row) = (3 * w as u64, w as u64);
+    let cases: [Case; 3] = [
+        (
+            "dq permuted into the q/k/v gradient",
+            vec![groups, n, d],
+            vec![n, groups, d],
+            vec![xs[1], xs[0], xs[2]],
+            0,
+            vec![qkv_row, d as u64, 1],
+            n * 3 * w,
+            0,
+        ),
+        (
+            "lone group sliced into the turned groups",
+            vec![n, groups, d],
+            vec![n, 1, d],
+            ys.clone(),
+            6 * ys[1],
+            vec![wire_row, d as u64, 1],
+            n * w,
+            6 * d,
+        ),
+        (
+            "k sliced from the projection and turned",
+            vec![n, 3 * w],
+            vec![groups, n, d],
+            vec![d as u64, qkv_row, 1],
+            w as u64,
+            contiguous_strides(&[groups, n, d]),
+            n * w,
+            0,
+        ),
+    ];
+    let mut rows = vec![];
+    for (what, src_shape, shape, ins, offset, outs, out_len, at) in cases {
+        arena.reset();
+        let src_n: usize = src_shape.iter().product();
+        let x = rng.vec(src_n, 3.0);
+        let src = arena.alloc_n::<f32>(src_n)?;
+        arena.upload(src, &x)?;
+        let out = arena.alloc_n::<f32>(out_len)?;
+        arena.fill_u32(out, NAN_BITS)?;
+        let pw = Pointwise {
+            out: Operand { dtype: DType::F32, strides: outs.clone() },
+            ins: vec![Operand { dtype: DType::F32, strides: ins.clone() }],
+            shape: shape.clone(),
+            body: Body::Copy,
+        };
+        let vector = pw.vectorizable();
+        let f = gpu.load(&pw.kernel_with(vector)?)?;
+        let (blocks, threads) = pw.grid_with(vector);
+        let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), shared_bytes: 0 };
+        let args = [Arg::U64(out.ptr + 4 * at as u64), Arg::U64(src.ptr + 4 * offset)];
+        gpu.launch(&f, cfg, &args)?;
+        let got: Vec<u32> = arena.download(out, out_len)?;
+        // The host's copy: element (a, b, c) of the copy's shape from the source at the input
+        // strides, to the output at the output strides; NaN elsewhere.
+        let mut want = vec![NAN_BITS; out_len];
+        for a in 0..shape[0] {
+            for b in 0..shape[1] {
+                for c in 0..shape[2] {
+                    let at3 = |st: &[u64]| a * st[0] as usize + b * st[1] as usize + c * st[2] as usize;
+                    want[at + at3(&outs)] = x[offset as usize + at3(&ins)].to_bits();
+                }
+            }
+        }
+        let wrong = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+        let mut row = exact_row("concat-views", what, &format!("{shape:?}"), wrong, out_len);
+        if opts.bench {
+            let one = median(gpu.time(opts.warmup, opts.reps, || gpu.launch(&f, cfg, &args))?);
+            // The two launches it replaces: the view's copy into a tensor of its own, then the
+            // reader's copy of that tensor.
+            let part: usize = shape.iter().product();
+            let tmp = arena.alloc_n::<f32>(part)?;
+            let view = Pointwise { out: Operand::contiguous(DType::F32, &shape), ..pw.clone() };
+            let reader = Pointwise { ins: vec![Operand::contiguous(DType::F32, &shape)], ..pw.clone() };
+            let fv = gpu.load(&view.kernel_with(view.vectorizable())?)?;
+            let fr = gpu.load(&reader.kernel_with(reader.vectorizable())?)?;
+            let (bv, tv) = view.grid_with(view.vectorizable());
+            let (br, tr) = reader.grid_with(reader.vectorizable());
+            let cv = LaunchConfig { grid: (bv, 1, 1), block: (tv, 1, 1), shared_bytes: 0 };
+            let cr = LaunchConfig { grid: (br, 1, 1), block: (tr, 1, 1), shared_bytes: 0 };
+            let two = median(gpu.time(opts.warmup, opts.reps, || {
+                gpu.launch(&fv, cv, &[Arg::U64(tmp.ptr), Arg::U64(src.ptr + 4 * offset)])?;
+                gpu.launch(&fr, cr, &[Arg::U64(out.ptr + 4 * at as u64), Arg::U64(tmp.ptr)])
+            })?);
+            row.median_us = Some(one);
+            row.rate = format!("two launches {two:.1} us -> one {one:.1} us");
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
 /// [`alpha_cuda::kernels::pointwise::tanh`] against [`alpha_cuda::kernels::pointwise::tanh_dividing`] (the quotient from
 /// `div.rn.f32`) on every one of the 2³² f32 bit patterns: each thread of 2¹⁸ counts the inputs
 /// on which the two differ (bits; two NaNs agree) and keeps the last, and the host sums. The

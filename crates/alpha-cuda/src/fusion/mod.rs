@@ -20,7 +20,8 @@
 //! whose gain and bias folds wait for one launch after the last (`deferred_folds.rs`); column sums
 //! storing the bf16 cast of the tensor they sum (`column_casts.rs`); LayerNorm backwards summing
 //! the columns of what they store for the bias gradient after them (`norm_column_sums.rs`); a
-//! cross-entropy launching its backward too (`joint_cross_entropy.rs`).
+//! cross-entropy launching its backward too (`joint_cross_entropy.rs`); a Concat's copy of a
+//! permuted or sliced part reading the tensor under the view (`concat_views.rs`).
 //! `recompute.rs` is the chain rule the lowering's fused chains apply (a unary of an input
 //! recomputed rather than read), and `gemm_spec.rs` the tiled product spec a MatMul runs as. Where
 //! a fusion needs the launches as lowered, the lowering merges them itself (see [`crate::lower`]).
@@ -42,6 +43,7 @@ use crate::kernels::layernorm::Norm;
 mod activation;
 mod casts_into_producers;
 mod column_casts;
+mod concat_views;
 mod deferred_folds;
 mod delta_heads;
 mod epilogues;
@@ -62,6 +64,7 @@ mod turned_heads;
 pub(crate) use activation::*;
 pub(crate) use casts_into_producers::*;
 pub(crate) use column_casts::*;
+pub(crate) use concat_views::*;
 pub(crate) use deferred_folds::*;
 pub(crate) use delta_heads::*;
 pub(crate) use epilogues::*;

@@ -79,6 +79,15 @@ pub(crate) struct FusionPlan {
     pub(crate) norm_column_sums: HashMap<u32, u32>,
     /// CrossEntropy → its backward, run in the same launch ([`joint_cross_entropy`]).
     pub(crate) joint_cross_entropy: HashMap<u32, JointCrossEntropy>,
+    /// Concat → its parts (by input position) whose copies read through the permute or slice
+    /// that made them, which does not run ([`concat_views`]).
+    pub(crate) concat_views: HashMap<u32, Vec<(usize, ViewPart)>>,
+    /// Concat → (the Concat it is a part of, which part): it copies its parts into that
+    /// Concat's output, which does not copy the part ([`nested_concats`]).
+    pub(crate) nested_concats: HashMap<u32, (u32, usize)>,
+    /// Permute → the slice whose source it reads instead of the slice, which does not run
+    /// ([`sliced_permutes`]).
+    pub(crate) sliced_permutes: HashMap<u32, ViewPart>,
 }
 
 impl FusionPlan {

@@ -47,11 +47,12 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::config::{ChainEpilogues, CudaConfig};
 use crate::fusion::{
-    cast_sources_through_their_gemms, casts_into_producers, clear_of, column_casts, deep_epilogue_grid, deferred_folds,
-    delta_heads, forward_copies, forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart,
-    joint_cross_entropy, merged_f32_windows, merged_gradients, mul_epilogues, norm_column_sums, norm_of, on_tma,
-    overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range, readers_of, recompute_unary_inputs,
-    settled, tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
+    cast_sources_through_their_gemms, casts_into_producers, clear_of, column_casts, concat_view_candidates,
+    concat_views, deep_epilogue_grid, deferred_folds, delta_heads, forward_copies, forward_rotaries, fuse, fuse_more,
+    grouped_param_casts, joint_backward_apart, joint_cross_entropy, merged_f32_windows, merged_gradients,
+    mul_epilogues, nested_concat_candidates, nested_concats, norm_column_sums, norm_of, on_tma, overlap,
+    partials_in_rows, plain_bf16_heads, producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled,
+    sliced_permute_candidates, sliced_permutes, tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -397,6 +398,14 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         let nodes: Vec<u32> = ph.kernels.iter().map(|k| k.node).collect();
         let view = PhaseView::new(&plan, &nodes, &readers);
         let mut skip = fuse(config, &plan, &nodes, &lw.cast_candidates, config.fold_casts_into_gemms, &mut lw.fusion);
+        // A Broadcast nothing reads (its readers read its source: `read_broadcast_sources`).
+        if config.held_broadcasts {
+            let unread = |&&id: &&u32| {
+                matches!(plan.program.graph.nodes[id as usize].op, Op::Broadcast { .. })
+                    && !uses.contains_key(&Value { node: id, index: 0 })
+            };
+            skip.extend(nodes.iter().filter(unread));
+        }
         let more = fuse_more(config, &plan, &nodes, &skip, &mut lw.fusion);
         skip.extend(more);
         // Turned heads need every column of a row in one thread: the wgmma engines only.
@@ -436,6 +445,15 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         }
         if config.norm_column_sums {
             norm_column_sums(config, &view, &skip, &mut lw.fusion);
+        }
+        if config.concat_views {
+            skip.extend(concat_views(&view, &uses, &skip, &mut lw.fusion));
+        }
+        if config.nested_concats {
+            nested_concats(&view, &uses, &skip, &mut lw.fusion);
+        }
+        if config.sliced_permutes {
+            skip.extend(sliced_permutes(&view, &uses, &skip, &mut lw.fusion));
         }
         (lw.fusion.deferred_folds, lw.fusion.fold_flush_after) = deferred_folds(config, &view);
         let mut products = LaunchedProducts::default();
@@ -619,8 +637,12 @@ fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<
 /// through those GEMMs (`cast_sources_through_their_gemms`), so that every such cast folds
 /// into the GEMMs' loads. The bf16 attention backward's inputs are kept alive through the
 /// permute of its gradients where it may store that permute's f32 output
-/// (`merged_f32_windows`).
+/// (`merged_f32_windows`). The tensor under a Concat part's permute or slice is kept alive to
+/// the Concat (`concat_views`), and the tensor under a Permute's slice to the Permute
+/// (`sliced_permutes`).
 pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result<Lowered> {
+    let held = config.held_broadcasts.then(|| read_broadcast_sources(program)).flatten();
+    let program = held.as_ref().unwrap_or(program);
     let plan_with = |keep: &[(Value, u32)]| {
         alpha_plan::plan_in_place(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
     };
@@ -682,11 +704,83 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     for (norm, cast) in norm_copy_windows(program) {
         keep_up_to(norm, cast, true);
     }
+    // A Concat writing into its place in the outer Concat that reads it (`nested_concats`)
+    // writes that slot from its own launch on: what it and every launch up to the outer read or
+    // write is kept alive to the outer, so that the outer's slot lies clear of them.
+    if config.nested_concats {
+        for (inner, outer) in nested_concat_candidates(program) {
+            if outer - inner <= NESTED_SPAN {
+                keep_up_to(inner, outer, true);
+            }
+        }
+    }
     if config.bf16_attention && config.merged_gradients {
         keep.extend(merged_f32_windows(program, &into_producers));
     }
+    // A Concat's copy reading a part through its permute or slice (`concat_views`) reads the
+    // tensor under the view at the Concat: that tensor is kept alive to it.
+    if config.concat_views {
+        for (c, _, vp) in concat_view_candidates(program) {
+            if phase(vp.source.node) == phase(c) && phase(c).is_some() {
+                keep.push((vp.source, c));
+            }
+        }
+    }
+    // A Permute reading the source of the slice before it (`sliced_permutes`) reads it at
+    // the Permute: it is kept alive to it.
+    if config.sliced_permutes {
+        for (p, vp) in sliced_permute_candidates(program) {
+            if phase(vp.source.node) == phase(p) && phase(p).is_some() {
+                keep.push((vp.source, p));
+            }
+        }
+    }
     lower(plan_with(&keep)?, config)
 }
+
+/// `program` with each Binary that reads a Broadcast's output reading the Broadcast's source
+/// instead, where broadcasting the source gives the Binary the same output shape (the IR's
+/// binaries broadcast as numpy does); the Broadcast, then read by nothing, does not launch
+/// (`lower`). None where there is none. Why: an explicit Broadcast (a sum's gradient: Diakosmos's
+/// head spreads `[N, 7, 1]` over `[N, 7, 190]`) copies a whole tensor that the Binary, alone or
+/// in a fused chain, reads held from the source instead: the same values, so the same bits.
+/// Only a Broadcast that Binaries of its own phase alone read (no program output, no phase
+/// assignment); node ids and phases stay as they were.
+fn read_broadcast_sources(program: &alpha_ir::Program) -> Option<alpha_ir::Program> {
+    let g = &program.graph;
+    let (uses, readers) = readers_of(program);
+    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
+    let mut out = program.clone();
+    let mut any = false;
+    for (b, n) in g.nodes.iter().enumerate() {
+        let Op::Broadcast { .. } = n.op else { continue };
+        let bv = Value { node: b as u32, index: 0 };
+        let rs = readers.get(&bv).map(Vec::as_slice).unwrap_or(&[]);
+        let src = n.inputs[0];
+        let fits = |&r: &u32| {
+            let rn = &g.nodes[r as usize];
+            let other: Vec<&[usize]> =
+                rn.inputs.iter().map(|&x| if x == bv { g.shape(src) } else { g.shape(x) }).collect();
+            matches!(rn.op, Op::Binary(_))
+                && phase(r) == phase(b as u32)
+                && other.len() == 2
+                && alpha_ir::infer::broadcast_shapes(other[0], other[1]).as_deref() == Some(&rn.outputs[0].shape[..])
+        };
+        if rs.is_empty() || uses.get(&bv) != Some(&rs.len()) || !rs.iter().all(fits) {
+            continue;
+        }
+        for &r in rs {
+            for x in out.graph.nodes[r as usize].inputs.iter_mut().filter(|x| **x == bv) {
+                *x = src;
+            }
+        }
+        any = true;
+    }
+    any.then_some(out)
+}
+
+/// Nodes from a nested Concat to the outer one whose windows are kept (`nested_concats`).
+const NESTED_SPAN: u32 = 8;
 
 /// The windows of the bf16 copies a LayerNorm backward stores of the residual gradient it adds
 /// (`Lowerer::cast_of_sum`): (the LayerNormBackward, the cast). The copy is written from the

@@ -59,13 +59,24 @@ impl Lowerer<'_> {
             Op::Permute { perm } => {
                 let xs = contiguous_strides(&cx.ishape(0));
                 let (dst, odt) = self.destination(cx.out(0));
+                // Reading the source of the slice before it (`sliced_permutes`).
+                let sliced = self.fusion.sliced_permutes.get(&id).copied();
+                let (strides, src) = match sliced {
+                    Some(vp) => {
+                        let g = &self.plan.program.graph;
+                        let (st, off) = crate::fusion::sliced_permute_strides(g, id, vp)
+                            .ok_or_else(|| node_error(node, id, "sliced permute: strides do not compose"))?;
+                        (st, self.ptr_at(vp.source, off))
+                    }
+                    None => (perm.iter().map(|&p| xs[p]).collect(), self.ptr(ins[0])),
+                };
                 let pw = Pointwise {
                     shape: os.clone(),
                     out: Operand::contiguous(odt, &os),
-                    ins: vec![Operand { dtype: cx.idt(0), strides: perm.iter().map(|&p| xs[p]).collect() }],
+                    ins: vec![Operand { dtype: cx.idt(0), strides }],
                     body: Body::Copy,
                 };
-                v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0])], some)?);
+                v.push(self.pointwise(pw, vec![self.ptr(dst), src], some)?);
             }
             Op::Slice { axis, start, .. } => {
                 let xs = contiguous_strides(&cx.ishape(0));
@@ -81,17 +92,51 @@ impl Lowerer<'_> {
             Op::Concat { axis } => {
                 let ost = contiguous_strides(&os);
                 let mut at = 0u64;
+                let views = self.fusion.concat_views.get(&id).cloned().unwrap_or_default();
+                // Nested in an outer Concat (`nested_concats`): the parts go to their place there.
+                let g = &self.plan.program.graph;
+                let (into, base) = match self.fusion.nested_concats.get(&id) {
+                    Some(&(o, k)) => {
+                        let on = &g.nodes[o as usize];
+                        let Op::Concat { axis: oa } = on.op else { unreachable!("nested into a Concat") };
+                        let before: usize = on.inputs[..k].iter().map(|&x| g.shape(x)[oa]).sum();
+                        let inner: usize = on.outputs[0].shape[oa + 1..].iter().product();
+                        (Some(o), (before * inner) as u64)
+                    }
+                    None => (None, 0),
+                };
+                let nested_here: Vec<usize> =
+                    self.fusion.nested_concats.values().filter(|&&(o, _)| o == id).map(|&(_, k)| k).collect();
+                let (dst_value, ost_at) = match into {
+                    Some(o) => (Value { node: o, index: 0 }, crate::fusion::nested_strides(g, o, &os, &ost)),
+                    None => (cx.out(0), ost.clone()),
+                };
                 for (kk, &part) in ins.iter().enumerate() {
                     let ps = cx.ishape(kk);
                     let len = ps[*axis] as u64;
-                    if ps.iter().product::<usize>() > 0 {
+                    let view = views.iter().find(|(k, _)| *k == kk).map(|&(_, vp)| vp);
+                    if nested_here.contains(&kk) {
+                        // Written by the nested Concat itself.
+                    } else if let (Some(vp), true) = (view, ps.iter().product::<usize>() > 0) {
+                        // Read through the permute or slice that made the part (`concat_views`).
+                        let vc = crate::fusion::view_part_strides(&self.plan.program.graph, id, vp);
                         let pw = Pointwise {
-                            shape: ps.clone(),
-                            out: Operand { dtype: odt, strides: ost.clone() },
-                            ins: vec![Operand::contiguous(cx.idt(kk), &ps)],
+                            shape: vc.shape,
+                            out: Operand { dtype: odt, strides: vc.out },
+                            ins: vec![Operand { dtype: cx.idt(kk), strides: vc.ins }],
                             body: Body::Copy,
                         };
                         let dst = self.ptr_at(cx.out(0), at * ost[*axis]);
+                        let src = self.ptr_at(vp.source, vc.offset);
+                        v.push(self.pointwise(pw, vec![dst, src], some)?);
+                    } else if ps.iter().product::<usize>() > 0 {
+                        let pw = Pointwise {
+                            shape: ps.clone(),
+                            out: Operand { dtype: odt, strides: ost_at.clone() },
+                            ins: vec![Operand::contiguous(cx.idt(kk), &ps)],
+                            body: Body::Copy,
+                        };
+                        let dst = self.ptr_at(dst_value, base + at * ost[*axis]);
                         v.push(self.pointwise(pw, vec![dst, self.ptr(part)], some)?);
                     }
                     at += len;
@@ -228,9 +273,14 @@ impl Lowerer<'_> {
                 let meets = |x: Value| range(self.plan, x).is_some_and(|r| overlap(r, slot));
                 let chain_meets =
                     inputs.iter().any(|&x| meets(x)) || out_values.iter().any(|&o| meets(self.destination(o).0));
+                // (A Concat reading a part through its view reads the view's source too; one
+                // nested in an outer Concat writes the outer's output.)
+                let through_views =
+                    |id: u32| self.fusion.concat_views.get(&id).into_iter().flatten().map(|p| p.1.source);
+                let nested = |id: u32| self.fusion.nested_concats.get(&id).map(|&(o, _)| Value { node: o, index: 0 });
                 let between = reach[..pc].iter().any(|&id| {
                     let n = &g.nodes[id as usize];
-                    n.inputs.iter().any(|&x| meets(x))
+                    n.inputs.iter().copied().chain(through_views(id)).chain(nested(id)).any(meets)
                         || (0..n.outputs.len()).any(|j| meets(Value { node: id, index: j as u16 }))
                 });
                 if !(chain_meets || between) {
