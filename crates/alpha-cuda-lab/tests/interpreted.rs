@@ -825,6 +825,63 @@ fn a_permute_of_a_slice_reads_the_slices_source() {
     assert_eq!((on.0, off.0), (0, 1), "the slice launches only without the fusion");
 }
 
+/// Slices read only by elementwise nodes, as Diakosmos's spatial path slices 6 of its 7
+/// groups (`[N, 7, D]` to `[N, 6, D]`), pairs them (`[N, 3, 2, D]`) and slices each half into a
+/// rotation's arithmetic, here beside a slice along the last axis and a lone binary reading a
+/// slice along a middle axis: the chain (or the binary) reads the tensor under the slices in
+/// place through the composed strides, the slices do not launch (`chain_slices`), and the
+/// outputs are the CPU backend's under both orders of a block's threads, with the rule on and
+/// off.
+#[test]
+fn elementwise_nodes_read_their_slices_in_place() {
+    use alpha_ir::{Graph, Init};
+    let (n, d) = (29, 6);
+    let mut g = Graph::new("chain-slices");
+    let u = g.param("u", &[n, 7, d], Init::Zeros);
+    let c = g.param("c", &[3, 1, d], Init::Zeros);
+    let w = g.param("w", &[n, 3, 1, 2 * d], Init::Zeros);
+    let sq = g.square(u);
+    let paired = g.slice(sq, 1, 0, 6);
+    let paired = g.reshape(paired, &[n, 3, 2, d]);
+    let first = g.slice(paired, 2, 0, 1);
+    let second = g.slice(paired, 2, 1, 2);
+    let ww = g.square(w);
+    let last = g.slice(ww, 3, d, 2 * d);
+    let a = g.mul(first, c);
+    let b = g.mul(second, c);
+    let a = g.sub(a, b);
+    let b = g.add(b, first);
+    let a = g.mul(a, last);
+    let out = g.add(a, b);
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let mut rng = Rng::new(31);
+    let leaves = [("u", rng.vec(n * 7 * d, 2.0)), ("c", rng.vec(3 * d, 2.0)), ("w", rng.vec(n * 3 * 2 * d, 2.0))];
+    let slice = |op: &alpha_ir::Op| matches!(op, alpha_ir::Op::Slice { .. });
+    let [on, off] = with_and_without(&program, out, &leaves, |c| c.chain_slices = false, slice);
+    assert_eq!((on.0, off.0), (0, 4), "the slices launch only without the rule");
+    assert_eq!(on.1 + 4, off.1);
+
+    // A unary and a binary alone (their neighbours of other lengths, or no elementwise nodes)
+    // reading a last-axis and a middle-axis slice.
+    let mut g = Graph::new("lone-slices");
+    let x = g.param("x", &[n, 4, d], Init::Zeros);
+    let y = g.param("y", &[n, 1, d], Init::Zeros);
+    let sq = g.square(x);
+    let mid = g.slice(sq, 1, 2, 3);
+    let pair = g.slice(sq, 2, 1, 3);
+    let sq2 = g.square(pair);
+    let prod = g.mul(mid, y);
+    let sq2 = g.reshape(sq2, &[n, 8]);
+    let prod = g.reshape(prod, &[n, d]);
+    let out = g.concat(&[sq2, prod], 1);
+    let outputs = [("out".to_string(), out)].into_iter().collect();
+    let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+    let leaves = [("x", rng.vec(n * 4 * d, 2.0)), ("y", rng.vec(n * d, 2.0))];
+    let [on, off] = with_and_without(&program, out, &leaves, |c| c.chain_slices = false, slice);
+    assert_eq!((on.0, off.0), (0, 2), "the slices launch only without the rule");
+}
+
 /// Binaries reading a Broadcast (`[N, 3, 1]` spread over `[N, 3, 4]`, as Diakosmos's head
 /// spreads a sum's gradient over each group) read its source held instead, alone or in a
 /// fused chain, and the Broadcast does not launch (`read_broadcast_sources`); the outputs are

@@ -28,6 +28,7 @@
 //! | `ALPHA_CONCAT_VIEWS=off` | [`CudaConfig::concat_views`] | a Concat's part that is a permute or slice of another tensor is copied twice (the view's launch, then the Concat's), instead of the Concat's copy reading through the view |
 //! | `ALPHA_NESTED_CONCAT=off` | [`CudaConfig::nested_concats`] | a Concat read only by another Concat copies its parts into its own output, and the outer Concat copies that again, instead of the inner writing into its place in the outer |
 //! | `ALPHA_SLICED_PERMUTE=off` | [`CudaConfig::sliced_permutes`] | a Permute of a slice (through a reshape) reads the slice's own copy, instead of the slice's source with the composed strides |
+//! | `ALPHA_CHAIN_SLICES=off` | [`CudaConfig::chain_slices`] | a Unary or Binary (alone or in a fused chain) reading a slice reads the slice's copy, instead of the slice's source through its row stride and offset |
 //! | `ALPHA_HELD_BROADCAST=off` | [`CudaConfig::held_broadcasts`] | a Broadcast that only binaries read is copied out to its full shape, instead of the binaries reading its source held |
 //! | `ALPHA_MUL_EPILOGUE=off` | [`CudaConfig::mul_epilogue`] | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
 //! | `ALPHA_JOINT_CE=on` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward launches its bf16 backward too, reading the logits once instead of twice (off by default: its kernel has not yet been checked on a GPU) |
@@ -124,6 +125,9 @@ pub struct CudaConfig {
     pub nested_concats: bool,
     /// A Permute of a slice reads the slice's source, and the slice does not run.
     pub sliced_permutes: bool,
+    /// A Unary or Binary (alone or in a fused chain) that alone reads an f32 slice reads the
+    /// slice's source, and the slice does not run.
+    pub chain_slices: bool,
     /// Binaries read a Broadcast's source held instead of its copy, which does not launch.
     pub held_broadcasts: bool,
     /// A multiply after a product fused into the product's epilogue where the plan allows.
@@ -199,6 +203,7 @@ impl Default for CudaConfig {
             concat_views: true,
             nested_concats: true,
             sliced_permutes: true,
+            chain_slices: true,
             held_broadcasts: true,
             mul_epilogue: true,
             joint_cross_entropy: false,
@@ -280,6 +285,7 @@ impl CudaConfig {
         c.concat_views = switch("ALPHA_CONCAT_VIEWS", c.concat_views)?;
         c.nested_concats = switch("ALPHA_NESTED_CONCAT", c.nested_concats)?;
         c.sliced_permutes = switch("ALPHA_SLICED_PERMUTE", c.sliced_permutes)?;
+        c.chain_slices = switch("ALPHA_CHAIN_SLICES", c.chain_slices)?;
         c.held_broadcasts = switch("ALPHA_HELD_BROADCAST", c.held_broadcasts)?;
         c.mul_epilogue = switch("ALPHA_MUL_EPILOGUE", c.mul_epilogue)?;
         c.joint_cross_entropy = switch("ALPHA_JOINT_CE", c.joint_cross_entropy)?;

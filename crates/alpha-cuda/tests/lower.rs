@@ -1054,3 +1054,24 @@ fn diakosmos_reads_spread_gradients_held() {
     assert_eq!((on[0], off[0]), (0, 16), "{on:?} {off:?}");
     assert_eq!(on[1], off[1]);
 }
+
+/// Diakosmos's spatial path slices 6 of its 7 groups (`[N, 7, 190]` to `[N, 6, 190]`), pairs
+/// them and slices each half (`[N, 3, 1, 190]`) into the rotation's fused chains; those read
+/// the groups in place through the composed strides (`chain_slices`), so none of these slices
+/// launches (forward and where the backward recomputes them: three a block each time), and two
+/// slices of the head that feed chains do not either.
+#[test]
+fn diakosmos_chains_read_the_spatial_slices_in_place() {
+    let blocks = alpha_systems::diakosmos::Diakosmos::default().blocks;
+    let [on, off] = diakosmos_with_and_without(
+        |c| c.chain_slices = false,
+        &[
+            &|n| n.op == Op::Slice { axis: 1, start: 0, end: 6 },
+            &|n| matches!(n.op, Op::Slice { axis: 2, .. }) && n.outputs[0].shape[1..] == [3, 1, 190],
+            &|n| matches!(n.op, Op::Slice { .. }),
+        ],
+    );
+    assert_eq!((on[0], off[0]), (0, 2 * blocks), "{on:?} {off:?}");
+    assert_eq!((on[1], off[1]), (0, 4 * blocks), "{on:?} {off:?}");
+    assert_eq!(off[2] - on[2], 6 * blocks + 2, "{on:?} {off:?}");
+}

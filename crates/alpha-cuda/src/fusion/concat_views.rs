@@ -7,7 +7,9 @@
 //! permute, or a slice that is no contiguous run), that copy's store and the Concat's load of
 //! it cross memory for nothing. Diakosmos concatenates its q/k/v gradients from two permutes
 //! (`[7, N, 190]` back to `[N, 7, 190]`) and its spatial path's lone group from a slice. The
-//! values copied are the same, so the Concat's output is bit for bit what it was.
+//! values copied are the same, so the Concat's output is bit for bit what it was. The same
+//! holds for a Permute of a slice (`sliced_permutes`) and for elementwise nodes, alone or in a
+//! fused chain, reading slices and their reshapes (`chain_slices`).
 
 use super::*;
 
@@ -408,4 +410,213 @@ pub(crate) fn nested_concats(
     let outers: Vec<u32> = found.keys().copied().collect();
     found.retain(|_, (c, _)| !outers.contains(c));
     fp.nested_concats.extend(found);
+}
+
+/// A tree of slices and reshapes over one tensor whose leaves are elementwise nodes: each
+/// leaf may read the tensor in place through the composed view, and the slices do not run
+/// ([`chain_slices`]).
+pub(crate) struct SlicedTree {
+    /// The tensor under the views.
+    pub(crate) root: Value,
+    /// The views' nodes (slices and reshapes), root side first.
+    pub(crate) views: Vec<u32>,
+    /// Each (reader, the view value it reads, how it reads the root).
+    pub(crate) reads: Vec<(u32, Value, SlicedRead)>,
+}
+
+/// A view value read in place: the root tensor, the offset of the view's first element in it
+/// and the strides over the view's own shape, in elements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SlicedRead {
+    pub(crate) source: Value,
+    pub(crate) offset: u64,
+    pub(crate) strides: Vec<u64>,
+}
+
+impl SlicedRead {
+    /// The read as a chain input: (inner, mid, mid step, outer step) with element `i` at
+    /// `(i / (inner * mid)) * outer + ((i / inner) % mid) * mid_step + i % inner`, where the
+    /// view is at most three runs of contiguous elements deep.
+    pub(crate) fn chain_steps(&self, shape: &[usize]) -> Option<(u32, u32, u32, u32)> {
+        let mut dims: Vec<(u64, u64)> = vec![];
+        for (&n, &st) in shape.iter().zip(&self.strides) {
+            if n == 1 {
+                continue;
+            }
+            match dims.last_mut() {
+                Some(last) if last.1 == st * n as u64 => *last = (last.0 * n as u64, st),
+                _ => dims.push((n as u64, st)),
+            }
+        }
+        let fit = |x: u64| u32::try_from(x).ok();
+        match dims.as_slice() {
+            [] => Some((1, 1, 0, 0)),
+            [(n, 1)] => Some((fit(*n)?, 1, 0, 0)),
+            [(_, so), (n, 1)] => Some((fit(*n)?, 1, 0, fit(*so)?)),
+            [(_, so), (m, sm), (n, 1)] => Some((fit(*n)?, fit(*m)?, fit(*sm)?, fit(*so)?)),
+            _ => None,
+        }
+    }
+}
+
+/// Whether `r` reads `x` as an f32 elementwise node at its own element (a unary, or a binary
+/// whose output has `x`'s shape), and not as an Add beside a norm's backward, which the norm's
+/// launch may take with its operands as they are.
+fn reads_in_place(g: &alpha_ir::Graph, r: u32, x: Value) -> bool {
+    let rn = &g.nodes[r as usize];
+    let f32 = rn.outputs[0].dtype == DType::F32 && g.dtype(x) == DType::F32;
+    let own = match rn.op {
+        Op::Unary(_) => true,
+        Op::Binary(b) => {
+            let beside_norm = rn
+                .inputs
+                .iter()
+                .any(|y| matches!(g.nodes[y.node as usize].op, Op::LayerNormBackward | Op::RmsNormBackward));
+            rn.outputs[0].shape == g.shape(x) && !(b == alpha_ir::Binary::Add && beside_norm)
+        }
+        _ => false,
+    };
+    f32 && own
+}
+
+/// Whether every read of the slice or reshape `v` is by an in-place elementwise reader or by
+/// another slice or reshape of which the same holds.
+fn absorbable(g: &alpha_ir::Graph, uses: &HashMap<Value, usize>, readers: &HashMap<Value, Vec<u32>>, v: Value) -> bool {
+    let rs = readers.get(&v).map(Vec::as_slice).unwrap_or(&[]);
+    let view = |id: u32| matches!(g.nodes[id as usize].op, Op::Slice { .. } | Op::Reshape { .. });
+    v.index == 0
+        && view(v.node)
+        && g.dtype(v) == DType::F32
+        && uses.get(&v).copied() == Some(rs.len())
+        && rs.iter().all(|&r| {
+            let out = Value { node: r, index: 0 };
+            if view(r) {
+                absorbable(g, uses, readers, out)
+            } else {
+                reads_in_place(g, r, v)
+            }
+        })
+}
+
+/// The tree under Slice `s`, where `s` is a kernel (no contiguous run) of an f32 tensor no
+/// view itself absorbed, and every read below it is in place ([`absorbable`]) through views that
+/// compose ([`reshaped_strides`]).
+pub(crate) fn sliced_tree(
+    g: &alpha_ir::Graph,
+    uses: &HashMap<Value, usize>,
+    readers: &HashMap<Value, Vec<u32>>,
+    s: u32,
+) -> Option<SlicedTree> {
+    let sn = &g.nodes[s as usize];
+    let Op::Slice { axis, .. } = sn.op else { return None };
+    let root = sn.inputs[0];
+    let top = Value { node: s, index: 0 };
+    let kernel = g.shape(root)[..axis].iter().product::<usize>() > 1;
+    // Not the top slice where the views above it are absorbed too (that slice's tree holds it).
+    let mut up = root;
+    let mut under_view = false;
+    while absorbable(g, uses, readers, up) {
+        let n = &g.nodes[up.node as usize];
+        if let Op::Slice { .. } = n.op {
+            under_view = true;
+            break;
+        }
+        up = n.inputs[0];
+    }
+    let small = g.ty(root).numel() <= u32::MAX as usize;
+    if !(kernel && !under_view && small && g.dtype(root) == DType::F32 && absorbable(g, uses, readers, top)) {
+        return None;
+    }
+    let mut tree = SlicedTree { root, views: vec![], reads: vec![] };
+    let base = SlicedRead { source: root, offset: 0, strides: contiguous(g.shape(root)) };
+    let mut todo = vec![(s, base)];
+    while let Some((id, at)) = todo.pop() {
+        let n = &g.nodes[id as usize];
+        let from = g.shape(n.inputs[0]);
+        let out = Value { node: id, index: 0 };
+        let read = match n.op {
+            Op::Slice { axis, start, .. } => SlicedRead { offset: at.offset + start as u64 * at.strides[axis], ..at },
+            Op::Reshape { .. } => SlicedRead { strides: reshaped_strides(from, &at.strides, g.shape(out))?, ..at },
+            _ => return None,
+        };
+        tree.views.push(id);
+        for &r in readers.get(&out).map(Vec::as_slice).unwrap_or(&[]) {
+            match g.nodes[r as usize].op {
+                Op::Slice { .. } | Op::Reshape { .. } => todo.push((r, read.clone())),
+                _ => {
+                    read.chain_steps(g.shape(out))?;
+                    if !tree.reads.iter().any(|(r2, x, _)| *r2 == r && *x == out) {
+                        tree.reads.push((r, out, read.clone()));
+                    }
+                }
+            }
+        }
+    }
+    Some(tree)
+}
+
+/// Every slice tree of the program ([`sliced_tree`]).
+pub(crate) fn sliced_tree_candidates(program: &alpha_ir::Program) -> Vec<SlicedTree> {
+    let g = &program.graph;
+    let (uses, readers) = readers_of(program);
+    (0..g.nodes.len() as u32).filter_map(|s| sliced_tree(g, &uses, &readers, s)).collect()
+}
+
+/// The phase's slices whose elementwise readers read the tensor under them in place instead
+/// (Diakosmos's spatial path slices 6 of its 7 groups, splits them in pairs and slices each
+/// half straight into a rotation's arithmetic: three whole copies): every slice of the tree
+/// launched in this phase and fused into nothing else, its reshapes views of the plan (no
+/// launch), and for each reader the tensor's slot clear of what is written from the first
+/// slice's launch to it, of its own output, and of any Concat's early store into that window
+/// (`nested_concats`). Records the reads in `fp.chain_slices`; returns the slices to skip. A
+/// chain that takes a reader checks its own stores against the tensor
+/// (`Lowerer::elementwise_chain`).
+pub(crate) fn chain_slices(
+    ph: &PhaseView,
+    uses: &HashMap<Value, usize>,
+    skip: &std::collections::HashSet<u32>,
+    fp: &mut FusionPlan,
+) -> Vec<u32> {
+    let g = ph.g;
+    let mut slices = vec![];
+    for &s in ph.nodes {
+        let Some(tree) = sliced_tree(g, uses, ph.readers, s) else { continue };
+        let tree_slices: Vec<u32> =
+            tree.views.iter().copied().filter(|&v| matches!(g.nodes[v as usize].op, Op::Slice { .. })).collect();
+        let launched = tree.views.iter().all(|&v| {
+            let free = !skip.contains(&v) && !fp.store_as.contains_key(&Value { node: v, index: 0 });
+            match g.nodes[v as usize].op {
+                Op::Reshape { .. } => !ph.pos.contains_key(&v),
+                Op::Slice { axis, .. } => {
+                    let kernel = g.shape(g.nodes[v as usize].inputs[0])[..axis].iter().product::<usize>() > 1;
+                    free && (ph.pos.contains_key(&v) || !kernel)
+                }
+                _ => false,
+            }
+        });
+        let Some(&first) = tree_slices.iter().filter(|v| ph.pos.contains_key(v)).min_by_key(|v| ph.pos[v]) else {
+            continue;
+        };
+        let src = ph.range(tree.root).unwrap_or((0, usize::MAX));
+        let each = tree.reads.iter().all(|&(r, _, _)| {
+            let Some(&pr) = ph.pos.get(&r) else { return false };
+            let out = Value { node: r, index: 0 };
+            let mut also = vec![out];
+            also.extend(fp.store_as.get(&out).copied());
+            let pv = ph.pos[&first];
+            let nested_early = fp.nested_concats.iter().any(|(inner, &(outer, _))| {
+                let (Some(&pi), Some(&pc)) = (ph.pos.get(inner), ph.pos.get(&outer)) else { return true };
+                pi < pr && pc > pv && !clear_of(src, [ph.range(Value { node: outer, index: 0 })])
+            });
+            let vp = ViewPart { view: first, source: tree.root };
+            !skip.contains(&r) && !nested_early && read_late(ph, fp, skip, vp, r, &also)
+        });
+        if launched && each {
+            for (r, x, read) in tree.reads {
+                fp.chain_slices.entry(x).or_insert_with(|| (vec![], read)).0.push(r);
+            }
+            slices.extend(tree_slices.into_iter().filter(|v| ph.pos.contains_key(v)));
+        }
+    }
+    slices
 }

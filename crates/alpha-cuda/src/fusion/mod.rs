@@ -21,7 +21,8 @@
 //! storing the bf16 cast of the tensor they sum (`column_casts.rs`); LayerNorm backwards summing
 //! the columns of what they store for the bias gradient after them (`norm_column_sums.rs`); a
 //! cross-entropy launching its backward too (`joint_cross_entropy.rs`); a Concat's copy of a
-//! permuted or sliced part reading the tensor under the view (`concat_views.rs`).
+//! permuted or sliced part, a Permute of a slice, and elementwise nodes reading a slice, each
+//! reading the tensor under the view (`concat_views.rs`).
 //! `recompute.rs` is the chain rule the lowering's fused chains apply (a unary of an input
 //! recomputed rather than read), and `gemm_spec.rs` the tiled product spec a MatMul runs as. Where
 //! a fusion needs the launches as lowered, the lowering merges them itself (see [`crate::lower`]).

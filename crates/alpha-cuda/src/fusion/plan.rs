@@ -88,6 +88,10 @@ pub(crate) struct FusionPlan {
     /// Permute → the slice whose source it reads instead of the slice, which does not run
     /// ([`sliced_permutes`]).
     pub(crate) sliced_permutes: HashMap<u32, ViewPart>,
+    /// A slice's (or its reshape's) output → the Unaries and Binaries reading it, which read
+    /// the tensor under it in place instead, alone or in their chains; the slices do not run
+    /// ([`chain_slices`]).
+    pub(crate) chain_slices: HashMap<Value, (Vec<u32>, SlicedRead)>,
 }
 
 impl FusionPlan {
@@ -139,6 +143,11 @@ impl FusionPlan {
 
     pub(crate) fn store_rotary(&self, id: u32) -> Option<&Turned> {
         self.attention.get(&id)?.store_rotary.as_ref()
+    }
+
+    /// The slice sources node `id` reads in place of its slice inputs ([`chain_slices`]).
+    pub(crate) fn sliced_reads(&self, id: u32) -> impl Iterator<Item = Value> + '_ {
+        self.chain_slices.values().filter(move |(rs, _)| rs.contains(&id)).map(|(_, read)| read.source)
     }
 
     /// What the fusions node `id` hosts write beside its own outputs, as the fusion passes

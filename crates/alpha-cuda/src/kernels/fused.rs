@@ -71,6 +71,12 @@ pub enum Broadcast {
     /// (`[N, 7, 1]` or `[7, 1]` against `[N, 7, D]`: a unit vector's inverse norm, Diakosmos's
     /// per-group couplings and gates) joins the chain instead of a launch of its own.
     Group { inner: u32, count: u32 },
+    /// A view of a larger tensor read in place (slices, and reshapes of them), at most three
+    /// runs deep, the pointer at its first element: element `i` reads `(i / (inner · mid)) ·
+    /// outer_step + ((i / inner) mod mid) · mid_step + i mod inner`. Why: a slice along an axis
+    /// with others before it is a copy of its own (Diakosmos's spatial path slices whole
+    /// activations into arithmetic), which the chain reading it in place skips.
+    Strided { inner: u32, mid: u32, mid_step: u32, outer_step: u32 },
 }
 
 impl Chain {
@@ -135,6 +141,12 @@ impl Chain {
             match self.broadcast_of(j) {
                 Broadcast::Row(n) => s.push_str(&format!("_r{j}x{n}")),
                 Broadcast::Group { inner, count } => s.push_str(&format!("_g{j}x{count}b{inner}")),
+                Broadcast::Strided { inner, mid, mid_step, outer_step } => {
+                    s.push_str(&format!("_v{j}x{inner}o{outer_step}"));
+                    if mid > 1 {
+                        s.push_str(&format!("m{mid}s{mid_step}"));
+                    }
+                }
                 Broadcast::None | Broadcast::Scalar => {}
             }
         }
@@ -212,6 +224,18 @@ impl Chain {
                         Broadcast::Group { inner, count } => {
                             let held = k.bin("div.u32", RegKind::B32, i, inner);
                             k.bin("rem.u32", RegKind::B32, held, count)
+                        }
+                        Broadcast::Strided { inner, mid, mid_step, outer_step } => {
+                            let run = k.bin("div.u32", RegKind::B32, i, inner);
+                            let c = k.bin("rem.u32", RegKind::B32, i, inner);
+                            if mid > 1 {
+                                let outer = k.bin("div.u32", RegKind::B32, run, mid);
+                                let m = k.bin("rem.u32", RegKind::B32, run, mid);
+                                let at = k.tri("mad.lo.u32", RegKind::B32, m, mid_step, c);
+                                k.tri("mad.lo.u32", RegKind::B32, outer, outer_step, at)
+                            } else {
+                                k.tri("mad.lo.u32", RegKind::B32, run, outer_step, c)
+                            }
                         }
                         _ => i,
                     };

@@ -47,12 +47,13 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::config::{ChainEpilogues, CudaConfig};
 use crate::fusion::{
-    cast_sources_through_their_gemms, casts_into_producers, clear_of, column_casts, concat_view_candidates,
-    concat_views, deep_epilogue_grid, deferred_folds, delta_heads, forward_copies, forward_rotaries, fuse, fuse_more,
-    grouped_param_casts, joint_backward_apart, joint_cross_entropy, merged_f32_windows, merged_gradients,
-    mul_epilogues, nested_concat_candidates, nested_concats, norm_column_sums, norm_of, on_tma, overlap,
-    partials_in_rows, plain_bf16_heads, producer_cast_candidates, range, readers_of, recompute_unary_inputs, settled,
-    sliced_permute_candidates, sliced_permutes, tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
+    cast_sources_through_their_gemms, casts_into_producers, chain_slices, clear_of, column_casts,
+    concat_view_candidates, concat_views, deep_epilogue_grid, deferred_folds, delta_heads, forward_copies,
+    forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart, joint_cross_entropy,
+    merged_f32_windows, merged_gradients, mul_epilogues, nested_concat_candidates, nested_concats, norm_column_sums,
+    norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range, readers_of,
+    recompute_unary_inputs, settled, sliced_permute_candidates, sliced_permutes, sliced_tree_candidates, tiled_gemm,
+    touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -455,6 +456,9 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         if config.sliced_permutes {
             skip.extend(sliced_permutes(&view, &uses, &skip, &mut lw.fusion));
         }
+        if config.chain_slices {
+            skip.extend(chain_slices(&view, &uses, &skip, &mut lw.fusion));
+        }
         (lw.fusion.deferred_folds, lw.fusion.fold_flush_after) = deferred_folds(config, &view);
         let mut products = LaunchedProducts::default();
         let mut i = 0;
@@ -639,7 +643,8 @@ fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<
 /// permute of its gradients where it may store that permute's f32 output
 /// (`merged_f32_windows`). The tensor under a Concat part's permute or slice is kept alive to
 /// the Concat (`concat_views`), and the tensor under a Permute's slice to the Permute
-/// (`sliced_permutes`).
+/// (`sliced_permutes`), and the tensor under slices that elementwise nodes read in place to
+/// those nodes (`chain_slices`).
 pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result<Lowered> {
     let held = config.held_broadcasts.then(|| read_broadcast_sources(program)).flatten();
     let program = held.as_ref().unwrap_or(program);
@@ -732,6 +737,17 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
         for (p, vp) in sliced_permute_candidates(program) {
             if phase(vp.source.node) == phase(p) && phase(p).is_some() {
                 keep.push((vp.source, p));
+            }
+        }
+    }
+    // Elementwise nodes reading the tensor under their slices in place (`chain_slices`) read it
+    // at their own launches: it is kept alive to them.
+    if config.chain_slices {
+        for tree in sliced_tree_candidates(program) {
+            for (r, _, _) in tree.reads {
+                if phase(tree.root.node) == phase(r) && phase(r).is_some() {
+                    keep.push((tree.root, r));
+                }
             }
         }
     }

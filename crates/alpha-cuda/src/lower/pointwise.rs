@@ -17,26 +17,39 @@ impl Lowerer<'_> {
         match &node.op {
             Op::Unary(u) => {
                 let (dst, odt) = self.destination(cx.out(0));
+                // Reading the tensor under its slice in place (`chain_slices`): over the
+                // slice's shape.
+                let (shape, strides, src) = match self.sliced_operand(ins[0]) {
+                    Some((strides, src)) => (cx.ishape(0), strides, src),
+                    None => (vec![n], vec![1], self.ptr(ins[0])),
+                };
                 let pw = Pointwise {
-                    shape: vec![n],
-                    out: Operand::contiguous(odt, &[n]),
-                    ins: vec![Operand::contiguous(cx.idt(0), &[n])],
+                    out: Operand::contiguous(odt, &shape),
+                    shape,
+                    ins: vec![Operand { dtype: cx.idt(0), strides }],
                     body: Body::Unary(*u),
                 };
-                v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0])], some)?);
+                v.push(self.pointwise(pw, vec![self.ptr(dst), src], some)?);
             }
             Op::Binary(b) => {
                 let (dst, odt) = self.destination(cx.out(0));
+                let mut args = vec![self.ptr(dst)];
+                let mut operands = vec![];
+                for (k, &x) in ins.iter().enumerate() {
+                    let (strides, src) = match self.sliced_operand(x) {
+                        Some(s) => s,
+                        None => (broadcast_strides(&cx.ishape(k), &os), self.ptr(x)),
+                    };
+                    operands.push(Operand { dtype: cx.idt(k), strides });
+                    args.push(src);
+                }
                 let pw = Pointwise {
                     shape: os.clone(),
                     out: Operand::contiguous(odt, &os),
-                    ins: vec![
-                        Operand { dtype: cx.idt(0), strides: broadcast_strides(&cx.ishape(0), &os) },
-                        Operand { dtype: cx.idt(1), strides: broadcast_strides(&cx.ishape(1), &os) },
-                    ],
+                    ins: operands,
                     body: Body::Binary(*b),
                 };
-                v.push(self.pointwise(pw, vec![self.ptr(dst), self.ptr(ins[0]), self.ptr(ins[1])], some)?);
+                v.push(self.pointwise(pw, args, some)?);
             }
             Op::Cast { .. } | Op::Reshape { .. } => {
                 let pw = Pointwise {
@@ -226,6 +239,11 @@ impl Lowerer<'_> {
                 })
                 .collect();
             let out_values: Vec<Value> = outputs.iter().map(|&k| Value { node: run[k], index: 0 }).collect();
+            // What the chain reads in memory: its inputs, and the sources of those it reads in
+            // place of their slices (`chain_slices`).
+            let sliced: Vec<Value> =
+                inputs.iter().filter_map(|x| self.fusion.chain_slices.get(x).map(|(_, read)| read.source)).collect();
+            let read: Vec<Value> = inputs.iter().copied().chain(sliced.iter().copied()).collect();
             // Outputs that only a later bf16 cast reads go straight into the cast's slot, when
             // nothing the chain reads or the launches up to the cast read or write meets it.
             let mut into_casts = vec![];
@@ -238,11 +256,11 @@ impl Lowerer<'_> {
                 let cv = Value { node: cast, index: 0 };
                 let Some(slot) = range(self.plan, cv) else { continue };
                 let meets = |x: Value| range(self.plan, x).is_some_and(|r| overlap(r, slot));
-                let chain_reads = inputs.iter().any(|&x| meets(x));
+                let chain_reads = read.iter().any(|&x| meets(x));
                 let chain_writes = out_values.iter().any(|&o| o != v && meets(self.destination(o).0));
                 let between = nodes[end..pc].iter().any(|&id| {
                     let n = &g.nodes[id as usize];
-                    n.inputs.iter().any(|&x| meets(x))
+                    n.inputs.iter().copied().chain(self.fusion.sliced_reads(id)).any(meets)
                         || (0..n.outputs.len()).any(|k| meets(Value { node: id, index: k as u16 }))
                 });
                 if !(chain_reads || chain_writes || between) {
@@ -272,7 +290,7 @@ impl Lowerer<'_> {
                 let Some(slot) = range(self.plan, cv) else { continue };
                 let meets = |x: Value| range(self.plan, x).is_some_and(|r| overlap(r, slot));
                 let chain_meets =
-                    inputs.iter().any(|&x| meets(x)) || out_values.iter().any(|&o| meets(self.destination(o).0));
+                    read.iter().any(|&x| meets(x)) || out_values.iter().any(|&o| meets(self.destination(o).0));
                 // (A Concat reading a part through its view reads the view's source too; one
                 // nested in an outer Concat writes the outer's output.)
                 let through_views =
@@ -280,7 +298,8 @@ impl Lowerer<'_> {
                 let nested = |id: u32| self.fusion.nested_concats.get(&id).map(|&(o, _)| Value { node: o, index: 0 });
                 let between = reach[..pc].iter().any(|&id| {
                     let n = &g.nodes[id as usize];
-                    n.inputs.iter().copied().chain(through_views(id)).chain(nested(id)).any(meets)
+                    let sliced = self.fusion.sliced_reads(id);
+                    n.inputs.iter().copied().chain(through_views(id)).chain(nested(id)).chain(sliced).any(meets)
                         || (0..n.outputs.len()).any(|j| meets(Value { node: id, index: j as u16 }))
                 });
                 if !(chain_meets || between) {
@@ -316,15 +335,22 @@ impl Lowerer<'_> {
                 ways.all(|w| w == Some(first)).then_some(first)
             };
             let misread = inputs.iter().any(|&x| g.ty(x).numel() < n && read_as(x).is_none());
+            // A source read in place of its slice is read at other elements than those stored:
+            // no store may meet it at all.
             let clash = views_a_step
                 || misread
                 || out_values.iter().any(|&o| {
                     let (dst, dt) = self.destination(o);
                     let ro = range(self.plan, dst);
-                    inputs.iter().any(|&x| match (ro, range(self.plan, x)) {
-                        (Some(a), Some(b)) => overlap(a, b) && (a != b || dt == DType::BF16),
-                        _ => false,
-                    })
+                    let on_source = sliced.iter().any(|&x| match (ro, range(self.plan, x)) {
+                        (Some(a), Some(b)) => overlap(a, b),
+                        _ => true,
+                    });
+                    on_source
+                        || inputs.iter().any(|&x| match (ro, range(self.plan, x)) {
+                            (Some(a), Some(b)) => overlap(a, b) && (a != b || dt == DType::BF16),
+                            _ => false,
+                        })
                 });
             if clash {
                 for (v, _) in &into_casts {
@@ -353,8 +379,13 @@ impl Lowerer<'_> {
                 // fewer is a scalar or a row of the outputs' shape.
                 let broadcast = inputs
                     .iter()
-                    .map(|&x| match read_as(x) {
-                        Some(b) if g.ty(x).numel() < n => b,
+                    .map(|&x| match (self.fusion.chain_slices.get(&x), read_as(x)) {
+                        (Some((_, read)), _) => {
+                            let (inner, mid, mid_step, outer_step) =
+                                read.chain_steps(g.shape(x)).expect("chain_slices checked the steps");
+                            fused::Broadcast::Strided { inner, mid, mid_step, outer_step }
+                        }
+                        (None, Some(b)) if g.ty(x).numel() < n => b,
                         _ => fused::Broadcast::None,
                     })
                     .collect();
@@ -362,7 +393,7 @@ impl Lowerer<'_> {
                 let kernel =
                     self.kernel(chain.kernel().map_err(|e| node_error(&g.nodes[run[0] as usize], run[0], e))?)?;
                 let mut args: Vec<A> = dests.iter().map(|&(v, _)| self.ptr(v)).collect();
-                args.extend(inputs.iter().map(|&v| self.ptr(v)));
+                args.extend(inputs.iter().map(|&v| self.sliced_operand(v).map_or_else(|| self.ptr(v), |(_, p)| p)));
                 let (blocks, threads) = grid_blocks(n);
                 let pending =
                     Pending { kernel, grid: (blocks, 1, 1), block: (threads, 1, 1), args, node: Some(run[0]) };
@@ -373,6 +404,13 @@ impl Lowerer<'_> {
             end -= 1;
         }
         Ok(None)
+    }
+
+    /// A slice input read in place (`chain_slices`): the source's strides over the slice's
+    /// shape, and the pointer to the slice's first element in the source.
+    fn sliced_operand(&self, x: Value) -> Option<(Vec<u64>, A)> {
+        let (_, read) = self.fusion.chain_slices.get(&x)?;
+        Some((read.strides.clone(), self.ptr_at(read.source, read.offset)))
     }
 
     /// One launch for consecutive parameter casts: a chunk table of (source, destination,
