@@ -23,9 +23,6 @@ impl System for Bob {
     fn description(&self) -> &'static str {
         "next-byte bigram table, 256×256 fp32 logits, exact cross-entropy, AdamW"
     }
-    fn state(&self) -> &'static str {
-        "trains, resumes and predicts on the CPU and the H200"
-    }
     fn vocab(&self) -> usize {
         VOCAB
     }

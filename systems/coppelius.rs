@@ -90,9 +90,6 @@ impl System for Coppelius {
     fn description(&self) -> &'static str {
         "57.7M transformer: 16 blocks, width 512, 8 heads, rotary, gated-GELU FFN 1408, tied embedding, vocab 12,288"
     }
-    fn state(&self) -> &'static str {
-        "passes its four gates and trains on the H200; faster than PyTorch's best at one and sixteen contexts (1.23x, 1.11x; see bench/results)"
-    }
     fn vocab(&self) -> usize {
         self.vocab
     }

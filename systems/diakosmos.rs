@@ -461,9 +461,6 @@ impl System for Diakosmos {
          per-harmonic decaying recurrence (7 heads × 8) and planar rotations of group pairs mixed by a gate per \
          group, Muon/rotational AdamW/Adam by role (systems/diakosmos.rs says each choice)"
     }
-    fn state(&self) -> &'static str {
-        "passes its gates on the H200 and trains there at 64 windows in 0.86 s a step (152 KB of bytes a second); decodes a byte a run; a full pass not yet run"
-    }
     fn vocab(&self) -> usize {
         VOCAB
     }

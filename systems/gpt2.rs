@@ -119,9 +119,6 @@ impl System for Gpt2 {
     fn description(&self) -> &'static str {
         "GPT-2 small (llm.c d12): 12 blocks, width 768, 12 heads, learned positions, biases, GELU MLP, tied embedding, vocab 50,257"
     }
-    fn state(&self) -> &'static str {
-        "passes its gates and trains on the H200 (1.790 bits per byte after one Gutenberg pass); its step at sixteen contexts about 40.7 ms, still slower than PyTorch's best (38.6 ms)"
-    }
     fn vocab(&self) -> usize {
         self.vocab
     }

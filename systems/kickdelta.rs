@@ -231,9 +231,6 @@ impl System for KickDelta {
          keys, queries, write strengths → a 256×15 delta-rule memory from a learned prior, read as the \
          next-byte scores (systems/kickdelta.rs says why each choice)"
     }
-    fn state(&self) -> &'static str {
-        "passes its gates and trains on the CPU and the H200 (3.376 bits per byte held out after 1,000 steps on both, 6.8 ms a step on the H200); predicts on the CPU"
-    }
     fn vocab(&self) -> usize {
         VOCAB
     }

@@ -34,8 +34,6 @@ pub trait System: Send + Sync {
     fn name(&self) -> &'static str;
     /// One line for the catalogue.
     fn description(&self) -> &'static str;
-    /// Where the system stands (as the catalogue says it).
-    fn state(&self) -> &'static str;
     fn vocab(&self) -> usize;
     fn tokens(&self) -> Tokens;
     /// Positions per sequence.

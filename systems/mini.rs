@@ -56,9 +56,6 @@ impl System for Mini {
             Roles::Mixed => "the miniature with Muon, rotational AdamW (qkv) and Adam by role",
         }
     }
-    fn state(&self) -> &'static str {
-        "trains on the CPU; compares learners at equal steps (see bench/results)"
-    }
     fn vocab(&self) -> usize {
         self.geometry.vocab
     }

@@ -285,9 +285,6 @@ impl System for Polf {
     fn description(&self) -> &'static str {
         "parameter-golf GPT, 17.1M: 9 blocks of 512 with U-Net skips, 8 query / 4 KV heads, QK norm, ReLU² MLP 1024, tied vocab 1,024, softcap 30"
     }
-    fn state(&self) -> &'static str {
-        "passes its gates on the H200; 10 minutes there: 1.3468 bits per byte, a 15.57 MB artifact (PyTorch beside it not yet run)"
-    }
     fn vocab(&self) -> usize {
         self.vocab
     }

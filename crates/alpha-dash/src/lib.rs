@@ -63,10 +63,6 @@ pub struct SystemInfo {
     pub name: String,
     pub description: String,
     pub parameters: u64,
-    /// The design's own words on where it stands ("trains on hardware", "in development", …).
-    /// The page shows it as the design's claim; where the system runs comes from the records
-    /// (gate ledgers and runs, see [`alpha_records::catalogue`]).
-    pub state: String,
 }
 
 /// What a model says after a prompt.

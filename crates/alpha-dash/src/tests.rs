@@ -117,7 +117,6 @@ fn app(dir: &Path, probe: Option<Arc<dyn Probe>>) -> Router {
         name: "Bob".into(),
         description: "A next-byte predictor with one 256 × 256 logits table.".into(),
         parameters: 65536,
-        state: "trains on hardware".into(),
     }];
     router(opts)
 }
@@ -494,7 +493,6 @@ fn the_pages_draw_the_records_in_a_real_browser() {
         name: "Bob".into(),
         description: "The smallest system: a next-byte predictor with one 256 × 256 logits table.".into(),
         parameters: 65536,
-        state: "trains on hardware".into(),
     }];
     let server = Server::bind(opts).unwrap().spawn();
     let profile = dir.path().join("chromium-profile");

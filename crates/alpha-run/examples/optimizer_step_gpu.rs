@@ -35,9 +35,6 @@ impl System for Relearned {
     fn description(&self) -> &'static str {
         self.inner.description()
     }
-    fn state(&self) -> &'static str {
-        self.inner.state()
-    }
     fn vocab(&self) -> usize {
         self.inner.vocab()
     }

@@ -27,9 +27,6 @@ impl System for WithControls {
     fn description(&self) -> &'static str {
         self.0.description()
     }
-    fn state(&self) -> &'static str {
-        self.0.state()
-    }
     fn vocab(&self) -> usize {
         self.0.vocab()
     }

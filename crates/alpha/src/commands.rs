@@ -932,13 +932,7 @@ fn system_devices(runs: &Path, name: &str) -> Vec<alpha_records::catalogue::Devi
 
 fn systems(runs: &Path) -> Result<()> {
     outln!("devices from the gate ledgers and runs in {}", runs.display())?;
-    outln!(
-        "{:<11} {:>12}  {:<6} {:<70} the design's own note (not a record)",
-        "system",
-        "parameters",
-        "device",
-        "recorded"
-    )?;
+    outln!("{:<11} {:>12}  {:<6} {:<70} the design", "system", "parameters", "device", "recorded")?;
     for s in alpha_systems::catalogue() {
         let params = s.model(1)?.graph.parameter_count();
         for (i, d) in system_devices(runs, s.name()).iter().enumerate() {
@@ -950,7 +944,7 @@ fn systems(runs: &Path) -> Result<()> {
                 recorded += &format!("; fastest {} tokens/s", alpha_plan::group(tps.round() as usize));
             }
             let (name, count, design) = if i == 0 {
-                (s.name(), alpha_plan::group(params), format!("{} — {}", s.state(), s.description()))
+                (s.name(), alpha_plan::group(params), s.description().to_string())
             } else {
                 ("", String::new(), String::new())
             };
@@ -1185,7 +1179,6 @@ fn serve(a: ServeArgs) -> Result<()> {
             name: s.name().into(),
             description: s.description().into(),
             parameters: s.model(1)?.graph.parameter_count() as u64,
-            state: s.state().into(),
         });
     }
     let opts = alpha_dash::ServeOptions {

@@ -959,8 +959,7 @@ function systemsPage() {
       <h2>${esc(s.name)}</h2><p>${esc(s.description)}</p>
       <div class="meta"><b>${int(s.parameters)}</b> parameters</div>
       ${s.devices.map((dv) => `<div class="meta" data-device="${esc(dv.device)}"><b>${esc(dv.device)}</b>: ${esc(dv.state)}</div>`).join("")}
-      <div class="meta">${s.runs.length ? `Runs: ${runLinks(s.runs)}` : "No recorded run in this folder."}</div>
-      <div class="meta muted">The design's note (not a record): ${esc(s.state)}</div></div>`;
+      <div class="meta">${s.runs.length ? `Runs: ${runLinks(s.runs)}` : "No recorded run in this folder."}</div></div>`;
     }).join("") || `<p class="muted">This server was started without a catalogue.</p>`;
     $("#systems-table tbody").innerHTML = d.systems.map((s) => s.devices.map((dv, i) => `<tr data-system="${esc(s.name)}" data-device="${esc(dv.device)}">
       <td>${i === 0 ? `<b>${esc(s.name)}</b>` : ""}</td><td class="num">${i === 0 ? int(s.parameters) : ""}</td><td>${esc(dv.device)}</td><td>${esc(dv.state)}</td>
