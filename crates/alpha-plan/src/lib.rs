@@ -115,6 +115,14 @@ fn in_place(op: &Op) -> Option<&'static [usize]> {
     }
 }
 
+/// Whether Slice node `i` is one contiguous run of its input (every axis before the sliced one
+/// of size 1), which the plan may place as a view; any other slice is a copy, a kernel.
+pub fn one_run(g: &alpha_ir::Graph, i: usize) -> bool {
+    let n = &g.nodes[i];
+    let Op::Slice { axis, .. } = n.op else { return false };
+    g.shape(n.inputs[0])[..axis].iter().product::<usize>() == 1
+}
+
 /// Where node `i`'s output lies inside its input, in elements, when it is a view: a reshape
 /// (at 0), or a slice that is one contiguous run of its input — every axis before the sliced
 /// one of size 1, as for q, k and v cut from attention's `[3, B, H, T, D]` projection — at
@@ -124,10 +132,8 @@ fn view_offset(g: &alpha_ir::Graph, i: usize) -> Option<usize> {
     match n.op {
         Op::Reshape { .. } => Some(0),
         Op::Slice { axis, start, .. } => {
-            let shape = g.shape(n.inputs[0]);
-            let outer: usize = shape[..axis].iter().product();
-            let inner: usize = shape[axis + 1..].iter().product();
-            (outer == 1).then_some(start * inner)
+            let inner: usize = g.shape(n.inputs[0])[axis + 1..].iter().product();
+            one_run(g, i).then_some(start * inner)
         }
         _ => None,
     }

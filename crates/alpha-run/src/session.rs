@@ -35,11 +35,12 @@ impl Device {
     /// The device asked for, or else the GPU where one is present and the CPU where not: what
     /// generation (`alpha predict`, `alpha chat`) runs on by default. Why: a decode program
     /// gives hundreds of tokens a second on the H200 against a few on two CPU cores. A GPU
-    /// that is present but fails to open is an error, not a reason to fall back silently.
+    /// that is present but fails to open is an error when the backend opens it, not a reason to
+    /// fall back silently.
     pub fn or_present(asked: Option<Device>) -> Result<Device> {
         match asked {
             Some(d) => Ok(d),
-            None => Ok(if alpha_cuda::Gpu::probe()?.is_some() { Device::Cuda } else { Device::Cpu }),
+            None => Ok(if alpha_cuda::Gpu::present()? { Device::Cuda } else { Device::Cpu }),
         }
     }
 }

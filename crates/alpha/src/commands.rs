@@ -1109,7 +1109,7 @@ type ProbeRequest = (String, usize, std::sync::mpsc::Sender<Result<alpha_dash::P
 /// turn: on the GPU where one is present (a CUDA context is the thread's that made it, so the
 /// page's request threads could not share it), else on the CPU.
 struct ProbeModel {
-    requests: std::sync::Mutex<std::sync::mpsc::Sender<ProbeRequest>>,
+    requests: std::sync::mpsc::Sender<ProbeRequest>,
 }
 
 impl alpha_dash::Probe for CliProbe {
@@ -1137,7 +1137,7 @@ impl alpha_dash::Probe for CliProbe {
             }
         })?;
         made.recv().map_err(|_| anyhow!("the probe's thread for {} ended while loading it", ckpt.display()))??;
-        Ok(Arc::new(ProbeModel { requests: std::sync::Mutex::new(requests) }))
+        Ok(Arc::new(ProbeModel { requests }))
     }
 }
 
@@ -1164,8 +1164,7 @@ impl alpha_dash::LoadedModel for ProbeModel {
     fn probe(&self, prompt: &str, tokens: usize) -> Result<alpha_dash::ProbeResult> {
         let (answer, answered) = std::sync::mpsc::channel();
         let gone = || anyhow!("the probe's thread has ended");
-        let requests = self.requests.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        requests.send((prompt.to_string(), tokens, answer)).map_err(|_| gone())?;
+        self.requests.send((prompt.to_string(), tokens, answer)).map_err(|_| gone())?;
         answered.recv().map_err(|_| gone())?
     }
 }

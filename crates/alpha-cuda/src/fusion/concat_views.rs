@@ -12,6 +12,7 @@
 //! fused chain, reading slices and their reshapes (`chain_slices`).
 
 use super::*;
+use crate::kernels::pointwise::contiguous_strides;
 
 /// A Concat part read through a view: the view node (a Permute, or a Slice that is a kernel)
 /// and the tensor it reads.
@@ -33,7 +34,7 @@ pub(crate) fn view_part(g: &alpha_ir::Graph, uses: &HashMap<Value, usize>, c: u3
     let kernel = match vn.op {
         Op::Permute { .. } => true,
         // A slice of one contiguous run is a view in the plan, not a kernel.
-        Op::Slice { axis: sa, .. } => g.shape(source)[..sa].iter().product::<usize>() > 1,
+        Op::Slice { .. } => !alpha_plan::one_run(g, x.node as usize),
         _ => false,
     };
     let same_type = g.dtype(source) == n.outputs[0].dtype && g.dtype(x) == n.outputs[0].dtype;
@@ -111,7 +112,7 @@ pub(crate) fn view_part_strides(g: &alpha_ir::Graph, c: u32, vp: ViewPart) -> Vi
         out[j] = step;
         step *= shape[j] as u64;
     }
-    let xs = contiguous(g.shape(vp.source));
+    let xs = contiguous_strides(g.shape(vp.source));
     let (ins, offset) = match &g.nodes[vp.view as usize].op {
         Op::Permute { perm } => (perm.iter().map(|&p| xs[p]).collect(), 0),
         Op::Slice { axis: sa, start, .. } => (xs.clone(), *start as u64 * xs[*sa]),
@@ -126,14 +127,6 @@ pub(crate) struct ViewCopy {
     pub(crate) out: Vec<u64>,
     pub(crate) ins: Vec<u64>,
     pub(crate) offset: u64,
-}
-
-fn contiguous(shape: &[usize]) -> Vec<u64> {
-    let mut s = vec![1u64; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1] as u64;
-    }
-    s
 }
 
 /// The casts their producers store early (`fp.store_as`) whose store may land in the window
@@ -231,9 +224,9 @@ pub(crate) fn sliced_permute_input(g: &alpha_ir::Graph, uses: &HashMap<Value, us
     let Op::Permute { .. } = n.op else { return None };
     let x = under_reshape(g, uses, n.inputs[0])?;
     let sn = &g.nodes[x.node as usize];
-    let Op::Slice { axis, .. } = sn.op else { return None };
+    let Op::Slice { .. } = sn.op else { return None };
     let source = sn.inputs[0];
-    let kernel = g.shape(source)[..axis].iter().product::<usize>() > 1;
+    let kernel = !alpha_plan::one_run(g, x.node as usize);
     let vp = ViewPart { view: x.node, source };
     let ok = kernel && x.index == 0 && g.dtype(source) == g.dtype(x) && sliced_permute_strides(g, p, vp).is_some();
     ok.then_some(vp)
@@ -245,7 +238,7 @@ pub(crate) fn sliced_permute_strides(g: &alpha_ir::Graph, p: u32, vp: ViewPart) 
     let n = &g.nodes[p as usize];
     let Op::Permute { perm } = &n.op else { return None };
     let Op::Slice { axis, start, .. } = g.nodes[vp.view as usize].op else { return None };
-    let xs = contiguous(g.shape(vp.source));
+    let xs = contiguous_strides(g.shape(vp.source));
     let sliced = &g.nodes[vp.view as usize].outputs[0].shape;
     let st = reshaped_strides(sliced, &xs, g.shape(n.inputs[0]))?;
     Some((perm.iter().map(|&q| st[q]).collect(), start as u64 * xs[axis]))
@@ -508,10 +501,10 @@ pub(crate) fn sliced_tree(
     s: u32,
 ) -> Option<SlicedTree> {
     let sn = &g.nodes[s as usize];
-    let Op::Slice { axis, .. } = sn.op else { return None };
+    let Op::Slice { .. } = sn.op else { return None };
     let root = sn.inputs[0];
     let top = Value { node: s, index: 0 };
-    let kernel = g.shape(root)[..axis].iter().product::<usize>() > 1;
+    let kernel = !alpha_plan::one_run(g, s as usize);
     // Not the top slice where the views above it are absorbed too (that slice's tree holds it).
     let mut up = root;
     let mut under_view = false;
@@ -528,7 +521,7 @@ pub(crate) fn sliced_tree(
         return None;
     }
     let mut tree = SlicedTree { root, views: vec![], reads: vec![] };
-    let base = SlicedRead { source: root, offset: 0, strides: contiguous(g.shape(root)) };
+    let base = SlicedRead { source: root, offset: 0, strides: contiguous_strides(g.shape(root)) };
     let mut todo = vec![(s, base)];
     while let Some((id, at)) = todo.pop() {
         let n = &g.nodes[id as usize];
@@ -587,10 +580,7 @@ pub(crate) fn chain_slices(
             let free = !skip.contains(&v) && !fp.store_as.contains_key(&Value { node: v, index: 0 });
             match g.nodes[v as usize].op {
                 Op::Reshape { .. } => !ph.pos.contains_key(&v),
-                Op::Slice { axis, .. } => {
-                    let kernel = g.shape(g.nodes[v as usize].inputs[0])[..axis].iter().product::<usize>() > 1;
-                    free && (ph.pos.contains_key(&v) || !kernel)
-                }
+                Op::Slice { .. } => free && (ph.pos.contains_key(&v) || alpha_plan::one_run(g, v as usize)),
                 _ => false,
             }
         });

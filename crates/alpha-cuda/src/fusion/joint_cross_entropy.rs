@@ -86,10 +86,7 @@ pub(crate) fn joint_cross_entropy(
         if !width.is_multiple_of(4) || width > JOINT_MAX_WIDTH {
             continue;
         }
-        // A reshape's value is its input's bytes, which `touched_by` names too.
-        let touched = touched_by(g, &view.nodes[at..to])
-            .filter(|v| !matches!(g.nodes[v.node as usize].op, Op::Reshape { .. }))
-            .map(|v| view.range(v));
+        let touched = touched_by(g, &view.nodes[at..to]).map(|v| view.range(v));
         let Some(slot) = view.range(cast) else { continue };
         if clear_of(slot, touched) {
             out.push((f, (b, scale)));

@@ -150,9 +150,13 @@ pub fn joint_kernel_bf16(w: u32) -> Kernel {
             body(k, q, &x);
         });
     };
-    let class_of = |k: &mut Kernel, q: Reg, e: u32| {
+    // Logit `e` of quad `q`: its column, and whether it is a class (`j < v`).
+    let column = |k: &mut Kernel, q: Reg, e: u32| {
         let j0 = k.bin("shl.b32", RegKind::B32, q, 2u32);
-        let j = k.bin("add.u32", RegKind::B32, j0, e);
+        k.bin("add.u32", RegKind::B32, j0, e)
+    };
+    let class_of = |k: &mut Kernel, q: Reg, e: u32| {
+        let j = column(k, q, e);
         (j, k.setp("lt.u32", j, v))
     };
     let mx = k.imm_f32(f32::NEG_INFINITY);
@@ -188,16 +192,7 @@ pub fn joint_kernel_bf16(w: u32) -> Kernel {
         let g: Vec<Reg> = x
             .iter()
             .enumerate()
-            .map(|(e, &xe)| {
-                let (j, class) = class_of(k, q, e as u32);
-                let d = k.bin("sub.rn.f32", RegKind::F32, xe, lse);
-                let p = emit_exp(k, d);
-                let is_t = k.setp("eq.u32", j, t);
-                let oh = k.tri("selp.f32", RegKind::F32, 1.0f32, 0.0f32, is_t);
-                let g = k.bin("sub.rn.f32", RegKind::F32, p, oh);
-                let g = k.bin("mul.rn.f32", RegKind::F32, g, scale);
-                k.tri("selp.f32", RegKind::F32, g, 0.0f32, class)
-            })
+            .map(|(e, &xe)| logit_gradient(k, xe, &|k| column(k, q, e as u32), (lse, t, scale, v)))
             .collect();
         store_bf16_quad(k, obase, q, &g);
     });
@@ -307,18 +302,8 @@ fn backward_kernel_with(bf16: bool) -> Kernel {
     let scale = k.tri("selp.f32", RegKind::F32, dl, zero, ok);
     // (softmax − onehot)·scale of the logit whose value is `x` and index `index()`; 0 for a
     // column past the classes.
-    let grad = |k: &mut Kernel, x: Reg, index: &dyn Fn(&mut Kernel) -> Reg| {
-        let d = k.bin("sub.rn.f32", RegKind::F32, x, lse);
-        let p = emit_exp(k, d);
-        let j = index(k);
-        let is_t = k.setp("eq.u32", j, t);
-        let one = k.imm_f32(1.0);
-        let oh = k.tri("selp.f32", RegKind::F32, one, 0.0f32, is_t);
-        let g = k.bin("sub.rn.f32", RegKind::F32, p, oh);
-        let g = k.bin("mul.rn.f32", RegKind::F32, g, scale);
-        let class = k.setp("lt.u32", j, v);
-        k.tri("selp.f32", RegKind::F32, g, 0.0f32, class)
-    };
+    let grad =
+        |k: &mut Kernel, x: Reg, index: &dyn Fn(&mut Kernel) -> Reg| logit_gradient(k, x, index, (lse, t, scale, v));
     if !bf16 {
         strided(&mut k, tid, w, |k, j| {
             let a = k.addr_of(base, j, 4);
@@ -346,6 +331,27 @@ fn backward_kernel_with(bf16: bool) -> Kernel {
     });
     k.ret();
     k
+}
+
+/// `(softmax − onehot)·scale` of the logit `x` whose column `index()` gives (made after its
+/// exponential, as the kernels have always ordered it), 0 for a column past the classes `v`:
+/// `exp(x − lse)`, minus 1 at the target `t`, times the row's `scale`.
+fn logit_gradient(
+    k: &mut Kernel,
+    x: Reg,
+    index: &dyn Fn(&mut Kernel) -> Reg,
+    (lse, t, scale, v): (Reg, Reg, Reg, Reg),
+) -> Reg {
+    let d = k.bin("sub.rn.f32", RegKind::F32, x, lse);
+    let p = emit_exp(k, d);
+    let j = index(k);
+    let is_t = k.setp("eq.u32", j, t);
+    let one = k.imm_f32(1.0);
+    let oh = k.tri("selp.f32", RegKind::F32, one, 0.0f32, is_t);
+    let g = k.bin("sub.rn.f32", RegKind::F32, p, oh);
+    let g = k.bin("mul.rn.f32", RegKind::F32, g, scale);
+    let class = k.setp("lt.u32", j, v);
+    k.tri("selp.f32", RegKind::F32, g, 0.0f32, class)
 }
 
 /// The four gradients `g` of quad `q`, rounded to bf16 (round-to-nearest-even), stored at the

@@ -49,7 +49,7 @@ use crate::config::{ChainEpilogues, CudaConfig};
 use crate::fusion::{
     cast_sources_through_their_gemms, casts_into_producers, chain_slices, clear_of, column_casts,
     concat_view_candidates, concat_views, deep_epilogue_grid, deferred_folds, delta_heads, forward_copies,
-    forward_rotaries, fuse, fuse_more, grouped_param_casts, joint_backward_apart, joint_cross_entropy,
+    forward_rotaries, fuse, fuse_more, grouped_param_casts, head_split, joint_backward_apart, joint_cross_entropy,
     merged_f32_windows, merged_gradients, mul_epilogues, nested_concat_candidates, nested_concats, norm_column_sums,
     norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range, readers_of,
     recompute_unary_inputs, settled, sliced_permute_candidates, sliced_permutes, sliced_tree_candidates, tiled_gemm,
@@ -667,17 +667,12 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     // A product that stores the heads a Permute after it splits (`heads_candidate`) writes
     // them while it reads its operands: those are kept to the Permute, so its output does not
     // land on them.
+    let (uses, _) = readers_of(program);
     for (i, n) in g.nodes.iter().enumerate() {
         let Op::Permute { perm } = &n.op else { continue };
-        if !matches!(perm.as_slice(), [2, 0, 3, 1, 4] | [0, 2, 1, 3]) {
-            continue;
-        }
-        let mut x = n.inputs[0];
-        while matches!(g.nodes[x.node as usize].op, Op::Reshape { .. } | Op::Binary(alpha_ir::Binary::Add)) {
-            x = g.nodes[x.node as usize].inputs[0];
-        }
-        if matches!(g.nodes[x.node as usize].op, Op::MatMul { .. }) && phase(x.node) == phase(i as u32) {
-            keep.extend(g.nodes[x.node as usize].inputs.iter().map(|&v| (v, i as u32)));
+        let Some((mm, _, _)) = head_split(config, g, &uses, n, perm) else { continue };
+        if phase(mm) == phase(i as u32) {
+            keep.extend(g.nodes[mm as usize].inputs.iter().map(|&v| (v, i as u32)));
         }
     }
     let into_producers = producer_cast_candidates(program);
@@ -691,7 +686,6 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     // A producer storing into its cast's slot writes it from its own launch (or its chain's,
     // which may start a few elementwise nodes earlier) on: what those read must not lie there.
     // (Other casts' outputs stored by the same chain among them: all of the window is kept.)
-    let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
     let mut keep_up_to = |from: u32, cast: u32, with_outputs: bool| {
         for id in from..cast {
             let n = &g.nodes[id as usize];
@@ -722,35 +716,23 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     if config.bf16_attention && config.merged_gradients {
         keep.extend(merged_f32_windows(program, &into_producers));
     }
-    // A Concat's copy reading a part through its permute or slice (`concat_views`) reads the
-    // tensor under the view at the Concat: that tensor is kept alive to it.
+    // A tensor read through a view at the view's reader instead of at the view is kept alive to
+    // that reader: a Concat's copy of a permuted or sliced part (`concat_views`), a Permute of a
+    // slice (`sliced_permutes`), elementwise nodes reading their slices in place
+    // (`chain_slices`). (Within one phase: the plan refuses a hint across phases.)
+    let mut reads_through_views: Vec<(Value, u32)> = vec![];
     if config.concat_views {
-        for (c, _, vp) in concat_view_candidates(program) {
-            if phase(vp.source.node) == phase(c) && phase(c).is_some() {
-                keep.push((vp.source, c));
-            }
-        }
+        reads_through_views.extend(concat_view_candidates(program).into_iter().map(|(c, _, vp)| (vp.source, c)));
     }
-    // A Permute reading the source of the slice before it (`sliced_permutes`) reads it at
-    // the Permute: it is kept alive to it.
     if config.sliced_permutes {
-        for (p, vp) in sliced_permute_candidates(program) {
-            if phase(vp.source.node) == phase(p) && phase(p).is_some() {
-                keep.push((vp.source, p));
-            }
-        }
+        reads_through_views.extend(sliced_permute_candidates(program).into_iter().map(|(p, vp)| (vp.source, p)));
     }
-    // Elementwise nodes reading the tensor under their slices in place (`chain_slices`) read it
-    // at their own launches: it is kept alive to them.
     if config.chain_slices {
         for tree in sliced_tree_candidates(program) {
-            for (r, _, _) in tree.reads {
-                if phase(tree.root.node) == phase(r) && phase(r).is_some() {
-                    keep.push((tree.root, r));
-                }
-            }
+            reads_through_views.extend(tree.reads.into_iter().map(|(r, _, _)| (tree.root, r)));
         }
     }
+    keep.extend(reads_through_views.into_iter().filter(|&(v, r)| phase(r).is_some() && phase(v.node) == phase(r)));
     lower(plan_with(&keep)?, config)
 }
 

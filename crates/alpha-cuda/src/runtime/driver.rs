@@ -199,6 +199,11 @@ pub struct Gpu {
 }
 
 impl Gpu {
+    /// Whether a driver and a GPU are present, without opening the device (no context made).
+    pub fn present() -> Result<bool> {
+        Ok(init_driver()?.is_ok())
+    }
+
     /// Device 0's description, or `None` where there is no driver or no GPU.
     pub fn probe() -> Result<Option<GpuInfo>> {
         match init_driver()? {
