@@ -31,7 +31,7 @@
 //! | `ALPHA_CHAIN_SLICES=off` | [`CudaConfig::chain_slices`] | a Unary or Binary (alone or in a fused chain) reading a slice reads the slice's copy, instead of the slice's source through its row stride and offset |
 //! | `ALPHA_HELD_BROADCAST=off` | [`CudaConfig::held_broadcasts`] | a Broadcast that only binaries read is copied out to its full shape, instead of the binaries reading its source held |
 //! | `ALPHA_MUL_EPILOGUE=off` | [`CudaConfig::mul_epilogue`] | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
-//! | `ALPHA_JOINT_CE=on` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward launches its bf16 backward too, reading the logits once instead of twice (off by default: its kernel has not yet been checked on a GPU) |
+//! | `ALPHA_JOINT_CE=off` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward and its bf16 backward run as two launches, each reading the logits, instead of the forward launching the backward's work too |
 //! | `ALPHA_LN_COPY=off` | [`CudaConfig::layernorm_copy`] | the residual gradient's bf16 cast after a LayerNorm backward runs as its own launch instead of being stored by the LayerNorm backward |
 //! | `ALPHA_ATTN_OCOPY=off` | [`CudaConfig::output_copy`] | the attention output's permute-and-cast runs as its own launch instead of the bf16 attention forward storing the copy |
 //! | `ALPHA_RECOMPUTE=off` | [`CudaConfig::recompute_unary`] | fused elementwise chains read a unary function of their inputs instead of recomputing it |
@@ -134,8 +134,6 @@ pub struct CudaConfig {
     pub mul_epilogue: bool,
     /// A cross-entropy whose backward scales every row alike runs its bf16 backward in its own
     /// launch, reading the logits once ([`crate::kernels::cross_entropy::joint_kernel_bf16`]).
-    /// Off by default until `kernel_check --only cross_entropy` and the gates have passed with
-    /// it on a GPU.
     pub joint_cross_entropy: bool,
     /// A LayerNorm backward also stores the bf16 cast of the residual gradient it adds.
     pub layernorm_copy: bool,
@@ -206,7 +204,7 @@ impl Default for CudaConfig {
             chain_slices: true,
             held_broadcasts: true,
             mul_epilogue: true,
-            joint_cross_entropy: false,
+            joint_cross_entropy: true,
             layernorm_copy: true,
             output_copy: true,
             recompute_unary: true,
