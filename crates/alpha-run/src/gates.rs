@@ -12,7 +12,13 @@
 //!   matrices, whose change must be at cosine ≥ 0.9999 to the reference's (their Newton–Schulz
 //!   products round operands to bf16, which no two summation orders do alike);
 //! - causality: change every token from position p on — logits before p stay bit-identical,
-//!   every later row changes.
+//!   every later row changes;
+//! - health: the step's health variant (the optimizer figures `alpha train --health-every`
+//!   records, [`alpha_learn::health`]), which a trainer runs in place of the step: on the device
+//!   its update is the device's own step's (within 1e-6 of each change; Muon's at cosine
+//!   ≥ 0.9999), and its figures are the reference's (every norm within 2e-2, every non-finite
+//!   count equal). Not one of the four a GPU run needs ([`alpha_records::GATES`]): it decides
+//!   whether a GPU run records health by default.
 //!
 //! Each runs on the initial weights and on perturbed ones.
 //!
@@ -44,6 +50,7 @@ pub enum Gate {
     Gradient,
     Update,
     Causality,
+    Health,
 }
 
 impl std::str::FromStr for Gate {
@@ -54,7 +61,8 @@ impl std::str::FromStr for Gate {
             "gradient" => Ok(Gate::Gradient),
             "update" => Ok(Gate::Update),
             "causality" => Ok(Gate::Causality),
-            o => Err(format!("unknown gate '{o}': forward, gradient, update or causality")),
+            "health" => Ok(Gate::Health),
+            o => Err(format!("unknown gate '{o}': forward, gradient, update, causality or health")),
         }
     }
 }
@@ -67,6 +75,7 @@ impl Gate {
             Gate::Gradient => "gradient",
             Gate::Update => "update",
             Gate::Causality => "causality",
+            Gate::Health => "health",
         }
     }
 }
@@ -164,6 +173,7 @@ pub fn check(gate: Gate, system: &dyn System, device: Device, batch: usize, seed
             Gate::Gradient => gradient(&case, &mut lines, &mut figs)?,
             Gate::Update => update(&case, &mut lines, &mut figs)?,
             Gate::Causality => causality(&case, &mut lines, &mut figs)?,
+            Gate::Health => health(&case, &mut lines, &mut figs)?,
         };
         text.push_str(&lines);
         let _ = writeln!(text, "  {}", if ok { "PASS" } else { "FAIL" });
@@ -537,6 +547,139 @@ fn update_at(
     Ok(ok)
 }
 
+/// The health variant of the training step ([`alpha_learn::health`]) from the same weights, ids
+/// and update-1 scalars: on the device, against the device's own step phase (the update a
+/// health step makes must be the one an ordinary step makes), and its figures against the
+/// reference's.
+fn health(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<bool> {
+    let system = c.system;
+    let learner = system.learner(system.default_steps());
+    let (program, rows) = learner.training_program_with_health(system.model(c.batch)?)?;
+    let Some(step) = program.phases.iter().rev().find(|p| p.name != alpha_learn::health::PHASE) else {
+        bail!("{}'s training program has no step phase", system.name())
+    };
+    let step = step.name.clone();
+    // " (where)" after a figure, where one tensor is the worst.
+    let of = |name: &str| if name.is_empty() { String::new() } else { format!(" ({name})") };
+    let start = leaves(&program, c.seed, c.w);
+    let scalars = learner.scalars(1);
+    let prepare = |b: &mut dyn Backend| -> Result<()> {
+        load(b, &start, c.tokens, c.targets)?;
+        for (name, value) in &scalars {
+            b.write(name, &[*value as f32])?;
+        }
+        Ok(())
+    };
+    let params: Vec<String> = persistent(&program).into_iter().filter(|p| p.2).map(|p| p.0).collect();
+    let muon = muon_parameters(&learner, &program)?;
+    let mut dev = backend_for(c.device, &program)?;
+    prepare(dev.as_mut())?;
+    dev.run(&step)?;
+    let stepped: Vec<Vec<f32>> = params.iter().map(|p| dev.read(p)).collect::<Result<_>>()?;
+    prepare(dev.as_mut())?;
+    dev.run(alpha_learn::health::PHASE)?;
+
+    // The update: the health step's against the step's, both on the device.
+    let (mut worst, mut worst_name, mut identical) = (0f64, String::new(), 0usize);
+    let mut lowest_cos = (f64::INFINITY, String::new());
+    let mut ok = true;
+    for (name, s) in params.iter().zip(&stepped) {
+        let before = &start.iter().find(|(n, _)| n == name).expect("every parameter has a start").1;
+        let h = dev.read(name)?;
+        identical += usize::from(h.iter().zip(s).all(|(a, b)| a.to_bits() == b.to_bits()));
+        if muon.contains(name) {
+            let cos = change_cosine(&h, s, before);
+            if cos.is_nan() || cos < lowest_cos.0 {
+                lowest_cos = (cos, name.clone());
+            }
+            continue;
+        }
+        let change = before.iter().zip(s).fold(0f64, |m, (a, b)| m.max((*a as f64 - *b as f64).abs()));
+        let diff = h.iter().zip(s).fold(0f64, |m, (a, b)| m.max((*a as f64 - *b as f64).abs()));
+        let rel = if change == 0.0 { diff } else { diff / change };
+        if !rel.is_finite() || rel > worst {
+            worst = if rel.is_finite() { rel } else { f64::INFINITY };
+            worst_name = name.clone();
+        }
+    }
+    let holds = worst <= 1e-6;
+    ok &= holds;
+    let _ = writeln!(
+        text,
+        "  update: the health step against the step on the device: {identical} of {} tensors bit-identical, largest difference {worst:.2e} of the change{} (≤ 1e-6)",
+        params.len(),
+        of(&worst_name)
+    );
+    figure(
+        figs,
+        &format!("health step's update against the step's, largest difference / change ({worst_name})"),
+        worst,
+        "≤ 1e-6",
+        holds,
+    );
+    if !muon.is_empty() {
+        let holds = lowest_cos.0 >= 0.9999;
+        ok &= holds;
+        let _ = writeln!(
+            text,
+            "  update: Muon's {} matrices, lowest cosine of the health step's change to the step's {:.7} ({}) (≥ 0.9999)",
+            muon.len(),
+            lowest_cos.0,
+            lowest_cos.1
+        );
+        figure(
+            figs,
+            &format!("health step's Muon change cosine to the step's ({})", lowest_cos.1),
+            lowest_cos.0,
+            "≥ 0.9999",
+            holds,
+        );
+    }
+
+    // The figures: the device's against the reference's.
+    let mut cpu = CpuBackend::compile(&program)?;
+    prepare(&mut cpu)?;
+    cpu.run(alpha_learn::health::PHASE)?;
+    let (d, r) = (dev.output(alpha_learn::health::OUTPUT)?, cpu.output(alpha_learn::health::OUTPUT)?);
+    if d.len() != 2 * rows.len() || r.len() != d.len() {
+        bail!("the health output has {} and {} values for {} rows", d.len(), r.len(), rows.len());
+    }
+    let (mut worst, mut worst_row, mut counts_differ) = (0f64, String::new(), vec![]);
+    for (i, row) in rows.iter().enumerate() {
+        let (dn, rn) = (d[2 * i] as f64, r[2 * i] as f64);
+        // Relative to the reference's norm, or absolute below 1e-6 (a zero state).
+        let rel = (dn - rn).abs() / rn.abs().max(1e-6);
+        if !rel.is_finite() || rel > worst {
+            worst = if rel.is_finite() { rel } else { f64::INFINITY };
+            worst_row = format!("{} {}", row.tensor, row.quantity);
+        }
+        if d[2 * i + 1].to_bits() != r[2 * i + 1].to_bits() {
+            counts_differ.push(format!("{} {}: {} against {}", row.tensor, row.quantity, d[2 * i + 1], r[2 * i + 1]));
+        }
+    }
+    let holds = worst <= 2e-2;
+    ok &= holds && counts_differ.is_empty();
+    let _ = writeln!(
+        text,
+        "  figures: {} rows; largest norm difference {worst:.2e} of the reference's{} (≤ 2e-2); non-finite counts that differ: {}",
+        rows.len(),
+        of(&worst_row),
+        counts_differ.len()
+    );
+    for line in counts_differ.iter().take(5) {
+        let _ = writeln!(text, "  {line}  ✗");
+    }
+    figure(figs, &format!("largest health norm difference / reference ({worst_row})"), worst, "≤ 2e-2", holds);
+    figure(
+        figs,
+        "non-finite counts that differ from the reference's",
+        counts_differ.len() as f64,
+        "= 0",
+        counts_differ.is_empty(),
+    );
+    Ok(ok)
+}
+
 fn causality(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<bool> {
     let Case { system, batch, tokens, targets, w, .. } = *c;
     let (t, v) = (system.context(), system.vocab());
@@ -670,6 +813,22 @@ pub fn append(runs: &Path, record: &GateRecord) -> Result<std::path::PathBuf> {
 /// `system`'s gate ledger under `runs`, oldest first (none when there is no ledger).
 pub fn ledger(runs: &Path, system: &str) -> Vec<GateRecord> {
     crate::records::read_rows(&alpha_records::gate_ledger(runs, system))
+}
+
+/// Whether the newest health gate record of `system` under `runs` for this build on `device`
+/// passed: a GPU run then records optimizer health by default
+/// ([`crate::train::default_health_every`]). The CPU needs none (it is the reference).
+pub fn health_gated(runs: &Path, system: &str, device: Device) -> bool {
+    if device == Device::Cpu {
+        return true;
+    }
+    let Ok(build) = build_identity() else { return false };
+    let dev = device_name(device);
+    ledger(runs, system)
+        .iter()
+        .rev()
+        .find(|r| r.gate == Gate::Health.name() && r.build == build && r.device == dev)
+        .is_some_and(|r| r.passed)
 }
 
 /// Whether a run of `system` on `device` may start, by the ledger under `runs`. A CPU run

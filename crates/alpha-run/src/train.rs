@@ -76,11 +76,14 @@ pub struct TrainOptions {
 pub const DEFAULT_HEALTH_EVERY: u64 = 100;
 
 /// The `--health-every` default for a run on `device`: [`DEFAULT_HEALTH_EVERY`] on the CPU, and
-/// off on the GPU until the health phase (which takes the place of the step on its updates) has
-/// passed the update gate against the CPU reference there; asked for by the flag, it runs.
-pub fn default_health_every(device: Device) -> u64 {
+/// on the GPU the same once the health gate (the health step, which takes the place of the step
+/// on its updates, against the device's own step and the CPU reference:
+/// [`crate::gates::Gate::Health`]) has passed there for this build (`health_gated`); otherwise
+/// off. Asked for by the flag, it runs.
+pub fn default_health_every(device: Device, health_gated: bool) -> u64 {
     match device {
         Device::Cpu => DEFAULT_HEALTH_EVERY,
+        Device::Cuda if health_gated => DEFAULT_HEALTH_EVERY,
         Device::Cuda => 0,
     }
 }

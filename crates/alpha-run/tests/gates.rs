@@ -13,9 +13,11 @@ fn small() -> Coppelius {
 }
 
 /// Every gate passes for `system` against itself on the CPU, and the causality gate's cut at
-/// the middle of 16 positions left the 16 rows before it alone and changed the 16 after.
+/// the middle of 16 positions left the 16 rows before it alone and changed the 16 after; the
+/// health step (its phase built again with the figures) updates every tensor bit for bit as the
+/// step does.
 fn passes_every_gate_and_is_causal(system: &dyn alpha_systems::System, seed: u64) {
-    for gate in [Gate::Forward, Gate::Gradient, Gate::Update, Gate::Causality] {
+    for gate in [Gate::Forward, Gate::Gradient, Gate::Update, Gate::Causality, Gate::Health] {
         let r = check(gate, system, Device::Cpu, 2, seed).unwrap();
         eprint!("{}", r.text);
         assert!(r.passed, "{}", r.text);
@@ -23,6 +25,9 @@ fn passes_every_gate_and_is_causal(system: &dyn alpha_systems::System, seed: u64
     let r = check(Gate::Causality, system, Device::Cpu, 2, seed).unwrap();
     assert!(r.text.contains("rows before 8 that changed 0 of 16"), "{}", r.text);
     assert!(r.text.contains("rows from 8 on unchanged 0 of 16"), "{}", r.text);
+    let r = check(Gate::Health, system, Device::Cpu, 2, seed).unwrap();
+    let tensors = alpha_systems::System::model(system, 1).unwrap().graph.params().len();
+    assert!(r.text.contains(&format!("{tensors} of {tensors} tensors bit-identical")), "{}", r.text);
 }
 
 #[test]

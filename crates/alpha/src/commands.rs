@@ -131,7 +131,8 @@ pub struct BenchArgs {
 
 #[derive(Args)]
 pub struct CheckArgs {
-    /// forward, gradient, update, causality, or all.
+    /// forward, gradient, update, causality, health, or all (the five; a GPU run needs the first
+    /// four, and records optimizer health by default once health has passed).
     pub gate: String,
     pub system: String,
     #[arg(long, default_value = "cuda")]
@@ -214,8 +215,8 @@ pub struct TrainArgs {
     pub skip_gates: bool,
     /// Record every parameter tensor's optimizer health (norms of its gradient, values, update
     /// and optimizer state, and their non-finite counts) every N updates and at the last, into
-    /// `health.jsonl` (0: never) [default: 100 on the CPU; 0 on the GPU, where the health phase
-    /// has not yet been gated against the CPU reference].
+    /// `health.jsonl` (0: never) [default: 100; on the GPU 0 until `alpha check health SYSTEM
+    /// --device cuda` has passed for this build].
     #[arg(long)]
     pub health_every: Option<u64>,
 }
@@ -453,6 +454,10 @@ fn train(a: TrainArgs) -> Result<()> {
             g.missing.join(", ")
         );
     }
+    let health_every = a.health_every.unwrap_or_else(|| {
+        let gated = alpha_run::gates::health_gated(runs_root, system.name(), a.device);
+        alpha_run::train::default_health_every(a.device, gated)
+    });
     let data = data::resolve(system.as_ref(), a.data.as_deref())?;
     let opts = TrainOptions {
         system: a.system.clone(),
@@ -475,7 +480,7 @@ fn train(a: TrainArgs) -> Result<()> {
         warmdown_updates: a.warmdown_updates,
         checkpoint_sample_tokens: a.checkpoint_sample_tokens,
         gates,
-        health_every: a.health_every.unwrap_or(alpha_run::train::default_health_every(a.device)),
+        health_every,
     };
     // The first Ctrl-C (or SIGTERM, SIGHUP) lets the step in flight finish and checkpoints it;
     // a second one marks run.json "interrupted" and ends the process at once. A signal that
@@ -1195,7 +1200,7 @@ fn check(a: CheckArgs) -> Result<()> {
     use alpha_run::gates::{check, Gate};
     let system = find(&a.system)?;
     let gates: Vec<Gate> = if a.gate == "all" {
-        vec![Gate::Forward, Gate::Gradient, Gate::Update, Gate::Causality]
+        vec![Gate::Forward, Gate::Gradient, Gate::Update, Gate::Causality, Gate::Health]
     } else {
         vec![a.gate.parse::<Gate>().map_err(|e| anyhow!(e))?]
     };

@@ -335,7 +335,7 @@ fn gates_are_recorded_and_a_gpu_run_without_them_is_refused_before_any_work() {
     assert!(out.contains("recorded in runs/.gates/bob.jsonl"), "{out}");
     let rows = ledger(&runs, "bob");
     let gates: Vec<&str> = rows.iter().map(|r| r["gate"].as_str().unwrap()).collect();
-    assert_eq!(gates, ["forward", "gradient", "update", "causality"], "one row a gate, in the order run");
+    assert_eq!(gates, ["forward", "gradient", "update", "causality", "health"], "one row a gate, in the order run");
     let build = rows[0]["build"].as_str().unwrap().to_string();
     assert_eq!(build.len(), 64, "the executable's SHA-256: {build}");
     for r in &rows {
