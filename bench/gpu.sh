@@ -54,6 +54,15 @@
 #                    --device cuda` of TOKENS (default 512) tokens at temperature 0 from that
 #                    checkpoint; the tokens a second it prints (after the prompt, apart from
 #                    loading and compiling), one row a system
+#   page             a Coppelius run whose page shows every part the run page has, for the README's
+#                    screenshot: every gate of Coppelius and Bob into the run folder's ledger (health
+#                    among them, so the run records optimizer health), then Bob (BYTES, prepared
+#                    bytes of the same corpus) and Coppelius (DATA) trained PAGE_STEPS updates
+#                    (default 600) with a scored checkpoint and its text every PAGE_EVERY (100),
+#                    Coppelius at batch 16 with --profile; their records without checkpoints in
+#                    OUT/page-runs.tgz. Then, on a machine with Chromium: `cargo run --release -p
+#                    alpha-dash --example screenshot -- RUNS coppelius-h200 docs/coppelius-h200.png
+#                    1280 bob-h200` (the last, a baseline ticked on the cost curves)
 #   all              check, hashes, bench, profile
 #
 # Environment:
@@ -138,9 +147,12 @@ need_data() {
 [ $# -ge 1 ] || usage
 MODE=$1
 shift
-case "$MODE" in check | hashes | bench | compare | profile | train | gpt2-train | polf-train | generate | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, profile, train, gpt2-train, polf-train, generate, all)" ;; esac
+case "$MODE" in check | hashes | bench | compare | profile | train | gpt2-train | polf-train | generate | page | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, profile, train, gpt2-train, polf-train, generate, page, all)" ;; esac
 
-case "$MODE" in hashes | profile | train | gpt2-train | all) need_data "$MODE" ;; esac
+case "$MODE" in hashes | profile | train | gpt2-train | page | all) need_data "$MODE" ;; esac
+if [ "$MODE" = page ] && { [ -z "${BYTES:-}" ] || [ ! -d "$BYTES" ]; }; then
+  die "page needs BYTES, the same corpus prepared as bytes (alpha data prepare --tokenizer bytes) for Bob's baseline run (got '${BYTES:-}')"
+fi
 if [ "$MODE" = compare ] && { [ -z "${ALPHA_BEFORE:-}" ] || [ ! -f "$ALPHA_BEFORE" ]; }; then
   die "compare needs ALPHA_BEFORE, the build to compare against (got '${ALPHA_BEFORE:-}')"
 fi
@@ -940,6 +952,40 @@ mode_generate() {
   done
 }
 
+# page: the run page's screenshot material (see the usage): gates, a baseline and a Coppelius
+# run, their records (checkpoints left out) in OUT/page-runs.tgz.
+mode_page() {
+  local folder=$RUNS/page steps=${PAGE_STEPS:-600} every=${PAGE_EVERY:-100} system log
+  mkdir -p "$folder"
+  for system in coppelius bob; do
+    log="$OUT/page-gates-$system.txt"
+    if timeout 400 "$ALPHA" check all "$system" --device cuda --batch 1 --runs "$folder" >"$log" 2>&1; then
+      record "page gates $system" PASS "$(grep -c '^  PASS' "$log") of 10 cases (health among them)"
+    else
+      record "page gates $system" FAIL "$(tail -1 "$log" | cut -c1-120)"
+      return 0
+    fi
+  done
+  log="$OUT/page-train-bob.txt"
+  if timeout 300 "$ALPHA" train bob --device cuda --data "$BYTES" --steps "$steps" --checkpoint-every "$every" \
+    --run-dir "$folder/bob-h200" --quiet >"$log" 2>&1; then
+    record "page bob" PASS "$(grep -a -m1 'held-out' "$log" | cut -c1-120)"
+  else
+    record "page bob" FAIL "$(tail -1 "$log" | cut -c1-120)"
+  fi
+  log="$OUT/page-train-coppelius.txt"
+  if timeout 400 "$ALPHA" train coppelius --device cuda --data "$DATA" --batch 16 --steps "$steps" \
+    --checkpoint-every "$every" --profile --run-dir "$folder/coppelius-h200" --quiet >"$log" 2>&1; then
+    local rows
+    rows=$(wc -l <"$folder/coppelius-h200/health.jsonl" 2>/dev/null || echo 0)
+    record "page coppelius" PASS "$steps updates; $rows health rows; $(grep -a -m1 'held-out' "$log" | cut -c1-100)"
+  else
+    record "page coppelius" FAIL "$(tail -1 "$log" | cut -c1-120)"
+  fi
+  tar czf "$OUT/page-runs.tgz" -C "$folder" --exclude='*.safetensors' --exclude='checkpoints' . &&
+    record "page records" PASS "$OUT/page-runs.tgz ($(du -k "$OUT/page-runs.tgz" | cut -f1) KB)"
+}
+
 echo "== gpu.sh $MODE $* (logs in $OUT)"
 machine
 case "$MODE" in
@@ -952,6 +998,7 @@ case "$MODE" in
   gpt2-train) mode_gpt2_train "$@" ;;
   polf-train) mode_polf_train "$@" ;;
   generate) mode_generate "$@" ;;
+  page) mode_page ;;
   all)
     mode_check
     mode_hashes
