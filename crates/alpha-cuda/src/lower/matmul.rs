@@ -230,12 +230,18 @@ impl Lowerer<'_> {
         a: Value,
         b: Value,
     ) -> Result<Option<(A, A)>> {
+        let (a, b) = (self.ptr(a), self.ptr(b));
+        self.maps_over(spec, shape, a, b)
+    }
+
+    /// [`Self::maps_for`] over operands given as arguments (plan values or scratch places).
+    pub(super) fn maps_over(&mut self, spec: &GemmSpec, shape: &GemmShape, a: A, b: A) -> Result<Option<(A, A)>> {
         if spec.engine != gemm::Engine::Tma {
             return Ok(None);
         }
         gemm_tma::check_shape(spec, shape)?;
         let (ma, mb) = gemm_tma::map_specs(spec, shape);
-        Ok(Some((self.tensor_map(self.ptr(a), ma)?, self.tensor_map(self.ptr(b), mb)?)))
+        Ok(Some((self.tensor_map(a, ma)?, self.tensor_map(b, mb)?)))
     }
 
     /// Products whose activation epilogue ([`gemm::GemmSpec::activation`], `u(product)` as a

@@ -243,6 +243,9 @@ struct Lowerer<'p> {
     /// Tensor maps of the TMA engine's launches (see [`Lowered::tensor_maps`]), one per
     /// distinct operand and shape.
     tensor_maps: Vec<(usize, usize, gemm_tma::MapSpec)>,
+    /// Tensor maps over scratch operands (a padded product's): (offset of the map, the
+    /// operand's offset in the scratch region, its shape), placed once the region is.
+    scratch_maps: Vec<(usize, usize, gemm_tma::MapSpec)>,
     /// The tiled product `lower_node` just lowered, for the caller to record in
     /// [`LaunchedProducts`].
     last_product: Option<ProductLaunch>,
@@ -376,6 +379,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         cast_candidates: producer_cast_candidates(&plan.program),
         param_casts: grouped_param_casts(&plan.program),
         tensor_maps: vec![],
+        scratch_maps: vec![],
         last_product: None,
         recomputed_reads: std::collections::HashSet::new(),
         pending_folds: vec![],
@@ -604,7 +608,8 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         node: p.node,
     };
     let phases: Vec<Vec<Launch>> = phases.into_iter().map(|ph| ph.into_iter().map(resolve).collect()).collect();
-    let Lowerer { kernels, inits, tensor_maps, .. } = lw;
+    let Lowerer { kernels, inits, mut tensor_maps, scratch_maps, .. } = lw;
+    tensor_maps.extend(scratch_maps.into_iter().map(|(at, o, map)| (at, scratch_at + o, map)));
     let (kernels, phases) = launched_kernels(kernels, phases);
     Ok(Lowered { plan, kernels, phases, arena, inits, tensor_maps })
 }
@@ -891,15 +896,23 @@ impl Lowerer<'_> {
         off
     }
 
-    /// A tensor map over operand `v` (a plan value) in the constant region, encoded at load.
+    /// A tensor map over operand `v` (a plan value, or a place in the scratch region) in the
+    /// constant region, encoded at load.
     fn tensor_map(&mut self, v: A, map: gemm_tma::MapSpec) -> Result<A> {
-        let A::Ptr(operand) = v else { bail!("a tensor map over a scratch operand") };
-        if let Some(&(at, _, _)) = self.tensor_maps.iter().find(|(_, o, m)| *o == operand && *m == map) {
+        let (maps, operand) = match v {
+            A::Ptr(o) => (&self.tensor_maps, o),
+            A::Scratch(o) => (&self.scratch_maps, o),
+            _ => bail!("a tensor map over a scalar argument"),
+        };
+        if let Some(&(at, _, _)) = maps.iter().find(|(_, o, m)| *o == operand && *m == map) {
             return Ok(A::Ptr(at));
         }
         let at = self.consts_end;
         self.consts_end = (at + 128).div_ceil(ALIGN) * ALIGN;
-        self.tensor_maps.push((at, operand, map));
+        match v {
+            A::Scratch(_) => self.scratch_maps.push((at, operand, map)),
+            _ => self.tensor_maps.push((at, operand, map)),
+        }
         Ok(A::Ptr(at))
     }
 

@@ -6,8 +6,14 @@
 //! Why: such a product otherwise runs on the simple kernel, one thread an output element over
 //! global memory, which put Diakosmos's width of 1,330 (7 groups × 190) at 29 s a step on the
 //! H200 at 64 windows. The zeros add exact zeros to every f32 sum, so the padded product's
-//! bits are the tiled product's on the true sizes. The ring, not the TMA engine: a tensor map
-//! is encoded at load over a plan value's address, and the padded operands live in scratch.
+//! bits are the tiled product's on the true sizes.
+//!
+//! The padded product runs as a product of those sizes does anywhere: on the TMA engine where
+//! its shape allows (tensor maps over the scratch operands, placed with the scratch region), K
+//! split into parts summed in a fixed order where its tiles leave SMs idle (a weight gradient
+//! over 131,072 positions has 121 tiles of 1,330 × 1,330). Why: on the `cp.async` ring and
+//! unsplit, Diakosmos's products ran at 166–309 TFLOP/s (the same products on aligned sizes
+//! elsewhere reach 500–600).
 //!
 //! Cost: each operand and the output cross memory twice more (a copy in, a copy out), against
 //! a product that then runs on tensor cores.
@@ -127,8 +133,6 @@ impl Lowerer<'_> {
             gemm::Engine::Mma => spec,
             _ => spec.wgmma(),
         };
-        let spec = with_ring(self.config, spec, &shape);
-        shape.check(&spec).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
         let ((a_rows, a_cols), (a_rows_p, a_cols_p)) = p.a_dims();
         let ((b_rows, b_cols), (b_rows_p, b_cols_p)) = p.b_dims();
         let b_count = if p.b_batched { p.batch } else { 1 };
@@ -136,17 +140,59 @@ impl Lowerer<'_> {
         let b_at = a_at + region(p.batch * a_rows_p * a_cols_p * 2);
         let c_at = b_at + region(b_count * b_rows_p * b_cols_p * 2);
         let (mp, np, _) = p.padded();
-        self.need_scratch(c_at + region(p.batch * mp * np * 4));
+        let parts_at = c_at + region(p.batch * mp * np * 4);
+        self.need_scratch(parts_at);
         let some = Some(id);
         let mut v = vec![];
         let a = self.ptr(node.inputs[0]);
         v.extend(self.pad_into(a, (p.batch, a_rows, a_cols), (a_rows_p, a_cols_p), a_at, some)?);
         let b = self.ptr(node.inputs[1]);
         v.extend(self.pad_into(b, (b_count, b_rows, b_cols), (b_rows_p, b_cols_p), b_at, some)?);
-        let kernel = self.kernel(spec.kernel())?;
-        let ops = gemm::Operands::new([A::Scratch(a_at), A::Scratch(b_at), A::Scratch(c_at), A::Scratch(c_at)]);
-        let args = gemm::arguments(&shape, ops);
-        v.push(Pending { kernel, grid: spec.grid(&shape), block: (spec.threads(), 1, 1), args, node: some });
+        let (pa, pb, pc) = (A::Scratch(a_at), A::Scratch(b_at), A::Scratch(c_at));
+        // K in parts as the tiled products split theirs (equal parts, or uneven ones on the TMA
+        // engine), summed in a fixed order into the padded output.
+        let aligned_paths = self.config.padded_tma;
+        let tma = aligned_paths && on_tma(self.config, spec, &shape).engine == gemm::Engine::Tma;
+        let splits = match (self.config.split_k && aligned_paths, self.config.uneven_split && tma) {
+            (false, _) => 1,
+            (true, true) => shape.split_k_uneven(spec.bk),
+            (true, false) => shape.split_k(spec.bk),
+        };
+        if splits > 1 {
+            let uneven = !shape.k.is_multiple_of(spec.bk * splits);
+            let part = if uneven { shape.split_uneven(splits) } else { shape.split(&spec, splits) };
+            let pspec = GemmSpec { tile: gemm::Tile::T128x128, uneven_split: uneven, ..spec };
+            let pspec = with_ring(self.config, on_tma(self.config, pspec, &part), &part);
+            part.check(&pspec).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
+            let mn = (mp * np) as u32;
+            self.need_scratch(parts_at + mn as usize * splits as usize * 4);
+            let parts = A::Scratch(parts_at);
+            let kernel = self.kernel(pspec.kernel())?;
+            let ops = gemm::Operands {
+                maps: self.maps_over(&pspec, &part, pa, pb)?,
+                ..gemm::Operands::new([pa, pb, parts, parts])
+            };
+            let args = gemm::arguments(&part, ops);
+            v.push(Pending { kernel, grid: pspec.grid(&part), block: (pspec.threads(), 1, 1), args, node: some });
+            let args = gemm::splitk_reduce_arguments([pc, pc, parts], None);
+            let width = gemm::splitk_reduce_width(mn, aligned16(&args));
+            let kernel = self.kernel(gemm::splitk_reduce_kernel(&spec, splits, mn, width))?;
+            let grid = (gemm::splitk_reduce_blocks(mn, width), 1, 1);
+            v.push(Pending { kernel, grid, block: (gemm::REDUCE_THREADS, 1, 1), args, node: some });
+        } else {
+            let spec = match aligned_paths {
+                true => settled(with_ring(self.config, on_tma(self.config, spec, &shape), &shape), &shape),
+                false => with_ring(self.config, spec, &shape),
+            };
+            shape.check(&spec).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
+            let kernel = self.kernel(spec.kernel())?;
+            let ops = gemm::Operands {
+                maps: self.maps_over(&spec, &shape, pa, pb)?,
+                ..gemm::Operands::new([pa, pb, pc, pc])
+            };
+            let args = gemm::arguments(&shape, ops);
+            v.push(Pending { kernel, grid: spec.grid(&shape), block: (spec.threads(), 1, 1), args, node: some });
+        }
         // The wanted rows and columns out of the padded product.
         let out = [p.batch, p.m, p.n];
         let copy = Pointwise {

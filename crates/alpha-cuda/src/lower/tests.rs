@@ -654,8 +654,17 @@ fn a_bf16_product_off_the_tiled_sizes_by_alignment_runs_padded_on_the_tiled_kern
     let l = lower_forward(g, s);
     let names = launch_names(&l);
     let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
-    assert!(names[gemm].ends_with("_wg") || names[gemm].contains("_wg_"), "on the wgmma ring: {names:?}");
+    assert!(names[gemm].contains("_tma"), "on the TMA engine: {names:?}");
     assert!(!names.contains(&"gemm_simple"), "{names:?}");
+    // Its two tensor maps read the padded operands in the scratch region, after the plan's
+    // values and the constants.
+    let scratch = l.arena - scratch_bytes(&l);
+    assert_eq!(l.tensor_maps.len(), 2);
+    assert!(
+        l.tensor_maps.iter().all(|&(_, operand, _)| operand >= scratch && operand < l.arena),
+        "{:?}",
+        l.tensor_maps
+    );
     // Each operand copied and both its margins zeroed (514 → 520 rows and 330 → 384 columns;
     // 330 → 384 rows and 262 → 264 columns) before the product; the product copied out after.
     let before = &names[..gemm];
@@ -670,6 +679,50 @@ fn a_bf16_product_off_the_tiled_sizes_by_alignment_runs_padded_on_the_tiled_kern
     let y = g.matmul(x16, w16);
     let s = g.sum_all(y);
     assert!(launch_names(&lower_forward(g, s)).contains(&"gemm_simple"));
+}
+
+/// The scratch region's bytes: the arena after the constants (the tensor maps lie there).
+fn scratch_bytes(l: &Lowered) -> usize {
+    let consts_end = l.tensor_maps.iter().map(|&(at, _, _)| at + 128).max().unwrap_or(0);
+    l.arena - consts_end.div_ceil(256) * 256
+}
+
+/// A padded weight gradient whose few tiles leave SMs idle (330 × 330 over 16,384 positions,
+/// 9 tiles) splits K as an aligned one does: its parts on the TMA engine, their fixed-order sum
+/// into the padded output, then the wanted rows and columns copied out.
+#[test]
+fn a_padded_weight_gradient_with_few_tiles_splits_k() {
+    let mut g = Graph::new("t");
+    let x = g.param("x", &[16384, 330], Init::Zeros);
+    let dy = g.param("dy", &[16384, 330], Init::Zeros);
+    let (x16, dy16) = (g.cast(x, DType::BF16), g.cast(dy, DType::BF16));
+    let y = g.matmul_t(x16, dy16, true, false);
+    let s = g.sum_all(y);
+    let l = lower_forward(g, s);
+    let names = launch_names(&l);
+    let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
+    assert!(names[gemm].contains("_tma"), "on the TMA engine: {names:?}");
+    assert_eq!(l.phases[0][gemm].grid.2, 8, "eight parts of K: {names:?}");
+    assert_eq!(names[gemm + 1], "gemm_splitk8_store_v4", "the parts summed: {names:?}");
+    assert!(names[gemm + 2].starts_with("pw_copy"), "copied out: {names:?}");
+}
+
+/// With `ALPHA_PADDED_TMA=off` a padded product keeps the `cp.async` ring and K whole.
+#[test]
+fn padded_products_off_the_aligned_paths_keep_the_ring() {
+    let mut g = Graph::new("t");
+    let x = g.param("x", &[16384, 330], Init::Zeros);
+    let dy = g.param("dy", &[16384, 330], Init::Zeros);
+    let (x16, dy16) = (g.cast(x, DType::BF16), g.cast(dy, DType::BF16));
+    let y = g.matmul_t(x16, dy16, true, false);
+    let s = g.sum_all(y);
+    let config = CudaConfig { fold_casts_into_gemms: false, padded_tma: false, ..CudaConfig::default() };
+    let l = lower_forward_with(g, s, config);
+    let names = launch_names(&l);
+    let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
+    assert!(names[gemm].ends_with("_wg") || names[gemm].contains("_wg_"), "on the wgmma ring: {names:?}");
+    assert!(names[gemm + 1].starts_with("pw_copy"), "K whole, copied out: {names:?}");
+    assert!(l.tensor_maps.is_empty());
 }
 
 /// `a [batch, k, m]ᵀ · b [batch, k, n]` in f32 (Diakosmos's weight gradient), lowered.
