@@ -167,13 +167,7 @@ impl Lowerer<'_> {
             let mn = (mp * np) as u32;
             self.need_scratch(parts_at + mn as usize * splits as usize * 4);
             let parts = A::Scratch(parts_at);
-            let kernel = self.kernel(pspec.kernel())?;
-            let ops = gemm::Operands {
-                maps: self.maps_over(&pspec, &part, pa, pb)?,
-                ..gemm::Operands::new([pa, pb, parts, parts])
-            };
-            let args = gemm::arguments(&part, ops);
-            v.push(Pending { kernel, grid: pspec.grid(&part), block: (pspec.threads(), 1, 1), args, node: some });
+            v.push(self.tiled_launch(&pspec, &part, [pa, pb, parts], some)?);
             let args = gemm::splitk_reduce_arguments([pc, pc, parts], None);
             let width = gemm::splitk_reduce_width(mn, aligned16(&args));
             let kernel = self.kernel(gemm::splitk_reduce_kernel(&spec, splits, mn, width))?;
@@ -185,13 +179,7 @@ impl Lowerer<'_> {
                 false => with_ring(self.config, spec, &shape),
             };
             shape.check(&spec).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
-            let kernel = self.kernel(spec.kernel())?;
-            let ops = gemm::Operands {
-                maps: self.maps_over(&spec, &shape, pa, pb)?,
-                ..gemm::Operands::new([pa, pb, pc, pc])
-            };
-            let args = gemm::arguments(&shape, ops);
-            v.push(Pending { kernel, grid: spec.grid(&shape), block: (spec.threads(), 1, 1), args, node: some });
+            v.push(self.tiled_launch(&spec, &shape, [pa, pb, pc], some)?);
         }
         // The wanted rows and columns out of the padded product.
         let out = [p.batch, p.m, p.n];
@@ -203,6 +191,21 @@ impl Lowerer<'_> {
         };
         v.push(self.pointwise(copy, vec![self.ptr(cx.out(0)), A::Scratch(c_at)], some)?);
         Ok(v)
+    }
+
+    /// The tiled product's launch of `spec` over `shape` reading `a` and `b` (scratch places)
+    /// and storing `c`: its tensor maps where it runs on the TMA engine.
+    fn tiled_launch(
+        &mut self,
+        spec: &GemmSpec,
+        shape: &GemmShape,
+        [a, b, c]: [A; 3],
+        node: Option<u32>,
+    ) -> Result<Pending> {
+        let kernel = self.kernel(spec.kernel())?;
+        let ops = gemm::Operands { maps: self.maps_over(spec, shape, a, b)?, ..gemm::Operands::new([a, b, c, c]) };
+        let args = gemm::arguments(shape, ops);
+        Ok(Pending { kernel, grid: spec.grid(shape), block: (spec.threads(), 1, 1), args, node })
     }
 
     /// Copies `count` bf16 matrices of `rows × cols` at `src` into scratch at `at` as
