@@ -251,7 +251,7 @@ fn a_real_training_run_shows_in_a_real_browser() {
     let gates = b
         .wait_for(
             "const l = [...document.querySelectorAll('#gates-list li[data-gate]')]; \
-             return l.length === 4 && l.map(e => [e.dataset.gate, e.dataset.passed, e.querySelectorAll('.figures tbody tr').length])",
+             return l.length === 5 && l.map(e => [e.dataset.gate, e.dataset.passed, e.querySelectorAll('.figures tbody tr').length])",
             Duration::from_secs(20),
         )
         .unwrap();
@@ -262,7 +262,7 @@ fn a_real_training_run_shows_in_a_real_browser() {
         .map(|g| (g[0].as_str().unwrap().into(), g[1].as_str().unwrap().into(), g[2].as_u64().unwrap()))
         .collect();
     let names: Vec<&str> = gates.iter().map(|g| g.0.as_str()).collect();
-    assert_eq!(names, ["forward", "gradient", "update", "causality"]);
+    assert_eq!(names, ["forward", "gradient", "update", "causality", "health"]);
     assert!(
         gates.iter().all(|g| g.1 == "true" && g.2 >= 2),
         "each passed, with figures for both weight sets: {gates:?}"
