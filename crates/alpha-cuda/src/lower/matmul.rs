@@ -89,6 +89,7 @@ impl Lowerer<'_> {
                         self.config.uneven_split && on_tma(self.config, spec, &shape).engine == gemm::Engine::Tma;
                     let splits = match (self.config.split_k, uneven_ok) {
                         (false, _) => 1,
+                        (true, true) if self.config.split_waves => shape.split_k_waves(spec.bk),
                         (true, true) => shape.split_k_uneven(spec.bk),
                         (true, false) => shape.split_k(spec.bk),
                     };

@@ -155,6 +155,7 @@ impl Lowerer<'_> {
         let tma = aligned_paths && on_tma(self.config, spec, &shape).engine == gemm::Engine::Tma;
         let splits = match (self.config.split_k && aligned_paths, self.config.uneven_split && tma) {
             (false, _) => 1,
+            (true, true) if self.config.split_waves => shape.split_k_waves(spec.bk),
             (true, true) => shape.split_k_uneven(spec.bk),
             (true, false) => shape.split_k(spec.bk),
         };
