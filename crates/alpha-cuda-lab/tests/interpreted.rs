@@ -906,3 +906,46 @@ fn binaries_read_a_broadcasts_source_held() {
     let [on, off] = with_and_without(&program, out, &leaves, |c| c.held_broadcasts = false, spread);
     assert_eq!((on.0, off.0), (0, 1), "the Broadcast launches only without the rule");
 }
+
+/// A per-channel scale's backward (`da = dy · s`, `ds = Σ_rows dy · x`): the chain making both
+/// runs the column sum of `dy · x` in its own launch, which never stores `dy · x`. Run by the
+/// interpreter under both orders of a block's threads, `da` and `ds` are the bits of the chain
+/// and the separate column sum (`ALPHA_CHAIN_COLSUMS=off`), over one chunk of rows and over
+/// several (the finishing pass after).
+#[test]
+fn a_column_sum_run_in_the_chain_before_it_gives_the_separate_launches_bits() {
+    use alpha_ir::{Graph, Init};
+    for (rows, cols) in [(48usize, 40usize), (1000, 70)] {
+        let mut g = Graph::new("scale-backward");
+        let x = g.param("x", &[rows, cols], Init::Zeros);
+        let dy = g.param("dy", &[rows, cols], Init::Zeros);
+        let s = g.param("s", &[cols], Init::Zeros);
+        let da = g.mul(dy, s);
+        let prod = g.mul(dy, x);
+        let ds = g.sum(prod, &[0], false);
+        let outputs = [("da".to_string(), da), ("ds".to_string(), ds)].into_iter().collect();
+        let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+        let mut rng = Rng::new(rows as u64);
+        let leaves = [("x", rng.vec(rows * cols, 2.0)), ("dy", rng.vec(rows * cols, 2.0)), ("s", rng.vec(cols, 2.0))];
+        let run = |on: bool, schedule: Schedule| {
+            let config = alpha_cuda::CudaConfig { chain_column_sums: on, ..alpha_cuda::CudaConfig::default() };
+            let lowered = alpha_cuda::lower::lower_program(&program, &config).unwrap();
+            let names: Vec<String> = lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.clone()).collect();
+            let (mem, base) = alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, &leaves, schedule).unwrap();
+            let at = |v: alpha_ir::Value| base + lowered.plan.slot(v).offset as u64;
+            (names, mem.read(at(da), rows * cols), mem.read(at(ds), cols))
+        };
+        let (names, _, _) = run(true, Schedule::Ascending);
+        assert!(names[0].ends_with("_cols1"), "{names:?}");
+        assert!(!names.iter().any(|n| n == "reduce_sum_columns"), "{names:?}");
+        let (apart, want_da, want_ds) = run(false, Schedule::Ascending);
+        assert!(apart.iter().any(|n| n == "reduce_sum_columns"), "{apart:?}");
+        let host: Vec<f32> = (0..rows * cols).map(|i| leaves[1].1[i] * leaves[2].1[i % cols]).collect();
+        assert_bits("da, the separate launches", &want_da, &host);
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let (_, got_da, got_ds) = run(true, schedule);
+            assert_bits(&format!("da {rows}x{cols} {schedule:?}"), &got_da, &want_da);
+            assert_bits(&format!("ds {rows}x{cols} {schedule:?}"), &got_ds, &want_ds);
+        }
+    }
+}

@@ -31,6 +31,7 @@
 //! | `ALPHA_CHAIN_SLICES=off` | [`CudaConfig::chain_slices`] | a Unary or Binary (alone or in a fused chain) reading a slice reads the slice's copy, instead of the slice's source through its row stride and offset |
 //! | `ALPHA_HELD_BROADCAST=off` | [`CudaConfig::held_broadcasts`] | a Broadcast that only binaries read is copied out to its full shape, instead of the binaries reading its source held |
 //! | `ALPHA_SPLIT_WAVES=off` | [`CudaConfig::split_waves`] | a product on the TMA engine splits K only where its tiles leave SMs idle, not also where they fill the SMs once and leave the next wave mostly empty |
+//! | `ALPHA_CHAIN_COLSUMS=off` | [`CudaConfig::chain_column_sums`] | a column sum of a fused chain's output (a per-channel scale's gradient) runs as its own launch over the stored output, instead of in the chain's launch |
 //! | `ALPHA_PADDED_TMA=off` | [`CudaConfig::padded_tma`] | a product padded to the tiled sizes runs on the `cp.async` ring with K whole, instead of on the TMA engine with K split where its tiles leave SMs idle |
 //! | `ALPHA_MUL_EPILOGUE=off` | [`CudaConfig::mul_epilogue`] | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
 //! | `ALPHA_JOINT_CE=off` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward and its bf16 backward run as two launches, each reading the logits, instead of the forward launching the backward's work too |
@@ -138,6 +139,9 @@ pub struct CudaConfig {
     /// the TMA engine (tensor maps over its scratch operands) and with K split where its tiles
     /// leave SMs idle.
     pub padded_tma: bool,
+    /// A column sum right after a fused chain, of one of its outputs, runs in the chain's
+    /// launch (`Lowerer::chain_column_sum`).
+    pub chain_column_sums: bool,
     /// A product on the TMA engine whose tiles fill the SMs once and leave the next wave mostly
     /// empty splits K too ([`crate::kernels::gemm::GemmShape::split_k_waves`]).
     pub split_waves: bool,
@@ -214,6 +218,7 @@ impl Default for CudaConfig {
             held_broadcasts: true,
             mul_epilogue: true,
             padded_tma: true,
+            chain_column_sums: true,
             split_waves: true,
             joint_cross_entropy: true,
             layernorm_copy: true,
@@ -298,6 +303,7 @@ impl CudaConfig {
         c.held_broadcasts = switch("ALPHA_HELD_BROADCAST", c.held_broadcasts)?;
         c.mul_epilogue = switch("ALPHA_MUL_EPILOGUE", c.mul_epilogue)?;
         c.padded_tma = switch("ALPHA_PADDED_TMA", c.padded_tma)?;
+        c.chain_column_sums = switch("ALPHA_CHAIN_COLSUMS", c.chain_column_sums)?;
         c.split_waves = switch("ALPHA_SPLIT_WAVES", c.split_waves)?;
         c.joint_cross_entropy = switch("ALPHA_JOINT_CE", c.joint_cross_entropy)?;
         c.layernorm_copy = switch("ALPHA_LN_COPY", c.layernorm_copy)?;

@@ -21,6 +21,7 @@ use anyhow::{bail, Result};
 use crate::kernels::pointwise::{
     emit_binary, emit_unary_sharing, grid_stride_begin_with, grid_stride_end, SharedTerms, THREADS,
 };
+use crate::kernels::reduce::Reduction;
 use crate::ptx::{addr, Kernel, ParamTy, Reg, RegKind};
 
 /// A step's operand: an external input or an earlier step.
@@ -201,8 +202,51 @@ impl Chain {
         let outs: Vec<Reg> = (0..self.outputs.len()).map(|j| k.param_reg(&format!("out{j}"), ParamTy::U64)).collect();
         let ins: Vec<Reg> = (0..self.inputs).map(|j| k.param_reg(&format!("in{j}"), ParamTy::U64)).collect();
         let n = k.imm_u32(self.n as u32);
-        // Scalars once a thread, before the loop.
-        let scalars: Vec<Option<Reg>> = (0..self.inputs)
+        let scalars = self.load_scalars(&mut k, &ins);
+        let (i, stride, top, end) = grid_stride_begin_with(&mut k, n, Some(THREADS));
+        let steps = self.element(&mut k, i, &ins, &scalars);
+        self.store_outputs(&mut k, i, &outs, &steps);
+        grid_stride_end(&mut k, i, stride, n, &top, &end);
+        Ok(k)
+    }
+
+    /// The chain over a `[rows, width]` tensor run in the column path of `r` (a column sum of
+    /// it, [`Reduction::column_pass`]): each element's steps computed where the sum reads it,
+    /// the outputs stored, and step `summed` added into its column's sum: params `out` and
+    /// `partials` (the sum's), then `out0…` and `in0…` as [`Chain::kernel`]'s. Why: a
+    /// per-channel scale's gradient is the column sum of `dy · x`, which the chain computing
+    /// the scale's other gradient (`dy · s`) makes beside it; summed there, `dy · x` is never
+    /// stored, nor read back by a sum of its own. The sums are the column path's, in its order,
+    /// so the same bits as the chain's launch and the sum's.
+    pub fn column_sum_kernel(&self, summed: usize, r: &Reduction) -> Result<Kernel> {
+        self.validate()?;
+        if !r.columns || r.outputs() * r.count() != self.n || summed >= self.steps.len() {
+            bail!("{}: no column sum of step {summed} over its {} elements ({r:?})", self.name(), self.n);
+        }
+        let name = format!("{}_cols{summed}", self.name());
+        let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
+        let out = k.param_reg("out", ParamTy::U64);
+        let partials = k.param_reg("partials", ParamTy::U64);
+        let outs: Vec<Reg> = (0..self.outputs.len()).map(|j| k.param_reg(&format!("out{j}"), ParamTy::U64)).collect();
+        let ins: Vec<Reg> = (0..self.inputs).map(|j| k.param_reg(&format!("in{j}"), ParamTy::U64)).collect();
+        let scalars = self.load_scalars(&mut k, &ins);
+        r.column_pass(
+            &mut k,
+            [out, partials],
+            &mut |k, i| {
+                let steps = self.element(k, i, &ins, &scalars);
+                self.store_outputs(k, i, &outs, &steps);
+                steps[summed]
+            },
+            &mut |_, _, _| {},
+        );
+        k.ret();
+        Ok(k)
+    }
+
+    /// The scalar inputs, loaded once a thread before any element.
+    fn load_scalars(&self, k: &mut Kernel, ins: &[Reg]) -> Vec<Option<Reg>> {
+        (0..self.inputs)
             .map(|j| {
                 self.is_scalar(j).then(|| {
                     let f = k.reg(RegKind::F32);
@@ -210,11 +254,15 @@ impl Chain {
                     f
                 })
             })
-            .collect();
-        let (i, stride, top, end) = grid_stride_begin_with(&mut k, n, Some(THREADS));
+            .collect()
+    }
+
+    /// Element `i`'s inputs loaded (each as its broadcast reads it) and every step computed:
+    /// the steps' registers.
+    fn element(&self, k: &mut Kernel, i: Reg, ins: &[Reg], scalars: &[Option<Reg>]) -> Vec<Reg> {
         let vals: Vec<Reg> = ins
             .iter()
-            .zip(&scalars)
+            .zip(scalars)
             .enumerate()
             .map(|(j, (&base, scalar))| match scalar {
                 Some(f) => *f,
@@ -246,7 +294,11 @@ impl Chain {
                 }
             })
             .collect();
-        let steps = emit_steps(&mut k, &self.steps, &vals);
+        emit_steps(k, &self.steps, &vals)
+    }
+
+    /// Element `i` of every output stored (rounded to bf16 where the output is a cast's).
+    fn store_outputs(&self, k: &mut Kernel, i: Reg, outs: &[Reg], steps: &[Reg]) {
         for (j, &o) in self.outputs.iter().enumerate() {
             if self.bf16.get(j).copied().unwrap_or(false) {
                 let a = k.addr_of(outs[j], i, 2);
@@ -257,8 +309,6 @@ impl Chain {
                 k.op("st.global.f32", [addr(a, 0), steps[o].into()]);
             }
         }
-        grid_stride_end(&mut k, i, stride, n, &top, &end);
-        Ok(k)
     }
 }
 

@@ -236,9 +236,6 @@ impl Reduction {
     }
 
     fn column_kernel_storing(&self, cast: bool) -> Kernel {
-        let chunks = self.chunks() as u32;
-        let width = self.outputs() as u32;
-        let rows = self.count() as u32;
         let name =
             format!("reduce_{}_columns{}", format!("{:?}", self.kind).to_lowercase(), if cast { "_cast" } else { "" });
         let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
@@ -246,6 +243,33 @@ impl Reduction {
         let x = k.param_reg("x", ParamTy::U64);
         let partials = k.param_reg("partials", ParamTy::U64);
         let copy = cast.then(|| k.param_reg("cast", ParamTy::U64));
+        let dtype = self.in_dtype;
+        self.column_pass(&mut k, [out, partials], &mut |k, idx| load_f32(k, dtype, x, idx), &mut |k, idx, v| {
+            if let Some(c) = copy {
+                store_f32(k, DType::BF16, c, idx, v);
+            }
+        });
+        k.ret();
+        k
+    }
+
+    /// The column path's body in kernel `k` (block and params declared, `out` and `partials`
+    /// among them; grid [`Reduction::grid`]): each thread sums its column's rows in order, the
+    /// value of element `idx` (row · width + column) from `element`, which `after` then sees
+    /// once it is added (a cast stored, …); the row groups' sums as a fixed tree; the totals or
+    /// the chunk partials stored. Every kernel built on it sums in the same order, so they
+    /// give the same bits as [`Reduction::kernel`] over the same values.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn column_pass(
+        &self,
+        k: &mut Kernel,
+        [out, partials]: [crate::ptx::Reg; 2],
+        element: &mut dyn FnMut(&mut Kernel, crate::ptx::Reg) -> crate::ptx::Reg,
+        after: &mut dyn FnMut(&mut Kernel, crate::ptx::Reg, crate::ptx::Reg),
+    ) {
+        let chunks = self.chunks() as u32;
+        let width = self.outputs() as u32;
+        let rows = self.count() as u32;
         let tile = k.shared("tile", THREADS * 4, 16);
         let tid = k.sreg("%tid.x");
         let t = k.sreg("%ctaid.x");
@@ -273,14 +297,12 @@ impl Reduction {
         let vals: Vec<_> = (0..COLUMN_UNROLL)
             .map(|i| {
                 let idx = k.bin("add.u32", RegKind::B32, first_idx, i * ROW_GROUPS * width);
-                (idx, load_f32(&mut k, self.in_dtype, x, idx))
+                (idx, element(k, idx))
             })
             .collect();
         for &(idx, v) in &vals {
             k.op("add.rn.f32", [acc.into(), acc.into(), v.into()]);
-            if let Some(c) = copy {
-                store_f32(&mut k, DType::BF16, c, idx, v);
-            }
+            after(k, idx, v);
         }
         k.op("add.u32", [r.into(), r.into(), (COLUMN_UNROLL * ROW_GROUPS).into()]);
         k.bra(&wide);
@@ -289,11 +311,9 @@ impl Reduction {
         let done = k.setp("ge.u32", r, stop);
         k.bra_if(done, false, &end);
         let idx = k.tri("mad.lo.u32", RegKind::B32, r, width, col);
-        let v = load_f32(&mut k, self.in_dtype, x, idx);
+        let v = element(k, idx);
         k.op("add.rn.f32", [acc.into(), acc.into(), v.into()]);
-        if let Some(c) = copy {
-            store_f32(&mut k, DType::BF16, c, idx, v);
-        }
+        after(k, idx, v);
         k.op("add.u32", [r.into(), r.into(), ROW_GROUPS.into()]);
         k.bra(&top);
         k.place(&end);
@@ -322,10 +342,8 @@ impl Reduction {
                 .collect();
         }
         let total = level[0];
-        self.store_total(&mut k, total, [out, partials], col, (c, chunks));
+        self.store_total(k, total, [out, partials], col, (c, chunks));
         k.place(&skip);
-        k.ret();
-        k
     }
 
     /// Pass 2 (only when `chunks() > 1`): params (out, partials); grid (outputs).

@@ -495,7 +495,13 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                     _ => lw.chain_into_product(&view, i, &cl, &mut launches, &products, &uses)?,
                 };
                 match taken {
-                    None => launches.push(cl.pending),
+                    None => match lw.chain_column_sum(&nodes, &cl, &skip, &uses)? {
+                        Some((with_sum, sum)) => {
+                            launches.extend(with_sum);
+                            skip.insert(sum);
+                        }
+                        None => launches.push(cl.pending),
+                    },
                     // In the product without its copies: their casts run after all.
                     Some(false) => {
                         for c in &cl.copies {

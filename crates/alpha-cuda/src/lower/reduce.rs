@@ -61,4 +61,54 @@ impl Lowerer<'_> {
             node: Some(id),
         })
     }
+
+    /// The column sum right after chain `cl` over one of its f32 outputs, run in the chain's
+    /// launch ([`fused::Chain::column_sum_kernel`]): that launch, then the sum's finishing pass
+    /// over its chunk partials where there are several, and the sum's node; None where the next
+    /// node is no such sum. The summed output is stored only where something besides the sum
+    /// reads it. Why: Polf's per-channel scales (resid_mix, the attention's and the MLP's
+    /// scales, the skips' weights) take their gradients as column sums of products the chain
+    /// before makes, 40 of them a step, each written and read back whole.
+    pub(super) fn chain_column_sum(
+        &mut self,
+        nodes: &[u32],
+        cl: &ChainLowered,
+        skip: &std::collections::HashSet<u32>,
+        uses: &HashMap<Value, usize>,
+    ) -> Result<Option<(Vec<Pending>, u32)>> {
+        if !self.config.chain_column_sums {
+            return Ok(None);
+        }
+        let Some(&sum) = nodes.get(cl.end).filter(|s| !skip.contains(s)) else { return Ok(None) };
+        let g = &self.plan.program.graph;
+        let sn = &g.nodes[sum as usize];
+        let Op::Reduce { kind, axes, .. } = &sn.op else { return Ok(None) };
+        let x = sn.inputs[0];
+        let Ok(r) = Reduction::new(*kind, g.shape(x), axes, g.dtype(x), sn.outputs[0].dtype) else { return Ok(None) };
+        if !r.columns || r.outputs() * r.count() != cl.chain.n {
+            return Ok(None);
+        }
+        let chain = &cl.chain;
+        let Some(j) = (0..chain.outputs.len()).find(|&j| !chain.bf16[j] && cl.dests[j] == x) else { return Ok(None) };
+        let summed = chain.outputs[j];
+        let mut chain = chain.clone();
+        let mut args = cl.pending.args.clone();
+        if uses.get(&x).copied().unwrap_or(0) <= 1 {
+            chain.outputs.remove(j);
+            chain.bf16.remove(j);
+            args.remove(j);
+        }
+        let kernel = self.kernel(chain.column_sum_kernel(summed, &r)?)?;
+        let chunks = r.chunks();
+        let out = self.ptr(Value { node: sum, index: 0 });
+        let partials = if chunks > 1 { A::Scratch(0) } else { out };
+        let args = [out, partials].into_iter().chain(args).collect();
+        let node = cl.pending.node;
+        let mut v = vec![Pending { kernel, grid: r.grid(), block: (reduce::THREADS, 1, 1), args, node }];
+        if chunks > 1 {
+            self.need_scratch(r.outputs() * chunks * 4);
+            v.push(self.lower_reduce_finish(sum, A::Scratch(0), chunks)?);
+        }
+        Ok(Some((v, sum)))
+    }
 }
