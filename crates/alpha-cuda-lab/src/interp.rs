@@ -442,6 +442,16 @@ impl Module {
                     let b = mem.span(at, 4).with_context(|| i.line.clone())?;
                     Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
                 }
+                "ld.global.nc.u32" | "ld.global.u32" => {
+                    let at = addr(1, &t.regs)?;
+                    let b = mem.span(at, 4).with_context(|| i.line.clone())?;
+                    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
+                }
+                "ld.global.nc.u64" | "ld.global.u64" => {
+                    let at = addr(1, &t.regs)?;
+                    let b = mem.span(at, 8).with_context(|| i.line.clone())?;
+                    Some(u64::from_le_bytes(b.try_into().expect("eight bytes")))
+                }
                 "ld.global.u16" => {
                     let at = addr(1, &t.regs)?;
                     let b = mem.span(at, 2).with_context(|| i.line.clone())?;

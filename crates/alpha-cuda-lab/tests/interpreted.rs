@@ -949,3 +949,47 @@ fn a_column_sum_run_in_the_chain_before_it_gives_the_separate_launches_bits() {
         }
     }
 }
+
+/// A phase's copies into its state as one launch: three tensors (one over a chunk, one not a
+/// whole number of quads) moved bit for bit, NaN payloads included, and nothing written between
+/// or after them.
+#[test]
+fn the_multi_tensor_copy_moves_every_tensor_bit_for_bit() {
+    use alpha_cuda::kernels::multi;
+    let lens = [5usize, multi::COPY_CHUNK + 3, 17];
+    // Sources then destinations in one region, each 16-byte aligned, a gap of 4 floats after each.
+    let mut at = 0;
+    let mut place = |n: usize| {
+        let here = at;
+        at += (n + 4).div_ceil(4) * 16;
+        here
+    };
+    let srcs: Vec<usize> = lens.iter().map(|&n| place(n)).collect();
+    let dsts: Vec<usize> = lens.iter().map(|&n| place(n)).collect();
+    let mut mem = Memory::new();
+    let base = mem.alloc(at / 4);
+    let mut rng = Rng::new(3);
+    let mut values = vec![];
+    for (&s, &n) in srcs.iter().zip(&lens) {
+        let mut v = rng.vec(n, 5.0);
+        v[n / 2] = f32::from_bits(0x7fc0_1234);
+        mem.write_bytes(base + s as u64, &v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect::<Vec<u8>>());
+        values.push(v);
+    }
+    let tensors: Vec<(usize, usize, usize)> = (0..3).map(|i| (srcs[i], dsts[i], lens[i])).collect();
+    let (table, chunks) = multi::copy_table(&tensors).unwrap();
+    assert_eq!(chunks, 4, "the long tensor in two chunks");
+    let t = mem.alloc(table.len().div_ceil(4));
+    mem.write_bytes(t, &table);
+    for schedule in [Schedule::Ascending, Schedule::Descending] {
+        module(&multi::copy_kernel())
+            .launch(chunks as u32, multi::THREADS, &multi::copy_arguments([base, t]), &mut mem, schedule)
+            .unwrap();
+        for (i, &d) in dsts.iter().enumerate() {
+            let got = mem.read(base + d as u64, lens[i] + 1);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+            assert_eq!(bits(&got[..lens[i]]), bits(&values[i]), "tensor {i} {schedule:?}");
+            assert!(got[lens[i]].is_nan(), "tensor {i}: the float after it written");
+        }
+    }
+}

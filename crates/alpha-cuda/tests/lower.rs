@@ -1080,3 +1080,23 @@ fn diakosmos_chains_read_the_spatial_slices_in_place() {
     assert_eq!((on[1], off[1]), (0, 4 * blocks), "{on:?} {off:?}");
     assert_eq!(off[2] - on[2], 6 * blocks + 2, "{on:?} {off:?}");
 }
+
+/// Polf's step ends with its Muon matrices and their momenta copied home from the batched
+/// stacks: one multi-tensor launch for all of them, not a launch each (`ALPHA_MULTI_COPY=off`).
+#[test]
+fn polfs_state_copies_run_as_one_launch() {
+    let s = alpha_systems::polf::Polf::default();
+    let program = s.learner(20_000).training_program(s.model(1).unwrap()).unwrap();
+    let count = |config: &CudaConfig| {
+        let l = lower_program(&program, config).unwrap();
+        check_pointers(&l);
+        let by: std::collections::HashMap<String, usize> =
+            alpha_cuda::lower::launches_by_kernel(&l, 0).into_iter().collect();
+        (by.get("copy_multi_b32").copied().unwrap_or(0), l.launch_count(0))
+    };
+    let (multi, together) = count(&CudaConfig::default());
+    let (none, apart) = count(&CudaConfig { multi_copies: false, ..CudaConfig::default() });
+    assert_eq!((multi, none), (1, 0));
+    // The 54 matrices and their 54 momenta.
+    assert_eq!(apart - together, 107, "{apart} launches apart, {together} together");
+}

@@ -1,5 +1,6 @@
 //! Multi-tensor kernels: the global sum of squares over every gradient, every AdamW of a phase,
-//! and a run of parameter casts to bf16, each in one launch however many tensors there are.
+//! a run of parameter casts to bf16, and a phase's copies into its state, each in one launch
+//! however many tensors there are.
 //!
 //! Why: the learner's optimizer touches ~150 tensors (Coppelius) at arbitrary arena offsets.
 //! One launch per tensor (and square → sum → add per gradient for the clip norm) cost ~590
@@ -151,6 +152,72 @@ pub fn cast_kernel() -> Kernel {
         let h = k.un("cvt.rn.bf16.f32", RegKind::B16, v);
         let o = k.addr_of(y, j, 2);
         k.op("st.global.b16", [addr(o, 0), h.into()]);
+    });
+    k.ret();
+    k
+}
+
+/// Elements per block of the multi-tensor copy.
+pub const COPY_CHUNK: usize = 8192;
+/// Bytes of one copy table entry: (source, destination offsets u64; len u32; pad u32).
+pub const COPY_ENTRY: usize = 24;
+
+/// The copy chunk table for 4-byte elements at (source offset, destination offset, length) in
+/// arena bytes: bytes and entry count.
+pub fn copy_table(tensors: &[(usize, usize, usize)]) -> Result<(Vec<u8>, usize)> {
+    if let Some(&(src, dst, _)) = tensors.iter().find(|&&(src, dst, _)| src % 16 != 0 || dst % 16 != 0) {
+        bail!("copy: source at {src} or destination at {dst} is not aligned for vector access");
+    }
+    chunk_table(
+        "copy",
+        tensors,
+        COPY_CHUNK,
+        |x| x.2,
+        |&(src, dst, _), at, l, t| {
+            t.extend(((src + at * 4) as u64).to_le_bytes());
+            t.extend(((dst + at * 4) as u64).to_le_bytes());
+            t.extend((l as u32).to_le_bytes());
+            t.extend(0u32.to_le_bytes());
+        },
+    )
+}
+
+/// Every copy of 4-byte elements a phase ends with (its new state into the state's slots, where
+/// the plan could not compute it in place): params (base, table); grid (chunks). Why: Muon's
+/// batched update leaves each matrix and its momentum in a stack, and their copies home were
+/// 108 launches of Polf's step, each a few microseconds of a megabyte. The bits are moved, not
+/// converted.
+pub fn copy_kernel() -> Kernel {
+    let mut k = Kernel::new("copy_multi_b32").with_block(THREADS, 1, 1);
+    let base = k.param_reg("base", ParamTy::U64);
+    let table = k.param_reg("table", ParamTy::U64);
+    let tid = k.sreg("%tid.x");
+    let b = k.sreg("%ctaid.x");
+    let e = k.addr_of(table, b, COPY_ENTRY as u32);
+    let (src, dst) = (k.reg(RegKind::B64), k.reg(RegKind::B64));
+    k.op("ld.global.nc.u64", [src.into(), addr(e, 0)]);
+    k.op("ld.global.nc.u64", [dst.into(), addr(e, 8)]);
+    let len = k.reg(RegKind::B32);
+    k.op("ld.global.nc.u32", [len.into(), addr(e, 16)]);
+    let x = k.bin("add.s64", RegKind::B64, base, src);
+    let y = k.bin("add.s64", RegKind::B64, base, dst);
+    // Four elements a thread a pass (16-byte loads and stores), then the chunk's tail.
+    let quads = k.bin("shr.u32", RegKind::B32, len, 2u32);
+    k.strided_loop(tid, quads, THREADS, ("quads", "quads_end"), |k, q| {
+        let a = k.addr_of(x, q, 16);
+        let v = k.regs(RegKind::B32, 4);
+        k.op("ld.global.v4.b32", [Opnd::V(v.clone()), addr(a, 0)]);
+        let o = k.addr_of(y, q, 16);
+        k.op("st.global.v4.b32", [addr(o, 0), Opnd::V(v)]);
+    });
+    let tail0 = k.bin("shl.b32", RegKind::B32, quads, 2u32);
+    let start = k.bin("add.u32", RegKind::B32, tail0, tid);
+    k.strided_loop(start, len, THREADS, ("tail", "tail_end"), |k, j| {
+        let a = k.addr_of(x, j, 4);
+        let v = k.reg(RegKind::B32);
+        k.op("ld.global.b32", [v.into(), addr(a, 0)]);
+        let o = k.addr_of(y, j, 4);
+        k.op("st.global.b32", [addr(o, 0), v.into()]);
     });
     k.ret();
     k
@@ -334,6 +401,11 @@ pub fn kernels() -> Vec<Kernel> {
 
 /// The multi-tensor cast's arguments: the base its table's offsets count from, the table.
 pub fn cast_arguments<T>([base, table]: [T; 2]) -> Vec<T> {
+    vec![base, table]
+}
+
+/// The multi-tensor copy's arguments: the arena base, the table.
+pub fn copy_arguments<T>([base, table]: [T; 2]) -> Vec<T> {
     vec![base, table]
 }
 

@@ -578,21 +578,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         }
         let mut launches: Vec<Pending> =
             launches.into_iter().enumerate().filter(|(i, _)| !dead.contains(i)).map(|(_, l)| l).collect();
-        for c in &ph.copies {
-            let (d, s) = (plan.slot(c.dst), plan.slot(c.src));
-            if d.offset == s.offset {
-                continue;
-            }
-            let ty = plan.program.graph.ty(c.dst).clone();
-            let n = ty.numel();
-            let pw = Pointwise {
-                shape: vec![n],
-                out: Operand::contiguous(ty.dtype, &[n]),
-                ins: vec![Operand::contiguous(plan.program.graph.dtype(c.src), &[n])],
-                body: Body::Copy,
-            };
-            launches.push(lw.pointwise(pw, vec![A::Ptr(d.offset), A::Ptr(s.offset)], None)?);
-        }
+        launches.extend(lw.lower_phase_copies(&ph.copies)?);
         phases.push(launches);
     }
     let scratch_at = lw.consts_end;
@@ -900,6 +886,63 @@ impl Lowerer<'_> {
         self.inits.push((off, data.iter().flat_map(|x| x.to_le_bytes()).collect()));
         self.tables.insert((t, d, base.to_bits()), off);
         off
+    }
+
+    /// The copies a phase ends with (its new state into the state's slots, where the plan could
+    /// not compute it in place): the 4-byte ones, 16-byte aligned and none reading what another
+    /// writes, as one multi-tensor launch ([`multi::copy_kernel`]) where there are several; the
+    /// rest a pointwise copy each.
+    fn lower_phase_copies(&mut self, copies: &[alpha_plan::Copy]) -> Result<Vec<Pending>> {
+        let g = &self.plan.program.graph;
+        let moves: Vec<(usize, usize, usize, &alpha_plan::Copy)> = copies
+            .iter()
+            .map(|c| (self.plan.slot(c.src).offset, self.plan.slot(c.dst).offset, g.ty(c.dst).numel(), c))
+            .filter(|&(s, d, _, _)| s != d)
+            .collect();
+        let word = |c: &alpha_plan::Copy| {
+            let (ds, dd) = (g.dtype(c.src), g.dtype(c.dst));
+            ds == dd && matches!(ds, DType::F32 | DType::I32)
+        };
+        let span = |at: usize, n: usize| (at, at + 4 * n);
+        let overlaps = |a: (usize, usize), b: (usize, usize)| a.0 < b.1 && b.0 < a.1;
+        let (mut grouped, mut apart) = (vec![], vec![]);
+        for &m in &moves {
+            let (s, d, n, c) = m;
+            let together = self.config.multi_copies
+                && word(c)
+                && s % 16 == 0
+                && d % 16 == 0
+                && moves.iter().all(|&(s2, d2, n2, c2)| {
+                    std::ptr::eq(c, c2) || (!overlaps(span(s, n), span(d2, n2)) && !overlaps(span(d, n), span(s2, n2)))
+                });
+            if together {
+                grouped.push(m);
+            } else {
+                apart.push(m);
+            }
+        }
+        if grouped.len() < 2 {
+            apart.append(&mut grouped);
+        }
+        let mut v = vec![];
+        if !grouped.is_empty() {
+            let tensors: Vec<(usize, usize, usize)> = grouped.iter().map(|&(s, d, n, _)| (s, d, n)).collect();
+            let (bytes, chunks) = multi::copy_table(&tensors)?;
+            let table = self.constant(bytes);
+            let kernel = self.kernel(multi::copy_kernel())?;
+            let args = multi::copy_arguments([A::Ptr(0), A::Ptr(table)]);
+            v.push(Pending { kernel, grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), args, node: None });
+        }
+        for (s, d, n, c) in apart {
+            let pw = Pointwise {
+                shape: vec![n],
+                out: Operand::contiguous(g.dtype(c.dst), &[n]),
+                ins: vec![Operand::contiguous(g.dtype(c.src), &[n])],
+                body: Body::Copy,
+            };
+            v.push(self.pointwise(pw, vec![A::Ptr(d), A::Ptr(s)], None)?);
+        }
+        Ok(v)
     }
 
     /// A tensor map over operand `v` (a plan value, or a place in the scratch region) in the
