@@ -951,12 +951,9 @@ fn gpt2s_cross_entropy_reads_its_logits_once() {
     let s = alpha_systems::gpt2::Gpt2::default();
     let program = s.learner(20_000).training_program(s.model(16).unwrap()).unwrap();
     let count = |config: &CudaConfig| {
-        let l = lower_program(&program, config).unwrap();
-        check_pointers(&l);
-        let by: std::collections::HashMap<String, usize> =
-            alpha_cuda::lower::launches_by_kernel(&l, 0).into_iter().collect();
+        let (by, launches) = kernel_counts(&program, config);
         let names = ["cross_entropy_joint_bf16_w50304", "cross_entropy_fwd", "cross_entropy_bwd_bf16"];
-        (names.map(|n| by.get(n).copied().unwrap_or(0)), l.launch_count(0))
+        (names.map(|n| by.get(n).copied().unwrap_or(0)), launches)
     };
     let (joint, joint_launches) = count(&CudaConfig { joint_cross_entropy: true, ..CudaConfig::default() });
     let (separate, separate_launches) = count(&CudaConfig { joint_cross_entropy: false, ..CudaConfig::default() });
@@ -1088,15 +1085,23 @@ fn polfs_state_copies_run_as_one_launch() {
     let s = alpha_systems::polf::Polf::default();
     let program = s.learner(20_000).training_program(s.model(1).unwrap()).unwrap();
     let count = |config: &CudaConfig| {
-        let l = lower_program(&program, config).unwrap();
-        check_pointers(&l);
-        let by: std::collections::HashMap<String, usize> =
-            alpha_cuda::lower::launches_by_kernel(&l, 0).into_iter().collect();
-        (by.get("copy_multi_b32").copied().unwrap_or(0), l.launch_count(0))
+        let (by, launches) = kernel_counts(&program, config);
+        (by.get("copy_multi_b32").copied().unwrap_or(0), launches)
     };
     let (multi, together) = count(&CudaConfig::default());
     let (none, apart) = count(&CudaConfig { multi_copies: false, ..CudaConfig::default() });
     assert_eq!((multi, none), (1, 0));
     // The 54 matrices and their 54 momenta.
     assert_eq!(apart - together, 107, "{apart} launches apart, {together} together");
+}
+
+/// `program`'s first phase lowered with `config` (pointers checked): launches by kernel name,
+/// and their number.
+fn kernel_counts(
+    program: &alpha_ir::Program,
+    config: &CudaConfig,
+) -> (std::collections::HashMap<String, usize>, usize) {
+    let l = lower_program(program, config).unwrap();
+    check_pointers(&l);
+    (alpha_cuda::lower::launches_by_kernel(&l, 0).into_iter().collect(), l.launch_count(0))
 }

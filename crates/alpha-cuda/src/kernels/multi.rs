@@ -44,17 +44,29 @@ pub const CAST_ENTRY: usize = 24;
 /// The cast chunk table for (f32 source offset, bf16 destination offset, length) in arena
 /// bytes: bytes and entry count.
 pub fn cast_table(tensors: &[(usize, usize, usize)]) -> Result<(Vec<u8>, usize)> {
-    if let Some(&(src, dst, _)) = tensors.iter().find(|&&(src, dst, _)| src % 16 != 0 || dst % 8 != 0) {
-        bail!("cast: source at {src} or destination at {dst} is not aligned for vector access");
+    pair_table("cast", tensors, CAST_CHUNK, [(4, 16), (2, 8)])
+}
+
+/// A chunk table of (source offset, destination offset, length) entries for tensors at
+/// (source, destination, length) in arena bytes, elements of `sizes` bytes each side, each side
+/// aligned as `sizes`' second numbers ask (for vector access): bytes and entry count.
+fn pair_table(
+    what: &str,
+    tensors: &[(usize, usize, usize)],
+    chunk: usize,
+    [(src_size, src_align), (dst_size, dst_align)]: [(usize, usize); 2],
+) -> Result<(Vec<u8>, usize)> {
+    if let Some(&(src, dst, _)) = tensors.iter().find(|&&(src, dst, _)| src % src_align != 0 || dst % dst_align != 0) {
+        bail!("{what}: source at {src} or destination at {dst} is not aligned for vector access");
     }
     chunk_table(
-        "cast",
+        what,
         tensors,
-        CAST_CHUNK,
+        chunk,
         |x| x.2,
         |&(src, dst, _), at, l, t| {
-            t.extend(((src + at * 4) as u64).to_le_bytes());
-            t.extend(((dst + at * 2) as u64).to_le_bytes());
+            t.extend(((src + at * src_size) as u64).to_le_bytes());
+            t.extend(((dst + at * dst_size) as u64).to_le_bytes());
             t.extend((l as u32).to_le_bytes());
             t.extend(0u32.to_le_bytes());
         },
@@ -165,21 +177,7 @@ pub const COPY_ENTRY: usize = 24;
 /// The copy chunk table for 4-byte elements at (source offset, destination offset, length) in
 /// arena bytes: bytes and entry count.
 pub fn copy_table(tensors: &[(usize, usize, usize)]) -> Result<(Vec<u8>, usize)> {
-    if let Some(&(src, dst, _)) = tensors.iter().find(|&&(src, dst, _)| src % 16 != 0 || dst % 16 != 0) {
-        bail!("copy: source at {src} or destination at {dst} is not aligned for vector access");
-    }
-    chunk_table(
-        "copy",
-        tensors,
-        COPY_CHUNK,
-        |x| x.2,
-        |&(src, dst, _), at, l, t| {
-            t.extend(((src + at * 4) as u64).to_le_bytes());
-            t.extend(((dst + at * 4) as u64).to_le_bytes());
-            t.extend((l as u32).to_le_bytes());
-            t.extend(0u32.to_le_bytes());
-        },
-    )
+    pair_table("copy", tensors, COPY_CHUNK, [(4, 16), (4, 16)])
 }
 
 /// Every copy of 4-byte elements a phase ends with (its new state into the state's slots, where
