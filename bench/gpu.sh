@@ -195,27 +195,35 @@ machine() {
   "$ALPHA" --version 2>/dev/null | tee -a "$OUT/machine.txt" || true
 }
 
-# gates SYSTEM BATCH [ROOT]: the four gates, recorded in ROOT's gate ledger (default RUNS), where
-# `alpha train --device cuda` looks for them under the runs folder holding its run directory.
+# gates SYSTEM BATCH [ROOT]: every gate (`alpha check all`), recorded in ROOT's gate ledger
+# (default RUNS), where `alpha train --device cuda` looks for them under the runs folder holding
+# its run directory: one row for the four a GPU run needs, one for health (which decides whether
+# a GPU run records optimizer health by default).
 gates() {
   local system=$1 batch=$2 root=${3:-$RUNS} log="$OUT/gates-$1.txt"
-  timeout 300 "$ALPHA" check all "$system" --device cuda --batch "$batch" --runs "$root" >"$log" 2>&1
-  local rc=$? passes
-  passes=$(grep -c "^  PASS" "$log")
-  if [ $rc -eq 0 ] && [ "$passes" -eq 8 ]; then
-    record "gates $system" PASS "8/8 (batch $batch)"
+  timeout 400 "$ALPHA" check all "$system" --device cuda --batch "$batch" --runs "$root" >"$log" 2>&1
+  local rc=$?
+  if gated "$system" "$root"; then
+    record "gates $system" PASS "forward, gradient, update, causality: 8/8 (batch $batch)"
   else
-    record "gates $system" FAIL "$passes/8 PASS, exit $rc: $(grep -m1 -E "FAIL|error|✗" "$log" | cut -c1-120)"
+    record "gates $system" FAIL "$(grep -c "^  PASS" "$log") cases passed, exit $rc: $(grep -m1 -E "FAIL|error|✗" "$log" | cut -c1-120)"
+  fi
+  if gated "$system" "$root" health; then
+    record "health gate $system" PASS "the health step leaves the step's bits; its figures the reference's"
+  else
+    record "health gate $system" FAIL "$(grep -A3 "Health gate" "$log" | grep -m1 -E "✗|differ|update:" | cut -c1-120)"
   fi
 }
 
-# gated SYSTEM ROOT: whether ROOT's ledger holds a passing cuda record of every gate for this
-# ALPHA (its build is the executable's SHA-256), the newest record of each deciding.
+# gated SYSTEM ROOT [GATE ...]: whether ROOT's ledger holds a passing cuda record of every GATE
+# (default the four a GPU run needs) for this ALPHA (its build is the executable's SHA-256), the
+# newest record of each deciding.
 gated() {
   local ledger="$2/.gates/$1.jsonl" build
   [ -f "$ledger" ] || return 1
   build=$(sha256sum "$ALPHA" | cut -d' ' -f1)
-  python3 - "$ledger" "$build" <<'PY'
+  shift 2
+  python3 - "$ledger" "$build" "${@:-forward gradient update causality}" <<'PY'
 import json, sys
 newest = {}
 for line in open(sys.argv[1]):
@@ -225,7 +233,7 @@ for line in open(sys.argv[1]):
         continue
     if r.get("build") == sys.argv[2] and r.get("device") == "cuda":
         newest[r.get("gate")] = r.get("passed")
-sys.exit(0 if all(newest.get(g) for g in ("forward", "gradient", "update", "causality")) else 1)
+sys.exit(0 if all(newest.get(g) for g in " ".join(sys.argv[3:]).split()) else 1)
 PY
 }
 
@@ -958,13 +966,8 @@ mode_page() {
   local folder=$RUNS/page steps=${PAGE_STEPS:-600} every=${PAGE_EVERY:-100} system log
   mkdir -p "$folder"
   for system in coppelius bob; do
-    log="$OUT/page-gates-$system.txt"
-    if timeout 400 "$ALPHA" check all "$system" --device cuda --batch 1 --runs "$folder" >"$log" 2>&1; then
-      record "page gates $system" PASS "$(grep -c '^  PASS' "$log") of 10 cases (health among them)"
-    else
-      record "page gates $system" FAIL "$(tail -1 "$log" | cut -c1-120)"
-      return 0
-    fi
+    gates "$system" 1 "$folder"
+    gated "$system" "$folder" || return 0
   done
   log="$OUT/page-train-bob.txt"
   if timeout 300 "$ALPHA" train bob --device cuda --data "$BYTES" --steps "$steps" --checkpoint-every "$every" \
