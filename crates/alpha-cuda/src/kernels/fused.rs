@@ -211,7 +211,7 @@ impl Chain {
     }
 
     /// The chain over a `[rows, width]` tensor run in the column path of `r` (a column sum of
-    /// it, [`Reduction::column_pass`]): each element's steps computed where the sum reads it,
+    /// it, `Reduction::column_pass`): each element's steps computed where the sum reads it,
     /// the outputs stored, and step `summed` added into its column's sum: params `out` and
     /// `partials` (the sum's), then `out0…` and `in0…` as [`Chain::kernel`]'s. Why: a
     /// per-channel scale's gradient is the column sum of `dy · x`, which the chain computing

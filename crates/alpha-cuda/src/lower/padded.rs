@@ -9,11 +9,11 @@
 //! bits are the tiled product's on the true sizes.
 //!
 //! The padded product runs as a product of those sizes does anywhere: on the TMA engine where
-//! its shape allows (tensor maps over the scratch operands, placed with the scratch region), K
-//! split into parts summed in a fixed order where its tiles leave SMs idle (a weight gradient
-//! over 131,072 positions has 121 tiles of 1,330 × 1,330). Why: on the `cp.async` ring and
-//! unsplit, Diakosmos's products ran at 166–309 TFLOP/s (the same products on aligned sizes
-//! elsewhere reach 500–600).
+//! its shape allows (tensor maps over the scratch operands, placed with the scratch region),
+//! and with K split into parts summed in a fixed order where the aligned products' rule splits
+//! it ([`GemmShape::split_k_uneven`], [`GemmShape::split_k_waves`]). Why: on the `cp.async` ring
+//! and unsplit, Diakosmos's products ran at 166–309 TFLOP/s on the H200, where aligned products
+//! on the TMA engine reach 500–600.
 //!
 //! Cost: each operand and the output cross memory twice more (a copy in, a copy out), against
 //! a product that then runs on tensor cores.
