@@ -1,5 +1,5 @@
 //! A reference interpreter of the PTX Alpha writes, for the instructions its scalar kernels use
-//! (integer and address arithmetic, predicates and branches, f32 `add`/`sub`/`mul`/`div` with their
+//! (integer and address arithmetic, predicates and branches, f32 `add`/`sub`/`mul`/`div`/`neg` with their
 //! rounding and `fma.rn.f32` as one rounding ([`f32::mul_add`]), bf16 loads widened by a shift
 //! and stores rounded to the nearest (`cvt.rn.bf16.f32`, `st.global.b16`),
 //! global (scalar and `v4`, `f32` or the copies' untyped `b32`), shared and parameter loads and stores, `bar.sync`, whole-warp
@@ -526,6 +526,7 @@ impl Module {
                 "add.rn.f32" | "add.f32" => Some((f(v(1)?) + f(v(2)?)).to_bits() as u64),
                 "sub.rn.f32" => Some((f(v(1)?) - f(v(2)?)).to_bits() as u64),
                 "mul.rn.f32" => Some((f(v(1)?) * f(v(2)?)).to_bits() as u64),
+                "neg.f32" => Some((u(v(1)?) ^ 0x8000_0000) as u64),
                 "div.rn.f32" => Some((f(v(1)?) / f(v(2)?)).to_bits() as u64),
                 "fma.rn.f32" => Some(f(v(1)?).mul_add(f(v(2)?), f(v(3)?)).to_bits() as u64),
                 op if op.starts_with("setp.") && op.ends_with(".u32") => {

@@ -758,7 +758,12 @@ fn a_concat_reads_its_permuted_and_sliced_parts_through_their_views() {
     let leaves =
         [("a", rng.vec(groups * n * d, 2.0)), ("b", rng.vec(groups * n * d, 2.0)), ("z", rng.vec(n * 4 * d, 2.0))];
     let views = |op: &alpha_ir::Op| matches!(op, alpha_ir::Op::Permute { .. } | alpha_ir::Op::Slice { .. });
-    let [on, off] = with_and_without(&program, out, &leaves, |c| c.concat_views = false, views);
+    // (Without the permute storing the product in its place either.)
+    let off = |c: &mut alpha_cuda::CudaConfig| {
+        c.concat_views = false;
+        c.permuted_stores = false;
+    };
+    let [on, off] = with_and_without(&program, out, &leaves, off, views);
     assert_eq!((on.0, off.0), (0, 2), "the permute and the slice launch only without the fusion");
     assert_eq!(on.1 + 2, off.1);
 }
@@ -992,4 +997,28 @@ fn the_multi_tensor_copy_moves_every_tensor_bit_for_bit() {
             assert!(got[lens[i]].is_nan(), "tensor {i}: the float after it written");
         }
     }
+}
+
+/// A plain elementwise op whose output a Permute alone reads (Polf's q gain, then the heads'
+/// layout) stores each element where the permute would move it: one launch, and the CPU
+/// backend's bits. A unary too (a negation: the interpreter takes no `ex2`).
+#[test]
+fn an_elementwise_op_stores_into_the_place_of_the_permute_after_it() {
+    use alpha_ir::{Graph, Init};
+    let mut g = Graph::new("permuted-store");
+    let x = g.param("x", &[2, 5, 3, 4], Init::Zeros);
+    let gain = g.param("gain", &[1, 1, 3, 1], Init::Zeros);
+    let scaled = g.mul(x, gain);
+    let heads = g.permute(scaled, &[0, 2, 1, 3]);
+    let mut rng = Rng::new(8);
+    let leaves = [("x", rng.vec(120, 2.0)), ("gain", rng.vec(3, 2.0))];
+    let names = lowered_gives_the_cpus_bits(g, heads, &leaves);
+    assert_eq!(names, ["pw_mul"], "the product stored permuted, no copy: {names:?}");
+    let mut g = Graph::new("permuted-unary");
+    let x = g.param("x", &[4, 6, 5], Init::Zeros);
+    let t = g.neg(x);
+    let moved = g.permute(t, &[2, 0, 1]);
+    let leaves = [("x", Rng::new(9).vec(120, 2.0))];
+    let names = lowered_gives_the_cpus_bits(g, moved, &leaves);
+    assert_eq!(names.len(), 1, "{names:?}");
 }

@@ -33,6 +33,7 @@
 //! | `ALPHA_SPLIT_WAVES=off` | [`CudaConfig::split_waves`] | a product on the TMA engine splits K only where its tiles leave SMs idle, not also where they fill the SMs once and leave the next wave mostly empty |
 //! | `ALPHA_CHAIN_COLSUMS=off` | [`CudaConfig::chain_column_sums`] | a column sum of a fused chain's output (a per-channel scale's gradient) runs as its own launch over the stored output, instead of in the chain's launch |
 //! | `ALPHA_MULTI_COPY=off` | [`CudaConfig::multi_copies`] | a phase's copies into its state run as a launch each, instead of the 4-byte ones together in one |
+//! | `ALPHA_PERMUTED_STORES=off` | [`CudaConfig::permuted_stores`] | a Permute that alone reads a plain elementwise op's output copies it, instead of the op storing into the permute's place |
 //! | `ALPHA_PADDED_TMA=off` | [`CudaConfig::padded_tma`] | a product padded to the tiled sizes runs on the `cp.async` ring with K whole, instead of on the TMA engine with K split where its tiles leave SMs idle |
 //! | `ALPHA_MUL_EPILOGUE=off` | [`CudaConfig::mul_epilogue`] | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
 //! | `ALPHA_JOINT_CE=off` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward and its bf16 backward run as two launches, each reading the logits, instead of the forward launching the backward's work too |
@@ -140,6 +141,8 @@ pub struct CudaConfig {
     /// the TMA engine (tensor maps over its scratch operands) and with K split where its tiles
     /// leave SMs idle.
     pub padded_tma: bool,
+    /// A plain elementwise op whose output a Permute alone reads stores into the permute's place.
+    pub permuted_stores: bool,
     /// A phase's 4-byte copies into its state run as one multi-tensor launch.
     pub multi_copies: bool,
     /// A column sum right after a fused chain, of one of its outputs, runs in the chain's
@@ -221,6 +224,7 @@ impl Default for CudaConfig {
             held_broadcasts: true,
             mul_epilogue: true,
             padded_tma: true,
+            permuted_stores: true,
             multi_copies: true,
             chain_column_sums: true,
             split_waves: true,
@@ -307,6 +311,7 @@ impl CudaConfig {
         c.held_broadcasts = switch("ALPHA_HELD_BROADCAST", c.held_broadcasts)?;
         c.mul_epilogue = switch("ALPHA_MUL_EPILOGUE", c.mul_epilogue)?;
         c.padded_tma = switch("ALPHA_PADDED_TMA", c.padded_tma)?;
+        c.permuted_stores = switch("ALPHA_PERMUTED_STORES", c.permuted_stores)?;
         c.multi_copies = switch("ALPHA_MULTI_COPY", c.multi_copies)?;
         c.chain_column_sums = switch("ALPHA_CHAIN_COLSUMS", c.chain_column_sums)?;
         c.split_waves = switch("ALPHA_SPLIT_WAVES", c.split_waves)?;

@@ -558,6 +558,13 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                 i += 1;
                 continue;
             }
+            // A plain elementwise op storing into the place of the Permute that alone reads it.
+            if let Some(p) = lw.permuted_store(&nodes, i, &skip, &uses) {
+                launches.extend(lw.lower_elementwise(nodes[i], Some(p))?);
+                skip.insert(p);
+                i += 1;
+                continue;
+            }
             launches.extend(lw.lower_node(nodes[i])?);
             if lw.fusion.fold_flush_after == Some(nodes[i]) {
                 launches.extend(lw.flush_folds(nodes[i])?);
@@ -1011,7 +1018,7 @@ impl Lowerer<'_> {
             | Op::Broadcast { .. }
             | Op::Permute { .. }
             | Op::Slice { .. }
-            | Op::Concat { .. } => self.lower_elementwise(id),
+            | Op::Concat { .. } => self.lower_elementwise(id, None),
             Op::Reduce { .. } => self.lower_reduce(id, None),
             Op::MatMul { .. } => self.lower_matmul(id),
             Op::Gather | Op::ScatterAdd { .. } => self.lower_embedding(id),

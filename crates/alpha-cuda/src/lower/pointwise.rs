@@ -6,7 +6,7 @@ use super::*;
 
 impl Lowerer<'_> {
     /// An elementwise or layout node on the pointwise kernel.
-    pub(super) fn lower_elementwise(&mut self, id: u32) -> Result<Vec<Pending>> {
+    pub(super) fn lower_elementwise(&mut self, id: u32, permuted: Option<u32>) -> Result<Vec<Pending>> {
         let cx = At::of(self.plan, id);
         let (node, ins) = (&cx.node, &cx.node.inputs);
         let os = node.outputs[0].shape.clone();
@@ -19,20 +19,25 @@ impl Lowerer<'_> {
                 let (dst, odt) = self.destination(cx.out(0));
                 // Reading the tensor under its slice in place (`chain_slices`): over the
                 // slice's shape.
-                let (shape, strides, src) = match self.sliced_operand(ins[0]) {
-                    Some((strides, src)) => (cx.ishape(0), strides, src),
-                    None => (vec![n], vec![1], self.ptr(ins[0])),
+                let (shape, strides, src) = match (self.sliced_operand(ins[0]), permuted) {
+                    (Some((strides, src)), _) => (cx.ishape(0), strides, src),
+                    (None, Some(_)) => (os.clone(), contiguous_strides(&os), self.ptr(ins[0])),
+                    (None, None) => (vec![n], vec![1], self.ptr(ins[0])),
                 };
-                let pw = Pointwise {
-                    out: Operand::contiguous(odt, &shape),
-                    shape,
-                    ins: vec![Operand { dtype: cx.idt(0), strides }],
-                    body: Body::Unary(*u),
+                let (dst, out) = match permuted {
+                    Some(p) => (Value { node: p, index: 0 }, permuted_operand(self.g(), p, odt)),
+                    None => (dst, Operand::contiguous(odt, &shape)),
                 };
+                let pw =
+                    Pointwise { out, shape, ins: vec![Operand { dtype: cx.idt(0), strides }], body: Body::Unary(*u) };
                 v.push(self.pointwise(pw, vec![self.ptr(dst), src], some)?);
             }
             Op::Binary(b) => {
                 let (dst, odt) = self.destination(cx.out(0));
+                let (dst, out) = match permuted {
+                    Some(p) => (Value { node: p, index: 0 }, permuted_operand(self.g(), p, odt)),
+                    None => (dst, Operand::contiguous(odt, &os)),
+                };
                 let mut args = vec![self.ptr(dst)];
                 let mut operands = vec![];
                 for (k, &x) in ins.iter().enumerate() {
@@ -43,12 +48,7 @@ impl Lowerer<'_> {
                     operands.push(Operand { dtype: cx.idt(k), strides });
                     args.push(src);
                 }
-                let pw = Pointwise {
-                    shape: os.clone(),
-                    out: Operand::contiguous(odt, &os),
-                    ins: operands,
-                    body: Body::Binary(*b),
-                };
+                let pw = Pointwise { shape: os.clone(), out, ins: operands, body: Body::Binary(*b) };
                 v.push(self.pointwise(pw, args, some)?);
             }
             Op::Cast { .. } | Op::Reshape { .. } => {
@@ -431,6 +431,54 @@ impl Lowerer<'_> {
         let kernel = self.kernel(multi::cast_kernel())?;
         let args = multi::cast_arguments([A::Ptr(0), A::Ptr(table)]);
         Ok(Pending { kernel, grid: (chunks as u32, 1, 1), block: (multi::THREADS, 1, 1), args, node: Some(ids[0]) })
+    }
+}
+
+/// The output operand of an elementwise op whose result Permute `p` alone reads, stored in the
+/// permute's place: over the op's shape, each element at the offset the permute moves it to.
+fn permuted_operand(g: &alpha_ir::Graph, p: u32, dtype: DType) -> Operand {
+    let n = &g.nodes[p as usize];
+    let Op::Permute { perm } = &n.op else { unreachable!("a permuted store names its Permute") };
+    let dest = contiguous_strides(&n.outputs[0].shape);
+    let mut strides = vec![0u64; perm.len()];
+    for (k, &a) in perm.iter().enumerate() {
+        strides[a] = dest[k];
+    }
+    Operand { dtype, strides }
+}
+
+impl Lowerer<'_> {
+    /// The Permute right after plain elementwise node `nodes[i]` (a Unary or Binary not in a
+    /// chain, its f32 output read by the permute alone) whose place the op can store into: the
+    /// permute then never runs. Its place must be clear of every input the op reads. Why: Polf's
+    /// q gain and the attention's layouts: `[B, T, H, D]` scaled, then copied whole to
+    /// `[B, H, T, D]` (134 MB read and written at 64 windows, in each of 9 blocks).
+    pub(super) fn permuted_store(
+        &self,
+        nodes: &[u32],
+        i: usize,
+        skip: &std::collections::HashSet<u32>,
+        uses: &HashMap<Value, usize>,
+    ) -> Option<u32> {
+        if !self.config.permuted_stores {
+            return None;
+        }
+        let g = self.g();
+        let id = nodes[i];
+        let n = &g.nodes[id as usize];
+        let out = Value { node: id, index: 0 };
+        let plain = matches!(n.op, Op::Unary(_) | Op::Binary(_))
+            && n.outputs[0].dtype == DType::F32
+            && self.destination(out).0 == out
+            && uses.get(&out).copied() == Some(1);
+        let &p = nodes.get(i + 1).filter(|p| !skip.contains(p))?;
+        let pn = &g.nodes[p as usize];
+        let permute = matches!(pn.op, Op::Permute { .. }) && pn.inputs[0] == out;
+        let rng = |v: Value| crate::fusion::range(self.plan, v);
+        let clear = rng(Value { node: p, index: 0 })
+            .is_some_and(|dst| crate::fusion::clear_of(dst, n.inputs.iter().map(|&x| rng(x))));
+        let in_place = n.inputs.iter().all(|&x| self.sliced_operand(x).is_none());
+        (plain && permute && clear && in_place).then_some(p)
     }
 }
 
