@@ -768,16 +768,19 @@ fn a_concat_reads_its_permuted_and_sliced_parts_through_their_views() {
     assert_eq!(on.1 + 2, off.1);
 }
 
-/// A Concat read only by another Concat (through a reshape), as Diakosmos's spatial path joins
-/// its turned halves `[N, 3, 1, D]` into `[N, 3, 2, D]` and those, as `[N, 6, D]`, with the lone
-/// group sliced from `[N, 7, D]`: the inner Concat copies its parts straight into the outer's
-/// output, which copies only the lone group (`nested_concats`); the output is the CPU
-/// backend's under both orders of a block's threads, with the fusion on and off.
-#[test]
-fn a_concat_read_by_a_concat_writes_its_parts_into_the_outer() {
-    use alpha_ir::{Graph, Init};
-    let (n, d) = (29, 6);
-    let mut g = Graph::new("nested-concat");
+/// Diakosmos's spatial path in small, over `n` positions of 7 groups of `d`: params `u`
+/// `[n, 7, d]` and `c` `[3, 1, d]`, `sq = u²`, and the two halves (`[n, 3, 1, d]` each) of its
+/// first six groups paired.
+struct Spatial {
+    u: alpha_ir::Value,
+    c: alpha_ir::Value,
+    sq: alpha_ir::Value,
+    first: alpha_ir::Value,
+    second: alpha_ir::Value,
+}
+
+fn spatial_halves(g: &mut alpha_ir::Graph, n: usize, d: usize) -> Spatial {
+    use alpha_ir::Init;
     let u = g.param("u", &[n, 7, d], Init::Zeros);
     let c = g.param("c", &[3, 1, d], Init::Zeros);
     let sq = g.square(u);
@@ -785,6 +788,20 @@ fn a_concat_read_by_a_concat_writes_its_parts_into_the_outer() {
     let paired = g.reshape(paired, &[n, 3, 2, d]);
     let first = g.slice(paired, 2, 0, 1);
     let second = g.slice(paired, 2, 1, 2);
+    Spatial { u, c, sq, first, second }
+}
+
+/// A Concat read only by another Concat (through a reshape), as Diakosmos's spatial path joins
+/// its turned halves `[N, 3, 1, D]` into `[N, 3, 2, D]` and those, as `[N, 6, D]`, with the lone
+/// group sliced from `[N, 7, D]`: the inner Concat copies its parts straight into the outer's
+/// output, which copies only the lone group (`nested_concats`); the output is the CPU
+/// backend's under both orders of a block's threads, with the fusion on and off.
+#[test]
+fn a_concat_read_by_a_concat_writes_its_parts_into_the_outer() {
+    use alpha_ir::Graph;
+    let (n, d) = (29, 6);
+    let mut g = Graph::new("nested-concat");
+    let Spatial { u, c, sq, first, second } = spatial_halves(&mut g, n, d);
     let a = g.mul(first, c);
     let b = g.mul(second, c);
     let a = g.sub(a, b);
@@ -842,14 +859,8 @@ fn elementwise_nodes_read_their_slices_in_place() {
     use alpha_ir::{Graph, Init};
     let (n, d) = (29, 6);
     let mut g = Graph::new("chain-slices");
-    let u = g.param("u", &[n, 7, d], Init::Zeros);
-    let c = g.param("c", &[3, 1, d], Init::Zeros);
+    let Spatial { c, first, second, .. } = spatial_halves(&mut g, n, d);
     let w = g.param("w", &[n, 3, 1, 2 * d], Init::Zeros);
-    let sq = g.square(u);
-    let paired = g.slice(sq, 1, 0, 6);
-    let paired = g.reshape(paired, &[n, 3, 2, d]);
-    let first = g.slice(paired, 2, 0, 1);
-    let second = g.slice(paired, 2, 1, 2);
     let ww = g.square(w);
     let last = g.slice(ww, 3, d, 2 * d);
     let a = g.mul(first, c);

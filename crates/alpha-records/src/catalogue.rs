@@ -71,13 +71,17 @@ pub struct DeviceFacts {
 pub fn standing(records: &[GateRecord], build: &str, device: &str) -> (Vec<String>, Vec<String>) {
     let (mut passed, mut missing) = (vec![], vec![]);
     for gate in GATES {
-        let newest = records.iter().rev().find(|r| r.gate == gate && r.build == build && r.device == device);
-        match newest {
-            Some(r) if r.passed => passed.push(gate.to_string()),
-            _ => missing.push(gate.to_string()),
+        match newest_passed(records, gate, build, device) {
+            true => passed.push(gate.to_string()),
+            false => missing.push(gate.to_string()),
         }
     }
     (passed, missing)
+}
+
+/// Whether the newest record of `gate` for `build` on `device` passed (false without one).
+pub fn newest_passed(records: &[GateRecord], gate: &str, build: &str, device: &str) -> bool {
+    records.iter().rev().find(|r| r.gate == gate && r.build == build && r.device == device).is_some_and(|r| r.passed)
 }
 
 /// The devices the records show the system on: the CPU (the reference, always) and every device

@@ -785,20 +785,14 @@ pub fn ledger(runs: &Path, system: &str) -> Vec<GateRecord> {
     crate::records::read_rows(&alpha_records::gate_ledger(runs, system))
 }
 
-/// Whether the newest health gate record of `system` under `runs` for this build on `device`
-/// passed: a GPU run then records optimizer health by default
-/// ([`crate::train::default_health_every`]). The CPU needs none (it is the reference).
-pub fn health_gated(runs: &Path, system: &str, device: Device) -> bool {
-    if device == Device::Cpu {
-        return true;
-    }
-    let Ok(build) = build_identity() else { return false };
-    let dev = device_name(device);
-    ledger(runs, system)
-        .iter()
-        .rev()
-        .find(|r| r.gate == Gate::Health.name() && r.build == build && r.device == dev)
-        .is_some_and(|r| r.passed)
+/// Whether the newest health gate record of `system` under `runs` for the build and device of
+/// `gates` (what [`require`] found) passed: a GPU run then records optimizer health by default
+/// ([`crate::train::default_health_every`]). A CPU run (no `gates`) needs none: the CPU is the
+/// reference.
+pub fn health_gated(runs: &Path, system: &str, gates: Option<&RunGates>) -> bool {
+    gates.is_none_or(|g| {
+        alpha_records::catalogue::newest_passed(&ledger(runs, system), Gate::Health.name(), &g.build, &g.device)
+    })
 }
 
 /// Whether a run of `system` on `device` may start, by the ledger under `runs`. A CPU run

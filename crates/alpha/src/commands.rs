@@ -455,7 +455,7 @@ fn train(a: TrainArgs) -> Result<()> {
         );
     }
     let health_every = a.health_every.unwrap_or_else(|| {
-        let gated = alpha_run::gates::health_gated(runs_root, system.name(), a.device);
+        let gated = alpha_run::gates::health_gated(runs_root, system.name(), gates.as_ref());
         alpha_run::train::default_health_every(a.device, gated)
     });
     let data = data::resolve(system.as_ref(), a.data.as_deref())?;

@@ -91,6 +91,22 @@ pub(crate) fn on_tma(cfg: &CudaConfig, spec: GemmSpec, shape: &GemmShape) -> Gem
     spec
 }
 
+/// How a product of `spec` over `shape` splits K: the parts and their launch's shape (a batch of
+/// the parts), or None to run whole. Parts of whole K steps that may differ by one where the
+/// parts run on the TMA engine ([`GemmShape::split_k_uneven`], and past one wave of tiles with
+/// [`CudaConfig::split_waves`]); else equal parts ([`GemmShape::split_k`]).
+pub(crate) fn k_parts(cfg: &CudaConfig, spec: &GemmSpec, shape: &GemmShape) -> Option<(u32, GemmShape)> {
+    let uneven_ok = cfg.uneven_split && on_tma(cfg, *spec, shape).engine == gemm::Engine::Tma;
+    let splits = match (cfg.split_k, uneven_ok) {
+        (false, _) => 1,
+        (true, true) if cfg.split_waves => shape.split_k_waves(spec.bk),
+        (true, true) => shape.split_k_uneven(spec.bk),
+        (true, false) => shape.split_k(spec.bk),
+    };
+    let uneven = !shape.k.is_multiple_of(spec.bk * splits);
+    (splits > 1).then(|| (splits, if uneven { shape.split_uneven(splits) } else { shape.split(spec, splits) }))
+}
+
 /// `spec` (inputs, tile and epilogue settled) with the `wgmma` ring depth for a launch of
 /// `shape`: [`gemm_wgmma::stages_for`] its grid, or the forced depth where it is allowed.
 pub(crate) fn with_ring(cfg: &CudaConfig, spec: GemmSpec, shape: &GemmShape) -> GemmSpec {

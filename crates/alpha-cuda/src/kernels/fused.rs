@@ -199,8 +199,7 @@ impl Chain {
     pub fn kernel(&self) -> Result<Kernel> {
         self.validate()?;
         let mut k = Kernel::new(&self.name()).with_block(THREADS, 1, 1);
-        let outs: Vec<Reg> = (0..self.outputs.len()).map(|j| k.param_reg(&format!("out{j}"), ParamTy::U64)).collect();
-        let ins: Vec<Reg> = (0..self.inputs).map(|j| k.param_reg(&format!("in{j}"), ParamTy::U64)).collect();
+        let (outs, ins) = self.pointer_params(&mut k);
         let n = k.imm_u32(self.n as u32);
         let scalars = self.load_scalars(&mut k, &ins);
         let (i, stride, top, end) = grid_stride_begin_with(&mut k, n, Some(THREADS));
@@ -227,8 +226,7 @@ impl Chain {
         let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
         let out = k.param_reg("out", ParamTy::U64);
         let partials = k.param_reg("partials", ParamTy::U64);
-        let outs: Vec<Reg> = (0..self.outputs.len()).map(|j| k.param_reg(&format!("out{j}"), ParamTy::U64)).collect();
-        let ins: Vec<Reg> = (0..self.inputs).map(|j| k.param_reg(&format!("in{j}"), ParamTy::U64)).collect();
+        let (outs, ins) = self.pointer_params(&mut k);
         let scalars = self.load_scalars(&mut k, &ins);
         r.column_pass(
             &mut k,
@@ -242,6 +240,13 @@ impl Chain {
         );
         k.ret();
         Ok(k)
+    }
+
+    /// Params `out0…` then `in0…`, the outputs' and inputs' device addresses.
+    fn pointer_params(&self, k: &mut Kernel) -> (Vec<Reg>, Vec<Reg>) {
+        let outs = (0..self.outputs.len()).map(|j| k.param_reg(&format!("out{j}"), ParamTy::U64)).collect();
+        let ins = (0..self.inputs).map(|j| k.param_reg(&format!("in{j}"), ParamTy::U64)).collect();
+        (outs, ins)
     }
 
     /// The scalar inputs, loaded once a thread before any element.

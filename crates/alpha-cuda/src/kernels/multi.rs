@@ -38,8 +38,9 @@ pub const SUMSQ_ENTRY: usize = 16;
 pub const ADAMW_ENTRY: usize = 40;
 /// Elements per block of the multi-tensor cast.
 pub const CAST_CHUNK: usize = 8192;
-/// Bytes of one cast table entry: (f32 source, bf16 destination offsets u64; len u32; pad u32).
-pub const CAST_ENTRY: usize = 24;
+/// Bytes of one entry of a cast's or a copy's table (`pair_table`): (source, destination
+/// offsets u64; len u32; pad u32).
+pub const PAIR_ENTRY: usize = 24;
 
 /// The cast chunk table for (f32 source offset, bf16 destination offset, length) in arena
 /// bytes: bytes and entry count.
@@ -100,17 +101,23 @@ fn chunk_table<T>(
     Ok((t, n))
 }
 
-/// Every f32 → bf16 cast of a run of parameters: params (base, table); grid (chunks). Why: a
-/// weight is read by its forward product and by its input-gradient product, and GEMMs read bf16
-/// in half the bytes of f32; casting each block's weights once, together, costs one launch.
-/// Rounding to nearest even with `cvt.rn.bf16.f32`, as the pointwise cast does.
-pub fn cast_kernel() -> Kernel {
-    let mut k = Kernel::new("cast_multi_f32_bf16").with_block(THREADS, 1, 1);
+/// A block's chunk of a [`pair_table`]: the thread, the source and destination addresses and the
+/// chunk's length.
+struct PairChunk {
+    tid: Reg,
+    x: Reg,
+    y: Reg,
+    len: Reg,
+}
+
+/// Declares params (base, table) of a kernel driven by a [`pair_table`] and reads block
+/// `%ctaid.x`'s entry: its chunk.
+fn pair_chunk(k: &mut Kernel) -> PairChunk {
     let base = k.param_reg("base", ParamTy::U64);
     let table = k.param_reg("table", ParamTy::U64);
     let tid = k.sreg("%tid.x");
     let b = k.sreg("%ctaid.x");
-    let e = k.addr_of(table, b, CAST_ENTRY as u32);
+    let e = k.addr_of(table, b, PAIR_ENTRY as u32);
     let (src, dst) = (k.reg(RegKind::B64), k.reg(RegKind::B64));
     k.op("ld.global.nc.u64", [src.into(), addr(e, 0)]);
     k.op("ld.global.nc.u64", [dst.into(), addr(e, 8)]);
@@ -118,6 +125,16 @@ pub fn cast_kernel() -> Kernel {
     k.op("ld.global.nc.u32", [len.into(), addr(e, 16)]);
     let x = k.bin("add.s64", RegKind::B64, base, src);
     let y = k.bin("add.s64", RegKind::B64, base, dst);
+    PairChunk { tid, x, y, len }
+}
+
+/// Every f32 → bf16 cast of a run of parameters: params (base, table); grid (chunks). Why: a
+/// weight is read by its forward product and by its input-gradient product, and GEMMs read bf16
+/// in half the bytes of f32; casting each block's weights once, together, costs one launch.
+/// Rounding to nearest even with `cvt.rn.bf16.f32`, as the pointwise cast does.
+pub fn cast_kernel() -> Kernel {
+    let mut k = Kernel::new("cast_multi_f32_bf16").with_block(THREADS, 1, 1);
+    let PairChunk { tid, x, y, len } = pair_chunk(&mut k);
     // A whole chunk: each thread's eight quads loaded at once, then converted and stored (one
     // memory latency a thread instead of eight: a block's 3.2 M weights took 12.7 µs on the
     // H200 with the loop below).
@@ -171,8 +188,6 @@ pub fn cast_kernel() -> Kernel {
 
 /// Elements per block of the multi-tensor copy.
 pub const COPY_CHUNK: usize = 8192;
-/// Bytes of one copy table entry: (source, destination offsets u64; len u32; pad u32).
-pub const COPY_ENTRY: usize = 24;
 
 /// The copy chunk table for 4-byte elements at (source offset, destination offset, length) in
 /// arena bytes: bytes and entry count.
@@ -187,18 +202,7 @@ pub fn copy_table(tensors: &[(usize, usize, usize)]) -> Result<(Vec<u8>, usize)>
 /// converted.
 pub fn copy_kernel() -> Kernel {
     let mut k = Kernel::new("copy_multi_b32").with_block(THREADS, 1, 1);
-    let base = k.param_reg("base", ParamTy::U64);
-    let table = k.param_reg("table", ParamTy::U64);
-    let tid = k.sreg("%tid.x");
-    let b = k.sreg("%ctaid.x");
-    let e = k.addr_of(table, b, COPY_ENTRY as u32);
-    let (src, dst) = (k.reg(RegKind::B64), k.reg(RegKind::B64));
-    k.op("ld.global.nc.u64", [src.into(), addr(e, 0)]);
-    k.op("ld.global.nc.u64", [dst.into(), addr(e, 8)]);
-    let len = k.reg(RegKind::B32);
-    k.op("ld.global.nc.u32", [len.into(), addr(e, 16)]);
-    let x = k.bin("add.s64", RegKind::B64, base, src);
-    let y = k.bin("add.s64", RegKind::B64, base, dst);
+    let PairChunk { tid, x, y, len } = pair_chunk(&mut k);
     // Four elements a thread a pass (16-byte loads and stores), then the chunk's tail.
     let quads = k.bin("shr.u32", RegKind::B32, len, 2u32);
     k.strided_loop(tid, quads, THREADS, ("quads", "quads_end"), |k, q| {

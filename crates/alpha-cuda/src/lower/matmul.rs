@@ -83,32 +83,21 @@ impl Lowerer<'_> {
                         self.delta_at.insert(attn, at);
                         delta = Some((o, at));
                     }
-                    // Parts of whole K steps that may differ by one where the parts run on the
-                    // TMA engine ([`GemmShape::split_k_uneven`]); else equal parts.
-                    let uneven_ok =
-                        self.config.uneven_split && on_tma(self.config, spec, &shape).engine == gemm::Engine::Tma;
-                    let splits = match (self.config.split_k, uneven_ok) {
-                        (false, _) => 1,
-                        (true, true) if self.config.split_waves => shape.split_k_waves(spec.bk),
-                        (true, true) => shape.split_k_uneven(spec.bk),
-                        (true, false) => shape.split_k(spec.bk),
-                    };
-                    let uneven = !shape.k.is_multiple_of(spec.bk * splits);
+                    let parts = k_parts(self.config, &spec, &shape);
                     let plain = spec.epilogue == Epilogue::Store
                         && spec.activation.is_none()
                         && spec.heads.is_none()
                         && shape.batch == 1
                         && c == cx.out(0);
-                    if splits > 1 {
+                    if let Some((splits, part)) = parts {
                         // K in parts into the scratch region, then the fixed-order sum with the
                         // epilogue (which runs after every operand read: the fusions' slot rules
                         // hold a fortiori).
-                        let part = if uneven { shape.split_uneven(splits) } else { shape.split(&spec, splits) };
                         let pspec = GemmSpec {
                             epilogue: Epilogue::Store,
                             activation: None,
                             tile: gemm::Tile::T128x128,
-                            uneven_split: uneven,
+                            uneven_split: !shape.k.is_multiple_of(spec.bk * splits),
                             ..spec
                         };
                         let pspec = with_ring(self.config, on_tma(self.config, pspec, &part), &part);

@@ -50,10 +50,10 @@ use crate::fusion::{
     cast_sources_through_their_gemms, casts_into_producers, chain_slices, clear_of, column_casts,
     concat_view_candidates, concat_views, deep_epilogue_grid, deferred_folds, delta_heads, forward_copies,
     forward_rotaries, fuse, fuse_more, grouped_param_casts, head_split, joint_backward_apart, joint_cross_entropy,
-    merged_f32_windows, merged_gradients, mul_epilogues, nested_concat_candidates, nested_concats, norm_column_sums,
-    norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range, readers_of,
-    recompute_unary_inputs, settled, sliced_permute_candidates, sliced_permutes, sliced_tree_candidates, tiled_gemm,
-    touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
+    k_parts, merged_f32_windows, merged_gradients, mul_epilogues, nested_concat_candidates, nested_concats,
+    norm_column_sums, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range,
+    readers_of, recompute_unary_inputs, settled, sliced_permute_candidates, sliced_permutes, sliced_tree_candidates,
+    tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -910,18 +910,19 @@ impl Lowerer<'_> {
             let (ds, dd) = (g.dtype(c.src), g.dtype(c.dst));
             ds == dd && matches!(ds, DType::F32 | DType::I32)
         };
-        let span = |at: usize, n: usize| (at, at + 4 * n);
-        let overlaps = |a: (usize, usize), b: (usize, usize)| a.0 < b.1 && b.0 < a.1;
+        let rng = |v: Value| range(self.plan, v);
+        // Writes nothing another copy reads, and reads nothing another writes.
+        let disjoint = |c: &alpha_plan::Copy| match (rng(c.src), rng(c.dst)) {
+            (Some(reads), Some(writes)) => copies
+                .iter()
+                .filter(|c2| !std::ptr::eq(c, *c2))
+                .all(|c2| clear_of(writes, [rng(c2.src)]) && clear_of(reads, [rng(c2.dst)])),
+            _ => false,
+        };
         let (mut grouped, mut apart) = (vec![], vec![]);
         for &m in &moves {
-            let (s, d, n, c) = m;
-            let together = self.config.multi_copies
-                && word(c)
-                && s % 16 == 0
-                && d % 16 == 0
-                && moves.iter().all(|&(s2, d2, n2, c2)| {
-                    std::ptr::eq(c, c2) || (!overlaps(span(s, n), span(d2, n2)) && !overlaps(span(d, n), span(s2, n2)))
-                });
+            let (s, d, _, c) = m;
+            let together = self.config.multi_copies && word(c) && s % 16 == 0 && d % 16 == 0 && disjoint(c);
             if together {
                 grouped.push(m);
             } else {

@@ -149,19 +149,12 @@ impl Lowerer<'_> {
         let b = self.ptr(node.inputs[1]);
         v.extend(self.pad_into(b, (b_count, b_rows, b_cols), (b_rows_p, b_cols_p), b_at, some)?);
         let (pa, pb, pc) = (A::Scratch(a_at), A::Scratch(b_at), A::Scratch(c_at));
-        // K in parts as the tiled products split theirs (equal parts, or uneven ones on the TMA
-        // engine), summed in a fixed order into the padded output.
+        // K in parts as the tiled products split theirs, summed in a fixed order into the
+        // padded output.
         let aligned_paths = self.config.padded_tma;
-        let tma = aligned_paths && on_tma(self.config, spec, &shape).engine == gemm::Engine::Tma;
-        let splits = match (self.config.split_k && aligned_paths, self.config.uneven_split && tma) {
-            (false, _) => 1,
-            (true, true) if self.config.split_waves => shape.split_k_waves(spec.bk),
-            (true, true) => shape.split_k_uneven(spec.bk),
-            (true, false) => shape.split_k(spec.bk),
-        };
-        if splits > 1 {
+        let parts = if aligned_paths { k_parts(self.config, &spec, &shape) } else { None };
+        if let Some((splits, part)) = parts {
             let uneven = !shape.k.is_multiple_of(spec.bk * splits);
-            let part = if uneven { shape.split_uneven(splits) } else { shape.split(&spec, splits) };
             let pspec = GemmSpec { tile: gemm::Tile::T128x128, uneven_split: uneven, ..spec };
             let pspec = with_ring(self.config, on_tma(self.config, pspec, &part), &part);
             part.check(&pspec).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;

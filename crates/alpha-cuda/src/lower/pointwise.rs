@@ -474,9 +474,8 @@ impl Lowerer<'_> {
         let &p = nodes.get(i + 1).filter(|p| !skip.contains(p))?;
         let pn = &g.nodes[p as usize];
         let permute = matches!(pn.op, Op::Permute { .. }) && pn.inputs[0] == out;
-        let rng = |v: Value| crate::fusion::range(self.plan, v);
-        let clear = rng(Value { node: p, index: 0 })
-            .is_some_and(|dst| crate::fusion::clear_of(dst, n.inputs.iter().map(|&x| rng(x))));
+        let rng = |v: Value| range(self.plan, v);
+        let clear = rng(Value { node: p, index: 0 }).is_some_and(|dst| clear_of(dst, n.inputs.iter().map(|&x| rng(x))));
         let in_place = n.inputs.iter().all(|&x| self.sliced_operand(x).is_none());
         (plain && permute && clear && in_place).then_some(p)
     }

@@ -687,18 +687,24 @@ fn scratch_bytes(l: &Lowered) -> usize {
     l.arena - consts_end.div_ceil(256) * 256
 }
 
-/// A padded weight gradient whose few tiles leave SMs idle (330 × 330 over 16,384 positions,
-/// 9 tiles) splits K as an aligned one does: its parts on the TMA engine, their fixed-order sum
-/// into the padded output, then the wanted rows and columns copied out.
-#[test]
-fn a_padded_weight_gradient_with_few_tiles_splits_k() {
+/// `xᵀ·dy` of two bf16 `[16384, 330]` tensors (a 330 × 330 weight gradient, padded: 330 is no
+/// multiple of 8) summed, lowered with `config`.
+fn padded_weight_gradient(config: CudaConfig) -> Lowered {
     let mut g = Graph::new("t");
     let x = g.param("x", &[16384, 330], Init::Zeros);
     let dy = g.param("dy", &[16384, 330], Init::Zeros);
     let (x16, dy16) = (g.cast(x, DType::BF16), g.cast(dy, DType::BF16));
     let y = g.matmul_t(x16, dy16, true, false);
     let s = g.sum_all(y);
-    let l = lower_forward(g, s);
+    lower_forward_with(g, s, config)
+}
+
+/// A padded weight gradient whose few tiles leave SMs idle (330 × 330 over 16,384 positions,
+/// 9 tiles) splits K as an aligned one does: its parts on the TMA engine, their fixed-order sum
+/// into the padded output, then the wanted rows and columns copied out.
+#[test]
+fn a_padded_weight_gradient_with_few_tiles_splits_k() {
+    let l = padded_weight_gradient(CudaConfig { fold_casts_into_gemms: false, ..CudaConfig::default() });
     let names = launch_names(&l);
     let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
     assert!(names[gemm].contains("_tma"), "on the TMA engine: {names:?}");
@@ -710,14 +716,8 @@ fn a_padded_weight_gradient_with_few_tiles_splits_k() {
 /// With `ALPHA_PADDED_TMA=off` a padded product keeps the `cp.async` ring and K whole.
 #[test]
 fn padded_products_off_the_aligned_paths_keep_the_ring() {
-    let mut g = Graph::new("t");
-    let x = g.param("x", &[16384, 330], Init::Zeros);
-    let dy = g.param("dy", &[16384, 330], Init::Zeros);
-    let (x16, dy16) = (g.cast(x, DType::BF16), g.cast(dy, DType::BF16));
-    let y = g.matmul_t(x16, dy16, true, false);
-    let s = g.sum_all(y);
-    let config = CudaConfig { fold_casts_into_gemms: false, padded_tma: false, ..CudaConfig::default() };
-    let l = lower_forward_with(g, s, config);
+    let l =
+        padded_weight_gradient(CudaConfig { fold_casts_into_gemms: false, padded_tma: false, ..CudaConfig::default() });
     let names = launch_names(&l);
     let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
     assert!(names[gemm].ends_with("_wg") || names[gemm].contains("_wg_"), "on the wgmma ring: {names:?}");
