@@ -16,8 +16,9 @@
 //! - health: the step's health variant (the optimizer figures `alpha train --health-every`
 //!   records, [`alpha_learn::health`]), which a trainer runs in place of the step: on the device
 //!   it leaves every parameter and optimizer state bit for bit as the device's own step does,
-//!   and its figures are the reference's (every norm within 2e-2, every non-finite count
-//!   equal). Not one of the four a GPU run needs ([`alpha_records::GATES`]): it decides
+//!   its figures of what it leaves (parameter, change, optimizer state) are those tensors' own
+//!   (every norm within 1e-3, every non-finite count equal), and its gradients' figures are the
+//!   reference's (within 2e-2). Not one of the four a GPU run needs ([`alpha_records::GATES`]): it decides
 //!   whether a GPU run records health by default.
 //!
 //! Each runs on the initial weights and on perturbed ones.
@@ -28,6 +29,7 @@
 //! passed ([`require`]): a device that has not been shown equal to the reference trains
 //! nothing whose loss anyone should read.
 
+use std::collections::HashMap;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -576,6 +578,14 @@ fn health(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<boo
     dev.run(&step)?;
     let stepped: Vec<Vec<f32>> = state.iter().map(|p| dev.read(p)).collect::<Result<_>>()?;
     prepare(dev.as_mut())?;
+    // The parameters as the device holds them before the update (rounded to their dtype), for
+    // the update's norm.
+    let mut before: HashMap<&str, Vec<f32>> = HashMap::new();
+    for row in &rows {
+        if row.quantity == "update" && !before.contains_key(row.tensor.as_str()) {
+            before.insert(&row.tensor, dev.read(&row.tensor)?);
+        }
+    }
     dev.run(alpha_learn::health::PHASE)?;
 
     // The update: the health step's the step's, bit for bit, both on the device (a run's bits
@@ -606,7 +616,13 @@ fn health(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<boo
         differ.is_empty(),
     );
 
-    // The figures: the device's against the reference's.
+    // The figures. Every one but the gradient's is a norm of a tensor the device holds after the
+    // step (its parameter, its optimizer state, the parameter's change), so it is judged against
+    // the same norm computed here from those very tensors: that judges the figures' kernels, not
+    // the rounding of two gradients, which the gradient and update gates judge already. (An
+    // update is not comparable across devices where AdamW divides a gradient that is only
+    // rounding — GPT-2's key biases — by its own magnitude.) The gradient is not kept, so its
+    // figures are judged against the CPU reference's from the same weights.
     let mut cpu = CpuBackend::compile(&program)?;
     prepare(&mut cpu)?;
     cpu.run(alpha_learn::health::PHASE)?;
@@ -614,40 +630,80 @@ fn health(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<boo
     if d.len() != 2 * rows.len() || r.len() != d.len() {
         bail!("the health output has {} and {} values for {} rows", d.len(), r.len(), rows.len());
     }
-    let (mut worst, mut worst_row, mut counts_differ) = (0f64, String::new(), vec![]);
+    let (mut own, mut grads) = (Worst::default(), Worst::default());
+    let mut counts_differ = vec![];
     for (i, row) in rows.iter().enumerate() {
-        let (dn, rn) = (d[2 * i] as f64, r[2 * i] as f64);
-        // Relative to the reference's norm, or absolute below 1e-6 (a zero state).
-        let rel = (dn - rn).abs() / rn.abs().max(1e-6);
-        if !rel.is_finite() || rel > worst {
-            worst = if rel.is_finite() { rel } else { f64::INFINITY };
-            worst_row = format!("{} {}", row.tensor, row.quantity);
+        let (norm, count) = (d[2 * i] as f64, d[2 * i + 1]);
+        let (expected, expected_count, worst) = if row.quantity == "grad" {
+            (r[2 * i] as f64, r[2 * i + 1], &mut grads)
+        } else {
+            let name = if row.quantity == "param" || row.quantity == "update" {
+                row.tensor.clone()
+            } else {
+                format!("{}.{}", row.tensor, row.quantity)
+            };
+            let after = dev.read(&name)?;
+            let x: Vec<f64> = match before.get(row.tensor.as_str()) {
+                Some(b) if row.quantity == "update" => after.iter().zip(b).map(|(a, b)| (*a - *b) as f64).collect(),
+                _ => after.iter().map(|a| *a as f64).collect(),
+            };
+            let bad = x.iter().filter(|v| !v.is_finite()).count() as f32;
+            let norm: f64 = x.iter().filter(|v| v.is_finite()).map(|v| v * v).sum::<f64>().sqrt();
+            (norm, bad, &mut own)
+        };
+        // Relative to the expected norm, or absolute below 1e-6 (a zero state). A norm over a
+        // tensor with non-finite elements is not finite on the device; only its count is judged.
+        if expected_count == 0.0 {
+            worst.keep((norm - expected).abs() / expected.abs().max(1e-6), row);
         }
-        if d[2 * i + 1].to_bits() != r[2 * i + 1].to_bits() {
-            counts_differ.push(format!("{} {}: {} against {}", row.tensor, row.quantity, d[2 * i + 1], r[2 * i + 1]));
+        if count.to_bits() != expected_count.to_bits() {
+            counts_differ.push(format!("{} {}: {count} against {expected_count}", row.tensor, row.quantity));
         }
     }
-    let holds = worst <= 2e-2;
+    let holds = own.value <= 1e-3 && grads.value <= 2e-2;
     ok &= holds && counts_differ.is_empty();
     let _ = writeln!(
         text,
-        "  figures: {} rows; largest norm difference {worst:.2e} of the reference's{} (≤ 2e-2); non-finite counts that differ: {}",
+        "  figures: {} rows; largest norm difference {:.2e} of the norm of the device's own tensor{} (≤ 1e-3); of the gradients', {:.2e} of the reference's{} (≤ 2e-2); non-finite counts that differ: {}",
         rows.len(),
-        of(&worst_row),
+        own.value,
+        of(&own.row),
+        grads.value,
+        of(&grads.row),
         counts_differ.len()
     );
     for line in counts_differ.iter().take(5) {
         let _ = writeln!(text, "  {line}  ✗");
     }
-    figure(figs, &format!("largest health norm difference / reference ({worst_row})"), worst, "≤ 2e-2", holds);
+    for (what, worst, bound) in [("the device tensor's own", &own, 1e-3), ("reference (gradients)", &grads, 2e-2)] {
+        let name = format!("largest health norm difference / {what} ({})", worst.row);
+        figure(figs, &name, worst.value, &format!("≤ {bound:e}"), worst.value <= bound);
+    }
     figure(
         figs,
-        "non-finite counts that differ from the reference's",
+        "non-finite counts that differ from the expected",
         counts_differ.len() as f64,
         "= 0",
         counts_differ.is_empty(),
     );
     Ok(ok)
+}
+
+/// The largest relative difference among a gate's rows, and where.
+#[derive(Default)]
+struct Worst {
+    value: f64,
+    row: String,
+}
+
+impl Worst {
+    /// Keep `rel` where it is the largest so far; a non-finite difference is the largest.
+    fn keep(&mut self, rel: f64, row: &alpha_learn::health::Row) {
+        if !rel.is_finite() || rel > self.value {
+            self.value = if rel.is_finite() { rel } else { f64::INFINITY };
+            self.row = format!("{} {}", row.tensor, row.quantity);
+        }
+    }
 }
 
 fn causality(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<bool> {
