@@ -110,8 +110,17 @@ pub fn time_alpha(system: &dyn System, device: Device, batch: usize, warmup: u64
     Ok(AlphaTiming { batch, ms_per_step: ms, tokens_per_s: n as f64 / (ms / 1e3), launches })
 }
 
-/// PyTorch's settings for one batch size: (setting, ms a step), fastest first.
-pub fn time_pytorch(script: &Path, batch: usize, extra: &[String]) -> Result<Vec<(String, f64)>> {
+/// What the PyTorch baseline measured at one batch size.
+pub struct PytorchTimes {
+    /// (setting, ms a step), fastest first.
+    pub timed: Vec<(String, f64)>,
+    /// (setting, why it has no time): an error such as running out of memory, or skipped at the
+    /// deadline.
+    pub untimed: Vec<(String, String)>,
+}
+
+/// PyTorch's settings for one batch size.
+pub fn time_pytorch(script: &Path, batch: usize, extra: &[String]) -> Result<PytorchTimes> {
     let out = Command::new("python3")
         .arg(script)
         .args(["bench", "--batch", &batch.to_string()])
@@ -122,6 +131,12 @@ pub fn time_pytorch(script: &Path, batch: usize, extra: &[String]) -> Result<Vec
     if !out.status.success() {
         bail!("the PyTorch baseline failed:\n{}{}", stdout, String::from_utf8_lossy(&out.stderr));
     }
+    parse_baseline(&stdout)
+}
+
+/// The baseline's result: its last stdout line, `{"settings": {NAME: {"ms_per_step": …} or
+/// {"error": …} or {"skipped": …}}, …}`.
+fn parse_baseline(stdout: &str) -> Result<PytorchTimes> {
     let last = stdout
         .lines()
         .rev()
@@ -129,10 +144,22 @@ pub fn time_pytorch(script: &Path, batch: usize, extra: &[String]) -> Result<Vec
         .ok_or_else(|| anyhow!("the baseline printed no JSON"))?;
     let v: serde_json::Value = serde_json::from_str(last)?;
     let settings = v["settings"].as_object().ok_or_else(|| anyhow!("the baseline's JSON has no settings"))?;
-    let mut rows: Vec<(String, f64)> =
+    let mut timed: Vec<(String, f64)> =
         settings.iter().filter_map(|(k, s)| s["ms_per_step"].as_f64().map(|ms| (k.clone(), ms))).collect();
-    rows.sort_by(|a, b| a.1.total_cmp(&b.1));
-    Ok(rows)
+    timed.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let untimed = settings
+        .iter()
+        .filter(|(_, s)| s["ms_per_step"].as_f64().is_none())
+        .map(|(k, s)| {
+            let why = match (s["error"].as_str(), s["skipped"].as_str()) {
+                (Some(e), _) => e.split(". ").next().unwrap_or(e).to_string(),
+                (None, Some(skipped)) => format!("skipped ({skipped})"),
+                (None, None) => "no time".to_string(),
+            };
+            (k.clone(), why)
+        })
+        .collect();
+    Ok(PytorchTimes { timed, untimed })
 }
 
 #[cfg(test)]
@@ -151,6 +178,29 @@ mod tests {
             scripts,
             ["bench/coppelius_torch.py", "bench/gpt2_torch.py", "bench/diakosmos_torch.py", "bench/polf_torch.py"]
         );
+    }
+
+    #[test]
+    fn a_setting_without_a_time_is_reported_with_its_reason() {
+        // The shape of diakosmos_torch.py's result at 64 windows on the H200 (eager out of memory).
+        let out = concat!(
+            "Diakosmos, PyTorch on NVIDIA H200: batch 64 x 2048 tokens\n",
+            r#"{"batch": 64, "settings": {"eager": {"error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 666.00 MiB"}, "#,
+            r#""compile": {"ms_per_step": 812.5, "tokens_per_s": 161000.0}, "compile+graph": {"skipped": "deadline"}, "#,
+            r#""graph": {"ms_per_step": 790.25}}}"#,
+            "\n"
+        );
+        let t = parse_baseline(out).unwrap();
+        assert_eq!(t.timed, [("graph".to_string(), 790.25), ("compile".to_string(), 812.5)]);
+        assert_eq!(
+            t.untimed,
+            [
+                ("compile+graph".to_string(), "skipped (deadline)".to_string()),
+                ("eager".to_string(), "OutOfMemoryError: CUDA out of memory".to_string())
+            ]
+        );
+        let e = parse_baseline("no result\n").err().unwrap().to_string();
+        assert!(e.contains("printed no JSON"), "{e}");
     }
 
     #[test]

@@ -1257,7 +1257,7 @@ fn bench(a: BenchArgs) -> Result<()> {
             None => None,
         };
         // Without a baseline the PyTorch columns say so ("-"), not NaN.
-        let (name, ms, ratio) = match base.as_ref().and_then(|r| r.first().cloned()) {
+        let (name, ms, ratio) = match base.as_ref().and_then(|r| r.timed.first().cloned()) {
             Some((name, ms)) => (name, format!("{ms:.3}"), format!("{:.2}×", ms / t.ms_per_step)),
             None => ("-".into(), "-".into(), "-".into()),
         };
@@ -1271,9 +1271,14 @@ fn bench(a: BenchArgs) -> Result<()> {
             ms,
             ratio
         )?;
-        if let Some(rows) = base {
-            let all: Vec<String> = rows.iter().map(|(n, ms)| format!("{n} {ms:.3} ms")).collect();
-            outln!("       pytorch settings: {}", all.join(", "))?;
+        if let Some(times) = base {
+            let all: Vec<String> = times
+                .timed
+                .iter()
+                .map(|(n, ms)| format!("{n} {ms:.3} ms"))
+                .chain(times.untimed.iter().map(|(n, why)| format!("{n}: {why}")))
+                .collect();
+            outln!("       pytorch settings: {}", all.join("; "))?;
         }
     }
     outln!("ratio = PyTorch's fastest setting ÷ Alpha (above 1: Alpha is faster)")?;
