@@ -30,7 +30,6 @@
 //! | `ALPHA_SLICED_PERMUTE=off` | [`CudaConfig::sliced_permutes`] | a Permute of a slice (through a reshape) reads the slice's own copy, instead of the slice's source with the composed strides |
 //! | `ALPHA_CHAIN_SLICES=off` | [`CudaConfig::chain_slices`] | a Unary or Binary (alone or in a fused chain) reading a slice reads the slice's copy, instead of the slice's source through its row stride and offset |
 //! | `ALPHA_HELD_BROADCAST=off` | [`CudaConfig::held_broadcasts`] | a Broadcast that only binaries read is copied out to its full shape, instead of the binaries reading its source held |
-//! | `ALPHA_SPLIT_WAVES=off` | [`CudaConfig::split_waves`] | a product on the TMA engine splits K only where its tiles leave SMs idle, not also where they fill the SMs once and leave the next wave mostly empty |
 //! | `ALPHA_CHAIN_COLSUMS=off` | [`CudaConfig::chain_column_sums`] | a column sum of a fused chain's output (a per-channel scale's gradient) runs as its own launch over the stored output, instead of in the chain's launch |
 //! | `ALPHA_MULTI_COPY=off` | [`CudaConfig::multi_copies`] | a phase's copies into its state run as a launch each, instead of the 4-byte ones together in one |
 //! | `ALPHA_PERMUTED_STORES=off` | [`CudaConfig::permuted_stores`] | a Permute that alone reads a plain elementwise op's output copies it, instead of the op storing into the permute's place |
@@ -148,9 +147,6 @@ pub struct CudaConfig {
     /// A column sum right after a fused chain, of one of its outputs, runs in the chain's
     /// launch (`Lowerer::chain_column_sum`).
     pub chain_column_sums: bool,
-    /// A product on the TMA engine whose tiles fill the SMs once and leave the next wave mostly
-    /// empty splits K too ([`crate::kernels::gemm::GemmShape::split_k_waves`]).
-    pub split_waves: bool,
     /// A cross-entropy whose backward scales every row alike runs its bf16 backward in its own
     /// launch, reading the logits once ([`crate::kernels::cross_entropy::joint_kernel_bf16`]).
     pub joint_cross_entropy: bool,
@@ -227,7 +223,6 @@ impl Default for CudaConfig {
             permuted_stores: true,
             multi_copies: true,
             chain_column_sums: true,
-            split_waves: true,
             joint_cross_entropy: true,
             layernorm_copy: true,
             output_copy: true,
@@ -314,7 +309,6 @@ impl CudaConfig {
         c.permuted_stores = switch("ALPHA_PERMUTED_STORES", c.permuted_stores)?;
         c.multi_copies = switch("ALPHA_MULTI_COPY", c.multi_copies)?;
         c.chain_column_sums = switch("ALPHA_CHAIN_COLSUMS", c.chain_column_sums)?;
-        c.split_waves = switch("ALPHA_SPLIT_WAVES", c.split_waves)?;
         c.joint_cross_entropy = switch("ALPHA_JOINT_CE", c.joint_cross_entropy)?;
         c.layernorm_copy = switch("ALPHA_LN_COPY", c.layernorm_copy)?;
         c.output_copy = switch("ALPHA_ATTN_OCOPY", c.output_copy)?;

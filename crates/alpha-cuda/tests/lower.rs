@@ -937,10 +937,7 @@ fn gpt2_lowers_with_its_biases_in_the_products_and_bf16_heads() {
         .filter(|x| x.node.is_some_and(|n| matches!(g.nodes[n as usize].op, Op::Permute { .. })))
         .count();
     assert_eq!(permutes, 0);
-    // 345 launches, and the 24 sums of the FFN weight gradients split past one wave of tiles.
-    let split = count("gemm_splitk8_store_v4");
-    assert_eq!(split, 24, "the two FFN weight gradients of every block split in eight");
-    assert!(l.launch_count(0) - split <= 345, "{} launches", l.launch_count(0));
+    assert!(l.launch_count(0) <= 345, "{} launches", l.launch_count(0));
 }
 
 /// By default the cross-entropy's forward launches its bf16 backward (the mean's `1/rows` its

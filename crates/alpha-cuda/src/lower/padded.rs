@@ -11,7 +11,7 @@
 //! The padded product runs as a product of those sizes does anywhere: on the TMA engine where
 //! its shape allows (tensor maps over the scratch operands, placed with the scratch region),
 //! and with K split into parts summed in a fixed order where the aligned products' rule splits
-//! it ([`GemmShape::split_k_uneven`], [`GemmShape::split_k_waves`]). Why: on the `cp.async` ring
+//! it ([`GemmShape::split_k_uneven`]). Why: on the `cp.async` ring
 //! and unsplit, Diakosmos's products ran at 166–309 TFLOP/s on the H200, where aligned products
 //! on the TMA engine reach 500–600.
 //!

@@ -686,26 +686,6 @@ impl GemmShape {
         self.cheapest_split(even, (2..=8u32).filter(|&s| self.k / s >= 256))
     }
 
-    /// [`GemmShape::split_k_uneven`], and past one wave of tiles too: a product whose
-    /// 128 × 128 tiles fill the SMs once and leave the next wave mostly empty splits K (over a
-    /// K of at least [`UNEVEN_MIN_K`]) where that cuts [`Self::split_cost`] by at least a fifth.
-    /// Why: GPT-2's FFN weight gradients (768 × 3,072 over 16,384 positions) have 144 tiles for
-    /// 132 SMs, two waves for 1.09 waves' work; in 8 parts, 9 waves for 8.7 (ran at
-    /// 440–458 TFLOP/s whole, where its other products reach 540–700).
-    pub fn split_k_waves(&self, bk: u32) -> u32 {
-        let split = self.split_k_uneven(bk);
-        let blocks = self.m.div_ceil(128) * self.n.div_ceil(128);
-        if split > 1 || self.batch != 1 || blocks < SMS || self.k < UNEVEN_MIN_K || !self.k.is_multiple_of(bk) {
-            return split;
-        }
-        let best = self.cheapest_split(1, (2..=8u32).filter(|&s| self.k / s >= 256));
-        if self.split_cost(best) <= 0.8 * self.split_cost(1) {
-            best
-        } else {
-            1
-        }
-    }
-
     /// The shape of a split-K launch of `splits` parts of whole K steps that may differ by one
     /// ([`GemmSpec::uneven_split`]): the product's K, a batch of `splits` entries writing packed
     /// partial products `[splits][M][N]`; the kernel finds each part's K steps itself.
