@@ -455,8 +455,8 @@ fn the_projection_stores_turned_bf16_heads_that_attention_reads() {
     assert_eq!((fwd, bwd), (16, 16));
 }
 
-/// Every distinct kernel of Bob's, Coppelius's, KickDelta's and Diakosmos's (one block)
-/// training programs, and the rotating attention kernels at the GPU check's shape (fp32 and
+/// Every distinct kernel of Bob's, Coppelius's, KickDelta's and Diakosmos's (one block, at one
+/// and 32 windows) training programs, and the rotating attention kernels at the GPU check's shape (fp32 and
 /// tensor-core), assemble for sm_90a with ptxas 13 (the PyPI wheel at `PTXAS` or
 /// `$ALPHA_PTXAS`), the tensor-core attention kernels without spilling registers; prints
 /// "skipped" where ptxas is absent.
@@ -477,6 +477,8 @@ fn every_training_kernel_assembles_with_ptxas() {
     files.extend(training_of(&alpha_systems::kickdelta::KickDelta, 2).dump_ptx(&dir).unwrap());
     let diakosmos = alpha_systems::diakosmos::Diakosmos { blocks: 1, ..Default::default() };
     files.extend(training_of(&diakosmos, 1).dump_ptx(&dir).unwrap());
+    // At 32 windows its weight gradients' K (65,536) splits in parts on the TMA engine.
+    files.extend(training_of(&diakosmos, 32).dump_ptx(&dir).unwrap());
     // GPT-2's (its cross-entropy over padded rows, its bias chains) and Polf's (RMSNorm).
     files
         .extend(training_of(&alpha_systems::gpt2::Gpt2 { layers: 2, ..Default::default() }, 1).dump_ptx(&dir).unwrap());

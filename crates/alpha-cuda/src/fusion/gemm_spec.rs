@@ -93,12 +93,14 @@ pub(crate) fn on_tma(cfg: &CudaConfig, spec: GemmSpec, shape: &GemmShape) -> Gem
 
 /// How a product of `spec` over `shape` splits K: the parts and their launch's shape (a batch of
 /// the parts), or None to run whole. Parts of whole K steps that may differ by one where the
-/// parts run on the TMA engine ([`GemmShape::split_k_uneven`]); else equal parts
+/// parts run on the TMA engine ([`GemmShape::split_k_uneven`], and over a long K
+/// [`GemmShape::split_k_long`] with [`CudaConfig::long_k_split`]); else equal parts
 /// ([`GemmShape::split_k`]).
 pub(crate) fn k_parts(cfg: &CudaConfig, spec: &GemmSpec, shape: &GemmShape) -> Option<(u32, GemmShape)> {
     let uneven_ok = cfg.uneven_split && on_tma(cfg, *spec, shape).engine == gemm::Engine::Tma;
     let splits = match (cfg.split_k, uneven_ok) {
         (false, _) => 1,
+        (true, true) if cfg.long_k_split => shape.split_k_long(spec.bk),
         (true, true) => shape.split_k_uneven(spec.bk),
         (true, false) => shape.split_k(spec.bk),
     };

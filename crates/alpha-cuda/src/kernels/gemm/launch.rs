@@ -166,6 +166,10 @@ pub fn launch_with(
 /// power-of-two parts.
 pub const UNEVEN_MIN_K: u32 = 4096;
 
+/// The K a part of a long product's split walks ([`GemmShape::split_k_long`]): sixteen
+/// contexts' weight gradients, whose products keep their operand slices in L2.
+pub const LONG_K_PART: u32 = 16384;
+
 /// Launches the split-K reduction `f` ([`splitk_reduce_kernel`] over `mn` elements, `width` a
 /// thread) on C, R and the partials, with its grid ([`splitk_reduce_blocks`]).
 pub fn launch_splitk_reduce(gpu: &Gpu, f: &Function, mn: u32, width: u32, [c, r, partials]: [u64; 3]) -> Result<()> {

@@ -686,6 +686,23 @@ impl GemmShape {
         self.cheapest_split(even, (2..=8u32).filter(|&s| self.k / s >= 256))
     }
 
+    /// [`GemmShape::split_k_uneven`], or over a K of at least four [`LONG_K_PART`]s, parts of
+    /// about one (up to 8), whichever is more. Why: an unbatched product's blocks walk K in near
+    /// step at first, sharing each K step's operand slices in L2, then drift apart over a long
+    /// K (and a later wave starts where the last left off), until their slices no longer fit
+    /// L2: on the H200 Diakosmos's weight gradient `cr` 3,990 × 1,330 over K = 131,072 found
+    /// 60% of its reads in L2 and ran L2-bound at 228 TFLOP/s (1,330 × 1,330: 150), where
+    /// products over K = 16,384 reach 495–658, and a 256 × 1,344 one over the same K split in
+    /// parts 612. GPT-2's input gradient through the vocabulary (K = 50,304) runs at 647 whole,
+    /// so the rule starts above it.
+    pub fn split_k_long(&self, bk: u32) -> u32 {
+        let split = self.split_k_uneven(bk);
+        if self.batch != 1 || self.k < 4 * LONG_K_PART || !self.k.is_multiple_of(bk) {
+            return split;
+        }
+        split.max(self.k.div_ceil(LONG_K_PART).min(8))
+    }
+
     /// The shape of a split-K launch of `splits` parts of whole K steps that may differ by one
     /// ([`GemmSpec::uneven_split`]): the product's K, a batch of `splits` entries writing packed
     /// partial products `[splits][M][N]`; the kernel finds each part's K steps itself.

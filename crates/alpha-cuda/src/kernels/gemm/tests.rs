@@ -83,6 +83,17 @@ fn shape_contract() {
     assert_eq!(GemmShape::packed(&wgrad, 512, 512, 16384).split_k_uneven(BK), 8);
     assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 1024).split_k_uneven(BK), 2);
     assert_eq!(GemmShape::packed(&wgrad, 12288, 512, 16384).split_k_uneven(BK), 1);
+    // A long K in parts of about 16,384: Diakosmos's weight gradients over 64 windows (352 and
+    // 121 tiles) in 8, as many as a part below one wave would take anyway; GPT-2's input
+    // gradient through the vocabulary (K = 50,304) and a batch stay whole.
+    assert_eq!(GemmShape::packed(&wgrad, 3990, 1330, 131072).split_k_long(BK), 8);
+    assert_eq!(GemmShape::packed(&wgrad, 1330, 1330, 131072).split_k_long(BK), 8);
+    assert_eq!(GemmShape::packed(&wgrad, 768, 3072, 112640).split_k_long(BK), 7);
+    assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 16384).split_k_long(BK), 3);
+    let s_rr = GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::Bf16);
+    assert_eq!(GemmShape::packed(&s_rr, 16384, 768, 50304).split_k_long(BK), 1);
+    let batched = GemmShape { batch: 7, ..GemmShape::packed(&wgrad, 3990, 1330, 131072) };
+    assert_eq!(batched.split_k_long(BK), 1);
     // A slice of K: rows of the column-major A, elements of the row-major... B here.
     let sh = GemmShape::packed(&wgrad, 512, 1408, 16384);
     let part = sh.split(&wgrad, 8);
