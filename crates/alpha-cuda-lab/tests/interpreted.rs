@@ -92,7 +92,12 @@ fn check_delta_rule(d: &delta_rule::Dims) {
 }
 
 /// The harmonic scan's outputs, as the interpreter computes them: y, dr, dw, dv, dγ.
-fn harmonic_scan_on_gpu(d: &harmonic_scan::Dims, ins: [&[f32]; 5], schedule: Schedule) -> Vec<Vec<f32>> {
+fn harmonic_scan_on_gpu(
+    d: &harmonic_scan::Dims,
+    ins: [&[f32]; 5],
+    schedule: Schedule,
+    blocks_per_sm: usize,
+) -> Vec<Vec<f32>> {
     let mut mem = Memory::new();
     let [r, w, v, gamma, dy] = ins.map(|x| mem.upload(x));
     let (nl, nd) = (d.b * d.t * d.h * d.l, d.b * d.t * d.h * d.d);
@@ -110,7 +115,7 @@ fn harmonic_scan_on_gpu(d: &harmonic_scan::Dims, ins: [&[f32]; 5], schedule: Sch
         schedule,
     )
     .unwrap();
-    let bwd_kernel = harmonic_scan::backward_kernel(d).unwrap();
+    let bwd_kernel = harmonic_scan::backward_kernel(d, blocks_per_sm).unwrap();
     let threads = bwd_kernel.block_threads().unwrap();
     let args =
         harmonic_scan::backward_arguments([dr, dw, dv], [at(parts_at), at(0), at(chunk_at)], [r, w, v, gamma, dy]);
@@ -137,10 +142,13 @@ fn the_harmonic_scan_kernels_give_the_cpus_bits() {
 fn check_harmonic_scan(d: &harmonic_scan::Dims) {
     let inputs = check::harmonic_scan_inputs(&mut Rng::new(29 + d.t as u64), d);
     let want = check::harmonic_scan_reference(d, &inputs);
-    for schedule in [Schedule::Ascending, Schedule::Descending] {
-        let got = harmonic_scan_on_gpu(d, inputs.each_ref().map(|x| &x[..]), schedule);
-        for (i, name) in ["y", "dr", "dw", "dv", "dgamma"].iter().enumerate() {
-            assert_bits(&format!("{d:?} {schedule:?} {name}"), &got[i], &want[i]);
+    // The backward written for two blocks an SM (three positions a group) and for one (four).
+    for per_sm in [harmonic_scan::BACKWARD_BLOCKS_PER_SM, 1] {
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let got = harmonic_scan_on_gpu(d, inputs.each_ref().map(|x| &x[..]), schedule, per_sm);
+            for (i, name) in ["y", "dr", "dw", "dv", "dgamma"].iter().enumerate() {
+                assert_bits(&format!("{d:?} {schedule:?} {per_sm} blocks an SM {name}"), &got[i], &want[i]);
+            }
         }
     }
 }

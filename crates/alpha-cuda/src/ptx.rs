@@ -31,6 +31,8 @@ pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
 pub const MAX_STATIC_SHARED: u32 = 48 * 1024;
 /// Most shared memory one block may use on Hopper once the kernel opts in (bytes).
 pub const MAX_SHARED_PER_BLOCK: u32 = 227 * 1024;
+/// Shared memory an SM holds on Hopper (bytes); each resident block also takes 1 KiB of it.
+pub const SHARED_PER_SM: u32 = 228 * 1024;
 
 /// Register classes, one PTX register prefix each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

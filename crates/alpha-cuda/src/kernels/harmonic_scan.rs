@@ -39,6 +39,20 @@ pub const MAX_HARMONICS: usize = 32;
 /// [`replay::positions_ahead`]): 8 of Diakosmos's take 136 registers in the forward.
 pub const AHEAD: usize = 8;
 
+/// Blocks an SM the backward is written for. Why: on the H200 Diakosmos's backward (ncu, 64
+/// windows) ran one block of 7 warps an SM, held there by its 219 registers a thread and
+/// 148 KB of terms, issuing an instruction a warp every 7.2 cycles with memory and arithmetic
+/// each a quarter busy: latency with too few warps to hide it, and 448 blocks in four rounds
+/// on 132 SMs. Two blocks an SM (a group of 3 positions, 111 KB; positions' loads 4 ahead in
+/// the replay; ptxas held to 128 registers, 125 used, none spilled) hide twice the latency and
+/// take two rounds. The results are the same bits: only when loads issue and how many
+/// positions the rows run ahead of the sums change.
+pub const BACKWARD_BLOCKS_PER_SM: usize = 2;
+
+/// Positions whose loads the backward's replay issues together at [`BACKWARD_BLOCKS_PER_SM`]
+/// blocks an SM ([`AHEAD`] at one).
+pub const BACKWARD_AHEAD: usize = 4;
+
 /// Sizes: `b` windows of `t` positions, `h` heads of `l` harmonics, values of `d`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dims {
@@ -69,6 +83,12 @@ impl Dims {
     /// The backward's block: D rows of L state floats, 3L terms a position and 3L sums.
     pub fn layout(&self) -> Result<Layout> {
         Layout::new(self.b * self.h, self.t, self.d, self.l, 3 * self.l, 3 * self.l)
+    }
+
+    /// The backward's layout for `blocks` blocks an SM ([`BACKWARD_BLOCKS_PER_SM`] or 1): its
+    /// group cut until their buffers fit together.
+    pub fn backward_layout(&self, blocks: usize) -> Result<Layout> {
+        Ok(self.layout()?.for_blocks_per_sm(blocks))
     }
 
     /// Scratch the backward needs: checkpoints, the replayed chunk, then the windows' parts of
@@ -148,13 +168,19 @@ pub fn forward_arguments<T>(tensors: [T; 5]) -> Vec<T> {
 }
 
 /// Params (dr, dw, dv, parts, checkpoints, chunk, r, w, v, gamma, dy): one block a (window,
-/// head) ([`Dims::layout`]'s threads and dynamic shared memory), then
+/// head) ([`Dims::backward_layout`]'s threads and dynamic shared memory), written to run
+/// `blocks_per_sm` blocks an SM ([`BACKWARD_BLOCKS_PER_SM`], or 1), then
 /// [`super::replay::window_sum_kernel`] over `parts` for dγ.
-pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
+pub fn backward_kernel(d: &Dims, blocks_per_sm: usize) -> Result<Kernel> {
     d.check()?;
-    let lay = d.layout()?;
+    let lay = d.backward_layout(blocks_per_sm)?;
+    let ahead = if blocks_per_sm > 1 { BACKWARD_AHEAD } else { AHEAD };
     let l = d.l;
-    let mut k = Kernel::new("harmonic_scan_bwd").with_block(lay.threads() as u32, 1, 1);
+    let name = if blocks_per_sm > 1 { "harmonic_scan_bwd" } else { "harmonic_scan_bwd_one_block" };
+    let mut k = Kernel::new(name).with_block(lay.threads() as u32, 1, 1);
+    if blocks_per_sm > 1 {
+        k.min_blocks_per_sm = Some(blocks_per_sm as u32);
+    }
     let buf = k.dynamic_shared_array("harmonic_scan_terms", lay.shared_bytes() as u32, 16);
     let dr = k.param_reg("dr", ParamTy::U64);
     let dw = k.param_reg("dw", ParamTy::U64);
@@ -184,7 +210,7 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
     let mut step = |k: &mut Kernel, (ws, vs): (Vec<Reg>, Reg)| step_states(k, &state, &g, &ws, vs);
     let recorded = k.label("recorded");
     k.bra_if(r.is_row, true, &recorded);
-    replay::record(&mut k, &lay, ck, &state, AHEAD, &mut load, &mut step);
+    replay::record(&mut k, &lay, ck, &state, ahead, &mut load, &mut step);
     k.place(&recorded);
     let stride = (lay.stride() * 4) as i64;
     let slot = |n: usize| n as i64 * stride;
@@ -199,7 +225,7 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
     };
     type Inputs = (Vec<Reg>, Vec<Reg>, Reg, Reg, Reg);
     let rows = |k: &mut Kernel, s: Reg, terms: Reg, (rs, ws, vs, dys, bthi): Inputs| {
-        let j = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &state, AHEAD, &mut load, &mut step);
+        let j = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &state, ahead, &mut load, &mut step);
         let prev = k.regs(RegKind::F32, l);
         replay::load_replayed(k, &lay, st, j, &prev);
         let dvs = k.imm_f32(0.0);
@@ -285,7 +311,7 @@ mod tests {
     fn arguments_match_the_kernels_parameters() {
         let f = forward_kernel(&DIAKOSMOS);
         assert_eq!(f.params.len(), forward_arguments([0u64; 5]).len());
-        let b = backward_kernel(&DIAKOSMOS).unwrap();
+        let b = backward_kernel(&DIAKOSMOS, BACKWARD_BLOCKS_PER_SM).unwrap();
         assert_eq!(b.params.len(), backward_arguments([0u64; 3], [0; 3], [0; 5]).len());
         assert!(f.params.iter().chain(&b.params).all(|p| p.ty == ParamTy::U64));
     }
@@ -294,7 +320,11 @@ mod tests {
     /// atomic, so the results are the CPU's bits and repeat.
     #[test]
     fn the_arithmetic_is_the_cpus_unfused_and_without_atomics() {
-        for text in [forward_kernel(&DIAKOSMOS).render(), backward_kernel(&DIAKOSMOS).unwrap().render()] {
+        for text in [
+            forward_kernel(&DIAKOSMOS).render(),
+            backward_kernel(&DIAKOSMOS, 1).unwrap().render(),
+            backward_kernel(&DIAKOSMOS, BACKWARD_BLOCKS_PER_SM).unwrap().render(),
+        ] {
             assert!(!text.contains("fma") && !text.contains("mad.rn") && !text.contains("atom"), "{text}");
         }
         // The forward's position: two products and a sum a harmonic to step, one product and
@@ -308,21 +338,31 @@ mod tests {
     }
 
     /// The backward takes a head in one block of 190 coordinates (192 threads) and 24 sums,
-    /// four positions a group, within the launch budget.
+    /// four positions a group at one block an SM, three at two (two buffers in one SM's
+    /// shared memory), within the launch budget.
     #[test]
     fn the_backward_block_fits_diakosmos_shapes() {
-        let k = backward_kernel(&DIAKOSMOS).unwrap();
+        let one = backward_kernel(&DIAKOSMOS, 1).unwrap();
+        one.check_budget().unwrap();
+        assert_eq!(
+            (one.min_blocks_per_sm, one.dynamic_shared as usize),
+            (None, DIAKOSMOS.layout().unwrap().shared_bytes())
+        );
+        let k = backward_kernel(&DIAKOSMOS, BACKWARD_BLOCKS_PER_SM).unwrap();
         k.check_budget().unwrap();
         assert_eq!(k.block_threads(), Some(192 + 32));
-        let lay = DIAKOSMOS.layout().unwrap();
-        assert_eq!((lay.windows, lay.group, lay.slots, lay.tasks), (7, 4, 24, 24));
+        assert_eq!(DIAKOSMOS.layout().unwrap().group, 4);
+        let lay = DIAKOSMOS.backward_layout(BACKWARD_BLOCKS_PER_SM).unwrap();
+        assert_eq!((lay.windows, lay.group, lay.slots, lay.tasks), (7, 3, 24, 24));
         assert_eq!(k.dynamic_shared as usize, lay.shared_bytes());
+        assert!(2 * (lay.shared_bytes() + 1024) <= crate::ptx::SHARED_PER_SM as usize);
+        assert_eq!(k.min_blocks_per_sm, Some(2));
         let (chunk_at, parts_at, total) = DIAKOSMOS.scratch_floats().unwrap();
         assert!(chunk_at >= lay.checkpoint_floats() && parts_at >= chunk_at + lay.chunk_floats());
         assert_eq!(total - parts_at, 7 * 8);
-        assert!(backward_kernel(&Dims { l: 33, ..DIAKOSMOS }).is_err());
+        assert!(backward_kernel(&Dims { l: 33, ..DIAKOSMOS }, BACKWARD_BLOCKS_PER_SM).is_err());
         for d in [Dims { b: 2, ..DIAKOSMOS }, Dims { b: 1, t: 1, h: 1, l: 1, d: 1 }] {
-            backward_kernel(&d).unwrap().check_budget().unwrap();
+            backward_kernel(&d, BACKWARD_BLOCKS_PER_SM).unwrap().check_budget().unwrap();
         }
     }
 }

@@ -35,7 +35,9 @@
 
 use anyhow::{bail, Result};
 
-use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind, MAX_SHARED_PER_BLOCK, MAX_THREADS_PER_BLOCK};
+use crate::ptx::{
+    addr, Kernel, Opnd, ParamTy, Reg, RegKind, MAX_SHARED_PER_BLOCK, MAX_THREADS_PER_BLOCK, SHARED_PER_SM,
+};
 
 /// Positions a chunk: ⌈√T⌉, as the CPU's replay (any length gives the same states; this one
 /// keeps checkpoints and a chunk's states about equal).
@@ -91,6 +93,17 @@ impl Layout {
             );
         }
         Ok(l)
+    }
+
+    /// This layout with its group cut (4, 3, 2, then 1 position) until `blocks` blocks' buffers
+    /// fit one SM's shared memory together.
+    pub fn for_blocks_per_sm(self, blocks: usize) -> Layout {
+        let fits = |l: &Layout| blocks * (l.shared_bytes() + 1024) <= SHARED_PER_SM as usize;
+        let mut l = self;
+        while l.group > 1 && !fits(&l) {
+            l.group -= 1;
+        }
+        l
     }
 
     /// Row threads, a whole number of warps.

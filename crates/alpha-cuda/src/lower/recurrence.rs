@@ -67,7 +67,9 @@ impl Lowerer<'_> {
                     let args = harmonic_scan::forward_arguments([o[0], p[0], p[1], p[2], p[3]]);
                     v.push(one_block_each(kernel, blocks as usize, None, args));
                 } else {
-                    let scan = Scan { kernel: harmonic_scan::backward_kernel(&d)?, windows: d.b, blocks: d.b * d.h };
+                    let per_sm = if self.config.scan_two_blocks { harmonic_scan::BACKWARD_BLOCKS_PER_SM } else { 1 };
+                    let kernel = harmonic_scan::backward_kernel(&d, per_sm)?;
+                    let scan = Scan { kernel, windows: d.b, blocks: d.b * d.h };
                     let args =
                         |scratch| harmonic_scan::backward_arguments(from_fn(|i| o[i]), scratch, from_fn(|i| p[i]));
                     v.extend(self.scan_backward(id, scan, d.scratch_floats()?, args, o[3])?);
