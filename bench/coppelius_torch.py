@@ -29,6 +29,7 @@ import json
 import math
 import os
 import random
+import signal
 import struct
 import sys
 import time
@@ -818,6 +819,34 @@ def cmd_bench(args) -> dict:
     return run_bench(args, config_from_args(args), "Coppelius", init_tensors)
 
 
+class SettingTimeout(Exception):
+    """A setting (its compile and its timed steps) ran past `--setting-timeout-s`."""
+
+
+class time_limit:
+    """Raises SettingTimeout in the main thread once `seconds` have passed (0: no limit). Why:
+    torch.compile of a large step can run for many minutes (Diakosmos's did not finish in
+    300 s on the H200), and the settings after it, and the result, would never come."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def _expire(self, signum, frame):
+        raise SettingTimeout(f"ran past its {self.seconds:g} s limit (--setting-timeout-s)")
+
+    def __enter__(self):
+        if self.seconds > 0:
+            self.previous = signal.signal(signal.SIGALRM, self._expire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        if self.seconds > 0:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+        return False
+
+
 def run_bench(args, cfg, title: str, init, build=None, make_opt=None, rename=None, step_fn=None) -> dict:
     """The `bench` subcommand for any model: `init(cfg, seed)` gives its initial tensors by
     Alpha's names, `build()` makes it (default Coppelius); `cfg` has `vocab`, `context` and
@@ -866,7 +895,8 @@ def run_bench(args, cfg, title: str, init, build=None, make_opt=None, rename=Non
             continue
         log(f"[B={args.batch}] {s} ...")
         try:
-            results[s] = bench_setting(s, cfg, state, batches, args, device, build, make_opt, step_fn)
+            with time_limit(args.setting_timeout_s):
+                results[s] = bench_setting(s, cfg, state, batches, args, device, build, make_opt, step_fn)
             log(f"[B={args.batch}] {s}: {results[s]['ms_per_step']:.3f} ms/step (setup {results[s]['setup_s']:.1f} s)")
         except Exception as e:
             results[s] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
@@ -923,6 +953,8 @@ def add_bench_args(b):
                    help="torch.compile mode under the whole-step graph: max-autotune-no-cudagraphs or default")
     b.add_argument("--no-profile", action="store_true", help="skip the flash-attention checks")
     b.add_argument("--deadline-s", type=float, default=0, help="skip settings not started by then (0: none)")
+    b.add_argument("--setting-timeout-s", type=float, default=0,
+                   help="stop a setting (compile and timing) that runs longer, record why, go on (0: no limit)")
     b.add_argument("--partial", default=None, help="rewrite this JSON file after each setting")
 
 
