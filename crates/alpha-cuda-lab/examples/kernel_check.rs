@@ -68,6 +68,9 @@ fn main() -> Result<()> {
     if wanted("gemm") {
         step("gemm", check::gemm_variants(&gpu, &arena, &mut rng));
     }
+    if wanted("gemm-narrow") {
+        step("gemm-narrow", check::narrow_store_checks(&gpu, &arena, &mut rng));
+    }
     if wanted("fusion") {
         step("fusion", check::fusion_checks(&gpu, &arena, &mut rng));
     }

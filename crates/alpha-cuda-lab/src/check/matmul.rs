@@ -102,6 +102,49 @@ pub fn gemm_variants(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     Ok(rows)
 }
 
+/// The narrow store ([`GemmSpec::narrow_store`]) of a padded product's output in place: rr and
+/// rc over 8,200 rows (a partial tile), N = 262 (a partial 128 and a partial lane group),
+/// C's rows 262 floats, B's padded to 264, against the reference; and nothing written past C
+/// (a guard of 64 floats after it stays NaN).
+pub fn narrow_store_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for b_layout in [gemm::Layout::RowMajor, gemm::Layout::ColMajor] {
+        arena.reset();
+        let spec = GemmSpec {
+            staged_store: true,
+            narrow_store: true,
+            ..GemmSpec::new(gemm::Layout::RowMajor, b_layout, gemm::Input::Bf16).tma()
+        };
+        let padded = GemmShape::packed(&spec, 8200, 264, 384);
+        let sh = GemmShape { n: 262, ldc: 262, ..padded };
+        sh.check(&spec)?;
+        let f = gpu.load(&spec.kernel())?;
+        let GemmCase { a, b, r, ab, bb, .. } = gemm_case(arena, rng, &spec, &padded)?;
+        let nc = (sh.m * sh.ldc) as usize;
+        let cb = arena.alloc_n::<f32>(nc + 64)?;
+        arena.fill_u32(cb, NAN_BITS)?;
+        let maps = tma_maps(arena, &spec, &sh, ab.ptr, bb.ptr)?;
+        gemm::launch_with(gpu, &f, &spec, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], Extras { maps, ..Extras::default() })?;
+        let out: Vec<f32> = arena.download(cb, nc + 64)?;
+        let mut want = vec![0.0; nc];
+        gemm::reference(&spec, &sh, &a, &b, &r, &mut want);
+        let (max_abs, rel) = compare(&out[..nc], &want);
+        let past = out[nc..].iter().filter(|x| x.to_bits() != NAN_BITS).count();
+        rows.push(Row {
+            family: "gemm-narrow".into(),
+            name: spec.name(),
+            shape: format!("m{} n{} k{} ldc{}", sh.m, sh.n, sh.k, sh.ldc),
+            max_abs,
+            rel,
+            tol: 1e-5,
+            pass: rel <= 1e-5 && past == 0,
+            median_us: None,
+            rate: format!("{past} floats written past C"),
+        });
+    }
+    Ok(rows)
+}
+
 /// Coppelius's GEMM shapes (SYSTEMS.md §2.5) plus a large square one: sampled check and TFLOP/s.
 /// The seed's two-letter prefix is read as (A layout, B layout) in this crate's convention.
 pub const COPPELIUS_SHAPES: &[(&str, u32, u32, u32, bool, u32)] = &[

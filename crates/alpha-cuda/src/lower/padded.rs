@@ -172,6 +172,19 @@ impl Lowerer<'_> {
                 true => settled(with_ring(self.config, on_tma(self.config, spec, &shape), &shape), &shape),
                 false => with_ring(self.config, spec, &shape),
             };
+            // A tall output stored in place, C's own rows and width, not copied out of a
+            // padded one (`GemmSpec::narrow_store`).
+            let direct = GemmShape { m: p.m as u32, n: p.n as u32, ldc: p.n as u32, ..shape };
+            let narrow = GemmSpec { narrow_store: true, ..spec };
+            let in_place = self.config.narrow_stores
+                && p.batch == 1
+                && gemm_tma::staged(&spec) == Some(gemm_tma::Staged::Store)
+                && direct.check(&narrow).is_ok();
+            if in_place {
+                let c = self.ptr(cx.out(0));
+                v.push(self.tiled_launch(&narrow, &direct, [pa, pb, c], some)?);
+                return Ok(v);
+            }
             shape.check(&spec).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
             v.push(self.tiled_launch(&spec, &shape, [pa, pb, pc], some)?);
         }

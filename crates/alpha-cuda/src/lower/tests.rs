@@ -644,13 +644,7 @@ fn a_gradient_read_elsewhere_keeps_its_inverse_rotary() {
 #[test]
 fn a_bf16_product_off_the_tiled_sizes_by_alignment_runs_padded_on_the_tiled_kernel() {
     // Diakosmos's shape in small: K = 330 (not a multiple of 64), N = 262 (not of 8).
-    let mut g = Graph::new("t");
-    let x = g.param("x", &[514, 330], Init::Zeros);
-    let w = g.param("w", &[330, 262], Init::Zeros);
-    let x16 = g.cast(x, DType::BF16);
-    let w16 = g.cast(w, DType::BF16);
-    let y = g.matmul(x16, w16);
-    let s = g.sum_all(y);
+    let (g, [_, s]) = bf16_product_summed(&[514, 330], &[330, 262]);
     let l = lower_forward(g, s);
     let names = launch_names(&l);
     let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
@@ -672,13 +666,56 @@ fn a_bf16_product_off_the_tiled_sizes_by_alignment_runs_padded_on_the_tiled_kern
     assert_eq!(before.iter().filter(|n| n.starts_with("pw_fill")).count(), 4, "{names:?}");
     assert!(names[gemm + 1].starts_with("pw_copy"), "{names:?}");
     // A tiny product keeps the simple kernel's one launch.
+    let (g, [_, s]) = bf16_product_summed(&[4, 8], &[8, 4]);
+    assert!(launch_names(&lower_forward(g, s)).contains(&"gemm_simple"));
+}
+
+/// `x · w` of two f32 parameters cast to bf16, and its sum: (graph, [product, sum]).
+fn bf16_product_summed(x: &[usize], w: &[usize]) -> (Graph, [Value; 2]) {
     let mut g = Graph::new("t");
-    let x = g.param("x", &[4, 8], Init::Zeros);
-    let w = g.param("w", &[8, 4], Init::Zeros);
+    let x = g.param("x", x, Init::Zeros);
+    let w = g.param("w", w, Init::Zeros);
     let (x16, w16) = (g.cast(x, DType::BF16), g.cast(w, DType::BF16));
     let y = g.matmul(x16, w16);
     let s = g.sum_all(y);
-    assert!(launch_names(&lower_forward(g, s)).contains(&"gemm_simple"));
+    (g, [y, s])
+}
+
+/// A tall padded product (Diakosmos's `[rows, 1,330]` outputs in small: 16,384 rows, N = 262,
+/// K = 330) stores its 262 columns in place, 8 bytes at a time, over C's own rows: no copy out
+/// of a padded product after it. With `ALPHA_NARROW_STORE=off` the copy comes back.
+#[test]
+fn a_tall_padded_product_stores_its_columns_in_place() {
+    let lowered = |config: CudaConfig| {
+        let (g, [y, s]) = bf16_product_summed(&[16384, 330], &[330, 262]);
+        (lower_forward_with(g, s, config), y)
+    };
+    let config = CudaConfig { fold_casts_into_gemms: false, ..CudaConfig::default() };
+    let (l, y) = lowered(config.clone());
+    let names = launch_names(&l);
+    let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
+    assert_eq!(names[gemm], "gemm_rr_bf16_store_tma_rows_narrow", "{names:?}");
+    assert!(!names[gemm + 1].starts_with("pw_copy"), "nothing copied out: {names:?}");
+    // C is the product's own slot, 262 columns a row.
+    let launch = &l.phases[0][gemm];
+    assert!(launch.args.contains(&LArg::Ptr(l.plan.slot(y).offset)), "{:?}", launch.args);
+    let (off, _) = lowered(CudaConfig { narrow_stores: false, ..config });
+    let names = launch_names(&off);
+    let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
+    assert_eq!(names[gemm], "gemm_rr_bf16_store_tma_rows");
+    assert!(names[gemm + 1].starts_with("pw_copy"), "copied out: {names:?}");
+    // The shape contract: a narrow store takes an even N and row of C, nothing odd, and only
+    // as a staged plain store on the TMA engine.
+    let spec = GemmSpec {
+        staged_store: true,
+        narrow_store: true,
+        ..GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::Bf16).tma()
+    };
+    let shape = GemmShape { n: 262, ldc: 262, ..GemmShape::packed(&spec, 16384, 264, 384) };
+    shape.check(&spec).unwrap();
+    assert!(GemmShape { n: 261, ldc: 261, ..shape }.check(&spec).is_err());
+    assert!(shape.check(&GemmSpec { narrow_store: false, ..spec }).is_err());
+    assert!(shape.check(&GemmSpec { staged_store: false, ..spec }).is_err());
 }
 
 /// The scratch region's bytes: the arena after the constants (the tensor maps lie there).

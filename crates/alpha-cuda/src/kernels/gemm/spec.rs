@@ -308,6 +308,13 @@ pub struct GemmSpec {
     /// where [`GemmTuning::staged_epilogues`] leaves it to the lowering (which asks for it over tall
     /// outputs, `crate::lower`). TMA engine, 128 × 128 tiles.
     pub staged_store: bool,
+    /// A [`Self::staged_store`] into a C whose row (`ldc`) and width (`n`) need only be even,
+    /// not multiples of 8: each lane's four columns go as two 8-byte stores, each inside C or
+    /// not. Why: a product padded to the tiled sizes (Diakosmos's 1,330- and 3,990-wide
+    /// tensors, whose bf16 rows are not 16-byte aligned for the tensor maps) then stores its
+    /// output in place, where a whole copy out of the padded product followed (a read and a
+    /// write of 0.7–2.1 GB a product at 64 windows).
+    pub narrow_store: bool,
     /// Two products summed in one accumulator, `A₁·B₁ + A₂·B₂` over K₁ = K₂ = K/2: the first
     /// half of the K steps reads the maps of A₁ and B₁ (the last two tensor maps), the second
     /// those of A and B ([`crate::kernels::gemm::tma`]). Both operands K-major; TMA engine, unbatched.
@@ -378,6 +385,7 @@ impl GemmSpec {
             gated: false,
             uneven_split: false,
             staged_store: false,
+            narrow_store: false,
             k_pair: false,
             trace: false,
             tuning: GemmTuning::default(),
@@ -454,6 +462,9 @@ impl GemmSpec {
             }
             if self.staged_store {
                 tile.push_str("_rows");
+            }
+            if self.narrow_store {
+                tile.push_str("_narrow");
             }
             if self.trace {
                 tile.push_str("_trace");
@@ -606,11 +617,16 @@ impl GemmShape {
         if !self.k.is_multiple_of(bk) {
             bail!("{name}: K = {} is not a multiple of {bk}", self.k);
         }
-        if !self.m.is_multiple_of(8) || !self.n.is_multiple_of(8) {
-            bail!("{name}: M = {} and N = {} must be multiples of 8", self.m, self.n);
+        // A narrow store takes any even N and row of C ([`GemmSpec::narrow_store`]).
+        let c_unit = if spec.narrow_store { 2 } else { 8 };
+        if !self.m.is_multiple_of(8) || !self.n.is_multiple_of(c_unit) {
+            bail!("{name}: M = {} must be a multiple of 8 and N = {} of {c_unit}", self.m, self.n);
         }
-        if !self.lda.is_multiple_of(8) || !self.ldb.is_multiple_of(8) || !self.ldc.is_multiple_of(8) {
-            bail!("{name}: leading dimensions must be multiples of 8: {self:?}");
+        if !self.lda.is_multiple_of(8) || !self.ldb.is_multiple_of(8) || !self.ldc.is_multiple_of(c_unit) {
+            bail!("{name}: leading dimensions must be multiples of 8 (C's of {c_unit}): {self:?}");
+        }
+        if spec.narrow_store && !(spec.staged_store && spec.engine == Engine::Tma && spec.epilogue == Epilogue::Store) {
+            bail!("{name}: a narrow store is a staged plain store on the TMA engine");
         }
         let (a_rows, a_cols) = match spec.a {
             Layout::RowMajor => (self.m, k),

@@ -747,6 +747,15 @@ fn store_staged(
             for (&(base, bf16), vs) in writes.iter().zip(values) {
                 if bf16 {
                     store_bf16x4_if(k, w.ok, base, e, &vs);
+                } else if spec.narrow_store {
+                    // Two 8-byte halves (C's rows are 8-byte aligned): the second only where
+                    // its columns lie inside C too.
+                    let p = k.addr_of(base, e, 4);
+                    k.op_if(w.ok, false, "st.global.v2.f32", [addr(p, 0), Opnd::V(vs[..2].to_vec())]);
+                    let col2 = k.bin("add.u32", RegKind::B32, walk.col, 2u32);
+                    let in_n = k.setp("lt.u32", col2, h.n);
+                    let ok2 = k.bin("and.pred", RegKind::Pred, w.ok, in_n);
+                    k.op_if(ok2, false, "st.global.v2.f32", [addr(p, 8), Opnd::V(vs[2..].to_vec())]);
                 } else {
                     let p = k.addr_of(base, e, 4);
                     k.op_if(w.ok, false, "st.global.v4.f32", [addr(p, 0), Opnd::V(vs)]);
