@@ -543,7 +543,7 @@ fn the_simple_product_sums_its_parts_of_k_in_a_fixed_order() {
     ] {
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
             for b_batched in [true, false] {
-                let p = Product { batch, m, n, k, ta, tb, b_batched, dtype: DType::F32, splits };
+                let p = Product { batch, m, n, k, ta, tb, b_batched, dtype: DType::F32, splits, c_view: None };
                 let a = rng.vec(batch * m * k, 1.0);
                 let b = rng.vec(if b_batched { batch } else { 1 } * k * n, 1.0);
                 let want = chained_in_parts(&p, &a, &b);
@@ -564,8 +564,18 @@ fn the_simple_product_widens_bf16_operands_exactly() {
     use alpha_cuda::kernels::gemm::bf16_round;
     let mut rng = Rng::new(6);
     for splits in [1, 3] {
-        let p =
-            Product { batch: 2, m: 5, n: 6, k: 30, ta: true, tb: true, b_batched: true, dtype: DType::BF16, splits };
+        let p = Product {
+            batch: 2,
+            m: 5,
+            n: 6,
+            k: 30,
+            ta: true,
+            tb: true,
+            b_batched: true,
+            dtype: DType::BF16,
+            splits,
+            c_view: None,
+        };
         let a: Vec<f32> = rng.vec(p.batch * p.m * p.k, 1.0).into_iter().map(bf16_round).collect();
         let b: Vec<f32> = rng.vec(p.batch * p.k * p.n, 1.0).into_iter().map(bf16_round).collect();
         let got = simple_product_on_gpu(&p, &a, &b, Schedule::Ascending);
@@ -578,8 +588,18 @@ fn the_simple_product_widens_bf16_operands_exactly() {
 #[test]
 fn split_and_whole_products_differ_only_by_rounding() {
     let mut rng = Rng::new(8);
-    let p =
-        Product { batch: 1, m: 6, n: 8, k: 400, ta: true, tb: false, b_batched: true, dtype: DType::F32, splits: 1 };
+    let p = Product {
+        batch: 1,
+        m: 6,
+        n: 8,
+        k: 400,
+        ta: true,
+        tb: false,
+        b_batched: true,
+        dtype: DType::F32,
+        splits: 1,
+        c_view: None,
+    };
     let (a, b) = (rng.vec(p.m * p.k, 1.0), rng.vec(p.k * p.n, 1.0));
     let whole = simple_product_on_gpu(&p, &a, &b, Schedule::Ascending);
     let split = Product { splits: 4, ..p };
@@ -625,7 +645,7 @@ fn lowered_long_k_products_run_split_and_match_the_cpu() {
         let want = cpu_forward_out(&program, &leaves);
 
         let lowered = lower_program(&program, &CudaConfig::default()).unwrap();
-        let p = Product { batch, m, n, k, ta, tb, b_batched, dtype: DType::F32, splits: 1 };
+        let p = Product { batch, m, n, k, ta, tb, b_batched, dtype: DType::F32, splits: 1, c_view: None };
         let p = Product { splits: p.split_k(), ..p };
         assert!(p.splits > 1, "{p:?}");
         let names: Vec<&str> = lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.as_str()).collect();
@@ -671,7 +691,7 @@ fn the_simple_product_on_thin_shapes_keeps_every_chain() {
         (3, 35, 33, true, false, true, 16),
     ]);
     for (m, n, k, ta, tb, b_batched, parts) in cases {
-        let p = Product { batch: 3, m, n, k, ta, tb, b_batched, dtype: DType::F32, splits: 1 };
+        let p = Product { batch: 3, m, n, k, ta, tb, b_batched, dtype: DType::F32, splits: 1, c_view: None };
         let p = Product { splits: if parts == 0 { p.split_k() } else { parts }, ..p };
         assert_ne!(p.tiling(), Tiling::Tiles, "{p:?}");
         let a = rng.vec(p.batch * m * k, 1.0);
@@ -774,6 +794,51 @@ fn a_concat_reads_its_permuted_and_sliced_parts_through_their_views() {
     let [on, off] = with_and_without(&program, out, &leaves, off, views);
     assert_eq!((on.0, off.0), (0, 2), "the permute and the slice launch only without the fusion");
     assert_eq!(on.1 + 2, off.1);
+}
+
+/// A Concat whose parts are per-head products turned back by a permute `[1, 0, 2]` (through a
+/// reshape), beside a computed part, as Diakosmos's q/k/v gradients: each product stores
+/// straight into its place in the Concat (its kernel through C's row and head steps), neither
+/// its permute nor its copy launches, and the output is the CPU backend's under both orders
+/// of a block's threads, for each covering of C the simple kernel has here (short K on the
+/// lanes, few columns on the rows, the tiles) (`products_into_concats`).
+#[test]
+fn products_store_into_their_place_in_a_concat() {
+    use alpha_ir::{Graph, Init};
+    let (n, heads) = (37, 3);
+    // (K, N): the lanes (K ≤ 32, N ≥ 32), the rows (N ≤ 16, K ≥ 32, M ≥ 128), the tiles.
+    for (kd, d, rows, covering) in [(8, 40, n, "lanes"), (40, 8, 130, "rows"), (40, 20, n, "gemm_simple_c")] {
+        let mut g = Graph::new("products-into-concat");
+        let a = g.param("a", &[heads, rows, kd], Init::Zeros);
+        let w = g.param("w", &[heads, kd, d], Init::Zeros);
+        let z = g.param("z", &[rows, 5], Init::Zeros);
+        let a2 = g.square(a);
+        let mut parts = vec![g.square(z)];
+        for x in [a, a2] {
+            let by_head = g.matmul(x, w);
+            let turned = g.permute(by_head, &[1, 0, 2]);
+            parts.push(g.reshape(turned, &[rows, heads * d]));
+        }
+        let out = g.concat(&parts, 1);
+        let outputs = [("out".to_string(), out)].into_iter().collect();
+        let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+        let mut rng = Rng::new(23);
+        let leaves = [
+            ("a", rng.vec(heads * rows * kd, 1.0)),
+            ("w", rng.vec(heads * kd * d, 1.0)),
+            ("z", rng.vec(rows * 5, 1.0)),
+        ];
+        let copies = |op: &alpha_ir::Op| matches!(op, alpha_ir::Op::Permute { .. } | alpha_ir::Op::Concat { .. });
+        let off = |c: &mut alpha_cuda::CudaConfig| c.products_into_concats = false;
+        let [on, off] = with_and_without(&program, out, &leaves, off, copies);
+        assert_eq!((on.0, off.0), (1, 3), "K {kd}, N {d}: only the computed part's copy stays, from 3 Concat copies");
+        assert_eq!(on.1 + 2, off.1);
+        let lowered = alpha_cuda::lower::lower_program(&program, &alpha_cuda::CudaConfig::default()).unwrap();
+        let names: Vec<&str> = lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.as_str()).collect();
+        let into = format!("_c{}x{d}", 5 + 2 * heads * d);
+        let stored = names.iter().filter(|x| x.contains(covering) && x.ends_with(&into)).count();
+        assert_eq!(stored, 2, "both products on the {covering} covering store through the view: {names:?}");
+    }
 }
 
 /// Diakosmos's spatial path in small, over `n` positions of 7 groups of `d`: params `u`

@@ -837,7 +837,8 @@ fn diakosmos_weight_gradients_split_k_at_64_windows() {
     // The thin products whole, each on its covering (simple.rs's `Product::tiling`).
     for (shape, launch) in [
         ("rc-m131072-n8-k190-b7", "gemm_simple_rows (1, 256, 7)"),
-        ("rr-m131072-n190-k8-b7", "gemm_simple_lanes4x6 (1, 8192, 7)"),
+        // (Stored through C's row and head steps into the q/k/v gradient's Concat.)
+        ("rr-m131072-n190-k8-b7", "gemm_simple_lanes4x6_c3990x190 (1, 8192, 7)"),
     ] {
         let whole = runs(shape);
         assert_eq!(whole.len(), 28, "{shape}");
@@ -966,10 +967,20 @@ fn gpt2s_cross_entropy_reads_its_logits_once() {
 /// without it (pointers checked): for each, the launches computing a node each of `kinds`
 /// matches, then the launches of fused chains.
 fn diakosmos_with_and_without(off: fn(&mut CudaConfig), kinds: &[&dyn Fn(&alpha_ir::Node) -> bool]) -> [Vec<usize>; 2] {
+    diakosmos_from_with_and_without(|_| {}, off, kinds)
+}
+
+/// [`diakosmos_with_and_without`] from the configuration `base` makes of the default.
+fn diakosmos_from_with_and_without(
+    base: fn(&mut CudaConfig),
+    off: fn(&mut CudaConfig),
+    kinds: &[&dyn Fn(&alpha_ir::Node) -> bool],
+) -> [Vec<usize>; 2] {
     let system = alpha_systems::diakosmos::Diakosmos::default();
     let program = system.learner(10).training_program(system.model(1).unwrap()).unwrap();
     [true, false].map(|on| {
         let mut cfg = CudaConfig::default();
+        base(&mut cfg);
         if !on {
             off(&mut cfg);
         }
@@ -994,7 +1005,9 @@ fn diakosmos_with_and_without(off: fn(&mut CudaConfig), kinds: &[&dyn Fn(&alpha_
 #[test]
 fn diakosmos_concats_copy_permuted_and_sliced_parts_through_the_views() {
     let blocks = alpha_systems::diakosmos::Diakosmos::default().blocks;
-    let [on, off] = diakosmos_with_and_without(
+    // (Without the products storing into their places, which takes the permutes too.)
+    let [on, off] = diakosmos_from_with_and_without(
+        |c| c.products_into_concats = false,
         |c| c.concat_views = false,
         &[&|n| matches!(n.op, Op::Permute { .. }), &|n| matches!(n.op, Op::Slice { .. }), &|n| {
             matches!(n.op, Op::Concat { .. })
@@ -1002,6 +1015,20 @@ fn diakosmos_concats_copy_permuted_and_sliced_parts_through_the_views() {
     );
     assert_eq!((off[0] - on[0], off[1] - on[1]), (2 * blocks, 2 * blocks - 1), "{on:?} {off:?}");
     assert_eq!(on[2], off[2]);
+}
+
+/// Diakosmos's per-head products of dq and dk (`[7, N, 190]`, permuted back into its q/k/v
+/// gradient's Concat) store straight into their places there (`products_into_concats`): per
+/// block, two Concat copies fewer, and no permute launches either way.
+#[test]
+fn diakosmos_products_store_into_the_qkv_gradient() {
+    let blocks = alpha_systems::diakosmos::Diakosmos::default().blocks;
+    let [on, off] = diakosmos_with_and_without(
+        |c| c.products_into_concats = false,
+        &[&|n| matches!(n.op, Op::Permute { .. }), &|n| matches!(n.op, Op::Concat { .. })],
+    );
+    assert_eq!(on[0], off[0], "{on:?} {off:?}");
+    assert_eq!(off[1] - on[1], 2 * blocks, "{on:?} {off:?}");
 }
 
 /// Diakosmos's spatial path joins its turned halves (`[N, 3, 2, 190]`) and then, as

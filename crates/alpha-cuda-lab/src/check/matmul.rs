@@ -634,7 +634,18 @@ pub fn simple_product_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts
     for (lay, m, n, k) in [("rr", 131_072, 190, 8), ("rc", 131_072, 8, 190), ("cr", 8, 190, 131_072)] {
         arena.reset();
         let (ta, tb) = (lay.starts_with('c'), lay.ends_with('c'));
-        let p = Product { batch: 7, m, n, k, ta, tb, b_batched: true, dtype: alpha_ir::DType::F32, splits: 1 };
+        let p = Product {
+            batch: 7,
+            m,
+            n,
+            k,
+            ta,
+            tb,
+            b_batched: true,
+            dtype: alpha_ir::DType::F32,
+            splits: 1,
+            c_view: None,
+        };
         let p = Product { splits: p.split_k(), ..p };
         let nc = p.batch * m * n;
         let a = upload_f32(arena, &rng.vec(p.batch * m * k, 1.0))?;

@@ -280,6 +280,18 @@ pub(crate) fn sliced_permutes(
     slices
 }
 
+/// Each (Concat, part) of the phase's Concats that `skip` leaves.
+fn concat_parts<'a>(
+    ph: &'a PhaseView,
+    skip: &'a std::collections::HashSet<u32>,
+) -> impl Iterator<Item = (u32, usize)> + 'a {
+    ph.nodes.iter().copied().filter(|c| !skip.contains(c)).flat_map(move |c| {
+        let n = &ph.g.nodes[c as usize];
+        let parts = if matches!(n.op, Op::Concat { .. }) { n.inputs.len() } else { 0 };
+        (0..parts).map(move |k| (c, k))
+    })
+}
+
 /// Every (Concat, part, view part) of the program [`view_part`] allows.
 pub(crate) fn concat_view_candidates(program: &alpha_ir::Program) -> Vec<(u32, usize, ViewPart)> {
     each_part(program, view_part)
@@ -296,22 +308,108 @@ pub(crate) fn concat_views(
     skip: &std::collections::HashSet<u32>,
     fp: &mut FusionPlan,
 ) -> Vec<u32> {
-    let g = ph.g;
     let mut views = vec![];
-    for &c in ph.nodes {
-        let n = &g.nodes[c as usize];
-        if !matches!(n.op, Op::Concat { .. }) || skip.contains(&c) {
-            continue;
-        }
-        for k in 0..n.inputs.len() {
-            let Some(vp) = view_part(g, uses, c, k) else { continue };
-            if read_late(ph, fp, skip, vp, c, &[Value { node: c, index: 0 }]) {
-                fp.concat_views.entry(c).or_default().push((k, vp));
-                views.push(vp.view);
-            }
+    for (c, k) in concat_parts(ph, skip) {
+        let Some(vp) = view_part(ph.g, uses, c, k) else { continue };
+        let stored = fp.products_into_concats.values().any(|p| p.concat == c && p.part == k);
+        if !stored && read_late(ph, fp, skip, vp, c, &[Value { node: c, index: 0 }]) {
+            fp.concat_views.entry(c).or_default().push((k, vp));
+            views.push(vp.view);
         }
     }
     views
+}
+
+/// A batched product stored straight into its place in a Concat through the permute `[1, 0, 2]`
+/// (and a reshape) between them (`products_into_concats`): the product, element (z, i, j) of
+/// its `[batch, M, N]` output at `z·batch + i·row + j` from `offset` in the Concat's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProductPart {
+    pub(crate) product: u32,
+    pub(crate) concat: u32,
+    pub(crate) part: usize,
+    /// The permute that does not run.
+    pub(crate) permute: u32,
+    /// (row, batch) steps in elements.
+    pub(crate) view: (u32, u32),
+    pub(crate) offset: u64,
+}
+
+/// Part `k` of Concat `c` as a [`ProductPart`], where the part is a view part ([`view_part`])
+/// whose view is the permute `[1, 0, 2]` of the output of a MatMul that `simple` says runs on
+/// the simple kernel in one part, read by that permute alone, its output's rows `c`'s rows.
+pub(crate) fn product_part(
+    g: &alpha_ir::Graph,
+    uses: &HashMap<Value, usize>,
+    c: u32,
+    k: usize,
+    simple: &dyn Fn(u32) -> bool,
+) -> Option<ProductPart> {
+    let vp = view_part(g, uses, c, k)?;
+    let Op::Permute { perm } = &g.nodes[vp.view as usize].op else { return None };
+    let mm = vp.source.node;
+    let product = matches!(g.nodes[mm as usize].op, Op::MatMul { .. }) && simple(mm);
+    if perm != &[1, 0, 2] || vp.source.index != 0 || uses.get(&vp.source) != Some(&1) || !product {
+        return None;
+    }
+    let copy = view_part_strides(g, c, vp);
+    let [row, batch, 1] = copy.out[..] else { return None };
+    let n = &g.nodes[c as usize];
+    let Op::Concat { axis } = n.op else { return None };
+    let inner: u64 = n.outputs[0].shape[axis + 1..].iter().product::<usize>() as u64;
+    let before: u64 = n.inputs[..k].iter().map(|&x| g.shape(x)[axis] as u64).sum();
+    let fit = |x: u64| u32::try_from(x).ok();
+    let view = (fit(row)?, fit(batch)?);
+    Some(ProductPart { product: mm, concat: c, part: k, permute: vp.view, view, offset: before * inner })
+}
+
+/// Every [`ProductPart`] of the program.
+pub(crate) fn product_part_candidates(program: &alpha_ir::Program, simple: &dyn Fn(u32) -> bool) -> Vec<ProductPart> {
+    each_part(program, |g, uses, c, k| product_part(g, uses, c, k, simple)).into_iter().map(|(_, _, p)| p).collect()
+}
+
+/// Batched products whose output only a Concat reads through a permute store straight into
+/// their place in the Concat, which does not copy that part, and the permute does not run:
+/// Diakosmos's per-head products (`[7, N, 190]`) make its q/k/v gradients' parts of
+/// `[N, 3,990]` this way, where each part was copied (0.7 GB read and written) at the Concat.
+/// The Concat's slot is written from the product's launch on, so it must lie clear of
+/// everything read or written from there to the Concat (but the product's own output and the
+/// permute's, which are never written) and of what the Concat reads. Runs before
+/// [`concat_views`], which leaves these parts alone. Records them in
+/// `fp.products_into_concats`; returns the permutes to skip.
+pub(crate) fn products_into_concats(
+    ph: &PhaseView,
+    uses: &HashMap<Value, usize>,
+    skip: &std::collections::HashSet<u32>,
+    fp: &mut FusionPlan,
+    simple: &dyn Fn(u32) -> bool,
+) -> Vec<u32> {
+    let g = ph.g;
+    let mut permutes = vec![];
+    for (c, k) in concat_parts(ph, skip) {
+        let Some(pp) = product_part(g, uses, c, k, simple) else { continue };
+        let (Some(&pm), Some(&pc)) = (ph.pos.get(&pp.product), ph.pos.get(&c)) else { continue };
+        let launched = ph.pos.contains_key(&pp.permute) && !skip.contains(&pp.permute);
+        if pm >= pc || !launched || skip.contains(&pp.product) {
+            continue;
+        }
+        let Some(slot) = ph.range(Value { node: c, index: 0 }) else { continue };
+        let unwritten = [Value { node: pp.product, index: 0 }, Value { node: pp.permute, index: 0 }];
+        let span = &ph.nodes[pm..pc];
+        let hosted = span.iter().flat_map(|&id| fp.hosted_writes(id)).chain(early_casts(ph, fp, pm, pc));
+        let ins = g.nodes[c as usize].inputs.iter().copied();
+        let met: Vec<_> = touched_by(g, span)
+            .chain(hosted)
+            .chain(ins)
+            .filter(|v| !unwritten.contains(v))
+            .map(|v| ph.range(v))
+            .collect();
+        if clear_of(slot, met) {
+            fp.products_into_concats.insert(pp.product, pp);
+            permutes.push(pp.permute);
+        }
+    }
+    permutes
 }
 
 /// The Concat that part `k` of Concat `c` is (through a reshape), where its copies may write
@@ -376,7 +474,8 @@ pub(crate) fn nested_concats(
         for k in 0..n.inputs.len() {
             let Some(inner) = nested_part(g, uses, c, k) else { continue };
             let (Some(&pi), Some(&pc)) = (ph.pos.get(&inner), ph.pos.get(&c)) else { continue };
-            if pi >= pc || skip.contains(&inner) || fp.concat_views.contains_key(&inner) {
+            let products_in = fp.products_into_concats.values().any(|p| p.concat == inner);
+            if pi >= pc || skip.contains(&inner) || fp.concat_views.contains_key(&inner) || products_in {
                 continue;
             }
             let Some(slot) = ph.range(Value { node: c, index: 0 }) else { continue };

@@ -92,6 +92,9 @@ pub(crate) struct FusionPlan {
     /// the tensor under it in place instead, alone or in their chains; the slices do not run
     /// ([`chain_slices`]).
     pub(crate) chain_slices: HashMap<Value, (Vec<u32>, SlicedRead)>,
+    /// MatMul → its place in the Concat it is a part of through a permute, where it stores
+    /// ([`products_into_concats`]).
+    pub(crate) products_into_concats: HashMap<u32, ProductPart>,
 }
 
 impl FusionPlan {

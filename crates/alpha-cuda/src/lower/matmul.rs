@@ -21,17 +21,10 @@ impl Lowerer<'_> {
     pub(super) fn lower_matmul(&mut self, id: u32) -> Result<Vec<Pending>> {
         let cx = At::of(self.plan, id);
         let (g, node, ins) = (cx.g, &cx.node, &cx.node.inputs);
-        let os = node.outputs[0].shape.clone();
         let some = Some(id);
         let mut v = vec![];
         match &node.op {
-            Op::MatMul { ta, tb } => {
-                let (sa, sb) = (cx.ishape(0), cx.ishape(1));
-                let ra = sa.len();
-                let (m, kd) = if *ta { (sa[ra - 1], sa[ra - 2]) } else { (sa[ra - 2], sa[ra - 1]) };
-                let nn = os[os.len() - 1];
-                let batch: usize = sa[..ra - 2].iter().product();
-                let b_batched = sb.len() > 2;
+            Op::MatMul { .. } => {
                 if let Some((mut spec, shape)) = tiled_gemm(self.config, g, id) {
                     // Fusions decided per phase by `fuse`: f32 sources read with convert-on-load
                     // (the skipped casts' exact rounding), the following Add as the epilogue.
@@ -173,14 +166,18 @@ impl Lowerer<'_> {
                 } else if let Some(p) = padded::Padded::of(g, id) {
                     v.extend(self.lower_padded_product(id, &p)?);
                 } else {
-                    if !matches!(cx.idt(0), DType::F32 | DType::BF16) {
+                    let Some(p) = simple_product(self.config, g, id) else {
                         return Err(node_error(node, id, format!("matmul of {} operands", cx.idt(0))));
-                    }
-                    let p =
-                        Product { batch, m, n: nn, k: kd, ta: *ta, tb: *tb, b_batched, dtype: cx.idt(0), splits: 1 };
-                    let splits = if self.config.simple_split_k { p.split_k() } else { 1 };
-                    let p = Product { splits, ..p };
-                    v.extend(self.lower_simple_product(&p, [cx.out(0), ins[0], ins[1]], id)?);
+                    };
+                    // Stored into its place in the Concat after it (`products_into_concats`).
+                    let (p, c) = match self.fusion.products_into_concats.get(&id) {
+                        Some(pp) => {
+                            let c = self.ptr_at(Value { node: pp.concat, index: 0 }, pp.offset);
+                            (Product { c_view: Some(pp.view), ..p }, c)
+                        }
+                        None => (p, self.ptr(cx.out(0))),
+                    };
+                    v.extend(self.lower_simple_product(&p, [c, self.ptr(ins[0]), self.ptr(ins[1])], id)?);
                 }
             }
             _ => return Err(node_error(node, id, "not a matrix product")),
@@ -191,18 +188,17 @@ impl Lowerer<'_> {
     /// The simple kernel's launch for MatMul `id` writing `c = a·b`; with K split
     /// ([`Product::split_k`]), the parts into the scratch region, then their fixed-order sum
     /// into `c` by the tiled split-K's reduction (a plain store).
-    fn lower_simple_product(&mut self, p: &Product, [c, a, b]: [Value; 3], id: u32) -> Result<Vec<Pending>> {
+    fn lower_simple_product(&mut self, p: &Product, [c, a, b]: [A; 3], id: u32) -> Result<Vec<Pending>> {
         let node = Some(id);
         let kernel = self.kernel(p.kernel())?;
         let (grid, block) = (p.grid(), p.block());
         if p.splits == 1 {
-            let args = vec![self.ptr(c), self.ptr(a), self.ptr(b)];
-            return Ok(vec![Pending { kernel, grid, block, args, node }]);
+            return Ok(vec![Pending { kernel, grid, block, args: vec![c, a, b], node }]);
         }
         self.need_scratch(p.partial_bytes());
-        let parts = Pending { kernel, grid, block, args: vec![A::Scratch(0), self.ptr(a), self.ptr(b)], node };
+        let parts = Pending { kernel, grid, block, args: vec![A::Scratch(0), a, b], node };
         let mn = (p.batch * p.m * p.n) as u32;
-        let args = gemm::splitk_reduce_arguments([self.ptr(c), self.ptr(c), A::Scratch(0)], None);
+        let args = gemm::splitk_reduce_arguments([c, c, A::Scratch(0)], None);
         let width = gemm::splitk_reduce_width(mn, aligned16(&args));
         let store = GemmSpec::new(Layout::RowMajor, Layout::RowMajor, Input::F32);
         let kernel = self.kernel(gemm::splitk_reduce_kernel(&store, p.splits, mn, width))?;
@@ -561,4 +557,24 @@ impl Lowerer<'_> {
         }
         Ok(())
     }
+}
+
+/// The simple kernel's product for MatMul node `id` (f32 or bf16 operands), with its parts of K,
+/// where the node runs on it: neither the tiled product nor a padded one takes it.
+pub(super) fn simple_product(cfg: &CudaConfig, g: &alpha_ir::Graph, id: u32) -> Option<Product> {
+    let node = &g.nodes[id as usize];
+    let Op::MatMul { ta, tb } = node.op else { return None };
+    let dtype = g.dtype(node.inputs[0]);
+    let tiled = tiled_gemm(cfg, g, id).is_some() || padded::Padded::of(g, id).is_some();
+    if tiled || !matches!(dtype, DType::F32 | DType::BF16) {
+        return None;
+    }
+    let (sa, sb, os) = (g.shape(node.inputs[0]), g.shape(node.inputs[1]), &node.outputs[0].shape);
+    let ra = sa.len();
+    let (m, k) = if ta { (sa[ra - 1], sa[ra - 2]) } else { (sa[ra - 2], sa[ra - 1]) };
+    let batch = sa[..ra - 2].iter().product();
+    let p =
+        Product { batch, m, n: os[os.len() - 1], k, ta, tb, b_batched: sb.len() > 2, dtype, splits: 1, c_view: None };
+    let splits = if cfg.simple_split_k { p.split_k() } else { 1 };
+    Some(Product { splits, ..p })
 }

@@ -51,9 +51,10 @@ use crate::fusion::{
     concat_view_candidates, concat_views, deep_epilogue_grid, deferred_folds, delta_heads, forward_copies,
     forward_rotaries, fuse, fuse_more, grouped_param_casts, head_split, joint_backward_apart, joint_cross_entropy,
     k_parts, merged_f32_windows, merged_gradients, mul_epilogues, nested_concat_candidates, nested_concats,
-    norm_column_sums, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates, range,
-    readers_of, recompute_unary_inputs, settled, sliced_permute_candidates, sliced_permutes, sliced_tree_candidates,
-    tiled_gemm, touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
+    norm_column_sums, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates,
+    product_part_candidates, products_into_concats, range, readers_of, recompute_unary_inputs, settled,
+    sliced_permute_candidates, sliced_permutes, sliced_tree_candidates, tiled_gemm, touched_by, turned_heads,
+    with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -451,6 +452,10 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         if config.norm_column_sums {
             norm_column_sums(config, &view, &skip, &mut lw.fusion);
         }
+        if config.products_into_concats {
+            let simple = |id: u32| unsplit_simple(config, view.g, id);
+            skip.extend(products_into_concats(&view, &uses, &skip, &mut lw.fusion, &simple));
+        }
         if config.concat_views {
             skip.extend(concat_views(&view, &uses, &skip, &mut lw.fusion));
         }
@@ -714,6 +719,15 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
         for (inner, outer) in nested_concat_candidates(program) {
             if outer - inner <= NESTED_SPAN {
                 keep_up_to(inner, outer, true);
+            }
+        }
+    }
+    // A product storing into its Concat's place (`products_into_concats`) writes that slot
+    // from its own launch on: kept the same way.
+    if config.products_into_concats {
+        for pp in product_part_candidates(program, &|id| unsplit_simple(config, g, id)) {
+            if pp.concat - pp.product <= NESTED_SPAN {
+                keep_up_to(pp.product, pp.concat, true);
             }
         }
     }
@@ -1041,4 +1055,11 @@ impl Lowerer<'_> {
             }
         }
     }
+}
+
+/// Whether MatMul `id` runs on the simple kernel in one part with an f32 output, which may then
+/// store into a view of a larger tensor (`products_into_concats`).
+fn unsplit_simple(config: &CudaConfig, g: &alpha_ir::Graph, id: u32) -> bool {
+    let f32_out = g.nodes[id as usize].outputs[0].dtype == DType::F32;
+    f32_out && matmul::simple_product(config, g, id).is_some_and(|p| p.splits == 1)
 }

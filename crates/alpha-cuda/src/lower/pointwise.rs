@@ -120,6 +120,8 @@ impl Lowerer<'_> {
                 };
                 let nested_here: Vec<usize> =
                     self.fusion.nested_concats.values().filter(|&&(o, _)| o == id).map(|&(_, k)| k).collect();
+                let stored_here: Vec<usize> =
+                    self.fusion.products_into_concats.values().filter(|p| p.concat == id).map(|p| p.part).collect();
                 let (dst_value, ost_at) = match into {
                     Some(o) => (Value { node: o, index: 0 }, crate::fusion::nested_strides(g, o, &os, &ost)),
                     None => (cx.out(0), ost.clone()),
@@ -128,8 +130,8 @@ impl Lowerer<'_> {
                     let ps = cx.ishape(kk);
                     let len = ps[*axis] as u64;
                     let view = views.iter().find(|(k, _)| *k == kk).map(|&(_, vp)| vp);
-                    if nested_here.contains(&kk) {
-                        // Written by the nested Concat itself.
+                    if nested_here.contains(&kk) || stored_here.contains(&kk) {
+                        // Written by the nested Concat, or the product, itself.
                     } else if let (Some(vp), true) = (view, ps.iter().product::<usize>() > 0) {
                         // Read through the permute or slice that made the part (`concat_views`).
                         let vc = crate::fusion::view_part_strides(&self.plan.program.graph, id, vp);

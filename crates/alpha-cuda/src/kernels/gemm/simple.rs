@@ -81,6 +81,12 @@ pub struct Product {
     /// Parts of K, each a chain of its own into partials ([`Product::split_k`]); 1: one chain
     /// an element, straight into C.
     pub splits: u32,
+    /// C as a view into a larger tensor, one part (`splits` 1): element (z, i, j) at
+    /// `z·batch + i·row + j` from C's pointer, `(row, batch)` in elements; None: packed
+    /// `[batch, M, N]`. Why: Diakosmos's per-head products (`[7, N, 190]`) are permuted and
+    /// concatenated into `[N, 3,990]`; stored through the view, the Concat's copy of them (0.7 GB
+    /// read and written each) does not run (`crate::fusion::products_into_concats`).
+    pub c_view: Option<(u32, u32)>,
 }
 
 /// SMs of the H200 the split rule fills.
@@ -180,6 +186,15 @@ impl Product {
         fill.min(longest).clamp(1, MAX_SPLITS)
     }
 
+    /// C's (row, batch) steps in elements: its view's ([`Product::c_view`]), or packed
+    /// `[batch, M, N]` (partials too).
+    pub fn c_steps(&self) -> (u32, u32) {
+        match (self.c_view, self.splits) {
+            (Some(view), 1) => view,
+            _ => (self.n as u32, (self.m * self.n) as u32),
+        }
+    }
+
     /// Elements of K each part takes (the last may take fewer).
     pub fn part(&self) -> u32 {
         (self.k as u32).div_ceil(self.splits)
@@ -249,9 +264,10 @@ impl Product {
     /// Kernel `base` (with the number of parts where K is split) for the block of `tiling`, its
     /// params (c, a, b) loaded.
     fn begin(&self, base: &str, tiling: Tiling) -> (Kernel, [Reg; 3]) {
-        let name = match self.splits {
-            1 => base.to_string(),
-            s => format!("{base}_split{s}"),
+        let name = match (self.splits, self.c_steps()) {
+            (1, (row, batch)) if self.c_view.is_some() => format!("{base}_c{row}x{batch}"),
+            (1, _) => base.to_string(),
+            (s, _) => format!("{base}_split{s}"),
         };
         let (x, y, z) = self.block_for(tiling);
         let mut k = Kernel::new(&name).with_block(x, y, z);
@@ -362,8 +378,9 @@ impl Product {
         let pi = k.setp("ge.u32", i, m);
         k.bra_if(pi, false, &end);
         // Block z's partials follow batch z's product in C's layout: z = s·batch + zb.
-        let ci = k.bin("mul.lo.u32", RegKind::B32, z, m * n);
-        let ci = k.tri("mad.lo.u32", RegKind::B32, i, n, ci);
+        let (c_row, c_batch) = self.c_steps();
+        let ci = k.bin("mul.lo.u32", RegKind::B32, z, c_batch);
+        let ci = k.tri("mad.lo.u32", RegKind::B32, i, c_row, ci);
         let ci = k.bin("add.u32", RegKind::B32, ci, j);
         let ca = k.addr_of(c, ci, 4);
         k.op("st.global.f32", [addr(ca, 0), acc.into()]);
@@ -415,10 +432,11 @@ impl Product {
         k.bra(&singles);
         k.place(&done);
         // Block z's elements (its part's partials) follow batch z's product in C's layout.
-        let zmn = k.bin("mul.lo.u32", RegKind::B32, z, m * n);
+        let (c_row, c_batch) = self.c_steps();
+        let zmn = k.bin("mul.lo.u32", RegKind::B32, z, c_batch);
         for (r, &i) in is.iter().enumerate() {
             let i_in = k.setp("lt.u32", i, m);
-            let row = k.tri("mad.lo.u32", RegKind::B32, i, n, zmn);
+            let row = k.tri("mad.lo.u32", RegKind::B32, i, c_row, zmn);
             for (col, &j) in js.iter().enumerate() {
                 let j_in = k.setp("lt.u32", j, n);
                 let inside = k.bin("and.pred", RegKind::Pred, i_in, j_in);
@@ -547,12 +565,13 @@ impl Product {
             }
             k.barrier();
         });
-        let zmn = k.bin("mul.lo.u32", RegKind::B32, z, m * n);
+        let (c_row, c_batch) = self.c_steps();
+        let zmn = k.bin("mul.lo.u32", RegKind::B32, z, c_batch);
         for r in 0..ROWS_PER_THREAD {
             let i = k.bin("add.u32", RegKind::B32, i0, x);
             let i = k.bin("add.u32", RegKind::B32, i, r * ROWS_THREADS);
             let inside = k.setp("lt.u32", i, m);
-            let ci = k.tri("mad.lo.u32", RegKind::B32, i, n, zmn);
+            let ci = k.tri("mad.lo.u32", RegKind::B32, i, c_row, zmn);
             let ca = k.addr_of(c, ci, 4);
             for j in 0..n {
                 let v = acc[(r * n + j) as usize];
@@ -649,14 +668,15 @@ impl Product {
         k.bra(&top);
         k.place(&end);
         // Block z's elements (its part's partials) follow batch z's product in C's layout.
-        let zmn = k.bin("mul.lo.u32", RegKind::B32, z, m * n);
+        let (c_row, c_batch) = self.c_steps();
+        let zmn = k.bin("mul.lo.u32", RegKind::B32, z, c_batch);
         let j_in = k.setp("lt.u32", j, n);
         let i = k.tri("mad.lo.u32", RegKind::B32, ty, DEEP_ROWS, i0);
         for (r, &acc) in acc.iter().enumerate() {
             let i = k.bin("add.u32", RegKind::B32, i, r as u32);
             let i_in = k.setp("lt.u32", i, m);
             let inside = k.bin("and.pred", RegKind::Pred, i_in, j_in);
-            let ci = k.tri("mad.lo.u32", RegKind::B32, i, n, zmn);
+            let ci = k.tri("mad.lo.u32", RegKind::B32, i, c_row, zmn);
             let ci = k.bin("add.u32", RegKind::B32, ci, j);
             let ca = k.addr_of(c, ci, 4);
             k.op_if(inside, false, "st.global.f32", [addr(ca, 0), acc.into()]);
@@ -735,7 +755,18 @@ mod tests {
     #[test]
     fn renders_every_layout() {
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-            let p = Product { batch: 2, m: 5, n: 7, k: 3, ta, tb, b_batched: false, dtype: DType::BF16, splits: 1 };
+            let p = Product {
+                batch: 2,
+                m: 5,
+                n: 7,
+                k: 3,
+                ta,
+                tb,
+                b_batched: false,
+                dtype: DType::BF16,
+                splits: 1,
+                c_view: None,
+            };
             let k = p.kernel();
             k.check_budget().unwrap();
             assert!(k.render().contains("fma.rn.f32"));
@@ -745,7 +776,7 @@ mod tests {
 
     /// Diakosmos's three f32 products at 64 windows.
     fn diakosmos(m: usize, n: usize, k: usize, ta: bool, tb: bool) -> Product {
-        Product { batch: 7, m, n, k, ta, tb, b_batched: true, dtype: DType::F32, splits: 1 }
+        Product { batch: 7, m, n, k, ta, tb, b_batched: true, dtype: DType::F32, splits: 1, c_view: None }
     }
 
     #[test]
