@@ -81,7 +81,7 @@ pub enum ChainEpilogues {
 }
 
 /// Variables of paths taken out of the product because they measured slower.
-pub const RETIRED: [&str; 8] = [
+pub const RETIRED: [&str; 9] = [
     "ALPHA_PDL_TRIGGER",
     "ALPHA_CLUSTER_SPLITK",
     "ALPHA_SPLITK_FIXUP",
@@ -90,6 +90,7 @@ pub const RETIRED: [&str; 8] = [
     "ALPHA_CE_STATS",
     "ALPHA_SCATTER_SEGMENTS",
     "ALPHA_ATTN_ONEPASS",
+    "ALPHA_SPLIT_WAVES",
 ];
 
 /// The backend's choices, each defaulting to the measured one (the module's table).
