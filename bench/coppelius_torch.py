@@ -953,8 +953,10 @@ def add_bench_args(b):
                    help="torch.compile mode under the whole-step graph: max-autotune-no-cudagraphs or default")
     b.add_argument("--no-profile", action="store_true", help="skip the flash-attention checks")
     b.add_argument("--deadline-s", type=float, default=0, help="skip settings not started by then (0: none)")
-    b.add_argument("--setting-timeout-s", type=float, default=0,
-                   help="stop a setting (compile and timing) that runs longer, record why, go on (0: no limit)")
+    b.add_argument("--setting-timeout-s", type=float, default=900,
+                   help="stop a setting (compile and timing) that runs longer, record why, go on "
+                        "(default 900, so that a compile that never finishes cannot keep the bench from ending; "
+                        "0: no limit)")
     b.add_argument("--partial", default=None, help="rewrite this JSON file after each setting")
 
 
