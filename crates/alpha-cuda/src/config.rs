@@ -38,6 +38,7 @@
 //! | `ALPHA_SCAN_TWO_BLOCKS=off` | [`CudaConfig::scan_two_blocks`] | the harmonic scan's backward runs one block an SM (four positions a group, loads eight positions ahead), not two (three, four) |
 //! | `ALPHA_NARROW_STORE=off` | [`CudaConfig::narrow_stores`] | a tall product padded to the tiled sizes stores into its padded copy, then a copy moves the wanted columns out, instead of storing them in place |
 //! | `ALPHA_PRODUCT_CONCAT=off` | [`CudaConfig::products_into_concats`] | a batched product that a Concat reads through a permute stores its own output, and the Concat copies it through the permute, instead of the product storing into its place in the Concat |
+//! | `ALPHA_PADDED_BIAS=off` | [`CudaConfig::padded_biases`] | a padded product stored in place leaves the bias row to the Add after it, instead of adding it as it stores |
 //! | `ALPHA_MUL_EPILOGUE=off` | [`CudaConfig::mul_epilogue`] | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
 //! | `ALPHA_JOINT_CE=off` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward and its bf16 backward run as two launches, each reading the logits, instead of the forward launching the backward's work too |
 //! | `ALPHA_LN_COPY=off` | [`CudaConfig::layernorm_copy`] | the residual gradient's bf16 cast after a LayerNorm backward runs as its own launch instead of being stored by the LayerNorm backward |
@@ -164,6 +165,9 @@ pub struct CudaConfig {
     /// A batched product on the simple kernel that a Concat reads through a permute stores
     /// straight into its place there (`crate::fusion::products_into_concats`).
     pub products_into_concats: bool,
+    /// A padded product stored in place adds the bias row of the Add after it as it stores
+    /// (`crate::lower::padded::padded_biases`).
+    pub padded_biases: bool,
     /// A cross-entropy whose backward scales every row alike runs its bf16 backward in its own
     /// launch, reading the logits once ([`crate::kernels::cross_entropy::joint_kernel_bf16`]).
     pub joint_cross_entropy: bool,
@@ -244,6 +248,7 @@ impl Default for CudaConfig {
             scan_two_blocks: true,
             narrow_stores: true,
             products_into_concats: true,
+            padded_biases: true,
             joint_cross_entropy: true,
             layernorm_copy: true,
             output_copy: true,
@@ -334,6 +339,7 @@ impl CudaConfig {
         c.scan_two_blocks = switch("ALPHA_SCAN_TWO_BLOCKS", c.scan_two_blocks)?;
         c.narrow_stores = switch("ALPHA_NARROW_STORE", c.narrow_stores)?;
         c.products_into_concats = switch("ALPHA_PRODUCT_CONCAT", c.products_into_concats)?;
+        c.padded_biases = switch("ALPHA_PADDED_BIAS", c.padded_biases)?;
         c.joint_cross_entropy = switch("ALPHA_JOINT_CE", c.joint_cross_entropy)?;
         c.layernorm_copy = switch("ALPHA_LN_COPY", c.layernorm_copy)?;
         c.output_copy = switch("ALPHA_ATTN_OCOPY", c.output_copy)?;

@@ -104,15 +104,18 @@ pub fn gemm_variants(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
 
 /// The narrow store ([`GemmSpec::narrow_store`]) of a padded product's output in place: rr and
 /// rc over 8,200 rows (a partial tile), N = 262 (a partial 128 and a partial lane group),
-/// C's rows 262 floats, B's padded to 264, against the reference; and nothing written past C
-/// (a guard of 64 floats after it stays NaN).
+/// C's rows 262 floats, B's padded to 264, against the reference, and rc adding a bias row as
+/// it stores ([`GemmSpec::narrow_bias`]); nothing written past C (a guard of 64 floats after it
+/// stays NaN).
 pub fn narrow_store_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for b_layout in [gemm::Layout::RowMajor, gemm::Layout::ColMajor] {
+    let cases = [(gemm::Layout::RowMajor, false), (gemm::Layout::ColMajor, false), (gemm::Layout::ColMajor, true)];
+    for (b_layout, narrow_bias) in cases {
         arena.reset();
         let spec = GemmSpec {
             staged_store: true,
             narrow_store: true,
+            narrow_bias,
             ..GemmSpec::new(gemm::Layout::RowMajor, b_layout, gemm::Input::Bf16).tma()
         };
         let padded = GemmShape::packed(&spec, 8200, 264, 384);
@@ -124,10 +127,29 @@ pub fn narrow_store_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Res
         let cb = arena.alloc_n::<f32>(nc + 64)?;
         arena.fill_u32(cb, NAN_BITS)?;
         let maps = tma_maps(arena, &spec, &sh, ab.ptr, bb.ptr)?;
-        gemm::launch_with(gpu, &f, &spec, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], Extras { maps, ..Extras::default() })?;
+        // A bias row of 262 (NaN past it).
+        let row = rng.vec(sh.n as usize, 1.0);
+        let rb = arena.alloc_n::<f32>(row.len() + 64)?;
+        arena.fill_u32(rb, NAN_BITS)?;
+        arena.upload(rb, &row)?;
+        let bias = narrow_bias.then_some(rb.ptr);
+        gemm::launch_with(
+            gpu,
+            &f,
+            &spec,
+            &sh,
+            [ab.ptr, bb.ptr, cb.ptr, cb.ptr],
+            Extras { maps, bias, ..Extras::default() },
+        )?;
         let out: Vec<f32> = arena.download(cb, nc + 64)?;
+        let plain = GemmSpec { narrow_bias: false, ..spec };
         let mut want = vec![0.0; nc];
-        gemm::reference(&spec, &sh, &a, &b, &r, &mut want);
+        gemm::reference(&plain, &sh, &a, &b, &r, &mut want);
+        if narrow_bias {
+            for (i, x) in want.iter_mut().enumerate() {
+                *x += row[i % sh.n as usize];
+            }
+        }
         let (max_abs, rel) = compare(&out[..nc], &want);
         let past = out[nc..].iter().filter(|x| x.to_bits() != NAN_BITS).count();
         rows.push(Row {

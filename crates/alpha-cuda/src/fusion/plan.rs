@@ -95,6 +95,9 @@ pub(crate) struct FusionPlan {
     /// MatMul → its place in the Concat it is a part of through a permute, where it stores
     /// ([`products_into_concats`]).
     pub(crate) products_into_concats: HashMap<u32, ProductPart>,
+    /// A padded product stored in place → (the Add of a bias row after it, the row): it adds
+    /// the row as it stores into the Add's output (`lower::padded::padded_biases`).
+    pub(crate) padded_biases: HashMap<u32, (u32, Value)>,
 }
 
 impl FusionPlan {

@@ -414,6 +414,9 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         }
         let more = fuse_more(config, &plan, &nodes, &skip, &mut lw.fusion);
         skip.extend(more);
+        if config.padded_biases {
+            skip.extend(padded::padded_biases(config, (&view, &uses), &skip, &mut lw.fusion));
+        }
         // Turned heads need every column of a row in one thread: the wgmma engines only.
         if config.bf16_attention && config.gemm_engine != gemm::Engine::Mma {
             turned_heads(&view, &skip, &mut lw.fusion);

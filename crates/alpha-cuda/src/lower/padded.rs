@@ -117,22 +117,78 @@ impl Padded {
     }
 }
 
+impl Padded {
+    /// The tiled product's spec over the padded sizes, before its engine and store are settled.
+    fn spec(&self, cfg: &CudaConfig) -> GemmSpec {
+        let layout = |t: bool| if t { Layout::ColMajor } else { Layout::RowMajor };
+        let spec = GemmSpec {
+            tile: self.shape().tile(),
+            tuning: cfg.gemm_tuning,
+            ..GemmSpec::new(layout(self.ta), layout(self.tb), Input::Bf16)
+        };
+        match cfg.gemm_engine {
+            gemm::Engine::Mma => spec,
+            _ => spec.wgmma(),
+        }
+    }
+
+    /// The product stored in place (`GemmSpec::narrow_store`), where it is one: unbatched, K
+    /// whole, on the aligned paths with a staged plain store (a tall output), its width even;
+    /// (spec, shape over C's own rows and width).
+    fn in_place(&self, cfg: &CudaConfig) -> Option<(GemmSpec, GemmShape)> {
+        let (spec, shape) = (self.spec(cfg), self.shape());
+        if !(cfg.padded_tma && cfg.narrow_stores && self.batch == 1) || k_parts(cfg, &spec, &shape).is_some() {
+            return None;
+        }
+        let spec = settled(with_ring(cfg, on_tma(cfg, spec, &shape), &shape), &shape);
+        let direct = GemmShape { m: self.m as u32, n: self.n as u32, ldc: self.n as u32, ..shape };
+        let narrow = GemmSpec { narrow_store: true, ..spec };
+        let staged = gemm_tma::staged(&spec) == Some(gemm_tma::Staged::Store);
+        (staged && direct.check(&narrow).is_ok()).then_some((narrow, direct))
+    }
+}
+
+/// The phase's padded products stored in place whose output only an Add of a bias row (one
+/// value a column, f32) launched right after them reads: the product adds the row as it
+/// stores, into the Add's output, and the Add does not launch (`GemmSpec::narrow_bias`).
+/// Diakosmos's q/k/v projection at 64 windows: its bias Add read and wrote 2.1 GB. Records
+/// them in `fp.padded_biases`; returns the Adds to skip.
+pub(super) fn padded_biases(
+    cfg: &CudaConfig,
+    (ph, uses): (&PhaseView, &HashMap<Value, usize>),
+    skip: &std::collections::HashSet<u32>,
+    fp: &mut FusionPlan,
+) -> Vec<u32> {
+    let (g, mut adds) = (ph.g, vec![]);
+    for pair in ph.nodes.windows(2) {
+        let (mm, add) = (pair[0], pair[1]);
+        let out = Value { node: mm, index: 0 };
+        // (A product the tiled kernels take as it is never pads.)
+        let Some(p) = Padded::of(g, mm).filter(|_| tiled_gemm(cfg, g, mm).is_none()) else { continue };
+        let an = &g.nodes[add as usize];
+        let Op::Binary(alpha_ir::Binary::Add) = an.op else { continue };
+        let Some(&bias) = an.inputs.iter().find(|&&x| x != out) else { continue };
+        let row = g.shape(bias).last() == Some(&p.n) && g.ty(bias).numel() == p.n;
+        let reads = an.inputs.contains(&out) && uses.get(&out) == Some(&1);
+        let f32s = g.dtype(bias) == DType::F32 && an.outputs[0].dtype == DType::F32;
+        let free =
+            !skip.contains(&mm) && !skip.contains(&add) && !fp.store_as.contains_key(&Value { node: add, index: 0 });
+        let same_shape = an.outputs[0].shape == g.nodes[mm as usize].outputs[0].shape;
+        if row && reads && f32s && free && same_shape && p.in_place(cfg).is_some() {
+            fp.padded_biases.insert(mm, (add, bias));
+            adds.push(add);
+        }
+    }
+    adds
+}
+
 impl Lowerer<'_> {
     /// The launches of a padded product for MatMul node `id` (see the module's doc).
     pub(super) fn lower_padded_product(&mut self, id: u32, p: &Padded) -> Result<Vec<Pending>> {
         let cx = At::of(self.plan, id);
         let node = &cx.node;
-        let layout = |t: bool| if t { Layout::ColMajor } else { Layout::RowMajor };
         let shape = p.shape();
-        let spec = GemmSpec {
-            tile: shape.tile(),
-            tuning: self.config.gemm_tuning,
-            ..GemmSpec::new(layout(p.ta), layout(p.tb), Input::Bf16)
-        };
-        let spec = match self.config.gemm_engine {
-            gemm::Engine::Mma => spec,
-            _ => spec.wgmma(),
-        };
+        let spec = p.spec(self.config);
         let ((a_rows, a_cols), (a_rows_p, a_cols_p)) = p.a_dims();
         let ((b_rows, b_cols), (b_rows_p, b_cols_p)) = p.b_dims();
         let b_count = if p.b_batched { p.batch } else { 1 };
@@ -173,16 +229,17 @@ impl Lowerer<'_> {
                 false => with_ring(self.config, spec, &shape),
             };
             // A tall output stored in place, C's own rows and width, not copied out of a
-            // padded one (`GemmSpec::narrow_store`).
-            let direct = GemmShape { m: p.m as u32, n: p.n as u32, ldc: p.n as u32, ..shape };
-            let narrow = GemmSpec { narrow_store: true, ..spec };
-            let in_place = self.config.narrow_stores
-                && p.batch == 1
-                && gemm_tma::staged(&spec) == Some(gemm_tma::Staged::Store)
-                && direct.check(&narrow).is_ok();
-            if in_place {
-                let c = self.ptr(cx.out(0));
-                v.push(self.tiled_launch(&narrow, &direct, [pa, pb, c], some)?);
+            // padded one (`GemmSpec::narrow_store`); with the bias row of the Add after it
+            // added, into the Add's output (`padded_biases`).
+            if let Some((narrow, direct)) = p.in_place(self.config) {
+                let (narrow, c, bias) = match self.fusion.padded_biases.get(&id) {
+                    Some(&(add, row)) => {
+                        let c = self.ptr(Value { node: add, index: 0 });
+                        (GemmSpec { narrow_bias: true, ..narrow }, c, Some(self.ptr(row)))
+                    }
+                    None => (narrow, self.ptr(cx.out(0)), None),
+                };
+                v.push(self.tiled_launch_with(&narrow, &direct, [pa, pb, c], bias, some)?);
                 return Ok(v);
             }
             shape.check(&spec).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
@@ -209,8 +266,21 @@ impl Lowerer<'_> {
         [a, b, c]: [A; 3],
         node: Option<u32>,
     ) -> Result<Pending> {
+        self.tiled_launch_with(spec, shape, [a, b, c], None, node)
+    }
+
+    /// [`Self::tiled_launch`] with a narrow store's bias row (`GemmSpec::narrow_bias`).
+    fn tiled_launch_with(
+        &mut self,
+        spec: &GemmSpec,
+        shape: &GemmShape,
+        [a, b, c]: [A; 3],
+        bias: Option<A>,
+        node: Option<u32>,
+    ) -> Result<Pending> {
         let kernel = self.kernel(spec.kernel())?;
-        let ops = gemm::Operands { maps: self.maps_over(spec, shape, a, b)?, ..gemm::Operands::new([a, b, c, c]) };
+        let maps = self.maps_over(spec, shape, a, b)?;
+        let ops = gemm::Operands { maps, bias, ..gemm::Operands::new([a, b, c, c]) };
         let args = gemm::arguments(shape, ops);
         Ok(Pending { kernel, grid: spec.grid(shape), block: (spec.threads(), 1, 1), args, node })
     }

@@ -670,6 +670,38 @@ fn a_bf16_product_off_the_tiled_sizes_by_alignment_runs_padded_on_the_tiled_kern
     assert!(launch_names(&lower_forward(g, s)).contains(&"gemm_simple"));
 }
 
+/// A tall padded product whose only reader is the Add of a bias row right after it adds the
+/// row as it stores, into the Add's output, and the Add does not launch
+/// (`padded_biases`); with `ALPHA_PADDED_BIAS=off` the Add launches.
+#[test]
+fn a_tall_padded_product_adds_the_bias_row_as_it_stores() {
+    let lowered = |config: CudaConfig| {
+        let mut g = Graph::new("t");
+        let x = g.param("x", &[16384, 330], Init::Zeros);
+        let w = g.param("w", &[330, 262], Init::Zeros);
+        let bias = g.param("bias", &[262], Init::Zeros);
+        let (x16, w16) = (g.cast(x, DType::BF16), g.cast(w, DType::BF16));
+        let y = g.matmul(x16, w16);
+        let z = g.add(y, bias);
+        let s = g.sum_all(z);
+        (lower_forward_with(g, s, config), z, bias)
+    };
+    let config = CudaConfig { fold_casts_into_gemms: false, ..CudaConfig::default() };
+    let (l, z, bias) = lowered(config.clone());
+    let names = launch_names(&l);
+    let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
+    assert_eq!(names[gemm], "gemm_rr_bf16_store_tma_rows_narrow_bias", "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("add")), "no Add launches: {names:?}");
+    let launch = &l.phases[0][gemm];
+    assert!(launch.args.contains(&LArg::Ptr(l.plan.slot(z).offset)), "C is the Add's output: {:?}", launch.args);
+    assert_eq!(launch.args.last(), Some(&LArg::Ptr(l.plan.slot(bias).offset)), "the bias row last");
+    let (off, _, _) = lowered(CudaConfig { padded_biases: false, ..config });
+    let names = launch_names(&off);
+    let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
+    assert_eq!(names[gemm], "gemm_rr_bf16_store_tma_rows_narrow");
+    assert!(names[gemm + 1].contains("add"), "the Add after it: {names:?}");
+}
+
 /// `x · w` of two f32 parameters cast to bf16, and its sum: (graph, [product, sum]).
 fn bf16_product_summed(x: &[usize], w: &[usize]) -> (Graph, [Value; 2]) {
     let mut g = Graph::new("t");

@@ -315,6 +315,10 @@ pub struct GemmSpec {
     /// output in place, where a whole copy out of the padded product followed (a read and a
     /// write of 0.7–2.1 GB a product at 64 windows).
     pub narrow_store: bool,
+    /// With [`Self::narrow_store`], a row added to the product before the store (param `bias`,
+    /// last: f32, one value a column): the linear layer's bias whose Add then needs no launch
+    /// (Diakosmos's q/k/v projection, a read and a write of 2.1 GB at 64 windows).
+    pub narrow_bias: bool,
     /// Two products summed in one accumulator, `A₁·B₁ + A₂·B₂` over K₁ = K₂ = K/2: the first
     /// half of the K steps reads the maps of A₁ and B₁ (the last two tensor maps), the second
     /// those of A and B ([`crate::kernels::gemm::tma`]). Both operands K-major; TMA engine, unbatched.
@@ -386,6 +390,7 @@ impl GemmSpec {
             uneven_split: false,
             staged_store: false,
             narrow_store: false,
+            narrow_bias: false,
             k_pair: false,
             trace: false,
             tuning: GemmTuning::default(),
@@ -465,6 +470,9 @@ impl GemmSpec {
             }
             if self.narrow_store {
                 tile.push_str("_narrow");
+            }
+            if self.narrow_bias {
+                tile.push_str("_bias");
             }
             if self.trace {
                 tile.push_str("_trace");
@@ -627,6 +635,9 @@ impl GemmShape {
         }
         if spec.narrow_store && !(spec.staged_store && spec.engine == Engine::Tma && spec.epilogue == Epilogue::Store) {
             bail!("{name}: a narrow store is a staged plain store on the TMA engine");
+        }
+        if spec.narrow_bias && !spec.narrow_store {
+            bail!("{name}: a bias row is added by a narrow store only");
         }
         let (a_rows, a_cols) = match spec.a {
             Layout::RowMajor => (self.m, k),

@@ -711,6 +711,20 @@ fn store_staged(
     };
     let walk = RowWalk::new(k, h, lane, consumers);
     let s_row0 = walk.staged_row0(k, lane, tile);
+    // A narrow store's bias row: the lane's four columns, in two 8-byte halves each loaded
+    // only inside C (param `bias`, last).
+    // Whether the second half of the lane's columns lies inside C (a narrow store's).
+    let in_n2 = spec.narrow_store.then(|| {
+        let col2 = k.bin("add.u32", RegKind::B32, walk.col, 2u32);
+        k.setp("lt.u32", col2, h.n)
+    });
+    let bias: Option<Vec<Reg>> = in_n2.filter(|_| spec.narrow_bias).map(|in_n2| {
+        let pb = k.param_reg("bias", ParamTy::U64);
+        let at = k.addr_of(pb, walk.col, 4);
+        let lo = k.load_f32s_if(walk.col_ok, "ld.global.v2.f32", 2, addr(at, 0));
+        let hi = k.load_f32s_if(in_n2, "ld.global.v2.f32", 2, addr(at, 8));
+        lo.into_iter().chain(hi).collect()
+    });
     walk.each(
         k,
         h,
@@ -742,19 +756,22 @@ fn store_staged(
                     .zip(&vals_in[0])
                     .map(|(&x, &o)| k.bin("add.rn.f32", RegKind::F32, x, o))
                     .collect()],
-                Staged::Store => vec![product.clone()],
+                Staged::Store => vec![match &bias {
+                    Some(row) => {
+                        product.iter().zip(row).map(|(&x, &b)| k.bin("add.rn.f32", RegKind::F32, x, b)).collect()
+                    }
+                    None => product.clone(),
+                }],
             };
             for (&(base, bf16), vs) in writes.iter().zip(values) {
                 if bf16 {
                     store_bf16x4_if(k, w.ok, base, e, &vs);
-                } else if spec.narrow_store {
+                } else if let Some(in_n2) = in_n2 {
                     // Two 8-byte halves (C's rows are 8-byte aligned): the second only where
                     // its columns lie inside C too.
                     let p = k.addr_of(base, e, 4);
                     k.op_if(w.ok, false, "st.global.v2.f32", [addr(p, 0), Opnd::V(vs[..2].to_vec())]);
-                    let col2 = k.bin("add.u32", RegKind::B32, walk.col, 2u32);
-                    let in_n = k.setp("lt.u32", col2, h.n);
-                    let ok2 = k.bin("and.pred", RegKind::Pred, w.ok, in_n);
+                    let ok2 = k.bin("and.pred", RegKind::Pred, w.ok, in_n2);
                     k.op_if(ok2, false, "st.global.v2.f32", [addr(p, 8), Opnd::V(vs[2..].to_vec())]);
                 } else {
                     let p = k.addr_of(base, e, 4);
