@@ -174,7 +174,9 @@ pub(super) fn padded_biases(
         let free =
             !skip.contains(&mm) && !skip.contains(&add) && !fp.store_as.contains_key(&Value { node: add, index: 0 });
         let same_shape = an.outputs[0].shape == g.nodes[mm as usize].outputs[0].shape;
-        if row && reads && f32s && free && same_shape && p.in_place(cfg).is_some() {
+        // The row is read while C is stored: the Add's output must not lie on it.
+        let apart = ph.range(Value { node: add, index: 0 }).is_some_and(|slot| clear_of(slot, [ph.range(bias)]));
+        if row && reads && f32s && free && same_shape && apart && p.in_place(cfg).is_some() {
             fp.padded_biases.insert(mm, (add, bias));
             adds.push(add);
         }
