@@ -591,13 +591,17 @@ fn health(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<boo
     // The update: the health step's the step's, bit for bit, both on the device (a run's bits
     // must not depend on which updates recorded health, nor on where it was resumed).
     let mut differ: Vec<(String, f64)> = vec![];
+    // What the health step left, kept for its figures below.
+    let mut after: HashMap<&str, Vec<f32>> = HashMap::new();
     for (name, s) in state.iter().zip(&stepped) {
         let h = dev.read(name)?;
         if h.len() != s.len() || h.iter().zip(s).any(|(a, b)| a.to_bits() != b.to_bits()) {
             let diff = h.iter().zip(s).fold(0f64, |m, (a, b)| m.max((*a as f64 - *b as f64).abs()));
             differ.push((name.clone(), diff));
         }
+        after.insert(name, h);
     }
+    drop(stepped);
     let identical = state.len() - differ.len();
     let mut ok = differ.is_empty();
     let _ = writeln!(
@@ -642,7 +646,9 @@ fn health(c: &Case, text: &mut String, figs: &mut Vec<GateFigure>) -> Result<boo
             } else {
                 format!("{}.{}", row.tensor, row.quantity)
             };
-            let after = dev.read(&name)?;
+            let Some(after) = after.get(name.as_str()) else {
+                bail!("the health row {} {} names no tensor the step leaves", row.tensor, row.quantity)
+            };
             let x: Vec<f64> = match before.get(row.tensor.as_str()) {
                 Some(b) if row.quantity == "update" => after.iter().zip(b).map(|(a, b)| (*a - *b) as f64).collect(),
                 _ => after.iter().map(|a| *a as f64).collect(),

@@ -103,6 +103,7 @@ fn chunk_table<T>(
 
 /// A block's chunk of a [`pair_table`]: the thread, the source and destination addresses and the
 /// chunk's length.
+#[derive(Clone, Copy)]
 struct PairChunk {
     tid: Reg,
     x: Reg,
@@ -128,13 +129,38 @@ fn pair_chunk(k: &mut Kernel) -> PairChunk {
     PairChunk { tid, x, y, len }
 }
 
+/// The chunk `c` four elements a thread a pass (`quad` on quad index q), then its last
+/// `len mod 4` elements one a thread (`one` on element index j).
+fn quads_then_tail(
+    k: &mut Kernel,
+    c: &PairChunk,
+    quad: impl FnOnce(&mut Kernel, Reg),
+    one: impl FnOnce(&mut Kernel, Reg),
+) {
+    let quads = k.bin("shr.u32", RegKind::B32, c.len, 2u32);
+    k.strided_loop(c.tid, quads, THREADS, ("quads", "quads_end"), quad);
+    let tail0 = k.bin("shl.b32", RegKind::B32, quads, 2u32);
+    let start = k.bin("add.u32", RegKind::B32, tail0, c.tid);
+    k.strided_loop(start, c.len, THREADS, ("tail", "tail_end"), one);
+}
+
+/// Rounds the four f32 `v` to bf16 and stores them at quad `q` of `y` (8 bytes).
+fn store_bf16_quad(k: &mut Kernel, y: Reg, q: Reg, v: &[Reg]) {
+    let (lo, hi) = (k.reg(RegKind::B32), k.reg(RegKind::B32));
+    k.op("cvt.rn.bf16x2.f32", [lo.into(), v[1].into(), v[0].into()]);
+    k.op("cvt.rn.bf16x2.f32", [hi.into(), v[3].into(), v[2].into()]);
+    let o = k.addr_of(y, q, 8);
+    k.op("st.global.v2.b32", [addr(o, 0), Opnd::V(vec![lo, hi])]);
+}
+
 /// Every f32 → bf16 cast of a run of parameters: params (base, table); grid (chunks). Why: a
 /// weight is read by its forward product and by its input-gradient product, and GEMMs read bf16
 /// in half the bytes of f32; casting each block's weights once, together, costs one launch.
 /// Rounding to nearest even with `cvt.rn.bf16.f32`, as the pointwise cast does.
 pub fn cast_kernel() -> Kernel {
     let mut k = Kernel::new("cast_multi_f32_bf16").with_block(THREADS, 1, 1);
-    let PairChunk { tid, x, y, len } = pair_chunk(&mut k);
+    let chunk = pair_chunk(&mut k);
+    let PairChunk { tid, x, y, len } = chunk;
     // A whole chunk: each thread's eight quads loaded at once, then converted and stored (one
     // memory latency a thread instead of eight: a block's 3.2 M weights took 12.7 µs on the
     // H200 with the loop below).
@@ -152,36 +178,29 @@ pub fn cast_kernel() -> Kernel {
         })
         .collect();
     for (v, q) in vals {
-        let (lo, hi) = (k.reg(RegKind::B32), k.reg(RegKind::B32));
-        k.op("cvt.rn.bf16x2.f32", [lo.into(), v[1].into(), v[0].into()]);
-        k.op("cvt.rn.bf16x2.f32", [hi.into(), v[3].into(), v[2].into()]);
-        let o = k.addr_of(y, q, 8);
-        k.op("st.global.v2.b32", [addr(o, 0), Opnd::V(vec![lo, hi])]);
+        store_bf16_quad(&mut k, y, q, &v);
     }
     k.ret();
     k.place(&partial);
     // Four elements a thread a pass (16-byte loads, 8-byte stores), then the chunk's tail.
-    let quads = k.bin("shr.u32", RegKind::B32, len, 2u32);
-    k.strided_loop(tid, quads, THREADS, ("quads", "quads_end"), |k, q| {
-        let a = k.addr_of(x, q, 16);
-        let v = k.regs(RegKind::F32, 4);
-        k.op("ld.global.nc.v4.f32", [Opnd::V(v.clone()), addr(a, 0)]);
-        let (lo, hi) = (k.reg(RegKind::B32), k.reg(RegKind::B32));
-        k.op("cvt.rn.bf16x2.f32", [lo.into(), v[1].into(), v[0].into()]);
-        k.op("cvt.rn.bf16x2.f32", [hi.into(), v[3].into(), v[2].into()]);
-        let o = k.addr_of(y, q, 8);
-        k.op("st.global.v2.b32", [addr(o, 0), Opnd::V(vec![lo, hi])]);
-    });
-    let tail0 = k.bin("shl.b32", RegKind::B32, quads, 2u32);
-    let start = k.bin("add.u32", RegKind::B32, tail0, tid);
-    k.strided_loop(start, len, THREADS, ("tail", "tail_end"), |k, j| {
-        let a = k.addr_of(x, j, 4);
-        let v = k.reg(RegKind::F32);
-        k.op("ld.global.nc.f32", [v.into(), addr(a, 0)]);
-        let h = k.un("cvt.rn.bf16.f32", RegKind::B16, v);
-        let o = k.addr_of(y, j, 2);
-        k.op("st.global.b16", [addr(o, 0), h.into()]);
-    });
+    quads_then_tail(
+        &mut k,
+        &chunk,
+        |k, q| {
+            let a = k.addr_of(x, q, 16);
+            let v = k.regs(RegKind::F32, 4);
+            k.op("ld.global.nc.v4.f32", [Opnd::V(v.clone()), addr(a, 0)]);
+            store_bf16_quad(k, y, q, &v);
+        },
+        |k, j| {
+            let a = k.addr_of(x, j, 4);
+            let v = k.reg(RegKind::F32);
+            k.op("ld.global.nc.f32", [v.into(), addr(a, 0)]);
+            let h = k.un("cvt.rn.bf16.f32", RegKind::B16, v);
+            let o = k.addr_of(y, j, 2);
+            k.op("st.global.b16", [addr(o, 0), h.into()]);
+        },
+    );
     k.ret();
     k
 }
@@ -202,25 +221,27 @@ pub fn copy_table(tensors: &[(usize, usize, usize)]) -> Result<(Vec<u8>, usize)>
 /// converted.
 pub fn copy_kernel() -> Kernel {
     let mut k = Kernel::new("copy_multi_b32").with_block(THREADS, 1, 1);
-    let PairChunk { tid, x, y, len } = pair_chunk(&mut k);
+    let chunk = pair_chunk(&mut k);
+    let (x, y) = (chunk.x, chunk.y);
     // Four elements a thread a pass (16-byte loads and stores), then the chunk's tail.
-    let quads = k.bin("shr.u32", RegKind::B32, len, 2u32);
-    k.strided_loop(tid, quads, THREADS, ("quads", "quads_end"), |k, q| {
-        let a = k.addr_of(x, q, 16);
-        let v = k.regs(RegKind::B32, 4);
-        k.op("ld.global.v4.b32", [Opnd::V(v.clone()), addr(a, 0)]);
-        let o = k.addr_of(y, q, 16);
-        k.op("st.global.v4.b32", [addr(o, 0), Opnd::V(v)]);
-    });
-    let tail0 = k.bin("shl.b32", RegKind::B32, quads, 2u32);
-    let start = k.bin("add.u32", RegKind::B32, tail0, tid);
-    k.strided_loop(start, len, THREADS, ("tail", "tail_end"), |k, j| {
-        let a = k.addr_of(x, j, 4);
-        let v = k.reg(RegKind::B32);
-        k.op("ld.global.b32", [v.into(), addr(a, 0)]);
-        let o = k.addr_of(y, j, 4);
-        k.op("st.global.b32", [addr(o, 0), v.into()]);
-    });
+    quads_then_tail(
+        &mut k,
+        &chunk,
+        |k, q| {
+            let a = k.addr_of(x, q, 16);
+            let v = k.regs(RegKind::B32, 4);
+            k.op("ld.global.v4.b32", [Opnd::V(v.clone()), addr(a, 0)]);
+            let o = k.addr_of(y, q, 16);
+            k.op("st.global.v4.b32", [addr(o, 0), Opnd::V(v)]);
+        },
+        |k, j| {
+            let a = k.addr_of(x, j, 4);
+            let v = k.reg(RegKind::B32);
+            k.op("ld.global.b32", [v.into(), addr(a, 0)]);
+            let o = k.addr_of(y, j, 4);
+            k.op("st.global.b32", [addr(o, 0), v.into()]);
+        },
+    );
     k.ret();
     k
 }

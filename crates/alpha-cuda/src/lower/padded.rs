@@ -199,7 +199,9 @@ impl Lowerer<'_> {
         let c_at = b_at + region(b_count * b_rows_p * b_cols_p * 2);
         let (mp, np, _) = p.padded();
         let parts_at = c_at + region(p.batch * mp * np * 4);
-        self.need_scratch(parts_at);
+        // A product stored in place needs no padded output (`GemmSpec::narrow_store`).
+        let in_place = p.in_place(self.config);
+        self.need_scratch(if in_place.is_some() { c_at } else { parts_at });
         let some = Some(id);
         let mut v = vec![];
         let a = self.ptr(node.inputs[0]);
@@ -207,6 +209,20 @@ impl Lowerer<'_> {
         let b = self.ptr(node.inputs[1]);
         v.extend(self.pad_into(b, (b_count, b_rows, b_cols), (b_rows_p, b_cols_p), b_at, some)?);
         let (pa, pb, pc) = (A::Scratch(a_at), A::Scratch(b_at), A::Scratch(c_at));
+        // A tall output stored in place, C's own rows and width, not copied out of a padded
+        // one; with the bias row of the Add after it added, into the Add's output
+        // (`padded_biases`).
+        if let Some((narrow, direct)) = in_place {
+            let (narrow, c, bias) = match self.fusion.padded_biases.get(&id) {
+                Some(&(add, row)) => {
+                    let c = self.ptr(Value { node: add, index: 0 });
+                    (GemmSpec { narrow_bias: true, ..narrow }, c, Some(self.ptr(row)))
+                }
+                None => (narrow, self.ptr(cx.out(0)), None),
+            };
+            v.push(self.tiled_launch_with(&narrow, &direct, [pa, pb, c], bias, some)?);
+            return Ok(v);
+        }
         // K in parts as the tiled products split theirs, summed in a fixed order into the
         // padded output.
         let aligned_paths = self.config.padded_tma;
@@ -230,20 +246,6 @@ impl Lowerer<'_> {
                 true => settled(with_ring(self.config, on_tma(self.config, spec, &shape), &shape), &shape),
                 false => with_ring(self.config, spec, &shape),
             };
-            // A tall output stored in place, C's own rows and width, not copied out of a
-            // padded one (`GemmSpec::narrow_store`); with the bias row of the Add after it
-            // added, into the Add's output (`padded_biases`).
-            if let Some((narrow, direct)) = p.in_place(self.config) {
-                let (narrow, c, bias) = match self.fusion.padded_biases.get(&id) {
-                    Some(&(add, row)) => {
-                        let c = self.ptr(Value { node: add, index: 0 });
-                        (GemmSpec { narrow_bias: true, ..narrow }, c, Some(self.ptr(row)))
-                    }
-                    None => (narrow, self.ptr(cx.out(0)), None),
-                };
-                v.push(self.tiled_launch_with(&narrow, &direct, [pa, pb, c], bias, some)?);
-                return Ok(v);
-            }
             shape.check(&spec).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
             v.push(self.tiled_launch(&spec, &shape, [pa, pb, pc], some)?);
         }
