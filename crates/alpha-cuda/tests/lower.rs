@@ -870,8 +870,8 @@ fn decode_programs_lower_with_their_caches_written_back() {
 /// heads: every q/k/v projection adds its bias and stores bf16 heads (no bias add or permute
 /// launch before attention), attention forward and backward run on the `wgmma` kernels, every
 /// fc product adds its bias and the GELU in its epilogue, every GELU backward runs in its `dh`
-/// product's epilogue storing the f32 result for the bias gradient and its bf16 copy for the
-/// products, most LayerNorm backwards store the residual gradient's bf16 copy, and every other
+/// product's epilogue storing only its bf16 result for the products and summing the f32 one's
+/// columns for the bias gradient (which then only finishes), most LayerNorm backwards store the residual gradient's bf16 copy, and every other
 /// bf16 cast of a tensor whose bias gradient sums its columns is stored by that sum's first pass
 /// (each layer's q/k/v gradient, and the residual gradients no LayerNorm backward copied): no
 /// cast launch reads a tensor a column sum reads; the attention backwards store their gradients
@@ -893,7 +893,7 @@ fn gpt2_lowers_with_its_biases_in_the_products_and_bf16_heads() {
     let (fwd, bwd) = (count("attention_wgmma_fwd_o16"), count("attention_wgmma_bwd_merged_f32"));
     assert_eq!((fwd, bwd), (layers, layers), "{by:?}");
     assert_eq!(count("gemm_rr_bf16_store_then_addi0i1_gelus0_out0f1h_p0_row1_tma_s3"), layers, "{by:?}");
-    assert_eq!(count("gemm_rc_bf16_store_then_gelugradi0_muli1s0_out1f1h_p1_tma_s3"), layers, "{by:?}");
+    assert_eq!(count("gemm_rc_bf16_store_then_gelugradi0_muli1s0_out1h_p1_colsum1_tma_s3"), layers, "{by:?}");
     // Each block's four weights rounded in one launch.
     assert_eq!(count("cast_multi_f32_bf16"), layers, "{by:?}");
     // The LayerNorm backwards that copy the residual gradient also sum its columns for the
@@ -920,13 +920,15 @@ fn gpt2_lowers_with_its_biases_in_the_products_and_bf16_heads() {
         })
         .count();
     assert_eq!(casts_beside_sums, 0, "{by:?}");
-    // Every 768-wide bias gradient either stores the cast or finishes a LayerNorm's column sums:
-    // the first passes left are the twelve 3072-wide ones and the position embedding's.
-    assert_eq!(count("reduce_sum_columns"), layers + 1, "{by:?}");
+    // Every 768-wide bias gradient either stores the cast or finishes a LayerNorm's column sums,
+    // and every 3072-wide one finishes its product's: the first pass left is the position
+    // embedding's.
+    assert_eq!(count("reduce_sum_columns"), 1, "{by:?}");
     // Switched off, each of those casts is a launch again, and each of those sums' first pass.
-    let off = CudaConfig { column_casts: false, norm_column_sums: false, ..CudaConfig::default() };
+    let off =
+        CudaConfig { column_casts: false, norm_column_sums: false, chain_column_sums: false, ..CudaConfig::default() };
     let apart = lower_program(&program, &off).unwrap();
-    assert_eq!(apart.launch_count(0), l.launch_count(0) + count("reduce_sum_columns_cast") + copied);
+    assert_eq!(apart.launch_count(0), l.launch_count(0) + count("reduce_sum_columns_cast") + copied + layers);
     // The forward's only permute launches are none: the heads are stored split, the attention
     // output's copy by attention.
     let forward_permutes = l.phases[0]

@@ -193,6 +193,7 @@ pub fn fusion_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Ve
     rows.extend(store_mul_checks(gpu, arena, rng)?);
     rows.extend(gated_checks(gpu, arena, rng)?);
     rows.extend(chain_epilogue_checks(gpu, arena, rng)?);
+    rows.extend(chain_column_sum_checks(gpu, arena, rng)?);
     Ok(rows)
 }
 

@@ -704,10 +704,13 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
     Ok(rows)
 }
 
-/// The vectorized pointwise kernels (four elements a thread) against the scalar ones, bit for
-/// bit, on Coppelius's shapes: the q/k/v permute, the attention output's permute-and-cast,
-/// the q/k/v gradients' permute-and-cast back, a bf16 → f32 permute, and the gated product
-/// stored as bf16. Inputs include a rounding tie and the largest finite f32. Timed with `bench`.
+/// The vectorized pointwise kernels (four or two elements a thread) against the scalar ones,
+/// bit for bit, on Coppelius's shapes: the q/k/v permute, the attention output's
+/// permute-and-cast, the q/k/v gradients' permute-and-cast back, a bf16 → f32 permute, and the
+/// gated product stored as bf16; and on Diakosmos's, two a thread: a bf16 operand of 1,330
+/// columns copied into rows of 1,336 (a padded product's), k's columns of the q/k/v projection
+/// turned to `[7, N, 190]`, and a bf16 cast of rows of 190. Inputs include a rounding tie and
+/// the largest finite f32. Timed with `bench`.
 pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
     use alpha_cuda::kernels::pointwise::{contiguous_strides, Body, Operand, Pointwise};
     use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
@@ -725,6 +728,7 @@ pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, op
         }
     };
     let gated = [b * t, 1408];
+    let tokens = b * t;
     let cases = [
         ("qkv permute", permute(&[b, t, 3, h, d], &[2, 0, 3, 1, 4], DType::F32, DType::F32)),
         ("o permute+cast", permute(&[b, h, t, d], &[0, 2, 1, 3], DType::F32, DType::BF16)),
@@ -739,21 +743,44 @@ pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, op
                 body: Body::Binary(Binary::Mul),
             },
         ),
+        (
+            "bf16 rows of 1,330 padded to 1,336",
+            Pointwise {
+                out: Operand { dtype: DType::BF16, strides: vec![1336, 1] },
+                ins: vec![Operand::contiguous(DType::BF16, &[tokens, 1330])],
+                shape: vec![tokens, 1330],
+                body: Body::Copy,
+            },
+        ),
+        (
+            "k of [N, 3990] turned to [7, N, 190]",
+            Pointwise {
+                out: Operand::contiguous(DType::F32, &[7, tokens, 190]),
+                ins: vec![Operand { dtype: DType::F32, strides: vec![190, 3990, 1] }],
+                shape: vec![7, tokens, 190],
+                body: Body::Copy,
+            },
+        ),
+        ("[7, N, 190] permute+cast", permute(&[tokens, 7, 190], &[1, 0, 2], DType::F32, DType::BF16)),
     ];
     let mut rows = vec![];
     for (what, pw) in cases {
         arena.reset();
-        if !pw.vectorizable() {
+        let width = pw.vector_width();
+        if width == 1 {
             rows.push(exact_row("pointwise", what, "not vectorizable", 1, 1));
             continue;
         }
-        let n = pw.numel();
-        let words = |dt: DType| (n * dt.size()).div_ceil(4);
+        // Each operand's elements from its first to its last at its strides (a padded or
+        // strided one spans more than the shape's count).
+        let extent =
+            |o: &Operand| 1 + pw.shape.iter().zip(&o.strides).map(|(&d, &st)| (d - 1) * st as usize).sum::<usize>();
+        let words = |o: &Operand| (extent(o) * o.dtype.size()).div_ceil(4);
         let ins: Vec<alpha_cuda::runtime::driver::Buf> = pw
             .ins
             .iter()
             .map(|o| {
-                let mut bits: Vec<u32> = rng.vec(words(o.dtype), 3.0).iter().map(|x| x.to_bits()).collect();
+                let mut bits: Vec<u32> = rng.vec(words(o), 3.0).iter().map(|x| x.to_bits()).collect();
                 bits[0] = (1.0f32 + 1.0 / 256.0).to_bits();
                 bits[1] = f32::MAX.to_bits();
                 let buf = arena.alloc_n::<u32>(bits.len())?;
@@ -761,14 +788,14 @@ pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, op
                 Ok(buf)
             })
             .collect::<Result<_>>()?;
-        let out_words = words(pw.out.dtype);
+        let out_words = words(&pw.out);
         let outs = [arena.alloc_n::<u32>(out_words)?, arena.alloc_n::<u32>(out_words)?];
         let mut got = vec![];
         let mut times = vec![];
-        for (vector, out) in [false, true].into_iter().zip(outs) {
+        for (w, out) in [1, width].into_iter().zip(outs) {
             arena.fill_u32(out, NAN_BITS)?;
-            let f = gpu.load(&pw.kernel_with(vector)?)?;
-            let (blocks, threads) = pw.grid_with(vector);
+            let f = gpu.load(&pw.kernel_with(w)?)?;
+            let (blocks, threads) = pw.grid_with(w);
             let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), shared_bytes: 0 };
             let args: Vec<Arg> = std::iter::once(out.ptr).chain(ins.iter().map(|x| x.ptr)).map(Arg::U64).collect();
             gpu.launch(&f, cfg, &args)?;
@@ -781,7 +808,7 @@ pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, op
         let mut row = exact_row("pointwise", what, &format!("{:?}", pw.shape), wrong, out_words);
         if let [scalar, vector] = times[..] {
             row.median_us = Some(vector);
-            row.rate = format!("scalar {scalar:.1} µs → four a thread {vector:.1} µs");
+            row.rate = format!("scalar {scalar:.1} µs → {width} a thread {vector:.1} µs");
         }
         rows.push(row);
     }
@@ -855,9 +882,9 @@ pub fn concat_view_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &
             shape: shape.clone(),
             body: Body::Copy,
         };
-        let vector = pw.vectorizable();
-        let f = gpu.load(&pw.kernel_with(vector)?)?;
-        let (blocks, threads) = pw.grid_with(vector);
+        let width = pw.vector_width();
+        let f = gpu.load(&pw.kernel_with(width)?)?;
+        let (blocks, threads) = pw.grid_with(width);
         let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), shared_bytes: 0 };
         let args = [Arg::U64(out.ptr + 4 * at as u64), Arg::U64(src.ptr + 4 * offset)];
         gpu.launch(&f, cfg, &args)?;
@@ -883,10 +910,10 @@ pub fn concat_view_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &
             let tmp = arena.alloc_n::<f32>(part)?;
             let view = Pointwise { out: Operand::contiguous(DType::F32, &shape), ..pw.clone() };
             let reader = Pointwise { ins: vec![Operand::contiguous(DType::F32, &shape)], ..pw.clone() };
-            let fv = gpu.load(&view.kernel_with(view.vectorizable())?)?;
-            let fr = gpu.load(&reader.kernel_with(reader.vectorizable())?)?;
-            let (bv, tv) = view.grid_with(view.vectorizable());
-            let (br, tr) = reader.grid_with(reader.vectorizable());
+            let fv = gpu.load(&view.kernel_with(view.vector_width())?)?;
+            let fr = gpu.load(&reader.kernel_with(reader.vector_width())?)?;
+            let (bv, tv) = view.grid_with(view.vector_width());
+            let (br, tr) = reader.grid_with(reader.vector_width());
             let cv = LaunchConfig { grid: (bv, 1, 1), block: (tv, 1, 1), shared_bytes: 0 };
             let cr = LaunchConfig { grid: (br, 1, 1), block: (tr, 1, 1), shared_bytes: 0 };
             let two = median(gpu.time(opts.warmup, opts.reps, || {

@@ -102,7 +102,7 @@ pub(super) fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rn
         gpu.launch(&fc, LaunchConfig::linear(blocks, threads), &args)?;
         // The product with the chain in its epilogue.
         let got = outputs(arena)?;
-        let mut chain_ptrs = [None; 2 * gemm::CHAIN_PTRS];
+        let mut chain_ptrs = [None; 2 * gemm::CHAIN_PTRS + 1];
         for (slot, p) in chain_ptrs.iter_mut().zip(got.iter().map(|b| b.ptr).chain(others.iter().copied())) {
             *slot = Some(p);
         }
@@ -118,6 +118,83 @@ pub(super) fn chain_epilogue_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rn
         let words: usize = (0..chain.outputs.len()).map(|j| nc * bytes(j) / 4).sum();
         rows.push(exact_row("fusion", &fused.name(), &format!("m{m} n{n} k{k}"), differ, words));
     }
+    Ok(rows)
+}
+
+/// A chain epilogue summing a step down each column ([`gemm::ChainEpilogue::with_column_sum`]),
+/// GPT-2's GELU backward storing only its bf16 result: that result bit for bit against the plain
+/// product and the chain's own kernel, and the tiles' partial sums, added in order on the host,
+/// against the f64 column sums of the chain kernel's f32 result (a ragged M, so the last tile's
+/// rows past M add nothing); and a second launch's partials bit for bit the first's.
+pub(super) fn chain_column_sum_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng) -> Result<Vec<Row>> {
+    use alpha_cuda::kernels::fused::{Chain, Src, Step};
+    use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
+    use alpha_ir::{Binary, Unary};
+    let (m, n, k) = (1000u32, 1408u32, 512u32);
+    let (mu, nu) = (m as usize, n as usize);
+    let nc = mu * nu;
+    let steps =
+        vec![Step::Unary(Unary::GeluGrad, Src::Input(1)), Step::Binary(Binary::Mul, Src::Input(0), Src::Step(0))];
+    let stored = Chain { n: nc, inputs: 2, steps, outputs: vec![1, 1], bf16: vec![false, true], broadcast: vec![] };
+    let summed = Chain { outputs: vec![1], bf16: vec![true], ..stored.clone() };
+    arena.reset();
+    let plain = GemmSpec { stages: 3, ..GemmSpec::new(Layout::RowMajor, Layout::ColMajor, Input::Bf16).tma() };
+    let epilogue = gemm::ChainEpilogue::new(&summed, 0).expect("the chain fits an epilogue").with_column_sum(1);
+    let fused = GemmSpec { chain: Some(epilogue), ..plain };
+    let sh = GemmShape::packed(&plain, m, n, k);
+    let GemmCase { ab, bb, cb, .. } = gemm_case(arena, rng, &plain, &sh)?;
+    let maps = tma_maps(arena, &plain, &sh, ab.ptr, bb.ptr)?.expect("a TMA launch");
+    let pre = arena.alloc_n::<f32>(nc)?;
+    arena.upload(pre, &rng.vec(nc, 2.0))?;
+    // The plain product, then the chain's kernel on it: f32 and bf16 results.
+    let f = gpu.load(&plain.kernel())?;
+    let extras = Extras { maps: Some(maps), ..Extras::default() };
+    gemm::launch_with(gpu, &f, &plain, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], extras)?;
+    let (want_f, want_h) = (arena.alloc_n::<f32>(nc)?, arena.alloc_n::<u16>(nc)?);
+    let fc = gpu.load(&stored.kernel()?)?;
+    let args = [want_f.ptr, want_h.ptr, cb.ptr, pre.ptr].map(Arg::U64);
+    let (blocks, threads) = alpha_cuda::kernels::pointwise::grid_blocks(nc);
+    gpu.launch(&fc, LaunchConfig::linear(blocks, threads), &args)?;
+    // The product with the chain and the column sums in its epilogue, twice.
+    let row_tiles = mu.div_ceil(128);
+    let f = gpu.load(&fused.kernel())?;
+    let mut runs = vec![];
+    for _ in 0..2 {
+        let got_h = arena.alloc_n::<u16>(nc)?;
+        let partials = arena.alloc_n::<f32>(row_tiles * nu)?;
+        arena.fill_u32(got_h, NAN_BITS)?;
+        arena.fill_u32(partials, NAN_BITS)?;
+        let mut chain = [None; 2 * gemm::CHAIN_PTRS + 1];
+        chain[..3].copy_from_slice(&[Some(got_h.ptr), Some(pre.ptr), Some(partials.ptr)]);
+        let extras = Extras { maps: Some(maps), chain, ..Extras::default() };
+        gemm::launch_with(gpu, &f, &fused, &sh, [ab.ptr, bb.ptr, cb.ptr, cb.ptr], extras)?;
+        let h: Vec<u16> = arena.download(got_h, nc)?;
+        let p: Vec<f32> = arena.download(partials, row_tiles * nu)?;
+        runs.push((h, p));
+    }
+    let want_h: Vec<u16> = arena.download(want_h, nc)?;
+    let want_f: Vec<f32> = arena.download(want_f, nc)?;
+    let differ = runs[0].0.iter().zip(&want_h).filter(|(x, y)| x != y).count();
+    let mut rows = vec![exact_row("fusion", &fused.name(), &format!("m{m} n{n} k{k}"), differ, nc)];
+    let want: Vec<f32> = (0..nu).map(|c| (0..mu).map(|r| want_f[r * nu + c] as f64).sum::<f64>() as f32).collect();
+    let got: Vec<f32> = (0..nu).map(|c| runs[0].1[c * row_tiles..(c + 1) * row_tiles].iter().sum()).collect();
+    let (max_abs, rel) = compare(&got, &want);
+    let repeat = runs[0].1.iter().zip(&runs[1].1).all(|(a, b)| a.to_bits() == b.to_bits());
+    rows.push(Row {
+        family: "fusion".into(),
+        name: format!("{} column sums", fused.name()),
+        shape: format!("m{m} n{n} k{k}"),
+        max_abs,
+        rel,
+        tol: 1e-5,
+        pass: rel <= 1e-5 && repeat,
+        median_us: None,
+        rate: format!(
+            "{} partials a column; two launches {}",
+            row_tiles,
+            if repeat { "bit-identical" } else { "DIFFER" }
+        ),
+    });
     Ok(rows)
 }
 

@@ -119,33 +119,42 @@ impl Pointwise {
 
     /// The kernel: params `out`, `in0`, `in1`… (device addresses).
     pub fn kernel(&self) -> Result<Kernel> {
-        self.kernel_with(false)
+        self.kernel_with(1)
     }
 
-    /// Whether [`Pointwise::kernel_with`] may take [`VECTOR`] elements a thread: the innermost
-    /// merged axis is a multiple of [`VECTOR`] and contiguous in every operand, every other
-    /// stride a multiple of [`VECTOR`], and every dtype f32 or bf16. The caller must also know
-    /// every pointer 16-byte aligned.
-    pub fn vectorizable(&self) -> bool {
+    /// The most consecutive elements, [`VECTOR`] or 2, that [`Pointwise::kernel_with`] may take
+    /// a thread (1: one): the innermost merged axis a multiple of it and contiguous in every
+    /// operand, every other stride a multiple of it, and every dtype f32 or bf16. The caller
+    /// must also know every pointer 16-byte aligned. Why two: Diakosmos's rows of 1,330 and
+    /// 190 are even but not multiples of four, and its copies (padding operands to the tiled
+    /// products, permutes and concatenations of groups) ran a 2-byte or 4-byte access and an
+    /// index computation an element, 113 ms of a 657 ms step at 64 windows.
+    pub fn vector_width(&self) -> u32 {
         let (shape, strides) = self.collapsed();
-        let v = VECTOR as u64;
         let dtypes_ok =
             std::iter::once(&self.out).chain(&self.ins).all(|o| matches!(o.dtype, DType::F32 | DType::BF16));
-        let Some(&last) = shape.last() else { return false };
-        dtypes_ok
-            && last.is_multiple_of(v)
-            && strides.iter().all(|s| {
-                let r = s.len() - 1;
-                s[r] == 1 && s[..r].iter().all(|x| x.is_multiple_of(v))
-            })
+        let Some(&last) = shape.last() else { return 1 };
+        let fits = |v: u64| {
+            last.is_multiple_of(v)
+                && strides.iter().all(|s| {
+                    let r = s.len() - 1;
+                    s[r] == 1 && s[..r].iter().all(|x| x.is_multiple_of(v))
+                })
+        };
+        match () {
+            _ if !dtypes_ok => 1,
+            _ if fits(VECTOR as u64) => VECTOR,
+            _ if fits(2) => 2,
+            _ => 1,
+        }
     }
 
-    /// The kernel, with `vector` ([`Pointwise::vectorizable`], pointers 16-byte aligned) taking
-    /// [`VECTOR`] consecutive elements a thread: one index computation and one vector access per
-    /// operand for four elements. Why: a permute's div/rem chain per element made the
-    /// attention's permute-and-cast launches instruction-bound (73 µs for 150 MB at 16
+    /// The kernel taking `width` consecutive elements a thread (1, 2 or [`VECTOR`], at most
+    /// [`Pointwise::vector_width`]; pointers 16-byte aligned): one index computation and one
+    /// vector access per operand for them all. Why: a permute's div/rem chain per element made
+    /// the attention's permute-and-cast launches instruction-bound (73 µs for 150 MB at 16
     /// contexts). Each element's arithmetic is unchanged.
-    pub fn kernel_with(&self, vector: bool) -> Result<Kernel> {
+    pub fn kernel_with(&self, width: u32) -> Result<Kernel> {
         let arity = match self.body {
             Body::Copy | Body::Unary(_) => 1,
             Body::Binary(_) => 2,
@@ -167,8 +176,9 @@ impl Pointwise {
             bail!("pointwise {:?}: {n} elements exceed 32-bit indexing", self.body);
         }
         let (shape, strides) = self.collapsed();
-        if vector && !self.vectorizable() {
-            bail!("pointwise {:?}: operands of shape {shape:?} cannot be read {VECTOR} at a time", self.body);
+        let most = self.vector_width();
+        if !matches!(width, 1 | 2 | VECTOR) || width > most || !most.is_multiple_of(width) {
+            bail!("pointwise {:?}: operands of shape {shape:?} cannot be read {width} at a time", self.body);
         }
         let name = match self.body {
             Body::Copy if self.ins[0].dtype == self.out.dtype => "pw_copy".to_string(),
@@ -177,11 +187,10 @@ impl Pointwise {
             Body::Binary(b) => format!("pw_{}", format!("{b:?}").to_lowercase()),
             Body::Fill(_) => "pw_fill".to_string(),
         };
-        let name = if vector { format!("{name}_v{VECTOR}") } else { name };
+        let name = if width > 1 { format!("{name}_v{width}") } else { name };
         let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
         let out = k.param_reg("out", ParamTy::U64);
         let ins: Vec<Reg> = (0..self.ins.len()).map(|j| k.param_reg(&format!("in{j}"), ParamTy::U64)).collect();
-        let width = if vector { VECTOR } else { 1 };
         self.body(&mut k, out, &ins, &shape, &strides, width);
         Ok(k)
     }
@@ -221,9 +230,9 @@ impl Pointwise {
         grid_blocks(self.numel())
     }
 
-    /// Grid and block of [`Pointwise::kernel_with`].
-    pub fn grid_with(&self, vector: bool) -> (u32, u32) {
-        grid_blocks(if vector { self.numel() / VECTOR as usize } else { self.numel() })
+    /// Grid and block of [`Pointwise::kernel_with`] at `width` elements a thread.
+    pub fn grid_with(&self, width: u32) -> (u32, u32) {
+        grid_blocks(self.numel() / width as usize)
     }
 }
 
@@ -250,17 +259,21 @@ fn copy_bits(k: &mut Kernel, src: Reg, dst: Reg, bytes: u32) {
     }
 }
 
-/// Loads elements `idx .. idx + width` (width 1, or 4 from an f32 or bf16 array 16- or 8-byte
-/// aligned) as f32.
+/// Loads elements `idx .. idx + width` (width 1, or 2 or 4 from an f32 or bf16 array aligned
+/// to the whole access) as f32.
 fn load_f32s(k: &mut Kernel, dtype: DType, base: Reg, idx: Reg, width: u32) -> Vec<Reg> {
     if width == 1 {
         return vec![load_f32(k, dtype, base, idx)];
     }
     let a = k.addr_of(base, idx, dtype.size() as u32);
-    let f = k.regs(RegKind::F32, 4);
+    let f = k.regs(RegKind::F32, width as usize);
     if dtype == DType::BF16 {
-        let w = k.regs(RegKind::B32, 2);
-        k.op("ld.global.v2.b32", [Opnd::V(w.clone()), addr(a, 0)]);
+        let w = k.regs(RegKind::B32, width as usize / 2);
+        if width == 2 {
+            k.op("ld.global.b32", [w[0].into(), addr(a, 0)]);
+        } else {
+            k.op("ld.global.v2.b32", [Opnd::V(w.clone()), addr(a, 0)]);
+        }
         for (e, &x) in f.iter().enumerate() {
             // Element 2j is the low half of word j: widened exactly by a shift (or a mask).
             let bits = if e % 2 == 0 {
@@ -271,12 +284,12 @@ fn load_f32s(k: &mut Kernel, dtype: DType, base: Reg, idx: Reg, width: u32) -> V
             k.op("mov.b32", [x.into(), bits.into()]);
         }
     } else {
-        k.op("ld.global.v4.f32", [Opnd::V(f.clone()), addr(a, 0)]);
+        k.op(&format!("ld.global.v{width}.f32"), [Opnd::V(f.clone()), addr(a, 0)]);
     }
     f
 }
 
-/// Stores f32 `v` (one value, or four) as elements `idx ..` of a `dtype` array (rounded to
+/// Stores f32 `v` (one value, two or four) as elements `idx ..` of a `dtype` array (rounded to
 /// nearest even for bf16, as [`store_f32`]).
 fn store_f32s(k: &mut Kernel, dtype: DType, base: Reg, idx: Reg, v: &[Reg]) {
     if let [x] = v {
@@ -285,13 +298,20 @@ fn store_f32s(k: &mut Kernel, dtype: DType, base: Reg, idx: Reg, v: &[Reg]) {
     let a = k.addr_of(base, idx, dtype.size() as u32);
     if dtype == DType::BF16 {
         // cvt.rn.bf16x2.f32 d, hi, lo: the first source goes to the upper half.
-        let lo = k.reg(RegKind::B32);
-        let hi = k.reg(RegKind::B32);
-        k.op("cvt.rn.bf16x2.f32", [lo.into(), v[1].into(), v[0].into()]);
-        k.op("cvt.rn.bf16x2.f32", [hi.into(), v[3].into(), v[2].into()]);
-        k.op("st.global.v2.b32", [addr(a, 0), Opnd::V(vec![lo, hi])]);
+        let words: Vec<Reg> = v
+            .chunks(2)
+            .map(|p| {
+                let w = k.reg(RegKind::B32);
+                k.op("cvt.rn.bf16x2.f32", [w.into(), p[1].into(), p[0].into()]);
+                w
+            })
+            .collect();
+        match words[..] {
+            [w] => k.op("st.global.b32", [addr(a, 0), w.into()]),
+            _ => k.op(&format!("st.global.v{}.b32", words.len()), [addr(a, 0), Opnd::V(words)]),
+        }
     } else {
-        k.op("st.global.v4.f32", [addr(a, 0), Opnd::V(v.to_vec())]);
+        k.op(&format!("st.global.v{}.f32", v.len()), [addr(a, 0), Opnd::V(v.to_vec())]);
     }
 }
 

@@ -275,8 +275,8 @@ impl Lowerer<'_> {
     /// true, or returns false and changes nothing.
     ///
     /// A chain that stores bf16 copies for casts after it (`cl.copies`) is tried whole, then
-    /// without them: Some(true) taken whole, Some(false) taken without its copies (whose casts
-    /// must then run), None not taken.
+    /// without them: Some with `whole` taken whole, Some without it taken without its copies
+    /// (whose casts must then run), None not taken.
     pub(super) fn chain_into_product(
         &mut self,
         view: &PhaseView,
@@ -285,9 +285,9 @@ impl Lowerer<'_> {
         launches: &mut [Pending],
         products: &LaunchedProducts,
         uses: &HashMap<Value, usize>,
-    ) -> Result<Option<bool>> {
-        if self.chain_into_product_as(view, i, cl, &cl.chain, &cl.dests, launches, products, uses)? {
-            return Ok(Some(true));
+    ) -> Result<Option<ChainInProduct>> {
+        if let Some(taken) = self.chain_into_product_as(view, i, cl, &cl.chain, &cl.dests, launches, products, uses)? {
+            return Ok(Some(taken));
         }
         if cl.copies.is_empty() {
             return Ok(None);
@@ -299,7 +299,7 @@ impl Lowerer<'_> {
             ..cl.chain.clone()
         };
         let taken = self.chain_into_product_as(view, i, cl, &chain, &cl.dests[..kept], launches, products, uses)?;
-        Ok(taken.then_some(false))
+        Ok(taken.map(|t| ChainInProduct { whole: false, ..t }))
     }
 
     /// [`Self::chain_into_product`] for `chain` storing into `dests` (the chain as lowered, or
@@ -315,7 +315,7 @@ impl Lowerer<'_> {
         launches: &mut [Pending],
         products: &LaunchedProducts,
         uses: &HashMap<Value, usize>,
-    ) -> Result<bool> {
+    ) -> Result<Option<ChainInProduct>> {
         // A row (a bias) is read at the product's column: as long as its rows. (Other
         // broadcasts `ChainEpilogue::new` refuses.)
         let rows_fit = |n: u32| {
@@ -393,9 +393,9 @@ impl Lowerer<'_> {
             args.extend(ce.others().into_iter().map(|k| self.ptr(cl.inputs[k])));
             args.append(&mut p.args);
             p.args = args;
-            return Ok(true);
+            return Ok(Some(ChainInProduct { whole: true, launch: li, spec, shape }));
         }
-        Ok(false)
+        Ok(None)
     }
 
     /// Whether a fusion has MatMul `id`'s launch write something beside its product, or store
@@ -577,4 +577,13 @@ pub(super) fn simple_product(cfg: &CudaConfig, g: &alpha_ir::Graph, id: u32) -> 
         Product { batch, m, n: os[os.len() - 1], k, ta, tb, b_batched: sb.len() > 2, dtype, splits: 1, c_view: None };
     let splits = if cfg.simple_split_k { p.split_k() } else { 1 };
     Some(Product { splits, ..p })
+}
+
+/// A chain run in a product's epilogue ([`Lowerer::chain_into_product`]): whether whole (its
+/// copies too), and the product's launch with its spec and shape as patched.
+pub(super) struct ChainInProduct {
+    pub(super) whole: bool,
+    pub(super) launch: usize,
+    pub(super) spec: GemmSpec,
+    pub(super) shape: GemmShape,
 }

@@ -511,12 +511,19 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
                         None => launches.push(cl.pending),
                     },
                     // In the product without its copies: their casts run after all.
-                    Some(false) => {
+                    Some(t) if !t.whole => {
                         for c in &cl.copies {
                             skip.remove(&c.node);
                         }
                     }
-                    Some(true) => {}
+                    Some(t) => {
+                        if let Some((finish, sum)) =
+                            lw.product_column_sum(&nodes, &cl, &t, &skip, &uses, &mut launches)?
+                        {
+                            launches.push(finish);
+                            skip.insert(sum);
+                        }
+                    }
                 }
                 i = end;
                 continue;
@@ -893,10 +900,19 @@ impl Lowerer<'_> {
     }
 
     fn pointwise(&mut self, pw: Pointwise, args: Vec<A>, node: Option<u32>) -> Result<Pending> {
-        // Four elements a thread where the layout allows and every pointer is 16-byte aligned.
-        let vector = aligned16(&args) && self.config.pointwise_vector && pw.vectorizable();
-        let (blocks, threads) = pw.grid_with(vector);
-        let kernel = self.kernel(pw.kernel_with(vector)?)?;
+        // Four or two elements a thread where the layout allows and every pointer is aligned
+        // to its operand's whole access.
+        let operands: Vec<&Operand> = std::iter::once(&pw.out).chain(&pw.ins).collect();
+        let aligned = |w: u32| {
+            args.iter().zip(&operands).all(|(a, o)| match *a {
+                A::Ptr(x) | A::Scratch(x) => x.is_multiple_of(w as usize * o.dtype.size()),
+                A::U32(_) | A::U64(_) => true,
+            })
+        };
+        let most = if self.config.pointwise_vector { pw.vector_width() } else { 1 };
+        let width = [most, 2].into_iter().find(|&w| w > 1 && most.is_multiple_of(w) && aligned(w)).unwrap_or(1);
+        let (blocks, threads) = pw.grid_with(width);
+        let kernel = self.kernel(pw.kernel_with(width)?)?;
         Ok(Pending { kernel, grid: (blocks, 1, 1), block: (threads, 1, 1), args, node })
     }
 

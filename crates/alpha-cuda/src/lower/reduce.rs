@@ -1,5 +1,6 @@
 //! Reductions: one launch of partials per chunk of the reduced axes, and a fixed-order finish.
 
+use super::matmul::ChainInProduct;
 use super::*;
 use crate::kernels::reduce;
 
@@ -110,5 +111,85 @@ impl Lowerer<'_> {
             v.push(self.lower_reduce_finish(sum, A::Scratch(0), chunks)?);
         }
         Ok(Some((v, sum)))
+    }
+}
+
+impl Lowerer<'_> {
+    /// The column sum right after chain `cl`, which runs in product `t`'s epilogue, over one of
+    /// the chain's f32 outputs: the product's staged epilogue sums each tile's columns
+    /// ([`gemm::ChainEpilogue::with_column_sum`]) into the scratch region, and the sum's
+    /// finishing pass (returned, with the sum's node) adds the tiles' partials in order. The
+    /// summed output is no longer stored where the sum alone reads it. Taken where the
+    /// product's epilogue is staged and no launch from the product's to here touches the
+    /// scratch region. Why: GPT-2's first MLP bias takes its gradient as the column sum of dH,
+    /// which the product stored in f32 (201 MB at sixteen contexts) for a launch of its own to
+    /// read back.
+    pub(super) fn product_column_sum(
+        &mut self,
+        nodes: &[u32],
+        cl: &ChainLowered,
+        t: &ChainInProduct,
+        skip: &std::collections::HashSet<u32>,
+        uses: &HashMap<Value, usize>,
+        launches: &mut [Pending],
+    ) -> Result<Option<(Pending, u32)>> {
+        if !self.config.chain_column_sums {
+            return Ok(None);
+        }
+        let Some(&sum) = nodes.get(cl.end).filter(|s| !skip.contains(s)) else { return Ok(None) };
+        let g = &self.plan.program.graph;
+        let sn = &g.nodes[sum as usize];
+        let Op::Reduce { kind: alpha_ir::Reduce::Sum, axes, .. } = &sn.op else { return Ok(None) };
+        let x = sn.inputs[0];
+        let Ok(r) = Reduction::new(alpha_ir::Reduce::Sum, g.shape(x), axes, g.dtype(x), sn.outputs[0].dtype) else {
+            return Ok(None);
+        };
+        let Some(ce) = t.spec.chain else { return Ok(None) };
+        let (m, n) = (t.shape.m as usize, t.shape.n as usize);
+        if !r.columns || r.outputs() != n || r.outputs() * r.count() != m * n {
+            return Ok(None);
+        }
+        let Some(j) = (0..cl.chain.outputs.len()).find(|&j| !cl.chain.bf16[j] && cl.dests[j] == x) else {
+            return Ok(None);
+        };
+        // The chain as the product runs it, less the summed output where only the sum reads it.
+        // (Casts whose copies the chain stores read it too, but are not launched.)
+        let g = &self.plan.program.graph;
+        let copied = cl.copies.iter().filter(|c| g.nodes[c.node as usize].inputs.contains(&x)).count();
+        let alone = uses.get(&x).copied().unwrap_or(0) <= 1 + copied;
+        let mut chain = cl.chain.clone();
+        if alone {
+            chain.outputs.remove(j);
+            chain.bf16.remove(j);
+        }
+        let Some(summing) = gemm::ChainEpilogue::new(&chain, ce.product()) else { return Ok(None) };
+        let spec = GemmSpec { chain: Some(summing.with_column_sum(cl.chain.outputs[j])), ..t.spec };
+        let staged = spec.engine == gemm::Engine::Tma && gemm_tma::staged(&spec) == Some(gemm_tma::Staged::Chain);
+        if !staged || launches[t.launch..].iter().any(|l| self.reads_scratch(l)) {
+            return Ok(None);
+        }
+        let row_tiles = m.div_ceil(128);
+        self.need_scratch(row_tiles * n * 4);
+        let kernel = self.kernel(spec.kernel())?;
+        let p = &mut launches[t.launch];
+        p.kernel = kernel;
+        // The chain's pointers follow the shape's arguments: its outputs, its other inputs, then
+        // the partials.
+        if alone {
+            p.args.remove(gemm::SHAPE_ARGS + j);
+        }
+        p.args.insert(gemm::SHAPE_ARGS + summing.pointers(), A::Scratch(0));
+        let finish = self.lower_reduce_finish(sum, A::Scratch(0), row_tiles)?;
+        Ok(Some((finish, sum)))
+    }
+
+    /// Whether launch `l` reads or writes the scratch region: a pointer into it, or a tensor
+    /// map over it.
+    fn reads_scratch(&self, l: &Pending) -> bool {
+        l.args.iter().any(|a| match *a {
+            A::Scratch(_) => true,
+            A::Ptr(at) => self.scratch_maps.iter().any(|&(m, _, _)| m == at),
+            _ => false,
+        })
     }
 }

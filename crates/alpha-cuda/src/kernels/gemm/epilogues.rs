@@ -27,6 +27,8 @@ pub(crate) struct Head {
     pub r_param: Reg,
     /// A chain epilogue's pointers: its outputs, then its inputs beside the product.
     pub chain: [Option<Reg>; 2 * CHAIN_PTRS],
+    /// A chain epilogue's column sums' partials ([`crate::kernels::gemm::ChainEpilogue::column_sum`]).
+    pub chain_sums: Option<Reg>,
 }
 
 /// Declares the GEMM parameters (see [`launch`]) and computes the block's tile origin and
@@ -55,6 +57,7 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
             *slot = Some(k.param_reg(&name, ParamTy::U64));
         }
     }
+    let chain_sums = spec.chain.and_then(|c| c.column_sum()).map(|_| k.param_reg("chain_sums", ParamTy::U64));
 
     let tid = k.sreg("%tid.x");
     let bx = k.sreg("%ctaid.x");
@@ -75,7 +78,25 @@ pub(crate) fn head(k: &mut Kernel, spec: &GemmSpec) -> Head {
     let c_base = offset_by(k, pc, sc, 4);
     let r_base = offset_by(k, pr, sc, 4);
     let u_base = pu.map(|pu| offset_by(k, pu, sc, 4));
-    Head { tid, m0, n0, m, n, kdim, lda, ldb, ldc, a_base, b_base, c_base, r_base, u_base, r_param: pr, chain }
+    Head {
+        tid,
+        m0,
+        n0,
+        m,
+        n,
+        kdim,
+        lda,
+        ldb,
+        ldc,
+        a_base,
+        b_base,
+        c_base,
+        r_base,
+        u_base,
+        r_param: pr,
+        chain,
+        chain_sums,
+    }
 }
 
 /// The epilogue: writes the accumulators `acc[mi][ni]` (mma `m16n8` fragments, as `mma.sync`

@@ -14,8 +14,9 @@ pub struct Extras {
     pub rot_tab: Option<u64>,
     /// The bias a head-split store adds ([`Heads::bias`]).
     pub bias: Option<u64>,
-    /// A chain epilogue's outputs, then its inputs beside the product ([`ChainEpilogue`]).
-    pub chain: [Option<u64>; 2 * CHAIN_PTRS],
+    /// A chain epilogue's outputs, then its inputs beside the product, then its column sums'
+    /// partials where it sums ([`ChainEpilogue::pointers`]).
+    pub chain: [Option<u64>; 2 * CHAIN_PTRS + 1],
     /// A gated product's tensor map of the gate's B ([`GemmSpec::gated`]).
     pub gate_map: Option<u64>,
     /// A paired product's maps of the first product's A and B ([`GemmSpec::k_pair`]).
@@ -118,13 +119,16 @@ pub fn launch_with(
     if extras.gate_map.is_some() != spec.gated {
         bail!("{}: a gate's tensor map goes with a gated product alone, given {extras:?}", spec.name());
     }
-    if extras.bias.is_some() != spec.heads.is_some_and(|h| h.bias) {
-        bail!("{}: a bias goes with a head-split store that adds one alone, given {extras:?}", spec.name());
+    if extras.bias.is_some() != spec.takes_bias() {
+        bail!(
+            "{}: a bias row goes with a head-split or narrow store that adds one alone, given {extras:?}",
+            spec.name()
+        );
     }
     if extras.first_maps.is_some() != spec.k_pair {
         bail!("{}: a first product's tensor maps go with a paired product alone, given {extras:?}", spec.name());
     }
-    let chain_ptrs = spec.chain.map_or(0, |c| c.outputs().len() + c.others().len());
+    let chain_ptrs = spec.chain.map_or(0, |c| c.pointers());
     if extras.chain.iter().flatten().count() != chain_ptrs || extras.chain[..chain_ptrs].iter().any(Option::is_none) {
         bail!("{}: takes {chain_ptrs} chain pointers, given {:?}", spec.name(), extras.chain);
     }

@@ -178,6 +178,8 @@ pub struct ChainEpilogue {
     outputs: [Option<(u8, bool)>; CHAIN_PTRS],
     /// Bit j set: input j is a row, read at the product's column.
     rows: u8,
+    /// A step whose values are also summed down each column of the tile ([`Self::column_sum`]).
+    column_sum: Option<u8>,
 }
 
 impl ChainEpilogue {
@@ -209,7 +211,37 @@ impl ChainEpilogue {
         for (j, (slot, &o)) in outputs.iter_mut().zip(&chain.outputs).enumerate() {
             *slot = Some((o as u8, chain.bf16.get(j).copied().unwrap_or(false)));
         }
-        Some(ChainEpilogue { steps, inputs: chain.inputs as u8, product: product as u8, outputs, rows })
+        Some(ChainEpilogue {
+            steps,
+            inputs: chain.inputs as u8,
+            product: product as u8,
+            outputs,
+            rows,
+            column_sum: None,
+        })
+    }
+
+    /// The chain whose step `step` is also summed down each column of every tile, in the staged
+    /// epilogue alone ([`crate::kernels::gemm::tma::staged`]): the block adds its rows in a fixed
+    /// order and stores its tile's sums at `chain_sums[col · row_tiles + tile_row]` (param
+    /// `chain_sums`, after the chain's other pointers; `row_tiles` = ⌈M / 128⌉), the partials a
+    /// column sum's finishing pass ([`crate::kernels::reduce::Reduction::finish_kernel_over`])
+    /// adds in order. Why: a bias gradient is the column sum of a product's chain output (GPT-2's
+    /// first MLP bias: dH, 201 MB of f32 at sixteen contexts) that was stored only for a launch of
+    /// its own to read it back.
+    pub fn with_column_sum(self, step: usize) -> ChainEpilogue {
+        ChainEpilogue { column_sum: Some(step as u8), ..self }
+    }
+
+    /// The step summed down the columns ([`Self::with_column_sum`]).
+    pub fn column_sum(&self) -> Option<usize> {
+        self.column_sum.map(usize::from)
+    }
+
+    /// The pointers the kernel takes for the chain: its outputs, its other inputs, and the
+    /// column sums' partials where it sums.
+    pub fn pointers(&self) -> usize {
+        self.outputs().len() + self.others().len() + usize::from(self.column_sum.is_some())
     }
 
     /// Whether chain input `j` is a row, read at the product's column.
@@ -261,6 +293,9 @@ impl ChainEpilogue {
         out.push_str(&format!("_p{}", self.product));
         for j in (0..self.inputs as usize).filter(|&j| self.is_row(j)) {
             out.push_str(&format!("_row{j}"));
+        }
+        if let Some(s) = self.column_sum {
+            out.push_str(&format!("_colsum{s}"));
         }
         out
     }
@@ -411,6 +446,12 @@ impl GemmSpec {
     /// StoreMul's bf16 product, or a delta-heads store's delta ([`Heads::delta`]).
     pub fn takes_u(&self) -> bool {
         self.activation.is_some() || self.epilogue == Epilogue::StoreMul || self.heads.is_some_and(|h| h.delta)
+    }
+
+    /// Whether the kernel takes a bias row ([`Extras::bias`]): a head-split store's
+    /// ([`Heads::bias`]) or a narrow store's ([`Self::narrow_bias`]).
+    pub fn takes_bias(&self) -> bool {
+        self.heads.is_some_and(|h| h.bias) || self.narrow_bias
     }
 
     /// Threads per block.
@@ -572,6 +613,14 @@ impl GemmSpec {
 
     /// Builds the kernel description.
     pub fn kernel(&self) -> Kernel {
+        let sums = self.chain.is_some_and(|c| c.column_sum().is_some());
+        assert!(
+            !sums
+                || (self.engine == Engine::Tma
+                    && crate::kernels::gemm::tma::staged(self) == Some(crate::kernels::gemm::tma::Staged::Chain)),
+            "{}: a chain's column sums are taken in the staged epilogue of the TMA engine alone",
+            self.name()
+        );
         match self.engine {
             Engine::Mma => build(self),
             Engine::Wgmma => crate::kernels::gemm::wgmma::build(self),

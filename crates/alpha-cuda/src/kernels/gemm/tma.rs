@@ -725,6 +725,26 @@ fn store_staged(
         let hi = k.load_f32s_if(in_n2, "ld.global.v2.f32", 2, addr(at, 8));
         lo.into_iter().chain(hi).collect()
     });
+    // A chain's column sums: the lane's four columns, over the warp's rows in order.
+    let column_sum = match work {
+        Staged::Chain => chain().column_sum(),
+        _ => None,
+    };
+    if column_sum.is_some() {
+        let needed = 128 * PART_PITCH * 4 + consumers / 32 * 512;
+        assert!(
+            gemm_wgmma::stages(spec) * stage_bytes(spec) >= needed,
+            "{}: the ring holds the staged tile and each warp's column sums",
+            spec.name()
+        );
+    }
+    let sums: Option<Vec<Reg>> = column_sum.map(|_| {
+        let acc = k.regs(RegKind::F32, 4);
+        for &r in &acc {
+            k.op("mov.f32", [r.into(), 0.0f32.into()]);
+        }
+        acc
+    });
     walk.each(
         k,
         h,
@@ -748,6 +768,11 @@ fn store_staged(
                 Staged::Chain => {
                     let c = chain();
                     let results = crate::kernels::gemm::chain_results(k, &c, &steps, &product, &vals_in);
+                    if let (Some(step), Some(acc)) = (column_sum, &sums) {
+                        for (a, r) in acc.iter().zip(&results) {
+                            k.op_if(w.ok, false, "add.rn.f32", [(*a).into(), (*a).into(), r[step].into()]);
+                        }
+                    }
                     c.outputs().iter().map(|&(step, _)| results.iter().map(|r| r[step]).collect()).collect()
                 }
                 // The fragment epilogue's addition: the product's value plus the old one.
@@ -780,6 +805,45 @@ fn store_staged(
             }
         },
     );
+    if let Some(acc) = sums {
+        store_column_sums(k, h, &walk, lane, tile, consumers, &acc);
+    }
+}
+
+/// The staged chain's column sums ([`crate::kernels::gemm::ChainEpilogue::column_sum`]): each
+/// warp's four sums a lane (its rows, in order) go to shared memory after the staged tile; the
+/// consumers meet; then thread t < 128 adds column t's warps in order and stores the tile's sum
+/// at `chain_sums[col · row_tiles + tile_row]`, `row_tiles` = ⌈M / 128⌉. A fixed order
+/// throughout, so runs repeat bit for bit.
+fn store_column_sums(k: &mut Kernel, h: &Head, walk: &RowWalk, lane: Reg, tile: Reg, consumers: u32, acc: &[Reg]) {
+    k.comment("epilogue: the tile's column sums, the warps' in order");
+    let base = k.bin("add.u32", RegKind::B32, tile, 128 * PART_PITCH * 4);
+    let mine = k.tri("mad.lo.u32", RegKind::B32, walk.warp, 512u32, base);
+    let mine = k.tri("mad.lo.u32", RegKind::B32, lane, 16u32, mine);
+    k.op("st.shared.v4.f32", [addr(mine, 0), Opnd::V(acc.to_vec())]);
+    k.op("bar.sync", [1u32.into(), consumers.into()]);
+    let col_in_tile = k.setp("lt.u32", h.tid, 128u32);
+    let col = k.bin("add.u32", RegKind::B32, h.n0, h.tid);
+    let in_n = k.setp("lt.u32", col, h.n);
+    let writer = k.bin("and.pred", RegKind::Pred, col_in_tile, in_n);
+    let done = k.label("column_sums_done");
+    k.bra_if(writer, true, &done);
+    let at = k.tri("mad.lo.u32", RegKind::B32, h.tid, 4u32, base);
+    let total = k.reg(RegKind::F32);
+    k.op("ld.shared.f32", [total.into(), addr(at, 0)]);
+    for w in 1..walk.warps {
+        let v = k.reg(RegKind::F32);
+        k.op("ld.shared.f32", [v.into(), addr(at, (w * 512) as i64)]);
+        k.op("add.rn.f32", [total.into(), total.into(), v.into()]);
+    }
+    let m_up = k.bin("add.u32", RegKind::B32, h.m, 127u32);
+    let row_tiles = k.bin("shr.u32", RegKind::B32, m_up, 7u32);
+    let tile_row = k.bin("shr.u32", RegKind::B32, h.m0, 7u32);
+    let e = k.tri("mad.lo.u32", RegKind::B32, col, row_tiles, tile_row);
+    let sums = h.chain_sums.expect("a column-summing chain's partials pointer");
+    let p = k.addr_of(sums, e, 4);
+    k.op("st.global.f32", [addr(p, 0), total.into()]);
+    k.place(&done);
 }
 
 /// Encodes `map` over the operand at device address `base` (bf16, 128-byte swizzle, rows past
