@@ -53,6 +53,7 @@
 //! | `ALPHA_LN_FOLD_TOGETHER=off` | [`CudaConfig::ln_fold_together`] | each LayerNorm backward over many bands runs its gain and bias pass 2 as its own launch, instead of one launch for all of them after the last |
 //! | `ALPHA_GATED=off` | [`CudaConfig::gated_products`] | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::kernels::gemm::GemmSpec::gated`]) |
 //! | `ALPHA_SPLITK_UNEVEN=off` | [`CudaConfig::uneven_split`] | split-K over long K in power-of-two parts only, instead of any count up to 8 whose parts may differ by a K step (TMA engine) |
+//! | `ALPHA_RAGGED_SPLIT=off` | [`CudaConfig::ragged_split`] | a product of at least a wave of tiles whose last wave is ragged runs whole, instead of in up to four parts of K that even out the SMs' work ([`crate::kernels::gemm::GemmShape::split_ragged_waves`]) |
 //! | `ALPHA_SIMPLE_SPLITK=off` | [`CudaConfig::simple_split_k`] | the simple product runs each element's chain over all of K, never in parts |
 //! | `ALPHA_CHAIN_GROUPS=off` | [`CudaConfig::chain_groups`] | an elementwise op reading values held over trailing axes runs as a launch of its own, not in a fused chain |
 //! | `ALPHA_PAIRED=off` | [`CudaConfig::paired_products`] | a residual-adding product and the plain product whose output it adds in two launches, instead of one launch summing both in one accumulator |
@@ -203,6 +204,9 @@ pub struct CudaConfig {
     pub gated_products: bool,
     /// Split-K over long K in any count of parts up to 8 (parts may differ by a K step).
     pub uneven_split: bool,
+    /// A product of at least a wave of tiles, over a long K, whose SMs would hold unequal
+    /// numbers of tiles runs in parts of K ([`crate::kernels::gemm::GemmShape::split_ragged_waves`]).
+    pub ragged_split: bool,
     /// The simple product's long K in parts ([`crate::kernels::gemm::simple::Product::split_k`]).
     pub simple_split_k: bool,
     /// Fused chains read values held over trailing axes
@@ -265,6 +269,7 @@ impl Default for CudaConfig {
             delta_epilogue: true,
             gated_products: true,
             uneven_split: true,
+            ragged_split: true,
             simple_split_k: true,
             chain_groups: true,
             paired_products: true,
@@ -360,6 +365,7 @@ impl CudaConfig {
         c.delta_epilogue = switch("ALPHA_DELTA_EPILOGUE", c.delta_epilogue)?;
         c.gated_products = switch("ALPHA_GATED", c.gated_products)?;
         c.uneven_split = switch("ALPHA_SPLITK_UNEVEN", c.uneven_split)?;
+        c.ragged_split = switch("ALPHA_RAGGED_SPLIT", c.ragged_split)?;
         c.simple_split_k = switch("ALPHA_SIMPLE_SPLITK", c.simple_split_k)?;
         c.chain_groups = switch("ALPHA_CHAIN_GROUPS", c.chain_groups)?;
         c.paired_products = switch("ALPHA_PAIRED", c.paired_products)?;

@@ -104,6 +104,12 @@ pub(crate) fn k_parts(cfg: &CudaConfig, spec: &GemmSpec, shape: &GemmShape) -> O
         (true, true) => shape.split_k_uneven(spec.bk),
         (true, false) => shape.split_k(spec.bk),
     };
+    // A ragged last wave evened out ([`GemmShape::split_ragged_waves`]).
+    let splits = if splits == 1 && uneven_ok && cfg.split_k && cfg.ragged_split {
+        shape.split_ragged_waves(spec.bk)
+    } else {
+        splits
+    };
     let uneven = !shape.k.is_multiple_of(spec.bk * splits);
     (splits > 1).then(|| (splits, if uneven { shape.split_uneven(splits) } else { shape.split(spec, splits) }))
 }

@@ -120,8 +120,9 @@ impl Lowerer<'_> {
     /// ([`gemm::ChainEpilogue::with_column_sum`]) into the scratch region, and the sum's
     /// finishing pass (returned, with the sum's node) adds the tiles' partials in order. The
     /// summed output is no longer stored where the sum alone reads it. Taken where the
-    /// product's epilogue is staged and no launch from the product's to here touches the
-    /// scratch region. Why: GPT-2's first MLP bias takes its gradient as the column sum of dH,
+    /// product's epilogue is staged. The partials lie in the scratch region past every byte
+    /// a launch lowered so far uses (the launches between the product and the sum, a weight
+    /// gradient's parts among them, keep theirs). Why: GPT-2's first MLP bias takes its gradient as the column sum of dH,
     /// which the product stored in f32 (201 MB at sixteen contexts) for a launch of its own to
     /// read back.
     pub(super) fn product_column_sum(
@@ -165,11 +166,12 @@ impl Lowerer<'_> {
         let Some(summing) = gemm::ChainEpilogue::new(&chain, ce.product()) else { return Ok(None) };
         let spec = GemmSpec { chain: Some(summing.with_column_sum(cl.chain.outputs[j])), ..t.spec };
         let staged = spec.engine == gemm::Engine::Tma && gemm_tma::staged(&spec) == Some(gemm_tma::Staged::Chain);
-        if !staged || launches[t.launch..].iter().any(|l| self.reads_scratch(l)) {
+        if !staged {
             return Ok(None);
         }
         let row_tiles = m.div_ceil(128);
-        self.need_scratch(row_tiles * n * 4);
+        let at = self.scratch.div_ceil(256) * 256;
+        self.need_scratch(at + row_tiles * n * 4);
         let kernel = self.kernel(spec.kernel())?;
         let p = &mut launches[t.launch];
         p.kernel = kernel;
@@ -178,18 +180,8 @@ impl Lowerer<'_> {
         if alone {
             p.args.remove(gemm::SHAPE_ARGS + j);
         }
-        p.args.insert(gemm::SHAPE_ARGS + summing.pointers(), A::Scratch(0));
-        let finish = self.lower_reduce_finish(sum, A::Scratch(0), row_tiles)?;
+        p.args.insert(gemm::SHAPE_ARGS + summing.pointers(), A::Scratch(at));
+        let finish = self.lower_reduce_finish(sum, A::Scratch(at), row_tiles)?;
         Ok(Some((finish, sum)))
-    }
-
-    /// Whether launch `l` reads or writes the scratch region: a pointer into it, or a tensor
-    /// map over it.
-    fn reads_scratch(&self, l: &Pending) -> bool {
-        l.args.iter().any(|a| match *a {
-            A::Scratch(_) => true,
-            A::Ptr(at) => self.scratch_maps.iter().any(|&(m, _, _)| m == at),
-            _ => false,
-        })
     }
 }

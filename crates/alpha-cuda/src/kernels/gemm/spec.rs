@@ -48,6 +48,10 @@ impl Tile {
 
 /// Streaming multiprocessors of the H200; tiles are chosen to fill them.
 pub const SMS: u32 = 132;
+/// The H200's measured bf16 tensor rate (FLOP/s) and DRAM bandwidth (bytes/s): what the split
+/// rules weigh a product's tiles against its partials' traffic with.
+pub const PEAK_FLOPS: f64 = 790e12;
+pub const DRAM_BYTES: f64 = 3.0e12;
 
 /// How an operand is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -760,6 +764,33 @@ impl GemmShape {
             return even;
         }
         self.cheapest_split(even, (2..=8u32).filter(|&s| self.k / s >= 256))
+    }
+
+    /// Parts (up to 4, whole K steps that may differ by one) for an unbatched grid over a K of at
+    /// least [`UNEVEN_MIN_K`], of at least a wave, whose SMs would hold unequal
+    /// numbers of tiles, where splitting K evens them out by more than the partials' reduction
+    /// costs: the tiles' products at the SM's full rate ([`PEAK_FLOPS`]) on the most loaded SM,
+    /// plus the parts written and read back at [`DRAM_BYTES`] a second, at least a tenth below
+    /// the whole product's. Why: GPT-2's MLP weight gradients (768 × 3,072 over K = 16,384) are
+    /// 144 tiles, so 12 SMs take two while 120 take one, and the launch ran as long as two tiles
+    /// (444 TFLOP/s); in three or four parts the most loaded SM holds 1.3 tiles' work.
+    pub fn split_ragged_waves(&self, bk: u32) -> u32 {
+        let blocks = self.m.div_ceil(128) * self.n.div_ceil(128);
+        if self.batch != 1 || blocks < SMS || self.k < UNEVEN_MIN_K || !self.k.is_multiple_of(bk) {
+            return 1;
+        }
+        let tile_s = 2.0 * 128.0 * 128.0 * self.k as f64 / (PEAK_FLOPS / SMS as f64);
+        let partials = self.m as f64 * self.n as f64 * 4.0;
+        let cost = |s: u32| {
+            let reduce = if s == 1 { 0.0 } else { (2 * s + 1) as f64 * partials / DRAM_BYTES };
+            self.split_cost(s) * tile_s + reduce
+        };
+        let best = (2..=4u32).filter(|&s| self.k / s >= 256).fold(1, |b, s| if cost(s) < cost(b) { s } else { b });
+        if cost(best) < 0.9 * cost(1) {
+            best
+        } else {
+            1
+        }
     }
 
     /// [`GemmShape::split_k_uneven`], or over a K of at least four [`LONG_K_PART`]s, parts of

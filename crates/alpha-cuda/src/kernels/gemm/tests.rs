@@ -83,6 +83,12 @@ fn shape_contract() {
     assert_eq!(GemmShape::packed(&wgrad, 512, 512, 16384).split_k_uneven(BK), 8);
     assert_eq!(GemmShape::packed(&wgrad, 512, 1408, 1024).split_k_uneven(BK), 2);
     assert_eq!(GemmShape::packed(&wgrad, 12288, 512, 16384).split_k_uneven(BK), 1);
+    // 144 tiles: twelve SMs would take two; four parts leave the most loaded 1.25 tiles' work.
+    assert_eq!(GemmShape::packed(&wgrad, 768, 3072, 16384).split_ragged_waves(BK), 4);
+    assert_eq!(GemmShape::packed(&wgrad, 3072, 768, 16384).split_ragged_waves(BK), 4);
+    // Three full waves (396 tiles) stay whole; so does a short K.
+    assert_eq!(GemmShape::packed(&wgrad, 1408, 4608, 16384).split_ragged_waves(BK), 1);
+    assert_eq!(GemmShape::packed(&wgrad, 768, 3072, 2048).split_ragged_waves(BK), 1);
     // A long K in parts of about 16,384: Diakosmos's weight gradients over 64 windows (352 and
     // 121 tiles) in 8, as many as a part below one wave would take anyway; GPT-2's input
     // gradient through the vocabulary (K = 50,304) and a batch stay whole.
