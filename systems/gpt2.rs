@@ -9,7 +9,10 @@
 //! llm.c's recipe: weights N(0, 0.02),
 //! the two residual projections N(0, 0.02/√24), biases 0; AdamW β (0.9, 0.95), ε 1e-8, decay 0.1
 //! on matrices only, peak 6e-4, cosine to 0, clip 1.0. Matrix products take bf16 operands, as in
-//! Alpha's other transformers.
+//! Alpha's other transformers, and the loss reads the logits rounded to bf16, as llm.c's and
+//! PyTorch's mixed precision do (the logits' gradient is f32 until the products round it). Why:
+//! the 50,304-wide logits are the step's largest tensor; stored f32 they were 3.3 GB written by
+//! the head's product and read back by the loss at sixteen contexts.
 //!
 //! The warm-up is llm.c's share of its run rather than its count: 700 of 18,865 updates there
 //! (3.7%), so [`Gpt2::warmup`] of the run's updates here. Why: llm.c's 700 come from a 10B-token
@@ -21,7 +24,7 @@ use alpha_ir::{DType, Graph, Init, IrError, Value};
 use alpha_learn::{AdamW, Decay, Learner, Model, Optimizer, Schedule};
 
 use crate::decode::{self, cached_blocks, Decoder, Feeds};
-use crate::layers::{bf16_matmul, causal_self_attention, lm_inputs, tied_lm_loss};
+use crate::layers::{bf16_matmul, causal_self_attention, lm_inputs, tied_lm_loss_over};
 use crate::{System, Tokens};
 
 #[derive(Debug, Clone)]
@@ -148,7 +151,7 @@ impl System for Gpt2 {
             x = g.scoped(format!("blocks.{i}"), |g| self.block(g, x, batch));
         }
         let hf = self.layer_norm(&mut g, x, "ln_f");
-        tied_lm_loss(g, hf, wte, targets, v)
+        tied_lm_loss_over(g, hf, wte, targets, v, DType::BF16)
     }
 
     fn decoder(&self) -> Option<Result<Decoder, IrError>> {

@@ -67,11 +67,27 @@ pub fn lm_inputs(g: &mut Graph, batch: usize, t: usize) -> (Value, Value) {
 /// gives rows of logits wider than it; the cross-entropy takes their first `vocab` columns
 /// (the padded rows' scores never enter the softmax, and their gradient is zero), and so does
 /// prediction (the model's logits keep the padded width: see `alpha_run::predict`).
-pub fn tied_lm_loss(mut g: Graph, h: Value, embed: Value, targets: Value, vocab: usize) -> Result<Model, IrError> {
+pub fn tied_lm_loss(g: Graph, h: Value, embed: Value, targets: Value, vocab: usize) -> Result<Model, IrError> {
+    tied_lm_loss_over(g, h, embed, targets, vocab, DType::F32)
+}
+
+/// [`tied_lm_loss`] with the cross-entropy over the logits rounded to `logits` (bf16, as
+/// mixed-precision training keeps them: PyTorch's autocast and llm.c). The model's `logits`
+/// stay the f32 product (what scoring and prediction read); the loss and its gradient see
+/// the rounded ones, and the gradient is f32 as before.
+pub fn tied_lm_loss_over(
+    mut g: Graph,
+    h: Value,
+    embed: Value,
+    targets: Value,
+    vocab: usize,
+    logits_dtype: DType,
+) -> Result<Model, IrError> {
     let logits = bf16_matmul(&mut g, h, embed, true);
     let n = g.shape(logits)[0];
     let flat = g.reshape(targets, &[n]);
-    let losses = g.cross_entropy_over(logits, flat, vocab);
+    let scored = if logits_dtype == DType::F32 { logits } else { g.cast(logits, logits_dtype) };
+    let losses = g.cross_entropy_over(scored, flat, vocab);
     let loss = g.mean_all(losses);
     Ok(Model { graph: g.finish()?, loss, losses, logits })
 }

@@ -109,6 +109,9 @@ fn main() -> Result<()> {
         step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (12288, 512, 1024), &opts));
         // Sixteen contexts' tokens (Coppelius at B = 16).
         step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (12288, 512, 16384), &opts));
+        // GPT-2's padded vocabulary at sixteen contexts, and rows of a width off 128 columns.
+        step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (50304, 768, 16384), &opts));
+        step("embedding", check::embedding_checks(&gpu, &arena, &mut rng, (1000, 260, 333), &opts));
     }
     if wanted("reduce") {
         step("reduce", check::reduce_checks(&gpu, &arena, &mut rng, &opts));

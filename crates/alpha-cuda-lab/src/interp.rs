@@ -452,7 +452,7 @@ impl Module {
                     let b = mem.span(at, 8).with_context(|| i.line.clone())?;
                     Some(u64::from_le_bytes(b.try_into().expect("eight bytes")))
                 }
-                "ld.global.u16" => {
+                "ld.global.u16" | "ld.global.b16" => {
                     let at = addr(1, &t.regs)?;
                     let b = mem.span(at, 2).with_context(|| i.line.clone())?;
                     Some(u16::from_le_bytes([b[0], b[1]]) as u64)
@@ -470,21 +470,27 @@ impl Module {
                     None
                 }
                 "cvt.rn.bf16.f32" => Some(bf16_nearest_even(f(v(1)?)) as u64),
-                "ld.global.v4.f32" | "ld.global.v4.b32" => {
+                "ld.global.v4.f32" | "ld.global.v4.b32" | "ld.global.v2.f32" | "ld.global.v2.b32" => {
                     let Operand::Vector(rs) = &i.args[0] else { bail!("{}: not a vector load", i.line) };
                     let at = addr(1, &t.regs)?;
-                    let b = mem.span(at, 16).with_context(|| i.line.clone())?.to_vec();
+                    let b = mem.span(at, 4 * rs.len()).with_context(|| i.line.clone())?.to_vec();
                     for (r, w) in rs.iter().zip(b.chunks_exact(4)) {
                         t.regs[*r] = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64;
                     }
                     None
                 }
-                "st.global.v4.f32" | "st.global.v4.b32" => {
+                "st.global.v4.f32" | "st.global.v4.b32" | "st.global.v2.f32" | "st.global.v2.b32" => {
                     let Operand::Vector(rs) = &i.args[1] else { bail!("{}: not a vector store", i.line) };
                     let at = addr(0, &t.regs)?;
                     let words: Vec<u8> = rs.iter().flat_map(|&r| (t.regs[r] as u32).to_le_bytes()).collect();
-                    mem.span(at, 16).with_context(|| i.line.clone())?.copy_from_slice(&words);
+                    mem.span(at, words.len()).with_context(|| i.line.clone())?.copy_from_slice(&words);
                     None
+                }
+                // d = (bf16(a) << 16) | bf16(b): the first source in the upper half.
+                "cvt.rn.bf16x2.f32" => {
+                    let hi = bf16_nearest_even(f(v(1)?)) as u64;
+                    let lo = bf16_nearest_even(f(v(2)?)) as u64;
+                    Some((hi << 16) | lo)
                 }
                 "ld.shared.f32" => {
                     let at = (addr(1, &t.regs)? as u32) as usize;

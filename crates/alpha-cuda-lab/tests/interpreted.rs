@@ -1106,3 +1106,89 @@ fn an_elementwise_op_stores_into_the_place_of_the_permute_after_it() {
     let names = lowered_gives_the_cpus_bits(g, moved, &leaves);
     assert_eq!(names.len(), 1, "{names:?}");
 }
+
+/// The pointwise kernels taking two elements a thread (rows of Diakosmos's widths, even but not
+/// multiples of four) store what the one-element kernels store, bit for bit, gaps left as
+/// they were: a bf16 operand of 1,330 columns copied into rows of 1,336, zeros filling the
+/// last six, k's columns of a `[N, 3990]` projection turned to `[7, N, 190]`, and a
+/// permute-and-cast to bf16 (a rounding tie among the values).
+#[test]
+fn pointwise_kernels_two_elements_a_thread_store_the_one_element_bits() {
+    use alpha_cuda::kernels::pointwise::{contiguous_strides, Body, Operand, Pointwise};
+    let rows = 37usize;
+    let bf16 = |strides: Vec<u64>| Operand { dtype: DType::BF16, strides };
+    let f32s = |strides: Vec<u64>| Operand { dtype: DType::F32, strides };
+    let cases = [
+        (
+            "pad copy",
+            Pointwise {
+                shape: vec![rows, 1330],
+                out: bf16(vec![1336, 1]),
+                ins: vec![bf16(contiguous_strides(&[rows, 1330]))],
+                body: Body::Copy,
+            },
+        ),
+        ("pad fill", Pointwise { shape: vec![rows, 6], out: bf16(vec![1336, 1]), ins: vec![], body: Body::Fill(0.0) }),
+        (
+            "k turned",
+            Pointwise {
+                shape: vec![7, rows, 190],
+                out: f32s(contiguous_strides(&[7, rows, 190])),
+                ins: vec![f32s(vec![190, 3990, 1])],
+                body: Body::Copy,
+            },
+        ),
+        (
+            "permute+cast",
+            Pointwise {
+                shape: vec![7, rows, 190],
+                out: bf16(contiguous_strides(&[7, rows, 190])),
+                ins: vec![f32s(vec![190, 1330, 1])],
+                body: Body::Copy,
+            },
+        ),
+    ];
+    for (what, pw) in cases {
+        assert_eq!(pw.vector_width(), 2, "{what}");
+        // Bytes each operand spans: its last element's offset, plus one.
+        let span = |o: &Operand| {
+            let last: u64 = pw.shape.iter().zip(&o.strides).map(|(&d, &st)| (d as u64 - 1) * st).sum();
+            (last as usize + 1) * o.dtype.size()
+        };
+        let mut rng = Rng::new(7);
+        let inputs: Vec<Vec<u8>> = pw
+            .ins
+            .iter()
+            .map(|o| {
+                let mut x = rng.vec(span(o).div_ceil(4), 3.0);
+                x[0] = 1.0 + 1.0 / 256.0;
+                x.iter().flat_map(|v| v.to_le_bytes()).take(span(o)).collect()
+            })
+            .collect();
+        let out_bytes = span(&pw.out).next_multiple_of(4);
+        let results: Vec<Vec<f32>> = [1u32, 2]
+            .into_iter()
+            .map(|width| {
+                let mut mem = Memory::new();
+                let out = mem.alloc(out_bytes / 4);
+                mem.write_bytes(out, &vec![0xA5u8; out_bytes]);
+                let ins: Vec<u64> = inputs
+                    .iter()
+                    .map(|b| {
+                        let at = mem.alloc(b.len().div_ceil(4));
+                        mem.write_bytes(at, b);
+                        at
+                    })
+                    .collect();
+                let k = pw.kernel_with(width).unwrap();
+                assert!(width == 1 || k.name.ends_with("_v2"), "{}", k.name);
+                let (blocks, threads) = pw.grid_with(width);
+                let args: Vec<u64> = std::iter::once(out).chain(ins).collect();
+                module(&k).launch(blocks, threads, &args, &mut mem, Schedule::Ascending).unwrap();
+                mem.read(out, out_bytes / 4)
+            })
+            .collect();
+        let differ = results[0].iter().zip(&results[1]).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(differ, 0, "{what}: {differ} words differ");
+    }
+}

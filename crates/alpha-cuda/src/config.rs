@@ -53,6 +53,8 @@
 //! | `ALPHA_LN_FOLD_TOGETHER=off` | [`CudaConfig::ln_fold_together`] | each LayerNorm backward over many bands runs its gain and bias pass 2 as its own launch, instead of one launch for all of them after the last |
 //! | `ALPHA_GATED=off` | [`CudaConfig::gated_products`] | a gated unit's gate and up products in two launches (the second reading the stored gate back) instead of one launch computing both ([`crate::kernels::gemm::GemmSpec::gated`]) |
 //! | `ALPHA_SPLITK_UNEVEN=off` | [`CudaConfig::uneven_split`] | split-K over long K in power-of-two parts only, instead of any count up to 8 whose parts may differ by a K step (TMA engine) |
+//! | `ALPHA_ATTN_COLSUMS=off` | [`CudaConfig::attention_column_sums`] | an attention backward whose merged gradients a bias's column sum and its cast alone read stores them f32 for the sum to read back, instead of storing the cast and each warp's column sums ([`crate::kernels::attention::mma::Gradients::MergedBf16Summed`]) |
+//! | `ALPHA_PRODUCT_CASTS=off` | [`CudaConfig::product_casts`] | a product whose f32 output only a bf16 cast reads stores the f32 output and the cast runs as a launch, instead of the product storing it rounded ([`crate::kernels::gemm::GemmSpec::store_bf16`]) |
 //! | `ALPHA_RAGGED_SPLIT=off` | [`CudaConfig::ragged_split`] | a product of at least a wave of tiles whose last wave is ragged runs whole, instead of in up to four parts of K that even out the SMs' work ([`crate::kernels::gemm::GemmShape::split_ragged_waves`]) |
 //! | `ALPHA_SIMPLE_SPLITK=off` | [`CudaConfig::simple_split_k`] | the simple product runs each element's chain over all of K, never in parts |
 //! | `ALPHA_CHAIN_GROUPS=off` | [`CudaConfig::chain_groups`] | an elementwise op reading values held over trailing axes runs as a launch of its own, not in a fused chain |
@@ -207,6 +209,13 @@ pub struct CudaConfig {
     /// A product of at least a wave of tiles, over a long K, whose SMs would hold unequal
     /// numbers of tiles runs in parts of K ([`crate::kernels::gemm::GemmShape::split_ragged_waves`]).
     pub ragged_split: bool,
+    /// A product whose f32 output only a bf16 cast reads stores it rounded into the cast's
+    /// slot ([`crate::fusion::casts_into_products`]).
+    pub product_casts: bool,
+    /// An attention backward stores its merged gradients bf16 with their column sums' partials
+    /// where a bias's column sum and its cast alone read them
+    /// ([`crate::kernels::attention::mma::Gradients::MergedBf16Summed`]).
+    pub attention_column_sums: bool,
     /// The simple product's long K in parts ([`crate::kernels::gemm::simple::Product::split_k`]).
     pub simple_split_k: bool,
     /// Fused chains read values held over trailing axes
@@ -270,6 +279,8 @@ impl Default for CudaConfig {
             gated_products: true,
             uneven_split: true,
             ragged_split: true,
+            product_casts: true,
+            attention_column_sums: true,
             simple_split_k: true,
             chain_groups: true,
             paired_products: true,
@@ -366,6 +377,8 @@ impl CudaConfig {
         c.gated_products = switch("ALPHA_GATED", c.gated_products)?;
         c.uneven_split = switch("ALPHA_SPLITK_UNEVEN", c.uneven_split)?;
         c.ragged_split = switch("ALPHA_RAGGED_SPLIT", c.ragged_split)?;
+        c.product_casts = switch("ALPHA_PRODUCT_CASTS", c.product_casts)?;
+        c.attention_column_sums = switch("ALPHA_ATTN_COLSUMS", c.attention_column_sums)?;
         c.simple_split_k = switch("ALPHA_SIMPLE_SPLITK", c.simple_split_k)?;
         c.chain_groups = switch("ALPHA_CHAIN_GROUPS", c.chain_groups)?;
         c.paired_products = switch("ALPHA_PAIRED", c.paired_products)?;

@@ -285,6 +285,17 @@ impl Kernel {
         self.params.len() - 1
     }
 
+    /// Loads the parameter `name`, declared before ([`Kernel::param`]), into a fresh register:
+    /// for code far from the kernel's head that reads a parameter only some variants declare.
+    pub fn param_load(&mut self, name: &str, ty: ParamTy) -> Reg {
+        assert!(self.params.iter().any(|p| p.name == name), "{}: no parameter {name}", self.name);
+        let r = self.reg(ty.reg_kind());
+        let op = format!("ld.param{}", ty.ptx());
+        let sym = format!("[{}]", self.param_symbol(name));
+        self.op(&op, [Opnd::R(r), Opnd::S(sym)]);
+        r
+    }
+
     /// Adds a parameter and loads it into a fresh register.
     pub fn param_reg(&mut self, name: &str, ty: ParamTy) -> Reg {
         self.param(name, ty);

@@ -33,6 +33,15 @@ fn want_float(t: &TensorType, what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// f32 for bf16, any other dtype itself: where a loss's sums and a bf16 value's gradient live.
+fn wide_float(dtype: DType) -> DType {
+    if dtype == DType::BF16 {
+        DType::F32
+    } else {
+        dtype
+    }
+}
+
 fn want_int(t: &TensorType, what: &str) -> Result<(), String> {
     if !t.dtype.is_int() {
         return Err(format!("{what} must be an integer tensor, got {}", t));
@@ -345,7 +354,10 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> 
             want_classes(*classes, logits)?;
             want_shape(targets, &logits.shape[..1], "targets")?;
             let n = vec![logits.shape[0]];
-            Ok(vec![tt(n.clone(), logits.dtype), tt(n, logits.dtype)])
+            // bf16 logits (a model that rounds them, as mixed-precision training does) give
+            // f32 losses and log-sum-exps: the sums run in f32 either way.
+            let dtype = wide_float(logits.dtype);
+            Ok(vec![tt(n.clone(), dtype), tt(n, dtype)])
         }
         Op::CrossEntropyBackward { classes } => {
             want_arity(op, inputs, 4)?;
@@ -357,7 +369,8 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> 
             want_shape(&inputs[1], &logits.shape[..1], "lse")?;
             want_shape(&inputs[2], &logits.shape[..1], "targets")?;
             want_shape(&inputs[3], &logits.shape[..1], "dloss")?;
-            Ok(vec![logits.clone()])
+            // The gradient of bf16 logits is f32, as every bf16 value's adjoint is.
+            Ok(vec![tt(logits.shape.clone(), wide_float(logits.dtype))])
         }
         Op::Recurrence { .. } => {
             want_arity(op, inputs, 2)?;

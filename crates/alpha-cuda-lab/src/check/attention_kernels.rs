@@ -821,5 +821,41 @@ pub(super) fn wgmma_backward_checks(
     }
     let f32_row =
         exact_row("attention-bf16", "wgmma bwd merged f32 = its dq, dk, dv permuted", shape, f32_differ, 3 * nq);
-    Ok(vec![row, merged_row, f32_row])
+    let mut rows = vec![row, merged_row, f32_row];
+    // Merged bf16 with each warp's column sums: the bf16 tensor the merged kernel's, and the
+    // partials, added on the host, the f64 column sums of the merged f32 tensor (rows of
+    // sixteen: T a multiple of 16).
+    if d.t.is_multiple_of(16) {
+        let summed = bf.gpu.load(&wgmma::backward_kernel(d, [true, true], Gradients::MergedBf16Summed))?;
+        let (cols, chunks) = (3 * d.h * d.d, d.b * d.t / 16);
+        let out = arena.alloc_n::<u16>(3 * nq)?;
+        let sums = arena.alloc_n::<f32>(cols * chunks)?;
+        arena.fill_u32(out, NAN_BITS)?;
+        arena.fill_u32(sums, NAN_BITS)?;
+        let args =
+            [out.ptr, out.ptr, out.ptr, delta, bf.q, bf.k, bf.v, o, lse, bf.dout, do16, bf.tab, bf.tab, sums.ptr];
+        bf.launch(&summed, d.grid_q(), attention_mma::block(), &args)?;
+        let got16: Vec<u16> = arena.download(out, 3 * nq)?;
+        let bf16_differ = got16.iter().zip(merged).filter(|(a, b)| a != b).count();
+        rows.push(exact_row("attention-bf16", "wgmma bwd merged sums: bf16 = merged", shape, bf16_differ, 3 * nq));
+        let partials: Vec<f32> = arena.download(sums, cols * chunks)?;
+        let want: Vec<f32> =
+            (0..cols).map(|c| (0..d.b * d.t).map(|r| got[r * cols + c] as f64).sum::<f64>() as f32).collect();
+        let have: Vec<f32> = (0..cols)
+            .map(|c| partials[c * chunks..(c + 1) * chunks].iter().map(|&x| x as f64).sum::<f64>() as f32)
+            .collect();
+        let (max_abs, rel) = compare(&have, &want);
+        rows.push(Row {
+            family: "attention-bf16".into(),
+            name: "wgmma bwd merged sums: column sums = f32 tensor's".into(),
+            shape: shape.to_string(),
+            max_abs,
+            rel,
+            tol: 1e-5,
+            pass: rel <= 1e-5,
+            median_us: None,
+            rate: format!("{chunks} partials a column"),
+        });
+    }
+    Ok(rows)
 }

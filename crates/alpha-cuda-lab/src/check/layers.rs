@@ -3,7 +3,11 @@
 
 use super::*;
 
-/// Gather and deterministic scatter-add (bit-exact against the reference, and repeatable).
+/// Gather and deterministic scatter-add (bit-exact against the reference, and repeatable). The
+/// scatter-add's ids: uniform, one id every 7th token (a frequent token's long chain), one
+/// negative and one past the table, added to a random table (timed) and into a zeroed one (as
+/// the lowering runs it); then, untimed, every token but two on one id (one chain of all N).
+/// Its scratch region starts full of garbage.
 pub fn embedding_checks(
     gpu: &Gpu,
     arena: &DeviceArena,
@@ -13,15 +17,16 @@ pub fn embedding_checks(
 ) -> Result<Vec<Row>> {
     arena.reset();
     let fg = gpu.load(&embedding::gather_kernel())?;
-    let fs = gpu.load(&embedding::scatter_add_kernel())?;
+    let fs = embedding::load_scatter_add(gpu)?;
     let (vu, du, nu) = (v as usize, d as usize, tokens as usize);
     let table = rng.vec(vu * du, 1.0);
     let mut idx: Vec<i32> = (0..nu).map(|_| rng.below(v) as i32).collect();
-    // Heavy repeats of one row, and one ignored index.
+    // Heavy repeats of one row, and ignored indices (negative, and past the table).
     for i in (0..nu).step_by(7) {
-        idx[i] = 3;
+        idx[i] = 3.min(v as i32 - 1);
     }
     idx[nu / 2] = -1;
+    idx[nu / 3] = v as i32;
     let tb = arena.alloc_n::<f32>(vu * du)?;
     let ib = arena.alloc_n::<i32>(nu)?;
     let ob = arena.alloc_n::<f32>(nu * du)?;
@@ -54,28 +59,12 @@ pub fn embedding_checks(
     let dout = rng.vec(nu * du, 1.0);
     let dtable0 = rng.vec(vu * du, 1.0);
     let gb = arena.alloc_n::<f32>(nu * du)?;
+    let plan = embedding::ScatterAdd::new(v, d, tokens)?;
+    let sb = arena.alloc(plan.scratch_bytes())?;
     arena.upload(gb, &dout)?;
-    arena.upload(tb, &dtable0)?;
-    embedding::scatter_add(gpu, &fs, tb.ptr, gb.ptr, ib.ptr, tokens, v, d)?;
-    let first: Vec<f32> = arena.download(tb, vu * du)?;
-    arena.upload(tb, &dtable0)?;
-    embedding::scatter_add(gpu, &fs, tb.ptr, gb.ptr, ib.ptr, tokens, v, d)?;
-    let second: Vec<f32> = arena.download(tb, vu * du)?;
-    let mut want = dtable0.clone();
-    embedding::scatter_add_reference(&mut want, &dout, &idx, vu, du);
-    let (sa, sr) = compare(&first, &want);
-    let repeat = first.iter().zip(&second).all(|(a, b)| a.to_bits() == b.to_bits());
-    let us =
-        if opts.bench {
-            Some(median(gpu.time(opts.warmup, opts.reps, || {
-                embedding::scatter_add(gpu, &fs, tb.ptr, gb.ptr, ib.ptr, tokens, v, d)
-            })?))
-        } else {
-            None
-        };
-    let scatter_row = |name: String, (sa, sr): (f64, f64), repeat: bool, us: Option<f64>| Row {
+    let scatter_row = |name: &str, (sa, sr): (f64, f64), repeat: bool, us: Option<f64>| Row {
         family: "embedding".into(),
-        name,
+        name: name.into(),
         shape: format!("v{v} d{d} n{tokens}"),
         max_abs: sa,
         rel: sr,
@@ -84,7 +73,29 @@ pub fn embedding_checks(
         median_us: us,
         rate: if repeat { "bitwise repeatable".into() } else { "NOT repeatable".into() },
     };
-    rows.push(scatter_row("embedding_scatter_add".into(), (sa, sr), repeat, us));
+    let scatter = |ids: &[i32], name: &str, plan: &embedding::ScatterAdd, bench: bool| -> Result<Row> {
+        arena.upload(ib, ids)?;
+        let run = || embedding::scatter_add(gpu, &fs, plan, [tb.ptr, gb.ptr, ib.ptr], sb.ptr);
+        arena.fill_u32(sb, 0xA5A5_A5A5)?;
+        arena.upload(tb, &dtable0)?;
+        run()?;
+        let first: Vec<f32> = arena.download(tb, vu * du)?;
+        arena.fill_u32(sb, 0x7FFF_FFFF)?;
+        arena.upload(tb, &dtable0)?;
+        run()?;
+        let second: Vec<f32> = arena.download(tb, vu * du)?;
+        let mut want = if plan.zero_table { vec![0.0; vu * du] } else { dtable0.clone() };
+        embedding::scatter_add_reference(&mut want, &dout, ids, vu, du);
+        let repeat = first.iter().zip(&second).all(|(a, b)| a.to_bits() == b.to_bits());
+        let us = if bench { Some(median(gpu.time(opts.warmup, opts.reps, run)?)) } else { None };
+        Ok(scatter_row(name, compare(&first, &want), repeat, us))
+    };
+    rows.push(scatter(&idx, "embedding_scatter_add", &plan, opts.bench)?);
+    rows.push(scatter(&idx, "embedding_scatter_add_zeroing", &plan.zeroing_table(), opts.bench)?);
+    let mut one_id = vec![1.min(v as i32 - 1); nu];
+    one_id[nu / 2] = -1;
+    one_id[nu / 3] = v as i32;
+    rows.push(scatter(&one_id, "embedding_scatter_add_one_id", &plan, false)?);
     Ok(rows)
 }
 
@@ -184,10 +195,12 @@ pub fn cross_entropy_checks(
         held_row.rate = format!("{:.2} TB/s (1 read)", bytes / t / 1e6);
     }
     let joint_row = joint_cross_entropy_row(gpu, arena, (&logits, &targets), [lb.ptr, tb.ptr], (rows_n, v, w), opts)?;
+    let from_bf16 = bf16_logits_rows(gpu, arena, (&logits, [tb.ptr, dlb.ptr]), (rows_n, v, w))?;
     Ok(vec![
         bf16_row,
         held_row,
         joint_row,
+        from_bf16,
         Row {
             family: "cross_entropy".into(),
             name: "cross_entropy_fwd".into(),
@@ -211,6 +224,59 @@ pub fn cross_entropy_checks(
             rate: tb_.map_or(String::new(), |t| format!("{:.2} TB/s", 2.0 * bytes / t / 1e6)),
         },
     ])
+}
+
+/// The kernels over bf16 logits (a model that rounds them before its loss) against the f32
+/// kernels over the same values held as f32, bit for bit: the forward's loss and log-sum-exp,
+/// the bf16 backward's gradient, and the joint kernel's three.
+fn bf16_logits_rows(
+    gpu: &Gpu,
+    arena: &DeviceArena,
+    (logits, [tb, dlb]): (&[f32], [u64; 2]),
+    (rows_n, v, w): (u32, u32, u32),
+) -> Result<Row> {
+    let (r, n) = (rows_n as usize, rows_n as usize * w as usize);
+    let rounded: Vec<half::bf16> = logits.iter().map(|&x| half::bf16::from_f32(x)).collect();
+    let wide: Vec<f32> = rounded.iter().map(|x| x.to_f32()).collect();
+    let narrow: Vec<u16> = rounded.iter().map(|x| x.to_bits()).collect();
+    let (l32, l16) = (arena.alloc_n::<f32>(n)?, arena.alloc_n::<u16>(n)?);
+    arena.upload(l32, &wide)?;
+    arena.upload(l16, &narrow)?;
+    let mut differ = 0;
+    let mut results = vec![];
+    for (input, logits_ptr) in [(alpha_ir::DType::F32, l32.ptr), (alpha_ir::DType::BF16, l16.ptr)] {
+        let [loss, lse, jloss, jlse] = poisoned(arena, [r, r, r, r])?;
+        let (grad, jgrad) = (arena.alloc_n::<u16>(n)?, arena.alloc_n::<u16>(n)?);
+        arena.fill_u32(grad, NAN_BITS)?;
+        arena.fill_u32(jgrad, NAN_BITS)?;
+        let ff = gpu.load(&cross_entropy::forward_kernel_of(None, input))?;
+        let fb = gpu.load(&cross_entropy::backward_kernel_of(true, input))?;
+        let fj = gpu.load(&cross_entropy::joint_kernel_of(w, input))?;
+        cross_entropy::forward(gpu, &ff, loss.ptr, lse.ptr, logits_ptr, tb, rows_n, (v, w))?;
+        cross_entropy::backward(gpu, &fb, grad.ptr, logits_ptr, lse.ptr, tb, dlb, rows_n, (v, w))?;
+        let scale = 1.0 / r as f32;
+        cross_entropy::joint(gpu, &fj, [jloss.ptr, jlse.ptr, jgrad.ptr, logits_ptr, tb], rows_n, (v, w), scale)?;
+        let words: Vec<Vec<u32>> = vec![
+            arena.download(loss, r)?,
+            arena.download(lse, r)?,
+            arena.download(jloss, r)?,
+            arena.download(jlse, r)?,
+            arena.download::<u16>(grad, n)?.into_iter().map(u32::from).collect(),
+            arena.download::<u16>(jgrad, n)?.into_iter().map(u32::from).collect(),
+        ];
+        results.push(words);
+    }
+    for (a, b) in results[0].iter().zip(&results[1]) {
+        differ += a.iter().zip(b).filter(|(x, y)| x != y).count();
+    }
+    let total = 4 * r + 2 * n;
+    Ok(exact_row(
+        "cross_entropy",
+        "cross_entropy_{fwd,bwd_bf16,joint_bf16}_from_bf16 = f32 kernels over the rounded logits",
+        &format!("rows{rows_n} v{v} w{w}"),
+        differ,
+        total,
+    ))
 }
 
 /// The joint forward and bf16 backward (one read of the logits, every row's scale the mean's

@@ -88,6 +88,56 @@ pub(crate) fn casts_into_producers(
     found
 }
 
+/// Products whose f32 output only a bf16 cast after them reads, stored rounded by the product
+/// itself into the cast's slot ([`GemmSpec::store_bf16`]): each a tiled product whole on the
+/// TMA engine, of bf16 operands, whose store runs staged (a tall output), with no other
+/// fusion on it, and nothing from the product up to the cast reading or writing the cast's
+/// slot. Returns (product output → cast output). Why: GPT-2's logits, which its loss reads
+/// rounded to bf16, were stored as f32 (3.3 GB at sixteen contexts) for a cast to round them.
+pub(crate) fn casts_into_products(
+    cfg: &CudaConfig,
+    plan: &Plan,
+    nodes: &[u32],
+    skip: &std::collections::HashSet<u32>,
+    fp: &FusionPlan,
+) -> Vec<(Value, Value)> {
+    let g = &plan.program.graph;
+    let (uses, readers) = readers_of(&plan.program);
+    let pos: HashMap<u32, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut found = vec![];
+    for (pp, &mm) in nodes.iter().enumerate() {
+        let out = Value { node: mm, index: 0 };
+        if skip.contains(&mm) || !matches!(g.nodes[mm as usize].op, Op::MatMul { .. }) || uses.get(&out) != Some(&1) {
+            continue;
+        }
+        let Some(&[cast]) = readers.get(&out).map(Vec::as_slice) else { continue };
+        let is_cast = matches!(g.nodes[cast as usize].op, Op::Cast { to: DType::BF16 });
+        let Some(&pc) = pos.get(&cast) else { continue };
+        if !is_cast || skip.contains(&cast) || pc <= pp {
+            continue;
+        }
+        let Some((spec, shape)) = tiled_gemm(cfg, g, mm) else { continue };
+        let bf16_operands =
+            fp.f32_operands(mm).is_none() && g.nodes[mm as usize].inputs.iter().all(|&x| g.dtype(x) == DType::BF16);
+        let alone = fp.residual_add(mm).is_none()
+            && fp.activation(mm).is_none()
+            && fp.mul(mm).is_none()
+            && fp.heads(mm).is_none()
+            && fp.delta(mm).is_none();
+        if !(bf16_operands && alone) || k_parts(cfg, &spec, &shape).is_some() {
+            continue;
+        }
+        let settled = settled(with_ring(cfg, on_tma(cfg, spec, &shape), &shape), &shape);
+        let staged = settled.engine == gemm::Engine::Tma && gemm_tma::staged(&settled) == Some(gemm_tma::Staged::Store);
+        let cast_out = Value { node: cast, index: 0 };
+        let Some(slot) = range(plan, cast_out) else { continue };
+        if staged && touched_by(g, &nodes[pp..pc]).all(|v| range(plan, v).is_none_or(|r| !overlap(r, slot))) {
+            found.push((out, cast_out));
+        }
+    }
+    found
+}
+
 /// (f32 source, last position) of every bf16 cast that only tiled GEMMs of its phase read:
 /// kept alive through those GEMMs (and the Adds that may become their epilogues), so that
 /// [`fuse`] finds each source unwritten and the GEMMs convert on load instead of the cast.

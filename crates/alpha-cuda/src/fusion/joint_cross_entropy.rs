@@ -68,7 +68,8 @@ pub(crate) fn joint_cross_entropy(
     for (at, &f) in view.nodes.iter().enumerate() {
         let fwd = &g.nodes[f as usize];
         let Op::CrossEntropy { classes } = fwd.op else { continue };
-        if skip.contains(&f) || g.dtype(fwd.inputs[0]) != DType::F32 {
+        let input = g.dtype(fwd.inputs[0]);
+        if skip.contains(&f) || !matches!(input, DType::F32 | DType::BF16) {
             continue;
         }
         let &[b] = view.readers(Value { node: f, index: 1 }) else { continue };
@@ -82,8 +83,10 @@ pub(crate) fn joint_cross_entropy(
         }
         let Some(scale) = uniform_value(g, bwd.inputs[3]) else { continue };
         let Some(&cast) = store_as.get(&Value { node: b, index: 0 }) else { continue };
+        // Rows of whole 16-byte copies that fit shared memory (twice as many bf16 logits).
         let width = *g.shape(fwd.inputs[0]).last().unwrap_or(&0) as u32;
-        if !width.is_multiple_of(4) || width > JOINT_MAX_WIDTH {
+        let es = input.size() as u32;
+        if !width.is_multiple_of(16 / es) || width > JOINT_MAX_WIDTH * 4 / es {
             continue;
         }
         let touched = touched_by(g, &view.nodes[at..to]).map(|v| view.range(v));

@@ -73,6 +73,61 @@ pub(crate) fn merged_gradients(
     permutes
 }
 
+/// The backwards storing their merged gradients f32 ([`Gradients::MergedF32`]) whose tensor
+/// only a column sum launched right after them and that sum's bf16 cast read
+/// ([`column_casts`]): the backward then stores the cast itself and each warp's column sums of
+/// the f32 values ([`Gradients::MergedBf16Summed`]); the sum only finishes, the cast does not
+/// launch, and the f32 tensor is never stored. Records them in `fp.attention_column_sums`
+/// (sum → backward) and drops their column casts; returns the casts to skip. Why: GPT-2's q/k/v
+/// bias gradient; at sixteen contexts each layer's backward wrote 151 MB of f32 that the sum
+/// read back to store its 75 MB cast.
+///
+/// Conditions: T a multiple of 16 (a warp's rows); the tensor read through reshapes by the sum
+/// and the cast alone; nothing launched between the backward and the sum; the cast's slot clear
+/// of what the backward reads (it is now written while the backward's blocks read).
+pub(crate) fn summed_merged_gradients(
+    ph: &PhaseView,
+    skip: &std::collections::HashSet<u32>,
+    fp: &mut FusionPlan,
+) -> Vec<u32> {
+    let g = ph.g;
+    let mut casts = vec![];
+    for (h, tensor) in fp.bf16_attentions() {
+        let n = &g.nodes[h as usize];
+        let (Some(&(x, Gradients::MergedF32)), Some(&at)) = (fp.merged_gradients(h), ph.pos.get(&h)) else { continue };
+        if g.shape(n.inputs[0]).get(2).is_none_or(|t| !t.is_multiple_of(16)) {
+            continue;
+        }
+        // The value the sum and the cast read: x itself or its reshape.
+        let mut v = x;
+        while let &[r] = ph.readers(v) {
+            if !matches!(g.nodes[r as usize].op, Op::Reshape { .. }) {
+                break;
+            }
+            v = Value { node: r, index: 0 };
+        }
+        let Some((&sum, &cast)) =
+            fp.column_casts.iter().find(|(s, c)| g.nodes[**s as usize].inputs[0] == v && !skip.contains(&c.node))
+        else {
+            continue;
+        };
+        let mut readers = ph.readers(v).to_vec();
+        readers.sort_unstable();
+        let mut want = vec![sum, cast.node];
+        want.sort_unstable();
+        let adjacent = ph.pos.get(&sum).is_some_and(|&ps| ph.nothing_launched(at, ps, skip));
+        let reads = [ph.range(n.inputs[4]), Some(tensor)];
+        let clear = ph.range(cast).is_some_and(|slot| clear_of(slot, reads));
+        if readers == want && adjacent && clear && !skip.contains(&sum) {
+            fp.attention_mut(h).merged_gradients = Some((cast, Gradients::MergedBf16Summed));
+            fp.attention_column_sums.insert(sum, h);
+            fp.column_casts.remove(&sum);
+            casts.push(cast.node);
+        }
+    }
+    casts
+}
+
 /// The f32 output of the merging permute `p` where the backward launched at `at` may store it
 /// instead: `p` launched right after it (nothing launched between), storing f32 (no cast taken
 /// into it), its slot clear of `reads`.
@@ -96,14 +151,17 @@ fn permute_f32_for(
 /// (through reshapes, the Concat and inverse rotaries), where that permute's f32 output is read
 /// by more than a cast it could store: the backward's inputs (q, k, v, lse) are kept alive
 /// through the permute, so that the plan does not put the permute's output where the backward
-/// reads them and the backward may store it itself ([`merged_gradients`]). Why: at GPT-2's
-/// sixteen contexts the plan put each layer's permuted gradient exactly on the bf16 heads the
-/// backward reads, and 11 of the 12 permutes stayed launches.
+/// reads them and the backward may store it itself ([`merged_gradients`]); and through the
+/// bf16 cast of the permuted tensor, which the backward may store with its column sums
+/// ([`summed_merged_gradients`]). Why: at GPT-2's sixteen contexts the plan put each layer's
+/// permuted gradient exactly on the bf16 heads the backward reads, and 11 of the 12 permutes
+/// stayed launches; then half the casts.
 pub(crate) fn merged_f32_windows(
     program: &alpha_ir::Program,
     into_producers: &HashMap<Value, u32>,
 ) -> Vec<(Value, u32)> {
     let g = &program.graph;
+    let (_, readers) = readers_of(program);
     let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
     // Back from `v` through reshapes and inverse rotaries to the node that computes it.
     let source = |mut v: Value| loop {
@@ -126,9 +184,22 @@ pub(crate) fn merged_f32_windows(
         let h = source(c.inputs[0]);
         let hn = &g.nodes[h as usize];
         if matches!(hn.op, Op::AttentionBackward { bf16: true, .. }) && c.inputs.iter().all(|&x| source(x) == h) {
+            // Through the permute, or through the bf16 cast of it (through reshapes) that the
+            // backward may store with the column sums ([`summed_merged_gradients`]).
+            let mut v = out;
+            while let Some(&[r]) = readers.get(&v).map(Vec::as_slice) {
+                if !matches!(g.nodes[r as usize].op, Op::Reshape { .. }) {
+                    break;
+                }
+                v = Value { node: r, index: 0 };
+            }
+            let cast = readers.get(&v).into_iter().flatten().copied().find(|&r| {
+                matches!(g.nodes[r as usize].op, Op::Cast { to: DType::BF16 }) && phase(r) == phase(p as u32)
+            });
+            let until = cast.map_or(p as u32, |c| c.max(p as u32));
             // (Inputs from an earlier phase are never reused within this one.)
             let ins = [0, 1, 2, 4].map(|k| hn.inputs[k]);
-            keep.extend(ins.into_iter().filter(|v| phase(v.node) == phase(p as u32)).map(|v| (v, p as u32)));
+            keep.extend(ins.into_iter().filter(|v| phase(v.node) == phase(p as u32)).map(|v| (v, until)));
         }
     }
     keep

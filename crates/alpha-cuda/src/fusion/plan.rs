@@ -77,6 +77,9 @@ pub(crate) struct FusionPlan {
     /// LayerNorm backward → the column sum of what it stores, whose chunk partials it writes
     /// ([`norm_column_sums`]).
     pub(crate) norm_column_sums: HashMap<u32, u32>,
+    /// Column sum (Reduce) → the attention backward that writes its partials, storing its
+    /// merged gradients bf16 ([`summed_merged_gradients`]).
+    pub(crate) attention_column_sums: HashMap<u32, u32>,
     /// CrossEntropy → its backward, run in the same launch ([`joint_cross_entropy`]).
     pub(crate) joint_cross_entropy: HashMap<u32, JointCrossEntropy>,
     /// Concat → its parts (by input position) whose copies read through the permute or slice

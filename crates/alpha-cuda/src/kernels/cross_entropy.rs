@@ -15,7 +15,11 @@
 //! padded vocabulary, GPT-2's 50,257 in rows of 50,304); the backward writes whole rows, zero
 //! past `v`. Why: the padded columns then need neither a copy of the logits without them nor a
 //! zero-filled copy of their gradient (5.3 ms of GPT-2's step at sixteen contexts).
+//!
+//! The logits may be stored bf16 (a model that rounds them before the loss, as GPT-2's does):
+//! each kernel then reads two bytes a logit and widens it exactly, and every sum stays f32.
 
+use alpha_ir::DType;
 use anyhow::Result;
 
 use crate::kernels::ScalarArg;
@@ -38,12 +42,17 @@ const HELD: u32 = 64;
 /// so the same bits. Why: the strided loop waited out one load latency a logit, twice (16
 /// contexts' 805 MB of logits took 338 µs).
 pub fn forward_kernel_for(vocab: Option<u32>) -> Kernel {
+    forward_kernel_of(vocab, DType::F32)
+}
+
+/// [`forward_kernel_for`] over logits stored as `input` (f32 or bf16).
+pub fn forward_kernel_of(vocab: Option<u32>, input: DType) -> Kernel {
     let held = vocab.filter(|&n| n.is_multiple_of(THREADS) && n / THREADS <= HELD);
     let name = match held {
         Some(n) => format!("cross_entropy_fwd_v{n}"),
         None => "cross_entropy_fwd".to_string(),
     };
-    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
+    let mut k = Kernel::new(&format!("{name}{}", input_suffix(input))).with_block(THREADS, 1, 1);
     let loss = k.param_reg("loss", ParamTy::U64);
     let lse_out = k.param_reg("lse", ParamTy::U64);
     let logits = k.param_reg("logits", ParamTy::U64);
@@ -54,34 +63,43 @@ pub fn forward_kernel_for(vocab: Option<u32>) -> Kernel {
     let tid = k.sreg("%tid.x");
     let row = k.sreg("%ctaid.x");
     let re = k.bin("mul.lo.u32", RegKind::B32, row, w);
-    let base = k.addr_of(logits, re, 4);
+    let base = k.addr_of(logits, re, input.size() as u32);
 
     // This thread's logits j = tid, tid + THREADS, …, loaded once (one-read form).
     let xs: Option<Vec<Reg>> = held.map(|n| {
-        let mine = k.addr_of(base, tid, 4);
+        let es = input.size() as u32;
+        let mine = k.addr_of(base, tid, es);
         (0..n / THREADS)
             .map(|i| {
                 let x = k.reg(RegKind::F32);
-                k.op("ld.global.f32", [x.into(), addr(mine, (4 * i * THREADS) as i64)]);
+                let at = addr(mine, (es * i * THREADS) as i64);
+                if input == DType::BF16 {
+                    let h = k.reg(RegKind::B32);
+                    k.op("ld.global.u16", [h.into(), at]);
+                    let bits = k.bin("shl.b32", RegKind::B32, h, 16u32);
+                    k.op("mov.b32", [x.into(), bits.into()]);
+                } else {
+                    k.op("ld.global.f32", [x.into(), at]);
+                }
                 x
             })
             .collect()
     });
     // max
     let mx = k.imm_f32(f32::NEG_INFINITY);
-    each_logit(&mut k, xs.as_deref(), (base, tid, v), |k, x| {
+    each_logit(&mut k, xs.as_deref(), (base, tid, v), input, |k, x| {
         k.op("max.f32", [mx.into(), mx.into(), x.into()]);
     });
     let mx = k.block_reduce_f32(mx, "max", &scratch, tid, THREADS);
     // sum of exp(x - max)
     let s = k.imm_f32(0.0);
-    each_logit(&mut k, xs.as_deref(), (base, tid, v), |k, x| {
+    each_logit(&mut k, xs.as_deref(), (base, tid, v), input, |k, x| {
         let d = k.bin("sub.rn.f32", RegKind::F32, x, mx);
         let e = emit_exp(k, d);
         k.op("add.rn.f32", [s.into(), s.into(), e.into()]);
     });
     let s = k.block_reduce_f32(s, "add", &scratch, tid, THREADS);
-    lse_and_loss(&mut k, (mx, s), tid, base, (targets, row, v), (loss, lse_out));
+    lse_and_loss(&mut k, (mx, s), tid, (base, input), (targets, row, v), (loss, lse_out));
     k.ret();
     k
 }
@@ -112,8 +130,19 @@ pub const JOINT_MAX_WIDTH: u32 = (crate::ptx::MAX_SHARED_PER_BLOCK - JOINT_SCRAT
 /// separate kernels' bits: their threads take single logits in another order). The gradient's
 /// arithmetic per logit is [`backward_kernel_bf16`]'s.
 pub fn joint_kernel_bf16(w: u32) -> Kernel {
-    assert!(w.is_multiple_of(4) && w <= JOINT_MAX_WIDTH, "joint cross-entropy: rows of {w} logits");
-    let mut k = Kernel::new(&format!("cross_entropy_joint_bf16_w{w}")).with_block(JOINT_THREADS, 1, 1);
+    joint_kernel_of(w, DType::F32)
+}
+
+/// [`joint_kernel_bf16`] over logits stored as `input`: bf16 ones are held in shared memory
+/// as they are (half the bytes: rows of a multiple of 8, 16 bytes a copy) and widened as read.
+pub fn joint_kernel_of(w: u32, input: DType) -> Kernel {
+    let es = input.size() as u32;
+    assert!(
+        w.is_multiple_of(16 / es) && w <= JOINT_MAX_WIDTH * 4 / es,
+        "joint cross-entropy: rows of {w} logits of {input}"
+    );
+    let name = format!("cross_entropy_joint_bf16{}_w{w}", input_suffix(input));
+    let mut k = Kernel::new(&name).with_block(JOINT_THREADS, 1, 1);
     let loss = k.param_reg("loss", ParamTy::U64);
     let lse_out = k.param_reg("lse", ParamTy::U64);
     let dlogits = k.param_reg("dlogits", ParamTy::U64);
@@ -123,19 +152,21 @@ pub fn joint_kernel_bf16(w: u32) -> Kernel {
     let wp = k.param_reg("w", ParamTy::U32);
     let scale_bits = k.param_reg("dloss_scale", ParamTy::U32);
     let scratch = k.shared("red", JOINT_SCRATCH, 16);
-    let rowbuf = k.dynamic_shared_array("row", 4 * w, 16);
+    let rowbuf = k.dynamic_shared_array("row", es * w, 16);
     let tid = k.sreg("%tid.x");
     let row = k.sreg("%ctaid.x");
     let re = k.bin("mul.lo.u32", RegKind::B32, row, wp);
-    let base = k.addr_of(logits, re, 4);
+    let base = k.addr_of(logits, re, es);
     let obase = k.addr_of(dlogits, re, 2);
     let quads = k.bin("shr.u32", RegKind::B32, wp, 2u32);
     let sbase = k.un("mov.u32", RegKind::B32, Opnd::S(rowbuf));
 
     k.comment("the row into shared memory, every copy in flight at once");
-    k.strided_loop(tid, quads, JOINT_THREADS, ("copy", "copy_end"), |k, q| {
-        let src = k.addr_of(base, q, 16);
-        let dst = k.tri("mad.lo.u32", RegKind::B32, q, 16u32, sbase);
+    // 16-byte copies: a quad of f32 logits, or two of bf16 ones.
+    let chunks = if input == DType::BF16 { k.bin("shr.u32", RegKind::B32, quads, 1u32) } else { quads };
+    k.strided_loop(tid, chunks, JOINT_THREADS, ("copy", "copy_end"), |k, c| {
+        let src = k.addr_of(base, c, 16);
+        let dst = k.tri("mad.lo.u32", RegKind::B32, c, 16u32, sbase);
         k.op("cp.async.cg.shared.global", [addr(dst, 0), addr(src, 0), 16u32.into()]);
     });
     k.op("cp.async.wait_all", []);
@@ -144,9 +175,16 @@ pub fn joint_kernel_bf16(w: u32) -> Kernel {
     // (`j < v`).
     let each_quad = |k: &mut Kernel, labels: (&str, &str), body: &mut dyn FnMut(&mut Kernel, Reg, &[Reg])| {
         k.strided_loop(tid, quads, JOINT_THREADS, labels, |k, q| {
-            let at = k.tri("mad.lo.u32", RegKind::B32, q, 16u32, sbase);
-            let x = k.regs(RegKind::F32, 4);
-            k.op("ld.shared.v4.f32", [Opnd::V(x.clone()), addr(at, 0)]);
+            let at = k.tri("mad.lo.u32", RegKind::B32, q, 4 * es, sbase);
+            let x = if input == DType::BF16 {
+                let words = k.regs(RegKind::B32, 2);
+                k.op("ld.shared.v2.b32", [Opnd::V(words.clone()), addr(at, 0)]);
+                words.iter().flat_map(|&wd| widen_bf16_pair(k, wd)).collect()
+            } else {
+                let x = k.regs(RegKind::F32, 4);
+                k.op("ld.shared.v4.f32", [Opnd::V(x.clone()), addr(at, 0)]);
+                x
+            };
             body(k, q, &x);
         });
     };
@@ -179,7 +217,7 @@ pub fn joint_kernel_bf16(w: u32) -> Kernel {
         }
     });
     let s = k.block_reduce_f32(s, "add", &scratch, tid, JOINT_THREADS);
-    let lse = lse_and_loss(&mut k, (mx, s), tid, base, (targets, row, v), (loss, lse_out));
+    let lse = lse_and_loss(&mut k, (mx, s), tid, (base, input), (targets, row, v), (loss, lse_out));
 
     k.comment("the gradient, (softmax - onehot) * scale, stored bf16; zero past the classes");
     let t = k.reg(RegKind::B32);
@@ -232,7 +270,7 @@ fn lse_and_loss(
     k: &mut Kernel,
     (mx, s): (Reg, Reg),
     writer: Reg,
-    row_base: Reg,
+    (row_base, input): (Reg, DType),
     (targets, row, v): (Reg, Reg, Reg),
     (loss, lse_out): (Reg, Reg),
 ) -> Reg {
@@ -247,8 +285,15 @@ fn lse_and_loss(
     k.op("ld.global.u32", [t.into(), addr(ta, 0)]);
     let ok = k.setp("lt.u32", t, v);
     let xt = k.imm_f32(0.0);
-    let xa = k.addr_of(row_base, t, 4);
-    k.op_if(ok, false, "ld.global.f32", [xt.into(), addr(xa, 0)]);
+    let xa = k.addr_of(row_base, t, input.size() as u32);
+    if input == DType::BF16 {
+        let h = k.imm_u32(0);
+        k.op_if(ok, false, "ld.global.u16", [h.into(), addr(xa, 0)]);
+        let bits = k.bin("shl.b32", RegKind::B32, h, 16u32);
+        k.op("mov.b32", [xt.into(), bits.into()]);
+    } else {
+        k.op_if(ok, false, "ld.global.f32", [xt.into(), addr(xa, 0)]);
+    }
     let l = k.bin("sub.rn.f32", RegKind::F32, lse, xt);
     let zero = k.imm_f32(0.0);
     let l = k.tri("selp.f32", RegKind::F32, l, zero, ok);
@@ -262,7 +307,7 @@ fn lse_and_loss(
 
 /// Backward: params (dlogits, logits, lse, targets, dloss, v, w). Grid: one block per row.
 pub fn backward_kernel() -> Kernel {
-    backward_kernel_with(false)
+    backward_kernel_of(false, DType::F32)
 }
 
 /// [`backward_kernel`] storing dlogits rounded to bf16 (the cast that alone reads them, done
@@ -270,12 +315,13 @@ pub fn backward_kernel() -> Kernel {
 /// loads, 8-byte stores): params as [`backward_kernel`]'s; `w` a multiple of 4. The same f32
 /// arithmetic per logit, then round-to-nearest-even, so the same bits as the cast.
 pub fn backward_kernel_bf16() -> Kernel {
-    backward_kernel_with(true)
+    backward_kernel_of(true, DType::F32)
 }
 
-fn backward_kernel_with(bf16: bool) -> Kernel {
+/// [`backward_kernel`] (or, `bf16`, [`backward_kernel_bf16`]) over logits stored as `input`.
+pub fn backward_kernel_of(bf16: bool, input: DType) -> Kernel {
     let name = if bf16 { "cross_entropy_bwd_bf16" } else { "cross_entropy_bwd" };
-    let mut k = Kernel::new(name).with_block(THREADS, 1, 1);
+    let mut k = Kernel::new(&format!("{name}{}", input_suffix(input))).with_block(THREADS, 1, 1);
     let dlogits = k.param_reg("dlogits", ParamTy::U64);
     let logits = k.param_reg("logits", ParamTy::U64);
     let lse_in = k.param_reg("lse", ParamTy::U64);
@@ -286,7 +332,7 @@ fn backward_kernel_with(bf16: bool) -> Kernel {
     let tid = k.sreg("%tid.x");
     let row = k.sreg("%ctaid.x");
     let re = k.bin("mul.lo.u32", RegKind::B32, row, w);
-    let base = k.addr_of(logits, re, 4);
+    let base = k.addr_of(logits, re, input.size() as u32);
     let obase = k.addr_of(dlogits, re, if bf16 { 2 } else { 4 });
     let lse = k.reg(RegKind::F32);
     let a = k.addr_of(lse_in, row, 4);
@@ -306,9 +352,7 @@ fn backward_kernel_with(bf16: bool) -> Kernel {
         |k: &mut Kernel, x: Reg, index: &dyn Fn(&mut Kernel) -> Reg| logit_gradient(k, x, index, (lse, t, scale, v));
     if !bf16 {
         strided(&mut k, tid, w, |k, j| {
-            let a = k.addr_of(base, j, 4);
-            let x = k.reg(RegKind::F32);
-            k.op("ld.global.f32", [x.into(), addr(a, 0)]);
+            let x = load_logit(k, input, base, j);
             let g = grad(k, x, &|_| j);
             let o = k.addr_of(obase, j, 4);
             k.op("st.global.f32", [addr(o, 0), g.into()]);
@@ -318,9 +362,16 @@ fn backward_kernel_with(bf16: bool) -> Kernel {
     }
     let quads = k.bin("shr.u32", RegKind::B32, w, 2u32);
     strided(&mut k, tid, quads, |k, q| {
-        let a = k.addr_of(base, q, 16);
-        let x = k.regs(RegKind::F32, 4);
-        k.op("ld.global.v4.f32", [Opnd::V(x.clone()), addr(a, 0)]);
+        let a = k.addr_of(base, q, 4 * input.size() as u32);
+        let x = if input == DType::BF16 {
+            let words = k.regs(RegKind::B32, 2);
+            k.op("ld.global.v2.b32", [Opnd::V(words.clone()), addr(a, 0)]);
+            words.iter().flat_map(|&wd| widen_bf16_pair(k, wd)).collect()
+        } else {
+            let x = k.regs(RegKind::F32, 4);
+            k.op("ld.global.v4.f32", [Opnd::V(x.clone()), addr(a, 0)]);
+            x
+        };
         let j0 = k.bin("shl.b32", RegKind::B32, q, 2u32);
         let g: Vec<Reg> = x
             .iter()
@@ -368,7 +419,13 @@ fn store_bf16_quad(k: &mut Kernel, obase: Reg, q: Reg, g: &[Reg]) {
 /// Runs `body` on each of this thread's logits of the row at `base` (columns tid, tid +
 /// THREADS, …, in order): from `held` where the thread holds them in registers, else loaded a
 /// column at a time.
-fn each_logit(k: &mut Kernel, held: Option<&[Reg]>, (base, tid, v): (Reg, Reg, Reg), body: impl Fn(&mut Kernel, Reg)) {
+fn each_logit(
+    k: &mut Kernel,
+    held: Option<&[Reg]>,
+    (base, tid, v): (Reg, Reg, Reg),
+    input: DType,
+    body: impl Fn(&mut Kernel, Reg),
+) {
     match held {
         Some(xs) => {
             for &x in xs {
@@ -376,12 +433,45 @@ fn each_logit(k: &mut Kernel, held: Option<&[Reg]>, (base, tid, v): (Reg, Reg, R
             }
         }
         None => strided(k, tid, v, |k, j| {
-            let a = k.addr_of(base, j, 4);
-            let x = k.reg(RegKind::F32);
-            k.op("ld.global.f32", [x.into(), addr(a, 0)]);
+            let x = load_logit(k, input, base, j);
             body(k, x);
         }),
     }
+}
+
+/// The kernel name's mark of logits stored as `input`: none for f32.
+fn input_suffix(input: DType) -> &'static str {
+    if input == DType::BF16 {
+        "_from_bf16"
+    } else {
+        ""
+    }
+}
+
+/// Logit `j` of the row at `base`, stored as `input`, as f32 (a bf16 one widened exactly).
+fn load_logit(k: &mut Kernel, input: DType, base: Reg, j: Reg) -> Reg {
+    let a = k.addr_of(base, j, input.size() as u32);
+    let x = k.reg(RegKind::F32);
+    if input == DType::BF16 {
+        let h = k.reg(RegKind::B32);
+        k.op("ld.global.u16", [h.into(), addr(a, 0)]);
+        let bits = k.bin("shl.b32", RegKind::B32, h, 16u32);
+        k.op("mov.b32", [x.into(), bits.into()]);
+    } else {
+        k.op("ld.global.f32", [x.into(), addr(a, 0)]);
+    }
+    x
+}
+
+/// The two bf16 values of `word` (the first in its low half) as f32, widened exactly.
+fn widen_bf16_pair(k: &mut Kernel, word: Reg) -> [Reg; 2] {
+    let lo = k.bin("shl.b32", RegKind::B32, word, 16u32);
+    let hi = k.bin("and.b32", RegKind::B32, word, 0xFFFF_0000u32);
+    [lo, hi].map(|b| {
+        let x = k.reg(RegKind::F32);
+        k.op("mov.b32", [x.into(), b.into()]);
+        x
+    })
 }
 
 /// `for (j = tid; j < v; j += THREADS) body(j)`.

@@ -157,6 +157,9 @@ impl Lowerer<'_> {
                                 crate::kernels::attention::wgmma::backward_kernel(&dims, inverse, m)
                             }
                             (Some(_), mma::Gradients::MergedBf16) => mma::backward_kernel_bf16_merged(&dims, inverse),
+                            (Some(_), mma::Gradients::MergedBf16Summed) => {
+                                mma::backward_kernel_bf16_merged_summed(&dims, inverse)
+                            }
                             (Some(_), mma::Gradients::MergedF32) => {
                                 mma::backward_kernel_bf16_merged_f32(&dims, inverse)
                             }
@@ -171,7 +174,20 @@ impl Lowerer<'_> {
                             rot.iter().flatten().map(|r| A::Ptr(self.rotary_table(dims.t, dims.d, r.1))).collect();
                         let [o, l, d_o] = [ov, lse, dov].map(|a| self.ptr(a));
                         let tensors = [dq, dk, dv, delta, qa, ka, va, o, l, d_o];
-                        let args = attention::backward_arguments(tensors, do16, inverse_tables, tabs);
+                        let mut args = attention::backward_arguments(tensors, do16, inverse_tables, tabs);
+                        if grads == mma::Gradients::MergedBf16Summed {
+                            // The column sums' partials, `[3·H·64][B·T/16]`, past every scratch
+                            // byte lowered so far, for the sum launched next.
+                            let sum = self.fusion.attention_column_sums.iter().find(|(_, &h)| h == id).map(|(&s, _)| s);
+                            let Some(sum) = sum else {
+                                return Err(node_error(node, id, "its column sums have no sum to finish them"));
+                            };
+                            let chunks = dims.b * dims.t / 16;
+                            let at = self.scratch.div_ceil(256) * 256;
+                            self.need_scratch(at + 3 * dims.h * dims.d * chunks * 4);
+                            args.push(A::Scratch(at));
+                            self.attention_partials.insert(sum, (A::Scratch(at), chunks));
+                        }
                         v.push(Pending { kernel: kb, grid: dims.grid_q(), block, args, node: some });
                         return Ok(v);
                     }

@@ -1,4 +1,5 @@
-//! Embedding lookups (Gather) and their gradient (ScatterAdd).
+//! Embedding lookups (Gather) and their gradient (ScatterAdd: the five launches of
+//! [`embedding::ScatterAdd`] over the scratch region, zeroing the gradient on the way).
 
 use super::*;
 use crate::kernels::embedding;
@@ -54,22 +55,30 @@ impl Lowerer<'_> {
                         ),
                     ));
                 }
-                let fill = Pointwise {
-                    shape: vec![n],
-                    out: Operand::contiguous(DType::F32, &[n]),
-                    ins: vec![],
-                    body: Body::Fill(0.0),
+                // The tokens sorted by id in the scratch region, then each row's sum added once
+                // (see `kernels::embedding`): five launches, the sorting one also zeroing the
+                // gradient first where it is 16-byte aligned (else a fill launch before them).
+                let plan = embedding::ScatterAdd::new(*rows as u32, d as u32, tokens as u32)
+                    .map_err(|e| node_error(node, id, format!("{e:#}")))?;
+                let out = self.ptr(cx.out(0));
+                let plan = if aligned16(&[out]) {
+                    plan.zeroing_table()
+                } else {
+                    let fill = Pointwise {
+                        shape: vec![n],
+                        out: Operand::contiguous(DType::F32, &[n]),
+                        ins: vec![],
+                        body: Body::Fill(0.0),
+                    };
+                    v.push(self.pointwise(fill, vec![out], some)?);
+                    plan
                 };
-                v.push(self.pointwise(fill, vec![self.ptr(cx.out(0))], some)?);
-                let blocks = embedding::scatter_add_blocks(*rows as u32);
-                let args = embedding::scatter_add_arguments(
-                    [self.ptr(cx.out(0)), self.ptr(ins[0]), self.ptr(ins[1])],
-                    tokens as u32,
-                    *rows as u32,
-                    d as u32,
-                );
-                let kernel = self.kernel(embedding::scatter_add_kernel())?;
-                v.push(Pending { kernel, grid: (blocks, 1, 1), block: (embedding::THREADS, 1, 1), args, node: some });
+                self.need_scratch(plan.scratch_bytes());
+                let kernels = embedding::scatter_add_kernels();
+                for l in plan.launches([out, self.ptr(ins[0]), self.ptr(ins[1])], A::Scratch) {
+                    let kernel = self.kernel(kernels[l.kernel].clone())?;
+                    v.push(Pending { kernel, grid: l.grid, block: l.block, args: l.args, node: some });
+                }
             }
             _ => return Err(node_error(node, id, "not an embedding op")),
         }

@@ -31,12 +31,16 @@ impl Lowerer<'_> {
                     let (a, b) = self.fusion.f32_operands(id).copied().unwrap_or((ins[0], ins[1]));
                     let input = |v: Value| if g.dtype(v) == DType::F32 { Input::F32 } else { Input::Bf16 };
                     (spec.a_input, spec.b_input) = (input(a), input(b));
+                    // C is the product, or the bf16 cast it stores rounded (`casts_into_products`).
                     let (c, r) = match self.fusion.residual_add(id) {
                         Some(&(add, r)) => {
                             spec.epilogue = Epilogue::AddResidual;
                             (Value { node: add, index: 0 }, r)
                         }
-                        None => (cx.out(0), cx.out(0)),
+                        None => {
+                            let c = self.destination(cx.out(0)).0;
+                            (c, c)
+                        }
                     };
                     let act = self.fusion.activation(id).copied();
                     spec.activation = act.map(|x| x.1);
@@ -115,6 +119,15 @@ impl Lowerer<'_> {
                         return Ok(v);
                     }
                     let spec = settled(with_ring(self.config, on_tma(self.config, spec, &shape), &shape), &shape);
+                    let spec = match self.destination(cx.out(0)).1 {
+                        DType::BF16 if gemm_tma::staged(&spec) == Some(gemm_tma::Staged::Store) => {
+                            GemmSpec { store_bf16: true, ..spec }
+                        }
+                        DType::BF16 => {
+                            return Err(node_error(node, id, format!("{}: cannot store its bf16 cast", spec.name())))
+                        }
+                        _ => spec,
+                    };
                     self.last_product = Some(ProductLaunch { id, spec, shape, one_launch: true, plain });
                     if delta.is_some() && !(spec.engine == gemm::Engine::Tma && gemm_tma::ring_holds_tile(&spec)) {
                         return Err(node_error(node, id, format!("{}: no delta-heads store", spec.name())));

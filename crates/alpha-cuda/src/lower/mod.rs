@@ -47,14 +47,14 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::config::{ChainEpilogues, CudaConfig};
 use crate::fusion::{
-    cast_sources_through_their_gemms, casts_into_producers, chain_slices, clear_of, column_casts,
+    cast_sources_through_their_gemms, casts_into_producers, casts_into_products, chain_slices, clear_of, column_casts,
     concat_view_candidates, concat_views, deep_epilogue_grid, deferred_folds, delta_heads, forward_copies,
     forward_rotaries, fuse, fuse_more, grouped_param_casts, head_split, joint_backward_apart, joint_cross_entropy,
     k_parts, merged_f32_windows, merged_gradients, mul_epilogues, nested_concat_candidates, nested_concats,
     norm_column_sums, norm_of, on_tma, overlap, partials_in_rows, plain_bf16_heads, producer_cast_candidates,
     product_part_candidates, products_into_concats, range, readers_of, recompute_unary_inputs, settled,
-    sliced_permute_candidates, sliced_permutes, sliced_tree_candidates, tiled_gemm, touched_by, turned_heads,
-    with_ring, FusionPlan, PhaseView,
+    sliced_permute_candidates, sliced_permutes, sliced_tree_candidates, summed_merged_gradients, tiled_gemm,
+    touched_by, turned_heads, with_ring, FusionPlan, PhaseView,
 };
 use crate::kernels::attention::Dims;
 use crate::kernels::gemm::simple::Product;
@@ -261,6 +261,9 @@ struct Lowerer<'p> {
     delta_regions: HashMap<(usize, usize), (usize, usize)>,
     /// AttentionBackward → where its delta-heads product put (dO, delta).
     delta_at: HashMap<u32, (usize, usize)>,
+    /// Column sum → where an attention backward wrote its partials and how many a column
+    /// ([`summed_merged_gradients`]).
+    attention_partials: HashMap<u32, (A, usize)>,
     /// Readers of each value, program outputs and phase assignments counted ([`readers_of`]).
     uses: HashMap<Value, usize>,
 }
@@ -386,6 +389,7 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         pending_folds: vec![],
         delta_regions: HashMap::new(),
         delta_at: HashMap::new(),
+        attention_partials: HashMap::new(),
         uses: uses.clone(),
     };
     // Constant nodes: filled once.
@@ -426,6 +430,12 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
             skip.insert(cast.node);
             lw.fusion.store_as.insert(producer_out, cast);
         }
+        if config.product_casts {
+            for (product_out, cast) in casts_into_products(config, &plan, &nodes, &skip, &lw.fusion) {
+                skip.insert(cast.node);
+                lw.fusion.store_as.insert(product_out, cast);
+            }
+        }
         if config.bf16_attention && config.merged_gradients {
             for permute in merged_gradients(config, &view, &skip, &mut lw.fusion) {
                 skip.insert(permute);
@@ -451,6 +461,9 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         }
         if config.column_casts {
             column_casts(&view, &skip, &mut lw.fusion);
+            if config.attention_column_sums {
+                skip.extend(summed_merged_gradients(&view, &skip, &mut lw.fusion));
+            }
         }
         if config.norm_column_sums {
             norm_column_sums(config, &view, &skip, &mut lw.fusion);

@@ -8,6 +8,10 @@ impl Lowerer<'_> {
     /// A Reduce node; with `cast`, a column sum whose first pass also stores its tensor's bf16
     /// cast there ([`crate::fusion::column_casts`]).
     pub(super) fn lower_reduce(&mut self, id: u32, cast: Option<Value>) -> Result<Vec<Pending>> {
+        // Partials an attention backward wrote (`summed_merged_gradients`): the finish alone.
+        if let Some(&(partials, chunks)) = self.attention_partials.get(&id) {
+            return Ok(vec![self.lower_reduce_finish(id, partials, chunks)?]);
+        }
         let cx = At::of(self.plan, id);
         let (node, ins) = (&cx.node, &cx.node.inputs);
         let odt = node.outputs[0].dtype;

@@ -228,6 +228,7 @@ pub fn backward_kernel(dims: &Dims, inverse_rotary: [bool; 2], merged: Gradients
         ["dq", "dk", "dv", "delta", "q", "k", "v", "o", "lse", "do", "do16"].map(|n| k.param_reg(n, ParamTy::U64));
     let dq_tab = inverse_rotary[0].then(|| k.param_reg("dq_tab", ParamTy::U64));
     let dk_tab = inverse_rotary[1].then(|| k.param_reg("dk_tab", ParamTy::U64));
+    merged.declare(&mut k);
     let t = dims.t as u32;
     let smem = k.shared("attn_smem", 4 * TILE, 1024);
     let sm = k.un("mov.u32", RegKind::B32, Opnd::S(smem));
@@ -532,14 +533,19 @@ mod tests {
         assert_eq!(plain.params, mma::forward_kernel_bf16(&dims).params);
         let copying = forward_kernel(&dims, true);
         assert_eq!(copying.params, mma::forward_kernel_bf16_copying(&dims).params);
-        use mma::Gradients::{Apart, MergedBf16, MergedF32};
-        for (inverse, merged) in
-            [([true, true], Apart), ([true, true], MergedBf16), ([false, false], MergedBf16), ([true, true], MergedF32)]
-        {
+        use mma::Gradients::{Apart, MergedBf16, MergedBf16Summed, MergedF32};
+        for (inverse, merged) in [
+            ([true, true], Apart),
+            ([true, true], MergedBf16),
+            ([false, false], MergedBf16),
+            ([true, true], MergedF32),
+            ([false, false], MergedBf16Summed),
+        ] {
             let theirs = match merged {
                 Apart => mma::backward_kernel_bf16(&dims, inverse),
                 MergedBf16 => mma::backward_kernel_bf16_merged(&dims, inverse),
                 MergedF32 => mma::backward_kernel_bf16_merged_f32(&dims, inverse),
+                MergedBf16Summed => mma::backward_kernel_bf16_merged_summed(&dims, inverse),
             };
             assert_eq!(backward_kernel(&dims, inverse, merged).params, theirs.params);
             assert!(backward_kernel(&dims, inverse, merged).name.ends_with(merged.suffix()));

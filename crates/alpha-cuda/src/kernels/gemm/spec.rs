@@ -358,6 +358,10 @@ pub struct GemmSpec {
     /// last: f32, one value a column): the linear layer's bias whose Add then needs no launch
     /// (Diakosmos's q/k/v projection, a read and a write of 2.1 GB at 64 windows).
     pub narrow_bias: bool,
+    /// A [`Self::staged_store`] of C rounded to bf16 (C then a bf16 tensor, `ldc` in its
+    /// elements): the cast that alone reads the product, stored by it. Why: GPT-2's logits,
+    /// which its loss reads rounded (3.3 GB of f32 at sixteen contexts, where bf16 is 1.6 GB).
+    pub store_bf16: bool,
     /// Two products summed in one accumulator, `A₁·B₁ + A₂·B₂` over K₁ = K₂ = K/2: the first
     /// half of the K steps reads the maps of A₁ and B₁ (the last two tensor maps), the second
     /// those of A and B ([`crate::kernels::gemm::tma`]). Both operands K-major; TMA engine, unbatched.
@@ -430,6 +434,7 @@ impl GemmSpec {
             staged_store: false,
             narrow_store: false,
             narrow_bias: false,
+            store_bf16: false,
             k_pair: false,
             trace: false,
             tuning: GemmTuning::default(),
@@ -518,6 +523,9 @@ impl GemmSpec {
             }
             if self.narrow_bias {
                 tile.push_str("_bias");
+            }
+            if self.store_bf16 {
+                tile.push_str("_h");
             }
             if self.trace {
                 tile.push_str("_trace");
@@ -617,6 +625,14 @@ impl GemmSpec {
 
     /// Builds the kernel description.
     pub fn kernel(&self) -> Kernel {
+        assert!(
+            !self.store_bf16
+                || (self.engine == Engine::Tma
+                    && !self.narrow_store
+                    && crate::kernels::gemm::tma::staged(self) == Some(crate::kernels::gemm::tma::Staged::Store)),
+            "{}: a bf16 C is stored by the staged plain store of the TMA engine alone",
+            self.name()
+        );
         let sums = self.chain.is_some_and(|c| c.column_sum().is_some());
         assert!(
             !sums
@@ -691,6 +707,11 @@ impl GemmShape {
         }
         if spec.narrow_bias && !spec.narrow_store {
             bail!("{name}: a bias row is added by a narrow store only");
+        }
+        if spec.store_bf16
+            && !(spec.staged_store && !spec.narrow_store && spec.engine == Engine::Tma && self.batch == 1)
+        {
+            bail!("{name}: a bf16 C is stored by an unbatched staged plain store on the TMA engine");
         }
         let (a_rows, a_cols) = match spec.a {
             Layout::RowMajor => (self.m, k),

@@ -707,7 +707,7 @@ fn store_staged(
         Staged::Add { accumulate } => {
             (vec![(if accumulate { h.c_base } else { h.r_base }, false)], vec![(h.c_base, false)], vec![])
         }
-        Staged::Store => (vec![], vec![(h.c_base, false)], vec![]),
+        Staged::Store => (vec![], vec![(h.c_base, spec.store_bf16)], vec![]),
     };
     let walk = RowWalk::new(k, h, lane, consumers);
     let s_row0 = walk.staged_row0(k, lane, tile);

@@ -425,6 +425,12 @@ pub fn backward_kernel_bf16_merged_f32(dims: &Dims, inverse_rotary: [bool; 2]) -
     backward_kernel_with(dims, inverse_rotary, [false, false], true, Gradients::MergedF32)
 }
 
+/// [`backward_kernel_bf16_merged`] also writing each warp's column sums of the f32 gradients
+/// it rounds ([`Gradients::MergedBf16Summed`]): param `sums` last.
+pub fn backward_kernel_bf16_merged_summed(dims: &Dims, inverse_rotary: [bool; 2]) -> Kernel {
+    backward_kernel_with(dims, inverse_rotary, [false, false], true, Gradients::MergedBf16Summed)
+}
+
 /// Where a one-launch backward stores dq, dk and dv.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gradients {
@@ -434,6 +440,11 @@ pub enum Gradients {
     MergedBf16,
     /// The three as one f32 `[B, T, 3, H, 64]` ([`backward_kernel_bf16_merged_f32`]).
     MergedF32,
+    /// The three as one bf16 `[B, T, 3, H, 64]`, and each warp's sums of its 16 rows' f32
+    /// values down the `3·H·64` columns (param `sums`, last: `[3·H·64][B·T/16]`, a column's
+    /// partials together), which a column sum's finishing pass adds in order: a projection's
+    /// bias gradient without its f32 input ever stored. T a multiple of 16.
+    MergedBf16Summed,
 }
 
 impl Gradients {
@@ -443,6 +454,14 @@ impl Gradients {
             Gradients::Apart => "",
             Gradients::MergedBf16 => "_merged",
             Gradients::MergedF32 => "_merged_f32",
+            Gradients::MergedBf16Summed => "_merged_sums",
+        }
+    }
+
+    /// Declares the `sums` parameter (last) where this store takes it.
+    pub(crate) fn declare(self, k: &mut Kernel) {
+        if self == Gradients::MergedBf16Summed {
+            k.param("sums", crate::ptx::ParamTy::U64);
         }
     }
 }
@@ -469,6 +488,7 @@ pub(super) fn backward_kernel_with(
     let dk_tab = inverse_rotary[1].then(|| k.param_reg("dk_tab", ParamTy::U64));
     let q_tab = load[0].then(|| k.param_reg("q_tab", ParamTy::U64));
     let k_tab = load[1].then(|| k.param_reg("k_tab", ParamTy::U64));
+    merged.declare(&mut k);
     let last = (dims.t as u32).div_ceil(ROWS) - 1;
     let cx = k.sreg("%ctaid.x");
     let dkv = DkvRegs { dk, dv, q, k: kk, v, lse, delta, dout, dk_tab, q_tab, k_tab, bf16, do16, merged };
@@ -746,7 +766,7 @@ pub(crate) fn grad_base(
     let t = dims.t as u32;
     let row_bytes = match merged {
         Gradients::Apart => return (head_base(k, base, bh, t, ROW_BYTES), Rows::F32Head),
-        Gradients::MergedBf16 => BF16_ROW_BYTES,
+        Gradients::MergedBf16 | Gradients::MergedBf16Summed => BF16_ROW_BYTES,
         Gradients::MergedF32 => ROW_BYTES,
     };
     let h = dims.h as u32;
@@ -759,6 +779,19 @@ pub(crate) fn grad_base(
     let off = k.reg(RegKind::B64);
     k.op("mul.wide.u32", [off.into(), row.into(), row_bytes.into()]);
     let stride = 3 * h * row_bytes;
-    let rows = if merged == Gradients::MergedBf16 { Rows::Bf16(stride) } else { Rows::F32(stride) };
+    let rows = match merged {
+        Gradients::MergedBf16 => Rows::Bf16(stride),
+        Gradients::MergedBf16Summed => {
+            // This head's first column (s·H + hh)·64, at its batch's first chunk b·T/16.
+            assert!(t.is_multiple_of(16), "column sums of rows in sixteens: T = {t}");
+            let chunks = dims.b as u32 * t / 16;
+            let sums = k.param_load("sums", crate::ptx::ParamTy::U64);
+            let col0 = k.tri("mad.lo.u32", RegKind::B32, hh, 64u32, section * h * 64);
+            let first = k.bin("mul.lo.u32", RegKind::B32, b, t / 16);
+            let e = k.tri("mad.lo.u32", RegKind::B32, col0, chunks, first);
+            Rows::Bf16Summed { stride, sums: k.addr_of(sums, e, 4), chunks }
+        }
+        _ => Rows::F32(stride),
+    };
     (k.bin("add.s64", RegKind::B64, base, off), rows)
 }

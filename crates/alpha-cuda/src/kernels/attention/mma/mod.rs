@@ -488,6 +488,10 @@ pub(crate) enum Rows {
     F32(u32),
     /// bf16 rows this many bytes apart, rounded to nearest.
     Bf16(u32),
+    /// [`Rows::Bf16`], and each warp's sums of its 16 rows' f32 values down each column, stored
+    /// at `sums` (the head's first column at its batch's first chunk) + `(col·chunks + chunk)`
+    /// floats, a chunk being sixteen rows.
+    Bf16Summed { stride: u32, sums: Reg, chunks: u32 },
 }
 
 /// Stores the accumulator rows of the warp (rows `row0 + wrow + g + 8r` of the head at `head`,
@@ -504,6 +508,8 @@ pub(crate) fn store_rows(
     tab: Option<Reg>,
     rows: Rows,
 ) {
+    // Each row's values and whether it lies below T, for the column sums after.
+    let mut stored: Vec<(Vec<Reg>, Reg)> = vec![];
     for r in 0..2usize {
         let base_row = k.bin("add.u32", RegKind::B32, row0, ln.wrow);
         let g8 = k.bin("add.u32", RegKind::B32, ln.g, (8 * r) as u32);
@@ -547,7 +553,7 @@ pub(crate) fn store_rows(
             }
             continue;
         }
-        if let Rows::Bf16(stride) = rows {
+        if let Rows::Bf16(stride) | Rows::Bf16Summed { stride, .. } = rows {
             // bf16 rows `stride` bytes apart: this lane's pair of each column group, rounded.
             let rb = k.bin("mul.lo.u32", RegKind::B32, row, stride);
             let e = k.tri("mad.lo.u32", RegKind::B32, col, 2u32, rb);
@@ -556,6 +562,7 @@ pub(crate) fn store_rows(
                 let pair = pack(k, vals[2 * dn], vals[2 * dn + 1]);
                 k.op_if(ok, false, "st.global.b32", [addr(p, dn as i64 * 16), pair.into()]);
             }
+            stored.push((vals, ok));
             continue;
         }
         let e = k.tri("mad.lo.u32", RegKind::B32, row, D as u32, col);
@@ -568,6 +575,46 @@ pub(crate) fn store_rows(
                 [addr(p, dn as i64 * 32), Opnd::V(vec![vals[2 * dn], vals[2 * dn + 1]])],
             );
         }
+    }
+    if let Rows::Bf16Summed { sums, chunks, .. } = rows {
+        column_sums(k, ln, row0, t, &stored, (sums, chunks));
+    }
+}
+
+/// The warp's sums down each of its 16 columns a lane: the lane's rows g and g + 8 (those
+/// below T), then added across the lanes of the same columns by a butterfly over g, in one
+/// fixed order; the lanes of g = 0 store them at the warp's chunk (`row0 + wrow` over 16) of
+/// each column's partials.
+fn column_sums(k: &mut Kernel, ln: &Lanes, row0: Reg, t: u32, stored: &[(Vec<Reg>, Reg)], (sums, chunks): (Reg, u32)) {
+    k.comment("the warp's column sums of its sixteen rows");
+    let sums_of: Vec<Reg> = (0..stored[0].0.len())
+        .map(|c| {
+            let [a, b] = [0, 1].map(|r| {
+                let (vals, ok) = &stored[r];
+                k.tri("selp.f32", RegKind::F32, vals[c], 0.0f32, *ok)
+            });
+            let mut s = k.bin("add.rn.f32", RegKind::F32, a, b);
+            for mask in [4u32, 8, 16] {
+                let other = k.reg(RegKind::F32);
+                k.op("shfl.sync.bfly.b32", [other.into(), s.into(), mask.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
+                s = k.bin("add.rn.f32", RegKind::F32, s, other);
+            }
+            s
+        })
+        .collect();
+    let first = k.bin("add.u32", RegKind::B32, row0, ln.wrow);
+    let in_t = k.setp("lt.u32", first, t);
+    let g0 = k.setp("eq.u32", ln.g, 0u32);
+    let writer = k.bin("and.pred", RegKind::Pred, in_t, g0);
+    // Column dn·8 + 2·tq + e of the head, chunk first / 16.
+    let chunk = k.bin("shr.u32", RegKind::B32, first, 4u32);
+    let col = k.bin("shl.b32", RegKind::B32, ln.tq, 1u32);
+    let e = k.tri("mad.lo.u32", RegKind::B32, col, chunks, chunk);
+    let p = k.addr_of(sums, e, 4);
+    for (c, &s) in sums_of.iter().enumerate() {
+        let (dn, e) = (c / 2, c % 2);
+        let at = ((dn * 8 + e) as u32 * chunks * 4) as i64;
+        k.op_if(writer, false, "st.global.f32", [addr(p, at), s.into()]);
     }
 }
 
