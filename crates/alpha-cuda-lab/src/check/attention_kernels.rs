@@ -841,9 +841,9 @@ pub(super) fn wgmma_backward_checks(
         let partials: Vec<f32> = arena.download(sums, cols * chunks)?;
         let want: Vec<f32> =
             (0..cols).map(|c| (0..d.b * d.t).map(|r| got[r * cols + c] as f64).sum::<f64>() as f32).collect();
-        let have: Vec<f32> = (0..cols)
-            .map(|c| partials[c * chunks..(c + 1) * chunks].iter().map(|&x| x as f64).sum::<f64>() as f32)
-            .collect();
+        // A chunk's partials a row.
+        let have: Vec<f32> =
+            (0..cols).map(|c| (0..chunks).map(|k| partials[k * cols + c] as f64).sum::<f64>() as f32).collect();
         let (max_abs, rel) = compare(&have, &want);
         rows.push(Row {
             family: "attention-bf16".into(),

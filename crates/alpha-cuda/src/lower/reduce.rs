@@ -8,9 +8,9 @@ impl Lowerer<'_> {
     /// A Reduce node; with `cast`, a column sum whose first pass also stores its tensor's bf16
     /// cast there ([`crate::fusion::column_casts`]).
     pub(super) fn lower_reduce(&mut self, id: u32, cast: Option<Value>) -> Result<Vec<Pending>> {
-        // Partials an attention backward wrote (`summed_merged_gradients`): the finish alone.
+        // Partials an attention backward wrote (`summed_merged_gradients`): their column sum.
         if let Some(&(partials, chunks)) = self.attention_partials.get(&id) {
-            return Ok(vec![self.lower_reduce_finish(id, partials, chunks)?]);
+            return self.lower_column_sum_of(id, partials, chunks);
         }
         let cx = At::of(self.plan, id);
         let (node, ins) = (&cx.node, &cx.node.inputs);
@@ -46,6 +46,30 @@ impl Lowerer<'_> {
                 }
             }
             _ => return Err(node_error(node, id, "not a reduction")),
+        }
+        Ok(v)
+    }
+
+    /// Column sum `id` taken over the f32 matrix `[rows, outputs]` at `x` in the scratch region
+    /// (another launch's partials) instead of its input: the column path's two passes, its own
+    /// partials past `x`'s.
+    fn lower_column_sum_of(&mut self, id: u32, x: A, rows: usize) -> Result<Vec<Pending>> {
+        let cx = At::of(self.plan, id);
+        let node = &cx.node;
+        let outputs = cx.numel();
+        let r = Reduction::new(alpha_ir::Reduce::Sum, &[rows, outputs], &[0], DType::F32, node.outputs[0].dtype)
+            .map_err(|e| node_error(node, id, e))?;
+        let A::Scratch(x_at) = x else { return Err(node_error(node, id, "partials outside the scratch region")) };
+        let chunks = r.chunks();
+        let at = (x_at + rows * outputs * 4).div_ceil(256) * 256;
+        let out = self.ptr(cx.out(0));
+        let partials = if chunks > 1 { A::Scratch(at) } else { out };
+        let kernel = self.kernel(r.kernel())?;
+        let args = reduce::arguments([out, x, partials]);
+        let mut v = vec![Pending { kernel, grid: r.grid(), block: (reduce::THREADS, 1, 1), args, node: Some(id) }];
+        if chunks > 1 {
+            self.need_scratch(at + outputs * chunks * 4);
+            v.push(self.lower_reduce_finish(id, A::Scratch(at), chunks)?);
         }
         Ok(v)
     }

@@ -441,9 +441,9 @@ pub enum Gradients {
     /// The three as one f32 `[B, T, 3, H, 64]` ([`backward_kernel_bf16_merged_f32`]).
     MergedF32,
     /// The three as one bf16 `[B, T, 3, H, 64]`, and each warp's sums of its 16 rows' f32
-    /// values down the `3·H·64` columns (param `sums`, last: `[3·H·64][B·T/16]`, a column's
-    /// partials together), which a column sum's finishing pass adds in order: a projection's
-    /// bias gradient without its f32 input ever stored. T a multiple of 16.
+    /// values down the `3·H·64` columns (param `sums`, last: `[B·T/16][3·H·64]`, a chunk's
+    /// partials a row), whose column sum, in a fixed order, is a projection's bias gradient
+    /// without its f32 input ever stored. T a multiple of 16.
     MergedBf16Summed,
 }
 
@@ -782,14 +782,15 @@ pub(crate) fn grad_base(
     let rows = match merged {
         Gradients::MergedBf16 => Rows::Bf16(stride),
         Gradients::MergedBf16Summed => {
-            // This head's first column (s·H + hh)·64, at its batch's first chunk b·T/16.
+            // This head's first column (s·H + hh)·64, in its batch's first chunk b·T/16, of
+            // partials rows of 3·H·64.
             assert!(t.is_multiple_of(16), "column sums of rows in sixteens: T = {t}");
-            let chunks = dims.b as u32 * t / 16;
+            let row = 3 * h * 64;
             let sums = k.param_load("sums", crate::ptx::ParamTy::U64);
             let col0 = k.tri("mad.lo.u32", RegKind::B32, hh, 64u32, section * h * 64);
             let first = k.bin("mul.lo.u32", RegKind::B32, b, t / 16);
-            let e = k.tri("mad.lo.u32", RegKind::B32, col0, chunks, first);
-            Rows::Bf16Summed { stride, sums: k.addr_of(sums, e, 4), chunks }
+            let e = k.tri("mad.lo.u32", RegKind::B32, first, row, col0);
+            Rows::Bf16Summed { stride, sums: k.addr_of(sums, e, 4), row }
         }
         _ => Rows::F32(stride),
     };

@@ -489,9 +489,9 @@ pub(crate) enum Rows {
     /// bf16 rows this many bytes apart, rounded to nearest.
     Bf16(u32),
     /// [`Rows::Bf16`], and each warp's sums of its 16 rows' f32 values down each column, stored
-    /// at `sums` (the head's first column at its batch's first chunk) + `(col·chunks + chunk)`
-    /// floats, a chunk being sixteen rows.
-    Bf16Summed { stride: u32, sums: Reg, chunks: u32 },
+    /// at `sums` (the head's first column in its batch's first chunk) + `(chunk·row + col)`
+    /// floats: the partials a row of `row` floats a chunk of sixteen rows.
+    Bf16Summed { stride: u32, sums: Reg, row: u32 },
 }
 
 /// Stores the accumulator rows of the warp (rows `row0 + wrow + g + 8r` of the head at `head`,
@@ -576,46 +576,55 @@ pub(crate) fn store_rows(
             );
         }
     }
-    if let Rows::Bf16Summed { sums, chunks, .. } = rows {
-        column_sums(k, ln, row0, t, &stored, (sums, chunks));
+    if let Rows::Bf16Summed { sums, row, .. } = rows {
+        column_sums(k, ln, row0, t, &stored, (sums, row));
     }
 }
 
-/// The warp's sums down each of its 16 columns a lane: the lane's rows g and g + 8 (those
-/// below T), then added across the lanes of the same columns by a butterfly over g, in one
-/// fixed order; the lanes of g = 0 store them at the warp's chunk (`row0 + wrow` over 16) of
-/// each column's partials.
-fn column_sums(k: &mut Kernel, ln: &Lanes, row0: Reg, t: u32, stored: &[(Vec<Reg>, Reg)], (sums, chunks): (Reg, u32)) {
-    k.comment("the warp's column sums of its sixteen rows");
-    let sums_of: Vec<Reg> = (0..stored[0].0.len())
+/// The warp's sums down its 64 columns: each lane adds its rows g and g + 8 (those below T) in
+/// its 16 columns, then three exchanges across the lanes of the same columns halve what each
+/// lane holds (lanes whose bit of g is set keep the upper half and send the lower, the others
+/// the reverse, each adding what it receives), so that lane g ends with the sums of the
+/// warp's 16 rows in columns 8·g + 2·tq and the next: the warp's 64 sums, stored as 256
+/// contiguous bytes at its chunk (`row0 + wrow` over 16) of the partials. One fixed order.
+fn column_sums(k: &mut Kernel, ln: &Lanes, row0: Reg, t: u32, stored: &[(Vec<Reg>, Reg)], (sums, row): (Reg, u32)) {
+    k.comment("the warp's column sums of its sixteen rows, reduced and scattered across its lanes");
+    let mut held: Vec<Reg> = (0..stored[0].0.len())
         .map(|c| {
             let [a, b] = [0, 1].map(|r| {
                 let (vals, ok) = &stored[r];
                 k.tri("selp.f32", RegKind::F32, vals[c], 0.0f32, *ok)
             });
-            let mut s = k.bin("add.rn.f32", RegKind::F32, a, b);
-            for mask in [4u32, 8, 16] {
-                let other = k.reg(RegKind::F32);
-                k.op("shfl.sync.bfly.b32", [other.into(), s.into(), mask.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
-                s = k.bin("add.rn.f32", RegKind::F32, s, other);
-            }
-            s
+            k.bin("add.rn.f32", RegKind::F32, a, b)
         })
         .collect();
+    for (mask, bit) in [(16u32, 4u32), (8, 2), (4, 1)] {
+        let g_bit = k.bin("and.b32", RegKind::B32, ln.g, bit);
+        let upper = k.setp("ne.u32", g_bit, 0u32);
+        let half = held.len() / 2;
+        held = (0..half)
+            .map(|j| {
+                let (lo, hi) = (held[j], held[j + half]);
+                let keep = k.tri("selp.f32", RegKind::F32, hi, lo, upper);
+                let send = k.tri("selp.f32", RegKind::F32, lo, hi, upper);
+                let got = k.reg(RegKind::F32);
+                k.op(
+                    "shfl.sync.bfly.b32",
+                    [got.into(), send.into(), mask.into(), 0x1fu32.into(), Opnd::S("-1".into())],
+                );
+                k.bin("add.rn.f32", RegKind::F32, keep, got)
+            })
+            .collect();
+    }
     let first = k.bin("add.u32", RegKind::B32, row0, ln.wrow);
     let in_t = k.setp("lt.u32", first, t);
-    let g0 = k.setp("eq.u32", ln.g, 0u32);
-    let writer = k.bin("and.pred", RegKind::Pred, in_t, g0);
-    // Column dn·8 + 2·tq + e of the head, chunk first / 16.
+    // Columns 8·g + 2·tq and the next, in chunk first / 16.
     let chunk = k.bin("shr.u32", RegKind::B32, first, 4u32);
-    let col = k.bin("shl.b32", RegKind::B32, ln.tq, 1u32);
-    let e = k.tri("mad.lo.u32", RegKind::B32, col, chunks, chunk);
+    let col = k.bin("shl.b32", RegKind::B32, ln.g, 3u32);
+    let col = k.tri("mad.lo.u32", RegKind::B32, ln.tq, 2u32, col);
+    let e = k.tri("mad.lo.u32", RegKind::B32, chunk, row, col);
     let p = k.addr_of(sums, e, 4);
-    for (c, &s) in sums_of.iter().enumerate() {
-        let (dn, e) = (c / 2, c % 2);
-        let at = ((dn * 8 + e) as u32 * chunks * 4) as i64;
-        k.op_if(writer, false, "st.global.f32", [addr(p, at), s.into()]);
-    }
+    k.op_if(in_t, false, "st.global.v2.f32", [addr(p, 0), Opnd::V(held)]);
 }
 
 /// The block's query tile, longest causal rows first: ⌈T/64⌉ − 1 − ctaid.x.
