@@ -531,6 +531,8 @@ impl Module {
                 // operands come from shuffles and shared memory, so it rounds as `.rn` does.)
                 "add.rn.f32" | "add.f32" => Some((f(v(1)?) + f(v(2)?)).to_bits() as u64),
                 "sub.rn.f32" => Some((f(v(1)?) - f(v(2)?)).to_bits() as u64),
+                // PTX max: the other operand where one is NaN, as f32::max.
+                "max.f32" => Some(f(v(1)?).max(f(v(2)?)).to_bits() as u64),
                 "mul.rn.f32" => Some((f(v(1)?) * f(v(2)?)).to_bits() as u64),
                 "neg.f32" => Some((u(v(1)?) ^ 0x8000_0000) as u64),
                 "div.rn.f32" => Some((f(v(1)?) / f(v(2)?)).to_bits() as u64),

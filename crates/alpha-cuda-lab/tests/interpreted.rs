@@ -1097,7 +1097,8 @@ fn an_elementwise_op_stores_into_the_place_of_the_permute_after_it() {
     let mut rng = Rng::new(8);
     let leaves = [("x", rng.vec(120, 2.0)), ("gain", rng.vec(3, 2.0))];
     let names = lowered_gives_the_cpus_bits(g, heads, &leaves);
-    assert_eq!(names, ["pw_mul"], "the product stored permuted, no copy: {names:?}");
+    // (Four elements a thread: the gain is one value along the innermost axis.)
+    assert_eq!(names, ["pw_mul_v4"], "the product stored permuted, no copy: {names:?}");
     let mut g = Graph::new("permuted-unary");
     let x = g.param("x", &[4, 6, 5], Init::Zeros);
     let t = g.neg(x);
@@ -1111,7 +1112,8 @@ fn an_elementwise_op_stores_into_the_place_of_the_permute_after_it() {
 /// multiples of four) store what the one-element kernels store, bit for bit, gaps left as
 /// they were: a bf16 operand of 1,330 columns copied into rows of 1,336, zeros filling the
 /// last six, k's columns of a `[N, 3990]` projection turned to `[7, N, 190]`, and a
-/// permute-and-cast to bf16 (a rounding tie among the values).
+/// permute-and-cast to bf16 (a rounding tie among the values), and an input held along the
+/// innermost axis (a group's value for its 190 phasors), multiplied and copied.
 #[test]
 fn pointwise_kernels_two_elements_a_thread_store_the_one_element_bits() {
     use alpha_cuda::kernels::pointwise::{contiguous_strides, Body, Operand, Pointwise};
@@ -1144,6 +1146,25 @@ fn pointwise_kernels_two_elements_a_thread_store_the_one_element_bits() {
                 shape: vec![7, rows, 190],
                 out: bf16(contiguous_strides(&[7, rows, 190])),
                 ins: vec![f32s(vec![190, 1330, 1])],
+                body: Body::Copy,
+            },
+        ),
+        // A group's scale held along its 190 phasors (one value for a thread's two).
+        (
+            "held scale",
+            Pointwise {
+                shape: vec![rows, 7, 190],
+                out: f32s(contiguous_strides(&[rows, 7, 190])),
+                ins: vec![f32s(contiguous_strides(&[rows, 7, 190])), f32s(vec![7, 1, 0])],
+                body: Body::Binary(alpha_ir::Binary::Mul),
+            },
+        ),
+        (
+            "held copy",
+            Pointwise {
+                shape: vec![rows, 7, 190],
+                out: bf16(contiguous_strides(&[rows, 7, 190])),
+                ins: vec![bf16(vec![7, 1, 0])],
                 body: Body::Copy,
             },
         ),
@@ -1190,5 +1211,58 @@ fn pointwise_kernels_two_elements_a_thread_store_the_one_element_bits() {
             .collect();
         let differ = results[0].iter().zip(&results[1]).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
         assert_eq!(differ, 0, "{what}: {differ} words differ");
+    }
+}
+
+/// A short reduction's warp path (a warp an output: each lane its elements in order, then a
+/// butterfly) gives the host's emulation of that order bit for bit, under both orders of a
+/// block's threads: sums and maxima over rows of 190 (Diakosmos's groups) with a ragged last
+/// block of outputs, a mean over rows of 33 (a lane with two elements beside lanes with one), and
+/// a sum over a strided axis (at least 64 outputs each: fewer keep a block an output).
+#[test]
+fn a_short_reduction_a_warp_an_output_gives_the_hosts_bits() {
+    use alpha_cuda::kernels::reduce::{self, Reduction};
+    use alpha_ir::Reduce;
+    let cases: [(&[usize], usize, Reduce); 4] = [
+        (&[70, 190], 1, Reduce::Sum),
+        (&[70, 190], 1, Reduce::Max),
+        (&[80, 33], 1, Reduce::Mean),
+        (&[8, 50, 9], 1, Reduce::Sum),
+    ];
+    for (shape, axis, kind) in cases {
+        let r = Reduction::new(kind, shape, &[axis], DType::F32, DType::F32).unwrap();
+        assert!(r.warp_rows(), "{shape:?}");
+        let n: usize = shape.iter().product();
+        let x = Rng::new(n as u64).vec(n, 1.0);
+        // The host's emulation: lane sums in order, then the butterfly over all lanes at once.
+        let (count, outputs) = (shape[axis], n / shape[axis]);
+        let inner: usize = shape[axis + 1..].iter().product();
+        let op = |a: f32, b: f32| if kind == Reduce::Max { a.max(b) } else { a + b };
+        let init = if kind == Reduce::Max { f32::NEG_INFINITY } else { 0.0 };
+        let want: Vec<f32> = (0..outputs)
+            .map(|o| {
+                let (outer, inn) = (o / inner, o % inner);
+                let at = |j: usize| x[(outer * count + j) * inner + inn];
+                let mut lanes: Vec<f32> =
+                    (0..32).map(|l| (l..count).step_by(32).fold(init, |a, j| op(a, at(j)))).collect();
+                for mask in [16, 8, 4, 2, 1] {
+                    lanes = (0..32).map(|l| op(lanes[l], lanes[l ^ mask])).collect();
+                }
+                if kind == Reduce::Mean {
+                    lanes[0] / count as f32
+                } else {
+                    lanes[0]
+                }
+            })
+            .collect();
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let mut mem = Memory::new();
+            let xa = mem.upload(&x);
+            let (out, partials) = (mem.alloc(outputs), mem.alloc(1));
+            let (g, _, _) = r.grid();
+            let args = reduce::arguments([out, xa, partials]);
+            module(&r.kernel()).launch_3d([g, 1, 1], [reduce::THREADS, 1, 1], &args, &mut mem, schedule).unwrap();
+            assert_bits(&format!("{shape:?} {kind:?} {schedule:?}"), &mem.read(out, outputs), &want);
+        }
     }
 }

@@ -775,8 +775,9 @@ pub fn layernorm_param_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opt
 /// permute-and-cast, the q/k/v gradients' permute-and-cast back, a bf16 → f32 permute, and the
 /// gated product stored as bf16; and on Diakosmos's, two a thread: a bf16 operand of 1,330
 /// columns copied into rows of 1,336 (a padded product's), k's columns of the q/k/v projection
-/// turned to `[7, N, 190]`, and a bf16 cast of rows of 190. Inputs include a rounding tie and
-/// the largest finite f32. Timed with `bench`.
+/// turned to `[7, N, 190]`, a bf16 cast of rows of 190, and a product with a value held along
+/// each group's 190. Inputs include a rounding tie and the largest finite f32. Timed with
+/// `bench`.
 pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
     use alpha_cuda::kernels::pointwise::{contiguous_strides, Body, Operand, Pointwise};
     use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
@@ -828,6 +829,18 @@ pub fn pointwise_vector_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, op
             },
         ),
         ("[7, N, 190] permute+cast", permute(&[tokens, 7, 190], &[1, 0, 2], DType::F32, DType::BF16)),
+        (
+            "[N, 7, 190] times a held [N, 7, 1]",
+            Pointwise {
+                out: Operand::contiguous(DType::F32, &[tokens, 7, 190]),
+                ins: vec![
+                    Operand::contiguous(DType::F32, &[tokens, 7, 190]),
+                    Operand { dtype: DType::F32, strides: vec![7, 1, 0] },
+                ],
+                shape: vec![tokens, 7, 190],
+                body: Body::Binary(Binary::Mul),
+            },
+        ),
     ];
     let mut rows = vec![];
     for (what, pw) in cases {
@@ -1061,8 +1074,9 @@ pub fn tanh_exhaustive(gpu: &Gpu, arena: &DeviceArena) -> Result<Vec<Row>> {
 /// of [`alpha_cuda::kernels::reduce`]) against the host's f64 sums, and a second launch
 /// bit-identical to the first. Shapes: GPT-2's at sixteen contexts ([16384, 768], 32 row
 /// chunks and a finishing pass), a ragged one ([1000, 300]: a partial last tile and chunk), a
-/// small one ([5, 40]: one chunk, most row groups idle); plus a row sum ([300, 1000] over axis 1)
-/// that keeps the strided path. Timed with `bench`.
+/// small one ([5, 40]: one chunk, most row groups idle); plus row reductions over axis 1: short
+/// rows on the warp path ([300, 1000]; Diakosmos's groups of 190, summed and maxed) and long
+/// ones on the strided path ([300, 3000]). Timed with `bench`.
 pub fn reduce_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Options) -> Result<Vec<Row>> {
     use alpha_cuda::kernels::reduce::{self, Reduction};
     use alpha_cuda::runtime::driver::{Arg, LaunchConfig};
@@ -1073,6 +1087,9 @@ pub fn reduce_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Optio
         ([1000, 300], 0, Reduce::Sum, true),
         ([5, 40], 0, Reduce::Sum, true),
         ([300, 1000], 1, Reduce::Sum, false),
+        ([14336, 190], 1, Reduce::Sum, false),
+        ([14336, 190], 1, Reduce::Max, false),
+        ([300, 3000], 1, Reduce::Sum, false),
     ];
     let mut rows = vec![];
     for (shape, axis, kind, columns) in cases {
@@ -1095,6 +1112,9 @@ pub fn reduce_checks(gpu: &Gpu, arena: &DeviceArena, rng: &mut Rng, opts: &Optio
         let outputs = r.outputs();
         let want: Vec<f32> = (0..outputs)
             .map(|o| {
+                if kind == Reduce::Max {
+                    return x[o * width..(o + 1) * width].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                }
                 let s: f64 = if axis == 0 {
                     (0..rows_n).map(|i| x[i * width + o] as f64).sum()
                 } else {

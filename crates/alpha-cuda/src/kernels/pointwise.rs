@@ -124,7 +124,8 @@ impl Pointwise {
 
     /// The most consecutive elements, [`VECTOR`] or 2, that [`Pointwise::kernel_with`] may take
     /// a thread (1: one): the innermost merged axis a multiple of it and contiguous in every
-    /// operand, every other stride a multiple of it, and every dtype f32 or bf16. The caller
+    /// operand but inputs held along it (stride 0), every other stride of the contiguous ones a
+    /// multiple of it, and every dtype f32 or bf16. The caller
     /// must also know every pointer 16-byte aligned. Why two: Diakosmos's rows of 1,330 and
     /// 190 are even but not multiples of four, and its copies (padding operands to the tiled
     /// products, permutes and concatenations of groups) ran a 2-byte or 4-byte access and an
@@ -134,11 +135,13 @@ impl Pointwise {
         let dtypes_ok =
             std::iter::once(&self.out).chain(&self.ins).all(|o| matches!(o.dtype, DType::F32 | DType::BF16));
         let Some(&last) = shape.last() else { return 1 };
+        // An input held along the innermost axis (stride 0: one value for the thread's
+        // elements) fits any width; the output and every other input must be contiguous there.
         let fits = |v: u64| {
             last.is_multiple_of(v)
-                && strides.iter().all(|s| {
+                && strides.iter().enumerate().all(|(k, s)| {
                     let r = s.len() - 1;
-                    s[r] == 1 && s[..r].iter().all(|x| x.is_multiple_of(v))
+                    (k > 0 && s[r] == 0) || (s[r] == 1 && s[..r].iter().all(|x| x.is_multiple_of(v)))
                 })
         };
         match () {
@@ -203,15 +206,24 @@ impl Pointwise {
         // Element offsets of every operand for the thread's first element.
         let first = if width == 1 { i } else { k.bin("shl.b32", RegKind::B32, i, width.trailing_zeros()) };
         let offs = element_offsets(k, first, shape, strides);
-        let raw = matches!(self.body, Body::Copy) && self.ins[0].dtype == self.out.dtype;
+        // An input held along the innermost axis: one load for the thread's elements.
+        let held = |j: usize| strides[j + 1].last() == Some(&0);
+        let raw = matches!(self.body, Body::Copy) && self.ins[0].dtype == self.out.dtype && !held(0);
         if raw {
             let bytes = self.out.dtype.size() as u32;
             let src = k.addr_of(ins[0], offs[1], bytes);
             let dst = k.addr_of(out, offs[0], bytes);
             copy_bits(k, src, dst, width * bytes);
         } else {
-            let vals: Vec<Vec<Reg>> =
-                self.ins.iter().enumerate().map(|(j, o)| load_f32s(k, o.dtype, ins[j], offs[j + 1], width)).collect();
+            let vals: Vec<Vec<Reg>> = self
+                .ins
+                .iter()
+                .enumerate()
+                .map(|(j, o)| match held(j) {
+                    true => vec![load_f32(k, o.dtype, ins[j], offs[j + 1]); width as usize],
+                    false => load_f32s(k, o.dtype, ins[j], offs[j + 1], width),
+                })
+                .collect();
             let r: Vec<Reg> = (0..width as usize)
                 .map(|e| match self.body {
                     Body::Copy => vals[0][e],

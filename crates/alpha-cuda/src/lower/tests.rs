@@ -286,7 +286,7 @@ fn a_unary_whose_slot_the_plan_gives_an_operand_is_not_fused() {
     let l = lower_forward_folding(g, s);
     let names = launch_names(&l);
     assert_eq!(l.plan.slot(a).offset, l.plan.slot(y0).offset, "the premise: relu's slot is y0's");
-    assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64_wg", "ew_relu_mul", "reduce_sum"]);
+    assert_eq!(names, ["reduce_sum_warps", "gemm_rr_f32_store_64x64_wg", "ew_relu_mul", "reduce_sum"]);
 }
 
 /// A gated unit over a deep grid (16,384 rows), its gate read again at the end (`gate_late`,
@@ -437,7 +437,7 @@ fn a_chain_read_alone_runs_in_the_products_epilogue() {
     };
     let l = lower_forward_with(g, s, config);
     let names = launch_names(&l);
-    assert_eq!(names, ["reduce_sum", "gemm_rr_f32_store_64x64_then_relui0_muli0s0_out1f_p0_wg", "reduce_sum"]);
+    assert_eq!(names, ["reduce_sum_warps", "gemm_rr_f32_store_64x64_then_relui0_muli0s0_out1f_p0_wg", "reduce_sum"]);
     let (hs, ys) = (l.plan.slot(h), l.plan.slot(y0));
     assert!(hs.offset + hs.len <= ys.offset || ys.offset + ys.len <= hs.offset, "h clear of y0");
     // The product's pointers, then h's.
