@@ -77,8 +77,8 @@ pub(crate) fn merged_gradients(
 /// only a column sum launched right after them and that sum's bf16 cast read
 /// ([`column_casts`]): the backward then stores the cast itself and each warp's column sums of
 /// the f32 values ([`Gradients::MergedBf16Summed`]); the sum only finishes, the cast does not
-/// launch, and the f32 tensor is never stored. Records them in `fp.attention_column_sums`
-/// (sum → backward) and drops their column casts; returns the casts to skip. Why: GPT-2's q/k/v
+/// launch, and the f32 tensor is never stored. Records each sum with its backward's fusions
+/// and drops their column casts; returns the casts to skip. Why: GPT-2's q/k/v
 /// bias gradient; at sixteen contexts each layer's backward wrote 151 MB of f32 that the sum
 /// read back to store its 75 MB cast.
 ///
@@ -99,13 +99,7 @@ pub(crate) fn summed_merged_gradients(
             continue;
         }
         // The value the sum and the cast read: x itself or its reshape.
-        let mut v = x;
-        while let &[r] = ph.readers(v) {
-            if !matches!(g.nodes[r as usize].op, Op::Reshape { .. }) {
-                break;
-            }
-            v = Value { node: r, index: 0 };
-        }
+        let v = past_reshapes(g, ph.readers, x);
         let Some((&sum, &cast)) =
             fp.column_casts.iter().find(|(s, c)| g.nodes[**s as usize].inputs[0] == v && !skip.contains(&c.node))
         else {
@@ -119,8 +113,8 @@ pub(crate) fn summed_merged_gradients(
         let reads = [ph.range(n.inputs[4]), Some(tensor)];
         let clear = ph.range(cast).is_some_and(|slot| clear_of(slot, reads));
         if readers == want && adjacent && clear && !skip.contains(&sum) {
-            fp.attention_mut(h).merged_gradients = Some((cast, Gradients::MergedBf16Summed));
-            fp.attention_column_sums.insert(sum, h);
+            let a = fp.attention_mut(h);
+            (a.merged_gradients, a.column_sum) = (Some((cast, Gradients::MergedBf16Summed)), Some(sum));
             fp.column_casts.remove(&sum);
             casts.push(cast.node);
         }
@@ -186,13 +180,7 @@ pub(crate) fn merged_f32_windows(
         if matches!(hn.op, Op::AttentionBackward { bf16: true, .. }) && c.inputs.iter().all(|&x| source(x) == h) {
             // Through the permute, or through the bf16 cast of it (through reshapes) that the
             // backward may store with the column sums ([`summed_merged_gradients`]).
-            let mut v = out;
-            while let Some(&[r]) = readers.get(&v).map(Vec::as_slice) {
-                if !matches!(g.nodes[r as usize].op, Op::Reshape { .. }) {
-                    break;
-                }
-                v = Value { node: r, index: 0 };
-            }
+            let v = past_reshapes(g, &readers, out);
             let cast = readers.get(&v).into_iter().flatten().copied().find(|&r| {
                 matches!(g.nodes[r as usize].op, Op::Cast { to: DType::BF16 }) && phase(r) == phase(p as u32)
             });

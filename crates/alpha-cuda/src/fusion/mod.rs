@@ -99,6 +99,18 @@ pub(crate) fn overlap(a: (usize, usize), b: (usize, usize)) -> bool {
 
 /// How often each value is read (by nodes, program outputs and phase-end assignments), and which
 /// nodes read it: a fusion may hide an intermediate only when its fused reader is its only use.
+/// `v`, or the value its chain of reshapes ends in where each link is its value's only reader:
+/// what a kernel reading `v` through views reads.
+pub(crate) fn past_reshapes(g: &alpha_ir::Graph, readers: &HashMap<Value, Vec<u32>>, mut v: Value) -> Value {
+    while let Some(&[r]) = readers.get(&v).map(Vec::as_slice) {
+        if !matches!(g.nodes[r as usize].op, Op::Reshape { .. }) {
+            break;
+        }
+        v = Value { node: r, index: 0 };
+    }
+    v
+}
+
 pub(crate) fn readers_of(program: &alpha_ir::Program) -> (HashMap<Value, usize>, HashMap<Value, Vec<u32>>) {
     let mut uses: HashMap<Value, usize> = HashMap::new();
     let mut readers: HashMap<Value, Vec<u32>> = HashMap::new();
@@ -145,14 +157,10 @@ impl<'a> PhaseView<'a> {
     }
 
     /// The node reading `v` through single-reader reshapes, and the value it reads.
-    pub(crate) fn through_reshapes(&self, mut v: Value) -> Option<(u32, Value)> {
-        loop {
-            let &[r] = self.readers(v) else { return None };
-            if !matches!(self.g.nodes[r as usize].op, Op::Reshape { .. }) {
-                return Some((r, v));
-            }
-            v = Value { node: r, index: 0 };
-        }
+    pub(crate) fn through_reshapes(&self, v: Value) -> Option<(u32, Value)> {
+        let v = past_reshapes(self.g, self.readers, v);
+        let &[r] = self.readers(v) else { return None };
+        Some((r, v))
     }
 
     /// Whether no kernel runs strictly between launch positions `from` and `to` (each node

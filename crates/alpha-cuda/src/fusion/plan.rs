@@ -52,6 +52,9 @@ pub(crate) struct AttentionFusion {
     /// Backward only: its permuted, concatenated gradients, which it stores itself: the bf16
     /// cast of them, or the f32 permute ([`merged_gradients`]).
     pub(crate) merged_gradients: Option<(Value, Gradients)>,
+    /// Backward only: the column sum (Reduce) whose partials it writes beside its merged bf16
+    /// gradients ([`summed_merged_gradients`]).
+    pub(crate) column_sum: Option<u32>,
     /// Forward only: the bf16 cast of its permuted output, which it stores too
     /// ([`forward_copies`]).
     pub(crate) output_copy: Option<Value>,
@@ -77,9 +80,6 @@ pub(crate) struct FusionPlan {
     /// LayerNorm backward → the column sum of what it stores, whose chunk partials it writes
     /// ([`norm_column_sums`]).
     pub(crate) norm_column_sums: HashMap<u32, u32>,
-    /// Column sum (Reduce) → the attention backward that writes its partials, storing its
-    /// merged gradients bf16 ([`summed_merged_gradients`]).
-    pub(crate) attention_column_sums: HashMap<u32, u32>,
     /// CrossEntropy → its backward, run in the same launch ([`joint_cross_entropy`]).
     pub(crate) joint_cross_entropy: HashMap<u32, JointCrossEntropy>,
     /// Concat → its parts (by input position) whose copies read through the permute or slice
@@ -186,6 +186,10 @@ impl FusionPlan {
 
     pub(crate) fn merged_gradients(&self, id: u32) -> Option<&(Value, Gradients)> {
         self.attention.get(&id)?.merged_gradients.as_ref()
+    }
+
+    pub(crate) fn attention_column_sum(&self, id: u32) -> Option<u32> {
+        self.attention.get(&id)?.column_sum
     }
 
     /// The cast that column sum `id` stores, unless another launch has taken it by the time

@@ -22,6 +22,7 @@
 use alpha_ir::DType;
 use anyhow::Result;
 
+use crate::kernels::pointwise::{load_f32, widen_bf16, widen_bf16_words};
 use crate::kernels::ScalarArg;
 use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 use crate::runtime::driver::{Arg, Function, Gpu, LaunchConfig};
@@ -76,8 +77,7 @@ pub fn forward_kernel_of(vocab: Option<u32>, input: DType) -> Kernel {
                 if input == DType::BF16 {
                     let h = k.reg(RegKind::B32);
                     k.op("ld.global.u16", [h.into(), at]);
-                    let bits = k.bin("shl.b32", RegKind::B32, h, 16u32);
-                    k.op("mov.b32", [x.into(), bits.into()]);
+                    widen_bf16(&mut k, h, x);
                 } else {
                     k.op("ld.global.f32", [x.into(), at]);
                 }
@@ -176,15 +176,7 @@ pub fn joint_kernel_of(w: u32, input: DType) -> Kernel {
     let each_quad = |k: &mut Kernel, labels: (&str, &str), body: &mut dyn FnMut(&mut Kernel, Reg, &[Reg])| {
         k.strided_loop(tid, quads, JOINT_THREADS, labels, |k, q| {
             let at = k.tri("mad.lo.u32", RegKind::B32, q, 4 * es, sbase);
-            let x = if input == DType::BF16 {
-                let words = k.regs(RegKind::B32, 2);
-                k.op("ld.shared.v2.b32", [Opnd::V(words.clone()), addr(at, 0)]);
-                words.iter().flat_map(|&wd| widen_bf16_pair(k, wd)).collect()
-            } else {
-                let x = k.regs(RegKind::F32, 4);
-                k.op("ld.shared.v4.f32", [Opnd::V(x.clone()), addr(at, 0)]);
-                x
-            };
+            let x = load_quad(k, "shared", input, at);
             body(k, q, &x);
         });
     };
@@ -289,8 +281,7 @@ fn lse_and_loss(
     if input == DType::BF16 {
         let h = k.imm_u32(0);
         k.op_if(ok, false, "ld.global.u16", [h.into(), addr(xa, 0)]);
-        let bits = k.bin("shl.b32", RegKind::B32, h, 16u32);
-        k.op("mov.b32", [xt.into(), bits.into()]);
+        widen_bf16(k, h, xt);
     } else {
         k.op_if(ok, false, "ld.global.f32", [xt.into(), addr(xa, 0)]);
     }
@@ -352,7 +343,7 @@ pub fn backward_kernel_of(bf16: bool, input: DType) -> Kernel {
         |k: &mut Kernel, x: Reg, index: &dyn Fn(&mut Kernel) -> Reg| logit_gradient(k, x, index, (lse, t, scale, v));
     if !bf16 {
         strided(&mut k, tid, w, |k, j| {
-            let x = load_logit(k, input, base, j);
+            let x = load_f32(k, input, base, j);
             let g = grad(k, x, &|_| j);
             let o = k.addr_of(obase, j, 4);
             k.op("st.global.f32", [addr(o, 0), g.into()]);
@@ -363,15 +354,7 @@ pub fn backward_kernel_of(bf16: bool, input: DType) -> Kernel {
     let quads = k.bin("shr.u32", RegKind::B32, w, 2u32);
     strided(&mut k, tid, quads, |k, q| {
         let a = k.addr_of(base, q, 4 * input.size() as u32);
-        let x = if input == DType::BF16 {
-            let words = k.regs(RegKind::B32, 2);
-            k.op("ld.global.v2.b32", [Opnd::V(words.clone()), addr(a, 0)]);
-            words.iter().flat_map(|&wd| widen_bf16_pair(k, wd)).collect()
-        } else {
-            let x = k.regs(RegKind::F32, 4);
-            k.op("ld.global.v4.f32", [Opnd::V(x.clone()), addr(a, 0)]);
-            x
-        };
+        let x = load_quad(k, "global", input, a);
         let j0 = k.bin("shl.b32", RegKind::B32, q, 2u32);
         let g: Vec<Reg> = x
             .iter()
@@ -433,7 +416,7 @@ fn each_logit(
             }
         }
         None => strided(k, tid, v, |k, j| {
-            let x = load_logit(k, input, base, j);
+            let x = load_f32(k, input, base, j);
             body(k, x);
         }),
     }
@@ -448,30 +431,18 @@ fn input_suffix(input: DType) -> &'static str {
     }
 }
 
-/// Logit `j` of the row at `base`, stored as `input`, as f32 (a bf16 one widened exactly).
-fn load_logit(k: &mut Kernel, input: DType, base: Reg, j: Reg) -> Reg {
-    let a = k.addr_of(base, j, input.size() as u32);
-    let x = k.reg(RegKind::F32);
+/// The four logits at `at` in `space` (global or shared), stored as `input`, as f32: one
+/// 16-byte load of f32 ones, or one 8-byte load of bf16 ones widened exactly.
+fn load_quad(k: &mut Kernel, space: &str, input: DType, at: Reg) -> Vec<Reg> {
+    let x = k.regs(RegKind::F32, 4);
     if input == DType::BF16 {
-        let h = k.reg(RegKind::B32);
-        k.op("ld.global.u16", [h.into(), addr(a, 0)]);
-        let bits = k.bin("shl.b32", RegKind::B32, h, 16u32);
-        k.op("mov.b32", [x.into(), bits.into()]);
+        let words = k.regs(RegKind::B32, 2);
+        k.op(&format!("ld.{space}.v2.b32"), [Opnd::V(words.clone()), addr(at, 0)]);
+        widen_bf16_words(k, &words, &x);
     } else {
-        k.op("ld.global.f32", [x.into(), addr(a, 0)]);
+        k.op(&format!("ld.{space}.v4.f32"), [Opnd::V(x.clone()), addr(at, 0)]);
     }
     x
-}
-
-/// The two bf16 values of `word` (the first in its low half) as f32, widened exactly.
-fn widen_bf16_pair(k: &mut Kernel, word: Reg) -> [Reg; 2] {
-    let lo = k.bin("shl.b32", RegKind::B32, word, 16u32);
-    let hi = k.bin("and.b32", RegKind::B32, word, 0xFFFF_0000u32);
-    [lo, hi].map(|b| {
-        let x = k.reg(RegKind::F32);
-        k.op("mov.b32", [x.into(), b.into()]);
-        x
-    })
 }
 
 /// `for (j = tid; j < v; j += THREADS) body(j)`.

@@ -286,19 +286,30 @@ fn load_f32s(k: &mut Kernel, dtype: DType, base: Reg, idx: Reg, width: u32) -> V
         } else {
             k.op("ld.global.v2.b32", [Opnd::V(w.clone()), addr(a, 0)]);
         }
-        for (e, &x) in f.iter().enumerate() {
-            // Element 2j is the low half of word j: widened exactly by a shift (or a mask).
-            let bits = if e % 2 == 0 {
-                k.bin("shl.b32", RegKind::B32, w[e / 2], 16u32)
-            } else {
-                k.bin("and.b32", RegKind::B32, w[e / 2], 0xFFFF_0000u32)
-            };
-            k.op("mov.b32", [x.into(), bits.into()]);
-        }
+        widen_bf16_words(k, &w, &f);
     } else {
         k.op(&format!("ld.global.v{width}.f32"), [Opnd::V(f.clone()), addr(a, 0)]);
     }
     f
+}
+
+/// The bf16 pairs in `words` (element 2j the low half of word j) as f32 into `f`, widened
+/// exactly by a shift (or a mask).
+pub(crate) fn widen_bf16_words(k: &mut Kernel, words: &[Reg], f: &[Reg]) {
+    for (e, &x) in f.iter().enumerate() {
+        let bits = if e % 2 == 0 {
+            k.bin("shl.b32", RegKind::B32, words[e / 2], 16u32)
+        } else {
+            k.bin("and.b32", RegKind::B32, words[e / 2], 0xFFFF_0000u32)
+        };
+        k.op("mov.b32", [x.into(), bits.into()]);
+    }
+}
+
+/// The bf16 value in the low half of `half` (loaded as u16) as f32 into `f`, widened exactly.
+pub(crate) fn widen_bf16(k: &mut Kernel, half: Reg, f: Reg) {
+    let bits = k.bin("shl.b32", RegKind::B32, half, 16u32);
+    k.op("mov.b32", [f.into(), bits.into()]);
 }
 
 /// Stores f32 `v` (one value, two or four) as elements `idx ..` of a `dtype` array (rounded to
@@ -401,8 +412,7 @@ pub fn load_f32(k: &mut Kernel, dtype: DType, base: Reg, idx: Reg) -> Reg {
         DType::BF16 => {
             let r = k.reg(RegKind::B32);
             k.op("ld.global.u16", [r.into(), addr(a, 0)]);
-            let w = k.bin("shl.b32", RegKind::B32, r, 16u32);
-            k.op("mov.b32", [f.into(), w.into()]);
+            widen_bf16(k, r, f);
         }
         DType::I32 => {
             let r = k.reg(RegKind::B32);

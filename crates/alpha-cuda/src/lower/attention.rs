@@ -176,15 +176,13 @@ impl Lowerer<'_> {
                         let tensors = [dq, dk, dv, delta, qa, ka, va, o, l, d_o];
                         let mut args = attention::backward_arguments(tensors, do16, inverse_tables, tabs);
                         if grads == mma::Gradients::MergedBf16Summed {
-                            // The column sums' partials, `[3·H·64][B·T/16]`, past every scratch
-                            // byte lowered so far, for the sum launched next.
-                            let sum = self.fusion.attention_column_sums.iter().find(|(_, &h)| h == id).map(|(&s, _)| s);
-                            let Some(sum) = sum else {
+                            // The column sums' partials, `[B·T/16][3·H·64]`, for the sum
+                            // launched next.
+                            let Some(sum) = self.fusion.attention_column_sum(id) else {
                                 return Err(node_error(node, id, "its column sums have no sum to finish them"));
                             };
                             let chunks = dims.b * dims.t / 16;
-                            let at = self.scratch.div_ceil(256) * 256;
-                            self.need_scratch(at + 3 * dims.h * dims.d * chunks * 4);
+                            let at = self.scratch_past_all(3 * dims.h * dims.d * chunks * 4);
                             args.push(A::Scratch(at));
                             self.attention_partials.insert(sum, (A::Scratch(at), chunks));
                         }

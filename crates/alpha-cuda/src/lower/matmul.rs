@@ -32,15 +32,13 @@ impl Lowerer<'_> {
                     let input = |v: Value| if g.dtype(v) == DType::F32 { Input::F32 } else { Input::Bf16 };
                     (spec.a_input, spec.b_input) = (input(a), input(b));
                     // C is the product, or the bf16 cast it stores rounded (`casts_into_products`).
+                    let (dest, dest_dtype) = self.destination(cx.out(0));
                     let (c, r) = match self.fusion.residual_add(id) {
                         Some(&(add, r)) => {
                             spec.epilogue = Epilogue::AddResidual;
                             (Value { node: add, index: 0 }, r)
                         }
-                        None => {
-                            let c = self.destination(cx.out(0)).0;
-                            (c, c)
-                        }
+                        None => (dest, dest),
                     };
                     let act = self.fusion.activation(id).copied();
                     spec.activation = act.map(|x| x.1);
@@ -119,7 +117,7 @@ impl Lowerer<'_> {
                         return Ok(v);
                     }
                     let spec = settled(with_ring(self.config, on_tma(self.config, spec, &shape), &shape), &shape);
-                    let spec = match self.destination(cx.out(0)).1 {
+                    let spec = match dest_dtype {
                         DType::BF16 if gemm_tma::staged(&spec) == Some(gemm_tma::Staged::Store) => {
                             GemmSpec { store_bf16: true, ..spec }
                         }

@@ -912,6 +912,15 @@ impl Lowerer<'_> {
         self.scratch = self.scratch.max(bytes);
     }
 
+    /// `bytes` of the scratch region past every byte a launch lowered so far uses (their
+    /// offset): for values that outlive launches using the region themselves, up to the launch
+    /// that reads them.
+    fn scratch_past_all(&mut self, bytes: usize) -> usize {
+        let at = self.scratch.div_ceil(256) * 256;
+        self.need_scratch(at + bytes);
+        at
+    }
+
     fn pointwise(&mut self, pw: Pointwise, args: Vec<A>, node: Option<u32>) -> Result<Pending> {
         // Four or two elements a thread where the layout allows and every pointer is aligned
         // to its operand's whole access.

@@ -13,63 +13,53 @@ impl Lowerer<'_> {
             return self.lower_column_sum_of(id, partials, chunks);
         }
         let cx = At::of(self.plan, id);
-        let (node, ins) = (&cx.node, &cx.node.inputs);
-        let odt = node.outputs[0].dtype;
-        let some = Some(id);
-        let mut v = vec![];
-        match &node.op {
-            Op::Reduce { kind, axes, .. } => {
-                let r = Reduction::new(*kind, &cx.ishape(0), axes, cx.idt(0), odt)?;
-                let chunks = r.chunks();
-                // With one chunk the partials pointer is unused; it still points into the arena.
-                let partials = if chunks > 1 { A::Scratch(0) } else { self.ptr(cx.out(0)) };
-                let [out, x] = [self.ptr(cx.out(0)), self.ptr(ins[0])];
-                let (k1, args) = match cast {
-                    Some(c) => (
-                        r.column_cast_kernel().map_err(|e| node_error(node, id, e))?,
-                        reduce::cast_arguments([out, x, partials, self.ptr(c)]),
-                    ),
-                    None => (r.kernel(), reduce::arguments([out, x, partials])),
-                };
-                let kernel = self.kernel(k1)?;
-                v.push(Pending { kernel, grid: r.grid(), block: (reduce::THREADS, 1, 1), args, node: some });
-                if chunks > 1 {
-                    self.need_scratch(r.outputs() * chunks * 4);
-                    let k2 = self.kernel(r.finish_kernel())?;
-                    v.push(Pending {
-                        kernel: k2,
-                        grid: (r.outputs() as u32, 1, 1),
-                        block: (reduce::THREADS, 1, 1),
-                        args: reduce::finish_arguments([self.ptr(cx.out(0)), A::Scratch(0)]),
-                        node: some,
-                    });
-                }
-            }
-            _ => return Err(node_error(node, id, "not a reduction")),
-        }
-        Ok(v)
+        let Op::Reduce { kind, axes, .. } = &cx.node.op else {
+            return Err(node_error(&cx.node, id, "not a reduction"));
+        };
+        let r = Reduction::new(*kind, &cx.ishape(0), axes, cx.idt(0), cx.node.outputs[0].dtype)?;
+        let cast = cast.map(|c| self.ptr(c));
+        self.reduction_passes(id, &r, self.ptr(cx.node.inputs[0]), cast, 0)
     }
 
     /// Column sum `id` taken over the f32 matrix `[rows, outputs]` at `x` in the scratch region
-    /// (another launch's partials) instead of its input: the column path's two passes, its own
-    /// partials past `x`'s.
+    /// (another launch's partials) instead of its input: the column path's passes, its own
+    /// partials past every scratch byte lowered so far.
     fn lower_column_sum_of(&mut self, id: u32, x: A, rows: usize) -> Result<Vec<Pending>> {
         let cx = At::of(self.plan, id);
-        let node = &cx.node;
-        let outputs = cx.numel();
-        let r = Reduction::new(alpha_ir::Reduce::Sum, &[rows, outputs], &[0], DType::F32, node.outputs[0].dtype)
-            .map_err(|e| node_error(node, id, e))?;
-        let A::Scratch(x_at) = x else { return Err(node_error(node, id, "partials outside the scratch region")) };
+        let r = Reduction::new(alpha_ir::Reduce::Sum, &[rows, cx.numel()], &[0], DType::F32, cx.node.outputs[0].dtype)
+            .map_err(|e| node_error(&cx.node, id, e))?;
+        let at = self.scratch_past_all(0);
+        self.reduction_passes(id, &r, x, None, at)
+    }
+
+    /// Reduction `r` of node `id` over `x`: its first pass (storing the bf16 cast at `cast` on
+    /// the column path where given), then, with several chunks, the finishing pass over the
+    /// partials at `partials_at` in the scratch region.
+    fn reduction_passes(
+        &mut self,
+        id: u32,
+        r: &Reduction,
+        x: A,
+        cast: Option<A>,
+        partials_at: usize,
+    ) -> Result<Vec<Pending>> {
+        let cx = At::of(self.plan, id);
         let chunks = r.chunks();
-        let at = (x_at + rows * outputs * 4).div_ceil(256) * 256;
         let out = self.ptr(cx.out(0));
-        let partials = if chunks > 1 { A::Scratch(at) } else { out };
-        let kernel = self.kernel(r.kernel())?;
-        let args = reduce::arguments([out, x, partials]);
+        // With one chunk the partials pointer is unused; it still points into the arena.
+        let partials = if chunks > 1 { A::Scratch(partials_at) } else { out };
+        let (k1, args) = match cast {
+            Some(c) => (
+                r.column_cast_kernel().map_err(|e| node_error(&cx.node, id, e))?,
+                reduce::cast_arguments([out, x, partials, c]),
+            ),
+            None => (r.kernel(), reduce::arguments([out, x, partials])),
+        };
+        let kernel = self.kernel(k1)?;
         let mut v = vec![Pending { kernel, grid: r.grid(), block: (reduce::THREADS, 1, 1), args, node: Some(id) }];
         if chunks > 1 {
-            self.need_scratch(at + outputs * chunks * 4);
-            v.push(self.lower_reduce_finish(id, A::Scratch(at), chunks)?);
+            self.need_scratch(partials_at + r.outputs() * chunks * 4);
+            v.push(self.lower_reduce_finish(id, A::Scratch(partials_at), chunks)?);
         }
         Ok(v)
     }
@@ -140,19 +130,17 @@ impl Lowerer<'_> {
         }
         Ok(Some((v, sum)))
     }
-}
 
-impl Lowerer<'_> {
     /// The column sum right after chain `cl`, which runs in product `t`'s epilogue, over one of
     /// the chain's f32 outputs: the product's staged epilogue sums each tile's columns
     /// ([`gemm::ChainEpilogue::with_column_sum`]) into the scratch region, and the sum's
     /// finishing pass (returned, with the sum's node) adds the tiles' partials in order. The
     /// summed output is no longer stored where the sum alone reads it. Taken where the
-    /// product's epilogue is staged. The partials lie in the scratch region past every byte
-    /// a launch lowered so far uses (the launches between the product and the sum, a weight
-    /// gradient's parts among them, keep theirs). Why: GPT-2's first MLP bias takes its gradient as the column sum of dH,
-    /// which the product stored in f32 (201 MB at sixteen contexts) for a launch of its own to
-    /// read back.
+    /// product's epilogue is staged. The partials lie in the scratch region past every byte a
+    /// launch lowered so far uses (the launches between the product and the sum, a weight
+    /// gradient's parts among them, keep theirs). Why: GPT-2's first MLP bias takes its
+    /// gradient as the column sum of dH, which the product stored in f32 (201 MB at sixteen
+    /// contexts) for a launch of its own to read back.
     pub(super) fn product_column_sum(
         &mut self,
         nodes: &[u32],
@@ -198,8 +186,7 @@ impl Lowerer<'_> {
             return Ok(None);
         }
         let row_tiles = m.div_ceil(128);
-        let at = self.scratch.div_ceil(256) * 256;
-        self.need_scratch(at + row_tiles * n * 4);
+        let at = self.scratch_past_all(row_tiles * n * 4);
         let kernel = self.kernel(spec.kernel())?;
         let p = &mut launches[t.launch];
         p.kernel = kernel;

@@ -649,6 +649,11 @@ impl GemmSpec {
     }
 }
 
+/// Of `start` and the part counts `allowed`, the one of least `cost` (the earlier on a tie).
+fn cheapest_by(start: u32, allowed: impl IntoIterator<Item = u32>, cost: impl Fn(u32) -> f64) -> u32 {
+    allowed.into_iter().fold(start, |best, s| if cost(s) < cost(best) { s } else { best })
+}
+
 /// Problem shape. Leading dimensions and batch strides are in elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmShape {
@@ -771,7 +776,7 @@ impl GemmShape {
     /// Of `start` and the part counts `allowed`, the one of least [`Self::split_cost`] (the
     /// earlier on a tie).
     fn cheapest_split(&self, start: u32, allowed: impl IntoIterator<Item = u32>) -> u32 {
-        allowed.into_iter().fold(start, |best, s| if self.split_cost(s) < self.split_cost(best) { s } else { best })
+        cheapest_by(start, allowed, |s| self.split_cost(s))
     }
 
     /// [`GemmShape::split_k`] where the parts may differ by a K step ([`GemmSpec::uneven_split`],
@@ -806,7 +811,7 @@ impl GemmShape {
             let reduce = if s == 1 { 0.0 } else { (2 * s + 1) as f64 * partials / DRAM_BYTES };
             self.split_cost(s) * tile_s + reduce
         };
-        let best = (2..=4u32).filter(|&s| self.k / s >= 256).fold(1, |b, s| if cost(s) < cost(b) { s } else { b });
+        let best = cheapest_by(1, (2..=4u32).filter(|&s| self.k / s >= 256), cost);
         if cost(best) < 0.9 * cost(1) {
             best
         } else {

@@ -711,13 +711,13 @@ fn store_staged(
     };
     let walk = RowWalk::new(k, h, lane, consumers);
     let s_row0 = walk.staged_row0(k, lane, tile);
-    // A narrow store's bias row: the lane's four columns, in two 8-byte halves each loaded
-    // only inside C (param `bias`, last).
     // Whether the second half of the lane's columns lies inside C (a narrow store's).
     let in_n2 = spec.narrow_store.then(|| {
         let col2 = k.bin("add.u32", RegKind::B32, walk.col, 2u32);
         k.setp("lt.u32", col2, h.n)
     });
+    // A narrow store's bias row: the lane's four columns, in two 8-byte halves each loaded
+    // only inside C (param `bias`, last).
     let bias: Option<Vec<Reg>> = in_n2.filter(|_| spec.narrow_bias).map(|in_n2| {
         let pb = k.param_reg("bias", ParamTy::U64);
         let at = k.addr_of(pb, walk.col, 4);
