@@ -536,6 +536,8 @@ impl Module {
                 "mul.rn.f32" => Some((f(v(1)?) * f(v(2)?)).to_bits() as u64),
                 "neg.f32" => Some((u(v(1)?) ^ 0x8000_0000) as u64),
                 "div.rn.f32" => Some((f(v(1)?) / f(v(2)?)).to_bits() as u64),
+                // IEEE square root, correctly rounded as `.rn` asks.
+                "sqrt.rn.f32" => Some(f(v(1)?).sqrt().to_bits() as u64),
                 "fma.rn.f32" => Some(f(v(1)?).mul_add(f(v(2)?), f(v(3)?)).to_bits() as u64),
                 op if op.starts_with("setp.") && op.ends_with(".u32") => {
                     let (a, b) = (u(v(1)?), u(v(2)?));

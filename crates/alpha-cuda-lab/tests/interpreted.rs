@@ -216,7 +216,8 @@ fn a_chain_reads_its_bias_row_by_column_and_its_scalar_once() {
 
 /// The column sum's first pass that also stores its tensor's bf16 cast gives the host's sums in
 /// the kernel's order ([`check::column_pass_reference`]) bit for bit, as the plain pass does, and
-/// every element of the cast rounded to nearest even (the guard after it untouched), under both
+/// every element of the cast rounded to nearest even (the guard after it untouched; with the
+/// cast's rows at a pitch, each row's tail past its columns untouched), under both
 /// orders of a block's threads: one chunk (a Mean, finished by the pass), several chunks with a
 /// ragged last tile and chunk, and columns that fill whole tiles.
 #[test]
@@ -254,8 +255,62 @@ fn the_column_sum_storing_its_cast_gives_the_hosts_bits() {
             let args = reduce::arguments([out, xa, partials]);
             module(&r.kernel()).launch_3d(grid, threads, &args, &mut mem, schedule).unwrap();
             assert_bits(&format!("{name} plain"), &stored(&mem, [out, partials]), &want);
+            // The cast with its rows at a pitch of 128 bytes (`lower::padded`): each row's
+            // values at row·pitch, its tail as it was.
+            let (rows, cols) = (shape[0], shape[1]);
+            let pitch = (cols + 1).div_ceil(64) * 64;
+            let [out, partials] = fresh(&mut mem);
+            let cast = mem.alloc(rows * pitch / 2);
+            let before = mem.read_u16(cast, rows * pitch);
+            let args = reduce::cast_arguments([out, xa, partials, cast]);
+            let pitched = r.column_cast_kernel_pitched(pitch).unwrap();
+            module(&pitched).launch_3d(grid, threads, &args, &mut mem, schedule).unwrap();
+            assert_bits(&format!("{name} pitched"), &stored(&mem, [out, partials]), &want);
+            let copy = mem.read_u16(cast, rows * pitch);
+            for row in 0..rows {
+                let (at, from) = (row * pitch, row * cols);
+                assert_eq!(&copy[at..at + cols], &cast_want[from..from + cols], "{name}: pitched row {row}");
+                assert_eq!(&copy[at + cols..at + pitch], &before[at + cols..at + pitch], "{name}: row {row}'s tail");
+            }
+            assert!(r.column_cast_kernel_pitched(cols - 1).is_err(), "a pitch narrower than the rows");
         }
         assert_eq!(r.chunks() > 1, shape[0] > 64, "{shape:?}: the chunks the case means to cover");
+    }
+}
+
+/// A LayerNorm forward storing bf16 y with its rows at a pitch (a matrix the padded products
+/// read in place, `lower::padded`) stores the unpitched kernel's values, row by row, and the
+/// same means and reciprocal deviations, under both orders of a block's threads.
+#[test]
+fn a_layernorm_storing_bf16_at_a_pitch_gives_the_same_values() {
+    use alpha_cuda::kernels::layernorm::{self, Norm};
+    for (rows, cols, pitch) in [(5usize, 40usize, 48usize), (40, 70, 128), (40, 330, 384)] {
+        let norm = Norm { rows, c: cols };
+        let mut rng = Rng::new(cols as u64);
+        let (xs, gain, bias) = (rng.vec(norm.rows * cols, 2.0), rng.vec(cols, 1.0), rng.vec(cols, 1.0));
+        let mut mem = Memory::new();
+        let ins = [&xs, &gain, &bias].map(|v| mem.upload(v));
+        let run = |mem: &mut Memory, kernel: alpha_cuda::ptx::Kernel, width: usize, schedule| {
+            let (y, mean, rstd) = (mem.alloc(norm.rows * width / 2), mem.alloc(norm.rows), mem.alloc(norm.rows));
+            let args = layernorm::forward_arguments([y, mean, rstd, ins[0], ins[1], ins[2]]);
+            let grid = [norm.rows as u32, 1, 1];
+            module(&kernel).launch_3d(grid, [layernorm::THREADS, 1, 1], &args, mem, schedule).unwrap();
+            (mem.read_u16(y, norm.rows * width), mem.read(mean, norm.rows), mem.read(rstd, norm.rows))
+        };
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let plain = run(&mut mem, layernorm::forward_kernel_storing(norm, 1e-5, true), cols, schedule);
+            let pitched = run(&mut mem, layernorm::forward_kernel_pitched(norm, 1e-5, pitch).unwrap(), pitch, schedule);
+            let name = format!("layernorm [{}, {cols}] at pitch {pitch}, {schedule:?}", norm.rows);
+            assert_bits(&format!("{name}: mean"), &pitched.1, &plain.1);
+            assert_bits(&format!("{name}: rstd"), &pitched.2, &plain.2);
+            for row in 0..norm.rows {
+                assert_eq!(
+                    &pitched.0[row * pitch..row * pitch + cols],
+                    &plain.0[row * cols..(row + 1) * cols],
+                    "{name}"
+                );
+            }
+        }
     }
 }
 
@@ -1214,19 +1269,21 @@ fn pointwise_kernels_two_elements_a_thread_store_the_one_element_bits() {
     }
 }
 
-/// A short reduction's warp path (a warp an output: each lane its elements in order, then a
-/// butterfly) gives the host's emulation of that order bit for bit, under both orders of a
-/// block's threads: sums and maxima over rows of 190 (Diakosmos's groups) with a ragged last
-/// block of outputs, a mean over rows of 33 (a lane with two elements beside lanes with one), and
-/// a sum over a strided axis (at least 64 outputs each: fewer keep a block an output).
+/// A short reduction's warp path (a warp an output, each lane standing for eight of the block
+/// path's threads) gives the block path's bits, under both orders of a block's threads: sums
+/// and maxima over rows of 190 (Diakosmos's groups) with a ragged last block of outputs, a mean
+/// over rows of 33 (one lane with two elements), a sum over rows of 1,000 (lanes with four
+/// elements, some with three) and a sum over a strided axis (at least 64 outputs each: fewer
+/// keep a block an output).
 #[test]
-fn a_short_reduction_a_warp_an_output_gives_the_hosts_bits() {
+fn a_short_reduction_a_warp_an_output_gives_the_block_paths_bits() {
     use alpha_cuda::kernels::reduce::{self, Reduction};
     use alpha_ir::Reduce;
-    let cases: [(&[usize], usize, Reduce); 4] = [
+    let cases: [(&[usize], usize, Reduce); 5] = [
         (&[70, 190], 1, Reduce::Sum),
         (&[70, 190], 1, Reduce::Max),
         (&[80, 33], 1, Reduce::Mean),
+        (&[64, 1000], 1, Reduce::Sum),
         (&[8, 50, 9], 1, Reduce::Sum),
     ];
     for (shape, axis, kind) in cases {
@@ -1234,27 +1291,18 @@ fn a_short_reduction_a_warp_an_output_gives_the_hosts_bits() {
         assert!(r.warp_rows(), "{shape:?}");
         let n: usize = shape.iter().product();
         let x = Rng::new(n as u64).vec(n, 1.0);
-        // The host's emulation: lane sums in order, then the butterfly over all lanes at once.
-        let (count, outputs) = (shape[axis], n / shape[axis]);
-        let inner: usize = shape[axis + 1..].iter().product();
-        let op = |a: f32, b: f32| if kind == Reduce::Max { a.max(b) } else { a + b };
-        let init = if kind == Reduce::Max { f32::NEG_INFINITY } else { 0.0 };
-        let want: Vec<f32> = (0..outputs)
-            .map(|o| {
-                let (outer, inn) = (o / inner, o % inner);
-                let at = |j: usize| x[(outer * count + j) * inner + inn];
-                let mut lanes: Vec<f32> =
-                    (0..32).map(|l| (l..count).step_by(32).fold(init, |a, j| op(a, at(j)))).collect();
-                for mask in [16, 8, 4, 2, 1] {
-                    lanes = (0..32).map(|l| op(lanes[l], lanes[l ^ mask])).collect();
-                }
-                if kind == Reduce::Mean {
-                    lanes[0] / count as f32
-                } else {
-                    lanes[0]
-                }
-            })
-            .collect();
+        let outputs = n / shape[axis];
+        let want = {
+            let mut mem = Memory::new();
+            let xa = mem.upload(&x);
+            let (out, partials) = (mem.alloc(outputs), mem.alloc(1));
+            let args = reduce::arguments([out, xa, partials]);
+            let grid = [outputs as u32, 1, 1];
+            module(&r.block_kernel())
+                .launch_3d(grid, [reduce::THREADS, 1, 1], &args, &mut mem, Schedule::Ascending)
+                .unwrap();
+            mem.read(out, outputs)
+        };
         for schedule in [Schedule::Ascending, Schedule::Descending] {
             let mut mem = Memory::new();
             let xa = mem.upload(&x);

@@ -39,6 +39,7 @@
 //! | `ALPHA_NARROW_STORE=off` | [`CudaConfig::narrow_stores`] | a tall product padded to the tiled sizes stores into its padded copy, then a copy moves the wanted columns out, instead of storing them in place |
 //! | `ALPHA_PRODUCT_CONCAT=off` | [`CudaConfig::products_into_concats`] | a batched product that a Concat reads through a permute stores its own output, and the Concat copies it through the permute, instead of the product storing into its place in the Concat |
 //! | `ALPHA_PADDED_BIAS=off` | [`CudaConfig::padded_biases`] | a padded product stored in place leaves the bias row to the Add after it, instead of adding it as it stores |
+//! | `ALPHA_PITCHED=off` | [`CudaConfig::pitched_operands`] | a padded product's bf16 operand of a misaligned width is stored contiguous and copied into padded scratch, instead of written with its rows at an aligned pitch that the product's tensor maps read in place |
 //! | `ALPHA_MUL_EPILOGUE=off` | [`CudaConfig::mul_epilogue`] | a gated unit's multiply runs as its own launch, not in the second half's product epilogue |
 //! | `ALPHA_JOINT_CE=off` | [`CudaConfig::joint_cross_entropy`] | the cross-entropy's forward and its bf16 backward run as two launches, each reading the logits, instead of the forward launching the backward's work too |
 //! | `ALPHA_LN_COPY=off` | [`CudaConfig::layernorm_copy`] | the residual gradient's bf16 cast after a LayerNorm backward runs as its own launch instead of being stored by the LayerNorm backward |
@@ -172,6 +173,10 @@ pub struct CudaConfig {
     /// A padded product stored in place adds the bias row of the Add after it as it stores
     /// (`crate::lower::padded::padded_biases`).
     pub padded_biases: bool,
+    /// A bf16 cast that only padded products read, of a width whose rows are not 16 bytes
+    /// apart, is written with its rows at an aligned pitch, which the products' tensor maps read
+    /// in place (`crate::lower::padded::pitched_candidates`).
+    pub pitched_operands: bool,
     /// A cross-entropy whose backward scales every row alike runs its bf16 backward in its own
     /// launch, reading the logits once ([`crate::kernels::cross_entropy::joint_kernel_bf16`]).
     pub joint_cross_entropy: bool,
@@ -263,6 +268,7 @@ impl Default for CudaConfig {
             narrow_stores: true,
             products_into_concats: true,
             padded_biases: true,
+            pitched_operands: true,
             joint_cross_entropy: true,
             layernorm_copy: true,
             output_copy: true,
@@ -357,6 +363,7 @@ impl CudaConfig {
         c.narrow_stores = switch("ALPHA_NARROW_STORE", c.narrow_stores)?;
         c.products_into_concats = switch("ALPHA_PRODUCT_CONCAT", c.products_into_concats)?;
         c.padded_biases = switch("ALPHA_PADDED_BIAS", c.padded_biases)?;
+        c.pitched_operands = switch("ALPHA_PITCHED", c.pitched_operands)?;
         c.joint_cross_entropy = switch("ALPHA_JOINT_CE", c.joint_cross_entropy)?;
         c.layernorm_copy = switch("ALPHA_LN_COPY", c.layernorm_copy)?;
         c.output_copy = switch("ALPHA_ATTN_OCOPY", c.output_copy)?;

@@ -220,7 +220,7 @@ pub fn plan(program: &Program, unit: UnitFn, align: usize) -> Result<Plan, PlanE
 /// that recomputes a dropped intermediate from it). `node` must be a kernel of the value's
 /// phase; persistent values (never reused) need no hint and are left as they are.
 pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Value, u32)]) -> Result<Plan, PlanError> {
-    place(program, unit, align, keep, false)
+    place(program, unit, align, keep, false, &HashMap::new())
 }
 
 /// [`plan_keeping`] for a backend whose elementwise kernels load each element before they store
@@ -231,7 +231,22 @@ pub fn plan_keeping(program: &Program, unit: UnitFn, align: usize, keep: &[(Valu
 /// adds after the LayerNorm backwards). Not for the CPU backend, whose kernels read and write
 /// whole slices (and may take more than one pass over them).
 pub fn plan_in_place(program: &Program, unit: UnitFn, align: usize, keep: &[(Value, u32)]) -> Result<Plan, PlanError> {
-    place(program, unit, align, keep, true)
+    place(program, unit, align, keep, true, &HashMap::new())
+}
+
+/// [`plan_in_place`], with some values given more room than their elements take: `room[v]`
+/// units (at least the elements'). Why: a device may store a matrix with its rows padded to an
+/// aligned pitch, so that the products reading it take it as it is stored (the CUDA backend's
+/// bf16 operands of 1,330 columns, read by the tensor memory accelerator, which needs rows
+/// 16 bytes apart). Such a value must be no view's source: every reader reads its slot.
+pub fn plan_in_place_with_room(
+    program: &Program,
+    unit: UnitFn,
+    align: usize,
+    keep: &[(Value, u32)],
+    room: &HashMap<Value, usize>,
+) -> Result<Plan, PlanError> {
+    place(program, unit, align, keep, true, room)
 }
 
 fn place(
@@ -240,10 +255,14 @@ fn place(
     align: usize,
     keep: &[(Value, u32)],
     elementwise_in_place: bool,
+    room: &HashMap<Value, usize>,
 ) -> Result<Plan, PlanError> {
     program.verify()?;
     let g = &program.graph;
-    let size = |v: Value| align_up(g.ty(v).numel().max(1) * unit(g.dtype(v)), align);
+    let size = |v: Value| {
+        let elements = g.ty(v).numel().max(1) * unit(g.dtype(v));
+        align_up(room.get(&v).map_or(elements, |&r| r.max(elements)), align)
+    };
 
     // Persistent regions first, in node order so layouts are stable. Constants are read-only,
     // so all constants of one value and dtype share one region, as large as the largest.

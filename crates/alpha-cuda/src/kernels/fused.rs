@@ -236,7 +236,7 @@ impl Chain {
                 self.store_outputs(k, i, &outs, &steps);
                 steps[summed]
             },
-            &mut |_, _, _| {},
+            &mut |_, _, _, _| {},
         );
         k.ret();
         Ok(k)

@@ -140,9 +140,27 @@ pub fn forward_kernel(n: Norm, eps: f32) -> Kernel {
 /// that alone reads a LayerNorm's output, done by the LayerNorm (its f32 output is never
 /// written), so the matrix products after it read half the bytes.
 pub fn forward_kernel_storing(n: Norm, eps: f32, bf16: bool) -> Kernel {
+    forward_kernel_with(n, eps, bf16, n.c as u32)
+}
+
+/// [`forward_kernel_storing`] with bf16 y, its rows `pitch` elements apart (at least the
+/// width): a matrix product then reads them in place through a tensor map, whose rows must lie
+/// 16 bytes apart (`crate::lower::padded`).
+pub fn forward_kernel_pitched(n: Norm, eps: f32, pitch: usize) -> anyhow::Result<Kernel> {
+    if pitch < n.c {
+        anyhow::bail!("a LayerNorm's output pitch of {pitch} is narrower than its {} columns", n.c);
+    }
+    Ok(forward_kernel_with(n, eps, true, pitch as u32))
+}
+
+fn forward_kernel_with(n: Norm, eps: f32, bf16: bool, y_pitch: u32) -> Kernel {
     let c = n.c as u32;
-    let name = if bf16 { "layernorm_fwd_bf16" } else { "layernorm_fwd" };
-    let mut k = Kernel::new(name).with_block(THREADS, 1, 1);
+    let name = match (bf16, y_pitch == c) {
+        (false, _) => "layernorm_fwd".to_string(),
+        (true, true) => "layernorm_fwd_bf16".to_string(),
+        (true, false) => format!("layernorm_fwd_bf16_pitch{y_pitch}"),
+    };
+    let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
     let y = k.param_reg("y", ParamTy::U64);
     let mean = k.param_reg("mean", ParamTy::U64);
     let rstd = k.param_reg("rstd", ParamTy::U64);
@@ -175,8 +193,9 @@ pub fn forward_kernel_storing(n: Norm, eps: f32, bf16: bool) -> Kernel {
     let r = k.bin("div.rn.f32", RegKind::F32, 1.0f32, sd);
     let gs = ld_owned(&mut k, gain, None, &owned, None);
     let bs = ld_owned(&mut k, bias, None, &owned, None);
+    let y0 = if y_pitch == c { row0 } else { k.bin("mul.lo.u32", RegKind::B32, row, y_pitch) };
     for (((&v, &g), &b), &(j, ok)) in xs.iter().zip(&gs).zip(&bs).zip(&owned) {
-        let i = k.bin("add.u32", RegKind::B32, row0, j);
+        let i = k.bin("add.u32", RegKind::B32, y0, j);
         let d = k.bin("sub.rn.f32", RegKind::F32, v, m);
         let xr = k.bin("mul.rn.f32", RegKind::F32, d, r);
         let xg = k.bin("mul.rn.f32", RegKind::F32, xr, g);

@@ -15,10 +15,13 @@
 //! final sum by the count (as the CPU reference does); `Max` starts from −∞.
 //!
 //! Short reductions (at most [`WARP_ROW_MAX`] elements an output, off the column path) take a
-//! warp an output instead of a block: lane l adds elements l, l + 32, … in order, then a
-//! butterfly adds the lanes in a fixed order. Why: a block of 256 threads an output left most
-//! of them idle and paid a block-wide tree for 190 elements; Diakosmos's sums over each
-//! group's 190 phasors (917,504 outputs at 64 windows) took 792 µs for 697 MB.
+//! warp an output instead of a block, and keep the block's order and bits: each lane stands for
+//! eight of the block's threads, adds their elements in order, and runs the block's eight warp
+//! butterflies and its sum of their results itself. Why: a block of 256 threads an output left
+//! most of them idle and paid a block-wide pass through shared memory for 190 elements
+//! (Diakosmos's sums over each group's 190 phasors, 917,504 outputs at 64 windows, took 792 µs
+//! for 697 MB); and a new order of these sums had moved Diakosmos's small gradients (a gate's
+//! logits, summed over every position) past the gradient gate's bounds on the H200.
 //!
 //! Column sums (a bias's gradient: the rows of a [rows, width] f32 tensor summed into a
 //! [width] vector) take their own first pass: with the reduced axis outer, one block per output
@@ -32,7 +35,7 @@ use alpha_ir::{DType, Reduce};
 use anyhow::{bail, Result};
 
 use crate::kernels::pointwise::{contiguous_strides, element_offsets, load_f32, store_f32};
-use crate::ptx::{addr, Kernel, Opnd, ParamTy, RegKind};
+use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 /// Threads per block.
 pub const THREADS: u32 = 256;
@@ -123,8 +126,8 @@ impl Reduction {
     }
 
     /// Whether the warp path runs: off the column path, at most [`WARP_ROW_MAX`] elements an
-    /// output (one chunk), and at least [`WARP_PATH_OUTPUTS`] outputs (a loss's mean over a
-    /// context's positions keeps its block and its bits).
+    /// output (one chunk), and at least [`WARP_PATH_OUTPUTS`] outputs (fewer keep a block each,
+    /// for the threads; the bits are the same either way).
     pub fn warp_rows(&self) -> bool {
         !self.columns && self.count() <= WARP_ROW_MAX && self.outputs() >= WARP_PATH_OUTPUTS
     }
@@ -199,6 +202,12 @@ impl Reduction {
         if self.warp_rows() {
             return self.warp_kernel();
         }
+        self.block_kernel()
+    }
+
+    /// Pass 1 off the column path, a block an (output, chunk): what [`Reduction::kernel`] gives
+    /// where the warp path does not run, and the order the warp path keeps.
+    pub fn block_kernel(&self) -> Kernel {
         let chunks = self.chunks() as u32;
         let mut k =
             Kernel::new(&format!("reduce_{}", format!("{:?}", self.kind).to_lowercase())).with_block(THREADS, 1, 1);
@@ -222,10 +231,7 @@ impl Reduction {
         k.place(&top);
         let done = k.setp("ge.u32", j, stop);
         k.bra_if(done, false, &end);
-        let off = element_offsets(&mut k, j, &self.reduced.0, std::slice::from_ref(&self.reduced.1))[0];
-        let idx = k.bin("add.u32", RegKind::B32, base, off);
-        let v = load_f32(&mut k, self.in_dtype, x, idx);
-        k.op(self.op(), [acc.into(), acc.into(), v.into()]);
+        self.add_element(&mut k, acc, (x, base), j);
         k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
         k.bra(&top);
         k.place(&end);
@@ -240,10 +246,20 @@ impl Reduction {
         k
     }
 
+    /// Adds the output's reduced element `j` (of the output at `base` in `x`) into `acc`.
+    fn add_element(&self, k: &mut Kernel, acc: Reg, (x, base): (Reg, Reg), j: Reg) {
+        let off = element_offsets(k, j, &self.reduced.0, std::slice::from_ref(&self.reduced.1))[0];
+        let idx = k.bin("add.u32", RegKind::B32, base, off);
+        let v = load_f32(k, self.in_dtype, x, idx);
+        k.op(self.op(), [acc.into(), acc.into(), v.into()]);
+    }
+
     /// The warp path's one pass (see the module's doc): params (out, x, partials) as
     /// [`Reduction::kernel`]'s, the partials unused; grid [`Reduction::grid`]. Warp w of block b
-    /// takes output `b·8 + w`; lane l adds its elements l, l + 32, … in order; the lanes' sums
-    /// then meet in a butterfly (the same fixed order in every lane), and lane 0 stores.
+    /// takes output `b·8 + w` and walks the block path's order for it: lane l stands for that
+    /// path's threads l, l + 32, …, l + 224, adding each one's elements (t, t + 256, …) in order;
+    /// each such set of 32 is added by the butterfly a warp of the block path runs, and the eight
+    /// sums in warp order, as the block path's shared-memory pass adds them; lane 0 stores.
     fn warp_kernel(&self) -> Kernel {
         let name = format!("reduce_{}_warps", format!("{:?}", self.kind).to_lowercase());
         let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
@@ -259,27 +275,37 @@ impl Reduction {
         let outside = k.setp("ge.u32", o, self.outputs() as u32);
         k.bra_if(outside, false, &done);
         let base = element_offsets(&mut k, o, &self.kept.0, std::slice::from_ref(&self.kept.1))[0];
-        let acc = k.imm_f32(self.init());
-        for i in 0..(self.count() as u32).div_ceil(32) {
-            let j = k.bin("add.u32", RegKind::B32, lane, 32 * i);
-            let live = k.setp("lt.u32", j, self.count() as u32);
-            let skip = k.label(&format!("warp_skip{i}"));
-            k.bra_if(live, true, &skip);
-            let off = element_offsets(&mut k, j, &self.reduced.0, std::slice::from_ref(&self.reduced.1))[0];
-            let idx = k.bin("add.u32", RegKind::B32, base, off);
-            let v = load_f32(&mut k, self.in_dtype, x, idx);
-            k.op(self.op(), [acc.into(), acc.into(), v.into()]);
-            k.place(&skip);
+        let count = self.count() as u32;
+        let tree = if self.kind == Reduce::Max { "max.f32" } else { "add.f32" };
+        let mut total: Option<crate::ptx::Reg> = None;
+        for group in 0..WARP_ROWS {
+            let sum = if 32 * group < count {
+                let acc = k.imm_f32(self.init());
+                for first in (32 * group..count).step_by(THREADS as usize) {
+                    let j = k.bin("add.u32", RegKind::B32, lane, first);
+                    let skip = k.label(&format!("warp_skip{first}"));
+                    if first + 32 > count {
+                        let live = k.setp("lt.u32", j, count);
+                        k.bra_if(live, true, &skip);
+                    }
+                    self.add_element(&mut k, acc, (x, base), j);
+                    k.place(&skip);
+                }
+                k.warp_reduce_f32(acc, tree)
+            } else {
+                // A warp of the block path with no element: its sum is the start value.
+                k.imm_f32(self.init())
+            };
+            total = Some(match total {
+                None => sum,
+                Some(t) => k.bin(tree, RegKind::F32, t, sum),
+            });
         }
-        for mask in [16u32, 8, 4, 2, 1] {
-            let other = k.reg(RegKind::F32);
-            k.op("shfl.sync.bfly.b32", [other.into(), acc.into(), mask.into(), 0x1fu32.into(), Opnd::S("-1".into())]);
-            k.op(self.op(), [acc.into(), acc.into(), other.into()]);
-        }
+        let total = total.expect("a block holds at least one warp");
         let first = k.setp("eq.u32", lane, 0u32);
         k.bra_if(first, true, &done);
         let zero = k.imm_u32(0);
-        self.store_total(&mut k, acc, [out, partials], o, (zero, 1));
+        self.store_total(&mut k, total, [out, partials], o, (zero, 1));
         k.place(&done);
         k.ret();
         k
@@ -290,7 +316,7 @@ impl Reduction {
     /// 8i` in order (loading [`COLUMN_UNROLL`] rows ahead); the eight row groups' sums are then added as a fixed tree. With one
     /// chunk it writes the final values to `out`; otherwise partials to `partials[col·chunks + c]`.
     fn column_kernel(&self) -> Kernel {
-        self.column_kernel_storing(false)
+        self.column_kernel_storing(None)
     }
 
     /// Pass 1 of the column path that also stores its input's bf16 cast: params (out, x,
@@ -300,26 +326,55 @@ impl Reduction {
     /// Why: a bias gradient's tensor is often also cast for the products after it; one read of
     /// it then serves both, and the cast costs no launch.
     pub fn column_cast_kernel(&self) -> Result<Kernel> {
+        self.column_cast_kernel_pitched(self.outputs())
+    }
+
+    /// [`Reduction::column_cast_kernel`] storing the cast's rows `pitch` elements apart (at
+    /// least the width): a matrix product then reads it in place through a tensor map, whose
+    /// rows must lie 16 bytes apart (`crate::lower::padded`). The sums are the same bits.
+    pub fn column_cast_kernel_pitched(&self, pitch: usize) -> Result<Kernel> {
         if !self.columns {
             bail!("a reduction off the column path does not store a cast: {self:?}");
         }
-        Ok(self.column_kernel_storing(true))
+        if pitch < self.outputs() {
+            bail!("a cast's pitch of {pitch} is narrower than its {} columns", self.outputs());
+        }
+        Ok(self.column_kernel_storing(Some(pitch)))
     }
 
-    fn column_kernel_storing(&self, cast: bool) -> Kernel {
-        let name =
-            format!("reduce_{}_columns{}", format!("{:?}", self.kind).to_lowercase(), if cast { "_cast" } else { "" });
+    /// The column path's first pass, storing the bf16 cast of its input with rows `cast`
+    /// elements apart where given.
+    fn column_kernel_storing(&self, cast: Option<usize>) -> Kernel {
+        let width = self.outputs();
+        let suffix = match cast {
+            None => String::new(),
+            Some(p) if p == width => "_cast".into(),
+            Some(p) => format!("_cast_pitch{p}"),
+        };
+        let name = format!("reduce_{}_columns{suffix}", format!("{:?}", self.kind).to_lowercase());
         let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
         let out = k.param_reg("out", ParamTy::U64);
         let x = k.param_reg("x", ParamTy::U64);
         let partials = k.param_reg("partials", ParamTy::U64);
-        let copy = cast.then(|| k.param_reg("cast", ParamTy::U64));
+        let copy = cast.map(|pitch| (k.param_reg("cast", ParamTy::U64), (pitch - width) as u32));
         let dtype = self.in_dtype;
-        self.column_pass(&mut k, [out, partials], &mut |k, idx| load_f32(k, dtype, x, idx), &mut |k, idx, v| {
-            if let Some(c) = copy {
-                store_f32(k, DType::BF16, c, idx, v);
-            }
-        });
+        let mut store_cast = |k: &mut Kernel, idx: Reg, (row, later): (Reg, u32), v: Reg| {
+            let Some((c, extra)) = copy else { return };
+            // Element (row, column) of the cast lies at row·pitch + column: idx plus the rows'
+            // extra elements.
+            let at = match extra {
+                0 => idx,
+                _ => {
+                    let shifted = k.tri("mad.lo.u32", RegKind::B32, row, extra, idx);
+                    match later * extra {
+                        0 => shifted,
+                        more => k.bin("add.u32", RegKind::B32, shifted, more),
+                    }
+                }
+            };
+            store_f32(k, DType::BF16, c, at, v);
+        };
+        self.column_pass(&mut k, [out, partials], &mut |k, idx| load_f32(k, dtype, x, idx), &mut store_cast);
         k.ret();
         k
     }
@@ -327,7 +382,8 @@ impl Reduction {
     /// The column path's body in kernel `k` (block and params declared, `out` and `partials`
     /// among them; grid [`Reduction::grid`]): each thread sums its column's rows in order, the
     /// value of element `idx` (row · width + column) from `element`, which `after` then sees
-    /// once it is added (a cast stored, …); the row groups' sums as a fixed tree; the totals or
+    /// once it is added (a cast stored, …) with its row as (a register, a constant to add); the
+    /// row groups' sums as a fixed tree; the totals or
     /// the chunk partials stored. Every kernel built on it sums in the same order, so they
     /// give the same bits as [`Reduction::kernel`] over the same values.
     #[allow(clippy::type_complexity)]
@@ -336,7 +392,7 @@ impl Reduction {
         k: &mut Kernel,
         [out, partials]: [crate::ptx::Reg; 2],
         element: &mut dyn FnMut(&mut Kernel, crate::ptx::Reg) -> crate::ptx::Reg,
-        after: &mut dyn FnMut(&mut Kernel, crate::ptx::Reg, crate::ptx::Reg),
+        after: &mut dyn FnMut(&mut Kernel, crate::ptx::Reg, (crate::ptx::Reg, u32), crate::ptx::Reg),
     ) {
         let chunks = self.chunks() as u32;
         let width = self.outputs() as u32;
@@ -371,9 +427,9 @@ impl Reduction {
                 (idx, element(k, idx))
             })
             .collect();
-        for &(idx, v) in &vals {
+        for (i, &(idx, v)) in (0u32..).zip(&vals) {
             k.op("add.rn.f32", [acc.into(), acc.into(), v.into()]);
-            after(k, idx, v);
+            after(k, idx, (r, i * ROW_GROUPS), v);
         }
         k.op("add.u32", [r.into(), r.into(), (COLUMN_UNROLL * ROW_GROUPS).into()]);
         k.bra(&wide);
@@ -384,7 +440,7 @@ impl Reduction {
         let idx = k.tri("mad.lo.u32", RegKind::B32, r, width, col);
         let v = element(k, idx);
         k.op("add.rn.f32", [acc.into(), acc.into(), v.into()]);
-        after(k, idx, v);
+        after(k, idx, (r, 0), v);
         k.op("add.u32", [r.into(), r.into(), ROW_GROUPS.into()]);
         k.bra(&top);
         k.place(&end);

@@ -23,7 +23,13 @@ impl Lowerer<'_> {
                 self.want_f32(&node, id, ins)?;
                 let nm = norm_of(g, &node);
                 let (dst, ydt) = self.destination(out(0));
-                let kernel = self.kernel(layernorm::forward_kernel_storing(nm, *eps as f32, ydt == DType::BF16))?;
+                // A bf16 output the padded products after it read in place: rows at their pitch.
+                let pitch = if ydt == DType::BF16 { self.write_pitched(dst) } else { None };
+                let kernel = match pitch {
+                    Some(pitch) => layernorm::forward_kernel_pitched(nm, *eps as f32, pitch)?,
+                    None => layernorm::forward_kernel_storing(nm, *eps as f32, ydt == DType::BF16),
+                };
+                let kernel = self.kernel(kernel)?;
                 let &[x, gain, bias] = ins.as_slice() else {
                     return Err(node_error(&node, id, "a LayerNorm takes x, its gain and its bias"));
                 };

@@ -266,6 +266,12 @@ struct Lowerer<'p> {
     attention_partials: HashMap<u32, (A, usize)>,
     /// Readers of each value, program outputs and phase assignments counted ([`readers_of`]).
     uses: HashMap<Value, usize>,
+    /// The values the plan gave room for rows at an aligned pitch, with that pitch
+    /// ([`padded::pitched_candidates`]).
+    room: HashMap<Value, usize>,
+    /// Those of them written pitched, as their writers were lowered: the padded products
+    /// after them read them in place.
+    pitched: HashMap<Value, usize>,
 }
 
 /// A tiled product as `lower_node` lowered it.
@@ -368,6 +374,12 @@ fn constant_bytes(value: f64, dtype: DType, n: usize) -> Result<Vec<u8>> {
 
 /// Lowers a plan made with byte units (`alpha_plan::bytes`) with `config`.
 pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
+    lower_with_room(plan, config, HashMap::new())
+}
+
+/// [`lower`] a plan that gave the values of `room` space for rows at an aligned pitch (their
+/// pitch in elements; [`padded::pitched_candidates`]).
+fn lower_with_room(plan: Plan, config: &CudaConfig, room: HashMap<Value, usize>) -> Result<Lowered> {
     let consts_start = plan.arena.div_ceil(ALIGN) * ALIGN;
     let (uses, readers) = readers_of(&plan.program);
     let mut lw = Lowerer {
@@ -391,6 +403,8 @@ pub fn lower(plan: Plan, config: &CudaConfig) -> Result<Lowered> {
         delta_at: HashMap::new(),
         attention_partials: HashMap::new(),
         uses: uses.clone(),
+        room,
+        pitched: HashMap::new(),
     };
     // Constant nodes: filled once.
     for (i, node) in plan.program.graph.nodes.iter().enumerate() {
@@ -680,8 +694,12 @@ fn launched_kernels(kernels: Vec<Kernel>, mut phases: Vec<Vec<Launch>>) -> (Vec<
 pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result<Lowered> {
     let held = config.held_broadcasts.then(|| read_broadcast_sources(program)).flatten();
     let program = held.as_ref().unwrap_or(program);
+    let room = padded::pitched_candidates(config, program);
+    let room_bytes: HashMap<Value, usize> =
+        room.iter().map(|(&v, &pitch)| (v, program.graph.shape(v)[0] * pitch * DType::BF16.size())).collect();
     let plan_with = |keep: &[(Value, u32)]| {
-        alpha_plan::plan_in_place(program, alpha_plan::bytes, ALIGN, keep).map_err(|e| anyhow!("planning: {e}"))
+        alpha_plan::plan_in_place_with_room(program, alpha_plan::bytes, ALIGN, keep, &room_bytes)
+            .map_err(|e| anyhow!("planning: {e}"))
     };
     let g = &program.graph;
     let phase = |id: u32| program.phases.iter().position(|p| p.nodes.contains(&(id as usize)));
@@ -774,7 +792,7 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
         }
     }
     keep.extend(reads_through_views.into_iter().filter(|&(v, r)| phase(r).is_some() && phase(v.node) == phase(r)));
-    lower(plan_with(&keep)?, config)
+    lower_with_room(plan_with(&keep)?, config, room)
 }
 
 /// `program` with each Binary that reads a Broadcast's output reading the Broadcast's source
@@ -1042,6 +1060,14 @@ impl Lowerer<'_> {
         let off = self.consts_end;
         self.consts_end = (off + bytes).div_ceil(ALIGN) * ALIGN;
         off
+    }
+
+    /// The pitch (in elements) to write bf16 matrix `v` at, where the plan gave it the room:
+    /// recorded, so that the padded products after it read it in place (`padded`'s doc).
+    fn write_pitched(&mut self, v: Value) -> Option<usize> {
+        let pitch = self.room.get(&v).copied()?;
+        self.pitched.insert(v, pitch);
+        Some(pitch)
     }
 
     /// Where `v` is stored, and as what: its own slot in its dtype, or the slot of the bf16

@@ -17,6 +17,14 @@
 //!
 //! Cost: each operand and the output cross memory twice more (a copy in, a copy out), against
 //! a product that then runs on tensor cores.
+//!
+//! Pitched operands: a bf16 cast that only such products read is written with its rows at an
+//! aligned pitch where its writer can (a cast, a LayerNorm storing it, a column sum storing it:
+//! [`pitched_candidates`] gives the plan's room, `Lowerer::pitched` records what was written),
+//! and a product on the TMA engine reads it in place through a tensor map over its true sizes:
+//! the map's bounds give the zeros past its columns (K included) that the padded copy held, so
+//! the products' bits are the same. Why: at 64 windows Diakosmos's pad copies of its 1,330- and
+//! 3,990-wide operands moved about 28 GB a step (47 ms on the H200).
 
 use super::*;
 
@@ -148,6 +156,62 @@ impl Padded {
     }
 }
 
+/// Elements (bf16) a pitched operand's rows are aligned to: 128 bytes, a line of the tensor
+/// maps' swizzled boxes, as the padded copies' K-major rows were. Why: at a pitch of 16 bytes
+/// (the least a map takes) Diakosmos's K-major operands ran their products up to 1.46× slower
+/// on the H200 (the q/k/v projection 2.70 → 3.94 ms), each box's rows straddling lines.
+const PITCH_ELEMENTS: usize = 64;
+
+/// The bf16 values the plan gives the room of rows at an aligned pitch, with that pitch (in
+/// elements): each a Cast to bf16 of a matrix `[rows, cols]` whose rows are not 16 bytes apart,
+/// read by nothing but unbatched products that pad (and no program output or assignment).
+/// Whether it is written pitched is settled when its writer is lowered (`Lowerer::pitched`);
+/// unwritten so, the room is left unused and the products copy it as before.
+pub(super) fn pitched_candidates(cfg: &CudaConfig, program: &alpha_ir::Program) -> HashMap<Value, usize> {
+    let mut out = HashMap::new();
+    if !(cfg.pitched_operands && cfg.padded_tma && cfg.gemm_engine != gemm::Engine::Mma) {
+        return out;
+    }
+    let g = &program.graph;
+    let (uses, readers) = readers_of(program);
+    for (i, n) in g.nodes.iter().enumerate() {
+        let Op::Cast { to: DType::BF16 } = n.op else { continue };
+        let v = Value { node: i as u32, index: 0 };
+        let shape = &n.outputs[0].shape;
+        let [_, cols] = shape.as_slice() else { continue };
+        let rs = readers.get(&v).map(Vec::as_slice).unwrap_or(&[]);
+        let padded_products = !rs.is_empty()
+            && rs.iter().all(|&r| {
+                let unbatched = Padded::of(g, r).is_some_and(|p| p.batch == 1);
+                unbatched && tiled_gemm(cfg, g, r).is_none()
+            });
+        if !cols.is_multiple_of(8) && uses.get(&v) == Some(&rs.len()) && padded_products {
+            out.insert(v, up(*cols, PITCH_ELEMENTS));
+        }
+    }
+    out
+}
+
+/// An operand a padded product reads in place, rows `pitch` elements apart.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct InPlace {
+    rows: usize,
+    cols: usize,
+    pitch: usize,
+}
+
+impl InPlace {
+    /// The tensor map over it as stored, boxes as `standard`'s (the map over its padded copy).
+    fn map(&self, standard: gemm_tma::MapSpec) -> gemm_tma::MapSpec {
+        gemm_tma::MapSpec {
+            inner: self.cols as u64,
+            outer: self.rows as u64,
+            stride_bytes: self.pitch as u64 * 2,
+            ..standard
+        }
+    }
+}
+
 /// The phase's padded products stored in place whose output only an Add of a bias row (one
 /// value a column, f32) launched right after them reads: the product adds the row as it
 /// stores, into the Add's output, and the Add does not launch (`GemmSpec::narrow_bias`).
@@ -194,25 +258,64 @@ impl Lowerer<'_> {
         let ((a_rows, a_cols), (a_rows_p, a_cols_p)) = p.a_dims();
         let ((b_rows, b_cols), (b_rows_p, b_cols_p)) = p.b_dims();
         let b_count = if p.b_batched { p.batch } else { 1 };
+        // The launch the product runs as: stored in place (a tall output, C's own rows and
+        // width), K in parts summed in a fixed order into the padded output, or whole.
+        let aligned_paths = self.config.padded_tma;
+        let in_place = p.in_place(self.config);
+        let parts = match (&in_place, aligned_paths) {
+            (None, true) => k_parts(self.config, &spec, &shape),
+            _ => None,
+        };
+        let main = match (&in_place, parts) {
+            (Some((narrow, _)), _) => *narrow,
+            (None, Some((splits, part))) => {
+                let uneven = !shape.k.is_multiple_of(spec.bk * splits);
+                let pspec = GemmSpec { tile: gemm::Tile::T128x128, uneven_split: uneven, ..spec };
+                with_ring(self.config, on_tma(self.config, pspec, &part), &part)
+            }
+            (None, None) => match aligned_paths {
+                true => settled(with_ring(self.config, on_tma(self.config, spec, &shape), &shape), &shape),
+                false => with_ring(self.config, spec, &shape),
+            },
+        };
+        // Operands written pitched are read in place by the TMA engine's maps (module doc).
+        let on_tma = main.engine == gemm::Engine::Tma && p.batch == 1;
+        let pitch = |v: Value| self.pitched.get(&v).copied();
+        let (a_pitch, b_pitch) = (pitch(node.inputs[0]), pitch(node.inputs[1]));
+        let direct = [
+            a_pitch.filter(|_| on_tma).map(|pitch| InPlace { rows: a_rows, cols: a_cols, pitch }),
+            b_pitch.filter(|_| on_tma).map(|pitch| InPlace { rows: b_rows, cols: b_cols, pitch }),
+        ];
         let a_at = 0;
-        let b_at = a_at + region(p.batch * a_rows_p * a_cols_p * 2);
-        let c_at = b_at + region(b_count * b_rows_p * b_cols_p * 2);
+        let b_at = a_at + if direct[0].is_some() { 0 } else { region(p.batch * a_rows_p * a_cols_p * 2) };
+        let c_at = b_at + if direct[1].is_some() { 0 } else { region(b_count * b_rows_p * b_cols_p * 2) };
         let (mp, np, _) = p.padded();
         let parts_at = c_at + region(p.batch * mp * np * 4);
-        // A product stored in place needs no padded output (`GemmSpec::narrow_store`).
-        let in_place = p.in_place(self.config);
         self.need_scratch(if in_place.is_some() { c_at } else { parts_at });
         let some = Some(id);
         let mut v = vec![];
-        let a = self.ptr(node.inputs[0]);
-        v.extend(self.pad_into(a, (p.batch, a_rows, a_cols), (a_rows_p, a_cols_p), a_at, some)?);
-        let b = self.ptr(node.inputs[1]);
-        v.extend(self.pad_into(b, (b_count, b_rows, b_cols), (b_rows_p, b_cols_p), b_at, some)?);
-        let (pa, pb, pc) = (A::Scratch(a_at), A::Scratch(b_at), A::Scratch(c_at));
+        let (a, b) = (self.ptr(node.inputs[0]), self.ptr(node.inputs[1]));
+        let pa = match direct[0] {
+            Some(_) => a,
+            None => {
+                let from = (p.batch, a_rows, a_cols, a_pitch.unwrap_or(a_cols));
+                v.extend(self.pad_into(a, from, (a_rows_p, a_cols_p), a_at, some)?);
+                A::Scratch(a_at)
+            }
+        };
+        let pb = match direct[1] {
+            Some(_) => b,
+            None => {
+                let from = (b_count, b_rows, b_cols, b_pitch.unwrap_or(b_cols));
+                v.extend(self.pad_into(b, from, (b_rows_p, b_cols_p), b_at, some)?);
+                A::Scratch(b_at)
+            }
+        };
+        let pc = A::Scratch(c_at);
         // A tall output stored in place, C's own rows and width, not copied out of a padded
         // one; with the bias row of the Add after it added, into the Add's output
         // (`padded_biases`).
-        if let Some((narrow, direct)) = in_place {
+        if let Some((narrow, direct_shape)) = in_place {
             let (narrow, c, bias) = match self.fusion.padded_biases.get(&id) {
                 Some(&(add, row)) => {
                     let c = self.ptr(Value { node: add, index: 0 });
@@ -220,34 +323,23 @@ impl Lowerer<'_> {
                 }
                 None => (narrow, self.ptr(cx.out(0)), None),
             };
-            v.push(self.tiled_launch_with(&narrow, &direct, [pa, pb, c], bias, some)?);
+            v.push(self.tiled_launch_with(&narrow, &direct_shape, [pa, pb, c], bias, direct, some)?);
             return Ok(v);
         }
-        // K in parts as the tiled products split theirs, summed in a fixed order into the
-        // padded output.
-        let aligned_paths = self.config.padded_tma;
-        let parts = if aligned_paths { k_parts(self.config, &spec, &shape) } else { None };
         if let Some((splits, part)) = parts {
-            let uneven = !shape.k.is_multiple_of(spec.bk * splits);
-            let pspec = GemmSpec { tile: gemm::Tile::T128x128, uneven_split: uneven, ..spec };
-            let pspec = with_ring(self.config, on_tma(self.config, pspec, &part), &part);
-            part.check(&pspec).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
+            part.check(&main).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
             let mn = (mp * np) as u32;
             self.need_scratch(parts_at + mn as usize * splits as usize * 4);
             let parts = A::Scratch(parts_at);
-            v.push(self.tiled_launch(&pspec, &part, [pa, pb, parts], some)?);
+            v.push(self.tiled_launch_with(&main, &part, [pa, pb, parts], None, direct, some)?);
             let args = gemm::splitk_reduce_arguments([pc, pc, parts], None);
             let width = gemm::splitk_reduce_width(mn, aligned16(&args));
             let kernel = self.kernel(gemm::splitk_reduce_kernel(&spec, splits, mn, width))?;
             let grid = (gemm::splitk_reduce_blocks(mn, width), 1, 1);
             v.push(Pending { kernel, grid, block: (gemm::REDUCE_THREADS, 1, 1), args, node: some });
         } else {
-            let spec = match aligned_paths {
-                true => settled(with_ring(self.config, on_tma(self.config, spec, &shape), &shape), &shape),
-                false => with_ring(self.config, spec, &shape),
-            };
-            shape.check(&spec).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
-            v.push(self.tiled_launch(&spec, &shape, [pa, pb, pc], some)?);
+            shape.check(&main).map_err(|e| node_error(node, id, format!("padded product: {e:#}")))?;
+            v.push(self.tiled_launch_with(&main, &shape, [pa, pb, pc], None, direct, some)?);
         }
         // The wanted rows and columns out of the padded product.
         let out = [p.batch, p.m, p.n];
@@ -261,40 +353,43 @@ impl Lowerer<'_> {
         Ok(v)
     }
 
-    /// The tiled product's launch of `spec` over `shape` reading `a` and `b` (scratch places)
-    /// and storing `c`: its tensor maps where it runs on the TMA engine.
-    fn tiled_launch(
-        &mut self,
-        spec: &GemmSpec,
-        shape: &GemmShape,
-        [a, b, c]: [A; 3],
-        node: Option<u32>,
-    ) -> Result<Pending> {
-        self.tiled_launch_with(spec, shape, [a, b, c], None, node)
-    }
-
-    /// [`Self::tiled_launch`] with a narrow store's bias row (`GemmSpec::narrow_bias`).
+    /// The tiled product's launch of `spec` over `shape` reading `a` and `b` (scratch places,
+    /// or operands read in place through maps over their true sizes, `direct`) and storing `c`,
+    /// with a narrow store's bias row (`GemmSpec::narrow_bias`): its tensor maps where it runs
+    /// on the TMA engine.
     fn tiled_launch_with(
         &mut self,
         spec: &GemmSpec,
         shape: &GemmShape,
         [a, b, c]: [A; 3],
         bias: Option<A>,
+        direct: [Option<InPlace>; 2],
         node: Option<u32>,
     ) -> Result<Pending> {
         let kernel = self.kernel(spec.kernel())?;
-        let maps = self.maps_over(spec, shape, a, b)?;
+        let maps = match spec.engine {
+            gemm::Engine::Tma => {
+                gemm_tma::check_shape(spec, shape)?;
+                let (ma, mb) = gemm_tma::map_specs(spec, shape);
+                let ma = direct[0].map_or(ma, |d| d.map(ma));
+                let mb = direct[1].map_or(mb, |d| d.map(mb));
+                Some((self.tensor_map(a, ma)?, self.tensor_map(b, mb)?))
+            }
+            _ if direct.iter().any(Option::is_some) => bail!("an operand read in place needs the TMA engine"),
+            _ => None,
+        };
         let ops = gemm::Operands { maps, bias, ..gemm::Operands::new([a, b, c, c]) };
         let args = gemm::arguments(shape, ops);
         Ok(Pending { kernel, grid: spec.grid(shape), block: (spec.threads(), 1, 1), args, node })
     }
 
-    /// Copies `count` bf16 matrices of `rows × cols` at `src` into scratch at `at` as
-    /// `rows_p × cols_p` ones, zero beyond: the copy, then the right and bottom margins filled.
+    /// Copies `count` bf16 matrices of `rows × cols` at `src` (rows `pitch` elements apart)
+    /// into scratch at `at` as `rows_p × cols_p` ones, zero beyond: the copy, then the right
+    /// and bottom margins filled.
     fn pad_into(
         &mut self,
         src: A,
-        (count, rows, cols): (usize, usize, usize),
+        (count, rows, cols, pitch): (usize, usize, usize, usize),
         (rows_p, cols_p): (usize, usize),
         at: usize,
         node: Option<u32>,
@@ -305,7 +400,7 @@ impl Lowerer<'_> {
         let copy = Pointwise {
             shape: vec![count, rows, cols],
             out: bf16(padded.clone()),
-            ins: vec![Operand::contiguous(DType::BF16, &[count, rows, cols])],
+            ins: vec![bf16(vec![(rows * pitch) as u64, pitch as u64, 1])],
             body: Body::Copy,
         };
         v.push(self.pointwise(copy, vec![A::Scratch(at), src], node)?);

@@ -51,6 +51,18 @@ impl Lowerer<'_> {
                 let pw = Pointwise { shape: os.clone(), out, ins: operands, body: Body::Binary(*b) };
                 v.push(self.pointwise(pw, args, some)?);
             }
+            // A bf16 matrix the padded products after it read in place: rows at their pitch.
+            Op::Cast { .. } if self.room.contains_key(&cx.out(0)) => {
+                let pitch = self.write_pitched(cx.out(0)).expect("room was given");
+                let (rows, cols) = (os[0], os[1]);
+                let pw = Pointwise {
+                    shape: vec![rows, cols],
+                    out: Operand { dtype: odt, strides: vec![pitch as u64, 1] },
+                    ins: vec![Operand::contiguous(cx.idt(0), &[rows, cols])],
+                    body: Body::Copy,
+                };
+                v.push(self.pointwise(pw, vec![self.ptr(cx.out(0)), self.ptr(ins[0])], some)?);
+            }
             Op::Cast { .. } | Op::Reshape { .. } => {
                 let pw = Pointwise {
                     shape: vec![n],

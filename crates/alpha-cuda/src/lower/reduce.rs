@@ -17,7 +17,9 @@ impl Lowerer<'_> {
             return Err(node_error(&cx.node, id, "not a reduction"));
         };
         let r = Reduction::new(*kind, &cx.ishape(0), axes, cx.idt(0), cx.node.outputs[0].dtype)?;
-        let cast = cast.map(|c| self.ptr(c));
+        // The cast with its rows at their pitch where the padded products after it read it in
+        // place.
+        let cast = cast.map(|c| (self.ptr(c), self.write_pitched(c).unwrap_or(r.outputs())));
         self.reduction_passes(id, &r, self.ptr(cx.node.inputs[0]), cast, 0)
     }
 
@@ -32,15 +34,15 @@ impl Lowerer<'_> {
         self.reduction_passes(id, &r, x, None, at)
     }
 
-    /// Reduction `r` of node `id` over `x`: its first pass (storing the bf16 cast at `cast` on
-    /// the column path where given), then, with several chunks, the finishing pass over the
-    /// partials at `partials_at` in the scratch region.
+    /// Reduction `r` of node `id` over `x`: its first pass (storing the bf16 cast at `cast`,
+    /// rows at the pitch given, on the column path where given), then, with several chunks,
+    /// the finishing pass over the partials at `partials_at` in the scratch region.
     fn reduction_passes(
         &mut self,
         id: u32,
         r: &Reduction,
         x: A,
-        cast: Option<A>,
+        cast: Option<(A, usize)>,
         partials_at: usize,
     ) -> Result<Vec<Pending>> {
         let cx = At::of(self.plan, id);
@@ -49,8 +51,8 @@ impl Lowerer<'_> {
         // With one chunk the partials pointer is unused; it still points into the arena.
         let partials = if chunks > 1 { A::Scratch(partials_at) } else { out };
         let (k1, args) = match cast {
-            Some(c) => (
-                r.column_cast_kernel().map_err(|e| node_error(&cx.node, id, e))?,
+            Some((c, pitch)) => (
+                r.column_cast_kernel_pitched(pitch).map_err(|e| node_error(&cx.node, id, e))?,
                 reduce::cast_arguments([out, x, partials, c]),
             ),
             None => (r.kernel(), reduce::arguments([out, x, partials])),

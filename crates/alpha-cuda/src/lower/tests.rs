@@ -643,9 +643,11 @@ fn a_gradient_read_elsewhere_keeps_its_inverse_rotary() {
 
 #[test]
 fn a_bf16_product_off_the_tiled_sizes_by_alignment_runs_padded_on_the_tiled_kernel() {
-    // Diakosmos's shape in small: K = 330 (not a multiple of 64), N = 262 (not of 8).
+    // Diakosmos's shape in small: K = 330 (not a multiple of 64), N = 262 (not of 8); its
+    // casts written contiguous (`ALPHA_PITCHED=off`).
     let (g, [_, s]) = bf16_product_summed(&[514, 330], &[330, 262]);
-    let l = lower_forward(g, s);
+    let unpitched = CudaConfig { fold_casts_into_gemms: false, pitched_operands: false, ..CudaConfig::default() };
+    let l = lower_forward_with(g, s, unpitched);
     let names = launch_names(&l);
     let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
     assert!(names[gemm].contains("_tma"), "on the TMA engine: {names:?}");
@@ -668,6 +670,53 @@ fn a_bf16_product_off_the_tiled_sizes_by_alignment_runs_padded_on_the_tiled_kern
     // A tiny product keeps the simple kernel's one launch.
     let (g, [_, s]) = bf16_product_summed(&[4, 8], &[8, 4]);
     assert!(launch_names(&lower_forward(g, s)).contains(&"gemm_simple"));
+}
+
+/// A padded product's bf16 operands that only it reads are written by their casts with rows at
+/// a pitch of 128 bytes (330 → 384 and 262 → 320 elements), and its tensor maps read them in place
+/// over their true sizes (the map's bounds give the zeros the padded copies held): no copy, no
+/// fill before the product; the weight gradient's operands alike, K split in parts.
+#[test]
+fn a_padded_products_casts_are_written_pitched_and_read_in_place() {
+    let (g, [_, s]) = bf16_product_summed(&[514, 330], &[330, 262]);
+    let l = lower_forward(g, s);
+    let names = launch_names(&l);
+    let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
+    assert!(names[gemm].contains("_tma"), "on the TMA engine: {names:?}");
+    assert!(!names[..gemm].iter().any(|n| n.starts_with("pw_fill")), "no margins to fill: {names:?}");
+    assert_eq!(names[..gemm].iter().filter(|n| n.starts_with("pw_cast")).count(), 2, "{names:?}");
+    assert_eq!(names[..gemm].len(), 2, "the two casts alone: {names:?}");
+    // Maps over the casts' own slots (each given the room of its pitched rows), rows at the
+    // pitch, extents the true sizes.
+    let slots: Vec<usize> = l.phases[0][..2]
+        .iter()
+        .map(|launch| match launch.args[0] {
+            LArg::Ptr(p) => p,
+            _ => panic!("a cast stores into the arena"),
+        })
+        .collect();
+    let g = &l.plan.program.graph;
+    for (i, n) in g.nodes.iter().enumerate() {
+        if let Op::Cast { .. } = n.op {
+            let slot = l.plan.slot(Value { node: i as u32, index: 0 });
+            let (rows, cols) = (n.outputs[0].shape[0], n.outputs[0].shape[1]);
+            assert!(slot.len >= rows * cols.div_ceil(64) * 64 * 2, "room for {rows} pitched rows of {cols}");
+        }
+    }
+    let mut maps: Vec<(usize, gemm_tma::MapSpec)> = l.tensor_maps.iter().map(|&(_, at, m)| (at, m)).collect();
+    maps.sort_by_key(|m| m.0);
+    assert_eq!(maps.len(), 2);
+    let x16 = maps.iter().find(|m| slots.contains(&m.0) && m.1.inner == 330).expect("x16's map in place");
+    assert_eq!((x16.1.outer, x16.1.stride_bytes), (514, 384 * 2), "{maps:?}");
+    let w16 = maps.iter().find(|m| slots.contains(&m.0) && m.1.inner == 262).expect("w16's map in place");
+    assert_eq!((w16.1.outer, w16.1.stride_bytes), (330, 320 * 2), "{maps:?}");
+    // The weight gradient's two casts too, K split in parts.
+    let l = padded_weight_gradient(CudaConfig { fold_casts_into_gemms: false, ..CudaConfig::default() });
+    let names = launch_names(&l);
+    let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
+    assert_eq!(names[..gemm].len(), 2, "the two casts alone: {names:?}");
+    assert_eq!(l.phases[0][gemm].grid.2, 8, "eight parts of K: {names:?}");
+    assert!(l.tensor_maps.iter().all(|&(_, _, m)| m.inner == 330 && m.stride_bytes == 384 * 2), "{:?}", l.tensor_maps);
 }
 
 /// A tall padded product whose only reader is the Add of a bias row right after it adds the
@@ -773,7 +822,8 @@ fn padded_weight_gradient(config: CudaConfig) -> Lowered {
 /// into the padded output, then the wanted rows and columns copied out.
 #[test]
 fn a_padded_weight_gradient_with_few_tiles_splits_k() {
-    let l = padded_weight_gradient(CudaConfig { fold_casts_into_gemms: false, ..CudaConfig::default() });
+    let config = CudaConfig { fold_casts_into_gemms: false, pitched_operands: false, ..CudaConfig::default() };
+    let l = padded_weight_gradient(config);
     let names = launch_names(&l);
     let gemm = names.iter().position(|n| n.starts_with("gemm_")).expect("a product launch");
     assert!(names[gemm].contains("_tma"), "on the TMA engine: {names:?}");
