@@ -75,7 +75,7 @@ impl Backend for CpuBackend {
             .into_iter()
             .map(|(node, us)| {
                 let (family, name, flops, shape) = kernel_info(&self.cpu.plan.program, node);
-                LaunchTime { family, name, us, flops, shape }
+                LaunchTime { family, name, us, flops, shape, kernel: None }
             })
             .collect())
     }

@@ -1072,12 +1072,8 @@ fn a_column_sum_run_in_the_chain_before_it_gives_the_separate_launches_bits() {
         let mut rng = Rng::new(rows as u64);
         let leaves = [("x", rng.vec(rows * cols, 2.0)), ("dy", rng.vec(rows * cols, 2.0)), ("s", rng.vec(cols, 2.0))];
         let run = |on: bool, schedule: Schedule| {
-            let config = alpha_cuda::CudaConfig { chain_column_sums: on, ..alpha_cuda::CudaConfig::default() };
-            let lowered = alpha_cuda::lower::lower_program(&program, &config).unwrap();
-            let names: Vec<String> = lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.clone()).collect();
-            let (mem, base) = alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, &leaves, schedule).unwrap();
-            let at = |v: alpha_ir::Value| base + lowered.plan.slot(v).offset as u64;
-            (names, mem.read(at(da), rows * cols), mem.read(at(ds), cols))
+            let (names, [da, ds]) = run_chained(&program, &leaves, on, schedule, [(da, rows * cols), (ds, cols)]);
+            (names, da, ds)
         };
         let (names, _, _) = run(true, Schedule::Ascending);
         assert!(names[0].ends_with("_cols1"), "{names:?}");
@@ -1090,6 +1086,64 @@ fn a_column_sum_run_in_the_chain_before_it_gives_the_separate_launches_bits() {
             let (_, got_da, got_ds) = run(true, schedule);
             assert_bits(&format!("da {rows}x{cols} {schedule:?}"), &got_da, &want_da);
             assert_bits(&format!("ds {rows}x{cols} {schedule:?}"), &got_ds, &want_ds);
+        }
+    }
+}
+
+/// `program` lowered with the reductions after chains in the chains' launches (`on`) or
+/// apart, run by the interpreter: its launches' kernels and the values read back, `len` floats
+/// each.
+fn run_chained<const N: usize>(
+    program: &alpha_ir::Program,
+    leaves: &[(&str, Vec<f32>)],
+    on: bool,
+    schedule: Schedule,
+    values: [(alpha_ir::Value, usize); N],
+) -> (Vec<String>, [Vec<f32>; N]) {
+    let config = alpha_cuda::CudaConfig { chain_column_sums: on, ..alpha_cuda::CudaConfig::default() };
+    let lowered = alpha_cuda::lower::lower_program(program, &config).unwrap();
+    let names: Vec<String> = lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.clone()).collect();
+    let (mem, base) = alpha_cuda_lab::interp::run_lowered_with(&lowered, 0, leaves, schedule).unwrap();
+    let read = values.map(|(v, len)| mem.read(base + lowered.plan.slot(v).offset as u64, len));
+    (names, read)
+}
+
+/// A gate's or a norm's backward in small (Diakosmos's `[N, 7, 190]` products summed over each
+/// group's values, or over everything but the groups): the chain making `dy · g` and `dy · x`
+/// sums `dy · x` in its own launch on the reduction's path (a warp an output, or blocks over
+/// chunks with a finishing pass), never storing it. Run by the interpreter under both orders of
+/// a block's threads, both outputs are the bits of the chain and the separate reduction
+/// (`ALPHA_CHAIN_COLSUMS=off`).
+#[test]
+fn a_reduction_run_in_the_chain_before_it_gives_the_separate_launches_bits() {
+    use alpha_ir::{Graph, Init};
+    for (rows, axes, path) in [(48usize, vec![2usize], "_warps1"), (1600, vec![0, 2], "_red1")] {
+        let mut g = Graph::new("gate-backward");
+        let x = g.param("x", &[rows, 7, 19], Init::Zeros);
+        let dy = g.param("dy", &[rows, 7, 19], Init::Zeros);
+        let gate = g.param("gate", &[7, 1], Init::Zeros);
+        let da = g.mul(dy, gate);
+        let prod = g.mul(dy, x);
+        let dg = g.sum(prod, &axes, false);
+        let outputs = [("da".to_string(), da), ("dg".to_string(), dg)].into_iter().collect();
+        let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+        let n = rows * 7 * 19;
+        let summed = program.graph.ty(dg).numel();
+        let mut rng = Rng::new(rows as u64 + 7);
+        let leaves = [("x", rng.vec(n, 2.0)), ("dy", rng.vec(n, 2.0)), ("gate", rng.vec(7, 2.0))];
+        let run = |on: bool, schedule: Schedule| {
+            let (names, [da, dg]) = run_chained(&program, &leaves, on, schedule, [(da, n), (dg, summed)]);
+            (names, da, dg)
+        };
+        let (names, _, _) = run(true, Schedule::Ascending);
+        assert!(names[0].ends_with(path), "{names:?}");
+        assert!(!names.iter().any(|n| n.starts_with("reduce_sum") && !n.ends_with("_finish")), "{names:?}");
+        let (apart, want_da, want_dg) = run(false, Schedule::Ascending);
+        assert!(apart.iter().any(|n| n.starts_with("reduce_sum")), "{apart:?}");
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let (_, got_da, got_dg) = run(true, schedule);
+            assert_bits(&format!("da {rows} {axes:?} {schedule:?}"), &got_da, &want_da);
+            assert_bits(&format!("dg {rows} {axes:?} {schedule:?}"), &got_dg, &want_dg);
         }
     }
 }

@@ -256,6 +256,7 @@ impl CudaBackend {
             .enumerate()
             .map(|(k, l)| {
                 let us = ns[k + 1].saturating_sub(ns[k]) as f64 / 1e3;
+                let kernel = Some(self.lowered.kernels[l.kernel].name.clone());
                 match l.node {
                     Some(node) => {
                         let (family, name, mut flops, mut shape) = kernel_info(program, node);
@@ -264,11 +265,11 @@ impl CudaBackend {
                         if k > 0 && launches[k - 1].node == Some(node) {
                             (flops, shape) = (None, None);
                         }
-                        LaunchTime { family, name, us, flops, shape }
+                        LaunchTime { family, name, us, flops, shape, kernel }
                     }
                     None => {
                         let name = self.lowered.kernels[l.kernel].name.clone();
-                        LaunchTime { family: "copy".into(), name, us, flops: None, shape: None }
+                        LaunchTime { family: "copy".into(), name, us, flops: None, shape: None, kernel }
                     }
                 }
             })

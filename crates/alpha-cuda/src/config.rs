@@ -30,7 +30,7 @@
 //! | `ALPHA_SLICED_PERMUTE=off` | [`CudaConfig::sliced_permutes`] | a Permute of a slice (through a reshape) reads the slice's own copy, instead of the slice's source with the composed strides |
 //! | `ALPHA_CHAIN_SLICES=off` | [`CudaConfig::chain_slices`] | a Unary or Binary (alone or in a fused chain) reading a slice reads the slice's copy, instead of the slice's source through its row stride and offset |
 //! | `ALPHA_HELD_BROADCAST=off` | [`CudaConfig::held_broadcasts`] | a Broadcast that only binaries read is copied out to its full shape, instead of the binaries reading its source held |
-//! | `ALPHA_CHAIN_COLSUMS=off` | [`CudaConfig::chain_column_sums`] | a column sum of a fused chain's output (a per-channel scale's gradient, a bias's) runs as its own launch over the stored output, instead of in the chain's launch or the product's whose epilogue runs the chain |
+//! | `ALPHA_CHAIN_COLSUMS=off` | [`CudaConfig::chain_column_sums`] | a reduction of a fused chain's output (a column sum: a per-channel scale's gradient, a bias's; a sum over each group or over everything) runs as its own launch over the stored output, instead of in the chain's launch or (a column sum) the product's whose epilogue runs the chain |
 //! | `ALPHA_MULTI_COPY=off` | [`CudaConfig::multi_copies`] | a phase's copies into its state run as a launch each, instead of the 4-byte ones together in one |
 //! | `ALPHA_PERMUTED_STORES=off` | [`CudaConfig::permuted_stores`] | a Permute that alone reads a plain elementwise op's output copies it, instead of the op storing into the permute's place |
 //! | `ALPHA_PADDED_TMA=off` | [`CudaConfig::padded_tma`] | a product padded to the tiled sizes runs on the `cp.async` ring with K whole, instead of on the TMA engine with K split where its tiles leave SMs idle |
@@ -154,9 +154,9 @@ pub struct CudaConfig {
     pub permuted_stores: bool,
     /// A phase's 4-byte copies into its state run as one multi-tensor launch.
     pub multi_copies: bool,
-    /// A column sum right after a fused chain, of one of its outputs, runs in the chain's
-    /// launch (`Lowerer::chain_column_sum`), or in the product's whose epilogue runs the chain
-    /// (`Lowerer::product_column_sum`).
+    /// A reduction right after a fused chain, of one of its outputs, runs in the chain's
+    /// launch (`Lowerer::chain_reduction`), or a column sum in the product's whose epilogue runs
+    /// the chain (`Lowerer::product_column_sum`).
     pub chain_column_sums: bool,
     /// A product on the TMA engine over a long K splits it in parts of about 16,384 even where
     /// its tiles fill the SMs ([`crate::kernels::gemm::GemmShape::split_k_long`]).

@@ -506,6 +506,7 @@ mod tests {
             us,
             flops,
             shape: shape.map(str::to_string),
+            kernel: None,
         }
     }
 

@@ -13,6 +13,10 @@ pub struct LaunchTime {
     pub us: f64,
     pub flops: Option<f64>,
     pub shape: Option<String>,
+    /// The device kernel that ran it, where the backend names its kernels (the CUDA backend's
+    /// PTX function): what `alpha profile`'s kernel table sums by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
 }
 
 /// Family, name, FLOPs and shape of the kernel computing `node`.

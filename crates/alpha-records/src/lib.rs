@@ -300,6 +300,9 @@ pub struct ProfileRow {
     pub us: f64,
     pub flops: Option<f64>,
     pub shape: Option<String>,
+    /// The device kernel that ran the launch (absent in older records and on the CPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
 }
 
 /// A row of `health.jsonl`: every parameter tensor's optimizer health after one update, as the

@@ -1,6 +1,7 @@
 //! `alpha profile <run-dir>`: the seed's tables from `profile.jsonl` — per-step time by kernel
 //! family (ms a step, share, launches), then per matrix-product shape (µs a product, all its
-//! launches counted, TFLOP/s, products a step). The newest profiled step is the one shown.
+//! launches counted, TFLOP/s, products a step), then the device kernels that took the most time
+//! (where the backend names them). The newest profiled step is the one shown.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -71,7 +72,41 @@ pub fn tables(run_dir: &Path) -> Result<String> {
             let _ = writeln!(s, "{:<32} {:>10.1} {:>9.2} {:>9}", shape, us / n as f64, flops / (us * 1e-6) / 1e12, n);
         }
     }
+    s.push_str(&kernel_table(&rows, total_us));
     Ok(s)
+}
+
+/// Kernels shown in the kernel table: those that take the most time.
+const TOP_KERNELS: usize = 30;
+
+/// The device kernels that took the most time in the step (rows that name one): ms a step,
+/// share, launches, µs a launch, the family of its first launch. Why: a family's time (a
+/// hundred binaries) does not say which fused chain or copy to take on next.
+fn kernel_table(rows: &[&ProfileRow], total_us: f64) -> String {
+    let mut kernels: BTreeMap<&str, (f64, usize, &str)> = BTreeMap::new();
+    for r in rows {
+        let Some(k) = r.kernel.as_deref() else { continue };
+        let e = kernels.entry(k).or_insert((0.0, 0, r.family.as_str()));
+        e.0 += r.us;
+        e.1 += 1;
+    }
+    if kernels.is_empty() {
+        return String::new();
+    }
+    let shown = kernels.len().min(TOP_KERNELS);
+    let mut ks: Vec<_> = kernels.into_iter().collect();
+    ks.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0).then(a.0.cmp(b.0)));
+    let mut s = String::new();
+    let _ = writeln!(s);
+    let _ = writeln!(s, "Kernels ({shown} of {} taking the most time)", ks.len());
+    let _ =
+        writeln!(s, "{:>10} {:>7} {:>9} {:>10}  {:<14} Kernel", "ms a step", "Share", "Launches", "µs each", "Family");
+    for (k, (us, n, family)) in ks.into_iter().take(TOP_KERNELS) {
+        let share = 100.0 * us / total_us.max(1e-9);
+        let each = us / n as f64;
+        let _ = writeln!(s, "{:>10.3} {:>6.1}% {:>9} {:>10.1}  {:<14} {k}", us / 1e3, share, n, each, family);
+    }
+    s
 }
 
 #[cfg(test)]
@@ -89,6 +124,11 @@ mod tests {
             us,
             flops: shape.map(|_| 2e9),
             shape: shape.map(String::from),
+            kernel: Some(if shape.is_some() || family == "gemm" {
+                "gemm_tma".into()
+            } else {
+                format!("{family}_kernel")
+            }),
         };
         // A padded product (copy in, product, copy out), a lone product, then an elementwise.
         let rows = [
@@ -105,5 +145,11 @@ mod tests {
         let cols: Vec<&str> = line.split_whitespace().collect();
         // Two products of 2 GFLOP in 4,000 µs: 2,000 µs a product, 1 TFLOP/s.
         assert_eq!(cols[1..], ["2000.0", "1.00", "2"], "{tables}");
+        // The kernel table: the product's kernel first (four launches, 4 ms), then the binary.
+        let kernels: Vec<&str> = tables.lines().skip_while(|l| !l.starts_with("Kernels")).skip(2).collect();
+        assert_eq!(kernels.len(), 2, "{tables}");
+        let first: Vec<&str> = kernels[0].split_whitespace().collect();
+        assert_eq!(first, ["4.000", "98.8%", "4", "1000.0", "gemm", "gemm_tma"], "{tables}");
+        assert!(kernels[1].ends_with("binary_kernel"), "{tables}");
     }
 }

@@ -144,6 +144,7 @@ impl Records {
                 us: l.us,
                 flops: l.flops,
                 shape: l.shape.clone(),
+                kernel: l.kernel.clone(),
             };
             bytes.extend(jsonl::line(&row)?);
         }

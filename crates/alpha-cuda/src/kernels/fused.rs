@@ -209,35 +209,39 @@ impl Chain {
         Ok(k)
     }
 
-    /// The chain over a `[rows, width]` tensor run in the column path of `r` (a column sum of
-    /// it, `Reduction::column_pass`): each element's steps computed where the sum reads it,
-    /// the outputs stored, and step `summed` added into its column's sum: params `out` and
-    /// `partials` (the sum's), then `out0…` and `in0…` as [`Chain::kernel`]'s. Why: a
-    /// per-channel scale's gradient is the column sum of `dy · x`, which the chain computing
-    /// the scale's other gradient (`dy · s`) makes beside it; summed there, `dy · x` is never
-    /// stored, nor read back by a sum of its own. The sums are the column path's, in its order,
-    /// so the same bits as the chain's launch and the sum's.
-    pub fn column_sum_kernel(&self, summed: usize, r: &Reduction) -> Result<Kernel> {
+    /// The chain run in the first pass of reduction `r` over one of its steps: each element's
+    /// steps computed where the reduction reads it (every element once), the outputs stored,
+    /// and step `summed` added into its output's sum; params `out` and `partials` (the
+    /// reduction's), then `out0…` and `in0…` as [`Chain::kernel`]'s. Why: a per-channel
+    /// scale's gradient is the column sum of `dy · x`, which the chain computing the scale's
+    /// other gradient (`dy · s`) makes beside it; a gate's or a norm's gradient sums a product
+    /// over each group or over everything (Diakosmos's `[N, 7, 190]` products summed to `[N,
+    /// 7]` or `[7]`). Summed there, the step is never stored, nor read back by a launch of its
+    /// own. The sums are the reduction's path's, in its order, so the same bits as the chain's
+    /// launch and the reduction's.
+    pub fn reduction_kernel(&self, summed: usize, r: &Reduction) -> Result<Kernel> {
         self.validate()?;
-        if !r.columns || r.outputs() * r.count() != self.n || summed >= self.steps.len() {
-            bail!("{}: no column sum of step {summed} over its {} elements ({r:?})", self.name(), self.n);
+        if r.outputs() * r.count() != self.n || summed >= self.steps.len() {
+            bail!("{}: no reduction of step {summed} over its {} elements ({r:?})", self.name(), self.n);
         }
-        let name = format!("{}_cols{summed}", self.name());
+        let path = if r.columns {
+            "cols"
+        } else if r.warp_rows() {
+            "warps"
+        } else {
+            "red"
+        };
+        let name = format!("{}_{path}{summed}", self.name());
         let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
         let out = k.param_reg("out", ParamTy::U64);
         let partials = k.param_reg("partials", ParamTy::U64);
         let (outs, ins) = self.pointer_params(&mut k);
         let scalars = self.load_scalars(&mut k, &ins);
-        r.column_pass(
-            &mut k,
-            [out, partials],
-            &mut |k, i| {
-                let steps = self.element(k, i, &ins, &scalars);
-                self.store_outputs(k, i, &outs, &steps);
-                steps[summed]
-            },
-            &mut |_, _, _, _| {},
-        );
+        r.pass(&mut k, [out, partials], &mut |k, i| {
+            let steps = self.element(k, i, &ins, &scalars);
+            self.store_outputs(k, i, &outs, &steps);
+            steps[summed]
+        });
         k.ret();
         Ok(k)
     }

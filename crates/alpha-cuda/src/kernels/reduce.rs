@@ -208,17 +208,28 @@ impl Reduction {
     /// Pass 1 off the column path, a block an (output, chunk): what [`Reduction::kernel`] gives
     /// where the warp path does not run, and the order the warp path keeps.
     pub fn block_kernel(&self) -> Kernel {
-        let chunks = self.chunks() as u32;
         let mut k =
             Kernel::new(&format!("reduce_{}", format!("{:?}", self.kind).to_lowercase())).with_block(THREADS, 1, 1);
         let out = k.param_reg("out", ParamTy::U64);
         let x = k.param_reg("x", ParamTy::U64);
         let partials = k.param_reg("partials", ParamTy::U64);
+        let dtype = self.in_dtype;
+        self.block_pass(&mut k, [out, partials], &mut |k, idx| load_f32(k, dtype, x, idx));
+        k.ret();
+        k
+    }
+
+    /// The block path's body in kernel `k` (block and params declared): each thread adds its
+    /// elements of its block's chunk in order, the value of element `idx` (of the reduction's
+    /// input, packed) from `element`; the block's fixed tree; the total or the chunk's partial
+    /// stored.
+    fn block_pass(&self, k: &mut Kernel, [out, partials]: [Reg; 2], element: &mut dyn FnMut(&mut Kernel, Reg) -> Reg) {
+        let chunks = self.chunks() as u32;
         let red = k.shared("red", 128, 16);
         let tid = k.sreg("%tid.x");
         let o = k.sreg("%ctaid.x");
         let c = k.sreg("%ctaid.y");
-        let base = element_offsets(&mut k, o, &self.kept.0, std::slice::from_ref(&self.kept.1))[0];
+        let base = element_offsets(k, o, &self.kept.0, std::slice::from_ref(&self.kept.1))[0];
         let count = self.count() as u32;
         // This block's range of reduced indices: [c·CHUNK, min((c+1)·CHUNK, count)).
         let start = k.bin("mul.lo.u32", RegKind::B32, c, CHUNK as u32);
@@ -231,7 +242,7 @@ impl Reduction {
         k.place(&top);
         let done = k.setp("ge.u32", j, stop);
         k.bra_if(done, false, &end);
-        self.add_element(&mut k, acc, (x, base), j);
+        self.add_element(k, acc, base, j, element);
         k.op("add.u32", [j.into(), j.into(), THREADS.into()]);
         k.bra(&top);
         k.place(&end);
@@ -240,18 +251,39 @@ impl Reduction {
         let first = k.setp("eq.u32", tid, 0u32);
         let skip = k.label("skip");
         k.bra_if(first, true, &skip);
-        self.store_total(&mut k, total, [out, partials], o, (c, chunks));
+        self.store_total(k, total, [out, partials], o, (c, chunks));
         k.place(&skip);
-        k.ret();
-        k
     }
 
-    /// Adds the output's reduced element `j` (of the output at `base` in `x`) into `acc`.
-    fn add_element(&self, k: &mut Kernel, acc: Reg, (x, base): (Reg, Reg), j: Reg) {
+    /// Adds the output's reduced element `j` (of the output at `base`) into `acc`: the value
+    /// `element` gives for its index.
+    fn add_element(
+        &self,
+        k: &mut Kernel,
+        acc: Reg,
+        base: Reg,
+        j: Reg,
+        element: &mut dyn FnMut(&mut Kernel, Reg) -> Reg,
+    ) {
         let off = element_offsets(k, j, &self.reduced.0, std::slice::from_ref(&self.reduced.1))[0];
         let idx = k.bin("add.u32", RegKind::B32, base, off);
-        let v = load_f32(k, self.in_dtype, x, idx);
+        let v = element(k, idx);
         k.op(self.op(), [acc.into(), acc.into(), v.into()]);
+    }
+
+    /// The first pass's body in kernel `k` (a block of [`THREADS`], `out` and `partials`
+    /// declared) on the path this reduction takes, the value of element `idx` (of its input,
+    /// packed) from `element`: what [`Reduction::kernel`] runs with a load, and a fused chain
+    /// with its own values (`crate::kernels::fused::Chain::reduction_kernel`). The same order,
+    /// so the same bits over the same values.
+    pub(crate) fn pass(&self, k: &mut Kernel, out: [Reg; 2], element: &mut dyn FnMut(&mut Kernel, Reg) -> Reg) {
+        if self.columns {
+            self.column_pass(k, out, element, &mut |_, _, _, _| {});
+        } else if self.warp_rows() {
+            self.warp_pass(k, out, element);
+        } else {
+            self.block_pass(k, out, element);
+        }
     }
 
     /// The warp path's one pass (see the module's doc): params (out, x, partials) as
@@ -266,6 +298,15 @@ impl Reduction {
         let out = k.param_reg("out", ParamTy::U64);
         let x = k.param_reg("x", ParamTy::U64);
         let partials = k.param_reg("partials", ParamTy::U64);
+        let dtype = self.in_dtype;
+        self.warp_pass(&mut k, [out, partials], &mut |k, idx| load_f32(k, dtype, x, idx));
+        k.ret();
+        k
+    }
+
+    /// The warp path's body in kernel `k` (block and params declared), the value of element
+    /// `idx` from `element` (see [`Reduction::warp_kernel`]).
+    fn warp_pass(&self, k: &mut Kernel, [out, partials]: [Reg; 2], element: &mut dyn FnMut(&mut Kernel, Reg) -> Reg) {
         let tid = k.sreg("%tid.x");
         let b = k.sreg("%ctaid.x");
         let lane = k.bin("and.b32", RegKind::B32, tid, 31u32);
@@ -274,7 +315,7 @@ impl Reduction {
         let done = k.label("warp_done");
         let outside = k.setp("ge.u32", o, self.outputs() as u32);
         k.bra_if(outside, false, &done);
-        let base = element_offsets(&mut k, o, &self.kept.0, std::slice::from_ref(&self.kept.1))[0];
+        let base = element_offsets(k, o, &self.kept.0, std::slice::from_ref(&self.kept.1))[0];
         let count = self.count() as u32;
         let tree = if self.kind == Reduce::Max { "max.f32" } else { "add.f32" };
         let mut total: Option<crate::ptx::Reg> = None;
@@ -288,7 +329,7 @@ impl Reduction {
                         let live = k.setp("lt.u32", j, count);
                         k.bra_if(live, true, &skip);
                     }
-                    self.add_element(&mut k, acc, (x, base), j);
+                    self.add_element(k, acc, base, j, element);
                     k.place(&skip);
                 }
                 k.warp_reduce_f32(acc, tree)
@@ -305,10 +346,8 @@ impl Reduction {
         let first = k.setp("eq.u32", lane, 0u32);
         k.bra_if(first, true, &done);
         let zero = k.imm_u32(0);
-        self.store_total(&mut k, total, [out, partials], o, (zero, 1));
+        self.store_total(k, total, [out, partials], o, (zero, 1));
         k.place(&done);
-        k.ret();
-        k
     }
 
     /// Pass 1 of the column path: params (out, x, partials); grid [`Reduction::grid`]. Thread

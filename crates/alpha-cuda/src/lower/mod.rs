@@ -530,7 +530,7 @@ fn lower_with_room(plan: Plan, config: &CudaConfig, room: HashMap<Value, usize>)
                     _ => lw.chain_into_product(&view, i, &cl, &mut launches, &products, &uses)?,
                 };
                 match taken {
-                    None => match lw.chain_column_sum(&nodes, &cl, &skip, &uses)? {
+                    None => match lw.chain_reduction(&nodes, &cl, &skip, &uses)? {
                         Some((with_sum, sum)) => {
                             launches.extend(with_sum);
                             skip.insert(sum);

@@ -83,14 +83,16 @@ impl Lowerer<'_> {
         })
     }
 
-    /// The column sum right after chain `cl` over one of its f32 outputs, run in the chain's
-    /// launch ([`fused::Chain::column_sum_kernel`]): that launch, then the sum's finishing pass
-    /// over its chunk partials where there are several, and the sum's node; None where the next
-    /// node is no such sum. The summed output is stored only where something besides the sum
-    /// reads it. Why: Polf's per-channel scales (resid_mix, the attention's and the MLP's
-    /// scales, the skips' weights) take their gradients as column sums of products the chain
-    /// before makes, 40 of them a step, each written and read back whole.
-    pub(super) fn chain_column_sum(
+    /// The reduction right after chain `cl` over one of its f32 outputs, run in the chain's
+    /// launch ([`fused::Chain::reduction_kernel`]): that launch, then the reduction's finishing
+    /// pass over its chunk partials where there are several, and the reduction's node; None
+    /// where the next node is no such reduction. The reduced output is stored only where
+    /// something besides the reduction reads it. Why: Polf's per-channel scales (resid_mix, the
+    /// attention's and the MLP's scales, the skips' weights) take their gradients as column
+    /// sums of products the chain before makes, 40 of them a step, each written and read back
+    /// whole; Diakosmos's gate and norm gradients sum `[N, 7, 190]` products over each group or
+    /// over everything, 42 a step at 64 windows.
+    pub(super) fn chain_reduction(
         &mut self,
         nodes: &[u32],
         cl: &ChainLowered,
@@ -106,7 +108,7 @@ impl Lowerer<'_> {
         let Op::Reduce { kind, axes, .. } = &sn.op else { return Ok(None) };
         let x = sn.inputs[0];
         let Ok(r) = Reduction::new(*kind, g.shape(x), axes, g.dtype(x), sn.outputs[0].dtype) else { return Ok(None) };
-        if !r.columns || r.outputs() * r.count() != cl.chain.n {
+        if r.outputs() * r.count() != cl.chain.n {
             return Ok(None);
         }
         let chain = &cl.chain;
@@ -119,7 +121,7 @@ impl Lowerer<'_> {
             chain.bf16.remove(j);
             args.remove(j);
         }
-        let kernel = self.kernel(chain.column_sum_kernel(summed, &r)?)?;
+        let kernel = self.kernel(chain.reduction_kernel(summed, &r)?)?;
         let chunks = r.chunks();
         let out = self.ptr(Value { node: sum, index: 0 });
         let partials = if chunks > 1 { A::Scratch(0) } else { out };
