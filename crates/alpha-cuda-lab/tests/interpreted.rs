@@ -1148,6 +1148,34 @@ fn a_reduction_run_in_the_chain_before_it_gives_the_separate_launches_bits() {
     }
 }
 
+/// A lone elementwise node whose output only the reduction after it reads runs as a chain of
+/// one with the reduction in its launch (Diakosmos's squares before each group's sum, a
+/// weight's squares before its rows' sums): the sums are the separate launches' bits under both
+/// orders of a block's threads, on the warp path and the block path, and nothing else launches.
+#[test]
+fn a_lone_square_summed_after_it_runs_in_the_sums_launch_with_its_bits() {
+    use alpha_ir::{Graph, Init};
+    for (shape, path) in [(vec![48usize, 7, 19], "ew_square_warps0"), (vec![40, 1330], "ew_square_red0")] {
+        let mut g = Graph::new("norms");
+        let x = g.param("x", &shape, Init::Zeros);
+        let sq = g.square(x);
+        let last = shape.len() - 1;
+        let ss = g.sum(sq, &[last], true);
+        let outputs = [("ss".to_string(), ss)].into_iter().collect();
+        let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+        let n: usize = shape.iter().product();
+        let leaves = [("x", Rng::new(n as u64).vec(n, 2.0))];
+        let outputs = n / shape[last];
+        let (names, [want]) = run_chained(&program, &leaves, false, Schedule::Ascending, [(ss, outputs)]);
+        assert!(names.iter().any(|k| k.starts_with("pw_square")), "{names:?}");
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let (names, [got]) = run_chained(&program, &leaves, true, schedule, [(ss, outputs)]);
+            assert_eq!(names, [path], "{shape:?}");
+            assert_bits(&format!("{shape:?} {schedule:?}"), &got, &want);
+        }
+    }
+}
+
 /// A phase's copies into its state as one launch: three tensors (one over a chunk, one not a
 /// whole number of quads) moved bit for bit, NaN payloads included, and nothing written between
 /// or after them.
