@@ -19,6 +19,12 @@
 #                    inside the whole-step graph), other systems alone
 #   compare          ALPHA against ALPHA_BEFORE (another build), `alpha bench coppelius
 #                    --baseline none` alternating, ROUNDS rounds (default 2)
+#   levers [SYSTEM]  a system's bits and its lowering switches (default diakosmos at 64
+#                    windows on BYTES, prepared bytes): four training steps from the seed, their
+#                    checkpoint's sha256 against EXPECT_STEPS (unset: printed only); `alpha bench
+#                    --baseline none` as built and with each of SWITCHES off in turn (default
+#                    ALPHA_PITCHED ALPHA_CHAIN_COLSUMS); then a profiled run's tables, the
+#                    kernels that took the most time among them
 #   profile [B ...]  one profiled Coppelius run at each batch (default 1 16): `alpha profile`
 #   train            Coppelius 2,000 steps from a seed (held-out loss, profile), the PyTorch
 #                    model from its step-0 checkpoint on the same windows, and resume exact
@@ -80,6 +86,11 @@
 #   KERNEL_CHECK   the kernel_check example binary; skipped when unset (run --quick)
 #   BACKEND_CHECK  the backend_check example binary; skipped when unset (run --ops)
 #   ALPHA_BEFORE   the build to compare against (compare)
+#   BYTES          (levers) tiny-shakespeare prepared as bytes (`alpha data prepare --corpus
+#                  shared/data/tinyshakespeare.txt --out DIR`); LEVERS_BATCH (default 64)
+#   EXPECT_STEPS   (levers) the sha256 four steps should leave: Diakosmos's at 64 windows on
+#                  tiny-shakespeare's bytes is 6ec5d28782bd129861715d55f1bf8eec4a789b85a9ff654123974c7b77be1a1d
+#                  (4470981, and b427d81 with its operands read in place)
 #   GATE_SYSTEMS   the systems whose gates check runs (default "bob coppelius"; gpt2 takes
 #                  about 90 s more)
 #   GPT2_RUN       gpt2-train's run directory, kept across calls (default runs/gpt2-gpu); its
@@ -147,7 +158,7 @@ need_data() {
 [ $# -ge 1 ] || usage
 MODE=$1
 shift
-case "$MODE" in check | hashes | bench | compare | profile | train | gpt2-train | polf-train | generate | page | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, profile, train, gpt2-train, polf-train, generate, page, all)" ;; esac
+case "$MODE" in check | hashes | bench | compare | levers | profile | train | gpt2-train | polf-train | generate | page | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, levers, profile, train, gpt2-train, polf-train, generate, page, all)" ;; esac
 
 case "$MODE" in hashes | profile | train | gpt2-train | page | all) need_data "$MODE" ;; esac
 if [ "$MODE" = page ] && { [ -z "${BYTES:-}" ] || [ ! -d "$BYTES" ]; }; then
@@ -362,6 +373,39 @@ mode_compare() {
       bench_rows "$OUT/compare-$name-$round.txt" "$name ($round)"
     done
   done
+}
+
+mode_levers() {
+  local system=${1:-diakosmos} batch=${LEVERS_BATCH:-64} run sha switch
+  [ -n "${BYTES:-}" ] && [ -d "$BYTES" ] || die "mode levers needs BYTES, a prepared byte directory"
+  run=$RUNS/levers-$system
+  timeout 150 "$ALPHA" train "$system" --device cuda --batch "$batch" --data "$BYTES" --steps 4 \
+    --heldout-windows 0 --sample-tokens 0 --skip-gates --run-dir "$run" --quiet >"$OUT/levers-steps.txt" 2>&1
+  sha=$(grep -oE 'sha256 [0-9a-f]{64}' "$OUT/levers-steps.txt" | tail -1 | cut -d' ' -f2)
+  if [ -z "$sha" ]; then
+    record "$system 4 steps" FAIL "no checkpoint: $(tail -1 "$OUT/levers-steps.txt" | cut -c1-120)"
+  elif [ -z "${EXPECT_STEPS:-}" ]; then
+    record "$system 4 steps" "done" "sha256 $sha"
+  elif [ "$sha" = "$EXPECT_STEPS" ]; then
+    record "$system 4 steps" PASS "sha256 $sha, as expected"
+  else
+    record "$system 4 steps" FAIL "sha256 $sha, want $EXPECT_STEPS"
+  fi
+  for switch in default ${SWITCHES:-ALPHA_PITCHED ALPHA_CHAIN_COLSUMS}; do
+    local env=()
+    [ "$switch" = default ] || env=("$switch=off")
+    env "${env[@]}" timeout 90 "$ALPHA" bench "$system" --device cuda --batch "$batch" --warmup 2 --steps 4 \
+      --baseline none >"$OUT/levers-$switch.txt" 2>&1
+    bench_rows "$OUT/levers-$switch.txt" "$system $switch${env:+=off}"
+  done
+  timeout 150 "$ALPHA" train "$system" --device cuda --batch "$batch" --data "$BYTES" --steps 3 --heldout-windows 0 \
+    --sample-tokens 0 --skip-gates --profile --run-dir "$run-profile" --quiet >/dev/null 2>&1
+  if "$ALPHA" profile "$run-profile" >"$OUT/levers-profile.txt" 2>&1; then
+    cat "$OUT/levers-profile.txt"
+    record "$system profile" "done" "$OUT/levers-profile.txt"
+  else
+    record "$system profile" FAIL "$(tail -1 "$OUT/levers-profile.txt" | cut -c1-120)"
+  fi
 }
 
 mode_profile() {
@@ -996,6 +1040,7 @@ case "$MODE" in
   hashes) mode_hashes ;;
   bench) mode_bench "$@" ;;
   compare) mode_compare ;;
+  levers) mode_levers "$@" ;;
   profile) mode_profile "$@" ;;
   train) mode_train ;;
   gpt2-train) mode_gpt2_train "$@" ;;
