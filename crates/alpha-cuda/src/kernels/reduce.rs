@@ -39,6 +39,9 @@ use crate::ptx::{addr, Kernel, Opnd, ParamTy, Reg, RegKind};
 
 /// Threads per block.
 pub const THREADS: u32 = 256;
+
+/// A first pass's body over the values an element closure gives ([`Reduction::pass`]).
+type Pass = fn(&Reduction, &mut Kernel, [Reg; 2], &mut dyn FnMut(&mut Kernel, Reg) -> Reg);
 /// Elements an output of the warp path's reductions at most: 32 a lane.
 pub const WARP_ROW_MAX: usize = 1024;
 /// Outputs a block of the warp path: a warp each.
@@ -208,13 +211,19 @@ impl Reduction {
     /// Pass 1 off the column path, a block an (output, chunk): what [`Reduction::kernel`] gives
     /// where the warp path does not run, and the order the warp path keeps.
     pub fn block_kernel(&self) -> Kernel {
-        let mut k =
-            Kernel::new(&format!("reduce_{}", format!("{:?}", self.kind).to_lowercase())).with_block(THREADS, 1, 1);
+        self.loading_kernel("", Self::block_pass)
+    }
+
+    /// The first pass `reduce_{kind}{suffix}` of params (out, x, partials): `pass` over the
+    /// elements it loads from x.
+    fn loading_kernel(&self, suffix: &str, pass: Pass) -> Kernel {
+        let name = format!("reduce_{}{suffix}", format!("{:?}", self.kind).to_lowercase());
+        let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
         let out = k.param_reg("out", ParamTy::U64);
         let x = k.param_reg("x", ParamTy::U64);
         let partials = k.param_reg("partials", ParamTy::U64);
         let dtype = self.in_dtype;
-        self.block_pass(&mut k, [out, partials], &mut |k, idx| load_f32(k, dtype, x, idx));
+        pass(self, &mut k, [out, partials], &mut |k, idx| load_f32(k, dtype, x, idx));
         k.ret();
         k
     }
@@ -293,15 +302,7 @@ impl Reduction {
     /// each such set of 32 is added by the butterfly a warp of the block path runs, and the eight
     /// sums in warp order, as the block path's shared-memory pass adds them; lane 0 stores.
     fn warp_kernel(&self) -> Kernel {
-        let name = format!("reduce_{}_warps", format!("{:?}", self.kind).to_lowercase());
-        let mut k = Kernel::new(&name).with_block(THREADS, 1, 1);
-        let out = k.param_reg("out", ParamTy::U64);
-        let x = k.param_reg("x", ParamTy::U64);
-        let partials = k.param_reg("partials", ParamTy::U64);
-        let dtype = self.in_dtype;
-        self.warp_pass(&mut k, [out, partials], &mut |k, idx| load_f32(k, dtype, x, idx));
-        k.ret();
-        k
+        self.loading_kernel("_warps", Self::warp_pass)
     }
 
     /// The warp path's body in kernel `k` (block and params declared), the value of element
@@ -318,7 +319,7 @@ impl Reduction {
         let base = element_offsets(k, o, &self.kept.0, std::slice::from_ref(&self.kept.1))[0];
         let count = self.count() as u32;
         let tree = if self.kind == Reduce::Max { "max.f32" } else { "add.f32" };
-        let mut total: Option<crate::ptx::Reg> = None;
+        let mut total: Option<Reg> = None;
         for group in 0..WARP_ROWS {
             let sum = if 32 * group < count {
                 let acc = k.imm_f32(self.init());
@@ -429,9 +430,9 @@ impl Reduction {
     pub(crate) fn column_pass(
         &self,
         k: &mut Kernel,
-        [out, partials]: [crate::ptx::Reg; 2],
-        element: &mut dyn FnMut(&mut Kernel, crate::ptx::Reg) -> crate::ptx::Reg,
-        after: &mut dyn FnMut(&mut Kernel, crate::ptx::Reg, (crate::ptx::Reg, u32), crate::ptx::Reg),
+        [out, partials]: [Reg; 2],
+        element: &mut dyn FnMut(&mut Kernel, Reg) -> Reg,
+        after: &mut dyn FnMut(&mut Kernel, Reg, (Reg, u32), Reg),
     ) {
         let chunks = self.chunks() as u32;
         let width = self.outputs() as u32;

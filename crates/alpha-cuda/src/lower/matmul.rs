@@ -228,17 +228,25 @@ impl Lowerer<'_> {
         b: Value,
     ) -> Result<Option<(A, A)>> {
         let (a, b) = (self.ptr(a), self.ptr(b));
-        self.maps_over(spec, shape, a, b)
+        self.maps_over(spec, shape, [a, b], |_, map| map)
     }
 
-    /// [`Self::maps_for`] over operands given as arguments (plan values or scratch places).
-    pub(super) fn maps_over(&mut self, spec: &GemmSpec, shape: &GemmShape, a: A, b: A) -> Result<Option<(A, A)>> {
+    /// [`Self::maps_for`] over operands given as arguments (plan values or scratch places),
+    /// each operand's map (0: A's, 1: B's) as `fit` makes it of the one over `shape` (an
+    /// operand read in place, `padded`'s, over its true sizes).
+    pub(super) fn maps_over(
+        &mut self,
+        spec: &GemmSpec,
+        shape: &GemmShape,
+        [a, b]: [A; 2],
+        fit: impl Fn(usize, gemm_tma::MapSpec) -> gemm_tma::MapSpec,
+    ) -> Result<Option<(A, A)>> {
         if spec.engine != gemm::Engine::Tma {
             return Ok(None);
         }
         gemm_tma::check_shape(spec, shape)?;
         let (ma, mb) = gemm_tma::map_specs(spec, shape);
-        Ok(Some((self.tensor_map(a, ma)?, self.tensor_map(b, mb)?)))
+        Ok(Some((self.tensor_map(a, fit(0, ma))?, self.tensor_map(b, fit(1, mb))?)))
     }
 
     /// Products whose activation epilogue ([`gemm::GemmSpec::activation`], `u(product)` as a

@@ -255,9 +255,6 @@ impl Lowerer<'_> {
         let node = &cx.node;
         let shape = p.shape();
         let spec = p.spec(self.config);
-        let ((a_rows, a_cols), (a_rows_p, a_cols_p)) = p.a_dims();
-        let ((b_rows, b_cols), (b_rows_p, b_cols_p)) = p.b_dims();
-        let b_count = if p.b_batched { p.batch } else { 1 };
         // The launch the product runs as: stored in place (a tall output, C's own rows and
         // width), K in parts summed in a fixed order into the padded output, or whole.
         let aligned_paths = self.config.padded_tma;
@@ -278,39 +275,31 @@ impl Lowerer<'_> {
                 false => with_ring(self.config, spec, &shape),
             },
         };
-        // Operands written pitched are read in place by the TMA engine's maps (module doc).
-        let on_tma = main.engine == gemm::Engine::Tma && p.batch == 1;
-        let pitch = |v: Value| self.pitched.get(&v).copied();
-        let (a_pitch, b_pitch) = (pitch(node.inputs[0]), pitch(node.inputs[1]));
-        let direct = [
-            a_pitch.filter(|_| on_tma).map(|pitch| InPlace { rows: a_rows, cols: a_cols, pitch }),
-            b_pitch.filter(|_| on_tma).map(|pitch| InPlace { rows: b_rows, cols: b_cols, pitch }),
-        ];
-        let a_at = 0;
-        let b_at = a_at + if direct[0].is_some() { 0 } else { region(p.batch * a_rows_p * a_cols_p * 2) };
-        let c_at = b_at + if direct[1].is_some() { 0 } else { region(b_count * b_rows_p * b_cols_p * 2) };
+        // Each operand copied into zero-padded scratch, or, written pitched, read in place by
+        // the TMA engine's maps (module doc).
+        let reads_in_place = main.engine == gemm::Engine::Tma && p.batch == 1;
+        let b_count = if p.b_batched { p.batch } else { 1 };
+        let some = Some(id);
+        let mut v = vec![];
+        let (mut places, mut direct) = ([A::Scratch(0); 2], [None; 2]);
+        let mut c_at = 0;
+        for (k, (value, count, ((rows, cols), padded))) in
+            [(node.inputs[0], p.batch, p.a_dims()), (node.inputs[1], b_count, p.b_dims())].into_iter().enumerate()
+        {
+            let (src, pitch) = (self.ptr(value), self.pitched.get(&value).copied());
+            match pitch.filter(|_| reads_in_place) {
+                Some(pitch) => (places[k], direct[k]) = (src, Some(InPlace { rows, cols, pitch })),
+                None => {
+                    v.extend(self.pad_into(src, (count, rows, cols, pitch.unwrap_or(cols)), padded, c_at, some)?);
+                    places[k] = A::Scratch(c_at);
+                    c_at += region(count * padded.0 * padded.1 * 2);
+                }
+            }
+        }
+        let [pa, pb] = places;
         let (mp, np, _) = p.padded();
         let parts_at = c_at + region(p.batch * mp * np * 4);
         self.need_scratch(if in_place.is_some() { c_at } else { parts_at });
-        let some = Some(id);
-        let mut v = vec![];
-        let (a, b) = (self.ptr(node.inputs[0]), self.ptr(node.inputs[1]));
-        let pa = match direct[0] {
-            Some(_) => a,
-            None => {
-                let from = (p.batch, a_rows, a_cols, a_pitch.unwrap_or(a_cols));
-                v.extend(self.pad_into(a, from, (a_rows_p, a_cols_p), a_at, some)?);
-                A::Scratch(a_at)
-            }
-        };
-        let pb = match direct[1] {
-            Some(_) => b,
-            None => {
-                let from = (b_count, b_rows, b_cols, b_pitch.unwrap_or(b_cols));
-                v.extend(self.pad_into(b, from, (b_rows_p, b_cols_p), b_at, some)?);
-                A::Scratch(b_at)
-            }
-        };
         let pc = A::Scratch(c_at);
         // A tall output stored in place, C's own rows and width, not copied out of a padded
         // one; with the bias row of the Add after it added, into the Add's output
@@ -366,18 +355,11 @@ impl Lowerer<'_> {
         direct: [Option<InPlace>; 2],
         node: Option<u32>,
     ) -> Result<Pending> {
+        if spec.engine != gemm::Engine::Tma && direct.iter().any(Option::is_some) {
+            bail!("an operand read in place needs the TMA engine");
+        }
         let kernel = self.kernel(spec.kernel())?;
-        let maps = match spec.engine {
-            gemm::Engine::Tma => {
-                gemm_tma::check_shape(spec, shape)?;
-                let (ma, mb) = gemm_tma::map_specs(spec, shape);
-                let ma = direct[0].map_or(ma, |d| d.map(ma));
-                let mb = direct[1].map_or(mb, |d| d.map(mb));
-                Some((self.tensor_map(a, ma)?, self.tensor_map(b, mb)?))
-            }
-            _ if direct.iter().any(Option::is_some) => bail!("an operand read in place needs the TMA engine"),
-            _ => None,
-        };
+        let maps = self.maps_over(spec, shape, [a, b], |k, map| direct[k].map_or(map, |d| d.map(map)))?;
         let ops = gemm::Operands { maps, bias, ..gemm::Operands::new([a, b, c, c]) };
         let args = gemm::arguments(shape, ops);
         Ok(Pending { kernel, grid: spec.grid(shape), block: (spec.threads(), 1, 1), args, node })

@@ -211,17 +211,13 @@ impl Lowerer<'_> {
         // A lone node is a chain of one where the node after it reduces its output whole: the
         // reduction then runs in its launch (`Lowerer::chain_reduction`), and the value (a
         // square before its sum, Diakosmos's norms of each group) is never stored.
-        let reduced_next = |at: usize| {
-            let (Some(&id), Some(&next)) = (nodes.get(at), nodes.get(at + 1)) else { return false };
+        let out = Value { node: nodes[i], index: 0 };
+        let reduced_next = nodes.get(end).is_some_and(|&next| {
             let r = &g.nodes[next as usize];
-            let out = Value { node: id, index: 0 };
-            self.config.chain_column_sums
-                && !skip.contains(&next)
-                && matches!(r.op, Op::Reduce { .. })
-                && r.inputs[0] == out
-                && uses.get(&out) == Some(&1)
-        };
-        let shortest = if end == i + 1 && reduced_next(i) { 1 } else { 2 };
+            !skip.contains(&next) && matches!(r.op, Op::Reduce { .. }) && r.inputs[0] == out
+        });
+        let alone = end == i + 1 && self.config.chain_column_sums && reduced_next && uses.get(&out) == Some(&1);
+        let shortest = if alone { 1 } else { 2 };
         while end - i >= shortest {
             let run = &nodes[i..end];
             let step_of: HashMap<u32, usize> = run.iter().enumerate().map(|(k, &id)| (id, k)).collect();

@@ -46,10 +46,7 @@ impl Lowerer<'_> {
         partials_at: usize,
     ) -> Result<Vec<Pending>> {
         let cx = At::of(self.plan, id);
-        let chunks = r.chunks();
-        let out = self.ptr(cx.out(0));
-        // With one chunk the partials pointer is unused; it still points into the arena.
-        let partials = if chunks > 1 { A::Scratch(partials_at) } else { out };
+        let (out, partials) = self.reduction_outputs(id, r, partials_at);
         let (k1, args) = match cast {
             Some((c, pitch)) => (
                 r.column_cast_kernel_pitched(pitch).map_err(|e| node_error(&cx.node, id, e))?,
@@ -58,7 +55,22 @@ impl Lowerer<'_> {
             None => (r.kernel(), reduce::arguments([out, x, partials])),
         };
         let kernel = self.kernel(k1)?;
-        let mut v = vec![Pending { kernel, grid: r.grid(), block: (reduce::THREADS, 1, 1), args, node: Some(id) }];
+        let first = Pending { kernel, grid: r.grid(), block: (reduce::THREADS, 1, 1), args, node: Some(id) };
+        self.finished(id, r, first, partials_at)
+    }
+
+    /// Where reduction `r` of node `id` stores: its output, and its first pass's chunk partials
+    /// (at `partials_at` in the scratch region; with one chunk unused, the output).
+    fn reduction_outputs(&self, id: u32, r: &Reduction, partials_at: usize) -> (A, A) {
+        let out = self.ptr(Value { node: id, index: 0 });
+        (out, if r.chunks() > 1 { A::Scratch(partials_at) } else { out })
+    }
+
+    /// Reduction `r` of node `id` from its first pass `first`: with several chunks, the
+    /// finishing pass over the partials at `partials_at` after it.
+    fn finished(&mut self, id: u32, r: &Reduction, first: Pending, partials_at: usize) -> Result<Vec<Pending>> {
+        let chunks = r.chunks();
+        let mut v = vec![first];
         if chunks > 1 {
             self.need_scratch(partials_at + r.outputs() * chunks * 4);
             v.push(self.lower_reduce_finish(id, A::Scratch(partials_at), chunks)?);
@@ -122,17 +134,10 @@ impl Lowerer<'_> {
             args.remove(j);
         }
         let kernel = self.kernel(chain.reduction_kernel(summed, &r)?)?;
-        let chunks = r.chunks();
-        let out = self.ptr(Value { node: sum, index: 0 });
-        let partials = if chunks > 1 { A::Scratch(0) } else { out };
+        let (out, partials) = self.reduction_outputs(sum, &r, 0);
         let args = [out, partials].into_iter().chain(args).collect();
-        let node = cl.pending.node;
-        let mut v = vec![Pending { kernel, grid: r.grid(), block: (reduce::THREADS, 1, 1), args, node }];
-        if chunks > 1 {
-            self.need_scratch(r.outputs() * chunks * 4);
-            v.push(self.lower_reduce_finish(sum, A::Scratch(0), chunks)?);
-        }
-        Ok(Some((v, sum)))
+        let first = Pending { kernel, grid: r.grid(), block: (reduce::THREADS, 1, 1), args, node: cl.pending.node };
+        Ok(Some((self.finished(sum, &r, first, 0)?, sum)))
     }
 
     /// The column sum right after chain `cl`, which runs in product `t`'s epilogue, over one of
