@@ -39,12 +39,16 @@ The model, from SYSTEMS.md §3.2-3.4 with Alpha's choices for what the seed leav
   within the window and the 7 lengths of that mean, logits = W_head·f (no bias).
 
 The recurrence is never the cumulative-sum shortcut (γ^−t overflows f32 past t·|ln γ| ≈ 83).
-`--scan loop` steps it position by position; `--scan chunked` (the default, far faster in
-Python) splits the window into chunks and uses, inside a chunk, γ^(t−s) for s <= t and the
-carried state times γ^(t−t0+1): every power has a non-negative exponent, so nothing overflows
-and it is the same sum in f32. The three large products (W_qkv, W_o, W_head) take bf16 operands
-with f32 sums as Alpha's do, and their pullbacks take the incoming gradient rounded to bf16, as
-Alpha's pullback casts it to the operands' type (`--precision fp32` turns all of it off).
+`--scan loop` steps it position by position; `--scan chunked` splits the window into chunks
+and uses, inside a chunk, γ^(t−s) for s <= t and the carried state times γ^(t−t0+1): every
+power has a non-negative exponent, so nothing overflows and it is the same sum in f32.
+`--scan parallel` (the default) is that sum for all chunks at once: each chunk's summary, the
+state entering every chunk as one product with a lower-triangular matrix of powers γ^(c·m),
+m >= 0, and no Python loop, so torch.compile traces a few einsums a block instead of one group
+a chunk (with `chunked`, 32 a block at 2,048, it did not finish compiling in 300 s). The three
+large products (W_qkv, W_o, W_head) take bf16 operands with f32 sums as Alpha's do, and their
+pullbacks take the incoming gradient rounded to bf16, as Alpha's pullback casts it to the
+operands' type (`--precision fp32` turns all of it off).
 
 The safetensors and token readers and the timing harness come from coppelius_torch.py beside
 this file; nothing outside the standard library and PyTorch is needed.
@@ -277,6 +281,47 @@ if torch is not None:
             ys.append(y)
         return torch.cat(ys, 1)
 
+    def _powers(lg, steps):
+        """γ^steps as exp(ln γ · steps) where steps >= 0, and 0 where steps < 0. The exponent is
+        clamped before exp, not only masked after: exp of a negative one can overflow to inf, and
+        though torch.where hands that branch a zero gradient, exp's pullback multiplies it by the
+        inf, a NaN in ln γ's gradient."""
+        p = torch.exp(lg * steps.clamp(min=0))
+        return torch.where(steps >= 0, p, torch.zeros_like(p))
+
+    def scan_parallel(r, w, v, log_gamma, chunk: int = 64):
+        """The same recurrence with no Python loop over positions or chunks, so torch.compile
+        traces a handful of einsums per block rather than a group a chunk (scan_chunked's 32 a
+        block at T = 2048 never finished compiling). The window, zero-padded at its end to nC
+        chunks of c (padded w writes nothing and padded r reads nothing; y is cut back to T), is
+        laid out [B, nC, c, ·] and, for every chunk at once:
+        * inside the chunk, y_t = Σ_{s<=t} r_t·γ^(t−s)·w_s·v_s, as scan_chunked;
+        * its summary U_j = Σ_s γ^(c−1−s)·w_s·v_s, what chunk j adds to the state at its end;
+        * the state entering chunk k, S_k = Σ_{j<k} γ^(c·(k−1−j))·U_j, one product with a
+          lower-triangular [H, L, nC, nC] matrix of powers;
+        * y_t += r_t·γ^(t−t0+1)·S_k.
+        Every exponent is non-negative (at most the window), so nothing overflows; a power that
+        underflows to 0 is a state that has decayed away, as it does in the loop."""
+        b, t, h, l = r.shape
+        d = v.shape[-1]
+        c = min(chunk, t)
+        n = -(-t // c)
+        pad = n * c - t
+        if pad:
+            r, w, v = (F.pad(z, (0, 0, 0, 0, 0, pad)) for z in (r, w, v))
+        rc, wc, vc = r.reshape(b, n, c, h, l), w.reshape(b, n, c, h, l), v.reshape(b, n, c, h, d)
+        lg = log_gamma[:, :, None]
+        k = torch.arange(c, device=r.device, dtype=r.dtype)
+        within = _powers(lg[..., None], k[:, None] - k[None, :])  # [H, L, c, c]
+        mix = torch.einsum("bnthl,bnshl,hlts->bnhts", rc, wc, within)
+        y = torch.einsum("bnhts,bnshd->bnthd", mix, vc)
+        summary = torch.einsum("bnshl,hls,bnshd->bnhld", wc, torch.exp(lg * (c - 1 - k)), vc)
+        j = torch.arange(n, device=r.device, dtype=r.dtype)
+        across = _powers(lg[..., None], c * (j[:, None] - 1 - j[None, :]))  # [H, L, nC, nC]
+        entering = torch.einsum("hlkj,bjhld->bkhld", across, summary)
+        y = y + torch.einsum("bnthl,hlt,bnhld->bnthd", rc, torch.exp(lg * (k + 1)), entering)
+        return y.reshape(b, n * c, h, d)[:, :t]
+
     class Holder(nn.Module):
         """Holds parameters under the names given, so module paths are Alpha's parameter paths."""
 
@@ -298,7 +343,7 @@ if torch is not None:
             self.out_proj = Holder(weight=(w, w), bias=(w,))
 
     class Block(nn.Module):
-        def __init__(self, cfg: Config, bf16: bool, scan: str, chunk: int):
+        def __init__(self, cfg: Config, bf16: bool, scan: str = "parallel", chunk: int = 64):
             super().__init__()
             self.cfg, self.bf16, self.scan, self.chunk = cfg, bf16, scan, chunk
             w, d = cfg.width, cfg.group_width
@@ -320,8 +365,10 @@ if torch is not None:
             log_gamma = F.logsigmoid(a._gate_logit[:, None] + a._harmonic_decay_offset[None, :])
             if self.scan == "loop":
                 y = scan_loop(read, write, v, log_gamma)
-            else:
+            elif self.scan == "chunked":
                 y = scan_chunked(read, write, v, log_gamma, self.chunk)
+            else:
+                y = scan_parallel(read, write, v, log_gamma, self.chunk)
             return product(y.reshape(b, t, w), a.out_proj.weight, self.bf16) + a.out_proj.bias
 
         def spatial_path(self, groups):
@@ -362,7 +409,7 @@ if torch is not None:
             return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), reduction=reduction)
 
     class Diakosmos(nn.Module):
-        def __init__(self, cfg: Config, bf16: bool = True, scan: str = "chunked", chunk: int = 64):
+        def __init__(self, cfg: Config, bf16: bool = True, scan: str = "parallel", chunk: int = 64):
             super().__init__()
             self.cfg = cfg
             self.register_buffer("wire", wire_table(cfg.phasors), persistent=False)
@@ -845,9 +892,10 @@ def cmd_init(args) -> dict:
 
 
 def scan_args(p):
-    p.add_argument("--scan", choices=("chunked", "loop"), default="chunked",
-                   help="the recurrence a chunk at a time (default) or position by position")
-    p.add_argument("--chunk", type=int, default=64, help="positions a chunk (--scan chunked)")
+    p.add_argument("--scan", choices=("parallel", "chunked", "loop"), default="parallel",
+                   help="the recurrence over all chunks at once (default), a chunk at a time, "
+                        "or position by position")
+    p.add_argument("--chunk", type=int, default=64, help="positions a chunk (--scan parallel, chunked)")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -88,6 +88,8 @@
 #   ALPHA_BEFORE   the build to compare against (compare)
 #   BYTES          (levers) tiny-shakespeare prepared as bytes (`alpha data prepare --corpus
 #                  shared/data/tinyshakespeare.txt --out DIR`); LEVERS_BATCH (default 64)
+#   STEPS_SWITCHES (levers) switches under which the four steps are also run and hashed, each
+#                  off in turn (default none): which lowering changed the bits
 #   EXPECT_STEPS   (levers) the sha256 four steps should leave: Diakosmos's at 64 windows on
 #                  tiny-shakespeare's bytes is 6ec5d28782bd129861715d55f1bf8eec4a789b85a9ff654123974c7b77be1a1d
 #                  (4470981, and b427d81 with its operands read in place)
@@ -379,18 +381,22 @@ mode_levers() {
   local system=${1:-diakosmos} batch=${LEVERS_BATCH:-64} run sha switch
   [ -n "${BYTES:-}" ] && [ -d "$BYTES" ] || die "mode levers needs BYTES, a prepared byte directory"
   run=$RUNS/levers-$system
-  timeout 150 "$ALPHA" train "$system" --device cuda --batch "$batch" --data "$BYTES" --steps 4 \
-    --heldout-windows 0 --sample-tokens 0 --skip-gates --run-dir "$run" --quiet >"$OUT/levers-steps.txt" 2>&1
-  sha=$(grep -oE 'sha256 [0-9a-f]{64}' "$OUT/levers-steps.txt" | tail -1 | cut -d' ' -f2)
-  if [ -z "$sha" ]; then
-    record "$system 4 steps" FAIL "no checkpoint: $(tail -1 "$OUT/levers-steps.txt" | cut -c1-120)"
-  elif [ -z "${EXPECT_STEPS:-}" ]; then
-    record "$system 4 steps" "done" "sha256 $sha"
-  elif [ "$sha" = "$EXPECT_STEPS" ]; then
-    record "$system 4 steps" PASS "sha256 $sha, as expected"
-  else
-    record "$system 4 steps" FAIL "sha256 $sha, want $EXPECT_STEPS"
-  fi
+  for switch in default ${STEPS_SWITCHES:-}; do
+    local env=() name="$system 4 steps" log="$OUT/levers-steps.txt"
+    [ "$switch" = default ] || { env=("$switch=off"); name="$name $switch=off"; log="$OUT/levers-steps-$switch.txt"; }
+    env "${env[@]}" timeout 150 "$ALPHA" train "$system" --device cuda --batch "$batch" --data "$BYTES" --steps 4 \
+      --heldout-windows 0 --sample-tokens 0 --skip-gates --run-dir "$run-$switch" --quiet >"$log" 2>&1
+    sha=$(grep -oE 'sha256 [0-9a-f]{64}' "$log" | tail -1 | cut -d' ' -f2)
+    if [ -z "$sha" ]; then
+      record "$name" FAIL "no checkpoint: $(tail -1 "$log" | cut -c1-120)"
+    elif [ -z "${EXPECT_STEPS:-}" ]; then
+      record "$name" "done" "sha256 $sha"
+    elif [ "$sha" = "$EXPECT_STEPS" ]; then
+      record "$name" PASS "sha256 $sha, as expected"
+    else
+      record "$name" FAIL "sha256 $sha, want $EXPECT_STEPS"
+    fi
+  done
   for switch in default ${SWITCHES:-ALPHA_PITCHED ALPHA_CHAIN_COLSUMS}; do
     local env=()
     [ "$switch" = default ] || env=("$switch=off")

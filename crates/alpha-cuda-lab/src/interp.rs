@@ -96,7 +96,7 @@ pub struct Module {
     ins: Vec<Ins>,
 }
 
-/// The order in which a block's threads run between barriers.
+/// The order in which a block's threads run between barriers, and the blocks of a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
     Ascending,
@@ -269,8 +269,12 @@ impl Module {
                 _ if s.starts_with('[') => {
                     let inner = s.trim_start_matches('[').trim_end_matches(']');
                     if inner.starts_with('%') {
-                        let (r, off) = match inner.find(['+', '-']) {
-                            Some(i) => (&inner[..i], inner[i..].trim_start_matches('+').parse::<i64>()?),
+                        // ptxas takes `[%r+8]`, not `[%r-8]`: refuse what the driver would.
+                        if inner.contains('-') {
+                            bail!("address {s}: ptxas takes no minus in an address");
+                        }
+                        let (r, off) = match inner.find('+') {
+                            Some(i) => (&inner[..i], inner[i + 1..].parse::<i64>()?),
                             None => (inner, 0),
                         };
                         Operand::Addr(reg(r)?, off)
@@ -341,7 +345,13 @@ impl Module {
         }
         let cube =
             |[x, y, z]: [u32; 3]| (0..z).flat_map(move |k| (0..y).flat_map(move |j| (0..x).map(move |i| [i, j, k])));
-        for b in cube(grid) {
+        // Blocks in either order too: a launch whose blocks store over what other blocks still
+        // read gives different results one way round.
+        let mut blocks: Vec<[u32; 3]> = cube(grid).collect();
+        if schedule == Schedule::Descending {
+            blocks.reverse();
+        }
+        for b in blocks {
             let mut shared = vec![0xFFu8; self.shared_bytes];
             let mut threads: Vec<Thread> = cube(block)
                 .map(|t| Thread { regs: vec![0; self.regs], pc: 0, done: false, tid: t, shuffle: None })
@@ -524,6 +534,7 @@ impl Module {
                 "min.u32" => Some(u(v(1)?).min(u(v(2)?)) as u64),
                 "mul.wide.u32" => Some(u(v(1)?) as u64 * u(v(2)?) as u64),
                 "add.s64" => Some(v(1)?.wrapping_add(v(2)?)),
+                "sub.s64" => Some(v(1)?.wrapping_sub(v(2)?)),
                 "and.pred" => Some(((v(1)? != 0) && (v(2)? != 0)) as u64),
                 "or.pred" => Some(((v(1)? != 0) || (v(2)? != 0)) as u64),
                 "selp.b64" => Some(if v(3)? != 0 { v(1)? } else { v(2)? }),

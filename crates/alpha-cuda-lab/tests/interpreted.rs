@@ -61,6 +61,8 @@ fn delta_rule_on_gpu(d: &delta_rule::Dims, ins: [&[f32]; 6], schedule: Schedule)
 fn the_delta_rule_kernels_give_the_cpus_bits() {
     for d in [
         delta_rule::Dims { b: 2, t: 13, k: 3, v: 37 },
+        // Three replayed chunks, the last shorter.
+        delta_rule::Dims { b: 1, t: 37, k: 3, v: 37 },
         delta_rule::Dims { b: 3, t: 7, k: 1, v: 5 },
         delta_rule::Dims { b: 1, t: 1, k: 4, v: 33 },
         // KickDelta's memory (two positions a group: its terms fill the shared memory).
@@ -106,7 +108,10 @@ fn harmonic_scan_on_gpu(
     let (chunk_at, parts_at, total) = d.scratch_floats().unwrap();
     let scratch = mem.alloc(total);
     let at = |f: usize| scratch + 4 * f as u64;
-    let fwd = module(&harmonic_scan::forward_kernel(d));
+    let fwd = module(&harmonic_scan::forward_kernel(
+        d,
+        if blocks_per_sm > 1 { harmonic_scan::FORWARD_BLOCKS_PER_SM } else { 1 },
+    ));
     fwd.launch(
         blocks(d.b * d.h * d.d),
         256,
@@ -131,8 +136,8 @@ fn the_harmonic_scan_kernels_give_the_cpus_bits() {
         harmonic_scan::Dims { b: 2, t: 13, h: 2, l: 3, d: 7 },
         harmonic_scan::Dims { b: 1, t: 30, h: 3, l: 2, d: 33 },
         harmonic_scan::Dims { b: 3, t: 2, h: 1, l: 1, d: 1 },
-        // Diakosmos's heads.
-        harmonic_scan::Dims { b: 1, t: 10, h: 7, l: 8, d: 190 },
+        // Diakosmos's heads, over three replayed chunks (the last shorter).
+        harmonic_scan::Dims { b: 1, t: 40, h: 7, l: 8, d: 190 },
     ] {
         check_harmonic_scan(&d);
     }
@@ -426,10 +431,20 @@ fn cpu_forward_out(program: &alpha_ir::Program, leaves: &[(&str, Vec<f32>)]) -> 
 /// GPU, in the interpreter with the same leaves; asserts the same bits and returns the launches'
 /// kernel names.
 fn lowered_gives_the_cpus_bits(g: alpha_ir::Graph, out: alpha_ir::Value, leaves: &[(&str, Vec<f32>)]) -> Vec<String> {
+    lowered_with_gives_the_cpus_bits(&alpha_cuda::CudaConfig::default(), g, out, leaves)
+}
+
+/// [`lowered_gives_the_cpus_bits`], lowered with `config`.
+fn lowered_with_gives_the_cpus_bits(
+    config: &alpha_cuda::CudaConfig,
+    g: alpha_ir::Graph,
+    out: alpha_ir::Value,
+    leaves: &[(&str, Vec<f32>)],
+) -> Vec<String> {
     let outputs = [("out".to_string(), out)].into_iter().collect();
     let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
     let want = cpu_forward_out(&program, leaves);
-    let lowered = alpha_cuda::lower::lower_program(&program, &alpha_cuda::CudaConfig::default()).unwrap();
+    let lowered = alpha_cuda::lower::lower_program(&program, config).unwrap();
     let (mem, base) = alpha_cuda_lab::interp::run_lowered(&lowered, 0, leaves).unwrap();
     assert_bits("out", &mem.read(base + lowered.plan.slot(out).offset as u64, want.len()), &want);
     lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.clone()).collect()
@@ -1393,6 +1408,50 @@ fn a_short_reduction_a_warp_an_output_gives_the_block_paths_bits() {
             let args = reduce::arguments([out, xa, partials]);
             module(&r.kernel()).launch_3d([g, 1, 1], [reduce::THREADS, 1, 1], &args, &mut mem, schedule).unwrap();
             assert_bits(&format!("{shape:?} {kind:?} {schedule:?}"), &mem.read(out, outputs), &want);
+        }
+    }
+}
+
+/// A product summed in the chain's launch (Diakosmos's `[N, 7, 190]` terms of a per-group
+/// gradient, its squares summed over each group), over one chunk and several, on each
+/// reduction path: the bits of the chain and the sum launched apart, in either thread order.
+#[test]
+fn a_chain_summed_in_its_launch_gives_the_separate_launches_bits() {
+    use alpha_cuda_lab::interp::{run_lowered_with, Schedule};
+    use alpha_ir::{Graph, Init};
+    let apart = alpha_cuda::CudaConfig { chain_column_sums: false, ..Default::default() };
+    let fused = alpha_cuda::CudaConfig { chain_row_reductions: true, ..Default::default() };
+    let cases = [(300usize, vec![0usize, 2]), (300, vec![0]), (40, vec![2]), (64, vec![0, 1, 2])];
+    // Read from a parameter, and from a permute's output that dies in the chain (the plan may
+    // place the sum's output there: its launch must not store over what its blocks still read).
+    for ((n, axes), permuted) in cases.into_iter().flat_map(|c| [(c.clone(), false), (c, true)]) {
+        let mut g = Graph::new("chain-sum");
+        let x = if permuted {
+            let xt = g.param("x", &[7, n, 190], Init::Zeros);
+            g.permute(xt, &[1, 0, 2])
+        } else {
+            g.param("x", &[n, 7, 190], Init::Zeros)
+        };
+        let y = g.param("y", &[n, 7, 190], Init::Zeros);
+        let p = g.mul(x, y);
+        let q = g.mul(p, y);
+        let s = g.sum(q, &axes, false);
+        let outputs = [("out".to_string(), s)].into_iter().collect();
+        let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
+        let mut rng = Rng::new(5);
+        let leaves = [("x", rng.vec(n * 7 * 190, 2.0)), ("y", rng.vec(n * 7 * 190, 2.0))];
+        let len: usize = program.graph.shape(s).iter().product();
+        let run = |config: &alpha_cuda::CudaConfig, schedule: Schedule| {
+            let lowered = alpha_cuda::lower::lower_program(&program, config).unwrap();
+            let (mem, base) = run_lowered_with(&lowered, 0, &leaves, schedule).unwrap();
+            let names: Vec<String> = lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.clone()).collect();
+            (mem.read(base + lowered.plan.slot(s).offset as u64, len), names)
+        };
+        let (want, separate) = run(&apart, Schedule::Ascending);
+        for schedule in [Schedule::Ascending, Schedule::Descending] {
+            let (got, names) = run(&fused, schedule);
+            assert!(names.len() < separate.len(), "{axes:?}: {names:?} against {separate:?}");
+            assert_bits(&format!("{n} {axes:?} {schedule:?} permuted {permuted}"), &got, &want);
         }
     }
 }

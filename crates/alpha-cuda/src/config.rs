@@ -36,6 +36,8 @@
 //! | `ALPHA_PADDED_TMA=off` | [`CudaConfig::padded_tma`] | a product padded to the tiled sizes runs on the `cp.async` ring with K whole, instead of on the TMA engine with K split where its tiles leave SMs idle |
 //! | `ALPHA_LONG_K=off` | [`CudaConfig::long_k_split`] | a product on the TMA engine over a long K (at least 65,536) runs whole where its tiles fill the SMs, instead of in parts of about 16,384 |
 //! | `ALPHA_SCAN_TWO_BLOCKS=off` | [`CudaConfig::scan_two_blocks`] | the harmonic scan's backward runs one block an SM (four positions a group, loads eight positions ahead), not two (three, four) |
+//! | `ALPHA_CHAIN_ROW_SUMS=off` | [`CudaConfig::chain_row_reductions`] | a reduction along rows (the warp and block paths) right after a fused chain runs in a launch of its own; only column sums run in the chain's launch |
+//! | `ALPHA_SCAN_ONE_WAVE=off` | [`CudaConfig::scan_one_wave`] | the harmonic scan's forward runs one block an SM (loads eight positions ahead), not three (three) |
 //! | `ALPHA_NARROW_STORE=off` | [`CudaConfig::narrow_stores`] | a tall product padded to the tiled sizes stores into its padded copy, then a copy moves the wanted columns out, instead of storing them in place |
 //! | `ALPHA_PRODUCT_CONCAT=off` | [`CudaConfig::products_into_concats`] | a batched product that a Concat reads through a permute stores its own output, and the Concat copies it through the permute, instead of the product storing into its place in the Concat |
 //! | `ALPHA_PADDED_BIAS=off` | [`CudaConfig::padded_biases`] | a padded product stored in place leaves the bias row to the Add after it, instead of adding it as it stores |
@@ -164,6 +166,12 @@ pub struct CudaConfig {
     /// The harmonic scan's backward is written to run two blocks an SM
     /// ([`crate::kernels::harmonic_scan::BACKWARD_BLOCKS_PER_SM`]).
     pub scan_two_blocks: bool,
+    /// The harmonic scan's forward is written to run three blocks an SM
+    /// ([`crate::kernels::harmonic_scan::FORWARD_BLOCKS_PER_SM`]).
+    pub scan_one_wave: bool,
+    /// A reduction along rows (the warp and block paths) right after a fused chain runs in the
+    /// chain's launch, as column sums do ([`CudaConfig::chain_column_sums`] on).
+    pub chain_row_reductions: bool,
     /// A tall padded product stores its output in place with 8-byte stores
     /// ([`crate::kernels::gemm::GemmSpec::narrow_store`]), not through a padded copy.
     pub narrow_stores: bool,
@@ -265,6 +273,8 @@ impl Default for CudaConfig {
             chain_column_sums: true,
             long_k_split: true,
             scan_two_blocks: true,
+            scan_one_wave: true,
+            chain_row_reductions: true,
             narrow_stores: true,
             products_into_concats: true,
             padded_biases: true,
@@ -360,6 +370,8 @@ impl CudaConfig {
         c.chain_column_sums = switch("ALPHA_CHAIN_COLSUMS", c.chain_column_sums)?;
         c.long_k_split = switch("ALPHA_LONG_K", c.long_k_split)?;
         c.scan_two_blocks = switch("ALPHA_SCAN_TWO_BLOCKS", c.scan_two_blocks)?;
+        c.scan_one_wave = switch("ALPHA_SCAN_ONE_WAVE", c.scan_one_wave)?;
+        c.chain_row_reductions = switch("ALPHA_CHAIN_ROW_SUMS", c.chain_row_reductions)?;
         c.narrow_stores = switch("ALPHA_NARROW_STORE", c.narrow_stores)?;
         c.products_into_concats = switch("ALPHA_PRODUCT_CONCAT", c.products_into_concats)?;
         c.padded_biases = switch("ALPHA_PADDED_BIAS", c.padded_biases)?;

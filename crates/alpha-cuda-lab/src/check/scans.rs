@@ -198,7 +198,7 @@ pub fn harmonic_scan_checks(
     arena.reset();
     let (nl, nd) = (d.b * d.t * d.h * d.l, d.b * d.t * d.h * d.d);
     let inputs = harmonic_scan_inputs(rng, d);
-    let ff = gpu.load(&harmonic_scan::forward_kernel(d))?;
+    let ff = gpu.load(&harmonic_scan::forward_kernel(d, harmonic_scan::FORWARD_BLOCKS_PER_SM))?;
     let fb = gpu.load(&harmonic_scan::backward_kernel(d, harmonic_scan::BACKWARD_BLOCKS_PER_SM)?)?;
     let fs = gpu.load(&window_sum_kernel(d.h * d.l, d.b))?;
     let [rb, wb, vb, gb, dyb] = inputs.each_ref().map(|x| upload(arena, x));

@@ -213,7 +213,7 @@ pub fn backward_kernel(d: &Dims) -> Result<Kernel> {
     };
     type Inputs = (Vec<Reg>, Vec<Reg>, Reg, Reg, Reg, Reg);
     let rows = |k: &mut Kernel, s: Reg, terms: Reg, (key, query, bv, vv, dov, bti): Inputs| {
-        let j = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &row, REPLAY_AHEAD, &mut load, &mut step);
+        let (j, _) = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &row, REPLAY_AHEAD, &mut load, &mut step);
         let prev = k.regs(RegKind::F32, kd);
         replay::load_replayed(k, &lay, st, j, &prev);
         // dq's terms: M_t[i, c]·do_i.

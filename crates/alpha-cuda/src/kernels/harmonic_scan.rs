@@ -18,8 +18,8 @@
 //! CPU does. Nothing is atomic: a run repeats bit for bit.
 //!
 //! How: r, w `[B, T, H, L]`, v and y `[B, T, H, D]`, γ `[H, L]`, all f32. Forward: B·H·D
-//! threads, grid-stride, each issuing the loads of [`AHEAD`] positions before stepping through
-//! them. Backward: B·H blocks of D row threads and 3L task threads; each row
+//! threads, grid-stride, each issuing the loads of a few positions ([`FORWARD_AHEAD`]) before
+//! stepping through them. Backward: B·H blocks of D row threads and 3L task threads; each row
 //! records its checkpoints, then walks back chunk by chunk (replaying each), holding
 //! G = ∂L/∂S for its coordinate's L states, writing per position its terms of dr, dw and dγ
 //! (L each); the tasks add them in coordinate order, dγ's tasks also over positions, last
@@ -38,6 +38,17 @@ pub const MAX_HARMONICS: usize = 32;
 /// Positions whose loads a thread issues together as it steps forward (see
 /// [`replay::positions_ahead`]): 8 of Diakosmos's take 136 registers in the forward.
 pub const AHEAD: usize = 8;
+
+/// Positions whose loads the forward issues together when it is written to run
+/// [`FORWARD_BLOCKS_PER_SM`] blocks an SM.
+pub const FORWARD_AHEAD: usize = 3;
+
+/// Blocks of 256 threads an SM the forward is written for. Why: at [`AHEAD`] positions ahead a
+/// thread took 136 registers, so an SM held one block (8 warps) and Diakosmos's 333 blocks at
+/// 64 windows ran in three rounds, each thread waiting on its loads with few warps to cover
+/// them. Three blocks an SM (85 registers a thread, loads three positions ahead) hold all 333
+/// at once, with three times the warps. The arithmetic is the same, so the same bits.
+pub const FORWARD_BLOCKS_PER_SM: usize = 3;
 
 /// Blocks an SM the backward is written for. Why: on the H200 Diakosmos's backward (ncu, 64
 /// windows) ran one block of 7 warps an SM, held there by its 219 registers a thread and
@@ -123,9 +134,16 @@ fn step_states(k: &mut Kernel, state: &[Reg], gamma: &[Reg], w: &[Reg], v: Reg) 
 }
 
 /// Params (y, r, w, v, gamma). Grid-stride over B·H·D threads, one a (window, head,
-/// coordinate).
-pub fn forward_kernel(d: &Dims) -> Kernel {
+/// coordinate); written for [`FORWARD_BLOCKS_PER_SM`] blocks an SM where `blocks_per_sm` is
+/// that, else for one ([`AHEAD`] positions ahead).
+pub fn forward_kernel(d: &Dims, blocks_per_sm: usize) -> Kernel {
     let mut k = Kernel::new("harmonic_scan_fwd").with_block(256, 1, 1);
+    let ahead = if blocks_per_sm > 1 {
+        k.min_blocks_per_sm = Some(blocks_per_sm as u32);
+        FORWARD_AHEAD
+    } else {
+        AHEAD
+    };
     let y = k.param_reg("y", ParamTy::U64);
     let r = k.param_reg("r", ParamTy::U64);
     let w = k.param_reg("w", ParamTy::U64);
@@ -157,7 +175,7 @@ pub fn forward_kernel(d: &Dims) -> Kernel {
         k.op("st.global.f32", [addr(ya, 0), out.into()]);
     };
     let zero = k.imm_u32(0);
-    replay::positions_ahead(&mut k, (zero, (d.t as u32).into()), AHEAD, load, step);
+    replay::positions_ahead(&mut k, (zero, (d.t as u32).into()), ahead, load, step);
     crate::kernels::pointwise::grid_stride_end(&mut k, idx, stride, n, &top, &end);
     k
 }
@@ -203,6 +221,8 @@ pub fn backward_kernel(d: &Dims, blocks_per_sm: usize) -> Result<Kernel> {
     // The coordinate's states (S_t of the position being walked) and their gradient G.
     let state: Vec<Reg> = (0..l).map(|_| k.imm_f32(0.0)).collect();
     let grad: Vec<Reg> = (0..l).map(|_| k.imm_f32(0.0)).collect();
+    // The replayed state before the next position walked, read while this one's step runs.
+    let next_prev: Vec<Reg> = (0..l).map(|_| k.imm_f32(0.0)).collect();
     let mut load = |k: &mut Kernel, s: Reg, ok: Reg| {
         let p = at(k, d, (b, h), s, i);
         (load_vector_if(k, ok, w, p.bth, l), load_one_if(k, ok, v, p.bthi))
@@ -225,9 +245,8 @@ pub fn backward_kernel(d: &Dims, blocks_per_sm: usize) -> Result<Kernel> {
     };
     type Inputs = (Vec<Reg>, Vec<Reg>, Reg, Reg, Reg);
     let rows = |k: &mut Kernel, s: Reg, terms: Reg, (rs, ws, vs, dys, bthi): Inputs| {
-        let j = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &state, ahead, &mut load, &mut step);
-        let prev = k.regs(RegKind::F32, l);
-        replay::load_replayed(k, &lay, st, j, &prev);
+        let at = replay::replay_at_chunk_end(k, &lay, s, (ck, st), &state, ahead, &mut load, &mut step);
+        let prev = replay::load_replayed_ahead(k, &lay, st, at, &next_prev);
         let dvs = k.imm_f32(0.0);
         for c in 0..l {
             // dr's term S_t·dy; G += r·dy; dw's term G·v; dγ's term G·S_{t−1}.
@@ -309,7 +328,7 @@ mod tests {
 
     #[test]
     fn arguments_match_the_kernels_parameters() {
-        let f = forward_kernel(&DIAKOSMOS);
+        let f = forward_kernel(&DIAKOSMOS, FORWARD_BLOCKS_PER_SM);
         assert_eq!(f.params.len(), forward_arguments([0u64; 5]).len());
         let b = backward_kernel(&DIAKOSMOS, BACKWARD_BLOCKS_PER_SM).unwrap();
         assert_eq!(b.params.len(), backward_arguments([0u64; 3], [0; 3], [0; 5]).len());
@@ -321,20 +340,23 @@ mod tests {
     #[test]
     fn the_arithmetic_is_the_cpus_unfused_and_without_atomics() {
         for text in [
-            forward_kernel(&DIAKOSMOS).render(),
+            forward_kernel(&DIAKOSMOS, 1).render(),
+            forward_kernel(&DIAKOSMOS, FORWARD_BLOCKS_PER_SM).render(),
             backward_kernel(&DIAKOSMOS, 1).unwrap().render(),
             backward_kernel(&DIAKOSMOS, BACKWARD_BLOCKS_PER_SM).unwrap().render(),
         ] {
             assert!(!text.contains("fma") && !text.contains("mad.rn") && !text.contains("atom"), "{text}");
         }
         // The forward's position: two products and a sum a harmonic to step, one product and
-        // one sum a harmonic to read. The steps of AHEAD positions are written out.
-        let f = forward_kernel(&DIAKOSMOS).render();
-        assert_eq!(f.matches("mul.rn.f32").count(), AHEAD * 3 * 8);
-        assert_eq!(f.matches("add.rn.f32").count(), AHEAD * 2 * 8);
-        // Every position's loads come before the first step's arithmetic.
-        let first_step = f.find("mul.rn.f32").unwrap();
-        assert_eq!(f[first_step..].matches("ld.global.f32").count(), 0);
+        // one sum a harmonic to read. The steps of the positions loaded together are written out.
+        for (per_sm, ahead) in [(1, AHEAD), (FORWARD_BLOCKS_PER_SM, FORWARD_AHEAD)] {
+            let f = forward_kernel(&DIAKOSMOS, per_sm).render();
+            assert_eq!(f.matches("mul.rn.f32").count(), ahead * 3 * 8);
+            assert_eq!(f.matches("add.rn.f32").count(), ahead * 2 * 8);
+            // Every position's loads come before the first step's arithmetic.
+            let first_step = f.find("mul.rn.f32").unwrap();
+            assert_eq!(f[first_step..].matches("ld.global.f32").count(), 0);
+        }
     }
 
     /// The backward takes a head in one block of 190 coordinates (192 threads) and 24 sums,

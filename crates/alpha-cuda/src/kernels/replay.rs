@@ -6,9 +6,10 @@
 //! Stepping the recurrence backwards divides by its decay or its write's contraction (unstable
 //! where those are small), and storing every state costs the state's size at every position.
 //! So, as the CPU reference does (`alpha_cpu::kernels::replay`), one forward pass keeps the
-//! state at the start of every chunk of ⌈√T⌉ positions, and each chunk, last first, is stepped
-//! again from its checkpoint with its states kept: the same operations in the same order, so
-//! exactly the forward's states, for about 2√T states a thread and a second forward pass.
+//! state at the start of every chunk of positions (⌈√T⌉ on the CPU, [`REPLAY_CHUNK`] here), and
+//! each chunk, last first, is stepped again from its checkpoint with its states kept: the same
+//! operations in the same order, so exactly the forward's states, whatever the chunk's length,
+//! for a second forward pass.
 //!
 //! The gradients sum across the state's independent pieces (the delta rule's dq sums over the
 //! memory's rows; the harmonic scan's dr over a head's coordinates). The CPU adds those terms
@@ -39,10 +40,19 @@ use crate::ptx::{
     addr, Kernel, Opnd, ParamTy, Reg, RegKind, MAX_SHARED_PER_BLOCK, MAX_THREADS_PER_BLOCK, SHARED_PER_SM,
 };
 
-/// Positions a chunk: ⌈√T⌉, as the CPU's replay (any length gives the same states; this one
-/// keeps checkpoints and a chunk's states about equal).
+/// The most positions a replayed chunk has on the GPU.
+///
+/// Why: the replayed chunk's states are written once and read once, every position's, 8 floats
+/// a coordinate in Diakosmos (5.6 GB each way at 64 windows); at the CPU's ⌈√T⌉ (46 of 2,048)
+/// the resident blocks' chunks took 74 MB, more than the H200's 50 MB of L2, so that traffic
+/// went to memory. At 16 they take 26 MB and stay in L2, for 128 checkpoints a window
+/// instead of 45, each written once and read once. Any length gives the same states, so the
+/// same bits as the CPU's replay.
+pub const REPLAY_CHUNK: usize = 16;
+
+/// Positions a chunk: [`REPLAY_CHUNK`], or the whole window where it is shorter.
 pub fn chunk_len(t: usize) -> usize {
-    (t as f64).sqrt().ceil().max(1.0) as usize
+    t.clamp(1, REPLAY_CHUNK)
 }
 
 /// Chunks of a window of `t` positions.
@@ -296,7 +306,7 @@ pub(crate) fn record<L>(
 /// there), steps the chunk again from its checkpoint up to and including s (`load` and `step`
 /// as in [`record`]), storing the state before each position into `states`, so that `state`
 /// ends as the state after s. Returns j, s's place in its chunk (the state before s is entry j
-/// of `states`).
+/// of `states`), and whether s ends its chunk (the chunk was replayed here).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn replay_at_chunk_end<L>(
     k: &mut Kernel,
@@ -307,7 +317,7 @@ pub(crate) fn replay_at_chunk_end<L>(
     ahead: usize,
     load: impl FnMut(&mut Kernel, Reg, Reg) -> L,
     mut step: impl FnMut(&mut Kernel, L),
-) -> Reg {
+) -> (Reg, Reg) {
     let chunk = chunk_len(lay.t) as u32;
     let c = k.bin("div.u32", RegKind::B32, s, chunk);
     let start = k.bin("mul.lo.u32", RegKind::B32, c, chunk);
@@ -326,7 +336,36 @@ pub(crate) fn replay_at_chunk_end<L>(
         step(k, loaded);
     });
     k.place(&skip);
-    j
+    (j, ends)
+}
+
+/// The state before position s (entry j of the replayed chunk at `states`; `ends`: s ends its
+/// chunk), read one position ahead: `ahead` holds entry j where the walk came from s + 1 in
+/// the same chunk, and is loaded here where s ends its chunk (just replayed); then entry j − 1,
+/// the next position's, is loaded into `ahead` while s's step runs. Why: read as each
+/// position starts, the state's load waited on memory at every position.
+pub(crate) fn load_replayed_ahead(
+    k: &mut Kernel,
+    lay: &Layout,
+    states: Reg,
+    (j, ends): (Reg, Reg),
+    ahead: &[Reg],
+) -> Vec<Reg> {
+    let one = (lay.state * lay.rows * 4) as i64;
+    let w = k.reg(RegKind::B64);
+    k.op("mul.wide.u32", [w.into(), j.into(), (one as u32).into()]);
+    let at = k.bin("add.s64", RegKind::B64, states, w);
+    let row = (lay.rows * 4) as i64;
+    for (e, &x) in ahead.iter().enumerate() {
+        k.op_if(ends, false, "ld.global.f32", [x.into(), addr(at, e as i64 * row)]);
+    }
+    let prev: Vec<Reg> = ahead.iter().map(|&x| k.un("mov.f32", RegKind::F32, x)).collect();
+    let more = k.setp("ne.u32", j, 0u32);
+    let before = k.bin("sub.s64", RegKind::B64, at, one);
+    for (e, &x) in ahead.iter().enumerate() {
+        k.op_if(more, false, "ld.global.f32", [x.into(), addr(before, e as i64 * row)]);
+    }
+    prev
 }
 
 /// The reverse walk, one group of positions a barrier. Rows first issue the loads of the
@@ -385,40 +424,61 @@ pub(crate) fn walk<L>(
     });
 }
 
+/// Rows whose terms a task loads together before adding them ([`ordered_sums`]), for a plain
+/// sum; half as many where each row has a minus term too. Why: a task's adds over the rows
+/// are one dependent chain a position; loading one row at a time waited out the shared
+/// memory's latency at every row (on the H200 the task warp, not the rows, set the harmonic
+/// scan backward's pace). Loading several rows first pays it once for all of them; the adds
+/// stay in row order, so the sums are the same bits.
+pub const SUM_ROWS_AHEAD: usize = 8;
+
 /// The task's sums over the rows, one a position of the group: acc_p = Σ_i plus_p,i in row
 /// order from +0, or, with `minus` (the bytes from the plus slot to the minus slot),
 /// acc_p = (acc_p + plus_p,i) − minus_p,i row after row. `at` is the plus slot's shared
-/// address in position 0 of the half.
+/// address in position 0 of the half. The terms of [`SUM_ROWS_AHEAD`] rows are loaded before
+/// any of them is added.
 pub(crate) fn ordered_sums(k: &mut Kernel, lay: &Layout, at: Reg, minus: Option<u32>) -> Vec<Reg> {
     let position_bytes = (lay.slots * lay.stride() * 4) as i64;
     let acc: Vec<Reg> = (0..lay.group).map(|_| k.imm_f32(0.0)).collect();
-    let zero = k.imm_u32(0);
-    k.strided_loop(zero, lay.rows as u32, 1, ("sum", "sum_end"), |k, i| {
-        let a = k.tri("mad.lo.u32", RegKind::B32, i, 4u32, at);
-        let plus: Vec<Reg> = (0..lay.group)
-            .map(|p| {
-                let x = k.reg(RegKind::F32);
-                k.op("ld.shared.f32", [x.into(), addr(a, p as i64 * position_bytes)]);
-                x
+    let ahead = if minus.is_some() { SUM_ROWS_AHEAD / 2 } else { SUM_ROWS_AHEAD };
+    // Rows `first..first + count` of the terms at `a` (row `first`'s address): loads, then adds.
+    let rows = |k: &mut Kernel, a: Reg, count: usize| {
+        let load = |k: &mut Kernel, off: i64| {
+            let x = k.reg(RegKind::F32);
+            k.op("ld.shared.f32", [x.into(), addr(a, off)]);
+            x
+        };
+        let terms: Vec<Vec<(Reg, Option<Reg>)>> = (0..count)
+            .map(|u| {
+                (0..lay.group)
+                    .map(|p| {
+                        let off = u as i64 * 4 + p as i64 * position_bytes;
+                        (load(k, off), minus.map(|m| load(k, off + m as i64)))
+                    })
+                    .collect()
             })
             .collect();
-        let less: Vec<Reg> = match minus {
-            Some(m) => (0..lay.group)
-                .map(|p| {
-                    let x = k.reg(RegKind::F32);
-                    k.op("ld.shared.f32", [x.into(), addr(a, p as i64 * position_bytes + m as i64)]);
-                    x
-                })
-                .collect(),
-            None => vec![],
-        };
-        for p in 0..lay.group {
-            k.op("add.rn.f32", [acc[p].into(), acc[p].into(), plus[p].into()]);
-            if let Some(&y) = less.get(p) {
-                k.op("sub.rn.f32", [acc[p].into(), acc[p].into(), y.into()]);
+        for row in terms {
+            for (p, (plus, less)) in row.into_iter().enumerate() {
+                k.op("add.rn.f32", [acc[p].into(), acc[p].into(), plus.into()]);
+                if let Some(y) = less {
+                    k.op("sub.rn.f32", [acc[p].into(), acc[p].into(), y.into()]);
+                }
             }
         }
-    });
+    };
+    let whole = lay.rows / ahead * ahead;
+    if whole > 0 {
+        let zero = k.imm_u32(0);
+        k.strided_loop(zero, whole as u32, ahead as u32, ("sum", "sum_end"), |k, i| {
+            let a = k.tri("mad.lo.u32", RegKind::B32, i, 4u32, at);
+            rows(k, a, ahead);
+        });
+    }
+    if whole < lay.rows {
+        let a = k.bin("add.u32", RegKind::B32, at, (whole * 4) as u32);
+        rows(k, a, lay.rows - whole);
+    }
     acc
 }
 
@@ -462,10 +522,12 @@ pub fn window_sum_arguments<T>([out, parts]: [T; 2]) -> Vec<T> {
 mod tests {
     use super::*;
 
-    /// Chunks cover the window: ⌈√T⌉ positions each, the last possibly fewer.
+    /// Chunks cover the window: REPLAY_CHUNK positions each, the last possibly fewer.
     #[test]
     fn chunks_cover_the_window() {
-        for (t, len, count) in [(1, 1, 1), (2, 2, 1), (5, 3, 2), (9, 3, 3), (10, 4, 3), (512, 23, 23), (2048, 46, 45)] {
+        for (t, len, count) in
+            [(1, 1, 1), (2, 2, 1), (5, 5, 1), (16, 16, 1), (17, 16, 2), (512, 16, 32), (2048, 16, 128)]
+        {
             assert_eq!((chunk_len(t), chunk_count(t)), (len, count), "T {t}");
             assert!(chunk_len(t) * chunk_count(t) >= t && chunk_len(t) * (chunk_count(t) - 1) < t);
         }

@@ -62,7 +62,8 @@ impl Lowerer<'_> {
                 let d = harmonic_scan::Dims::of(&cx.ishape(0), &cx.ishape(2));
                 d.check().map_err(|e| node_error(node, id, e))?;
                 if matches!(node.op, Op::HarmonicScan) {
-                    let kernel = self.kernel(harmonic_scan::forward_kernel(&d))?;
+                    let per_sm = if self.config.scan_one_wave { harmonic_scan::FORWARD_BLOCKS_PER_SM } else { 1 };
+                    let kernel = self.kernel(harmonic_scan::forward_kernel(&d, per_sm))?;
                     let (blocks, _) = grid_blocks(d.b * d.h * d.d);
                     let args = harmonic_scan::forward_arguments([o[0], p[0], p[1], p[2], p[3]]);
                     v.push(one_block_each(kernel, blocks as usize, None, args));

@@ -120,7 +120,19 @@ impl Lowerer<'_> {
         let Op::Reduce { kind, axes, .. } = &sn.op else { return Ok(None) };
         let x = sn.inputs[0];
         let Ok(r) = Reduction::new(*kind, g.shape(x), axes, g.dtype(x), sn.outputs[0].dtype) else { return Ok(None) };
-        if r.outputs() * r.count() != cl.chain.n {
+        if r.outputs() * r.count() != cl.chain.n || !(r.columns || self.config.chain_row_reductions) {
+            return Ok(None);
+        }
+        // With one chunk the launch stores the reduction's output itself while its blocks still
+        // read the chain's inputs: the plan may have placed that output over an input (or an
+        // output) that it took as dead by the reduction's turn, and a block storing there would
+        // change what a later block reads.
+        let placed = self.plan.slot(Value { node: sum, index: 0 });
+        let overlaps = |v: &Value| {
+            let s = self.plan.slot(*v);
+            s.offset < placed.offset + placed.len && placed.offset < s.offset + s.len
+        };
+        if r.chunks() == 1 && cl.inputs.iter().chain(&cl.dests).any(overlaps) {
             return Ok(None);
         }
         let chain = &cl.chain;
