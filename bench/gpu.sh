@@ -54,6 +54,19 @@
 #                    call it until its last row reads "polf run done". Stages named run those
 #                    alone, in order; report only reports. Without Alpha's run, torch writes the
 #                    step-0 weights itself (Alpha's initializer, the same seed, on the CPU)
+#   diakosmos-pass [report]
+#                    Diakosmos's pass over the Gutenberg training split as bytes: PASS_STEPS updates
+#                    (default 3,092: 405,249,936 bytes at 64 windows of 2,048) with held-out bits per
+#                    byte (and its standard error) on PASS_HELDOUT_WINDOWS windows of the held-out
+#                    authors every PASS_CHECKPOINT_EVERY updates and text from the last checkpoint;
+#                    each call trains PASS_BUDGET_S seconds (default 540) and stops with a checkpoint,
+#                    the next resumes it (the run in PASS_RUN, default runs/diakosmos-pass), then
+#                    prints the curve against GPU seconds and joules. The bytes: DATA (prepared) or
+#                    the corpus folders in PASS_CORPUS (default carry/gutenberg; the 100 MB of .xz
+#                    shards fit no one call, so carry them in two folders over two calls on a warm
+#                    machine), prepared once into PASS_RUN/data. LEDGER: a gate ledger (from
+#                    `alpha check all diakosmos --runs DIR`, DIR/.gates/diakosmos.jsonl) of this
+#                    ALPHA, so that the call does not spend minutes on the gates again
 #   generate SYSTEM:DATA ...
 #                    generation speed on the GPU: each SYSTEM trained one step from its seed on
 #                    DATA (a prepared token directory in its tokenizer), then `alpha predict
@@ -631,6 +644,110 @@ gpt2_data() {
   DATA=$out
 }
 
+# Diakosmos's pass over the Gutenberg training split as bytes (see the header); the run lives in
+# PASS_RUN across calls.
+PASS_RUN=${PASS_RUN:-runs/diakosmos-pass}
+PASS_STEPS=${PASS_STEPS:-3092}
+PASS_BATCH=${PASS_BATCH:-64}
+PASS_CHECKPOINT_EVERY=${PASS_CHECKPOINT_EVERY:-250}
+PASS_HELDOUT_WINDOWS=${PASS_HELDOUT_WINDOWS:-64}
+PASS_BUDGET_S=${PASS_BUDGET_S:-540}
+
+# pass_last_step: the latest checkpoint's update on the pass's main line, or -1.
+pass_last_step() {
+  local last
+  last=$(ls "$PASS_RUN"/alpha/checkpoints/step-*.safetensors 2>/dev/null | sort -V | tail -1)
+  [ -n "$last" ] || { echo -1; return; }
+  basename "$last" .safetensors | sed 's/^step-0*//; s/^$/0/'
+}
+
+# pass_data: the bytes: DATA when it is a prepared directory, else every corpus folder in
+# PASS_CORPUS (default carry/gutenberg; folders carried in parts, each a few of the shards)
+# linked into one and prepared once into PASS_RUN/data.
+pass_data() {
+  if [ -f "${DATA:-}/manifest.json" ]; then
+    PASS_DATA=$DATA
+    return 0
+  fi
+  PASS_DATA=$PASS_RUN/data
+  [ -f "$PASS_DATA/manifest.json" ] && return 0
+  local corpus=$PASS_RUN/corpus dir f
+  mkdir -p "$corpus"
+  for dir in ${PASS_CORPUS:-carry/gutenberg}; do
+    [ -d "$dir" ] || die "diakosmos-pass: no corpus folder $dir"
+    for f in "$dir"/*; do ln -sf "$(realpath "$f")" "$corpus/$(basename "$f")"; done
+  done
+  timeout 400 "$ALPHA" data prepare --corpus "$corpus" --tokenizer bytes --out "$PASS_DATA" >"$OUT/pass-data.txt" 2>&1 ||
+    die "preparing $corpus failed: $(tail -1 "$OUT/pass-data.txt" | cut -c1-200)"
+  record "pass data" PASS "$(python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); print(m["train"]["tokens"], "training and", m["valid"]["tokens"], "held-out bytes")' "$PASS_DATA/manifest.json")"
+}
+
+# mode_diakosmos_pass [report]: the next PASS_BUDGET_S seconds of the pass (from a fresh start
+# with its step-0 checkpoint, or resumed from its latest checkpoint; SIGTERM at the budget, and
+# Alpha checkpoints the update in flight), then the held-out curve against training seconds
+# and joules so far. Call it until its last row reads "pass done".
+mode_diakosmos_pass() {
+  local v
+  for v in PASS_STEPS PASS_BATCH PASS_CHECKPOINT_EVERY PASS_HELDOUT_WINDOWS PASS_BUDGET_S; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: give a whole number of at least 1"
+  done
+  mkdir -p "$PASS_RUN" || die "cannot create PASS_RUN=$PASS_RUN"
+  # A gate ledger carried from the call that ran the gates on this build.
+  if [ -n "${LEDGER:-}" ] && [ -f "$LEDGER" ] && [ ! -f "$PASS_RUN/.gates/diakosmos.jsonl" ]; then
+    mkdir -p "$PASS_RUN/.gates" && cp "$LEDGER" "$PASS_RUN/.gates/diakosmos.jsonl"
+  fi
+  if [ "${1:-}" != report ]; then
+    pass_data
+    local last args log
+    last=$(pass_last_step)
+    if [ "$last" -ge "$PASS_STEPS" ]; then
+      record "pass" SKIP "the run is at update $last of $PASS_STEPS"
+    else
+      needs_gates diakosmos 1 "$PASS_RUN"
+      args=(--device cuda --data "$PASS_DATA" --batch "$PASS_BATCH" --checkpoint-every "$PASS_CHECKPOINT_EVERY"
+        --heldout-windows "$PASS_HELDOUT_WINDOWS" --sample-tokens 400 --run-dir "$PASS_RUN/alpha" --quiet)
+      if [ "$last" -lt 0 ]; then
+        args+=(--steps "$PASS_STEPS" --save-initial)
+      else
+        args+=(--steps $((PASS_STEPS - last)) --resume "$(printf '%s/alpha/checkpoints/step-%06d.safetensors' "$PASS_RUN" "$last")")
+      fi
+      log="$OUT/pass-$((last < 0 ? 0 : last)).txt"
+      timeout -k 60 "$PASS_BUDGET_S" "$ALPHA" train diakosmos "${args[@]}" >"$log" 2>&1
+      local rc=$? now
+      now=$(pass_last_step)
+      if [ $rc -eq 0 ]; then
+        record "pass" PASS "updates $((last < 0 ? 1 : last + 1))–$now: pass done"
+      elif [ "$now" -gt "$last" ]; then
+        record "pass" "$now" "stopped at update $now of $PASS_STEPS with a checkpoint; call again to go on"
+      else
+        record "pass" FAIL "exit $rc: $(tail -1 "$log" | cut -c1-120)"
+      fi
+    fi
+  fi
+  local f
+  for f in run.json lineage.jsonl invocations.jsonl; do
+    [ -f "$PASS_RUN/alpha/$f" ] && cp "$PASS_RUN/alpha/$f" "$OUT/pass-$f"
+  done
+  [ -f "$PASS_RUN/alpha/lineage.jsonl" ] || return 0
+  python3 - "$PASS_RUN/alpha/lineage.jsonl" "$PASS_BATCH" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if not r.get("branch") and r.get("heldout_bpb") is not None:
+        rows[r["step"]] = r
+print(f"{'update':>7} {'bytes':>13} {'bits/byte':>10} {'± se':>7} {'GPU s':>8} {'kJ':>8}")
+for s in sorted(rows):
+    r = rows[s]
+    kj = r.get("energy_j")
+    print(f"{s:>7} {s * int(sys.argv[2]) * 2048:>13,} {r['heldout_bpb']:>10.4f} {r.get('heldout_bpb_se') or 0:>7.4f}"
+          f" {r.get('device_s') or 0:>8.1f} {(kj or 0) / 1e3:>8.1f}")
+last = max(rows, default=None)
+if last is not None and rows[last].get("sample"):
+    print("text from update", last, ":", rows[last]["sample"][:400].replace("\n", " / "))
+PY
+}
+
 mode_gpt2_train() {
   local v
   for v in STEPS BATCH ACCUMULATE CHECKPOINT_EVERY HELDOUT_WINDOWS TORCH_STEPS BUDGET_S; do
@@ -1050,6 +1167,7 @@ case "$MODE" in
   profile) mode_profile "$@" ;;
   train) mode_train ;;
   gpt2-train) mode_gpt2_train "$@" ;;
+  diakosmos-pass) mode_diakosmos_pass "$@" ;;
   polf-train) mode_polf_train "$@" ;;
   generate) mode_generate "$@" ;;
   page) mode_page ;;
