@@ -66,7 +66,8 @@
 #                    shards fit no one call, so carry them in two folders over two calls on a warm
 #                    machine), prepared once into PASS_RUN/data. LEDGER: a gate ledger (from
 #                    `alpha check all diakosmos --runs DIR`, DIR/.gates/diakosmos.jsonl) of this
-#                    ALPHA, so that the call does not spend minutes on the gates again
+#                    ALPHA, so that the call does not spend minutes on the gates again; PASS_DEVICE
+#                    (cuda; cpu tries the calls' bookkeeping at small settings, without gates)
 #   generate SYSTEM:DATA ...
 #                    generation speed on the GPU: each SYSTEM trained one step from its seed on
 #                    DATA (a prepared token directory in its tokenizer), then `alpha predict
@@ -173,7 +174,7 @@ need_data() {
 [ $# -ge 1 ] || usage
 MODE=$1
 shift
-case "$MODE" in check | hashes | bench | compare | levers | profile | train | gpt2-train | polf-train | generate | page | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, levers, profile, train, gpt2-train, polf-train, generate, page, all)" ;; esac
+case "$MODE" in check | hashes | bench | compare | levers | profile | train | gpt2-train | diakosmos-pass | polf-train | generate | page | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, levers, profile, train, gpt2-train, diakosmos-pass, polf-train, generate, page, all)" ;; esac
 
 case "$MODE" in hashes | profile | train | gpt2-train | page | all) need_data "$MODE" ;; esac
 if [ "$MODE" = page ] && { [ -z "${BYTES:-}" ] || [ ! -d "$BYTES" ]; }; then
@@ -652,6 +653,7 @@ PASS_BATCH=${PASS_BATCH:-64}
 PASS_CHECKPOINT_EVERY=${PASS_CHECKPOINT_EVERY:-250}
 PASS_HELDOUT_WINDOWS=${PASS_HELDOUT_WINDOWS:-64}
 PASS_BUDGET_S=${PASS_BUDGET_S:-540}
+PASS_DEVICE=${PASS_DEVICE:-cuda}
 
 # pass_last_step: the latest checkpoint's update on the pass's main line, or -1.
 pass_last_step() {
@@ -703,8 +705,9 @@ mode_diakosmos_pass() {
     if [ "$last" -ge "$PASS_STEPS" ]; then
       record "pass" SKIP "the run is at update $last of $PASS_STEPS"
     else
-      needs_gates diakosmos 1 "$PASS_RUN"
-      args=(--device cuda --data "$PASS_DATA" --batch "$PASS_BATCH" --checkpoint-every "$PASS_CHECKPOINT_EVERY"
+      # (PASS_DEVICE=cpu tries the stages' bookkeeping at small settings, without gates.)
+      [ "$PASS_DEVICE" = cpu ] || needs_gates diakosmos 1 "$PASS_RUN"
+      args=(--device "$PASS_DEVICE" --data "$PASS_DATA" --batch "$PASS_BATCH" --checkpoint-every "$PASS_CHECKPOINT_EVERY"
         --heldout-windows "$PASS_HELDOUT_WINDOWS" --sample-tokens 400 --run-dir "$PASS_RUN/alpha" --quiet)
       if [ "$last" -lt 0 ]; then
         args+=(--steps "$PASS_STEPS" --save-initial)
