@@ -491,12 +491,14 @@ TORCH_STEPS=${TORCH_STEPS:-1000}
 BUDGET_S_GIVEN=${BUDGET_S:-}
 BUDGET_S=${BUDGET_S:-480}
 
-# gpt2_last_step: the step of the run's latest checkpoint on its main line, or -1 when none.
-gpt2_last_step() {
+# last_checkpoint_step RUN: the step of RUN's latest checkpoint on its main line, or -1 when none.
+last_checkpoint_step() {
   local last
-  last=$(ls "$GPT2_RUN"/checkpoints/step-*.safetensors 2>/dev/null | sort -V | tail -1)
+  last=$(ls "$1"/checkpoints/step-*.safetensors 2>/dev/null | sort -V | tail -1)
   if [ -z "$last" ]; then echo -1; else last=${last##*/step-}; echo $((10#${last%.safetensors})); fi
 }
+
+gpt2_last_step() { last_checkpoint_step "$GPT2_RUN"; }
 
 # gpt2_heldout STEP: "loss bpb" the run's lineage recorded for its main-line checkpoint at STEP.
 gpt2_heldout() {
@@ -655,14 +657,6 @@ PASS_HELDOUT_WINDOWS=${PASS_HELDOUT_WINDOWS:-64}
 PASS_BUDGET_S=${PASS_BUDGET_S:-540}
 PASS_DEVICE=${PASS_DEVICE:-cuda}
 
-# pass_last_step: the latest checkpoint's update on the pass's main line, or -1.
-pass_last_step() {
-  local last
-  last=$(ls "$PASS_RUN"/alpha/checkpoints/step-*.safetensors 2>/dev/null | sort -V | tail -1)
-  [ -n "$last" ] || { echo -1; return; }
-  basename "$last" .safetensors | sed 's/^step-0*//; s/^$/0/'
-}
-
 # pass_data: the bytes: DATA when it is a prepared directory, else every corpus folder in
 # PASS_CORPUS (default carry/gutenberg; folders carried in parts, each a few of the shards)
 # linked into one and prepared once into PASS_RUN/data.
@@ -701,7 +695,7 @@ mode_diakosmos_pass() {
   if [ "${1:-}" != report ]; then
     pass_data
     local last args log
-    last=$(pass_last_step)
+    last=$(last_checkpoint_step "$PASS_RUN/alpha")
     if [ "$last" -ge "$PASS_STEPS" ]; then
       record "pass" SKIP "the run is at update $last of $PASS_STEPS"
     else
@@ -717,7 +711,7 @@ mode_diakosmos_pass() {
       log="$OUT/pass-$((last < 0 ? 0 : last)).txt"
       timeout -k 60 "$PASS_BUDGET_S" "$ALPHA" train diakosmos "${args[@]}" >"$log" 2>&1
       local rc=$? now
-      now=$(pass_last_step)
+      now=$(last_checkpoint_step "$PASS_RUN/alpha")
       if [ $rc -eq 0 ]; then
         record "pass" PASS "updates $((last < 0 ? 1 : last + 1))–$now: pass done"
       elif [ "$now" -gt "$last" ]; then

@@ -431,20 +431,10 @@ fn cpu_forward_out(program: &alpha_ir::Program, leaves: &[(&str, Vec<f32>)]) -> 
 /// GPU, in the interpreter with the same leaves; asserts the same bits and returns the launches'
 /// kernel names.
 fn lowered_gives_the_cpus_bits(g: alpha_ir::Graph, out: alpha_ir::Value, leaves: &[(&str, Vec<f32>)]) -> Vec<String> {
-    lowered_with_gives_the_cpus_bits(&alpha_cuda::CudaConfig::default(), g, out, leaves)
-}
-
-/// [`lowered_gives_the_cpus_bits`], lowered with `config`.
-fn lowered_with_gives_the_cpus_bits(
-    config: &alpha_cuda::CudaConfig,
-    g: alpha_ir::Graph,
-    out: alpha_ir::Value,
-    leaves: &[(&str, Vec<f32>)],
-) -> Vec<String> {
     let outputs = [("out".to_string(), out)].into_iter().collect();
     let program = alpha_ir::Program::single(g.finish().unwrap(), "forward", outputs);
     let want = cpu_forward_out(&program, leaves);
-    let lowered = alpha_cuda::lower::lower_program(&program, config).unwrap();
+    let lowered = alpha_cuda::lower::lower_program(&program, &alpha_cuda::CudaConfig::default()).unwrap();
     let (mem, base) = alpha_cuda_lab::interp::run_lowered(&lowered, 0, leaves).unwrap();
     assert_bits("out", &mem.read(base + lowered.plan.slot(out).offset as u64, want.len()), &want);
     lowered.phases[0].iter().map(|l| lowered.kernels[l.kernel].name.clone()).collect()

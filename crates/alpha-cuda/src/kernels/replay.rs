@@ -254,15 +254,29 @@ pub(crate) fn thread_base(k: &mut Kernel, base: Reg, r: &Roles, per_window: usiz
     k.bin("add.s64", RegKind::B64, at, w)
 }
 
+/// Bytes from one entry (a checkpoint or a replayed position) of a thread's array to the next.
+fn entry_bytes(lay: &Layout) -> i64 {
+    (lay.state * lay.rows * 4) as i64
+}
+
+/// Entry `index`'s address in this thread's array at `base` (see [`thread_base`]).
+fn entry_at(k: &mut Kernel, lay: &Layout, base: Reg, index: Reg) -> Reg {
+    let w = k.reg(RegKind::B64);
+    k.op("mul.wide.u32", [w.into(), index.into(), (entry_bytes(lay) as u32).into()]);
+    k.bin("add.s64", RegKind::B64, base, w)
+}
+
+/// State element `e`'s offset within an entry: the rows' values of one element lie together.
+fn element_offset(lay: &Layout, e: usize) -> i64 {
+    (e * lay.rows * 4) as i64
+}
+
 /// Stores (`store`) or loads the `state` registers at entry `index` (a checkpoint or a
 /// replayed position) of this thread's array at `base` (see [`thread_base`]).
 fn move_state(k: &mut Kernel, lay: &Layout, base: Reg, index: Reg, state: &[Reg], store: bool) {
-    let one = lay.state * lay.rows * 4;
-    let w = k.reg(RegKind::B64);
-    k.op("mul.wide.u32", [w.into(), index.into(), (one as u32).into()]);
-    let at = k.bin("add.s64", RegKind::B64, base, w);
+    let at = entry_at(k, lay, base, index);
     for (e, &x) in state.iter().enumerate() {
-        let off = (e * lay.rows * 4) as i64;
+        let off = element_offset(lay, e);
         if store {
             k.op("st.global.f32", [addr(at, off), x.into()]);
         } else {
@@ -351,19 +365,15 @@ pub(crate) fn load_replayed_ahead(
     (j, ends): (Reg, Reg),
     ahead: &[Reg],
 ) -> Vec<Reg> {
-    let one = (lay.state * lay.rows * 4) as i64;
-    let w = k.reg(RegKind::B64);
-    k.op("mul.wide.u32", [w.into(), j.into(), (one as u32).into()]);
-    let at = k.bin("add.s64", RegKind::B64, states, w);
-    let row = (lay.rows * 4) as i64;
+    let at = entry_at(k, lay, states, j);
     for (e, &x) in ahead.iter().enumerate() {
-        k.op_if(ends, false, "ld.global.f32", [x.into(), addr(at, e as i64 * row)]);
+        k.op_if(ends, false, "ld.global.f32", [x.into(), addr(at, element_offset(lay, e))]);
     }
     let prev: Vec<Reg> = ahead.iter().map(|&x| k.un("mov.f32", RegKind::F32, x)).collect();
     let more = k.setp("ne.u32", j, 0u32);
-    let before = k.bin("sub.s64", RegKind::B64, at, one);
+    let before = k.bin("sub.s64", RegKind::B64, at, entry_bytes(lay));
     for (e, &x) in ahead.iter().enumerate() {
-        k.op_if(more, false, "ld.global.f32", [x.into(), addr(before, e as i64 * row)]);
+        k.op_if(more, false, "ld.global.f32", [x.into(), addr(before, element_offset(lay, e))]);
     }
     prev
 }

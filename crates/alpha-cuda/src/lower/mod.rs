@@ -777,26 +777,23 @@ pub fn lower_program(program: &alpha_ir::Program, config: &CudaConfig) -> Result
     // chain's inputs: what the run of elementwise nodes before it reads and writes is kept alive
     // to it, so that its output lies clear of them. (Placed over a chain input, Diakosmos's
     // per-group sums made four steps leave different bits on every run on the H200.)
-    if config.chain_column_sums && config.chain_row_reductions {
-        let elementwise =
-            |id: u32| matches!(g.nodes[id as usize].op, Op::Unary(_) | Op::Binary(_) | Op::Reshape { .. });
-        for (i, n) in g.nodes.iter().enumerate() {
-            let reduce = i as u32;
-            let Op::Reduce { kind, axes, .. } = &n.op else { continue };
-            // Only a reduction along rows in one chunk stores its output from the chain's launch
-            // (column sums and several chunks store partials in the scratch region).
-            let x = n.inputs[0];
-            let Ok(r) = Reduction::new(*kind, g.shape(x), axes, g.dtype(x), n.outputs[0].dtype) else { continue };
-            if r.columns || r.chunks() > 1 {
-                continue;
-            }
-            let mut start = reduce;
-            while start > 0 && elementwise(start - 1) && phase(start - 1) == phase(reduce) {
-                start -= 1;
-            }
-            if start < reduce && x.node >= start && x.node < reduce {
-                keep_up_to(start, reduce, true);
-            }
+    let elementwise = |id: u32| matches!(g.nodes[id as usize].op, Op::Unary(_) | Op::Binary(_) | Op::Reshape { .. });
+    for (i, n) in g.nodes.iter().enumerate() {
+        let reduce = i as u32;
+        let Op::Reduce { kind, axes, .. } = &n.op else { continue };
+        // Only a reduction in one chunk stores its output from the chain's launch (over
+        // several, partials in the scratch region, and a launch of its own the output).
+        let x = n.inputs[0];
+        let Ok(r) = Reduction::new(*kind, g.shape(x), axes, g.dtype(x), n.outputs[0].dtype) else { continue };
+        if r.chunks() > 1 || !reduce::runs_in_chain(config, &r) {
+            continue;
+        }
+        let mut start = reduce;
+        while start > 0 && elementwise(start - 1) && phase(start - 1) == phase(reduce) {
+            start -= 1;
+        }
+        if start < reduce && x.node >= start && x.node < reduce {
+            keep_up_to(start, reduce, true);
         }
     }
     if config.bf16_attention && config.merged_gradients {

@@ -120,7 +120,7 @@ impl Lowerer<'_> {
         let Op::Reduce { kind, axes, .. } = &sn.op else { return Ok(None) };
         let x = sn.inputs[0];
         let Ok(r) = Reduction::new(*kind, g.shape(x), axes, g.dtype(x), sn.outputs[0].dtype) else { return Ok(None) };
-        if r.outputs() * r.count() != cl.chain.n || !(r.columns || self.config.chain_row_reductions) {
+        if r.outputs() * r.count() != cl.chain.n || !runs_in_chain(self.config, &r) {
             return Ok(None);
         }
         // With one chunk the launch stores the reduction's output itself while its blocks still
@@ -220,4 +220,10 @@ impl Lowerer<'_> {
         let finish = self.lower_reduce_finish(sum, A::Scratch(at), row_tiles)?;
         Ok(Some((finish, sum)))
     }
+}
+
+/// Whether reduction `r` may run in the launch of the elementwise chain before it
+/// ([`Lowerer::chain_reduction`]), as `config` allows.
+pub(super) fn runs_in_chain(config: &CudaConfig, r: &Reduction) -> bool {
+    config.chain_column_sums && (r.columns || config.chain_row_reductions)
 }
