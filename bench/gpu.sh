@@ -68,6 +68,17 @@
 #                    `alpha check all diakosmos --runs DIR`, DIR/.gates/diakosmos.jsonl) of this
 #                    ALPHA, so that the call does not spend minutes on the gates again; PASS_DEVICE
 #                    (cuda; cpu tries the calls' bookkeeping at small settings, without gates)
+#   diakosmos-torch-check
+#                    bench/diakosmos_torch.py, PyTorch on the GPU, against Alpha's CUDA backend:
+#                    REFERENCE (alpha-run's diakosmos_reference example) trains REF_UPDATES
+#                    (default 2) updates of REF_BATCH (4) windows from seed 1 on the GPU, or starts
+#                    from the checkpoint REF_INIT, and writes its loss and every gradient on
+#                    REF_WINDOWS (4) held-out windows of BYTES (a prepared byte directory) of
+#                    REF_CONTEXT (2,048) bytes, with the large products' bf16 operands and in f32;
+#                    PyTorch checks both (loss within 1e-3 relative, every gradient's cosine at
+#                    least 0.9999) and trains the same updates from the same start. REF_DEVICE=cpu
+#                    and REF_GEOMETRY="--blocks 2 --phasors 8 --harmonics 4" REF_CONTEXT=64 try
+#                    it in seconds without a GPU; ALPHA is not needed
 #   generate SYSTEM:DATA ...
 #                    generation speed on the GPU: each SYSTEM trained one step from its seed on
 #                    DATA (a prepared token directory in its tokenizer), then `alpha predict
@@ -174,7 +185,7 @@ need_data() {
 [ $# -ge 1 ] || usage
 MODE=$1
 shift
-case "$MODE" in check | hashes | bench | compare | levers | profile | train | gpt2-train | diakosmos-pass | polf-train | generate | page | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, levers, profile, train, gpt2-train, diakosmos-pass, polf-train, generate, page, all)" ;; esac
+case "$MODE" in check | hashes | bench | compare | levers | profile | train | gpt2-train | diakosmos-pass | diakosmos-torch-check | polf-train | generate | page | all) ;; -h | --help | help) usage ;; *) die "unknown mode '$MODE' (check, hashes, bench, compare, levers, profile, train, gpt2-train, diakosmos-pass, diakosmos-torch-check, polf-train, generate, page, all)" ;; esac
 
 case "$MODE" in hashes | profile | train | gpt2-train | page | all) need_data "$MODE" ;; esac
 if [ "$MODE" = page ] && { [ -z "${BYTES:-}" ] || [ ! -d "$BYTES" ]; }; then
@@ -183,9 +194,12 @@ fi
 if [ "$MODE" = compare ] && { [ -z "${ALPHA_BEFORE:-}" ] || [ ! -f "$ALPHA_BEFORE" ]; }; then
   die "compare needs ALPHA_BEFORE, the build to compare against (got '${ALPHA_BEFORE:-}')"
 fi
-[ -n "${ALPHA:-}" ] || die "set ALPHA to the alpha binary, e.g. ALPHA=./alpha"
-[ -f "$ALPHA" ] || die "ALPHA=$ALPHA: no such file"
-chmod +x "$ALPHA" 2>/dev/null
+# (diakosmos-torch-check runs the reference example and PyTorch, not alpha itself.)
+if [ "$MODE" != diakosmos-torch-check ] || [ -n "${ALPHA:-}" ]; then
+  [ -n "${ALPHA:-}" ] || die "set ALPHA to the alpha binary, e.g. ALPHA=./alpha"
+  [ -f "$ALPHA" ] || die "ALPHA=$ALPHA: no such file"
+  chmod +x "$ALPHA" 2>/dev/null
+fi
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT" || die "cannot create OUT=$OUT"
 RUNS=$(mktemp -d)
@@ -219,7 +233,7 @@ machine() {
   else
     echo "nvidia-smi not found" | tee "$OUT/machine.txt"
   fi
-  "$ALPHA" --version 2>/dev/null | tee -a "$OUT/machine.txt" || true
+  [ -z "${ALPHA:-}" ] || "$ALPHA" --version 2>/dev/null | tee -a "$OUT/machine.txt" || true
 }
 
 # gates SYSTEM BATCH [ROOT]: every gate (`alpha check all`), recorded in ROOT's gate ledger
@@ -745,6 +759,87 @@ if last is not None and rows[last].get("sample"):
 PY
 }
 
+# The PyTorch check of Diakosmos on the GPU (see the header).
+REF_UPDATES=${REF_UPDATES:-2}
+REF_BATCH=${REF_BATCH:-4}
+REF_WINDOWS=${REF_WINDOWS:-4}
+REF_CONTEXT=${REF_CONTEXT:-2048}
+REF_DEVICE=${REF_DEVICE:-cuda}
+
+# torch_check NAME CHECKPOINT ALPHA_FILE: bench/diakosmos_torch.py's loss and gradients on
+# CHECKPOINT against Alpha's in ALPHA_FILE (the same windows); one row with both figures.
+torch_check() {
+  local log=$OUT/torch-check-$1.txt rel cos
+  if ! timeout 300 python3 bench/diakosmos_torch.py check --init "$2" --data "$BYTES" --alpha "$3" \
+    --device "$REF_DEVICE" >"$log" 2>&1; then
+    record "torch check $1" FAIL "$(tail -1 "$log" | cut -c1-120)"
+    return 0
+  fi
+  rel=$(grep -oE 'relative difference [0-9.e+-]+' "$log" | tail -1 | cut -d' ' -f3)
+  cos=$(grep -oE 'lowest gradient cosine [0-9.]+ \([^)]*\)' "$log" | tail -1 | cut -d' ' -f4-)
+  if grep -q 'both targets met' "$log"; then
+    record "torch check $1" PASS "loss relative difference $rel (≤ 1e-3), lowest gradient cosine $cos (≥ 0.9999)"
+  else
+    record "torch check $1" FAIL "loss relative difference $rel, lowest gradient cosine $cos"
+  fi
+}
+
+# mode_diakosmos_torch_check: Alpha's REF_DEVICE backend trains REF_UPDATES updates from seed 1
+# (or starts from REF_INIT) and writes its loss and gradients on REF_WINDOWS held-out windows,
+# with the large products' bf16 operands and in f32; PyTorch on the same device checks both, and
+# trains the same updates from the same start on the same windows.
+mode_diakosmos_torch_check() {
+  [ -n "${REFERENCE:-}" ] && [ -f "$REFERENCE" ] ||
+    die "diakosmos-torch-check needs REFERENCE, alpha-run's diakosmos_reference example (got '${REFERENCE:-}')"
+  [ -f "${BYTES:-}/manifest.json" ] || die "diakosmos-torch-check needs BYTES, a prepared byte directory (got '${BYTES:-}')"
+  chmod +x "$REFERENCE" 2>/dev/null
+  local v
+  for v in REF_UPDATES REF_WINDOWS REF_BATCH REF_CONTEXT; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: give a whole number of at least 1"
+  done
+  local work=$RUNS/torch-check init trained log products
+  mkdir -p "$work"
+  # REF_GEOMETRY (e.g. "--blocks 2 --phasors 8 --harmonics 4") sizes the fresh start, to try the
+  # mode in seconds; a checkpoint carries its own geometry.
+  # shellcheck disable=SC2206
+  local geometry=(${REF_GEOMETRY:-})
+  if [ -n "${REF_INIT:-}" ]; then
+    [ -f "$REF_INIT" ] || die "REF_INIT=$REF_INIT: no such checkpoint"
+    trained=$REF_INIT
+  else
+    init=$work/init.safetensors trained=$work/trained.safetensors log=$OUT/reference-updates.txt
+    if ! timeout 300 "$REFERENCE" --device "$REF_DEVICE" --seed 1 "${geometry[@]}" --context "$REF_CONTEXT" \
+      --data "$BYTES" --save-initial "$init" --updates "$REF_UPDATES" --batch "$REF_BATCH" --save "$trained" \
+      --windows "$REF_WINDOWS" --out "$work/alpha-updates.safetensors" >"$log" 2>&1; then
+      record "reference updates" FAIL "$(tail -1 "$log" | cut -c1-120)"
+      return 0
+    fi
+    record "reference updates" PASS "$REF_UPDATES updates of $REF_BATCH windows on $REF_DEVICE from seed 1"
+  fi
+  for products in bf16 f32; do
+    local file=$work/alpha-$products.safetensors flag=()
+    [ "$products" = f32 ] && flag=(--f32-products)
+    log=$OUT/reference-$products.txt
+    if timeout 300 "$REFERENCE" --device "$REF_DEVICE" --init "$trained" --context "$REF_CONTEXT" "${flag[@]}" \
+      --data "$BYTES" --windows "$REF_WINDOWS" --out "$file" >"$log" 2>&1; then
+      torch_check "$products" "$trained" "$file"
+    else
+      record "reference $products" FAIL "$(tail -1 "$log" | cut -c1-120)"
+    fi
+  done
+  [ -n "${REF_INIT:-}" ] && return 0
+  log=$OUT/torch-updates.txt
+  if timeout 300 python3 bench/diakosmos_torch.py train --init "$init" --data "$BYTES" --updates "$REF_UPDATES" \
+    --batch "$REF_BATCH" --context "$REF_CONTEXT" --heldout-windows 0 --alpha "$work/alpha-updates.safetensors" \
+    --device "$REF_DEVICE" >"$log" 2>&1; then
+    # (no target: the figures, the losses' largest relative difference first)
+    record "torch updates" "$(grep -oE "from Alpha's [0-9.e+-]+" "$log" | head -1 | cut -d' ' -f3)" \
+      "$(grep -E 'update losses|parameters. changes' "$log" | tr '\n' ' ' | cut -c1-200)"
+  else
+    record "torch updates" FAIL "$(tail -1 "$log" | cut -c1-120)"
+  fi
+}
+
 mode_gpt2_train() {
   local v
   for v in STEPS BATCH ACCUMULATE CHECKPOINT_EVERY HELDOUT_WINDOWS TORCH_STEPS BUDGET_S; do
@@ -1165,6 +1260,7 @@ case "$MODE" in
   train) mode_train ;;
   gpt2-train) mode_gpt2_train "$@" ;;
   diakosmos-pass) mode_diakosmos_pass "$@" ;;
+  diakosmos-torch-check) mode_diakosmos_torch_check ;;
   polf-train) mode_polf_train "$@" ;;
   generate) mode_generate "$@" ;;
   page) mode_page ;;
