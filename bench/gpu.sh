@@ -40,7 +40,8 @@
 #                    that fits in one 10-minute command (Alpha to TORCH_STEPS, PyTorch, Alpha to
 #                    STEPS; Alpha stops cleanly at BUDGET_S with a checkpoint and the next call
 #                    resumes it), then reports: call it until its last row reads "gpt2 run
-#                    done". A stage named runs that stage; report only reports
+#                    done". A stage named runs that stage; report only reports. The run's records,
+#                    without checkpoints, come back in OUT/gpt2-records.tgz
 #   polf-train [alpha|export|torch|bench|report ...]
 #                    Polf's 10-minute run on Gutenberg in its BPE-1024 with BOS: `alpha train polf
 #                    --budget POLF_BUDGET_S` from a fresh start with its step-0 checkpoint, held-out
@@ -61,7 +62,8 @@
 #                    authors every PASS_CHECKPOINT_EVERY updates and text from the last checkpoint;
 #                    each call trains PASS_BUDGET_S seconds (default 540) and stops with a checkpoint,
 #                    the next resumes it (the run in PASS_RUN, default runs/diakosmos-pass), then
-#                    prints the curve against GPU seconds and joules. The bytes: DATA (prepared) or
+#                    prints the curve against GPU seconds and joules (the run's records, without
+#                    checkpoints, in OUT/pass-records.tgz for a run page). The bytes: DATA (prepared) or
 #                    the corpus folders in PASS_CORPUS (default carry/gutenberg; the 100 MB of .xz
 #                    shards fit no one call, so carry them in two folders over two calls on a warm
 #                    machine), prepared once into PASS_RUN/data. LEDGER: a gate ledger (from
@@ -225,6 +227,14 @@ optional_binary() {
   fi
   chmod +x "$path" 2>/dev/null
   echo "$path"
+}
+
+# records_tarball DIR FILE: DIR's records (run.json, points, lineage, invocations, telemetry, its
+# gate ledger; checkpoints and prepared data left out) into OUT/FILE, for a run page elsewhere.
+records_tarball() {
+  [ -d "$1" ] || return 0
+  tar czf "$OUT/$2" -C "$1" --exclude='*.safetensors' --exclude='*.sha256' --exclude='checkpoints' \
+    --exclude='run.lock' --exclude='./data' --exclude='./corpus' . 2>/dev/null || echo "records of $1: tar failed" >&2
 }
 
 machine() {
@@ -596,9 +606,10 @@ gpt2_torch() {
 # gpt2_report: the held-out curve, and Alpha against PyTorch at TORCH_STEPS when both are there.
 gpt2_report() {
   local f
-  for f in run.json points.jsonl lineage.jsonl invocations.jsonl telemetry.jsonl torch-losses.jsonl torch-train.txt torch-result.json; do
+  for f in run.json lineage.jsonl torch-result.json; do
     [ -f "$GPT2_RUN/$f" ] && cp "$GPT2_RUN/$f" "$OUT/gpt2-$f"
   done
+  records_tarball "$GPT2_RUN" gpt2-records.tgz
   [ -f "$GPT2_RUN/lineage.jsonl" ] || return 0
   echo "-- GPT-2 held-out at each checkpoint ($GPT2_RUN)"
   python3 - "$GPT2_RUN" "$TORCH_STEPS" "$BATCH" "$ACCUMULATE" <<'PY'
@@ -736,9 +747,10 @@ mode_diakosmos_pass() {
     fi
   fi
   local f
-  for f in run.json lineage.jsonl invocations.jsonl; do
+  for f in run.json lineage.jsonl; do
     [ -f "$PASS_RUN/alpha/$f" ] && cp "$PASS_RUN/alpha/$f" "$OUT/pass-$f"
   done
+  records_tarball "$PASS_RUN" pass-records.tgz  # alpha/ and the gate ledger
   [ -f "$PASS_RUN/alpha/lineage.jsonl" ] || return 0
   python3 - "$PASS_RUN/alpha/lineage.jsonl" "$PASS_BATCH" <<'PY'
 import json, sys

@@ -153,6 +153,17 @@ impl RunRecords {
             self.lineage.rows().iter().filter_map(|r| r.heldout_loss.map(|l| (r.step, l))).collect();
         let best = heldout.iter().copied().min_by(|a, b| a.1.total_cmp(&b.1));
         let best_train = pts.iter().filter_map(|p| p.loss).min_by(f64::total_cmp);
+        // The run's energy from its first step: the newest checkpoint's of the run's branch
+        // (summed over resumed invocations); run.json's summary holds the last invocation's.
+        let branch = info.and_then(|i| i.branch).unwrap_or(0);
+        let run_energy = self
+            .lineage
+            .rows()
+            .iter()
+            .filter(|r| r.branch.unwrap_or(0) == branch)
+            .filter_map(|r| r.energy_j.map(|e| (r.step, e)))
+            .max_by_key(|&(step, _)| step)
+            .map(|(_, e)| e);
         json!({
             "tokens_per_s": from_summary("tokens_per_s").or(recent_tps),
             "tokens_per_s_recent": recent_tps,
@@ -168,7 +179,8 @@ impl RunRecords {
             "steps_done": info.map(|i| i.steps_done).or(pts.last().map(|p| p.step)),
             "steps_target": info.map(|i| i.steps_target),
             "tokens": pts.last().and_then(|p| p.tokens),
-            "energy_j": from_summary("energy_j"),
+            "energy_j": run_energy.or(from_summary("energy_j")),
+            // A rate: the last invocation's joules over its tokens.
             "energy_per_token_j": from_summary("energy_per_token_j"),
             "checkpoints": self.lineage.rows().len(),
             // A run to a wall-clock budget: the budget, the training time spent by the newest

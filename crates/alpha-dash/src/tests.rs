@@ -932,6 +932,14 @@ async fn the_gate_ledger_the_cost_curve_and_the_catalogue_come_from_the_records(
         (Some(1.0), Some(0.01), Some(4.5))
     );
     assert_eq!((pts[2]["energy_j"].as_f64(), pts[2]["sample"].as_str()), (Some(1200.0), Some("king 3")));
+    // The headline's energy is the run's, from its first step (the newest checkpoint's), while
+    // run.json's summary holds only the last invocation's.
+    let info = std::fs::read_to_string(run.join("run.json")).unwrap();
+    let last_invocation = info.replace("\"energy_j\":1200.0", "\"energy_j\":300.0");
+    assert_ne!(info, last_invocation, "{info}");
+    std::fs::write(run.join("run.json"), last_invocation).unwrap();
+    let (_, r) = get(&app, "/api/runs/bob-gpu").await;
+    assert_eq!(r["headline"]["energy_j"], 1200.0, "{}", r["headline"]);
 
     // The catalogue: Bob on cuda from its ledger (update missing), with the run's best score.
     let (_, sys) = get(&app, "/api/systems").await;
