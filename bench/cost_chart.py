@@ -51,6 +51,10 @@ def number(cell):
     return float(cell) if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", cell) else None
 
 
+# A results table's columns: training seconds, energy, bits per byte.
+RESULTS_COLUMNS = {"s": "training s", "kj": "gpu energy (kj)", "bpb": "held-out bits per byte"}
+
+
 def from_results(path):
     """The first markdown table with the needed columns."""
     lines = open(path).read().splitlines()
@@ -58,10 +62,9 @@ def from_results(path):
         if not line.startswith("|"):
             continue
         head = [c.strip().lower() for c in line.strip("|").split("|")]
-        want = {"s": "training s", "kj": "gpu energy (kj)", "bpb": "held-out bits per byte"}
-        if not all(v in head for v in want.values()):
+        if not all(v in head for v in RESULTS_COLUMNS.values()):
             continue
-        col = {k: head.index(v) for k, v in want.items()}
+        col = {k: head.index(v) for k, v in RESULTS_COLUMNS.items()}
         se_col = head.index("± se") if "± se" in head else None
         points = []
         for row in lines[i + 2:]:
@@ -75,7 +78,7 @@ def from_results(path):
             points.append(p)
         if points:
             return points
-    sys.exit(f"{path}: no table with the columns {', '.join(repr(v) for v in want.values())}")
+    sys.exit(f"{path}: no table with the columns {', '.join(repr(v) for v in RESULTS_COLUMNS.values())}")
 
 
 def nice_ticks(lo, hi, count=5):

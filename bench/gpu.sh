@@ -57,7 +57,7 @@
 #                    step-0 weights itself (Alpha's initializer, the same seed, on the CPU)
 #   diakosmos-pass [report]
 #                    Diakosmos's pass over the Gutenberg training split as bytes: PASS_STEPS updates
-#                    (default 3,092: 405,249,936 bytes at 64 windows of 2,048) with held-out bits per
+#                    (default 3,092: 405,274,624 predicted bytes at 64 windows of 2,048) with held-out bits per
 #                    byte (and its standard error) on PASS_HELDOUT_WINDOWS windows of the held-out
 #                    authors every PASS_CHECKPOINT_EVERY updates and text from the last checkpoint;
 #                    each call trains PASS_BUDGET_S seconds (default 540) and stops with a checkpoint,
@@ -229,12 +229,26 @@ optional_binary() {
   echo "$path"
 }
 
+# whole_numbers VAR...: dies unless each named variable holds a whole number of at least 1.
+whole_numbers() {
+  local v
+  for v in "$@"; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: give a whole number of at least 1"
+  done
+}
+
+# log_tail LOG: the last line of a log, cut to fit a row of the closing table.
+log_tail() { tail -1 "$1" | cut -c1-120; }
+
 # records_tarball DIR FILE: DIR's records (run.json, points, lineage, invocations, telemetry, its
 # gate ledger; checkpoints and prepared data left out) into OUT/FILE, for a run page elsewhere.
 records_tarball() {
   [ -d "$1" ] || return 0
   tar czf "$OUT/$2" -C "$1" --exclude='*.safetensors' --exclude='*.sha256' --exclude='checkpoints' \
-    --exclude='run.lock' --exclude='./data' --exclude='./corpus' . 2>/dev/null || echo "records of $1: tar failed" >&2
+    --exclude='run.lock' --exclude='./data' --exclude='./corpus' . 2>/dev/null || {
+    echo "records of $1: tar failed" >&2
+    return 1
+  }
 }
 
 machine() {
@@ -426,7 +440,7 @@ mode_levers() {
       --heldout-windows 0 --sample-tokens 0 --skip-gates --run-dir "$run-$switch" --quiet >"$log" 2>&1
     sha=$(grep -oE 'sha256 [0-9a-f]{64}' "$log" | tail -1 | cut -d' ' -f2)
     if [ -z "$sha" ]; then
-      record "$name" FAIL "no checkpoint: $(tail -1 "$log" | cut -c1-120)"
+      record "$name" FAIL "no checkpoint: $(log_tail "$log")"
     elif [ -z "${EXPECT_STEPS:-}" ]; then
       record "$name" "done" "sha256 $sha"
     elif [ "$sha" = "$EXPECT_STEPS" ]; then
@@ -576,7 +590,7 @@ print(json.loads(f.read(n)).get("__metadata__", {}).get("schedule_total", ""))' 
   elif [ "$now" -gt "$last" ]; then
     record "gpt2 alpha to $target" "$now" "stopped at update $now after ${BUDGET_S}s with a checkpoint; call again to go on"
   else
-    record "gpt2 alpha to $target" FAIL "exit $rc: $(tail -1 "$log" | cut -c1-120)"
+    record "gpt2 alpha to $target" FAIL "exit $rc: $(log_tail "$log")"
   fi
 }
 
@@ -605,10 +619,6 @@ gpt2_torch() {
 
 # gpt2_report: the held-out curve, and Alpha against PyTorch at TORCH_STEPS when both are there.
 gpt2_report() {
-  local f
-  for f in run.json lineage.jsonl torch-result.json; do
-    [ -f "$GPT2_RUN/$f" ] && cp "$GPT2_RUN/$f" "$OUT/gpt2-$f"
-  done
   records_tarball "$GPT2_RUN" gpt2-records.tgz
   [ -f "$GPT2_RUN/lineage.jsonl" ] || return 0
   echo "-- GPT-2 held-out at each checkpoint ($GPT2_RUN)"
@@ -708,10 +718,7 @@ pass_data() {
 # Alpha checkpoints the update in flight), then the held-out curve against training seconds
 # and joules so far. Call it until its last row reads "pass done".
 mode_diakosmos_pass() {
-  local v
-  for v in PASS_STEPS PASS_BATCH PASS_CHECKPOINT_EVERY PASS_HELDOUT_WINDOWS PASS_BUDGET_S; do
-    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: give a whole number of at least 1"
-  done
+  whole_numbers PASS_STEPS PASS_BATCH PASS_CHECKPOINT_EVERY PASS_HELDOUT_WINDOWS PASS_BUDGET_S
   mkdir -p "$PASS_RUN" || die "cannot create PASS_RUN=$PASS_RUN"
   # A gate ledger carried from the call that ran the gates on this build.
   if [ -n "${LEDGER:-}" ] && [ -f "$LEDGER" ] && [ ! -f "$PASS_RUN/.gates/diakosmos.jsonl" ]; then
@@ -742,15 +749,11 @@ mode_diakosmos_pass() {
       elif [ "$now" -gt "$last" ]; then
         record "pass" "$now" "stopped at update $now of $PASS_STEPS with a checkpoint; call again to go on"
       else
-        record "pass" FAIL "exit $rc: $(tail -1 "$log" | cut -c1-120)"
+        record "pass" FAIL "exit $rc: $(log_tail "$log")"
       fi
     fi
   fi
-  local f
-  for f in run.json lineage.jsonl; do
-    [ -f "$PASS_RUN/alpha/$f" ] && cp "$PASS_RUN/alpha/$f" "$OUT/pass-$f"
-  done
-  records_tarball "$PASS_RUN" pass-records.tgz  # alpha/ and the gate ledger
+  records_tarball "$PASS_RUN" pass-records.tgz # alpha/ and the gate ledger
   [ -f "$PASS_RUN/alpha/lineage.jsonl" ] || return 0
   python3 - "$PASS_RUN/alpha/lineage.jsonl" "$PASS_BATCH" <<'PY'
 import json, sys
@@ -784,7 +787,7 @@ torch_check() {
   local log=$OUT/torch-check-$1.txt rel cos
   if ! timeout 300 python3 bench/diakosmos_torch.py check --init "$2" --data "$BYTES" --alpha "$3" \
     --device "$REF_DEVICE" >"$log" 2>&1; then
-    record "torch check $1" FAIL "$(tail -1 "$log" | cut -c1-120)"
+    record "torch check $1" FAIL "$(log_tail "$log")"
     return 0
   fi
   rel=$(grep -oE 'relative difference [0-9.e+-]+' "$log" | tail -1 | cut -d' ' -f3)
@@ -805,10 +808,7 @@ mode_diakosmos_torch_check() {
     die "diakosmos-torch-check needs REFERENCE, alpha-run's diakosmos_reference example (got '${REFERENCE:-}')"
   [ -f "${BYTES:-}/manifest.json" ] || die "diakosmos-torch-check needs BYTES, a prepared byte directory (got '${BYTES:-}')"
   chmod +x "$REFERENCE" 2>/dev/null
-  local v
-  for v in REF_UPDATES REF_WINDOWS REF_BATCH REF_CONTEXT; do
-    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: give a whole number of at least 1"
-  done
+  whole_numbers REF_UPDATES REF_WINDOWS REF_BATCH REF_CONTEXT
   local work=$RUNS/torch-check init trained log products
   mkdir -p "$work"
   # REF_GEOMETRY (e.g. "--blocks 2 --phasors 8 --harmonics 4") sizes the fresh start, to try the
@@ -823,7 +823,7 @@ mode_diakosmos_torch_check() {
     if ! timeout 300 "$REFERENCE" --device "$REF_DEVICE" --seed 1 "${geometry[@]}" --context "$REF_CONTEXT" \
       --data "$BYTES" --save-initial "$init" --updates "$REF_UPDATES" --batch "$REF_BATCH" --save "$trained" \
       --windows "$REF_WINDOWS" --out "$work/alpha-updates.safetensors" >"$log" 2>&1; then
-      record "reference updates" FAIL "$(tail -1 "$log" | cut -c1-120)"
+      record "reference updates" FAIL "$(log_tail "$log")"
       return 0
     fi
     record "reference updates" PASS "$REF_UPDATES updates of $REF_BATCH windows on $REF_DEVICE from seed 1"
@@ -836,7 +836,7 @@ mode_diakosmos_torch_check() {
       --data "$BYTES" --windows "$REF_WINDOWS" --out "$file" >"$log" 2>&1; then
       torch_check "$products" "$trained" "$file"
     else
-      record "reference $products" FAIL "$(tail -1 "$log" | cut -c1-120)"
+      record "reference $products" FAIL "$(log_tail "$log")"
     fi
   done
   [ -n "${REF_INIT:-}" ] && return 0
@@ -848,15 +848,12 @@ mode_diakosmos_torch_check() {
     record "torch updates" "$(grep -oE "from Alpha's [0-9.e+-]+" "$log" | head -1 | cut -d' ' -f3)" \
       "$(grep -E 'update losses|parameters. changes' "$log" | tr '\n' ' ' | cut -c1-200)"
   else
-    record "torch updates" FAIL "$(tail -1 "$log" | cut -c1-120)"
+    record "torch updates" FAIL "$(log_tail "$log")"
   fi
 }
 
 mode_gpt2_train() {
-  local v
-  for v in STEPS BATCH ACCUMULATE CHECKPOINT_EVERY HELDOUT_WINDOWS TORCH_STEPS BUDGET_S; do
-    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: give a whole number of at least 1"
-  done
+  whole_numbers STEPS BATCH ACCUMULATE CHECKPOINT_EVERY HELDOUT_WINDOWS TORCH_STEPS BUDGET_S
   [ "$TORCH_STEPS" -le "$STEPS" ] || die "TORCH_STEPS=$TORCH_STEPS must be at most STEPS=$STEPS (the two are compared inside Alpha's run)"
   mkdir -p "$GPT2_RUN" || die "cannot create GPT2_RUN=$GPT2_RUN"
   gpt2_data
@@ -1002,7 +999,7 @@ polf_export() {
   ckpt=$(polf_last)
   rm -f "$art"
   if ! timeout 300 "$ALPHA" export polf --checkpoint "$ckpt" -o "$art" >"$log" 2>&1; then
-    record "polf export" FAIL "$(tail -1 "$log" | cut -c1-120)"
+    record "polf export" FAIL "$(log_tail "$log")"
     return 0
   fi
   local bytes
@@ -1167,10 +1164,7 @@ polf_bench() {
 
 mode_polf_train() {
   BUDGET_S=${BUDGET_S_GIVEN:-520}
-  local v
-  for v in POLF_BATCH POLF_BUDGET_S HELDOUT_WINDOWS BUDGET_S POLF_STAGE_MIN_S POLF_BENCH_S POLF_GRACE_S; do
-    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: give a whole number of at least 1"
-  done
+  whole_numbers POLF_BATCH POLF_BUDGET_S HELDOUT_WINDOWS BUDGET_S POLF_STAGE_MIN_S POLF_BENCH_S POLF_GRACE_S
   local stage
   for stage in "$@"; do
     case "$stage" in alpha | export | torch | bench | report | next) ;; *) die "polf-train takes alpha, export, torch, bench or report, one or more in order (or nothing: the next stages), not '$stage'" ;; esac
@@ -1217,7 +1211,7 @@ mode_generate() {
     log="$OUT/generate-$system.txt"
     if ! timeout 300 "$ALPHA" train "$system" --device cuda --data "$data" --batch 1 --steps 1 --skip-gates \
       --heldout-windows 0 --sample-tokens 0 --run-dir "$run" --quiet >"$log" 2>&1; then
-      record "generate $system" FAIL "training one step failed: $(tail -1 "$log" | cut -c1-120)"
+      record "generate $system" FAIL "training one step failed: $(log_tail "$log")"
       continue
     fi
     ckpt=$(ls "$run"/checkpoints/*.safetensors | tail -1)
@@ -1226,7 +1220,7 @@ mode_generate() {
       line=$(grep -a -m1 "tokens a second" "$log" | cut -c1-160)
       record "generate $system" "$(echo "$line" | sed -n 's/.*(\([0-9.]*\) tokens a second.*/\1/p') tok/s" "$line"
     else
-      record "generate $system" FAIL "$(tail -1 "$log" | cut -c1-120)"
+      record "generate $system" FAIL "$(log_tail "$log")"
     fi
   done
 }
@@ -1245,7 +1239,7 @@ mode_page() {
     --run-dir "$folder/bob-h200" --quiet >"$log" 2>&1; then
     record "page bob" PASS "$(grep -a -m1 'held-out' "$log" | cut -c1-120)"
   else
-    record "page bob" FAIL "$(tail -1 "$log" | cut -c1-120)"
+    record "page bob" FAIL "$(log_tail "$log")"
   fi
   log="$OUT/page-train-coppelius.txt"
   if timeout 400 "$ALPHA" train coppelius --device cuda --data "$DATA" --batch 16 --steps "$steps" \
@@ -1254,9 +1248,9 @@ mode_page() {
     rows=$(wc -l <"$folder/coppelius-h200/health.jsonl" 2>/dev/null || echo 0)
     record "page coppelius" PASS "$steps updates; $rows health rows; $(grep -a -m1 'held-out' "$log" | cut -c1-100)"
   else
-    record "page coppelius" FAIL "$(tail -1 "$log" | cut -c1-120)"
+    record "page coppelius" FAIL "$(log_tail "$log")"
   fi
-  tar czf "$OUT/page-runs.tgz" -C "$folder" --exclude='*.safetensors' --exclude='checkpoints' . &&
+  records_tarball "$folder" page-runs.tgz &&
     record "page records" PASS "$OUT/page-runs.tgz ($(du -k "$OUT/page-runs.tgz" | cut -f1) KB)"
 }
 

@@ -25,7 +25,9 @@ pub mod liveness;
 
 use serde::{Deserialize, Serialize};
 
-/// The summary a finished run writes into `run.json`.
+/// The summary a finished invocation writes into `run.json`: its rates, its energy and its last
+/// losses. A resumed run's totals from its first step (training seconds, joules) are its
+/// newest checkpoint's in `lineage.jsonl`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Summary {

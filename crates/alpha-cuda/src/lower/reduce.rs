@@ -127,12 +127,9 @@ impl Lowerer<'_> {
         // read the chain's inputs: the plan may have placed that output over an input (or an
         // output) that it took as dead by the reduction's turn, and a block storing there would
         // change what a later block reads.
-        let placed = self.plan.slot(Value { node: sum, index: 0 });
-        let overlaps = |v: &Value| {
-            let s = self.plan.slot(*v);
-            s.offset < placed.offset + placed.len && placed.offset < s.offset + s.len
-        };
-        if r.chunks() == 1 && cl.inputs.iter().chain(&cl.dests).any(overlaps) {
+        let placed = crate::fusion::range(self.plan, Value { node: sum, index: 0 });
+        let met = cl.inputs.iter().chain(&cl.dests).map(|&v| crate::fusion::range(self.plan, v));
+        if r.chunks() == 1 && !placed.is_some_and(|p| crate::fusion::clear_of(p, met)) {
             return Ok(None);
         }
         let chain = &cl.chain;
