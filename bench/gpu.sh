@@ -127,6 +127,13 @@
 #   STEPS BATCH ACCUMULATE CHECKPOINT_EVERY HELDOUT_WINDOWS
 #                  gpt2-train's recipe (default 1500, 16, 4, 250, 256); the schedule's horizon is
 #                  STEPS, so a run to compare with must keep it
+#   HELDOUT_BYTES  (gpt2-train) score GPT-2's checkpoints on these held-out bytes instead of its
+#                  own token windows (`alpha train --heldout-bytes`): a byte preparation, or a
+#                  corpus prepared once as bytes into data-cache/NAME-bytes. Gutenberg's, as
+#                  Diakosmos's pass prepares them (carry/gutenberg), must give the pass's held-out
+#                  split (checked: HELDOUT_BYTES_SHA), so both curves score the same bytes;
+#                  BYTE_WINDOW the bytes a window (default 2048, the pass's). PyTorch's
+#                  comparison reads the run's own windows and is skipped with it
 #   TORCH_STEPS    updates PyTorch trains, and where the two are compared (default 1000)
 #   TORCH_ARGS     extra arguments for gpt2_torch.py train (e.g. --compile)
 #   BUDGET_S       seconds Alpha trains in one gpt2-train call before it checkpoints and stops
@@ -528,6 +535,11 @@ HELDOUT_WINDOWS=${HELDOUT_WINDOWS:-256}
 TORCH_STEPS=${TORCH_STEPS:-1000}
 BUDGET_S_GIVEN=${BUDGET_S:-}
 BUDGET_S=${BUDGET_S:-480}
+BYTE_WINDOW=${BYTE_WINDOW:-2048}
+# The held-out shard of Gutenberg's nine shards prepared as bytes (`alpha data prepare --corpus
+# DIR --tokenizer bytes`: 405,251,106 training and 21,708,364 held-out bytes), as Diakosmos's
+# pass scored it.
+HELDOUT_BYTES_SHA=41e63931f191eccd3e62300d04a69923e58e9e5fb3185aa63d553fde28aefac8
 
 # last_checkpoint_step RUN: the step of RUN's latest checkpoint on its main line, or -1 when none.
 last_checkpoint_step() {
@@ -565,6 +577,7 @@ gpt2_alpha() {
   log="$OUT/gpt2-alpha-$((last < 0 ? 0 : last))-$target.txt"
   args=(--device cuda --data "$DATA" --batch "$BATCH" --accumulate "$ACCUMULATE" --checkpoint-every "$CHECKPOINT_EVERY"
     --heldout-windows "$HELDOUT_WINDOWS" --run-dir "$GPT2_RUN" --quiet)
+  [ -n "${HELDOUT_BYTES:-}" ] && args+=(--heldout-bytes "$HELDOUT_BYTES" --byte-window "$BYTE_WINDOW")
   # Text from the finished run, as `alpha predict` gives it.
   if [ "$target" -eq "$STEPS" ]; then args+=(--sample-tokens 200); else args+=(--sample-tokens 0); fi
   if [ "$last" -lt 0 ]; then
@@ -597,6 +610,10 @@ print(json.loads(f.read(n)).get("__metadata__", {}).get("schedule_total", ""))' 
 # gpt2_torch: PyTorch from Alpha's step-0 checkpoint for TORCH_STEPS updates on the same windows.
 gpt2_torch() {
   local init alpha_at
+  if [ -n "${HELDOUT_BYTES:-}" ]; then
+    record "gpt2 pytorch" SKIP "the run is scored on HELDOUT_BYTES; PyTorch's comparison reads the run's own windows"
+    return 0
+  fi
   init="$GPT2_RUN/checkpoints/step-000000.safetensors"
   alpha_at=$(gpt2_heldout "$TORCH_STEPS")
   if [ ! -f "$init" ] || [ -z "$alpha_at" ]; then
@@ -666,6 +683,28 @@ PY
     record "gpt2 run" "done" "update $last of $STEPS; PyTorch compared at $TORCH_STEPS"
   else
     record "gpt2 run" "partial" "update $last of $STEPS$([ -f "$GPT2_RUN/torch-result.json" ] || echo ", PyTorch to go"); call gpt2-train again"
+  fi
+}
+
+# gpt2_heldout_bytes: HELDOUT_BYTES as a byte preparation: a prepared directory as it is, a raw
+# corpus prepared once into data-cache/NAME-bytes; its held-out shard against the pass's.
+gpt2_heldout_bytes() {
+  [ -n "${HELDOUT_BYTES:-}" ] || return 0
+  if [ ! -f "$HELDOUT_BYTES/manifest.json" ]; then
+    local out
+    out="data-cache/$(basename "${HELDOUT_BYTES%/}")-bytes"
+    if [ ! -f "$out/manifest.json" ]; then
+      timeout 400 "$ALPHA" data prepare --corpus "$HELDOUT_BYTES" --tokenizer bytes --out "$out" >"$OUT/gpt2-heldout-bytes.txt" 2>&1 ||
+        die "preparing $HELDOUT_BYTES as bytes failed: $(log_tail "$OUT/gpt2-heldout-bytes.txt")"
+    fi
+    HELDOUT_BYTES=$out
+  fi
+  local valid
+  valid=$(sha256sum "$HELDOUT_BYTES/valid-0000.tok" 2>/dev/null | cut -d' ' -f1)
+  if [ "$valid" = "$HELDOUT_BYTES_SHA" ]; then
+    record "gpt2 held-out bytes" PASS "$HELDOUT_BYTES: the held-out bytes Diakosmos's pass scored ($BYTE_WINDOW-byte windows)"
+  else
+    record "gpt2 held-out bytes" "other" "$HELDOUT_BYTES's held-out shard is ${valid:0:16}…, not the pass's ${HELDOUT_BYTES_SHA:0:16}…: scored, but not on the pass's bytes"
   fi
 }
 
@@ -857,6 +896,7 @@ mode_gpt2_train() {
   [ "$TORCH_STEPS" -le "$STEPS" ] || die "TORCH_STEPS=$TORCH_STEPS must be at most STEPS=$STEPS (the two are compared inside Alpha's run)"
   mkdir -p "$GPT2_RUN" || die "cannot create GPT2_RUN=$GPT2_RUN"
   gpt2_data
+  gpt2_heldout_bytes
   case "${1:-next}" in
     alpha) gpt2_alpha ;;
     torch) gpt2_torch ;;

@@ -681,7 +681,10 @@ async fn api_curve(State(st): St, UrlPath(name): UrlPath<String>) -> Response {
             })
             .collect();
         let info = r.info.as_ref().ok();
-        json!({"name": name, "system": info.map(|i| i.system.clone()), "device": info.map(|i| i.device.clone()), "points": points})
+        // What the figures score when not the run's own held-out windows (`--heldout-bytes`).
+        let heldout = info.and_then(|i| i.heldout.clone());
+        json!({"name": name, "system": info.map(|i| i.system.clone()), "device": info.map(|i| i.device.clone()),
+               "heldout": heldout, "points": points})
     })
 }
 

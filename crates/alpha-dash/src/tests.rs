@@ -932,6 +932,13 @@ async fn the_gate_ledger_the_cost_curve_and_the_catalogue_come_from_the_records(
         (Some(1.0), Some(0.01), Some(4.5))
     );
     assert_eq!((pts[2]["energy_j"].as_f64(), pts[2]["sample"].as_str()), (Some(1200.0), Some("king 3")));
+    assert!(c["heldout"].is_null(), "scored on its own held-out windows: {c}");
+    // A run scored on another preparation's bytes says so beside its curve.
+    let mut info: Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    info["heldout"] = json!("64 windows of 2,048 bytes from data/gutenberg-bytes");
+    std::fs::write(run.join("run.json"), info.to_string()).unwrap();
+    let (_, c) = get(&app, "/api/runs/bob-gpu/curve").await;
+    assert_eq!(c["heldout"], "64 windows of 2,048 bytes from data/gutenberg-bytes");
     // The headline's energy is the run's, from its first step (the newest checkpoint's), while
     // run.json's summary holds only the last invocation's.
     let info = std::fs::read_to_string(run.join("run.json")).unwrap();

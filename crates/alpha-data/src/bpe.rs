@@ -272,6 +272,11 @@ impl BpeTokenizer {
         self.token_bytes.get(id as usize).map_or(&[], |v| v)
     }
 
+    /// The single-byte token of byte `b` (every byte-level BPE has all 256).
+    pub fn byte_id(&self, b: u8) -> u32 {
+        self.byte_ids[b as usize]
+    }
+
     /// The text of an added token (`<|endoftext|>`), if `id` is one.
     pub fn special_text(&self, id: u32) -> Option<&str> {
         self.special.get(id as usize).and_then(|s| s.as_deref())

@@ -89,6 +89,19 @@ impl Tokenizer {
         }
     }
 
+    /// Appends the ids of any bytes, text or not: each valid UTF-8 run is encoded as text, and
+    /// each byte that is not part of one (a character cut at a window's edge) as its own
+    /// single-byte token, so `decode_bytes` gives `bytes` back exactly.
+    pub fn encode_bytes_into(&self, bytes: &[u8], out: &mut Vec<u32>) {
+        for chunk in bytes.utf8_chunks() {
+            self.encode_into(chunk.valid(), out);
+            out.extend(chunk.invalid().iter().map(|&b| match self {
+                Tokenizer::Bytes => u32::from(b),
+                Tokenizer::Bpe(t) => t.byte_id(b),
+            }));
+        }
+    }
+
     /// The document bytes of a token; end-of-text (and any special token) has none.
     pub fn token_bytes(&self, id: u32) -> &[u8] {
         match self {

@@ -71,6 +71,36 @@ fn bpe_round_trip_every_document() {
     assert!(bytes as f64 / tokens as f64 > 2.0, "{bytes} bytes / {tokens} tokens");
 }
 
+/// Spans of a document's bytes cut anywhere, characters split at either edge included, encode
+/// to tokens that give back exactly those bytes: how one model is scored on another's byte
+/// windows.
+#[test]
+fn any_byte_span_round_trips_through_both_tokenizers() {
+    let (_, bpe) = trained_tokenizer(1024);
+    let text = sample_texts().join("\n");
+    let bytes = text.as_bytes();
+    let mut cut_characters = 0;
+    for tk in [&Tokenizer::Bytes, &bpe] {
+        // Spans of 61 bytes every 37: edges fall inside the multi-byte characters too.
+        let mut start = 0;
+        while start + 61 <= bytes.len() {
+            let span = &bytes[start..start + 61];
+            cut_characters += usize::from(std::str::from_utf8(span).is_err());
+            let mut ids = vec![];
+            tk.encode_bytes_into(span, &mut ids);
+            assert_eq!(tk.decode_bytes(&ids), span, "span at byte {start}");
+            assert_eq!(tk.decoded_bytes(&ids), 61);
+            start += 37;
+        }
+    }
+    // The edge-case texts' characters of 2 to 4 bytes are cut by some spans.
+    assert!(cut_characters > 0, "no span cut a character");
+    // Whole text encodes as encode() does.
+    let mut ids = vec![];
+    bpe.encode_bytes_into(bytes, &mut ids);
+    assert_eq!(ids, bpe.encode(&text));
+}
+
 #[test]
 fn bpe_encoder_matches_huggingface_tokenizers() {
     let (json, tk) = trained_tokenizer(1024);

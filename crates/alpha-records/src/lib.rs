@@ -90,6 +90,11 @@ pub struct RunInfo {
     /// reference the gates compare against).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gates: Option<RunGates>,
+    /// What the held-out figures score when it is not the run's own data's held-out windows
+    /// (`--heldout-bytes`: another preparation's byte windows, so runs in different tokens are
+    /// scored on the same bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heldout: Option<String>,
 }
 
 /// The gates a GPU run started on: the build and device it was checked for, the passing

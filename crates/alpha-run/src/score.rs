@@ -9,7 +9,7 @@
 
 use alpha_data::{Split, TokenStream};
 use alpha_systems::System;
-use anyhow::{bail, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 use crate::backend::Backend;
 use crate::session::check_ids;
@@ -47,6 +47,32 @@ pub fn standard_errors(per_window: &[(f64, u64, u64)]) -> (Option<f64>, Option<f
     (bpb, loss)
 }
 
+/// Another preparation's held-out bytes to score a run on: `windows` windows of `window` bytes
+/// from the held-out split of `dir` (`alpha data prepare --tokenizer bytes`), chosen as that
+/// preparation's own scoring chooses them for a byte model of context `window`. Models with
+/// different tokenizers are then scored on the same bytes: each window's predicted bytes are
+/// encoded in the scored model's tokenizer after an end-of-text (the model predicts every one
+/// of them; a byte model reading the window itself has its first byte as context instead).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ByteWindows {
+    pub dir: std::path::PathBuf,
+    pub window: usize,
+}
+
+impl ByteWindows {
+    /// Says what is scored, for a run's records: "64 windows of 2,048 bytes from DIR".
+    pub fn describe(&self, windows: usize) -> String {
+        format!("{windows} windows of {} bytes from {}", alpha_plan::group(self.window), self.dir.display())
+    }
+}
+
+/// One held-out sequence: `ids[..n]` in, `ids[1..=n]` predicted (n = `ids.len() - 1`, at most
+/// the context), standing for `bytes` document bytes.
+struct Sequence {
+    ids: Vec<u32>,
+    bytes: u64,
+}
+
 /// Score an inference backend (batch `batch`, parameters already in it) on up to
 /// `max_windows` held-out windows of `data`.
 pub fn score(
@@ -56,25 +82,131 @@ pub fn score(
     data: &std::path::Path,
     max_windows: usize,
 ) -> Result<Score> {
-    if batch == 0 || max_windows == 0 {
-        bail!("scoring needs a batch of at least 1 and at least one window (got batch {batch}, {max_windows} windows)");
-    }
+    check_sizes(batch, max_windows)?;
     let t = system.context();
     let mut stream = TokenStream::open(data, Split::Valid)?;
     stream.check_vocab(crate::data::token_vocab(system))?;
-    let windows = stream.heldout_windows(t + 1, max_windows)?;
+    let sequences: Vec<Sequence> = stream
+        .heldout_windows(t + 1, max_windows)?
+        .into_iter()
+        .map(|ids| Sequence { bytes: stream.decoded_bytes(&ids[1..]), ids })
+        .collect();
+    score_sequences(backend, system, batch, &sequences, stream.eot_id())
+}
+
+/// Score an inference backend on up to `max_windows` of another preparation's byte windows
+/// (see [`ByteWindows`]), encoded in the tokenizer of `data`, the model's own preparation.
+pub fn score_bytes(
+    backend: &mut dyn Backend,
+    system: &dyn System,
+    batch: usize,
+    data: &std::path::Path,
+    on: &ByteWindows,
+    max_windows: usize,
+) -> Result<Score> {
+    check_sizes(batch, max_windows)?;
+    let (sequences, pad) = byte_sequences(system, data, on, max_windows)?;
+    score_sequences(backend, system, batch, &sequences, pad)
+}
+
+/// Checks before a run that its held-out byte windows can be scored: `on` is a byte
+/// preparation with a held-out split of at least one window, and each window fits the model's
+/// context in its tokenizer.
+pub fn check_byte_windows(
+    system: &dyn System,
+    data: &std::path::Path,
+    on: &ByteWindows,
+    max_windows: usize,
+) -> Result<()> {
+    byte_sequences(system, data, on, max_windows).map(|_| ())
+}
+
+/// The byte windows as sequences in the model's tokens, and the model's end-of-text to pad with.
+fn byte_sequences(
+    system: &dyn System,
+    data: &std::path::Path,
+    on: &ByteWindows,
+    max_windows: usize,
+) -> Result<(Vec<Sequence>, u32)> {
+    let own = TokenStream::open(data, Split::Valid)?;
+    own.check_vocab(crate::data::token_vocab(system))?;
+    let tokenizer = own.tokenizer();
+    let mut bytes = TokenStream::open(&on.dir, Split::Valid)
+        .with_context(|| format!("opening the held-out bytes {}", on.dir.display()))?;
+    if bytes.tokenizer().kind() != "bytes" {
+        bail!(
+            "{} holds {} tokens, not bytes: held-out bytes to score on are prepared with `alpha data prepare --tokenizer bytes`",
+            on.dir.display(),
+            bytes.tokenizer().kind()
+        );
+    }
+    let byte_eot = bytes.eot_id();
+    let t = system.context();
+    let mut sequences = vec![];
+    for (i, w) in bytes.heldout_windows(on.window + 1, max_windows)?.iter().enumerate() {
+        let predicted = &w[1..];
+        let mut ids = vec![tokenizer.eot_id()];
+        for (j, part) in predicted.split(|&b| b == byte_eot).enumerate() {
+            if j > 0 {
+                ids.push(tokenizer.eot_id());
+            }
+            let part: Vec<u8> = part.iter().map(|&b| b as u8).collect();
+            tokenizer.encode_bytes_into(&part, &mut ids);
+        }
+        if ids.len() - 1 > t {
+            bail!(
+                "held-out window {i} of {} ({} bytes) is {} tokens in {}'s tokenizer, more than its context of {t}: score on shorter windows",
+                on.dir.display(),
+                on.window,
+                ids.len() - 1,
+                system.name()
+            );
+        }
+        let window_bytes = bytes.decoded_bytes(predicted);
+        ensure!(
+            tokenizer.decoded_bytes(&ids[1..]) == window_bytes,
+            "held-out window {i} of {}: its {window_bytes} bytes did not come back from {}'s tokens",
+            on.dir.display(),
+            system.name()
+        );
+        sequences.push(Sequence { ids, bytes: window_bytes });
+    }
+    Ok((sequences, tokenizer.eot_id()))
+}
+
+fn check_sizes(batch: usize, max_windows: usize) -> Result<()> {
+    if batch == 0 || max_windows == 0 {
+        bail!("scoring needs a batch of at least 1 and at least one window (got batch {batch}, {max_windows} windows)");
+    }
+    Ok(())
+}
+
+/// Runs the sequences through the forward program `batch` at a time, each padded with `pad`
+/// to the context (a causal model's losses before the padding do not see it), and sums each
+/// one's losses over its predicted positions.
+fn score_sequences(
+    backend: &mut dyn Backend,
+    system: &dyn System,
+    batch: usize,
+    sequences: &[Sequence],
+    pad: u32,
+) -> Result<Score> {
+    let t = system.context();
     let mut nll = 0.0f64;
     let mut tokens = 0u64;
     let mut bytes = 0u64;
-    let mut per_window = Vec::with_capacity(windows.len());
-    for chunk in windows.chunks(batch) {
+    let mut per_window = Vec::with_capacity(sequences.len());
+    for chunk in sequences.chunks(batch) {
         let mut inputs = Vec::with_capacity(batch * t);
         let mut targets = Vec::with_capacity(batch * t);
         for i in 0..batch {
             // A short last batch repeats its first window; those rows are not counted.
-            let w = &chunk[i.min(chunk.len() - 1)];
-            inputs.extend_from_slice(&w[..t]);
+            let w = &chunk[i.min(chunk.len() - 1)].ids;
+            let n = w.len() - 1;
+            inputs.extend_from_slice(&w[..n]);
             targets.extend_from_slice(&w[1..]);
+            inputs.resize(inputs.len() + t - n, pad);
+            targets.resize(targets.len() + t - n, pad);
         }
         check_ids(&inputs, system.vocab())?;
         check_ids(&targets, system.vocab())?;
@@ -83,23 +215,23 @@ pub fn score(
         backend.run("forward")?;
         let losses = backend.output("losses")?;
         for (i, w) in chunk.iter().enumerate() {
-            let w_nll = losses[i * t..(i + 1) * t].iter().map(|&l| l as f64).sum::<f64>();
-            let w_bytes = stream.decoded_bytes(&w[1..]);
+            let n = w.ids.len() - 1;
+            let w_nll = losses[i * t..i * t + n].iter().map(|&l| l as f64).sum::<f64>();
             nll += w_nll;
-            tokens += t as u64;
-            bytes += w_bytes;
-            per_window.push((w_nll, w_bytes, t as u64));
+            tokens += n as u64;
+            bytes += w.bytes;
+            per_window.push((w_nll, w.bytes, n as u64));
         }
     }
     let (bpb_se, loss_se) = standard_errors(&per_window);
     Ok(Score {
         bpb_se,
         loss_se,
-        loss: nll / tokens as f64,
+        loss: nll / tokens.max(1) as f64,
         bits_per_byte: nll / std::f64::consts::LN_2 / bytes.max(1) as f64,
         tokens,
         bytes,
-        windows: windows.len(),
+        windows: sequences.len(),
     })
 }
 

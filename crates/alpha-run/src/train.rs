@@ -18,7 +18,7 @@ use crate::budget::{human_seconds, BudgetState};
 use crate::checkpoint::{self, Meta};
 use crate::records::{now, Invocation, LineageRow, Point, Records, RunInfo, Summary};
 use crate::rundir::{self, RunLock};
-use crate::score::{score, Score};
+use crate::score::{score, score_bytes, ByteWindows, Score};
 use crate::session::{backend_for, check_ids, config_hash, restore, snapshot, Device};
 use crate::testhook;
 use alpha_learn::init::initial_leaves;
@@ -50,6 +50,9 @@ pub struct TrainOptions {
     pub save_initial: bool,
     /// Held-out windows scored at each checkpoint (0: none).
     pub heldout_windows: usize,
+    /// Score those windows on another preparation's held-out bytes instead of `data`'s own
+    /// held-out split (to compare with a model in other tokens on the same bytes).
+    pub heldout_bytes: Option<ByteWindows>,
     /// Show progress: a bar where stderr is a terminal, a line now and then where it is not.
     pub progress: bool,
     /// Train until this much training time (seconds) is spent, the rates warming down to 0 at
@@ -158,14 +161,24 @@ impl Evaluator {
         Ok(Evaluator { backend: backend_for(device, &program)?, batch, sampler })
     }
 
-    fn score(&mut self, from: &mut dyn Backend, system: &dyn System, data: &Path, windows: usize) -> Result<Score> {
+    fn score(
+        &mut self,
+        from: &mut dyn Backend,
+        system: &dyn System,
+        data: &Path,
+        on: Option<&ByteWindows>,
+        windows: usize,
+    ) -> Result<Score> {
         for (name, _, is_param) in crate::session::persistent(self.backend.program()) {
             if is_param {
                 let v = from.read(&name)?;
                 self.backend.write(&name, &v)?;
             }
         }
-        score(self.backend.as_mut(), system, self.batch, data, windows)
+        match on {
+            Some(on) => score_bytes(self.backend.as_mut(), system, self.batch, data, on, windows),
+            None => score(self.backend.as_mut(), system, self.batch, data, windows),
+        }
     }
 
     /// A short continuation of [`SAMPLE_PROMPT`] from the parameters last scored, at
@@ -331,6 +344,10 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     })?;
 
     let budget = budget_state(opts, system, resumed.as_ref().map(|(c, _)| c))?;
+    // Held-out bytes that cannot be scored are refused now, not at the first checkpoint.
+    if let Some(on) = opts.heldout_bytes.as_ref().filter(|_| opts.heldout_windows > 0) {
+        crate::score::check_byte_windows(system, &opts.data, on, opts.heldout_windows)?;
+    }
 
     // The run directory: one process at a time, one run a directory; a resume from an older
     // checkpoint writes a branch. Refusals here leave the directory as it was.
@@ -435,6 +452,11 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         elapsed_s: budget.map(|b| b.elapsed),
         warmdown_updates: budget.map(|b| b.budget.warmdown_updates),
         gates: opts.gates.clone(),
+        heldout: opts
+            .heldout_bytes
+            .as_ref()
+            .filter(|_| opts.heldout_windows > 0)
+            .map(|b| b.describe(opts.heldout_windows)),
     };
     if let Some(b) = &budget {
         info.steps_target = budget_target(step, b, last_step);
@@ -658,7 +680,13 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             if opts.checkpoint_every.is_some_and(|k| k > 0 && step % k == 0) || finished || stopping {
                 let scored = match evaluator.as_mut() {
                     Some(ev) => {
-                        let heldout = Some(ev.score(backend.as_mut(), system, &opts.data, opts.heldout_windows)?);
+                        let heldout = Some(ev.score(
+                            backend.as_mut(),
+                            system,
+                            &opts.data,
+                            opts.heldout_bytes.as_ref(),
+                            opts.heldout_windows,
+                        )?);
                         let sample = match &tokenizer {
                             Some(tok) => ev.sample(system, tok, opts.checkpoint_sample_tokens, seed)?,
                             None => None,

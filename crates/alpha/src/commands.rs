@@ -200,6 +200,8 @@ pub struct TrainArgs {
     /// Held-out windows scored at each checkpoint (0: none).
     #[arg(long, default_value_t = 256, value_parser = validate::heldout_windows, allow_negative_numbers = true)]
     pub heldout_windows: usize,
+    #[command(flatten)]
+    pub heldout_bytes: HeldoutBytes,
     /// Tokens of sample text printed at the end (0: none).
     #[arg(long, default_value_t = 240, value_parser = validate::tokens, allow_negative_numbers = true)]
     pub sample_tokens: usize,
@@ -263,6 +265,26 @@ pub struct ChatArgs {
     pub sampling: Sampling,
 }
 
+/// Another preparation's held-out bytes to score on, so that models in different tokens (GPT-2
+/// against a byte model) are scored on the same bytes.
+#[derive(Args)]
+pub struct HeldoutBytes {
+    /// Score on the held-out split of this byte preparation (`alpha data prepare --tokenizer
+    /// bytes` of the same corpus) instead of the data's own held-out windows: its windows of
+    /// --byte-window bytes, each encoded in this system's tokenizer after an end-of-text.
+    #[arg(long)]
+    pub heldout_bytes: Option<PathBuf>,
+    /// Bytes each window of --heldout-bytes predicts (Diakosmos's windows: 2,048).
+    #[arg(long, default_value_t = 2048, value_parser = validate::byte_window, allow_negative_numbers = true, requires = "heldout_bytes")]
+    pub byte_window: usize,
+}
+
+impl HeldoutBytes {
+    fn windows(&self) -> Option<alpha_run::score::ByteWindows> {
+        self.heldout_bytes.clone().map(|dir| alpha_run::score::ByteWindows { dir, window: self.byte_window })
+    }
+}
+
 #[derive(Args)]
 pub struct ScoreArgs {
     pub system: String,
@@ -278,6 +300,8 @@ pub struct ScoreArgs {
     pub data: Option<PathBuf>,
     #[arg(long, default_value_t = 256, value_parser = validate::windows, allow_negative_numbers = true)]
     pub windows: usize,
+    #[command(flatten)]
+    pub heldout_bytes: HeldoutBytes,
     #[arg(long, value_parser = validate::batch, allow_negative_numbers = true)]
     pub batch: Option<usize>,
     #[arg(long, default_value = "cpu")]
@@ -475,6 +499,7 @@ fn train(a: TrainArgs) -> Result<()> {
         profile: a.profile,
         save_initial: a.save_initial,
         heldout_windows: a.heldout_windows,
+        heldout_bytes: a.heldout_bytes.windows(),
         progress: !a.quiet,
         budget: a.budget,
         warmdown_updates: a.warmdown_updates,
@@ -845,6 +870,10 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
     let (_, first, first_path) = &scored[0];
     let data = data_of(system.as_ref(), a.data.as_deref(), first, first_path)?;
     let batch = a.batch.unwrap_or(system.default_batch()).min(a.windows);
+    let on_bytes = a.heldout_bytes.windows();
+    if let Some(on) = &on_bytes {
+        score::check_byte_windows(system.as_ref(), &data, on, a.windows)?;
+    }
     let program = inference_program(system.model(batch)?)?;
     if a.device == Device::Cpu {
         let what = format!("scoring {} at batch {batch} on the CPU", system.name());
@@ -854,9 +883,13 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
     let mut bpb = vec![];
     for (label, ckpt, path) in &scored {
         restore(ckpt, system.as_ref(), backend.as_mut(), &path.display().to_string())?;
-        let s = score::score(backend.as_mut(), system.as_ref(), batch, &data, a.windows)?;
+        let s = match &on_bytes {
+            Some(on) => score::score_bytes(backend.as_mut(), system.as_ref(), batch, &data, on, a.windows)?,
+            None => score::score(backend.as_mut(), system.as_ref(), batch, &data, a.windows)?,
+        };
+        let se = s.bpb_se.map(|e| format!(" ± {e:.4}")).unwrap_or_default();
         outln!(
-            "{} step {}{label}: held-out loss {:.4} nats · {:.4} bits per byte over {} windows ({} tokens, {} bytes) of {}",
+            "{} step {}{label}: held-out loss {:.4} nats · {:.4}{se} bits per byte over {} windows ({} tokens, {} bytes) of {}",
             system.name(),
             ckpt.meta.step,
             s.loss,
@@ -864,7 +897,7 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
             s.windows,
             s.tokens,
             s.bytes,
-            data.display()
+            on_bytes.as_ref().map_or(data.as_path(), |on| on.dir.as_path()).display()
         )?;
         bpb.push(s.bits_per_byte);
     }

@@ -135,6 +135,10 @@ pub fn windows(s: &str) -> Result<usize, String> {
     at_least(s, 1, "held-out windows")
 }
 
+pub fn byte_window(s: &str) -> Result<usize, String> {
+    whole(s, 1, 1 << 20, "bytes a held-out window predicts")
+}
+
 pub fn heldout_windows(s: &str) -> Result<usize, String> {
     at_least(s, 0, "held-out windows a checkpoint (0: none)")
 }

@@ -407,6 +407,7 @@ function runPage(name) {
     <section class="card" id="curve-card"><div class="section-head"><h2>Held-out bits per byte against cost</h2><span id="curve-pick"></span></div>
       <p class="sub" id="curve-sub">Each scored checkpoint's held-out bits per byte against the training seconds (from the run's first step) and the GPU's joules it took to reach; the band is ±2 standard errors over windows. Tick other runs to overlay them as baselines.</p>
       <div class="grid2"><div><h3>Against training seconds</h3><div id="chart-curve-time"></div></div><div><h3>Against energy</h3><div id="chart-curve-energy"></div></div></div>
+      <p class="sub" id="curve-heldout"></p>
       <h3 style="margin-top:14px">Text at each scored checkpoint</h3>
       <div class="scroll" style="max-height:420px"><table id="samples-table"><thead><tr><th class="num">Step</th><th class="num">Training s</th><th class="num">Bits/byte</th><th>This run writes</th><th>The baseline at the nearest cost</th></tr></thead><tbody></tbody></table></div></section>
     <section class="card" id="profile-card"><div class="section-head"><h2>Where a step's time goes</h2><span id="profile-pick"></span></div>
@@ -725,6 +726,10 @@ function runPage(name) {
     draw("chart-curve-time", { height: 260, xLabel: "training seconds from the first step", xName: "s", yLabel: "bits per byte", count: 0, empty: "No scored checkpoint yet", series: seriesFor("device_s", 1) });
     const anyEnergy = curves.some((c) => c.points.some((p) => isNum(p.energy_j)));
     draw("chart-curve-energy", { height: 260, xLabel: "GPU energy, kJ", xName: "kJ", yLabel: "bits per byte", count: 0, empty: anyEnergy ? "No scored checkpoint with energy yet" : "No energy recorded: NVML measures a GPU's joules, and these runs trained on the CPU", series: seriesFor("energy_j", 1e-3) });
+    // What each curve scores: the same bytes only where a run says it scored another's.
+    const scored = (c) => (c.heldout ? `held-out ${esc(c.heldout)}` : "its own data's held-out windows");
+    $("#curve-heldout").innerHTML = curves.length > 1 || curves[0].heldout
+      ? `Scored on: ${curves.map((c) => `<b>${esc(c.name)}</b> ${scored(c)}`).join("; ")}.` : "";
     const base = curves[1] ? line(curves[1].points).filter((p) => isNum(p.device_s)) : [];
     const nearest = (cost) => base.reduce((best, p) => (!best || Math.abs(p.device_s - cost) < Math.abs(best.device_s - cost) ? p : best), null);
     const text = (p) => (p && p.sample !== null && p.sample !== undefined ? `<div class="continuation"><span class="prompt">${esc(p.sample_prompt || "")}</span>${esc(p.sample)}</div>` : `<span class="muted">no sample recorded</span>`);

@@ -60,6 +60,7 @@ pub fn options(system: &str, batch: usize, seed: u64, data: &Path, run: &Path, s
         profile: false,
         save_initial: false,
         heldout_windows: 0,
+        heldout_bytes: None,
         progress: false,
         budget: None,
         warmdown_updates: None,
