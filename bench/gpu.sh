@@ -686,19 +686,25 @@ PY
   fi
 }
 
-# gpt2_heldout_bytes: HELDOUT_BYTES as a byte preparation: a prepared directory as it is, a raw
-# corpus prepared once into data-cache/NAME-bytes; its held-out shard against the pass's.
+# prepared_once VAR TOKENIZER: the directory in VAR as it is when prepared, else the corpus
+# there prepared once with TOKENIZER into data-cache/NAME-TOKENIZER, which VAR then names.
+prepared_once() {
+  local var=$1 tokenizer=$2 corpus=${!1} out log
+  [ -f "$corpus/manifest.json" ] && return 0
+  out="data-cache/$(basename "${corpus%/}")-$tokenizer"
+  if [ ! -f "$out/manifest.json" ]; then
+    log="$OUT/prepare-$tokenizer.txt"
+    timeout 420 "$ALPHA" data prepare --corpus "$corpus" --tokenizer "$tokenizer" --out "$out" >"$log" 2>&1 ||
+      die "preparing $corpus as $tokenizer tokens failed: $(log_tail "$log")"
+    record "prepare $tokenizer" PASS "$corpus prepared into $out"
+  fi
+  printf -v "$var" '%s' "$out"
+}
+
+# gpt2_heldout_bytes: HELDOUT_BYTES as a byte preparation, its held-out shard against the pass's.
 gpt2_heldout_bytes() {
   [ -n "${HELDOUT_BYTES:-}" ] || return 0
-  if [ ! -f "$HELDOUT_BYTES/manifest.json" ]; then
-    local out
-    out="data-cache/$(basename "${HELDOUT_BYTES%/}")-bytes"
-    if [ ! -f "$out/manifest.json" ]; then
-      timeout 400 "$ALPHA" data prepare --corpus "$HELDOUT_BYTES" --tokenizer bytes --out "$out" >"$OUT/gpt2-heldout-bytes.txt" 2>&1 ||
-        die "preparing $HELDOUT_BYTES as bytes failed: $(log_tail "$OUT/gpt2-heldout-bytes.txt")"
-    fi
-    HELDOUT_BYTES=$out
-  fi
+  prepared_once HELDOUT_BYTES bytes
   local valid
   valid=$(sha256sum "$HELDOUT_BYTES/valid-0000.tok" 2>/dev/null | cut -d' ' -f1)
   if [ "$valid" = "$HELDOUT_BYTES_SHA" ]; then
@@ -709,17 +715,7 @@ gpt2_heldout_bytes() {
 }
 
 # gpt2_data: DATA as GPT-2 tokens: a prepared directory as it is, a raw corpus prepared once.
-gpt2_data() {
-  [ -f "$DATA/manifest.json" ] && return 0
-  local out
-  out="data-cache/$(basename "${DATA%/}")-gpt2"
-  if [ ! -f "$out/manifest.json" ]; then
-    timeout 420 "$ALPHA" data prepare --corpus "$DATA" --tokenizer gpt2 --out "$out" >"$OUT/gpt2-data.txt" 2>&1 ||
-      die "preparing $DATA in GPT-2 tokens failed: $(tail -1 "$OUT/gpt2-data.txt" | cut -c1-200)"
-    record "gpt2 data" PASS "$DATA prepared into $out"
-  fi
-  DATA=$out
-}
+gpt2_data() { prepared_once DATA gpt2; }
 
 # Diakosmos's pass over the Gutenberg training split as bytes (see the header); the run lives in
 # PASS_RUN across calls.

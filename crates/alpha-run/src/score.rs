@@ -7,6 +7,8 @@
 //! √(Σ rᵢ² / (n(n−1))) / b̄ with rᵢ = nᵢ/ln 2 − bpb·bᵢ, which is 0 when every window has the same
 //! bits per byte, and needs at least two windows.
 
+use std::path::{Path, PathBuf};
+
 use alpha_data::{Split, TokenStream};
 use alpha_systems::System;
 use anyhow::{bail, ensure, Context, Result};
@@ -55,13 +57,13 @@ pub fn standard_errors(per_window: &[(f64, u64, u64)]) -> (Option<f64>, Option<f
 /// of them; a byte model reading the window itself has its first byte as context instead).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ByteWindows {
-    pub dir: std::path::PathBuf,
+    pub dir: PathBuf,
     pub window: usize,
 }
 
 impl ByteWindows {
     /// Says what is scored, for a run's records: "64 windows of 2,048 bytes from DIR".
-    pub fn describe(&self, windows: usize) -> String {
+    fn describe(&self, windows: usize) -> String {
         format!("{windows} windows of {} bytes from {}", alpha_plan::group(self.window), self.dir.display())
     }
 }
@@ -73,105 +75,113 @@ struct Sequence {
     bytes: u64,
 }
 
+/// A run's held-out sequences, read (and for byte windows, encoded) once and scored at every
+/// checkpoint.
+pub struct Heldout {
+    sequences: Vec<Sequence>,
+    /// The model's end-of-text, which pads a sequence shorter than the context.
+    pad: u32,
+    /// What is scored, when not the data's own held-out windows (for the run's records).
+    described: Option<String>,
+}
+
+impl Heldout {
+    /// Up to `max_windows` held-out windows of `data`, the model's own preparation; or, with
+    /// `on`, of another preparation's held-out bytes (see [`ByteWindows`]). Windows that cannot
+    /// be scored are refused here, by name.
+    pub fn read(system: &dyn System, data: &Path, on: Option<&ByteWindows>, max_windows: usize) -> Result<Heldout> {
+        if max_windows == 0 {
+            bail!("scoring needs at least one window");
+        }
+        match on {
+            Some(on) => Heldout::bytes(system, data, on, max_windows),
+            None => Heldout::own(system, data, max_windows),
+        }
+    }
+
+    fn own(system: &dyn System, data: &Path, max_windows: usize) -> Result<Heldout> {
+        let mut stream = TokenStream::open(data, Split::Valid)?;
+        stream.check_vocab(crate::data::token_vocab(system))?;
+        let sequences = stream
+            .heldout_windows(system.context() + 1, max_windows)?
+            .into_iter()
+            .map(|ids| Sequence { bytes: stream.decoded_bytes(&ids[1..]), ids })
+            .collect();
+        Ok(Heldout { sequences, pad: stream.eot_id(), described: None })
+    }
+
+    fn bytes(system: &dyn System, data: &Path, on: &ByteWindows, max_windows: usize) -> Result<Heldout> {
+        let own = TokenStream::open(data, Split::Valid)?;
+        own.check_vocab(crate::data::token_vocab(system))?;
+        let tokenizer = own.tokenizer();
+        let mut bytes = TokenStream::open(&on.dir, Split::Valid)
+            .with_context(|| format!("opening the held-out bytes {}", on.dir.display()))?;
+        if bytes.tokenizer().kind() != "bytes" {
+            bail!(
+                "{} holds {} tokens, not bytes: held-out bytes to score on are prepared with `alpha data prepare --tokenizer bytes`",
+                on.dir.display(),
+                bytes.tokenizer().kind()
+            );
+        }
+        let byte_eot = bytes.eot_id();
+        let t = system.context();
+        let windows = bytes.heldout_windows(on.window + 1, max_windows)?;
+        let mut sequences = Vec::with_capacity(windows.len());
+        for (i, w) in windows.iter().enumerate() {
+            let predicted = &w[1..];
+            let mut ids = vec![tokenizer.eot_id()];
+            for (j, part) in predicted.split(|&b| b == byte_eot).enumerate() {
+                if j > 0 {
+                    ids.push(tokenizer.eot_id());
+                }
+                let part: Vec<u8> = part.iter().map(|&b| b as u8).collect();
+                tokenizer.encode_bytes_into(&part, &mut ids);
+            }
+            if ids.len() - 1 > t {
+                bail!(
+                    "held-out window {i} of {} ({} bytes) is {} tokens in {}'s tokenizer, more than its context of {t}: score on shorter windows",
+                    on.dir.display(),
+                    on.window,
+                    ids.len() - 1,
+                    system.name()
+                );
+            }
+            let window_bytes = bytes.decoded_bytes(predicted);
+            ensure!(
+                tokenizer.decoded_bytes(&ids[1..]) == window_bytes,
+                "held-out window {i} of {}: its {window_bytes} bytes did not come back from {}'s tokens",
+                on.dir.display(),
+                system.name()
+            );
+            sequences.push(Sequence { ids, bytes: window_bytes });
+        }
+        Ok(Heldout { described: Some(on.describe(sequences.len())), sequences, pad: tokenizer.eot_id() })
+    }
+
+    /// What is scored when it is not the data's own held-out windows: "64 windows of 2,048
+    /// bytes from DIR".
+    pub fn described(&self) -> Option<&str> {
+        self.described.as_deref()
+    }
+
+    /// Score an inference backend (batch `batch`, parameters already in it) on these sequences.
+    pub fn score(&self, backend: &mut dyn Backend, system: &dyn System, batch: usize) -> Result<Score> {
+        check_sizes(batch, self.sequences.len())?;
+        score_sequences(backend, system, batch, &self.sequences, self.pad)
+    }
+}
+
 /// Score an inference backend (batch `batch`, parameters already in it) on up to
 /// `max_windows` held-out windows of `data`.
 pub fn score(
     backend: &mut dyn Backend,
     system: &dyn System,
     batch: usize,
-    data: &std::path::Path,
+    data: &Path,
     max_windows: usize,
 ) -> Result<Score> {
     check_sizes(batch, max_windows)?;
-    let t = system.context();
-    let mut stream = TokenStream::open(data, Split::Valid)?;
-    stream.check_vocab(crate::data::token_vocab(system))?;
-    let sequences: Vec<Sequence> = stream
-        .heldout_windows(t + 1, max_windows)?
-        .into_iter()
-        .map(|ids| Sequence { bytes: stream.decoded_bytes(&ids[1..]), ids })
-        .collect();
-    score_sequences(backend, system, batch, &sequences, stream.eot_id())
-}
-
-/// Score an inference backend on up to `max_windows` of another preparation's byte windows
-/// (see [`ByteWindows`]), encoded in the tokenizer of `data`, the model's own preparation.
-pub fn score_bytes(
-    backend: &mut dyn Backend,
-    system: &dyn System,
-    batch: usize,
-    data: &std::path::Path,
-    on: &ByteWindows,
-    max_windows: usize,
-) -> Result<Score> {
-    check_sizes(batch, max_windows)?;
-    let (sequences, pad) = byte_sequences(system, data, on, max_windows)?;
-    score_sequences(backend, system, batch, &sequences, pad)
-}
-
-/// Checks before a run that its held-out byte windows can be scored: `on` is a byte
-/// preparation with a held-out split of at least one window, and each window fits the model's
-/// context in its tokenizer.
-pub fn check_byte_windows(
-    system: &dyn System,
-    data: &std::path::Path,
-    on: &ByteWindows,
-    max_windows: usize,
-) -> Result<()> {
-    byte_sequences(system, data, on, max_windows).map(|_| ())
-}
-
-/// The byte windows as sequences in the model's tokens, and the model's end-of-text to pad with.
-fn byte_sequences(
-    system: &dyn System,
-    data: &std::path::Path,
-    on: &ByteWindows,
-    max_windows: usize,
-) -> Result<(Vec<Sequence>, u32)> {
-    let own = TokenStream::open(data, Split::Valid)?;
-    own.check_vocab(crate::data::token_vocab(system))?;
-    let tokenizer = own.tokenizer();
-    let mut bytes = TokenStream::open(&on.dir, Split::Valid)
-        .with_context(|| format!("opening the held-out bytes {}", on.dir.display()))?;
-    if bytes.tokenizer().kind() != "bytes" {
-        bail!(
-            "{} holds {} tokens, not bytes: held-out bytes to score on are prepared with `alpha data prepare --tokenizer bytes`",
-            on.dir.display(),
-            bytes.tokenizer().kind()
-        );
-    }
-    let byte_eot = bytes.eot_id();
-    let t = system.context();
-    let mut sequences = vec![];
-    for (i, w) in bytes.heldout_windows(on.window + 1, max_windows)?.iter().enumerate() {
-        let predicted = &w[1..];
-        let mut ids = vec![tokenizer.eot_id()];
-        for (j, part) in predicted.split(|&b| b == byte_eot).enumerate() {
-            if j > 0 {
-                ids.push(tokenizer.eot_id());
-            }
-            let part: Vec<u8> = part.iter().map(|&b| b as u8).collect();
-            tokenizer.encode_bytes_into(&part, &mut ids);
-        }
-        if ids.len() - 1 > t {
-            bail!(
-                "held-out window {i} of {} ({} bytes) is {} tokens in {}'s tokenizer, more than its context of {t}: score on shorter windows",
-                on.dir.display(),
-                on.window,
-                ids.len() - 1,
-                system.name()
-            );
-        }
-        let window_bytes = bytes.decoded_bytes(predicted);
-        ensure!(
-            tokenizer.decoded_bytes(&ids[1..]) == window_bytes,
-            "held-out window {i} of {}: its {window_bytes} bytes did not come back from {}'s tokens",
-            on.dir.display(),
-            system.name()
-        );
-        sequences.push(Sequence { ids, bytes: window_bytes });
-    }
-    Ok((sequences, tokenizer.eot_id()))
+    Heldout::own(system, data, max_windows)?.score(backend, system, batch)
 }
 
 fn check_sizes(batch: usize, max_windows: usize) -> Result<()> {

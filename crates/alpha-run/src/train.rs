@@ -18,7 +18,7 @@ use crate::budget::{human_seconds, BudgetState};
 use crate::checkpoint::{self, Meta};
 use crate::records::{now, Invocation, LineageRow, Point, Records, RunInfo, Summary};
 use crate::rundir::{self, RunLock};
-use crate::score::{score, score_bytes, ByteWindows, Score};
+use crate::score::{ByteWindows, Heldout, Score};
 use crate::session::{backend_for, check_ids, config_hash, restore, snapshot, Device};
 use crate::testhook;
 use alpha_learn::init::initial_leaves;
@@ -146,39 +146,31 @@ fn percentile(values: &mut [f32], p: f64) -> f64 {
 struct Evaluator {
     backend: Box<dyn Backend>,
     batch: usize,
+    /// The held-out sequences, read once for the run.
+    heldout: Heldout,
     /// The sampler's program: batch 1, because each sampled token reads its logits back, and
     /// the scoring batch's (16 × 1,024 × 50,257 for GPT-2) would be 16 times as many.
     sampler: Option<Box<dyn Backend>>,
 }
 
 impl Evaluator {
-    fn new(system: &dyn System, device: Device, batch: usize, samples: bool) -> Result<Self> {
+    fn new(system: &dyn System, device: Device, batch: usize, heldout: Heldout, samples: bool) -> Result<Self> {
         let program = inference_program(system.model(batch)?)?;
         let sampler = match samples {
             true => Some(backend_for(device, &inference_program(system.model(1)?)?)?),
             false => None,
         };
-        Ok(Evaluator { backend: backend_for(device, &program)?, batch, sampler })
+        Ok(Evaluator { backend: backend_for(device, &program)?, batch, heldout, sampler })
     }
 
-    fn score(
-        &mut self,
-        from: &mut dyn Backend,
-        system: &dyn System,
-        data: &Path,
-        on: Option<&ByteWindows>,
-        windows: usize,
-    ) -> Result<Score> {
+    fn score(&mut self, from: &mut dyn Backend, system: &dyn System) -> Result<Score> {
         for (name, _, is_param) in crate::session::persistent(self.backend.program()) {
             if is_param {
                 let v = from.read(&name)?;
                 self.backend.write(&name, &v)?;
             }
         }
-        match on {
-            Some(on) => score_bytes(self.backend.as_mut(), system, self.batch, data, on, windows),
-            None => score(self.backend.as_mut(), system, self.batch, data, windows),
-        }
+        self.heldout.score(self.backend.as_mut(), system, self.batch)
     }
 
     /// A short continuation of [`SAMPLE_PROMPT`] from the parameters last scored, at
@@ -344,10 +336,11 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
     })?;
 
     let budget = budget_state(opts, system, resumed.as_ref().map(|(c, _)| c))?;
-    // Held-out bytes that cannot be scored are refused now, not at the first checkpoint.
-    if let Some(on) = opts.heldout_bytes.as_ref().filter(|_| opts.heldout_windows > 0) {
-        crate::score::check_byte_windows(system, &opts.data, on, opts.heldout_windows)?;
-    }
+    // Read once for every checkpoint, before the run directory is touched: windows that
+    // cannot be scored are refused now, not at the first checkpoint.
+    let heldout = (opts.heldout_windows > 0)
+        .then(|| Heldout::read(system, &opts.data, opts.heldout_bytes.as_ref(), opts.heldout_windows))
+        .transpose()?;
 
     // The run directory: one process at a time, one run a directory; a resume from an older
     // checkpoint writes a branch. Refusals here leave the directory as it was.
@@ -452,11 +445,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         elapsed_s: budget.map(|b| b.elapsed),
         warmdown_updates: budget.map(|b| b.budget.warmdown_updates),
         gates: opts.gates.clone(),
-        heldout: opts
-            .heldout_bytes
-            .as_ref()
-            .filter(|_| opts.heldout_windows > 0)
-            .map(|b| b.describe(opts.heldout_windows)),
+        heldout: heldout.as_ref().and_then(|h| h.described().map(String::from)),
     };
     if let Some(b) = &budget {
         info.steps_target = budget_target(step, b, last_step);
@@ -485,10 +474,11 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
         } else {
             None
         };
-        let mut evaluator = if opts.heldout_windows > 0 {
-            Some(Evaluator::new(system, opts.device, batch.min(opts.heldout_windows), tokenizer.is_some())?)
-        } else {
-            None
+        let mut evaluator = match heldout {
+            Some(h) => {
+                Some(Evaluator::new(system, opts.device, batch.min(opts.heldout_windows), h, tokenizer.is_some())?)
+            }
+            None => None,
         };
         let checkpointer = Checkpointer {
             meta: Meta {
@@ -680,13 +670,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainResult> {
             if opts.checkpoint_every.is_some_and(|k| k > 0 && step % k == 0) || finished || stopping {
                 let scored = match evaluator.as_mut() {
                     Some(ev) => {
-                        let heldout = Some(ev.score(
-                            backend.as_mut(),
-                            system,
-                            &opts.data,
-                            opts.heldout_bytes.as_ref(),
-                            opts.heldout_windows,
-                        )?);
+                        let heldout = Some(ev.score(backend.as_mut(), system)?);
                         let sample = match &tokenizer {
                             Some(tok) => ev.sample(system, tok, opts.checkpoint_sample_tokens, seed)?,
                             None => None,

@@ -10,7 +10,7 @@ use std::path::Path;
 use alpha_data::{Split, TokenStream};
 use alpha_learn::inference_program;
 use alpha_run::checkpoint;
-use alpha_run::score::{score, score_bytes, ByteWindows, Score};
+use alpha_run::score::{score, ByteWindows, Heldout, Score};
 use alpha_run::session::restore;
 use alpha_run::{train, CpuBackend, TrainOptions};
 
@@ -30,7 +30,10 @@ fn own_and_bytes(
     let mut backend = CpuBackend::compile(&program).unwrap();
     restore(&checkpoint::load(&r.checkpoint).unwrap(), system.as_ref(), &mut backend, "under test").unwrap();
     let own = score(&mut backend, system.as_ref(), 8, data, windows).unwrap();
-    let bytes = score_bytes(&mut backend, system.as_ref(), 8, data, on, windows).unwrap();
+    let bytes = Heldout::read(system.as_ref(), data, Some(on), windows)
+        .unwrap()
+        .score(&mut backend, system.as_ref(), 8)
+        .unwrap();
     (own, bytes)
 }
 
@@ -96,10 +99,10 @@ fn byte_windows_that_do_not_fit_or_are_not_bytes_are_refused_by_name() {
     let system = alpha_systems::find("mini").unwrap();
     // 2,048 bytes of Shakespeare are several hundred tokens, past the miniature's 128.
     let long = ByteWindows { dir: bytes_dir, window: 2048 };
-    let e = alpha_run::score::check_byte_windows(system.as_ref(), &bpe, &long, 4).unwrap_err().to_string();
+    let e = Heldout::read(system.as_ref(), &bpe, Some(&long), 4).err().unwrap().to_string();
     assert!(e.contains("more than its context of 128"), "{e}");
     let not_bytes = ByteWindows { dir: bpe.clone(), window: 64 };
-    let e = alpha_run::score::check_byte_windows(system.as_ref(), &bpe, &not_bytes, 4).unwrap_err().to_string();
+    let e = Heldout::read(system.as_ref(), &bpe, Some(&not_bytes), 4).err().unwrap().to_string();
     assert!(e.contains("not bytes") && e.contains("--tokenizer bytes"), "{e}");
     // A training run with them stops before it starts, naming the problem.
     let run = tmp.path().join("run");

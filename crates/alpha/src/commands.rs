@@ -871,9 +871,7 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
     let data = data_of(system.as_ref(), a.data.as_deref(), first, first_path)?;
     let batch = a.batch.unwrap_or(system.default_batch()).min(a.windows);
     let on_bytes = a.heldout_bytes.windows();
-    if let Some(on) = &on_bytes {
-        score::check_byte_windows(system.as_ref(), &data, on, a.windows)?;
-    }
+    let heldout = score::Heldout::read(system.as_ref(), &data, on_bytes.as_ref(), a.windows)?;
     let program = inference_program(system.model(batch)?)?;
     if a.device == Device::Cpu {
         let what = format!("scoring {} at batch {batch} on the CPU", system.name());
@@ -883,10 +881,7 @@ fn score_cmd(a: ScoreArgs) -> Result<()> {
     let mut bpb = vec![];
     for (label, ckpt, path) in &scored {
         restore(ckpt, system.as_ref(), backend.as_mut(), &path.display().to_string())?;
-        let s = match &on_bytes {
-            Some(on) => score::score_bytes(backend.as_mut(), system.as_ref(), batch, &data, on, a.windows)?,
-            None => score::score(backend.as_mut(), system.as_ref(), batch, &data, a.windows)?,
-        };
+        let s = heldout.score(backend.as_mut(), system.as_ref(), batch)?;
         let se = s.bpb_se.map(|e| format!(" ± {e:.4}")).unwrap_or_default();
         outln!(
             "{} step {}{label}: held-out loss {:.4} nats · {:.4}{se} bits per byte over {} windows ({} tokens, {} bytes) of {}",
